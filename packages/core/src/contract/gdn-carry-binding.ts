@@ -1,0 +1,28 @@
+import type { DevicePtr } from '../device/device-ptr.js';
+
+/**
+ * The buffers of carried-state verify, allocated by the driver and bound to a layer once, before
+ * any capture; none of them ever moves. A verify records each sequence's rows in `stash` and the
+ * driver writes the accepted count into `pendingRows[slot]`; the next kernel that touches the
+ * slot (decode, the next verify, or a prefill continuing the sequence) folds those rows into the
+ * state before its own and clears the count, so a whole speculative cycle moves the state through
+ * memory once. The driver clears a slot's count when a sequence opens or closes in it.
+ */
+export interface GdnCarryBinding {
+  /** u32, shared by all layers: 1 while carried-state verify is on. */
+  readonly flag: DevicePtr;
+  /** f32[seqs × stashSeqFloats], this layer's own: recorded rows (keys, corrected values, gates) and the conv stash. */
+  readonly stash: DevicePtr;
+  readonly stashSeqFloats: number;
+  /** u32[seqs], shared: accepted rows of the last verify not yet folded, per slot. */
+  readonly pendingRows: DevicePtr;
+  /** i32[maxBatch], shared: batch position → slot for the current step (−1 for padding). */
+  readonly slotTable: DevicePtr;
+  /** u64[maxBatch], this layer's own: batch position → address of that slot's conv state; the layer fills it. */
+  readonly convStateTable: DevicePtr;
+  /** Conv stash of this layer: bf16[seqs × 4 × convRowElems], the last four conv input rows per slot. */
+  readonly convStash: DevicePtr;
+  readonly convRowElems: number;
+  readonly seqs: number;
+  readonly maxBatch: number;
+}

@@ -1,0 +1,43 @@
+import type { DevicePtr } from '../device/device-ptr.js';
+import type { GpuBackend, Stream } from '../device/gpu-backend.js';
+import type { GdnCarryBinding } from './gdn-carry-binding.js';
+import type { LayerState } from './layer-state.js';
+
+/** What a carried-state layer asks of the driver, per sequence. */
+export interface GdnCarrySize {
+  /** f32 words of stash per sequence. */
+  readonly stashSeqFloats: number;
+  /** Elements of one conv input row (the conv stash keeps four rows per slot, bf16). */
+  readonly convRowElems: number;
+}
+
+/**
+ * Speculative verify that never writes a recurrent state it may have to take back (Gated
+ * DeltaNet). Every method is optional; an absent method answers "not supported": the sizing
+ * queries return undefined, binding does nothing, `gdnVerifyRunBatched` returns undefined and
+ * `gdnFoldAccepted` returns false.
+ */
+export interface LayerWriteOnAccept<S extends LayerState = LayerState> {
+  /** f32 words of stash per sequence that write-on-accept verify needs; undefined when unsupported. */
+  gdnWoaStashSeqFloats?(): number | undefined;
+  /**
+   * Bind the write-on-accept buffers, once, before the first graph decision: `flag` (u32, 1 while
+   * write-on-accept is on) and this layer's `stash` of `seqs × gdnWoaStashSeqFloats()` f32.
+   */
+  gdnWoaBind?(flag: DevicePtr, stash: DevicePtr, seqs: number): void;
+  /** Sizes of carried-state verify; undefined when unsupported. */
+  gdnCarrySeqFloats?(): GdnCarrySize | undefined;
+  /** Bind the carried-state buffers, once, before any capture. */
+  gdnCarryBind?(binding: GdnCarryBinding): void;
+  /**
+   * Whether a run of adjacent sequences of `kk` rows each goes through the batched conv and the
+   * table-form WY (`wyn` sequences, tables at `wyTables`); undefined for no batched verify.
+   */
+  gdnVerifyRunBatched?(states: readonly S[], kk: number, wyn: number, wyTables: DevicePtr): boolean | undefined;
+  /**
+   * Apply the accepted prefix of the last verify to the recurrent states: `slotTable` (i32[n],
+   * batch position → slot), `naTab` (u32[n], accepted rows in batch order), `kRows` rows verified
+   * per sequence. Returns false when the layer did nothing.
+   */
+  gdnFoldAccepted?(gpu: GpuBackend, slotTable: DevicePtr, naTab: DevicePtr, kRows: number, n: number, stream: Stream): boolean;
+}

@@ -1,0 +1,147 @@
+import type { DevicePtr } from './device-ptr.js';
+import type { Kernel, KernelArgs, KernelParams } from './kernel.js';
+
+/** An ordered queue of device work. Opaque: only the backend that made it may use it. */
+export interface Stream {
+  readonly backend: string;
+  readonly id: number;
+}
+
+/** A point in a stream's work, for timing and waiting. */
+export interface GpuEvent {
+  readonly backend: string;
+  readonly id: number;
+}
+
+/** A captured, not yet instantiated, sequence of device work. */
+export interface Graph {
+  readonly backend: string;
+  readonly id: number;
+  /** Number of nodes (kernel launches, copies, memsets) the capture recorded. */
+  readonly nodes: number;
+}
+
+/** An instantiated graph, launchable any number of times. */
+export interface GraphExec {
+  readonly backend: string;
+  readonly id: number;
+}
+
+/** Page-locked host memory: the staging area of asynchronous copies. */
+export interface HostBuffer {
+  readonly bytes: Uint8Array;
+}
+
+export interface DeviceInfo {
+  readonly index: number;
+  readonly name: string;
+  readonly computeCapability: readonly [number, number];
+  readonly totalMemory: number;
+  readonly multiprocessors: number;
+  readonly l2CacheBytes: number;
+}
+
+export interface LaunchConfig {
+  readonly grid: number | readonly number[];
+  readonly block: number | readonly number[];
+  readonly sharedBytes?: number;
+  readonly stream?: Stream;
+}
+
+/**
+ * C = alpha · op(A) · op(B) + beta · C, all row-major. op(A) is m×k, op(B) is k×n, C is m×n.
+ * `transB: true` with B stored n×k is the `x · Wᵀ` of a Hugging Face Linear.
+ */
+export interface GemmArgs {
+  readonly m: number;
+  readonly n: number;
+  readonly k: number;
+  readonly a: DevicePtr;
+  readonly b: DevicePtr;
+  readonly c: DevicePtr;
+  readonly transA?: boolean;
+  readonly transB?: boolean;
+  /** Leading dimensions in elements; default: the packed row length. */
+  readonly lda?: number;
+  readonly ldb?: number;
+  readonly ldc?: number;
+  /** Element type of A and B. */
+  readonly dtype: 'f32' | 'bf16';
+  /** Element type of C; default: `dtype`. Accumulation is always f32. */
+  readonly outDtype?: 'f32' | 'bf16';
+  readonly alpha?: number;
+  readonly beta?: number;
+  readonly stream?: Stream;
+}
+
+/**
+ * The device surface layers and the driver use. Both backends implement it with the semantics of
+ * the CUDA driver API: work on a stream is ordered; while a stream is capturing, launches and
+ * asynchronous copies on it are recorded, not run, with their argument values of that moment;
+ * calls CUDA forbids during capture (synchronous copies, allocation, synchronisation) invalidate
+ * the capture, which then fails at `endCapture` with a `CaptureError`.
+ */
+export interface GpuBackend {
+  /** 'cpu' or 'cuda'. */
+  readonly kind: string;
+  readonly device: DeviceInfo;
+  readonly defaultStream: Stream;
+
+  alloc(bytes: number): DevicePtr;
+  free(ptr: DevicePtr): void;
+  allocHost(bytes: number): HostBuffer;
+  freeHost(buffer: HostBuffer): void;
+
+  /** Fills `bytes` bytes at `ptr` with `value` (0..255), in stream order. */
+  memsetAsync(ptr: DevicePtr, value: number, bytes: number, stream?: Stream): void;
+  /** Host (pinned) → device, in stream order; the host bytes are read when the copy runs. */
+  copyToDeviceAsync(dst: DevicePtr, src: HostBuffer, srcOffset: number, bytes: number, stream?: Stream): void;
+  /** Device → host (pinned), in stream order. */
+  copyToHostAsync(dst: HostBuffer, dstOffset: number, src: DevicePtr, bytes: number, stream?: Stream): void;
+  copyDeviceAsync(dst: DevicePtr, src: DevicePtr, bytes: number, stream?: Stream): void;
+  /** Synchronous copy from pageable host memory; waits for the device. Forbidden during capture. */
+  upload(dst: DevicePtr, data: ArrayBufferView): void;
+  /** Synchronous copy to a new host array; waits for the device. Forbidden during capture. */
+  download(src: DevicePtr, bytes: number): Uint8Array;
+
+  createStream(): Stream;
+  destroyStream(stream: Stream): void;
+  /** Waits for a stream, or for the whole device when no stream is given. */
+  synchronize(stream?: Stream): void;
+
+  createEvent(): GpuEvent;
+  recordEvent(event: GpuEvent, stream?: Stream): void;
+  synchronizeEvent(event: GpuEvent): void;
+  /** Milliseconds between two recorded, completed events. */
+  elapsedMs(start: GpuEvent, end: GpuEvent): number;
+  destroyEvent(event: GpuEvent): void;
+
+  beginCapture(stream: Stream): void;
+  /** Ends the capture; throws `CaptureError` when it was invalidated. */
+  endCapture(stream: Stream): Graph;
+  isCapturing(stream: Stream): boolean;
+  instantiate(graph: Graph): GraphExec;
+  launchGraph(exec: GraphExec, stream?: Stream): void;
+  destroyGraph(graph: Graph): void;
+  destroyGraphExec(exec: GraphExec): void;
+
+  launch<P extends KernelParams>(kernel: Kernel<P>, config: LaunchConfig, args: KernelArgs<P>): void;
+  gemm(args: GemmArgs): void;
+
+  /**
+   * A digest of every live allocation's contents (for tests: "nothing was written").
+   * Synchronous; forbidden during capture.
+   */
+  memoryDigest(): string;
+
+  /** Frees everything this backend allocated. The backend is unusable afterwards. */
+  dispose(): void;
+}
+
+/** What `probe()` of a backend package reports, without throwing. */
+export interface BackendProbe {
+  readonly available: boolean;
+  /** Why the backend is not available, or a one-line description when it is. */
+  readonly reason: string;
+  readonly devices: readonly DeviceInfo[];
+}

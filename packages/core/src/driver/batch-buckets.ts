@@ -1,0 +1,43 @@
+import { InvalidArgumentError } from '../errors.js';
+
+/** Default padded batch sizes: powers of two up to `maxBatch`, and `maxBatch` itself. */
+export function defaultBuckets(maxBatch: number): number[] {
+  const out: number[] = [];
+  for (let b = 1; b < maxBatch; b *= 2) out.push(b);
+  out.push(maxBatch);
+  return out;
+}
+
+/**
+ * The padded batch sizes graphs are captured for. A step of n sequences runs at the smallest
+ * bucket ≥ n; the extra batch positions are padding (slot −1), which every kernel must skip.
+ */
+export class BatchBuckets {
+  readonly sizes: readonly number[];
+  readonly #forSize: Int32Array;
+
+  constructor(maxBatch: number, sizes: readonly number[] = defaultBuckets(maxBatch)) {
+    const sorted = [...new Set(sizes)].sort((a, b) => a - b);
+    if (sorted.length === 0 || sorted.some((s) => !Number.isInteger(s) || s < 1)) {
+      throw new InvalidArgumentError(`buckets must be positive integers, got [${sizes.join(', ')}]`);
+    }
+    if (sorted[sorted.length - 1] !== maxBatch) {
+      throw new InvalidArgumentError(`the largest bucket must equal maxBatch (${maxBatch}), got [${sorted.join(', ')}]`);
+    }
+    this.sizes = sorted;
+    this.#forSize = new Int32Array(maxBatch + 1);
+    let i = 0;
+    for (let n = 1; n <= maxBatch; n++) {
+      while (sorted[i]! < n) i++;
+      this.#forSize[n] = sorted[i]!;
+    }
+  }
+
+  /** The bucket a batch of `n` sequences runs in. */
+  bucketFor(n: number): number {
+    if (!Number.isInteger(n) || n < 1 || n >= this.#forSize.length) {
+      throw new InvalidArgumentError(`batch of ${n} sequences: must be between 1 and maxBatch (${this.#forSize.length - 1})`);
+    }
+    return this.#forSize[n]!;
+  }
+}

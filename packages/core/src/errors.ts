@@ -1,0 +1,108 @@
+/**
+ * Every error metrale throws is one of these classes, so callers can branch on the type and users
+ * get a message that says what went wrong and what to do.
+ */
+export class MetraleError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = new.target.name;
+  }
+}
+
+/** A backend call failed. `call` names the operation, `code` the driver's result name when there is one. */
+export class DeviceError extends MetraleError {
+  readonly call: string;
+  readonly code: string | undefined;
+  constructor(call: string, message: string, code?: string, options?: { cause?: unknown }) {
+    super(code ? `${call} failed: ${code}: ${message}` : `${call}: ${message}`, options);
+    this.call = call;
+    this.code = code;
+  }
+}
+
+/** A stream capture could not be turned into a graph (a forbidden call during capture, or the driver refused it). */
+export class CaptureError extends MetraleError {
+  readonly reason: string;
+  constructor(reason: string, options?: { cause?: unknown }) {
+    super(`graph capture failed: ${reason}`, options);
+    this.reason = reason;
+  }
+}
+
+/** A replayed step would write past the end of a host-tracked cache; thrown before anything is launched. */
+export class ReplayRoomError extends MetraleError {
+  readonly layer: string;
+  readonly seqLen: number;
+  readonly k: number;
+  readonly capacity: number;
+  constructor(layer: string, seqLen: number, k: number, capacity: number) {
+    super(
+      `${layer}: a step of ${k} row(s) at length ${seqLen} ends at ${seqLen + k}, past the cache capacity ${capacity}; ` +
+        `finish or shorten the sequence, or create the layer with a larger maxSeqLen`,
+    );
+    this.layer = layer;
+    this.seqLen = seqLen;
+    this.k = k;
+    this.capacity = capacity;
+  }
+}
+
+/** A replayed step found host bookkeeping behind the driver's length: the layer lost track of its cache. */
+export class ReplaySyncError extends MetraleError {}
+
+/** A plugin is malformed, targets another contract version, or cannot be loaded. */
+export class PluginError extends MetraleError {
+  readonly plugin: string;
+  constructor(plugin: string, message: string, options?: { cause?: unknown }) {
+    super(`plugin ${plugin}: ${message}`, options);
+    this.plugin = plugin;
+  }
+}
+
+/** A plugin was built for another major version of the layer contract. */
+export class SpecificationVersionError extends PluginError {
+  readonly pluginVersion: string;
+  readonly coreVersion: string;
+  constructor(plugin: string, pluginVersion: string, coreVersion: string) {
+    super(
+      plugin,
+      `implements layer contract ${pluginVersion}, but @metrale/core implements ${coreVersion}; ` +
+        `install a version of ${plugin} built for contract ${coreVersion.split('.')[0]}.x`,
+    );
+    this.pluginVersion = pluginVersion;
+    this.coreVersion = coreVersion;
+  }
+}
+
+/** A call received an argument it cannot use; the message names the argument and the value. */
+export class InvalidArgumentError extends MetraleError {}
+
+/** A weights file, config or tensor is missing, misshapen or unreadable; the message names the file and the tensor or field. */
+export class WeightsError extends MetraleError {
+  readonly file: string | undefined;
+  constructor(message: string, file?: string, options?: { cause?: unknown }) {
+    super(file ? `${file}: ${message}` : message, options);
+    this.file = file;
+  }
+}
+
+/** A layer fixture cannot be read or does not fit the plugin; the message names the file and field. */
+export class FixtureError extends MetraleError {
+  readonly file: string;
+  constructor(file: string, message: string, options?: { cause?: unknown }) {
+    super(`${file}: ${message}`, options);
+    this.file = file;
+  }
+}
+
+/** The conformance kit found a layer breaking the contract; `failures` lists each broken check. */
+export class ConformanceError extends MetraleError {
+  readonly failures: readonly { check: string; detail: string }[];
+  constructor(layer: string, failures: readonly { check: string; detail: string }[]) {
+    super(
+      `${layer} fails ${failures.length} conformance check(s):\n` +
+        failures.map((f) => `  - ${f.check}: ${f.detail}`).join('\n'),
+    );
+    this.failures = failures;
+  }
+}

@@ -1,0 +1,48 @@
+// The public API of @metrale/core. Everything a layer author, a backend or an application needs
+// is exported here; the conformance kit is under '@metrale/core/testing'.
+
+export * from './errors.js';
+
+export type { DevicePtr } from './device/device-ptr.js';
+export { NULL_PTR, offsetPtr } from './device/device-ptr.js';
+export type { DType } from './device/dtype.js';
+export { DTYPE_BYTES, f32ToBf16Bits, bf16BitsToF32, f16BitsToF32, toBf16, fromBf16 } from './device/dtype.js';
+export type { DeviceMemoryView } from './device/memory-view.js';
+export type {
+  Kernel, KernelArgs, KernelDefinition, KernelModule, KernelParam, KernelParams, KernelParamType, CpuKernelContext, Dims,
+} from './device/kernel.js';
+export { defineKernel, defineKernelModule, validateKernelArgs, toDims } from './device/kernel.js';
+export type {
+  GpuBackend, Stream, GpuEvent, Graph, GraphExec, HostBuffer, DeviceInfo, LaunchConfig, GemmArgs, BackendProbe,
+} from './device/gpu-backend.js';
+
+export type { LayerState } from './contract/layer-state.js';
+export type { LayerGraphHooks } from './contract/graph-hooks.js';
+export type { LayerWriteOnAccept, GdnCarrySize } from './contract/write-on-accept.js';
+export type { GdnCarryBinding } from './contract/gdn-carry-binding.js';
+export type { TransformerLayer, LayerStep, StepTables, StepPhase, SpeculationMode, LayerLimits } from './contract/layer.js';
+export type { ResolvedHooks } from './contract/default-hooks.js';
+export { defaultHooks, resolveHooks } from './contract/default-hooks.js';
+
+export { SPECIFICATION_VERSION } from './plugin/specification-version.js';
+export type { PluginDefinition, MetralePlugin, CreateLayerContext } from './plugin/define-plugin.js';
+export { definePlugin, validatePlugin } from './plugin/define-plugin.js';
+export { PluginRegistry } from './plugin/registry.js';
+export { loadPlugin, resolvePackageEntry } from './plugin/load-plugin.js';
+
+export type { StepDriverOptions, StepResult, StepInput, StepPath } from './driver/step-driver.js';
+export { StepDriver } from './driver/step-driver.js';
+export type { Sequence } from './driver/sequence.js';
+export { BatchBuckets, defaultBuckets } from './driver/batch-buckets.js';
+export type { GraphKey } from './driver/graph-cache.js';
+export { graphKey } from './driver/graph-cache.js';
+export type { Acceptance, RejectionOptions, ProbabilityTransform } from './driver/acceptance.js';
+export { acceptGreedy, acceptRejection, argmaxRow, softmaxRow, sampleFrom } from './driver/acceptance.js';
+
+export { SeededRandom } from './random/seeded-random.js';
+
+export type { HostTensor } from './weights/host-tensor.js';
+export { elementCount, expectShape, toF32, toI32 } from './weights/host-tensor.js';
+export type { WeightSource } from './weights/weight-source.js';
+export { MemoryWeightSource, prefixedWeights } from './weights/weight-source.js';
+export { SafetensorsFile, encodeSafetensors, tensorOf } from './weights/safetensors.js';

@@ -1,0 +1,45 @@
+import { WeightsError } from '../errors.js';
+import type { HostTensor } from './host-tensor.js';
+
+/** Named tensors a layer is built from (a safetensors file, a shard set, or a prefix view of one). */
+export interface WeightSource {
+  /** Where the tensors come from, for error messages (a file or directory path). */
+  readonly origin: string;
+  names(): readonly string[];
+  has(name: string): boolean;
+  /** Throws `WeightsError` naming the tensor and the origin when absent. */
+  get(name: string): HostTensor;
+}
+
+/** Tensors held in memory, keyed by name. */
+export class MemoryWeightSource implements WeightSource {
+  readonly #tensors: ReadonlyMap<string, HostTensor>;
+  constructor(readonly origin: string, tensors: Iterable<HostTensor>) {
+    this.#tensors = new Map([...tensors].map((t) => [t.name, t]));
+  }
+  names(): readonly string[] {
+    return [...this.#tensors.keys()];
+  }
+  has(name: string): boolean {
+    return this.#tensors.has(name);
+  }
+  get(name: string): HostTensor {
+    const t = this.#tensors.get(name);
+    if (!t) throw new WeightsError(`missing tensor '${name}'`, this.origin);
+    return t;
+  }
+}
+
+/** The tensors of `source` under `prefix`, with the prefix removed from their names. */
+export function prefixedWeights(source: WeightSource, prefix: string): WeightSource {
+  return {
+    origin: source.origin,
+    names: () => source.names().filter((n) => n.startsWith(prefix)).map((n) => n.slice(prefix.length)),
+    has: (name) => source.has(prefix + name),
+    get: (name) => {
+      if (!source.has(prefix + name)) throw new WeightsError(`missing tensor '${prefix}${name}'`, source.origin);
+      const t = source.get(prefix + name);
+      return { ...t, name };
+    },
+  };
+}
