@@ -2,10 +2,23 @@
  * Every error metrale throws is one of these classes, so callers can branch on the type and users
  * get a message that says what went wrong and what to do.
  */
+const BRAND = Symbol.for('metrale.error.classes');
+
 export class MetraleError extends Error {
   constructor(message: string, options?: { cause?: unknown }) {
     super(message, options);
     this.name = new.target.name;
+    // The class names along the chain, so `instanceof` holds across two copies of this module
+    // (a plugin bundling its own @metrale/core, or sources and dist loaded side by side).
+    const names: string[] = [];
+    for (let c: unknown = new.target; typeof c === 'function' && c !== Error; c = Object.getPrototypeOf(c)) names.push((c as { name: string }).name);
+    Object.defineProperty(this, BRAND, { value: names, enumerable: false });
+  }
+
+  static override [Symbol.hasInstance](value: unknown): boolean {
+    const names = (value as Record<symbol, unknown> | null)?.[BRAND];
+    if (Array.isArray(names)) return names.includes(this.name);
+    return Function.prototype[Symbol.hasInstance].call(this, value);
   }
 }
 

@@ -46,3 +46,5 @@ export { elementCount, expectShape, toF32, toI32 } from './weights/host-tensor.j
 export type { WeightSource } from './weights/weight-source.js';
 export { MemoryWeightSource, prefixedWeights } from './weights/weight-source.js';
 export { SafetensorsFile, encodeSafetensors, tensorOf } from './weights/safetensors.js';
+
+export * from './fixture/index.js';

@@ -89,9 +89,10 @@ export interface TransformerLayer<S extends LayerState = LayerState>
   /** Runs one step: eagerly, or while the driver captures it into a graph. */
   forward(step: LayerStep<S>): void;
   /**
-   * The state's host bookkeeping as plain data (lengths, LRU order, counters). The conformance
-   * kit compares it across paths that must agree: replay and eager, failed capture and never
-   * captured, rejected rows and rows never seen.
+   * The state's host bookkeeping as plain data (cache lengths, prestage work done). The
+   * conformance kit compares it across paths that must agree: replay and eager, failed capture
+   * and never captured, rejected rows and rows never seen. Leave out what may differ without
+   * changing any result, such as the order of an LRU that rejected rows' tokens touched.
    */
   inspectState?(state: S): unknown;
   /** Frees the layer's device memory. */

@@ -85,6 +85,7 @@ export interface GpuBackend {
   /** 'cpu' or 'cuda'. */
   readonly kind: string;
   readonly device: DeviceInfo;
+  /** A stream of the backend's own (never CUDA's legacy NULL stream), so it can be captured. */
   readonly defaultStream: Stream;
 
   alloc(bytes: number): DevicePtr;

@@ -86,7 +86,7 @@ const I64_MAX = 2n ** 63n - 1n;
 const U64_MAX = 2n ** 64n - 1n;
 
 /** Checks a launch's arguments against the kernel's parameters; throws naming the parameter. */
-export function validateKernelArgs(kernel: Kernel, args: Readonly<Record<string, unknown>>): void {
+export function validateKernelArgs<P extends KernelParams>(kernel: Kernel<P>, args: Readonly<Record<string, unknown>>): void {
   for (const { name, type } of kernel.paramList) {
     const v = args[name];
     const bad = (why: string): never => {
@@ -123,6 +123,7 @@ export function validateKernelArgs(kernel: Kernel, args: Readonly<Record<string,
 
 /** Normalises a grid or block size to three positive integers. */
 export function toDims(d: number | readonly number[], what: string): Dims {
+  if (typeof d !== 'number' && (d.length < 1 || d.length > 3)) throw new InvalidArgumentError(`${what} must have 1 to 3 dimensions, got [${d.join(', ')}]`);
   const a = typeof d === 'number' ? [d, 1, 1] : [d[0] ?? 1, d[1] ?? 1, d[2] ?? 1];
   for (const x of a) {
     if (!Number.isInteger(x) || x < 1) throw new InvalidArgumentError(`${what} must be positive integers, got [${a.join(', ')}]`);

@@ -1,0 +1,12 @@
+// The programmatic API of @metrale/serve: the CLI's pieces, for embedding and tests. The
+// executable is dist/cli.js (`metrale`).
+
+export type { CliContext } from './cli-context.js';
+export { createProgram, runCli } from './program.js';
+export type { BackendChoice, BackendName, BackendReport } from './backends/select-backend.js';
+export { BACKEND_CHOICES, probeBackend, probeBackends, selectBackend } from './backends/select-backend.js';
+export type { DiscoverOptions, DiscoveredPlugin, PluginSource } from './plugins/discover-plugins.js';
+export { discoverPlugins, FIRST_PARTY_PLUGINS } from './plugins/discover-plugins.js';
+export { buildRegistry } from './plugins/build-registry.js';
+export { BackendUnavailableError, UsageError } from './errors/cli-errors.js';
+export { EXIT_FAILURE, EXIT_USAGE, reportError } from './errors/report-error.js';

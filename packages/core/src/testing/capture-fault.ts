@@ -1,0 +1,61 @@
+import type { DevicePtr } from '../device/device-ptr.js';
+import type { GpuBackend, Graph, HostBuffer, Stream } from '../device/gpu-backend.js';
+
+/** Counts of what a step asked of the device outside capture, compared across paths. */
+export interface TransferCounts {
+  /** Bytes copied host → device (asynchronous and synchronous), not counting recorded graph nodes. */
+  hostToDeviceBytes: number;
+  hostToDeviceCopies: number;
+}
+
+/**
+ * Wraps a backend so that every capture fails the way CUDA fails it: a forbidden synchronous call
+ * is made inside the capture (and its error swallowed, as a layer would not see it), so
+ * `endCapture` reports the invalidated capture. Also counts host → device transfers, so a layer
+ * that uploads again on re-arm is caught.
+ */
+export function faultInjectingBackend(inner: GpuBackend, options: { failCaptures: boolean }): { gpu: GpuBackend; counts: TransferCounts } {
+  const counts: TransferCounts = { hostToDeviceBytes: 0, hostToDeviceCopies: 0 };
+  const capturing = new Set<number>();
+  const overrides: Partial<GpuBackend> = {
+    copyToDeviceAsync(dst: DevicePtr, src: HostBuffer, srcOffset: number, bytes: number, stream?: Stream) {
+      if (!(stream && capturing.has(stream.id))) {
+        counts.hostToDeviceBytes += bytes;
+        counts.hostToDeviceCopies++;
+      }
+      inner.copyToDeviceAsync(dst, src, srcOffset, bytes, stream);
+    },
+    upload(dst: DevicePtr, data: ArrayBufferView) {
+      if (capturing.size === 0) {
+        counts.hostToDeviceBytes += data.byteLength;
+        counts.hostToDeviceCopies++;
+      }
+      inner.upload(dst, data);
+    },
+    beginCapture(stream: Stream) {
+      inner.beginCapture(stream);
+      capturing.add(stream.id);
+    },
+    endCapture(stream: Stream): Graph {
+      capturing.delete(stream.id);
+      if (options.failCaptures) {
+        try {
+          // Synchronising a capturing stream is illegal in CUDA and invalidates the capture.
+          inner.synchronize(stream);
+        } catch {
+          // The backend reports it here too; endCapture below reports the failed capture.
+        }
+      }
+      return inner.endCapture(stream);
+    },
+  };
+  // A Proxy, not a prototype chain: backends keep private fields that only the real instance has.
+  const gpu = new Proxy(inner, {
+    get(target, prop) {
+      if (Object.prototype.hasOwnProperty.call(overrides, prop)) return (overrides as Record<PropertyKey, unknown>)[prop];
+      const value = Reflect.get(target, prop, target) as unknown;
+      return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
+    },
+  });
+  return { gpu, counts };
+}
