@@ -6,7 +6,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { defineKernel, StepDriver } from '@metrale/core';
-import { CpuBackend } from '@metrale/cpu-backend';
+import { CpuBackend } from '../../cpu-backend/dist/index.js';
 
 const LAYERS = 48;
 const BATCH = 64;

@@ -139,7 +139,12 @@ export class StepDriver {
   /** Ends a sequence; its slot is free again. */
   close(seq: Sequence): void {
     const record = this.#record(seq, 'close');
-    if (this.#pendingVerify?.records.includes(record)) this.#pendingVerify = undefined;
+    const pending = this.#pendingVerify;
+    if (pending?.records.includes(record)) {
+      // The verify is abandoned for all its sequences, as if each accepted 0 rows.
+      for (const rec of pending.records) rec.awaitingAccept = false;
+      this.#pendingVerify = undefined;
+    }
     this.#layers.forEach((l, i) => l.layer.closeState(record.states[i]!));
     this.#speculative?.clearSlot(record.slot, this.stream);
     record.open = false;
@@ -171,7 +176,8 @@ export class StepDriver {
     this.#checkRowInputs('prefill', input, total);
     const rowBytes = this.#layers[0]!.layer.inputRowBytes;
     const inputBytes = input.input ? asBytes(input.input) : undefined;
-    // Split the packed rows into chunks of at most maxRows rows; a sequence may span chunks.
+    // Split the packed rows into chunks of at most maxRows rows and maxBatch sequences (the step
+    // tables and layers' per-position buffers hold maxBatch positions); a sequence may span chunks.
     let row = 0;
     let result: StepResult | undefined;
     const remaining = [...lengths];
@@ -180,7 +186,7 @@ export class StepDriver {
       const chunkRecords: SequenceRecord[] = [];
       const chunkLengths: number[] = [];
       let rows = 0;
-      while (seqAt < records.length && rows < this.limits.maxRows) {
+      while (seqAt < records.length && rows < this.limits.maxRows && chunkRecords.length < this.limits.maxBatch) {
         const take = Math.min(remaining[seqAt]!, this.limits.maxRows - rows);
         chunkRecords.push(records[seqAt]!);
         chunkLengths.push(take);
@@ -205,6 +211,8 @@ export class StepDriver {
       this.#tables.upload(set, host, this.stream, inputBytes ? this.#activations[0] : undefined, inputBytes ? rows * rowBytes : 0);
       const step = this.#layerStep('prefill', chunkRecords, chunkRecords.length, 0, rows, tables, host);
       this.#forward(step, chunkRecords.length);
+      // The chunk's kernels folded the carried rows of every slot in it.
+      this.#speculative?.folded(host.slots, chunkRecords.length);
       chunkRecords.forEach((rec, p) => (rec.length += chunkLengths[p]!));
       result = this.#result('prefill', 'prefill', chunkRecords.length, 0, rows);
       onChunk?.(result, row);

@@ -21,10 +21,19 @@ function findPackageDir(name: string, fromDir: string): string | undefined {
 export function resolvePackageEntry(name: string, fromDir: string): string {
   const dir = findPackageDir(name, fromDir);
   if (!dir) throw new PluginError(name, `package not found from ${fromDir}; install it (npm install ${name})`);
-  const manifest = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as Record<string, unknown>;
+  let manifest: Record<string, unknown>;
+  try {
+    manifest = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as Record<string, unknown>;
+  } catch (cause) {
+    throw new PluginError(name, `cannot read ${join(dir, 'package.json')}: ${(cause as Error).message}`, { cause });
+  }
   let entry: string | undefined;
   if (manifest.exports !== undefined) {
-    entry = resolveExports(manifest, '.', { conditions: ['import', 'node'] })?.[0];
+    try {
+      entry = resolveExports(manifest, '.', { conditions: ['import', 'node'] })?.[0];
+    } catch (cause) {
+      throw new PluginError(name, `its package.json exports no '.' entry for import (${(cause as Error).message})`, { cause });
+    }
   } else {
     entry = (manifest.module as string | undefined) ?? (manifest.main as string | undefined) ?? 'index.js';
   }

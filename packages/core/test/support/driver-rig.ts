@@ -70,14 +70,19 @@ export class Rig {
         ...(s.capacity === undefined ? {} : { capacity: s.capacity }),
       });
     });
-    this.driver = new StepDriver({
-      gpu: this.gpu,
-      layers: this.layers,
-      limits: this.limits,
-      ...(options.graphs === undefined ? {} : { graphs: options.graphs }),
-      ...(options.speculation === undefined ? {} : { speculation: options.speculation }),
-      ...(options.buckets === undefined ? {} : { buckets: options.buckets }),
-    });
+    try {
+      this.driver = new StepDriver({
+        gpu: this.gpu,
+        layers: this.layers,
+        limits: this.limits,
+        ...(options.graphs === undefined ? {} : { graphs: options.graphs }),
+        ...(options.speculation === undefined ? {} : { speculation: options.speculation }),
+        ...(options.buckets === undefined ? {} : { buckets: options.buckets }),
+      });
+    } catch (error) {
+      this.#owner.dispose();
+      throw error;
+    }
     this.model = new RecordingModel(specs.map((s) => s.salt), WIDTH);
   }
 
@@ -96,6 +101,14 @@ export class Rig {
 
   /** A one-chunk prefill through the driver and the model; asserts the driver's output equals the model's. */
   prefill(seqs: readonly Sequence[], lengths: readonly number[], input: Float32Array, tokens: Int32Array): Float32Array {
+    if (seqs.length > this.limits.maxBatch) {
+      // One prefill per group of maxBatch sequences, so each is one chunk.
+      const n = this.limits.maxBatch;
+      const rows = lengths.slice(0, n).reduce((a, b) => a + b, 0);
+      const head = this.prefill(seqs.slice(0, n), lengths.slice(0, n), input.subarray(0, rows * WIDTH), tokens.subarray(0, rows));
+      const tail = this.prefill(seqs.slice(n), lengths.slice(n), input.subarray(rows * WIDTH), tokens.subarray(rows));
+      return concat([head, tail]);
+    }
     if (lengths.reduce((a, b) => a + b, 0) > this.limits.maxRows) throw new Error('Rig.prefill: one chunk only');
     let at = 0;
     const rows = seqs.flatMap((s, i) => Array.from({ length: lengths[i]! }, (_, r) => ({ slot: s.slot, seqLen: s.length, position: s.length + r, token: tokens[at++]! })));
