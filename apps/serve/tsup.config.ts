@@ -4,7 +4,8 @@ export default defineConfig({
   // index: the programmatic API; cli: the `metrale` executable (bin), which keeps its shebang.
   entry: ['src/index.ts', 'src/cli.ts'],
   format: ['esm'],
-  dts: true,
+  // Types only for the API; the executable has none to offer.
+  dts: { entry: 'src/index.ts' },
   sourcemap: true,
   clean: true,
   target: 'node20',

@@ -1,8 +1,10 @@
 import { rmSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { FixtureError, LAYER_FIXTURE_FORMAT, readLayerFixture, tensorOf } from '../src/index.js';
-import { affineScenario, scenarioFiles, tempDir, writeFixture, type FixtureFiles } from './fixture-support/write-fixture.js';
+import { affineScenario, removeTempDirs, scenarioFiles, tempDir, writeFixture, type FixtureFiles } from './fixture-support/write-fixture.js';
+
+afterAll(removeTempDirs);
 
 /** A fresh copy of a good fixture's files (3 sequences; step 2 is a verify with k = 4). */
 function goodFiles(options: { tokens?: boolean } = {}): FixtureFiles {
@@ -28,8 +30,6 @@ function readError(files: FixtureFiles, after?: (dir: string) => void): FixtureE
     const e = error as FixtureError;
     expect(e.message.startsWith(`${e.file}: `)).toBe(true);
     return e;
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
   }
   throw new Error('readLayerFixture accepted a bad fixture');
 }
@@ -59,7 +59,6 @@ describe('readLayerFixture: a good fixture', () => {
     expect(f.steps[0]!.input.length).toBe(15 * 6);
     expect(f.steps[0]!.expected.length).toBe(15 * 5);
     expect(f.steps[0]!.tokens?.length).toBe(15);
-    rmSync(dir, { recursive: true });
   });
 
   it("finds a step's tokens beside its input when case.json does not name them", () => {
@@ -69,7 +68,6 @@ describe('readLayerFixture: a good fixture', () => {
     const f = readLayerFixture(dir);
     expect(f.steps.every((s) => s.tokens?.length === s.rows)).toBe(true);
     expect(f.steps[1]!.tensorNames.tokens).toBe('step1.tokens');
-    rmSync(dir, { recursive: true });
   });
 
   it('accepts positions that follow the history, rejected verify rows excluded', () => {
@@ -79,7 +77,6 @@ describe('readLayerFixture: a good fixture', () => {
     stepsOf(files)[3]!.positions = 'step3.positions';
     const dir = writeFixture(tempDir('positions'), files);
     expect(Array.from(readLayerFixture(dir).steps[3]!.positions!)).toEqual([4, 6]);
-    rmSync(dir, { recursive: true });
   });
 });
 
@@ -159,22 +156,22 @@ describe('readLayerFixture: every bad input is a FixtureError naming the file an
     [
       'input rows disagree with prefill lengths',
       (f) => replaceTensor(f, 'step0.input', (t) => tensorOf(t.name, new Float32Array(14 * 6), [14, 6])),
-      /tensor 'step0.input' \(input of steps\[0\] \(prefill of 3 sequence\(s\), 15 rows\)\) has 14 rows, shape \[14, 6\]; expected 15 rows/,
+      /tensor 'step0.input' \(input of steps\[0\], prefill of 3 sequence\(s\), 15 rows\) has 14 rows, shape \[14, 6\]; expected 15 rows/,
     ],
     [
       'output rows disagree with verify k',
       (f) => replaceTensor(f, 'step2.output', (t) => tensorOf(t.name, new Float32Array(9 * 5), [9, 5])),
-      /tensor 'step2.output' \(output of steps\[2\] \(verify of 3 sequence\(s\), 12 rows\)\) has 9 rows.*expected 12 rows/,
+      /tensor 'step2.output' \(output of steps\[2\], verify of 3 sequence\(s\), 12 rows\) has 9 rows.*expected 12 rows/,
     ],
     [
       'a decode step with a row per sequence missing',
       (f) => replaceTensor(f, 'step3.input', (t) => tensorOf(t.name, new Float32Array(6), [1, 6])),
-      /tensor 'step3.input' \(input of steps\[3\] \(decode of 2 sequence\(s\), 2 rows\)\) has 1 rows/,
+      /tensor 'step3.input' \(input of steps\[3\], decode of 2 sequence\(s\), 2 rows\) has 1 rows/,
     ],
     [
       'an input width that disagrees with earlier steps',
       (f) => replaceTensor(f, 'step1.input', (t) => tensorOf(t.name, new Float32Array(3 * 7), [3, 7])),
-      /tensor 'step1.input' \(input of steps\[1\].*\) is 7 wide, but earlier steps' input rows are 6 wide/,
+      /tensor 'step1.input' \(input of steps\[1\], .*\) is 7 wide, but earlier steps' input rows are 6 wide/,
     ],
     [
       'an output width that disagrees with earlier steps',
@@ -209,7 +206,7 @@ describe('readLayerFixture: every bad input is a FixtureError naming the file an
     const files = goodFiles({ tokens: true });
     replaceTensor(files, 'step2.tokens', (t) => tensorOf(t.name, new Int32Array(11), [11]));
     const e = readError(files);
-    expect(e.message).toMatch(/tensor 'step2.tokens' \(token ids of steps\[2\] \(verify of 3 sequence\(s\), 12 rows\)\) has shape \[11\]; expected \[12\], one per row/);
+    expect(e.message).toMatch(/tensor 'step2.tokens' \(token ids of steps\[2\], verify of 3 sequence\(s\), 12 rows\) has shape \[11\]; expected \[12\], one per row/);
   });
 
   it('case.safetensors: positions that ignore rejected verify rows', () => {

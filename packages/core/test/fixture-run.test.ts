@@ -1,15 +1,17 @@
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { CpuBackend } from '@metrale/cpu-backend';
+import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import {
   definePlugin, FixtureError, fixtureLimits, InvalidArgumentError, PluginError, PluginRegistry, readLayerFixture, runLayerFixture, tensorOf,
   type GpuBackend, type LayerFixture, type StepReport,
 } from '../src/index.js';
-import { createCpuBackend } from './fixture-support/cpu-backend.js';
 import { affinePlugin, runningSumPlugin } from './fixture-support/test-plugins.js';
-import { affineScenario, runningSumScenario, scenarioFiles, tempDir, writeFixture, type FixtureFiles, type Scenario } from './fixture-support/write-fixture.js';
+import { affineScenario, runningSumScenario, removeTempDirs, scenarioFiles, tempDir, writeFixture, type FixtureFiles, type Scenario } from './fixture-support/write-fixture.js';
+
+afterAll(removeTempDirs);
 
 let gpu: GpuBackend;
-beforeEach(async () => {
-  gpu = await createCpuBackend();
+beforeEach(() => {
+  gpu = new CpuBackend();
 });
 afterEach(() => gpu.dispose());
 

@@ -41,8 +41,7 @@ export async function probeBackends(): Promise<BackendReport[]> {
 export async function selectBackend(choice: BackendChoice): Promise<GpuBackend> {
   if (choice === 'cpu') return new (await loadCpu()).CpuBackend();
   const cuda = await probeBackend('cuda');
-  // `await` whether create() is synchronous or not.
-  if (cuda.available) return await (await loadCuda()).CudaBackend.create();
+  if (cuda.available) return (await loadCuda()).CudaBackend.create();
   if (choice === 'cuda') throw new BackendUnavailableError('cuda', cuda.reason);
   return new (await loadCpu()).CpuBackend();
 }

@@ -9,7 +9,7 @@ import { collect } from './options.js';
 
 interface CheckLayerOptions {
   readonly backend: BackendChoice;
-  readonly plugin: string[];
+  readonly plugin?: string[];
   readonly tolerance?: number;
   readonly graphs: boolean;
 }
@@ -19,7 +19,7 @@ export function checkLayerCommand(ctx: CliContext): Command {
     .description('run a layer fixture (metrale-layer-fixture/1) through its plugin and compare every step with the golden output')
     .argument('<dir>', 'fixture directory: case.json, config.json, weights.safetensors, case.safetensors')
     .addOption(new Option('--backend <name>', 'device to run on').choices(BACKEND_CHOICES).default('auto'))
-    .option('--plugin <name-or-path>', 'also load this plugin package or module file (repeatable)', collect, [])
+    .option('--plugin <name-or-path>', 'also load this plugin package or module file (repeatable)', collect)
     .option('--tolerance <rel>', "relative L2 bound per step (default: the fixture's tolerance.rel)", parseTolerance)
     .option('--no-graphs', 'run decode and verify eagerly instead of capturing and replaying graphs')
     .addHelpText('after', [
@@ -36,7 +36,7 @@ export function checkLayerCommand(ctx: CliContext): Command {
 async function checkLayer(dir: string, options: CheckLayerOptions, ctx: CliContext): Promise<number> {
   // The fixture is read first: a broken fixture is reported before any plugin or device is touched.
   const fixture = readLayerFixture(dir);
-  const discovered = await discoverPlugins({ cwd: ctx.cwd, packageDir: ctx.packageDir, explicit: options.plugin });
+  const discovered = await discoverPlugins({ cwd: ctx.cwd, packageDir: ctx.packageDir, explicit: options.plugin ?? [] });
   const { registry } = buildRegistry(discovered);
   const gpu: GpuBackend = await selectBackend(options.backend);
   try {
@@ -50,7 +50,7 @@ async function checkLayer(dir: string, options: CheckLayerOptions, ctx: CliConte
     ctx.out(JSON.stringify({ fixture: dir, backend: report.backend, steps: report.steps.length, worst_rel: report.worstRel, pass: report.pass }));
     if (report.pass) return 0;
     const failed = report.steps.filter((s) => !s.pass).map((s) => s.step);
-    ctx.err(`error: ${dir}: step(s) ${failed.join(', ')} of ${report.steps.length} exceed the tolerance ${report.tolerance} (worst rel ${report.worstRel})`);
+    ctx.err(`error: ${dir}: step(s) ${failed.join(', ')} of ${report.steps.length} exceed the tolerance ${report.tolerance.toExponential(2)} (worst rel ${report.worstRel.toExponential(2)})`);
     return EXIT_FAILURE;
   } finally {
     gpu.dispose();

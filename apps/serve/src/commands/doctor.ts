@@ -9,17 +9,17 @@ import { collect } from './options.js';
 
 interface DoctorOptions {
   readonly json?: boolean;
-  readonly plugin: string[];
+  readonly plugin?: string[];
 }
 
 export function doctorCommand(ctx: CliContext): Command {
   return new Command('doctor')
     .description('show which backends can run here (and why not), their devices, and the installed layer plugins')
     .option('--json', 'print one JSON object instead of text')
-    .option('--plugin <name-or-path>', 'also load this plugin package or module file (repeatable)', collect, [])
+    .option('--plugin <name-or-path>', 'also load this plugin package or module file (repeatable)', collect)
     .action(async (options: DoctorOptions) => {
       const backends = await probeBackends();
-      const { plugins } = buildRegistry(await discoverPlugins({ cwd: ctx.cwd, packageDir: ctx.packageDir, explicit: options.plugin }));
+      const { plugins } = buildRegistry(await discoverPlugins({ cwd: ctx.cwd, packageDir: ctx.packageDir, explicit: options.plugin ?? [] }));
       const report = doctorReport(backends, plugins, ctx);
       if (options.json) ctx.out(JSON.stringify(report, null, 2));
       else for (const line of doctorText(report)) ctx.out(line);

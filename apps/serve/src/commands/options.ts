@@ -1,4 +1,4 @@
-/** Commander parser for a repeatable option: each occurrence appends to the list. */
-export function collect(value: string, previous: string[]): string[] {
-  return [...previous, value];
+/** Commander parser for a repeatable option: each occurrence appends to the list (no default, so help shows none). */
+export function collect(value: string, previous: string[] | undefined): string[] {
+  return [...(previous ?? []), value];
 }

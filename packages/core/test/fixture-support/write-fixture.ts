@@ -1,6 +1,6 @@
 // Builds `metrale-layer-fixture/1` directories for tests: random inputs, expected outputs from a
 // float64 reference that sees each sequence's committed history exactly as docs/fixtures.md says.
-import { mkdtempSync, mkdirSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { encodeSafetensors, SeededRandom, tensorOf, type HostTensor } from '../../src/index.js';
@@ -107,8 +107,17 @@ export function writeFixture(dir: string, files: FixtureFiles): string {
   return dir;
 }
 
+const made: string[] = [];
+
 export function tempDir(prefix: string): string {
-  return mkdtempSync(join(tmpdir(), `metrale-${prefix}-`));
+  const dir = mkdtempSync(join(tmpdir(), `metrale-${prefix}-`));
+  made.push(dir);
+  return dir;
+}
+
+/** Removes every directory `tempDir` made (call from afterAll). */
+export function removeTempDirs(): void {
+  for (const dir of made.splice(0)) rmSync(dir, { recursive: true, force: true });
 }
 
 // ---- the two test layers' scenarios ----
