@@ -40,15 +40,19 @@ function parseArgs(argv) {
   return options;
 }
 
-/** nvcc from --nvcc, $NVCC, the PATH, $CUDA_HOME/$CUDA_PATH, or /usr/local/cuda; undefined when none. */
+/**
+ * nvcc from --nvcc, $NVCC, the PATH, then $CUDA_HOME or $CUDA_PATH (or /usr/local/cuda when
+ * neither is set); undefined when none.
+ */
 function findNvcc(explicit) {
   if (explicit) return explicit;
   if (process.env.NVCC) return process.env.NVCC;
   for (const dir of (process.env.PATH ?? '').split(delimiter)) {
     if (dir && existsSync(join(dir, 'nvcc'))) return join(dir, 'nvcc');
   }
-  for (const home of [process.env.CUDA_HOME, process.env.CUDA_PATH, '/usr/local/cuda']) {
-    if (home && existsSync(join(home, 'bin', 'nvcc'))) return join(home, 'bin', 'nvcc');
+  const homes = [process.env.CUDA_HOME, process.env.CUDA_PATH].filter(Boolean);
+  for (const home of homes.length ? homes : ['/usr/local/cuda']) {
+    if (existsSync(join(home, 'bin', 'nvcc'))) return join(home, 'bin', 'nvcc');
   }
   return undefined;
 }

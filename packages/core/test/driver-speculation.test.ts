@@ -225,7 +225,7 @@ describe('step driver: carried state', () => {
       const own = (name: string, x: GdnCarryBinding): Region[] => [
         { what: `${name} stash`, ptr: x.stash, bytes: 4 * seqs * x.stashSeqFloats },
         { what: `${name} convStateTable`, ptr: x.convStateTable, bytes: 8 * batch },
-        { what: `${name} convStash`, ptr: x.convStash, bytes: 2 * seqs * 4 * x.convRowElems },
+        { what: `${name} convStash`, ptr: x.convStash, bytes: 4 * seqs * x.maxK * x.convRowElems },
       ];
       const woa = rig.log.of('gdnWoaBind')[0]!.args as [DevicePtr, DevicePtr, number];
       expectDistinctRegions(rig.gpu, [

@@ -5,8 +5,9 @@ import type { DevicePtr } from '../device/device-ptr.js';
  * any capture; none of them ever moves. A verify records each sequence's rows in `stash` and the
  * driver writes the accepted count into `pendingRows[slot]`; the next kernel that touches the
  * slot (decode, the next verify, or a prefill continuing the sequence) folds those rows into the
- * state before its own and clears the count, so a whole speculative cycle moves the state through
- * memory once. The driver clears a slot's count when a sequence opens or closes in it.
+ * state before its own, so a whole speculative cycle moves the state through memory once. Kernels
+ * never clear the counts (every layer of the step reads them): the driver zeroes them after the
+ * step, and when a sequence opens or closes in the slot.
  */
 export interface GdnCarryBinding {
   /** u32, shared by all layers: 1 while carried-state verify is on. */
@@ -14,15 +15,17 @@ export interface GdnCarryBinding {
   /** f32[seqs × stashSeqFloats], this layer's own: recorded rows (keys, corrected values, gates) and the conv stash. */
   readonly stash: DevicePtr;
   readonly stashSeqFloats: number;
-  /** u32[seqs], shared: accepted rows of the last verify not yet folded, per slot. */
+  /** u32[seqs], shared, read-only to kernels: accepted rows of the last verify not yet folded, per slot. */
   readonly pendingRows: DevicePtr;
   /** i32[maxBatch], shared: batch position → slot for the current step (−1 for padding). */
   readonly slotTable: DevicePtr;
   /** u64[maxBatch], this layer's own: batch position → address of that slot's conv state; the layer fills it. */
   readonly convStateTable: DevicePtr;
-  /** Conv stash of this layer: bf16[seqs × 4 × convRowElems], the last four conv input rows per slot. */
+  /** Conv stash of this layer: f32[seqs × maxK × convRowElems], the conv input rows of each slot's last verify. */
   readonly convStash: DevicePtr;
   readonly convRowElems: number;
+  /** Rows per slot in `stash` and `convStash` (the driver's maxK). */
+  readonly maxK: number;
   readonly seqs: number;
   readonly maxBatch: number;
 }

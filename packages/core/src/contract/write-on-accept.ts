@@ -7,7 +7,7 @@ import type { LayerState } from './layer-state.js';
 export interface GdnCarrySize {
   /** f32 words of stash per sequence. */
   readonly stashSeqFloats: number;
-  /** Elements of one conv input row (the conv stash keeps four rows per slot, bf16). */
+  /** f32 elements of one conv input row (the conv stash keeps maxK rows per slot). */
   readonly convRowElems: number;
 }
 

@@ -31,11 +31,11 @@ export class SpeculativeBuffers {
     private readonly gpu: GpuBackend,
     layers: readonly Bound[],
     mode: SpeculationMode,
-    limits: { maxSeqs: number; maxBatch: number },
+    limits: { maxSeqs: number; maxBatch: number; maxK: number },
     slotTable: DevicePtr,
     stream: Stream,
   ) {
-    const { maxSeqs, maxBatch } = limits;
+    const { maxSeqs, maxBatch, maxK } = limits;
     const alloc = (bytes: number): DevicePtr => {
       const p = gpu.alloc(Math.max(bytes, 4));
       this.#allocations.push(p);
@@ -88,12 +88,12 @@ export class SpeculativeBuffers {
       gpu.copyToDeviceAsync(flag, this.#staging, one.byteOffset - b.byteOffset, 4, stream);
       for (const c of carry) {
         const stash = alloc(4 * stashSeqFloats * maxSeqs);
-        const convStash = alloc(2 * 4 * convRowElems * maxSeqs);
+        const convStash = alloc(4 * maxK * convRowElems * maxSeqs);
         const convStateTable = alloc(8 * maxBatch);
         gpu.memsetAsync(convStateTable, 0, 8 * maxBatch, stream);
         c.l.hooks.gdnCarryBind(
           Object.freeze({
-            flag, stash, stashSeqFloats, pendingRows: this.pendingRows, slotTable, convStateTable, convStash, convRowElems, seqs: maxSeqs, maxBatch,
+            flag, stash, stashSeqFloats, pendingRows: this.pendingRows, slotTable, convStateTable, convStash, convRowElems, maxK, seqs: maxSeqs, maxBatch,
           }),
         );
       }
@@ -127,10 +127,25 @@ export class SpeculativeBuffers {
     this.gpu.synchronize(stream);
   }
 
-  /** Slots whose rows a kernel just folded (any decode or verify step touching them). */
-  folded(slots: Int32Array, count: number): void {
+  /**
+   * Slots whose pending rows the step's kernels just folded (every layer read the same counts,
+   * so no kernel may clear them): zero them on the host and, in stream order, on the device.
+   */
+  folded(slots: Int32Array, count: number, stream: Stream): void {
     if (this.carryLayers.length === 0) return;
-    for (let i = 0; i < count; i++) this.#pendingHost[slots[i]!] = 0;
+    let changed = false;
+    for (let i = 0; i < count; i++) {
+      const slot = slots[i]!;
+      if (slot >= 0 && this.#pendingHost[slot] !== 0) {
+        this.#pendingHost[slot] = 0;
+        changed = true;
+      }
+    }
+    if (changed) {
+      this.#uploadPending(stream);
+      // The staging is read by that copy; the next accept rewrites it.
+      this.gpu.synchronize(stream);
+    }
   }
 
   /** Pending rows of a slot, carried mode (0 when none or not carried). */

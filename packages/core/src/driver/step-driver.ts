@@ -212,7 +212,7 @@ export class StepDriver {
       const step = this.#layerStep('prefill', chunkRecords, chunkRecords.length, 0, rows, tables, host);
       this.#forward(step, chunkRecords.length);
       // The chunk's kernels folded the carried rows of every slot in it.
-      this.#speculative?.folded(host.slots, chunkRecords.length);
+      this.#speculative?.folded(host.slots, chunkRecords.length, this.stream);
       chunkRecords.forEach((rec, p) => (rec.length += chunkLengths[p]!));
       result = this.#result('prefill', 'prefill', chunkRecords.length, 0, rows);
       onChunk?.(result, row);
@@ -349,7 +349,7 @@ export class StepDriver {
     }
 
     // Every slot in the step had its carried rows folded by the step's kernels.
-    this.#speculative?.folded(host.slots, n);
+    this.#speculative?.folded(host.slots, n, this.stream);
     if (phase === 'decode') {
       for (const rec of records) rec.length += 1;
     } else {

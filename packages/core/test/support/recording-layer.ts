@@ -153,10 +153,10 @@ const stepKernel = defineKernel({
       const slot = slots[p]!;
       if (slot < 0) continue;
       if (a.foldPending) {
-        // Carried mode: fold the accepted rows of the last verify, then clear the count.
+        // Carried mode: fold the accepted rows of the last verify.
         const pending = mem.u32(a.pending + BigInt(slot * 4), 1);
         mem.u32(a.folded + BigInt(slot * 4), 1)[0]! += pending[0]!;
-        pending[0] = 0;
+        // Read-only: every carried layer of the step reads the same count; the driver zeroes it after the step.
       }
       const st = mem.f32(a.state + BigInt(slot * a.width * 4), a.width);
       for (let r = rowStarts[p]!; r < rowStarts[p + 1]!; r++) {
