@@ -74,6 +74,10 @@ export class StepDriver {
   readonly buckets: BatchBuckets;
   readonly graphs: GraphCache;
   readonly #layers: LayerEntry[];
+  /** Indices of the layers that implement each per-step hook. */
+  readonly #prestaging: readonly number[];
+  readonly #roomChecking: readonly number[];
+  readonly #syncing: readonly number[];
   readonly #tables: StepTableStore;
   readonly #activations: [DevicePtr, DevicePtr];
   readonly #ownsStream: boolean;
@@ -107,6 +111,10 @@ export class StepDriver {
         sync: implemented.has('syncReplayedStep'),
       };
     });
+    const having = (flag: 'prestage' | 'roomCheck' | 'sync') => this.#layers.flatMap((e, i) => (e[flag] ? [i] : []));
+    this.#prestaging = having('prestage');
+    this.#roomChecking = having('roomCheck');
+    this.#syncing = having('sync');
     for (let i = 1; i < layers.length; i++) {
       if (layers[i]!.inputRowBytes !== layers[i - 1]!.outputRowBytes) {
         throw new InvalidArgumentError(
@@ -303,12 +311,11 @@ export class StepDriver {
 
     // Prestage: host work per sequence and layer, while token ids are on the host.
     const tokens = input.tokens;
-    for (let i = 0; i < n; i++) {
-      const rec = records[i]!;
-      const rowTokens = tokens ? tokens.subarray(i * k, i * k + k) : new Int32Array(k);
-      for (let l = 0; l < this.#layers.length; l++) {
-        const e = this.#layers[l]!;
-        if (e.prestage) e.hooks.decodePrestage(rowTokens, rec.states[l]!, this.gpu, this.stream);
+    if (this.#prestaging.length > 0) {
+      for (let i = 0; i < n; i++) {
+        const rec = records[i]!;
+        const rowTokens = tokens ? tokens.subarray(i * k, i * k + k) : new Int32Array(k);
+        for (const l of this.#prestaging) this.#layers[l]!.layer.decodePrestage!(rowTokens, rec.states[l]!, this.gpu, this.stream);
       }
     }
 
@@ -359,19 +366,25 @@ export class StepDriver {
     return captureError === undefined ? this.#result(phase, path, batch, k, n * k) : { ...this.#result(phase, path, batch, k, n * k), captureError };
   }
 
+  // The two loops of the replay path run layers × sequences times per step: they call the layer's
+  // own method (not a bound copy) and skip layers that keep the default.
   #roomCheck(records: SequenceRecord[], k: number): void {
-    for (let l = 0; l < this.#layers.length; l++) {
-      const e = this.#layers[l]!;
-      if (!e.roomCheck) continue;
-      for (const rec of records) e.hooks.checkReplayRoom(rec.states[l]!, rec.length, k);
+    for (const l of this.#roomChecking) {
+      const layer = this.#layers[l]!.layer;
+      for (let i = 0; i < records.length; i++) {
+        const rec = records[i]!;
+        layer.checkReplayRoom!(rec.states[l]!, rec.length, k);
+      }
     }
   }
 
   #syncReplayed(records: SequenceRecord[], k: number): void {
-    for (let l = 0; l < this.#layers.length; l++) {
-      const e = this.#layers[l]!;
-      if (!e.sync) continue;
-      for (const rec of records) e.hooks.syncReplayedStep(rec.states[l]!, rec.length, k);
+    for (const l of this.#syncing) {
+      const layer = this.#layers[l]!.layer;
+      for (let i = 0; i < records.length; i++) {
+        const rec = records[i]!;
+        layer.syncReplayedStep!(rec.states[l]!, rec.length, k);
+      }
     }
   }
 
