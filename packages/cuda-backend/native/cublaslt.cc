@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 
+#include <mutex>
+
 #include "driver.h"
 
 namespace metrale {
@@ -11,6 +13,7 @@ namespace {
 CublasLtApi g_api;
 CublasLtLoad g_load;
 const CublasLtApi* g_loaded = nullptr;
+std::mutex g_loading;  // worker threads may each create a backend
 
 constexpr int kHeuristicCandidates = 8;
 
@@ -41,6 +44,7 @@ uint64_t mix(uint64_t h, uint64_t v) { return (h ^ v) * 0x100000001b3ULL; }
 }  // namespace
 
 const CublasLtLoad& loadCublasLt(const std::vector<std::string>& candidates) {
+  std::lock_guard<std::mutex> lock(g_loading);
   if (g_loaded) return g_load;
   g_load.tried.clear();
   for (const std::string& candidate : candidates) {
@@ -57,6 +61,17 @@ const CublasLtLoad& loadCublasLt(const std::vector<std::string>& candidates) {
       dlclose(lib);
       continue;
     }
+    // A library newer than the driver opens fine but cannot create a handle (e.g. a CUDA 13
+    // cuBLASLt on a CUDA 12 driver): try the next candidate then. Needs a current context.
+    cublasLtHandle_t probe = nullptr;
+    const cublasStatus_t created = api.cublasLtCreate(&probe);
+    if (created != CUBLAS_STATUS_SUCCESS) {
+      g_load.tried.emplace_back(candidate, "opened, but cublasLtCreate returned status " + std::to_string(created) +
+                                               " (a cuBLASLt newer than the driver?)");
+      dlclose(lib);
+      continue;
+    }
+    api.cublasLtDestroy(probe);
     g_api = api;
     g_loaded = &g_api;
     g_load.ok = true;

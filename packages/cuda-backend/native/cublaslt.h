@@ -31,8 +31,9 @@ struct CublasLtLoad {
 };
 
 /**
- * Opens the first candidate that dlopens and has every entry point. The first success is kept for
- * the process; after a failure, a later call may try other candidates. Call on the JS thread.
+ * Opens the first candidate that dlopens, has every entry point and can create a handle (so a
+ * context must be current). The first success is kept for the process; after a failure, a later
+ * call may try other candidates.
  */
 const CublasLtLoad& loadCublasLt(const std::vector<std::string>& candidates);
 

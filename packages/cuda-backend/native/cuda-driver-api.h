@@ -62,7 +62,7 @@ constexpr CUfunction_attribute CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES =
 // CUstream_flags, CUevent_flags, cuMemHostAlloc flags
 constexpr unsigned CU_STREAM_NON_BLOCKING = 0x1;
 constexpr unsigned CU_EVENT_DEFAULT = 0x0;
-constexpr unsigned CU_MEMHOSTALLOC_PORTABLE = 0x01;
+constexpr unsigned MEMHOSTALLOC_PORTABLE = 0x01;  // cuda.h: #define CU_MEMHOSTALLOC_PORTABLE 0x01
 
 // CUstreamCaptureMode, CUstreamCaptureStatus
 constexpr CUstreamCaptureMode CU_STREAM_CAPTURE_MODE_GLOBAL = 0;
@@ -130,8 +130,14 @@ constexpr CUstreamCaptureStatus CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2;
      unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,                          \
      unsigned int sharedMemBytes, CUstream hStream, void** kernelParams, void** extra))
 
+// Entry points of newer drivers, used when present: cuFuncLoad (CUDA 12.4) loads a function that
+// lazy loading (CUDA_MODULE_LOADING=LAZY, the default since 12.2) would otherwise load on its
+// first launch, which may be inside a capture.
+#define METRALE_CUDA_DRIVER_OPTIONAL_FUNCTIONS(X) X(cuFuncLoad, CUresult, (CUfunction function))
+
 #define METRALE_DECLARE_PFN(name, ret, params) using PFN_##name = ret(*) params;
 METRALE_CUDA_DRIVER_FUNCTIONS(METRALE_DECLARE_PFN)
+METRALE_CUDA_DRIVER_OPTIONAL_FUNCTIONS(METRALE_DECLARE_PFN)
 #undef METRALE_DECLARE_PFN
 
 // cuEventElapsedTime_v2 appeared in CUDA 12.8 drivers; older drivers export only the unversioned

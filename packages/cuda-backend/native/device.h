@@ -92,7 +92,7 @@ class Device : public Napi::ObjectWrap<Device> {
   void enter(Napi::Env env);
   CUstream stream(Napi::Env env, uint32_t id);
   HostAllocation& host(Napi::Env env, uint32_t id);
-  void release(bool checkErrors, Napi::Env env);
+  void release(bool fromJs, Napi::Env env);
 
   int ordinal_ = 0;
   CUdevice device_ = 0;

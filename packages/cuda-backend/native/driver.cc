@@ -25,6 +25,7 @@ void open() {
   }
 #define METRALE_RESOLVE(name, ret, params) g_api.name = reinterpret_cast<PFN_##name>(dlsym(lib, #name));
   METRALE_CUDA_DRIVER_FUNCTIONS(METRALE_RESOLVE)
+  METRALE_CUDA_DRIVER_OPTIONAL_FUNCTIONS(METRALE_RESOLVE)
 #undef METRALE_RESOLVE
   if (!g_api.cuEventElapsedTime_v2) {
     g_api.cuEventElapsedTime_v2 = reinterpret_cast<PFN_cuEventElapsedTime_v2>(dlsym(lib, kEventElapsedTimeFallback));

@@ -15,6 +15,7 @@ using namespace metrale::cuda;
 struct DriverApi {
 #define METRALE_DRIVER_FIELD(name, ret, params) PFN_##name name = nullptr;
   METRALE_CUDA_DRIVER_FUNCTIONS(METRALE_DRIVER_FIELD)
+  METRALE_CUDA_DRIVER_OPTIONAL_FUNCTIONS(METRALE_DRIVER_FIELD)  // nullptr on older drivers
 #undef METRALE_DRIVER_FIELD
 };
 

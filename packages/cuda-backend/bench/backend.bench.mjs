@@ -1,0 +1,234 @@
+#!/usr/bin/env node
+// Benchmark of the CUDA backend itself (a program, not a test): the two ceilings every GPU figure
+// is compared with (device-to-device copy bandwidth, bf16 GEMM rate), launch overhead eager vs a
+// replayed graph, allocation latency (pool hit vs miss) and host<->device copy latency.
+// Device times come from CUDA events, host times from process.hrtime; warm-up first, then the
+// median of many repetitions, on random data. Prints a table and writes the same figures as JSON
+// to $METRALE_BENCH_OUT (default <repo>/bench-results/cuda-backend.json).
+// Run after building: `node bench/backend.bench.mjs` (or `node scripts/bench-gpu.mjs` at the root).
+import { spawnSync } from 'node:child_process';
+import { randomFillSync } from 'node:crypto';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { toBf16 } from '@metrale/core';
+import { CudaBackend, probe, testKernels } from '../dist/index.js';
+
+const packageDir = join(dirname(fileURLToPath(import.meta.url)), '..');
+const repoRoot = join(packageDir, '..', '..');
+const outPath = resolve(process.env.METRALE_BENCH_OUT ?? join(repoRoot, 'bench-results', 'cuda-backend.json'));
+const GiB = 2 ** 30, MiB = 2 ** 20;
+// METRALE_BENCH_QUICK=1: small sizes and few repetitions, to check the program runs (figures are
+// then meaningless: buffers fit in L2 and GEMMs are tiny).
+const QUICK = process.env.METRALE_BENCH_QUICK === '1';
+const COPY_BYTES = QUICK ? 64 * MiB : GiB;
+const GEMM_SIZE = QUICK ? 256 : 8192;
+
+const median = (xs) => {
+  const s = [...xs].sort((a, b) => a - b);
+  const mid = s.length >> 1;
+  return s.length % 2 ? s[mid] : (s[mid - 1] + s[mid]) / 2;
+};
+const hostUs = (start) => Number(process.hrtime.bigint() - start) / 1e3;
+
+/** Median device time (ms) of `body`, bracketed by events on `stream`, after `warmup` untimed runs. */
+function deviceMs(b, { reps, warmup = 3, stream, body }) {
+  const start = b.createEvent(), end = b.createEvent();
+  for (let i = 0; i < warmup; i++) body();
+  b.synchronize();
+  const times = [];
+  for (let i = 0; i < reps; i++) {
+    b.recordEvent(start, stream);
+    body();
+    b.recordEvent(end, stream);
+    b.synchronizeEvent(end);
+    times.push(b.elapsedMs(start, end));
+  }
+  b.destroyEvent(start);
+  b.destroyEvent(end);
+  return median(times);
+}
+
+/** Fills `bytes` at `ptr` with random data: one 64 MiB random block, replicated on the device. */
+function fillRandom(b, ptr, bytes) {
+  const block = Math.min(bytes, 64 * MiB);
+  b.upload(ptr, randomFillSync(new Uint8Array(block)));
+  for (let off = block; off < bytes; off += block) b.copyDeviceAsync(ptr + BigInt(off), ptr, Math.min(block, bytes - off));
+  b.synchronize();
+}
+
+function copyBandwidth(b) {
+  const bytes = COPY_BYTES; // 1 GiB source + 1 GiB destination: far beyond the 60 MB L2
+  const src = b.alloc(bytes), dst = b.alloc(bytes);
+  fillRandom(b, src, bytes);
+  const ms = deviceMs(b, { reps: 20, body: () => b.copyDeviceAsync(dst, src, bytes) });
+  b.free(src);
+  b.free(dst);
+  return { name: 'copy bandwidth (device→device, read+write)', bytes: 2 * bytes, ms, gbPerS: (2 * bytes) / (ms * 1e-3) / 1e9 };
+}
+
+function gemmRate(b, dtype, size) {
+  if (!b.gemmLibrary.loaded) return { name: `gemm ${dtype} ${size}³`, skipped: b.gemmLibrary.reason };
+  const elements = size * size, bytesPer = dtype === 'bf16' ? 2 : 4;
+  const [a, w, c] = [b.alloc(elements * bytesPer), b.alloc(elements * bytesPer), b.alloc(elements * bytesPer)];
+  for (const p of [a, w]) {
+    // Random values in [-1, 1), not random bits (which would include NaNs and infinities).
+    const chunk = new Float32Array(Math.min(elements, 16 * MiB));
+    const u = randomFillSync(new Uint32Array(chunk.length));
+    for (let i = 0; i < chunk.length; i++) chunk[i] = u[i] / 2 ** 31 - 1;
+    const host = dtype === 'bf16' ? toBf16(chunk) : chunk;
+    for (let off = 0; off < elements; off += chunk.length) b.upload(p + BigInt(off * bytesPer), host.subarray(0, Math.min(chunk.length, elements - off)));
+  }
+  const args = { m: size, n: size, k: size, a, b: w, c, dtype, transB: true };
+  const ms = deviceMs(b, { reps: 10, body: () => b.gemm(args) });
+  for (const p of [a, w, c]) b.free(p);
+  const flop = 2 * size ** 3;
+  return { name: `gemm ${dtype} ${size}³ (x·Wᵀ, fp32 accumulate)`, flop, ms, tflops: flop / (ms * 1e-3) / 1e12 };
+}
+
+/** A decode step of 48 layers as 48 empty kernels: eager launches vs one replayed graph. */
+function launchOverhead(b) {
+  const layers = 48, steps = 200, batches = 15;
+  const s = b.createStream();
+  const cfg = { grid: 1, block: 32, stream: s };
+  const step = () => {
+    for (let l = 0; l < layers; l++) b.launch(testKernels.noop, cfg, {});
+  };
+  b.beginCapture(s);
+  step();
+  const graph = b.endCapture(s);
+  const exec = b.instantiate(graph);
+  const replay = () => b.launchGraph(exec, s);
+  const measure = (run) => {
+    for (let i = 0; i < steps; i++) run(); // warm-up
+    b.synchronize(s);
+    const host = [], device = [];
+    const start = b.createEvent(), end = b.createEvent();
+    for (let batch = 0; batch < batches; batch++) {
+      b.recordEvent(start, s);
+      const t = process.hrtime.bigint();
+      for (let i = 0; i < steps; i++) run();
+      host.push(hostUs(t) / steps);
+      b.recordEvent(end, s);
+      b.synchronizeEvent(end);
+      device.push((b.elapsedMs(start, end) * 1e3) / steps);
+    }
+    b.destroyEvent(start);
+    b.destroyEvent(end);
+    return { hostUsPerStep: median(host), deviceUsPerStep: median(device) };
+  };
+  const eager = measure(step);
+  const graphed = measure(replay);
+  b.destroyGraphExec(exec);
+  b.destroyGraph(graph);
+  b.destroyStream(s);
+  return { name: `launch overhead, ${layers}-kernel step`, graphNodes: graph.nodes, eager, graph: graphed };
+}
+
+function allocLatency(b) {
+  const bytes = 4 * MiB, reps = 200;
+  const miss = [], hit = [], free = [];
+  for (let i = 0; i < reps; i++) {
+    b.trim(); // empty pool: the next alloc calls cuMemAlloc
+    let t = process.hrtime.bigint();
+    const p = b.alloc(bytes);
+    miss.push(hostUs(t));
+    t = process.hrtime.bigint();
+    b.free(p);
+    free.push(hostUs(t));
+    t = process.hrtime.bigint();
+    const q = b.alloc(bytes); // the block just freed: a pool hit
+    hit.push(hostUs(t));
+    b.free(q);
+  }
+  b.trim();
+  return { name: `alloc/free ${bytes / MiB} MiB (host µs)`, poolMissUs: median(miss), poolHitUs: median(hit), freeUs: median(free) };
+}
+
+function copyLatency(b) {
+  const out = [];
+  for (const bytes of [4096, QUICK ? 16 * MiB : 256 * MiB]) {
+    const host = b.allocHost(bytes);
+    randomFillSync(host.bytes);
+    const dev = b.alloc(bytes);
+    const s = b.createStream();
+    for (const [dir, body] of [
+      ['host→device', () => b.copyToDeviceAsync(dev, host, 0, bytes, s)],
+      ['device→host', () => b.copyToHostAsync(host, 0, dev, bytes, s)],
+    ]) {
+      const reps = bytes > MiB ? 20 : 500;
+      const ms = deviceMs(b, { reps, stream: s, body });
+      // Host round trip: issue, then wait (what a synchronous caller pays).
+      const wall = [];
+      for (let i = 0; i < reps; i++) {
+        const t = process.hrtime.bigint();
+        body();
+        b.synchronize(s);
+        wall.push(hostUs(t));
+      }
+      out.push({ name: `${dir} ${bytes >= MiB ? `${bytes / MiB} MiB` : `${bytes / 1024} KiB`} (pinned)`, bytes, deviceUs: ms * 1e3, hostRoundTripUs: median(wall), gbPerS: bytes / (ms * 1e-3) / 1e9 });
+    }
+    b.destroyStream(s);
+    b.free(dev);
+    b.freeHost(host);
+  }
+  return out;
+}
+
+function gitCommit() {
+  const r = spawnSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: repoRoot, encoding: 'utf8' });
+  return r.status === 0 ? r.stdout.trim() : undefined;
+}
+
+function main() {
+  const found = probe();
+  if (!found.available) {
+    console.log(`cuda-backend bench: no GPU, nothing measured (${found.reason})`);
+    return 0;
+  }
+  console.log(`cuda-backend bench on ${found.reason}`);
+  const b = CudaBackend.create();
+  try {
+    const copy = copyBandwidth(b);
+    const bf16 = gemmRate(b, 'bf16', GEMM_SIZE);
+    const f32 = gemmRate(b, 'f32', GEMM_SIZE);
+    const launches = launchOverhead(b);
+    const alloc = allocLatency(b);
+    const copies = copyLatency(b);
+
+    const fmt = (x, d = 1) => (x === undefined ? '-' : x.toFixed(d));
+    const rows = [
+      [copy.name, `${fmt(copy.gbPerS)} GB/s`, `${fmt(copy.ms * 1e3)} µs per ${copy.bytes / MiB} MiB moved`],
+      ...[bf16, f32].map((g) => [g.name, g.skipped ? 'skipped' : `${fmt(g.tflops)} TFLOP/s`, g.skipped ?? `${fmt(g.ms, 3)} ms${g === f32 && bf16.tflops ? ` (${fmt((100 * f32.tflops) / bf16.tflops)} % of bf16)` : ''}`]),
+      [`${launches.name}, eager`, `${fmt(launches.eager.hostUsPerStep)} µs host`, `${fmt(launches.eager.deviceUsPerStep)} µs device per step`],
+      [`${launches.name}, graph replay`, `${fmt(launches.graph.hostUsPerStep)} µs host`, `${fmt(launches.graph.deviceUsPerStep)} µs device per step (${launches.graphNodes} nodes)`],
+      [alloc.name, `hit ${fmt(alloc.poolHitUs, 2)} µs`, `miss ${fmt(alloc.poolMissUs, 1)} µs, free ${fmt(alloc.freeUs, 2)} µs`],
+      ...copies.map((c) => [c.name, `${fmt(c.deviceUs)} µs device`, `${fmt(c.hostRoundTripUs)} µs host round trip, ${fmt(c.gbPerS)} GB/s`]),
+    ];
+    const w0 = Math.max(...rows.map((r) => r[0].length)), w1 = Math.max(...rows.map((r) => r[1].length));
+    console.log('');
+    for (const [a, c, d] of rows) console.log(`${a.padEnd(w0)}  ${c.padStart(w1)}  ${d}`);
+    console.log(`\nceilings: copy ${fmt(copy.gbPerS)} GB/s, bf16 GEMM ${bf16.tflops ? `${fmt(bf16.tflops)} TFLOP/s` : 'not measured'}`);
+
+    const report = {
+      benchmark: 'cuda-backend',
+      quick: QUICK,
+      date: new Date().toISOString(),
+      commit: gitCommit(),
+      gpu: b.device.name,
+      computeCapability: b.device.computeCapability.join('.'),
+      driverVersion: found.driverVersion,
+      cublasLt: b.gemmLibrary.loaded ? { path: b.gemmLibrary.path, version: b.gemmLibrary.version } : { missing: b.gemmLibrary.reason },
+      ceilings: { copyBandwidthGBs: copy.gbPerS, bf16GemmTflops: bf16.tflops ?? null },
+      results: { copy, gemmBf16: bf16, gemmF32: f32, launchOverhead: launches, alloc, copies },
+    };
+    mkdirSync(dirname(outPath), { recursive: true });
+    writeFileSync(outPath, `${JSON.stringify(report, null, 2)}\n`);
+    console.log(`wrote ${outPath}`);
+  } finally {
+    b.dispose();
+  }
+  return 0;
+}
+
+process.exit(main());

@@ -1,0 +1,61 @@
+// Kernels the backend's own tests and benchmark launch (src/test-kernels.ts declares each one
+// with defineKernel, with a CPU implementation of the same computation). Grid-stride loops, so
+// any grid covers any n.
+#include <cstdint>
+
+#define GRID_STRIDE(i, n) \
+  for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += gridDim.x * blockDim.x)
+
+extern "C" __global__ void vector_add_f32(const float* a, const float* b, float* out, unsigned n) {
+  GRID_STRIDE(i, n) out[i] = a[i] + b[i];
+}
+
+extern "C" __global__ void fill_u32(unsigned* dst, unsigned value, unsigned n) {
+  GRID_STRIDE(i, n) dst[i] = value;
+}
+
+extern "C" __global__ void scale_inplace_f32(float* x, float scale, unsigned n) {
+  GRID_STRIDE(i, n) x[i] *= scale;
+}
+
+// Launch-overhead benchmark: does nothing.
+extern "C" __global__ void noop() {}
+
+// One parameter of every kernel parameter type, in an order that needs padding (i32 then i64),
+// written back as 64-bit words so the host can check each value arrived intact.
+extern "C" __global__ void params_probe(unsigned long long* out, int a, long long c, float e, double f, unsigned b,
+                                        unsigned long long d, int g) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  out[0] = static_cast<unsigned long long>(static_cast<long long>(a));
+  out[1] = static_cast<unsigned long long>(c);
+  out[2] = __float_as_uint(e);
+  out[3] = static_cast<unsigned long long>(__double_as_longlong(f));
+  out[4] = b;
+  out[5] = d;
+  out[6] = static_cast<unsigned long long>(static_cast<long long>(g));
+}
+
+// Dynamic shared memory: one block stages n floats in shared memory and writes them reversed.
+// With n = 16384 it needs 64 KiB, above the default 48 KiB limit, so the backend must opt in.
+extern "C" __global__ void shared_reverse_f32(const float* src, float* dst, unsigned n) {
+  extern __shared__ float staged[];
+  for (unsigned i = threadIdx.x; i < n; i += blockDim.x) staged[i] = src[i];
+  __syncthreads();
+  for (unsigned i = threadIdx.x; i < n; i += blockDim.x) dst[i] = staged[n - 1 - i];
+}
+
+// Graph replay tests: acc = acc * mul + src (mod 2^32), then src advances by xorshift, so each
+// replay depends on the previous one and integer arithmetic makes replay == eager bit for bit.
+extern "C" __global__ void accumulate_u32(unsigned* acc, const unsigned* src, unsigned mul, unsigned n) {
+  GRID_STRIDE(i, n) acc[i] = acc[i] * mul + src[i];
+}
+
+extern "C" __global__ void xorshift_u32(unsigned* x, unsigned n) {
+  GRID_STRIDE(i, n) {
+    unsigned v = x[i];
+    v ^= v << 13;
+    v ^= v >> 17;
+    v ^= v << 5;
+    x[i] = v;
+  }
+}

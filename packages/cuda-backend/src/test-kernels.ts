@@ -1,0 +1,120 @@
+// The kernels of kernels/backend-test.cu, for this package's tests and benchmark: each with its
+// CUDA entry and a CPU implementation of the same computation, so the same tests can run on the
+// CPU reference backend.
+import { defineKernel, defineKernelModule } from '@metrale/core';
+
+// '../dist/kernels/…' resolves to the package's dist/kernels both from src/ (tests) and from
+// dist/index.js (the bundle), since both sit one level below the package root.
+const backendTestModule = defineKernelModule('backend-test', new URL('../dist/kernels/backend-test.fatbin', import.meta.url));
+
+const cuda = (symbol: string) => ({ module: backendTestModule, symbol });
+
+const vectorAddF32 = defineKernel({
+  name: 'backend-test.vector_add_f32',
+  params: { a: 'ptr', b: 'ptr', out: 'ptr', n: 'u32' },
+  cuda: cuda('vector_add_f32'),
+  cpu: ({ a, b, out, n }, { mem }) => {
+    const x = mem.f32(a, n), y = mem.f32(b, n), z = mem.f32(out, n);
+    for (let i = 0; i < n; i++) z[i] = x[i]! + y[i]!;
+  },
+});
+
+const fillU32 = defineKernel({
+  name: 'backend-test.fill_u32',
+  params: { dst: 'ptr', value: 'u32', n: 'u32' },
+  cuda: cuda('fill_u32'),
+  cpu: ({ dst, value, n }, { mem }) => mem.u32(dst, n).fill(value),
+});
+
+const scaleInplaceF32 = defineKernel({
+  name: 'backend-test.scale_inplace_f32',
+  params: { x: 'ptr', scale: 'f32', n: 'u32' },
+  cuda: cuda('scale_inplace_f32'),
+  cpu: ({ x, scale, n }, { mem }) => {
+    const v = mem.f32(x, n);
+    const s = Math.fround(scale);
+    for (let i = 0; i < n; i++) v[i] = v[i]! * s;
+  },
+});
+
+const noop = defineKernel({
+  name: 'backend-test.noop',
+  params: {},
+  cuda: cuda('noop'),
+  cpu: () => {},
+});
+
+/** Writes each argument back as a 64-bit word: out[0..6] = a, c, bits(e), bits(f), b, d, g. */
+const paramsProbe = defineKernel({
+  name: 'backend-test.params_probe',
+  params: { out: 'ptr', a: 'i32', c: 'i64', e: 'f32', f: 'f64', b: 'u32', d: 'u64', g: 'i32' },
+  cuda: cuda('params_probe'),
+  cpu: ({ out, a, c, e, f, b, d, g }, { mem }) => {
+    const words = mem.u64(out, 7);
+    const scratch = new DataView(new ArrayBuffer(8));
+    words[0] = BigInt.asUintN(64, BigInt(a));
+    words[1] = BigInt.asUintN(64, c);
+    scratch.setFloat32(0, e, true);
+    words[2] = BigInt(scratch.getUint32(0, true));
+    scratch.setFloat64(0, f, true);
+    words[3] = scratch.getBigUint64(0, true);
+    words[4] = BigInt(b);
+    words[5] = d;
+    words[6] = BigInt.asUintN(64, BigInt(g));
+  },
+});
+
+/** One block; needs n * 4 bytes of dynamic shared memory. */
+const sharedReverseF32 = defineKernel({
+  name: 'backend-test.shared_reverse_f32',
+  params: { src: 'ptr', dst: 'ptr', n: 'u32' },
+  cuda: cuda('shared_reverse_f32'),
+  cpu: ({ src, dst, n }, { mem, sharedBytes }) => {
+    if (sharedBytes < n * 4) throw new RangeError(`shared_reverse_f32 needs ${n * 4} bytes of shared memory, got ${sharedBytes}`);
+    const s = mem.f32(src, n).slice(), d = mem.f32(dst, n);
+    for (let i = 0; i < n; i++) d[i] = s[n - 1 - i]!;
+  },
+});
+
+/** acc = acc * mul + src (mod 2^32). */
+const accumulateU32 = defineKernel({
+  name: 'backend-test.accumulate_u32',
+  params: { acc: 'ptr', src: 'ptr', mul: 'u32', n: 'u32' },
+  cuda: cuda('accumulate_u32'),
+  cpu: ({ acc, src, mul, n }, { mem }) => {
+    const a = mem.u32(acc, n), s = mem.u32(src, n);
+    for (let i = 0; i < n; i++) a[i] = (Math.imul(a[i]!, mul) + s[i]!) >>> 0;
+  },
+});
+
+/** x = xorshift32(x). */
+const xorshiftU32 = defineKernel({
+  name: 'backend-test.xorshift_u32',
+  params: { x: 'ptr', n: 'u32' },
+  cuda: cuda('xorshift_u32'),
+  cpu: ({ x, n }, { mem }) => {
+    const v = mem.u32(x, n);
+    for (let i = 0; i < n; i++) v[i] = xorshift32(v[i]!);
+  },
+});
+
+/** The xorshift32 step of xorshift_u32, for host-side expectations. */
+export function xorshift32(value: number): number {
+  let v = value >>> 0;
+  v = (v ^ (v << 13)) >>> 0;
+  v = (v ^ (v >>> 17)) >>> 0;
+  v = (v ^ (v << 5)) >>> 0;
+  return v;
+}
+
+export const testKernels = Object.freeze({
+  module: backendTestModule,
+  vectorAddF32,
+  fillU32,
+  scaleInplaceF32,
+  noop,
+  paramsProbe,
+  sharedReverseF32,
+  accumulateU32,
+  xorshiftU32,
+});

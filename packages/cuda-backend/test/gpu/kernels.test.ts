@@ -1,0 +1,92 @@
+import { DeviceError, defineKernel, defineKernelModule } from '@metrale/core';
+import { expect, it } from 'vitest';
+import { testKernels } from '../../src/index.js';
+import { asF32, describeGpu, randomF32, useBackend } from './gpu-setup.js';
+
+describeGpu('kernel launches', () => {
+  const gpu = useBackend();
+
+  it('passes every parameter type intact, with 4/8-byte alignment padding', () => {
+    const b = gpu();
+    const out = b.alloc(7 * 8);
+    const args = { out, a: -123456789, c: -(2n ** 62n) + 5n, e: 3.25, f: -Math.PI * 1e100, b: 0xfffffffe, d: 2n ** 64n - 2n, g: -7 };
+    b.launch(testKernels.paramsProbe, { grid: 1, block: 32 }, args);
+    const words = new BigUint64Array(b.download(out, 56).buffer);
+    const f64 = new DataView(new ArrayBuffer(8));
+    f64.setFloat64(0, args.f, true);
+    expect([...words]).toEqual([
+      BigInt.asUintN(64, BigInt(args.a)),
+      BigInt.asUintN(64, args.c),
+      0x40500000n, // 3.25f
+      f64.getBigUint64(0, true),
+      BigInt(args.b),
+      args.d,
+      BigInt.asUintN(64, BigInt(args.g)),
+    ]);
+    b.free(out);
+  });
+
+  it('adds vectors, fills and scales (f32 scalar argument), matching the CPU implementations', () => {
+    const b = gpu();
+    const n = 100_003;
+    const x = randomF32(n), y = randomF32(n);
+    const a = b.alloc(n * 4), c = b.alloc(n * 4), o = b.alloc(n * 4);
+    b.upload(a, x);
+    b.upload(c, y);
+    b.launch(testKernels.vectorAddF32, { grid: 256, block: 256 }, { a, b: c, out: o, n });
+    b.launch(testKernels.scaleInplaceF32, { grid: [64, 1, 1], block: [128] }, { x: o, scale: 0.1, n });
+    const got = asF32(b.download(o, n * 4));
+    const s = Math.fround(0.1);
+    for (let i = 0; i < n; i += 997) expect(got[i]).toBe(Math.fround(Math.fround(x[i]! + y[i]!) * s));
+    expect(got[n - 1]).toBe(Math.fround(Math.fround(x[n - 1]! + y[n - 1]!) * s));
+    for (const p of [a, c, o]) b.free(p);
+  });
+
+  it('launches with dynamic shared memory above the default 48 KiB (opt-in)', () => {
+    const b = gpu();
+    const n = 16384; // 64 KiB of shared memory
+    const x = randomF32(n);
+    const src = b.alloc(n * 4), dst = b.alloc(n * 4);
+    b.upload(src, x);
+    b.launch(testKernels.sharedReverseF32, { grid: 1, block: 1024, sharedBytes: n * 4 }, { src, dst, n });
+    const got = asF32(b.download(dst, n * 4));
+    expect(got[0]).toBe(x[n - 1]);
+    expect(got[n - 1]).toBe(x[0]);
+    expect(got[1234]).toBe(x[n - 1 - 1234]);
+    b.free(src);
+    b.free(dst);
+  });
+
+  it('rejects bad launches before the driver sees them', () => {
+    const b = gpu();
+    const p = b.alloc(16);
+    expect(() => b.launch(testKernels.fillU32, { grid: 1, block: 2048 }, { dst: p, value: 1, n: 4 })).toThrow(
+      expect.objectContaining({ code: 'CUDA_ERROR_INVALID_VALUE' }),
+    );
+    expect(() => b.launch(testKernels.fillU32, { grid: 1, block: 32 }, { dst: p, value: -1, n: 4 })).toThrow(/32-bit unsigned/);
+    b.free(p);
+  });
+
+  it('names the missing symbol, the missing fatbin and the missing CUDA entry', () => {
+    const b = gpu();
+    const missingSymbol = defineKernel({ name: 'test.missing', params: {}, cuda: { module: testKernels.module, symbol: 'no_such_kernel' } });
+    let error: DeviceError | undefined;
+    try {
+      b.launch(missingSymbol, { grid: 1, block: 1 }, {});
+    } catch (e) {
+      error = e as DeviceError;
+    }
+    expect(error).toBeInstanceOf(DeviceError);
+    expect(error!.call).toBe('cuModuleGetFunction');
+    expect(error!.code).toBe('CUDA_ERROR_NOT_FOUND');
+    expect(error!.message).toMatch(/no_such_kernel/);
+
+    const noFatbin = defineKernel({
+      name: 'test.nofatbin', params: {},
+      cuda: { module: defineKernelModule('gone', '/nonexistent/gone.fatbin'), symbol: 'noop' },
+    });
+    expect(() => b.launch(noFatbin, { grid: 1, block: 1 }, {})).toThrow(/built without nvcc/);
+    const cpuOnly = defineKernel({ name: 'test.cpuonly', params: {}, cpu: () => {} });
+    expect(() => b.launch(cpuOnly, { grid: 1, block: 1 }, {})).toThrow(/no CUDA entry/);
+  });
+});
