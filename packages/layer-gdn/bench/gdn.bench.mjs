@@ -1,0 +1,525 @@
+#!/usr/bin/env node
+// GDN kernel benchmark on CUDA, at the Qwen3-Next-80B layer shape (H_k 16, H_v 32, d_k = d_v = 128,
+// conv K 4; f32 state of 2 MiB per sequence). Run: `node bench/gdn.bench.mjs` in packages/layer-gdn
+// (needs only node; the workspace built: @metrale/cuda-backend and this package's dist, or nvcc to
+// compile kernels/*.cu). Without CUDA it says why and exits 0.
+//
+// In the same run it measures the ceilings: device-to-device copy bandwidth (bytes read + written,
+// 1 GiB buffers, far above the L2) and the bf16 GEMM rate (backend gemm, 8192³, random data).
+// Then, with device events around each repetition, warm-up first, median of the repetitions,
+// random data, state sets rotated so that the bytes touched per repetition exceed the L2:
+//   decode      gdn_recurrent mode 0, k = 1, batch 1 / 32 / 256; floor: state read + write
+//               (2 × batch × 2 MiB); eager launches and CUDA-graph replay.
+//   verify+fold gdn_recurrent mode 1 (write-on-accept), k = 4, then gdn_fold of all 4 rows (on
+//               another state set, as in a real step where all layers verify before any folds);
+//               floor: verify reads S, fold reads and writes it (3 × batch × 2 MiB), so 1.5 × a
+//               decode step's bytes; bar ≤ 1.15 × decode.
+//   carried     one carried speculative cycle: the accept of the previous verify launches nothing;
+//               the next verify (gdn_recurrent mode 1, carried, k = 4, pending = 4 on every slot)
+//               folds those 4 rows into S, writes S once, and scores its 4 new rows from registers;
+//               floor: 2 × batch × 2 MiB, the same as one decode step; bar ≤ 1.10 × decode.
+//   prefill     gdn_chunk, one sequence of 8192 rows from an empty state; FLOPs counted as the
+//               chunked (WY) form with C = 64 (see chunkFlops); bar: ≥ 40 % of the bf16 GEMM rate;
+//               flash-linear-attention's chunk prefill takes 1.08 ms on this H200.
+// A failing section is reported and the others still run. Results print as a table and go to
+// $METRALE_BENCH_OUT (default bench-results/gdn.json) as JSON.
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+
+const pkgDir = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+const outPath = resolve(pkgDir, process.env.METRALE_BENCH_OUT ?? 'bench-results/gdn.json');
+const started = Date.now();
+const log = (...a) => console.log(...a);
+
+const SHAPE = { hk: 16, hv: 32, dk: 128, dv: 128, convK: 4, maxK: 4 };
+const EPS = 1e-6;
+const MiB = 2 ** 20;
+const r = SHAPE.hv / SHAPE.hk;
+const convDim = 2 * SHAPE.hk * SHAPE.dk + SHAPE.hv * SHAPE.dv;
+const width = 2 * SHAPE.hk * SHAPE.dk + 2 * SHAPE.hv * SHAPE.dv;
+const stateSeqBytes = SHAPE.hv * SHAPE.dk * SHAPE.dv * 4;
+const stashSeqFloats = SHAPE.hv * SHAPE.maxK * (SHAPE.dk + SHAPE.dv + 1);
+
+function writeResult(result) {
+  mkdirSync(dirname(outPath), { recursive: true });
+  writeFileSync(outPath, `${JSON.stringify(result, null, 2)}\n`);
+  log(`\nwrote ${outPath}`);
+}
+
+async function main() {
+  let cb;
+  const hook = process.env.METRALE_GDN_DEVICE_MODULE; // development only: a stand-in device module
+  try {
+    if (hook) {
+      const m = await import(pathToFileURL(hook).href);
+      cb = { probe: () => ({ available: true, reason: m.reason ?? hook }), CudaBackend: { create: () => m.createDevice() } };
+    } else cb = await import('@metrale/cuda-backend');
+  } catch (error) {
+    log(`gdn bench: skipped: @metrale/cuda-backend could not be loaded (${error.message}); build the workspace first`);
+    return;
+  }
+  const found = cb.probe();
+  if (!found.available) {
+    log(`gdn bench: skipped: no CUDA (${found.reason})`);
+    return;
+  }
+  let pkg;
+  try {
+    pkg = await import('@metrale/layer-gdn');
+  } catch (error) {
+    log(`gdn bench: @metrale/layer-gdn is not built (${error.message}); run its build first`);
+    process.exitCode = 1;
+    return;
+  }
+  const { defineKernelModule } = await import('@metrale/core');
+  const fatbin = hook ? (k) => k : (k, file) => withFatbin(k, file, defineKernelModule);
+  const kernels = {
+    recurrent: fatbin(pkg.recurrentKernel, 'gdn-recurrent'),  // replaced for the A/B section
+    fold: fatbin(pkg.foldKernel, 'gdn-fold'),
+    chunk: fatbin(pkg.chunkKernel, 'gdn-chunk'),
+  };
+  const gpu = cb.CudaBackend.create();
+  const dev = gpu.device;
+  log(`gdn bench: ${found.reason}`);
+  log(`shape: H_k ${SHAPE.hk}, H_v ${SHAPE.hv}, d_k ${SHAPE.dk}, d_v ${SHAPE.dv}, K ${SHAPE.convK}; state ${stateSeqBytes / MiB} MiB per sequence; L2 ${(dev.l2CacheBytes / MiB).toFixed(0)} MiB`);
+  const result = {
+    date: new Date().toISOString(),
+    device: { name: dev.name, cc: dev.computeCapability, sms: dev.multiprocessors, l2Bytes: dev.l2CacheBytes, driver: found.driverVersion },
+    shape: SHAPE,
+    ceilings: {},
+    sections: [],
+    errors: [],
+  };
+  const stream = gpu.defaultStream;
+  const ev0 = gpu.createEvent();
+  const ev1 = gpu.createEvent();
+
+  /** Median milliseconds of one unit of work: `fn` enqueues `inner` units. */
+  function time(fn, { reps = 50, warmup = 3, inner = 1 } = {}) {
+    for (let i = 0; i < warmup; i++) fn(i);
+    gpu.synchronize(stream);
+    const ms = [];
+    for (let i = 0; i < reps; i++) {
+      gpu.recordEvent(ev0, stream);
+      fn(i);
+      gpu.recordEvent(ev1, stream);
+      gpu.synchronizeEvent(ev1);
+      ms.push(gpu.elapsedMs(ev0, ev1) / inner);
+    }
+    ms.sort((a, b) => a - b);
+    const med = ms[Math.floor(ms.length / 2)];
+    return { ms: med, min: ms[0], max: ms[ms.length - 1], reps };
+  }
+
+  const section = async (name, body) => {
+    const t0 = Date.now();
+    try {
+      await body();
+    } catch (error) {
+      const msg = `${name}: ${error?.stack ?? error}`;
+      result.errors.push(msg);
+      log(`!! section ${name} failed: ${error?.message ?? error}`);
+      try {
+        gpu.synchronize();
+      } catch {
+        // a sticky device error: later sections will report it too
+      }
+    }
+    log(`   (${name}: ${((Date.now() - t0) / 1000).toFixed(1)} s)`);
+  };
+
+  // ---- ceilings ----
+  await section('copy bandwidth', () => {
+    const bytes = 1024 * MiB;
+    const a = gpu.alloc(bytes);
+    const b = gpu.alloc(bytes);
+    try {
+      fillRandomF32(gpu, a, bytes / 4);
+      const t = time(() => gpu.copyDeviceAsync(b, a, bytes, stream), { reps: 20 });
+      const bw = (2 * bytes) / (t.ms * 1e-3);
+      result.ceilings.copyBytesPerS = bw;
+      result.ceilings.copy = { bytes: 2 * bytes, ...t };
+      log(`copy: ${(bytes / MiB).toFixed(0)} MiB d2d, ${t.ms.toFixed(3)} ms → ${(bw / 1e12).toFixed(3)} TB/s (read + write)`);
+    } finally {
+      gpu.free(a);
+      gpu.free(b);
+    }
+  });
+  await section('bf16 GEMM', () => {
+    const n = 8192;
+    const bytes = n * n * 2;
+    const A = gpu.alloc(bytes);
+    const B = gpu.alloc(bytes);
+    const C = gpu.alloc(bytes);
+    try {
+      fillRandomBf16(gpu, A, n * n);
+      fillRandomBf16(gpu, B, n * n);
+      const run = () => gpu.gemm({ m: n, n, k: n, a: A, b: B, c: C, dtype: 'bf16', outDtype: 'bf16', stream });
+      const t = time(run, { reps: 20 });
+      const rate = (2 * n ** 3) / (t.ms * 1e-3);
+      result.ceilings.gemmFlopPerS = rate;
+      result.ceilings.gemm = { flop: 2 * n ** 3, ...t };
+      log(`gemm: bf16 ${n}³, ${t.ms.toFixed(3)} ms → ${(rate / 1e12).toFixed(1)} TFLOP/s`);
+    } finally {
+      gpu.free(A);
+      gpu.free(B);
+      gpu.free(C);
+    }
+  });
+  const copyBW = result.ceilings.copyBytesPerS;
+  const gemmRate = result.ceilings.gemmFlopPerS;
+
+  try {
+    // ---- layer buffers for up to 256 sequence slots ----
+    const maxSlots = 256;
+    const maxRows = 8192;
+    const L = {
+      state: gpu.alloc(maxSlots * stateSeqBytes),
+      convRing: gpu.alloc(maxSlots * SHAPE.convK * convDim * 4),
+      convWeight: gpu.alloc(convDim * SHAPE.convK * 4),
+      aLog: gpu.alloc(SHAPE.hv * 4),
+      dtBias: gpu.alloc(SHAPE.hv * 4),
+      normWeight: gpu.alloc(SHAPE.dv * 4),
+      qkvz: gpu.alloc(maxRows * width * 4),
+      ba: gpu.alloc(maxRows * 2 * SHAPE.hv * 4),
+      y: gpu.alloc(maxRows * SHAPE.hv * SHAPE.dv * 4),
+      stash: gpu.alloc(maxSlots * stashSeqFloats * 4),
+      convStash: gpu.alloc(maxSlots * SHAPE.maxK * convDim * 4),
+      pending: gpu.alloc(maxSlots * 4),
+    };
+    fillRandomF32(gpu, L.state, (maxSlots * stateSeqBytes) / 4, 0.5);
+    fillRandomF32(gpu, L.convRing, maxSlots * SHAPE.convK * convDim);
+    fillRandomF32(gpu, L.convWeight, convDim * SHAPE.convK, 0.6);
+    gpu.upload(L.aLog, Float32Array.from({ length: SHAPE.hv }, () => Math.log(0.05 + 0.6 * Math.random())));
+    fillRandomF32(gpu, L.dtBias, SHAPE.hv);
+    gpu.upload(L.normWeight, Float32Array.from({ length: SHAPE.dv }, () => 0.5 + Math.random()));
+    fillRandomF32(gpu, L.qkvz, maxRows * width);
+    fillRandomF32(gpu, L.ba, maxRows * 2 * SHAPE.hv, 2);
+    fillRandomF32(gpu, L.stash, maxSlots * stashSeqFloats, 0.1);
+    fillRandomF32(gpu, L.convStash, maxSlots * SHAPE.maxK * convDim);
+    const zeroPending = new Uint32Array(maxSlots);
+    const fourPending = new Uint32Array(maxSlots).fill(4);
+
+    /** Step tables for `sets` disjoint slot sets of `batch` positions: i32 slots, seqLens, rowStarts (k rows each), u32 naTab. */
+    function tables(batch, sets, k, seqLen) {
+      const t = [];
+      for (let s = 0; s < sets; s++) {
+        const slots = Int32Array.from({ length: batch }, (_, p) => s * batch + p);
+        const seqLens = new Int32Array(batch).fill(seqLen);
+        const rowStarts = Int32Array.from({ length: batch + 1 }, (_, p) => p * k);
+        const naTab = new Uint32Array(batch).fill(k);
+        const up = (a) => {
+          const p = gpu.alloc(Math.max(16, a.byteLength));
+          gpu.upload(p, a);
+          return p;
+        };
+        t.push({ slots: up(slots), seqLens: up(seqLens), rowStarts: up(rowStarts), naTab: up(naTab) });
+      }
+      return t;
+    }
+    const freeTables = (ts) => ts.forEach((t) => Object.values(t).forEach((p) => gpu.free(p)));
+
+    const shapeArgs = { ...SHAPE };
+    const grid = (batch) => [batch, SHAPE.hv];
+    const block = Math.min(SHAPE.dv, 1024);
+    const recurrent = (t, batch, mode, k, carried) =>
+      gpu.launch(kernels.recurrent, { grid: grid(batch), block, stream }, {
+        qkvz: L.qkvz, ba: L.ba, y: L.y, slots: t.slots, rowStarts: t.rowStarts, seqLens: t.seqLens, state: L.state, convRing: L.convRing,
+        convWeight: L.convWeight, aLog: L.aLog, dtBias: L.dtBias, normWeight: L.normWeight,
+        stash: mode === 1 || carried ? L.stash : 0n, convStash: carried ? L.convStash : 0n, pending: carried ? L.pending : 0n,
+        mode, batch, k, ...shapeArgs, eps: EPS,
+      });
+    const fold = (t, batch, k) =>
+      gpu.launch(kernels.fold, { grid: grid(batch), block, stream }, {
+        qkvz: L.qkvz, slots: t.slots, seqLens: t.seqLens, naTab: t.naTab, state: L.state, convRing: L.convRing, stash: L.stash,
+        batch, k, ...shapeArgs,
+      });
+
+    /** State sets so that one pass over all of them is ≥ 4 × L2 (and the slots fit). */
+    const setsFor = (batch) => Math.max(1, Math.min(Math.floor(maxSlots / batch), Math.ceil((4 * dev.l2CacheBytes) / (batch * stateSeqBytes))));
+    const row = (name, batch, kind, amount, t, ceiling, extra = {}) => {
+      const perS = kind === 'bytes' ? amount / (t.ms * 1e-3) : amount / (t.ms * 1e-3);
+      const ratio = ceiling ? perS / ceiling : undefined;
+      const rec = { name, batch, kind, amount, ms: t.ms, minMs: t.min, maxMs: t.max, reps: t.reps, perS, ratio, ...extra };
+      result.sections.push(rec);
+      return rec;
+    };
+
+    const decodeMs = {};
+    for (const batch of [1, 32, 256]) {
+      await section(`decode batch ${batch}`, () => {
+        const sets = setsFor(batch);
+        const ts = tables(batch, sets, 1, 1000);
+        try {
+          const M = batch >= 32 ? 4 : 20;
+          const eager = time((i) => {
+            for (let m = 0; m < M; m++) recurrent(ts[(i * M + m) % sets], batch, 0, 1, false);
+          }, { reps: 50, inner: M });
+          const bytes = 2 * batch * stateSeqBytes;
+          const rec = row('decode (eager)', batch, 'bytes', bytes, eager, copyBW, { sets, launchesPerRep: M, bar: '≥ 0.90 of copy at batch ≥ 32' });
+          decodeMs[batch] = eager.ms;
+          // CUDA graph of G launches over the sets, replayed.
+          const G = Math.max(sets, M);
+          gpu.beginCapture(stream);
+          for (let m = 0; m < G; m++) recurrent(ts[m % sets], batch, 0, 1, false);
+          const graph = gpu.endCapture(stream);
+          const exec = gpu.instantiate(graph);
+          gpu.destroyGraph(graph);
+          try {
+            const replay = time(() => gpu.launchGraph(exec, stream), { reps: 50, inner: G });
+            row('decode (graph replay)', batch, 'bytes', bytes, replay, copyBW, { sets, launchesPerRep: G, bar: '≥ 0.90 of copy at batch ≥ 32' });
+            decodeMs[batch] = Math.min(decodeMs[batch], replay.ms);
+          } finally {
+            gpu.destroyGraphExec(exec);
+          }
+          void rec;
+        } finally {
+          freeTables(ts);
+        }
+      });
+    }
+
+    // A/B of the register cap (where nvcc is here): the same decode and carried cycle with
+    // gdn_recurrent built without __maxnreg__(168) (no spills, 2 instead of 3 CTAs per SM).
+    const nocap = hook ? undefined : buildVariant(pkg.recurrentKernel, 'gdn-recurrent', ['-DGDN_MAXNREG=0'], 'nocap', defineKernelModule);
+    if (!nocap) log('(no nvcc here: the no-register-cap variant of gdn_recurrent is not measured)');
+    for (const batch of nocap ? [32, 256] : []) {
+      await section(`decode batch ${batch}, no register cap`, () => {
+        const sets = setsFor(batch);
+        const ts = tables(batch, sets, 1, 1000);
+        const saved = kernels.recurrent;
+        kernels.recurrent = nocap;
+        try {
+          const M = 4;
+          const t = time((i) => {
+            for (let m = 0; m < M; m++) recurrent(ts[(i * M + m) % sets], batch, 0, 1, false);
+          }, { reps: 50, inner: M });
+          row('decode, no register cap', batch, 'bytes', 2 * batch * stateSeqBytes, t, copyBW, {
+            sets, vsDecode: decodeMs[batch] ? t.ms / decodeMs[batch] : undefined, bar: 'A/B of __maxnreg__(168)',
+          });
+          gpu.upload(L.pending, zeroPending);
+          for (const tt of ts) recurrent(tt, batch, 1, 4, true);
+          gpu.synchronize(stream);
+          gpu.upload(L.pending, fourPending);
+          const c = time((i) => {
+            for (let m = 0; m < M; m++) recurrent(ts[(i * M + m) % sets], batch, 1, 4, true);
+          }, { reps: 50, inner: M });
+          row('carried cycle, no register cap', batch, 'bytes', 2 * batch * stateSeqBytes, c, copyBW, {
+            sets, vsDecode: decodeMs[batch] ? c.ms / decodeMs[batch] : undefined, bar: 'A/B of __maxnreg__(168)',
+          });
+          gpu.upload(L.pending, zeroPending);
+        } finally {
+          kernels.recurrent = saved;
+          freeTables(ts);
+        }
+      });
+    }
+
+    for (const batch of [1, 32, 256]) {
+      await section(`verify k=4 + fold batch ${batch}`, () => {
+        const sets = setsFor(batch);
+        const ts = tables(batch, sets, 4, 1000);
+        try {
+          const M = batch >= 32 ? 2 : 10;
+          // The fold runs on another state set than the verify before it: in a real step every
+          // layer verifies before any layer folds, so the fold finds none of its state in L2.
+          const far = Math.ceil(sets / 2);
+          const t = time((i) => {
+            for (let m = 0; m < M; m++) {
+              const at = i * M + m;
+              recurrent(ts[at % sets], batch, 1, 4, false);
+              fold(ts[(at + far) % sets], batch, 4);
+            }
+          }, { reps: 50, inner: M });
+          const v = time((i) => {
+            for (let m = 0; m < M; m++) recurrent(ts[(i * M + m) % sets], batch, 1, 4, false);
+          }, { reps: 50, inner: M });
+          const bytes = 3 * batch * stateSeqBytes;
+          row('verify k=4 + fold', batch, 'bytes', bytes, t, copyBW, {
+            sets, vsDecode: decodeMs[batch] ? t.ms / decodeMs[batch] : undefined, bar: '≤ 1.15 × decode (byte floor 1.5 ×)',
+          });
+          row('  verify k=4 alone', batch, 'bytes', batch * stateSeqBytes, v, copyBW, { sets, vsDecode: decodeMs[batch] ? v.ms / decodeMs[batch] : undefined });
+        } finally {
+          freeTables(ts);
+        }
+      });
+    }
+
+    for (const batch of [1, 32, 256]) {
+      await section(`carried cycle batch ${batch}`, () => {
+        const sets = setsFor(batch);
+        const ts = tables(batch, sets, 4, 1000);
+        try {
+          // Fill every set's stash with real rows (pending 0), then cycle with pending = 4.
+          gpu.upload(L.pending, zeroPending);
+          for (const tt of ts) recurrent(tt, batch, 1, 4, true);
+          gpu.synchronize(stream);
+          gpu.upload(L.pending, fourPending);
+          const M = batch >= 32 ? 4 : 20;
+          const t = time((i) => {
+            for (let m = 0; m < M; m++) recurrent(ts[(i * M + m) % sets], batch, 1, 4, true);
+          }, { reps: 50, inner: M });
+          const bytes = 2 * batch * stateSeqBytes;
+          row('carried cycle (fold 4 + verify 4)', batch, 'bytes', bytes, t, copyBW, {
+            sets, vsDecode: decodeMs[batch] ? t.ms / decodeMs[batch] : undefined, bar: '≤ 1.10 × decode',
+          });
+          gpu.upload(L.pending, zeroPending);
+        } finally {
+          freeTables(ts);
+        }
+      });
+    }
+
+    await section('prefill 8192 rows', () => {
+      const rows = 8192;
+      const t1 = {
+        slots: gpu.alloc(16), seqLens: gpu.alloc(16), rowStarts: gpu.alloc(16),
+      };
+      gpu.upload(t1.slots, Int32Array.from([0]));
+      gpu.upload(t1.seqLens, Int32Array.from([0]));
+      gpu.upload(t1.rowStarts, Int32Array.from([0, rows]));
+      try {
+        const run = () =>
+          gpu.launch(kernels.chunk, { grid: grid(1), block, stream }, {
+            qkvz: L.qkvz, ba: L.ba, y: L.y, slots: t1.slots, rowStarts: t1.rowStarts, seqLens: t1.seqLens, state: L.state, convRing: L.convRing,
+            convWeight: L.convWeight, aLog: L.aLog, dtBias: L.dtBias, normWeight: L.normWeight, stash: 0n, convStash: 0n, pending: 0n,
+            batch: 1, ...shapeArgs, eps: EPS,
+          });
+        // One timed launch first to size the repetitions (the row-by-row version is slow).
+        const probeT = time(run, { reps: 1, warmup: 1 });
+        const reps = Math.max(3, Math.min(50, Math.floor(20_000 / Math.max(probeT.ms, 1e-3))));
+        const t = time(run, { reps, warmup: 1 });
+        const flop = chunkFlops(rows);
+        row('prefill 8192 (gdn_chunk)', 1, 'flop', flop, t, gemmRate, {
+          recurrentFlop: recurrentFlops(rows), flaMs: 1.08, vsFla: t.ms / 1.08, bar: '≥ 0.40 of bf16 GEMM rate',
+        });
+      } finally {
+        Object.values(t1).forEach((p) => gpu.free(p));
+      }
+    });
+    for (const p of Object.values(L)) gpu.free(p);
+  } catch (error) {
+    result.errors.push(`setup: ${error?.stack ?? error}`);
+    log(`!! kernel sections stopped: ${error?.message ?? error}`);
+  }
+  try {
+    gpu.destroyEvent(ev0);
+    gpu.destroyEvent(ev1);
+    gpu.dispose();
+  } catch (error) {
+    result.errors.push(`teardown: ${error?.message ?? error}`);
+  }
+
+  // ---- table ----
+  const fmtBytes = (b) => (b >= 2 ** 30 ? `${(b / 2 ** 30).toFixed(2)} GiB` : `${(b / MiB).toFixed(1)} MiB`);
+  log('\nCeilings');
+  if (copyBW) log(`  copy bandwidth  ${(copyBW / 1e12).toFixed(3)} TB/s (d2d, read + write)`);
+  if (gemmRate) log(`  bf16 GEMM       ${(gemmRate / 1e12).toFixed(1)} TFLOP/s (8192³)`);
+  log('\nGDN kernels (Qwen3-Next-80B layer shape; medians)');
+  const head = ['section', 'batch', 'floor', 'time', 'achieved', 'ratio', 'vs decode', 'bar'];
+  const lines = result.sections.map((s) => [
+    s.name,
+    String(s.batch),
+    s.kind === 'bytes' ? fmtBytes(s.amount) : `${(s.amount / 1e9).toFixed(1)} GFLOP`,
+    s.ms >= 1 ? `${s.ms.toFixed(3)} ms` : `${(s.ms * 1e3).toFixed(2)} µs`,
+    s.kind === 'bytes' ? `${(s.perS / 1e12).toFixed(3)} TB/s` : `${(s.perS / 1e12).toFixed(1)} TFLOP/s`,
+    s.ratio !== undefined ? `${(100 * s.ratio).toFixed(1)} %` : '–',
+    s.vsDecode !== undefined ? `${s.vsDecode.toFixed(2)} ×` : s.vsFla !== undefined ? `${s.vsFla.toFixed(1)} × FLA` : '',
+    s.bar ?? '',
+  ]);
+  const widths = head.map((h, i) => Math.max(h.length, ...lines.map((l) => l[i].length)));
+  const fmt = (cells) => cells.map((c, i) => (i === 0 || i === 7 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join('  ');
+  log(fmt(head));
+  for (const l of lines) log(fmt(l));
+  if (result.errors.length) log(`\n${result.errors.length} section(s) failed:\n  ${result.errors.map((e) => e.split('\n')[0]).join('\n  ')}`);
+  result.seconds = (Date.now() - started) / 1000;
+  log(`\ntotal ${result.seconds.toFixed(1)} s`);
+  writeResult(result);
+}
+
+/** FLOPs of the chunked (WY) form, C = 64, per head: KKᵀ, W, QKᵀ (2C²d_k each), U and the intra-chunk output (2C²d_v each), WS, QS and the state update (2C·d_k·d_v each), the triangular solve (C³/3). */
+function chunkFlops(rows, C = 64) {
+  const { hv, dk, dv } = SHAPE;
+  const chunks = Math.ceil(rows / C);
+  const perChunk = 3 * 2 * C * C * dk + 2 * 2 * C * C * dv + 3 * 2 * C * dk * dv + (C * C * C) / 3;
+  return hv * chunks * perChunk;
+}
+
+/** FLOPs of the row-by-row recurrence: per row and head Sᵀk, Sᵀq (2·d_k·d_v each), decay and update (2·d_k·d_v). */
+function recurrentFlops(rows) {
+  const { hv, dk, dv } = SHAPE;
+  return hv * rows * 6 * dk * dv;
+}
+
+function findNvcc() {
+  for (const dir of [...(process.env.PATH ?? '').split(':'), '/usr/local/cuda/bin']) if (dir && existsSync(join(dir, 'nvcc'))) return join(dir, 'nvcc');
+  return undefined;
+}
+
+/** The declaration, with its fatbin found: its own path, dist/kernels/, or compiled here with nvcc. */
+function withFatbin(k, file, defineKernelModule) {
+  if (existsSync(k.cuda.module.fatbin)) return k;
+  let path = join(pkgDir, 'dist', 'kernels', `${file}.fatbin`);
+  if (!existsSync(path)) {
+    const nvcc = findNvcc();
+    if (!nvcc) throw new Error(`${k.cuda.module.fatbin} is missing and there is no nvcc: build @metrale/layer-gdn first`);
+    const dir = join(tmpdir(), `metrale-gdn-bench-${process.pid}`);
+    mkdirSync(dir, { recursive: true });
+    path = join(dir, `${file}.fatbin`);
+    execFileSync(nvcc, ['-fatbin', '-O3', '-std=c++17', '-gencode=arch=compute_80,code=sm_80', '-gencode=arch=compute_90a,code=sm_90a',
+      '-gencode=arch=compute_90,code=compute_90', '-o', path, join(pkgDir, 'kernels', `${file}.cu`)], { stdio: 'inherit' });
+  }
+  return Object.freeze({ ...k, cuda: { module: defineKernelModule(k.cuda.module.name, path), symbol: k.cuda.symbol } });
+}
+
+/** The declaration built from kernels/<file>.cu with extra nvcc flags, or undefined without nvcc. */
+function buildVariant(k, file, flags, tag, defineKernelModule) {
+  const nvcc = findNvcc();
+  if (!nvcc) return undefined;
+  try {
+    const dir = join(tmpdir(), `metrale-gdn-bench-${process.pid}`);
+    mkdirSync(dir, { recursive: true });
+    const path = join(dir, `${file}-${tag}.fatbin`);
+    execFileSync(nvcc, ['-fatbin', '-O3', '-std=c++17', ...flags, '-gencode=arch=compute_80,code=sm_80', '-gencode=arch=compute_90a,code=sm_90a',
+      '-gencode=arch=compute_90,code=compute_90', '-o', path, join(pkgDir, 'kernels', `${file}.cu`)], { stdio: 'inherit' });
+    return Object.freeze({ ...k, cuda: { module: defineKernelModule(`${k.cuda.module.name}-${tag}`, path), symbol: k.cuda.symbol } });
+  } catch (error) {
+    console.log(`(building the ${tag} variant of ${file} failed: ${error.message})`);
+    return undefined;
+  }
+}
+
+/** Random f32 in [−scale, scale) (never zero), uploaded in 16 MiB tiles. */
+function fillRandomF32(gpu, ptr, count, scale = 1) {
+  const tile = Math.min(count, 4 * MiB);
+  const data = new Float32Array(tile);
+  for (let i = 0; i < tile; i++) data[i] = (Math.random() * 2 - 1) * scale || scale * 0.5;
+  for (let off = 0; off < count; off += tile) {
+    const n = Math.min(tile, count - off);
+    gpu.upload(ptr + BigInt(off * 4), n === tile ? data : data.subarray(0, n));
+  }
+}
+
+/** Random bf16 values (normal-ish magnitudes around 1), uploaded in tiles. */
+function fillRandomBf16(gpu, ptr, count) {
+  const tile = Math.min(count, 8 * MiB);
+  const data = new Uint16Array(tile);
+  const f = new Float32Array(1);
+  const u = new Uint32Array(f.buffer);
+  for (let i = 0; i < tile; i++) {
+    f[0] = (Math.random() * 2 - 1) || 0.5;
+    data[i] = u[0] >>> 16;
+  }
+  for (let off = 0; off < count; off += tile) {
+    const n = Math.min(tile, count - off);
+    gpu.upload(ptr + BigInt(off * 2), n === tile ? data : data.subarray(0, n));
+  }
+}
+
+main().catch((error) => {
+  console.error(`gdn bench failed: ${error?.stack ?? error}`);
+  process.exitCode = 1;
+});

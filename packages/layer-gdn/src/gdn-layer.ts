@@ -1,0 +1,257 @@
+import {
+  InvalidArgumentError,
+  type CreateLayerContext,
+  type DevicePtr,
+  type GdnCarryBinding,
+  type GdnCarrySize,
+  type GpuBackend,
+  type LayerLimits,
+  type LayerState,
+  type LayerStep,
+  type Stream,
+  type TransformerLayer,
+} from '@metrale/core';
+import { readGdnConfig, type GdnConfig } from './gdn-config.js';
+import { chunkKernel, foldKernel, recurrentKernel } from './gdn-kernels.js';
+import { chunkLaunch, recurrentLaunch } from './gdn-launch.js';
+import { loadGdnWeights } from './gdn-weights.js';
+
+/** A sequence's GDN state lives entirely on the device (state and conv ring of its slot). */
+export interface GdnState extends LayerState {
+  readonly slot: number;
+}
+
+/** The layer's device buffers (KERNELS.md). */
+interface Buffers {
+  readonly wQkvz: DevicePtr;
+  readonly wBa: DevicePtr;
+  readonly wOut: DevicePtr;
+  readonly convWeight: DevicePtr;
+  readonly aLog: DevicePtr;
+  readonly dtBias: DevicePtr;
+  readonly normWeight: DevicePtr;
+  readonly state: DevicePtr;
+  readonly convRing: DevicePtr;
+  readonly qkvz: DevicePtr;
+  readonly ba: DevicePtr;
+  readonly y: DevicePtr;
+}
+
+/**
+ * A Gated DeltaNet layer (Qwen3-Next `linear_attention`): rows of f32 [hidden] in and out.
+ * Prefill runs `gdn.chunk`; decode runs `gdn.recurrent` in mode 0; verify runs it in mode 1,
+ * which reads the state and writes only the stash, so a rejected row leaves no trace. After
+ * acceptance, write-on-accept folds the accepted prefix (`gdnFoldAccepted` → `gdn.fold`); carried
+ * mode folds it inside the slot's next kernel instead.
+ */
+export class GdnLayer implements TransformerLayer<GdnState> {
+  readonly type = 'gdn';
+  readonly inputRowBytes: number;
+  readonly outputRowBytes: number;
+  readonly config: GdnConfig;
+  readonly limits: LayerLimits;
+  /** How the checkpoint stored the input projections (both run the same kernels). */
+  readonly weightLayout: 'qwen3_next' | 'qwen3_5';
+  readonly #gpu: GpuBackend;
+  readonly #allocations: DevicePtr[] = [];
+  readonly #b: Buffers;
+  #woa: { readonly stash: DevicePtr } | undefined;
+  #carry: GdnCarryBinding | undefined;
+  /** seqLens table of each verify layout (batch, k) this layer ran or captured: gdn.fold reads it. */
+  readonly #verifySeqLens = new Map<string, DevicePtr>();
+  #disposed = false;
+
+  constructor(context: CreateLayerContext) {
+    // Config and every tensor are checked before anything touches the device.
+    const cfg = readGdnConfig(context.config, context.layerIndex);
+    const w = loadGdnWeights(context.weights, cfg);
+    const limits = context.limits;
+    for (const key of ['maxSeqs', 'maxBatch', 'maxK', 'maxRows'] as const) {
+      if (!Number.isSafeInteger(limits[key]) || limits[key] < 1) throw new InvalidArgumentError(`gdn: limits.${key} must be a positive integer, got ${limits[key]}`);
+    }
+    this.config = cfg;
+    this.limits = limits;
+    this.weightLayout = w.layout;
+    this.#gpu = context.gpu;
+    this.inputRowBytes = this.outputRowBytes = 4 * cfg.hidden;
+    const { hv, dk, dv, convK, convDim, qkvzDim, valueDim } = cfg;
+    const gpu = this.#gpu;
+    try {
+      const upload = (data: Float32Array): DevicePtr => {
+        const p = this.#alloc(data.byteLength);
+        gpu.upload(p, data);
+        return p;
+      };
+      const zeroed = (bytes: number): DevicePtr => {
+        const p = this.#alloc(bytes);
+        gpu.memsetAsync(p, 0, bytes, gpu.defaultStream);
+        return p;
+      };
+      this.#b = {
+        wQkvz: upload(w.qkvz), wBa: upload(w.ba), wOut: upload(w.outProj), convWeight: upload(w.convWeight),
+        aLog: upload(w.aLog), dtBias: upload(w.dtBias), normWeight: upload(w.normWeight),
+        state: zeroed(4 * limits.maxSeqs * hv * dk * dv),
+        convRing: zeroed(4 * limits.maxSeqs * convK * convDim),
+        qkvz: zeroed(4 * limits.maxRows * qkvzDim),
+        ba: zeroed(4 * limits.maxRows * 2 * hv),
+        y: zeroed(4 * limits.maxRows * valueDim),
+      };
+      gpu.synchronize(gpu.defaultStream);
+    } catch (error) {
+      this.dispose();
+      throw error;
+    }
+  }
+
+  #alloc(bytes: number): DevicePtr {
+    const p = this.#gpu.alloc(bytes);
+    this.#allocations.push(p);
+    return p;
+  }
+
+  /** f32 words of one slot's state and of one slot's conv ring. */
+  get stateSeqFloats(): number {
+    return this.config.hv * this.config.dk * this.config.dv;
+  }
+
+  get ringSeqFloats(): number {
+    return this.config.convK * this.config.convDim;
+  }
+
+  openState(slot: number): GdnState {
+    this.#alive('openState');
+    if (!Number.isInteger(slot) || slot < 0 || slot >= this.limits.maxSeqs) {
+      throw new InvalidArgumentError(`gdn: slot must be in 0..${this.limits.maxSeqs - 1}, got ${slot}`);
+    }
+    // Zero the slot's state and conv ring. Outside capture; wait for any earlier work that may
+    // still touch the slot, and for the clearing itself, so every stream sees a clean slot.
+    const gpu = this.#gpu;
+    gpu.synchronize();
+    gpu.memsetAsync(this.#b.state + BigInt(4 * slot * this.stateSeqFloats), 0, 4 * this.stateSeqFloats, gpu.defaultStream);
+    gpu.memsetAsync(this.#b.convRing + BigInt(4 * slot * this.ringSeqFloats), 0, 4 * this.ringSeqFloats, gpu.defaultStream);
+    gpu.synchronize(gpu.defaultStream);
+    return { slot };
+  }
+
+  closeState(_state: GdnState): void {}
+
+  forward(step: LayerStep<GdnState>): void {
+    this.#alive('forward');
+    const { phase, batch, k, rows, tables, stream } = step;
+    const cfg = this.config;
+    if (rows > this.limits.maxRows) throw new InvalidArgumentError(`gdn: a step of ${rows} rows exceeds limits.maxRows (${this.limits.maxRows})`);
+    if (batch > this.limits.maxBatch) {
+      throw new InvalidArgumentError(`gdn: a ${phase} step of ${batch} batch positions exceeds limits.maxBatch (${this.limits.maxBatch})`);
+    }
+    // Every check comes before the first launch. Carried mode: the driver bound the carry
+    // buffers and runs in that mode; then every kernel folds the slot's pending rows first.
+    const carry = step.speculation === 'carried' ? this.#carry : undefined;
+    if (phase === 'verify') {
+      if (!carry && !this.#woa) {
+        throw new InvalidArgumentError(
+          "gdn: verify needs write-on-accept or carried state; create the StepDriver with speculation 'write-on-accept' or 'carried' (it binds the stash before the first verify)",
+        );
+      }
+      if (k > this.limits.maxK) {
+        throw new InvalidArgumentError(`gdn: a verify of k = ${k} rows does not fit the bound stash, sized for maxK = ${this.limits.maxK} rows per sequence`);
+      }
+      this.#verifySeqLens.set(verifyKey(batch, k), tables.seqLens);
+    }
+    const b = this.#b;
+    const gpu = step.gpu;
+    const shape = this.#shape();
+    gpu.gemm({ m: rows, n: cfg.qkvzDim, k: cfg.hidden, a: step.input, b: b.wQkvz, c: b.qkvz, transB: true, dtype: 'f32', stream });
+    gpu.gemm({ m: rows, n: 2 * cfg.hv, k: cfg.hidden, a: step.input, b: b.wBa, c: b.ba, transB: true, dtype: 'f32', stream });
+    const common = {
+      qkvz: b.qkvz, ba: b.ba, y: b.y,
+      slots: tables.slots, rowStarts: tables.rowStarts, seqLens: tables.seqLens,
+      state: b.state, convRing: b.convRing,
+      convWeight: b.convWeight, aLog: b.aLog, dtBias: b.dtBias, normWeight: b.normWeight,
+      stash: carry ? carry.stash : phase === 'verify' ? this.#woa!.stash : 0n,
+      convStash: carry ? carry.convStash : 0n,
+      pending: carry ? carry.pendingRows : 0n,
+    };
+    if (phase === 'prefill') {
+      gpu.launch(chunkKernel, chunkLaunch(cfg, batch, stream), { ...common, batch, ...shape, eps: cfg.eps });
+    } else {
+      gpu.launch(recurrentKernel, recurrentLaunch(cfg, batch, stream), { ...common, mode: phase === 'verify' ? 1 : 0, batch, k, ...shape, eps: cfg.eps });
+    }
+    gpu.gemm({ m: rows, n: cfg.hidden, k: cfg.valueDim, a: b.y, b: b.wOut, c: step.output, transB: true, dtype: 'f32', stream });
+  }
+
+  #shape() {
+    const { hk, hv, dk, dv, convK } = this.config;
+    return { hk, hv, dk, dv, convK, maxK: this.limits.maxK };
+  }
+
+  // ---- write-on-accept and carried state ----
+
+  /** H_v · maxK · (d_k + d_v + 1): k_t, u_t and γ_t of each verify row, per value head. */
+  gdnWoaStashSeqFloats(): number {
+    const { hv, dk, dv } = this.config;
+    return hv * this.limits.maxK * (dk + dv + 1);
+  }
+
+  gdnWoaBind(_flag: DevicePtr, stash: DevicePtr, seqs: number): void {
+    this.#alive('gdnWoaBind');
+    if (!Number.isInteger(seqs) || seqs < this.limits.maxSeqs) {
+      throw new InvalidArgumentError(`gdn: gdnWoaBind got a stash for ${seqs} sequences, but the layer serves ${this.limits.maxSeqs} slots`);
+    }
+    if (stash === 0n) throw new InvalidArgumentError('gdn: gdnWoaBind got a null stash');
+    this.#woa = { stash };
+  }
+
+  gdnCarrySeqFloats(): GdnCarrySize {
+    return { stashSeqFloats: this.gdnWoaStashSeqFloats(), convRowElems: this.config.convDim };
+  }
+
+  gdnCarryBind(binding: GdnCarryBinding): void {
+    this.#alive('gdnCarryBind');
+    const need = this.gdnCarrySeqFloats();
+    const bad = (what: string): never => {
+      throw new InvalidArgumentError(`gdn: gdnCarryBind: ${what}`);
+    };
+    if (binding.maxK < this.limits.maxK) bad(`the binding holds maxK = ${binding.maxK} rows per slot, but the layer verifies up to ${this.limits.maxK}`);
+    if (binding.stashSeqFloats < need.stashSeqFloats) bad(`stash of ${binding.stashSeqFloats} f32 per sequence, needs ${need.stashSeqFloats}`);
+    if (binding.convRowElems < need.convRowElems) bad(`conv stash rows of ${binding.convRowElems} elements, needs ${need.convRowElems}`);
+    if (binding.seqs < this.limits.maxSeqs) bad(`buffers for ${binding.seqs} sequences, but the layer serves ${this.limits.maxSeqs} slots`);
+    if (binding.stash === 0n || binding.convStash === 0n || binding.pendingRows === 0n) bad('a null stash, conv stash or pending-rows pointer');
+    this.#carry = binding;
+  }
+
+  /** Every verify runs batched: one kernel over all batch positions, tables in device memory. */
+  gdnVerifyRunBatched(_states: readonly GdnState[], _kk: number, _wyn: number, _wyTables: DevicePtr): boolean {
+    return true;
+  }
+
+  /** Folds the accepted prefix of the last verify (`naTab[p]` rows of batch position p). */
+  gdnFoldAccepted(gpu: GpuBackend, slotTable: DevicePtr, naTab: DevicePtr, kRows: number, n: number, stream: Stream): boolean {
+    this.#alive('gdnFoldAccepted');
+    const woa = this.#woa;
+    if (!woa) return false;
+    const seqLens = this.#verifySeqLens.get(verifyKey(n, kRows));
+    if (seqLens === undefined) {
+      throw new InvalidArgumentError(`gdn: gdnFoldAccepted for a verify of ${n} × ${kRows} rows, but no such verify ran through this layer`);
+    }
+    const b = this.#b;
+    gpu.launch(foldKernel, recurrentLaunch(this.config, n, stream), {
+      qkvz: b.qkvz, slots: slotTable, seqLens, naTab, state: b.state, convRing: b.convRing, stash: woa.stash,
+      batch: n, k: kRows, ...this.#shape(),
+    });
+    return true;
+  }
+
+  dispose(): void {
+    if (this.#disposed) return;
+    this.#disposed = true;
+    for (const p of this.#allocations.splice(0)) this.#gpu.free(p);
+  }
+
+  #alive(where: string): void {
+    if (this.#disposed) throw new InvalidArgumentError(`gdn: ${where} on a disposed layer`);
+  }
+}
+
+function verifyKey(batch: number, k: number): string {
+  return `${batch}:${k}`;
+}

@@ -1,0 +1,160 @@
+import { CpuBackend } from '@metrale/cpu-backend';
+import {
+  MemoryWeightSource, SeededRandom, StepDriver, tensorOf,
+  type HostTensor, type LayerLimits, type Sequence, type SpeculationMode, type StepResult,
+} from '@metrale/core';
+import plugin from '@metrale/layer-gdn';
+import { GdnReference, type RefShape, type RefWeights } from './gdn-reference.js';
+
+export interface Shape {
+  readonly hidden: number;
+  readonly hk: number;
+  readonly hv: number;
+  readonly dk: number;
+  readonly dv: number;
+  readonly K: number;
+}
+
+export const SMALL: Shape = { hidden: 16, hk: 2, hv: 4, dk: 6, dv: 5, K: 4 };
+export const EPS = 1e-6;
+
+/** A qwen3_next config of the given shape, as config.to_dict() writes the fields GDN reads. */
+export function configOf(s: Shape, extra: Record<string, unknown> = {}): Record<string, unknown> {
+  return {
+    model_type: 'qwen3_next', hidden_size: s.hidden, linear_num_key_heads: s.hk, linear_num_value_heads: s.hv,
+    linear_key_head_dim: s.dk, linear_value_head_dim: s.dv, linear_conv_kernel_dim: s.K, rms_norm_eps: EPS, hidden_act: 'silu',
+    vocab_size: 64, ...extra,
+  };
+}
+
+/** Random weights (f32, fused layout) with scales that keep every part of the layer in play. */
+export function randomWeights(s: Shape, seed = 7): { tensors: HostTensor[]; ref: RefWeights } {
+  const rnd = new SeededRandom(seed);
+  const D = s.hidden;
+  const convDim = 2 * s.hk * s.dk + s.hv * s.dv;
+  const qkvzDim = 2 * s.hk * s.dk + 2 * s.hv * s.dv;
+  const normal = (n: number, scale: number, offset = 0) => Float32Array.from({ length: n }, () => offset + scale * rnd.normal());
+  const f = {
+    qkvz: normal(qkvzDim * D, 1 / Math.sqrt(D)),
+    ba: normal(2 * s.hv * D, 1 / Math.sqrt(D)),
+    conv: normal(convDim * s.K, 0.5),
+    dtBias: normal(s.hv, 0.5),
+    aLog: Float32Array.from({ length: s.hv }, () => Math.log(0.05 + 0.6 * rnd.float())),
+    norm: normal(s.dv, 0.1, 1),
+    out: normal(D * s.hv * s.dv, 1 / Math.sqrt(s.hv * s.dv)),
+  };
+  const tensors = [
+    tensorOf('in_proj_qkvz.weight', f.qkvz, [qkvzDim, D]),
+    tensorOf('in_proj_ba.weight', f.ba, [2 * s.hv, D]),
+    tensorOf('conv1d.weight', f.conv, [convDim, 1, s.K]),
+    tensorOf('dt_bias', f.dtBias, [s.hv]),
+    tensorOf('A_log', f.aLog, [s.hv]),
+    tensorOf('norm.weight', f.norm, [s.dv]),
+    tensorOf('out_proj.weight', f.out, [D, s.hv * s.dv]),
+  ];
+  const d = (x: Float32Array) => Float64Array.from(x);
+  return { tensors, ref: { qkvz: d(f.qkvz), ba: d(f.ba), conv: d(f.conv), dtBias: d(f.dtBias), aLog: d(f.aLog), norm: d(f.norm), out: d(f.out) } };
+}
+
+/** The same parameters in Qwen3.5's split layout (in_proj_qkv, in_proj_z, in_proj_b, in_proj_a). */
+export function splitTensors(s: Shape, fused: HostTensor[]): HostTensor[] {
+  const D = s.hidden;
+  const r = s.hv / s.hk;
+  const get = (name: string) => {
+    const t = fused.find((x) => x.name === name)!;
+    return new Float32Array(t.data.buffer.slice(t.data.byteOffset, t.data.byteOffset + t.data.byteLength));
+  };
+  const qkvz = get('in_proj_qkvz.weight');
+  const ba = get('in_proj_ba.weight');
+  const keyDim = s.hk * s.dk;
+  const qkv = new Float32Array((2 * keyDim + s.hv * s.dv) * D);
+  const z = new Float32Array(s.hv * s.dv * D);
+  const b = new Float32Array(s.hv * D);
+  const a = new Float32Array(s.hv * D);
+  const group = 2 * s.dk + 2 * r * s.dv;
+  const move = (dst: Float32Array, dRow: number, src: Float32Array, sRow: number, n: number) => dst.set(src.subarray(sRow * D, (sRow + n) * D), dRow * D);
+  for (let g = 0; g < s.hk; g++) {
+    move(qkv, g * s.dk, qkvz, g * group, s.dk);
+    move(qkv, keyDim + g * s.dk, qkvz, g * group + s.dk, s.dk);
+    move(qkv, 2 * keyDim + g * r * s.dv, qkvz, g * group + 2 * s.dk, r * s.dv);
+    move(z, g * r * s.dv, qkvz, g * group + 2 * s.dk + r * s.dv, r * s.dv);
+    move(b, g * r, ba, g * 2 * r, r);
+    move(a, g * r, ba, g * 2 * r + r, r);
+  }
+  return [
+    tensorOf('in_proj_qkv.weight', qkv, [2 * keyDim + s.hv * s.dv, D]),
+    tensorOf('in_proj_z.weight', z, [s.hv * s.dv, D]),
+    tensorOf('in_proj_b.weight', b, [s.hv, D]),
+    tensorOf('in_proj_a.weight', a, [s.hv, D]),
+    ...fused.filter((t) => !t.name.startsWith('in_proj_')),
+  ];
+}
+
+export function referenceOf(s: Shape, ref: RefWeights): GdnReference {
+  const shape: RefShape = { hidden: s.hidden, hk: s.hk, hv: s.hv, dk: s.dk, dv: s.dv, K: s.K, eps: EPS };
+  return new GdnReference(shape, ref);
+}
+
+/** ‖a − b‖ / ‖b‖ over f32 outputs against f64 expectations. */
+export function relErr(a: ArrayLike<number>, b: ArrayLike<number>): number {
+  let num = 0;
+  let den = 0;
+  for (let i = 0; i < b.length; i++) {
+    num += (a[i]! - b[i]!) ** 2;
+    den += b[i]! ** 2;
+  }
+  return Number.isNaN(num) ? NaN : Math.sqrt(num / den);
+}
+
+/** A layer of the plugin on a fresh CPU backend, driven by a StepDriver. */
+export class Rig {
+  readonly gpu = new CpuBackend();
+  readonly driver: StepDriver;
+  readonly layer;
+  readonly width: number;
+  constructor(
+    config: Record<string, unknown>, tensors: HostTensor[], limits: LayerLimits,
+    options: { speculation?: SpeculationMode; graphs?: boolean; driverLimits?: LayerLimits } = {},
+  ) {
+    const weights = new MemoryWeightSource('test weights', tensors);
+    this.layer = plugin.create({ gpu: this.gpu, layerType: 'gdn', config, layerIndex: 0, weights, limits });
+    this.driver = new StepDriver({
+      gpu: this.gpu, layers: [this.layer], limits: options.driverLimits ?? limits,
+      speculation: options.speculation ?? 'write-on-accept', graphs: options.graphs ?? true,
+    });
+    this.width = this.layer.inputRowBytes / 4;
+  }
+
+  /** Prefill; returns every row's output (the driver may run it in several chunks). */
+  prefill(seqs: Sequence[], lengths: number[], input: Float32Array): Float32Array {
+    const out = new Float32Array(input.length);
+    this.driver.prefill({ seqs, lengths, input }, (r: StepResult, first: number) => out.set(this.driver.readOutputF32(r), first * this.width));
+    return out;
+  }
+
+  decode(seqs: Sequence[], input: Float32Array): Float32Array {
+    return this.driver.readOutputF32(this.driver.decode({ seqs, input })).slice();
+  }
+
+  /** Verify then accept; returns the verify's outputs. */
+  verify(seqs: Sequence[], k: number, input: Float32Array, accepted: number[]): Float32Array {
+    const out = this.driver.readOutputF32(this.driver.verify({ seqs, k, input })).slice();
+    this.driver.accept(accepted);
+    return out;
+  }
+
+  dispose(): void {
+    this.driver.dispose();
+    this.layer.dispose();
+    this.gpu.dispose();
+  }
+}
+
+/** Row `i` of packed rows. */
+export function rowOf(rows: Float32Array, width: number, i: number): Float32Array {
+  return rows.subarray(i * width, (i + 1) * width);
+}
+
+export function randomRows(rnd: SeededRandom, n: number, width: number): Float32Array {
+  return rnd.normals(n * width);
+}

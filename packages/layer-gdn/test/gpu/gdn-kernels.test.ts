@@ -1,0 +1,596 @@
+// GPU tests of the three GDN kernels (kernels/gdn-recurrent.cu, gdn-fold.cu, gdn-chunk.cu): each
+// case runs the same `defineKernel` declaration on the CUDA backend and on the CPU backend (the
+// reference, src/gdn.cpu.ts) with identical random buffers, outputs poisoned with NaN first, and
+// compares every buffer the kernel may write by relative L2 error (NaN where one side left the
+// poison and the other did not counts as a failure). A table of the errors prints at the end.
+//
+// Run: node ../../node_modules/vitest/vitest.mjs run --config vitest.gpu.config.ts
+// Without a GPU the suite skips and says why. Kernels come from the built package
+// (@metrale/layer-gdn, dist/kernels/*.fatbin); where its fatbins are missing they are compiled
+// from kernels/*.cu with nvcc (PATH or /usr/local/cuda/bin) into the system temp folder.
+// METRALE_GDN_SEED=n repeats a run's random inputs. METRALE_GDN_DEVICE_MODULE=/path/module.mjs
+// (development only) replaces the CUDA backend by the module's createDevice(), e.g. an emulator;
+// the 80B-shape test then runs only with METRALE_GDN_BIG=1.
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdirSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { defineKernelModule, type DevicePtr, type GpuBackend, type Kernel, type KernelParams } from '@metrale/core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const pkgDir = join(here, '..', '..');
+
+// ---- device and kernels -----------------------------------------------------------------------
+
+interface DeviceChoice {
+  readonly available: boolean;
+  readonly reason: string;
+  readonly real: boolean;
+  readonly create?: () => GpuBackend;
+}
+
+async function chooseDevice(): Promise<DeviceChoice> {
+  const hook = process.env.METRALE_GDN_DEVICE_MODULE;
+  if (hook) {
+    const m = (await import(pathToFileURL(hook).href)) as { createDevice: () => GpuBackend; reason?: string };
+    return { available: true, reason: m.reason ?? hook, real: false, create: () => m.createDevice() };
+  }
+  let cb: typeof import('@metrale/cuda-backend');
+  try {
+    cb = await import('@metrale/cuda-backend');
+  } catch (error) {
+    return { available: false, real: true, reason: `@metrale/cuda-backend could not be loaded (${(error as Error).message}); build the workspace first` };
+  }
+  const p = cb.probe();
+  if (!p.available) return { available: false, real: true, reason: p.reason };
+  return { available: true, real: true, reason: p.reason, create: () => cb.CudaBackend.create() };
+}
+
+type AnyKernel = Kernel<KernelParams>;
+interface Decls {
+  readonly recurrentKernel: AnyKernel;
+  readonly foldKernel: AnyKernel;
+  readonly chunkKernel: AnyKernel;
+}
+
+async function loadDecls(): Promise<{ decls: Decls; from: string }> {
+  try {
+    const m = (await import('@metrale/layer-gdn')) as unknown as Partial<Decls>;
+    if (m.recurrentKernel && m.foldKernel && m.chunkKernel) return { decls: m as Decls, from: '@metrale/layer-gdn' };
+  } catch {
+    // not built: fall back to the sources
+  }
+  const m = (await import('../../src/gdn-kernels.js')) as unknown as Decls;
+  return { decls: m, from: 'src/gdn-kernels.ts' };
+}
+
+function findNvcc(): string | undefined {
+  for (const dir of [...(process.env.PATH ?? '').split(':'), '/usr/local/cuda/bin']) {
+    if (dir && existsSync(join(dir, 'nvcc'))) return join(dir, 'nvcc');
+  }
+  return undefined;
+}
+
+/** The declaration, with its fatbin found: its own path, dist/kernels/, or compiled here. */
+function withFatbin(k: AnyKernel, file: string): AnyKernel {
+  const cuda = k.cuda!;
+  if (existsSync(cuda.module.fatbin)) return k;
+  let path = join(pkgDir, 'dist', 'kernels', `${file}.fatbin`);
+  if (!existsSync(path)) {
+    const nvcc = findNvcc();
+    if (!nvcc) throw new Error(`${cuda.module.fatbin} is missing and there is no nvcc to compile kernels/${file}.cu: build @metrale/layer-gdn first`);
+    const dir = join(tmpdir(), `metrale-gdn-kernels-${process.pid}`);
+    mkdirSync(dir, { recursive: true });
+    path = join(dir, `${file}.fatbin`);
+    execFileSync(nvcc, [
+      '-fatbin', '-O3', '-std=c++17',
+      '-gencode=arch=compute_80,code=sm_80', '-gencode=arch=compute_90a,code=sm_90a', '-gencode=arch=compute_90,code=compute_90',
+      '-o', path, join(pkgDir, 'kernels', `${file}.cu`),
+    ], { stdio: 'inherit' });
+  }
+  return Object.freeze({ ...k, cuda: { module: defineKernelModule(cuda.module.name, path), symbol: cuda.symbol } });
+}
+
+const device = await chooseDevice();
+if (!device.available) console.warn(`[layer-gdn gpu] skipped: ${device.reason}`);
+const { decls, from: declsFrom } = await loadDecls();
+
+// ---- shapes, random buffers -------------------------------------------------------------------
+
+interface Shape {
+  readonly name: string;
+  readonly hk: number;
+  readonly hv: number;
+  readonly dk: number;
+  readonly dv: number;
+  readonly K: number;
+  readonly maxK: number;
+  readonly maxSeqs: number;
+}
+
+function derived(s: Shape) {
+  const r = s.hv / s.hk;
+  const convDim = 2 * s.hk * s.dk + s.hv * s.dv;
+  const width = 2 * s.hk * s.dk + 2 * s.hv * s.dv;
+  const stashRow = s.dk + s.dv + 1;
+  const stashSeq = s.hv * s.maxK * stashRow;
+  return { r, convDim, width, stashRow, stashSeq };
+}
+
+/** mulberry32: reproducible from the printed seed. */
+function rng(seed: number) {
+  let a = seed >>> 0;
+  const next = () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+  return {
+    next,
+    uniform: (lo: number, hi: number) => lo + (hi - lo) * next(),
+    int: (lo: number, hi: number) => lo + Math.floor(next() * (hi - lo + 1)),
+    /** Random values in [lo, hi), never exactly zero. */
+    fill: (n: number, lo: number, hi: number) => {
+      const out = new Float32Array(n);
+      for (let i = 0; i < n; i++) {
+        let v = 0;
+        while (v === 0) v = Math.fround(lo + (hi - lo) * next());
+        out[i] = v;
+      }
+      return out;
+    },
+  };
+}
+type Rng = ReturnType<typeof rng>;
+
+const baseSeed = Number(process.env.METRALE_GDN_SEED ?? Date.now() % 1_000_000_007);
+let caseCounter = 0;
+
+/** Every buffer of a launch, as host arrays. */
+interface HostBuffers {
+  qkvz: Float32Array;
+  ba: Float32Array;
+  y: Float32Array;
+  slots: Int32Array;
+  rowStarts: Int32Array;
+  seqLens: Int32Array;
+  naTab: Uint32Array;
+  state: Float32Array;
+  convRing: Float32Array;
+  convWeight: Float32Array;
+  aLog: Float32Array;
+  dtBias: Float32Array;
+  normWeight: Float32Array;
+  stash: Float32Array;
+  convStash: Float32Array;
+  pending: Uint32Array;
+}
+type BufferName = keyof HostBuffers;
+const BUFFER_NAMES: readonly BufferName[] = [
+  'qkvz', 'ba', 'y', 'slots', 'rowStarts', 'seqLens', 'naTab', 'state', 'convRing', 'convWeight', 'aLog', 'dtBias', 'normWeight', 'stash',
+  'convStash', 'pending',
+];
+/** Buffers a kernel may write: compared after every launch. */
+const OUTPUTS: readonly BufferName[] = ['y', 'state', 'convRing', 'stash', 'convStash'];
+
+/** A stash of plausible recorded rows: unit keys, moderate deltas, cumulative gates γ ≤ 0. */
+function randomStash(s: Shape, R: Rng): Float32Array {
+  const { stashRow, stashSeq } = derived(s);
+  const st = R.fill(s.maxSeqs * stashSeq, -0.5, 0.5);
+  for (let seq = 0; seq < s.maxSeqs; seq++) {
+    for (let h = 0; h < s.hv; h++) {
+      let gam = 0;
+      for (let t = 0; t < s.maxK; t++) {
+        const row = seq * stashSeq + (h * s.maxK + t) * stashRow;
+        let n2 = 0;
+        for (let i = 0; i < s.dk; i++) n2 += st[row + i]! ** 2;
+        for (let i = 0; i < s.dk; i++) st[row + i] = st[row + i]! / Math.sqrt(n2);
+        gam -= R.uniform(0.01, 0.6);
+        st[row + s.dk + s.dv] = gam;
+      }
+    }
+  }
+  return st;
+}
+
+interface StepLayout {
+  readonly slots: readonly number[];
+  readonly seqLens: readonly number[];
+  /** Rows of each batch position (recurrent: k each; chunk: ragged). */
+  readonly rows: readonly number[];
+  /** Pending rows per slot (length maxSeqs), or undefined for no carried state. */
+  readonly pending?: readonly number[];
+  readonly naTab?: readonly number[];
+}
+
+function randomHost(s: Shape, L: StepLayout, R: Rng): HostBuffers {
+  const { convDim, width } = derived(s);
+  const totalRows = Math.max(1, L.rows.reduce((a, b) => a + b, 0));
+  const rowStarts = new Int32Array(L.slots.length + 1);
+  for (let p = 0; p < L.slots.length; p++) rowStarts[p + 1] = rowStarts[p]! + L.rows[p]!;
+  const aLog = new Float32Array(s.hv);
+  for (let h = 0; h < s.hv; h++) aLog[h] = Math.log(R.uniform(0.05, 0.65));
+  return {
+    qkvz: R.fill(totalRows * width, -1, 1),
+    ba: R.fill(totalRows * 2 * s.hv, -2, 2),
+    y: new Float32Array(totalRows * s.hv * s.dv).fill(Number.NaN),
+    slots: Int32Array.from(L.slots),
+    rowStarts,
+    seqLens: Int32Array.from(L.seqLens),
+    naTab: Uint32Array.from(L.naTab ?? L.slots.map(() => 0)),
+    state: R.fill(s.maxSeqs * s.hv * s.dk * s.dv, -0.5, 0.5),
+    convRing: R.fill(s.maxSeqs * s.K * convDim, -1, 1),
+    convWeight: R.fill(convDim * s.K, -0.6, 0.6),
+    aLog,
+    dtBias: R.fill(s.hv, -1, 1),
+    normWeight: R.fill(s.dv, 0.5, 1.5),
+    stash: randomStash(s, R),
+    convStash: R.fill(s.maxSeqs * s.maxK * convDim, -1, 1),
+    pending: Uint32Array.from(L.pending ?? new Array<number>(s.maxSeqs).fill(0)),
+  };
+}
+
+type DeviceBuffers = Record<BufferName, DevicePtr>;
+
+function toDevice(gpu: GpuBackend, host: HostBuffers): DeviceBuffers {
+  const out = {} as DeviceBuffers;
+  for (const name of BUFFER_NAMES) {
+    const a = host[name];
+    const p = gpu.alloc(Math.max(16, a.byteLength));
+    gpu.upload(p, a);
+    out[name] = p;
+  }
+  return out;
+}
+
+function fromDevice(gpu: GpuBackend, host: HostBuffers, d: DeviceBuffers, name: BufferName): Float32Array {
+  const bytes = gpu.download(d[name], host[name].byteLength);
+  return new Float32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength / 4);
+}
+
+function freeDevice(gpu: GpuBackend, d: DeviceBuffers): void {
+  for (const name of BUFFER_NAMES) gpu.free(d[name]);
+}
+
+// ---- launches ---------------------------------------------------------------------------------
+
+type Launch =
+  | { readonly kernel: 'recurrent'; readonly mode: 0 | 1; readonly k: number; readonly carried: boolean; readonly gridOrder?: 'batch-head' | 'head-batch' | 'flat' }
+  | { readonly kernel: 'fold'; readonly k: number }
+  | { readonly kernel: 'chunk'; readonly carried: boolean };
+
+const EPS = 1e-6;
+
+function launchOn(gpu: GpuBackend, kernels: Decls, s: Shape, batch: number, d: DeviceBuffers, l: Launch): void {
+  const shape = { hk: s.hk, hv: s.hv, dk: s.dk, dv: s.dv, convK: s.K, maxK: s.maxK };
+  const block = Math.min(s.dv, 1024);
+  const stream = gpu.defaultStream;
+  const launch = (k: AnyKernel, grid: number[], args: Record<string, number | bigint>) =>
+    gpu.launch(k, { grid, block, stream }, args as never);
+  if (l.kernel === 'fold') {
+    launch(kernels.foldKernel, [batch, s.hv], {
+      qkvz: d.qkvz, slots: d.slots, seqLens: d.seqLens, naTab: d.naTab, state: d.state, convRing: d.convRing, stash: d.stash,
+      batch, k: l.k, ...shape,
+    });
+    return;
+  }
+  const carried = l.carried;
+  const common = {
+    qkvz: d.qkvz, ba: d.ba, y: d.y, slots: d.slots, rowStarts: d.rowStarts, seqLens: d.seqLens, state: d.state, convRing: d.convRing,
+    convWeight: d.convWeight, aLog: d.aLog, dtBias: d.dtBias, normWeight: d.normWeight,
+    stash: carried || (l.kernel === 'recurrent' && l.mode === 1) ? d.stash : 0n,
+    convStash: carried ? d.convStash : 0n,
+    pending: carried ? d.pending : 0n,
+  };
+  if (l.kernel === 'chunk') {
+    launch(kernels.chunkKernel, [batch, s.hv], { ...common, batch, ...shape, eps: EPS });
+    return;
+  }
+  const grid = l.gridOrder === 'head-batch' ? [s.hv, batch] : l.gridOrder === 'flat' ? [s.hv * batch] : [batch, s.hv];
+  launch(kernels.recurrentKernel, grid, { ...common, mode: l.mode, batch, k: l.k, ...shape, eps: EPS });
+}
+
+// ---- comparison -------------------------------------------------------------------------------
+
+interface Diff {
+  readonly rel: number;
+  readonly maxAbs: number;
+  readonly nanMismatch: number;
+  readonly compared: number;
+}
+
+function diff(got: Float32Array, ref: Float32Array): Diff {
+  let num = 0;
+  let den = 0;
+  let maxAbs = 0;
+  let nanMismatch = 0;
+  let compared = 0;
+  for (let i = 0; i < ref.length; i++) {
+    const g = got[i]!;
+    const r = ref[i]!;
+    const gn = Number.isNaN(g);
+    const rn = Number.isNaN(r);
+    if (gn || rn) {
+      if (gn !== rn) nanMismatch++;
+      continue;
+    }
+    const e = g - r;
+    num += e * e;
+    den += r * r;
+    maxAbs = Math.max(maxAbs, Math.abs(e));
+    compared++;
+  }
+  return { rel: den > 0 ? Math.sqrt(num / den) : Math.sqrt(num), maxAbs, nanMismatch, compared };
+}
+
+const TOL = 1e-5;
+const table: { case: string; buffer: string; rel: number; maxAbs: number; nan: number; ok: boolean }[] = [];
+
+function check(caseName: string, buffer: string, got: Float32Array, ref: Float32Array, tol = TOL): void {
+  const d = diff(got, ref);
+  const ok = d.nanMismatch === 0 && d.rel <= tol && Number.isFinite(d.rel);
+  table.push({ case: caseName, buffer, rel: d.rel, maxAbs: d.maxAbs, nan: d.nanMismatch, ok });
+  expect(d.nanMismatch, `${caseName} ${buffer}: elements written on one side only (NaN poison left on the other)`).toBe(0);
+  expect(d.rel, `${caseName} ${buffer}: relative L2 error`).toBeLessThanOrEqual(tol);
+}
+
+function printTable(): void {
+  if (table.length === 0) return;
+  const w = Math.max(...table.map((r) => r.case.length), 4);
+  const lines = [`${'case'.padEnd(w)}  ${'buffer'.padEnd(9)}  ${'rel L2'.padStart(10)}  ${'max |Δ|'.padStart(10)}  nan  ok`];
+  for (const r of table) {
+    lines.push(`${r.case.padEnd(w)}  ${r.buffer.padEnd(9)}  ${r.rel.toExponential(2).padStart(10)}  ${r.maxAbs.toExponential(2).padStart(10)}  ${String(r.nan).padStart(3)}  ${r.ok ? 'ok' : 'FAIL'}`);
+  }
+  console.log(`GDN kernels, CUDA vs CPU reference (seed ${baseSeed}, kernels from ${declsFrom}, device: ${device.reason})\n${lines.join('\n')}`);
+}
+
+// ---- cases ------------------------------------------------------------------------------------
+
+const SHAPES: readonly Shape[] = [
+  { name: 'r1 dk64 dv64', hk: 1, hv: 1, dk: 64, dv: 64, K: 4, maxK: 4, maxSeqs: 5 },
+  { name: 'r2 dk128 dv128', hk: 2, hv: 4, dk: 128, dv: 128, K: 4, maxK: 4, maxSeqs: 5 },
+  { name: 'r4 dk64 dv128', hk: 1, hv: 4, dk: 64, dv: 128, K: 4, maxK: 5, maxSeqs: 4 },
+  { name: 'r2 dk128 dv64', hk: 2, hv: 4, dk: 128, dv: 64, K: 4, maxK: 4, maxSeqs: 4 },
+  { name: 'r2 dk48 dv40 K3', hk: 2, hv: 4, dk: 48, dv: 40, K: 3, maxK: 6, maxSeqs: 4 },
+  { name: 'r2 dk6 dv5', hk: 2, hv: 4, dk: 6, dv: 5, K: 4, maxK: 4, maxSeqs: 4 },
+];
+
+interface Case {
+  readonly name: string;
+  readonly shape: Shape;
+  readonly layout: StepLayout;
+  readonly launch: Launch;
+}
+
+/** Batch positions: slots (one padding), committed lengths from 0 (a fresh sequence) to long. */
+function positions(s: Shape, R: Rng, batch: number, minLen = 0): { slots: number[]; seqLens: number[] } {
+  const free = Array.from({ length: s.maxSeqs }, (_, i) => i);
+  for (let i = free.length - 1; i > 0; i--) {
+    const j = R.int(0, i);
+    [free[i], free[j]] = [free[j]!, free[i]!];
+  }
+  const slots: number[] = [];
+  const seqLens: number[] = [];
+  for (let p = 0; p < batch; p++) {
+    const pad = batch > 1 && p === batch - 2;
+    slots.push(pad ? -1 : free[p]!);
+    seqLens.push(pad ? 1 : p === 0 ? minLen : R.int(Math.max(minLen, 1), 40));
+  }
+  return { slots, seqLens };
+}
+
+function casesFor(s: Shape, R: Rng): Case[] {
+  const out: Case[] = [];
+  const batch = Math.min(3, s.maxSeqs);
+  const add = (name: string, layout: StepLayout, launch: Launch) => out.push({ name: `${s.name} | ${name}`, shape: s, layout, launch });
+  const pendingFor = (slots: readonly number[], seqLens: readonly number[], cap: number, forced?: number) => {
+    const pend = new Array<number>(s.maxSeqs).fill(0);
+    slots.forEach((slot, p) => {
+      if (slot >= 0) pend[slot] = forced !== undefined ? Math.min(forced, seqLens[p]!) : Math.min(R.int(0, cap), seqLens[p]!);
+    });
+    // slots that no batch position uses keep a count too: kernels must leave them alone
+    for (let i = 0; i < s.maxSeqs; i++) if (!slots.includes(i)) pend[i] = R.int(0, cap);
+    return pend;
+  };
+  {
+    const pos = positions(s, R, batch);
+    add('decode', { ...pos, rows: pos.slots.map(() => 1) }, { kernel: 'recurrent', mode: 0, k: 1, carried: false });
+  }
+  {
+    const pos = positions(s, R, batch);
+    add('decode grid [H_v, batch]', { ...pos, rows: pos.slots.map(() => 1) }, { kernel: 'recurrent', mode: 0, k: 1, carried: false, gridOrder: 'head-batch' });
+  }
+  {
+    const pos = positions(s, R, batch, 2);
+    add('commit k=3 (mode 0)', { ...pos, rows: pos.slots.map(() => 3) }, { kernel: 'recurrent', mode: 0, k: 3, carried: false });
+  }
+  for (const k of [1, s.maxK]) {
+    const pos = positions(s, R, batch);
+    add(`verify k=${k} (mode 1)`, { ...pos, rows: pos.slots.map(() => k) }, { kernel: 'recurrent', mode: 1, k, carried: false });
+  }
+  for (const n of [0, 1, s.maxK]) {
+    const pos = positions(s, R, batch, n);
+    const k = Math.min(4, s.maxK);
+    add(`carried verify k=${k} pending ${n}`, { ...pos, rows: pos.slots.map(() => k), pending: pendingFor(pos.slots, pos.seqLens, s.maxK, n) }, {
+      kernel: 'recurrent', mode: 1, k, carried: true,
+    });
+  }
+  {
+    const pos = positions(s, R, batch, 1);
+    add('carried verify k=2 pending random', { ...pos, rows: pos.slots.map(() => 2), pending: pendingFor(pos.slots, pos.seqLens, s.maxK) }, {
+      kernel: 'recurrent', mode: 1, k: 2, carried: true,
+    });
+  }
+  for (const n of [0, 2, s.maxK]) {
+    const pos = positions(s, R, batch, n);
+    add(`carried decode pending ${n}`, { ...pos, rows: pos.slots.map(() => 1), pending: pendingFor(pos.slots, pos.seqLens, s.maxK, n) }, {
+      kernel: 'recurrent', mode: 0, k: 1, carried: true,
+    });
+  }
+  {
+    const pos = positions(s, R, batch, 1);
+    add('carried commit k=3 pending random', { ...pos, rows: pos.slots.map(() => 3), pending: pendingFor(pos.slots, pos.seqLens, s.maxK) }, {
+      kernel: 'recurrent', mode: 0, k: 3, carried: true,
+    });
+  }
+  {
+    const pos = positions(s, R, batch);
+    const k = s.maxK;
+    const naTab = pos.slots.map((_, p) => (p === 0 ? k : p === 1 ? 0 : R.int(1, k)));
+    add(`fold k=${k} accepted ${naTab.join('/')}`, { ...pos, rows: pos.slots.map(() => k), naTab }, { kernel: 'fold', k });
+  }
+  {
+    const pos = positions(s, R, batch);
+    add('fold k=2 accepted 1', { ...pos, rows: pos.slots.map(() => 2), naTab: pos.slots.map(() => 1) }, { kernel: 'fold', k: 2 });
+  }
+  {
+    const pos = positions(s, R, batch);
+    const rows = pos.slots.map((_, p) => [7, 1, 13][p % 3]!);
+    add(`chunk rows ${rows.join('/')}`, { ...pos, rows }, { kernel: 'chunk', carried: false });
+  }
+  {
+    const pos = positions(s, R, batch, 1);
+    const rows = pos.slots.map((_, p) => [2, 9, 5][p % 3]!);
+    add(`carried chunk rows ${rows.join('/')} pending random`, { ...pos, rows, pending: pendingFor(pos.slots, pos.seqLens, s.maxK) }, {
+      kernel: 'chunk', carried: true,
+    });
+  }
+  return out;
+}
+
+// ---- the suite --------------------------------------------------------------------------------
+
+describe.skipIf(!device.available)('GDN kernels: CUDA vs CPU reference', () => {
+  let gpu: GpuBackend;
+  let kernels: Decls;
+  let CpuBackend: typeof import('@metrale/cpu-backend').CpuBackend;
+
+  beforeAll(async () => {
+    ({ CpuBackend } = await import('@metrale/cpu-backend'));
+    gpu = device.create!();
+    kernels = device.real
+      ? {
+          recurrentKernel: withFatbin(decls.recurrentKernel, 'gdn-recurrent'),
+          foldKernel: withFatbin(decls.foldKernel, 'gdn-fold'),
+          chunkKernel: withFatbin(decls.chunkKernel, 'gdn-chunk'),
+        }
+      : decls;
+  });
+  afterAll(() => {
+    printTable();
+    gpu?.dispose();
+  });
+
+  /** Runs one launch on both backends from identical buffers; returns both sides' buffers. */
+  function runBoth(c: Case, host: HostBuffers, extra?: (g: GpuBackend, d: DeviceBuffers) => void) {
+    const cpu = new CpuBackend({ memoryLimit: 2 ** 31 });
+    const sides = [gpu, cpu].map((b) => {
+      const d = toDevice(b, host);
+      launchOn(b, kernels, c.shape, c.layout.slots.length, d, c.launch);
+      extra?.(b, d);
+      b.synchronize();
+      const out = Object.fromEntries(OUTPUTS.map((n) => [n, fromDevice(b, host, d, n)])) as Record<BufferName, Float32Array>;
+      freeDevice(b, d);
+      return out;
+    });
+    cpu.dispose();
+    return { got: sides[0]!, ref: sides[1]! };
+  }
+
+  for (const shape of SHAPES) {
+    const caseSeed = baseSeed + 7919 * caseCounter++;
+    for (const c of casesFor(shape, rng(caseSeed))) {
+      it(c.name, () => {
+        const seed = baseSeed + 104729 * caseCounter++;
+        const host = randomHost(c.shape, c.layout, rng(seed));
+        const { got, ref } = runBoth(c, host);
+        for (const name of OUTPUTS) check(c.name, name, got[name], ref[name]);
+      });
+    }
+  }
+
+  it('carried cycle chained: verify → (accept) → verify → decode, each backend from its own results', () => {
+    const s = SHAPES[1]!;
+    const R = rng(baseSeed + 31);
+    const pos = positions(s, R, 3, 4);
+    const k = 4;
+    const host = randomHost(s, { ...pos, rows: pos.slots.map(() => k), pending: new Array<number>(s.maxSeqs).fill(0) }, R);
+    const host2 = randomHost(s, { ...pos, rows: pos.slots.map(() => k) }, R);
+    const host3 = randomHost(s, { ...pos, rows: pos.slots.map(() => 1) }, R);
+    const name = `${s.name} | chained carried cycle`;
+    const cpu = new CpuBackend({ memoryLimit: 2 ** 31 });
+    const outs = [gpu, cpu].map((b) => {
+      const d = toDevice(b, host);
+      const verify: Launch = { kernel: 'recurrent', mode: 1, k, carried: true };
+      launchOn(b, kernels, s, 3, d, verify);
+      // accept 3, 0 (padding), 2 rows: pending counts per slot; the sequences advance
+      const pend = new Uint32Array(s.maxSeqs);
+      const acc = [3, 0, 2];
+      const lens = Int32Array.from(pos.seqLens);
+      pos.slots.forEach((slot, p) => {
+        if (slot >= 0) {
+          pend[slot] = acc[p]!;
+          lens[p] = lens[p]! + acc[p]!;
+        }
+      });
+      b.upload(d.pending, pend);
+      b.upload(d.seqLens, lens);
+      b.upload(d.qkvz, host2.qkvz);
+      b.upload(d.ba, host2.ba);
+      launchOn(b, kernels, s, 3, d, verify);
+      const pend2 = new Uint32Array(s.maxSeqs);
+      pos.slots.forEach((slot, p) => {
+        if (slot >= 0) {
+          pend2[slot] = [4, 0, 1][p]!;
+          lens[p] = lens[p]! + pend2[slot]!;
+        }
+      });
+      b.upload(d.pending, pend2);
+      b.upload(d.seqLens, lens);
+      b.upload(d.qkvz, host3.qkvz.subarray(0, 3 * derived(s).width));
+      b.upload(d.ba, host3.ba.subarray(0, 3 * 2 * s.hv));
+      const rowStarts = Int32Array.from([0, 1, 2, 3]);
+      b.upload(d.rowStarts, rowStarts);
+      launchOn(b, kernels, s, 3, d, { kernel: 'recurrent', mode: 0, k: 1, carried: true });
+      b.synchronize();
+      const out = Object.fromEntries(OUTPUTS.map((n) => [n, fromDevice(b, host, d, n)])) as Record<BufferName, Float32Array>;
+      freeDevice(b, d);
+      return out;
+    });
+    cpu.dispose();
+    for (const n of OUTPUTS) check(name, n, outs[0]![n], outs[1]![n]);
+  });
+
+  it('write-on-accept chained: verify k=4 then fold of the accepted prefix', () => {
+    const s = SHAPES[2]!;
+    const R = rng(baseSeed + 37);
+    const pos = positions(s, R, 3, 2);
+    const k = 4;
+    const host = randomHost(s, { ...pos, rows: pos.slots.map(() => k), naTab: [2, 0, 4] }, R);
+    const name = `${s.name} | verify then fold`;
+    const c: Case = { name, shape: s, layout: { ...pos, rows: pos.slots.map(() => k) }, launch: { kernel: 'recurrent', mode: 1, k, carried: false } };
+    const { got, ref } = runBoth(c, host, (b, d) => launchOn(b, kernels, s, 3, d, { kernel: 'fold', k }));
+    for (const n of OUTPUTS) check(name, n, got[n], ref[n]);
+  });
+
+  it.skipIf(!device.real && !process.env.METRALE_GDN_BIG)('prefill at the Qwen3-Next-80B shape: gdn_chunk vs the CPU reference and vs gdn_recurrent row by row', () => {
+    const s: Shape = { name: '80B', hk: 16, hv: 32, dk: 128, dv: 128, K: 4, maxK: 4, maxSeqs: 2 };
+    const R = rng(baseSeed + 41);
+    const rows = [150, 150];
+    const layout: StepLayout = { slots: [1, 0], seqLens: [0, 37], rows };
+    const host = randomHost(s, layout, R);
+    const c: Case = { name: '80B | chunk 2×150 rows', shape: s, layout, launch: { kernel: 'chunk', carried: false } };
+    const { got, ref } = runBoth(c, host);
+    for (const n of OUTPUTS) check(c.name, n, got[n], ref[n], 1e-4);
+    // The row-by-row recurrence on the GPU (gdn_recurrent mode 0, k = rows) as the oracle.
+    const d = toDevice(gpu, host);
+    launchOn(gpu, kernels, s, 2, d, { kernel: 'recurrent', mode: 0, k: 150, carried: false });
+    gpu.synchronize();
+    for (const n of ['y', 'state', 'convRing'] as const) check('80B | chunk vs recurrent k=150', n, got[n], fromDevice(gpu, host, d, n), 1e-4);
+    freeDevice(gpu, d);
+  });
+});
