@@ -99,6 +99,20 @@ export class WeightsError extends MetraleError {
   }
 }
 
+/** A checkpoint's `model_type` has no registered adapter; the message names the supported ones. */
+export class UnsupportedArchitectureError extends MetraleError {
+  readonly modelType: string;
+  readonly supported: readonly string[];
+  constructor(modelType: string, supported: readonly string[], where?: string) {
+    super(
+      `${where ? `${where}: ` : ''}model_type ${JSON.stringify(modelType)} is not supported; ` +
+        (supported.length ? `supported: ${supported.join(', ')}` : 'no architecture is registered'),
+    );
+    this.modelType = modelType;
+    this.supported = supported;
+  }
+}
+
 /** A layer fixture cannot be read or does not fit the plugin; the message names the file and field. */
 export class FixtureError extends MetraleError {
   readonly file: string;

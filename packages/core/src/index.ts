@@ -48,3 +48,7 @@ export { MemoryWeightSource, prefixedWeights } from './weights/weight-source.js'
 export { SafetensorsFile, encodeSafetensors, tensorOf } from './weights/safetensors.js';
 
 export * from './fixture/index.js';
+
+export * from './model/index.js';
+export type { DraftProposer, NgramOptions } from './spec/ngram-proposer.js';
+export { NgramProposer, parseNgramSpec } from './spec/ngram-proposer.js';

@@ -14,7 +14,7 @@ const WOA: readonly LayerSpec[] = [
 // Two carried-state layers (C0 folds the pending rows in its kernel), one that only supports
 // write-on-accept, and a layer with no hooks.
 const CARRIED: readonly LayerSpec[] = [
-  { name: 'C0', salt: 0.125, carry: { stashSeqFloats: 6, convRowElems: 8 }, foldsCarried: true },
+  { name: 'C0', salt: 0.125, carry: { stashSeqFloats: 6, convRowElems: 8, convStashRows: 2 * LIMITS.maxK + 1 }, foldsCarried: true },
   { name: 'C1', salt: -0.25, carry: { stashSeqFloats: 4, convRowElems: 10 } },
   { name: 'W', salt: 0.375, woaStashFloats: 3 },
   { name: 'P', salt: 0.5, plain: true },
@@ -210,6 +210,9 @@ describe('step driver: carried state', () => {
         expect(binding.maxBatch).toBe(batch);
         expect(binding.stashSeqFloats).toBeGreaterThanOrEqual(own.stashSeqFloats);
         expect(binding.convRowElems).toBeGreaterThanOrEqual(own.convRowElems);
+        // Conv stash rows per slot: the largest any carried layer asked for (C0: 2·maxK + 1), maxK by default.
+        expect(binding.convStashRows).toBe(2 * LIMITS.maxK + 1);
+        expect(binding.convStashRows).toBeGreaterThanOrEqual(own.convStashRows ?? binding.maxK);
         expect(Object.isFrozen(binding)).toBe(true);
         expect(readU32(rig.gpu, binding.flag, 1)).toEqual([1]);
         expect(readU32(rig.gpu, binding.pendingRows, seqs)).toEqual(new Array(seqs).fill(0));
@@ -225,7 +228,7 @@ describe('step driver: carried state', () => {
       const own = (name: string, x: GdnCarryBinding): Region[] => [
         { what: `${name} stash`, ptr: x.stash, bytes: 4 * seqs * x.stashSeqFloats },
         { what: `${name} convStateTable`, ptr: x.convStateTable, bytes: 8 * batch },
-        { what: `${name} convStash`, ptr: x.convStash, bytes: 4 * seqs * x.maxK * x.convRowElems },
+        { what: `${name} convStash`, ptr: x.convStash, bytes: 4 * seqs * x.convStashRows * x.convRowElems },
       ];
       const woa = rig.log.of('gdnWoaBind')[0]!.args as [DevicePtr, DevicePtr, number];
       expectDistinctRegions(rig.gpu, [

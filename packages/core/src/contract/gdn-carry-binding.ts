@@ -21,10 +21,15 @@ export interface GdnCarryBinding {
   readonly slotTable: DevicePtr;
   /** u64[maxBatch], this layer's own: batch position → address of that slot's conv state; the layer fills it. */
   readonly convStateTable: DevicePtr;
-  /** Conv stash of this layer: f32[seqs × maxK × convRowElems], the conv input rows of each slot's last verify. */
+  /**
+   * Conv stash of this layer: f32[seqs × convStashRows × convRowElems], the conv input rows of
+   * each slot's last verify (how the rows are placed within a slot's convStashRows is the layer's).
+   */
   readonly convStash: DevicePtr;
   readonly convRowElems: number;
-  /** Rows per slot in `stash` and `convStash` (the driver's maxK). */
+  /** Conv input rows per slot in `convStash`: the largest `convStashRows` the layers asked for (default maxK). */
+  readonly convStashRows: number;
+  /** Rows per slot in `stash` (the driver's maxK). */
   readonly maxK: number;
   readonly seqs: number;
   readonly maxBatch: number;

@@ -7,8 +7,14 @@ import type { LayerState } from './layer-state.js';
 export interface GdnCarrySize {
   /** f32 words of stash per sequence. */
   readonly stashSeqFloats: number;
-  /** f32 elements of one conv input row (the conv stash keeps maxK rows per slot). */
+  /** f32 elements of one conv input row. */
   readonly convRowElems: number;
+  /**
+   * Conv input rows the conv stash keeps per slot; default (absent): the driver's maxK. A layer
+   * whose kernels index the conv stash as a ring by position (so that a verify can record its new
+   * rows while other CTAs still read the pending ones) asks for more, e.g. 2 · maxK.
+   */
+  readonly convStashRows?: number;
 }
 
 /**

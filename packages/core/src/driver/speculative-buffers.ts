@@ -52,7 +52,7 @@ export class SpeculativeBuffers {
     gpu.memsetAsync(this.naTab, 0, 4 * maxBatch, stream);
     gpu.memsetAsync(this.pendingRows, 0, 4 * maxSeqs, stream);
 
-    const carry: { l: Bound; size: { stashSeqFloats: number; convRowElems: number } }[] = [];
+    const carry: { l: Bound; size: { stashSeqFloats: number; convRowElems: number; convStashRows?: number } }[] = [];
     const woa: { l: Bound; floats: number }[] = [];
     for (const l of layers) {
       if (mode === 'carried') {
@@ -60,6 +60,7 @@ export class SpeculativeBuffers {
         if (size !== undefined) {
           checkCount(l.layer, 'gdnCarrySeqFloats().stashSeqFloats', size.stashSeqFloats);
           checkCount(l.layer, 'gdnCarrySeqFloats().convRowElems', size.convRowElems);
+          if (size.convStashRows !== undefined) checkCount(l.layer, 'gdnCarrySeqFloats().convStashRows', size.convStashRows);
           carry.push({ l, size });
           continue;
         }
@@ -84,16 +85,19 @@ export class SpeculativeBuffers {
     if (carry.length > 0) {
       const stashSeqFloats = Math.max(...carry.map((c) => c.size.stashSeqFloats));
       const convRowElems = Math.max(...carry.map((c) => c.size.convRowElems));
+      // Conv input rows per slot: maxK unless a layer asks for more (e.g. a ring of 2 · maxK).
+      const convStashRows = Math.max(...carry.map((c) => c.size.convStashRows ?? maxK));
       const flag = alloc(4);
       gpu.copyToDeviceAsync(flag, this.#staging, one.byteOffset - b.byteOffset, 4, stream);
       for (const c of carry) {
         const stash = alloc(4 * stashSeqFloats * maxSeqs);
-        const convStash = alloc(4 * maxK * convRowElems * maxSeqs);
+        const convStash = alloc(4 * convStashRows * convRowElems * maxSeqs);
         const convStateTable = alloc(8 * maxBatch);
         gpu.memsetAsync(convStateTable, 0, 8 * maxBatch, stream);
         c.l.hooks.gdnCarryBind(
           Object.freeze({
-            flag, stash, stashSeqFloats, pendingRows: this.pendingRows, slotTable, convStateTable, convStash, convRowElems, maxK, seqs: maxSeqs, maxBatch,
+            flag, stash, stashSeqFloats, pendingRows: this.pendingRows, slotTable, convStateTable, convStash, convRowElems, convStashRows, maxK, seqs: maxSeqs,
+            maxBatch,
           }),
         );
       }

@@ -9,6 +9,10 @@ export interface WeightSource {
   has(name: string): boolean;
   /** Throws `WeightsError` naming the tensor and the origin when absent. */
   get(name: string): HostTensor;
+  /** The file a tensor lives in (a shard of a checkpoint), for error messages; `origin` when absent. */
+  fileOf?(name: string): string | undefined;
+  /** A tensor's full name in its file, for a view that removed a prefix; the name itself when absent. */
+  qualifiedName?(name: string): string;
 }
 
 /** Tensors held in memory, keyed by name. */
@@ -41,5 +45,7 @@ export function prefixedWeights(source: WeightSource, prefix: string): WeightSou
       const t = source.get(prefix + name);
       return { ...t, name };
     },
+    fileOf: (name) => source.fileOf?.(prefix + name) ?? source.origin,
+    qualifiedName: (name) => source.qualifiedName?.(prefix + name) ?? prefix + name,
   };
 }

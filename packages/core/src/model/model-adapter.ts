@@ -1,0 +1,35 @@
+import type { LayerLimits, TransformerLayer } from '../contract/layer.js';
+import type { GpuBackend } from '../device/gpu-backend.js';
+import type { PluginRegistry } from '../plugin/registry.js';
+import type { WeightSource } from '../weights/weight-source.js';
+
+/** Everything an adapter gets to build a model. */
+export interface ModelBuildContext {
+  readonly gpu: GpuBackend;
+  /** config.json as written by `save_pretrained`. */
+  readonly config: Readonly<Record<string, unknown>>;
+  /** The checkpoint's tensors under their Hugging Face names (`model.layers.0.…`). */
+  readonly weights: WeightSource;
+  readonly limits: LayerLimits;
+  /** Loaded plugins, for adapters that let a plugin provide a layer type. */
+  readonly plugins?: PluginRegistry;
+}
+
+/** A built model: the driver's layer stack, token ids in, logits out. */
+export interface ModelStack {
+  /** Embedding first, lm head last; the last layer's output rows are f32 logits. */
+  readonly layers: readonly TransformerLayer<any>[];
+  readonly vocabSize: number;
+  /** Token ids that end a sequence (config `eos_token_id`), possibly none. */
+  readonly eosTokenIds: readonly number[];
+  /** Frees every layer and the buffers the model shares between them. */
+  dispose(): void;
+}
+
+/** Maps a Hugging Face `model_type` to a stack of layers. */
+export interface ModelAdapter {
+  readonly modelType: string;
+  /** One line for listings (`qwen3_next: Gated DeltaNet + gated attention, MoE`). */
+  readonly description?: string;
+  build(context: ModelBuildContext): ModelStack;
+}

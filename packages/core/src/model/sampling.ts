@@ -1,0 +1,86 @@
+import { argmaxRow, sampleFrom, softmaxRow, type ProbabilityTransform } from '../driver/acceptance.js';
+import { InvalidArgumentError } from '../errors.js';
+import type { SeededRandom } from '../random/seeded-random.js';
+
+/** How a sequence picks its next token. Temperature 0 (the default) is greedy. */
+export interface SamplingParams {
+  readonly temperature?: number;
+  /** Keep the k most likely tokens; 0 or absent: off. */
+  readonly topK?: number;
+  /** Keep the most likely tokens whose probabilities add up to p; 1 or absent: off. */
+  readonly topP?: number;
+  /** Keep tokens at least `minP` times as likely as the most likely one; 0 or absent: off. */
+  readonly minP?: number;
+  /** Seed of the sequence's random stream. */
+  readonly seed?: number;
+}
+
+export function isGreedy(p: SamplingParams | undefined): boolean {
+  return !p || !(p.temperature !== undefined && p.temperature > 0);
+}
+
+/** Throws `InvalidArgumentError` naming the parameter that is out of range. */
+export function checkSampling(p: SamplingParams): void {
+  const bad = (what: string, v: unknown, range: string): never => {
+    throw new InvalidArgumentError(`sampling: ${what} must be ${range}, got ${String(v)}`);
+  };
+  if (p.temperature !== undefined && !(Number.isFinite(p.temperature) && p.temperature >= 0)) bad('temperature', p.temperature, 'a number ≥ 0');
+  if (p.topK !== undefined && !(Number.isInteger(p.topK) && p.topK >= 0)) bad('topK', p.topK, 'an integer ≥ 0');
+  if (p.topP !== undefined && !(p.topP > 0 && p.topP <= 1)) bad('topP', p.topP, 'in (0, 1]');
+  if (p.minP !== undefined && !(p.minP >= 0 && p.minP <= 1)) bad('minP', p.minP, 'in [0, 1]');
+  if (p.seed !== undefined && !Number.isInteger(p.seed)) bad('seed', p.seed, 'an integer');
+}
+
+/** Largest value v such that at least `count` entries of `probs` are ≥ v. */
+function cutoff(probs: Float32Array, count: number): number {
+  const sorted = Float32Array.from(probs).sort();
+  return sorted[sorted.length - count]!;
+}
+
+/**
+ * The top-k, top-p and min-p filters, in Hugging Face's order (after temperature), on a probability
+ * row: entries that fail become 0 (the rest is not renormalised; `sampleFrom` need not be). A tie
+ * at a cut-off keeps every tied token, so the result never depends on an order of equal values;
+ * the device sampler of `@metrale/layer-std` applies the same rule.
+ */
+export function probabilityFilter(p: SamplingParams): ProbabilityTransform | undefined {
+  const topK = p.topK ?? 0;
+  const topP = p.topP ?? 1;
+  const minP = p.minP ?? 0;
+  if (topK === 0 && topP >= 1 && minP === 0) return undefined;
+  return (probs: Float32Array): Float32Array => {
+    const out = Float32Array.from(probs);
+    if (topK > 0 && topK < out.length) {
+      const v = cutoff(out, topK);
+      for (let i = 0; i < out.length; i++) if (out[i]! < v) out[i] = 0;
+    }
+    if (topP < 1) {
+      let total = 0;
+      for (let i = 0; i < out.length; i++) total += out[i]!;
+      const sorted = Float32Array.from(out).sort().reverse();
+      let acc = 0;
+      let v = sorted[0]!;
+      for (let i = 0; i < sorted.length && sorted[i]! > 0; i++) {
+        v = sorted[i]!;
+        acc += v;
+        if (acc >= topP * total) break;
+      }
+      for (let i = 0; i < out.length; i++) if (out[i]! < v) out[i] = 0;
+    }
+    if (minP > 0) {
+      let max = 0;
+      for (let i = 0; i < out.length; i++) max = Math.max(max, out[i]!);
+      const v = minP * max;
+      for (let i = 0; i < out.length; i++) if (out[i]! < v) out[i] = 0;
+    }
+    return out;
+  };
+}
+
+/** The token for logit row `r`: its argmax when greedy, else a draw from the filtered softmax. */
+export function sampleLogitsRow(logits: Float32Array, vocab: number, r: number, p: SamplingParams | undefined, random: SeededRandom): number {
+  if (isGreedy(p)) return argmaxRow(logits, vocab, r);
+  const probs = softmaxRow(logits, vocab, r, p!.temperature!);
+  const filter = probabilityFilter(p!);
+  return sampleFrom(filter ? filter(probs) : probs, random);
+}
