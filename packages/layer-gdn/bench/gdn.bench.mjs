@@ -18,9 +18,15 @@
 //               the next verify (gdn_recurrent mode 1, carried, k = 4, pending = 4 on every slot)
 //               folds those 4 rows into S, writes S once, and scores its 4 new rows from registers;
 //               floor: 2 × batch × 2 MiB, the same as one decode step; bar ≤ 1.10 × decode.
-//   prefill     gdn_chunk, one sequence of 8192 rows from an empty state; FLOPs counted as the
-//               chunked (WY) form with C = 64 (see chunkFlops); bar: ≥ 40 % of the bf16 GEMM rate;
-//               flash-linear-attention's chunk prefill takes 1.08 ms on this H200.
+//   prefill     the chunked WY prefill (kernels/gdn-chunk.cu: gdn_prefill_wy + gdn_prefill_scan, the
+//               gated norm fused on sm_90), one sequence of 8192 rows from an empty state and 4
+//               sequences of 2048; fast build (bf16 operands, what the layer runs above
+//               PREFILL_EXACT_MAX_ROWS rows) and exact build (bf16 hi/lo pairs); the two kernels
+//               alone; the unfused norm; the row-by-row oracle (gdn_chunk_rowwise) once. FLOPs
+//               counted as the chunked (WY) form with C = 64 (see chunkFlops); bar: ≥ 40 % of the
+//               bf16 GEMM rate; flash-linear-attention's chunk prefill takes 1.08 ms on this H200.
+// METRALE_GDN_BENCH_ONLY=prefill runs the ceilings and the prefill sections only.
+// METRALE_GDN_FATBIN_DIR=dir: fatbins from there (dir/<file>.fatbin) before dist/kernels.
 // A failing section is reported and the others still run. Results print as a table and go to
 // $METRALE_BENCH_OUT (default bench-results/gdn.json) as JSON.
 import { execFileSync } from 'node:child_process';
@@ -76,11 +82,16 @@ async function main() {
   }
   const { defineKernelModule } = await import('@metrale/core');
   const fatbin = hook ? (k) => k : (k, file) => withFatbin(k, file, defineKernelModule);
-  const kernels = {
-    recurrent: fatbin(pkg.recurrentKernel, 'gdn-recurrent'),  // replaced for the A/B section
-    fold: fatbin(pkg.foldKernel, 'gdn-fold'),
-    chunk: fatbin(pkg.chunkKernel, 'gdn-chunk'),
-  };
+  // Loaded on first use (a section that does not run needs no fatbin).
+  const kernels = {};
+  for (const [key, k, file] of [
+    ['recurrent', pkg.recurrentKernel, 'gdn-recurrent'],  // replaced for the A/B section
+    ['fold', pkg.foldKernel, 'gdn-fold'],
+    ['chunk', pkg.chunkKernel, 'gdn-chunk-rowwise'],
+  ]) {
+    let v;
+    Object.defineProperty(kernels, key, { get: () => (v ??= fatbin(k, file)), set: (x) => { v = x; }, enumerable: true });
+  }
   const gpu = cb.CudaBackend.create();
   const dev = gpu.device;
   log(`gdn bench: ${found.reason}`);
@@ -114,7 +125,9 @@ async function main() {
     return { ms: med, min: ms[0], max: ms[ms.length - 1], reps };
   }
 
+  const only = process.env.METRALE_GDN_BENCH_ONLY;
   const section = async (name, body) => {
+    if (only && !name.startsWith(only) && name !== 'copy bandwidth' && name !== 'bf16 GEMM') return;
     const t0 = Date.now();
     try {
       await body();
@@ -187,7 +200,7 @@ async function main() {
       ba: gpu.alloc(maxRows * 2 * SHAPE.hv * 4),
       y: gpu.alloc(maxRows * SHAPE.hv * SHAPE.dv * 4),
       stash: gpu.alloc(maxSlots * stashSeqFloats * 4),
-      convStash: gpu.alloc(maxSlots * SHAPE.maxK * convDim * 4),
+      convStash: gpu.alloc(maxSlots * 2 * SHAPE.maxK * convDim * 4),  // a ring of 2·maxK rows per slot
       pending: gpu.alloc(maxSlots * 4),
     };
     fillRandomF32(gpu, L.state, (maxSlots * stateSeqBytes) / 4, 0.5);
@@ -225,15 +238,19 @@ async function main() {
     const shapeArgs = { ...SHAPE };
     const grid = (batch) => [batch, SHAPE.hv];
     const block = Math.min(SHAPE.dv, 1024);
+    // The default gdn_recurrent / gdn_fold (the smem variant) take dynamic shared memory
+    // (src/gdn-launch.ts variantSharedBytes; bench/gdn-ab.mjs times every variant); legacy none.
+    const defaultShared = defaultSharedBytes();
+    const sharedOf = (k) => (k === nocapKernel ? 0 : defaultShared);
     const recurrent = (t, batch, mode, k, carried) =>
-      gpu.launch(kernels.recurrent, { grid: grid(batch), block, stream }, {
+      gpu.launch(kernels.recurrent, { grid: grid(batch), block, sharedBytes: sharedOf(kernels.recurrent), stream }, {
         qkvz: L.qkvz, ba: L.ba, y: L.y, slots: t.slots, rowStarts: t.rowStarts, seqLens: t.seqLens, state: L.state, convRing: L.convRing,
         convWeight: L.convWeight, aLog: L.aLog, dtBias: L.dtBias, normWeight: L.normWeight,
         stash: mode === 1 || carried ? L.stash : 0n, convStash: carried ? L.convStash : 0n, pending: carried ? L.pending : 0n,
         mode, batch, k, ...shapeArgs, eps: EPS,
       });
     const fold = (t, batch, k) =>
-      gpu.launch(kernels.fold, { grid: grid(batch), block, stream }, {
+      gpu.launch(kernels.fold, { grid: grid(batch), block, sharedBytes: defaultShared, stream }, {
         qkvz: L.qkvz, slots: t.slots, seqLens: t.seqLens, naTab: t.naTab, state: L.state, convRing: L.convRing, stash: L.stash,
         batch, k, ...shapeArgs,
       });
@@ -282,10 +299,12 @@ async function main() {
       });
     }
 
-    // A/B of the register cap (where nvcc is here): the same decode and carried cycle with
-    // gdn_recurrent built without __maxnreg__(168) (no spills, 2 instead of 3 CTAs per SM).
-    const nocap = hook ? undefined : buildVariant(pkg.recurrentKernel, 'gdn-recurrent', ['-DGDN_MAXNREG=0'], 'nocap', defineKernelModule);
-    if (!nocap) log('(no nvcc here: the no-register-cap variant of gdn_recurrent is not measured)');
+    // A/B of the register cap (where nvcc is here): the same decode and carried cycle with the
+    // legacy gdn_recurrent built without __maxnreg__(168) (no spills, 2 instead of 3 CTAs per SM).
+    const legacyDecl = Object.freeze({ ...pkg.recurrentKernel, cuda: { ...pkg.recurrentKernel.cuda, symbol: 'gdn_recurrent_legacy' } });
+    const nocap = hook || only ? undefined : buildVariant(legacyDecl, 'gdn-recurrent', ['-DGDN_MAXNREG=0'], 'nocap', defineKernelModule);
+    nocapKernel = nocap;
+    if (!nocap && !only) log('(no nvcc here: the no-register-cap variant of gdn_recurrent is not measured)');
     for (const batch of nocap ? [32, 256] : []) {
       await section(`decode batch ${batch}, no register cap`, () => {
         const sets = setsFor(batch);
@@ -373,33 +392,95 @@ async function main() {
       });
     }
 
-    await section('prefill 8192 rows', () => {
-      const rows = 8192;
-      const t1 = {
-        slots: gpu.alloc(16), seqLens: gpu.alloc(16), rowStarts: gpu.alloc(16),
-      };
-      gpu.upload(t1.slots, Int32Array.from([0]));
-      gpu.upload(t1.seqLens, Int32Array.from([0]));
-      gpu.upload(t1.rowStarts, Int32Array.from([0, rows]));
-      try {
-        const run = () =>
-          gpu.launch(kernels.chunk, { grid: grid(1), block, stream }, {
-            qkvz: L.qkvz, ba: L.ba, y: L.y, slots: t1.slots, rowStarts: t1.rowStarts, seqLens: t1.seqLens, state: L.state, convRing: L.convRing,
-            convWeight: L.convWeight, aLog: L.aLog, dtBias: L.dtBias, normWeight: L.normWeight, stash: 0n, convStash: 0n, pending: 0n,
-            batch: 1, ...shapeArgs, eps: EPS,
-          });
-        // One timed launch first to size the repetitions (the row-by-row version is slow).
-        const probeT = time(run, { reps: 1, warmup: 1 });
-        const reps = Math.max(3, Math.min(50, Math.floor(20_000 / Math.max(probeT.ms, 1e-3))));
-        const t = time(run, { reps, warmup: 1 });
-        const flop = chunkFlops(rows);
-        row('prefill 8192 (gdn_chunk)', 1, 'flop', flop, t, gemmRate, {
-          recurrentFlop: recurrentFlops(rows), flaMs: 1.08, vsFla: t.ms / 1.08, bar: '≥ 0.40 of bf16 GEMM rate',
-        });
-      } finally {
-        Object.values(t1).forEach((p) => gpu.free(p));
-      }
+    // ---- prefill: the chunked WY form ----
+    const prefillShape = { ...SHAPE };
+    const pk = {
+      wy: fatbin(pkg.prefillWyKernel, 'gdn-chunk'),
+      wyExact: fatbin(pkg.prefillWyExactKernel, 'gdn-chunk'),
+      scan: fatbin(pkg.prefillScanKernel, 'gdn-chunk'),
+      scanExact: fatbin(pkg.prefillScanExactKernel, 'gdn-chunk'),
+      scanC4: fatbin(pkg.prefillScanC4Kernel, 'gdn-chunk'),
+      scanC4Exact: fatbin(pkg.prefillScanC4ExactKernel, 'gdn-chunk'),
+      norm: fatbin(pkg.prefillNormKernel, 'gdn-chunk'),
+    };
+    const clusters = dev.computeCapability[0] >= 9;
+    const scratchBytes = Math.max(pkg.prefillScratchLayout(prefillShape, maxRows, 1).bytes, pkg.prefillScratchLayout(prefillShape, maxRows, 2).bytes);
+    const scratch = await (async () => {
+      if (only && !'prefill'.startsWith(only) && !only.startsWith('prefill')) return 0n;
+      return gpu.alloc(scratchBytes);
+    })();
+    const prefillTables = (lens) => {
+      const n = lens.length;
+      const t = { slots: gpu.alloc(Math.max(16, 4 * n)), seqLens: gpu.alloc(Math.max(16, 4 * n)), rowStarts: gpu.alloc(Math.max(16, 4 * (n + 1))) };
+      gpu.upload(t.slots, Int32Array.from({ length: n }, (_, p) => p));
+      gpu.upload(t.seqLens, new Int32Array(n));
+      gpu.upload(t.rowStarts, Int32Array.from({ length: n + 1 }, (_, p) => lens.slice(0, p).reduce((a, b) => a + b, 0)));
+      return t;
+    };
+    const prefillBufs = (t) => ({
+      qkvz: L.qkvz, ba: L.ba, y: L.y, slots: t.slots, rowStarts: t.rowStarts, seqLens: t.seqLens, state: L.state, convRing: L.convRing,
+      convWeight: L.convWeight, aLog: L.aLog, dtBias: L.dtBias, normWeight: L.normWeight, stash: 0n, convStash: 0n, pending: 0n, scratch,
     });
+    const prefillArgs = (t, batch, rows, plan) => ({
+      ...prefillBufs(t), batch, rows, ...SHAPE, eps: EPS, fuseNorm: plan.fuseNorm ? 1 : 0,
+    });
+    const prefillExtra = (rows, seqs, plan, label) => ({
+      recurrentFlop: recurrentFlops(rows), flaMs: 1.08, bar: '≥ 0.40 of bf16 GEMM rate', build: label, fuseNorm: plan.fuseNorm,
+      flopFormula: 'per value head and chunk of C = 64: 3·2C²d_k + 2·2C²d_v + 3·2C·d_k·d_v + C³/3',
+      seqs,
+    });
+    const prefillCases = [
+      { name: 'prefill 8192 rows', lens: [8192] },
+      { name: 'prefill 4 × 2048 rows', lens: [2048, 2048, 2048, 2048] },
+    ];
+    for (const pc of prefillCases) {
+      await section(pc.name, () => {
+        const rows = pc.lens.reduce((a, b) => a + b, 0);
+        const batch = pc.lens.length;
+        const t1 = prefillTables(pc.lens);
+        const flop = pc.lens.reduce((a, n) => a + chunkFlops(n), 0);
+        try {
+          const variants = [
+            { label: 'fast', exact: false, clusters },
+            { label: 'exact', exact: true, clusters },
+            ...(clusters ? [{ label: 'fast, norm kernel', exact: false, clusters: false }] : []),
+            // A/B: the scan in clusters of 4 CTAs of 4 warps per head (twice the SMs, twice the L2 reads).
+            { label: 'fast, scan clusters of 4', exact: false, clusters, cluster: 4 },
+            { label: 'exact, scan clusters of 4', exact: true, clusters, cluster: 4 },
+          ];
+          for (const v of variants) {
+            const plan = pkg.prefillPlan(prefillShape, batch, rows, stream, { clusters: v.clusters, exact: v.exact, ...(v.cluster ? { cluster: v.cluster } : {}) });
+            const run = () => pkg.launchPrefill(gpu, pk, prefillShape, prefillBufs(t1), batch, rows, EPS, plan);
+            const t = time(run, { reps: 20, warmup: 2 });
+            const rec = row(`${pc.name} (${v.label})`, batch, 'flop', flop, t, gemmRate, { ...prefillExtra(rows, pc.lens, plan, v.label), vsFla: t.ms / 1.08 });
+            log(`${rec.name}: ${t.ms.toFixed(3)} ms, ${(rec.perS / 1e12).toFixed(1)} TFLOP/s, ${rec.ratio !== undefined ? (100 * rec.ratio).toFixed(1) : '?'} % of GEMM, ${(t.ms / 1.08).toFixed(2)} × FLA`);
+            if (!v.label.includes('norm kernel')) {
+              // The two kernels alone (each launch repeated: the scratch stays valid).
+              const args = prefillArgs(t1, batch, rows, plan);
+              const wyK = v.exact ? pk.wyExact : pk.wy;
+              const scanK = plan.cluster === 4 ? (v.exact ? pk.scanC4Exact : pk.scanC4) : v.exact ? pk.scanExact : pk.scan;
+              const tw = time(() => gpu.launch(wyK, plan.wy, args), { reps: 20, warmup: 2 });
+              const ts = time(() => gpu.launch(scanK, plan.scan, args), { reps: 20, warmup: 2 });
+              const parts = pc.lens.reduce((a, n) => { const f = chunkFlopParts(n); return { wy: a.wy + f.wy, scan: a.scan + f.scan }; }, { wy: 0, scan: 0 });
+              row(`  ${v.label}: gdn_prefill_wy alone`, batch, 'flop', parts.wy, tw, gemmRate, { build: v.label, part: 'wy' });
+              row(`  ${v.label}: gdn_prefill_scan alone`, batch, 'flop', parts.scan, ts, gemmRate, { build: v.label, part: 'scan' });
+              log(`  wy ${tw.ms.toFixed(3)} ms, scan ${ts.ms.toFixed(3)} ms`);
+            }
+          }
+          if (pc.lens.length === 1) {
+            const rt = time(() => gpu.launch(kernels.chunk, { grid: grid(batch), block, stream }, {
+              qkvz: L.qkvz, ba: L.ba, y: L.y, slots: t1.slots, rowStarts: t1.rowStarts, seqLens: t1.seqLens, state: L.state, convRing: L.convRing,
+              convWeight: L.convWeight, aLog: L.aLog, dtBias: L.dtBias, normWeight: L.normWeight, stash: 0n, convStash: 0n, pending: 0n,
+              batch, ...shapeArgs, eps: EPS,
+            }), { reps: 2, warmup: 1 });
+            row(`${pc.name} (row-by-row oracle)`, batch, 'flop', flop, rt, gemmRate, { vsFla: rt.ms / 1.08, build: 'rowwise' });
+          }
+        } finally {
+          Object.values(t1).forEach((p) => gpu.free(p));
+        }
+      });
+    }
+    if (scratch) gpu.free(scratch);
     for (const p of Object.values(L)) gpu.free(p);
   } catch (error) {
     result.errors.push(`setup: ${error?.stack ?? error}`);
@@ -427,7 +508,7 @@ async function main() {
     s.ms >= 1 ? `${s.ms.toFixed(3)} ms` : `${(s.ms * 1e3).toFixed(2)} µs`,
     s.kind === 'bytes' ? `${(s.perS / 1e12).toFixed(3)} TB/s` : `${(s.perS / 1e12).toFixed(1)} TFLOP/s`,
     s.ratio !== undefined ? `${(100 * s.ratio).toFixed(1)} %` : '–',
-    s.vsDecode !== undefined ? `${s.vsDecode.toFixed(2)} ×` : s.vsFla !== undefined ? `${s.vsFla.toFixed(1)} × FLA` : '',
+    s.vsDecode !== undefined ? `${s.vsDecode.toFixed(2)} ×` : s.vsFla !== undefined ? `${s.vsFla.toFixed(2)} × FLA time` : '',
     s.bar ?? '',
   ]);
   const widths = head.map((h, i) => Math.max(h.length, ...lines.map((l) => l[i].length)));
@@ -440,12 +521,32 @@ async function main() {
   writeResult(result);
 }
 
+let nocapKernel;
+
+/** src/gdn-launch.ts variantSharedBytes('smem', the bench's shape): the default kernels' dynamic shared memory. */
+function defaultSharedBytes() {
+  const pad4 = (x) => (x + 3) & ~3;
+  const tb = Math.min(4, SHAPE.maxK) <= 1 ? 1 : 4;
+  const mb = SHAPE.maxK <= 4 ? 4 : 8;
+  return 4 * (pad4(SHAPE.dk * SHAPE.dv) + (2 * tb + mb) * pad4(SHAPE.dk) + 496);
+}
+
 /** FLOPs of the chunked (WY) form, C = 64, per head: KKᵀ, W, QKᵀ (2C²d_k each), U and the intra-chunk output (2C²d_v each), WS, QS and the state update (2C·d_k·d_v each), the triangular solve (C³/3). */
 function chunkFlops(rows, C = 64) {
   const { hv, dk, dv } = SHAPE;
   const chunks = Math.ceil(rows / C);
   const perChunk = 3 * 2 * C * C * dk + 2 * 2 * C * C * dv + 3 * 2 * C * dk * dv + (C * C * C) / 3;
   return hv * chunks * perChunk;
+}
+
+/** The same FLOPs split by kernel: gdn_prefill_wy (KKᵀ, QKᵀ, W, U, the solve), gdn_prefill_scan (WS, QS, the state update, the intra-chunk output). */
+function chunkFlopParts(rows, C = 64) {
+  const { hv, dk, dv } = SHAPE;
+  const chunks = Math.ceil(rows / C);
+  return {
+    wy: hv * chunks * (3 * 2 * C * C * dk + 2 * C * C * dv + (C * C * C) / 3),
+    scan: hv * chunks * (2 * C * C * dv + 3 * 2 * C * dk * dv),
+  };
 }
 
 /** FLOPs of the row-by-row recurrence: per row and head Sᵀk, Sᵀq (2·d_k·d_v each), decay and update (2·d_k·d_v). */
@@ -461,6 +562,10 @@ function findNvcc() {
 
 /** The declaration, with its fatbin found: its own path, dist/kernels/, or compiled here with nvcc. */
 function withFatbin(k, file, defineKernelModule) {
+  const dir = process.env.METRALE_GDN_FATBIN_DIR;
+  if (dir && existsSync(join(dir, `${file}.fatbin`))) {
+    return Object.freeze({ ...k, cuda: { module: defineKernelModule(k.cuda.module.name, join(dir, `${file}.fatbin`)), symbol: k.cuda.symbol } });
+  }
   if (existsSync(k.cuda.module.fatbin)) return k;
   let path = join(pkgDir, 'dist', 'kernels', `${file}.fatbin`);
   if (!existsSync(path)) {

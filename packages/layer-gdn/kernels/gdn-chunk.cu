@@ -1,49 +1,1411 @@
-// Gated DeltaNet prefill (gdn_chunk). Layouts and semantics: ../KERNELS.md.
-// Version 1: the recurrence row by row from the slot's state (pending carried rows folded first),
-// committing state and ring; the code of gdn_recurrent mode 0 with ragged rows, in blocks of 8 rows
-// (this build has no register cap: S stays in registers across the blocks, 255 registers).
-// It is also the correctness oracle of any faster version (as is gdn_recurrent mode 0, k = rows).
+// Gated DeltaNet prefill in the chunked WY form (docs/layers/gdn.md, "Chunked form"; C = 64):
+// gdn_prefill_wy[_x3], gdn_prefill_scan[_c4][_x3], gdn_prefill_norm. Buffer layouts: ../KERNELS.md
+// ("Prefill"); launches: src/gdn-prefill-launch.ts (prefillPlan, launchPrefill); CPU twins:
+// src/gdn-prefill.cpu.ts. Self-contained (shares no code with gdn-recurrent.cu; gdn-chunk-rowwise.cu
+// keeps the row-by-row version as the oracle). dev/emu runs this file in a CPU thread emulator.
 //
-// Launch: grid [sequences, H_v] (or any grid of ≥ batch·H_v CTAs), block of d_v threads, no
-// dynamic shared memory. A sequence that continues (its ring holds history) and has two or more
-// rows runs in group mode when H_v > H_k: the CTA of each key head's first value head runs its r
-// value heads, since its ring writes would race with the other CTAs' history reads (see
-// gdn-recurrent.cu). A fresh sequence (committed length 0) reads no ring and runs one value head
-// per CTA.
+// Two launches (three on sm_80, or when d_v > 128), stream-ordered:
+// 1. gdn_prefill_wy: one CTA per (chunk of 64 rows of one sequence, key head g), 256 threads.
+//    Causal conv + SiLU of the chunk's q, k (and, per value head, v) channels from qkvz / the
+//    pending rows' conv stash / the ring, L2-norm factors, gates; then for each of the r value
+//    heads h of g: γ = cumsum(g), A = strict_lower(diag(β) K̂K̂ᵀ ⊙ Γ), T = (I + A)⁻¹ (forward
+//    substitution, one thread per column, f32), W = T diag(β e^γ) K̂, U = T diag(β) V,
+//    A_qk = Q̂K̂ᵀ ⊙ Γ ⊙ causal (tensor cores), written to the prefill scratch with the raw q, k and
+//    per-row scales. Chunks are independent: the whole step's chunks run at once.
+// 2. gdn_prefill_scan: per (sequence, value head) a pair of CTAs (a cluster of 2 on sm_90; the
+//    _c4 build: 4 CTAs of 4 warps), each owning its share of the head's d_v columns of S (f32, in
+//    mma accumulator registers), walks the sequence's chunks in order: V_new = U − W S;
+//    O = diag(f_q e^γ) Q S + A_qk V_new; S ← e^{γ_C} S + Kᵀ diag(f_k e^{γ_C−γ}) V_new. The gated
+//    RMSNorm needs a row's whole d_v: the cluster's CTAs swap per-row Σo² through distributed
+//    shared memory, one chunk behind (split cluster barrier), and write y (z prefetched into shared
+//    memory by cp.async a chunk ahead). The state is read once and written once; pending carried
+//    rows are folded first; the ring takes the step's last K positions.
+// 3. gdn_prefill_norm (only when the scan ran with fuseNorm = 0: sm_80, or a head's d_v spread
+//    over more than one cluster): the gated RMSNorm of y in place, one CTA per row.
 //
-// Why not the chunked WY form yet: with this launch a prefill of one sequence has at most H_v CTAs
-// (32 of 132 SMs at the 80B shape, 16 in group mode), and splitting a head's work over more CTAs
-// would need the ring written after every CTA of the sequence has read its history: a second
-// launch or a grid-wide flag, neither of which the kernel interface has.
-#define GDN_NO_RECURRENT_ENTRY
-#define GDN_RB 8               // prefill: more rows per prologue / norm barrier
-#define GDN_PROLOGUE_UNROLL 8  // and their conv loads in flight together (no register cap here)
-#include "gdn-recurrent.cu"
+// Tensor cores: mma.sync m16n8k16 bf16 × bf16 → f32 (HMMA on sm_80 and sm_90). Precision: the
+// fast build (P = 1) rounds every matrix operand to bf16 (S, V_new, T stay f32 between products):
+// expect ~1e-3..1e-2 relative error against f32. The exact build (_x3, P = 2) stores each operand
+// as a pair of bf16 (hi, lo = bf16(x − hi)) and runs three products (hi·hi + hi·lo + lo·hi):
+// ~1e-5, which the layer uses for short prefills (and the golden fixtures see).
+//
+// Warp layout of the scan (the part that is sequential over chunks). Warp w of a CTA owns S^T rows
+// j ∈ [16·mg, 16·mg + 16) (d_v, mg = its m-group) and d_k half hh = w & 1 (64 of d_k's 128,
+// zero-padded): 32 f32 registers per thread. With S^T as the A operand (the m16n8 accumulator
+// layout of S^T is the m16k16 A layout, so no shuffles), per chunk the warp computes
+//   X^T_part = S^T W^T (16 × 64 rows), P^T_part = S^T Q^T           (64 mma)
+//   swap halves with its partner warp (shared memory) → X^T, own rows of P^T
+//   V_new^T = U^T − X^T; O^T(own 32 rows) = P^T diag(qs) + V_new^T A_qk^T   (16 mma)
+//   S^T ← e^{γ_C} S^T + V_new^T diag(ks) K (its d_k half)             (32 mma)
+// B operands come from shared memory by ldmatrix; the next chunk's tiles load by cp.async while
+// this one computes (double buffer; the exact build single-buffers for room). Registers: ≤ 255 for
+// the scans, 128 for gdn_prefill_wy (2 CTAs per SM), no spills (nvcc -Xptxas -v).
+#include <stdint.h>
 
-namespace gdn {
+#if defined(__CUDA_ARCH__)
+#define GDNP_DEV 1
+#elif defined(GDN_EMU)
+#define GDNP_EMU 1
+#endif
 
-template <int DK>
-__device__ __forceinline__ void chunk_entry(const Args& A, int batch) {
-  int b, h;
-  cta_coords(batch, A.hv, b, h);
-  if (b >= batch || h >= A.hv) return;
-  const Geo G = geo_of(A);
-  const int row0 = A.rowStarts[b];
-  const int nrows = A.rowStarts[b + 1] - row0;
-  if (nrows < 0) return;
-  Task T;
-  if (!make_task(A, G, b, h, row0, nrows, true, false, T)) return;
-  run_task<DK, true, false>(A, G, T);
+namespace gdnp {
+
+constexpr int C = 64;          // rows per chunk
+constexpr int DK = 128;        // d_k of the tiles (zero-padded; d_k ≤ 128)
+constexpr int DKT = DK + 8;    // smem row stride (bf16) of d_k-wide tiles: 272 bytes, ldmatrix conflict-free
+constexpr int CT = C + 8;      // smem row stride (bf16) of 64-wide tiles
+constexpr int FT = C + 4;      // smem row stride (f32) of 64 × 64 f32 tiles
+constexpr int MAXDV = 256;
+constexpr int WY_THREADS = 256;
+constexpr int SEG = 8;         // conv rows per work item (its 8 + 3 inputs in flight together)
+constexpr int KMAX4 = 4;       // the vectorised conv takes K ≤ 4
+
+typedef unsigned short bf16_t;
+
+struct Args {
+  const float* qkvz;
+  const float* ba;
+  float* y;
+  const int32_t* slots;
+  const int32_t* rowStarts;
+  const int32_t* seqLens;
+  float* state;
+  float* convRing;
+  const float* convWeight;
+  const float* aLog;
+  const float* dtBias;
+  const float* normWeight;
+  const float* stash;
+  const float* convStash;
+  const uint32_t* pending;
+  unsigned char* scratch;
+  int batch, rows;
+  int hk, hv, dk, dv, K, maxK;
+  float eps;
+  int fuseNorm;
+};
+
+// ---- small helpers ---------------------------------------------------------------------------
+
+__host__ __device__ __forceinline__ int round_up(int x, int m) { return (x + m - 1) / m * m; }
+__device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float siluf_(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float softplusf_(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+// Shape-derived sizes shared by both kernels (and mirrored in src/gdn-launch.ts).
+struct Geo {
+  int r, grp, width, keyDim, convDim, stashRow;
+  int dks, dvs, dvp;      // d_k, d_v rounded up to 8 (scratch rows), d_v rounded up to 16 (tiles)
+  long long stashSeq;
+  int csRows;             // conv stash rows per slot (a ring by position: 2·maxK)
+};
+
+__device__ __forceinline__ Geo geo_of(const Args& A) {
+  Geo G;
+  G.r = A.hv / A.hk;
+  G.grp = 2 * A.dk + 2 * G.r * A.dv;
+  G.width = A.hk * G.grp;
+  G.keyDim = A.hk * A.dk;
+  G.convDim = 2 * G.keyDim + A.hv * A.dv;
+  G.stashRow = A.dk + A.dv + 1;
+  G.stashSeq = (long long)A.hv * A.maxK * G.stashRow;
+  G.dks = round_up(A.dk, 8);
+  G.dvs = round_up(A.dv, 8);
+  G.dvp = round_up(A.dv, 16);
+  G.csRows = 2 * A.maxK;
+  return G;
 }
 
-}  // namespace gdn
+// The prefill scratch (bytes from A.scratch), for a step of R = A.rows rows and P bf16 planes
+// (plane 1: lo parts). Every matrix is [plane][head][row][cols], row = the step's row index:
+//   qr, kr  [P][H_k][R][dks]   raw (conv + SiLU) q and k
+//   w       [P][H_v][R][dks]   W = T diag(β e^γ f_k) K_raw
+//   u       [P][H_v][R][dvs]   U = T diag(β) V
+//   aqk     [P][H_v][R][64]    A_qk (row i of the chunk: its 64 entries, zero above the diagonal)
+//   sc      f32 [H_v][R][4]    (f_q e^{γ_i}, f_k e^{γ_last − γ_i}, γ_i, 0)
+struct Scratch {
+  bf16_t *qr, *kr, *w, *u, *aqk;
+  float* sc;
+  long long qrPlane, wPlane, uPlane, aqkPlane;  // elements per plane
+};
 
-extern "C" __global__ void gdn_chunk(const float* qkvz, const float* ba, float* y, const int32_t* slots, const int32_t* rowStarts,
-                                     const int32_t* seqLens, float* state, float* convRing, const float* convWeight, const float* aLog,
-                                     const float* dtBias, const float* normWeight, float* stash, float* convStash, const uint32_t* pending,
-                                     int batch, int hk, int hv, int dk, int dv, int convK, int maxK, float eps) {
-  const gdn::Args A{qkvz, ba, y, slots, rowStarts, seqLens, state, convRing, convWeight, aLog, dtBias, normWeight, stash, convStash, pending,
-                    hk, hv, dk, dv, convK, maxK, eps};
-  gdn::check_shape(A);
-  gdn::chunk_entry<128>(A, batch);  // d_k <= 128, zero-padded
+template <int P>
+__device__ __forceinline__ Scratch scratch_of(const Args& A, const Geo& G) {
+  Scratch S;
+  const long long R = A.rows;
+  S.qrPlane = (long long)A.hk * R * G.dks;
+  S.wPlane = (long long)A.hv * R * G.dks;
+  S.uPlane = (long long)A.hv * R * G.dvs;
+  S.aqkPlane = (long long)A.hv * R * C;
+  bf16_t* p = reinterpret_cast<bf16_t*>(A.scratch);
+  S.qr = p;
+  p += P * S.qrPlane;
+  S.kr = p;
+  p += P * S.qrPlane;
+  S.w = p;
+  p += P * S.wPlane;
+  S.u = p;
+  p += P * S.uPlane;
+  S.aqk = p;
+  p += P * S.aqkPlane;
+  S.sc = reinterpret_cast<float*>(p);
+  return S;
+}
+
+// ---- device primitives (PTX on the GPU; the CPU thread emulator's versions under GDN_EMU) ----
+
+#if defined(GDNP_EMU)
+}  // namespace gdnp
+#include "gdn-emu-prims.h"  // dev-only: not in this package (see the notes of the prefill work)
+namespace gdnp {
+#endif
+
+__device__ __forceinline__ unsigned char* dyn_smem() {
+#if defined(GDNP_DEV)
+  extern __shared__ __align__(128) unsigned char gdnp_smem[];
+  return gdnp_smem;
+#elif defined(GDNP_EMU)
+  return emu_prims::smem_base();
+#else
+  return nullptr;
+#endif
+}
+
+__device__ __forceinline__ uint32_t saddr(const void* p) {
+#if defined(GDNP_DEV)
+  return (uint32_t)__cvta_generic_to_shared(p);
+#elif defined(GDNP_EMU)
+  return emu_prims::saddr(p);
+#else
+  return 0;
+#endif
+}
+
+// bf16 round to nearest even; two floats into one bf16x2 word, `lo` in the low half.
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+#if defined(GDNP_DEV)
+  uint32_t d;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+#else
+  auto one = [](float x) -> uint32_t {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7f800000u) == 0x7f800000u) return (u >> 16) | ((u & 0xffffu) ? 0x40u : 0u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return u >> 16;
+  };
+  return one(lo) | (one(hi) << 16);
+#endif
+}
+__device__ __forceinline__ float bf_lo(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+__device__ __forceinline__ float bf2f(bf16_t h) { return __uint_as_float((uint32_t)h << 16); }
+
+// x ≈ hi + lo: hi = bf16(x), lo = bf16(x − hi) (both packed in pairs).
+__device__ __forceinline__ void split2(float x0, float x1, uint32_t& hi, uint32_t& lo) {
+  hi = pack2(x0, x1);
+  lo = pack2(x0 - bf_lo(hi), x1 - bf_hi(hi));
+}
+
+template <int P>
+__device__ __forceinline__ void to_planes(float x0, float x1, uint32_t (&pl)[2]) {
+  if (P == 1) {
+    pl[0] = pack2(x0, x1);
+    pl[1] = 0;
+  } else {
+    split2(x0, x1, pl[0], pl[1]);
+  }
+}
+
+__device__ __forceinline__ void ldsm4(uint32_t (&r)[4], uint32_t addr) {
+#if defined(GDNP_DEV)
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+#elif defined(GDNP_EMU)
+  emu_prims::ldsm(r, addr, false);
+#endif
+}
+__device__ __forceinline__ void ldsm4t(uint32_t (&r)[4], uint32_t addr) {
+#if defined(GDNP_DEV)
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+#elif defined(GDNP_EMU)
+  emu_prims::ldsm(r, addr, true);
+#endif
+}
+
+// d += a · b (m16n8k16, bf16 operands, f32 accumulators).
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#if defined(GDNP_DEV)
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#elif defined(GDNP_EMU)
+  emu_prims::mma(d, a, b0, b1);
+#endif
+}
+
+// P passes: d += ahi·bhi (+ ahi·blo + alo·bhi).
+template <int P>
+__device__ __forceinline__ void mmaP(float (&d)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4], uint32_t bh0, uint32_t bh1,
+                                     uint32_t bl0, uint32_t bl1) {
+  mma(d, ah, bh0, bh1);
+  if (P == 2) {
+    mma(d, ah, bl0, bl1);
+    mma(d, al, bh0, bh1);
+  }
+}
+
+// cp.async of 16 bytes; src_bytes = 0 writes zeros (src is not read).
+__device__ __forceinline__ void cp16(uint32_t dst, const void* src, int srcBytes) {
+#if defined(GDNP_DEV)
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(srcBytes) : "memory");
+#elif defined(GDNP_EMU)
+  emu_prims::cp16(dst, src, srcBytes);
+#endif
+}
+__device__ __forceinline__ void cp_commit() {
+#if defined(GDNP_DEV)
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#elif defined(GDNP_EMU)
+  emu_prims::cp_commit();
+#endif
+}
+template <int N>
+__device__ __forceinline__ void cp_wait() {
+#if defined(GDNP_DEV)
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#elif defined(GDNP_EMU)
+  emu_prims::cp_wait(N);
+#endif
+}
+
+// Cluster (sm_90): rank, split barrier, a store into another CTA's shared memory.
+__device__ __forceinline__ unsigned cluster_rank() {
+#if defined(GDNP_DEV) && __CUDA_ARCH__ >= 900
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+#elif defined(GDNP_EMU)
+  return emu_prims::cluster_rank();
+#else
+  return 0;
+#endif
+}
+__device__ __forceinline__ void cluster_arrive() {
+#if defined(GDNP_DEV) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+#elif defined(GDNP_EMU)
+  emu_prims::cluster_arrive();
+#endif
+}
+__device__ __forceinline__ void cluster_wait() {
+#if defined(GDNP_DEV) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#elif defined(GDNP_EMU)
+  emu_prims::cluster_wait();
+#endif
+}
+__device__ __forceinline__ void st_cluster(uint32_t addr, unsigned rank, float v) {
+#if defined(GDNP_DEV) && __CUDA_ARCH__ >= 900
+  uint32_t ra;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(addr), "r"(rank));
+  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(ra), "f"(v) : "memory");
+#elif defined(GDNP_EMU)
+  emu_prims::st_cluster(addr, rank, v);
+#endif
+}
+__device__ __forceinline__ bool has_clusters() {
+#if defined(GDNP_DEV) && __CUDA_ARCH__ >= 900
+  return true;
+#elif defined(GDNP_EMU)
+  return true;
+#else
+  return false;
+#endif
+}
+
+// Fragment addresses. Tiles are row-major bf16 with `stride` elements per row.
+// A operand (16 × 16 at row r0, col k0) / B operand stored [n][k] (two n-tiles at n0, k0..k0+15):
+// ldmatrix x4, lane l reads row (l & 7) of matrix l >> 3.
+__device__ __forceinline__ uint32_t a_addr(uint32_t base, int stride, int r0, int k0, int lane) {
+  const int mi = lane >> 3, rr = lane & 7;
+  return base + 2u * (uint32_t)((r0 + rr + ((mi & 1) << 3)) * stride + k0 + ((mi >> 1) << 3));
+}
+__device__ __forceinline__ uint32_t bnk_addr(uint32_t base, int stride, int n0, int k0, int lane) {
+  const int mi = lane >> 3, rr = lane & 7;
+  return base + 2u * (uint32_t)((n0 + rr + ((mi >> 1) << 3)) * stride + k0 + ((mi & 1) << 3));
+}
+// B operand stored [k][n] (two n-tiles at n0, rows k0..k0+15), ldmatrix .trans.
+__device__ __forceinline__ uint32_t bkn_addr(uint32_t base, int stride, int k0, int n0, int lane) {
+  const int mi = lane >> 3, rr = lane & 7;
+  return base + 2u * (uint32_t)((k0 + rr + ((mi & 1) << 3)) * stride + n0 + ((mi >> 1) << 3));
+}
+
+// Conv stash row of position p (a ring by position, KERNELS.md).
+__device__ __forceinline__ long long cs_index(const Args& A, const Geo& G, int slot, int p, int c) {
+  return ((long long)slot * G.csRows + (p % G.csRows)) * G.convDim + c;
+}
+
+// The sequence of a CTA's work: batch position b, its committed length P0 = seqLens[b] (pending
+// rows included), the first pending position L, its rows in the step.
+struct Seq {
+  int b, slot, P0, L, row0, nrows;
+};
+
+__device__ __forceinline__ bool seq_of(const Args& A, int b, Seq& s) {
+  s.b = b;
+  s.slot = A.slots[b];
+  if (s.slot < 0) return false;
+  s.P0 = A.seqLens[b];
+  const int nPend = A.pending ? (int)A.pending[s.slot] : 0;
+  s.L = s.P0 - nPend;
+  s.row0 = A.rowStarts[b];
+  s.nrows = A.rowStarts[b + 1] - s.row0;
+  return true;
+}
+
+// Pre-conv input of channel c (qkvz column col) at position p: the step's rows, pending rows
+// (conv stash), or history (ring).
+__device__ __forceinline__ float conv_in(const Args& A, const Geo& G, const Seq& s, int c, int col, int p) {
+  if (p < 0) return 0.0f;
+  if (p >= s.P0) return A.qkvz[(size_t)(s.row0 + (p - s.P0)) * G.width + col];
+  if (p >= s.L) return A.convStash[cs_index(A, G, s.slot, p, c)];
+  return A.convRing[((size_t)s.slot * A.K + (p % A.K)) * G.convDim + c];
+}
+__device__ __forceinline__ float4 conv_in4(const Args& A, const Geo& G, const Seq& s, int c, int col, int p) {
+  if (p < 0) return make_float4(0.f, 0.f, 0.f, 0.f);
+  if (p >= s.P0) return *reinterpret_cast<const float4*>(A.qkvz + (size_t)(s.row0 + (p - s.P0)) * G.width + col);
+  if (p >= s.L) return *reinterpret_cast<const float4*>(A.convStash + cs_index(A, G, s.slot, p, c));
+  return *reinterpret_cast<const float4*>(A.convRing + ((size_t)s.slot * A.K + (p % A.K)) * G.convDim + c);
+}
+
+// ================================================================================================
+// Kernel 1: WY factors of every chunk
+// ================================================================================================
+
+// Shared memory of gdn_prefill_wy (bytes; src/gdn-launch.ts mirrors it).
+struct WyLay {
+  int qr, kr, v, tw, tu, gkk, am, fq, fk, beta, gam, total;
+  int vt;  // row stride (bf16) of the v tile
+};
+__host__ __device__ __forceinline__ WyLay wy_lay(int P, int dv, int r) {
+  WyLay L;
+  L.vt = round_up(dv, 16) + 8;
+  int o = 0;
+  L.qr = o; o += P * C * DKT * 2;
+  L.kr = o; o += P * C * DKT * 2;
+  L.v = o; o += P * C * L.vt * 2;
+  L.tw = o; o += P * C * CT * 2;
+  L.tu = o; o += P * C * CT * 2;
+  L.gkk = o; o += C * FT * 4;
+  L.am = o; o += C * FT * 4;
+  L.fq = o; o += C * 4;
+  L.fk = o; o += C * 4;
+  L.beta = o; o += r * C * 4;
+  L.gam = o; o += r * C * 4;
+  L.total = o;
+  return L;
+}
+
+// The (sequence, chunk) of CTA x: chunks of each real sequence in batch order.
+__device__ __forceinline__ bool chunk_of(const Args& A, int x, int& b, int& c) {
+  for (int i = 0; i < A.batch; ++i) {
+    const int n = A.rowStarts[i + 1] - A.rowStarts[i];
+    const int nc = n > 0 ? (n + C - 1) / C : 0;
+    if (x < nc) {
+      b = i;
+      c = x;
+      return true;
+    }
+    x -= nc;
+  }
+  return false;
+}
+
+// Writes four conv outputs (f32) of row `row`, columns e..e+3, into a bf16 tile (P planes).
+template <int P>
+__device__ __forceinline__ void put4(unsigned char* tile, int planeBytes, int stride, int row, int e, float4 v) {
+  uint32_t a[2], b[2];
+  to_planes<P>(v.x, v.y, a);
+  to_planes<P>(v.z, v.w, b);
+  uint2* d = reinterpret_cast<uint2*>(tile + 2 * (row * stride + e));
+  *d = make_uint2(a[0], b[0]);
+  if (P == 2) *reinterpret_cast<uint2*>(reinterpret_cast<unsigned char*>(d) + planeBytes) = make_uint2(a[1], b[1]);
+}
+template <int P>
+__device__ __forceinline__ void put1(unsigned char* tile, int planeBytes, int stride, int row, int e, float v) {
+  uint32_t pl[2];
+  to_planes<P>(v, 0.f, pl);
+  bf16_t* d = reinterpret_cast<bf16_t*>(tile + 2 * (row * stride + e));
+  *d = (bf16_t)(pl[0] & 0xffffu);
+  if (P == 2) *reinterpret_cast<bf16_t*>(reinterpret_cast<unsigned char*>(d) + planeBytes) = (bf16_t)(pl[1] & 0xffffu);
+}
+
+// Conv + SiLU of `nch` channels (chunk-relative channel e → conv channel chOf(e), qkvz column
+// colOf(e)) for the chunk's 64 rows (zeros past its n rows) into a bf16 tile. Work items: (4
+// channels or 1, 8 rows), spread over threads [t0, t0 + nt).
+template <int P, typename ChOf, typename ColOf>
+__device__ __forceinline__ void conv_tile(const Args& A, const Geo& G, const Seq& s, int Pc, int n, int nch, bool vec, ChOf chOf, ColOf colOf,
+                                          unsigned char* tile, int planeBytes, int stride, int tid, int t0, int nt, int split = 1 << 30,
+                                          unsigned char* tile2 = nullptr) {
+  // Channels e ≥ split go to tile2, column e − split (q and k of one key head in one pass).
+  const int K = A.K;
+  if (tid < t0 || tid >= t0 + nt) return;
+  const int me = tid - t0;
+  if (vec) {
+    const int nq = nch >> 2;
+    for (int item = me; item < nq * (C / SEG); item += nt) {
+      const int seg = item / nq, e = (item - seg * nq) * 4;
+      const int c = chOf(e), col = colOf(e);
+      // Taps right-aligned to KMAX4 (zero weights first when K < 4): input row of tap tp is
+      // row − 3 + tp, x index o + tp (compile-time indices: the window stays in registers).
+      float w[4][KMAX4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u)
+#pragma unroll
+        for (int tp = 0; tp < KMAX4; ++tp) {
+          const int tap = tp - (KMAX4 - K);
+          w[u][tp] = tap >= 0 ? A.convWeight[(size_t)(c + u) * K + tap] : 0.f;
+        }
+      const int r0 = seg * SEG;
+      float4 x[SEG + KMAX4 - 1];
+#pragma unroll
+      for (int i = 0; i < SEG + KMAX4 - 1; ++i) {
+        const int rr = r0 - (KMAX4 - 1) + i;  // chunk-relative row of input i
+        x[i] = (rr < n && rr >= r0 - (K - 1)) ? conv_in4(A, G, s, c, col, Pc + rr) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+#pragma unroll
+      for (int o = 0; o < SEG; ++o) {
+        const int row = r0 + o;
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int tp = 0; tp < KMAX4; ++tp) {
+          acc.x += w[0][tp] * x[o + tp].x;
+          acc.y += w[1][tp] * x[o + tp].y;
+          acc.z += w[2][tp] * x[o + tp].z;
+          acc.w += w[3][tp] * x[o + tp].w;
+        }
+        float4 out = row < n ? make_float4(siluf_(acc.x), siluf_(acc.y), siluf_(acc.z), siluf_(acc.w)) : make_float4(0.f, 0.f, 0.f, 0.f);
+        if (e < split) put4<P>(tile, planeBytes, stride, row, e, out);
+        else put4<P>(tile2, planeBytes, stride, row, e - split, out);
+      }
+    }
+  } else {
+    for (int item = me; item < nch * (C / SEG); item += nt) {
+      const int seg = item / nch, e = item - seg * nch;
+      const int c = chOf(e), col = colOf(e);
+      const float* w = A.convWeight + (size_t)c * K;
+      for (int o = 0; o < SEG; ++o) {
+        const int row = seg * SEG + o;
+        float v = 0.f;
+        if (row < n) {
+          float acc = 0.f;
+          for (int tap = 0; tap < K; ++tap) acc += w[tap] * conv_in(A, G, s, c, col, Pc + row - K + 1 + tap);
+          v = siluf_(acc);
+        }
+        if (e < split) put1<P>(tile, planeBytes, stride, row, e, v);
+        else put1<P>(tile2, planeBytes, stride, row, e - split, v);
+      }
+    }
+  }
+}
+
+// Stores an m16n8 accumulator pair of columns (row r, cols c, c+1) as bf16 planes to global.
+template <int P>
+__device__ __forceinline__ void st_pair(bf16_t* base, long long plane, long long idx, float x0, float x1) {
+  uint32_t pl[2];
+  to_planes<P>(x0, x1, pl);
+  *reinterpret_cast<uint32_t*>(base + idx) = pl[0];
+  if (P == 2) *reinterpret_cast<uint32_t*>(base + plane + idx) = pl[1];
+}
+
+template <int P>
+__device__ __forceinline__ void wy_chunk(const Args& A) {
+  const Geo G = geo_of(A);
+  int b, c;
+  if (!chunk_of(A, blockIdx.x, b, c)) return;
+  Seq s;
+  if (!seq_of(A, b, s)) return;
+  const int g = blockIdx.y;
+  if (g >= A.hk) return;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int n = min(C, s.nrows - c * C);
+  const int rowc = s.row0 + c * C;  // step row of the chunk's first row
+  const int Pc = s.P0 + c * C;      // its position
+  const int dk = A.dk, dv = A.dv, r = G.r;
+  const WyLay L = wy_lay(P, dv, r);
+  unsigned char* sm = dyn_smem();
+  const int dkPlane = C * DKT * 2, vPlane = C * L.vt * 2, tPlane = C * CT * 2;
+  float* gkk = reinterpret_cast<float*>(sm + L.gkk);
+  float* am = reinterpret_cast<float*>(sm + L.am);
+  float* fq = reinterpret_cast<float*>(sm + L.fq);
+  float* fk = reinterpret_cast<float*>(sm + L.fk);
+  float* beta = reinterpret_cast<float*>(sm + L.beta);
+  float* gam = reinterpret_cast<float*>(sm + L.gam);
+  const Scratch X = scratch_of<P>(A, G);
+  // The exact build takes the scalar conv (the vectorised one costs it spills).
+  const bool vec = P == 1 && (dk % 4 == 0) && (dv % 4 == 0) && A.K <= KMAX4;
+
+  // Zero the pad columns of the q/k tiles (d_k..127) and of the v tile (d_v..dvp−1).
+  for (int idx = tid; idx < P * C * (DK - dk); idx += WY_THREADS) {
+    const int p = idx / (C * (DK - dk)), rem = idx - p * C * (DK - dk);
+    const int i = rem / (DK - dk), e = dk + rem % (DK - dk);
+    reinterpret_cast<bf16_t*>(sm + L.qr + p * dkPlane)[i * DKT + e] = 0;
+    reinterpret_cast<bf16_t*>(sm + L.kr + p * dkPlane)[i * DKT + e] = 0;
+  }
+  for (int idx = tid; idx < P * C * (G.dvp - dv); idx += WY_THREADS) {
+    const int p = idx / (C * (G.dvp - dv)), rem = idx - p * C * (G.dvp - dv);
+    const int i = rem / (G.dvp - dv), e = dv + rem % (G.dvp - dv);
+    reinterpret_cast<bf16_t*>(sm + L.v + p * vPlane)[i * L.vt + e] = 0;
+  }
+
+  // Conv + SiLU of q and k (2·d_k channels, contiguous in qkvz): channel e < d_k is q (tile qr),
+  // else k (tile kr, column e − d_k). The fast build does both in one pass (two work items per
+  // thread); the exact one in two (registers).
+  {
+    const int keyDim = G.keyDim, grp = G.grp;
+    auto chq = [&](int e) { return e < dk ? g * dk + e : keyDim + g * dk + (e - dk); };
+    auto colq = [&](int e) { return g * grp + e; };
+    if (P == 1) {
+      conv_tile<P>(A, G, s, Pc, n, 2 * dk, vec, chq, colq, sm + L.qr, dkPlane, DKT, tid, 0, WY_THREADS, dk, sm + L.kr);
+    } else {
+      conv_tile<P>(A, G, s, Pc, n, dk, vec, chq, colq, sm + L.qr, dkPlane, DKT, tid, 0, WY_THREADS);
+      auto chk = [&](int e) { return keyDim + g * dk + e; };
+      auto colk = [&](int e) { return g * grp + dk + e; };
+      conv_tile<P>(A, G, s, Pc, n, dk, vec, chk, colk, sm + L.kr, dkPlane, DKT, tid, 0, WY_THREADS);
+    }
+  }
+  // Gates of the r value heads (one warp per head): β, g, γ = inclusive cumsum over the chunk.
+  for (int hl = warp; hl < r; hl += WY_THREADS / 32) {
+    const int h = g * r + hl;
+    const float aL = expf(A.aLog[h]), dtb = A.dtBias[h];
+    float bt[2], gt[2];
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      const int i = lane + 32 * q;
+      bt[q] = 0.f;
+      gt[q] = 0.f;
+      if (i < n) {
+        const float* bar = A.ba + (size_t)(rowc + i) * 2 * A.hv + g * 2 * r;
+        bt[q] = sigmoidf_(bar[hl]);
+        gt[q] = -aL * softplusf_(bar[r + hl] + dtb);
+      }
+    }
+    float run = 0.f;
+#pragma unroll
+    for (int q = 0; q < 2; ++q) {
+      float v = gt[q];
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const float u = __shfl_up_sync(0xffffffffu, v, o);
+        if (lane >= o) v += u;
+      }
+      const int i = lane + 32 * q;
+      beta[hl * C + i] = bt[q];
+      gam[hl * C + i] = run + v;
+      run += __shfl_sync(0xffffffffu, v, 31);
+    }
+  }
+  __syncthreads();
+  // L2-norm factors per row (from the tiles: hi + lo ≈ the f32 value), q with 1/√d_k.
+  if (tid < 2 * C) {
+    const int which = tid >> 6, i = tid & 63;
+    const unsigned char* t = sm + (which ? L.kr : L.qr);
+    float ss = 0.f;
+    for (int e = 0; e < DK; e += 8) {
+      const uint4 h4 = *reinterpret_cast<const uint4*>(t + 2 * (i * DKT + e));
+      uint4 l4 = make_uint4(0, 0, 0, 0);
+      if (P == 2) l4 = *reinterpret_cast<const uint4*>(t + dkPlane + 2 * (i * DKT + e));
+      const uint32_t hw[4] = {h4.x, h4.y, h4.z, h4.w}, lw[4] = {l4.x, l4.y, l4.z, l4.w};
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const float x0 = bf_lo(hw[q]) + bf_lo(lw[q]), x1 = bf_hi(hw[q]) + bf_hi(lw[q]);
+        ss += x0 * x0 + x1 * x1;
+      }
+    }
+    const float f = i < n ? (which ? 1.0f : 1.0f / sqrtf((float)dk)) / sqrtf(ss + 1e-6f) : 0.f;
+    (which ? fk : fq)[i] = f;
+  }
+  // Raw q and k of the chunk's rows to the scratch (16-byte pieces, columns < dks).
+  {
+    const int pieces = G.dks / 8;
+    for (int idx = tid; idx < 2 * P * n * pieces; idx += WY_THREADS) {
+      const int which = idx / (P * n * pieces), rem = idx - which * P * n * pieces;
+      const int p = rem / (n * pieces), rem2 = rem - p * n * pieces;
+      const int i = rem2 / pieces, q = rem2 - i * pieces;
+      const uint4 v = *reinterpret_cast<const uint4*>(sm + (which ? L.kr : L.qr) + p * dkPlane + 2 * (i * DKT + 8 * q));
+      bf16_t* dst = (which ? X.kr : X.qr) + p * X.qrPlane + ((long long)g * A.rows + rowc + i) * G.dks + 8 * q;
+      *reinterpret_cast<uint4*>(dst) = v;
+    }
+  }
+  // G_kk = K_raw K_rawᵀ (f32, lower part): warp (rb = w & 3, 32-column block cb = w >> 2).
+  const int rb = warp & 3, cb = warp >> 2;
+  const int nks = (dk + 15) >> 4;
+  {
+    const uint32_t kh = saddr(sm + L.kr), kl = kh + dkPlane;
+    if (32 * cb <= 16 * rb + 15) {
+      float acc[4][4];
+#pragma unroll
+      for (int a = 0; a < 4; ++a)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[a][e] = 0.f;
+      for (int ks = 0; ks < nks; ++ks) {
+        uint32_t ah[4], al[4] = {0, 0, 0, 0};
+        ldsm4(ah, a_addr(kh, DKT, 16 * rb, 16 * ks, lane));
+        if (P == 2) ldsm4(al, a_addr(kl, DKT, 16 * rb, 16 * ks, lane));
+#pragma unroll
+        for (int np = 0; np < 2; ++np) {
+          uint32_t bh[4], bl[4] = {0, 0, 0, 0};
+          ldsm4(bh, bnk_addr(kh, DKT, 32 * cb + 16 * np, 16 * ks, lane));
+          if (P == 2) ldsm4(bl, bnk_addr(kl, DKT, 32 * cb + 16 * np, 16 * ks, lane));
+          mmaP<P>(acc[2 * np], ah, al, bh[0], bh[1], bl[0], bl[1]);
+          mmaP<P>(acc[2 * np + 1], ah, al, bh[2], bh[3], bl[2], bl[3]);
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        const int i0 = 16 * rb + (lane >> 2), j0 = 32 * cb + 8 * nt + 2 * (lane & 3);
+        gkk[i0 * FT + j0] = acc[nt][0];
+        gkk[i0 * FT + j0 + 1] = acc[nt][1];
+        gkk[(i0 + 8) * FT + j0] = acc[nt][2];
+        gkk[(i0 + 8) * FT + j0 + 1] = acc[nt][3];
+      }
+    }
+  }
+  __syncthreads();
+
+  for (int hl = 0; hl < r; ++hl) {
+    const int h = g * r + hl;
+    const float* bt = beta + hl * C;
+    const float* gm = gam + hl * C;
+    const float gLast = gm[max(n - 1, 0)];
+    // A[i][j] = β_i f_i f_j G_kk[i][j] e^{γ_i − γ_j}, j < i < n.
+    for (int idx = tid; idx < C * C; idx += WY_THREADS) {
+      const int i = idx >> 6, j = idx & 63;
+      float v = 0.f;
+      if (j < i && i < n) v = bt[i] * fk[i] * fk[j] * gkk[i * FT + j] * expf(gm[i] - gm[j]);
+      am[i * FT + j] = v;
+    }
+    __syncthreads();
+    if (tid < C) {
+      // T = (I + A)⁻¹, column j = tid by forward substitution; then T'_W = T diag(β e^γ f_k),
+      // T'_U = T diag(β) as bf16 planes (the A operands of W and U).
+      const int j = tid;
+      float x[C];
+#pragma unroll
+      for (int i = 0; i < C; ++i) {
+        float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+#pragma unroll
+        for (int k = 0; k + 3 < i; k += 4) {
+          const float4 a = *reinterpret_cast<const float4*>(am + i * FT + k);
+          a0 += a.x * x[k];
+          a1 += a.y * x[k + 1];
+          a2 += a.z * x[k + 2];
+          a3 += a.w * x[k + 3];
+        }
+#pragma unroll
+        for (int k = i & ~3; k < i; ++k) a0 += am[i * FT + k] * x[k];
+        const float sum = (a0 + a1) + (a2 + a3);
+        x[i] = i == j ? 1.0f : (i > j ? -sum : 0.0f);
+      }
+      const float cw = bt[j] * expf(gm[j]) * fk[j], cu = bt[j];
+      bf16_t* tw = reinterpret_cast<bf16_t*>(sm + L.tw);
+      bf16_t* tu = reinterpret_cast<bf16_t*>(sm + L.tu);
+#pragma unroll
+      for (int i = 0; i < C; ++i) {
+        uint32_t pw[2], pu[2];
+        to_planes<P>(x[i] * cw, 0.f, pw);
+        to_planes<P>(x[i] * cu, 0.f, pu);
+        tw[i * CT + j] = (bf16_t)pw[0];
+        tu[i * CT + j] = (bf16_t)pu[0];
+        if (P == 2) {
+          tw[tPlane / 2 + i * CT + j] = (bf16_t)pw[1];
+          tu[tPlane / 2 + i * CT + j] = (bf16_t)pu[1];
+        }
+      }
+    } else {
+      // The other warps: conv + SiLU of value head h's v channels.
+      const int vbase = 2 * G.keyDim + h * dv, cbase = g * G.grp + 2 * dk + hl * dv;
+      auto chv = [&](int e) { return vbase + e; };
+      auto colv = [&](int e) { return cbase + e; };
+      conv_tile<P>(A, G, s, Pc, n, dv, vec, chv, colv, sm + L.v, vPlane, L.vt, tid, C, WY_THREADS - C);
+    }
+    __syncthreads();
+    const uint32_t twh = saddr(sm + L.tw), twl = twh + tPlane;
+    const uint32_t tuh = saddr(sm + L.tu), tul = tuh + tPlane;
+    const uint32_t krh = saddr(sm + L.kr), krl = krh + dkPlane;
+    const uint32_t qrh = saddr(sm + L.qr), qrl = qrh + dkPlane;
+    const uint32_t vh = saddr(sm + L.v), vl = vh + vPlane;
+    const int g8 = lane >> 2, t4 = lane & 3;
+    const int rA = 16 * rb + g8, rB = rA + 8;  // rows of this thread's accumulators
+    // W = T'_W K_raw: rows 16rb.., d_k columns 64cb.. (8 n-tiles); T' is lower triangular.
+    {
+      float acc[8][4];
+#pragma unroll
+      for (int a = 0; a < 8; ++a)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[a][e] = 0.f;
+      for (int ks = 0; ks <= rb; ++ks) {
+        uint32_t ah[4], al[4] = {0, 0, 0, 0};
+        ldsm4(ah, a_addr(twh, CT, 16 * rb, 16 * ks, lane));
+        if (P == 2) ldsm4(al, a_addr(twl, CT, 16 * rb, 16 * ks, lane));
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+          uint32_t bh[4], bl[4] = {0, 0, 0, 0};
+          ldsm4t(bh, bkn_addr(krh, DKT, 16 * ks, 64 * cb + 16 * np, lane));
+          if (P == 2) ldsm4t(bl, bkn_addr(krl, DKT, 16 * ks, 64 * cb + 16 * np, lane));
+          mmaP<P>(acc[2 * np], ah, al, bh[0], bh[1], bl[0], bl[1]);
+          mmaP<P>(acc[2 * np + 1], ah, al, bh[2], bh[3], bl[2], bl[3]);
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt) {
+        const int col = 64 * cb + 8 * nt + 2 * t4;
+        if (col < G.dks) {
+          const long long base = ((long long)h * A.rows + rowc) * G.dks + col;
+          if (rA < n) st_pair<P>(X.w, X.wPlane, base + (long long)rA * G.dks, acc[nt][0], acc[nt][1]);
+          if (rB < n) st_pair<P>(X.w, X.wPlane, base + (long long)rB * G.dks, acc[nt][2], acc[nt][3]);
+        }
+      }
+    }
+    // U = T'_U V: rows 16rb.., columns of half cb of dvp, 64 at a time.
+    {
+      const int half = G.dvp / 2;  // a multiple of 8
+      for (int c0 = cb * half; c0 < (cb + 1) * half; c0 += 64) {
+        const int ncols = min(64, (cb + 1) * half - c0);  // multiple of 8
+        float acc[8][4];
+#pragma unroll
+        for (int a = 0; a < 8; ++a)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[a][e] = 0.f;
+        for (int ks = 0; ks <= rb; ++ks) {
+          uint32_t ah[4], al[4] = {0, 0, 0, 0};
+          ldsm4(ah, a_addr(tuh, CT, 16 * rb, 16 * ks, lane));
+          if (P == 2) ldsm4(al, a_addr(tul, CT, 16 * rb, 16 * ks, lane));
+#pragma unroll
+          for (int np = 0; np < 4; ++np) {
+            if (16 * np < ncols) {
+              // a pair of n-tiles; the second may lie past dvp when ncols % 16 == 8: it reads the
+              // tile's zero padding columns (vt = dvp + 8) and is not stored.
+              uint32_t bh[4], bl[4] = {0, 0, 0, 0};
+              ldsm4t(bh, bkn_addr(vh, L.vt, 16 * ks, c0 + 16 * np, lane));
+              if (P == 2) ldsm4t(bl, bkn_addr(vl, L.vt, 16 * ks, c0 + 16 * np, lane));
+              mmaP<P>(acc[2 * np], ah, al, bh[0], bh[1], bl[0], bl[1]);
+              mmaP<P>(acc[2 * np + 1], ah, al, bh[2], bh[3], bl[2], bl[3]);
+            }
+          }
+        }
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt) {
+          const int col = c0 + 8 * nt + 2 * t4;
+          if (8 * nt < ncols && col < G.dvs) {
+            const long long base = ((long long)h * A.rows + rowc) * G.dvs + col;
+            if (rA < n) st_pair<P>(X.u, X.uPlane, base + (long long)rA * G.dvs, acc[nt][0], acc[nt][1]);
+            if (rB < n) st_pair<P>(X.u, X.uPlane, base + (long long)rB * G.dvs, acc[nt][2], acc[nt][3]);
+          }
+        }
+      }
+    }
+    // A_qk = (Q_raw K_rawᵀ) ⊙ f_q,i f_k,j e^{γ_i − γ_j} for j ≤ i < n: rows 16rb.., cols 32cb..
+    {
+      float acc[4][4];
+#pragma unroll
+      for (int a = 0; a < 4; ++a)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[a][e] = 0.f;
+      if (32 * cb <= 16 * rb + 15) {
+        for (int ks = 0; ks < nks; ++ks) {
+          uint32_t ah[4], al[4] = {0, 0, 0, 0};
+          ldsm4(ah, a_addr(qrh, DKT, 16 * rb, 16 * ks, lane));
+          if (P == 2) ldsm4(al, a_addr(qrl, DKT, 16 * rb, 16 * ks, lane));
+#pragma unroll
+          for (int np = 0; np < 2; ++np) {
+            uint32_t bh[4], bl[4] = {0, 0, 0, 0};
+            ldsm4(bh, bnk_addr(krh, DKT, 32 * cb + 16 * np, 16 * ks, lane));
+            if (P == 2) ldsm4(bl, bnk_addr(krl, DKT, 32 * cb + 16 * np, 16 * ks, lane));
+            mmaP<P>(acc[2 * np], ah, al, bh[0], bh[1], bl[0], bl[1]);
+            mmaP<P>(acc[2 * np + 1], ah, al, bh[2], bh[3], bl[2], bl[3]);
+          }
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        const int j0 = 32 * cb + 8 * nt + 2 * t4;
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          const int i = hf ? rB : rA;
+          if (i < n) {
+            float v0 = 0.f, v1 = 0.f;
+            if (j0 <= i) v0 = acc[nt][2 * hf] * fq[i] * fk[j0] * expf(gm[i] - gm[j0]);
+            if (j0 + 1 <= i) v1 = acc[nt][2 * hf + 1] * fq[i] * fk[j0 + 1] * expf(gm[i] - gm[j0 + 1]);
+            st_pair<P>(X.aqk, X.aqkPlane, ((long long)h * A.rows + rowc + i) * C + j0, v0, v1);
+          }
+        }
+      }
+    }
+    // Per-row scales.
+    if (tid < n) {
+      const int i = tid;
+      float4 v = make_float4(fq[i] * expf(gm[i]), fk[i] * expf(gLast - gm[i]), gm[i], 0.f);
+      *reinterpret_cast<float4*>(X.sc + ((long long)h * A.rows + rowc + i) * 4) = v;
+    }
+    __syncthreads();  // am, the T' tiles and the v tile are rewritten by the next head
+  }
+}
+
+// ================================================================================================
+// Kernel 2: the recurrence over chunks (+ gated RMSNorm)
+// ================================================================================================
+
+// Shared memory of gdn_prefill_scan (bytes; src/gdn-launch.ts mirrors it). mpc: m-groups (16
+// columns of d_v) per CTA; ut = 16·mpc + 8: row stride of the U tile.
+struct ScanLay {
+  int qr, kr, w, aqk, u, sc, buf;  // offsets within one buffer; buf: bytes of a buffer
+  int nbuf, xch, red, npart, z, total;
+  int ut, zt;  // row strides: U tile (bf16), z tile (f32)
+};
+__host__ __device__ __forceinline__ ScanLay scan_lay(int P, int mpc, int cl) {
+  ScanLay L;
+  L.ut = 16 * mpc + 8;
+  int o = 0;
+  L.qr = o; o += P * C * DKT * 2;
+  L.kr = o; o += P * C * DKT * 2;
+  L.w = o; o += P * C * DKT * 2;
+  L.aqk = o; o += P * C * CT * 2;
+  L.u = o; o += P * C * L.ut * 2;
+  L.sc = o; o += C * 16;
+  L.buf = o;
+  L.nbuf = P == 1 ? 2 : 1;
+  o = L.nbuf * L.buf;
+  L.xch = o; o += 2 * mpc * 48 * 32 * 4;
+  L.red = o; o += mpc * C * 4;
+  L.npart = o; o += 2 * cl * C * 4;
+  // z of the CTA's columns for the fused norm, two chunks (by parity), prefetched a chunk ahead.
+  L.zt = 16 * mpc + 4;
+  L.z = o; o += 2 * C * L.zt * 4;
+  L.total = o;
+  return L;
+}
+
+// Issues the cp.async copies of chunk c's tiles into buffer `bufp` (one commit group).
+template <int P>
+__device__ __forceinline__ void scan_load(const Args& A, const Geo& G, const Scratch& X, const ScanLay& L, unsigned char* bufp, int kg,
+                                          int h, int rowc, int n, int colU0, int mpc, int tid, int nthr) {
+  const uint32_t sb = saddr(bufp);
+  const int dkp = G.dks / 8;           // pieces of a d_k row present in the scratch
+  const int up = 2 * mpc;              // pieces of the U tile row
+  const int perPlane = C * (16 * 3 + 8 + up);
+  const int total = P * perPlane + C;
+  const int dkPlane = C * DKT * 2;
+  for (int idx = tid; idx < total; idx += nthr) {
+    if (idx >= P * perPlane) {
+      const int i = idx - P * perPlane;
+      const float* src = X.sc + ((long long)h * A.rows + rowc + min(i, n - 1)) * 4;
+      cp16(sb + L.sc + 16 * i, src, i < n ? 16 : 0);
+      continue;
+    }
+    const int p = idx / perPlane;
+    int rem = idx - p * perPlane;
+    const int i = rem / (16 * 3 + 8 + up);
+    int q = rem - i * (16 * 3 + 8 + up);
+    const int ii = min(i, n - 1);
+    if (q < 48) {
+      const int which = q >> 4;  // 0: qr, 1: kr, 2: w
+      q &= 15;
+      const bf16_t* src;
+      if (which == 0) src = X.qr + p * X.qrPlane + ((long long)kg * A.rows + rowc + ii) * G.dks;
+      else if (which == 1) src = X.kr + p * X.qrPlane + ((long long)kg * A.rows + rowc + ii) * G.dks;
+      else src = X.w + p * X.wPlane + ((long long)h * A.rows + rowc + ii) * G.dks;
+      const int off = (which == 0 ? L.qr : which == 1 ? L.kr : L.w) + p * dkPlane + 2 * (i * DKT + 8 * q);
+      const bool ok = i < n && q < dkp;
+      cp16(sb + off, src + (ok ? 8 * q : 0), ok ? 16 : 0);
+    } else if (q < 56) {
+      q -= 48;
+      const bf16_t* src = X.aqk + p * X.aqkPlane + ((long long)h * A.rows + rowc + ii) * C;
+      cp16(sb + L.aqk + p * C * CT * 2 + 2 * (i * CT + 8 * q), src + 8 * q, i < n ? 16 : 0);
+    } else {
+      q -= 56;
+      const int col = colU0 + 8 * q;
+      const bool ok = i < n && col < G.dvs;
+      const bf16_t* src = X.u + p * X.uPlane + ((long long)h * A.rows + rowc + ii) * G.dvs;
+      cp16(sb + L.u + p * C * L.ut * 2 + 2 * (i * L.ut + 8 * q), src + (ok ? col : 0), ok ? 16 : 0);
+    }
+  }
+  cp_commit();
+}
+
+// Gated RMSNorm of a chunk's own rows of one warp (fused mode, after the cluster barrier):
+// y = w ⊙ o / √(mean(o²) + eps) ⊙ SiLU(z), the row's Σo² summed over the cluster's partials.
+template <int CL>
+__device__ __forceinline__ void finalize_rows(const Args& A, const float (&op)[4][4], const float* np_, const float* zt, int ztStride, int prevRow,
+                                              int prevN, int hh, int t4, int g8, int j0, int cl0, int h, float nw0, float nw1) {
+  const int dv = A.dv;
+#pragma unroll
+  for (int q = 0; q < 4; ++q)
+#pragma unroll
+    for (int e2 = 0; e2 < 2; ++e2) {
+      const int rr = 32 * hh + 8 * q + 2 * t4 + e2;
+      if (rr < prevN) {
+        float ss = 0.f;
+#pragma unroll
+        for (int k = 0; k < CL; ++k) ss += np_[k * C + rr];
+        const float inv = 1.0f / sqrtf(ss / (float)dv + A.eps);
+        const size_t row = (size_t)(prevRow + rr);
+        const float* zr = zt + rr * ztStride + cl0;  // z of columns j0 + g8 (+8), from shared memory
+        float* yr = A.y + row * (size_t)A.hv * dv + (size_t)h * dv;
+        if (j0 + g8 < dv) yr[j0 + g8] = nw0 * op[q][e2] * inv * siluf_(zr[0]);
+        if (j0 + g8 + 8 < dv) yr[j0 + g8 + 8] = nw1 * op[q][2 + e2] * inv * siluf_(zr[8]);
+      }
+    }
+}
+
+template <int P, int CL>
+__device__ __forceinline__ void scan_seq(const Args& A) {
+  const Geo G = geo_of(A);
+  const int t = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int nthr = blockDim.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int mpc = nthr / 64;
+  if (b >= A.batch || h >= A.hv) return;
+  const bool fused = A.fuseNorm != 0;
+  if (fused && (!has_clusters() || gridDim.x != CL)) __trap();
+  Seq s;
+  if (!seq_of(A, b, s)) return;  // the whole cluster: same (h, b)
+  const int nPend = s.P0 - s.L;
+  if (s.nrows <= 0 && nPend <= 0) return;
+  const int dk = A.dk, dv = A.dv;
+  const int kg = h / G.r, mh = h - kg * G.r;
+  const ScanLay L = scan_lay(P, mpc, CL);
+  unsigned char* sm = dyn_smem();
+  const Scratch X = scratch_of<P>(A, G);
+  const unsigned rank = fused ? cluster_rank() : 0u;
+  if (fused) {
+    // Every CTA of the cluster runs before any writes into another's shared memory.
+    cluster_arrive();
+    cluster_wait();
+  }
+
+  // Ring: positions [max(L, end − K), end) from the conv stash / the step's rows, spread over the
+  // sequence's CTAs (nothing in this kernel reads the ring; gdn_prefill_wy, before it, did).
+  {
+    const int end = s.P0 + s.nrows, pa = max(s.L, end - A.K);
+    const int npos = end - pa;
+    if (npos > 0) {
+      const int ctas = gridDim.x * A.hv, me = h * gridDim.x + t;
+      for (int idx = me * nthr + tid; idx < npos * G.convDim; idx += ctas * nthr) {
+        const int pi = idx / G.convDim, c = idx - pi * G.convDim;
+        int col;
+        if (c < G.keyDim) col = (c / dk) * G.grp + c % dk;
+        else if (c < 2 * G.keyDim) col = ((c - G.keyDim) / dk) * G.grp + dk + (c - G.keyDim) % dk;
+        else {
+          const int cv = c - 2 * G.keyDim, hh = cv / dv, j = cv - hh * dv;
+          col = (hh / G.r) * G.grp + 2 * dk + (hh % G.r) * dv + j;
+        }
+        const int p = pa + pi;
+        A.convRing[((size_t)s.slot * A.K + (p % A.K)) * G.convDim + c] = conv_in(A, G, s, c, col, p);
+      }
+    }
+  }
+
+  const int ml = warp >> 1, hh = warp & 1;
+  const int mg = t * mpc + ml;
+  const int j0 = 16 * mg;  // first d_v column of this warp
+  const int g8 = lane >> 2, t4 = lane & 3;
+  const int colU0 = 16 * mpc * t;  // first d_v column of this CTA
+  float* Shead = A.state + ((size_t)s.slot * A.hv + h) * (size_t)dk * dv;
+
+  // S^T fragment: s[nt][e] = S[i][j], i = 64hh + 8nt + 2t4 + (e & 1), j = j0 + g8 + 8(e >> 1).
+  float sf[8][4];
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = 64 * hh + 8 * nt + 2 * t4 + (e & 1), j = j0 + g8 + 8 * (e >> 1);
+      sf[nt][e] = (i < dk && j < dv) ? Shead[(size_t)i * dv + j] : 0.f;
+    }
+  // Pending carried rows: S ← e^{γ_{n−1}} S + Σ_t e^{γ_{n−1} − γ_t} k_t u_tᵀ (stash, KERNELS.md).
+  if (nPend > 0) {
+    const float* sh = A.stash + (size_t)s.slot * G.stashSeq + (size_t)h * A.maxK * G.stashRow;
+    const float gl = sh[(size_t)(nPend - 1) * G.stashRow + dk + dv];
+    const float E = expf(gl);
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) sf[nt][e] *= E;
+    for (int tt = 0; tt < nPend; ++tt) {
+      const float* row = sh + (size_t)tt * G.stashRow;
+      const float wgt = expf(gl - row[dk + dv]);
+      const float u0 = j0 + g8 < dv ? wgt * row[dk + j0 + g8] : 0.f;
+      const float u1 = j0 + g8 + 8 < dv ? wgt * row[dk + j0 + g8 + 8] : 0.f;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int e2 = 0; e2 < 2; ++e2) {
+          const int i = 64 * hh + 8 * nt + 2 * t4 + e2;
+          const float k = i < dk ? row[i] : 0.f;
+          sf[nt][e2] += k * u0;
+          sf[nt][2 + e2] += k * u1;
+        }
+    }
+  }
+
+  const int nch = (s.nrows + C - 1) / C;
+  const int zc0 = kg * G.grp + 2 * dk + (G.r + mh) * dv;  // qkvz column of z_0 of head h
+  const size_t yStride = (size_t)A.hv * dv;
+  float* red = reinterpret_cast<float*>(sm + L.red);
+  float* npart = reinterpret_cast<float*>(sm + L.npart);
+  float* xw = reinterpret_cast<float*>(sm + L.xch) + warp * 48 * 32;
+  const float* xp = reinterpret_cast<const float*>(sm + L.xch) + (warp ^ 1) * 48 * 32;
+  const float nw0 = j0 + g8 < dv ? A.normWeight[j0 + g8] : 0.f;
+  const float nw1 = j0 + g8 + 8 < dv ? A.normWeight[j0 + g8 + 8] : 0.f;
+
+  // The previous chunk's O (own rows), finalised one chunk late in fused mode.
+  float op[4][4];
+  int prevRow = 0, prevN = 0;
+
+  // z of chunk cc's rows, this CTA's columns, into z slot cc & 1 (fused mode): cp.async, committed
+  // with the next group; it lands a chunk before the finalize that reads it.
+  float* ztile = reinterpret_cast<float*>(sm + L.z);
+  const bool zVec = (zc0 % 4 == 0) && (G.width % 4 == 0) && (colU0 % 4 == 0);
+  auto issue_z = [&](int cc) {
+    const int rowz = s.row0 + cc * C, nz = min(C, s.nrows - cc * C);
+    float* slot = ztile + (cc & 1) * C * L.zt;
+    const int pieces = 4 * mpc;  // 16-byte pieces of a row (16·mpc columns)
+    for (int idx = tid; idx < C * pieces; idx += nthr) {
+      const int i = idx / pieces, q = idx - i * pieces;
+      const int col = colU0 + 4 * q;
+      const float* src = A.qkvz + (size_t)(rowz + min(i, nz - 1)) * G.width + zc0;
+      if (zVec) {
+        const bool ok = i < nz && col < dv;
+        cp16(saddr(slot + i * L.zt + 4 * q), src + (ok ? col : 0), ok ? 16 : 0);
+      } else {
+#pragma unroll
+        for (int u = 0; u < 4; ++u) slot[i * L.zt + 4 * q + u] = (i < nz && col + u < dv) ? src[col + u] : 0.f;
+      }
+    }
+  };
+  const int cl0 = 16 * ml + g8;  // this thread's first column within the CTA's tiles
+  if (fused && nch > 0) issue_z(0);
+  if (nch > 0) scan_load<P>(A, G, X, L, sm, kg, h, s.row0, min(C, s.nrows), colU0, mpc, tid, nthr);
+  for (int c = 0; c < nch; ++c) {
+    const int rowc = s.row0 + c * C, n = min(C, s.nrows - c * C);
+    unsigned char* cur = sm + (L.nbuf == 2 ? (c & 1) * L.buf : 0);
+    if (L.nbuf == 2) {
+      // Chunk c landed (issued a chunk ago); after the barrier every thread is done with chunk
+      // c − 1's buffer, which takes chunk c + 1 now.
+      cp_wait<0>();
+      __syncthreads();
+      if (c + 1 < nch) scan_load<P>(A, G, X, L, sm + ((c + 1) & 1) * L.buf, kg, h, rowc + C, min(C, s.nrows - (c + 1) * C), colU0, mpc, tid, nthr);
+    } else {
+      if (c > 0) scan_load<P>(A, G, X, L, sm, kg, h, rowc, n, colU0, mpc, tid, nthr);
+      cp_wait<0>();
+      __syncthreads();
+    }
+    const uint32_t qh = saddr(cur + L.qr), kh = saddr(cur + L.kr), wh = saddr(cur + L.w), ah_ = saddr(cur + L.aqk);
+    const int dkPlane = C * DKT * 2;
+    const float4* scv = reinterpret_cast<const float4*>(cur + L.sc);
+
+    // Phase 1: X^T_part = S^T W^T, P^T_part = S^T Q^T over this warp's d_k half.
+    float px[8][4], po[8][4];
+#pragma unroll
+    for (int a = 0; a < 8; ++a)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) px[a][e] = po[a][e] = 0.f;
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      uint32_t ah[4], al[4] = {0, 0, 0, 0};
+      if (P == 1) {
+        ah[0] = pack2(sf[2 * ks][0], sf[2 * ks][1]);
+        ah[1] = pack2(sf[2 * ks][2], sf[2 * ks][3]);
+        ah[2] = pack2(sf[2 * ks + 1][0], sf[2 * ks + 1][1]);
+        ah[3] = pack2(sf[2 * ks + 1][2], sf[2 * ks + 1][3]);
+      } else {
+        split2(sf[2 * ks][0], sf[2 * ks][1], ah[0], al[0]);
+        split2(sf[2 * ks][2], sf[2 * ks][3], ah[1], al[1]);
+        split2(sf[2 * ks + 1][0], sf[2 * ks + 1][1], ah[2], al[2]);
+        split2(sf[2 * ks + 1][2], sf[2 * ks + 1][3], ah[3], al[3]);
+      }
+      const int k0 = 64 * hh + 16 * ks;
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        uint32_t bh[4], bl[4] = {0, 0, 0, 0};
+        ldsm4(bh, bnk_addr(wh, DKT, 16 * np, k0, lane));
+        if (P == 2) ldsm4(bl, bnk_addr(wh + dkPlane, DKT, 16 * np, k0, lane));
+        mmaP<P>(px[2 * np], ah, al, bh[0], bh[1], bl[0], bl[1]);
+        mmaP<P>(px[2 * np + 1], ah, al, bh[2], bh[3], bl[2], bl[3]);
+        ldsm4(bh, bnk_addr(qh, DKT, 16 * np, k0, lane));
+        if (P == 2) ldsm4(bl, bnk_addr(qh + dkPlane, DKT, 16 * np, k0, lane));
+        mmaP<P>(po[2 * np], ah, al, bh[0], bh[1], bl[0], bl[1]);
+        mmaP<P>(po[2 * np + 1], ah, al, bh[2], bh[3], bl[2], bl[3]);
+      }
+    }
+    // The previous chunk's rows: every CTA of the cluster has added its Σo² (fused mode).
+    if (fused && c > 0) {
+      cluster_wait();
+      finalize_rows<CL>(A, op, npart + ((c - 1) & 1) * CL * C, ztile + ((c - 1) & 1) * C * L.zt, L.zt, prevRow, prevN, hh, t4, g8, j0, cl0, h,
+                        nw0, nw1);
+    }
+    // Swap halves with the partner warp (same fragment positions: lane-major, no conflicts).
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) xw[(nt * 4 + e) * 32 + lane] = px[nt][e];
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) xw[(32 + q * 4 + e) * 32 + lane] = hh ? po[q][e] : po[4 + q][e];  // the partner's rows
+    __syncthreads();
+    // z of the next chunk into the slot the finalize above just read (every thread is past it).
+    if (fused && c + 1 < nch) issue_z(c + 1);
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) px[nt][e] += xp[(nt * 4 + e) * 32 + lane];
+    float o[4][4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[q][e] = (hh ? po[4 + q][e] : po[q][e]) + xp[(32 + q * 4 + e) * 32 + lane];
+
+    // V_new^T = U^T − X^T (in px), the per-row scales, and O^T = P^T diag(qs) for own rows.
+    {
+      const bf16_t* ut = reinterpret_cast<const bf16_t*>(cur + L.u);
+      const int uPlane = C * L.ut;
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int rr = 8 * nt + 2 * t4 + (e & 1), cl = cl0 + 8 * (e >> 1);
+          float u = bf2f(ut[rr * L.ut + cl]);
+          if (P == 2) u += bf2f(ut[uPlane + rr * L.ut + cl]);
+          px[nt][e] = u - px[nt][e];
+        }
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int rr = 32 * hh + 8 * q + 2 * t4 + (e & 1);
+          o[q][e] *= scv[rr].x;
+        }
+    }
+    // O^T (own rows) += V_new^T A_qk^T; A_qk is lower triangular (skip k-steps past the rows).
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      if (16 * ks > 32 * hh + 31) continue;
+      uint32_t ah[4], al[4] = {0, 0, 0, 0};
+      if (P == 1) {
+        ah[0] = pack2(px[2 * ks][0], px[2 * ks][1]);
+        ah[1] = pack2(px[2 * ks][2], px[2 * ks][3]);
+        ah[2] = pack2(px[2 * ks + 1][0], px[2 * ks + 1][1]);
+        ah[3] = pack2(px[2 * ks + 1][2], px[2 * ks + 1][3]);
+      } else {
+        split2(px[2 * ks][0], px[2 * ks][1], ah[0], al[0]);
+        split2(px[2 * ks][2], px[2 * ks][3], ah[1], al[1]);
+        split2(px[2 * ks + 1][0], px[2 * ks + 1][1], ah[2], al[2]);
+        split2(px[2 * ks + 1][2], px[2 * ks + 1][3], ah[3], al[3]);
+      }
+#pragma unroll
+      for (int qp = 0; qp < 2; ++qp) {
+        const int r0 = 32 * hh + 16 * qp;
+        if (16 * ks > r0 + 15) continue;
+        uint32_t bh[4], bl[4] = {0, 0, 0, 0};
+        ldsm4(bh, bnk_addr(ah_, CT, r0, 16 * ks, lane));
+        if (P == 2) ldsm4(bl, bnk_addr(ah_ + C * CT * 2, CT, r0, 16 * ks, lane));
+        mmaP<P>(o[2 * qp], ah, al, bh[0], bh[1], bl[0], bl[1]);
+        mmaP<P>(o[2 * qp + 1], ah, al, bh[2], bh[3], bl[2], bl[3]);
+      }
+    }
+    // S^T ← e^{γ_C} S^T + (V_new^T diag(ks)) K_raw (own d_k half).
+    {
+      const float decay = expf(scv[n - 1].z);
+#pragma unroll
+      for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) sf[nt][e] *= decay;
+#pragma unroll
+      for (int ks = 0; ks < 4; ++ks) {
+        const float k0a = scv[16 * ks + 2 * t4].y, k0b = scv[16 * ks + 2 * t4 + 1].y;
+        const float k1a = scv[16 * ks + 8 + 2 * t4].y, k1b = scv[16 * ks + 8 + 2 * t4 + 1].y;
+        uint32_t ah[4], al[4] = {0, 0, 0, 0};
+        if (P == 1) {
+          ah[0] = pack2(px[2 * ks][0] * k0a, px[2 * ks][1] * k0b);
+          ah[1] = pack2(px[2 * ks][2] * k0a, px[2 * ks][3] * k0b);
+          ah[2] = pack2(px[2 * ks + 1][0] * k1a, px[2 * ks + 1][1] * k1b);
+          ah[3] = pack2(px[2 * ks + 1][2] * k1a, px[2 * ks + 1][3] * k1b);
+        } else {
+          split2(px[2 * ks][0] * k0a, px[2 * ks][1] * k0b, ah[0], al[0]);
+          split2(px[2 * ks][2] * k0a, px[2 * ks][3] * k0b, ah[1], al[1]);
+          split2(px[2 * ks + 1][0] * k1a, px[2 * ks + 1][1] * k1b, ah[2], al[2]);
+          split2(px[2 * ks + 1][2] * k1a, px[2 * ks + 1][3] * k1b, ah[3], al[3]);
+        }
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+          uint32_t bh[4], bl[4] = {0, 0, 0, 0};
+          ldsm4t(bh, bkn_addr(kh, DKT, 16 * ks, 64 * hh + 16 * np, lane));
+          if (P == 2) ldsm4t(bl, bkn_addr(kh + dkPlane, DKT, 16 * ks, 64 * hh + 16 * np, lane));
+          mmaP<P>(sf[2 * np], ah, al, bh[0], bh[1], bl[0], bl[1]);
+          mmaP<P>(sf[2 * np + 1], ah, al, bh[2], bh[3], bl[2], bl[3]);
+        }
+      }
+    }
+    // Output of this chunk's own rows.
+    if (fused) {
+      // Σo² over this warp's 16 columns → red[ml][row]; the CTA's sum → every cluster CTA's npart.
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+#pragma unroll
+        for (int e2 = 0; e2 < 2; ++e2) {
+          float v = o[q][e2] * o[q][e2] + o[q][2 + e2] * o[q][2 + e2];
+          v += __shfl_xor_sync(0xffffffffu, v, 4);
+          v += __shfl_xor_sync(0xffffffffu, v, 8);
+          v += __shfl_xor_sync(0xffffffffu, v, 16);
+          if (g8 == 0) red[ml * C + 32 * hh + 8 * q + 2 * t4 + e2] = v;
+        }
+      __syncthreads();
+      if (tid < C) {
+        float v = 0.f;
+        for (int m = 0; m < mpc; ++m) v += red[m * C + tid];
+        const uint32_t a = saddr(npart + ((c & 1) * CL + rank) * C + tid);
+#pragma unroll
+        for (int k = 0; k < CL; ++k) st_cluster(a, (unsigned)k, v);
+      }
+      cluster_arrive();
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) op[q][e] = o[q][e];
+      prevRow = rowc;
+      prevN = n;
+    } else {
+      // Raw o; gdn_prefill_norm applies the gated RMSNorm.
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+#pragma unroll
+        for (int e2 = 0; e2 < 2; ++e2) {
+          const int rr = 32 * hh + 8 * q + 2 * t4 + e2;
+          if (rr < n) {
+            float* yr = A.y + (size_t)(rowc + rr) * yStride + (size_t)h * dv;
+            if (j0 + g8 < dv) yr[j0 + g8] = o[q][e2];
+            if (j0 + g8 + 8 < dv) yr[j0 + g8 + 8] = o[q][2 + e2];
+          }
+        }
+    }
+    if (L.nbuf == 1) __syncthreads();  // every read of the single buffer is done before the next load
+  }
+  if (fused && nch > 0) {
+    cp_commit();
+    cp_wait<0>();  // z of the last chunk
+    __syncthreads();
+    cluster_wait();
+    finalize_rows<CL>(A, op, npart + ((nch - 1) & 1) * CL * C, ztile + ((nch - 1) & 1) * C * L.zt, L.zt, prevRow, prevN, hh, t4, g8, j0, cl0,
+                      h, nw0, nw1);
+  }
+  // The state, once.
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = 64 * hh + 8 * nt + 2 * t4 + (e & 1), j = j0 + g8 + 8 * (e >> 1);
+      if (i < dk && j < dv) Shead[(size_t)i * dv + j] = sf[nt][e];
+    }
+}
+
+// ================================================================================================
+// Kernel 3: gated RMSNorm of y in place (after a scan with fuseNorm = 0). One CTA per step row.
+// ================================================================================================
+__device__ __forceinline__ void norm_row(const Args& A) {
+  const Geo G = geo_of(A);
+  const int row = blockIdx.x;
+  if (row >= A.rows) return;
+  // The row's batch position (rowStarts ascending); padding positions' rows are left alone.
+  int lo = 0, hi = A.batch;  // find b with rowStarts[b] ≤ row < rowStarts[b + 1]
+  if (row >= A.rowStarts[A.batch]) return;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) >> 1;
+    if (A.rowStarts[mid] <= row) lo = mid;
+    else hi = mid;
+  }
+  while (lo < A.batch && A.rowStarts[lo + 1] <= row) ++lo;  // empty positions
+  if (lo >= A.batch || A.slots[lo] < 0) return;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  const int dk = A.dk, dv = A.dv;
+  for (int h = warp; h < A.hv; h += nw) {
+    float* yr = A.y + (size_t)row * A.hv * dv + (size_t)h * dv;
+    float ss = 0.f;
+    for (int j = lane; j < dv; j += 32) ss += yr[j] * yr[j];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    const float inv = 1.0f / sqrtf(ss / (float)dv + A.eps);
+    const int kg = h / G.r, mh = h - kg * G.r;
+    const float* zr = A.qkvz + (size_t)row * G.width + kg * G.grp + 2 * dk + (G.r + mh) * dv;
+    for (int j = lane; j < dv; j += 32) yr[j] = A.normWeight[j] * yr[j] * inv * siluf_(zr[j]);
+  }
+}
+
+__device__ __forceinline__ void check_shape(const Args& A) {
+  const bool ok = A.hk > 0 && A.hv > 0 && A.hv % A.hk == 0 && A.dk >= 1 && A.dk <= DK && A.dv >= 1 && A.dv <= MAXDV && A.K >= 1 &&
+                  A.maxK >= 1 && A.rows >= 0 && A.batch >= 0;
+  if (!ok) __trap();
+}
+
+}  // namespace gdnp
+
+#define GDNP_PARAMS                                                                                                              \
+  const float *qkvz, const float *ba, float *y, const int32_t *slots, const int32_t *rowStarts, const int32_t *seqLens, float *state, \
+      float *convRing, const float *convWeight, const float *aLog, const float *dtBias, const float *normWeight, const float *stash,  \
+      const float *convStash, const uint32_t *pending, unsigned char *scratch, int batch, int rows, int hk, int hv, int dk, int dv,   \
+      int convK, int maxK, float eps, int fuseNorm
+#define GDNP_ARGS                                                                                                                     \
+  gdnp::Args A {                                                                                                                      \
+    qkvz, ba, y, slots, rowStarts, seqLens, state, convRing, convWeight, aLog, dtBias, normWeight, stash, convStash, pending, scratch, \
+        batch, rows, hk, hv, dk, dv, convK, maxK, eps, fuseNorm                                                                       \
+  }
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define GDNP_CLUSTER(n) __cluster_dims__(n, 1, 1)
+#else
+#define GDNP_CLUSTER(n)
+#endif
+
+// Launch (gdn-launch.ts): grid [floor(rows/64) + batch, H_k], 256 threads, wy_lay(P).total bytes.
+extern "C" __global__ void __launch_bounds__(256, 2) gdn_prefill_wy(GDNP_PARAMS) {
+  const GDNP_ARGS;
+  gdnp::check_shape(A);
+  gdnp::wy_chunk<1>(A);
+}
+extern "C" __global__ void __launch_bounds__(256, 1) gdn_prefill_wy_x3(GDNP_PARAMS) {
+  const GDNP_ARGS;
+  gdnp::check_shape(A);
+  gdnp::wy_chunk<2>(A);
+}
+// Launch: grid [CL·ceil(ceil(d_v/16)/(4·CL)), H_v, batch] (clusters of CL along x on sm_90: CL = 2
+// for gdn_prefill_scan[_x3], 4 for gdn_prefill_scan_c4[_x3]), 64·mpc threads (mpc =
+// ceil(ceil(d_v/16) / grid.x) ≤ 4), scan_lay(P, mpc, CL).total bytes; fuseNorm only when grid.x = CL
+// (one cluster holds the whole head).
+extern "C" __global__ void GDNP_CLUSTER(2) __launch_bounds__(256, 1) gdn_prefill_scan(GDNP_PARAMS) {
+  const GDNP_ARGS;
+  gdnp::check_shape(A);
+  gdnp::scan_seq<1, 2>(A);
+}
+extern "C" __global__ void GDNP_CLUSTER(2) __launch_bounds__(256, 1) gdn_prefill_scan_x3(GDNP_PARAMS) {
+  const GDNP_ARGS;
+  gdnp::check_shape(A);
+  gdnp::scan_seq<2, 2>(A);
+}
+extern "C" __global__ void GDNP_CLUSTER(4) __launch_bounds__(256, 1) gdn_prefill_scan_c4(GDNP_PARAMS) {
+  const GDNP_ARGS;
+  gdnp::check_shape(A);
+  gdnp::scan_seq<1, 4>(A);
+}
+extern "C" __global__ void GDNP_CLUSTER(4) __launch_bounds__(256, 1) gdn_prefill_scan_c4_x3(GDNP_PARAMS) {
+  const GDNP_ARGS;
+  gdnp::check_shape(A);
+  gdnp::scan_seq<2, 4>(A);
+}
+// Launch: grid [rows], 128 threads.
+extern "C" __global__ void __launch_bounds__(128) gdn_prefill_norm(GDNP_PARAMS) {
+  const GDNP_ARGS;
+  gdnp::check_shape(A);
+  gdnp::norm_row(A);
 }

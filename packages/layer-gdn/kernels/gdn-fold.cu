@@ -4,55 +4,74 @@
 //   S ← e^{γ_{n−1}} S + Σ_{t<n} e^{γ_{n−1}−γ_t} k_t u_tᵀ      (one read and one write of S)
 // and the conv ring takes the pre-conv inputs of verify rows 0..n−1 (qkvz rows p·k + t) at
 // positions L..L+n−1, L = seqLens[p] (the committed length before the verify); only the last K
-// of them are written, since earlier ones would be overwritten.
+// of them are written, since earlier ones would be overwritten. Ring channels are partitioned so
+// no two CTAs write the same entry: v channels by their own value head's CTA, the 2·d_k q/k
+// channels of key head g every r-th by each of g's r CTAs.
 //
-// Launch: as gdn_recurrent: grid [batch, H_v] (or any grid of ≥ batch·H_v CTAs), block of d_v
-// threads (at least d_v), no dynamic shared memory. Thread j keeps column j of S in registers,
-// all loads issued up front (the same code as the recurrent kernel's carried fold).
-// Ring channels are partitioned so no two CTAs write the same entry: v channels by their own
-// value head's CTA, the 2·d_k q/k channels of key head g every r-th by each of g's r CTAs.
-#define GDN_NO_RECURRENT_ENTRY
-#include "gdn-recurrent.cu"
+// Entry points, one signature (gdn-kernels.ts), grid [batch, H_v], a block of d_v threads:
+//   gdn_fold          the default: the variant GDN_FOLD_DEFAULT names (gdn-launch.ts gives it the
+//                     dynamic shared memory it needs)
+//   gdn_fold_smem     S copied into shared memory by the copy engine while the stash rows load
+//   gdn_fold_stream   S streamed through registers, GDN_STREAM_U rows in flight per thread
+//   gdn_fold_legacy   the first version (the column in registers; no dynamic shared memory)
+#include "gdn-legacy.cuh"
+#include "gdn-fast.cuh"
 
-namespace gdn {
+#ifndef GDN_FOLD_STREAM_MAXNREG
+#define GDN_FOLD_STREAM_MAXNREG 96  // 5 CTAs of 128 threads per SM, no spills on sm_90a
+#endif
 
-template <int DK>
-__device__ __forceinline__ void fold_entry(const Args& A, const uint32_t* naTab, int batch, int k) {
-  int b, h;
-  cta_coords(batch, A.hv, b, h);
-  if (b >= batch || h >= A.hv) return;
-  const Geo G = geo_of(A);
-  const int slot = A.slots[b];
-  if (slot < 0) return;
-  const int na = (int)naTab[b];
-  if (na <= 0 || na > k || na > A.maxK) return;
-  Task T;
-  T.slot = slot;
-  T.g = h / G.r;
-  T.h0 = h;
-  T.nh = 1;
-  T.m = h - T.g * G.r;
-  T.group = G.r == 1;
-  T.nPend = 0;
-  T.P0 = A.seqLens[b];
-  T.L = T.P0;
-  T.row0 = b * k;
-  T.nrows = 0;
-  T.commit = true;
-  T.record = false;
-  T.recordConv = false;
-  T.pendK = A.stash + (size_t)slot * G.stashSeq;
-  T.nPendFold = na;
-  T.ringEnd = T.P0 + na;
-  run_task<DK, false>(A, G, T);
-}
+#define GDN_VARIANT_LEGACY 0
+#define GDN_VARIANT_SMEM 1
+#define GDN_VARIANT_STREAM 2
+#ifndef GDN_FOLD_DEFAULT
+#define GDN_FOLD_DEFAULT GDN_VARIANT_SMEM
+#endif
 
-}  // namespace gdn
-
-extern "C" __global__ void gdn_fold(const float* qkvz, const int32_t* slots, const int32_t* seqLens, const uint32_t* naTab, float* state,
-                                    float* convRing, float* stash, int batch, int k, int hk, int hv, int dk, int dv, int convK, int maxK) {
-  const gdn::Args A{qkvz, nullptr, nullptr, slots, nullptr, seqLens, state, convRing, nullptr, nullptr, nullptr, nullptr, stash, nullptr,
-                    nullptr, hk, hv, dk, dv, convK, maxK, 0.0f};
+#define GDN_FOLD_PARAMS                                                                                                               \
+  const float *qkvz, const int32_t *slots, const int32_t *seqLens, const uint32_t *naTab, float *state, float *convRing, float *stash, \
+      int batch, int k, int hk, int hv, int dk, int dv, int convK, int maxK
+#define GDN_FOLD_ARGS                                                                                                                 \
+  const gdn::Args A{qkvz, nullptr, nullptr, slots, nullptr, seqLens, state, convRing, nullptr, nullptr, nullptr, nullptr, stash, nullptr, \
+                    nullptr, hk, hv, dk, dv, convK, maxK, 0.0f};                                                                      \
   gdn::check_shape(A);
+
+#if !defined(GDN_ONLY_VARIANT) || GDN_ONLY_VARIANT == 0
+extern "C" __global__ void gdn_fold_legacy(GDN_FOLD_PARAMS) {
+  GDN_FOLD_ARGS
   gdn::fold_entry<128>(A, naTab, batch, k);  // d_k <= 128, zero-padded
 }
+#endif
+
+#if !defined(GDN_ONLY_VARIANT) || GDN_ONLY_VARIANT == 1
+extern "C" __global__ void __maxnreg__(GDN_SMEM_MAXNREG) gdn_fold_smem(GDN_FOLD_PARAMS) {
+  GDN_FOLD_ARGS
+  gdn::fast::fold_entry<gdn::fast::SmemSrc>(A, naTab, batch, k);
+}
+#endif
+
+#if !defined(GDN_ONLY_VARIANT) || GDN_ONLY_VARIANT == 2
+extern "C" __global__ void __maxnreg__(GDN_FOLD_STREAM_MAXNREG) gdn_fold_stream(GDN_FOLD_PARAMS) {
+  GDN_FOLD_ARGS
+  gdn::fast::fold_entry<gdn::fast::StreamSrc>(A, naTab, batch, k);
+}
+#endif
+
+#ifndef GDN_ONLY_VARIANT  // a build of one variant (bench/gdn-tune.sh) leaves the default entry out
+#if GDN_FOLD_DEFAULT == GDN_VARIANT_LEGACY
+extern "C" __global__ void gdn_fold(GDN_FOLD_PARAMS) {
+  GDN_FOLD_ARGS
+  gdn::fold_entry<128>(A, naTab, batch, k);
+}
+#elif GDN_FOLD_DEFAULT == GDN_VARIANT_SMEM
+extern "C" __global__ void __maxnreg__(GDN_SMEM_MAXNREG) gdn_fold(GDN_FOLD_PARAMS) {
+  GDN_FOLD_ARGS
+  gdn::fast::fold_entry<gdn::fast::SmemSrc>(A, naTab, batch, k);
+}
+#else
+extern "C" __global__ void __maxnreg__(GDN_FOLD_STREAM_MAXNREG) gdn_fold(GDN_FOLD_PARAMS) {
+  GDN_FOLD_ARGS
+  gdn::fast::fold_entry<gdn::fast::StreamSrc>(A, naTab, batch, k);
+}
+#endif
+#endif

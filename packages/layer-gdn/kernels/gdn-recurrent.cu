@@ -1,625 +1,91 @@
-// Gated DeltaNet (Qwen3-Next linear attention): decode and verify (gdn_recurrent).
-// Layouts and semantics: ../KERNELS.md. gdn-fold.cu and gdn-chunk.cu include this file for the
-// shared device code (GDN_NO_RECURRENT_ENTRY leaves this file's entry point out of theirs).
+// Gated DeltaNet (Qwen3-Next linear attention): decode and verify (gdn_recurrent). Layouts and
+// semantics: ../KERNELS.md. The code lives in headers: gdn-common.cuh (arguments, tasks, conv
+// inputs, ring / conv stash writes), gdn-fast.cuh (the fast kernels), gdn-legacy.cuh (the first
+// version, which gdn-chunk.cu's row loop still uses). gdn-chunk.cu includes this file with
+// GDN_NO_RECURRENT_ENTRY, which leaves every entry point (and the fast code) out of its build.
 //
-// Launch: one CTA per (batch position, value head): grid [batch, H_v] (the order of gdn-launch.ts;
-// [H_v, batch] or any grid of at least batch·H_v CTAs also works), a block of at least d_v
-// threads (d_v as gdn-launch.ts does), no dynamic shared memory. Supported: H_v a multiple of
-// H_k, d_k ≤ 128, d_v ≤ 256 (anything else traps).
-//
-// Design (memory-bound: a decode step moves each 64 KiB state of a (sequence, head) in and out once):
-// - thread j owns column j of S (S[i][j], i over d_k): the column lives in 128 registers (zero-
-//   padded past d_k), so Sᵀk and Sᵀq are per-thread dot products, no shuffles; loads and stores
-//   of a column are coalesced across j;
-// - the CTA first asks L2 for its 64 KiB of state (prefetch.global.L2, no registers held), then
-//   runs the prologue: causal conv over ring / conv stash / the step's rows, SiLU, the L2-norm
-//   partials of q and k, v and the gates, for a block of up to GDN_RB rows, into shared memory;
-//   only then does it load S into registers (from L2), so the prologue's registers and S's never
-//   overlap: 168 registers, 3 CTAs of 128 threads per SM;
-// - q and k stay raw in shared memory, their norm factors applied inside the dot products;
-//   o_t = α b_t + u_t (k̂_t·q̂_t) with a = Sᵀk, b = Sᵀq of the state before the row, so one pass
-//   over the registers computes both dots and a second applies the rank-1 update;
-// - the gated RMSNorm of a row block takes one barrier (warp partials of Σo² in shared memory);
-// - verify (mode 1): S stays in registers across the k rows and is never written; k_t, u_t, γ_t go
-//   to the stash; carried mode folds the pending rows into the registers first (and, in mode 1,
-//   writes that folded S once). More rows than GDN_RB: the next block's prologue runs with S out
-//   of registers (commit: stored and reloaded; verify: S_0 reloaded and the block's earlier rows
-//   replayed from the stash just written, by the fold formula).
-//
-// Conv ring and conv stash races. A slot's ring and conv stash are shared by every CTA of the
-// sequence; q and k channels of key head g are read by the r = H_v/H_k CTAs of g. Each CTA writes
-// only the channels it owns, at its very end. A step that commits one row per sequence (decode,
-// carried or not) or writes nothing (write-on-accept verify) is race-free across CTAs: a row at
-// position p writes ring[p mod K], which held p − K, which no CTA of the step reads (nor do pending
-// positions < p). A step that commits two or more rows would overwrite ring entries other CTAs of
-// its key head still read (unless it reads no ring: a fresh sequence), and a carried verify
-// rewrites conv stash rows the other CTAs of its key head read as history (when it has pending
-// rows). There, when r > 1, the CTA of the first value head of each key head runs all r value
-// heads of its key head one after the other, and the others return ("group mode"). See KERNELS.md's
-// ring argument: it holds for one committed row per step only.
-#include <stdint.h>
-
-#ifndef GDN_RB
-#define GDN_RB 4  // rows per block of the row loop (prologue and norm reductions are per block)
-#endif
-#ifndef GDN_PROLOGUE_UNROLL
-#define GDN_PROLOGUE_UNROLL 1  // rows of the prologue's loop in flight at once (registers permitting)
-#endif
-#define GDN_MAX_DK 128  // d_k ≤ 128: a column of S is 128 registers (zero-padded)
-#define GDN_MAX_DV 256  // d_v ≤ 256: one thread per column, ≤ 168 registers each
-
-namespace gdn {
-
-constexpr int kPrologueUnroll = GDN_PROLOGUE_UNROLL;
-
-struct Args {
-  const float* qkvz;
-  const float* ba;
-  float* y;
-  const int32_t* slots;
-  const int32_t* rowStarts;
-  const int32_t* seqLens;
-  float* state;
-  float* convRing;
-  const float* convWeight;
-  const float* aLog;
-  const float* dtBias;
-  const float* normWeight;
-  float* stash;
-  float* convStash;
-  const uint32_t* pending;
-  int hk, hv, dk, dv, K, maxK;
-  float eps;
-};
-
-// What one CTA does for one batch position.
-struct Task {
-  int slot;
-  int g;         // key head
-  int h0, nh;    // value heads [h0, h0 + nh)
-  int m;         // h0 − g·r (value-head mode: this CTA's index within its key head)
-  bool group;    // this CTA owns every channel of key head g (else a share of them)
-  int nPend;     // pending carried rows to fold first (positions L .. P0−1)
-  int L;         // first pending position
-  int P0;        // position of the first new row
-  int row0;      // its row in qkvz / ba / y
-  int nrows;     // new rows
-  bool commit;   // state and ring take the new rows
-  bool record;   // stash takes the new rows
-  bool recordConv;  // conv stash takes their pre-conv inputs (carried verify)
-  const float* pendK;  // stash of the pending rows (per head: + h·maxK·stashRow)
-  int nPendFold;       // rows of pendK to fold into the state (carried: nPend; fold kernel: na)
-  int ringEnd;         // the ring takes positions [max(L, ringEnd − K), ringEnd); none when ringEnd ≤ L
-};
-
-struct Geo {
-  int r, grp, width, convDim, keyDim, stashRow;
-  long long stashSeq;
-};
-
-__device__ __forceinline__ Geo geo_of(const Args& A) {
-  Geo G;
-  G.r = A.hv / A.hk;
-  G.grp = 2 * A.dk + 2 * G.r * A.dv;
-  G.width = A.hk * G.grp;
-  G.keyDim = A.hk * A.dk;
-  G.convDim = 2 * G.keyDim + A.hv * A.dv;
-  G.stashRow = A.dk + A.dv + 1;
-  G.stashSeq = (long long)A.hv * A.maxK * G.stashRow;
-  return G;
-}
-
-__device__ __forceinline__ int tid_lin() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
-__device__ __forceinline__ int nthreads() { return blockDim.x * blockDim.y * blockDim.z; }
-__device__ __forceinline__ int bid_lin() { return blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z); }
-
-// (batch position, value head) of this CTA: grid [batch, H_v] as gdn-launch.ts, else linear.
-__device__ __forceinline__ void cta_coords(int batch, int hv, int& b, int& h) {
-  if (gridDim.y == (unsigned)hv && gridDim.x == (unsigned)batch && gridDim.z == 1) {
-    b = blockIdx.x;
-    h = blockIdx.y;
-  } else {
-    const int lin = bid_lin();
-    h = lin % hv;
-    b = lin / hv;
-  }
-}
-
-// Register pressure: S takes DK registers per thread, and ptxas would otherwise keep a second
-// set of DK values live (shared-memory keys of one pass hoisted above the previous pass, or
-// the row addresses of the loads kept for the stores). Passes over S read the keys through
-// volatile loads (no merging of two passes' loads) and start with pass_fence(), which keeps
-// the next pass's loads from being hoisted; the stores recompute their addresses.
-__device__ __forceinline__ float4 lds4(const float* p) {
-#ifdef __CUDA_ARCH__
-  float4 v;
-  const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(a));
-  return v;
-#else
-  return *reinterpret_cast<const float4*>(p);
-#endif
-}
-__device__ __forceinline__ void pass_fence() { __syncwarp(__activemask()); }
-__device__ __forceinline__ int opaque(int x) {
-#ifdef __CUDA_ARCH__
-  asm volatile("" : "+r"(x));
-#endif
-  return x;
-}
-
-// Asks L2 for a contiguous range (the state of one (slot, head)), one 128-byte line per request,
-// spread over the block's threads; no registers wait for it.
-__device__ __forceinline__ void prefetch_l2(const float* p, size_t bytes) {
-#ifdef __CUDA_ARCH__
-  const char* c = reinterpret_cast<const char*>(p);
-  for (size_t off = (size_t)tid_lin() * 128; off < bytes; off += (size_t)nthreads() * 128)
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(c + off));
-#endif
-}
-
-__device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
-__device__ __forceinline__ float siluf_(float x) { return x / (1.0f + expf(-x)); }
-__device__ __forceinline__ float softplusf_(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
-
-// Pre-conv input of conv channel c (qkvz column col) at position p, for a task whose new rows
-// start at P0 (qkvz row row0), pending rows at L..P0−1 (conv stash), history below L (ring).
-__device__ __forceinline__ float conv_input(const Args& A, const Geo& G, const Task& T, int c, int col, int p) {
-  if (p < 0) return 0.0f;
-  if (p >= T.P0) return A.qkvz[(size_t)(T.row0 + (p - T.P0)) * G.width + col];
-  if (p >= T.L) return A.convStash[((size_t)T.slot * A.maxK + (p - T.L)) * G.convDim + c];
-  return A.convRing[((size_t)T.slot * A.K + (p % A.K)) * G.convDim + c];
-}
-
-__device__ __forceinline__ float conv_silu(const Args& A, const Geo& G, const Task& T, int c, int col, int pos) {
-  const float* w = A.convWeight + (size_t)c * A.K;
-  float acc = 0.0f;
-  for (int tap = 0; tap < A.K; ++tap) acc += w[tap] * conv_input(A, G, T, c, col, pos - A.K + 1 + tap);
-  return siluf_(acc);
-}
-
-// Shared memory of one CTA.
-template <int DK>
-struct __align__(16) Smem {
-  float qs[GDN_RB][DK];  // raw (conv + SiLU) q of the row block, zero past d_k
-  float ks[GDN_RB][DK];  // raw k
-  float pk[GDN_RB][DK];  // keys of the pending (stash) rows being folded
-  float vs[GDN_RB][GDN_MAX_DV];  // v of the block's rows (conv + SiLU), column j at [u][j]
-  float gates[GDN_RB][3];        // β, α = e^g, g of the block's rows
-  float red[3 * GDN_RB * 32];  // per row of the block: warp partials of Σq², Σk², Σqk
-  float ored[GDN_RB * 32];     // per row of the block: warp partials of Σo²
-  int dvStride;  // d_v and d_k, read back through volatile loads by every state load and store:
-  int dkRows;    // ptxas cannot prove two reads equal, so it never keeps a column's DK row
-                 // addresses or row predicates live from one pass to another (or hoists them)
-};
-
-// Loads column j of S (zeros past d_k and for j ≥ d_v). All loads issue before any use.
-__device__ __forceinline__ int volatile_int(const int* p) {
-#ifdef __CUDA_ARCH__
-  int v;
-  asm volatile("ld.volatile.shared.s32 %0, [%1];" : "=r"(v) : "r"((unsigned)__cvta_generic_to_shared(p)));
-  return v;
-#else
-  return *p;
-#endif
-}
-
-template <int DK>
-__device__ __forceinline__ void load_col(float (&s)[DK], const float* col, const int* dims, bool active) {
-  const int stride = volatile_int(dims), dk = active ? volatile_int(dims + 1) : 0;
-#pragma unroll
-  for (int i = 0; i < DK; ++i) s[i] = i < dk ? col[(size_t)i * stride] : 0.0f;
-}
-
-template <int DK>
-__device__ __forceinline__ void store_col(const float (&s)[DK], float* col, const int* dims, bool active) {
-  const int stride = volatile_int(dims), dk = active ? volatile_int(dims + 1) : 0;
-#pragma unroll
-  for (int i = 0; i < DK; ++i)
-    if (i < dk) col[(size_t)i * stride] = s[i];
-}
-
-// S ← e^{γ_{n−1}} S + Σ_{t<n} e^{γ_{n−1}−γ_t} k_t u_tᵀ on column j, from a stash head block
-// ([maxK][d_k + d_v + 1]: k_t, u_t, γ_t). Stages keys in sm.pk; syncs the block.
-template <int DK>
-__device__ __forceinline__ void fold_rows(float (&s)[DK], const float* sh, int n, const Args& A, const Geo& G, Smem<DK>& sm, int j,
-                                          bool active) {
-  const int tid = tid_lin(), nt = nthreads();
-  const int dk = A.dk, dv = A.dv, sr = G.stashRow;
-  const float gl = sh[(size_t)(n - 1) * sr + dk + dv];
-  const float E = expf(gl);
-#pragma unroll
-  for (int i = 0; i < DK; ++i) s[i] *= E;
-  for (int t0 = 0; t0 < n; t0 += GDN_RB) {
-    const int nb = min(GDN_RB, n - t0);
-    __syncthreads();  // earlier readers of sm.pk are done
-    for (int idx = tid; idx < GDN_RB * DK; idx += nt) {
-      const int u = idx / DK, i = idx - u * DK;
-      sm.pk[u][i] = (u < nb && i < dk) ? sh[(size_t)(t0 + u) * sr + i] : 0.0f;
-    }
-    __syncthreads();
-#pragma unroll 1
-    for (int u = 0; u < GDN_RB; ++u) {
-      if (u < nb) {
-        const float* row = sh + (size_t)(t0 + u) * sr;
-        const float cu = active ? expf(gl - row[dk + dv]) * row[dk + j] : 0.0f;
-        pass_fence();
-#pragma unroll
-        for (int i = 0; i < DK; i += 4) {
-          const float4 kk = lds4(&sm.pk[u][i]);
-          s[i] += kk.x * cu;
-          s[i + 1] += kk.y * cu;
-          s[i + 2] += kk.z * cu;
-          s[i + 3] += kk.w * cu;
-        }
-      }
-    }
-  }
-}
-
-// Sum of v over one warp (partial warps included); the total lands in lane 0.
-__device__ __forceinline__ float warp_sum_to_lane0(float v) {
-  const int tid = tid_lin(), nt = nthreads();
-  const int lane = tid & 31, warp = tid >> 5;
-  const int wsize = min(32, nt - warp * 32);
-  if (wsize == 32) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  } else {
-    const unsigned mask = (1u << wsize) - 1u;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float t = __shfl_down_sync(mask, v, o);
-      if (lane + o < wsize) v += t;
-    }
-  }
-  return v;
-}
-
-// Raw q and k of rows t0..t0+nb−1 into sm.qs / sm.ks (zero past d_k), and per row u the warp
-// partials of Σq², Σk², Σqk in sm.red[(3u + 0..2)·32 + warp] (unless !qk: kept from before);
-// v of value head h and the gates of the rows into sm.vs / sm.gates. One row at a time (a rolled loop:
-// this runs while the state loads are in flight, so it must stay light in registers). Syncs the
-// block; read the totals with qk_factors.
-template <int DK>
-__device__ __forceinline__ void qk_prologue(const Args& A, const Geo& G, const Task& T, int h, int t0, int nb, Smem<DK>& sm,
-                                            bool qk = true) {
-  const int tid = tid_lin(), nt = nthreads();
-  const int lane = tid & 31, warp = tid >> 5;
-  const int dk = A.dk, dv = A.dv;
-  const int m = h - T.g * G.r;
-  __syncthreads();  // earlier readers of sm.qs / sm.ks / sm.red / sm.vs / sm.gates are done
-  // v_j (conv + SiLU) of value head h, and the gates, of each row of the block.
-  if (tid < dv) {
-    const int vc = 2 * G.keyDim + h * dv + tid;
-    const int vcol = T.g * G.grp + 2 * dk + m * dv + tid;
-#pragma unroll kPrologueUnroll
-    for (int u = 0; u < GDN_RB; ++u)
-      if (u < nb) sm.vs[u][tid] = conv_silu(A, G, T, vc, vcol, T.P0 + t0 + u);
-  }
-  for (int u = tid; u < nb; u += nt) {
-    const float* bar = A.ba + (size_t)(T.row0 + t0 + u) * 2 * A.hv + T.g * 2 * G.r;
-    const float gate = -expf(A.aLog[h]) * softplusf_(bar[G.r + m] + A.dtBias[h]);
-    sm.gates[u][0] = sigmoidf_(bar[m]);
-    sm.gates[u][1] = expf(gate);
-    sm.gates[u][2] = gate;
-  }
-#pragma unroll kPrologueUnroll
-  for (int u = 0; u < (qk ? GDN_RB : 0); ++u) {
-    float pq = 0.0f, pk = 0.0f, pqk = 0.0f;
-    for (int i = tid; i < DK; i += nt) {
-      float qv = 0.0f, kv = 0.0f;
-      if (i < dk && u < nb) {
-        const int cq = T.g * dk + i, ck = G.keyDim + T.g * dk + i;
-        const int colq = T.g * G.grp + i;
-        const int pos = T.P0 + t0 + u;
-        qv = conv_silu(A, G, T, cq, colq, pos);
-        kv = conv_silu(A, G, T, ck, colq + dk, pos);
-      }
-      sm.qs[u][i] = qv;
-      sm.ks[u][i] = kv;
-      pq += qv * qv;
-      pk += kv * kv;
-      pqk += qv * kv;
-    }
-    pq = warp_sum_to_lane0(pq);
-    pk = warp_sum_to_lane0(pk);
-    pqk = warp_sum_to_lane0(pqk);
-    if (lane == 0) {
-      sm.red[(3 * u + 0) * 32 + warp] = pq;
-      sm.red[(3 * u + 1) * 32 + warp] = pk;
-      sm.red[(3 * u + 2) * 32 + warp] = pqk;
-    }
-  }
-  __syncthreads();
-}
-
-// Norm factors of row u of the block: fq (with 1/√d_k), fk, and kq = k̂·q̂.
-__device__ __forceinline__ void qk_factors(const float* red, int u, int dk, float& fq, float& fk, float& kq) {
-  const int nw = (nthreads() + 31) >> 5;
-  float sq = 0.0f, sk = 0.0f, sqk = 0.0f;
-  for (int w = 0; w < nw; ++w) {
-    sq += red[(3 * u + 0) * 32 + w];
-    sk += red[(3 * u + 1) * 32 + w];
-    sqk += red[(3 * u + 2) * 32 + w];
-  }
-  fq = (1.0f / sqrtf((float)dk)) / sqrtf(sq + 1e-6f);
-  fk = 1.0f / sqrtf(sk + 1e-6f);
-  kq = sqk * fq * fk;
-}
-
-// One value head of a task: state column j in registers through pending fold and rows.
-// ROWS = false: the fold kernel's build, without the row code (fewer registers).
-// RELOAD: a row block after the first runs its prologue with the state out of registers (the
-// 168-register build of gdn_recurrent); without it the state stays live (gdn_chunk, ~246).
-template <int DK, bool ROWS, bool RELOAD>
-__device__ __forceinline__ void run_head(const Args& A, const Geo& G, const Task& T, int h, Smem<DK>& sm) {
-  const int tid = tid_lin();
-  const int j = tid;
-  const int dk = A.dk, dv = A.dv;
-  const bool active = j < dv;
-  const int m = h - T.g * G.r;
-  float* Scol = A.state + ((size_t)T.slot * A.hv + h) * (size_t)dk * dv + j;
-
-  const bool needState = T.nrows > 0 || T.nPendFold > 0;
-  if (!needState) return;
-  // The state's DRAM fetch starts now, into L2; the registers load it after the prologue, so
-  // the prologue's registers and the state's never overlap (3 CTAs of 128 threads per SM).
-  const size_t headBytes = (size_t)dk * dv * sizeof(float);
-  prefetch_l2(Scol - j, headBytes);
-  if (T.nh > 1 && h + 1 < T.h0 + T.nh) prefetch_l2(Scol - j + (size_t)dk * dv, headBytes);  // group mode: the next head
-  // Group mode: q and k of the key head are the same for its r value heads; when every row fits
-  // one block, the first head's q, k and their norms stay in shared memory for the others.
-  if (ROWS && T.nrows > 0) qk_prologue<DK>(A, G, T, h, 0, min(GDN_RB, T.nrows), sm, h == T.h0 || T.nrows > GDN_RB);
-
-  float s[DK];
-  load_col<DK>(s, Scol, &sm.dvStride, active);
-
-  // Carried pending rows (or the fold kernel's accepted rows).
-  if (T.nPendFold > 0) {
-    const float* sh = T.pendK + (size_t)h * A.maxK * G.stashRow;
-    fold_rows<DK>(s, sh, T.nPendFold, A, G, sm, j, active);
-    // Mode 1 keeps the folded state: the new rows are not committed, the pending ones are.
-    if (!T.commit || T.nrows == 0) store_col<DK>(s, Scol, &sm.dvStride, active);
-  }
-  if (!ROWS || T.nrows == 0) return;
-
-  const int zcol = T.g * G.grp + 2 * dk + (G.r + m) * dv + j;  // qkvz column of z_j
-  const float nw_j = active ? A.normWeight[j] : 0.0f;
-  float* stashH = T.record ? A.stash + (size_t)T.slot * G.stashSeq + (size_t)h * A.maxK * G.stashRow : nullptr;
-  float gam = 0.0f;
-
-  for (int t0 = 0; t0 < T.nrows; t0 += GDN_RB) {
-    const int nb = min(GDN_RB, T.nrows - t0);
-    if (t0 > 0 && !RELOAD) {
-      qk_prologue<DK>(A, G, T, h, t0, nb, sm);
-    } else if (t0 > 0) {
-      // The next block's prologue runs with no state in registers (it would not fit beside it):
-      // commit: the state so far goes to memory and comes back; verify: S_0 comes back and the
-      // block's earlier rows are replayed from the stash this CTA just wrote (the fold formula).
-      if (T.commit) store_col<DK>(s, Scol, &sm.dvStride, active);
-      qk_prologue<DK>(A, G, T, h, t0, nb, sm);
-      load_col<DK>(s, Scol, &sm.dvStride, active);
-      if (!T.commit) fold_rows<DK>(s, stashH, t0, A, G, sm, j, active);
-    }
-    // Rolled over the rows (register pressure): each row's raw o goes to y, its Σo² warp
-    // partials to sm.ored; the gated RMSNorm rescales y after one barrier.
-#pragma unroll 1
-    for (int u = 0; u < nb; ++u) {
-      const int t = t0 + u;
-      const int row = T.row0 + t;
-      float fq, fk, kq;
-      qk_factors(sm.red, u, dk, fq, fk, kq);
-      const float beta = sm.gates[u][0];
-      const float alpha = sm.gates[u][1];
-      gam += sm.gates[u][2];
-      const float v = active ? sm.vs[u][j] : 0.0f;
-      // a = Sᵀk / fk, b = Sᵀq / fq (raw k, q), on the state before this row.
-      float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f, b0 = 0.f, b1 = 0.f, b2 = 0.f, b3 = 0.f;
-      pass_fence();
-#pragma unroll
-      for (int i = 0; i < DK; i += 4) {
-        const float4 kk = lds4(&sm.ks[u][i]);
-        const float4 qq = lds4(&sm.qs[u][i]);
-        a0 += s[i] * kk.x;
-        a1 += s[i + 1] * kk.y;
-        a2 += s[i + 2] * kk.z;
-        a3 += s[i + 3] * kk.w;
-        b0 += s[i] * qq.x;
-        b1 += s[i + 1] * qq.y;
-        b2 += s[i + 2] * qq.z;
-        b3 += s[i + 3] * qq.w;
-      }
-      const float a = ((a0 + a1) + (a2 + a3)) * fk;
-      const float bq = ((b0 + b1) + (b2 + b3)) * fq;
-      const float uu = active ? beta * (v - alpha * a) : 0.0f;
-      const float o = active ? alpha * bq + uu * kq : 0.0f;
-      float* yp = A.y + (size_t)row * A.hv * dv + (size_t)h * dv + j;
-      if (active) *yp = o;
-      const float osq = warp_sum_to_lane0(o * o);
-      if ((tid & 31) == 0) sm.ored[u * 32 + (tid >> 5)] = osq;
-      // S ← α S + k̂ uᵀ (not needed after the last row of a verify).
-      if (T.commit || t + 1 < T.nrows) {
-        const float ku = uu * fk;
-        pass_fence();
-#pragma unroll
-        for (int i = 0; i < DK; i += 4) {
-          const float4 kk = lds4(&sm.ks[u][i]);
-          s[i] = alpha * s[i] + kk.x * ku;
-          s[i + 1] = alpha * s[i + 1] + kk.y * ku;
-          s[i + 2] = alpha * s[i + 2] + kk.z * ku;
-          s[i + 3] = alpha * s[i + 3] + kk.w * ku;
-        }
-      }
-      if (stashH) {
-        float* srow = stashH + (size_t)t * G.stashRow;
-        if (active) srow[dk + j] = uu;
-        for (int i = tid; i < dk; i += nthreads()) srow[i] = sm.ks[u][i] * fk;
-        if (tid == 0) srow[dk + dv] = gam;
-      }
-    }
-    // Gated RMSNorm over d_v of each row of the block (y holds this thread's own raw o).
-    __syncthreads();
-    if (active) {
-      const int nw = (nthreads() + 31) >> 5;
-#pragma unroll 1
-      for (int u = 0; u < nb; ++u) {
-        const int row = T.row0 + t0 + u;
-        float ss = 0.0f;
-        for (int w = 0; w < nw; ++w) ss += sm.ored[u * 32 + w];
-        const float inv = 1.0f / sqrtf(ss / (float)dv + A.eps);
-        const float z = A.qkvz[(size_t)row * G.width + zcol];
-        float* yp = A.y + (size_t)row * A.hv * dv + (size_t)h * dv + j;
-        *yp = nw_j * (*yp) * inv * siluf_(z);
-      }
-    }
-  }
-  if (T.commit) store_col<DK>(s, Scol, &sm.dvStride, active);
-}
-
-// Channels a CTA owns for ring / conv stash writes: group mode, every channel of key head g
-// (q, k: 2·d_k; v of its r heads); value-head mode, v of its head and every r-th q/k channel.
-__device__ __forceinline__ int owned_count(const Args& A, const Geo& G, const Task& T) {
-  if (T.group) return 2 * A.dk + G.r * A.dv;
-  return (2 * A.dk - T.m + G.r - 1) / G.r + A.dv;
-}
-
-__device__ __forceinline__ void owned_channel(const Args& A, const Geo& G, const Task& T, int idx, int& c, int& col) {
-  const int nqk = T.group ? 2 * A.dk : (2 * A.dk - T.m + G.r - 1) / G.r;
-  if (idx < nqk) {
-    const int e = T.group ? idx : T.m + idx * G.r;  // 0..2·d_k: q then k of key head g
-    c = e < A.dk ? T.g * A.dk + e : G.keyDim + T.g * A.dk + (e - A.dk);
-    col = T.g * G.grp + e;
-  } else {
-    const int v = idx - nqk;
-    const int mm = T.group ? v / A.dv : T.m;
-    const int jj = T.group ? v - mm * A.dv : v;
-    c = 2 * G.keyDim + (T.g * G.r + mm) * A.dv + jj;
-    col = T.g * G.grp + 2 * A.dk + mm * A.dv + jj;
-  }
-}
-
-// The ring takes positions [max(L, end − K), end) (only the last K survive), the conv stash the
-// pre-conv inputs of the new rows (carried verify). One thread per owned channel, so a conv
-// stash entry read for the ring is read before the same thread overwrites it.
-__device__ __forceinline__ void write_conv_state(const Args& A, const Geo& G, const Task& T) {
-  const bool ring = T.ringEnd > T.L;
-  if (!ring && !T.recordConv) return;
-  const int end = T.ringEnd;
-  const int pa = max(T.L, end - A.K);
-  const int n = owned_count(A, G, T);
-  const int tid = tid_lin(), nt = nthreads();
-  for (int idx = tid; idx < n; idx += nt) {
-    int c, col;
-    owned_channel(A, G, T, idx, c, col);
-    if (ring) {
-      for (int p = pa; p < end; ++p)
-        A.convRing[((size_t)T.slot * A.K + (p % A.K)) * G.convDim + c] = conv_input(A, G, T, c, col, p);
-    }
-    if (T.recordConv) {
-      for (int t = 0; t < T.nrows; ++t)
-        A.convStash[((size_t)T.slot * A.maxK + t) * G.convDim + c] = A.qkvz[(size_t)(T.row0 + t) * G.width + col];
-    }
-  }
-}
-
-template <int DK, bool ROWS = true, bool RELOAD = true>
-__device__ __forceinline__ void run_task(const Args& A, const Geo& G, const Task& T) {
-  __shared__ Smem<DK> sm;
-  if (tid_lin() == 0) {
-    sm.dvStride = A.dv;
-    sm.dkRows = A.dk;
-  }
-  __syncthreads();
-  for (int h = T.h0; h < T.h0 + T.nh; ++h) run_head<DK, ROWS, RELOAD>(A, G, T, h, sm);
-  __syncthreads();  // every read of history by this CTA is done
-  write_conv_state(A, G, T);
-}
-
-// Shapes these kernels support: H_v a multiple of H_k, d_k ≤ 128, d_v ≤ 256, a block of at least
-// d_v threads. Anything else is a programming error of the caller: the kernel traps (the launch
-// fails loudly) rather than return wrong numbers. (No printf: its call costs registers.)
-__device__ __forceinline__ void check_shape(const Args& A) {
-  const bool ok = A.hk > 0 && A.hv > 0 && A.hv % A.hk == 0 && A.dk >= 1 && A.dk <= GDN_MAX_DK && A.dv >= 1 && A.dv <= GDN_MAX_DV &&
-                  nthreads() >= A.dv && A.K >= 1 && A.maxK >= 1;
-  if (!ok) __trap();
-}
-
-// Builds the task of (b, h) for a step of `rows` new rows from row0 at position seqLens[b]
-// (pending rows folded first when `pending` is given). Returns false when this CTA has nothing
-// to do (padding, or a non-leading CTA of a key head in group mode).
-__device__ __forceinline__ bool make_task(const Args& A, const Geo& G, int b, int h, int row0, int nrows, bool commit, bool record,
-                                          Task& T) {
-  const int slot = A.slots[b];
-  if (slot < 0) return false;
-  T.slot = slot;
-  T.g = h / G.r;
-  const int nPend = A.pending ? (int)A.pending[slot] : 0;
-  T.nPend = nPend;
-  T.P0 = A.seqLens[b];
-  T.L = T.P0 - nPend;
-  T.row0 = row0;
-  T.nrows = nrows;
-  T.commit = commit;
-  T.record = record;
-  T.recordConv = record && A.pending != nullptr;
-  T.pendK = A.stash + (size_t)slot * G.stashSeq;
-  T.nPendFold = nPend;
-  // Commit: pending and new rows; carried verify: the pending rows only; write-on-accept verify: none.
-  T.ringEnd = commit ? T.P0 + nrows : (T.recordConv ? T.P0 : T.L);
-  // History this step reads: ring positions [histLo, L), conv stash positions [max(L, histLo), P0).
-  // A fresh sequence (L = 0) reads no ring; a carried step without pending rows no conv stash.
-  const int histLo = max(0, T.P0 - A.K + 1);
-  const bool readsRing = T.L > histLo;
-  const bool readsStash = T.P0 > max(T.L, histLo);
-  const bool racy = G.r > 1 && ((commit && nrows >= 2 && readsRing) || (T.recordConv && readsStash));
-  T.group = racy || G.r == 1;
-  if (racy) {
-    if (h % G.r != 0) return false;
-    T.h0 = h;
-    T.nh = G.r;
-  } else {
-    T.h0 = h;
-    T.nh = 1;
-  }
-  T.m = T.h0 - T.g * G.r;
-  return true;
-}
-
-template <int DK>
-__device__ __forceinline__ void recurrent_entry(const Args& A, int mode, int batch, int k) {
-  int b, h;
-  cta_coords(batch, A.hv, b, h);
-  if (b >= batch || h >= A.hv) return;
-  const Geo G = geo_of(A);
-  if (mode == 1 && k > A.maxK) return;
-  Task T;
-  if (!make_task(A, G, b, h, A.rowStarts[b], k, mode == 0, mode == 1, T)) return;
-  run_task<DK>(A, G, T);
-}
-
-}  // namespace gdn
+// Entry points, one signature (gdn-kernels.ts), grid [batch, H_v], a block of d_v threads:
+//   gdn_recurrent          the default: the variant GDN_RECURRENT_DEFAULT names (gdn-launch.ts
+//                          gives it the dynamic shared memory that variant needs)
+//   gdn_recurrent_smem     S copied into shared memory by the copy engine while the prologue runs
+//                          (dynamic shared memory: fast_smem_floats(d_k, d_v, maxK, true) floats)
+//   gdn_recurrent_stream   S streamed from global memory, never held (fast_smem_floats(.., false))
+//   gdn_recurrent_legacy   the first version (S in 128 registers per thread; no dynamic shared
+//                          memory; any maxK and conv K)
+// Variant knobs (-D): GDN_SMEM_CPASYNC (smem: cp.async instead of cp.async.bulk on sm_90),
+// GDN_FAST_NCHUNK, GDN_STREAM_U, GDN_SMEM_MAXNREG, GDN_STREAM_MAXNREG, GDN_MAXNREG (legacy register cap,
+// 0 = none), GDN_ONLY_VARIANT=0/1/2 (only the legacy / smem / stream entry point, no default).
+#include "gdn-legacy.cuh"
 
 #ifndef GDN_NO_RECURRENT_ENTRY
-// 168 registers: 3 CTAs of 128 threads per SM (ptxas reports a few spills, in the cold paths);
-// build with -DGDN_MAXNREG=0 for no cap (about 250 registers, no spills, 2 CTAs per SM).
+#include "gdn-fast.cuh"
+
+#define GDN_VARIANT_LEGACY 0
+#define GDN_VARIANT_SMEM 1
+#define GDN_VARIANT_STREAM 2
+#ifndef GDN_RECURRENT_DEFAULT
+#define GDN_RECURRENT_DEFAULT GDN_VARIANT_SMEM
+#endif
+
+#define GDN_RECURRENT_PARAMS                                                                                                         \
+  const float *qkvz, const float *ba, float *y, const int32_t *slots, const int32_t *rowStarts, const int32_t *seqLens, float *state, \
+      float *convRing, const float *convWeight, const float *aLog, const float *dtBias, const float *normWeight, float *stash,       \
+      float *convStash, const uint32_t *pending, int mode, int batch, int k, int hk, int hv, int dk, int dv, int convK, int maxK,    \
+      float eps
+#define GDN_RECURRENT_ARGS                                                                                                          \
+  const gdn::Args A{qkvz, ba, y, slots, rowStarts, seqLens, state, convRing, convWeight, aLog, dtBias, normWeight, stash, convStash, \
+                    pending, hk, hv, dk, dv, convK, maxK, eps};                                                                     \
+  gdn::check_shape(A);                                                                                                              \
+  if (mode != 0 && mode != 1) return;
+
+// 168 registers: 3 CTAs of 128 threads per SM (a few spills in the cold paths); -DGDN_MAXNREG=0:
+// no cap (about 250 registers, no spills, 2 CTAs per SM).
 #ifndef GDN_MAXNREG
 #define GDN_MAXNREG 168
 #endif
 #if GDN_MAXNREG > 0
-#define GDN_REGCAP __maxnreg__(GDN_MAXNREG)
+#define GDN_LEGACY_REGCAP __maxnreg__(GDN_MAXNREG)
 #else
-#define GDN_REGCAP
+#define GDN_LEGACY_REGCAP
 #endif
-extern "C" __global__ void GDN_REGCAP gdn_recurrent(const float* qkvz, const float* ba, float* y, const int32_t* slots, const int32_t* rowStarts,
-                                         const int32_t* seqLens, float* state, float* convRing, const float* convWeight,
-                                         const float* aLog, const float* dtBias, const float* normWeight, float* stash, float* convStash,
-                                         const uint32_t* pending, int mode, int batch, int k, int hk, int hv, int dk, int dv, int convK,
-                                         int maxK, float eps) {
-  const gdn::Args A{qkvz, ba, y, slots, rowStarts, seqLens, state, convRing, convWeight, aLog, dtBias, normWeight, stash, convStash, pending,
-                    hk, hv, dk, dv, convK, maxK, eps};
-  gdn::check_shape(A);
-  if (mode != 0 && mode != 1) return;
+
+#if !defined(GDN_ONLY_VARIANT) || GDN_ONLY_VARIANT == 0
+extern "C" __global__ void GDN_LEGACY_REGCAP gdn_recurrent_legacy(GDN_RECURRENT_PARAMS) {
+  GDN_RECURRENT_ARGS
   gdn::recurrent_entry<128>(A, mode, batch, k);  // d_k <= 128, zero-padded
 }
 #endif
+
+#if !defined(GDN_ONLY_VARIANT) || GDN_ONLY_VARIANT == 1
+extern "C" __global__ void __maxnreg__(GDN_SMEM_MAXNREG) gdn_recurrent_smem(GDN_RECURRENT_PARAMS) {
+  GDN_RECURRENT_ARGS
+  gdn::fast::recurrent_entry<gdn::fast::SmemSrc>(A, mode, batch, k);
+}
+#endif
+
+#if !defined(GDN_ONLY_VARIANT) || GDN_ONLY_VARIANT == 2
+extern "C" __global__ void __maxnreg__(GDN_STREAM_MAXNREG) gdn_recurrent_stream(GDN_RECURRENT_PARAMS) {
+  GDN_RECURRENT_ARGS
+  gdn::fast::recurrent_entry<gdn::fast::StreamSrc>(A, mode, batch, k);
+}
+#endif
+
+#ifndef GDN_ONLY_VARIANT  // a build of one variant (bench/gdn-tune.sh) leaves the default entry out
+#if GDN_RECURRENT_DEFAULT == GDN_VARIANT_LEGACY
+extern "C" __global__ void GDN_LEGACY_REGCAP gdn_recurrent(GDN_RECURRENT_PARAMS) {
+  GDN_RECURRENT_ARGS
+  gdn::recurrent_entry<128>(A, mode, batch, k);
+}
+#elif GDN_RECURRENT_DEFAULT == GDN_VARIANT_SMEM
+extern "C" __global__ void __maxnreg__(GDN_SMEM_MAXNREG) gdn_recurrent(GDN_RECURRENT_PARAMS) {
+  GDN_RECURRENT_ARGS
+  gdn::fast::recurrent_entry<gdn::fast::SmemSrc>(A, mode, batch, k);
+}
+#else
+extern "C" __global__ void __maxnreg__(GDN_STREAM_MAXNREG) gdn_recurrent(GDN_RECURRENT_PARAMS) {
+  GDN_RECURRENT_ARGS
+  gdn::fast::recurrent_entry<gdn::fast::StreamSrc>(A, mode, batch, k);
+}
+#endif
+#endif
+#endif  // GDN_NO_RECURRENT_ENTRY

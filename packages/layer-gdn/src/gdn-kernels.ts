@@ -1,27 +1,41 @@
 import { defineKernel, defineKernelModule } from '@metrale/core';
 import { chunkCpu, foldCpu, recurrentCpu } from './gdn.cpu.js';
+import type { GdnKernelVariant } from './gdn-launch.js';
 
 // Fatbins built by metrale-build-kernels from kernels/*.cu into dist/kernels/. Layouts: KERNELS.md.
 const recurrentModule = defineKernelModule('gdn-recurrent', new URL('./kernels/gdn-recurrent.fatbin', import.meta.url));
 const foldModule = defineKernelModule('gdn-fold', new URL('./kernels/gdn-fold.fatbin', import.meta.url));
-const chunkModule = defineKernelModule('gdn-chunk', new URL('./kernels/gdn-chunk.fatbin', import.meta.url));
+// The row-by-row prefill (the oracle of the chunked prefill, gdn-prefill-kernels.ts).
+const chunkRowwiseModule = defineKernelModule('gdn-chunk-rowwise', new URL('./kernels/gdn-chunk-rowwise.fatbin', import.meta.url));
 
 /** Shape parameters every GDN kernel takes, in this order after its pointers. */
 const SHAPE = { hk: 'i32', hv: 'i32', dk: 'i32', dv: 'i32', convK: 'i32', maxK: 'i32' } as const;
 
-/** Decode and verify: one CTA per (batch position, value head). */
+const RECURRENT_PARAMS = {
+  qkvz: 'ptr', ba: 'ptr', y: 'ptr',
+  slots: 'ptr', rowStarts: 'ptr', seqLens: 'ptr',
+  state: 'ptr', convRing: 'ptr',
+  convWeight: 'ptr', aLog: 'ptr', dtBias: 'ptr', normWeight: 'ptr',
+  stash: 'ptr', convStash: 'ptr', pending: 'ptr',
+  mode: 'i32', batch: 'i32', k: 'i32',
+  ...SHAPE,
+  eps: 'f32',
+} as const;
+
+const FOLD_PARAMS = {
+  qkvz: 'ptr', slots: 'ptr', seqLens: 'ptr', naTab: 'ptr',
+  state: 'ptr', convRing: 'ptr', stash: 'ptr',
+  batch: 'i32', k: 'i32',
+  ...SHAPE,
+} as const;
+
+/**
+ * Decode and verify: one CTA per (batch position, value head), launched as gdn-launch.ts
+ * recurrentLaunch says (the default variant's dynamic shared memory).
+ */
 export const recurrentKernel = defineKernel({
   name: 'gdn.recurrent',
-  params: {
-    qkvz: 'ptr', ba: 'ptr', y: 'ptr',
-    slots: 'ptr', rowStarts: 'ptr', seqLens: 'ptr',
-    state: 'ptr', convRing: 'ptr',
-    convWeight: 'ptr', aLog: 'ptr', dtBias: 'ptr', normWeight: 'ptr',
-    stash: 'ptr', convStash: 'ptr', pending: 'ptr',
-    mode: 'i32', batch: 'i32', k: 'i32',
-    ...SHAPE,
-    eps: 'f32',
-  },
+  params: RECURRENT_PARAMS,
   cuda: { module: recurrentModule, symbol: 'gdn_recurrent' },
   cpu: recurrentCpu,
 });
@@ -29,17 +43,38 @@ export const recurrentKernel = defineKernel({
 /** Write-on-accept fold: the first naTab[p] verify rows of each batch position into state and ring. */
 export const foldKernel = defineKernel({
   name: 'gdn.fold',
-  params: {
-    qkvz: 'ptr', slots: 'ptr', seqLens: 'ptr', naTab: 'ptr',
-    state: 'ptr', convRing: 'ptr', stash: 'ptr',
-    batch: 'i32', k: 'i32',
-    ...SHAPE,
-  },
+  params: FOLD_PARAMS,
   cuda: { module: foldModule, symbol: 'gdn_fold' },
   cpu: foldCpu,
 });
 
-/** Prefill of ragged rows from each slot's state, committing state and ring. */
+/** Entry points of each variant of gdn.recurrent and gdn.fold (gdn-launch.ts GdnKernelVariant). */
+export const RECURRENT_SYMBOLS: Readonly<Record<GdnKernelVariant, string>> = {
+  smem: 'gdn_recurrent_smem', stream: 'gdn_recurrent_stream', legacy: 'gdn_recurrent_legacy',
+};
+export const FOLD_SYMBOLS: Readonly<Record<GdnKernelVariant, string>> = {
+  smem: 'gdn_fold_smem', stream: 'gdn_fold_stream', legacy: 'gdn_fold_legacy',
+};
+
+/** gdn.recurrent of one variant: the same parameters and CPU twin, that variant's entry point. */
+export const recurrentVariantKernels: Readonly<Record<GdnKernelVariant, typeof recurrentKernel>> = Object.freeze({
+  smem: defineKernel({ name: 'gdn.recurrent.smem', params: RECURRENT_PARAMS, cuda: { module: recurrentModule, symbol: RECURRENT_SYMBOLS.smem }, cpu: recurrentCpu }),
+  stream: defineKernel({ name: 'gdn.recurrent.stream', params: RECURRENT_PARAMS, cuda: { module: recurrentModule, symbol: RECURRENT_SYMBOLS.stream }, cpu: recurrentCpu }),
+  legacy: defineKernel({ name: 'gdn.recurrent.legacy', params: RECURRENT_PARAMS, cuda: { module: recurrentModule, symbol: RECURRENT_SYMBOLS.legacy }, cpu: recurrentCpu }),
+});
+
+/** gdn.fold of one variant. */
+export const foldVariantKernels: Readonly<Record<GdnKernelVariant, typeof foldKernel>> = Object.freeze({
+  smem: defineKernel({ name: 'gdn.fold.smem', params: FOLD_PARAMS, cuda: { module: foldModule, symbol: FOLD_SYMBOLS.smem }, cpu: foldCpu }),
+  stream: defineKernel({ name: 'gdn.fold.stream', params: FOLD_PARAMS, cuda: { module: foldModule, symbol: FOLD_SYMBOLS.stream }, cpu: foldCpu }),
+  legacy: defineKernel({ name: 'gdn.fold.legacy', params: FOLD_PARAMS, cuda: { module: foldModule, symbol: FOLD_SYMBOLS.legacy }, cpu: foldCpu }),
+});
+
+/**
+ * Prefill of ragged rows from each slot's state, committing state and ring, row by row
+ * (kernels/gdn-chunk-rowwise.cu). The layer prefills with the chunked WY form
+ * (gdn-prefill-kernels.ts); this one stays as the GPU-side correctness oracle of it.
+ */
 export const chunkKernel = defineKernel({
   name: 'gdn.chunk',
   params: {
@@ -52,6 +87,9 @@ export const chunkKernel = defineKernel({
     ...SHAPE,
     eps: 'f32',
   },
-  cuda: { module: chunkModule, symbol: 'gdn_chunk' },
+  cuda: { module: chunkRowwiseModule, symbol: 'gdn_chunk_rowwise' },
   cpu: chunkCpu,
 });
+
+/** The row-by-row prefill under its own name. */
+export const chunkRowwiseKernel = chunkKernel;

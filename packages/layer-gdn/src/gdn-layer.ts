@@ -12,8 +12,10 @@ import {
   type TransformerLayer,
 } from '@metrale/core';
 import { readGdnConfig, type GdnConfig } from './gdn-config.js';
-import { chunkKernel, foldKernel, recurrentKernel } from './gdn-kernels.js';
-import { chunkLaunch, recurrentLaunch } from './gdn-launch.js';
+import { foldKernel, foldVariantKernels, recurrentKernel, recurrentVariantKernels } from './gdn-kernels.js';
+import { DEFAULT_VARIANT, fastSupported, recurrentLaunch, type GdnKernelVariant } from './gdn-launch.js';
+import { prefillKernels } from './gdn-prefill-kernels.js';
+import { launchPrefill, prefillPlan, prefillScratchBytes } from './gdn-prefill-launch.js';
 import { loadGdnWeights } from './gdn-weights.js';
 
 /** A sequence's GDN state lives entirely on the device (state and conv ring of its slot). */
@@ -35,11 +37,13 @@ interface Buffers {
   readonly qkvz: DevicePtr;
   readonly ba: DevicePtr;
   readonly y: DevicePtr;
+  /** Scratch of the chunked prefill (gdn-prefill-launch.ts prefillScratchLayout), sized for limits.maxRows. */
+  readonly prefill: DevicePtr;
 }
 
 /**
  * A Gated DeltaNet layer (Qwen3-Next `linear_attention`): rows of f32 [hidden] in and out.
- * Prefill runs `gdn.chunk`; decode runs `gdn.recurrent` in mode 0; verify runs it in mode 1,
+ * Prefill runs the chunked WY form (`gdn.prefill-wy`, `gdn.prefill-scan`); decode runs `gdn.recurrent` in mode 0; verify runs it in mode 1,
  * which reads the state and writes only the stash, so a rejected row leaves no trace. After
  * acceptance, write-on-accept folds the accepted prefix (`gdnFoldAccepted` → `gdn.fold`); carried
  * mode folds it inside the slot's next kernel instead.
@@ -56,6 +60,10 @@ export class GdnLayer implements TransformerLayer<GdnState> {
   readonly #allocations: DevicePtr[] = [];
   readonly #b: Buffers;
   #woa: { readonly stash: DevicePtr } | undefined;
+  /** gdn.recurrent / gdn.fold as this shape runs them: the default (fast) entry points, or legacy (gdn-launch.ts fastSupported). */
+  readonly #variant: GdnKernelVariant;
+  readonly #recurrent: typeof recurrentKernel;
+  readonly #fold: typeof foldKernel;
   #carry: GdnCarryBinding | undefined;
   /** seqLens table of each verify layout (batch, k) this layer ran or captured: gdn.fold reads it. */
   readonly #verifySeqLens = new Map<string, DevicePtr>();
@@ -71,6 +79,10 @@ export class GdnLayer implements TransformerLayer<GdnState> {
     }
     this.config = cfg;
     this.limits = limits;
+    const fast = fastSupported({ ...cfg, maxK: limits.maxK });
+    this.#variant = fast ? DEFAULT_VARIANT : 'legacy';
+    this.#recurrent = fast ? recurrentKernel : recurrentVariantKernels.legacy;
+    this.#fold = fast ? foldKernel : foldVariantKernels.legacy;
     this.weightLayout = w.layout;
     this.#gpu = context.gpu;
     this.inputRowBytes = this.outputRowBytes = 4 * cfg.hidden;
@@ -95,6 +107,7 @@ export class GdnLayer implements TransformerLayer<GdnState> {
         qkvz: zeroed(4 * limits.maxRows * qkvzDim),
         ba: zeroed(4 * limits.maxRows * 2 * hv),
         y: zeroed(4 * limits.maxRows * valueDim),
+        prefill: zeroed(prefillScratchBytes({ hk: cfg.hk, hv, dk, dv, convK, maxK: limits.maxK }, limits.maxRows)),
       };
       gpu.synchronize(gpu.defaultStream);
     } catch (error) {
@@ -172,9 +185,15 @@ export class GdnLayer implements TransformerLayer<GdnState> {
       pending: carry ? carry.pendingRows : 0n,
     };
     if (phase === 'prefill') {
-      gpu.launch(chunkKernel, chunkLaunch(cfg, batch, stream), { ...common, batch, ...shape, eps: cfg.eps });
+      // The chunked WY form (kernels/gdn-chunk.cu): the exact build for short steps, bf16 operands
+      // for long ones (gdn-prefill-launch.ts); the norm fuses into the scan where clusters run.
+      const clusters = gpu.kind === 'cuda' && gpu.device.computeCapability[0] >= 9;
+      const plan = prefillPlan(shape, batch, rows, stream, { clusters });
+      launchPrefill(gpu, prefillKernels, shape, { ...common, scratch: b.prefill }, batch, rows, cfg.eps, plan);
     } else {
-      gpu.launch(recurrentKernel, recurrentLaunch(cfg, batch, stream), { ...common, mode: phase === 'verify' ? 1 : 0, batch, k, ...shape, eps: cfg.eps });
+      gpu.launch(this.#recurrent, recurrentLaunch(cfg, batch, stream, shape.maxK, this.#variant), {
+        ...common, mode: phase === 'verify' ? 1 : 0, batch, k, ...shape, eps: cfg.eps,
+      });
     }
     gpu.gemm({ m: rows, n: cfg.hidden, k: cfg.valueDim, a: b.y, b: b.wOut, c: step.output, transB: true, dtype: 'f32', stream });
   }
@@ -201,8 +220,13 @@ export class GdnLayer implements TransformerLayer<GdnState> {
     this.#woa = { stash };
   }
 
+  /**
+   * The stash, and a conv stash of 2·maxK rows of conv_dim per slot: a ring by position, so that a
+   * verify records its new rows (positions L..L+k−1) while other CTAs still read the pending ones
+   * (L−n..L−1), n + k ≤ 2·maxK (KERNELS.md).
+   */
   gdnCarrySeqFloats(): GdnCarrySize {
-    return { stashSeqFloats: this.gdnWoaStashSeqFloats(), convRowElems: this.config.convDim };
+    return { stashSeqFloats: this.gdnWoaStashSeqFloats(), convRowElems: this.config.convDim, convStashRows: 2 * this.limits.maxK };
   }
 
   gdnCarryBind(binding: GdnCarryBinding): void {
@@ -214,6 +238,8 @@ export class GdnLayer implements TransformerLayer<GdnState> {
     if (binding.maxK < this.limits.maxK) bad(`the binding holds maxK = ${binding.maxK} rows per slot, but the layer verifies up to ${this.limits.maxK}`);
     if (binding.stashSeqFloats < need.stashSeqFloats) bad(`stash of ${binding.stashSeqFloats} f32 per sequence, needs ${need.stashSeqFloats}`);
     if (binding.convRowElems < need.convRowElems) bad(`conv stash rows of ${binding.convRowElems} elements, needs ${need.convRowElems}`);
+    const rows = binding.convStashRows ?? binding.maxK;
+    if (rows < need.convStashRows!) bad(`a conv stash of ${rows} rows per slot, needs ${need.convStashRows} (a ring of 2·maxK)`);
     if (binding.seqs < this.limits.maxSeqs) bad(`buffers for ${binding.seqs} sequences, but the layer serves ${this.limits.maxSeqs} slots`);
     if (binding.stash === 0n || binding.convStash === 0n || binding.pendingRows === 0n) bad('a null stash, conv stash or pending-rows pointer');
     this.#carry = binding;
@@ -234,7 +260,7 @@ export class GdnLayer implements TransformerLayer<GdnState> {
       throw new InvalidArgumentError(`gdn: gdnFoldAccepted for a verify of ${n} × ${kRows} rows, but no such verify ran through this layer`);
     }
     const b = this.#b;
-    gpu.launch(foldKernel, recurrentLaunch(this.config, n, stream), {
+    gpu.launch(this.#fold, recurrentLaunch(this.config, n, stream, this.limits.maxK, this.#variant), {
       qkvz: b.qkvz, slots: slotTable, seqLens, naTab, state: b.state, convRing: b.convRing, stash: woa.stash,
       batch: n, k: kRows, ...this.#shape(),
     });

@@ -110,11 +110,24 @@ export class GdnCpu {
     return this.mem.f32(this.buf.stash + BigInt(4 * slot * this.stashSeq), this.stashSeq);
   }
 
-  /** One slot's conv stash, [maxK][conv_dim]. */
+  /**
+   * One slot's conv stash, [2·maxK][conv_dim]: a ring by position, the pre-conv inputs of position
+   * p at row p mod 2·maxK (pending rows L−n..L−1 and a verify's new rows L..L+k−1 never share a row).
+   */
   convStash(slot: number): Float32Array {
     if (this.buf.convStash === 0n) throw new InvalidArgumentError('gdn kernels: carried mode needs a conv stash, got a null pointer');
-    const n = this.maxK * this.convDim;
+    const n = this.convStashRows * this.convDim;
     return this.mem.f32(this.buf.convStash + BigInt(4 * slot * n), n);
+  }
+
+  /** Rows per slot of the conv stash ring: 2·maxK. */
+  get convStashRows(): number {
+    return 2 * this.maxK;
+  }
+
+  /** The conv stash row of position p. */
+  convStashRow(p: number): number {
+    return p % this.convStashRows;
   }
 
   /** `rows` rows of `qkvz` from `first`. */
@@ -171,7 +184,7 @@ export class GdnCpu {
    * Runs `count` rows of one sequence, at positions L.. and `qkvz`/`ba`/`y` rows first.., from the
    * slot's state. `commit`: state and ring take the rows; otherwise they are untouched and, with
    * `record`, each row's k, u and cumulative gate go to the slot's stash (and, with `recordConv`,
-   * its pre-conv inputs to the conv stash).
+   * its pre-conv inputs to the conv stash, at the rows of positions L.. in its ring).
    */
   runRows(slot: number, L: number, first: number, count: number, mode: { commit: boolean; record: boolean; recordConv: boolean }): void {
     if (count === 0) return;
@@ -270,6 +283,9 @@ export class GdnCpu {
       stateMem.set(S);
       for (let t = 0; t < count; t++) ring.set(pre.subarray(t * convDim, (t + 1) * convDim), ((L + t) % K) * convDim);
     }
-    if (mode.recordConv) this.convStash(slot).set(pre);
+    if (mode.recordConv) {
+      const cs = this.convStash(slot);
+      for (let t = 0; t < count; t++) cs.set(pre.subarray(t * convDim, (t + 1) * convDim), this.convStashRow(L + t) * convDim);
+    }
   }
 }

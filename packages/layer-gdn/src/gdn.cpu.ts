@@ -56,7 +56,8 @@ function checkBatch(name: string, batch: number): void {
 
 /**
  * Carried mode: fold the slot's pending rows (those of its last verify that were accepted, at
- * positions L − n .. L − 1) into state (from the stash) and ring (from the conv stash).
+ * positions L − n .. L − 1) into state (from the stash) and ring (from the conv stash, whose row
+ * of position p is p mod 2·maxK).
  */
 function foldPending(cpu: GdnCpu, mem: DeviceMemoryView, pending: DevicePtr, slot: number, L: number): void {
   if (pending === 0n) return;
@@ -65,7 +66,8 @@ function foldPending(cpu: GdnCpu, mem: DeviceMemoryView, pending: DevicePtr, slo
   if (n > L) throw new InvalidArgumentError(`gdn kernels: slot ${slot} has ${n} pending rows but a committed length of ${L}`);
   cpu.foldStash(slot, n);
   const convStash = cpu.convStash(slot);
-  cpu.writeRing(slot, L - n, (t, out) => out.set(convStash.subarray(t * cpu.convDim, (t + 1) * cpu.convDim)), n);
+  const row = (t: number) => cpu.convStashRow(L - n + t) * cpu.convDim;
+  cpu.writeRing(slot, L - n, (t, out) => out.set(convStash.subarray(row(t), row(t) + cpu.convDim)), n);
 }
 
 /** The rows of every real batch position: decode, verify or prefill, from the step's tables. */

@@ -3,6 +3,19 @@ export { plugin, plugin as default } from './plugin.js';
 export { GdnLayer, type GdnState } from './gdn-layer.js';
 export { readGdnConfig, type GdnConfig, type GdnWeightDtype } from './gdn-config.js';
 export { loadGdnWeights, groupSplitProjections, FUSED_NAMES, SPLIT_NAMES, COMMON_NAMES, type GdnHostWeights } from './gdn-weights.js';
-export { recurrentKernel, foldKernel, chunkKernel } from './gdn-kernels.js';
-export { recurrentLaunch, chunkLaunch, gdnBlock } from './gdn-launch.js';
+export { recurrentKernel, foldKernel, chunkKernel, recurrentVariantKernels, foldVariantKernels, RECURRENT_SYMBOLS, FOLD_SYMBOLS } from './gdn-kernels.js';
+export {
+  recurrentLaunch, chunkLaunch, gdnBlock, variantSharedBytes, variantFor, fastSupported, DEFAULT_VARIANT, GDN_KERNEL_VARIANTS,
+  type GdnKernelVariant, type GdnLaunchShape,
+} from './gdn-launch.js';
 export { recurrentCpu, foldCpu, chunkCpu, type RecurrentArgs, type FoldArgs, type ChunkArgs } from './gdn.cpu.js';
+export {
+  prefillWyKernel, prefillWyExactKernel, prefillScanKernel, prefillScanExactKernel, prefillScanC4Kernel, prefillScanC4ExactKernel, prefillNormKernel, prefillKernels,
+} from './gdn-prefill-kernels.js';
+export { chunkRowwiseKernel } from './gdn-kernels.js';
+export {
+  prefillPlan, launchPrefill, prefillScratchBytes, prefillScratchLayout, wySharedBytes, scanSharedBytes,
+  PREFILL_CHUNK, PREFILL_EXACT_MAX_ROWS, PREFILL_SCAN_CLUSTER, PREFILL_PARAMS,
+  type PrefillPlan, type PrefillShape, type PrefillKernels, type PrefillKernel, type PrefillBuffers, type PrefillScratchLayout, type PrefillPlanes,
+} from './gdn-prefill-launch.js';
+export { prefillWyCpu, prefillScanCpu, prefillNormCpu, type PrefillArgs } from './gdn-prefill.cpu.js';

@@ -118,11 +118,12 @@ describe('verify that cannot be made reversible is refused before any launch', (
       expect(() => layer.gdnWoaBind(8n, 16n, 1)).toThrow(/stash for 1 sequences, but the layer serves 2 slots/);
       const binding: GdnCarryBinding = {
         flag: 8n, stash: 16n, stashSeqFloats: layer.gdnWoaStashSeqFloats(), pendingRows: 24n, slotTable: 32n, convStateTable: 40n,
-        convStash: 48n, convRowElems: convDim, maxK: 1, seqs: 2, maxBatch: 2,
+        convStash: 48n, convRowElems: convDim, convStashRows: 4, maxK: 1, seqs: 2, maxBatch: 2,
       };
       expect(() => layer.gdnCarryBind(binding)).toThrow(/maxK = 1 rows per slot, but the layer verifies up to 2/);
       expect(() => layer.gdnCarryBind({ ...binding, maxK: 2, stashSeqFloats: 10 })).toThrow(/stash of 10 f32 per sequence/);
       expect(() => layer.gdnCarryBind({ ...binding, maxK: 2, convRowElems: convDim - 1 })).toThrow(InvalidArgumentError);
+      expect(() => layer.gdnCarryBind({ ...binding, maxK: 2, convStashRows: 2 })).toThrow(/conv stash of 2 rows per slot, needs 4/);
       expect(layer.gdnFoldAccepted(gpu, 0n, 0n, 2, 1, gpu.defaultStream)).toBe(false);
     } finally {
       layer.dispose();

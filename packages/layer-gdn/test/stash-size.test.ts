@@ -23,8 +23,8 @@ describe('speculative scratch at the Qwen3-Next-80B shape', () => {
       const stateBytes = layer.stateSeqFloats * 4;
       expect(stateBytes).toBe(2 * 1024 * 1024);
       expect(stashBytes / (k * stateBytes)).toBeLessThan(0.016);
-      // Carried mode adds the conv stash: maxK rows of conv_dim f32.
-      expect(layer.gdnCarrySeqFloats()).toEqual({ stashSeqFloats: 32 * 4 * 257, convRowElems: 2 * 16 * 128 + 32 * 128 });
+      // Carried mode adds the conv stash: a ring of 2·maxK rows of conv_dim f32.
+      expect(layer.gdnCarrySeqFloats()).toEqual({ stashSeqFloats: 32 * 4 * 257, convRowElems: 2 * 16 * 128 + 32 * 128, convStashRows: 2 * k });
     } finally {
       layer.dispose();
       gpu.dispose();

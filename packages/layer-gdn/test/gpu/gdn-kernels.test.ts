@@ -5,9 +5,12 @@
 // poison and the other did not counts as a failure). A table of the errors prints at the end.
 //
 // Run: node ../../node_modules/vitest/vitest.mjs run --config vitest.gpu.config.ts
-// Without a GPU the suite skips and says why. Kernels come from the built package
-// (@metrale/layer-gdn, dist/kernels/*.fatbin); where its fatbins are missing they are compiled
-// from kernels/*.cu with nvcc (PATH or /usr/local/cuda/bin) into the system temp folder.
+// Without a GPU the suite skips and says why. Declarations come from src/gdn-kernels.ts; fatbins
+// from $METRALE_GDN_FATBIN_DIR/<module>.fatbin, else dist/kernels/, else compiled from kernels/*.cu
+// with nvcc (PATH or /usr/local/cuda/bin) into the system temp folder.
+// METRALE_GDN_VARIANT=smem|stream|legacy runs gdn.recurrent and gdn.fold through that variant's
+// entry points (gdn-launch.ts GdnKernelVariant; default: the unsuffixed default entry points, with
+// DEFAULT_VARIANT's launch shape); bench/gdn-tune.sh runs the suite once per variant.
 // METRALE_GDN_SEED=n repeats a run's random inputs. METRALE_GDN_DEVICE_MODULE=/path/module.mjs
 // (development only) replaces the CUDA backend by the module's createDevice(), e.g. an emulator;
 // the 80B-shape test then runs only with METRALE_GDN_BIG=1.
@@ -18,6 +21,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { defineKernelModule, type DevicePtr, type GpuBackend, type Kernel, type KernelParams } from '@metrale/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { DEFAULT_VARIANT, GDN_KERNEL_VARIANTS, variantSharedBytes, type GdnKernelVariant } from '../../src/gdn-launch.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const pkgDir = join(here, '..', '..');
@@ -55,15 +59,20 @@ interface Decls {
   readonly chunkKernel: AnyKernel;
 }
 
+/** The variant under test (METRALE_GDN_VARIANT), or undefined for the default entry points. */
+const VARIANT = process.env.METRALE_GDN_VARIANT as GdnKernelVariant | undefined;
+if (VARIANT !== undefined && !GDN_KERNEL_VARIANTS.includes(VARIANT)) throw new Error(`METRALE_GDN_VARIANT must be one of ${GDN_KERNEL_VARIANTS.join(', ')}, got ${VARIANT}`);
+/** The variant whose launch shape (dynamic shared memory) the launches use. */
+const LAUNCH_VARIANT: GdnKernelVariant = VARIANT ?? DEFAULT_VARIANT;
+
 async function loadDecls(): Promise<{ decls: Decls; from: string }> {
-  try {
-    const m = (await import('@metrale/layer-gdn')) as unknown as Partial<Decls>;
-    if (m.recurrentKernel && m.foldKernel && m.chunkKernel) return { decls: m as Decls, from: '@metrale/layer-gdn' };
-  } catch {
-    // not built: fall back to the sources
-  }
-  const m = (await import('../../src/gdn-kernels.js')) as unknown as Decls;
-  return { decls: m, from: 'src/gdn-kernels.ts' };
+  // Always the sources: a built package may be older than the kernels under test.
+  const m = await import('../../src/gdn-kernels.js');
+  const decls = VARIANT
+    ? { recurrentKernel: m.recurrentVariantKernels[VARIANT], foldKernel: m.foldVariantKernels[VARIANT], chunkKernel: m.chunkKernel }
+    : { recurrentKernel: m.recurrentKernel, foldKernel: m.foldKernel, chunkKernel: m.chunkKernel };
+  const what = VARIANT ? `variant ${VARIANT}: ${decls.recurrentKernel.cuda!.symbol}, ${decls.foldKernel.cuda!.symbol}` : `default entry points, launched as ${DEFAULT_VARIANT}`;
+  return { decls: decls as unknown as Decls, from: `src/gdn-kernels.ts (${what})` };
 }
 
 function findNvcc(): string | undefined {
@@ -73,9 +82,13 @@ function findNvcc(): string | undefined {
   return undefined;
 }
 
-/** The declaration, with its fatbin found: its own path, dist/kernels/, or compiled here. */
-function withFatbin(k: AnyKernel, file: string): AnyKernel {
+/** The declaration, with its fatbin found: $METRALE_GDN_FATBIN_DIR, its own path, dist/kernels/, or compiled here. */
+function withFatbin(k: AnyKernel): AnyKernel {
   const cuda = k.cuda!;
+  const file = cuda.module.name;
+  const dir = process.env.METRALE_GDN_FATBIN_DIR;
+  const fromDir = dir ? join(dir, `${file}.fatbin`) : undefined;
+  if (fromDir && existsSync(fromDir)) return Object.freeze({ ...k, cuda: { module: defineKernelModule(cuda.module.name, fromDir), symbol: cuda.symbol } });
   if (existsSync(cuda.module.fatbin)) return k;
   let path = join(pkgDir, 'dist', 'kernels', `${file}.fatbin`);
   if (!existsSync(path)) {
@@ -229,7 +242,7 @@ function randomHost(s: Shape, L: StepLayout, R: Rng): HostBuffers {
     dtBias: R.fill(s.hv, -1, 1),
     normWeight: R.fill(s.dv, 0.5, 1.5),
     stash: randomStash(s, R),
-    convStash: R.fill(s.maxSeqs * s.maxK * convDim, -1, 1),
+    convStash: R.fill(s.maxSeqs * 2 * s.maxK * convDim, -1, 1),  // a ring of 2·maxK rows per slot
     pending: Uint32Array.from(L.pending ?? new Array<number>(s.maxSeqs).fill(0)),
   };
 }
@@ -269,8 +282,9 @@ function launchOn(gpu: GpuBackend, kernels: Decls, s: Shape, batch: number, d: D
   const shape = { hk: s.hk, hv: s.hv, dk: s.dk, dv: s.dv, convK: s.K, maxK: s.maxK };
   const block = Math.min(s.dv, 1024);
   const stream = gpu.defaultStream;
+  const sharedBytes = variantSharedBytes(LAUNCH_VARIANT, { dk: s.dk, dv: s.dv, convK: s.K, maxK: s.maxK });
   const launch = (k: AnyKernel, grid: number[], args: Record<string, number | bigint>) =>
-    gpu.launch(k, { grid, block, stream }, args as never);
+    gpu.launch(k, { grid, block, stream, ...(k === kernels.chunkKernel ? {} : { sharedBytes }) }, args as never);
   if (l.kernel === 'fold') {
     launch(kernels.foldKernel, [batch, s.hv], {
       qkvz: d.qkvz, slots: d.slots, seqLens: d.seqLens, naTab: d.naTab, state: d.state, convRing: d.convRing, stash: d.stash,
@@ -474,9 +488,9 @@ describe.skipIf(!device.available)('GDN kernels: CUDA vs CPU reference', () => {
     gpu = device.create!();
     kernels = device.real
       ? {
-          recurrentKernel: withFatbin(decls.recurrentKernel, 'gdn-recurrent'),
-          foldKernel: withFatbin(decls.foldKernel, 'gdn-fold'),
-          chunkKernel: withFatbin(decls.chunkKernel, 'gdn-chunk'),
+          recurrentKernel: withFatbin(decls.recurrentKernel),
+          foldKernel: withFatbin(decls.foldKernel),
+          chunkKernel: withFatbin(decls.chunkKernel),
         }
       : decls;
   });
@@ -577,7 +591,8 @@ describe.skipIf(!device.available)('GDN kernels: CUDA vs CPU reference', () => {
     for (const n of OUTPUTS) check(name, n, got[n], ref[n]);
   });
 
-  it.skipIf(!device.real && !process.env.METRALE_GDN_BIG)('prefill at the Qwen3-Next-80B shape: gdn_chunk vs the CPU reference and vs gdn_recurrent row by row', () => {
+  // METRALE_GDN_BIG=0 leaves it out on a GPU too (bench/gdn-tune.sh: once, not per variant).
+  it.skipIf(process.env.METRALE_GDN_BIG === '0' || (!device.real && !process.env.METRALE_GDN_BIG))('prefill at the Qwen3-Next-80B shape: gdn_chunk vs the CPU reference and vs gdn_recurrent row by row', () => {
     const s: Shape = { name: '80B', hk: 16, hv: 32, dk: 128, dv: 128, K: 4, maxK: 4, maxSeqs: 2 };
     const R = rng(baseSeed + 41);
     const rows = [150, 150];

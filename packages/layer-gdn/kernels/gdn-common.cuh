@@ -1,0 +1,235 @@
+// Gated DeltaNet kernels: what every kernel of this package shares (arguments, the task of one
+// CTA, the causal conv inputs, the conv ring / conv stash writes). Layouts: ../KERNELS.md.
+//
+// Conv ring and conv stash races. A slot's ring and conv stash are shared by every CTA of the
+// sequence; q and k channels of key head g are read by the r = H_v/H_k CTAs of g. Each CTA writes
+// only the channels it owns, at its very end. A row at position p writes ring[p mod K], which held
+// p − K; the conv stash is a ring of 2·maxK rows by position (p mod 2·maxK). So:
+// - a step that commits one row per sequence (decode, carried or not) reads ring positions
+//   ≥ p − K + 1 only: race-free;
+// - a write-on-accept verify writes neither: race-free;
+// - a carried verify reads its pending rows (positions L..P0−1) from the conv stash and records
+//   its new rows at P0..P0+k−1; since n + k ≤ 2·maxK the two sets of rows never share an entry,
+//   and the ring takes the pending rows only (positions < P0, never read by the step's rows from
+//   the ring): race-free;
+// - a step that commits two or more rows would overwrite ring entries other CTAs of its key head
+//   still read (unless it reads no ring: a fresh sequence). There, when r > 1, the CTA of the first
+//   value head of each key head runs all r value heads of its key head one after the other, and
+//   the others return ("group mode"). Only multi-row commits (tests, the prefill oracle) take it.
+#pragma once
+#include <stdint.h>
+
+namespace gdn {
+
+struct Args {
+  const float* qkvz;
+  const float* ba;
+  float* y;
+  const int32_t* slots;
+  const int32_t* rowStarts;
+  const int32_t* seqLens;
+  float* state;
+  float* convRing;
+  const float* convWeight;
+  const float* aLog;
+  const float* dtBias;
+  const float* normWeight;
+  float* stash;
+  float* convStash;
+  const uint32_t* pending;
+  int hk, hv, dk, dv, K, maxK;
+  float eps;
+};
+
+// What one CTA does for one batch position.
+struct Task {
+  int slot;
+  int g;         // key head
+  int h0, nh;    // value heads [h0, h0 + nh)
+  int m;         // h0 − g·r (value-head mode: this CTA's index within its key head)
+  bool group;    // this CTA owns every channel of key head g (else a share of them)
+  int nPend;     // pending carried rows to fold first (positions L .. P0−1)
+  int L;         // first pending position
+  int P0;        // position of the first new row
+  int row0;      // its row in qkvz / ba / y
+  int nrows;     // new rows
+  bool commit;   // state and ring take the new rows
+  bool record;   // stash takes the new rows
+  bool recordConv;  // conv stash takes their pre-conv inputs (carried verify)
+  const float* pendK;  // stash of the pending rows (per head: + h·maxK·stashRow)
+  int nPendFold;       // rows of pendK to fold into the state (carried: nPend; fold kernel: na)
+  int ringEnd;         // the ring takes positions [max(L, ringEnd − K), ringEnd); none when ringEnd ≤ L
+};
+
+struct Geo {
+  int r, grp, width, convDim, keyDim, stashRow;
+  long long stashSeq;
+};
+
+__device__ __forceinline__ Geo geo_of(const Args& A) {
+  Geo G;
+  G.r = A.hv / A.hk;
+  G.grp = 2 * A.dk + 2 * G.r * A.dv;
+  G.width = A.hk * G.grp;
+  G.keyDim = A.hk * A.dk;
+  G.convDim = 2 * G.keyDim + A.hv * A.dv;
+  G.stashRow = A.dk + A.dv + 1;
+  G.stashSeq = (long long)A.hv * A.maxK * G.stashRow;
+  return G;
+}
+
+// Rows per slot of the conv stash: a ring by position of 2·maxK rows (KERNELS.md).
+__device__ __forceinline__ int conv_stash_rows(const Args& A) { return 2 * A.maxK; }
+
+__device__ __forceinline__ int tid_lin() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
+__device__ __forceinline__ int nthreads() { return blockDim.x * blockDim.y * blockDim.z; }
+__device__ __forceinline__ int bid_lin() { return blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z); }
+
+// (batch position, value head) of this CTA: grid [batch, H_v] as gdn-launch.ts, else linear.
+__device__ __forceinline__ void cta_coords(int batch, int hv, int& b, int& h) {
+  if (gridDim.y == (unsigned)hv && gridDim.x == (unsigned)batch && gridDim.z == 1) {
+    b = blockIdx.x;
+    h = blockIdx.y;
+  } else {
+    const int lin = bid_lin();
+    h = lin % hv;
+    b = lin / hv;
+  }
+}
+
+__device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+__device__ __forceinline__ float siluf_(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float softplusf_(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+// Pre-conv input of conv channel c (qkvz column col) at position p, for a task whose new rows
+// start at P0 (qkvz row row0), pending rows at L..P0−1 (conv stash ring), history below L (ring).
+__device__ __forceinline__ float conv_input(const Args& A, const Geo& G, const Task& T, int c, int col, int p) {
+  if (p < 0) return 0.0f;
+  if (p >= T.P0) return A.qkvz[(size_t)(T.row0 + (p - T.P0)) * G.width + col];
+  if (p >= T.L) return A.convStash[((size_t)T.slot * conv_stash_rows(A) + (p % conv_stash_rows(A))) * G.convDim + c];
+  return A.convRing[((size_t)T.slot * A.K + (p % A.K)) * G.convDim + c];
+}
+
+__device__ __forceinline__ float conv_silu(const Args& A, const Geo& G, const Task& T, int c, int col, int pos) {
+  const float* w = A.convWeight + (size_t)c * A.K;
+  float acc = 0.0f;
+  for (int tap = 0; tap < A.K; ++tap) acc += w[tap] * conv_input(A, G, T, c, col, pos - A.K + 1 + tap);
+  return siluf_(acc);
+}
+
+// Sum of v over one warp (partial warps included); the total lands in lane 0.
+__device__ __forceinline__ float warp_sum_to_lane0(float v) {
+  const int tid = tid_lin(), nt = nthreads();
+  const int lane = tid & 31, warp = tid >> 5;
+  const int wsize = min(32, nt - warp * 32);
+  if (wsize == 32) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  } else {
+    const unsigned mask = (1u << wsize) - 1u;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float t = __shfl_down_sync(mask, v, o);
+      if (lane + o < wsize) v += t;
+    }
+  }
+  return v;
+}
+
+// Channels a CTA owns for ring / conv stash writes: group mode, every channel of key head g
+// (q, k: 2·d_k; v of its r heads); value-head mode, v of its head and every r-th q/k channel.
+__device__ __forceinline__ int owned_count(const Args& A, const Geo& G, const Task& T) {
+  if (T.group) return 2 * A.dk + G.r * A.dv;
+  return (2 * A.dk - T.m + G.r - 1) / G.r + A.dv;
+}
+
+__device__ __forceinline__ void owned_channel(const Args& A, const Geo& G, const Task& T, int idx, int& c, int& col) {
+  const int nqk = T.group ? 2 * A.dk : (2 * A.dk - T.m + G.r - 1) / G.r;
+  if (idx < nqk) {
+    const int e = T.group ? idx : T.m + idx * G.r;  // 0..2·d_k: q then k of key head g
+    c = e < A.dk ? T.g * A.dk + e : G.keyDim + T.g * A.dk + (e - A.dk);
+    col = T.g * G.grp + e;
+  } else {
+    const int v = idx - nqk;
+    const int mm = T.group ? v / A.dv : T.m;
+    const int jj = T.group ? v - mm * A.dv : v;
+    c = 2 * G.keyDim + (T.g * G.r + mm) * A.dv + jj;
+    col = T.g * G.grp + 2 * A.dk + mm * A.dv + jj;
+  }
+}
+
+// The ring takes positions [max(L, end − K), end) (only the last K survive), the conv stash the
+// pre-conv inputs of the new rows at their positions' rows (carried verify). One thread per owned
+// channel. Call after a barrier that follows every read of history by the CTA.
+__device__ __forceinline__ void write_conv_state(const Args& A, const Geo& G, const Task& T) {
+  const bool ring = T.ringEnd > T.L;
+  if (!ring && !T.recordConv) return;
+  const int end = T.ringEnd;
+  const int pa = max(T.L, end - A.K);
+  const int n = owned_count(A, G, T);
+  const int tid = tid_lin(), nt = nthreads();
+  const int R = conv_stash_rows(A);
+  for (int idx = tid; idx < n; idx += nt) {
+    int c, col;
+    owned_channel(A, G, T, idx, c, col);
+    if (ring) {
+      for (int p = pa; p < end; ++p)
+        A.convRing[((size_t)T.slot * A.K + (p % A.K)) * G.convDim + c] = conv_input(A, G, T, c, col, p);
+    }
+    if (T.recordConv) {
+      for (int t = 0; t < T.nrows; ++t)
+        A.convStash[((size_t)T.slot * R + ((T.P0 + t) % R)) * G.convDim + c] = A.qkvz[(size_t)(T.row0 + t) * G.width + col];
+    }
+  }
+}
+
+// Shapes these kernels support: H_v a multiple of H_k, d_k ≤ 128, d_v ≤ 256, a block of at least
+// d_v threads. Anything else is a programming error of the caller: the kernel traps (the launch
+// fails loudly) rather than return wrong numbers. (No printf: its call costs registers.)
+__device__ __forceinline__ void check_shape(const Args& A) {
+  const bool ok = A.hk > 0 && A.hv > 0 && A.hv % A.hk == 0 && A.dk >= 1 && A.dk <= 128 && A.dv >= 1 && A.dv <= 256 &&
+                  nthreads() >= A.dv && A.K >= 1 && A.maxK >= 1;
+  if (!ok) __trap();
+}
+
+// Builds the task of (b, h) for a step of `rows` new rows from row0 at position seqLens[b]
+// (pending rows folded first when `pending` is given). Returns false when this CTA has nothing
+// to do (padding, or a non-leading CTA of a key head in group mode).
+__device__ __forceinline__ bool make_task(const Args& A, const Geo& G, int b, int h, int row0, int nrows, bool commit, bool record,
+                                          Task& T) {
+  const int slot = A.slots[b];
+  if (slot < 0) return false;
+  T.slot = slot;
+  T.g = h / G.r;
+  const int nPend = A.pending ? (int)A.pending[slot] : 0;
+  T.nPend = nPend;
+  T.P0 = A.seqLens[b];
+  T.L = T.P0 - nPend;
+  T.row0 = row0;
+  T.nrows = nrows;
+  T.commit = commit;
+  T.record = record;
+  T.recordConv = record && A.pending != nullptr;
+  T.pendK = A.stash + (size_t)slot * G.stashSeq;
+  T.nPendFold = nPend;
+  // Commit: pending and new rows; carried verify: the pending rows only; write-on-accept verify: none.
+  T.ringEnd = commit ? T.P0 + nrows : (T.recordConv ? T.P0 : T.L);
+  // Only a commit of two or more rows that reads ring history races (see the top of this file);
+  // a carried verify does not: the conv stash is a ring of 2·maxK rows by position.
+  const int histLo = max(0, T.P0 - A.K + 1);
+  const bool readsRing = T.L > histLo;
+  const bool racy = G.r > 1 && commit && nrows >= 2 && readsRing;
+  T.group = racy || G.r == 1;
+  if (racy) {
+    if (h % G.r != 0) return false;
+    T.h0 = h;
+    T.nh = G.r;
+  } else {
+    T.h0 = h;
+    T.nh = 1;
+  }
+  T.m = T.h0 - T.g * G.r;
+  return true;
+}
+
+}  // namespace gdn

@@ -1,0 +1,59 @@
+// The chunked prefill's CPU twins (src/gdn-prefill.cpu.ts: gdn.prefill-wy, gdn.prefill-scan,
+// gdn.prefill-norm) against the row-by-row reference (`gdn.chunk`, chunkCpu) on the CPU backend:
+// same random buffers, y, state and ring compared. The exact build (bf16 hi/lo scratch) must agree
+// to 1e-4; the fast build (bf16 scratch) to the bf16 bound.
+import { CpuBackend } from '@metrale/cpu-backend';
+import { afterAll, describe, expect, it } from 'vitest';
+import { chunkKernel } from '../src/gdn-kernels.js';
+import { prefillKernels } from '../src/gdn-prefill-kernels.js';
+import { diff, layoutOf, OUTPUTS, randomHost, rng, runChunked, runRowwise, type PShape } from './prefill-harness.js';
+
+const SHAPES: readonly PShape[] = [
+  { name: 'r1 dk16 dv16', hk: 1, hv: 1, dk: 16, dv: 16, K: 4, maxK: 4, maxSeqs: 4 },
+  { name: 'r2 dk16 dv24', hk: 2, hv: 4, dk: 16, dv: 24, K: 4, maxK: 4, maxSeqs: 4 },
+  { name: 'r4 dk32 dv16 K3', hk: 1, hv: 4, dk: 32, dv: 16, K: 3, maxK: 3, maxSeqs: 4 },
+  { name: 'r3 dk6 dv5', hk: 2, hv: 6, dk: 6, dv: 5, K: 4, maxK: 4, maxSeqs: 4 },
+];
+
+const EXACT_TOL = 1e-4;
+const FAST_TOL = 2e-2;
+
+const worst = { exact: 0, fast: 0 };
+
+describe('chunked prefill CPU twins vs the row-by-row reference', () => {
+  let seed = 1000;
+  afterAll(() => console.log(`chunked prefill CPU twins: worst rel L2 vs the row-by-row reference: exact ${worst.exact.toExponential(2)}, fast ${worst.fast.toExponential(2)}`));
+  for (const s of SHAPES) {
+    const cases = [
+      { name: '1 row, fresh', seqs: [{ rows: 1, len: 0 }] },
+      { name: '63 / 64 / 65 rows, with history', seqs: [{ rows: 63, len: 5 }, { rows: 64, len: 0 }, { rows: 65, len: 2 }] },
+      { name: '130 rows + padding + 7 rows, carried', seqs: [{ rows: 130, len: 9, pending: 3 }, { rows: -4, len: 0 }, { rows: 7, len: 1, pending: 1 }], carried: true },
+      { name: 'pending rows only (0 new rows), carried', seqs: [{ rows: 0, len: 6, pending: 2 }, { rows: 3, len: 2, pending: 2 }], carried: true },
+    ];
+    for (const c of cases) {
+      for (const exact of [true, false]) {
+        for (const clusters of [true, false]) {
+          it(`${s.name} | ${c.name} | ${exact ? 'exact' : 'fast'}${clusters ? ', fused norm' : ''}`, () => {
+            const R = rng(seed++);
+            const layout = layoutOf(s, R, c.seqs);
+            const host = randomHost(s, layout, R);
+            const carried = c.carried === true;
+            const cpu = new CpuBackend({ memoryLimit: 2 ** 30 });
+            try {
+              const ref = runRowwise(cpu, chunkKernel as never, s, host, carried);
+              const got = runChunked(cpu, prefillKernels, s, host, carried, { exact, clusters });
+              for (const name of OUTPUTS) {
+                const d = diff(got[name], ref[name]);
+                expect(d.nanMismatch, `${name}: written on one side only`).toBe(0);
+                worst[exact ? 'exact' : 'fast'] = Math.max(worst[exact ? 'exact' : 'fast'], d.rel);
+                expect(d.rel, `${name} rel`).toBeLessThanOrEqual(exact ? EXACT_TOL : FAST_TOL);
+              }
+            } finally {
+              cpu.dispose();
+            }
+          });
+        }
+      }
+    }
+  }
+});
