@@ -1,2 +1,22 @@
-// The plugin is built by its own issue; until then the package holds only its skeleton.
-export {};
+// The public API of @metrale/layer-std.
+export { plugin, plugin as default, STD_LAYER_TYPES } from './plugin.js';
+export { EmbeddingLayer, type EmbeddingOptions } from './embedding-layer.js';
+export { RmsNormLayer, type RmsNormOptions } from './rms-norm-layer.js';
+export { LayerNormLayer, type LayerNormOptions } from './layer-norm-layer.js';
+export { MlpLayer, type MlpOptions } from './mlp-layer.js';
+export { MoeLayer } from './moe-layer.js';
+export { qwen3NextMoeOptions, glmMoeOptions, checkMoe, type MoeOptions, type MoeRouting, type SharedExpert } from './moe-config.js';
+export { AttentionLayer, type AttentionState } from './attention-layer.js';
+export { qwen3NextAttentionOptions, ropeOf, checkAttention, type AttentionOptions } from './attention-config.js';
+export { LmHeadLayer, type LmHeadOptions } from './lm-head-layer.js';
+export { residualAdd, requireResidualAdd } from './residual-add.js';
+export { DeviceSampler } from './device-sampler.js';
+export { KvPages } from './kv-pages.js';
+export { ropeTable } from './rope-table.js';
+export { requireKernels } from './require-kernels.js';
+export { embedKernel, rmsNormKernel, layerNormKernel, addKernel, siluMulKernel } from './rows-kernels.js';
+export { routeKernel, expertsKernel, combineKernel } from './moe-kernels.js';
+export { prepKernel, coreKernel } from './attention-kernels.js';
+export { argmaxKernel, sampleKernel } from './sample-kernels.js';
+export { routeRow, topIndices } from './moe.cpu.js';
+export { filteredProbs, pickWithUniform } from './sample.cpu.js';

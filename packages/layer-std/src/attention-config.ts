@@ -1,0 +1,55 @@
+import { WeightsError } from '@metrale/core';
+import { fields, type Config } from './config-fields.js';
+
+export interface AttentionOptions {
+  readonly hidden: number;
+  readonly heads: number;
+  readonly kvHeads: number;
+  readonly headDim: number;
+  /** `q_proj` yields, per head, d query values then d gate values; the output is scaled by sigmoid(gate) (Qwen3-Next). */
+  readonly gated: boolean;
+  /** `q_norm` / `k_norm` RMSNorm over each head, with w or 1 + w (`normOffset`). */
+  readonly qkNorm: boolean;
+  readonly normOffset: 0 | 1;
+  readonly eps: number;
+  /** RoPE on the first `rotaryDim` dims of each head (`head_dim · partial_rotary_factor`), NeoX halves. */
+  readonly rotaryDim: number;
+  readonly ropeTheta: number;
+  /** Rows per KV page (default 16). */
+  readonly pageSize?: number;
+  /** Pages in the layer's pool (default: enough for every slot at maxSeqLen). */
+  readonly pages?: number;
+}
+
+/** `rope_parameters` (transformers 5) or the older top-level `rope_theta` / `partial_rotary_factor`. */
+export function ropeOf(config: Config, defaultPartial: number): { theta: number; partial: number } {
+  const rp = (typeof config.rope_parameters === 'object' && config.rope_parameters !== null ? config.rope_parameters : {}) as Record<string, unknown>;
+  const scaling = (typeof config.rope_scaling === 'object' && config.rope_scaling !== null ? config.rope_scaling : {}) as Record<string, unknown>;
+  const type = rp.rope_type ?? rp.type ?? scaling.rope_type ?? scaling.type ?? 'default';
+  if (type !== 'default') throw new WeightsError(`config.rope_parameters.rope_type is ${JSON.stringify(type)}; the attention layer implements 'default' RoPE only`);
+  const theta = (rp.rope_theta ?? config.rope_theta ?? 10000) as number;
+  const partial = (rp.partial_rotary_factor ?? config.partial_rotary_factor ?? defaultPartial) as number;
+  if (typeof theta !== 'number' || !(theta > 0)) throw new WeightsError(`config: rope_theta must be a positive number, got ${JSON.stringify(theta)}`);
+  if (typeof partial !== 'number' || !(partial > 0 && partial <= 1)) throw new WeightsError(`config: partial_rotary_factor must be in (0, 1], got ${JSON.stringify(partial)}`);
+  return { theta, partial };
+}
+
+/** Qwen3-Next's `Qwen3NextAttention`: gated q_proj, q/k norms with 1 + w, partial RoPE (default 0.25), GQA. */
+export function qwen3NextAttentionOptions(config: Config): AttentionOptions {
+  const f = fields(config, 'Qwen3-Next attention layer');
+  const hidden = f.int('hidden_size');
+  const heads = f.int('num_attention_heads');
+  const headDim = f.int('head_dim', Math.floor(hidden / heads));
+  if (config.attention_bias === true) throw new WeightsError('config.attention_bias is true; the attention layer has no projection biases');
+  const { theta, partial } = ropeOf(config, 0.25);
+  return checkAttention({
+    hidden, heads, kvHeads: f.int('num_key_value_heads', heads), headDim, gated: true, qkNorm: true, normOffset: 1,
+    eps: f.num('rms_norm_eps', 1e-6), rotaryDim: Math.floor(headDim * partial), ropeTheta: theta,
+  });
+}
+
+export function checkAttention(o: AttentionOptions): AttentionOptions {
+  if (o.heads % o.kvHeads !== 0) throw new WeightsError(`config: num_attention_heads (${o.heads}) must be a multiple of num_key_value_heads (${o.kvHeads})`);
+  if (o.rotaryDim % 2 !== 0 || o.rotaryDim > o.headDim) throw new WeightsError(`config: the rotary dimension ${o.rotaryDim} must be even and at most head_dim (${o.headDim})`);
+  return o;
+}

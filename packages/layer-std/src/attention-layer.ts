@@ -1,0 +1,161 @@
+import {
+  InvalidArgumentError, ReplayRoomError, ReplaySyncError,
+  type DevicePtr, type GpuBackend, type LayerLimits, type LayerState, type LayerStep, type Stream, type TransformerLayer, type WeightSource,
+} from '@metrale/core';
+import { checkAttention, type AttentionOptions } from './attention-config.js';
+import { coreKernel, prepKernel } from './attention-kernels.js';
+import { loadAttentionWeights } from './attention-weights.js';
+import { DeviceMemory } from './device-memory.js';
+import { KvPages } from './kv-pages.js';
+import { requireKernels } from './require-kernels.js';
+import { ropeTable } from './rope-table.js';
+
+/** Host bookkeeping of a sequence: rows its cache holds (ahead of the committed length after a verify). */
+export interface AttentionState extends LayerState {
+  length: number;
+}
+
+/**
+ * Full causal attention over a paged KV cache (Qwen3-Next's gated attention; plain GQA with
+ * `gated: false`): one GEMM for q, k, v; `std.attn_prep` (q/k norms, partial RoPE, cache write);
+ * `std.attn_core` (causal softmax over the cache, output gate); the `o_proj` GEMM. Every per-step
+ * value the kernels need comes from the step tables, so a captured step replays correctly; the
+ * cache length lives on the host, hence the room check and the replay sync. Rejected verify rows
+ * leave K/V past the committed length, which the next row at that position overwrites before any
+ * row reads it.
+ */
+export class AttentionLayer implements TransformerLayer<AttentionState> {
+  readonly type = 'attention';
+  readonly inputRowBytes: number;
+  readonly outputRowBytes: number;
+  readonly options: AttentionOptions;
+  readonly limits: LayerLimits;
+  readonly pages: KvPages;
+  readonly #gpu: GpuBackend;
+  readonly #memory: DeviceMemory;
+  readonly #b: {
+    readonly qkvW: DevicePtr; readonly oW: DevicePtr; readonly qNorm: DevicePtr; readonly kNorm: DevicePtr;
+    readonly cos: DevicePtr; readonly sin: DevicePtr; readonly kCache: DevicePtr; readonly vCache: DevicePtr;
+    readonly qkv: DevicePtr; readonly q: DevicePtr; readonly attn: DevicePtr;
+  };
+  readonly #qkvWidth: number;
+  #disposed = false;
+
+  constructor(gpu: GpuBackend, weights: WeightSource, limits: LayerLimits, options: AttentionOptions) {
+    requireKernels(gpu, 'attention', [prepKernel, coreKernel]);
+    this.options = checkAttention(options);
+    this.limits = limits;
+    this.#gpu = gpu;
+    const { hidden: D, heads: H, kvHeads: Hkv, headDim: d } = options;
+    this.inputRowBytes = this.outputRowBytes = 4 * D;
+    this.#qkvWidth = H * d * (options.gated ? 2 : 1) + 2 * Hkv * d;
+    const w = loadAttentionWeights(weights, options);
+    const rope = ropeTable(limits.maxSeqLen, options.rotaryDim, options.ropeTheta);
+    const m = (this.#memory = new DeviceMemory(gpu));
+    let pages: KvPages | undefined;
+    try {
+      pages = new KvPages(gpu, limits.maxSeqs, limits.maxSeqLen, options.pageSize ?? 16, options.pages);
+      const cacheFloats = pages.pages * pages.pageSize * Hkv * d;
+      this.#b = {
+        qkvW: m.upload(w.qkv), oW: m.upload(w.o),
+        qNorm: w.qNorm ? m.upload(w.qNorm) : 0n, kNorm: w.kNorm ? m.upload(w.kNorm) : 0n,
+        cos: m.upload(rope.cos), sin: m.upload(rope.sin),
+        kCache: m.alloc(4 * cacheFloats), vCache: m.alloc(4 * cacheFloats),
+        qkv: m.alloc(4 * limits.maxRows * this.#qkvWidth), q: m.alloc(4 * limits.maxRows * H * d), attn: m.alloc(4 * limits.maxRows * H * d),
+      };
+      this.pages = pages;
+    } catch (error) {
+      pages?.dispose();
+      m.free();
+      throw error;
+    }
+  }
+
+  openState(slot: number): AttentionState {
+    this.#alive('openState');
+    if (!Number.isInteger(slot) || slot < 0 || slot >= this.limits.maxSeqs) throw new InvalidArgumentError(`attention: slot must be in 0..${this.limits.maxSeqs - 1}, got ${slot}`);
+    // Block-table copies of the slot's last sequence may still be queued; its entries are rewritten next.
+    this.#gpu.synchronize();
+    this.pages.release(slot);
+    return { slot, length: 0 };
+  }
+
+  closeState(state: AttentionState): void {
+    this.pages.release(state.slot);
+  }
+
+  inspectState(state: AttentionState): unknown {
+    return { length: state.length };
+  }
+
+  /** Pages for the step's rows, uploaded before any capture or replay reads the block table. */
+  decodePrestage(tokens: Int32Array, state: AttentionState, _gpu: GpuBackend, stream: Stream): void {
+    this.pages.ensure(state.slot, Math.min(this.limits.maxSeqLen, state.length + tokens.length), stream);
+  }
+
+  checkReplayRoom(state: AttentionState, seqLen: number, k: number): void {
+    if (seqLen + k > this.limits.maxSeqLen) throw new ReplayRoomError(`${this.type} (slot ${state.slot})`, seqLen, k, this.limits.maxSeqLen);
+  }
+
+  syncReplayedStep(state: AttentionState, seqLen: number, k: number): void {
+    if (state.length < seqLen) {
+      throw new ReplaySyncError(`${this.type} (slot ${state.slot}): host length ${state.length} is behind the sequence length ${seqLen}; a step ran without its bookkeeping`);
+    }
+    state.length = seqLen + k;
+  }
+
+  forward(step: LayerStep<AttentionState>): void {
+    this.#alive('forward');
+    const { host, batch, rows, stream, gpu, tables, phase } = step;
+    if (rows > this.limits.maxRows) throw new InvalidArgumentError(`attention: a step of ${rows} rows exceeds limits.maxRows (${this.limits.maxRows})`);
+    // Every check before the first launch: room, then pages (decode and verify got theirs at prestage).
+    for (let p = 0; p < batch; p++) {
+      const state = host.states[p];
+      if (!state) continue;
+      const n = host.rowStarts[p + 1]! - host.rowStarts[p]!;
+      this.checkReplayRoom(state, host.seqLens[p]!, n);
+      const need = Math.ceil((host.seqLens[p]! + n) / this.pages.pageSize);
+      if (phase !== 'prefill' && this.pages.held(state.slot) < need) {
+        throw new InvalidArgumentError(`attention: slot ${state.slot} has ${this.pages.held(state.slot)} KV pages for a ${phase} needing ${need}; decodePrestage must run first`);
+      }
+    }
+    if (phase === 'prefill') {
+      for (let p = 0; p < batch; p++) {
+        const state = host.states[p];
+        if (state) this.pages.ensure(state.slot, host.seqLens[p]! + host.rowStarts[p + 1]! - host.rowStarts[p]!, stream);
+      }
+    }
+    const o = this.options;
+    const b = this.#b;
+    const d = o.headDim;
+    const common = {
+      qkv: b.qkv, kCache: b.kCache, vCache: b.vCache, blockTable: this.pages.table,
+      slots: tables.slots, rowStarts: tables.rowStarts, positions: tables.positions,
+      batch, heads: o.heads, kvHeads: o.kvHeads, headDim: d, pageSize: this.pages.pageSize, maxPages: this.pages.pagesPerSeq, gated: o.gated ? 1 : 0,
+    };
+    gpu.gemm({ m: rows, n: this.#qkvWidth, k: o.hidden, a: step.input, b: b.qkvW, c: b.qkv, transB: true, dtype: 'f32', stream });
+    gpu.launch(prepKernel, { grid: Math.max(1, rows), block: Math.min(1024, 32 * Math.ceil(d / 32)), stream }, {
+      ...common, q: b.q, qNorm: b.qNorm, kNorm: b.kNorm, cos: b.cos, sin: b.sin,
+      rotaryDim: o.rotaryDim, maxPositions: this.limits.maxSeqLen, eps: o.eps, normOffset: o.normOffset,
+    });
+    gpu.launch(coreKernel, { grid: [Math.max(1, rows), o.heads], block: Math.min(1024, 32 * Math.ceil(d / 32)), stream }, {
+      ...common, q: b.q, out: b.attn, scale: 1 / Math.sqrt(d),
+    });
+    gpu.gemm({ m: rows, n: o.hidden, k: o.heads * d, a: b.attn, b: b.oW, c: step.output, transB: true, dtype: 'f32', stream });
+    for (let p = 0; p < batch; p++) {
+      const state = host.states[p];
+      if (state) state.length = host.seqLens[p]! + host.rowStarts[p + 1]! - host.rowStarts[p]!;
+    }
+  }
+
+  dispose(): void {
+    if (this.#disposed) return;
+    this.#disposed = true;
+    this.pages.dispose();
+    this.#memory.free();
+  }
+
+  #alive(where: string): void {
+    if (this.#disposed) throw new InvalidArgumentError(`attention: ${where} on a disposed layer`);
+  }
+}

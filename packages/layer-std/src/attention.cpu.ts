@@ -1,0 +1,177 @@
+import type { CpuKernelContext, DeviceMemoryView } from '@metrale/core';
+import { rmsNormRow } from './rows.cpu.js';
+
+// CPU reference of kernels/std-attention.cu (KERNELS.md): `std.attn_prep` writes each row's
+// normalised, rotated query and its key and value into the paged cache; `std.attn_core` attends
+// each row causally over its sequence's cache and applies the output gate.
+
+interface Common {
+  readonly qkv: bigint;
+  readonly kCache: bigint;
+  readonly vCache: bigint;
+  readonly blockTable: bigint;
+  readonly slots: bigint;
+  readonly rowStarts: bigint;
+  readonly positions: bigint;
+  readonly batch: number;
+  readonly heads: number;
+  readonly kvHeads: number;
+  readonly headDim: number;
+  readonly pageSize: number;
+  readonly maxPages: number;
+  /** 1: q_proj rows hold [q | gate] per head. */
+  readonly gated: number;
+}
+
+export interface PrepArgs extends Common {
+  readonly q: bigint;
+  /** f32 [headDim] each, or 0n without q/k norms. */
+  readonly qNorm: bigint;
+  readonly kNorm: bigint;
+  /** f32 [positions][rotaryDim / 2]. */
+  readonly cos: bigint;
+  readonly sin: bigint;
+  readonly rotaryDim: number;
+  readonly maxPositions: number;
+  readonly eps: number;
+  readonly normOffset: number;
+}
+
+export interface CoreArgs extends Common {
+  readonly q: bigint;
+  readonly out: bigint;
+  readonly scale: number;
+}
+
+/** Where one row of the step lives: batch position, slot, sequence position. */
+interface RowPlace {
+  readonly slot: number;
+  readonly pos: number;
+}
+
+function places(a: Common, mem: DeviceMemoryView): { rows: number; at: (row: number) => RowPlace } {
+  const rowStarts = mem.i32(a.rowStarts, a.batch + 1);
+  const slots = mem.i32(a.slots, a.batch);
+  const rows = rowStarts[a.batch]!;
+  const positions = mem.i32(a.positions, Math.max(1, rows));
+  let p = 0;
+  return {
+    rows,
+    at(row: number): RowPlace {
+      while (p + 1 < a.batch && rowStarts[p + 1]! <= row) p++;
+      return { slot: slots[p]!, pos: positions[row]! };
+    },
+  };
+}
+
+/** f32 offset of (slot, position, kv head) in a cache of [pages][pageSize][kvHeads][headDim]. */
+function cacheOffset(a: Common, table: Int32Array, slot: number, pos: number, h: number): number {
+  const page = table[slot * a.maxPages + Math.floor(pos / a.pageSize)]!;
+  return ((page * a.pageSize + (pos % a.pageSize)) * a.kvHeads + h) * a.headDim;
+}
+
+function qkvWidth(a: Common): number {
+  return a.heads * a.headDim * (a.gated ? 2 : 1) + 2 * a.kvHeads * a.headDim;
+}
+
+function rotate(v: Float64Array, cos: Float32Array, sin: Float32Array, base: number, half: number): void {
+  for (let i = 0; i < half; i++) {
+    const x1 = v[i]!;
+    const x2 = v[i + half]!;
+    const c = cos[base + i]!;
+    const s = sin[base + i]!;
+    v[i] = x1 * c - x2 * s;
+    v[i + half] = x2 * c + x1 * s;
+  }
+}
+
+export function prepCpu(a: PrepArgs, { mem }: CpuKernelContext): void {
+  const { rows, at } = places(a, mem);
+  const d = a.headDim;
+  const W = qkvWidth(a);
+  const qkv = mem.f32(a.qkv, Math.max(1, rows) * W);
+  const q = mem.f32(a.q, Math.max(1, rows) * a.heads * d);
+  const qNorm = a.qNorm === 0n ? undefined : mem.f32(a.qNorm, d);
+  const kNorm = a.kNorm === 0n ? undefined : mem.f32(a.kNorm, d);
+  const half = a.rotaryDim / 2;
+  const cos = mem.f32(a.cos, a.maxPositions * half);
+  const sin = mem.f32(a.sin, a.maxPositions * half);
+  const v = new Float64Array(d);
+  const qStride = a.gated ? 2 * d : d;
+  const kBase = a.heads * qStride;
+  const vBase = kBase + a.kvHeads * d;
+  for (let row = 0; row < rows; row++) {
+    const { slot, pos } = at(row);
+    if (slot < 0) {
+      q.fill(0, row * a.heads * d, (row + 1) * a.heads * d);
+      continue;
+    }
+    const table = mem.i32(a.blockTable, (slot + 1) * a.maxPages);
+    const src = row * W;
+    for (let h = 0; h < a.heads; h++) {
+      const o = src + h * qStride;
+      if (qNorm) rmsNormRow(qkv, o, qNorm, v, 0, d, a.eps, a.normOffset);
+      else for (let i = 0; i < d; i++) v[i] = qkv[o + i]!;
+      rotate(v, cos, sin, pos * half, half);
+      for (let i = 0; i < d; i++) q[(row * a.heads + h) * d + i] = v[i]!;
+    }
+    for (let h = 0; h < a.kvHeads; h++) {
+      const o = src + kBase + h * d;
+      if (kNorm) rmsNormRow(qkv, o, kNorm, v, 0, d, a.eps, a.normOffset);
+      else for (let i = 0; i < d; i++) v[i] = qkv[o + i]!;
+      rotate(v, cos, sin, pos * half, half);
+      const c = cacheOffset(a, table, slot, pos, h);
+      const kc = mem.f32(a.kCache + BigInt(4 * c), d);
+      const vc = mem.f32(a.vCache + BigInt(4 * c), d);
+      for (let i = 0; i < d; i++) {
+        kc[i] = v[i]!;
+        vc[i] = qkv[src + vBase + h * d + i]!;
+      }
+    }
+  }
+}
+
+export function coreCpu(a: CoreArgs, { mem }: CpuKernelContext): void {
+  const { rows, at } = places(a, mem);
+  const d = a.headDim;
+  const W = qkvWidth(a);
+  const qkv = mem.f32(a.qkv, Math.max(1, rows) * W);
+  const q = mem.f32(a.q, Math.max(1, rows) * a.heads * d);
+  const out = mem.f32(a.out, Math.max(1, rows) * a.heads * d);
+  const group = a.heads / a.kvHeads;
+  const acc = new Float64Array(d);
+  for (let row = 0; row < rows; row++) {
+    const { slot, pos } = at(row);
+    if (slot < 0) {
+      out.fill(0, row * a.heads * d, (row + 1) * a.heads * d);
+      continue;
+    }
+    const table = mem.i32(a.blockTable, (slot + 1) * a.maxPages);
+    const scores = new Float64Array(pos + 1);
+    for (let h = 0; h < a.heads; h++) {
+      const kvh = Math.floor(h / group);
+      const qo = (row * a.heads + h) * d;
+      let max = -Infinity;
+      for (let t = 0; t <= pos; t++) {
+        const k = mem.f32(a.kCache + BigInt(4 * cacheOffset(a, table, slot, t, kvh)), d);
+        let s = 0;
+        for (let i = 0; i < d; i++) s += q[qo + i]! * k[i]!;
+        scores[t] = s * a.scale;
+        max = Math.max(max, scores[t]!);
+      }
+      let denom = 0;
+      acc.fill(0);
+      for (let t = 0; t <= pos; t++) {
+        const e = Math.exp(scores[t]! - max);
+        denom += e;
+        const v = mem.f32(a.vCache + BigInt(4 * cacheOffset(a, table, slot, t, kvh)), d);
+        for (let i = 0; i < d; i++) acc[i]! += e * v[i]!;
+      }
+      const gate = a.gated ? row * W + h * 2 * d + d : -1;
+      for (let i = 0; i < d; i++) {
+        const g = gate >= 0 ? 1 / (1 + Math.exp(-qkv[gate + i]!)) : 1;
+        out[qo + i] = (acc[i]! / denom) * g;
+      }
+    }
+  }
+}

@@ -1,0 +1,35 @@
+import type { DevicePtr, GpuBackend } from '@metrale/core';
+
+/** A layer's device allocations: uploaded or zeroed when made, all freed together. */
+export class DeviceMemory {
+  readonly #allocations: DevicePtr[] = [];
+  constructor(readonly gpu: GpuBackend) {}
+
+  alloc(bytes: number): DevicePtr {
+    const p = this.gpu.alloc(Math.max(4, bytes));
+    this.#allocations.push(p);
+    return p;
+  }
+
+  /** Synchronous upload, at construction time (never during capture). */
+  upload(data: ArrayBufferView): DevicePtr {
+    const p = this.alloc(data.byteLength);
+    this.gpu.upload(p, data);
+    return p;
+  }
+
+  zeroed(bytes: number): DevicePtr {
+    const p = this.alloc(bytes);
+    this.gpu.memsetAsync(p, 0, Math.max(4, bytes), this.gpu.defaultStream);
+    return p;
+  }
+
+  /** Waits for the zeroing of `zeroed` buffers. */
+  settle(): void {
+    this.gpu.synchronize(this.gpu.defaultStream);
+  }
+
+  free(): void {
+    for (const p of this.#allocations.splice(0)) this.gpu.free(p);
+  }
+}

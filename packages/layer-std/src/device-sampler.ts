@@ -1,0 +1,58 @@
+import { InvalidArgumentError, isGreedy, type DevicePtr, type GpuBackend, type HostBuffer, type SamplingParams, type SeededRandom, type Stream } from '@metrale/core';
+import { requireKernels } from './require-kernels.js';
+import { argmaxKernel, sampleKernel } from './sample-kernels.js';
+
+/**
+ * Picks each logit row's token on the device, so only `rows` token ids come back instead of
+ * `rows × vocab` logits. Sampling draws its uniforms from the sequence's `SeededRandom` on the host,
+ * in the order the host sampler would, so both give the same tokens for the same seed.
+ */
+export class DeviceSampler {
+  readonly maxRows: number;
+  readonly #gpu: GpuBackend;
+  readonly #tokens: DevicePtr;
+  readonly #uniforms: DevicePtr;
+  readonly #host: HostBuffer;
+
+  constructor(gpu: GpuBackend, maxRows: number) {
+    requireKernels(gpu, 'sampler', [argmaxKernel, sampleKernel]);
+    this.#gpu = gpu;
+    this.maxRows = maxRows;
+    this.#tokens = gpu.alloc(4 * maxRows);
+    this.#uniforms = gpu.alloc(4 * maxRows);
+    this.#host = gpu.allocHost(8 * maxRows);
+  }
+
+  /**
+   * Tokens of `rows` logit rows of `vocab` at `logits`; `randoms[r]` draws row r's uniform (absent
+   * for greedy). Synchronous: waits for the stream and returns host ids.
+   */
+  pick(logits: DevicePtr, rows: number, vocab: number, params: SamplingParams | undefined, stream: Stream, randoms?: readonly SeededRandom[]): Int32Array {
+    if (!Number.isInteger(rows) || rows < 1 || rows > this.maxRows) throw new InvalidArgumentError(`sampler: rows must be between 1 and ${this.maxRows}, got ${rows}`);
+    const gpu = this.#gpu;
+    const bytes = this.#host.bytes;
+    const ids = new Int32Array(bytes.buffer, bytes.byteOffset, rows);
+    if (isGreedy(params)) {
+      gpu.launch(argmaxKernel, { grid: rows, block: 1024, stream }, { logits, out: this.#tokens, rows, vocab });
+    } else {
+      if (!randoms || randoms.length !== rows) throw new InvalidArgumentError(`sampler: sampling ${rows} rows needs ${rows} random streams`);
+      const u = new Float32Array(bytes.buffer, bytes.byteOffset + 4 * this.maxRows, rows);
+      randoms.forEach((r, i) => (u[i] = r.float()));
+      gpu.copyToDeviceAsync(this.#uniforms, this.#host, 4 * this.maxRows, 4 * rows, stream);
+      const p = params!;
+      gpu.launch(sampleKernel, { grid: rows, block: 1024, stream }, {
+        logits, uniforms: this.#uniforms, out: this.#tokens, rows, vocab,
+        temperature: p.temperature!, topK: p.topK ?? 0, topP: p.topP ?? 1, minP: p.minP ?? 0,
+      });
+    }
+    gpu.copyToHostAsync(this.#host, 0, this.#tokens, 4 * rows, stream);
+    gpu.synchronize(stream);
+    return ids.slice();
+  }
+
+  dispose(): void {
+    this.#gpu.free(this.#tokens);
+    this.#gpu.free(this.#uniforms);
+    this.#gpu.freeHost(this.#host);
+  }
+}

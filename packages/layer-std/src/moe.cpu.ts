@@ -1,0 +1,159 @@
+import type { CpuKernelContext } from '@metrale/core';
+import { silu } from './rows.cpu.js';
+
+// CPU reference of kernels/std-moe.cu (KERNELS.md): routing, the routed experts and the combine
+// with the shared expert, computed in f64 per row.
+
+export interface RouteArgs {
+  readonly logits: bigint;
+  /** f32 [experts] `e_score_correction_bias`, or 0n. */
+  readonly bias: bigint;
+  readonly ids: bigint;
+  readonly weights: bigint;
+  readonly rows: number;
+  readonly experts: number;
+  readonly topK: number;
+  /** 0: softmax scoring; 1: sigmoid scoring. */
+  readonly scoring: number;
+  readonly normTopK: number;
+  readonly nGroup: number;
+  readonly topkGroup: number;
+  readonly scaling: number;
+}
+
+/** A non-finite score (padding rows hold garbage) sorts last, so every row gets valid ids. */
+const finite = (v: number): number => (Number.isFinite(v) ? v : -Infinity);
+
+/** Indices of the `k` largest values, largest first; ties go to the lower index. */
+export function topIndices(values: ArrayLike<number>, k: number, keep?: (i: number) => boolean): number[] {
+  const idx: number[] = [];
+  for (let i = 0; i < values.length; i++) if (!keep || keep(i)) idx.push(i);
+  idx.sort((a, b) => finite(values[b]!) - finite(values[a]!) || a - b);
+  return idx.slice(0, k);
+}
+
+/** One row's routing: expert ids and weights (Qwen3-Next or GLM-5/DeepSeek-V3 rules, moe-config.ts). */
+export function routeRow(logits: ArrayLike<number>, bias: ArrayLike<number> | undefined, a: Omit<RouteArgs, 'logits' | 'bias' | 'ids' | 'weights' | 'rows'>): { ids: number[]; weights: number[] } {
+  const E = a.experts;
+  const score = new Float64Array(E);
+  if (a.scoring === 0) {
+    let max = -Infinity;
+    for (let e = 0; e < E; e++) max = Math.max(max, finite(logits[e]!));
+    let sum = 0;
+    for (let e = 0; e < E; e++) {
+      score[e] = Number.isFinite(logits[e]!) ? Math.exp(logits[e]! - max) : 0;
+      sum += score[e]!;
+    }
+    for (let e = 0; e < E; e++) score[e]! /= sum || 1;
+  } else {
+    for (let e = 0; e < E; e++) score[e] = 1 / (1 + Math.exp(-logits[e]!));
+  }
+  const choice = Float64Array.from(score, (s, e) => s + (bias ? bias[e]! : 0));
+  let keep: ((e: number) => boolean) | undefined;
+  if (a.nGroup > 1) {
+    const size = E / a.nGroup;
+    const groupScore = Array.from({ length: a.nGroup }, (_, g) => {
+      const top = topIndices(choice.subarray(g * size, (g + 1) * size), Math.min(2, size));
+      return top.reduce((s, i) => s + finite(choice[g * size + i]!), 0);
+    });
+    const kept = new Set(topIndices(groupScore, a.topkGroup));
+    keep = (e) => kept.has(Math.floor(e / size));
+  }
+  const ids = topIndices(choice, a.topK, keep);
+  const weights = ids.map((e) => score[e]!);
+  if (a.normTopK) {
+    const sum = weights.reduce((s, w) => s + w, 0) + (a.scoring === 1 ? 1e-20 : 0);
+    for (let j = 0; j < weights.length; j++) weights[j]! /= sum;
+  }
+  return { ids, weights: weights.map((w) => w * a.scaling) };
+}
+
+export function routeCpu(a: RouteArgs, { mem }: CpuKernelContext): void {
+  const logits = mem.f32(a.logits, a.rows * a.experts);
+  const bias = a.bias === 0n ? undefined : mem.f32(a.bias, a.experts);
+  const ids = mem.i32(a.ids, a.rows * a.topK);
+  const weights = mem.f32(a.weights, a.rows * a.topK);
+  for (let r = 0; r < a.rows; r++) {
+    const row = routeRow(logits.subarray(r * a.experts, (r + 1) * a.experts), bias, a);
+    ids.set(row.ids, r * a.topK);
+    weights.set(row.weights, r * a.topK);
+  }
+}
+
+export interface ExpertsArgs {
+  readonly input: bigint;
+  readonly ids: bigint;
+  readonly weights: bigint;
+  /** f32 [experts][2·inter][hidden]: gate rows, then up rows. */
+  readonly gateUp: bigint;
+  /** f32 [experts][hidden][inter]. */
+  readonly down: bigint;
+  readonly output: bigint;
+  readonly rows: number;
+  readonly hidden: number;
+  readonly inter: number;
+  readonly experts: number;
+  readonly topK: number;
+}
+
+/** output[r] = Σ_j weights[r][j] · down_e(silu(gate_e · x) ⊙ (up_e · x)), e = ids[r][j]. */
+export function expertsCpu(a: ExpertsArgs, { mem }: CpuKernelContext): void {
+  const { hidden: D, inter: I, topK } = a;
+  const x = mem.f32(a.input, a.rows * D);
+  const ids = mem.i32(a.ids, a.rows * topK);
+  const w = mem.f32(a.weights, a.rows * topK);
+  const gateUp = mem.f32(a.gateUp, a.experts * 2 * I * D);
+  const down = mem.f32(a.down, a.experts * D * I);
+  const out = mem.f32(a.output, a.rows * D);
+  const h = new Float64Array(I);
+  const acc = new Float64Array(D);
+  for (let r = 0; r < a.rows; r++) {
+    acc.fill(0);
+    for (let j = 0; j < topK; j++) {
+      const e = ids[r * topK + j]!;
+      if (e < 0 || e >= a.experts) continue;
+      const wj = w[r * topK + j]!;
+      const gu = e * 2 * I * D;
+      for (let i = 0; i < I; i++) {
+        let g = 0;
+        let u = 0;
+        for (let d = 0; d < D; d++) {
+          const xv = x[r * D + d]!;
+          g += gateUp[gu + i * D + d]! * xv;
+          u += gateUp[gu + (I + i) * D + d]! * xv;
+        }
+        h[i] = silu(g) * u;
+      }
+      const dn = e * D * I;
+      for (let d = 0; d < D; d++) {
+        let s = 0;
+        for (let i = 0; i < I; i++) s += down[dn + d * I + i]! * h[i]!;
+        acc[d]! += wj * s;
+      }
+    }
+    for (let d = 0; d < D; d++) out[r * D + d] = acc[d]!;
+  }
+}
+
+export interface CombineArgs {
+  readonly routed: bigint;
+  readonly shared: bigint;
+  /** f32 [rows] logits of the shared expert's gate, or 0n for an ungated shared expert. */
+  readonly gate: bigint;
+  readonly output: bigint;
+  readonly rows: number;
+  readonly hidden: number;
+}
+
+/** output = routed + g · shared, g = sigmoid(gate logit) or 1. */
+export function combineCpu(a: CombineArgs, { mem }: CpuKernelContext): void {
+  const n = a.rows * a.hidden;
+  const routed = mem.f32(a.routed, n);
+  const shared = mem.f32(a.shared, n);
+  const gate = a.gate === 0n ? undefined : mem.f32(a.gate, a.rows);
+  const out = mem.f32(a.output, n);
+  for (let r = 0; r < a.rows; r++) {
+    const g = gate ? 1 / (1 + Math.exp(-gate[r]!)) : 1;
+    for (let d = 0; d < a.hidden; d++) out[r * a.hidden + d] = routed[r * a.hidden + d]! + g * shared[r * a.hidden + d]!;
+  }
+}

@@ -1,0 +1,48 @@
+import { defineKernel, type LaunchConfig, type Stream } from '@metrale/core';
+import { addCpu, embedCpu, layerNormCpu, rmsNormCpu, siluMulCpu } from './rows.cpu.js';
+import { rowsModule as module } from './std-modules.js';
+
+/** One CTA per row, up to 1024 threads over its elements (the launch shape the .cu kernels use). */
+export function rowLaunch(rows: number, width: number, stream: Stream): LaunchConfig {
+  return { grid: Math.max(1, rows), block: Math.min(1024, 32 * Math.ceil(Math.max(1, width) / 32)), stream };
+}
+
+/** Elementwise kernels: 256 threads per CTA. */
+export function flatLaunch(count: number, stream: Stream): LaunchConfig {
+  return { grid: Math.max(1, Math.ceil(count / 256)), block: 256, stream };
+}
+
+export const embedKernel = defineKernel({
+  name: 'std.embed',
+  params: { tokens: 'ptr', table: 'ptr', out: 'ptr', rows: 'i32', hidden: 'i32', vocab: 'i32', scale: 'f32' },
+  cuda: { module, symbol: 'std_embed' },
+  cpu: embedCpu,
+});
+
+export const rmsNormKernel = defineKernel({
+  name: 'std.rms_norm',
+  params: { input: 'ptr', output: 'ptr', weight: 'ptr', rows: 'i32', hidden: 'i32', eps: 'f32', offset: 'f32' },
+  cuda: { module, symbol: 'std_rms_norm' },
+  cpu: rmsNormCpu,
+});
+
+export const layerNormKernel = defineKernel({
+  name: 'std.layer_norm',
+  params: { input: 'ptr', output: 'ptr', weight: 'ptr', bias: 'ptr', rows: 'i32', hidden: 'i32', eps: 'f32' },
+  cuda: { module, symbol: 'std_layer_norm' },
+  cpu: layerNormCpu,
+});
+
+export const addKernel = defineKernel({
+  name: 'std.add',
+  params: { a: 'ptr', b: 'ptr', out: 'ptr', count: 'i32' },
+  cuda: { module, symbol: 'std_add' },
+  cpu: addCpu,
+});
+
+export const siluMulKernel = defineKernel({
+  name: 'std.silu_mul',
+  params: { gateUp: 'ptr', out: 'ptr', rows: 'i32', inter: 'i32' },
+  cuda: { module, symbol: 'std_silu_mul' },
+  cpu: siluMulCpu,
+});

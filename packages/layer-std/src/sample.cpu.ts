@@ -1,0 +1,105 @@
+import type { CpuKernelContext } from '@metrale/core';
+
+// CPU reference of kernels/std-sample.cu: the token of each logit row, greedy or sampled with a
+// uniform draw the host supplies, by exactly the rules of core's host sampler (sampling.ts), so a
+// device sampler and the host give the same token for the same draw.
+
+export interface ArgmaxArgs {
+  readonly logits: bigint;
+  readonly out: bigint;
+  readonly rows: number;
+  readonly vocab: number;
+}
+
+/** out[r] = argmax of row r, lowest index on ties (torch.argmax). */
+export function argmaxCpu(a: ArgmaxArgs, { mem }: CpuKernelContext): void {
+  const logits = mem.f32(a.logits, a.rows * a.vocab);
+  const out = mem.i32(a.out, a.rows);
+  for (let r = 0; r < a.rows; r++) {
+    let best = 0;
+    let bestV = -Infinity;
+    for (let i = 0; i < a.vocab; i++) {
+      const v = logits[r * a.vocab + i]!;
+      if (v > bestV) {
+        bestV = v;
+        best = i;
+      }
+    }
+    out[r] = best;
+  }
+}
+
+export interface SampleArgs extends ArgmaxArgs {
+  /** f32 [rows]: one uniform draw in [0, 1) per row. */
+  readonly uniforms: bigint;
+  readonly temperature: number;
+  /** 0: off. */
+  readonly topK: number;
+  /** 1: off. */
+  readonly topP: number;
+  /** 0: off. */
+  readonly minP: number;
+}
+
+/** Probabilities of one row at a temperature, filtered by top-k, top-p, min-p (ties at a cut-off kept). */
+export function filteredProbs(row: Float32Array, temperature: number, topK: number, topP: number, minP: number): Float32Array {
+  const V = row.length;
+  const p = new Float32Array(V);
+  let max = -Infinity;
+  for (let i = 0; i < V; i++) max = Math.max(max, row[i]!);
+  let sum = 0;
+  for (let i = 0; i < V; i++) {
+    const e = Math.exp((row[i]! - max) / temperature);
+    p[i] = e;
+    sum += e;
+  }
+  for (let i = 0; i < V; i++) p[i]! /= sum;
+  if (topK > 0 && topK < V) {
+    const cut = Float32Array.from(p).sort()[V - topK]!;
+    for (let i = 0; i < V; i++) if (p[i]! < cut) p[i] = 0;
+  }
+  if (topP < 1) {
+    let total = 0;
+    for (let i = 0; i < V; i++) total += p[i]!;
+    const sorted = Float32Array.from(p).sort().reverse();
+    let acc = 0;
+    let cut = sorted[0]!;
+    for (let i = 0; i < V && sorted[i]! > 0; i++) {
+      cut = sorted[i]!;
+      acc += cut;
+      if (acc >= topP * total) break;
+    }
+    for (let i = 0; i < V; i++) if (p[i]! < cut) p[i] = 0;
+  }
+  if (minP > 0) {
+    let m = 0;
+    for (let i = 0; i < V; i++) m = Math.max(m, p[i]!);
+    for (let i = 0; i < V; i++) if (p[i]! < minP * m) p[i] = 0;
+  }
+  return p;
+}
+
+/** Inverse CDF at u · total (core's `sampleFrom` with its draw given). */
+export function pickWithUniform(p: Float32Array, u01: number): number {
+  let total = 0;
+  for (let i = 0; i < p.length; i++) total += p[i]!;
+  let u = u01 * total;
+  let last = 0;
+  for (let i = 0; i < p.length; i++) {
+    const v = p[i]!;
+    if (v > 0) last = i;
+    if (u < v) return i;
+    u -= v;
+  }
+  return last;
+}
+
+export function sampleCpu(a: SampleArgs, { mem }: CpuKernelContext): void {
+  const logits = mem.f32(a.logits, a.rows * a.vocab);
+  const u = mem.f32(a.uniforms, a.rows);
+  const out = mem.i32(a.out, a.rows);
+  for (let r = 0; r < a.rows; r++) {
+    const p = filteredProbs(logits.subarray(r * a.vocab, (r + 1) * a.vocab), a.temperature, a.topK, a.topP, a.minP);
+    out[r] = pickWithUniform(p, u[r]!);
+  }
+}

@@ -1,0 +1,43 @@
+import { InvalidArgumentError, type LayerLimits, type LayerState, type LayerStep, type TransformerLayer } from '@metrale/core';
+import { DeviceMemory } from './device-memory.js';
+import type { GpuBackend } from '@metrale/core';
+
+/**
+ * A layer whose rows depend on nothing but themselves (norms, MLP, MoE, embedding, lm head): no
+ * per-sequence state and every hook at its default, so verify rows leave no trace by design.
+ */
+export abstract class StatelessLayer implements TransformerLayer<LayerState> {
+  abstract readonly type: string;
+  abstract readonly inputRowBytes: number;
+  abstract readonly outputRowBytes: number;
+  protected readonly memory: DeviceMemory;
+  #disposed = false;
+
+  constructor(
+    protected readonly gpu: GpuBackend,
+    readonly limits: LayerLimits,
+  ) {
+    this.memory = new DeviceMemory(gpu);
+  }
+
+  openState(slot: number): LayerState {
+    return { slot };
+  }
+
+  closeState(_state: LayerState): void {}
+
+  forward(step: LayerStep<LayerState>): void {
+    if (this.#disposed) throw new InvalidArgumentError(`${this.type}: forward on a disposed layer`);
+    if (step.rows > this.limits.maxRows) throw new InvalidArgumentError(`${this.type}: a step of ${step.rows} rows exceeds limits.maxRows (${this.limits.maxRows})`);
+    this.run(step);
+  }
+
+  /** The step's kernels; every row is independent, padding rows included. */
+  protected abstract run(step: LayerStep<LayerState>): void;
+
+  dispose(): void {
+    if (this.#disposed) return;
+    this.#disposed = true;
+    this.memory.free();
+  }
+}

@@ -1,0 +1,130 @@
+import { SeededRandom, tensorOf, MemoryWeightSource } from '@metrale/core';
+import { MoeLayer, checkMoe, glmMoeOptions, qwen3NextMoeOptions, type MoeOptions } from '@metrale/layer-std';
+import { describe, expect, it } from 'vitest';
+import { LIMITS, matvec, relErr, runRows, sigmoid, silu, Weights } from './setup.js';
+
+const D = 16;
+const E = 8;
+const I = 12;
+
+function expertWeights(w: Weights, shared: 'gated' | 'plain' | 'none', router = 3) {
+  const gate = w.add('gate.weight', [E, D], router / Math.sqrt(D));
+  const experts = Array.from({ length: E }, (_, e) => ({
+    g: w.add(`experts.${e}.gate_proj.weight`, [I, D], 1 / Math.sqrt(D)),
+    u: w.add(`experts.${e}.up_proj.weight`, [I, D], 1 / Math.sqrt(D)),
+    d: w.add(`experts.${e}.down_proj.weight`, [D, I], 1 / Math.sqrt(I)),
+  }));
+  const prefix = shared === 'gated' ? 'shared_expert.' : 'shared_experts.';
+  const sh = shared === 'none' ? undefined : {
+    g: w.add(`${prefix}gate_proj.weight`, [2 * I, D], 1 / Math.sqrt(D)),
+    u: w.add(`${prefix}up_proj.weight`, [2 * I, D], 1 / Math.sqrt(D)),
+    d: w.add(`${prefix}down_proj.weight`, [D, 2 * I], 1 / Math.sqrt(2 * I)),
+    gate: shared === 'gated' ? w.add('shared_expert_gate.weight', [1, D], 1) : undefined,
+  };
+  return { gate, experts, sh };
+}
+
+function swiglu(p: { g: Float64Array; u: Float64Array; d: Float64Array }, x: Float32Array, off: number, inter: number): Float64Array {
+  const g = matvec(p.g, x, inter, D, off);
+  const u = matvec(p.u, x, inter, D, off);
+  return matvec(p.d, g.map((v, i) => silu(v) * u[i]!), D, inter);
+}
+
+/** Indices of the k largest, by an independent selection (repeated argmax). */
+function topk(v: ArrayLike<number>, k: number, allowed: (i: number) => boolean = () => true): number[] {
+  const taken = new Set<number>();
+  for (let j = 0; j < k; j++) {
+    let best = -1;
+    for (let i = 0; i < v.length; i++) if (allowed(i) && !taken.has(i) && (best < 0 || v[i]! > v[best]!)) best = i;
+    taken.add(best);
+  }
+  return [...taken];
+}
+
+describe('MoE against float64 references', () => {
+  it("Qwen3-Next: softmax top-k, norm_topk_prob, shared expert gated by sigmoid", () => {
+    for (const normTopK of [true, false]) {
+      const w = new Weights(new SeededRandom(normTopK ? 1 : 2));
+      const { gate, experts, sh } = expertWeights(w, 'gated');
+      const options = qwen3NextMoeOptions({ hidden_size: D, num_experts: E, num_experts_per_tok: 3, moe_intermediate_size: I, shared_expert_intermediate_size: 2 * I, norm_topk_prob: normTopK });
+      const x = new SeededRandom(9).normals(5 * D);
+      const out = runRows((gpu) => new MoeLayer(gpu, w.source(), LIMITS, options), x);
+      for (let r = 0; r < 5; r++) {
+        const logits = matvec(gate, x, E, D, r * D);
+        const m = Math.max(...logits);
+        const p = logits.map((l) => Math.exp(l - m));
+        const s = p.reduce((a, b) => a + b, 0);
+        const probs = p.map((v) => v / s);
+        const ids = topk(probs, 3);
+        const sum = ids.reduce((a, e) => a + probs[e]!, 0);
+        const want = new Float64Array(D);
+        for (const e of ids) {
+          const y = swiglu(experts[e]!, x, r * D, I);
+          const wt = normTopK ? probs[e]! / sum : probs[e]!;
+          y.forEach((v, i) => (want[i]! += wt * v));
+        }
+        const shared = swiglu(sh!, x, r * D, 2 * I);
+        const g = sigmoid(matvec(sh!.gate!, x, 1, D, r * D)[0]!);
+        shared.forEach((v, i) => (want[i]! += g * v));
+        expect(relErr(out.subarray(r * D, (r + 1) * D), want)).toBeLessThan(1e-5);
+      }
+    }
+  });
+
+  it('GLM-5: sigmoid scores + e_score_correction_bias, groups, routed_scaling_factor, ungated shared experts', () => {
+    const w = new Weights(new SeededRandom(4));
+    const { gate, experts, sh } = expertWeights(w, 'plain');
+    const bias = w.add('gate.e_score_correction_bias', [E], 0.3);
+    const options = glmMoeOptions({
+      hidden_size: D, n_routed_experts: E, num_experts_per_tok: 2, moe_intermediate_size: I, n_shared_experts: 2,
+      n_group: 4, topk_group: 2, routed_scaling_factor: 2.5, norm_topk_prob: true,
+    });
+    expect(options.shared).toMatchObject({ prefix: 'shared_experts.', inter: 2 * I });
+    const x = new SeededRandom(11).normals(6 * D);
+    const out = runRows((gpu) => new MoeLayer(gpu, w.source(), LIMITS, options), x);
+    for (let r = 0; r < 6; r++) {
+      const s = matvec(gate, x, E, D, r * D).map(sigmoid);
+      const choice = s.map((v, e) => v + bias[e]!);
+      const size = E / 4;
+      const groupScore = Array.from({ length: 4 }, (_, g) => {
+        const members = Array.from(choice.subarray(g * size, (g + 1) * size));
+        return topk(members, 2).reduce((a, i) => a + members[i]!, 0);
+      });
+      const groups = new Set(topk(groupScore, 2));
+      const ids = topk(choice, 2, (e) => groups.has(Math.floor(e / size)));
+      const denom = ids.reduce((a, e) => a + s[e]!, 0) + 1e-20;
+      const want = new Float64Array(D);
+      for (const e of ids) swiglu(experts[e]!, x, r * D, I).forEach((v, i) => (want[i]! += (2.5 * s[e]!) / denom * v));
+      swiglu(sh!, x, r * D, 2 * I).forEach((v, i) => (want[i]! += v));
+      expect(relErr(out.subarray(r * D, (r + 1) * D), want)).toBeLessThan(1e-5);
+    }
+  });
+
+  it('reads fused experts (gate_up_proj [E, 2I, D], down_proj [E, D, I]) as the per-expert layout', () => {
+    const w = new Weights(new SeededRandom(6));
+    const { experts } = expertWeights(w, 'none');
+    const options: MoeOptions = checkMoe({ hidden: D, experts: E, topK: 2, inter: I, routing: { scoring: 'softmax', normTopK: true, nGroup: 1, topkGroup: 1, scaling: 1, scoreBias: false } });
+    const gateUp = new Float32Array(E * 2 * I * D);
+    const down = new Float32Array(E * D * I);
+    experts.forEach((p, e) => {
+      gateUp.set(p.g, e * 2 * I * D);
+      gateUp.set(p.u, (2 * e + 1) * I * D);
+      down.set(p.d, e * D * I);
+    });
+    const fused = new MemoryWeightSource('fused', [
+      w.tensors.find((t) => t.name === 'gate.weight')!,
+      tensorOf('experts.gate_up_proj', gateUp, [E, 2 * I, D]),
+      tensorOf('experts.down_proj', down, [E, D, I]),
+    ]);
+    const x = new SeededRandom(2).normals(4 * D);
+    const a = runRows((gpu) => new MoeLayer(gpu, w.source(), LIMITS, options), x);
+    const b = runRows((gpu) => new MoeLayer(gpu, fused, LIMITS, options), x);
+    expect(Array.from(b)).toEqual(Array.from(a));
+  });
+
+  it('refuses configs whose routing cannot work, naming the fields', () => {
+    expect(() => qwen3NextMoeOptions({ hidden_size: D, num_experts: 2, num_experts_per_tok: 3, moe_intermediate_size: I })).toThrow(/num_experts_per_tok \(3\) exceeds the 2 experts/);
+    expect(() => glmMoeOptions({ hidden_size: D, n_routed_experts: 8, num_experts_per_tok: 2, moe_intermediate_size: I, n_group: 3 })).toThrow(/n_group = 3/);
+    expect(() => qwen3NextMoeOptions({ hidden_size: D, num_experts: 8, num_experts_per_tok: 2, moe_intermediate_size: I, hidden_act: 'gelu' })).toThrow(/hidden_act/);
+  });
+});
