@@ -1,0 +1,153 @@
+import { bf16BitsToF32, f32ToBf16Bits, type DeviceMemoryView, type DevicePtr } from '@metrale/core';
+
+// Element formats and small functions shared by the CPU twins (KERNELS.md, "Numerics"). The CUDA
+// kernels implement the same definitions.
+
+/** Largest finite FP8 E4M3 (fn) value. */
+export const E4M3_MAX = 448;
+
+function roundHalfEven(v: number): number {
+  const f = Math.floor(v);
+  const d = v - f;
+  if (d > 0.5) return f + 1;
+  if (d < 0.5) return f;
+  return f % 2 === 0 ? f : f + 1;
+}
+
+/**
+ * f32 → FP8 E4M3 (fn: no infinities, 0x7f/0xff NaN), round to nearest even, saturating to ±448,
+ * as CUDA's `__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3)`.
+ */
+export function f32ToE4m3(x: number): number {
+  if (Number.isNaN(x)) return 0x7f;
+  const sign = x < 0 || Object.is(x, -0) ? 0x80 : 0;
+  const a = Math.abs(x);
+  if (a >= E4M3_MAX) return sign | 0x7e;
+  if (a < 2 ** -6) return sign | roundHalfEven(a * 2 ** 9); // subnormals: m · 2^−9; m = 8 is 2^−6, the smallest normal
+  let e = Math.floor(Math.log2(a));
+  if (2 ** e > a) e--;
+  else if (2 ** (e + 1) <= a) e++;
+  let m = roundHalfEven((a / 2 ** e - 1) * 8);
+  if (m === 8) {
+    m = 0;
+    e++;
+  }
+  if (e > 8 || (e === 8 && m > 6)) return sign | 0x7e;
+  return sign | ((e + 7) << 3) | m;
+}
+
+/** FP8 E4M3 (fn) → value. */
+export function e4m3ToF32(b: number): number {
+  const sign = b & 0x80 ? -1 : 1;
+  const e = (b >>> 3) & 0xf;
+  const m = b & 7;
+  if (e === 15 && m === 7) return Number.NaN;
+  if (e === 0) return sign * m * 2 ** -9;
+  return sign * (1 + m / 8) * 2 ** (e - 7);
+}
+
+/** The 256 E4M3 codes decoded once. */
+export const E4M3_TABLE: Float64Array = Float64Array.from({ length: 256 }, (_, b) => e4m3ToF32(b));
+
+/** Per-token FP8 scale of a key row: amax / 448 in f32 (1 for an all-zero row). */
+export function fp8Scale(row: ArrayLike<number>, off: number, n: number): number {
+  let amax = 0;
+  for (let i = 0; i < n; i++) amax = Math.max(amax, Math.abs(row[off + i]!));
+  return amax > 0 ? Math.fround(Math.fround(amax) / E4M3_MAX) : 1;
+}
+
+/** Bytes of one element of a cache of the given device dtype code (0 f32, 1 bf16, 2 fp8). */
+export function elementBytes(code: number): number {
+  return code === 0 ? 4 : code === 1 ? 2 : 1;
+}
+
+/**
+ * Writes `n` values into a cache row of dtype `code` at element `index` (row-major from `base`),
+ * and for fp8 the row's scale into `scales[index / n]`.
+ */
+export function storeRow(mem: DeviceMemoryView, code: number, base: DevicePtr, scales: DevicePtr, rowIndex: number, values: ArrayLike<number>, off: number, n: number): void {
+  if (code === 0) {
+    const dst = mem.f32(base + BigInt(rowIndex * n * 4), n);
+    for (let i = 0; i < n; i++) dst[i] = values[off + i]!;
+  } else if (code === 1) {
+    const dst = mem.u16(base + BigInt(rowIndex * n * 2), n);
+    for (let i = 0; i < n; i++) dst[i] = f32ToBf16Bits(values[off + i]!);
+  } else {
+    const scale = fp8Scale(values, off, n);
+    mem.f32(scales + BigInt(rowIndex * 4), 1)[0] = scale;
+    const dst = mem.u8(base + BigInt(rowIndex * n), n);
+    for (let i = 0; i < n; i++) dst[i] = f32ToE4m3(Math.fround(Math.fround(values[off + i]!) / scale));
+  }
+}
+
+/** Reads a cache row of dtype `code` as values (fp8: code value × the row's scale). */
+export function loadRow(mem: DeviceMemoryView, code: number, base: DevicePtr, scales: DevicePtr, rowIndex: number, n: number, out: Float64Array): Float64Array {
+  if (code === 0) {
+    const src = mem.f32(base + BigInt(rowIndex * n * 4), n);
+    for (let i = 0; i < n; i++) out[i] = src[i]!;
+  } else if (code === 1) {
+    const src = mem.u16(base + BigInt(rowIndex * n * 2), n);
+    for (let i = 0; i < n; i++) out[i] = bf16BitsToF32(src[i]!);
+  } else {
+    const scale = mem.f32(scales + BigInt(rowIndex * 4), 1)[0]!;
+    const src = mem.u8(base + BigInt(rowIndex * n), n);
+    for (let i = 0; i < n; i++) out[i] = E4M3_TABLE[src[i]!]! * scale;
+  }
+  return out;
+}
+
+/** inv_freq[i] = 1 / θ^(2i/d) in f32, as HF's default rotary embedding computes it. */
+export function ropeInvFreq(theta: number, dims: number): Float32Array {
+  const out = new Float32Array(dims / 2);
+  for (let i = 0; i < dims / 2; i++) out[i] = Math.fround(1 / Math.fround(theta ** Math.fround((2 * i) / dims)));
+  return out;
+}
+
+/**
+ * Rotates `dims` channels of `x` starting at `off`, in place, for position `pos`. Angle
+ * θ_i = f32(inv_freq[i] · pos), cos and sin rounded to f32 (HF computes them in f32). Interleaved:
+ * pairs (x_{2i}, x_{2i+1}); half-split: pairs (x_i, x_{i+d/2}). Both write the rotated pair to
+ * (out_i, out_{i+d/2}) = (a·cos − b·sin, b·cos + a·sin), so the interleaved form comes out
+ * de-interleaved, as HF writes it, identically for queries and keys.
+ */
+export function applyRope(x: Float64Array | Float32Array, off: number, dims: number, pos: number, invFreq: Float32Array, interleave: boolean, scratch: Float64Array): void {
+  const half = dims / 2;
+  for (let i = 0; i < half; i++) {
+    const a = interleave ? x[off + 2 * i]! : x[off + i]!;
+    const b = interleave ? x[off + 2 * i + 1]! : x[off + half + i]!;
+    const angle = Math.fround(invFreq[i]! * pos);
+    const c = Math.fround(Math.cos(angle));
+    const s = Math.fround(Math.sin(angle));
+    scratch[i] = a * c - b * s;
+    scratch[half + i] = b * c + a * s;
+  }
+  for (let i = 0; i < dims; i++) x[off + i] = scratch[i]!;
+}
+
+/** Batch position of a row: the last p with rowStarts[p] ≤ row. */
+export function positionOfRow(rowStarts: Int32Array, batch: number, row: number): number {
+  let lo = 0;
+  let hi = batch - 1;
+  while (lo < hi) {
+    const mid = (lo + hi + 1) >> 1;
+    if (rowStarts[mid]! <= row) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+/** Canonical f32 score for ordering: −0 becomes +0 (KERNELS.md, top-k tie rule). */
+export function canonicalScore(s: number): number {
+  return s === 0 ? 0 : s;
+}
+
+/**
+ * The top-k rule of `dsa.topk`: the `k` candidates of highest score, ties broken by the lower
+ * candidate index; returned in ascending index order. Scores are compared as f32 values.
+ */
+export function selectTopk(scores: ArrayLike<number>, count: number, k: number): Int32Array {
+  if (k >= count) return Int32Array.from({ length: count }, (_, i) => i);
+  const order = Int32Array.from({ length: count }, (_, i) => i);
+  order.sort((a, b) => canonicalScore(scores[b]!) - canonicalScore(scores[a]!) || a - b);
+  return order.subarray(0, k).sort();
+}
