@@ -1,0 +1,171 @@
+import { writeFileSync } from 'node:fs';
+import {
+  Checkpoint, ModelRunner, NgramProposer, StepDriver, encodeSafetensors, loadModel, parseNgramSpec, tensorOf,
+  type GenerateStats, type GpuBackend, type SamplingParams,
+} from '@metrale/core';
+import { Command, InvalidArgumentError, Option } from 'commander';
+import { BACKEND_CHOICES, selectBackend, type BackendChoice } from '../backends/select-backend.js';
+import type { CliContext } from '../cli-context.js';
+import { UsageError } from '../errors/cli-errors.js';
+import { generateLimits } from '../generate/generate-limits.js';
+import { TextCodec } from '../generate/text-codec.js';
+import { registerModels } from '../models/index.js';
+
+interface GenerateOptions {
+  readonly model: string;
+  readonly prompt?: string;
+  readonly promptIds?: number[];
+  readonly chat?: boolean;
+  readonly maxTokens: number;
+  readonly greedy?: boolean;
+  readonly temperature?: number;
+  readonly topP?: number;
+  readonly topK?: number;
+  readonly minP?: number;
+  readonly seed?: number;
+  readonly spec?: string;
+  readonly backend: BackendChoice;
+  readonly json?: boolean;
+  readonly ignoreEos?: boolean;
+  readonly graphs: boolean;
+  readonly promptLogits?: string;
+}
+
+export function generateCommand(ctx: CliContext): Command {
+  return new Command('generate')
+    .description('generate tokens from a Hugging Face checkpoint directory (greedy or sampled, optionally with n-gram speculation)')
+    .requiredOption('--model <dir>', 'checkpoint directory: config.json, model.safetensors (or shards), tokenizer.json')
+    .option('--prompt <text>', 'prompt text (needs tokenizer.json)')
+    .option('--prompt-ids <ids>', 'prompt as comma-separated token ids', parseIds)
+    .option('--chat', 'wrap --prompt as one user message in the chat template')
+    .requiredOption('--max-tokens <n>', 'tokens to generate at most', positiveInt)
+    .option('--greedy', 'pick the most likely token (the default without --temperature)')
+    .option('--temperature <t>', 'sample at this temperature', nonNegative)
+    .option('--top-p <p>', 'nucleus sampling: keep the most likely tokens up to probability p', probability)
+    .option('--top-k <k>', 'keep the k most likely tokens', positiveInt)
+    .option('--min-p <p>', 'keep tokens at least p times as likely as the best', probability)
+    .option('--seed <s>', 'seed of the sampler', integer)
+    .option('--spec <proposer>', 'speculative decoding: ngram, or ngram:k=K[,min=N,max=N] (K draft tokens per step)')
+    .addOption(new Option('--backend <name>', 'device to run on').choices(BACKEND_CHOICES).default('auto'))
+    .option('--json', 'print one JSON line {"tokens", "text", "stats"} last')
+    .option('--ignore-eos', "keep generating past the model's end-of-sequence token")
+    .option('--no-graphs', 'run decode and verify eagerly instead of capturing graphs')
+    .option('--prompt-logits <file>', 'write the prompt rows\' logits (f32 [prompt, vocab], tensor "logits") to a safetensors file')
+    .addHelpText('after', [
+      '',
+      'With --json the last line is {"tokens": [...], "text": "..." | null, "stats": {...}}; stats carry',
+      'tokens_per_s, steps and, with --spec, the speculative acceptance.',
+    ].join('\n'))
+    .action(async (options: GenerateOptions) => {
+      ctx.exitCode = await generate(options, ctx);
+    });
+}
+
+async function generate(o: GenerateOptions, ctx: CliContext): Promise<number> {
+  if ((o.prompt === undefined) === (o.promptIds === undefined)) throw new UsageError('give exactly one of --prompt TEXT and --prompt-ids 1,2,3');
+  if (o.greedy && o.temperature !== undefined && o.temperature > 0) throw new UsageError('--greedy and --temperature > 0 contradict each other');
+  const sampling: SamplingParams = o.greedy || !o.temperature
+    ? {}
+    : { temperature: o.temperature, ...(o.topP !== undefined ? { topP: o.topP } : {}), ...(o.topK !== undefined ? { topK: o.topK } : {}), ...(o.minP !== undefined ? { minP: o.minP } : {}), ...(o.seed !== undefined ? { seed: o.seed } : {}) };
+  const spec = o.spec === undefined ? undefined : parseNgramSpec(o.spec);
+
+  // Everything that can be wrong with the directory is reported before a device is touched.
+  const checkpoint = Checkpoint.open(o.model);
+  const architectures = registerModels();
+  architectures.forConfig(checkpoint.config, `${checkpoint.dir}/config.json`);
+  const codec = TextCodec.fromCheckpoint(checkpoint);
+  let prompt: number[];
+  if (o.prompt !== undefined) {
+    if (!codec) throw new UsageError(`--prompt needs ${checkpoint.dir}/tokenizer.json; give --prompt-ids instead`);
+    prompt = o.chat ? codec.encode(codec.chat(o.prompt), false) : codec.encode(o.prompt);
+  } else {
+    if (o.chat) throw new UsageError('--chat needs --prompt TEXT');
+    prompt = o.promptIds!;
+  }
+  if (prompt.length === 0) throw new UsageError('the prompt has no tokens');
+
+  const gpu: GpuBackend = await selectBackend(o.backend);
+  try {
+    const limits = generateLimits(prompt.length, o.maxTokens, spec?.k ?? 0);
+    const { stack } = loadModel(checkpoint, { gpu, limits, architectures });
+    const driver = new StepDriver({ gpu, layers: stack.layers, limits, graphs: o.graphs });
+    try {
+      const runner = new ModelRunner({
+        driver, vocabSize: stack.vocabSize, collectPromptLogits: o.promptLogits !== undefined,
+        ...(spec ? { speculation: { proposer: new NgramProposer(spec), k: spec.k } } : {}),
+      });
+      const { outputs, stats } = runner.generate([{ prompt, maxTokens: o.maxTokens, sampling, stopTokenIds: o.ignoreEos ? [] : stack.eosTokenIds }]);
+      const out = outputs[0]!;
+      if (o.promptLogits) {
+        writeFileSync(o.promptLogits, encodeSafetensors([tensorOf('logits', out.promptLogits!, [prompt.length, stack.vocabSize])]));
+      }
+      const text = codec ? codec.decode(out.tokens) : null;
+      const line = { tokens: out.tokens, text, stats: statsLine(stats, out.finishReason, gpu.kind, prompt.length) };
+      if (o.json) ctx.out(JSON.stringify(line));
+      else {
+        ctx.out(text ?? out.tokens.join(' '));
+        ctx.err(humanStats(line.stats));
+      }
+      return 0;
+    } finally {
+      driver.dispose();
+      stack.dispose();
+    }
+  } finally {
+    gpu.dispose();
+  }
+}
+
+function statsLine(s: GenerateStats, finish: string, backend: string, promptTokens: number): Record<string, unknown> {
+  const sp = s.speculation;
+  return {
+    backend,
+    prompt_tokens: promptTokens,
+    generated_tokens: s.generatedTokens,
+    finish_reason: finish,
+    tokens_per_s: round(s.tokensPerSecond),
+    prefill_ms: round(s.prefillMs),
+    decode_ms: round(s.decodeMs),
+    steps: s.steps,
+    speculative: sp ? { k: sp.k, verify_steps: sp.verifySteps, drafted: sp.drafted, accepted: sp.accepted, acceptance_rate: round(sp.acceptanceRate, 4) } : null,
+  };
+}
+
+function humanStats(s: Record<string, unknown>): string {
+  const sp = s.speculative as { acceptance_rate: number; accepted: number; drafted: number } | null;
+  return `${s.generated_tokens} tokens, ${s.tokens_per_s} tokens/s on ${s.backend} (${s.finish_reason})` +
+    (sp ? `, speculative acceptance ${(100 * sp.acceptance_rate).toFixed(1)}% (${sp.accepted}/${sp.drafted} drafts)` : '');
+}
+
+const round = (x: number, digits = 2): number => Number(x.toFixed(digits));
+
+function parseIds(value: string): number[] {
+  const parts = value.split(',').map((p) => p.trim()).filter(Boolean);
+  const ids = parts.map(Number);
+  if (ids.length === 0 || ids.some((n) => !Number.isInteger(n) || n < 0)) throw new InvalidArgumentError(`expected comma-separated token ids such as 1,2,3, got '${value}'`);
+  return ids;
+}
+
+function positiveInt(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError(`expected a positive integer, got '${value}'`);
+  return n;
+}
+
+function integer(value: string): number {
+  const n = Number(value);
+  if (value.trim() === '' || !Number.isInteger(n)) throw new InvalidArgumentError(`expected an integer, got '${value}'`);
+  return n;
+}
+
+function nonNegative(value: string): number {
+  const n = Number(value);
+  if (value.trim() === '' || !Number.isFinite(n) || n < 0) throw new InvalidArgumentError(`expected a number ≥ 0, got '${value}'`);
+  return n;
+}
+
+function probability(value: string): number {
+  const n = Number(value);
+  if (value.trim() === '' || !(n > 0 && n <= 1)) throw new InvalidArgumentError(`expected a number in (0, 1], got '${value}'`);
+  return n;
+}
