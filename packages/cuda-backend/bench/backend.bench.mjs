@@ -2,8 +2,8 @@
 // Benchmark of the CUDA backend itself (a program, not a test): the two ceilings every GPU figure
 // is compared with (device-to-device copy bandwidth, bf16 GEMM rate), launch overhead eager vs a
 // replayed graph, allocation latency (pool hit vs miss) and host<->device copy latency.
-// Device times come from CUDA events, host times from process.hrtime; warm-up first, then the
-// median of many repetitions, on random data. Prints a table and writes the same figures as JSON
+// Device times come from CUDA events (timeOnDevice, src/ceilings.ts), host times from
+// process.hrtime; warm-up first, then the median of many repetitions, on random data. Prints a table and writes the same figures as JSON
 // to $METRALE_BENCH_OUT (default <repo>/bench-results/cuda-backend.json).
 // Run after building: `node bench/backend.bench.mjs` (or `node scripts/bench-gpu.mjs` at the root).
 import { spawnSync } from 'node:child_process';
@@ -11,8 +11,7 @@ import { randomFillSync } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { toBf16 } from '@metrale/core';
-import { CudaBackend, probe, testKernels } from '../dist/index.js';
+import { CudaBackend, measureCopyBandwidth, measureGemmRate, probe, testKernels, timeOnDevice } from '../dist/index.js';
 
 const packageDir = join(dirname(fileURLToPath(import.meta.url)), '..');
 const repoRoot = join(packageDir, '..', '..');
@@ -31,59 +30,16 @@ const median = (xs) => {
 };
 const hostUs = (start) => Number(process.hrtime.bigint() - start) / 1e3;
 
-/** Median device time (ms) of `body`, bracketed by events on `stream`, after `warmup` untimed runs. */
-function deviceMs(b, { reps, warmup = 3, stream, body }) {
-  const start = b.createEvent(), end = b.createEvent();
-  for (let i = 0; i < warmup; i++) body();
-  b.synchronize();
-  const times = [];
-  for (let i = 0; i < reps; i++) {
-    b.recordEvent(start, stream);
-    body();
-    b.recordEvent(end, stream);
-    b.synchronizeEvent(end);
-    times.push(b.elapsedMs(start, end));
-  }
-  b.destroyEvent(start);
-  b.destroyEvent(end);
-  return median(times);
-}
-
-/** Fills `bytes` at `ptr` with random data: one 64 MiB random block, replicated on the device. */
-function fillRandom(b, ptr, bytes) {
-  const block = Math.min(bytes, 64 * MiB);
-  b.upload(ptr, randomFillSync(new Uint8Array(block)));
-  for (let off = block; off < bytes; off += block) b.copyDeviceAsync(ptr + BigInt(off), ptr, Math.min(block, bytes - off));
-  b.synchronize();
-}
-
+/** The copy ceiling (src/ceilings.ts, shared with the layer benches): 1 GiB source + 1 GiB destination, far beyond the 60 MB L2. */
 function copyBandwidth(b) {
-  const bytes = COPY_BYTES; // 1 GiB source + 1 GiB destination: far beyond the 60 MB L2
-  const src = b.alloc(bytes), dst = b.alloc(bytes);
-  fillRandom(b, src, bytes);
-  const ms = deviceMs(b, { reps: 20, body: () => b.copyDeviceAsync(dst, src, bytes) });
-  b.free(src);
-  b.free(dst);
-  return { name: 'copy bandwidth (device→device, read+write)', bytes: 2 * bytes, ms, gbPerS: (2 * bytes) / (ms * 1e-3) / 1e9 };
+  const c = measureCopyBandwidth(b, { bytes: COPY_BYTES, reps: 20 });
+  return { name: 'copy bandwidth (device→device, read+write)', bytes: c.bytes, ms: c.ms, gbPerS: c.bytesPerS / 1e9 };
 }
 
 function gemmRate(b, dtype, size) {
   if (!b.gemmLibrary.loaded) return { name: `gemm ${dtype} ${size}³`, skipped: b.gemmLibrary.reason };
-  const elements = size * size, bytesPer = dtype === 'bf16' ? 2 : 4;
-  const [a, w, c] = [b.alloc(elements * bytesPer), b.alloc(elements * bytesPer), b.alloc(elements * bytesPer)];
-  for (const p of [a, w]) {
-    // Random values in [-1, 1), not random bits (which would include NaNs and infinities).
-    const chunk = new Float32Array(Math.min(elements, 16 * MiB));
-    const u = randomFillSync(new Uint32Array(chunk.length));
-    for (let i = 0; i < chunk.length; i++) chunk[i] = u[i] / 2 ** 31 - 1;
-    const host = dtype === 'bf16' ? toBf16(chunk) : chunk;
-    for (let off = 0; off < elements; off += chunk.length) b.upload(p + BigInt(off * bytesPer), host.subarray(0, Math.min(chunk.length, elements - off)));
-  }
-  const args = { m: size, n: size, k: size, a, b: w, c, dtype, transB: true };
-  const ms = deviceMs(b, { reps: 10, body: () => b.gemm(args) });
-  for (const p of [a, w, c]) b.free(p);
-  const flop = 2 * size ** 3;
-  return { name: `gemm ${dtype} ${size}³ (x·Wᵀ, fp32 accumulate)`, flop, ms, tflops: flop / (ms * 1e-3) / 1e12 };
+  const g = measureGemmRate(b, { dtype, size, reps: 10 });
+  return { name: `gemm ${dtype} ${size}³ (x·Wᵀ, fp32 accumulate)`, flop: g.flop, ms: g.ms, tflops: g.flopPerS / 1e12 };
 }
 
 /** A decode step of 48 layers as 48 empty kernels: eager launches vs one replayed graph. */
@@ -157,7 +113,7 @@ function copyLatency(b) {
       ['device→host', () => b.copyToHostAsync(host, 0, dev, bytes, s)],
     ]) {
       const reps = bytes > MiB ? 20 : 500;
-      const ms = deviceMs(b, { reps, stream: s, body });
+      const { ms } = timeOnDevice(b, body, { reps, stream: s });
       // Host round trip: issue, then wait (what a synchronous caller pays).
       const wall = [];
       for (let i = 0; i < reps; i++) {

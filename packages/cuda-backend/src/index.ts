@@ -8,3 +8,7 @@ export { cublasLtCandidates } from './cublaslt-paths.js';
 export { layoutArgs, packArgsToBytes, LAUNCH_PARAM_BYTES } from './arg-packing.js';
 export type { ArgLayout } from './arg-packing.js';
 export { testKernels, xorshift32 } from './test-kernels.js';
+export { measureCeilings, measureCopyBandwidth, measureGemmRate, timeOnDevice } from './ceilings.js';
+export type {
+  Ceilings, CeilingsOptions, CopyBandwidthOptions, CopyCeiling, DeviceTiming, GemmCeiling, GemmRateOptions, TimeOnDeviceOptions,
+} from './ceilings.js';

@@ -4,37 +4,31 @@
 // step at case.json's tolerance. No fixtures is a failure, not a pass: they come from
 // tools/fixtures/dsa.py (GlmMoeDsaAttention and Glm5NextTextAttention of transformers).
 import { basename } from 'node:path';
-import { PluginRegistry, readLayerFixture, runLayerFixture } from '@metrale/core';
+import { checkLayerFixture, fixtureDirectories } from '@metrale/core/testing';
 import { CpuBackend } from '@metrale/cpu-backend';
 import plugin from '@metrale/layer-dsa';
 import { describe, expect, it } from 'vitest';
-import { fixtureDirs, MISSING_FIXTURES, stepsOver, summaryLine } from './fixture-dirs.js';
 
-const dirs = fixtureDirs();
+const fixtures = fixtureDirectories(new URL('../fixtures', import.meta.url), {
+  envVar: 'METRALE_DSA_FIXTURES_DIR', generator: 'tools/fixtures/dsa.py', out: 'packages/layer-dsa/fixtures',
+});
 
 describe('golden fixtures from Hugging Face on the CPU reference backend', () => {
   it('has fixtures to check', () => {
-    expect(dirs.length, MISSING_FIXTURES).toBeGreaterThan(0);
+    expect(fixtures.dirs.length, fixtures.missing).toBeGreaterThan(0);
   });
 
-  for (const dir of dirs) {
+  for (const dir of fixtures.dirs) {
     it(`${basename(dir)}: every step matches the Hugging Face module`, () => {
-      const fixture = readLayerFixture(dir);
+      const { fixture, runs } = checkLayerFixture(dir, { plugins: [plugin], backend: () => new CpuBackend() });
       expect(fixture.family).toBe('dsa');
       // The generator guarantees a selection that no tie or rounding can flip (docs/fixtures.md).
       expect(fixture.minTopkGap, 'case.json min_topk_gap').toBeGreaterThanOrEqual(1e-5);
-      const registry = new PluginRegistry();
-      registry.register(plugin);
-      const gpu = new CpuBackend();
-      try {
-        const report = runLayerFixture(fixture, { registry, gpu });
-        console.log(summaryLine(report, report.tolerance));
-        expect(stepsOver(report, report.tolerance)).toEqual([]);
+      for (const { report, over } of runs) {
+        expect(over).toEqual([]);
         expect(report.steps).toHaveLength(fixture.steps.length);
         expect(report.steps.some((s) => s.path === 'replay')).toBe(true);
         expect(report.pass).toBe(true);
-      } finally {
-        gpu.dispose();
       }
     });
   }

@@ -1,36 +1,31 @@
 // The golden fixtures (docs/fixtures.md, metrale-layer-fixture/1) on the CPU reference backend:
-// every directory under packages/layer-gdn/fixtures/, read by core's reader and run through the
-// step driver by core's runner (graphs, write-on-accept), must pass every step at case.json's
-// tolerance. No fixtures is a failure, not a pass: they come from tools/fixtures/gdn.py.
+// every directory under packages/layer-gdn/fixtures/ (or $METRALE_GDN_FIXTURES_DIR), read by
+// core's reader and run through the step driver by core's runner (graphs, write-on-accept), must
+// pass every step at case.json's tolerance. No fixtures is a failure, not a pass: they come from
+// tools/fixtures/gdn.py.
 import { basename } from 'node:path';
-import { PluginRegistry, readLayerFixture, runLayerFixture } from '@metrale/core';
+import { checkLayerFixture, fixtureDirectories } from '@metrale/core/testing';
 import { CpuBackend } from '@metrale/cpu-backend';
 import plugin from '@metrale/layer-gdn';
 import { describe, expect, it } from 'vitest';
-import { fixtureDirs, MISSING_FIXTURES, stepsOver, summaryLine } from './fixture-dirs.js';
 
-const dirs = fixtureDirs();
+const fixtures = fixtureDirectories(new URL('../fixtures', import.meta.url), {
+  envVar: 'METRALE_GDN_FIXTURES_DIR', generator: 'tools/fixtures/gdn.py', out: 'packages/layer-gdn/fixtures',
+});
 
 describe('golden fixtures from Hugging Face on the CPU reference backend', () => {
   it('has fixtures to check', () => {
-    expect(dirs.length, MISSING_FIXTURES).toBeGreaterThan(0);
+    expect(fixtures.dirs.length, fixtures.missing).toBeGreaterThan(0);
   });
 
-  for (const dir of dirs) {
+  for (const dir of fixtures.dirs) {
     it(`${basename(dir)}: every step matches the Hugging Face module`, () => {
-      const fixture = readLayerFixture(dir);
+      const { fixture, runs } = checkLayerFixture(dir, { plugins: [plugin], backend: () => new CpuBackend() });
       expect(fixture.family).toBe('gdn');
-      const registry = new PluginRegistry();
-      registry.register(plugin);
-      const gpu = new CpuBackend();
-      try {
-        const report = runLayerFixture(fixture, { registry, gpu });
-        console.log(summaryLine(report, report.tolerance));
-        expect(stepsOver(report, report.tolerance)).toEqual([]);
+      for (const { report, over } of runs) {
+        expect(over).toEqual([]);
         expect(report.steps).toHaveLength(fixture.steps.length);
         expect(report.pass).toBe(true);
-      } finally {
-        gpu.dispose();
       }
     });
   }

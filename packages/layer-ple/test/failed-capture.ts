@@ -4,8 +4,8 @@
 import { CpuBackend } from '@metrale/cpu-backend';
 import { SeededRandom, StepDriver, type GpuBackend, type LayerLimits, type Sequence, type TransformerLayer } from '@metrale/core';
 import { PleLayer, plePlugin, type PleCacheStats, type PleState } from '@metrale/layer-ple';
+import { faultInjectingBackend, type FaultCounts } from '@metrale/core/testing';
 import { expect } from 'vitest';
-import { controllableBackend, type FaultControl } from './fault-backend.js';
 import { referenceRows, relError } from './ple-reference.js';
 import { LIMITS, type PleSetup } from './ple-setup.js';
 
@@ -40,9 +40,17 @@ export interface Recorded {
 }
 
 /** Runs `steps` with one layer; `failAt` makes the capture of that step fail. */
-export function run(setup: PleSetup, steps: Step[], opts: { graphs: boolean; failAt?: number; broken?: boolean; capacity?: number; limits?: LayerLimits; backend?: () => GpuBackend; tolerance?: number }): { records: Recorded[]; control: FaultControl } {
+export function run(setup: PleSetup, steps: Step[], opts: { graphs: boolean; failAt?: number; broken?: boolean; capacity?: number; limits?: LayerLimits; backend?: () => GpuBackend; tolerance?: number }): { records: Recorded[]; counts: FaultCounts } {
   const inner = (opts.backend ?? (() => new CpuBackend()))();
-  const { gpu, control } = controllableBackend(inner);
+  // Fail the next capture: set before each step, cleared once a capture has failed.
+  let failNextCapture = false;
+  const { gpu, counts } = faultInjectingBackend(inner, {
+    failCaptures: () => {
+      const fail = failNextCapture;
+      failNextCapture = false;
+      return fail;
+    },
+  });
   const limits = opts.limits ?? LIMITS;
   const layer = opts.broken
     ? new RearmRestagesLayer({ gpu, layerType: 'ple', config: setup.config, layerIndex: setup.layerIndex, weights: setup.weights, limits }, { slotCapacity: opts.capacity })
@@ -55,21 +63,21 @@ export function run(setup: PleSetup, steps: Step[], opts: { graphs: boolean; fai
     steps.forEach((step, i) => {
       const tokens = Int32Array.from(step.tokens);
       const input = random.normals(tokens.length * setup.dims.hidden);
-      control.failNextCapture = opts.failAt === i;
+      failNextCapture = opts.failAt === i;
       const base = { seqs: step.seqs.map((s) => seqs[s]!), tokens, input };
       const r = step.op === 'prefill' ? driver.prefill({ ...base, lengths: step.lengths }) : step.op === 'decode' ? driver.decode(base) : driver.verify({ ...base, k: step.k });
       const output = driver.readOutputF32(r);
       if (step.op === 'verify') driver.accept(step.accepted);
       const expected = referenceRows(setup.weights, setup.dims, input, tokens);
       expect(relError(output, expected), `step ${i}`).toBeLessThan(opts.tolerance ?? 1e-5);
-      records.push({ path: r.path, output, stats: layer.stats(), bytes: control.hostToDeviceBytes });
+      records.push({ path: r.path, output, stats: layer.stats(), bytes: counts.hostToDeviceBytes });
     });
   } finally {
     driver.dispose();
     layer.dispose();
     inner.dispose();
   }
-  return { records, control };
+  return { records, counts };
 }
 
 // Three sequences; the verify at index 5 brings 6 tokens never seen before (misses) plus repeats.

@@ -5,38 +5,37 @@
 // tools/fixtures/ple.py. Each fixture also runs with the smallest slot cache its steps allow, so
 // its rows go through evictions as well.
 import { basename } from 'node:path';
-import { PluginRegistry, fixtureLimits, readLayerFixture, runLayerFixture } from '@metrale/core';
+import { fixtureLimits } from '@metrale/core';
+import { checkLayerFixture, fixtureDirectories } from '@metrale/core/testing';
 import { CpuBackend } from '@metrale/cpu-backend';
 import plugin, { plePlugin } from '@metrale/layer-ple';
 import { describe, expect, it } from 'vitest';
-import { fixtureDirs, MISSING_FIXTURES, stepsOver, summaryLine } from './fixture-dirs.js';
 
-const dirs = fixtureDirs();
+const fixtures = fixtureDirectories(new URL('../fixtures', import.meta.url), {
+  envVar: 'METRALE_PLE_FIXTURES_DIR', generator: 'tools/fixtures/ple.py', out: 'packages/layer-ple/fixtures',
+});
 
 describe('golden fixtures from Hugging Face on the CPU reference backend', () => {
   it('has fixtures to check', () => {
-    expect(dirs.length, MISSING_FIXTURES).toBeGreaterThan(0);
+    expect(fixtures.dirs.length, fixtures.missing).toBeGreaterThan(0);
   });
 
-  for (const dir of dirs) {
+  for (const dir of fixtures.dirs) {
     it(`${basename(dir)}: every step matches the Hugging Face module`, () => {
-      const fixture = readLayerFixture(dir);
+      const { fixture, runs } = checkLayerFixture(dir, {
+        plugins: (f) => {
+          const limits = fixtureLimits(f);
+          return [plugin, plePlugin({ slotCapacity: limits.maxBatch * limits.maxK })];
+        },
+        backend: () => new CpuBackend(),
+      });
       expect(fixture.family).toBe('ple');
-      const limits = fixtureLimits(fixture);
-      for (const p of [plugin, plePlugin({ slotCapacity: limits.maxBatch * limits.maxK })]) {
-        const registry = new PluginRegistry();
-        registry.register(p);
-        const gpu = new CpuBackend();
-        try {
-          const report = runLayerFixture(fixture, { registry, gpu });
-          console.log(summaryLine(report, report.tolerance));
-          expect(stepsOver(report, report.tolerance)).toEqual([]);
-          expect(report.steps).toHaveLength(fixture.steps.length);
-          expect(report.steps.some((s) => s.path === 'replay')).toBe(true);
-          expect(report.pass).toBe(true);
-        } finally {
-          gpu.dispose();
-        }
+      expect(runs).toHaveLength(2);
+      for (const { report, over } of runs) {
+        expect(over).toEqual([]);
+        expect(report.steps).toHaveLength(fixture.steps.length);
+        expect(report.steps.some((s) => s.path === 'replay')).toBe(true);
+        expect(report.pass).toBe(true);
       }
     });
   }

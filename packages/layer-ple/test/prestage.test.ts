@@ -8,8 +8,8 @@
 import { CpuBackend } from '@metrale/cpu-backend';
 import { InvalidArgumentError, SeededRandom, StepDriver, type LayerLimits, type TransformerLayer } from '@metrale/core';
 import { PleLayer, plePlugin, type PleState } from '@metrale/layer-ple';
+import { faultInjectingBackend } from '@metrale/core/testing';
 import { describe, expect, it } from 'vitest';
-import { controllableBackend } from './fault-backend.js';
 import { FAIL_AT, run, STEPS } from './failed-capture.js';
 import { referenceRows, relError } from './ple-reference.js';
 import { LIMITS, pleSetup } from './ple-setup.js';
@@ -22,7 +22,7 @@ describe('a capture that fails in the middle of a run with misses', () => {
     const failed = run(setup, STEPS, { graphs: true, failAt: FAIL_AT });
     const eager = run(setup, STEPS, { graphs: false });
     expect(failed.records[FAIL_AT]!.path).toBe('capture-failed');
-    expect(failed.control.failedCaptures).toBe(1);
+    expect(failed.counts.failedCaptures).toBe(1);
     expect(failed.records.filter((r) => r.path === 'replay').length).toBeGreaterThan(0);
     // The failed step: 9 rows, 6 of them new tokens (20..25), 3 repeats (1, 20, 2) → 3 hits.
     const before = failed.records[FAIL_AT - 1]!.stats;
@@ -75,16 +75,16 @@ describe('slot cache', () => {
       const s = pleSetup(13, undefined, { table });
       const elem = table === 'f32' ? 4 : 2;
       const inner = new CpuBackend();
-      const { gpu, control } = controllableBackend(inner);
+      const { gpu, counts } = faultInjectingBackend(inner, { failCaptures: false });
       const layer = new PleLayer({ gpu, layerType: 'ple', config: s.config, layerIndex: 1, weights: s.weights, limits: LIMITS });
       const state = layer.openState(0);
       const stream = gpu.createStream();
       const stage = (tokens: number[]) => {
-        const before = { bytes: control.hostToDeviceBytes, copies: control.hostToDeviceCopies, stats: layer.stats() };
+        const before = { bytes: counts.hostToDeviceBytes, copies: counts.hostToDeviceCopies, stats: layer.stats() };
         layer.decodePrestage(Int32Array.from(tokens), state, gpu, stream);
         layer.syncReplayedStep(state, 0, tokens.length); // as a replay consumes it
         const after = layer.stats();
-        return { bytes: control.hostToDeviceBytes - before.bytes, copies: control.hostToDeviceCopies - before.copies, misses: after.misses - before.stats.misses, hits: after.hits - before.stats.hits };
+        return { bytes: counts.hostToDeviceBytes - before.bytes, copies: counts.hostToDeviceCopies - before.copies, misses: after.misses - before.stats.misses, hits: after.hits - before.stats.hits };
       };
       expect(stage([5, 6, 5])).toEqual({ bytes: 2 * s.dims.layers * s.dims.perLayer * elem, copies: 1, misses: 2, hits: 1 }); // slots 0, 1: one copy
       expect(stage([6, 5, 6])).toEqual({ bytes: 0, copies: 0, misses: 0, hits: 3 });

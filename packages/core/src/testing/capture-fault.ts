@@ -8,14 +8,28 @@ export interface TransferCounts {
   hostToDeviceCopies: number;
 }
 
+/** What `faultInjectingBackend` counts: the transfers, and the captures it made fail. */
+export interface FaultCounts extends TransferCounts {
+  failedCaptures: number;
+}
+
+export interface FaultInjectionOptions {
+  /**
+   * Which captures fail: every one (true), none (false), or each one for which the function,
+   * asked once as the capture ends, returns true (e.g. only the capture of a chosen step).
+   */
+  readonly failCaptures: boolean | ((stream: Stream) => boolean);
+}
+
 /**
- * Wraps a backend so that every capture fails the way CUDA fails it: a forbidden synchronous call
+ * Wraps a backend so that captures fail the way CUDA fails them: a forbidden synchronous call
  * is made inside the capture (and its error swallowed, as a layer would not see it), so
  * `endCapture` reports the invalidated capture. Also counts host → device transfers, so a layer
  * that uploads again on re-arm is caught.
  */
-export function faultInjectingBackend(inner: GpuBackend, options: { failCaptures: boolean }): { gpu: GpuBackend; counts: TransferCounts } {
-  const counts: TransferCounts = { hostToDeviceBytes: 0, hostToDeviceCopies: 0 };
+export function faultInjectingBackend(inner: GpuBackend, options: FaultInjectionOptions): { gpu: GpuBackend; counts: FaultCounts } {
+  const counts: FaultCounts = { hostToDeviceBytes: 0, hostToDeviceCopies: 0, failedCaptures: 0 };
+  const fails = typeof options.failCaptures === 'function' ? options.failCaptures : () => options.failCaptures === true;
   const capturing = new Set<number>();
   const overrides: Partial<GpuBackend> = {
     copyToDeviceAsync(dst: DevicePtr, src: HostBuffer, srcOffset: number, bytes: number, stream?: Stream) {
@@ -38,7 +52,8 @@ export function faultInjectingBackend(inner: GpuBackend, options: { failCaptures
     },
     endCapture(stream: Stream): Graph {
       capturing.delete(stream.id);
-      if (options.failCaptures) {
+      if (fails(stream)) {
+        counts.failedCaptures++;
         try {
           // Synchronising a capturing stream is illegal in CUDA and invalidates the capture.
           inner.synchronize(stream);

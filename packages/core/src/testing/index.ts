@@ -2,5 +2,9 @@
 export type { ConformanceOptions, ConformanceReport, CheckResult, CheckStatus } from './conformance.js';
 export { runLayerConformance, CONFORMANCE_CHECKS } from './conformance.js';
 export { faultInjectingBackend } from './capture-fault.js';
-export type { TransferCounts } from './capture-fault.js';
+export type { FaultCounts, FaultInjectionOptions, TransferCounts } from './capture-fault.js';
 export { relativeError } from './compare.js';
+export type {
+  CheckLayerFixtureOptions, FixtureDirectories, FixtureDirectoriesOptions, LayerFixtureRun,
+} from './layer-fixtures.js';
+export { checkLayerFixture, fixtureDirectories } from './layer-fixtures.js';

@@ -3,42 +3,31 @@
 // f32 by default and the indexer's bf16 keys only decide the selection, which the generator made
 // robust to bf16 rounding). Without a GPU it skips and says why.
 import { basename } from 'node:path';
-import { PluginRegistry, readLayerFixture, runLayerFixture } from '@metrale/core';
+import { checkLayerFixture, fixtureDirectories } from '@metrale/core/testing';
 import plugin from '@metrale/layer-dsa';
 import { describe, expect, it } from 'vitest';
-import { fixtureDirs, MISSING_FIXTURES, stepsOver, summaryLine } from '../fixture-dirs.js';
 import { chooseDevice } from './device.js';
 
 const cuda = await chooseDevice();
 if (!cuda.available) console.warn(`[layer-dsa gpu] golden fixtures skipped: ${cuda.reason}`);
 
-const dirs = fixtureDirs();
+const fixtures = fixtureDirectories(new URL('../../fixtures', import.meta.url), {
+  envVar: 'METRALE_DSA_FIXTURES_DIR', generator: 'tools/fixtures/dsa.py', out: 'packages/layer-dsa/fixtures',
+});
 
 describe.skipIf(!cuda.available)('golden fixtures from Hugging Face on CUDA', () => {
   it('has fixtures to check', () => {
-    expect(dirs.length, MISSING_FIXTURES).toBeGreaterThan(0);
+    expect(fixtures.dirs.length, fixtures.missing).toBeGreaterThan(0);
   });
 
-  for (const dir of dirs) {
+  for (const dir of fixtures.dirs) {
     it(`${basename(dir)}: every step matches the Hugging Face module`, () => {
-      const fixture = readLayerFixture(dir);
-      const registry = new PluginRegistry();
-      registry.register(plugin);
-      const gpu = cuda.create();
-      try {
-        const report = runLayerFixture(fixture, {
-          registry, gpu, onStep: (s) => console.log(JSON.stringify({ fixture: basename(dir), ...s })),
-        });
-        console.log(summaryLine(report, report.tolerance));
-        const failed = report.steps.filter((s) => s.path === 'capture-failed');
-        if (failed.length > 0) {
-          console.warn(`[layer-dsa gpu] ${basename(dir)}: graph capture failed (ran eagerly) at steps ` +
-            failed.map((s) => `${s.step}: ${s.captureError ?? 'no reason given'}`).join('; '));
-        }
-        expect(stepsOver(report, report.tolerance)).toEqual([]);
+      const { fixture, runs } = checkLayerFixture(dir, {
+        plugins: [plugin], backend: () => cuda.create(), print: 'steps', label: '[layer-dsa gpu]',
+      });
+      for (const { report, over } of runs) {
+        expect(over).toEqual([]);
         expect(report.steps).toHaveLength(fixture.steps.length);
-      } finally {
-        gpu.dispose();
       }
     });
   }

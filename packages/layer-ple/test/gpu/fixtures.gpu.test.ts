@@ -3,17 +3,19 @@
 // and with the smallest one the fixture allows. Prints one JSON line per step and a summary line
 // per fixture, as `metrale check-layer --backend cuda` does. Without a GPU it skips and says why.
 import { basename } from 'node:path';
-import { PluginRegistry, fixtureLimits, readLayerFixture, runLayerFixture } from '@metrale/core';
+import { fixtureLimits } from '@metrale/core';
 import type { GpuBackend } from '@metrale/core';
+import { checkLayerFixture, fixtureDirectories } from '@metrale/core/testing';
 import plugin, { plePlugin } from '@metrale/layer-ple';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { fixtureDirs, MISSING_FIXTURES, stepsOver, summaryLine } from '../fixture-dirs.js';
 import { cudaAvailable, ensureFatbins } from './cuda-setup.js';
 
 const cuda = await cudaAvailable();
 if (!cuda.available) console.warn(`[layer-ple gpu] golden fixtures skipped: ${cuda.reason}`);
 
-const dirs = fixtureDirs();
+const fixtures = fixtureDirectories(new URL('../../fixtures', import.meta.url), {
+  envVar: 'METRALE_PLE_FIXTURES_DIR', generator: 'tools/fixtures/ple.py', out: 'packages/layer-ple/fixtures',
+});
 let create: () => GpuBackend;
 
 describe.skipIf(!cuda.available)('golden fixtures from Hugging Face on CUDA', () => {
@@ -23,28 +25,25 @@ describe.skipIf(!cuda.available)('golden fixtures from Hugging Face on CUDA', ()
   });
 
   it('has fixtures to check', () => {
-    expect(dirs.length, MISSING_FIXTURES).toBeGreaterThan(0);
+    expect(fixtures.dirs.length, fixtures.missing).toBeGreaterThan(0);
   });
 
-  for (const dir of dirs) {
+  for (const dir of fixtures.dirs) {
     it(`${basename(dir)}: every step matches the Hugging Face module`, () => {
-      const fixture = readLayerFixture(dir);
-      const limits = fixtureLimits(fixture);
-      for (const p of [plugin, plePlugin({ slotCapacity: limits.maxBatch * limits.maxK })]) {
-        const registry = new PluginRegistry();
-        registry.register(p);
-        const gpu = create();
-        try {
-          const report = runLayerFixture(fixture, { registry, gpu, onStep: (s) => console.log(JSON.stringify({ fixture: basename(dir), ...s })) });
-          console.log(summaryLine(report, report.tolerance));
-          const failed = report.steps.filter((s) => s.path === 'capture-failed');
-          if (failed.length) console.warn(`[layer-ple gpu] ${basename(dir)}: capture failed at ${failed.map((s) => `${s.step}: ${s.captureError}`).join('; ')}`);
-          expect(stepsOver(report, report.tolerance)).toEqual([]);
-          expect(report.steps).toHaveLength(fixture.steps.length);
-          expect(report.steps.some((s) => s.path === 'replay')).toBe(true);
-        } finally {
-          gpu.dispose();
-        }
+      const { fixture, runs } = checkLayerFixture(dir, {
+        plugins: (f) => {
+          const limits = fixtureLimits(f);
+          return [plugin, plePlugin({ slotCapacity: limits.maxBatch * limits.maxK })];
+        },
+        backend: () => create(),
+        print: 'steps',
+        label: '[layer-ple gpu]',
+      });
+      expect(runs).toHaveLength(2);
+      for (const { report, over } of runs) {
+        expect(over).toEqual([]);
+        expect(report.steps).toHaveLength(fixture.steps.length);
+        expect(report.steps.some((s) => s.path === 'replay')).toBe(true);
       }
     });
   }
