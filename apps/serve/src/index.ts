@@ -10,6 +10,6 @@ export { discoverPlugins, FIRST_PARTY_PLUGINS } from './plugins/discover-plugins
 export { buildRegistry } from './plugins/build-registry.js';
 export { BackendUnavailableError, UsageError } from './errors/cli-errors.js';
 export { EXIT_FAILURE, EXIT_USAGE, reportError } from './errors/report-error.js';
-export { registerModels, ADAPTERS, qwen3NextAdapter, qwen3NextLayerTypes, qwen3NextIsMoe } from './models/index.js';
+export { registerModels, ADAPTERS, qwen3NextAdapter, qwen3NextLayerTypes, qwen3NextIsMoe, glmMoeDsaAdapter, glmMlpLayerTypes } from './models/index.js';
 export { TextCodec } from './generate/text-codec.js';
 export { generateLimits } from './generate/generate-limits.js';

@@ -15,9 +15,12 @@ registerModels();
 const names = fixtureNames();
 
 describe('metrale generate on the Hugging Face model fixtures (CPU)', () => {
-  it('finds the qwen3_next fixture', () => {
-    expect(names.some((n) => readModelFixture(n).expected.model_type === 'qwen3_next'), `no model fixtures in ${MODEL_FIXTURES}; make them with ${HOW_TO_MAKE}`).toBe(true);
-  });
+  for (const modelType of ['qwen3_next', 'glm_moe_dsa']) {
+    it(`finds the ${modelType} fixture, and its adapter`, () => {
+      expect(names.some((n) => readModelFixture(n).expected.model_type === modelType), `no ${modelType} fixture in ${MODEL_FIXTURES}; make it with ${HOW_TO_MAKE}`).toBe(true);
+      expect(architectures.has(modelType)).toBe(true);
+    });
+  }
 
   for (const name of names) {
     const fx = readModelFixture(name);

@@ -53,23 +53,27 @@ export function dsaWeightShapes(cfg: DsaConfig): Map<string, readonly number[]> 
  */
 export function loadDsaWeights(source: WeightSource, cfg: DsaConfig): DsaHostWeights {
   const origin = source.origin;
+  // Messages name a tensor as the checkpoint does (`model.layers.3.self_attn.kv_b_proj.weight`)
+  // when the source is a scoped view of one, and the file it is (or would be) in.
+  const qualified = (name: string): string => source.qualifiedName?.(name) ?? name;
+  const fileOf = (name: string): string => source.fileOf?.(name) ?? origin;
   const shapes = dsaWeightShapes(cfg);
   for (const name of shapes.keys()) {
     if (!source.has(name)) {
       const hint = name.startsWith('indexer.') ? ` (layer ${cfg.layerIndex} is a 'full' indexer layer)` : '';
-      throw new WeightsError(`missing tensor '${name}' of the DSA attention layer${hint}`, origin);
+      throw new WeightsError(`missing tensor '${qualified(name)}' of the DSA attention layer${hint}`, fileOf(name));
     }
   }
   const tensors = new Map<string, HostTensor>();
   for (const [name, shape] of shapes) {
     const t = source.get(name);
-    expectShape({ ...t, name }, shape, origin);
+    expectShape({ ...t, name: qualified(name) }, shape, fileOf(name));
     tensors.set(name, t);
   }
   const values = (name: string): Float32Array => {
     const x = toF32(tensors.get(name)!);
     for (let i = 0; i < x.length; i++) {
-      if (!Number.isFinite(x[i]!)) throw new WeightsError(`tensor '${name}' holds a non-finite value (${x[i]}) at element ${i}`, origin);
+      if (!Number.isFinite(x[i]!)) throw new WeightsError(`tensor '${qualified(name)}' holds a non-finite value (${x[i]}) at element ${i}`, fileOf(name));
     }
     return x;
   };

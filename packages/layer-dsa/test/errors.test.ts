@@ -1,7 +1,7 @@
 // Bad input gets a clear, typed error before anything reaches the device: bad weights and
 // configs, inconsistent indexer_types, a top-k larger than the cache, positions past the cache.
 import { CpuBackend } from '@metrale/cpu-backend';
-import { InvalidArgumentError, ReplayRoomError, SeededRandom, StepDriver, WeightsError, tensorOf, type HostTensor } from '@metrale/core';
+import { InvalidArgumentError, ReplayRoomError, SeededRandom, StepDriver, WeightsError, prefixedWeights, tensorOf, type HostTensor } from '@metrale/core';
 import plugin, { type DsaLayer } from '@metrale/layer-dsa';
 import { describe, expect, it } from 'vitest';
 import { configOf, GLM5, GLM53, pack, randomRows, randomWeights, weightsOf } from './dsa-setup.js';
@@ -49,6 +49,22 @@ describe('bad weights are refused before any device allocation, naming the tenso
     expectRefused(configOf(GLM5), replaced(good, wk), /bad\.safetensors: tensor 'indexer\.wk\.weight' has shape \[24, 8\], expected \[8, 24\]/);
     const q = tensorOf('q_b_proj.weight', new Float32Array(10 * GLM5.qLora), [10, GLM5.qLora]);
     expectRefused(configOf(GLM5), replaced(good, q), /tensor 'q_b_proj\.weight' has shape \[10, 12\], expected \[20, 12\]/);
+  });
+
+  it('a layer scoped out of a whole checkpoint names the tensor as the checkpoint does', () => {
+    const prefix = 'model.layers.0.self_attn.';
+    const scoped = (ts: HostTensor[]) => prefixedWeights(weightsOf(ts.map((t) => ({ ...t, name: prefix + t.name })), 'model.safetensors'), prefix);
+    const create = (ts: HostTensor[]) => () => {
+      const gpu = new CpuBackend();
+      try {
+        plugin.create({ gpu, layerType: 'dsa', config: configOf(GLM5), layerIndex: 0, weights: scoped(ts), limits });
+      } finally {
+        gpu.dispose();
+      }
+    };
+    expect(create(without(good, 'kv_b_proj.weight'))).toThrow(/model\.safetensors: missing tensor 'model\.layers\.0\.self_attn\.kv_b_proj\.weight' of the DSA attention layer/);
+    const q = tensorOf('q_b_proj.weight', new Float32Array(10 * GLM5.qLora), [10, GLM5.qLora]);
+    expect(create(replaced(good, q))).toThrow(/model\.safetensors: tensor 'model\.layers\.0\.self_attn\.q_b_proj\.weight' has shape \[10, 12\], expected \[20, 12\]/);
   });
 
   it('a non-finite value', () => {

@@ -1,13 +1,8 @@
-import {
-  BlockScratch, DecoderBlock, WeightsError, scopeWeights,
-  type ModelAdapter, type ModelBuildContext, type ModelStack, type TransformerLayer,
-} from '@metrale/core';
+import { WeightsError, type ModelAdapter, type ModelBuildContext, type ModelStack } from '@metrale/core';
 import { plugin as gdnPlugin } from '@metrale/layer-gdn';
-import {
-  AttentionLayer, EmbeddingLayer, LmHeadLayer, MlpLayer, MoeLayer, RmsNormLayer,
-  qwen3NextAttentionOptions, qwen3NextMoeOptions, requireResidualAdd, residualAdd,
-} from '@metrale/layer-std';
-import { eosTokenIds, intField } from './config-fields.js';
+import { AttentionLayer, MlpLayer, MoeLayer, qwen3NextAttentionOptions, qwen3NextMoeOptions } from '@metrale/layer-std';
+import { intField } from './config-fields.js';
+import { buildPreNormDecoder } from './decoder-stack.js';
 
 export type Qwen3NextLayerType = 'linear_attention' | 'full_attention';
 
@@ -41,58 +36,28 @@ export function qwen3NextIsMoe(config: Readonly<Record<string, unknown>>, i: num
  * the MLP a MoE with a gated shared expert or a dense SwiGLU. All norms are (1 + w) RMSNorms.
  */
 function build(ctx: ModelBuildContext): ModelStack {
-  const { gpu, config, weights: w, limits } = ctx;
+  const { gpu, config, limits } = ctx;
   const hidden = intField(config, 'hidden_size');
-  const vocab = intField(config, 'vocab_size');
-  const eps = (config.rms_norm_eps as number | undefined) ?? 1e-6;
   const types = qwen3NextLayerTypes(config);
   const gdn = ctx.plugins?.find('gdn') ?? gdnPlugin;
-  requireResidualAdd(gpu);
-  const scratch = new BlockScratch(gpu, 4 * hidden, limits.maxRows);
-  const layers: TransformerLayer<any>[] = [];
-  const scope = (prefix: string) => scopeWeights(w, prefix);
-  const norm = (prefix: string) => new RmsNormLayer(gpu, scope(prefix), limits, { hidden, eps, offset: 1 });
-  try {
-    layers.push(new EmbeddingLayer(gpu, scope('model.embed_tokens.'), limits, { vocab, hidden }));
-    types.forEach((type, i) => {
-      const at = `model.layers.${i}.`;
-      const parts: TransformerLayer<any>[] = [];
-      try {
-        parts.push(norm(`${at}input_layernorm.`));
-        parts.push(
-          type === 'linear_attention'
-            ? gdn.create({ gpu, layerType: 'gdn', config, layerIndex: i, weights: scope(`${at}linear_attn.`), limits })
-            : new AttentionLayer(gpu, scope(`${at}self_attn.`), limits, qwen3NextAttentionOptions(config)),
-        );
-        parts.push(norm(`${at}post_attention_layernorm.`));
-        parts.push(
-          qwen3NextIsMoe(config, i)
-            ? new MoeLayer(gpu, scope(`${at}mlp.`), limits, qwen3NextMoeOptions(config))
-            : new MlpLayer(gpu, scope(`${at}mlp.`), limits, { hidden, inter: intField(config, 'intermediate_size') }),
-        );
-      } catch (error) {
-        for (const p of parts) p.dispose();
-        throw error;
-      }
-      layers.push(new DecoderBlock({ gpu, type: `qwen3_next layer ${i} (${type})`, branches: [parts.slice(0, 2), parts.slice(2)], add: residualAdd, scratch }));
-    });
-    layers.push(norm('model.norm.'));
-    const tied = !w.has('lm_head.weight') && config.tie_word_embeddings === true;
-    layers.push(new LmHeadLayer(gpu, scope(tied ? 'model.embed_tokens.' : 'lm_head.'), limits, { hidden, vocab }));
-  } catch (error) {
-    for (const l of layers) l.dispose();
-    scratch.dispose();
-    throw error;
-  }
-  return {
-    layers,
-    vocabSize: vocab,
-    eosTokenIds: eosTokenIds(config),
-    dispose() {
-      for (const l of layers) l.dispose();
-      scratch.dispose();
-    },
-  };
+  return buildPreNormDecoder(ctx, {
+    hidden,
+    vocab: intField(config, 'vocab_size'),
+    layerCount: types.length,
+    eps: (config.rms_norm_eps as number | undefined) ?? 1e-6,
+    normOffset: 1,
+    layer: (i, scope) => ({
+      type: `qwen3_next layer ${i} (${types[i]})`,
+      mixer: () =>
+        types[i] === 'linear_attention'
+          ? gdn.create({ gpu, layerType: 'gdn', config, layerIndex: i, weights: scope('linear_attn.'), limits })
+          : new AttentionLayer(gpu, scope('self_attn.'), limits, qwen3NextAttentionOptions(config)),
+      mlp: () =>
+        qwen3NextIsMoe(config, i)
+          ? new MoeLayer(gpu, scope('mlp.'), limits, qwen3NextMoeOptions(config))
+          : new MlpLayer(gpu, scope('mlp.'), limits, { hidden, inter: intField(config, 'intermediate_size') }),
+    }),
+  });
 }
 
 export const qwen3NextAdapter: ModelAdapter = {
