@@ -1,8 +1,9 @@
 import { defineConfig } from 'tsup';
 
 export default defineConfig({
-  // index: the programmatic API; cli: the `metrale` executable (bin), which keeps its shebang.
-  entry: ['src/index.ts', 'src/cli.ts'],
+  // index: the programmatic API; cli: the `metrale` executable (bin), which keeps its shebang;
+  // engine-worker: the serving engine's thread, loaded by path (engine-client.ts).
+  entry: { index: 'src/index.ts', cli: 'src/cli.ts', 'engine-worker': 'src/engine/engine-worker.ts' },
   format: ['esm'],
   // Types only for the API; the executable has none to offer.
   dts: { entry: 'src/index.ts' },

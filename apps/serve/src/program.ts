@@ -5,12 +5,13 @@ import type { CliContext } from './cli-context.js';
 import { checkLayerCommand } from './commands/check-layer.js';
 import { doctorCommand } from './commands/doctor.js';
 import { generateCommand } from './commands/generate.js';
+import { serveCommand } from './commands/serve.js';
 import { reportError } from './errors/report-error.js';
 
 /** The `metrale` command line: global options and the commands. */
 export function createProgram(ctx: CliContext): Command {
   const program = new Command('metrale')
-    .description('metrale: model layers of an LLM inference engine; check backends, plugins and layer fixtures; generate from a checkpoint')
+    .description('metrale: model layers of an LLM inference engine; check backends, plugins and layer fixtures; generate from a checkpoint; serve it over an OpenAI-compatible API')
     .version(packageVersion(ctx.packageDir))
     .option('--verbose', 'on an error, print its stack trace and causes too')
     .configureHelp({ showGlobalOptions: true })
@@ -18,7 +19,7 @@ export function createProgram(ctx: CliContext): Command {
     .exitOverride();
   // addCommand does not pass the parent's settings down; copy them so --help, errors and
   // global options behave the same on every command.
-  for (const command of [doctorCommand(ctx), checkLayerCommand(ctx), generateCommand(ctx)]) program.addCommand(command.copyInheritedSettings(program));
+  for (const command of [doctorCommand(ctx), checkLayerCommand(ctx), generateCommand(ctx), serveCommand(ctx)]) program.addCommand(command.copyInheritedSettings(program));
   return program;
 }
 

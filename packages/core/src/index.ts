@@ -52,3 +52,5 @@ export * from './fixture/index.js';
 export * from './model/index.js';
 export type { DraftProposer, NgramOptions } from './spec/ngram-proposer.js';
 export { NgramProposer, parseNgramSpec } from './spec/ngram-proposer.js';
+export type { VerifyOutcome, VerifySequence } from './spec/verify-drafts.js';
+export { verifyDrafts } from './spec/verify-drafts.js';

@@ -7,6 +7,7 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { BACKEND_CHOICES, selectBackend, type BackendChoice } from '../backends/select-backend.js';
 import type { CliContext } from '../cli-context.js';
 import { UsageError } from '../errors/cli-errors.js';
+import { integer, nonNegative, positiveInt, probability } from './options.js';
 import { generateLimits } from '../generate/generate-limits.js';
 import { TextCodec } from '../generate/text-codec.js';
 import { registerModels } from '../models/index.js';
@@ -144,28 +145,4 @@ function parseIds(value: string): number[] {
   const ids = parts.map(Number);
   if (ids.length === 0 || ids.some((n) => !Number.isInteger(n) || n < 0)) throw new InvalidArgumentError(`expected comma-separated token ids such as 1,2,3, got '${value}'`);
   return ids;
-}
-
-function positiveInt(value: string): number {
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < 1) throw new InvalidArgumentError(`expected a positive integer, got '${value}'`);
-  return n;
-}
-
-function integer(value: string): number {
-  const n = Number(value);
-  if (value.trim() === '' || !Number.isInteger(n)) throw new InvalidArgumentError(`expected an integer, got '${value}'`);
-  return n;
-}
-
-function nonNegative(value: string): number {
-  const n = Number(value);
-  if (value.trim() === '' || !Number.isFinite(n) || n < 0) throw new InvalidArgumentError(`expected a number ≥ 0, got '${value}'`);
-  return n;
-}
-
-function probability(value: string): number {
-  const n = Number(value);
-  if (value.trim() === '' || !(n > 0 && n <= 1)) throw new InvalidArgumentError(`expected a number in (0, 1], got '${value}'`);
-  return n;
 }

@@ -11,6 +11,7 @@ export class TextCodec {
   readonly #tokenizer: Tokenizer;
   readonly #template: string | undefined;
   readonly #config: Record<string, unknown>;
+  #compiled: Template | undefined;
 
   private constructor(tokenizer: Tokenizer, config: Record<string, unknown>, template: string | undefined) {
     this.#tokenizer = tokenizer;
@@ -53,19 +54,28 @@ export class TextCodec {
   }
 
   decode(ids: readonly number[]): string {
+    // The tokenizer library refuses an empty list; its text is empty.
+    if (ids.length === 0) return '';
     return this.#tokenizer.decode([...ids], { skip_special_tokens: true });
   }
 
   /** The prompt as one user message through the chat template, with the generation prompt. */
   chat(prompt: string): string {
+    return this.renderChat([{ role: 'user', content: prompt }], true);
+  }
+
+  /** Messages through the chat template (throws what the template raises). */
+  renderChat(messages: readonly { role: string; content: string }[], addGenerationPrompt: boolean): string {
     if (!this.#template) throw new WeightsError('the checkpoint has no chat template (chat_template.jinja or tokenizer_config.json chat_template)');
     const token = (name: string): string | undefined => {
       const v = this.#config[name];
       return typeof v === 'string' ? v : (v as { content?: string } | undefined)?.content;
     };
-    return new Template(this.#template).render({
-      messages: [{ role: 'user', content: prompt }],
-      add_generation_prompt: true,
+    // Parsed once: a server renders every chat request through it.
+    this.#compiled ??= new Template(this.#template);
+    return this.#compiled.render({
+      messages: messages.map((m) => ({ ...m })),
+      add_generation_prompt: addGenerationPrompt,
       bos_token: token('bos_token') ?? '',
       eos_token: token('eos_token') ?? '',
     });

@@ -1,6 +1,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { SeededRandom, encodeSafetensors, toBf16, type HostTensor } from '@metrale/core';
+import { qwen3NextTensorPlan } from '../../src/embedded/qwen3-next-tensor-plan.js';
 
 /**
  * A tiny random `qwen3_next` checkpoint written the way `save_pretrained` writes one (config.json,
@@ -67,48 +68,7 @@ export function writeTinyQwen3Next(dir: string, options: TinyQwen3NextOptions = 
   };
   const D = c.hidden_size;
   const lin = (name: string, out: number, inp: number, gain = 1) => add(name, [out, inp], gain / Math.sqrt(inp));
-  add('model.embed_tokens.weight', [c.vocab_size, D], 1);
-  const hk = c.linear_num_key_heads, hv = c.linear_num_value_heads, dk = c.linear_key_head_dim, dv = c.linear_value_head_dim;
-  const keyDim = hk * dk, valueDim = hv * dv, convDim = 2 * keyDim + valueDim;
-  c.layer_types.forEach((type, i) => {
-    const p = `model.layers.${i}.`;
-    add(`${p}input_layernorm.weight`, [D], 0.1);
-    add(`${p}post_attention_layernorm.weight`, [D], 0.1);
-    if (type === 'linear_attention') {
-      lin(`${p}linear_attn.in_proj_qkvz.weight`, 2 * keyDim + 2 * valueDim, D);
-      lin(`${p}linear_attn.in_proj_ba.weight`, 2 * hv, D);
-      add(`${p}linear_attn.conv1d.weight`, [convDim, 1, c.linear_conv_kernel_dim], 0.5);
-      add(`${p}linear_attn.dt_bias`, [hv], 0.5);
-      add(`${p}linear_attn.A_log`, [hv], 0.5, -1);
-      add(`${p}linear_attn.norm.weight`, [dv], 0.1, 1);
-      lin(`${p}linear_attn.out_proj.weight`, D, valueDim);
-    } else {
-      const H = c.num_attention_heads, Hkv = c.num_key_value_heads, d = c.head_dim;
-      lin(`${p}self_attn.q_proj.weight`, 2 * H * d, D, 2);
-      lin(`${p}self_attn.k_proj.weight`, Hkv * d, D, 2);
-      lin(`${p}self_attn.v_proj.weight`, Hkv * d, D);
-      lin(`${p}self_attn.o_proj.weight`, D, H * d);
-      add(`${p}self_attn.q_norm.weight`, [d], 0.1);
-      add(`${p}self_attn.k_norm.weight`, [d], 0.1);
-    }
-    if (c.mlp_only_layers.includes(i as never)) {
-      lin(`${p}mlp.gate_proj.weight`, c.intermediate_size, D);
-      lin(`${p}mlp.up_proj.weight`, c.intermediate_size, D);
-      lin(`${p}mlp.down_proj.weight`, D, c.intermediate_size);
-    } else {
-      lin(`${p}mlp.gate.weight`, c.num_experts, D, 3);
-      for (let e = 0; e < c.num_experts; e++) {
-        lin(`${p}mlp.experts.${e}.gate_proj.weight`, c.moe_intermediate_size, D);
-        lin(`${p}mlp.experts.${e}.up_proj.weight`, c.moe_intermediate_size, D);
-        lin(`${p}mlp.experts.${e}.down_proj.weight`, D, c.moe_intermediate_size);
-      }
-      lin(`${p}mlp.shared_expert.gate_proj.weight`, c.shared_expert_intermediate_size, D);
-      lin(`${p}mlp.shared_expert.up_proj.weight`, c.shared_expert_intermediate_size, D);
-      lin(`${p}mlp.shared_expert.down_proj.weight`, D, c.shared_expert_intermediate_size);
-      lin(`${p}mlp.shared_expert_gate.weight`, 1, D);
-    }
-  });
-  add('model.norm.weight', [D], 0.1);
+  for (const t of qwen3NextTensorPlan(c)) add(t.name, t.shape, t.std, t.offset);
   // Logits with a spread of several units: greedy choices are clear, not near-ties.
   if (options.bigram) {
     const embed = tensors[0]!;

@@ -1,10 +1,10 @@
-import { acceptGreedy, acceptRejection } from '../driver/acceptance.js';
 import type { Sequence } from '../driver/sequence.js';
 import type { StepDriver } from '../driver/step-driver.js';
 import { InvalidArgumentError } from '../errors.js';
 import { SeededRandom } from '../random/seeded-random.js';
 import type { DraftProposer } from '../spec/ngram-proposer.js';
-import { checkSampling, isGreedy, probabilityFilter, sampleLogitsRow, type SamplingParams } from './sampling.js';
+import { verifyDrafts } from '../spec/verify-drafts.js';
+import { checkSampling, isGreedy, sampleLogitsRow, type SamplingParams } from './sampling.js';
 
 export interface GenerateRequest {
   readonly prompt: ArrayLike<number>;
@@ -215,33 +215,13 @@ export class ModelRunner {
     // Every sequence of a verify step gets k rows: k fits the tightest room and the longest proposal.
     const room = Math.min(...live.map((r) => maxSeqLen - r.seq.length));
     const drafts = live.map((r) => proposer.propose(r.history, Math.min(maxDrafts, r.request.maxTokens - r.tokens.length - 1, room - 1)));
-    const longest = Math.max(...drafts.map((d) => d.length));
-    if (longest === 0) return false;
-    const k = 1 + longest;
-    // Short proposals are padded: a padded draft is a draft like any other, accepted only when it is
-    // what the target would produce, so the output does not change.
-    const padded = drafts.map((d, i) => {
-      const out = d.slice();
-      while (out.length < k - 1) out.push(out.length ? out[out.length - 1]! : live[i]!.pending);
-      return out;
-    });
-    const tokens = Int32Array.from(live.flatMap((r, i) => [r.pending, ...padded[i]!]));
-    const result = this.driver.verify({ seqs: live.map((r) => r.seq), k, tokens });
-    const logits = this.driver.readOutputF32(result);
-    const acceptances = live.map((r, i) => {
-      const rows = logits.subarray(i * k * V, (i + 1) * k * V);
-      if (r.greedy) return acceptGreedy(rows, V, padded[i]!);
-      const p = r.request.sampling!;
-      const transform = probabilityFilter(p);
-      return acceptRejection(rows, V, padded[i]!, { temperature: p.temperature!, random: r.random, ...(transform ? { transform } : {}) });
-    });
-    this.driver.accept(acceptances.map((a) => a.accepted));
+    const outcome = verifyDrafts(this.driver, V, live.map((r) => ({ ...r, sampling: r.request.sampling })), drafts);
+    if (!outcome) return false;
     spec.verifySteps++;
     live.forEach((r, i) => {
-      const a = acceptances[i]!;
       spec.drafted += drafts[i]!.length;
-      spec.accepted += Math.min(a.accepted - 1, drafts[i]!.length);
-      this.#emit(r, [...padded[i]!.slice(0, a.accepted - 1), a.next]);
+      spec.accepted += outcome.accepted[i]!;
+      this.#emit(r, outcome.emitted[i]!);
     });
     return true;
   }

@@ -1,0 +1,170 @@
+import { Checkpoint, parseNgramSpec } from '@metrale/core';
+import { Presets, SingleBar } from 'cli-progress';
+import { Command, InvalidArgumentError, Option } from 'commander';
+import { BACKEND_CHOICES, type BackendChoice } from '../backends/select-backend.js';
+import type { CliContext } from '../cli-context.js';
+import { EngineClient } from '../engine/engine-client.js';
+import type { EngineSetup, ModelInfo } from '../engine/build-engine.js';
+import { TextCodec } from '../generate/text-codec.js';
+import { createServer } from '../server/create-server.js';
+import { ServerContext } from '../server/server-context.js';
+import { ServerMetrics } from '../server/server-metrics.js';
+import { nonNegative, positiveInt } from './options.js';
+
+interface ServeOptions {
+  readonly model?: string;
+  readonly port: number;
+  readonly host: string;
+  readonly backend: BackendChoice;
+  readonly spec?: string;
+  readonly maxBatch: number;
+  readonly maxQueue: number;
+  readonly maxModelLen?: number;
+  readonly prefillChunk: number;
+  readonly servedModelName?: string;
+  readonly cacheDir?: string;
+  readonly graphs: boolean;
+  readonly logLevel: string;
+  readonly shutdownTimeout: number;
+  readonly loadDelayMs: number;
+}
+
+const port = (value: string): number => {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 0 || n > 65535) throw new InvalidArgumentError(`expected a port between 0 and 65535, got '${value}'`);
+  return n;
+};
+
+export function serveCommand(ctx: CliContext): Command {
+  return new Command('serve')
+    .description('serve a checkpoint (default: the embedded model) over an OpenAI-compatible HTTP API')
+    .option('--model <dir>', 'checkpoint directory (config.json, safetensors, tokenizer.json); default: the embedded model, made on first start')
+    .option('--port <n>', 'TCP port (0: any free one)', port, 8000)
+    .option('--host <addr>', 'address to listen on', '127.0.0.1')
+    .addOption(new Option('--backend <name>', 'device to run on').choices(BACKEND_CHOICES).default('auto'))
+    .option('--spec <proposer>', 'speculative decoding: ngram, or ngram:k=K[,min=N,max=N]')
+    .option('--max-batch <n>', 'sequences decoded together at most (each holds a cache slot)', positiveInt, 32)
+    .option('--max-queue <n>', 'requests waiting for a slot at most; more get 429', (v) => Math.floor(nonNegative(v)), 256)
+    .option('--max-model-len <n>', 'prompt + completion tokens per request (default: the model\'s, at most 4096)', positiveInt)
+    .option('--prefill-chunk <n>', 'prompt tokens a sequence prefills per step (long prompts take several, so decodes keep flowing)', positiveInt, 256)
+    .option('--served-model-name <name>', 'the name clients pass as "model"')
+    .option('--cache-dir <dir>', 'where the embedded model is written (default: $METRALE_CACHE_DIR, ~/.cache/metrale, or the temp dir)')
+    .option('--no-graphs', 'run decode and verify eagerly instead of capturing graphs')
+    .addOption(new Option('--log-level <level>', 'log level').choices(['fatal', 'error', 'warn', 'info', 'debug', 'trace']).default('info'))
+    .option('--shutdown-timeout <s>', 'on SIGINT/SIGTERM, seconds in-flight requests get to finish before they are cancelled', nonNegative, 30)
+    .addOption(new Option('--load-delay-ms <ms>', 'wait before loading the weights (testing)').argParser(Number).default(0).hideHelp())
+    .addHelpText('after', [
+      '',
+      'Endpoints: GET /v1/models, POST /v1/completions, POST /v1/chat/completions (stream: true for SSE),',
+      'GET /health (503 while loading), GET /metrics (Prometheus), POST /tokenize, POST /detokenize.',
+      'Logs are JSON lines on stdout.',
+    ].join('\n'))
+    .action(async (options: ServeOptions) => {
+      ctx.exitCode = await serve(options, ctx);
+    });
+}
+
+async function serve(o: ServeOptions, ctx: CliContext): Promise<number> {
+  const setup: EngineSetup = {
+    ...(o.model !== undefined ? { modelDir: o.model } : {}),
+    ...(o.cacheDir !== undefined ? { cacheDir: o.cacheDir } : {}),
+    ...(o.maxModelLen !== undefined ? { maxModelLen: o.maxModelLen } : {}),
+    ...(o.spec !== undefined ? { spec: parseNgramSpec(o.spec) } : {}),
+    backend: o.backend,
+    maxBatch: o.maxBatch,
+    prefillChunk: o.prefillChunk,
+    graphs: o.graphs,
+  };
+  const engine = new EngineClient(setup, { loadDelayMs: o.loadDelayMs });
+  const metrics = new ServerMetrics();
+  const server = new ServerContext(engine, metrics, { maxQueue: o.maxQueue }, o.servedModelName);
+  const app = createServer(server, { logger: { level: o.logLevel } });
+  const log = app.log;
+
+  let bar: SingleBar | undefined;
+  let lastLogged = -1;
+  engine.on('model', (info: ModelInfo) => {
+    try {
+      const checkpoint = Checkpoint.open(info.dir);
+      try {
+        server.codec = TextCodec.fromCheckpoint(checkpoint);
+      } finally {
+        checkpoint.close();
+      }
+    } catch (error) {
+      log.warn({ err: (error as Error).message }, 'the tokenizer cannot be loaded: only token-id prompts will be served');
+    }
+    log.info({ model: server.model?.name, dir: info.dir, model_type: info.modelType, embedded: info.embedded, created: info.created, create_ms: Math.round(info.createMs), max_model_len: info.maxModelLen, weight_bytes: info.weightBytes, tokenizer: server.codec !== undefined }, 'model opened');
+    // A bar for checkpoints that take a while to load, on a terminal only (logs stay JSON).
+    if (process.stderr.isTTY && info.weightBytes > 256 * 1024 * 1024) {
+      bar = new SingleBar({ format: 'loading weights [{bar}] {percentage}% | {value}/{total} MiB | {eta_formatted} left', stream: process.stderr }, Presets.shades_classic);
+      bar.start(Math.ceil(info.weightBytes / 2 ** 20), 0);
+    }
+  });
+  engine.on('progress', (loaded: number, total: number) => {
+    bar?.update(Math.floor(loaded / 2 ** 20));
+    const quarter = Math.floor((4 * loaded) / Math.max(1, total));
+    if (!bar && quarter > lastLogged) {
+      lastLogged = quarter;
+      log.info({ loaded_bytes: loaded, total_bytes: total }, 'loading weights');
+    }
+  });
+  engine.on('step', (stats, running: number, waiting: number) => metrics.recordStep(stats, running, waiting));
+
+  let finish!: (code: number) => void;
+  const finished = new Promise<number>((resolve) => (finish = resolve));
+  let stopping = false;
+
+  const stop = async (why: string, code: number) => {
+    if (stopping) return;
+    stopping = true;
+    server.draining = true;
+    bar?.stop();
+    log.info({ reason: why, in_flight: engine.inFlight, deadline_s: o.shutdownTimeout }, 'shutting down');
+    const deadline = setTimeout(() => {
+      log.warn({ in_flight: engine.inFlight }, 'shutdown deadline reached: cancelling the requests still in flight');
+      engine.cancelAll('the server is shutting down');
+    }, o.shutdownTimeout * 1000);
+    try {
+      await app.close();
+    } finally {
+      clearTimeout(deadline);
+    }
+    await engine.shutdown();
+    log.info({ exit_code: code }, 'stopped');
+    finish(code);
+  };
+
+  engine.on('ready', (r) => {
+    bar?.stop();
+    bar = undefined;
+    metrics.modelLoaded.set(1);
+    log.info({ backend: r.backend, device: r.device, load_ms: Math.round(r.loadMs), max_batch: r.maxBatch }, 'ready');
+  });
+  engine.on('failed', (error: Error) => {
+    metrics.modelLoaded.set(0);
+    log.error({ err: error.message }, engine.ready ? 'the engine failed' : 'the model failed to load');
+    void stop('engine failure', 1);
+  });
+
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (stopping) {
+      log.warn({ signal }, 'second signal: exiting now');
+      process.exit(130);
+    }
+    void stop(signal, 0);
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+  try {
+    const url = await app.listen({ port: o.port, host: o.host });
+    log.info({ url, pid: process.pid }, 'listening');
+  } catch (error) {
+    await engine.shutdown();
+    throw error;
+  }
+  const code = await finished;
+  process.off('SIGINT', onSignal);
+  process.off('SIGTERM', onSignal);
+  return code;
+}

@@ -1,0 +1,167 @@
+import { statSync } from 'node:fs';
+import {
+  Checkpoint, NgramProposer, StepDriver, WeightsError,
+  type GpuBackend, type LayerLimits, type ModelStack, type NgramOptions, type WeightSource,
+} from '@metrale/core';
+import type { BackendChoice } from '../backends/select-backend.js';
+import { resolveCacheDir } from '../embedded/cache-dir.js';
+import { EMBEDDED_MODEL_NAME, ensureEmbeddedModel } from '../embedded/embedded-model.js';
+import { eosTokenIds } from '../models/config-fields.js';
+import { registerModels } from '../models/index.js';
+import { PrefillLastRowsHead } from './prefill-head.js';
+import { Scheduler } from './scheduler.js';
+
+/** How the engine is set up: the `metrale serve` options the worker needs. */
+export interface EngineSetup {
+  /** A checkpoint directory; absent: the embedded model. */
+  readonly modelDir?: string;
+  /** Where the embedded model is written on first start (default: see resolveCacheDir). */
+  readonly cacheDir?: string;
+  readonly backend: BackendChoice;
+  /** Sequences decoded together at most (each holds a cache slot). */
+  readonly maxBatch: number;
+  /** Prompt + completion tokens per request; default min(max_position_embeddings, 4096). */
+  readonly maxModelLen?: number;
+  /** Prompt rows per sequence and prefill step. */
+  readonly prefillChunk: number;
+  readonly spec?: Required<NgramOptions>;
+  /** Capture decode and verify steps into graphs. */
+  readonly graphs: boolean;
+}
+
+/** What the server learns of the model before its weights load. */
+export interface ModelInfo {
+  readonly dir: string;
+  readonly embedded: boolean;
+  /** The embedded model was written by this start (first start). */
+  readonly created: boolean;
+  readonly createMs: number;
+  readonly name: string;
+  readonly modelType: string;
+  readonly vocabSize: number;
+  readonly eosTokenIds: number[];
+  readonly maxModelLen: number;
+  /** Bytes of the weight files. */
+  readonly weightBytes: number;
+}
+
+export const DEFAULT_MAX_MODEL_LEN = 4096;
+
+/** Opens the checkpoint (writing the embedded one first when asked) and checks what can be checked without a device. */
+export function resolveModel(setup: EngineSetup): { info: ModelInfo; checkpoint: Checkpoint } {
+  let dir = setup.modelDir;
+  let created = false;
+  let createMs = 0;
+  if (dir === undefined) {
+    const made = ensureEmbeddedModel(resolveCacheDir(setup.cacheDir));
+    dir = made.dir;
+    created = made.created;
+    createMs = made.ms;
+  }
+  const checkpoint = Checkpoint.open(dir);
+  const config = checkpoint.config;
+  registerModels().forConfig(config, `${checkpoint.dir}/config.json`);
+  const vocabSize = config.vocab_size;
+  if (!Number.isSafeInteger(vocabSize) || (vocabSize as number) < 1) throw new WeightsError(`config.vocab_size must be a positive integer, got ${JSON.stringify(vocabSize)}`, `${checkpoint.dir}/config.json`);
+  const positions = typeof config.max_position_embeddings === 'number' ? config.max_position_embeddings : undefined;
+  let maxModelLen = setup.maxModelLen ?? Math.min(positions ?? DEFAULT_MAX_MODEL_LEN, DEFAULT_MAX_MODEL_LEN);
+  if (setup.maxModelLen !== undefined && positions !== undefined && setup.maxModelLen > positions) {
+    throw new WeightsError(`--max-model-len ${setup.maxModelLen} exceeds the model's max_position_embeddings (${positions})`, `${checkpoint.dir}/config.json`);
+  }
+  maxModelLen = Math.max(2, maxModelLen);
+  const generation = checkpoint.json('generation_config.json');
+  const eos = [...new Set([...eosTokenIds(config), ...(generation ? eosTokenIds(generation) : [])])];
+  const weightBytes = checkpoint.weights.files().reduce((a, f) => a + statSync(f).size, 0);
+  const info: ModelInfo = {
+    dir: checkpoint.dir,
+    embedded: setup.modelDir === undefined,
+    created,
+    createMs,
+    name: setup.modelDir === undefined ? EMBEDDED_MODEL_NAME : checkpoint.dir,
+    modelType: String(config.model_type),
+    vocabSize: vocabSize as number,
+    eosTokenIds: eos,
+    maxModelLen,
+    weightBytes,
+  };
+  return { info, checkpoint };
+}
+
+/** The driver's limits for serving `setup` with contexts of `maxModelLen` tokens. */
+export function servingLimits(setup: EngineSetup, maxModelLen: number): LayerLimits {
+  const maxK = setup.spec ? setup.spec.k + 1 : 1;
+  return {
+    maxSeqs: setup.maxBatch,
+    maxBatch: setup.maxBatch,
+    maxK,
+    // A verify step may reach maxK − 1 rows past the last token a request can hold.
+    maxSeqLen: maxModelLen + maxK - 1,
+    maxRows: Math.max(setup.prefillChunk, setup.maxBatch * maxK),
+  };
+}
+
+export interface Engine {
+  readonly scheduler: Scheduler;
+  readonly stack: ModelStack;
+  readonly limits: LayerLimits;
+  dispose(): void;
+}
+
+/**
+ * Builds the model on `gpu` (tensors read one at a time; `onProgress` sees the bytes read so
+ * far against the weight files' size), wraps its lm head for prefill, and starts the scheduler.
+ */
+export function buildEngine(
+  setup: EngineSetup, info: ModelInfo, checkpoint: Checkpoint, gpu: GpuBackend,
+  onProgress?: (loaded: number, total: number) => void,
+): Engine {
+  const limits = servingLimits(setup, info.maxModelLen);
+  const adapter = registerModels().forConfig(checkpoint.config, `${checkpoint.dir}/config.json`);
+  let stack: ModelStack;
+  try {
+    stack = adapter.build({ gpu, config: checkpoint.config, weights: countingWeights(checkpoint.weights, info.weightBytes, onProgress), limits });
+  } finally {
+    checkpoint.close();
+  }
+  let driver: StepDriver | undefined;
+  try {
+    driver = new StepDriver({ gpu, layers: PrefillLastRowsHead.wrapLast(stack.layers), limits, graphs: setup.graphs });
+    const scheduler = new Scheduler({
+      driver,
+      vocabSize: stack.vocabSize,
+      prefillChunk: setup.prefillChunk,
+      ...(setup.spec ? { speculation: { proposer: new NgramProposer(setup.spec), k: setup.spec.k } } : {}),
+    });
+    const d = driver;
+    return {
+      scheduler, stack, limits,
+      dispose() {
+        d.dispose();
+        stack.dispose();
+      },
+    };
+  } catch (error) {
+    driver?.dispose();
+    stack.dispose();
+    throw error;
+  }
+}
+
+function countingWeights(source: WeightSource, total: number, onProgress?: (loaded: number, total: number) => void): WeightSource {
+  if (!onProgress) return source;
+  let loaded = 0;
+  const view: WeightSource = {
+    origin: source.origin,
+    names: () => source.names(),
+    has: (name) => source.has(name),
+    get: (name) => {
+      const t = source.get(name);
+      loaded += t.data.byteLength;
+      onProgress(Math.min(loaded, total), total);
+      return t;
+    },
+    ...(source.fileOf ? { fileOf: (name: string) => source.fileOf!(name) } : {}),
+    ...(source.qualifiedName ? { qualifiedName: (name: string) => source.qualifiedName!(name) } : {}),
+  };
+  return view;
+}

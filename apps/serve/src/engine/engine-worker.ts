@@ -1,0 +1,114 @@
+// The engine loop, in a worker thread: it owns the device, the model and the scheduler. The HTTP
+// thread sends requests and cancellations and gets tokens back (protocol.ts); between two steps
+// the loop takes in every message that arrived, so a request joins, and a cancelled one leaves,
+// at the next step.
+import { parentPort, workerData } from 'node:worker_threads';
+import type { GpuBackend } from '@metrale/core';
+import { selectBackend } from '../backends/select-backend.js';
+import { buildEngine, resolveModel, type Engine } from './build-engine.js';
+import type { FromWorker, ToWorker, WireEvent, WorkerData } from './protocol.js';
+
+const port = parentPort;
+if (!port) throw new Error('engine-worker.js runs as a worker thread of `metrale serve`');
+const data = workerData as WorkerData;
+
+const inbox: ToWorker[] = [];
+let wake: (() => void) | undefined;
+port.on('message', (message: ToWorker) => {
+  inbox.push(message);
+  const w = wake;
+  wake = undefined;
+  w?.();
+});
+
+const post = (message: FromWorker): void => port.postMessage(message);
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+async function main(): Promise<void> {
+  let gpu: GpuBackend | undefined;
+  let engine: Engine;
+  try {
+    const { info, checkpoint } = resolveModel(data.setup);
+    post({ t: 'model', info });
+    if (data.loadDelayMs > 0) await sleep(data.loadDelayMs);
+    if (inbox.some((m) => m.t === 'shutdown')) {
+      checkpoint.close();
+      post({ t: 'closed' });
+      return;
+    }
+    gpu = await selectBackend(data.setup.backend);
+    const t0 = performance.now();
+    let lastPost = 0;
+    engine = buildEngine(data.setup, info, checkpoint, gpu, (loaded, total) => {
+      const now = performance.now();
+      if (loaded < total && now - lastPost < 100) return;
+      lastPost = now;
+      post({ t: 'progress', loaded, total });
+    });
+    post({ t: 'ready', backend: gpu.kind, device: gpu.device.name, loadMs: performance.now() - t0, maxBatch: engine.limits.maxBatch });
+  } catch (error) {
+    try {
+      gpu?.dispose();
+    } catch {
+      // Already failing: the first error is the one to report.
+    }
+    post({ t: 'failed', message: (error as Error).message ?? String(error), ...((error as Error).stack ? { stack: (error as Error).stack! } : {}) });
+    // Nothing more to do: closing the port lets the thread exit.
+    port!.close();
+    return;
+  }
+
+  const { scheduler } = engine;
+  for (;;) {
+    const events: WireEvent[] = [];
+    let changed = false;
+    let stopping = false;
+    while (inbox.length > 0) {
+      const m = inbox.shift()!;
+      changed = true;
+      if (m.t === 'add') {
+        const { req } = m;
+        try {
+          scheduler.add({
+            id: req.id, prompt: req.prompt, maxTokens: req.maxTokens, stopTokenIds: req.stopTokenIds,
+            ...(req.sampling ? { sampling: req.sampling } : {}), ...(req.seed !== undefined ? { seed: req.seed } : {}),
+          });
+        } catch (error) {
+          events.push({ id: req.id, tokens: [], finish: 'error', error: (error as Error).message, rejected: true });
+        }
+      } else if (m.t === 'cancel') scheduler.cancel(m.id);
+      else stopping = true;
+    }
+    if (stopping) {
+      scheduler.cancelAll();
+      engine.dispose();
+      gpu.dispose();
+      post({ t: 'closed' });
+      port!.close();
+      return;
+    }
+    if (scheduler.idle) {
+      if (changed) post({ t: 'step', events, running: 0, waiting: 0 });
+      if (inbox.length === 0) await new Promise<void>((resolve) => (wake = resolve));
+      continue;
+    }
+    try {
+      const report = scheduler.step();
+      events.push(...report.events);
+      post({
+        t: 'step', events, running: report.running, waiting: report.waiting,
+        stats: { prefillRows: report.prefillRows, prefillSeqs: report.prefillSeqs, decodeSeqs: report.decodeSeqs, k: report.k, drafted: report.drafted, accepted: report.accepted, ms: report.ms },
+      });
+    } catch (error) {
+      // Not a step failure the scheduler contained: end every request in flight, keep serving.
+      const message = (error as Error).message ?? String(error);
+      for (const id of scheduler.cancelAll()) events.push({ id, tokens: [], finish: 'error', error: message });
+      post({ t: 'step', events, running: scheduler.running, waiting: scheduler.waiting });
+    }
+    // Let the messages that arrived during the step in before the next one.
+    await nextTurn();
+  }
+}
+
+await main();

@@ -1,0 +1,47 @@
+// Messages between the HTTP thread (engine-client.ts) and the engine worker (engine-worker.ts).
+// Requests, tokens and cancellations cross the boundary; model code runs only in the worker.
+import type { SamplingParams } from '@metrale/core';
+import type { EngineSetup, ModelInfo } from './build-engine.js';
+import type { EngineFinish, StepReport } from './scheduler.js';
+
+export interface WorkerData {
+  readonly setup: EngineSetup;
+  /** Delay before the weights load (tests of the 503-while-loading answers). */
+  readonly loadDelayMs: number;
+}
+
+export interface AddRequest {
+  readonly id: number;
+  readonly prompt: Int32Array;
+  readonly maxTokens: number;
+  readonly sampling?: SamplingParams;
+  readonly seed?: number;
+  readonly stopTokenIds: readonly number[];
+}
+
+export type ToWorker =
+  | { readonly t: 'add'; readonly req: AddRequest }
+  | { readonly t: 'cancel'; readonly id: number }
+  | { readonly t: 'shutdown' };
+
+export interface WireEvent {
+  readonly id: number;
+  readonly tokens: number[];
+  readonly finish?: EngineFinish;
+  readonly error?: string;
+  /** Set when the engine refused the request (a bad token id, no room): a client error. */
+  readonly rejected?: boolean;
+  /** Set when the server ended the request itself (shutdown): retry elsewhere. */
+  readonly unavailable?: boolean;
+}
+
+/** What a step did, as the metrics need it (a StepReport without its events and queue sizes). */
+export type StepStats = Pick<StepReport, 'prefillRows' | 'prefillSeqs' | 'decodeSeqs' | 'k' | 'drafted' | 'accepted' | 'ms'>;
+
+export type FromWorker =
+  | { readonly t: 'model'; readonly info: ModelInfo }
+  | { readonly t: 'progress'; readonly loaded: number; readonly total: number }
+  | { readonly t: 'ready'; readonly backend: string; readonly device: string; readonly loadMs: number; readonly maxBatch: number }
+  | { readonly t: 'failed'; readonly message: string; readonly stack?: string }
+  | { readonly t: 'step'; readonly events: WireEvent[]; readonly running: number; readonly waiting: number; readonly stats?: StepStats }
+  | { readonly t: 'closed' };

@@ -1,0 +1,61 @@
+import { randomUUID } from 'node:crypto';
+import type { FastifyInstance } from 'fastify';
+import { ApiError } from './api-error.js';
+import { runChoices } from './choice-runner.js';
+import { checkModel, completionBudget, refuseUnsupported, samplingOf, stopStrings } from './request-params.js';
+import { chatRequest, parseBody, type ChatMessage } from './request-schemas.js';
+import type { ServerContext } from './server-context.js';
+
+/** Messages as the chat template sees them: text parts joined, no content as empty text. */
+export function templateMessages(messages: readonly ChatMessage[]): { role: string; content: string }[] {
+  return messages.map((m) => ({
+    role: m.role === 'developer' ? 'system' : m.role,
+    content: typeof m.content === 'string' ? m.content : (m.content ?? []).map((p) => p.text).join(''),
+  }));
+}
+
+/** The prompt's token ids: the messages through the checkpoint's chat template. */
+export function chatPrompt(ctx: ServerContext, messages: readonly ChatMessage[], addGenerationPrompt = true): number[] {
+  const codec = ctx.requireCodec('messages');
+  let text: string;
+  try {
+    text = codec.renderChat(templateMessages(messages), addGenerationPrompt);
+  } catch (error) {
+    throw new ApiError(400, `messages: the chat template cannot render them: ${(error as Error).message}`, { param: 'messages' });
+  }
+  return codec.encode(text, false);
+}
+
+/** POST /v1/chat/completions. */
+export function registerChat(app: FastifyInstance, ctx: ServerContext): void {
+  app.post('/v1/chat/completions', async (request, reply) => {
+    const arrived = performance.now();
+    const body = parseBody(chatRequest, request.body);
+    const served = ctx.servedOrUnavailable();
+    checkModel(body.model, served);
+    refuseUnsupported(body);
+    const prompt = chatPrompt(ctx, body.messages);
+    const asked = body.max_completion_tokens ?? body.max_tokens;
+    const field = body.max_completion_tokens != null ? 'max_completion_tokens' : 'max_tokens';
+    const maxTokens = completionBudget(prompt.length, asked, undefined, served, 'messages', field);
+    const id = `chatcmpl-${randomUUID()}`;
+    const created = Math.floor(Date.now() / 1000);
+    const head = { id, object: 'chat.completion.chunk', created, model: served.name };
+    return runChoices({
+      ctx, reply, arrived,
+      params: [{ prompt, maxTokens, ...samplingOf(body), stop: stopStrings(body.stop), stopTokenIds: body.ignore_eos ? [] : served.eosTokenIds }],
+      stream: body.stream ?? false,
+      includeUsage: body.stream_options?.include_usage ?? false,
+      format: {
+        opening: (index) => ({ ...head, choices: [{ index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }] }),
+        chunk: (index, text, finish) => ({ ...head, choices: [{ index, delta: text === null ? {} : { content: text }, logprobs: null, finish_reason: finish }] }),
+        usageChunk: (usage) => ({ ...head, choices: [], usage }),
+        response: (results, usage) => ({
+          id, object: 'chat.completion', created, model: served.name,
+          choices: results.map((r, index) => ({ index, message: { role: 'assistant', content: r.text }, logprobs: null, finish_reason: r.finishReason })),
+          usage,
+        }),
+      },
+    });
+  });
+}

@@ -1,0 +1,100 @@
+import type { FastifyReply } from 'fastify';
+import { ApiError } from './api-error.js';
+import { Generation, type FinishReason, type GenerationParams, type GenerationResult } from './generation.js';
+import type { ServerContext } from './server-context.js';
+import { SseWriter } from './sse.js';
+
+export interface Usage {
+  readonly prompt_tokens: number;
+  readonly completion_tokens: number;
+  readonly total_tokens: number;
+}
+
+/** How an endpoint shapes its answers; the runner does the rest (engine, streaming, aborts). */
+export interface ChoiceFormat {
+  /** Streaming: the event sent before any text of choice `index` (chat's role delta), if any. */
+  readonly opening?: (index: number) => unknown;
+  /** Streaming: a piece of text of choice `index`, or its end (`text` null, `finish` set). */
+  readonly chunk: (index: number, text: string | null, finish: FinishReason | null) => unknown;
+  /** Streaming with include_usage: the last event, with usage and no choices. */
+  readonly usageChunk: (usage: Usage) => unknown;
+  /** Not streaming: the whole answer. */
+  readonly response: (results: readonly GenerationResult[], usage: Usage) => unknown;
+}
+
+export interface RunChoicesOptions {
+  readonly ctx: ServerContext;
+  readonly reply: FastifyReply;
+  readonly params: readonly GenerationParams[];
+  readonly stream: boolean;
+  readonly includeUsage: boolean;
+  readonly format: ChoiceFormat;
+  readonly arrived: number;
+}
+
+function usageOf(params: readonly GenerationParams[], completion: number): Usage {
+  const prompt = params.reduce((a, p) => a + p.prompt.length, 0);
+  return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion };
+}
+
+/**
+ * Runs one generation per prompt and answers with all of them: as one JSON response, or as SSE
+ * events while tokens arrive. A client that goes away cancels every generation of its request at
+ * once (their engine slots are free for the next step); a failure in one aborts the others.
+ */
+export async function runChoices(o: RunChoicesOptions): Promise<unknown> {
+  const { ctx, reply, params, format } = o;
+  const decoder = ctx.codec;
+  ctx.admit(params.length);
+  const raw = reply.raw;
+  const sse = o.stream ? new SseWriter(raw) : undefined;
+  const gens: Generation[] = [];
+  const abortAll = (why?: string) => {
+    for (const g of gens) g.abort(why);
+  };
+  // 'close' before the response finished: the client disconnected.
+  const onClose = () => {
+    if (!raw.writableFinished) abortAll();
+  };
+  raw.on('close', onClose);
+  try {
+    if (sse) {
+      reply.hijack();
+      sse.start();
+    }
+    for (const [i, p] of params.entries()) {
+      if (sse && format.opening) sse.send(format.opening(i));
+      gens.push(new Generation(ctx.engine, ctx.metrics, decoder, p, sse ? (text) => sse.send(format.chunk(i, text, null)) : undefined, o.arrived));
+    }
+    let results: GenerationResult[];
+    try {
+      results = await Promise.all(gens.map(async (g, i) => {
+        const r = await g.done;
+        sse?.send(format.chunk(i, null, r.finishReason));
+        return r;
+      }));
+    } catch (error) {
+      abortAll('another prompt of the same request failed');
+      throw error;
+    }
+    const usage = usageOf(params, results.reduce((a, r) => a + r.completionTokens, 0));
+    if (!sse) return format.response(results, usage);
+    if (o.includeUsage) sse.send(format.usageChunk(usage));
+    sse.done();
+    return undefined;
+  } catch (error) {
+    if (!sse || !raw.headersSent) throw error;
+    // Mid-stream: the status is already sent; the error travels as an event, then the stream ends.
+    const apiError = error instanceof ApiError ? error : new ApiError(500, (error as Error).message);
+    if (apiError.status !== 499) {
+      sse.send(apiError.toBody());
+      sse.done();
+    }
+    reply.log.warn({ err: apiError.message, status: apiError.status }, 'stream ended early');
+    return undefined;
+  } finally {
+    raw.off('close', onClose);
+    // A hijacked reply skips fastify's onResponse hook, where other answers are counted.
+    if (sse) ctx.metrics.httpRequests.inc({ route: reply.request.routeOptions.url ?? 'unknown', code: String(raw.statusCode) });
+  }
+}

@@ -1,0 +1,56 @@
+import { randomUUID } from 'node:crypto';
+import type { FastifyInstance } from 'fastify';
+import { ApiError } from './api-error.js';
+import { runChoices } from './choice-runner.js';
+import type { GenerationParams } from './generation.js';
+import { checkModel, checkTokenIds, completionBudget, refuseUnsupported, samplingOf, stopStrings } from './request-params.js';
+import { completionRequest, parseBody, type CompletionRequest } from './request-schemas.js';
+import type { ServerContext } from './server-context.js';
+
+/** OpenAI's default max_tokens for /v1/completions. */
+const DEFAULT_MAX_TOKENS = 16;
+
+/** `prompt` as token-id lists: a string, strings, token ids, or lists of token ids. */
+function promptsOf(prompt: CompletionRequest['prompt'], ctx: ServerContext): number[][] {
+  if (typeof prompt === 'string') return [ctx.requireCodec('prompt').encode(prompt)];
+  if (prompt.length > 0 && typeof prompt[0] === 'number') return [prompt as number[]];
+  return (prompt as (string | number[])[]).map((p) => (typeof p === 'string' ? ctx.requireCodec('prompt').encode(p) : p));
+}
+
+/** POST /v1/completions. */
+export function registerCompletions(app: FastifyInstance, ctx: ServerContext): void {
+  app.post('/v1/completions', async (request, reply) => {
+    const arrived = performance.now();
+    const body = parseBody(completionRequest, request.body);
+    const served = ctx.servedOrUnavailable();
+    checkModel(body.model, served);
+    refuseUnsupported(body);
+    const prompts = promptsOf(body.prompt, ctx);
+    const sampling = samplingOf(body);
+    const stop = stopStrings(body.stop);
+    const params: GenerationParams[] = prompts.map((prompt, i) => {
+      const field = prompts.length > 1 ? `prompt[${i}]` : 'prompt';
+      if (prompt.length === 0) throw new ApiError(400, `${field}: the prompt has no tokens`, { param: field });
+      checkTokenIds(prompt, served, field);
+      const maxTokens = completionBudget(prompt.length, body.max_tokens, DEFAULT_MAX_TOKENS, served, field, 'max_tokens');
+      return { prompt, maxTokens, ...sampling, stop, stopTokenIds: body.ignore_eos ? [] : served.eosTokenIds };
+    });
+    const id = `cmpl-${randomUUID()}`;
+    const created = Math.floor(Date.now() / 1000);
+    const head = { id, object: 'text_completion', created, model: served.name };
+    return runChoices({
+      ctx, reply, params, arrived,
+      stream: body.stream ?? false,
+      includeUsage: body.stream_options?.include_usage ?? false,
+      format: {
+        chunk: (index, text, finish) => ({ ...head, choices: [{ index, text: text ?? '', logprobs: null, finish_reason: finish }] }),
+        usageChunk: (usage) => ({ ...head, choices: [], usage }),
+        response: (results, usage) => ({
+          ...head,
+          choices: results.map((r, index) => ({ index, text: r.text, logprobs: null, finish_reason: r.finishReason })),
+          usage,
+        }),
+      },
+    });
+  });
+}

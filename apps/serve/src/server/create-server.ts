@@ -1,0 +1,80 @@
+import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify';
+import { ApiError } from './api-error.js';
+import { registerChat } from './chat-route.js';
+import { registerCompletions } from './completions-route.js';
+import type { ServerContext } from './server-context.js';
+import { registerTokenize } from './tokenize-route.js';
+
+export interface CreateServerOptions {
+  /** fastify's logger option (pino): structured JSON logs. */
+  readonly logger?: FastifyServerOptions['logger'];
+  /** Largest request body in bytes (default 8 MiB). */
+  readonly bodyLimit?: number;
+}
+
+/**
+ * The HTTP server over `ctx`: OpenAI's /v1/models, /v1/completions and /v1/chat/completions,
+ * /health, /metrics, /tokenize and /detokenize. Every error, whether from validation, fastify
+ * itself (malformed JSON, body too large, unknown route) or the engine, answers as an OpenAI
+ * error object; nothing a client sends reaches the process as an uncaught exception.
+ */
+export function createServer(ctx: ServerContext, options: CreateServerOptions = {}): FastifyInstance {
+  const app = Fastify({
+    logger: options.logger ?? false,
+    bodyLimit: options.bodyLimit ?? 8 * 1024 * 1024,
+    // Per-request lines come from the routes (with tokens and timings); fastify's two are noise.
+    logController: new LogController({ disableRequestLogging: true }),
+    // Idle keep-alive sockets close at shutdown; busy ones finish their response.
+    forceCloseConnections: 'idle',
+  });
+
+  app.setErrorHandler((thrown, request, reply) => {
+    const error = thrown instanceof Error ? thrown : new Error(String(thrown));
+    let api: ApiError;
+    if (error instanceof ApiError) api = error;
+    else {
+      const status = (error as { statusCode?: number }).statusCode;
+      if (status !== undefined && status >= 400 && status < 500) api = new ApiError(status, error.message, { code: (error as { code?: string }).code ?? null });
+      else {
+        request.log.error({ err: error }, 'unexpected error');
+        api = new ApiError(500, `internal error: ${error.message}`);
+      }
+    }
+    // 499 (client gone): nobody is there to read an answer.
+    if (api.status === 499) return reply.code(499).send();
+    return reply.code(api.status).send(api.toBody());
+  });
+  app.setNotFoundHandler((request, reply) => {
+    reply.code(404).send(new ApiError(404, `no route ${request.method} ${request.url}; see /v1/models, /v1/completions, /v1/chat/completions, /health, /metrics, /tokenize, /detokenize`).toBody());
+  });
+  app.addHook('onResponse', async (request, reply) => {
+    ctx.metrics.httpRequests.inc({ route: request.routeOptions.url ?? 'unmatched', code: String(reply.statusCode) });
+  });
+
+  app.get('/health', async (_request, reply) => {
+    const state = ctx.draining ? 'draining' : ctx.engine.state;
+    const body = { status: state === 'ready' ? 'ok' : state, model: ctx.model?.name ?? null };
+    return reply.code(state === 'ready' ? 200 : 503).send(body);
+  });
+  app.get('/v1/models', async () => {
+    const m = ctx.model;
+    const info = ctx.engine.info;
+    return {
+      object: 'list',
+      data: m ? [{ id: m.name, object: 'model', created: 0, owned_by: 'metrale', max_model_len: m.maxModelLen, model_type: info?.modelType, ready: ctx.engine.state === 'ready' }] : [],
+    };
+  });
+  // Model names may hold slashes (metrale/embedded-qwen3-next): the id is the rest of the path.
+  app.get('/v1/models/*', async (request) => {
+    const id = decodeURIComponent((request.params as { '*': string })['*']);
+    const m = ctx.model;
+    if (!m || m.name !== id) throw new ApiError(404, `the model '${id}' does not exist${m ? `; this server serves '${m.name}'` : ''}`, { param: 'model', code: 'model_not_found' });
+    return { id: m.name, object: 'model', created: 0, owned_by: 'metrale', max_model_len: m.maxModelLen };
+  });
+  app.get('/metrics', async (_request, reply) => reply.type(ctx.metrics.contentType).send(await ctx.metrics.text()));
+
+  registerCompletions(app, ctx);
+  registerChat(app, ctx);
+  registerTokenize(app, ctx);
+  return app;
+}

@@ -1,0 +1,153 @@
+import type { SamplingParams } from '@metrale/core';
+import type { EngineClient } from '../engine/engine-client.js';
+import type { WireEvent } from '../engine/protocol.js';
+import { ApiError } from './api-error.js';
+import type { ServerMetrics } from './server-metrics.js';
+import { TextStream, type TokenDecoder } from './text-stream.js';
+
+/** One prompt's generation as a request asked for it, in token ids. */
+export interface GenerationParams {
+  readonly prompt: readonly number[];
+  readonly maxTokens: number;
+  readonly sampling?: SamplingParams;
+  readonly seed?: number;
+  /** Stop strings: the output ends before the first one (excluded). */
+  readonly stop: readonly string[];
+  readonly stopTokenIds: readonly number[];
+}
+
+export type FinishReason = 'stop' | 'length';
+
+export interface GenerationResult {
+  readonly text: string;
+  readonly tokens: number[];
+  readonly completionTokens: number;
+  readonly finishReason: FinishReason;
+}
+
+/**
+ * One prompt in the engine: tokens in, text out, with stop strings, metrics and cancellation.
+ * `onText` hears each piece of text as soon as it is safe to send; `done` resolves at the end
+ * (rejects with an ApiError when the engine refused or failed the request, or it was aborted).
+ */
+export class Generation {
+  readonly done: Promise<GenerationResult>;
+  readonly promptTokens: number;
+  #engine: EngineClient;
+  #metrics: ServerMetrics;
+  #id = -1;
+  #text = '';
+  #tokens: number[] = [];
+  #counted = 0;
+  #finished = false;
+  #stream: TextStream;
+  #arrived: number;
+  #last = 0;
+  #resolve!: (r: GenerationResult) => void;
+  #reject!: (e: Error) => void;
+  #onText: (text: string) => void;
+
+  constructor(
+    engine: EngineClient, metrics: ServerMetrics, decoder: TokenDecoder | undefined, params: GenerationParams,
+    onText: (text: string) => void = () => {}, arrived = performance.now(),
+  ) {
+    this.#engine = engine;
+    this.#metrics = metrics;
+    this.#onText = onText;
+    this.#arrived = arrived;
+    this.promptTokens = params.prompt.length;
+    this.#stream = new TextStream(decoder ?? { decode: (ids) => ids.map((t) => `<${t}>`).join('') }, params.stop);
+    this.done = new Promise((resolve, reject) => {
+      this.#resolve = resolve;
+      this.#reject = reject;
+    });
+    // A rejection nobody awaits yet (an abort before the handler reached `await`) is not a crash.
+    this.done.catch(() => {});
+    this.#id = engine.submit(
+      {
+        prompt: Int32Array.from(params.prompt), maxTokens: params.maxTokens, stopTokenIds: params.stopTokenIds,
+        ...(params.sampling ? { sampling: params.sampling } : {}), ...(params.seed !== undefined ? { seed: params.seed } : {}),
+      },
+      (ev) => this.#onEvent(ev),
+    );
+    metrics.inFlight.inc();
+    metrics.promptTokens.inc(params.prompt.length);
+  }
+
+  /** The client went away: the engine drops the request and frees its slot before its next step. */
+  abort(reason = 'the client closed the connection'): void {
+    if (this.#finished) return;
+    this.#engine.cancel(this.#id);
+    this.#end();
+    this.#metrics.requestsFinished.inc({ finish_reason: 'abort' });
+    this.#reject(new ApiError(499, reason, { code: 'client_closed_request' }));
+  }
+
+  #onEvent(ev: WireEvent): void {
+    if (this.#finished) return;
+    const now = performance.now();
+    if (ev.tokens.length > 0) {
+      this.#tokens.push(...ev.tokens);
+      const piece = this.#stream.push(ev.tokens);
+      this.#count(piece.tokens, now);
+      this.#emit(piece.text);
+      if (piece.stopped) {
+        // The engine would go on to max_tokens; the stop string ended this output here.
+        this.#engine.cancel(this.#id);
+        this.#finish('stop');
+        return;
+      }
+    }
+    if (ev.finish === 'error') {
+      this.#end();
+      this.#metrics.requestsFinished.inc({ finish_reason: 'error' });
+      const why = ev.error ?? 'unknown error';
+      this.#reject(
+        ev.rejected ? new ApiError(400, why)
+          : ev.unavailable ? new ApiError(503, why, { code: 'shutting_down' })
+            : new ApiError(500, `generation failed: ${why}`, { code: 'engine_error' }),
+      );
+    } else if (ev.finish) {
+      this.#emit(this.#stream.flush());
+      this.#finish(ev.finish);
+    }
+  }
+
+  /**
+   * Counts `n` tokens that arrived together at `now`: the first of a request is its time to first
+   * token; every later one an inter-token latency (a step that yields several spreads its time
+   * over them). Tokens reaching a request that is later aborted count too: they were generated.
+   */
+  #count(n: number, now: number): void {
+    if (n === 0) return;
+    const m = this.#metrics;
+    let first = 0;
+    if (this.#counted === 0) {
+      m.timeToFirstToken.observe((now - this.#arrived) / 1000);
+      first = 1;
+    }
+    const gap = this.#counted === 0 ? 0 : (now - this.#last) / 1000 / n;
+    for (let i = first; i < n; i++) m.interTokenLatency.observe(gap);
+    this.#counted += n;
+    this.#last = now;
+    m.generationTokens.inc(n);
+  }
+
+  #emit(text: string): void {
+    if (!text) return;
+    this.#text += text;
+    this.#onText(text);
+  }
+
+  #finish(reason: FinishReason): void {
+    this.#end();
+    this.#metrics.requestsFinished.inc({ finish_reason: reason });
+    this.#metrics.requestDuration.observe((performance.now() - this.#arrived) / 1000);
+    this.#resolve({ text: this.#text, tokens: this.#tokens.slice(0, this.#counted), completionTokens: this.#counted, finishReason: reason });
+  }
+
+  #end(): void {
+    this.#finished = true;
+    this.#metrics.inFlight.dec();
+  }
+}

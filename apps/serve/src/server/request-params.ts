@@ -1,0 +1,82 @@
+import type { SamplingParams } from '@metrale/core';
+import { ApiError } from './api-error.js';
+import type { ChatRequest, CompletionRequest } from './request-schemas.js';
+
+/** What a request is checked against. */
+export interface ServedModel {
+  readonly name: string;
+  readonly maxModelLen: number;
+  readonly vocabSize: number;
+  readonly eosTokenIds: readonly number[];
+}
+
+type Common = CompletionRequest | ChatRequest;
+
+/** 404 for a model this server does not serve (an absent `model` means the served one). */
+export function checkModel(model: string | null | undefined, served: ServedModel): void {
+  if (model != null && model !== served.name) {
+    throw new ApiError(404, `the model '${model}' does not exist; this server serves '${served.name}'`, { param: 'model', code: 'model_not_found' });
+  }
+}
+
+/** Fields metrale does not implement are refused by name rather than silently ignored. */
+export function refuseUnsupported(body: Common): void {
+  const refuse = (param: string, what: string): never => {
+    throw new ApiError(400, `${param}: ${what} is not supported by this server`, { param });
+  };
+  if (body.n != null && body.n !== 1) refuse('n', 'more than one choice per prompt');
+  if (body.frequency_penalty) refuse('frequency_penalty', 'a frequency penalty');
+  if (body.presence_penalty) refuse('presence_penalty', 'a presence penalty');
+  if ('echo' in body && body.echo) refuse('echo', 'echoing the prompt');
+  if ('best_of' in body && body.best_of != null && body.best_of !== 1) refuse('best_of', 'best_of');
+  if ('suffix' in body && body.suffix) refuse('suffix', 'a suffix');
+  if ('logprobs' in body && body.logprobs) refuse('logprobs', 'logprobs');
+  if ('tools' in body && body.tools && body.tools.length > 0) refuse('tools', 'tool calling');
+  if ('response_format' in body && body.response_format && body.response_format.type !== 'text') refuse('response_format', `response_format ${body.response_format.type}`);
+}
+
+/**
+ * OpenAI's sampling fields as the engine's: temperature defaults to 1 (OpenAI's default) and 0
+ * means greedy; top_k ≤ 0 and top_p = 1 switch those filters off.
+ */
+export function samplingOf(body: Common): { sampling?: SamplingParams; seed?: number } {
+  const temperature = body.temperature ?? 1;
+  const seed = body.seed ?? undefined;
+  if (temperature === 0) return {};
+  const sampling: SamplingParams = {
+    temperature,
+    ...(body.top_p != null && body.top_p < 1 ? { topP: body.top_p } : {}),
+    ...(body.top_k != null && body.top_k > 0 ? { topK: body.top_k } : {}),
+    ...(body.min_p != null && body.min_p > 0 ? { minP: body.min_p } : {}),
+  };
+  return { sampling, ...(seed !== undefined ? { seed } : {}) };
+}
+
+export function stopStrings(stop: string | readonly string[] | null | undefined): string[] {
+  if (stop == null) return [];
+  return (typeof stop === 'string' ? [stop] : [...stop]).filter((s) => s.length > 0);
+}
+
+/**
+ * Tokens a prompt may generate: `asked` when given, else `fallback` (or what the context has left
+ * when there is none); a prompt that does not fit is a 400 that names both numbers.
+ */
+export function completionBudget(
+  promptTokens: number, asked: number | null | undefined, fallback: number | undefined, served: ServedModel, promptField: string, maxField: string,
+): number {
+  const limit = served.maxModelLen;
+  if (promptTokens >= limit) {
+    throw new ApiError(400, `This model's maximum context length is ${limit} tokens. However, the prompt has ${promptTokens} tokens, which leaves no room to generate. Please shorten the prompt.`, { param: promptField, code: 'context_length_exceeded' });
+  }
+  const maxTokens = asked ?? Math.min(fallback ?? Number.POSITIVE_INFINITY, limit - promptTokens);
+  if (promptTokens + maxTokens > limit) {
+    throw new ApiError(400, `This model's maximum context length is ${limit} tokens. However, you requested ${promptTokens + maxTokens} tokens (${promptTokens} in the prompt, ${maxTokens} in ${maxField}). Please reduce the length of the prompt or ${maxField}.`, { param: maxField, code: 'context_length_exceeded' });
+  }
+  return maxTokens;
+}
+
+/** Token-id prompts must lie inside the vocabulary. */
+export function checkTokenIds(ids: readonly number[], served: ServedModel, field: string): void {
+  const bad = ids.findIndex((t) => t >= served.vocabSize);
+  if (bad >= 0) throw new ApiError(400, `${field}[${bad}]: token id ${ids[bad]} is outside the vocabulary (${served.vocabSize} tokens)`, { param: `${field}[${bad}]` });
+}

@@ -1,0 +1,87 @@
+import { z } from 'zod';
+import { ApiError } from './api-error.js';
+
+// The request bodies the server accepts, as OpenAI documents them (plus vLLM's top_k and min_p).
+// Unknown fields are ignored, as OpenAI's own server does; fields whose behaviour metrale does not
+// implement are refused by name instead of silently ignored.
+
+const tokenIds = z.array(z.number().int().min(0)).min(1);
+
+const sampling = {
+  model: z.string().nullish(),
+  temperature: z.number().min(0).max(2).nullish(),
+  top_p: z.number().gt(0).max(1).nullish(),
+  top_k: z.number().int().min(-1).nullish(),
+  min_p: z.number().min(0).max(1).nullish(),
+  seed: z.number().int().nullish(),
+  stop: z.union([z.string(), z.array(z.string()).max(16)]).nullish(),
+  stream: z.boolean().nullish(),
+  stream_options: z.object({ include_usage: z.boolean().nullish() }).nullish(),
+  n: z.number().int().min(1).nullish(),
+  frequency_penalty: z.number().nullish(),
+  presence_penalty: z.number().nullish(),
+  user: z.string().nullish(),
+  /** vLLM's extension: generate up to max_tokens whatever the model's end-of-sequence says. */
+  ignore_eos: z.boolean().nullish(),
+};
+
+export const completionRequest = z.object({
+  ...sampling,
+  prompt: z.union([z.string(), z.array(z.string()).min(1), tokenIds, z.array(tokenIds).min(1)]),
+  max_tokens: z.number().int().min(1).nullish(),
+  echo: z.boolean().nullish(),
+  logprobs: z.number().int().nullish(),
+  best_of: z.number().int().nullish(),
+  suffix: z.string().nullish(),
+});
+
+const textPart = z.object({ type: z.literal('text'), text: z.string() });
+
+const message = z.object({
+  role: z.enum(['system', 'developer', 'user', 'assistant', 'tool']),
+  content: z.union([z.string(), z.array(textPart)]).nullish(),
+  name: z.string().nullish(),
+});
+
+export const chatRequest = z.object({
+  ...sampling,
+  messages: z.array(message).min(1),
+  max_tokens: z.number().int().min(1).nullish(),
+  max_completion_tokens: z.number().int().min(1).nullish(),
+  logprobs: z.boolean().nullish(),
+  tools: z.array(z.unknown()).nullish(),
+  response_format: z.object({ type: z.string() }).nullish(),
+});
+
+export const tokenizeRequest = z.union([
+  z.object({ model: z.string().nullish(), prompt: z.string(), add_special_tokens: z.boolean().nullish() }),
+  z.object({ model: z.string().nullish(), messages: z.array(message).min(1), add_generation_prompt: z.boolean().nullish() }),
+]);
+
+export const detokenizeRequest = z.object({ model: z.string().nullish(), tokens: z.array(z.number().int().min(0)) });
+
+export type CompletionRequest = z.infer<typeof completionRequest>;
+export type ChatRequest = z.infer<typeof chatRequest>;
+export type ChatMessage = z.infer<typeof message>;
+export type TokenizeRequest = z.infer<typeof tokenizeRequest>;
+export type DetokenizeRequest = z.infer<typeof detokenizeRequest>;
+
+/** `messages.0.content` → `messages[0].content`. */
+function fieldName(path: readonly PropertyKey[]): string {
+  return path.reduce<string>((acc, key) => (typeof key === 'number' ? `${acc}[${key}]` : acc ? `${acc}.${String(key)}` : String(key)), '');
+}
+
+/** The body parsed by `schema`, or a 400 naming the first field at fault. */
+export function parseBody<T extends z.ZodType>(schema: T, body: unknown): z.infer<T> {
+  if (body === undefined || body === null || typeof body !== 'object' || Array.isArray(body)) {
+    throw new ApiError(400, 'the request body must be a JSON object');
+  }
+  const result = schema.safeParse(body);
+  if (result.success) return result.data;
+  // A union reports its branches' issues; the deepest one names the field best.
+  const issues = result.error.issues.flatMap((i) => ('errors' in i && Array.isArray(i.errors) ? (i.errors as z.core.$ZodIssue[][]).flat().map((e) => ({ ...e, path: [...i.path, ...e.path] })) : [i]));
+  const issue = issues.reduce((a, b) => (b.path.length > a.path.length ? b : a), issues[0] ?? result.error.issues[0]!);
+  const param = fieldName(issue.path);
+  const missing = issue.code === 'invalid_type' && /received undefined/.test(issue.message);
+  throw new ApiError(400, missing ? `${param} is required` : `${param || 'body'}: ${issue.message}`, { param: param || null });
+}
