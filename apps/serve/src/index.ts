@@ -13,3 +13,6 @@ export { EXIT_FAILURE, EXIT_USAGE, reportError } from './errors/report-error.js'
 export { registerModels, ADAPTERS, qwen3NextAdapter, qwen3NextLayerTypes, qwen3NextIsMoe, glmMoeDsaAdapter, glmMlpLayerTypes } from './models/index.js';
 export { TextCodec } from './generate/text-codec.js';
 export { generateLimits } from './generate/generate-limits.js';
+export type { PlannedTensor, Qwen3NextShape } from './embedded/qwen3-next-tensor-plan.js';
+export { qwen3NextTensorPlan } from './embedded/qwen3-next-tensor-plan.js';
+export { EMBEDDED_MODEL_NAME, ensureEmbeddedModel } from './embedded/embedded-model.js';

@@ -1,0 +1,173 @@
+// Decode throughput of a Qwen3-Next-80B-shaped model (48 layers: 36 Gated DeltaNet, 12 gated
+// attention, all at full width) with random bf16 weights, against the roofline of the bytes a
+// decode step must move (weights touched + recurrent state + KV cache) at the copy bandwidth
+// measured in the same run. Experts are reduced from 512 to --experts (default 64; top-10 kept)
+// so the weights fit one GPU; the report says so.
+//
+//   node bench/qwen3-next-80b.bench.mjs [--backend cuda] [--experts 64] [--batches 1,8,64]
+//        [--steps 64] [--prompt 128] [--spec 4] [--tiny] [--out FILE]
+// --tiny: a 4-layer, narrow model of the same structure, to check the script on the CPU.
+import { writeFileSync } from 'node:fs';
+import { parseArgs } from 'node:util';
+import { ModelRunner, NgramProposer, StepDriver } from '@metrale/core';
+import { qwen3NextTensorPlan, registerModels } from '../dist/index.js';
+
+const { values: o } = parseArgs({
+  options: {
+    backend: { type: 'string', default: 'cuda' },
+    experts: { type: 'string', default: '64' },
+    batches: { type: 'string', default: '1,8,64' },
+    steps: { type: 'string', default: '64' },
+    prompt: { type: 'string', default: '128' },
+    spec: { type: 'string', default: '4' },
+    tiny: { type: 'boolean', default: false },
+    out: { type: 'string' },
+  },
+});
+
+// Qwen3-Next-80B-A3B's config.json, with the expert count reduced.
+const full = {
+  model_type: 'qwen3_next', vocab_size: 151936, hidden_size: 2048, intermediate_size: 5120, num_hidden_layers: 48,
+  full_attention_interval: 4, num_attention_heads: 16, num_key_value_heads: 2, head_dim: 256,
+  rope_theta: 10000000, partial_rotary_factor: 0.25, linear_num_key_heads: 16, linear_num_value_heads: 32,
+  linear_key_head_dim: 128, linear_value_head_dim: 128, linear_conv_kernel_dim: 4, num_experts: Number(o.experts),
+  num_experts_per_tok: 10, moe_intermediate_size: 512, shared_expert_intermediate_size: 512, norm_topk_prob: true,
+  decoder_sparse_step: 1, mlp_only_layers: [], rms_norm_eps: 1e-6, hidden_act: 'silu', tie_word_embeddings: false,
+  attention_bias: false, max_position_embeddings: 262144, eos_token_id: 151645, torch_dtype: 'bfloat16',
+};
+const tiny = {
+  ...full, vocab_size: 2048, hidden_size: 64, num_hidden_layers: 4, num_attention_heads: 4, head_dim: 16,
+  linear_num_key_heads: 2, linear_num_value_heads: 4, linear_key_head_dim: 16, linear_value_head_dim: 16,
+  num_experts: 8, num_experts_per_tok: 2, moe_intermediate_size: 32, shared_expert_intermediate_size: 32,
+};
+const config = o.tiny ? tiny : full;
+config.layer_types = Array.from({ length: config.num_hidden_layers }, (_, i) => ((i + 1) % config.full_attention_interval === 0 ? 'full_attention' : 'linear_attention'));
+
+// Random bf16 tensors without writing 20 GB: each (shape, spread) has four random buffers and a
+// tensor takes one of them by a hash of its name, so experts, heads and layers differ.
+// Layers write back with gain 0.3 and the lm head maps token t to the next one of its block of
+// eight (the embedding of t is the head row of next(t)), so greedy text cycles through a block and
+// n-gram drafts are accepted as they would be on repetitive real text.
+const plan = [...qwen3NextTensorPlan(config, 0.3), { name: 'lm_head.weight', shape: [config.vocab_size, config.hidden_size], std: 4 / Math.sqrt(config.hidden_size), offset: 0 }];
+const byName = new Map(plan.map((t) => [t.name, t]));
+const pools = new Map();
+let seed = 0x9e3779b9;
+const next = () => {
+  seed ^= seed << 13; seed >>>= 0; seed ^= seed >>> 17; seed ^= seed << 5; seed >>>= 0;
+  return seed / 4294967296;
+};
+const f32 = new Float32Array(1);
+const u32 = new Uint32Array(f32.buffer);
+function randomBf16(n, std, offset) {
+  const out = new Uint16Array(n);
+  const scale = std * Math.sqrt(3);
+  for (let i = 0; i < n; i++) {
+    f32[0] = offset + scale * (2 * next() - 1);
+    out[i] = (u32[0] + 0x7fff + ((u32[0] >>> 16) & 1)) >>> 16;
+  }
+  return new Uint8Array(out.buffer);
+}
+const hash = (s) => [...s].reduce((h, c) => Math.imul(h ^ c.charCodeAt(0), 16777619) >>> 0, 2166136261);
+const BLOCK = 8;
+function cyclicHead() {
+  const D = config.hidden_size;
+  const embed = new Uint16Array(weights.get('model.embed_tokens.weight').data.buffer);
+  const head = new Uint16Array(config.vocab_size * D);
+  for (let t = 0; t < config.vocab_size; t++) {
+    const next = BLOCK * Math.floor(t / BLOCK) + ((t + 1) % BLOCK);
+    if (next < config.vocab_size) head.set(embed.subarray(t * D, (t + 1) * D), next * D);
+  }
+  return new Uint8Array(head.buffer);
+}
+const weights = {
+  origin: 'random Qwen3-Next-80B-shaped weights',
+  names: () => plan.map((t) => t.name),
+  has: (name) => byName.has(name),
+  get(name) {
+    const t = byName.get(name);
+    if (!t) throw new Error(`no tensor ${name}`);
+    if (name === 'lm_head.weight') return { name, dtype: 'bf16', shape: t.shape, data: cyclicHead() };
+    const n = t.shape.reduce((a, b) => a * b, 1);
+    const variants = n > 64 * 1024 * 1024 ? 1 : 4;
+    const key = `${t.shape.join('x')}/${t.std}/${t.offset}/${hash(name) % variants}`;
+    if (!pools.has(key)) pools.set(key, randomBf16(n, t.std, t.offset));
+    return { name, dtype: 'bf16', shape: t.shape, data: pools.get(key) };
+  },
+};
+
+const gpu = o.backend === 'cuda' ? (await import('@metrale/cuda-backend')).CudaBackend.create() : new (await import('@metrale/cpu-backend')).CpuBackend();
+let ceilings;
+if (o.backend === 'cuda') {
+  const { measureCeilings } = await import('@metrale/cuda-backend');
+  ceilings = measureCeilings(gpu, { log: (l) => console.error(l) });
+}
+const copyBps = ceilings?.copy?.bytesPerS;
+
+const batches = o.batches.split(',').map(Number);
+const maxBatch = Math.max(...batches);
+const steps = Number(o.steps);
+const promptLen = Number(o.prompt);
+const k = Number(o.spec);
+const limits = { maxSeqs: maxBatch, maxBatch, maxK: k + 1, maxSeqLen: promptLen + steps + k + 8, maxRows: Math.max(maxBatch * (k + 1), promptLen * Math.min(maxBatch, 8)) };
+const t0 = performance.now();
+const stack = registerModels().forConfig(config, 'bench config').build({ gpu, config, weights, limits });
+const buildS = (performance.now() - t0) / 1000;
+console.error(`built ${config.num_hidden_layers} layers in ${buildS.toFixed(1)} s`);
+pools.clear();
+
+// Bytes a decode step must move at batch B (context C): every weight but the embedding table and
+// the experts once; the experts the batch routes to (uniform routing: E·(1 − (1 − top/E)^B) per
+// layer); one embedding row per sequence; the GDN state read and written, the KV cache read.
+const bytesOf = (t) => 2 * t.shape.reduce((a, b) => a * b, 1);
+const isExpert = (t) => /\.experts\.\d+\./.test(t.name);
+const dense = plan.filter((t) => !isExpert(t) && t.name !== 'model.embed_tokens.weight').reduce((a, t) => a + bytesOf(t), 0);
+const expertBytes = 3 * 2 * config.hidden_size * config.moe_intermediate_size;
+const gdnLayers = config.layer_types.filter((t) => t === 'linear_attention').length;
+const attnLayers = config.num_hidden_layers - gdnLayers;
+const stateBytes = config.linear_num_value_heads * config.linear_key_head_dim * config.linear_value_head_dim * 4;
+function stepBytes(B, context, rows = 1) {
+  const E = config.num_experts;
+  const touched = E * (1 - (1 - config.num_experts_per_tok / E) ** (B * rows));
+  return dense + config.num_hidden_layers * touched * expertBytes + B * rows * config.hidden_size * 2
+    + gdnLayers * B * 2 * stateBytes + attnLayers * B * context * 2 * config.num_key_value_heads * config.head_dim * 2;
+}
+
+const results = [];
+for (const spec of [false, true]) {
+  for (const B of batches) {
+    const driver = new StepDriver({ gpu, layers: stack.layers, limits, graphs: true });
+    const runner = new ModelRunner({ driver, vocabSize: config.vocab_size, ...(spec ? { speculation: { proposer: new NgramProposer({ k, minN: 1, maxN: 3 }), k } } : {}) });
+    // A repetitive prompt, so n-gram drafts have something to match.
+    // Each sequence has its own prompt (its own block of tokens, so routing differs across the batch).
+    const requests = Array.from({ length: B }, (_, b) => ({
+      prompt: Array.from({ length: promptLen }, (_, i) => (8 + BLOCK * b + ((i * 3) % BLOCK)) % config.vocab_size), maxTokens: steps, stopTokenIds: [],
+    }));
+    runner.generate(requests.map((r) => ({ ...r, maxTokens: 4 }))); // warm-up: graphs captured
+    const { stats } = runner.generate(requests);
+    driver.dispose();
+    const decodeTokens = stats.generatedTokens - B;
+    const tokPerS = decodeTokens / (stats.decodeMs / 1000);
+    const stepMs = stats.decodeMs / Math.max(1, stats.steps.decode + stats.steps.verify);
+    const floorMs = copyBps ? (stepBytes(B, promptLen + steps / 2) / copyBps) * 1000 : undefined;
+    const row = {
+      batch: B, spec: spec ? `ngram:k=${k}` : null, tokens_per_s: Number(tokPerS.toFixed(1)), step_ms: Number(stepMs.toFixed(3)),
+      steps: stats.steps, acceptance: stats.speculation ? Number(stats.speculation.acceptanceRate.toFixed(3)) : null,
+      roofline_step_ms: floorMs === undefined ? null : Number(floorMs.toFixed(3)),
+      of_roofline: floorMs === undefined || spec ? null : Number((floorMs / stepMs).toFixed(3)),
+    };
+    results.push(row);
+    console.error(JSON.stringify(row));
+  }
+}
+const report = {
+  bench: 'qwen3-next-80b-shaped decode', backend: gpu.kind, device: gpu.device.name, tiny: o.tiny,
+  layers: { total: config.num_hidden_layers, gdn: gdnLayers, attention: attnLayers }, experts: `${config.num_experts} of 512 (top-${config.num_experts_per_tok}); everything else at full width`,
+  build_s: Number(buildS.toFixed(1)), prompt_tokens: promptLen, decode_tokens: steps,
+  ceilings: ceilings ? { copy: ceilings.copy, gemm: ceilings.gemm, errors: ceilings.errors } : null,
+  dense_weight_bytes: dense, expert_bytes: expertBytes, gdn_state_bytes_per_seq_layer: stateBytes,
+  results,
+};
+console.log(JSON.stringify(report));
+if (o.out) writeFileSync(o.out, `${JSON.stringify(report, null, 2)}\n`);
+stack.dispose();
+gpu.dispose();
