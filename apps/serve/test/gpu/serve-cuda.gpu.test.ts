@@ -1,0 +1,54 @@
+import { probe } from '@metrale/cuda-backend';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { metric, startServer, type ServeProcess } from '../support/serve-process.js';
+
+// `metrale serve --backend cuda` on the embedded model: the same API as on the CPU, and the same
+// greedy text as the CPU server (the embedded lm head's word map leaves wide margins).
+const cuda = probe();
+if (!cuda.available) console.warn(`[serve gpu] skipped: ${cuda.reason}`);
+
+const MODEL = 'metrale/embedded-qwen3-next';
+const PROMPTS = ['Hello, who are you?', 'Write a poem about the sea.', 'What is 2+2?', 'Tell me a story about a dragon', 'a b c d e f g', 'The capital of France is'];
+let gpuServer: ServeProcess;
+let cpuServer: ServeProcess;
+
+describe.skipIf(!cuda.available)('metrale serve --backend cuda', () => {
+  beforeAll(async () => {
+    gpuServer = await startServer(['--backend', 'cuda', '--max-batch', '16']);
+    cpuServer = await startServer(['--backend', 'cpu', '--max-batch', '16']);
+    await Promise.all([gpuServer.ready(120_000), cpuServer.ready()]);
+  }, 180_000);
+
+  afterAll(async () => {
+    expect(await gpuServer?.stop()).toBe(0);
+    expect(await cpuServer?.stop()).toBe(0);
+  });
+
+  const chat = (server: ServeProcess, content: string, stream = false) => server.client.chat.completions.create({
+    model: MODEL, messages: [{ role: 'user', content }], max_tokens: 32, temperature: 0, ignore_eos: true, stream,
+  } as any);
+
+  it('serves on the GPU and matches the CPU server token for token', async () => {
+    const health = await (await fetch(`${gpuServer.url}/health`)).json() as { status: string };
+    expect(health.status).toBe('ok');
+    expect(gpuServer.logs.find((l) => l.msg === 'ready')).toMatchObject({ backend: 'cuda' });
+    const onGpu = await Promise.all(PROMPTS.map((p) => chat(gpuServer, p)));
+    const onCpu = await Promise.all(PROMPTS.map((p) => chat(cpuServer, p)));
+    const texts = (rs: any[]) => rs.map((r) => r.choices[0].message.content);
+    console.log(JSON.stringify(texts(onGpu).map((t, i) => ({ gpu: t, same: t === texts(onCpu)[i] }))));
+    expect(texts(onGpu)).toEqual(texts(onCpu));
+  });
+
+  it('16 concurrent greedy streams equal the same requests alone', async () => {
+    const prompts = Array.from({ length: 16 }, (_, i) => `${PROMPTS[i % PROMPTS.length]} (${i})`);
+    const alone: string[] = [];
+    for (const p of prompts) alone.push(((await chat(gpuServer, p)) as any).choices[0].message.content);
+    const together = await Promise.all(prompts.map(async (p) => {
+      let text = '';
+      for await (const chunk of (await chat(gpuServer, p, true)) as any) text += chunk.choices[0]?.delta?.content ?? '';
+      return text;
+    }));
+    expect(together).toEqual(alone);
+    expect(await metric(gpuServer.url, 'metrale_requests_in_flight')).toBe(0);
+  });
+});
