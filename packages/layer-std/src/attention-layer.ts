@@ -138,7 +138,7 @@ export class AttentionLayer implements TransformerLayer<AttentionState> {
       ...common, q: b.q, qNorm: b.qNorm, kNorm: b.kNorm, cos: b.cos, sin: b.sin,
       rotaryDim: o.rotaryDim, maxPositions: this.limits.maxSeqLen, eps: o.eps, normOffset: o.normOffset,
     });
-    gpu.launch(coreKernel, { grid: [Math.max(1, rows), o.heads], block: Math.min(1024, 32 * Math.ceil(d / 32)), stream }, {
+    gpu.launch(coreKernel, { grid: [Math.max(1, rows), o.heads], block: 256, stream }, {
       ...common, q: b.q, out: b.attn, scale: 1 / Math.sqrt(d),
     });
     gpu.gemm({ m: rows, n: o.hidden, k: o.heads * d, a: b.attn, b: b.oW, c: step.output, transB: true, dtype: 'f32', stream });

@@ -1,7 +1,7 @@
 import { readF32, type DevicePtr, type GpuBackend, type LayerLimits, type LayerState, type LayerStep, type WeightSource } from '@metrale/core';
 import type { MoeOptions } from './moe-config.js';
 import { checkMoe } from './moe-config.js';
-import { combineKernel, expertsKernel, routeKernel } from './moe-kernels.js';
+import { combineKernel, expertsKernel, expertsLaunch, expertsUpKernel, expertsUpLaunch, routeKernel } from './moe-kernels.js';
 import { loadExperts } from './moe-weights.js';
 import { requireKernels } from './require-kernels.js';
 import { rowLaunch, siluMulKernel } from './rows-kernels.js';
@@ -10,7 +10,8 @@ import { SwiGlu } from './swiglu.js';
 
 /**
  * A mixture-of-experts feed-forward: router GEMM → `std.moe_route` (ids and weights per row) →
- * `std.moe_experts` (Σ weight · expert) → plus the shared expert, gated or not (`std.moe_combine`).
+ * `std.moe_experts_up` (silu(gate x) ⊙ up x per chosen expert) → `std.moe_experts`
+ * (Σ weight · down h) → plus the shared expert, gated or not (`std.moe_combine`).
  * Tensors, prefix removed: `gate.weight`, `gate.e_score_correction_bias` (sigmoid routing),
  * `experts.*`, `shared_expert.*` + `shared_expert_gate.weight` (Qwen3-Next) or `shared_experts.*`
  * (GLM-5).
@@ -22,11 +23,11 @@ export class MoeLayer extends StatelessLayer {
   readonly options: MoeOptions;
   readonly #w: { router: DevicePtr; bias: DevicePtr; gateUp: DevicePtr; down: DevicePtr; sharedGate: DevicePtr };
   readonly #shared: SwiGlu | undefined;
-  /** Scratch: router logits, ids, weights, routed sum, shared output, shared gate logits. */
-  readonly #s: { logits: DevicePtr; ids: DevicePtr; weights: DevicePtr; routed: DevicePtr; shared: DevicePtr; gate: DevicePtr };
+  /** Scratch: router logits, ids, weights, expert activations h, routed sum, shared output, shared gate logits. */
+  readonly #s: { logits: DevicePtr; ids: DevicePtr; weights: DevicePtr; h: DevicePtr; routed: DevicePtr; shared: DevicePtr; gate: DevicePtr };
 
   constructor(gpu: GpuBackend, weights: WeightSource, limits: LayerLimits, options: MoeOptions) {
-    requireKernels(gpu, 'moe', [routeKernel, expertsKernel, combineKernel, siluMulKernel]);
+    requireKernels(gpu, 'moe', [routeKernel, expertsUpKernel, expertsKernel, combineKernel, siluMulKernel]);
     super(gpu, limits);
     this.options = checkMoe(options);
     const { hidden: D, experts: E, topK } = options;
@@ -44,7 +45,7 @@ export class MoeLayer extends StatelessLayer {
       const sharedGate = sh?.gate ? m.upload(readF32(weights, sh.gate, [1, D])) : 0n;
       this.#w = { router, bias, gateUp, down, sharedGate };
       this.#s = {
-        logits: m.alloc(4 * R * E), ids: m.alloc(4 * R * topK), weights: m.alloc(4 * R * topK),
+        logits: m.alloc(4 * R * E), ids: m.alloc(4 * R * topK), weights: m.alloc(4 * R * topK), h: m.alloc(4 * R * topK * options.inter),
         routed: m.alloc(4 * R * D), shared: m.alloc(4 * R * D), gate: m.alloc(4 * R),
       };
     } catch (error) {
@@ -64,9 +65,11 @@ export class MoeLayer extends StatelessLayer {
       scoring: routing.scoring === 'softmax' ? 0 : 1, normTopK: routing.normTopK ? 1 : 0, nGroup: routing.nGroup, topkGroup: routing.topkGroup, scaling: routing.scaling,
     });
     const shared = this.#shared;
-    gpu.launch(expertsKernel, rowLaunch(rows, D, stream), {
-      input, ids: s.ids, weights: s.weights, gateUp: w.gateUp, down: w.down, output: shared ? s.routed : output,
-      rows, hidden: D, inter, experts: E, topK,
+    gpu.launch(expertsUpKernel, expertsUpLaunch(rows, topK, inter, stream), {
+      input, ids: s.ids, gateUp: w.gateUp, h: s.h, rows, hidden: D, inter, experts: E, topK,
+    });
+    gpu.launch(expertsKernel, expertsLaunch(rows, D, stream), {
+      h: s.h, ids: s.ids, weights: s.weights, down: w.down, output: shared ? s.routed : output, rows, hidden: D, inter, experts: E, topK,
     });
     if (!shared) return;
     shared.run(gpu, stream, input, s.shared, rows);

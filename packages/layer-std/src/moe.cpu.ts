@@ -1,8 +1,8 @@
 import type { CpuKernelContext } from '@metrale/core';
 import { silu } from './rows.cpu.js';
 
-// CPU reference of kernels/std-moe.cu (KERNELS.md): routing, the routed experts and the combine
-// with the shared expert, computed in f64 per row.
+// CPU reference of kernels/std-moe.cu (KERNELS.md): routing, the routed experts (gate and up, then
+// down and the weighted sum) and the combine with the shared expert, computed in f64 per row.
 
 export interface RouteArgs {
   readonly logits: bigint;
@@ -80,15 +80,11 @@ export function routeCpu(a: RouteArgs, { mem }: CpuKernelContext): void {
   }
 }
 
-export interface ExpertsArgs {
-  readonly input: bigint;
+/** What both expert kernels take: the row's expert ids, the activations h between them, the shapes. */
+interface ExpertPass {
   readonly ids: bigint;
-  readonly weights: bigint;
-  /** f32 [experts][2·inter][hidden]: gate rows, then up rows. */
-  readonly gateUp: bigint;
-  /** f32 [experts][hidden][inter]. */
-  readonly down: bigint;
-  readonly output: bigint;
+  /** f32 [rows][topK][inter]: written by `std.moe_experts_up`, read by `std.moe_experts`. */
+  readonly h: bigint;
   readonly rows: number;
   readonly hidden: number;
   readonly inter: number;
@@ -96,23 +92,30 @@ export interface ExpertsArgs {
   readonly topK: number;
 }
 
-/** output[r] = Σ_j weights[r][j] · down_e(silu(gate_e · x) ⊙ (up_e · x)), e = ids[r][j]. */
-export function expertsCpu(a: ExpertsArgs, { mem }: CpuKernelContext): void {
-  const { hidden: D, inter: I, topK } = a;
+/** The ids and h views of an expert pass, with its shapes. */
+function passViews(a: ExpertPass, mem: CpuKernelContext['mem']) {
+  return { D: a.hidden, I: a.inter, topK: a.topK, ids: mem.i32(a.ids, a.rows * a.topK), h: mem.f32(a.h, a.rows * a.topK * a.inter) };
+}
+
+export interface ExpertsUpArgs extends ExpertPass {
+  readonly input: bigint;
+  /** f32 [experts][2·inter][hidden]: gate rows, then up rows. */
+  readonly gateUp: bigint;
+}
+
+/** h[r][j] = silu(gate_e · x) ⊙ (up_e · x), e = ids[r][j]; zeros for an id outside [0, experts). */
+export function expertsUpCpu(a: ExpertsUpArgs, { mem }: CpuKernelContext): void {
+  const { D, I, topK, ids, h } = passViews(a, mem);
   const x = mem.f32(a.input, a.rows * D);
-  const ids = mem.i32(a.ids, a.rows * topK);
-  const w = mem.f32(a.weights, a.rows * topK);
   const gateUp = mem.f32(a.gateUp, a.experts * 2 * I * D);
-  const down = mem.f32(a.down, a.experts * D * I);
-  const out = mem.f32(a.output, a.rows * D);
-  const h = new Float64Array(I);
-  const acc = new Float64Array(D);
   for (let r = 0; r < a.rows; r++) {
-    acc.fill(0);
     for (let j = 0; j < topK; j++) {
       const e = ids[r * topK + j]!;
-      if (e < 0 || e >= a.experts) continue;
-      const wj = w[r * topK + j]!;
+      const o = (r * topK + j) * I;
+      if (e < 0 || e >= a.experts) {
+        h.fill(0, o, o + I);
+        continue;
+      }
       const gu = e * 2 * I * D;
       for (let i = 0; i < I; i++) {
         let g = 0;
@@ -122,12 +125,37 @@ export function expertsCpu(a: ExpertsArgs, { mem }: CpuKernelContext): void {
           g += gateUp[gu + i * D + d]! * xv;
           u += gateUp[gu + (I + i) * D + d]! * xv;
         }
-        h[i] = silu(g) * u;
+        h[o + i] = silu(g) * u;
       }
+    }
+  }
+}
+
+export interface ExpertsArgs extends ExpertPass {
+  readonly weights: bigint;
+  /** f32 [experts][hidden][inter]. */
+  readonly down: bigint;
+  readonly output: bigint;
+}
+
+/** output[r] = Σ_j weights[r][j] · down_e · h[r][j], e = ids[r][j] (ids outside [0, experts) skipped). */
+export function expertsCpu(a: ExpertsArgs, { mem }: CpuKernelContext): void {
+  const { D, I, topK, ids, h } = passViews(a, mem);
+  const w = mem.f32(a.weights, a.rows * topK);
+  const down = mem.f32(a.down, a.experts * D * I);
+  const out = mem.f32(a.output, a.rows * D);
+  const acc = new Float64Array(D);
+  for (let r = 0; r < a.rows; r++) {
+    acc.fill(0);
+    for (let j = 0; j < topK; j++) {
+      const e = ids[r * topK + j]!;
+      if (e < 0 || e >= a.experts) continue;
+      const wj = w[r * topK + j]!;
+      const ho = (r * topK + j) * I;
       const dn = e * D * I;
       for (let d = 0; d < D; d++) {
         let s = 0;
-        for (let i = 0; i < I; i++) s += down[dn + d * I + i]! * h[i]!;
+        for (let i = 0; i < I; i++) s += down[dn + d * I + i]! * h[ho + i]!;
         acc[d]! += wj * s;
       }
     }

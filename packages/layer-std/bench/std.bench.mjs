@@ -1,0 +1,201 @@
+#!/usr/bin/env node
+// layer-std kernel benchmark on CUDA at the Qwen3-Next-80B-A3B shape: hidden 2048; attention 16 q
+// heads / 2 KV heads of 256, rotary 64, gated, f32 paged KV cache (pages of 16); MoE 512 experts,
+// top-10, moe_intermediate 512, one gated shared expert of 512; f32 weights and rows, as the layers
+// store and pass them. Run: `node bench/std.bench.mjs` in packages/layer-std (only node needed, the
+// workspace built). Without CUDA it says why and exits 0.
+//
+// In the same run it measures the ceilings (cuda-backend's measureCeilings: device-to-device copy
+// bandwidth, bytes read + written, 1 GiB buffers; bf16 GEMM rate, 8192³). Times are device events
+// around each repetition (timeOnDevice: warm-up first, the median of 20), random data, inputs
+// rotated where a repetition would otherwise hit the L2:
+//   attention decode   std.attn_prep + std.attn_core for one row per sequence at position ctx − 1,
+//                      contexts 4 K and 32 K, batch 1 and 32; floor: the K and V rows read once,
+//                      batch · ctx · 2 · 2 · 256 · 4 B at the copy rate.
+//   moe                router GEMM + std.moe_route + std.moe_experts_up + std.moe_experts + shared
+//                      expert (2 GEMMs, std.silu_mul, gate GEMM) + std.moe_combine, batch 1 and 32;
+//                      floor: the weights of the distinct experts chosen (f32, 3 · 512 · 2048 · 4 B
+//                      each) + shared expert + router, read once at the copy rate.
+// Results print as a table and go to $METRALE_BENCH_OUT (default bench-results/std.json) as JSON.
+// METRALE_BENCH_QUICK=1 runs small sizes only (a smoke test of the program).
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+
+const pkgDir = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+const outPath = resolve(pkgDir, process.env.METRALE_BENCH_OUT ?? 'bench-results/std.json');
+const quick = process.env.METRALE_BENCH_QUICK === '1';
+const REPS = quick ? 3 : 20;
+const MiB = 2 ** 20;
+const log = (...a) => console.log(...a);
+const S = { hidden: 2048, heads: 16, kvHeads: 2, d: 256, rot: 64, page: 16, experts: 512, topK: 10, inter: 512, sharedInter: 512 };
+
+async function main() {
+  let cb;
+  try {
+    cb = await import('@metrale/cuda-backend');
+  } catch (error) {
+    log(`std bench: skipped: @metrale/cuda-backend could not be loaded (${error.message}); build the workspace first`);
+    return;
+  }
+  const hook = process.env.METRALE_STD_DEVICE_MODULE; // development only: a stand-in device module (e.g. the CPU backend)
+  if (hook) {
+    const m = await import(pathToFileURL(resolve(hook)).href);
+    cb = { ...cb, probe: () => ({ available: true, reason: m.reason ?? hook }), CudaBackend: { create: () => m.createDevice() } };
+  }
+  const found = cb.probe();
+  if (!found.available) {
+    log(`std bench: skipped: no CUDA (${found.reason})`);
+    return;
+  }
+  const std = await import('@metrale/layer-std');
+  const gpu = cb.CudaBackend.create();
+  const stream = gpu.defaultStream;
+  log(`std bench: ${found.reason}`);
+  const result = { device: found.reason, shape: S, quick, ceilings: {}, attention: [], moe: [] };
+  try {
+    const c = cb.measureCeilings(gpu, { log: (l) => log(`  ${l}`), ...(quick ? { copyBytes: 256 * MiB, gemmSize: 2048 } : {}) });
+    result.ceilings = { copyBytesPerS: c.copy?.bytesPerS, copy: c.copy, gemmFlopPerS: c.gemm?.flopPerS, gemm: c.gemm, errors: c.errors };
+    const copyBW = c.copy?.bytesPerS ?? NaN;
+
+    const seed = { s: 0x2545f491 };
+    const rand = () => {
+      seed.s ^= seed.s << 13; seed.s ^= seed.s >>> 17; seed.s ^= seed.s << 5;
+      return (seed.s >>> 0) / 2 ** 32;
+    };
+    const normals = (n, scale = 1) => Float32Array.from({ length: n }, () => scale * (rand() + rand() + rand() - 1.5) * 2 || 0.25 * scale);
+    const allocs = [];
+    const alloc = (bytes) => {
+      const p = gpu.alloc(Math.max(4, bytes));
+      allocs.push(p);
+      return p;
+    };
+    const upload = (data) => {
+      const p = alloc(data.byteLength);
+      gpu.upload(p, data);
+      return p;
+    };
+    /** Random f32 over `floats`: one random block uploaded, repeated on the device (with a varying scale: never periodic zeros). */
+    const randomBuffer = (floats, scale = 1) => {
+      const p = alloc(4 * floats);
+      const block = Math.min(floats, 16 * MiB);
+      gpu.upload(p, normals(block, scale));
+      for (let off = block; off < floats; off += block) gpu.copyDeviceAsync(p + BigInt(4 * off), p, 4 * Math.min(block, floats - off), stream);
+      gpu.synchronize(stream);
+      return p;
+    };
+    const freeAll = () => {
+      gpu.synchronize();
+      for (const p of allocs.splice(0)) gpu.free(p);
+    };
+
+    // ---- attention decode -------------------------------------------------------------------
+    const { heads: H, kvHeads: Hkv, d, rot, page } = S;
+    const W = H * d * 2 + 2 * Hkv * d;
+    for (const ctx of quick ? [1024] : [4096, 32768]) {
+      for (const batch of quick ? [1, 4] : [1, 32]) {
+        const pagesPer = Math.ceil(ctx / page);
+        const pool = batch * pagesPer;
+        const cacheFloats = pool * page * Hkv * d;
+        const kCache = randomBuffer(cacheFloats);
+        const vCache = randomBuffer(cacheFloats);
+        const table = upload(Int32Array.from({ length: pool }, (_, i) => i));
+        const rope = std.ropeTable(ctx, rot, 1e7);
+        const cos = upload(rope.cos);
+        const sin = upload(rope.sin);
+        const rowStarts = upload(Int32Array.from({ length: batch + 1 }, (_, i) => i));
+        const slots = upload(Int32Array.from({ length: batch }, (_, i) => i));
+        const positions = upload(new Int32Array(batch).fill(ctx - 1));
+        const qkv = upload(normals(batch * W));
+        const qNorm = upload(normals(d, 0.2));
+        const kNorm = upload(normals(d, 0.2));
+        const q = alloc(4 * batch * H * d);
+        const out = alloc(4 * batch * H * d);
+        const common = {
+          qkv, kCache, vCache, blockTable: table, slots, rowStarts, positions, batch, heads: H, kvHeads: Hkv, headDim: d, pageSize: page, maxPages: pagesPer, gated: 1,
+        };
+        const prep = () => gpu.launch(std.prepKernel, { grid: batch, block: d, stream }, {
+          ...common, q, qNorm, kNorm, cos, sin, rotaryDim: rot, maxPositions: ctx, eps: 1e-6, normOffset: 1,
+        });
+        const core = () => gpu.launch(std.coreKernel, { grid: [batch, H], block: 256, stream }, { ...common, q, out, scale: 1 / Math.sqrt(d) });
+        const tPrep = cb.timeOnDevice(gpu, prep, { reps: REPS });
+        const tCore = cb.timeOnDevice(gpu, core, { reps: REPS });
+        const bytes = batch * ctx * Hkv * d * 4 * 2;
+        const floorMs = (bytes / copyBW) * 1e3;
+        const row = { ctx, batch, kvBytes: bytes, floorMs, prepMs: tPrep.ms, coreMs: tCore.ms, totalMs: tPrep.ms + tCore.ms, achievedBytesPerS: bytes / (tCore.ms * 1e-3) };
+        result.attention.push(row);
+        log(`attention ctx ${ctx} batch ${batch}: prep ${(tPrep.ms * 1e3).toFixed(1)} µs, core ${(tCore.ms * 1e3).toFixed(1)} µs, floor ${(floorMs * 1e3).toFixed(1)} µs (${(tCore.ms / floorMs).toFixed(2)} × floor, ${((100 * row.achievedBytesPerS) / copyBW).toFixed(1)} % of copy)`);
+        freeAll();
+      }
+    }
+
+    // ---- MoE ----------------------------------------------------------------------------------------
+    const { hidden: D, experts: E, topK, inter: I, sharedInter: SI } = S;
+    const Eq = quick ? 64 : E;
+    const gateUp = randomBuffer(Eq * 2 * I * D, 1 / Math.sqrt(D));
+    const down = randomBuffer(Eq * D * I, 1 / Math.sqrt(I));
+    const router = randomBuffer(Eq * D, 1 / Math.sqrt(D));
+    const shGateUp = randomBuffer(2 * SI * D, 1 / Math.sqrt(D));
+    const shDown = randomBuffer(D * SI, 1 / Math.sqrt(SI));
+    const shGate = randomBuffer(D, 1 / Math.sqrt(D));
+    for (const batch of quick ? [1, 4] : [1, 32]) {
+      const sets = 8; // input sets rotated: each repetition routes differently
+      const xs = Array.from({ length: sets }, () => upload(normals(batch * D)));
+      const logits = alloc(4 * batch * Eq);
+      const ids = alloc(4 * batch * topK);
+      const weights = alloc(4 * batch * topK);
+      const h = alloc(4 * batch * topK * I);
+      const routed = alloc(4 * batch * D);
+      const shared = alloc(4 * batch * D);
+      const gu = alloc(4 * batch * 2 * SI);
+      const sh = alloc(4 * batch * SI);
+      const gate = alloc(4 * batch);
+      const out = alloc(4 * batch * D);
+      const route = (x) => {
+        gpu.gemm({ m: batch, n: Eq, k: D, a: x, b: router, c: logits, transB: true, dtype: 'f32', stream });
+        gpu.launch(std.routeKernel, std.rowLaunch(batch, Eq, stream), {
+          logits, bias: 0n, ids, weights, rows: batch, experts: Eq, topK, scoring: 0, normTopK: 1, nGroup: 1, topkGroup: 1, scaling: 1,
+        });
+      };
+      const experts = (x) => {
+        gpu.launch(std.expertsUpKernel, std.expertsUpLaunch(batch, topK, I, stream), { input: x, ids, gateUp, h, rows: batch, hidden: D, inter: I, experts: Eq, topK });
+        gpu.launch(std.expertsKernel, std.expertsLaunch(batch, D, stream), { h, ids, weights, down, output: routed, rows: batch, hidden: D, inter: I, experts: Eq, topK });
+      };
+      const sharedAndCombine = (x) => {
+        gpu.gemm({ m: batch, n: 2 * SI, k: D, a: x, b: shGateUp, c: gu, transB: true, dtype: 'f32', stream });
+        gpu.launch(std.siluMulKernel, std.rowLaunch(batch, SI, stream), { gateUp: gu, out: sh, rows: batch, inter: SI });
+        gpu.gemm({ m: batch, n: D, k: SI, a: sh, b: shDown, c: shared, transB: true, dtype: 'f32', stream });
+        gpu.gemm({ m: batch, n: 1, k: D, a: x, b: shGate, c: gate, transB: true, dtype: 'f32', stream });
+        gpu.launch(std.combineKernel, std.rowLaunch(batch, D, stream), { routed, shared, gate, output: out, rows: batch, hidden: D });
+      };
+      // Distinct experts per input set (the floor's bytes).
+      let distinct = 0;
+      for (const x of xs) {
+        route(x);
+        const got = new Int32Array(gpu.download(ids, 4 * batch * topK).buffer);
+        distinct += new Set(got).size / sets;
+      }
+      const tRoute = cb.timeOnDevice(gpu, (i) => route(xs[i % sets]), { reps: REPS });
+      const tExperts = cb.timeOnDevice(gpu, (i) => (route(xs[i % sets]), experts(xs[i % sets])), { reps: REPS });
+      const tAll = cb.timeOnDevice(gpu, (i) => (route(xs[i % sets]), experts(xs[i % sets]), sharedAndCombine(xs[i % sets])), { reps: REPS });
+      const expertBytes = distinct * 3 * I * D * 4;
+      const bytes = expertBytes + 3 * SI * D * 4 + (Eq + 1) * D * 4;
+      const floorMs = (bytes / copyBW) * 1e3;
+      const row = {
+        batch, distinctExperts: distinct, weightBytes: bytes, floorMs, routeMs: tRoute.ms, routePlusExpertsMs: tExperts.ms, expertsMs: tExperts.ms - tRoute.ms, totalMs: tAll.ms,
+        achievedBytesPerS: bytes / (tAll.ms * 1e-3),
+      };
+      result.moe.push(row);
+      log(`moe batch ${batch}: ${distinct.toFixed(1)} distinct experts, ${(bytes / MiB).toFixed(1)} MiB of weights; route ${(tRoute.ms * 1e3).toFixed(1)} µs, route + experts ${(tExperts.ms * 1e3).toFixed(1)} µs, whole layer ${(tAll.ms * 1e3).toFixed(1)} µs; floor ${(floorMs * 1e3).toFixed(1)} µs (${(tAll.ms / floorMs).toFixed(2)} × floor, ${((100 * row.achievedBytesPerS) / copyBW).toFixed(1)} % of copy)`);
+      for (const x of xs) gpu.free(x), allocs.splice(allocs.indexOf(x), 1);
+    }
+    freeAll();
+  } finally {
+    gpu.dispose();
+  }
+  mkdirSync(dirname(outPath), { recursive: true });
+  writeFileSync(outPath, `${JSON.stringify(result, null, 2)}\n`);
+  log(`\nwrote ${outPath}`);
+}
+
+await main();

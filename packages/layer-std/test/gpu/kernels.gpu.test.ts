@@ -1,0 +1,262 @@
+// Every layer-std kernel on CUDA against its CPU twin (src/*.cpu.ts): the same defineKernel
+// declaration launched on both backends, with the launch shapes the layers use, over identical
+// random buffers (never zeros; outputs poisoned with NaN first), compared by relative L2 error;
+// integers (expert ids, tokens) exactly. Covers the vector and scalar paths of the row kernels,
+// both MoE routings (Qwen3-Next softmax top-k with and without norm_topk_prob; GLM-5 sigmoid +
+// correction bias + groups + routed scaling), ties and a NaN (padding) row, ids outside the
+// experts, and attention over several pages of a shuffled block table with GQA, partial RoPE,
+// q/k norms, the output gate, verify rows and a padding row, at the Qwen3-Next-80B head shape
+// (16 heads, 2 KV heads, d 256, rotary 64) and three smaller ones. Without a GPU it skips and says why.
+import { CpuBackend } from '@metrale/cpu-backend';
+import { SeededRandom, type DevicePtr, type GpuBackend } from '@metrale/core';
+import {
+  addKernel, combineKernel, coreKernel, embedKernel, expertsKernel, expertsLaunch, expertsUpKernel, expertsUpLaunch, flatLaunch, layerNormKernel,
+  prepKernel, rmsNormKernel, ropeTable, routeKernel, rowLaunch, siluMulKernel,
+} from '@metrale/layer-std';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { relErr } from '../setup.js';
+import { cudaAvailable, ensureFatbins } from './cuda-setup.js';
+
+const cuda = await cudaAvailable();
+if (!cuda.available) console.warn(`[layer-std gpu] kernel tests skipped: ${cuda.reason}`);
+
+type Bufs = Record<string, ArrayBufferView>;
+type Ptrs = Record<string, DevicePtr>;
+
+let cudaGpu: GpuBackend | undefined;
+const results: string[] = [];
+const random = new SeededRandom(Number(process.env.METRALE_STD_SEED ?? 2026));
+const poisonF32 = (n: number): Float32Array => new Float32Array(n).fill(Number.NaN);
+const poisonI32 = (n: number): Int32Array => new Int32Array(n).fill(-7);
+
+/** Uploads `bufs` to a backend, runs `launch` on its default stream, returns the named outputs. */
+function runOn(gpu: GpuBackend, bufs: Bufs, launch: (gpu: GpuBackend, p: Ptrs) => void, outputs: string[]): Record<string, Uint8Array> {
+  const p: Ptrs = {};
+  for (const [name, data] of Object.entries(bufs)) {
+    p[name] = gpu.alloc(Math.max(4, data.byteLength));
+    gpu.upload(p[name]!, data);
+  }
+  try {
+    launch(gpu, p);
+    gpu.synchronize();
+    return Object.fromEntries(outputs.map((name) => [name, gpu.download(p[name]!, bufs[name]!.byteLength)]));
+  } finally {
+    for (const ptr of Object.values(p)) gpu.free(ptr);
+  }
+}
+
+function onBoth(bufs: Bufs, launch: (gpu: GpuBackend, p: Ptrs) => void, outputs: string[]): { cpu: Record<string, Uint8Array>; cuda: Record<string, Uint8Array> } {
+  const cpu = new CpuBackend();
+  try {
+    return { cpu: runOn(cpu, bufs, launch, outputs), cuda: runOn(cudaGpu!, bufs, launch, outputs) };
+  } finally {
+    cpu.dispose();
+  }
+}
+
+const f32 = (b: Uint8Array): Float32Array => new Float32Array(b.buffer, b.byteOffset, b.byteLength / 4);
+const i32 = (b: Uint8Array): Int32Array => new Int32Array(b.buffer, b.byteOffset, b.byteLength / 4);
+
+function compareF32(label: string, cpuOut: Uint8Array, cudaOut: Uint8Array, bound = 1e-5): void {
+  const want = f32(cpuOut);
+  const got = f32(cudaOut);
+  expect(want.some((v) => Number.isNaN(v)), `${label}: the CPU twin left NaN`).toBe(false);
+  expect(got.some((v) => Number.isNaN(v)), `${label}: CUDA left NaN (poison) in the output`).toBe(false);
+  const rel = relErr(got, want);
+  results.push(`${label.padEnd(72)} rel ${rel.toExponential(2)}`);
+  expect(rel, label).toBeLessThanOrEqual(bound);
+}
+
+function compareI32(label: string, cpuOut: Uint8Array, cudaOut: Uint8Array): void {
+  const want = Array.from(i32(cpuOut));
+  const got = Array.from(i32(cudaOut));
+  results.push(`${label.padEnd(72)} ${want.length} ids, exact`);
+  expect(got, label).toEqual(want);
+}
+
+describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twins', () => {
+  beforeAll(() => {
+    ensureFatbins();
+    cudaGpu = cuda.create!();
+  });
+  afterAll(() => {
+    cudaGpu?.dispose();
+    console.log(`[layer-std gpu] kernels vs CPU twins (${results.length} comparisons):\n  ${results.join('\n  ')}`);
+  });
+
+  // ---- std-rows ------------------------------------------------------------------------------------
+  for (const D of [2048, 30]) {
+    it(`std.embed, hidden ${D} (tokens outside the table give zeros), scale 1 and sqrt(D)`, () => {
+      const V = 300;
+      const rows = 9;
+      const tokens = Int32Array.from({ length: rows }, (_, i) => (i === 2 ? V : i === 5 ? -1 : random.int(0, V - 1)));
+      for (const scale of [1, Math.fround(Math.sqrt(D))]) {
+        const r = onBoth({ tokens, table: random.normals(V * D), out: poisonF32(rows * D) }, (gpu, p) =>
+          gpu.launch(embedKernel, rowLaunch(rows, D, gpu.defaultStream), { tokens: p.tokens!, table: p.table!, out: p.out!, rows, hidden: D, vocab: V, scale }), ['out']);
+        compareF32(`embed D=${D} scale=${scale.toFixed(3)}`, r.cpu.out!, r.cuda.out!, 0);
+      }
+    });
+
+    it(`std.rms_norm (offset 0 and 1, in place) and std.layer_norm (with and without bias), hidden ${D}`, () => {
+      const rows = 7;
+      const x = random.normals(rows * D, 3);
+      for (const offset of [0, 1]) {
+        const w = random.normals(D, 0.3);
+        const r = onBoth({ x, y: poisonF32(rows * D), w }, (gpu, p) => {
+          gpu.launch(rmsNormKernel, rowLaunch(rows, D, gpu.defaultStream), { input: p.x!, output: p.y!, weight: p.w!, rows, hidden: D, eps: 1e-6, offset });
+          gpu.launch(rmsNormKernel, rowLaunch(rows, D, gpu.defaultStream), { input: p.x!, output: p.x!, weight: p.w!, rows, hidden: D, eps: 1e-6, offset });
+        }, ['y', 'x']);
+        compareF32(`rms_norm D=${D} offset=${offset}`, r.cpu.y!, r.cuda.y!);
+        compareF32(`rms_norm D=${D} offset=${offset} in place`, r.cpu.x!, r.cuda.x!);
+      }
+      const shifted = Float32Array.from(x, (v) => v + 5);
+      for (const bias of [true, false]) {
+        const r = onBoth({ x: shifted, y: poisonF32(rows * D), w: random.normals(D, 1), b: random.normals(D, 0.5) }, (gpu, p) =>
+          gpu.launch(layerNormKernel, rowLaunch(rows, D, gpu.defaultStream), { input: p.x!, output: p.y!, weight: p.w!, bias: bias ? p.b! : 0n, rows, hidden: D, eps: 1e-5 }), ['y']);
+        compareF32(`layer_norm D=${D} bias=${bias}`, r.cpu.y!, r.cuda.y!);
+      }
+    });
+  }
+
+  it('std.add (out aliasing a) and std.silu_mul (inter 512 and 13)', () => {
+    const count = 10_001;
+    const r = onBoth({ a: random.normals(count), b: random.normals(count), out: poisonF32(count) }, (gpu, p) => {
+      gpu.launch(addKernel, flatLaunch(count, gpu.defaultStream), { a: p.a!, b: p.b!, out: p.out!, count });
+      gpu.launch(addKernel, flatLaunch(count, gpu.defaultStream), { a: p.a!, b: p.b!, out: p.a!, count });
+    }, ['out', 'a']);
+    compareF32('add', r.cpu.out!, r.cuda.out!, 0);
+    compareF32('add in place', r.cpu.a!, r.cuda.a!, 0);
+    for (const I of [512, 13]) {
+      const rows = 5;
+      const s = onBoth({ gu: random.normals(rows * 2 * I, 4), out: poisonF32(rows * I) }, (gpu, p) =>
+        gpu.launch(siluMulKernel, rowLaunch(rows, I, gpu.defaultStream), { gateUp: p.gu!, out: p.out!, rows, inter: I }), ['out']);
+      compareF32(`silu_mul I=${I}`, s.cpu.out!, s.cuda.out!);
+    }
+  });
+
+  // ---- std-moe ---------------------------------------------------------------------------------------
+  const routings = [
+    { label: 'softmax top-10 of 512, norm_topk_prob', E: 512, topK: 10, scoring: 0, normTopK: 1, nGroup: 1, topkGroup: 1, scaling: 1, bias: false },
+    { label: 'softmax top-10 of 512, no norm', E: 512, topK: 10, scoring: 0, normTopK: 0, nGroup: 1, topkGroup: 1, scaling: 1, bias: false },
+    { label: 'sigmoid + bias, 8 groups keep 4, top-8 of 256, scaling 2.5', E: 256, topK: 8, scoring: 1, normTopK: 1, nGroup: 8, topkGroup: 4, scaling: 2.5, bias: true },
+    { label: 'sigmoid + bias, no groups, top-3 of 12, no norm', E: 12, topK: 3, scoring: 1, normTopK: 0, nGroup: 1, topkGroup: 1, scaling: 1, bias: true },
+  ];
+  for (const o of routings) {
+    it(`std.moe_route: ${o.label} (a tied row, a NaN padding row)`, () => {
+      const rows = 9;
+      const logits = random.normals(rows * o.E, 2);
+      logits.fill(0.25, 3 * o.E, 4 * o.E); // every expert tied: ids by index
+      for (let e = 0; e < o.E; e += 3) logits[5 * o.E + e] = 1.5; // partial ties
+      logits.fill(Number.NaN, 7 * o.E, 8 * o.E); // a padding row holding garbage
+      const r = onBoth({ logits, bias: random.normals(o.E, 0.1), ids: poisonI32(rows * o.topK), weights: poisonF32(rows * o.topK) }, (gpu, p) =>
+        gpu.launch(routeKernel, rowLaunch(rows, o.E, gpu.defaultStream), {
+          logits: p.logits!, bias: o.bias ? p.bias! : 0n, ids: p.ids!, weights: p.weights!, rows, experts: o.E, topK: o.topK,
+          scoring: o.scoring, normTopK: o.normTopK, nGroup: o.nGroup, topkGroup: o.topkGroup, scaling: o.scaling,
+        }), ['ids', 'weights']);
+      compareI32(`moe_route ${o.label} ids`, r.cpu.ids!, r.cuda.ids!);
+      const w = (b: Uint8Array) => f32(b).map((v) => (Number.isNaN(v) ? 0 : v));
+      const pad = (b: Uint8Array) => f32(b).subarray(7 * o.topK, 8 * o.topK);
+      // The padding row's weights are NaN on both (NaN scores), as they are on the CPU.
+      expect(Array.from(pad(r.cuda.weights!)).map(Number.isNaN)).toEqual(Array.from(pad(r.cpu.weights!)).map(Number.isNaN));
+      const rel = relErr(w(r.cuda.weights!), w(r.cpu.weights!));
+      results.push(`${`moe_route ${o.label} weights`.padEnd(72)} rel ${rel.toExponential(2)}`);
+      expect(rel).toBeLessThanOrEqual(1e-6);
+    });
+  }
+
+  for (const [D, I, E, topK, rows] of [[2048, 512, 8, 6, 3], [30, 7, 5, 2, 4]] as const) {
+    it(`std.moe_experts_up + std.moe_experts, D ${D}, I ${I}, ${E} experts, top-${topK} (an id outside the experts)`, () => {
+      const ids = new Int32Array(rows * topK);
+      for (let r = 0; r < rows; r++) {
+        const perm = Array.from({ length: E }, (_, e) => e).sort(() => random.float() - 0.5);
+        for (let j = 0; j < topK; j++) ids[r * topK + j] = perm[j]!;
+      }
+      ids[topK + 1] = -1;
+      const bufs = {
+        x: random.normals(rows * D), ids, weights: Float32Array.from({ length: rows * topK }, () => 0.05 + random.float()),
+        gateUp: random.normals(E * 2 * I * D, 1 / Math.sqrt(D)), down: random.normals(E * D * I, 1 / Math.sqrt(I)),
+        h: poisonF32(rows * topK * I), out: poisonF32(rows * D),
+      };
+      const r = onBoth(bufs, (gpu, p) => {
+        const s = gpu.defaultStream;
+        gpu.launch(expertsUpKernel, expertsUpLaunch(rows, topK, I, s), { input: p.x!, ids: p.ids!, gateUp: p.gateUp!, h: p.h!, rows, hidden: D, inter: I, experts: E, topK });
+        gpu.launch(expertsKernel, expertsLaunch(rows, D, s), { h: p.h!, ids: p.ids!, weights: p.weights!, down: p.down!, output: p.out!, rows, hidden: D, inter: I, experts: E, topK });
+      }, ['h', 'out']);
+      compareF32(`moe_experts_up D=${D} I=${I} E=${E} k=${topK}`, r.cpu.h!, r.cuda.h!);
+      compareF32(`moe_experts D=${D} I=${I} E=${E} k=${topK}`, r.cpu.out!, r.cuda.out!);
+    });
+  }
+
+  it('std.moe_combine, gated (sigmoid) and ungated', () => {
+    for (const D of [2048, 30]) {
+      const rows = 5;
+      for (const gated of [true, false]) {
+        const r = onBoth({ routed: random.normals(rows * D), shared: random.normals(rows * D), gate: random.normals(rows, 2), out: poisonF32(rows * D) }, (gpu, p) =>
+          gpu.launch(combineKernel, rowLaunch(rows, D, gpu.defaultStream), { routed: p.routed!, shared: p.shared!, gate: gated ? p.gate! : 0n, output: p.out!, rows, hidden: D }), ['out']);
+        compareF32(`moe_combine D=${D} gated=${gated}`, r.cpu.out!, r.cuda.out!);
+      }
+    }
+  });
+
+  // ---- std-attention -----------------------------------------------------------------------------------
+  const shapes = [
+    { label: 'Qwen3-Next-80B heads: 16 q / 2 kv, d 256, rotary 64, gated, norms 1 + w, pages of 16', H: 16, Hkv: 2, d: 256, rot: 64, gated: 1, norms: true, offset: 1, page: 16, hist: [45, 70, 20] },
+    { label: '8 q / 8 kv, d 128, rotary 128, gated, norms w, pages of 8', H: 8, Hkv: 8, d: 128, rot: 128, gated: 1, norms: true, offset: 0, page: 8, hist: [33, 9, 17] },
+    { label: '4 q / 1 kv, d 64, rotary 16, plain, no norms, pages of 4', H: 4, Hkv: 1, d: 64, rot: 16, gated: 0, norms: false, offset: 0, page: 4, hist: [13, 22, 5] },
+    { label: '4 q / 2 kv, d 8, rotary 4, gated, norms 1 + w, pages of 4', H: 4, Hkv: 2, d: 8, rot: 4, gated: 1, norms: true, offset: 1, page: 4, hist: [10, 3, 18] },
+  ];
+  for (const o of shapes) {
+    it(`std.attn_prep + std.attn_core over several pages: ${o.label}`, () => {
+      const maxSeqLen = 96;
+      const maxPages = Math.ceil(maxSeqLen / o.page);
+      const seqs = o.hist.length;
+      const pool = seqs * maxPages;
+      const perm = Array.from({ length: pool }, (_, i) => i).sort(() => random.float() - 0.5);
+      const blockTable = Int32Array.from(perm);
+      const W = o.H * o.d * (o.gated ? 2 : 1) + 2 * o.Hkv * o.d;
+      const cacheFloats = pool * o.page * o.Hkv * o.d;
+      const rope = ropeTable(maxSeqLen, o.rot, 1e7);
+      // Step 1: every sequence's history as one prefill; step 2: decode, verify (4 rows), a padding row, decode.
+      const steps = [
+        { slots: [0, 1, 2], counts: o.hist, starts: [0, 0, 0] },
+        { slots: [0, 1, -1, 2], counts: [1, 4, 1, 1], starts: [o.hist[0]!, o.hist[1]!, 0, o.hist[2]!] },
+      ];
+      const bufs: Bufs = {
+        blockTable, kCache: random.normals(cacheFloats), vCache: random.normals(cacheFloats), cos: rope.cos, sin: rope.sin,
+        qNorm: random.normals(o.d, 0.3), kNorm: random.normals(o.d, 0.3),
+      };
+      steps.forEach((s, n) => {
+        const rowStarts = new Int32Array(s.counts.length + 1);
+        s.counts.forEach((c, i) => (rowStarts[i + 1] = rowStarts[i]! + c));
+        const rows = rowStarts[s.counts.length]!;
+        const positions = new Int32Array(rows);
+        s.counts.forEach((c, i) => { for (let j = 0; j < c; j++) positions[rowStarts[i]! + j] = s.starts[i]! + j; });
+        Object.assign(bufs, {
+          [`rowStarts${n}`]: rowStarts, [`slots${n}`]: Int32Array.from(s.slots), [`positions${n}`]: positions,
+          [`qkv${n}`]: random.normals(rows * W, 1.5), [`q${n}`]: poisonF32(rows * o.H * o.d), [`out${n}`]: poisonF32(rows * o.H * o.d),
+        });
+      });
+      const r = onBoth(bufs, (gpu, p) => {
+        steps.forEach((s, n) => {
+          const rows = s.counts.reduce((a, b) => a + b, 0);
+          const common = {
+            qkv: p[`qkv${n}`]!, kCache: p.kCache!, vCache: p.vCache!, blockTable: p.blockTable!, slots: p[`slots${n}`]!, rowStarts: p[`rowStarts${n}`]!,
+            positions: p[`positions${n}`]!, batch: s.counts.length, heads: o.H, kvHeads: o.Hkv, headDim: o.d, pageSize: o.page, maxPages, gated: o.gated,
+          };
+          const stream = gpu.defaultStream;
+          gpu.launch(prepKernel, { grid: rows, block: Math.min(1024, 32 * Math.ceil(o.d / 32)), stream }, {
+            ...common, q: p[`q${n}`]!, qNorm: o.norms ? p.qNorm! : 0n, kNorm: o.norms ? p.kNorm! : 0n, cos: p.cos!, sin: p.sin!,
+            rotaryDim: o.rot, maxPositions: maxSeqLen, eps: 1e-6, normOffset: o.offset,
+          });
+          gpu.launch(coreKernel, { grid: [rows, o.H], block: 256, stream }, { ...common, q: p[`q${n}`]!, out: p[`out${n}`]!, scale: 1 / Math.sqrt(o.d) });
+        });
+      }, ['q0', 'out0', 'q1', 'out1', 'kCache', 'vCache']);
+      for (const name of ['q0', 'q1', 'kCache', 'vCache']) compareF32(`attn_prep ${name} ${o.label}`, r.cpu[name]!, r.cuda[name]!);
+      compareF32(`attn_core prefill ${o.label}`, r.cpu.out0!, r.cuda.out0!, 2e-5);
+      compareF32(`attn_core decode/verify/padding ${o.label}`, r.cpu.out1!, r.cuda.out1!, 2e-5);
+      // The padding row (batch position 2 of step 2, row 5) is zeros on both.
+      const pad = f32(r.cuda.out1!).subarray(5 * o.H * o.d, 6 * o.H * o.d);
+      expect(pad.every((v) => v === 0)).toBe(true);
+    });
+  }
+});

@@ -1,0 +1,114 @@
+// The device sampler on CUDA (std.argmax, std.sample) against the host sampler of @metrale/core and
+// the CPU twin, at the Qwen3 vocabulary (151 936). Greedy: identical tokens, ties included.
+// Sampled with a seed: the same draws give the same tokens as the CPU twin (the kernel's fixed-point sums may move
+// a token only when a draw lands within ~1e-16 of a boundary, so a mismatch rate is reported and
+// bounded, not assumed zero); every sampled token lies in the support the host filters keep; and
+// over many draws the token frequencies follow the filtered distribution (total variation).
+// Without a GPU the suite skips and says why.
+import { CpuBackend } from '@metrale/cpu-backend';
+import { SeededRandom, sampleLogitsRow, type GpuBackend, type SamplingParams } from '@metrale/core';
+import { DeviceSampler, filteredProbs } from '@metrale/layer-std';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { cudaAvailable, ensureFatbins } from './cuda-setup.js';
+
+const cuda = await cudaAvailable();
+if (!cuda.available) console.warn(`[layer-std gpu] sampler tests skipped: ${cuda.reason}`);
+
+const V = 151_936;
+const ROWS = 8;
+let gpu: GpuBackend;
+const lines: string[] = [];
+
+describe.skipIf(!cuda.available)('DeviceSampler on CUDA picks the tokens the host sampler picks', () => {
+  const logits = new SeededRandom(3).normals(ROWS * V, 3);
+  // Row 1: the maximum twice (greedy takes the lower index); row 2: a plateau at the top.
+  logits[V + 9000] = 20;
+  logits[V + 400] = 20;
+  for (let i = 0; i < 64; i++) logits[2 * V + 1000 + 7 * i] = 12;
+  let dev: bigint;
+  let sampler: DeviceSampler;
+  let cpu: CpuBackend;
+  let cpuDev: bigint;
+  let cpuSampler: DeviceSampler;
+
+  beforeAll(() => {
+    ensureFatbins();
+    gpu = cuda.create!();
+    sampler = new DeviceSampler(gpu, ROWS);
+    dev = gpu.alloc(4 * ROWS * V);
+    gpu.upload(dev, logits);
+    cpu = new CpuBackend();
+    cpuSampler = new DeviceSampler(cpu, ROWS);
+    cpuDev = cpu.alloc(4 * ROWS * V);
+    cpu.upload(cpuDev, logits);
+  });
+  afterAll(() => {
+    sampler?.dispose();
+    gpu?.dispose();
+    cpuSampler?.dispose();
+    cpu?.dispose();
+    console.log(`[layer-std gpu] sampler:\n  ${lines.join('\n  ')}`);
+  });
+
+  it('greedy: identical tokens (ties to the lower index)', () => {
+    const got = sampler.pick(dev, ROWS, V, undefined, gpu.defaultStream);
+    expect(got).toEqual(cpuSampler.pick(cpuDev, ROWS, V, undefined, cpu.defaultStream));
+    const want = Array.from({ length: ROWS }, (_, r) => sampleLogitsRow(logits, V, r, undefined, new SeededRandom(0)));
+    expect(Array.from(got)).toEqual(want);
+    expect(got[1]).toBe(400);
+    lines.push(`greedy: ${ROWS} rows identical`);
+  });
+
+  const cases: [string, SamplingParams][] = [
+    ['temperature 0.7', { temperature: 0.7 }],
+    ['top-k 5', { temperature: 1, topK: 5 }],
+    ['top-k 50 (plateau ties kept)', { temperature: 0.5, topK: 50 }],
+    ['top-p 0.8', { temperature: 1.3, topP: 0.8 }],
+    ['min-p 0.1', { temperature: 0.9, minP: 0.1 }],
+    ['all filters', { temperature: 1.1, topK: 40, topP: 0.9, minP: 0.02 }],
+  ];
+  for (const [name, params] of cases) {
+    it(`${name}: same tokens for the same seeds as the CPU twin, inside the host's support`, () => {
+      const rounds = 8;
+      let same = 0;
+      let sameHost = 0;
+      const supports = Array.from({ length: ROWS }, (_, r) => filteredProbs(logits.subarray(r * V, (r + 1) * V), params.temperature!, params.topK ?? 0, params.topP ?? 1, params.minP ?? 0));
+      for (let round = 0; round < rounds; round++) {
+        const seeds = () => Array.from({ length: ROWS }, (_, r) => new SeededRandom(1000 * round + r));
+        const got = sampler.pick(dev, ROWS, V, params, gpu.defaultStream, seeds());
+        const want = cpuSampler.pick(cpuDev, ROWS, V, params, cpu.defaultStream, seeds());
+        const host = seeds();
+        const hostWant = Array.from({ length: ROWS }, (_, r) => sampleLogitsRow(logits, V, r, params, host[r]!));
+        got.forEach((t, r) => {
+          if (t === want[r]) same++;
+          if (t === hostWant[r]) sameHost++;
+          expect(supports[r]![t]!, `row ${r}: token ${t} is outside the filtered support`).toBeGreaterThan(0);
+        });
+      }
+      const n = rounds * ROWS;
+      lines.push(`${name.padEnd(30)} ${same}/${n} identical to the CPU twin, ${sameHost}/${n} to core's host sampler`);
+      expect(same / n).toBeGreaterThanOrEqual(0.99);
+      expect(sameHost / n).toBeGreaterThanOrEqual(0.9);
+    });
+  }
+
+  it('token frequencies over 4 096 draws follow the filtered distribution (top-p 0.95, temperature 2, 64 tokens)', () => {
+    const v = 64;
+    const row = new SeededRandom(8).normals(v, 1.5);
+    const p = filteredProbs(row, 2, 0, 0.95, 0);
+    const total = p.reduce((a, b) => a + b, 0);
+    const small = gpu.alloc(4 * ROWS * v);
+    gpu.upload(small, new Float32Array(ROWS * v).map((_, i) => row[i % v]!));
+    const counts = new Float64Array(v);
+    const draws = 4096;
+    const rnd = Array.from({ length: ROWS }, (_, r) => new SeededRandom(77 + r));
+    for (let i = 0; i < draws / ROWS; i++) for (const t of sampler.pick(small, ROWS, v, { temperature: 2, topP: 0.95 }, gpu.defaultStream, rnd)) counts[t]!++;
+    gpu.free(small);
+    let tv = 0;
+    for (let t = 0; t < v; t++) tv += Math.abs(counts[t]! / draws - p[t]! / total);
+    tv /= 2;
+    lines.push(`frequencies vs filtered probabilities: total variation ${tv.toFixed(4)} over ${draws} draws`);
+    expect(counts.every((c, t) => c === 0 || p[t]! > 0)).toBe(true);
+    expect(tv).toBeLessThan(0.06);
+  });
+});

@@ -1,0 +1,13 @@
+import { defineConfig } from 'vitest/config';
+
+// The GPU lane: `npm run test:gpu` here (or `node scripts/test-gpu.mjs` at the root). Without a
+// GPU every suite skips and says why. Kernels come from dist/kernels/ (`npm run build` first).
+export default defineConfig({
+  test: {
+    include: ['test/gpu/**/*.test.ts'],
+    testTimeout: 600_000,
+    hookTimeout: 120_000,
+    // One file at a time: the suites share one GPU.
+    fileParallelism: false,
+  },
+});
