@@ -118,18 +118,21 @@ pools.clear();
 // Bytes a decode step must move at batch B (context C): every weight but the embedding table and
 // the experts once; the experts the batch routes to (uniform routing: E·(1 − (1 − top/E)^B) per
 // layer); one embedding row per sequence; the GDN state read and written, the KV cache read.
-const bytesOf = (t) => 2 * t.shape.reduce((a, b) => a * b, 1);
+// The layers keep their weights in f32 on the device (they upload what readF32 gives), so a step
+// reads 4 bytes per weight; the bf16 floor (2 bytes, what the checkpoint holds) is reported too.
+const WEIGHT_BYTES = 4;
+const bytesOf = (t) => WEIGHT_BYTES * t.shape.reduce((a, b) => a * b, 1);
 const isExpert = (t) => /\.experts\.\d+\./.test(t.name);
 const dense = plan.filter((t) => !isExpert(t) && t.name !== 'model.embed_tokens.weight').reduce((a, t) => a + bytesOf(t), 0);
-const expertBytes = 3 * 2 * config.hidden_size * config.moe_intermediate_size;
+const expertBytes = 3 * WEIGHT_BYTES * config.hidden_size * config.moe_intermediate_size;
 const gdnLayers = config.layer_types.filter((t) => t === 'linear_attention').length;
 const attnLayers = config.num_hidden_layers - gdnLayers;
 const stateBytes = config.linear_num_value_heads * config.linear_key_head_dim * config.linear_value_head_dim * 4;
-function stepBytes(B, context, rows = 1) {
+function stepBytes(B, context, weightScale = 1) {
   const E = config.num_experts;
-  const touched = E * (1 - (1 - config.num_experts_per_tok / E) ** (B * rows));
-  return dense + config.num_hidden_layers * touched * expertBytes + B * rows * config.hidden_size * 2
-    + gdnLayers * B * 2 * stateBytes + attnLayers * B * context * 2 * config.num_key_value_heads * config.head_dim * 2;
+  const touched = E * (1 - (1 - config.num_experts_per_tok / E) ** B);
+  return weightScale * (dense + config.num_hidden_layers * touched * expertBytes + B * config.hidden_size * WEIGHT_BYTES)
+    + gdnLayers * B * 2 * stateBytes + attnLayers * B * context * 2 * config.num_key_value_heads * config.head_dim * 4;
 }
 
 const results = [];
@@ -149,10 +152,12 @@ for (const spec of [false, true]) {
     const tokPerS = decodeTokens / (stats.decodeMs / 1000);
     const stepMs = stats.decodeMs / Math.max(1, stats.steps.decode + stats.steps.verify);
     const floorMs = copyBps ? (stepBytes(B, promptLen + steps / 2) / copyBps) * 1000 : undefined;
+    const bf16FloorMs = copyBps ? (stepBytes(B, promptLen + steps / 2, 2 / WEIGHT_BYTES) / copyBps) * 1000 : undefined;
     const row = {
       batch: B, spec: spec ? `ngram:k=${k}` : null, tokens_per_s: Number(tokPerS.toFixed(1)), step_ms: Number(stepMs.toFixed(3)),
       steps: stats.steps, acceptance: stats.speculation ? Number(stats.speculation.acceptanceRate.toFixed(3)) : null,
       roofline_step_ms: floorMs === undefined ? null : Number(floorMs.toFixed(3)),
+      roofline_bf16_step_ms: bf16FloorMs === undefined ? null : Number(bf16FloorMs.toFixed(3)),
       of_roofline: floorMs === undefined || spec ? null : Number((floorMs / stepMs).toFixed(3)),
     };
     results.push(row);
