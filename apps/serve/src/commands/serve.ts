@@ -27,6 +27,7 @@ interface ServeOptions {
   readonly logLevel: string;
   readonly shutdownTimeout: number;
   readonly loadDelayMs: number;
+  readonly progress: 'auto' | 'always' | 'never';
 }
 
 const port = (value: string): number => {
@@ -52,6 +53,7 @@ export function serveCommand(ctx: CliContext): Command {
     .option('--no-graphs', 'run decode and verify eagerly instead of capturing graphs')
     .addOption(new Option('--log-level <level>', 'log level').choices(['fatal', 'error', 'warn', 'info', 'debug', 'trace']).default('info'))
     .option('--shutdown-timeout <s>', 'on SIGINT/SIGTERM, seconds in-flight requests get to finish before they are cancelled', nonNegative, 30)
+    .addOption(new Option('--progress <when>', 'progress bar on stderr while the weights load (auto: on a terminal, for checkpoints over 256 MiB)').choices(['auto', 'always', 'never']).default('auto'))
     .addOption(new Option('--load-delay-ms <ms>', 'wait before loading the weights (testing)').argParser(Number).default(0).hideHelp())
     .addHelpText('after', [
       '',
@@ -96,8 +98,15 @@ async function serve(o: ServeOptions, ctx: CliContext): Promise<number> {
     }
     log.info({ model: server.model?.name, dir: info.dir, model_type: info.modelType, embedded: info.embedded, created: info.created, create_ms: Math.round(info.createMs), max_model_len: info.maxModelLen, weight_bytes: info.weightBytes, tokenizer: server.codec !== undefined }, 'model opened');
     // A bar for checkpoints that take a while to load, on a terminal only (logs stay JSON).
-    if (process.stderr.isTTY && info.weightBytes > 256 * 1024 * 1024) {
-      bar = new SingleBar({ format: 'loading weights [{bar}] {percentage}% | {value}/{total} MiB | {eta_formatted} left', stream: process.stderr }, Presets.shades_classic);
+    const wanted = o.progress === 'always' || (o.progress === 'auto' && process.stderr.isTTY && info.weightBytes > 256 * 1024 * 1024);
+    if (wanted) {
+      bar = new SingleBar({
+        format: 'loading weights [{bar}] {percentage}% | {value}/{total} MiB | {eta_formatted} left', stream: process.stderr,
+        // Off a terminal (--progress always), the bar is written as it changes instead of redrawn.
+        noTTYOutput: !process.stderr.isTTY, notTTYSchedule: 200,
+        // Signals are the server's to handle (graceful shutdown), not the bar's.
+        gracefulExit: false,
+      }, Presets.shades_classic);
       bar.start(Math.ceil(info.weightBytes / 2 ** 20), 0);
     }
   });
@@ -136,6 +145,7 @@ async function serve(o: ServeOptions, ctx: CliContext): Promise<number> {
   };
 
   engine.on('ready', (r) => {
+    bar?.update(bar.getTotal());
     bar?.stop();
     bar = undefined;
     metrics.modelLoaded.set(1);

@@ -77,6 +77,17 @@ describe('metrale serve lifecycle', () => {
     expect(run.stdout + run.stderr).toMatch(/nonexistent\/model-dir/);
   }, 60_000);
 
+  it('draws a progress bar while the weights load when asked (--progress always)', async () => {
+    const server = await startServer(['--progress', 'always']);
+    try {
+      await server.ready();
+      expect(server.stderr()).toMatch(/loading weights \[.*\] \d+% \| \d+\/\d+ MiB/);
+      expect(server.stderr()).toMatch(/100%/);
+    } finally {
+      expect(await server.stop()).toBe(0);
+    }
+  }, 60_000);
+
   it('--help lists the options', () => {
     const run = metrale(['serve', '--help']);
     expect(run.code).toBe(0);

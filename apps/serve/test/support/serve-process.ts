@@ -14,6 +14,8 @@ export interface ServeProcess {
   readonly client: OpenAI;
   /** Every JSON log line so far. */
   readonly logs: Record<string, unknown>[];
+  /** stderr so far. */
+  stderr(): string;
   /** Resolves with the exit code. */
   readonly exited: Promise<number | null>;
   /** Waits until /health answers 200. */
@@ -54,6 +56,7 @@ export async function startServer(args: readonly string[] = [], options: { env?:
   const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 60_000 });
   return {
     child, url, client, logs, exited,
+    stderr: () => stderr,
     async ready(timeoutMs = 30_000) {
       const until = Date.now() + timeoutMs;
       while (Date.now() < until) {
