@@ -21,6 +21,8 @@ const { values: o } = parseArgs({
     prompt: { type: 'string', default: '128' },
     spec: { type: 'string', default: '4' },
     tiny: { type: 'boolean', default: false },
+    // Also time each plain-decode row without CUDA graphs (replay must never be slower).
+    eager: { type: 'boolean', default: false },
     out: { type: 'string' },
   },
 });
@@ -136,9 +138,10 @@ function stepBytes(B, context, weightScale = 1) {
 }
 
 const results = [];
-for (const spec of [false, true]) {
+const modes = [{ spec: false, graphs: true }, ...(o.eager ? [{ spec: false, graphs: false }] : []), { spec: true, graphs: true }];
+for (const { spec, graphs } of modes) {
   for (const B of batches) {
-    const driver = new StepDriver({ gpu, layers: stack.layers, limits, graphs: true });
+    const driver = new StepDriver({ gpu, layers: stack.layers, limits, graphs });
     const runner = new ModelRunner({ driver, vocabSize: config.vocab_size, ...(spec ? { speculation: { proposer: new NgramProposer({ k, minN: 1, maxN: 3 }), k } } : {}) });
     // A repetitive prompt, so n-gram drafts have something to match.
     // Each sequence has its own prompt (its own block of tokens, so routing differs across the batch).
@@ -154,11 +157,11 @@ for (const spec of [false, true]) {
     const floorMs = copyBps ? (stepBytes(B, promptLen + steps / 2) / copyBps) * 1000 : undefined;
     const bf16FloorMs = copyBps ? (stepBytes(B, promptLen + steps / 2, 2 / WEIGHT_BYTES) / copyBps) * 1000 : undefined;
     const row = {
-      batch: B, spec: spec ? `ngram:k=${k}` : null, tokens_per_s: Number(tokPerS.toFixed(1)), step_ms: Number(stepMs.toFixed(3)),
+      batch: B, spec: spec ? `ngram:k=${k}` : null, graphs, tokens_per_s: Number(tokPerS.toFixed(1)), step_ms: Number(stepMs.toFixed(3)),
       steps: stats.steps, acceptance: stats.speculation ? Number(stats.speculation.acceptanceRate.toFixed(3)) : null,
       roofline_step_ms: floorMs === undefined ? null : Number(floorMs.toFixed(3)),
       roofline_bf16_step_ms: bf16FloorMs === undefined ? null : Number(bf16FloorMs.toFixed(3)),
-      of_roofline: floorMs === undefined || spec ? null : Number((floorMs / stepMs).toFixed(3)),
+      of_roofline: floorMs === undefined || spec || !graphs ? null : Number((floorMs / stepMs).toFixed(3)),
     };
     results.push(row);
     console.error(JSON.stringify(row));
