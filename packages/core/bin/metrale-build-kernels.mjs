@@ -75,6 +75,12 @@ function main() {
   const sources = readdirSync(kernelsDir).filter((f) => f.endsWith('.cu')).sort();
   if (sources.length === 0) return 0;
 
+  // `npm start` on a machine without an NVIDIA driver skips the compile: nothing could run the
+  // kernels, and nvcc is most of the build's time. `npm test` and `pnpm build` always compile.
+  if (process.env.METRALE_KERNELS === 'skip') {
+    console.log(`metrale-build-kernels: METRALE_KERNELS=skip, ${sources.length} kernel file(s) in ${kernelsDir} not built (CPU backend only)`);
+    return 0;
+  }
   const nvcc = findNvcc(options.nvcc);
   if (!nvcc) {
     console.log(`metrale-build-kernels: nvcc not found, ${sources.length} kernel file(s) in ${kernelsDir} not built (CPU backend only)`);
