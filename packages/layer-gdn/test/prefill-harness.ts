@@ -254,6 +254,10 @@ export function layoutOf(s: PShape, R: Rng, seqs: readonly { rows: number; len: 
       rows.push(-q.rows);
       continue;
     }
+    // Every real position needs a slot of its own: a slot shared by two positions of one step is
+    // outside the kernels' contract (their CTAs run side by side and would race on its state and
+    // ring, while the CPU reference runs them one after the other).
+    if (next >= s.maxSeqs) throw new Error(`layoutOf: ${seqs.filter((x) => x.rows >= 0).length} sequences need more slots than ${s.name}'s maxSeqs ${s.maxSeqs}`);
     const slot = free[next++]!;
     slots.push(slot);
     seqLens.push(q.len);

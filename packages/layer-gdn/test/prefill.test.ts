@@ -57,3 +57,25 @@ describe('chunked prefill CPU twins vs the row-by-row reference', () => {
     }
   }
 });
+
+// Regression: the GPU suite's 'r2 dk64 dv192' shape had maxSeqs 3 and its 4-sequence ragged case
+// gave the 4th position slot `undefined` (0 in the Int32Array), the slot of an earlier position:
+// two positions of one step on one slot race on the GPU (state and ring) while the CPU reference
+// runs them in order, y off by ~0.08 on every seed. layoutOf now refuses a batch it has no slots for.
+describe('layoutOf (test harness)', () => {
+  const s: PShape = { name: 'dv192 slots', hk: 1, hv: 2, dk: 64, dv: 192, K: 4, maxK: 4, maxSeqs: 3 };
+  const ragged = [{ rows: 70, len: 3 }, { rows: 5, len: 0 }, { rows: 129, len: 41 }, { rows: 1, len: 1 }];
+  it('refuses more sequences than the shape has slots', () => {
+    expect(() => layoutOf(s, rng(20457698), ragged)).toThrow(/maxSeqs 3/);
+  });
+  it('gives every real position a slot of its own (padding: −1)', () => {
+    for (let seed = 0; seed < 50; seed++) {
+      const L = layoutOf({ ...s, maxSeqs: 4 }, rng(seed), [...ragged.slice(0, 2), { rows: -3, len: 0 }, ...ragged.slice(2)]);
+      const real = L.slots.filter((x) => x >= 0);
+      expect(real).toHaveLength(4);
+      expect(new Set(real).size).toBe(4);
+      expect(real.every((x) => Number.isInteger(x) && x < 4)).toBe(true);
+      expect(L.slots[2]).toBe(-1);
+    }
+  });
+});
