@@ -79,6 +79,33 @@ describe('continuous batching', () => {
     expect(await metric(server.url, 'metrale_requests_running')).toBe(0);
   }, 60_000);
 
+  it('a long prompt prefills in chunks while a running stream keeps decoding', async () => {
+    // Stream A decodes; B's prompt (~300 tokens, --prefill-chunk 8) needs dozens of prefill steps.
+    const a = await server.client.completions.create({ model: MODEL, prompt: 'keep going', max_tokens: 120, temperature: 0, ignore_eos: true, stream: true } as any) as any;
+    const arrivals: number[] = [];
+    let bSent = 0;
+    let bFirst = 0;
+    const readA = (async () => {
+      for await (const chunk of a) {
+        if (chunk.choices[0]?.text) arrivals.push(performance.now());
+        if (arrivals.length === 5 && !bSent) {
+          bSent = performance.now();
+          void (async () => {
+            const b = await server.client.completions.create({ model: MODEL, prompt: 'the sea and the ships '.repeat(60), max_tokens: 2, temperature: 0, stream: true } as any) as any;
+            for await (const c of b) if (c.choices[0]?.text && !bFirst) bFirst = performance.now();
+          })();
+        }
+      }
+    })();
+    await readA;
+    const until = Date.now() + 10_000;
+    while (!bFirst && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
+    expect(bFirst).toBeGreaterThan(0);
+    // A kept receiving tokens while B's prompt was being prefilled (not stalled behind it).
+    const during = arrivals.filter((t) => t > bSent && t < bFirst).length;
+    expect(during).toBeGreaterThanOrEqual(10);
+  }, 60_000);
+
   it('metrics add up: tokens, requests, time to first token', async () => {
     const before = {
       prompt: await metric(server.url, 'metrale_prompt_tokens_total'),
