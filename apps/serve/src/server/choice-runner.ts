@@ -83,6 +83,8 @@ export async function runChoices(o: RunChoicesOptions): Promise<unknown> {
     sse.done();
     return undefined;
   } catch (error) {
+    // Whatever failed, nothing of this request may keep running in the engine.
+    abortAll('the request failed');
     if (!sse || !raw.headersSent) throw error;
     // Mid-stream: the status is already sent; the error travels as an event, then the stream ends.
     const apiError = error instanceof ApiError ? error : new ApiError(500, (error as Error).message);
