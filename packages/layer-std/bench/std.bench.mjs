@@ -12,10 +12,16 @@
 //   attention decode   std.attn_prep + std.attn_core for one row per sequence at position ctx − 1,
 //                      contexts 4 K and 32 K, batch 1 and 32; floor: the K and V rows read once,
 //                      batch · ctx · 2 · 2 · 256 · 4 B at the copy rate.
-//   moe                router GEMM + std.moe_route + std.moe_experts_up + std.moe_experts + shared
-//                      expert (2 GEMMs, std.silu_mul, gate GEMM) + std.moe_combine, batch 1 and 32;
-//                      floor: the weights of the distinct experts chosen (f32, 3 · 512 · 2048 · 4 B
-//                      each) + shared expert + router, read once at the copy rate.
+//   moe                router GEMM + std.moe_route + experts + shared expert (2 GEMMs, std.silu_mul,
+//                      gate GEMM) + std.moe_combine; experts grouped (std.moe_group +
+//                      std.moe_experts_up + std.moe_experts_down + std.moe_experts: each chosen
+//                      expert read once per step) and, as the baseline, row-wise (the previous
+//                      std.moe_experts_up_rowwise + std.moe_experts_rowwise: once per row that chose
+//                      it). 512 experts at batch 1 and 32; 64 experts (the 80B-shaped decode bench's
+//                      reduction) at batch 1, 8 and 64. Router GEMM and route kernel timed apart.
+//                      Floors: the weights of the distinct experts chosen (f32, 3 · 512 · 2048 · 4 B
+//                      each) + router (+ shared expert for the whole layer), read once at the copy rate.
+// METRALE_BENCH_ONLY=moe skips the attention cases.
 // Results print as a table and go to $METRALE_BENCH_OUT (default bench-results/std.json) as JSON.
 // METRALE_BENCH_QUICK=1 runs small sizes only (a smoke test of the program).
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -92,7 +98,7 @@ async function main() {
     // ---- attention decode -------------------------------------------------------------------
     const { heads: H, kvHeads: Hkv, d, rot, page } = S;
     const W = H * d * 2 + 2 * Hkv * d;
-    for (const ctx of quick ? [1024] : [4096, 32768]) {
+    for (const ctx of quick ? [1024] : process.env.METRALE_BENCH_ONLY === 'moe' ? [] : [4096, 32768]) {
       for (const batch of quick ? [1, 4] : [1, 32]) {
         const pagesPer = Math.ceil(ctx / page);
         const pool = batch * pagesPer;
@@ -130,64 +136,91 @@ async function main() {
     }
 
     // ---- MoE ----------------------------------------------------------------------------------------
-    const { hidden: D, experts: E, topK, inter: I, sharedInter: SI } = S;
-    const Eq = quick ? 64 : E;
-    const gateUp = randomBuffer(Eq * 2 * I * D, 1 / Math.sqrt(D));
-    const down = randomBuffer(Eq * D * I, 1 / Math.sqrt(I));
-    const router = randomBuffer(Eq * D, 1 / Math.sqrt(D));
+    const { hidden: D, topK, inter: I, sharedInter: SI } = S;
     const shGateUp = randomBuffer(2 * SI * D, 1 / Math.sqrt(D));
     const shDown = randomBuffer(D * SI, 1 / Math.sqrt(SI));
     const shGate = randomBuffer(D, 1 / Math.sqrt(D));
-    for (const batch of quick ? [1, 4] : [1, 32]) {
-      const sets = 8; // input sets rotated: each repetition routes differently
-      const xs = Array.from({ length: sets }, () => upload(normals(batch * D)));
-      const logits = alloc(4 * batch * Eq);
-      const ids = alloc(4 * batch * topK);
-      const weights = alloc(4 * batch * topK);
-      const h = alloc(4 * batch * topK * I);
-      const routed = alloc(4 * batch * D);
-      const shared = alloc(4 * batch * D);
-      const gu = alloc(4 * batch * 2 * SI);
-      const sh = alloc(4 * batch * SI);
-      const gate = alloc(4 * batch);
-      const out = alloc(4 * batch * D);
-      const route = (x) => {
-        gpu.gemm({ m: batch, n: Eq, k: D, a: x, b: router, c: logits, transB: true, dtype: 'f32', stream });
-        gpu.launch(std.routeKernel, std.rowLaunch(batch, Eq, stream), {
+    const moeCases = quick ? [{ experts: 64, batches: [1, 4] }] : [{ experts: S.experts, batches: [1, 32] }, { experts: 64, batches: [1, 8, 64] }];
+    for (const { experts: Eq, batches } of moeCases) {
+      const caseAllocs = allocs.length;
+      const gateUp = randomBuffer(Eq * 2 * I * D, 1 / Math.sqrt(D));
+      const down = randomBuffer(Eq * D * I, 1 / Math.sqrt(I));
+      const router = randomBuffer(Eq * D, 1 / Math.sqrt(D));
+      const maxBatch = Math.max(...batches);
+      for (const batch of batches) {
+        const sets = 8; // input sets rotated: each repetition routes differently
+        const xs = Array.from({ length: sets }, () => upload(normals(batch * D)));
+        const logits = alloc(4 * batch * Eq);
+        const ids = alloc(4 * batch * topK);
+        const weights = alloc(4 * batch * topK);
+        const groups = alloc(4 * std.moeGroupsLength(batch, topK, Eq));
+        const h = alloc(4 * batch * topK * I);
+        const y = alloc(4 * batch * topK * D);
+        const routed = alloc(4 * batch * D);
+        const shared = alloc(4 * batch * D);
+        const gu = alloc(4 * batch * 2 * SI);
+        const sh = alloc(4 * batch * SI);
+        const gate = alloc(4 * batch);
+        const out = alloc(4 * batch * D);
+        const gemm = (x) => gpu.gemm({ m: batch, n: Eq, k: D, a: x, b: router, c: logits, transB: true, dtype: 'f32', stream });
+        const routeKernel = () => gpu.launch(std.routeKernel, std.rowLaunch(batch, Eq, stream), {
           logits, bias: 0n, ids, weights, rows: batch, experts: Eq, topK, scoring: 0, normTopK: 1, nGroup: 1, topkGroup: 1, scaling: 1,
         });
-      };
-      const experts = (x) => {
-        gpu.launch(std.expertsUpKernel, std.expertsUpLaunch(batch, topK, I, stream), { input: x, ids, gateUp, h, rows: batch, hidden: D, inter: I, experts: Eq, topK });
-        gpu.launch(std.expertsKernel, std.expertsLaunch(batch, D, stream), { h, ids, weights, down, output: routed, rows: batch, hidden: D, inter: I, experts: Eq, topK });
-      };
-      const sharedAndCombine = (x) => {
-        gpu.gemm({ m: batch, n: 2 * SI, k: D, a: x, b: shGateUp, c: gu, transB: true, dtype: 'f32', stream });
-        gpu.launch(std.siluMulKernel, std.rowLaunch(batch, SI, stream), { gateUp: gu, out: sh, rows: batch, inter: SI });
-        gpu.gemm({ m: batch, n: D, k: SI, a: sh, b: shDown, c: shared, transB: true, dtype: 'f32', stream });
-        gpu.gemm({ m: batch, n: 1, k: D, a: x, b: shGate, c: gate, transB: true, dtype: 'f32', stream });
-        gpu.launch(std.combineKernel, std.rowLaunch(batch, D, stream), { routed, shared, gate, output: out, rows: batch, hidden: D });
-      };
-      // Distinct experts per input set (the floor's bytes).
-      let distinct = 0;
-      for (const x of xs) {
-        route(x);
-        const got = new Int32Array(gpu.download(ids, 4 * batch * topK).buffer);
-        distinct += new Set(got).size / sets;
+        const route = (x) => (gemm(x), routeKernel());
+        // After: the grouped kernels (each chosen expert's weights read once per step).
+        const experts = (x) => {
+          gpu.launch(std.groupKernel, std.groupLaunch(Eq, stream), { ids, groups, rows: batch, experts: Eq, topK });
+          gpu.launch(std.expertsUpKernel, std.expertsUpLaunch(batch, topK, I, Eq, stream), { input: x, ids, groups, gateUp, h, rows: batch, hidden: D, inter: I, experts: Eq, topK });
+          gpu.launch(std.expertsDownKernel, std.expertsDownLaunch(batch, topK, D, Eq, stream), { h, ids, groups, down, y, rows: batch, hidden: D, inter: I, experts: Eq, topK });
+          gpu.launch(std.expertsKernel, std.expertsLaunch(batch, D, stream), { y, ids, weights, output: routed, rows: batch, hidden: D, experts: Eq, topK });
+        };
+        // Before: the row-wise kernels (each row re-reads its experts' weights).
+        const expertsRowwise = (x) => {
+          gpu.launch(std.expertsUpRowwiseKernel, std.expertsUpRowwiseLaunch(batch, topK, I, stream), { input: x, ids, gateUp, h, rows: batch, hidden: D, inter: I, experts: Eq, topK });
+          gpu.launch(std.expertsRowwiseKernel, std.expertsRowwiseLaunch(batch, D, stream), { h, ids, weights, down, output: routed, rows: batch, hidden: D, inter: I, experts: Eq, topK });
+        };
+        const sharedAndCombine = (x) => {
+          gpu.gemm({ m: batch, n: 2 * SI, k: D, a: x, b: shGateUp, c: gu, transB: true, dtype: 'f32', stream });
+          gpu.launch(std.siluMulKernel, std.rowLaunch(batch, SI, stream), { gateUp: gu, out: sh, rows: batch, inter: SI });
+          gpu.gemm({ m: batch, n: D, k: SI, a: sh, b: shDown, c: shared, transB: true, dtype: 'f32', stream });
+          gpu.gemm({ m: batch, n: 1, k: D, a: x, b: shGate, c: gate, transB: true, dtype: 'f32', stream });
+          gpu.launch(std.combineKernel, std.rowLaunch(batch, D, stream), { routed, shared, gate, output: out, rows: batch, hidden: D });
+        };
+        // Distinct experts per input set (the floor's bytes).
+        let distinct = 0;
+        for (const x of xs) {
+          route(x);
+          const got = new Int32Array(gpu.download(ids, 4 * batch * topK).buffer);
+          distinct += new Set(got).size / sets;
+        }
+        const x = (i) => xs[i % sets];
+        const time = (f) => cb.timeOnDevice(gpu, f, { reps: REPS }).ms;
+        const tGemm = time((i) => gemm(x(i)));
+        const tRouteKernel = time((i) => (gemm(x(i)), routeKernel())) - tGemm;
+        const tRoute = tGemm + tRouteKernel;
+        const tExperts = time((i) => (route(x(i)), experts(x(i))));
+        const tExpertsRowwise = time((i) => (route(x(i)), expertsRowwise(x(i))));
+        const tAll = time((i) => (route(x(i)), experts(x(i)), sharedAndCombine(x(i))));
+        const tAllRowwise = time((i) => (route(x(i)), expertsRowwise(x(i)), sharedAndCombine(x(i))));
+        const expertBytes = distinct * 3 * I * D * 4;
+        const routerBytes = Eq * D * 4;
+        const expertsFloorMs = ((expertBytes + routerBytes) / copyBW) * 1e3;
+        const bytes = expertBytes + routerBytes + 3 * SI * D * 4 + D * 4;
+        const floorMs = (bytes / copyBW) * 1e3;
+        const row = {
+          experts: Eq, batch, distinctExperts: distinct, weightBytes: bytes, floorMs, expertsFloorMs, routerGemmMs: tGemm, routeKernelMs: tRouteKernel, routeMs: tRoute,
+          routePlusExpertsMs: tExperts, routePlusExpertsRowwiseMs: tExpertsRowwise, expertsMs: tExperts - tRoute, expertsRowwiseMs: tExpertsRowwise - tRoute,
+          totalMs: tAll, totalRowwiseMs: tAllRowwise, achievedBytesPerS: bytes / (tAll * 1e-3),
+        };
+        result.moe.push(row);
+        const us = (ms) => `${(ms * 1e3).toFixed(1)} µs`;
+        log(`moe ${Eq} experts batch ${batch}: ${distinct.toFixed(1)} distinct experts, ${(bytes / MiB).toFixed(1)} MiB of weights; router GEMM ${us(tGemm)}, route kernel ${us(tRouteKernel)}`);
+        log(`  route + experts: grouped ${us(tExperts)}, row-wise ${us(tExpertsRowwise)} (${(tExpertsRowwise / tExperts).toFixed(2)} ×); floor (distinct experts + router) ${us(expertsFloorMs)} (grouped ${(tExperts / expertsFloorMs).toFixed(2)} × floor)`);
+        log(`  whole layer: grouped ${us(tAll)}, row-wise ${us(tAllRowwise)}; floor ${us(floorMs)} (${(tAll / floorMs).toFixed(2)} × floor, ${((100 * row.achievedBytesPerS) / copyBW).toFixed(1)} % of copy)`);
+        gpu.synchronize();
+        for (const p of allocs.splice(caseAllocs + 3)) gpu.free(p);
+        if (batch === maxBatch) for (const p of allocs.splice(caseAllocs)) gpu.free(p);
       }
-      const tRoute = cb.timeOnDevice(gpu, (i) => route(xs[i % sets]), { reps: REPS });
-      const tExperts = cb.timeOnDevice(gpu, (i) => (route(xs[i % sets]), experts(xs[i % sets])), { reps: REPS });
-      const tAll = cb.timeOnDevice(gpu, (i) => (route(xs[i % sets]), experts(xs[i % sets]), sharedAndCombine(xs[i % sets])), { reps: REPS });
-      const expertBytes = distinct * 3 * I * D * 4;
-      const bytes = expertBytes + 3 * SI * D * 4 + (Eq + 1) * D * 4;
-      const floorMs = (bytes / copyBW) * 1e3;
-      const row = {
-        batch, distinctExperts: distinct, weightBytes: bytes, floorMs, routeMs: tRoute.ms, routePlusExpertsMs: tExperts.ms, expertsMs: tExperts.ms - tRoute.ms, totalMs: tAll.ms,
-        achievedBytesPerS: bytes / (tAll.ms * 1e-3),
-      };
-      result.moe.push(row);
-      log(`moe batch ${batch}: ${distinct.toFixed(1)} distinct experts, ${(bytes / MiB).toFixed(1)} MiB of weights; route ${(tRoute.ms * 1e3).toFixed(1)} µs, route + experts ${(tExperts.ms * 1e3).toFixed(1)} µs, whole layer ${(tAll.ms * 1e3).toFixed(1)} µs; floor ${(floorMs * 1e3).toFixed(1)} µs (${(tAll.ms / floorMs).toFixed(2)} × floor, ${((100 * row.achievedBytesPerS) / copyBW).toFixed(1)} % of copy)`);
-      for (const x of xs) gpu.free(x), allocs.splice(allocs.indexOf(x), 1);
     }
     freeAll();
   } finally {

@@ -15,7 +15,10 @@ export { KvPages } from './kv-pages.js';
 export { ropeTable } from './rope-table.js';
 export { requireKernels } from './require-kernels.js';
 export { embedKernel, rmsNormKernel, layerNormKernel, addKernel, siluMulKernel, rowLaunch, flatLaunch } from './rows-kernels.js';
-export { routeKernel, expertsUpKernel, expertsKernel, combineKernel, expertsUpLaunch, expertsLaunch } from './moe-kernels.js';
+export {
+  routeKernel, groupKernel, expertsUpKernel, expertsDownKernel, expertsKernel, combineKernel, groupLaunch, expertsUpLaunch, expertsDownLaunch, expertsLaunch,
+  moeGroupsLength, moeGrouped, GROUPED_MIN_ENTRIES_PER_EXPERT, expertsUpRowwiseKernel, expertsRowwiseKernel, expertsUpRowwiseLaunch, expertsRowwiseLaunch,
+} from './moe-kernels.js';
 export { prepKernel, coreKernel } from './attention-kernels.js';
 export { argmaxKernel, sampleKernel } from './sample-kernels.js';
 export { routeRow, topIndices } from './moe.cpu.js';

@@ -80,10 +80,10 @@ export function routeCpu(a: RouteArgs, { mem }: CpuKernelContext): void {
   }
 }
 
-/** What both expert kernels take: the row's expert ids, the activations h between them, the shapes. */
+/** What the expert kernels take: the rows' expert ids, the activations h between them, the shapes. */
 interface ExpertPass {
   readonly ids: bigint;
-  /** f32 [rows][topK][inter]: written by `std.moe_experts_up`, read by `std.moe_experts`. */
+  /** f32 [rows][topK][inter]: written by `std.moe_experts_up`, read by `std.moe_experts_down`. */
   readonly h: bigint;
   readonly rows: number;
   readonly hidden: number;
@@ -97,8 +97,55 @@ function passViews(a: ExpertPass, mem: CpuKernelContext['mem']) {
   return { D: a.hidden, I: a.inter, topK: a.topK, ids: mem.i32(a.ids, a.rows * a.topK), h: mem.f32(a.h, a.rows * a.topK * a.inter) };
 }
 
+export interface GroupArgs {
+  readonly ids: bigint;
+  /** i32 [moeGroupsLength(rows, topK, experts)] (layout in KERNELS.md). */
+  readonly groups: bigint;
+  readonly rows: number;
+  readonly experts: number;
+  readonly topK: number;
+}
+
+/**
+ * The step's entries rj = r·topK + j grouped by expert: header [experts chosen, ids outside
+ * [0, experts), entries in range], the experts chosen ascending, the start of each one's entries
+ * (and the end), then the entries by expert and rj, then the ids outside the experts by rj.
+ */
+export function groupCpu(a: GroupArgs, { mem }: CpuKernelContext): void {
+  const E = a.experts;
+  const n = a.rows * a.topK;
+  const ids = mem.i32(a.ids, n);
+  const g = mem.i32(a.groups, 4 + 2 * E + n);
+  const lists: number[][] = Array.from({ length: E }, () => []);
+  const outside: number[] = [];
+  for (let rj = 0; rj < n; rj++) {
+    const e = ids[rj]!;
+    if (e >= 0 && e < E) lists[e]!.push(rj);
+    else outside.push(rj);
+  }
+  let active = 0;
+  let at = 0;
+  const order = 4 + 2 * E;
+  for (let e = 0; e < E; e++) {
+    const list = lists[e]!;
+    if (list.length === 0) continue;
+    g[3 + active] = e;
+    g[3 + E + active] = at;
+    g.set(list, order + at);
+    at += list.length;
+    active++;
+  }
+  g[3 + E + active] = at;
+  g.set(outside, order + at);
+  g[0] = active;
+  g[1] = outside.length;
+  g[2] = at;
+}
+
 export interface ExpertsUpArgs extends ExpertPass {
   readonly input: bigint;
+  /** The entries by expert (`std.moe_group`); the CUDA kernel reads them, the reference the ids. */
+  readonly groups?: bigint;
   /** f32 [experts][2·inter][hidden]: gate rows, then up rows. */
   readonly gateUp: bigint;
 }
@@ -131,15 +178,82 @@ export function expertsUpCpu(a: ExpertsUpArgs, { mem }: CpuKernelContext): void 
   }
 }
 
-export interface ExpertsArgs extends ExpertPass {
+export interface ExpertsDownArgs extends ExpertPass {
+  /** The entries by expert (`std.moe_group`); the CUDA kernel reads them, the reference the ids. */
+  readonly groups: bigint;
+  /** f32 [experts][hidden][inter]. */
+  readonly down: bigint;
+  /** f32 [rows][topK][hidden]: each expert's output, before the routing weights. */
+  readonly y: bigint;
+}
+
+/** y[r][j] = down_e · h[r][j], e = ids[r][j]; zeros for an id outside [0, experts). */
+export function expertsDownCpu(a: ExpertsDownArgs, { mem }: CpuKernelContext): void {
+  const { D, I, topK, ids, h } = passViews(a, mem);
+  const down = mem.f32(a.down, a.experts * D * I);
+  const y = mem.f32(a.y, a.rows * topK * D);
+  for (let rj = 0; rj < a.rows * topK; rj++) {
+    const e = ids[rj]!;
+    const o = rj * D;
+    if (e < 0 || e >= a.experts) {
+      y.fill(0, o, o + D);
+      continue;
+    }
+    const ho = rj * I;
+    const dn = e * D * I;
+    for (let d = 0; d < D; d++) {
+      let s = 0;
+      for (let i = 0; i < I; i++) s += down[dn + d * I + i]! * h[ho + i]!;
+      y[o + d] = s;
+    }
+  }
+}
+
+export interface ExpertsSumArgs {
+  /** f32 [rows][topK][hidden] (`std.moe_experts_down`). */
+  readonly y: bigint;
+  readonly ids: bigint;
+  readonly weights: bigint;
+  readonly output: bigint;
+  readonly rows: number;
+  readonly hidden: number;
+  readonly experts: number;
+  readonly topK: number;
+}
+
+/** output[r] = Σ_j weights[r][j] · y[r][j] in order j, ids outside [0, experts) skipped. */
+export function expertsSumCpu(a: ExpertsSumArgs, { mem }: CpuKernelContext): void {
+  const D = a.hidden;
+  const topK = a.topK;
+  const ids = mem.i32(a.ids, a.rows * topK);
+  const w = mem.f32(a.weights, a.rows * topK);
+  const y = mem.f32(a.y, a.rows * topK * D);
+  const out = mem.f32(a.output, a.rows * D);
+  for (let r = 0; r < a.rows; r++) {
+    for (let d = 0; d < D; d++) {
+      let acc = 0;
+      for (let j = 0; j < topK; j++) {
+        const e = ids[r * topK + j]!;
+        if (e < 0 || e >= a.experts) continue;
+        acc += w[r * topK + j]! * y[(r * topK + j) * D + d]!;
+      }
+      out[r * D + d] = acc;
+    }
+  }
+}
+
+export interface ExpertsRowwiseArgs extends ExpertPass {
   readonly weights: bigint;
   /** f32 [experts][hidden][inter]. */
   readonly down: bigint;
   readonly output: bigint;
 }
 
-/** output[r] = Σ_j weights[r][j] · down_e · h[r][j], e = ids[r][j] (ids outside [0, experts) skipped). */
-export function expertsCpu(a: ExpertsArgs, { mem }: CpuKernelContext): void {
+/**
+ * `std.moe_experts_rowwise`: output[r] = Σ_j weights[r][j] · f32(down_e · h[r][j]) (ids outside [0, experts)
+ * skipped): the same numbers as expertsDownCpu then expertsSumCpu, so either path gives a row the same bits.
+ */
+export function expertsRowwiseCpu(a: ExpertsRowwiseArgs, { mem }: CpuKernelContext): void {
   const { D, I, topK, ids, h } = passViews(a, mem);
   const w = mem.f32(a.weights, a.rows * topK);
   const down = mem.f32(a.down, a.experts * D * I);
@@ -156,7 +270,7 @@ export function expertsCpu(a: ExpertsArgs, { mem }: CpuKernelContext): void {
       for (let d = 0; d < D; d++) {
         let s = 0;
         for (let i = 0; i < I; i++) s += down[dn + d * I + i]! * h[ho + i]!;
-        acc[d]! += wj * s;
+        acc[d]! += wj * Math.fround(s); // each expert's output rounded to f32, as std.moe_experts_down stores it
       }
     }
     for (let d = 0; d < D; d++) out[r * D + d] = acc[d]!;

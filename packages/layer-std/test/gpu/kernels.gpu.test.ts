@@ -10,7 +10,8 @@
 import { CpuBackend } from '@metrale/cpu-backend';
 import { SeededRandom, type DevicePtr, type GpuBackend } from '@metrale/core';
 import {
-  addKernel, combineKernel, coreKernel, embedKernel, expertsKernel, expertsLaunch, expertsUpKernel, expertsUpLaunch, flatLaunch, layerNormKernel,
+  addKernel, combineKernel, coreKernel, embedKernel, expertsDownKernel, expertsDownLaunch, expertsKernel, expertsLaunch, expertsRowwiseKernel, expertsRowwiseLaunch,
+  expertsUpKernel, expertsUpLaunch, expertsUpRowwiseKernel, expertsUpRowwiseLaunch, flatLaunch, groupKernel, groupLaunch, layerNormKernel, moeGroupsLength,
   prepKernel, rmsNormKernel, ropeTable, routeKernel, rowLaunch, siluMulKernel,
 } from '@metrale/layer-std';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -164,28 +165,102 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
     });
   }
 
-  for (const [D, I, E, topK, rows] of [[2048, 512, 8, 6, 3], [30, 7, 5, 2, 4]] as const) {
-    it(`std.moe_experts_up + std.moe_experts, D ${D}, I ${I}, ${E} experts, top-${topK} (an id outside the experts)`, () => {
+  /** group → up → down → weighted sum, the grouped path the layer launches. */
+  const groupedExperts = (gpu: GpuBackend, p: Ptrs, rows: number, D: number, I: number, E: number, topK: number): void => {
+    const s = gpu.defaultStream;
+    gpu.launch(groupKernel, groupLaunch(E, s), { ids: p.ids!, groups: p.groups!, rows, experts: E, topK });
+    gpu.launch(expertsUpKernel, expertsUpLaunch(rows, topK, I, E, s), { input: p.x!, ids: p.ids!, groups: p.groups!, gateUp: p.gateUp!, h: p.h!, rows, hidden: D, inter: I, experts: E, topK });
+    gpu.launch(expertsDownKernel, expertsDownLaunch(rows, topK, D, E, s), { h: p.h!, ids: p.ids!, groups: p.groups!, down: p.down!, y: p.y!, rows, hidden: D, inter: I, experts: E, topK });
+    gpu.launch(expertsKernel, expertsLaunch(rows, D, s), { y: p.y!, ids: p.ids!, weights: p.weights!, output: p.out!, rows, hidden: D, experts: E, topK });
+  };
+  const expertBufs = (rows: number, D: number, I: number, E: number, topK: number, ids: Int32Array): Bufs => ({
+    x: random.normals(rows * D), ids, weights: Float32Array.from({ length: rows * topK }, () => 0.05 + random.float()),
+    gateUp: random.normals(E * 2 * I * D, 1 / Math.sqrt(D)), down: random.normals(E * D * I, 1 / Math.sqrt(I)),
+    groups: poisonI32(moeGroupsLength(rows, topK, E)), h: poisonF32(rows * topK * I), y: poisonF32(rows * topK * D), out: poisonF32(rows * D),
+  });
+  const u32 = (b: Uint8Array): Uint32Array => new Uint32Array(b.buffer, b.byteOffset, b.byteLength / 4);
+  const sameBits = (a: Uint8Array, b: Uint8Array): boolean => u32(a).every((v, i) => v === u32(b)[i]);
+
+  // Shapes: 3 rows; a tiny unaligned one (scalar paths); 40 rows over 8 experts (more rows than
+  // experts, ~30 entries per expert: two passes of 16 through each weight tile).
+  for (const [D, I, E, topK, rows] of [[2048, 512, 8, 6, 3], [30, 7, 5, 2, 4], [2048, 512, 8, 6, 40]] as const) {
+    it(`std.moe_group + std.moe_experts_up + std.moe_experts_down + std.moe_experts, D ${D}, I ${I}, ${E} experts, top-${topK}, ${rows} rows (an id outside the experts)`, () => {
       const ids = new Int32Array(rows * topK);
       for (let r = 0; r < rows; r++) {
         const perm = Array.from({ length: E }, (_, e) => e).sort(() => random.float() - 0.5);
         for (let j = 0; j < topK; j++) ids[r * topK + j] = perm[j]!;
       }
       ids[topK + 1] = -1;
-      const bufs = {
-        x: random.normals(rows * D), ids, weights: Float32Array.from({ length: rows * topK }, () => 0.05 + random.float()),
-        gateUp: random.normals(E * 2 * I * D, 1 / Math.sqrt(D)), down: random.normals(E * D * I, 1 / Math.sqrt(I)),
-        h: poisonF32(rows * topK * I), out: poisonF32(rows * D),
-      };
-      const r = onBoth(bufs, (gpu, p) => {
+      if (rows > 3) ids[3 * topK] = E; // a second one, past the experts
+      const bufs = expertBufs(rows, D, I, E, topK, ids);
+      const r = onBoth(bufs, (gpu, p) => groupedExperts(gpu, p, rows, D, I, E, topK), ['groups', 'h', 'y', 'out']);
+      compareI32(`moe_group D=${D} E=${E} k=${topK} rows=${rows}`, r.cpu.groups!, r.cuda.groups!);
+      compareF32(`moe_experts_up D=${D} I=${I} E=${E} k=${topK} rows=${rows}`, r.cpu.h!, r.cuda.h!);
+      compareF32(`moe_experts_down D=${D} I=${I} E=${E} k=${topK} rows=${rows}`, r.cpu.y!, r.cuda.y!);
+      compareF32(`moe_experts D=${D} I=${I} E=${E} k=${topK} rows=${rows}`, r.cpu.out!, r.cuda.out!);
+      // The row-wise kernels (each row re-reads its experts) on CUDA: the grouped ones give the same bits.
+      const rw = runOn(cudaGpu!, bufs, (gpu, p) => {
         const s = gpu.defaultStream;
-        gpu.launch(expertsUpKernel, expertsUpLaunch(rows, topK, I, s), { input: p.x!, ids: p.ids!, gateUp: p.gateUp!, h: p.h!, rows, hidden: D, inter: I, experts: E, topK });
-        gpu.launch(expertsKernel, expertsLaunch(rows, D, s), { h: p.h!, ids: p.ids!, weights: p.weights!, down: p.down!, output: p.out!, rows, hidden: D, inter: I, experts: E, topK });
+        gpu.launch(expertsUpRowwiseKernel, expertsUpRowwiseLaunch(rows, topK, I, s), { input: p.x!, ids: p.ids!, gateUp: p.gateUp!, h: p.h!, rows, hidden: D, inter: I, experts: E, topK });
+        gpu.launch(expertsRowwiseKernel, expertsRowwiseLaunch(rows, D, s), { h: p.h!, ids: p.ids!, weights: p.weights!, down: p.down!, output: p.out!, rows, hidden: D, inter: I, experts: E, topK });
       }, ['h', 'out']);
-      compareF32(`moe_experts_up D=${D} I=${I} E=${E} k=${topK}`, r.cpu.h!, r.cuda.h!);
-      compareF32(`moe_experts D=${D} I=${I} E=${E} k=${topK}`, r.cpu.out!, r.cuda.out!);
+      results.push(`${`moe grouped ≡ row-wise kernels D=${D} rows=${rows}`.padEnd(72)} h ${sameBits(rw.h!, r.cuda.h!) ? 'bit-identical' : 'DIFFERS'}, out ${sameBits(rw.out!, r.cuda.out!) ? 'bit-identical' : 'DIFFERS'}`);
+      expect(sameBits(rw.h!, r.cuda.h!), 'h: grouped vs row-wise bits').toBe(true);
+      expect(sameBits(rw.out!, r.cuda.out!), 'out: grouped vs row-wise bits').toBe(true);
     });
   }
+
+  it('batch invariance: route + grouped experts give each of 48 rows sharing 8 experts exactly its result alone', () => {
+    const [D, I, E, topK, rows] = [2048, 512, 8, 4, 48];
+    const gpu = cudaGpu!;
+    const s = gpu.defaultStream;
+    const logits = random.normals(rows * E, 2);
+    logits.set(logits.subarray(0, E), 5 * E); // two rows routed alike
+    const x = random.normals(rows * D);
+    const gateUp = random.normals(E * 2 * I * D, 1 / Math.sqrt(D));
+    const down = random.normals(E * D * I, 1 / Math.sqrt(I));
+    const p: Ptrs = {};
+    const put = (name: string, bytes: number, data?: ArrayBufferView) => {
+      p[name] = gpu.alloc(bytes);
+      if (data) gpu.upload(p[name]!, data);
+    };
+    put('gateUp', gateUp.byteLength, gateUp);
+    put('down', down.byteLength, down);
+    put('x', x.byteLength);
+    put('logits', logits.byteLength);
+    put('ids', 4 * rows * topK);
+    put('weights', 4 * rows * topK);
+    put('groups', 4 * moeGroupsLength(rows, topK, E));
+    put('h', 4 * rows * topK * I);
+    put('y', 4 * rows * topK * D);
+    put('out', 4 * rows * D);
+    const step = (n: number, xs: Float32Array, ls: Float32Array): { ids: Int32Array; out: Uint8Array; h: Uint8Array } => {
+      gpu.upload(p.x!, xs);
+      gpu.upload(p.logits!, ls);
+      gpu.launch(routeKernel, rowLaunch(n, E, s), {
+        logits: p.logits!, bias: 0n, ids: p.ids!, weights: p.weights!, rows: n, experts: E, topK, scoring: 0, normTopK: 1, nGroup: 1, topkGroup: 1, scaling: 1,
+      });
+      groupedExperts(gpu, p, n, D, I, E, topK);
+      gpu.synchronize();
+      return { ids: i32(gpu.download(p.ids!, 4 * n * topK)).slice(), out: gpu.download(p.out!, 4 * n * D), h: gpu.download(p.h!, 4 * n * topK * I) };
+    };
+    try {
+      const all = step(rows, x, logits);
+      const shared = new Set(Array.from(all.ids)).size;
+      let same = 0;
+      for (let r = 0; r < rows; r++) {
+        const one = step(1, x.slice(r * D, (r + 1) * D), logits.slice(r * E, (r + 1) * E));
+        expect(Array.from(one.ids), `row ${r} ids`).toEqual(Array.from(all.ids.subarray(r * topK, (r + 1) * topK)));
+        const rowOut = all.out.subarray(4 * r * D, 4 * (r + 1) * D);
+        const rowH = all.h.subarray(4 * r * topK * I, 4 * (r + 1) * topK * I);
+        if (sameBits(one.out, rowOut) && sameBits(one.h, rowH)) same++;
+      }
+      results.push(`${`batch invariance: ${rows} rows over ${shared} experts, top-${topK}, vs each row alone`.padEnd(72)} ${same}/${rows} bit-identical`);
+      expect(same).toBe(rows);
+    } finally {
+      for (const ptr of Object.values(p)) gpu.free(ptr);
+    }
+  });
 
   it('std.moe_combine, gated (sigmoid) and ungated', () => {
     for (const D of [2048, 30]) {
