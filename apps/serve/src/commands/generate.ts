@@ -7,7 +7,7 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { BACKEND_CHOICES, selectBackend, type BackendChoice } from '../backends/select-backend.js';
 import type { CliContext } from '../cli-context.js';
 import { UsageError } from '../errors/cli-errors.js';
-import { integer, nonNegative, positiveInt, probability } from './options.js';
+import { integer, nonNegative, positiveInt, probability, speculationSpec } from './options.js';
 import { generateLimits } from '../generate/generate-limits.js';
 import { TextCodec } from '../generate/text-codec.js';
 import { registerModels } from '../models/index.js';
@@ -46,7 +46,7 @@ export function generateCommand(ctx: CliContext): Command {
     .option('--top-k <k>', 'keep the k most likely tokens', positiveInt)
     .option('--min-p <p>', 'keep tokens at least p times as likely as the best', probability)
     .option('--seed <s>', 'seed of the sampler', integer)
-    .option('--spec <proposer>', 'speculative decoding: ngram, or ngram:k=K[,min=N,max=N] (K draft tokens per step)')
+    .option('--spec <proposer>', 'speculative decoding: ngram, or ngram:k=K[,min=N,max=N] (K draft tokens per step)', speculationSpec)
     .addOption(new Option('--backend <name>', 'device to run on').choices(BACKEND_CHOICES).default('auto'))
     .option('--json', 'print one JSON line {"tokens", "text", "stats"} last')
     .option('--ignore-eos', "keep generating past the model's end-of-sequence token")

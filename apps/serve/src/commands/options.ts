@@ -1,3 +1,4 @@
+import { parseNgramSpec } from '@metrale/core';
 import { InvalidArgumentError } from 'commander';
 
 /** Commander parser for a repeatable option: each occurrence appends to the list (no default, so help shows none). */
@@ -27,4 +28,14 @@ export function probability(value: string): number {
   const n = Number(value);
   if (value.trim() === '' || !(n > 0 && n <= 1)) throw new InvalidArgumentError(`expected a number in (0, 1], got '${value}'`);
   return n;
+}
+
+/** `--spec`: checked while parsing, so a bad proposer is a usage error (exit 2) like any bad option. */
+export function speculationSpec(value: string): string {
+  try {
+    parseNgramSpec(value);
+  } catch (error) {
+    throw new InvalidArgumentError((error as Error).message.replace(/^--spec: /, ''));
+  }
+  return value;
 }

@@ -9,7 +9,7 @@ import { TextCodec } from '../generate/text-codec.js';
 import { createServer } from '../server/create-server.js';
 import { ServerContext } from '../server/server-context.js';
 import { ServerMetrics } from '../server/server-metrics.js';
-import { nonNegative, positiveInt } from './options.js';
+import { nonNegative, positiveInt, speculationSpec } from './options.js';
 
 interface ServeOptions {
   readonly model?: string;
@@ -43,7 +43,7 @@ export function serveCommand(ctx: CliContext): Command {
     .option('--port <n>', 'TCP port (0: any free one)', port, 8000)
     .option('--host <addr>', 'address to listen on', '127.0.0.1')
     .addOption(new Option('--backend <name>', 'device to run on').choices(BACKEND_CHOICES).default('auto'))
-    .option('--spec <proposer>', 'speculative decoding: ngram, or ngram:k=K[,min=N,max=N]')
+    .option('--spec <proposer>', 'speculative decoding: ngram, or ngram:k=K[,min=N,max=N]', speculationSpec)
     .option('--max-batch <n>', 'sequences decoded together at most (each holds a cache slot)', positiveInt, 32)
     .option('--max-queue <n>', 'requests waiting for a slot at most; more get 429', (v) => Math.floor(nonNegative(v)), 256)
     .option('--max-model-len <n>', 'prompt + completion tokens per request (default: the model\'s, at most 4096)', positiveInt)

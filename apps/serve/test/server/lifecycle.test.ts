@@ -88,6 +88,14 @@ describe('metrale serve lifecycle', () => {
     }
   }, 60_000);
 
+  it('refuses bad options as usage errors (exit 2), naming the option', () => {
+    for (const [args, option] of [[['--spec', 'bogus'], '--spec'], [['--port', 'abc'], '--port'], [['--max-batch', '0'], '--max-batch'], [['--backend', 'tpu'], '--backend']] as const) {
+      const run = metrale(['serve', ...args]);
+      expect(run.code, args.join(' ')).toBe(2);
+      expect(run.stderr).toContain(option);
+    }
+  });
+
   it('--help lists the options', () => {
     const run = metrale(['serve', '--help']);
     expect(run.code).toBe(0);
