@@ -78,6 +78,10 @@ export async function runChoices(o: RunChoicesOptions): Promise<unknown> {
       throw error;
     }
     const usage = usageOf(params, results.reduce((a, r) => a + r.completionTokens, 0));
+    reply.log.info({
+      route: reply.request.routeOptions.url, stream: o.stream, choices: results.length, ...usage,
+      finish: results.map((r) => r.finishReason), ms: Math.round(performance.now() - o.arrived),
+    }, 'generation');
     if (!sse) return format.response(results, usage);
     if (o.includeUsage) sse.send(format.usageChunk(usage));
     sse.done();

@@ -5,6 +5,8 @@ import { registerCompletions } from './completions-route.js';
 import type { ServerContext } from './server-context.js';
 import { registerTokenize } from './tokenize-route.js';
 
+const GENERATION_ROUTES = new Set(['/v1/completions', '/v1/chat/completions']);
+
 export interface CreateServerOptions {
   /** fastify's logger option (pino): structured JSON logs. */
   readonly logger?: FastifyServerOptions['logger'];
@@ -22,7 +24,7 @@ export function createServer(ctx: ServerContext, options: CreateServerOptions = 
   const app = Fastify({
     logger: options.logger ?? false,
     bodyLimit: options.bodyLimit ?? 8 * 1024 * 1024,
-    // Per-request lines come from the routes (with tokens and timings); fastify's two are noise.
+    // One line per request from our own hooks (with tokens and timings for generations), not fastify's two.
     logController: new LogController({ disableRequestLogging: true }),
     // Idle keep-alive sockets close at shutdown; busy ones finish their response.
     forceCloseConnections: 'idle',
@@ -48,7 +50,12 @@ export function createServer(ctx: ServerContext, options: CreateServerOptions = 
     reply.code(404).send(new ApiError(404, `no route ${request.method} ${request.url}; see /v1/models, /v1/completions, /v1/chat/completions, /health, /metrics, /tokenize, /detokenize`).toBody());
   });
   app.addHook('onResponse', async (request, reply) => {
-    ctx.metrics.httpRequests.inc({ route: request.routeOptions.url ?? 'unmatched', code: String(reply.statusCode) });
+    const route = request.routeOptions.url ?? 'unmatched';
+    ctx.metrics.httpRequests.inc({ route, code: String(reply.statusCode) });
+    // Generations log their own line (choice-runner.ts); everything else logs here, at debug.
+    if (!GENERATION_ROUTES.has(route) || reply.statusCode !== 200) {
+      request.log.debug({ method: request.method, route, status: reply.statusCode, ms: Math.round(reply.elapsedTime) }, 'request');
+    }
   });
 
   app.get('/health', async (_request, reply) => {

@@ -70,6 +70,15 @@ describe('chat completions', () => {
     expect(usage!.completion_tokens).toBe(20);
   });
 
+  it('logs one structured line per generation, with its usage', async () => {
+    const before = server.logs.length;
+    const r = await server.client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'log me' }], max_tokens: 3, temperature: 0, ignore_eos: true } as any);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const line = server.logs.slice(before).find((l) => l.msg === 'generation');
+    expect(line).toMatchObject({ route: '/v1/chat/completions', stream: false, prompt_tokens: r.usage!.prompt_tokens, completion_tokens: 3, finish: ['length'] });
+    expect(typeof line!.reqId).toBe('string');
+  });
+
   it('ends the stream with data: [DONE]', async () => {
     const r = await fetch(`${server.url}/v1/chat/completions`, {
       method: 'POST', headers: { 'content-type': 'application/json' },
