@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import type { FastifyInstance } from 'fastify';
 import { ApiError } from './api-error.js';
 import { runChoices } from './choice-runner.js';
-import { checkModel, completionBudget, refuseUnsupported, samplingOf, stopStrings } from './request-params.js';
+import { checkModel, completionBudget, refuseUnsupported, samplingOf, stopStrings, withChoices } from './request-params.js';
 import { chatRequest, parseBody, type ChatMessage } from './request-schemas.js';
 import type { ServerContext } from './server-context.js';
 
@@ -43,7 +43,8 @@ export function registerChat(app: FastifyInstance, ctx: ServerContext): void {
     const head = { id, object: 'chat.completion.chunk', created, model: served.name };
     return runChoices({
       ctx, reply, arrived,
-      params: [{ prompt, maxTokens, ...samplingOf(body), stop: stopStrings(body.stop), stopTokenIds: body.ignore_eos ? [] : served.eosTokenIds }],
+      params: withChoices([{ prompt, maxTokens, ...samplingOf(body), stop: stopStrings(body.stop), stopTokenIds: body.ignore_eos ? [] : served.eosTokenIds }], body.n),
+      promptTokens: prompt.length,
       stream: body.stream ?? false,
       includeUsage: body.stream_options?.include_usage ?? false,
       format: {

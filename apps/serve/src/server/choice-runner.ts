@@ -26,14 +26,15 @@ export interface RunChoicesOptions {
   readonly ctx: ServerContext;
   readonly reply: FastifyReply;
   readonly params: readonly GenerationParams[];
+  /** Prompt tokens of the request, counted once per prompt whatever `n` (as OpenAI's usage does). */
+  readonly promptTokens: number;
   readonly stream: boolean;
   readonly includeUsage: boolean;
   readonly format: ChoiceFormat;
   readonly arrived: number;
 }
 
-function usageOf(params: readonly GenerationParams[], completion: number): Usage {
-  const prompt = params.reduce((a, p) => a + p.prompt.length, 0);
+function usageOf(prompt: number, completion: number): Usage {
   return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion };
 }
 
@@ -77,7 +78,7 @@ export async function runChoices(o: RunChoicesOptions): Promise<unknown> {
       abortAll('another prompt of the same request failed');
       throw error;
     }
-    const usage = usageOf(params, results.reduce((a, r) => a + r.completionTokens, 0));
+    const usage = usageOf(o.promptTokens, results.reduce((a, r) => a + r.completionTokens, 0));
     reply.log.info({
       route: reply.request.routeOptions.url, stream: o.stream, choices: results.length, ...usage,
       finish: results.map((r) => r.finishReason), ms: Math.round(performance.now() - o.arrived),

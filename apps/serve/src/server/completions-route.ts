@@ -3,7 +3,7 @@ import type { FastifyInstance } from 'fastify';
 import { ApiError } from './api-error.js';
 import { runChoices } from './choice-runner.js';
 import type { GenerationParams } from './generation.js';
-import { checkModel, checkTokenIds, completionBudget, refuseUnsupported, samplingOf, stopStrings } from './request-params.js';
+import { checkModel, checkTokenIds, completionBudget, refuseUnsupported, samplingOf, stopStrings, withChoices } from './request-params.js';
 import { completionRequest, parseBody, type CompletionRequest } from './request-schemas.js';
 import type { ServerContext } from './server-context.js';
 
@@ -39,7 +39,9 @@ export function registerCompletions(app: FastifyInstance, ctx: ServerContext): v
     const created = Math.floor(Date.now() / 1000);
     const head = { id, object: 'text_completion', created, model: served.name };
     return runChoices({
-      ctx, reply, params, arrived,
+      ctx, reply, arrived,
+      params: withChoices(params, body.n),
+      promptTokens: prompts.reduce((a, p) => a + p.length, 0),
       stream: body.stream ?? false,
       includeUsage: body.stream_options?.include_usage ?? false,
       format: {

@@ -1,5 +1,6 @@
 import type { SamplingParams } from '@metrale/core';
 import { ApiError } from './api-error.js';
+import type { GenerationParams } from './generation.js';
 import type { ChatRequest, CompletionRequest } from './request-schemas.js';
 
 /** What a request is checked against. */
@@ -24,7 +25,6 @@ export function refuseUnsupported(body: Common): void {
   const refuse = (param: string, what: string): never => {
     throw new ApiError(400, `${param}: ${what} is not supported by this server`, { param });
   };
-  if (body.n != null && body.n !== 1) refuse('n', 'more than one choice per prompt');
   if (body.frequency_penalty) refuse('frequency_penalty', 'a frequency penalty');
   if (body.presence_penalty) refuse('presence_penalty', 'a presence penalty');
   if ('echo' in body && body.echo) refuse('echo', 'echoing the prompt');
@@ -79,4 +79,14 @@ export function completionBudget(
 export function checkTokenIds(ids: readonly number[], served: ServedModel, field: string): void {
   const bad = ids.findIndex((t) => t >= served.vocabSize);
   if (bad >= 0) throw new ApiError(400, `${field}[${bad}]: token id ${ids[bad]} is outside the vocabulary (${served.vocabSize} tokens)`, { param: `${field}[${bad}]` });
+}
+
+/**
+ * `n` choices per prompt: each prompt's generation `n` times, in OpenAI's order (prompt i's choices
+ * at i·n … i·n + n − 1). With a seed, choice j samples with seed + j so that the choices differ and
+ * a repeated request repeats them all.
+ */
+export function withChoices(params: readonly GenerationParams[], n: number | null | undefined): GenerationParams[] {
+  const count = n ?? 1;
+  return params.flatMap((p) => Array.from({ length: count }, (_, j) => (j > 0 && p.seed !== undefined ? { ...p, seed: p.seed + j } : p)));
 }

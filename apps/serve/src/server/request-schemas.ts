@@ -17,7 +17,7 @@ const sampling = {
   stop: z.union([z.string(), z.array(z.string()).max(16)]).nullish(),
   stream: z.boolean().nullish(),
   stream_options: z.object({ include_usage: z.boolean().nullish() }).nullish(),
-  n: z.number().int().min(1).nullish(),
+  n: z.number().int().min(1).max(16).nullish(),
   frequency_penalty: z.number().nullish(),
   presence_penalty: z.number().nullish(),
   user: z.string().nullish(),

@@ -71,12 +71,15 @@ describe('chat completions', () => {
   });
 
   it('logs one structured line per generation, with its usage', async () => {
-    const before = server.logs.length;
-    const r = await server.client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'log me' }], max_tokens: 3, temperature: 0, ignore_eos: true } as any);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-    const line = server.logs.slice(before).find((l) => l.msg === 'generation');
-    expect(line).toMatchObject({ route: '/v1/chat/completions', stream: false, prompt_tokens: r.usage!.prompt_tokens, completion_tokens: 3, finish: ['length'] });
+    const r = await server.client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'log me, please, 7 times' }], max_tokens: 7, temperature: 0, ignore_eos: true } as any);
+    // Log lines travel through the child's stdout pipe: they may arrive after the response.
+    const mine = (l: Record<string, unknown>) => l.msg === 'generation' && l.completion_tokens === 7 && l.prompt_tokens === r.usage!.prompt_tokens;
+    const until = Date.now() + 5000;
+    while (!server.logs.some(mine) && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 20));
+    const line = server.logs.find(mine);
+    expect(line).toMatchObject({ route: '/v1/chat/completions', stream: false, choices: 1, finish: ['length'] });
     expect(typeof line!.reqId).toBe('string');
+    expect(typeof line!.ms).toBe('number');
   });
 
   it('ends the stream with data: [DONE]', async () => {
@@ -146,6 +149,36 @@ describe('completions', () => {
   });
 });
 
+describe('n choices per prompt', () => {
+  it('completions: n per prompt in OpenAI order, prompt tokens counted once', async () => {
+    const one = await server.client.completions.create({ model: MODEL, prompt: ['once upon', 'a b c'], max_tokens: 5, temperature: 0, ignore_eos: true } as any);
+    const r = await server.client.completions.create({ model: MODEL, prompt: ['once upon', 'a b c'], max_tokens: 5, temperature: 0, ignore_eos: true, n: 2 } as any);
+    expect(r.choices.map((c) => c.index)).toEqual([0, 1, 2, 3]);
+    expect(r.choices.map((c) => c.text)).toEqual([one.choices[0]!.text, one.choices[0]!.text, one.choices[1]!.text, one.choices[1]!.text]);
+    expect(r.usage).toEqual({ prompt_tokens: one.usage!.prompt_tokens, completion_tokens: 20, total_tokens: one.usage!.prompt_tokens + 20 });
+  });
+
+  it('chat: sampled choices differ from each other, and a seed repeats them all, streamed or not', async () => {
+    const body = { model: MODEL, messages: [{ role: 'user', content: 'hello' }], max_tokens: 12, temperature: 1.3, seed: 5, ignore_eos: true, n: 3 };
+    const a = await server.client.chat.completions.create(body as any) as any;
+    const b = await server.client.chat.completions.create(body as any) as any;
+    const texts = (r: any) => r.choices.map((c: any) => c.message.content);
+    expect(texts(a)).toEqual(texts(b));
+    expect(new Set(texts(a)).size).toBe(3);
+    expect(a.usage.completion_tokens).toBe(36);
+    const streamed = ['', '', ''];
+    const finished: (string | null)[] = [null, null, null];
+    for await (const chunk of (await server.client.chat.completions.create({ ...body, stream: true } as any)) as any) {
+      for (const c of chunk.choices) {
+        streamed[c.index] += c.delta.content ?? '';
+        if (c.finish_reason) finished[c.index] = c.finish_reason;
+      }
+    }
+    expect(streamed).toEqual(texts(a));
+    expect(finished).toEqual(['length', 'length', 'length']);
+  });
+});
+
 describe('tokenize and detokenize', () => {
   it('round-trips text, and tokenizes chat messages as the chat endpoint does', async () => {
     const t = await post(server.url, '/tokenize', { prompt: 'Hello world, hello metrale' });
@@ -176,7 +209,7 @@ describe('errors, as OpenAI error objects', () => {
     const vocab = await post(server.url, '/v1/completions', { prompt: [1, 2, 99999999] });
     expect(vocab.status).toBe(400);
     expect(vocab.body.error.param).toBe('prompt[2]');
-    const n = await post(server.url, '/v1/completions', { prompt: 'x', n: 3 });
+    const n = await post(server.url, '/v1/completions', { prompt: 'x', n: 17 });
     expect(n.body.error.param).toBe('n');
   });
 
