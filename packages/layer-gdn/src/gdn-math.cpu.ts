@@ -28,10 +28,18 @@ export interface GdnBuffers {
   readonly convStash: DevicePtr;
 }
 
-const sigmoid = (x: number): number => 1 / (1 + Math.exp(-x));
-const silu = (x: number): number => x * sigmoid(x);
+/** The layer's buffers plus a step's tables: what the recurrent, chunk and prefill kernels take. */
+export interface GdnStepPointers extends GdnBuffers {
+  readonly slots: DevicePtr;
+  readonly rowStarts: DevicePtr;
+  readonly seqLens: DevicePtr;
+  readonly pending: DevicePtr;
+}
+
+export const sigmoid = (x: number): number => 1 / (1 + Math.exp(-x));
+export const silu = (x: number): number => x * sigmoid(x);
 /** PyTorch's softplus (beta 1, threshold 20). */
-const softplus = (x: number): number => (x > 20 ? x : Math.log1p(Math.exp(x)));
+export const softplus = (x: number): number => (x > 20 ? x : Math.log1p(Math.exp(x)));
 
 /** Conv channel c → its column in a `qkvz` row (HF's grouped layout, KERNELS.md). */
 export function channelColumns(s: GdnShapeArgs): Int32Array {

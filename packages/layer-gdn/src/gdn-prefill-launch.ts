@@ -1,4 +1,5 @@
 import { InvalidArgumentError, type DevicePtr, type GpuBackend, type Kernel, type KernelParams, type LaunchConfig, type Stream } from '@metrale/core';
+import type { GdnStepPointers } from './gdn-math.cpu.js';
 
 // Launch shapes, shared-memory sizes and scratch layout of the chunked prefill (kernels/gdn-chunk.cu:
 // gdn_prefill_wy, gdn_prefill_scan, gdn_prefill_norm); the CUDA code computes the same sizes
@@ -180,22 +181,7 @@ export interface PrefillKernels {
 }
 
 /** The buffers of a prefill launch (KERNELS.md); `scratch` holds at least plan.scratch.bytes. */
-export interface PrefillBuffers {
-  readonly qkvz: DevicePtr;
-  readonly ba: DevicePtr;
-  readonly y: DevicePtr;
-  readonly slots: DevicePtr;
-  readonly rowStarts: DevicePtr;
-  readonly seqLens: DevicePtr;
-  readonly state: DevicePtr;
-  readonly convRing: DevicePtr;
-  readonly convWeight: DevicePtr;
-  readonly aLog: DevicePtr;
-  readonly dtBias: DevicePtr;
-  readonly normWeight: DevicePtr;
-  readonly stash: DevicePtr;
-  readonly convStash: DevicePtr;
-  readonly pending: DevicePtr;
+export interface PrefillBuffers extends GdnStepPointers {
   readonly scratch: DevicePtr;
 }
 

@@ -1,29 +1,13 @@
-import { InvalidArgumentError, type CpuKernelContext, type DevicePtr, type DeviceMemoryView } from '@metrale/core';
-import { channelColumns } from './gdn-math.cpu.js';
-import { prefillScratchLayout, PREFILL_CHUNK, type PrefillPlanes, type PrefillScratchLayout } from './gdn-prefill-launch.js';
+import { InvalidArgumentError, bf16BitsToF32, f32ToBf16Bits, type CpuKernelContext, type DevicePtr, type DeviceMemoryView } from '@metrale/core';
+import { channelColumns, sigmoid, silu, softplus } from './gdn-math.cpu.js';
+import { prefillScratchLayout, PREFILL_CHUNK, type PrefillBuffers, type PrefillPlanes, type PrefillScratchLayout } from './gdn-prefill-launch.js';
 
 // CPU twins of the chunked prefill kernels (kernels/gdn-chunk.cu): the same functions on the same
 // buffers and scratch layout (KERNELS.md, "Prefill"), in float64 between the stored values. The
 // scratch holds what the CUDA kernels store: bf16 (planes = 1) or bf16 hi/lo pairs (planes = 2).
 
 /** Arguments of every prefill kernel (gdn-prefill-launch.ts PREFILL_PARAMS). */
-export interface PrefillArgs {
-  readonly qkvz: DevicePtr;
-  readonly ba: DevicePtr;
-  readonly y: DevicePtr;
-  readonly slots: DevicePtr;
-  readonly rowStarts: DevicePtr;
-  readonly seqLens: DevicePtr;
-  readonly state: DevicePtr;
-  readonly convRing: DevicePtr;
-  readonly convWeight: DevicePtr;
-  readonly aLog: DevicePtr;
-  readonly dtBias: DevicePtr;
-  readonly normWeight: DevicePtr;
-  readonly stash: DevicePtr;
-  readonly convStash: DevicePtr;
-  readonly pending: DevicePtr;
-  readonly scratch: DevicePtr;
+export interface PrefillArgs extends PrefillBuffers {
   readonly batch: number;
   readonly rows: number;
   readonly hk: number;
@@ -37,34 +21,18 @@ export interface PrefillArgs {
 }
 
 const C = PREFILL_CHUNK;
-const sigmoid = (x: number): number => 1 / (1 + Math.exp(-x));
-const silu = (x: number): number => x * sigmoid(x);
-const softplus = (x: number): number => (x > 20 ? x : Math.log1p(Math.exp(x)));
 
-// ---- bf16 -----------------------------------------------------------------------------------
-const f32v = new Float32Array(1);
-const u32v = new Uint32Array(f32v.buffer);
-/** bf16 bits of x (as f32), round to nearest even. */
-function bf16Bits(x: number): number {
-  f32v[0] = x;
-  const u = u32v[0]!;
-  if ((u & 0x7f800000) === 0x7f800000) return (u >>> 16) | (u & 0xffff ? 0x40 : 0);
-  return ((u + 0x7fff + ((u >>> 16) & 1)) >>> 16) & 0xffff;
-}
-function bf16Value(b: number): number {
-  u32v[0] = (b << 16) >>> 0;
-  return f32v[0]!;
-}
+// ---- bf16 ----------------------------------------------------------------------------------
 /** Stores x as planes (P = 1: bf16; P = 2: hi = bf16(x), lo = bf16(x − hi), as the CUDA code does in f32). */
 function put(view: Uint16Array, plane: number, planes: PrefillPlanes, idx: number, x: number): void {
   const x32 = Math.fround(x);
-  const hi = bf16Bits(x32);
+  const hi = f32ToBf16Bits(x32);
   view[idx] = hi;
-  if (planes === 2) view[plane + idx] = bf16Bits(Math.fround(x32 - bf16Value(hi)));
+  if (planes === 2) view[plane + idx] = f32ToBf16Bits(Math.fround(x32 - bf16BitsToF32(hi)));
 }
 function get(view: Uint16Array, plane: number, planes: PrefillPlanes, idx: number): number {
-  const v = bf16Value(view[idx]!);
-  return planes === 2 ? v + bf16Value(view[plane + idx]!) : v;
+  const v = bf16BitsToF32(view[idx]!);
+  return planes === 2 ? v + bf16BitsToF32(view[plane + idx]!) : v;
 }
 
 // ---- the step's sequences ---------------------------------------------------------------------

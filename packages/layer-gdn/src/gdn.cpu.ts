@@ -1,29 +1,11 @@
 import { InvalidArgumentError, type CpuKernelContext, type DeviceMemoryView, type DevicePtr } from '@metrale/core';
-import { GdnCpu, type GdnShapeArgs } from './gdn-math.cpu.js';
+import { GdnCpu, type GdnShapeArgs, type GdnStepPointers } from './gdn-math.cpu.js';
 
 // CPU reference of kernels/gdn-recurrent.cu, gdn-fold.cu and gdn-chunk.cu: the same functions,
 // with the buffer layouts and modes of KERNELS.md, run for the whole launch at once.
 
-interface StepPointers {
-  readonly qkvz: DevicePtr;
-  readonly ba: DevicePtr;
-  readonly y: DevicePtr;
-  readonly slots: DevicePtr;
-  readonly rowStarts: DevicePtr;
-  readonly seqLens: DevicePtr;
-  readonly state: DevicePtr;
-  readonly convRing: DevicePtr;
-  readonly convWeight: DevicePtr;
-  readonly aLog: DevicePtr;
-  readonly dtBias: DevicePtr;
-  readonly normWeight: DevicePtr;
-  readonly stash: DevicePtr;
-  readonly convStash: DevicePtr;
-  readonly pending: DevicePtr;
-}
-
 /** Arguments of `gdn.recurrent` (decode and verify). */
-export interface RecurrentArgs extends StepPointers, GdnShapeArgs {
+export interface RecurrentArgs extends GdnStepPointers, GdnShapeArgs {
   /** 0: commit the k rows; 1: record them in the stash, leaving state and ring untouched. */
   readonly mode: number;
   readonly batch: number;
@@ -32,7 +14,7 @@ export interface RecurrentArgs extends StepPointers, GdnShapeArgs {
 }
 
 /** Arguments of `gdn.chunk` (prefill of ragged rows). */
-export interface ChunkArgs extends StepPointers, GdnShapeArgs {
+export interface ChunkArgs extends GdnStepPointers, GdnShapeArgs {
   readonly batch: number;
   readonly eps: number;
 }
@@ -71,7 +53,7 @@ function foldPending(cpu: GdnCpu, mem: DeviceMemoryView, pending: DevicePtr, slo
 }
 
 /** The rows of every real batch position: decode, verify or prefill, from the step's tables. */
-function runStep(name: string, a: StepPointers & GdnShapeArgs & { batch: number; eps: number }, mem: DeviceMemoryView, rowsOf: (p: number, rowStarts: Int32Array) => number, mode: { commit: boolean; record: boolean; recordConv: boolean }): void {
+function runStep(name: string, a: GdnStepPointers & GdnShapeArgs & { batch: number; eps: number }, mem: DeviceMemoryView, rowsOf: (p: number, rowStarts: Int32Array) => number, mode: { commit: boolean; record: boolean; recordConv: boolean }): void {
   checkBatch(name, a.batch);
   if (a.batch === 0) return;
   const cpu = new GdnCpu(mem, a, a, a.eps);
