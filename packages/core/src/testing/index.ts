@@ -8,3 +8,5 @@ export type {
   CheckLayerFixtureOptions, FixtureDirectories, FixtureDirectoriesOptions, LayerFixtureRun,
 } from './layer-fixtures.js';
 export { checkLayerFixture, fixtureDirectories } from './layer-fixtures.js';
+export type { EnsureFatbinsOptions, GpuLaneDevice, GpuLaneDeviceOptions } from './gpu-lane.js';
+export { ensureFatbins, gpuLaneDevice } from './gpu-lane.js';
