@@ -5,6 +5,7 @@ export default defineConfig({
   format: ['esm'],
   dts: true,
   sourcemap: true,
-  clean: true,
+  // Everything but dist/kernels: metrale-build-kernels keeps the fatbins that are up to date.
+  clean: ['!kernels/**'],
   target: 'node20',
 });
