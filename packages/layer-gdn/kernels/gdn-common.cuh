@@ -232,4 +232,36 @@ __device__ __forceinline__ bool make_task(const Args& A, const Geo& G, int b, in
   return true;
 }
 
+// The fold this CTA runs: batch position b, value head h, its slot and na accepted rows (false: none).
+__device__ __forceinline__ bool fold_cta(const Args& A, const uint32_t* naTab, int batch, int k, int& b, int& h, int& slot, int& na) {
+  cta_coords(batch, A.hv, b, h);
+  if (b >= batch || h >= A.hv) return false;
+  slot = A.slots[b];
+  if (slot < 0) return false;
+  na = (int)naTab[b];
+  return na > 0 && na <= k && na <= A.maxK;
+}
+
+// The fold of batch position b's first na verify rows (of k) into slot's state and ring, head h.
+__device__ __forceinline__ void fold_task(const Args& A, const Geo& G, int b, int h, int slot, int na, int k, Task& T) {
+  T.slot = slot;
+  T.g = h / G.r;
+  T.h0 = h;
+  T.nh = 1;
+  T.m = h - T.g * G.r;
+  T.group = G.r == 1;
+  T.nPend = 0;
+  T.P0 = A.seqLens[b];
+  T.L = T.P0;
+  T.row0 = b * k;
+  T.nrows = 0;
+  T.commit = true;
+  T.record = false;
+  T.recordConv = false;
+  T.pendK = A.stash + (size_t)slot * G.stashSeq;
+  T.nPendFold = na;
+  T.ringEnd = T.P0 + na;
+}
+
+
 }  // namespace gdn

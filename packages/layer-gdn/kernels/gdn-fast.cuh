@@ -929,32 +929,11 @@ __device__ __forceinline__ void recurrent_entry(const Args& A, int mode, int bat
 template <class Src>
 __device__ __forceinline__ void fold_entry(const Args& A, const uint32_t* naTab, int batch, int k) {
   check_fast(A, Src::kHolds);
-  int b, h;
-  cta_coords(batch, A.hv, b, h);
-  if (b >= batch || h >= A.hv) return;
+  int b, h, slot, na;
+  if (!fold_cta(A, naTab, batch, k, b, h, slot, na)) return;
   const Geo G = geo_of(A);
-  const int slot = A.slots[b];
-  if (slot < 0) return;
-  const int na = (int)naTab[b];
-  if (na <= 0 || na > k || na > A.maxK) return;
   Task T;
-  T.slot = slot;
-  T.g = h / G.r;
-  T.h0 = h;
-  T.nh = 1;
-  T.m = h - T.g * G.r;
-  T.group = G.r == 1;
-  T.nPend = 0;
-  T.P0 = A.seqLens[b];
-  T.L = T.P0;
-  T.row0 = b * k;
-  T.nrows = 0;
-  T.commit = true;
-  T.record = false;
-  T.recordConv = false;
-  T.pendK = A.stash + (size_t)slot * G.stashSeq;
-  T.nPendFold = na;
-  T.ringEnd = T.P0 + na;
+  fold_task(A, G, b, h, slot, na, k, T);
   run_task<Src>(A, G, T);
 }
 

@@ -12,10 +12,12 @@
 //   gdn_fold          the default: the variant GDN_FOLD_DEFAULT names (gdn-launch.ts gives it the
 //                     dynamic shared memory it needs)
 //   gdn_fold_smem     S copied into shared memory by the copy engine while the stash rows load
+//   gdn_fold_pipe     S streamed through shared memory in blocks of 32 columns (gdn-pipe.cuh)
 //   gdn_fold_stream   S streamed through registers, GDN_STREAM_U rows in flight per thread
 //   gdn_fold_legacy   the first version (the column in registers; no dynamic shared memory)
 #include "gdn-legacy.cuh"
 #include "gdn-fast.cuh"
+#include "gdn-pipe.cuh"
 
 #ifndef GDN_FOLD_STREAM_MAXNREG
 #define GDN_FOLD_STREAM_MAXNREG 96  // 5 CTAs of 128 threads per SM, no spills on sm_90a
@@ -54,6 +56,13 @@ extern "C" __global__ void __maxnreg__(GDN_SMEM_MAXNREG) gdn_fold_smem(GDN_FOLD_
 extern "C" __global__ void __maxnreg__(GDN_FOLD_STREAM_MAXNREG) gdn_fold_stream(GDN_FOLD_PARAMS) {
   GDN_FOLD_ARGS
   gdn::fast::fold_entry<gdn::fast::StreamSrc>(A, naTab, batch, k);
+}
+#endif
+
+#if !defined(GDN_ONLY_VARIANT) || GDN_ONLY_VARIANT == 3
+extern "C" __global__ void __maxnreg__(GDN_PIPE_MAXNREG) gdn_fold_pipe(GDN_FOLD_PARAMS) {
+  GDN_FOLD_ARGS
+  gdn::pipe::fold_entry(A, naTab, batch, k);
 }
 #endif
 

@@ -9,16 +9,20 @@
 //                          gives it the dynamic shared memory that variant needs)
 //   gdn_recurrent_smem     S copied into shared memory by the copy engine while the prologue runs
 //                          (dynamic shared memory: fast_smem_floats(d_k, d_v, maxK, true) floats)
+//   gdn_recurrent_pipe     decode steps only (mode 0, k = 1): S streamed through shared memory in
+//                          blocks of 32 columns (gdn-pipe.cuh; 128 threads, pipe_smem_floats())
 //   gdn_recurrent_stream   S streamed from global memory, never held (fast_smem_floats(.., false))
 //   gdn_recurrent_legacy   the first version (S in 128 registers per thread; no dynamic shared
 //                          memory; any maxK and conv K)
 // Variant knobs (-D): GDN_SMEM_CPASYNC (smem: cp.async instead of cp.async.bulk on sm_90),
 // GDN_FAST_NCHUNK, GDN_STREAM_U, GDN_SMEM_MAXNREG, GDN_STREAM_MAXNREG, GDN_MAXNREG (legacy register cap,
-// 0 = none), GDN_ONLY_VARIANT=0/1/2 (only the legacy / smem / stream entry point, no default).
+// 0 = none), GDN_ONLY_VARIANT=0/1/2/3 (only the legacy / smem / stream / pipe entry point, no default),
+// GDN_PIPE_NB, GDN_PIPE_MAXNREG.
 #include "gdn-legacy.cuh"
 
 #ifndef GDN_NO_RECURRENT_ENTRY
 #include "gdn-fast.cuh"
+#include "gdn-pipe.cuh"
 
 #define GDN_VARIANT_LEGACY 0
 #define GDN_VARIANT_SMEM 1
@@ -67,6 +71,13 @@ extern "C" __global__ void __maxnreg__(GDN_SMEM_MAXNREG) gdn_recurrent_smem(GDN_
 extern "C" __global__ void __maxnreg__(GDN_STREAM_MAXNREG) gdn_recurrent_stream(GDN_RECURRENT_PARAMS) {
   GDN_RECURRENT_ARGS
   gdn::fast::recurrent_entry<gdn::fast::StreamSrc>(A, mode, batch, k);
+}
+#endif
+
+#if !defined(GDN_ONLY_VARIANT) || GDN_ONLY_VARIANT == 3
+extern "C" __global__ void __maxnreg__(GDN_PIPE_MAXNREG) gdn_recurrent_pipe(GDN_RECURRENT_PARAMS) {
+  GDN_RECURRENT_ARGS
+  gdn::pipe::recurrent_entry(A, mode, batch, k);
 }
 #endif
 

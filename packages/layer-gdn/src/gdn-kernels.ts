@@ -50,10 +50,10 @@ export const foldKernel = defineKernel({
 
 /** Entry points of each variant of gdn.recurrent and gdn.fold (gdn-launch.ts GdnKernelVariant). */
 export const RECURRENT_SYMBOLS: Readonly<Record<GdnKernelVariant, string>> = {
-  smem: 'gdn_recurrent_smem', stream: 'gdn_recurrent_stream', legacy: 'gdn_recurrent_legacy',
+  smem: 'gdn_recurrent_smem', stream: 'gdn_recurrent_stream', legacy: 'gdn_recurrent_legacy', pipe: 'gdn_recurrent_pipe',
 };
 export const FOLD_SYMBOLS: Readonly<Record<GdnKernelVariant, string>> = {
-  smem: 'gdn_fold_smem', stream: 'gdn_fold_stream', legacy: 'gdn_fold_legacy',
+  smem: 'gdn_fold_smem', stream: 'gdn_fold_stream', legacy: 'gdn_fold_legacy', pipe: 'gdn_fold_pipe',
 };
 
 /** gdn.recurrent of one variant: the same parameters and CPU twin, that variant's entry point. */
@@ -61,6 +61,7 @@ export const recurrentVariantKernels: Readonly<Record<GdnKernelVariant, typeof r
   smem: defineKernel({ name: 'gdn.recurrent.smem', params: RECURRENT_PARAMS, cuda: { module: recurrentModule, symbol: RECURRENT_SYMBOLS.smem }, cpu: recurrentCpu }),
   stream: defineKernel({ name: 'gdn.recurrent.stream', params: RECURRENT_PARAMS, cuda: { module: recurrentModule, symbol: RECURRENT_SYMBOLS.stream }, cpu: recurrentCpu }),
   legacy: defineKernel({ name: 'gdn.recurrent.legacy', params: RECURRENT_PARAMS, cuda: { module: recurrentModule, symbol: RECURRENT_SYMBOLS.legacy }, cpu: recurrentCpu }),
+  pipe: defineKernel({ name: 'gdn.recurrent.pipe', params: RECURRENT_PARAMS, cuda: { module: recurrentModule, symbol: RECURRENT_SYMBOLS.pipe }, cpu: recurrentCpu }),
 });
 
 /** gdn.fold of one variant. */
@@ -68,6 +69,7 @@ export const foldVariantKernels: Readonly<Record<GdnKernelVariant, typeof foldKe
   smem: defineKernel({ name: 'gdn.fold.smem', params: FOLD_PARAMS, cuda: { module: foldModule, symbol: FOLD_SYMBOLS.smem }, cpu: foldCpu }),
   stream: defineKernel({ name: 'gdn.fold.stream', params: FOLD_PARAMS, cuda: { module: foldModule, symbol: FOLD_SYMBOLS.stream }, cpu: foldCpu }),
   legacy: defineKernel({ name: 'gdn.fold.legacy', params: FOLD_PARAMS, cuda: { module: foldModule, symbol: FOLD_SYMBOLS.legacy }, cpu: foldCpu }),
+  pipe: defineKernel({ name: 'gdn.fold.pipe', params: FOLD_PARAMS, cuda: { module: foldModule, symbol: FOLD_SYMBOLS.pipe }, cpu: foldCpu }),
 });
 
 /**

@@ -12,13 +12,19 @@ export function gdnBlock(cfg: Pick<GdnConfig, 'dv'>): number {
 /**
  * Where `gdn.recurrent` / `gdn.fold` keep a head's state (KERNELS.md, kernels/gdn-fast.cuh):
  * `smem`, a shared-memory copy made by the copy engine while the prologue runs; `stream`, streamed
- * from global memory, never held; `legacy`, the first version (a column per thread in registers).
+ * from global memory, never held; `legacy`, the first version (a column per thread in registers);
+ * `pipe`, the state streamed through shared memory in blocks of 32 columns (kernels/gdn-pipe.cuh),
+ * for decode steps (mode 0, k = 1) and the fold only.
  * Each has its own entry points (RECURRENT_SYMBOLS, FOLD_SYMBOLS); the unsuffixed `gdn_recurrent`
  * and `gdn_fold` are DEFAULT_VARIANT's (GDN_RECURRENT_DEFAULT / GDN_FOLD_DEFAULT in the .cu files).
  */
-export type GdnKernelVariant = 'smem' | 'stream' | 'legacy';
-export const GDN_KERNEL_VARIANTS: readonly GdnKernelVariant[] = ['smem', 'stream', 'legacy'];
+export type GdnKernelVariant = 'smem' | 'stream' | 'legacy' | 'pipe';
+export const GDN_KERNEL_VARIANTS: readonly GdnKernelVariant[] = ['smem', 'stream', 'legacy', 'pipe'];
 export const DEFAULT_VARIANT: GdnKernelVariant = 'smem';
+/** kernels/gdn-pipe.cuh: threads per CTA, columns per block, blocks in shared memory (GDN_PIPE_NB). */
+export const PIPE_THREADS = 128;
+const PIPE_COLUMNS = 32;
+export const PIPE_STAGES = 2;
 
 /** The shape fields the launch shapes depend on. */
 export interface GdnLaunchShape {
@@ -31,6 +37,11 @@ export interface GdnLaunchShape {
 /** Whether the fast kernels (smem, stream) take this shape: maxK ≤ 8, conv K ≤ 4, d_k ≤ 128, d_v ≤ 256. Else legacy. */
 export function fastSupported(s: GdnLaunchShape): boolean {
   return s.maxK <= 8 && s.convK <= 4 && s.dk <= 128 && s.dv <= 256;
+}
+
+/** Whether the pipe kernels take this shape: the fast kernels do, and d_v is a multiple of 4 (16-byte copies). */
+export function pipeSupported(s: GdnLaunchShape): boolean {
+  return fastSupported(s) && s.dv % 4 === 0;
 }
 
 const pad4 = (x: number): number => (x + 3) & ~3;
@@ -46,20 +57,53 @@ const SMALL_FLOATS = 496;
  */
 export function variantSharedBytes(variant: GdnKernelVariant, s: GdnLaunchShape): number {
   if (variant === 'legacy') return 0;
-  const tb = rowsInst(Math.min(4, s.maxK));
   const mb = s.maxK <= 4 ? 4 : 8;
+  if (variant === 'pipe') {
+    // PIPE_STAGES blocks of [d_k][32], one row's k and q, the pending keys, the scalars, the row
+    // parts' sums [2][4][32] and o [d_v] (kernels/gdn-pipe.cuh pipe_smem_floats).
+    return 4 * (PIPE_STAGES * pad4(s.dk) * PIPE_COLUMNS + (2 + mb) * pad4(s.dk) + SMALL_FLOATS + 2 * 4 * PIPE_COLUMNS + pad4(s.dv));
+  }
+  const tb = rowsInst(Math.min(4, s.maxK));
   const stateFloats = variant === 'smem' ? pad4(s.dk * s.dv) : 0;
   return 4 * (stateFloats + (2 * tb + mb) * pad4(s.dk) + SMALL_FLOATS);
 }
 
+/** Threads per CTA of a variant's `gdn.recurrent` / `gdn.fold`: d_v (PIPE_THREADS for pipe). */
+export function variantBlock(variant: GdnKernelVariant, cfg: Pick<GdnConfig, 'dv'>): number {
+  return variant === 'pipe' ? PIPE_THREADS : gdnBlock(cfg);
+}
+
 /** The variant a launch of this shape runs: `preferred` where the fast kernels take the shape, else legacy. */
 export function variantFor(s: GdnLaunchShape, preferred: GdnKernelVariant = DEFAULT_VARIANT): GdnKernelVariant {
+  if (preferred === 'pipe') return pipeSupported(s) ? 'pipe' : variantFor(s);
   return preferred === 'legacy' || fastSupported(s) ? preferred : 'legacy';
 }
 
+/** The smallest batch whose decode steps run the pipe kernels (below it, one CTA per SM or so, smem is faster). */
+export const PIPE_MIN_BATCH = 32;
+
 /**
- * `gdn.recurrent` and `gdn.fold`: one CTA per (batch position, value head), d_v threads, the
- * variant's dynamic shared memory (maxK: the stash's rows per sequence, the kernels' `maxK`).
+ * The variant the layer runs a `gdn.recurrent` launch (mode, k rows per sequence, batch
+ * positions) with: pipe for decode steps (mode 0, k = 1; carried decode too) of at least
+ * PIPE_MIN_BATCH positions where it takes the shape, else the default (or legacy). On the H200 at
+ * the 80B shape (docs/benchmarks.md): pipe 56.8 / 403.5 µs against smem 64.2 / 406.5 µs at batch
+ * 32 / 256, but 14.5 against 11.9 µs at batch 1.
+ */
+export function recurrentVariant(s: GdnLaunchShape, mode: 0 | 1, k: number, batch: number): GdnKernelVariant {
+  return mode === 0 && k === 1 && batch >= PIPE_MIN_BATCH ? variantFor(s, 'pipe') : variantFor(s);
+}
+
+/**
+ * The variant the layer runs `gdn.fold` with: the default. (The pipe fold was 7–15 % slower than
+ * the smem fold on the H200 at the 80B shape, docs/benchmarks.md; bench/gdn-ab.mjs times both.)
+ */
+export function foldVariant(s: GdnLaunchShape): GdnKernelVariant {
+  return variantFor(s);
+}
+
+/**
+ * `gdn.recurrent` and `gdn.fold`: one CTA per (batch position, value head), the variant's threads
+ * and dynamic shared memory (maxK: the stash's rows per sequence, the kernels' `maxK`).
  */
 export function recurrentLaunch(
   cfg: Pick<GdnConfig, 'dk' | 'dv' | 'hv' | 'convK'>,
@@ -68,7 +112,7 @@ export function recurrentLaunch(
   maxK = 8,
   variant: GdnKernelVariant = variantFor({ ...cfg, maxK }),
 ): LaunchConfig {
-  return { grid: [batch, cfg.hv], block: gdnBlock(cfg), sharedBytes: variantSharedBytes(variant, { ...cfg, maxK }), stream };
+  return { grid: [batch, cfg.hv], block: variantBlock(variant, cfg), sharedBytes: variantSharedBytes(variant, { ...cfg, maxK }), stream };
 }
 
 /** `gdn.chunk`: one CTA per (sequence, value head). */

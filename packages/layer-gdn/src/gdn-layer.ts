@@ -12,8 +12,8 @@ import {
   type TransformerLayer,
 } from '@metrale/core';
 import { readGdnConfig, type GdnConfig } from './gdn-config.js';
-import { foldKernel, foldVariantKernels, recurrentKernel, recurrentVariantKernels } from './gdn-kernels.js';
-import { DEFAULT_VARIANT, fastSupported, recurrentLaunch, type GdnKernelVariant } from './gdn-launch.js';
+import { foldVariantKernels, recurrentVariantKernels } from './gdn-kernels.js';
+import { foldVariant, recurrentLaunch, recurrentVariant } from './gdn-launch.js';
 import { prefillKernels } from './gdn-prefill-kernels.js';
 import { launchPrefill, prefillPlan, prefillScratchBytes } from './gdn-prefill-launch.js';
 import { loadGdnWeights } from './gdn-weights.js';
@@ -60,10 +60,6 @@ export class GdnLayer implements TransformerLayer<GdnState> {
   readonly #allocations: DevicePtr[] = [];
   readonly #b: Buffers;
   #woa: { readonly stash: DevicePtr } | undefined;
-  /** gdn.recurrent / gdn.fold as this shape runs them: the default (fast) entry points, or legacy (gdn-launch.ts fastSupported). */
-  readonly #variant: GdnKernelVariant;
-  readonly #recurrent: typeof recurrentKernel;
-  readonly #fold: typeof foldKernel;
   #carry: GdnCarryBinding | undefined;
   /** seqLens table of each verify layout (batch, k) this layer ran or captured: gdn.fold reads it. */
   readonly #verifySeqLens = new Map<string, DevicePtr>();
@@ -79,10 +75,6 @@ export class GdnLayer implements TransformerLayer<GdnState> {
     }
     this.config = cfg;
     this.limits = limits;
-    const fast = fastSupported({ ...cfg, maxK: limits.maxK });
-    this.#variant = fast ? DEFAULT_VARIANT : 'legacy';
-    this.#recurrent = fast ? recurrentKernel : recurrentVariantKernels.legacy;
-    this.#fold = fast ? foldKernel : foldVariantKernels.legacy;
     this.weightLayout = w.layout;
     this.#gpu = context.gpu;
     this.inputRowBytes = this.outputRowBytes = 4 * cfg.hidden;
@@ -191,8 +183,11 @@ export class GdnLayer implements TransformerLayer<GdnState> {
       const plan = prefillPlan(shape, batch, rows, stream, { clusters });
       launchPrefill(gpu, prefillKernels, shape, { ...common, scratch: b.prefill }, batch, rows, cfg.eps, plan);
     } else {
-      gpu.launch(this.#recurrent, recurrentLaunch(cfg, batch, stream, shape.maxK, this.#variant), {
-        ...common, mode: phase === 'verify' ? 1 : 0, batch, k, ...shape, eps: cfg.eps,
+      // Which entry point: gdn-launch.ts recurrentVariant (pipe for decode steps, where it fits).
+      const mode = phase === 'verify' ? 1 : 0;
+      const variant = recurrentVariant(shape, mode, k, batch);
+      gpu.launch(recurrentVariantKernels[variant], recurrentLaunch(cfg, batch, stream, shape.maxK, variant), {
+        ...common, mode, batch, k, ...shape, eps: cfg.eps,
       });
     }
     gpu.gemm({ m: rows, n: cfg.hidden, k: cfg.valueDim, a: b.y, b: b.wOut, c: step.output, transB: true, dtype: 'f32', stream });
@@ -260,7 +255,8 @@ export class GdnLayer implements TransformerLayer<GdnState> {
       throw new InvalidArgumentError(`gdn: gdnFoldAccepted for a verify of ${n} × ${kRows} rows, but no such verify ran through this layer`);
     }
     const b = this.#b;
-    gpu.launch(this.#fold, recurrentLaunch(this.config, n, stream, this.limits.maxK, this.#variant), {
+    const variant = foldVariant(this.#shape());
+    gpu.launch(foldVariantKernels[variant], recurrentLaunch(this.config, n, stream, this.limits.maxK, variant), {
       qkvz: b.qkvz, slots: slotTable, seqLens, naTab, state: b.state, convRing: b.convRing, stash: woa.stash,
       batch: n, k: kRows, ...this.#shape(),
     });

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Dev-only: builds the CPU thread emulator of the prefill kernels into dev/emu/build/ (g++ ≥ 11, C++20).
+# Dev-only: builds the CPU thread emulator of the GDN kernels into dev/emu/build/ (g++ ≥ 11, C++20).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 mkdir -p build
 g++ -std=c++20 -O1 -g -pthread -I. -I../../kernels -o build/gdn-chunk.emu gdn-chunk.cpp
 g++ -std=c++20 -O1 -g -pthread -I. -I../../kernels -o build/gdn-rowwise.emu gdn-rowwise.cpp
-echo "built dev/emu/build/gdn-chunk.emu, gdn-rowwise.emu"
+g++ -std=c++20 -O1 -g -pthread -I. -I../../kernels -o build/gdn-recurrent.emu gdn-recurrent.cpp
+echo "built dev/emu/build/gdn-chunk.emu, gdn-rowwise.emu, gdn-recurrent.emu"

@@ -15,6 +15,7 @@ const BUILD = join(dirname(fileURLToPath(import.meta.url)), 'build');
 
 export const reason = 'CUDA thread emulator on the CPU (dev/emu)';
 const EXE = { gdn_chunk_rowwise: 'gdn-rowwise.emu' };
+const exeOf = (sym) => EXE[sym] ?? (sym.startsWith('gdn_recurrent') || sym.startsWith('gdn_fold') ? 'gdn-recurrent.emu' : 'gdn-chunk.emu');
 export function createDevice() {
   const cpu = new CpuBackend({ memoryLimit: 4 * 2 ** 30 });
   const allocs = new Map();
@@ -26,7 +27,7 @@ export function createDevice() {
     launch(kernel, cfg, args) {
       if (!kernel.cuda) throw new Error('no cuda entry');
       const sym = kernel.cuda.symbol;
-      const exe = join(BUILD, EXE[sym] ?? 'gdn-chunk.emu');
+      const exe = join(BUILD, exeOf(sym));
       const clusterX = sym.startsWith('gdn_prefill_scan_c4') ? 4 : sym.startsWith('gdn_prefill_scan') ? 2 : 1;
       const bufs = [];
       const index = new Map();

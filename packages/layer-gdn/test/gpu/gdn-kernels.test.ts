@@ -9,8 +9,10 @@
 // from $METRALE_GDN_FATBIN_DIR/<module>.fatbin, else dist/kernels/, else compiled from kernels/*.cu
 // with nvcc (PATH or /usr/local/cuda/bin) into the system temp folder.
 // METRALE_GDN_VARIANT=smem|stream|legacy runs gdn.recurrent and gdn.fold through that variant's
-// entry points (gdn-launch.ts GdnKernelVariant; default: the unsuffixed default entry points, with
-// DEFAULT_VARIANT's launch shape); bench/gdn-tune.sh runs the suite once per variant.
+// entry points (gdn-launch.ts GdnKernelVariant; pipe: decode steps and the fold through pipe, the
+// rest through smem); unset, each launch runs the variant the layer picks (gdn-launch.ts
+// recurrentVariant, foldVariant: pipe for decode steps of ≥ 32 positions, smem for the rest;
+// the kernel tests' batches are small, so METRALE_GDN_VARIANT=pipe is what tests pipe there); bench/gdn-tune.sh runs the suite once per variant.
 // METRALE_GDN_SEED=n repeats a run's random inputs. METRALE_GDN_DEVICE_MODULE=/path/module.mjs
 // (development only) replaces the CUDA backend by the module's createDevice(), e.g. an emulator;
 // the 80B-shape test then runs only with METRALE_GDN_BIG=1.
@@ -21,7 +23,9 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { defineKernelModule, type DevicePtr, type GpuBackend, type Kernel, type KernelParams } from '@metrale/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DEFAULT_VARIANT, GDN_KERNEL_VARIANTS, variantSharedBytes, type GdnKernelVariant } from '../../src/gdn-launch.js';
+import {
+  GDN_KERNEL_VARIANTS, foldVariant, pipeSupported, recurrentVariant, variantBlock, variantFor, variantSharedBytes, type GdnKernelVariant, type GdnLaunchShape,
+} from '../../src/gdn-launch.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const pkgDir = join(here, '..', '..');
@@ -54,24 +58,27 @@ async function chooseDevice(): Promise<DeviceChoice> {
 
 type AnyKernel = Kernel<KernelParams>;
 interface Decls {
-  readonly recurrentKernel: AnyKernel;
-  readonly foldKernel: AnyKernel;
+  readonly recurrent: Readonly<Record<GdnKernelVariant, AnyKernel>>;
+  readonly fold: Readonly<Record<GdnKernelVariant, AnyKernel>>;
   readonly chunkKernel: AnyKernel;
 }
 
-/** The variant under test (METRALE_GDN_VARIANT), or undefined for the default entry points. */
-const VARIANT = process.env.METRALE_GDN_VARIANT as GdnKernelVariant | undefined;
+/** The variant under test (METRALE_GDN_VARIANT), or undefined for the layer's choice per launch. */
+const VARIANT = (process.env.METRALE_GDN_VARIANT || undefined) as GdnKernelVariant | undefined;
 if (VARIANT !== undefined && !GDN_KERNEL_VARIANTS.includes(VARIANT)) throw new Error(`METRALE_GDN_VARIANT must be one of ${GDN_KERNEL_VARIANTS.join(', ')}, got ${VARIANT}`);
-/** The variant whose launch shape (dynamic shared memory) the launches use. */
-const LAUNCH_VARIANT: GdnKernelVariant = VARIANT ?? DEFAULT_VARIANT;
+
+/** The variant a launch runs: METRALE_GDN_VARIANT, else what the layer picks. */
+function launchVariant(s: GdnLaunchShape, kernel: 'recurrent' | 'fold', mode: 0 | 1, k: number, batch: number): GdnKernelVariant {
+  if (VARIANT === 'pipe') return kernel === 'fold' || (mode === 0 && k === 1) ? variantFor(s, 'pipe') : variantFor(s);
+  if (VARIANT !== undefined) return VARIANT;
+  return kernel === 'fold' ? foldVariant(s) : recurrentVariant(s, mode, k, batch);
+}
 
 async function loadDecls(): Promise<{ decls: Decls; from: string }> {
   // Always the sources: a built package may be older than the kernels under test.
   const m = await import('../../src/gdn-kernels.js');
-  const decls = VARIANT
-    ? { recurrentKernel: m.recurrentVariantKernels[VARIANT], foldKernel: m.foldVariantKernels[VARIANT], chunkKernel: m.chunkKernel }
-    : { recurrentKernel: m.recurrentKernel, foldKernel: m.foldKernel, chunkKernel: m.chunkKernel };
-  const what = VARIANT ? `variant ${VARIANT}: ${decls.recurrentKernel.cuda!.symbol}, ${decls.foldKernel.cuda!.symbol}` : `default entry points, launched as ${DEFAULT_VARIANT}`;
+  const decls = { recurrent: m.recurrentVariantKernels, fold: m.foldVariantKernels, chunkKernel: m.chunkKernel };
+  const what = VARIANT ? `variant ${VARIANT}` : 'the variant the layer picks per launch: pipe for decode steps of ≥ PIPE_MIN_BATCH positions, else smem';
   return { decls: decls as unknown as Decls, from: `src/gdn-kernels.ts (${what})` };
 }
 
@@ -272,21 +279,30 @@ function freeDevice(gpu: GpuBackend, d: DeviceBuffers): void {
 // ---- launches ---------------------------------------------------------------------------------
 
 type Launch =
-  | { readonly kernel: 'recurrent'; readonly mode: 0 | 1; readonly k: number; readonly carried: boolean; readonly gridOrder?: 'batch-head' | 'head-batch' | 'flat' }
-  | { readonly kernel: 'fold'; readonly k: number }
+  | {
+      readonly kernel: 'recurrent'; readonly mode: 0 | 1; readonly k: number; readonly carried: boolean;
+      readonly gridOrder?: 'batch-head' | 'head-batch' | 'flat'; readonly variant?: GdnKernelVariant;
+    }
+  | { readonly kernel: 'fold'; readonly k: number; readonly variant?: GdnKernelVariant }
   | { readonly kernel: 'chunk'; readonly carried: boolean };
 
 const EPS = 1e-6;
 
 function launchOn(gpu: GpuBackend, kernels: Decls, s: Shape, batch: number, d: DeviceBuffers, l: Launch): void {
   const shape = { hk: s.hk, hv: s.hv, dk: s.dk, dv: s.dv, convK: s.K, maxK: s.maxK };
-  const block = Math.min(s.dv, 1024);
   const stream = gpu.defaultStream;
-  const sharedBytes = variantSharedBytes(LAUNCH_VARIANT, { dk: s.dk, dv: s.dv, convK: s.K, maxK: s.maxK });
-  const launch = (k: AnyKernel, grid: number[], args: Record<string, number | bigint>) =>
-    gpu.launch(k, { grid, block, stream, ...(k === kernels.chunkKernel ? {} : { sharedBytes }) }, args as never);
+  const launchShape = { dk: s.dk, dv: s.dv, convK: s.K, maxK: s.maxK };
+  const launch = (k: AnyKernel, variant: GdnKernelVariant | undefined, grid: number[], args: Record<string, number | bigint>) =>
+    gpu.launch(
+      k,
+      variant === undefined
+        ? { grid, block: Math.min(s.dv, 1024), stream }
+        : { grid, block: variantBlock(variant, s), sharedBytes: variantSharedBytes(variant, launchShape), stream },
+      args as never,
+    );
   if (l.kernel === 'fold') {
-    launch(kernels.foldKernel, [batch, s.hv], {
+    const v = l.variant ?? launchVariant(launchShape, 'fold', 0, 0, batch);
+    launch(kernels.fold[v], v, [batch, s.hv], {
       qkvz: d.qkvz, slots: d.slots, seqLens: d.seqLens, naTab: d.naTab, state: d.state, convRing: d.convRing, stash: d.stash,
       batch, k: l.k, ...shape,
     });
@@ -301,11 +317,16 @@ function launchOn(gpu: GpuBackend, kernels: Decls, s: Shape, batch: number, d: D
     pending: carried ? d.pending : 0n,
   };
   if (l.kernel === 'chunk') {
-    launch(kernels.chunkKernel, [batch, s.hv], { ...common, batch, ...shape, eps: EPS });
+    launch(kernels.chunkKernel, undefined, [batch, s.hv], { ...common, batch, ...shape, eps: EPS });
     return;
   }
   const grid = l.gridOrder === 'head-batch' ? [s.hv, batch] : l.gridOrder === 'flat' ? [s.hv * batch] : [batch, s.hv];
-  launch(kernels.recurrentKernel, grid, { ...common, mode: l.mode, batch, k: l.k, ...shape, eps: EPS });
+  const v = l.variant ?? launchVariant(launchShape, 'recurrent', l.mode, l.k, batch);
+  launch(kernels.recurrent[v], v, grid, { ...common, mode: l.mode, batch, k: l.k, ...shape, eps: EPS });
+}
+
+function mapVariants(r: Readonly<Record<GdnKernelVariant, AnyKernel>>, f: (k: AnyKernel) => AnyKernel): Record<GdnKernelVariant, AnyKernel> {
+  return Object.fromEntries(GDN_KERNEL_VARIANTS.map((v) => [v, f(r[v])])) as Record<GdnKernelVariant, AnyKernel>;
 }
 
 // ---- comparison -------------------------------------------------------------------------------
@@ -461,6 +482,19 @@ function casesFor(s: Shape, R: Rng): Case[] {
     const pos = positions(s, R, batch);
     add('fold k=2 accepted 1', { ...pos, rows: pos.slots.map(() => 2), naTab: pos.slots.map(() => 1) }, { kernel: 'fold', k: 2 });
   }
+  // The pipe kernels (decode steps of ≥ PIPE_MIN_BATCH positions in the layer) on these small batches.
+  if (VARIANT === undefined && pipeSupported({ dk: s.dk, dv: s.dv, convK: s.K, maxK: s.maxK })) {
+    const pos = positions(s, R, batch);
+    add('decode (pipe)', { ...pos, rows: pos.slots.map(() => 1) }, { kernel: 'recurrent', mode: 0, k: 1, carried: false, variant: 'pipe' });
+    for (const n of [2, s.maxK]) {
+      const pp = positions(s, R, batch, n);
+      add(`carried decode pending ${n} (pipe)`, { ...pp, rows: pp.slots.map(() => 1), pending: pendingFor(pp.slots, pp.seqLens, s.maxK, n) }, {
+        kernel: 'recurrent', mode: 0, k: 1, carried: true, variant: 'pipe',
+      });
+    }
+    const naTab = pos.slots.map((_, p) => (p === 0 ? s.maxK : p === 1 ? 0 : R.int(1, s.maxK)));
+    add(`fold k=${s.maxK} accepted ${naTab.join('/')} (pipe)`, { ...pos, rows: pos.slots.map(() => s.maxK), naTab }, { kernel: 'fold', k: s.maxK, variant: 'pipe' });
+  }
   {
     const pos = positions(s, R, batch);
     const rows = pos.slots.map((_, p) => [7, 1, 13][p % 3]!);
@@ -488,8 +522,8 @@ describe.skipIf(!device.available)('GDN kernels: CUDA vs CPU reference', () => {
     gpu = device.create!();
     kernels = device.real
       ? {
-          recurrentKernel: withFatbin(decls.recurrentKernel),
-          foldKernel: withFatbin(decls.foldKernel),
+          recurrent: mapVariants(decls.recurrent, withFatbin),
+          fold: mapVariants(decls.fold, withFatbin),
           chunkKernel: withFatbin(decls.chunkKernel),
         }
       : decls;

@@ -1,0 +1,21 @@
+// Dev-only: kernels/gdn-recurrent.cu and gdn-fold.cu (the fast and pipe decode / verify / fold
+// kernels, smem source in its plain-load mode) in the CPU thread emulator (build.sh).
+#include <functional>
+#include "cuda_emu2.h"
+inline float* gdn_emu_dyn_smem() { return reinterpret_cast<float*>(emu::cta().smem.data()); }
+inline unsigned gdn_emu_dyn_smem_bytes() { return (unsigned)(emu::cta().smem.size() - 64); }
+#define GDN_EMU 1
+#include "../../kernels/gdn-recurrent.cu"
+#include "../../kernels/gdn-fold.cu"
+#include <map>
+#include <string>
+struct Entry;
+static std::map<std::string, struct Entry> kernel_table();
+#include "emu2_main.inc"
+static std::map<std::string, Entry> kernel_table() {
+  return {{"gdn_recurrent", entry(gdn_recurrent)},           {"gdn_recurrent_smem", entry(gdn_recurrent_smem)},
+          {"gdn_recurrent_stream", entry(gdn_recurrent_stream)}, {"gdn_recurrent_legacy", entry(gdn_recurrent_legacy)},
+          {"gdn_recurrent_pipe", entry(gdn_recurrent_pipe)},   {"gdn_fold", entry(gdn_fold)},
+          {"gdn_fold_smem", entry(gdn_fold_smem)},             {"gdn_fold_stream", entry(gdn_fold_stream)},
+          {"gdn_fold_legacy", entry(gdn_fold_legacy)},         {"gdn_fold_pipe", entry(gdn_fold_pipe)}};
+}

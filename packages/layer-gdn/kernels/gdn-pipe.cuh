@@ -1,0 +1,304 @@
+// Gated DeltaNet decode and write-on-accept fold, column-pipelined (the `pipe` entry points
+// gdn_recurrent_pipe, gdn_fold_pipe). Layouts and semantics: ../KERNELS.md; the math is that of
+// gdn-fast.cuh for one row (and the pending / accepted rows folded first), whose prologue helpers
+// this file reuses.
+//
+// Why: the smem kernels hold a head's whole state (64 KiB at the 80B shape) from its load to its
+// last store, and the CTAs of a wave move in step (all load, then all compute, then all store),
+// so the DRAM alternates between reading and writing and neither is busy the whole time (ncu on
+// the H200: 35 % of DRAM peak at batch 32, 12 warps per SM). Every column of S is independent
+// but for the dot products over its own d_k rows, so a CTA here streams its head in blocks of 32
+// columns (d_k × 32 floats, 16 KiB) through GDN_PIPE_NB shared buffers with 16-byte cp.async:
+// while it computes and stores block c it has blocks c+1 .. c+NB−1 in flight, and a CTA holds
+// NB blocks instead of the whole head (NB = 2: 38 KiB, 4 CTAs per SM instead of 3). The first
+// copies start as soon as the CTA knows its slot, before the rest of the task is read.
+//
+// Launch: grid [batch, H_v] (any grid of at least batch·H_v CTAs), 128 threads, the dynamic
+// shared memory of pipe_smem_floats() (gdn-launch.ts computes the same). Thread (warp w, lane l)
+// owns column c·32 + l of block c and the rows of part w (d_k split in 4 parts); the dot
+// products of the 4 parts are summed through shared memory in a fixed order. Takes what the fast
+// kernels take (maxK ≤ 8, conv K ≤ 4, d_k ≤ 128) with d_v a multiple of 4; decode steps only
+// (mode 0, k = 1: the host launches it for those), else traps.
+#pragma once
+#include "gdn-fast.cuh"
+
+#ifndef GDN_PIPE_NB
+#define GDN_PIPE_NB 2  // column blocks in shared memory per CTA (2: 5 % faster than 3 at batch 32 on the H200)
+#endif
+#ifndef GDN_PIPE_MAXNREG
+#define GDN_PIPE_MAXNREG 128  // 4 CTAs of 128 threads per SM
+#endif
+
+namespace gdn {
+namespace pipe {
+
+using fast::Lay;
+using fast::pad4;
+
+constexpr int kThreads = 128;
+constexpr int kW = 32;         // columns per block (a warp's lanes)
+constexpr int kParts = 4;      // row parts (the warps)
+constexpr int kPartRows = 32;  // rows per part at most (d_k ≤ 128)
+constexpr int kNB = GDN_PIPE_NB;
+static_assert(kNB >= 2 && kNB <= 4, "GDN_PIPE_NB: 2 to 4 blocks");
+
+// Dynamic shared memory, in floats: the NB block buffers [d_kp][32], then the fast kernels'
+// one-row layout (k, q, pending keys, scalars), the part sums [2][4][32] and o [d_v].
+__host__ __device__ __forceinline__ int pipe_smem_floats(int dk, int dv, int maxK) {
+  return kNB * pad4(dk) * kW + (2 + fast::fast_mb_alloc(maxK)) * pad4(dk) + fast::kSmallFloats + 2 * kParts * kW + pad4(dv);
+}
+
+struct PLay {
+  float* buf;  // [kNB][dkp][kW]
+  float* red;  // [2][kParts][kW]
+  float* osm;  // [dv] o of the row (before the norm)
+  Lay L;
+};
+
+__device__ __forceinline__ PLay pipe_lay(const Args& A) {
+  PLay P;
+  float* base = fast::dyn_smem();
+  const int dkp = pad4(A.dk);
+  P.buf = base;
+  P.L.dkp = dkp;
+  P.L.S = nullptr;
+  P.L.kd = base + kNB * dkp * kW;
+  P.L.qd = P.L.kd + dkp;
+  P.L.kf = P.L.qd + dkp;
+  P.L.sc = P.L.kf + fast::fast_mb_alloc(A.maxK) * dkp;
+  P.red = P.L.sc + fast::kSmallFloats;
+  P.osm = P.red + 2 * kParts * kW;
+  return P;
+}
+
+// Starts the copy of column block cb of a head's state (rows 0..d_k−1, columns cb·32 .. +31
+// that exist) into dst [d_k][32], as one cp.async group (empty past the last block, so every
+// thread commits the same number of groups).
+__device__ __forceinline__ void issue_block(const float* headS, int cb, int nblk, float* dst, int dk, int dv) {
+  if (cb < nblk) {
+    const int c0 = cb * kW;
+    const int nseg = min(kW, dv - c0) / 4;
+    for (int e = tid_lin(); e < dk * (kW / 4); e += kThreads) {
+      const int i = e / (kW / 4), sg = e % (kW / 4);
+      if (sg >= nseg) continue;
+      float* d = dst + i * kW + 4 * sg;
+      const float* s = headS + (size_t)i * dv + c0 + 4 * sg;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(fast::smem_addr(d)), "l"(s) : "memory");
+#else
+      d[0] = s[0], d[1] = s[1], d[2] = s[2], d[3] = s[3];
+#endif
+    }
+  }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+
+// The oldest block in flight has landed for every thread (NB − 2 later ones may still be in
+// flight), and every thread is done with the previous block (its buffer takes the next copy).
+__device__ __forceinline__ void wait_block() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;" ::"n"(kNB - 2) : "memory");
+#endif
+  __syncthreads();
+}
+
+// The scalar tables of the step's row (t = 0) and the pending keys, as row_block of gdn-fast.cuh
+// computes them for a block of one row.
+__device__ __forceinline__ void prologue(const Args& A, const Geo& G, const Task& T, int h, int m, const float* pendSh, int M, const Lay& L) {
+  const int tid = tid_lin(), nt = nthreads();
+  const int dk = A.dk, g = T.g;
+  if (T.nrows > 0) {
+    fast::conv_sources(A, G, T, 0, A.K, L);
+    __syncthreads();
+    for (int t = tid; t < 8; t += nt) {
+      float beta = 0.0f, gg = 0.0f;
+      if (t == 0) {
+        const float* bar = A.ba + (size_t)T.row0 * 2 * A.hv + g * 2 * G.r;
+        gg = -expf(A.aLog[h]) * softplusf_(bar[G.r + m] + A.dtBias[h]);
+        beta = sigmoidf_(bar[m]);
+      }
+      L.sc[fast::kBeta + t] = beta;
+      L.sc[fast::kGraw + t] = gg;
+    }
+    for (int i = tid; i < L.dkp; i += nt) {
+      float q[1] = {0.0f}, k[1] = {0.0f};
+      if (i < dk) {
+        const int cq = g * dk + i, colq = g * G.grp + i;
+        fast::conv_rows<1>(A, L, cq, colq, 1, q);
+        fast::conv_rows<1>(A, L, G.keyDim + cq, colq + dk, 1, k);
+      }
+      L.qd[i] = q[0];
+      L.kd[i] = k[0];
+    }
+  }
+  if (M > 0) fast::pending_keys(A, G, pendSh, M, fast::fast_mb_alloc(A.maxK), L);
+  __syncthreads();
+  if (T.nrows > 0) {
+    fast::gram(L, 1);
+    __syncthreads();
+    fast::coefs(L, 1, dk);
+    __syncthreads();
+  }
+}
+
+// One head: fold MB pending terms (uf = 0 past M), then (nrows = 1) the row's dot products, u, o
+// and its commit; the new state goes to global memory block by block.
+template <int MB>
+__device__ __forceinline__ void run_head(const Args& A, const Geo& G, const Task& T, const PLay& P, int h, int m, const float* pendSh, int M,
+                                         float* headS) {
+  const Lay& L = P.L;
+  const int dk = A.dk, dv = A.dv, dkp = L.dkp;
+  const int tid = tid_lin(), lane = tid & 31, part = tid >> 5;
+  const int pr = min(kPartRows, pad4((dk + kParts - 1) / kParts));
+  const int ib = min(dk, part * pr), ie = min(dk, ib + pr);
+  const int nblk = (dv + kW - 1) / kW;
+  const bool row = T.nrows > 0;
+  const float* sc = L.sc;
+  const float gl = M > 0 ? pendSh[(size_t)(M - 1) * G.stashRow + dk + dv] : 0.0f;
+  const float c0 = M > 0 ? expf(gl) : 1.0f;
+
+  for (int cb = 0; cb < nblk; ++cb) {
+    const int j = cb * kW + lane;
+    const bool act = j < dv;
+    // Per-column inputs, loaded before the block's wait: v (conv), the pending coefficients.
+    float v[1] = {0.0f}, uf[MB > 0 ? MB : 1];
+    if (row && act) fast::conv_rows<1>(A, L, 2 * G.keyDim + h * dv + j, T.g * G.grp + 2 * dk + m * dv + j, 1, v);
+#pragma unroll
+    for (int q = 0; q < MB; ++q)
+      uf[q] = (q < M && act) ? expf(gl - pendSh[(size_t)q * G.stashRow + dk + dv]) * pendSh[(size_t)q * G.stashRow + dk + j] : 0.0f;
+    wait_block();
+    // Block cb + NB − 1 into the buffer of block cb − 1, which pass B of the last trip read.
+    issue_block(headS, cb + kNB - 1, nblk, P.buf + ((cb + kNB - 1) % kNB) * dkp * kW, dk, dv);
+    float* blk = P.buf + (cb % kNB) * dkp * kW;
+    // Pass A over the part's rows (groups of 4): the pending fold (written back to the block,
+    // which this thread alone reads again) and the dot products with k and q (raw).
+    float a = 0.0f, b = 0.0f;
+#pragma unroll 2
+    for (int i0 = ib; i0 < ie; i0 += 4) {
+      float x[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) x[e] = (act && i0 + e < ie) ? blk[(i0 + e) * kW + lane] : 0.0f;
+      if (MB > 0) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) x[e] *= c0;
+#pragma unroll
+        for (int q = 0; q < MB; ++q) {
+          const float4 kk = fast::ld4s(L.kf + q * dkp + i0);
+          x[0] = fmaf(kk.x, uf[q], x[0]);
+          x[1] = fmaf(kk.y, uf[q], x[1]);
+          x[2] = fmaf(kk.z, uf[q], x[2]);
+          x[3] = fmaf(kk.w, uf[q], x[3]);
+        }
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (i0 + e < ie) blk[(i0 + e) * kW + lane] = x[e];
+      }
+      if (row) {
+        const float4 kk = fast::ld4s(L.kd + i0), qq = fast::ld4s(L.qd + i0);
+        a = fmaf(x[0], kk.x, fmaf(x[1], kk.y, fmaf(x[2], kk.z, fmaf(x[3], kk.w, a))));
+        b = fmaf(x[0], qq.x, fmaf(x[1], qq.y, fmaf(x[2], qq.z, fmaf(x[3], qq.w, b))));
+      }
+    }
+    float cl = 1.0f, kc = 0.0f;  // commit: s ← cl s + kc k_raw[i]
+    if (row) {
+      // The row parts' sums, added in part order (every thread of a column gets the same bits).
+      P.red[part * kW + lane] = a;
+      P.red[(kParts + part) * kW + lane] = b;
+      __syncthreads();
+      a = b = 0.0f;
+#pragma unroll
+      for (int p = 0; p < kParts; ++p) {
+        a += P.red[p * kW + lane];
+        b += P.red[(kParts + p) * kW + lane];
+      }
+      const float u = sc[fast::kBeta] * (v[0] - sc[fast::kCA] * a);
+      const float o = sc[fast::kCB] * b + sc[fast::kCQ] * u;
+      if (part == 0 && act) P.osm[j] = o;
+      cl = sc[fast::kCLast];
+      kc = sc[fast::kUB] * u;
+    }
+    // Pass B: the new values of the part's rows, to global memory (a warp stores 128 B per row).
+    if (act) {
+#pragma unroll 4
+      for (int i = ib; i < ie; ++i) headS[(size_t)i * dv + j] = fmaf(kc, L.kd[i], cl * blk[i * kW + lane]);
+    }
+  }
+  if (!row) return;
+  // The gated RMSNorm of the row over d_v, from o in shared memory.
+  __syncthreads();
+  float ss = 0.0f;
+  for (int j = tid; j < dv; j += kThreads) ss = fmaf(P.osm[j], P.osm[j], ss);
+  ss = warp_sum_to_lane0(ss);
+  if (lane == 0) P.red[part] = ss;
+  __syncthreads();
+  float tot = 0.0f;
+#pragma unroll
+  for (int p = 0; p < kParts; ++p) tot += P.red[p];
+  const float inv = 1.0f / sqrtf(tot / (float)dv + A.eps);
+  for (int j = tid; j < dv; j += kThreads) {
+    const float z = A.qkvz[(size_t)T.row0 * G.width + T.g * G.grp + 2 * dk + (G.r + m) * dv + j];
+    A.y[(size_t)T.row0 * A.hv * dv + (size_t)h * dv + j] = A.normWeight[j] * P.osm[j] * inv * siluf_(z);
+  }
+}
+
+__device__ __forceinline__ void check_pipe(const Args& A) {
+  const bool ok = A.maxK <= fast::kMaxRows && A.K <= fast::kMaxConv && A.dk <= kParts * kPartRows && A.dv % 4 == 0 &&
+                  nthreads() == kThreads && fast::dyn_smem_bytes() >= 4u * (unsigned)pipe_smem_floats(A.dk, A.dv, A.maxK);
+  if (!ok) __trap();
+}
+
+__device__ __forceinline__ float* head_state(const Args& A, int slot, int h) { return A.state + ((size_t)slot * A.hv + h) * (size_t)A.dk * A.dv; }
+
+// The first NB − 1 blocks of the head's state start copying (before the prologue).
+__device__ __forceinline__ void issue_first(const Args& A, const PLay& P, float* headS) {
+  const int nblk = (A.dv + kW - 1) / kW;
+  for (int cb = 0; cb < kNB - 1; ++cb) issue_block(headS, cb, nblk, P.buf + cb * P.L.dkp * kW, A.dk, A.dv);
+}
+
+// Runs the task whose first blocks issue_first started.
+__device__ __forceinline__ void run_task(const Args& A, const Geo& G, const Task& T, const PLay& P) {
+  if (T.nh != 1 || T.nPendFold > A.maxK || T.nrows > 1) __trap();
+  const int h = T.h0, m = h - T.g * G.r;
+  float* headS = head_state(A, T.slot, h);
+  const float* pendSh = T.pendK + (size_t)h * A.maxK * G.stashRow;
+  const int M = T.nPendFold;
+  prologue(A, G, T, h, m, pendSh, M, P.L);
+  if (M == 0) run_head<0>(A, G, T, P, h, m, pendSh, M, headS);
+  else if (M <= 4) run_head<4>(A, G, T, P, h, m, pendSh, M, headS);
+  else run_head<8>(A, G, T, P, h, m, pendSh, M, headS);
+  __syncthreads();  // every read of history by this CTA is done
+  write_conv_state(A, G, T);
+}
+
+__device__ __forceinline__ void recurrent_entry(const Args& A, int mode, int batch, int k) {
+  check_pipe(A);
+  if (mode != 0 || k != 1) __trap();  // decode steps only
+  int b, h;
+  cta_coords(batch, A.hv, b, h);
+  if (b >= batch || h >= A.hv) return;
+  const int slot = A.slots[b];
+  if (slot < 0) return;
+  const PLay P = pipe_lay(A);
+  issue_first(A, P, head_state(A, slot, h));
+  const Geo G = geo_of(A);
+  Task T;
+  if (!make_task(A, G, b, h, A.rowStarts[b], 1, true, false, T)) return;
+  run_task(A, G, T, P);
+}
+
+__device__ __forceinline__ void fold_entry(const Args& A, const uint32_t* naTab, int batch, int k) {
+  check_pipe(A);
+  int b, h, slot, na;
+  if (!fold_cta(A, naTab, batch, k, b, h, slot, na)) return;
+  const PLay P = pipe_lay(A);
+  issue_first(A, P, head_state(A, slot, h));
+  const Geo G = geo_of(A);
+  Task T;
+  fold_task(A, G, b, h, slot, na, k, T);
+  run_task(A, G, T, P);
+}
+
+}  // namespace pipe
+}  // namespace gdn
