@@ -1,11 +1,13 @@
 #!/usr/bin/env node
 // A/B of the gdn.recurrent / gdn.fold variants (kernels/gdn-recurrent.cu, gdn-fold.cu entry points
-// _smem, _stream, _legacy, plus builds with other -D knobs) at the Qwen3-Next-80B layer shape
+// _smem, _stream, _legacy, _pipe, plus builds with other -D knobs) at the Qwen3-Next-80B layer shape
 // (H_k 16, H_v 32, d_k = d_v = 128, conv K 4, maxK 4; f32 state 2 MiB per sequence).
 // Run: node bench/gdn-ab.mjs (bench/gdn-tune.sh runs it): needs node, the workspace's
-// @metrale/core and @metrale/cuda-backend built, and fatbins:
+// @metrale/core, @metrale/cuda-backend and this package built (dist: the launch shapes), and fatbins:
 //   METRALE_GDN_AB_BUILDS="tag=dir,tag2=dir2"  each dir holds gdn-recurrent.fatbin and gdn-fold.fatbin
 //   METRALE_GDN_AB_ROWS="tag:variant,..."      the rows of the table (default: every variant of every build)
+//   METRALE_GDN_AB_PIPE_NB="tag=4,..."         builds whose pipe kernels were compiled with another
+//                                               GDN_PIPE_NB than the package's PIPE_STAGES
 //   METRALE_BENCH_OUT                           the JSON (default bench-results/gdn-ab.json)
 //   METRALE_GDN_AB_NCU=1                        one launch of each kernel per row and batch, no timing
 //                                               (for ncu --kernel-name regex:gdn_)
@@ -17,8 +19,9 @@
 //   verify+fold   the two, the fold on another state set    floor: 1.5 × decode's bytes
 //   carried       mode 1 carried, k 4, pending 4           floor: read + write S (= decode)
 //   carried dec.  mode 0 carried, k 1, pending 2           floor: read + write S
-// The parameter lists below must match src/gdn-kernels.ts (RECURRENT_PARAMS, FOLD_PARAMS), and
-// sharedBytes() src/gdn-launch.ts variantSharedBytes (the kernels trap on too little).
+// A pipe row runs what the layer would: pipe for decode steps (mode 0, k = 1) and the fold, the
+// same build's smem entry point for the rest. The parameter lists below must match src/gdn-kernels.ts
+// (RECURRENT_PARAMS, FOLD_PARAMS); threads and shared memory come from dist (gdn-launch.ts).
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -47,15 +50,6 @@ const FOLD_PARAMS = {
   qkvz: 'ptr', slots: 'ptr', seqLens: 'ptr', naTab: 'ptr', state: 'ptr', convRing: 'ptr', stash: 'ptr', batch: 'i32', k: 'i32', ...SHAPE_PARAMS,
 };
 
-/** src/gdn-launch.ts variantSharedBytes. */
-function sharedBytes(variant) {
-  if (variant === 'legacy') return 0;
-  const pad4 = (x) => (x + 3) & ~3;
-  const tb = Math.min(4, SHAPE.maxK) <= 1 ? 1 : 4;
-  const mb = SHAPE.maxK <= 4 ? 4 : 8;
-  return 4 * ((variant === 'smem' ? pad4(SHAPE.dk * SHAPE.dv) : 0) + (2 * tb + mb) * pad4(SHAPE.dk) + 496);
-}
-
 async function main() {
   let cb;
   const hook = process.env.METRALE_GDN_DEVICE_MODULE; // development only: a stand-in device module
@@ -69,15 +63,21 @@ async function main() {
     return;
   }
   const { defineKernel, defineKernelModule } = await import('@metrale/core');
+  const { variantSharedBytes, variantBlock, PIPE_STAGES } = await import(join(pkgDir, 'dist', 'index.js'));
   const builds = (process.env.METRALE_GDN_AB_BUILDS ?? `base=${join(pkgDir, 'dist', 'kernels')}`).split(',').map((s) => s.split('='));
   const kernelsOf = {};
   for (const [tag, dir] of builds) {
     const rm = defineKernelModule(`gdn-recurrent-${tag}`, join(dir, 'gdn-recurrent.fatbin'));
     const fm = defineKernelModule(`gdn-fold-${tag}`, join(dir, 'gdn-fold.fatbin'));
-    for (const v of ['smem', 'stream', 'legacy']) {
+    const rec = (v) => defineKernel({ name: `gdn.recurrent.${tag}.${v}`, params: RECURRENT_PARAMS, cuda: { module: rm, symbol: `gdn_recurrent_${v}` } });
+    for (const v of ['smem', 'stream', 'legacy', 'pipe']) {
       kernelsOf[`${tag}:${v}`] = {
+        tag,
         variant: v,
-        recurrent: defineKernel({ name: `gdn.recurrent.${tag}.${v}`, params: RECURRENT_PARAMS, cuda: { module: rm, symbol: `gdn_recurrent_${v}` } }),
+        recurrent: rec(v),
+        // pipe runs decode steps only: the layer takes smem for verify
+        recurrentMulti: v === 'pipe' ? rec('smem') : rec(v),
+        multiVariant: v === 'pipe' ? 'smem' : v,
         fold: defineKernel({ name: `gdn.fold.${tag}.${v}`, params: FOLD_PARAMS, cuda: { module: fm, symbol: `gdn_fold_${v}` } }),
       };
     }
@@ -167,7 +167,12 @@ async function main() {
   }
   const freeTables = (ts) => ts.forEach((t) => Object.values(t).forEach((p) => gpu.free(p)));
   const setsFor = (batch) => Math.max(1, Math.min(Math.floor(maxSlots / batch), Math.ceil((4 * dev.l2CacheBytes) / (batch * stateSeqBytes))));
-  const block = SHAPE.dv;
+  const pipeNb = Object.fromEntries((process.env.METRALE_GDN_AB_PIPE_NB ?? '').split(',').filter(Boolean).map((s) => s.split('=')));
+  // A pipe build with other stages: the package's shared memory plus or minus those blocks of [d_k][32].
+  const launchOf = (variant, tag) => ({
+    block: variantBlock(variant, SHAPE),
+    sharedBytes: variantSharedBytes(variant, SHAPE) + (variant === 'pipe' && pipeNb[tag] ? (Number(pipeNb[tag]) - PIPE_STAGES) * SHAPE.dk * 32 * 4 : 0),
+  });
 
   const SECTIONS = [
     { name: 'decode', batches: [1, 32, 256], k: 1, bytes: 2, pending: 0 },
@@ -180,16 +185,16 @@ async function main() {
 
   for (const rowName of rows) {
     const K = kernelsOf[rowName];
-    const sh = sharedBytes(K.variant);
+    const sh = variantSharedBytes(K.variant, SHAPE);
     const rec = (t, batch, mode, k, carried) =>
-      gpu.launch(K.recurrent, { grid: [batch, SHAPE.hv], block, sharedBytes: sh, stream }, {
+      gpu.launch(mode === 0 && k === 1 ? K.recurrent : K.recurrentMulti, { grid: [batch, SHAPE.hv], ...launchOf(mode === 0 && k === 1 ? K.variant : K.multiVariant, K.tag), stream }, {
         qkvz: L.qkvz, ba: L.ba, y: L.y, slots: t.slots, rowStarts: t.rowStarts, seqLens: t.seqLens, state: L.state, convRing: L.convRing,
         convWeight: L.convWeight, aLog: L.aLog, dtBias: L.dtBias, normWeight: L.normWeight,
         stash: L.stash, convStash: carried ? L.convStash : 0n, pending: carried ? L.pending : 0n,
         mode, batch, k, ...SHAPE, eps: EPS,
       });
     const fold = (t, batch, k) =>
-      gpu.launch(K.fold, { grid: [batch, SHAPE.hv], block, sharedBytes: sh, stream }, {
+      gpu.launch(K.fold, { grid: [batch, SHAPE.hv], ...launchOf(K.variant, K.tag), stream }, {
         qkvz: L.qkvz, slots: t.slots, seqLens: t.seqLens, naTab: t.naTab, state: L.state, convRing: L.convRing, stash: L.stash, batch, k, ...SHAPE,
       });
     const out = { row: rowName, variant: K.variant, sharedBytes: sh, sections: {} };

@@ -25,7 +25,8 @@
 //               alone; the unfused norm; the row-by-row oracle (gdn_chunk_rowwise) once. FLOPs
 //               counted as the chunked (WY) form with C = 64 (see chunkFlops); bar: ≥ 40 % of the
 //               bf16 GEMM rate; flash-linear-attention's chunk prefill takes 1.08 ms on this H200.
-// METRALE_GDN_BENCH_ONLY=prefill runs the ceilings and the prefill sections only.
+// METRALE_GDN_BENCH_ONLY=prefill runs the ceilings and the prefill sections only (a comma-separated
+// list of section name prefixes: decode,verify,carried,prefill).
 // METRALE_GDN_FATBIN_DIR=dir: fatbins from there (dir/<file>.fatbin) before dist/kernels.
 // A failing section is reported and the others still run. Results print as a table and go to
 // $METRALE_BENCH_OUT (default bench-results/gdn.json) as JSON.
@@ -83,15 +84,17 @@ async function main() {
   const { defineKernelModule } = await import('@metrale/core');
   const fatbin = hook ? (k) => k : (k, file) => withFatbin(k, file, defineKernelModule);
   // Loaded on first use (a section that does not run needs no fatbin).
-  const kernels = {};
-  for (const [key, k, file] of [
-    ['recurrent', pkg.recurrentKernel, 'gdn-recurrent'],  // replaced for the A/B section
-    ['fold', pkg.foldKernel, 'gdn-fold'],
-    ['chunk', pkg.chunkKernel, 'gdn-chunk-rowwise'],
-  ]) {
-    let v;
-    Object.defineProperty(kernels, key, { get: () => (v ??= fatbin(k, file)), set: (x) => { v = x; }, enumerable: true });
-  }
+  // The entry points the layer launches (gdn-launch.ts recurrentVariant / foldVariant: wide for
+  // one-row steps and the fold, smem for verify), each loaded on first use.
+  const loaded = new Map();
+  const once = (key, make) => (loaded.has(key) ? loaded.get(key) : (loaded.set(key, make()), loaded.get(key)));
+  const kernels = {
+    recurrentOf: (v) => once(`r.${v}`, () => fatbin(pkg.recurrentVariantKernels[v], 'gdn-recurrent')),
+    foldOf: (v) => once(`f.${v}`, () => fatbin(pkg.foldVariantKernels[v], 'gdn-fold')),
+    get chunk() {
+      return once('chunk', () => fatbin(pkg.chunkKernel, 'gdn-chunk-rowwise'));
+    },
+  };
   const gpu = cb.CudaBackend.create();
   const dev = gpu.device;
   log(`gdn bench: ${found.reason}`);
@@ -125,9 +128,10 @@ async function main() {
     return { ms: med, min: ms[0], max: ms[ms.length - 1], reps };
   }
 
-  const only = process.env.METRALE_GDN_BENCH_ONLY;
+  const only = process.env.METRALE_GDN_BENCH_ONLY?.split(',').filter(Boolean);
+  const wanted = (name) => !only || only.some((o) => name.startsWith(o));
   const section = async (name, body) => {
-    if (only && !name.startsWith(only) && name !== 'copy bandwidth' && name !== 'bf16 GEMM') return;
+    if (!wanted(name) && name !== 'copy bandwidth' && name !== 'bf16 GEMM') return;
     const t0 = Date.now();
     try {
       await body();
@@ -238,19 +242,18 @@ async function main() {
     const shapeArgs = { ...SHAPE };
     const grid = (batch) => [batch, SHAPE.hv];
     const block = Math.min(SHAPE.dv, 1024);
-    // The default gdn_recurrent / gdn_fold (the smem variant) take dynamic shared memory
-    // (src/gdn-launch.ts variantSharedBytes; bench/gdn-ab.mjs times every variant); legacy none.
-    const defaultShared = defaultSharedBytes();
-    const sharedOf = (k) => (k === nocapKernel ? 0 : defaultShared);
-    const recurrent = (t, batch, mode, k, carried) =>
-      gpu.launch(kernels.recurrent, { grid: grid(batch), block, sharedBytes: sharedOf(kernels.recurrent), stream }, {
+    const recurrent = (t, batch, mode, k, carried) => {
+      const v = pkg.recurrentVariant(SHAPE, mode, k, batch);
+      return gpu.launch(kernels.recurrentOf(v), pkg.recurrentLaunch(SHAPE, batch, stream, SHAPE.maxK, v), {
         qkvz: L.qkvz, ba: L.ba, y: L.y, slots: t.slots, rowStarts: t.rowStarts, seqLens: t.seqLens, state: L.state, convRing: L.convRing,
         convWeight: L.convWeight, aLog: L.aLog, dtBias: L.dtBias, normWeight: L.normWeight,
         stash: mode === 1 || carried ? L.stash : 0n, convStash: carried ? L.convStash : 0n, pending: carried ? L.pending : 0n,
         mode, batch, k, ...shapeArgs, eps: EPS,
       });
+    };
+    log(`launched as the layer does: decode ${pkg.recurrentVariant(SHAPE, 0, 1, 1)} at batch 1, ${pkg.recurrentVariant(SHAPE, 0, 1, 32)} from ${pkg.PIPE_MIN_BATCH}; verify ${pkg.recurrentVariant(SHAPE, 1, 4, 32)}; fold ${pkg.foldVariant(SHAPE)}`);
     const fold = (t, batch, k) =>
-      gpu.launch(kernels.fold, { grid: grid(batch), block, sharedBytes: defaultShared, stream }, {
+      gpu.launch(kernels.foldOf(pkg.foldVariant(SHAPE)), pkg.recurrentLaunch(SHAPE, batch, stream, SHAPE.maxK, pkg.foldVariant(SHAPE)), {
         qkvz: L.qkvz, slots: t.slots, seqLens: t.seqLens, naTab: t.naTab, state: L.state, convRing: L.convRing, stash: L.stash,
         batch, k, ...shapeArgs,
       });
@@ -294,44 +297,6 @@ async function main() {
           }
           void rec;
         } finally {
-          freeTables(ts);
-        }
-      });
-    }
-
-    // A/B of the register cap (where nvcc is here): the same decode and carried cycle with the
-    // legacy gdn_recurrent built without __maxnreg__(168) (no spills, 2 instead of 3 CTAs per SM).
-    const legacyDecl = Object.freeze({ ...pkg.recurrentKernel, cuda: { ...pkg.recurrentKernel.cuda, symbol: 'gdn_recurrent_legacy' } });
-    const nocap = hook || only ? undefined : buildVariant(legacyDecl, 'gdn-recurrent', ['-DGDN_MAXNREG=0'], 'nocap', defineKernelModule);
-    nocapKernel = nocap;
-    if (!nocap && !only) log('(no nvcc here: the no-register-cap variant of gdn_recurrent is not measured)');
-    for (const batch of nocap ? [32, 256] : []) {
-      await section(`decode batch ${batch}, no register cap`, () => {
-        const sets = setsFor(batch);
-        const ts = tables(batch, sets, 1, 1000);
-        const saved = kernels.recurrent;
-        kernels.recurrent = nocap;
-        try {
-          const M = 4;
-          const t = time((i) => {
-            for (let m = 0; m < M; m++) recurrent(ts[(i * M + m) % sets], batch, 0, 1, false);
-          }, { reps: 50, inner: M });
-          row('decode, no register cap', batch, 'bytes', 2 * batch * stateSeqBytes, t, copyBW, {
-            sets, vsDecode: decodeMs[batch] ? t.ms / decodeMs[batch] : undefined, bar: 'A/B of __maxnreg__(168)',
-          });
-          gpu.upload(L.pending, zeroPending);
-          for (const tt of ts) recurrent(tt, batch, 1, 4, true);
-          gpu.synchronize(stream);
-          gpu.upload(L.pending, fourPending);
-          const c = time((i) => {
-            for (let m = 0; m < M; m++) recurrent(ts[(i * M + m) % sets], batch, 1, 4, true);
-          }, { reps: 50, inner: M });
-          row('carried cycle, no register cap', batch, 'bytes', 2 * batch * stateSeqBytes, c, copyBW, {
-            sets, vsDecode: decodeMs[batch] ? c.ms / decodeMs[batch] : undefined, bar: 'A/B of __maxnreg__(168)',
-          });
-          gpu.upload(L.pending, zeroPending);
-        } finally {
-          kernels.recurrent = saved;
           freeTables(ts);
         }
       });
@@ -406,7 +371,7 @@ async function main() {
     const clusters = dev.computeCapability[0] >= 9;
     const scratchBytes = Math.max(pkg.prefillScratchLayout(prefillShape, maxRows, 1).bytes, pkg.prefillScratchLayout(prefillShape, maxRows, 2).bytes);
     const scratch = await (async () => {
-      if (only && !'prefill'.startsWith(only) && !only.startsWith('prefill')) return 0n;
+      if (only && !only.some((o) => 'prefill'.startsWith(o) || o.startsWith('prefill'))) return 0n;
       return gpu.alloc(scratchBytes);
     })();
     const prefillTables = (lens) => {
@@ -521,16 +486,6 @@ async function main() {
   writeResult(result);
 }
 
-let nocapKernel;
-
-/** src/gdn-launch.ts variantSharedBytes('smem', the bench's shape): the default kernels' dynamic shared memory. */
-function defaultSharedBytes() {
-  const pad4 = (x) => (x + 3) & ~3;
-  const tb = Math.min(4, SHAPE.maxK) <= 1 ? 1 : 4;
-  const mb = SHAPE.maxK <= 4 ? 4 : 8;
-  return 4 * (pad4(SHAPE.dk * SHAPE.dv) + (2 * tb + mb) * pad4(SHAPE.dk) + 496);
-}
-
 /** FLOPs of the chunked (WY) form, C = 64, per head: KKᵀ, W, QKᵀ (2C²d_k each), U and the intra-chunk output (2C²d_v each), WS, QS and the state update (2C·d_k·d_v each), the triangular solve (C³/3). */
 function chunkFlops(rows, C = 64) {
   const { hv, dk, dv } = SHAPE;
@@ -578,23 +533,6 @@ function withFatbin(k, file, defineKernelModule) {
       '-gencode=arch=compute_90,code=compute_90', '-o', path, join(pkgDir, 'kernels', `${file}.cu`)], { stdio: 'inherit' });
   }
   return Object.freeze({ ...k, cuda: { module: defineKernelModule(k.cuda.module.name, path), symbol: k.cuda.symbol } });
-}
-
-/** The declaration built from kernels/<file>.cu with extra nvcc flags, or undefined without nvcc. */
-function buildVariant(k, file, flags, tag, defineKernelModule) {
-  const nvcc = findNvcc();
-  if (!nvcc) return undefined;
-  try {
-    const dir = join(tmpdir(), `metrale-gdn-bench-${process.pid}`);
-    mkdirSync(dir, { recursive: true });
-    const path = join(dir, `${file}-${tag}.fatbin`);
-    execFileSync(nvcc, ['-fatbin', '-O3', '-std=c++17', ...flags, '-gencode=arch=compute_80,code=sm_80', '-gencode=arch=compute_90a,code=sm_90a',
-      '-gencode=arch=compute_90,code=compute_90', '-o', path, join(pkgDir, 'kernels', `${file}.cu`)], { stdio: 'inherit' });
-    return Object.freeze({ ...k, cuda: { module: defineKernelModule(`${k.cuda.module.name}-${tag}`, path), symbol: k.cuda.symbol } });
-  } catch (error) {
-    console.log(`(building the ${tag} variant of ${file} failed: ${error.message})`);
-    return undefined;
-  }
 }
 
 /** Random f32 in [−scale, scale) (never zero), uploaded in 16 MiB tiles. */

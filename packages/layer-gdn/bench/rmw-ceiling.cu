@@ -1,0 +1,126 @@
+// What bandwidth an in-place read-modify-write of per-head states can reach on this GPU, with no
+// GDN math: the ceiling the decode kernels (which read a head's 64 KiB state and write it back)
+// are measured against, beside the device-to-device copy. Build and run on the GPU machine:
+//   nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/rmw bench/rmw-ceiling.cu && /tmp/rmw
+// Prints one line per (pattern, batch): µs per launch (median of 20 repetitions of 8 launches,
+// state sets rotated so each repetition touches ≥ 4 × L2) and TB/s of bytes read + written.
+//   copy        cudaMemcpyAsync device to device of the same bytes (read one buffer, write another)
+//   flat        grid-stride x ← 0.999 x + 1e-3 over the batch's states, 4 float4 per thread in flight
+//   head-reg    one CTA of 128 threads per head: the whole 64 KiB in registers (32 float4 per
+//               thread), then written back (the dependency shape of a decode step: all of a column
+//               read before any of it is written)
+//   head-smem   one CTA per head: the 64 KiB copied to shared memory (cp.async 16 B), then written
+//               back from there (the smem decode kernel without its math)
+//   head-split  two CTAs per head, 32 KiB each in registers (columns split)
+#include <cuda_runtime.h>
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#define CK(x)                                                                                 \
+  do {                                                                                        \
+    cudaError_t e_ = (x);                                                                     \
+    if (e_ != cudaSuccess) {                                                                  \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                           \
+    }                                                                                         \
+  } while (0)
+
+constexpr int kHeadFloats = 128 * 128;  // d_k × d_v
+constexpr int kHeads = 32;              // H_v
+
+__device__ __forceinline__ float4 step(float4 v) {
+  return make_float4(fmaf(v.x, 0.999f, 1e-3f), fmaf(v.y, 0.999f, 1e-3f), fmaf(v.z, 0.999f, 1e-3f), fmaf(v.w, 0.999f, 1e-3f));
+}
+
+__global__ void flat(float4* p, long long n4) {
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n4; i += 4 * stride) {
+    float4 v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) v[u] = i + u * stride < n4 ? p[i + u * stride] : make_float4(0, 0, 0, 0);
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+      if (i + u * stride < n4) p[i + u * stride] = step(v[u]);
+  }
+}
+
+// parts CTAs per head, each holding kHeadFloats / parts floats in registers.
+template <int PARTS>
+__global__ void __launch_bounds__(128) head_reg(float4* p) {
+  constexpr int per = kHeadFloats / 4 / PARTS / 128;  // float4 per thread
+  float4* h = p + (size_t)(blockIdx.x / PARTS) * (kHeadFloats / 4) + (blockIdx.x % PARTS) * (kHeadFloats / 4 / PARTS);
+  float4 v[per];
+#pragma unroll
+  for (int u = 0; u < per; ++u) v[u] = h[u * 128 + threadIdx.x];
+  __syncthreads();  // the column's dot product would be here
+#pragma unroll
+  for (int u = 0; u < per; ++u) h[u * 128 + threadIdx.x] = step(v[u]);
+}
+
+__global__ void __launch_bounds__(128) head_smem(float4* p) {
+  extern __shared__ float4 s[];
+  float4* h = p + (size_t)blockIdx.x * (kHeadFloats / 4);
+  for (int e = threadIdx.x; e < kHeadFloats / 4; e += 128) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(s + e);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(h + e) : "memory");
+  }
+  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
+  __syncthreads();
+  for (int e = threadIdx.x; e < kHeadFloats / 4; e += 128) h[e] = step(s[e]);
+}
+
+int main() {
+  int l2 = 0;
+  CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  const size_t seqBytes = (size_t)kHeads * kHeadFloats * 4;  // 2 MiB
+  const size_t total = 2ull << 30;                           // 2 GiB of states, rotated
+  float* buf;
+  float* dst;
+  CK(cudaMalloc(&buf, total));
+  CK(cudaMalloc(&dst, total));
+  CK(cudaMemset(buf, 0, total));
+  CK(cudaFuncSetAttribute(head_smem, cudaFuncAttributeMaxDynamicSharedMemorySize, kHeadFloats * 4));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  std::printf("%s, %d SMs, L2 %d MiB\n", prop.name, prop.multiProcessorCount, l2 >> 20);
+  for (int batch : {32, 256}) {
+    const size_t bytes = batch * seqBytes;
+    const int sets = (int)std::max<size_t>(1, std::min(total / bytes, (4 * (size_t)l2 + bytes - 1) / bytes));
+    for (const char* name : {"copy", "flat", "head-reg", "head-smem", "head-split"}) {
+      const std::string n(name);
+      auto launch = [&](int set) {
+        float* p = buf + (size_t)set * bytes / 4;
+        float4* p4 = reinterpret_cast<float4*>(p);
+        const int heads = batch * kHeads;
+        if (n == "copy") CK(cudaMemcpyAsync(dst + (size_t)set * bytes / 4, p, bytes, cudaMemcpyDeviceToDevice));
+        else if (n == "flat") flat<<<prop.multiProcessorCount * 8, 256>>>(p4, (long long)(bytes / 16));
+        else if (n == "head-reg") head_reg<1><<<heads, 128>>>(p4);
+        else if (n == "head-smem") head_smem<<<heads, 128, kHeadFloats * 4>>>(p4);
+        else head_reg<2><<<2 * heads, 128>>>(p4);
+      };
+      for (int w = 0; w < 2 * sets; ++w) launch(w % sets);
+      CK(cudaDeviceSynchronize());
+      std::vector<float> ms;
+      int at = 0;
+      for (int r = 0; r < 20; ++r) {
+        CK(cudaEventRecord(e0));
+        for (int m = 0; m < 8; ++m) launch(at++ % sets);
+        CK(cudaEventRecord(e1));
+        CK(cudaEventSynchronize(e1));
+        float t;
+        CK(cudaEventElapsedTime(&t, e0, e1));
+        ms.push_back(t / 8);
+      }
+      CK(cudaGetLastError());
+      std::sort(ms.begin(), ms.end());
+      const double t = ms[ms.size() / 2] * 1e-3;
+      std::printf("%-10s batch %3d  %8.1f us  %.3f TB/s (read + write %zu MiB)\n", name, batch, t * 1e6, 2.0 * bytes / t / 1e12, 2 * bytes >> 20);
+    }
+  }
+  return 0;
+}
