@@ -172,8 +172,9 @@ __device__ __forceinline__ void run_head(const Args& A, const Geo& G, const Task
     // Block cb + NB − 1 into the buffer of block cb − 1, which pass B of the last trip read.
     issue_block(headS, cb + kNB - 1, nblk, P.buf + ((cb + kNB - 1) % kNB) * dkp * kW, dk, dv);
     float* blk = P.buf + (cb % kNB) * dkp * kW;
-    // Pass A over the part's rows (groups of 4): the pending fold (written back to the block,
-    // which this thread alone reads again) and the dot products with k and q (raw).
+    // Pass A over the part's rows (groups of 4): the pending fold and the dot products with k and
+    // q (raw). The fold alone (no row) stores its result here; a decode step writes the folded
+    // values back to the block (only this thread reads them again, in pass B).
     float a = 0.0f, b = 0.0f;
 #pragma unroll 2
     for (int i0 = ib; i0 < ie; i0 += 4) {
@@ -191,9 +192,16 @@ __device__ __forceinline__ void run_head(const Args& A, const Geo& G, const Task
           x[2] = fmaf(kk.z, uf[q], x[2]);
           x[3] = fmaf(kk.w, uf[q], x[3]);
         }
+        if (row) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (i0 + e < ie) blk[(i0 + e) * kW + lane] = x[e];
+        }
+      }
+      if (!row && act) {
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-          if (i0 + e < ie) blk[(i0 + e) * kW + lane] = x[e];
+          if (i0 + e < ie) headS[(size_t)(i0 + e) * dv + j] = x[e];
       }
       if (row) {
         const float4 kk = fast::ld4s(L.kd + i0), qq = fast::ld4s(L.qd + i0);
@@ -201,7 +209,6 @@ __device__ __forceinline__ void run_head(const Args& A, const Geo& G, const Task
         b = fmaf(x[0], qq.x, fmaf(x[1], qq.y, fmaf(x[2], qq.z, fmaf(x[3], qq.w, b))));
       }
     }
-    float cl = 1.0f, kc = 0.0f;  // commit: s ← cl s + kc k_raw[i]
     if (row) {
       // The row parts' sums, added in part order (every thread of a column gets the same bits).
       P.red[part * kW + lane] = a;
@@ -216,13 +223,12 @@ __device__ __forceinline__ void run_head(const Args& A, const Geo& G, const Task
       const float u = sc[fast::kBeta] * (v[0] - sc[fast::kCA] * a);
       const float o = sc[fast::kCB] * b + sc[fast::kCQ] * u;
       if (part == 0 && act) P.osm[j] = o;
-      cl = sc[fast::kCLast];
-      kc = sc[fast::kUB] * u;
-    }
-    // Pass B: the new values of the part's rows, to global memory (a warp stores 128 B per row).
-    if (act) {
+      // Pass B, the commit s ← cl s + kc k_raw[i], to global memory (a warp stores 128 B per row).
+      const float cl = sc[fast::kCLast], kc = sc[fast::kUB] * u;
+      if (act) {
 #pragma unroll 4
-      for (int i = ib; i < ie; ++i) headS[(size_t)i * dv + j] = fmaf(kc, L.kd[i], cl * blk[i * kW + lane]);
+        for (int i = ib; i < ie; ++i) headS[(size_t)i * dv + j] = fmaf(kc, L.kd[i], cl * blk[i * kW + lane]);
+      }
     }
   }
   if (!row) return;

@@ -1,6 +1,6 @@
 // Dev-only CUDA execution emulator (dev/emu): one std::thread per CUDA thread; the CTAs of a
 // cluster run together (cluster barrier, distributed shared memory), clusters one after another.
-// Dynamic shared memory per CTA is filled with 0xCD garbage first.
+// Dynamic shared memory per CTA is filled with 0xFF first (NaN in every float, so a read of what no one wrote shows).
 #pragma once
 #include <algorithm>
 #include <barrier>
@@ -91,7 +91,7 @@ void emu_launch(dim3 grid, dim3 block, size_t smemBytes, int clusterX, F&& body)
         emu::Cluster cl;
         cl.ctas.resize(clusterX);
         for (auto& c : cl.ctas) {
-          c.smem.assign(smemBytes + 64, 0xCD);
+          c.smem.assign(smemBytes + 64, 0xFF);
           c.bar.reset(new std::barrier<>(nt));
           for (int w = 0; w * 32 < nt; ++w) {
             c.warpBar.emplace_back(new std::barrier<>(std::min(32, nt - w * 32)));

@@ -1,7 +1,7 @@
 // Dev-only stand-in for CudaBackend (METRALE_GDN_DEVICE_MODULE=dev/emu/emu-device.mjs in the GPU tests):
 // memory and everything else on CpuBackend; launches run the real .cu code in the CPU thread
 // emulator (dev/emu/build/*.emu, from build.sh): one std::thread per CUDA thread, the CTAs of a
-// cluster together. Shared memory starts as 0xCD garbage; a cp.async lands at the wait_group that
+// cluster together. Shared memory starts as 0xFF (NaN); a cp.async lands at the wait_group that
 // covers it (not before); mma / ldmatrix / shuffles are exchanged through per-warp buffers.
 import { execFileSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
