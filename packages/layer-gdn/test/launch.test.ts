@@ -1,12 +1,14 @@
 // The launch shapes and the variant each launch of the layer runs (src/gdn-launch.ts): what the
 // CUDA kernels trap on when it is wrong (kernels/gdn-pipe.cuh pipe_smem_floats, gdn-fast.cuh
 // fast_smem_floats), checked here without a GPU.
+import type { Stream } from '@metrale/core';
 import { describe, expect, it } from 'vitest';
 import {
   PIPE_MIN_BATCH, PIPE_THREADS, foldVariant, pipeSupported, recurrentLaunch, recurrentVariant, variantBlock, variantSharedBytes,
 } from '../src/gdn-launch.js';
 
 const B80 = { hk: 16, hv: 32, dk: 128, dv: 128, convK: 4, maxK: 4 };
+const stream = { id: 0 } as unknown as Stream; // opaque to the launch shapes
 
 describe('gdn launch shapes', () => {
   it('runs decode steps of at least PIPE_MIN_BATCH positions through pipe, everything else through smem', () => {
@@ -30,8 +32,8 @@ describe('gdn launch shapes', () => {
     expect(variantSharedBytes('pipe', B80)).toBe(4 * (2 * 128 * 32 + (2 + 4) * 128 + 496 + 256 + 128));
     expect(variantSharedBytes('pipe', { ...B80, maxK: 8 })).toBe(4 * (2 * 128 * 32 + (2 + 8) * 128 + 496 + 256 + 128));
     expect(variantBlock('pipe', B80)).toBe(PIPE_THREADS);
-    expect(recurrentLaunch(B80, 40, 0n, 4, 'pipe')).toEqual({ grid: [40, 32], block: 128, sharedBytes: 39360, stream: 0n });
+    expect(recurrentLaunch(B80, 40, stream, 4, 'pipe')).toEqual({ grid: [40, 32], block: 128, sharedBytes: 39360, stream });
     // the smem kernels: the head's state, 4-row k and q, 4 pending keys, scalars; d_v threads
-    expect(recurrentLaunch(B80, 40, 0n, 4, 'smem')).toEqual({ grid: [40, 32], block: 128, sharedBytes: 4 * (128 * 128 + 12 * 128 + 496), stream: 0n });
+    expect(recurrentLaunch(B80, 40, stream, 4, 'smem')).toEqual({ grid: [40, 32], block: 128, sharedBytes: 4 * (128 * 128 + 12 * 128 + 496), stream });
   });
 });

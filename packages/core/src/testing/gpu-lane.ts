@@ -10,6 +10,8 @@ import type { BackendProbe, GpuBackend } from '../device/gpu-backend.js';
 export interface GpuLaneDevice {
   readonly available: boolean;
   readonly reason: string;
+  /** A stand-in module replaces the CUDA backend (the lane may skip what only a GPU runs in time). */
+  readonly standIn: boolean;
   /** Makes a backend (CudaBackend.create(), or the stand-in's createDevice()). */
   readonly create?: () => GpuBackend;
 }
@@ -29,16 +31,16 @@ export async function gpuLaneDevice(options: GpuLaneDeviceOptions): Promise<GpuL
   const hook = options.standInEnv ? process.env[options.standInEnv] : undefined;
   if (hook) {
     const m = (await import(pathToFileURL(hook).href)) as { createDevice: () => GpuBackend };
-    return { available: true, reason: `stand-in device from ${hook}`, create: () => m.createDevice() };
+    return { available: true, standIn: true, reason: `stand-in device from ${hook}`, create: () => m.createDevice() };
   }
   let cuda: Awaited<ReturnType<GpuLaneDeviceOptions['loadCuda']>>;
   try {
     cuda = await options.loadCuda();
   } catch (error) {
-    return { available: false, reason: `@metrale/cuda-backend could not be loaded (${(error as Error).message}); build the workspace first` };
+    return { available: false, standIn: false, reason: `@metrale/cuda-backend could not be loaded (${(error as Error).message}); build the workspace first` };
   }
   const p = cuda.probe();
-  return { available: p.available, reason: p.reason, create: () => cuda.CudaBackend.create() };
+  return { available: p.available, standIn: false, reason: p.reason, create: () => cuda.CudaBackend.create() };
 }
 
 export interface EnsureFatbinsOptions {

@@ -5,56 +5,25 @@
 // poison and the other did not counts as a failure). A table of the errors prints at the end.
 //
 // Run: node ../../node_modules/vitest/vitest.mjs run --config vitest.gpu.config.ts
-// Without a GPU the suite skips and says why. Declarations come from src/gdn-kernels.ts; fatbins
-// from $METRALE_GDN_FATBIN_DIR/<module>.fatbin, else dist/kernels/, else compiled from kernels/*.cu
-// with nvcc (PATH or /usr/local/cuda/bin) into the system temp folder.
+// Without a GPU the suite skips and says why. Declarations come from src/gdn-kernels.ts; device and
+// fatbins as ./gdn-lane.ts says ($METRALE_GDN_FATBIN_DIR/<module>.fatbin, else dist/kernels/, built
+// when missing).
 // METRALE_GDN_VARIANT=smem|stream|legacy runs gdn.recurrent and gdn.fold through that variant's
 // entry points (gdn-launch.ts GdnKernelVariant; pipe: decode steps and the fold through pipe, the
 // rest through smem); unset, each launch runs the variant the layer picks (gdn-launch.ts
 // recurrentVariant, foldVariant: pipe for decode steps of ≥ 32 positions, smem for the rest;
-// the kernel tests' batches are small, so METRALE_GDN_VARIANT=pipe is what tests pipe there); bench/gdn-tune.sh runs the suite once per variant.
+// the pipe cases force pipe on these small batches); bench/gdn-tune.sh runs the suite per variant.
 // METRALE_GDN_SEED=n repeats a run's random inputs. METRALE_GDN_DEVICE_MODULE=/path/module.mjs
 // (development only) replaces the CUDA backend by the module's createDevice(), e.g. an emulator;
 // the 80B-shape test then runs only with METRALE_GDN_BIG=1.
-import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
-import { defineKernelModule, type DevicePtr, type GpuBackend, type Kernel, type KernelParams } from '@metrale/core';
+import type { DevicePtr, GpuBackend, Kernel, KernelParams } from '@metrale/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { device, withFatbin } from './gdn-lane.js';
 import {
   GDN_KERNEL_VARIANTS, foldVariant, pipeSupported, recurrentVariant, variantBlock, variantFor, variantSharedBytes, type GdnKernelVariant, type GdnLaunchShape,
 } from '../../src/gdn-launch.js';
 
-const here = dirname(fileURLToPath(import.meta.url));
-const pkgDir = join(here, '..', '..');
-
 // ---- device and kernels -----------------------------------------------------------------------
-
-interface DeviceChoice {
-  readonly available: boolean;
-  readonly reason: string;
-  readonly real: boolean;
-  readonly create?: () => GpuBackend;
-}
-
-async function chooseDevice(): Promise<DeviceChoice> {
-  const hook = process.env.METRALE_GDN_DEVICE_MODULE;
-  if (hook) {
-    const m = (await import(pathToFileURL(hook).href)) as { createDevice: () => GpuBackend; reason?: string };
-    return { available: true, reason: m.reason ?? hook, real: false, create: () => m.createDevice() };
-  }
-  let cb: typeof import('@metrale/cuda-backend');
-  try {
-    cb = await import('@metrale/cuda-backend');
-  } catch (error) {
-    return { available: false, real: true, reason: `@metrale/cuda-backend could not be loaded (${(error as Error).message}); build the workspace first` };
-  }
-  const p = cb.probe();
-  if (!p.available) return { available: false, real: true, reason: p.reason };
-  return { available: true, real: true, reason: p.reason, create: () => cb.CudaBackend.create() };
-}
 
 type AnyKernel = Kernel<KernelParams>;
 interface Decls {
@@ -82,38 +51,6 @@ async function loadDecls(): Promise<{ decls: Decls; from: string }> {
   return { decls: decls as unknown as Decls, from: `src/gdn-kernels.ts (${what})` };
 }
 
-function findNvcc(): string | undefined {
-  for (const dir of [...(process.env.PATH ?? '').split(':'), '/usr/local/cuda/bin']) {
-    if (dir && existsSync(join(dir, 'nvcc'))) return join(dir, 'nvcc');
-  }
-  return undefined;
-}
-
-/** The declaration, with its fatbin found: $METRALE_GDN_FATBIN_DIR, its own path, dist/kernels/, or compiled here. */
-function withFatbin(k: AnyKernel): AnyKernel {
-  const cuda = k.cuda!;
-  const file = cuda.module.name;
-  const dir = process.env.METRALE_GDN_FATBIN_DIR;
-  const fromDir = dir ? join(dir, `${file}.fatbin`) : undefined;
-  if (fromDir && existsSync(fromDir)) return Object.freeze({ ...k, cuda: { module: defineKernelModule(cuda.module.name, fromDir), symbol: cuda.symbol } });
-  if (existsSync(cuda.module.fatbin)) return k;
-  let path = join(pkgDir, 'dist', 'kernels', `${file}.fatbin`);
-  if (!existsSync(path)) {
-    const nvcc = findNvcc();
-    if (!nvcc) throw new Error(`${cuda.module.fatbin} is missing and there is no nvcc to compile kernels/${file}.cu: build @metrale/layer-gdn first`);
-    const dir = join(tmpdir(), `metrale-gdn-kernels-${process.pid}`);
-    mkdirSync(dir, { recursive: true });
-    path = join(dir, `${file}.fatbin`);
-    execFileSync(nvcc, [
-      '-fatbin', '-O3', '-std=c++17',
-      '-gencode=arch=compute_80,code=sm_80', '-gencode=arch=compute_90a,code=sm_90a', '-gencode=arch=compute_90,code=compute_90',
-      '-o', path, join(pkgDir, 'kernels', `${file}.cu`),
-    ], { stdio: 'inherit' });
-  }
-  return Object.freeze({ ...k, cuda: { module: defineKernelModule(cuda.module.name, path), symbol: cuda.symbol } });
-}
-
-const device = await chooseDevice();
 if (!device.available) console.warn(`[layer-gdn gpu] skipped: ${device.reason}`);
 const { decls, from: declsFrom } = await loadDecls();
 
@@ -520,13 +457,7 @@ describe.skipIf(!device.available)('GDN kernels: CUDA vs CPU reference', () => {
   beforeAll(async () => {
     ({ CpuBackend } = await import('@metrale/cpu-backend'));
     gpu = device.create!();
-    kernels = device.real
-      ? {
-          recurrent: mapVariants(decls.recurrent, withFatbin),
-          fold: mapVariants(decls.fold, withFatbin),
-          chunkKernel: withFatbin(decls.chunkKernel),
-        }
-      : decls;
+    kernels = { recurrent: mapVariants(decls.recurrent, withFatbin), fold: mapVariants(decls.fold, withFatbin), chunkKernel: withFatbin(decls.chunkKernel) };
   });
   afterAll(() => {
     printTable();
@@ -626,7 +557,7 @@ describe.skipIf(!device.available)('GDN kernels: CUDA vs CPU reference', () => {
   });
 
   // METRALE_GDN_BIG=0 leaves it out on a GPU too (bench/gdn-tune.sh: once, not per variant).
-  it.skipIf(process.env.METRALE_GDN_BIG === '0' || (!device.real && !process.env.METRALE_GDN_BIG))('prefill at the Qwen3-Next-80B shape: gdn_chunk vs the CPU reference and vs gdn_recurrent row by row', () => {
+  it.skipIf(process.env.METRALE_GDN_BIG === '0' || (device.standIn && !process.env.METRALE_GDN_BIG))('prefill at the Qwen3-Next-80B shape: gdn_chunk vs the CPU reference and vs gdn_recurrent row by row', () => {
     const s: Shape = { name: '80B', hk: 16, hv: 32, dk: 128, dv: 128, K: 4, maxK: 4, maxSeqs: 2 };
     const R = rng(baseSeed + 41);
     const rows = [150, 150];

@@ -9,84 +9,19 @@
 // On sm_90 both the fused norm (clusters) and the separate norm kernel run.
 //
 // Run: node ../../node_modules/vitest/vitest.mjs run --config vitest.gpu.config.ts test/gpu/gdn-prefill.test.ts
-// Kernels: METRALE_GDN_FATBIN_DIR/<file>.fatbin when set (bench/gdn-prefill-check.sh builds them),
-// else compiled here from kernels/*.cu with nvcc for this device only. Without a GPU the suite
-// skips. METRALE_GDN_SEED=n repeats a run; METRALE_GDN_DEVICE_MODULE=/path.mjs (development only)
+// Device and kernels as ./gdn-lane.ts says: METRALE_GDN_FATBIN_DIR/<file>.fatbin when set
+// (bench/gdn-prefill-check.sh builds them), else dist/kernels/ (built when missing). Without a GPU
+// the suite skips. METRALE_GDN_SEED=n repeats a run; METRALE_GDN_DEVICE_MODULE=/path.mjs (development only)
 // replaces the CUDA backend (e.g. a CPU emulator of the kernels; the 80B cases then need
 // METRALE_GDN_BIG=1).
-import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
-import { defineKernelModule, type GpuBackend, type Kernel, type KernelParams } from '@metrale/core';
+import type { GpuBackend, Kernel, KernelParams } from '@metrale/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chunkKernel as chunkDecl } from '../../src/gdn-kernels.js';
 import { prefillKernels as prefillDecls } from '../../src/gdn-prefill-kernels.js';
 import type { PrefillKernels } from '../../src/gdn-prefill-launch.js';
 import { diff, layoutOf, OUTPUTS, randomHost, rng, runChunked, runRowwise, type OutputName, type PShape } from '../prefill-harness.js';
+import { device, withFatbin } from './gdn-lane.js';
 
-const here = dirname(fileURLToPath(import.meta.url));
-const pkgDir = join(here, '..', '..');
-
-interface DeviceChoice {
-  readonly available: boolean;
-  readonly reason: string;
-  readonly real: boolean;
-  readonly create?: () => GpuBackend;
-}
-
-async function chooseDevice(): Promise<DeviceChoice> {
-  const hook = process.env.METRALE_GDN_DEVICE_MODULE;
-  if (hook) {
-    const m = (await import(pathToFileURL(hook).href)) as { createDevice: () => GpuBackend; reason?: string };
-    return { available: true, reason: m.reason ?? hook, real: false, create: () => m.createDevice() };
-  }
-  let cb: typeof import('@metrale/cuda-backend');
-  try {
-    cb = await import('@metrale/cuda-backend');
-  } catch (error) {
-    return { available: false, real: true, reason: `@metrale/cuda-backend could not be loaded (${(error as Error).message}); build the workspace first` };
-  }
-  const p = cb.probe();
-  if (!p.available) return { available: false, real: true, reason: p.reason };
-  return { available: true, real: true, reason: p.reason, create: () => cb.CudaBackend.create() };
-}
-
-function findNvcc(): string | undefined {
-  for (const dir of [...(process.env.PATH ?? '').split(':'), '/usr/local/cuda/bin']) {
-    if (dir && existsSync(join(dir, 'nvcc'))) return join(dir, 'nvcc');
-  }
-  return undefined;
-}
-
-/**
- * The fatbin of kernels/<file>.cu: METRALE_GDN_FATBIN_DIR's, else the package build's (dist/kernels,
- * sm_80 + sm_90a + PTX), else compiled now for compute capability cc (minutes for gdn-chunk.cu).
- */
-function fatbinFor(file: string, cc: readonly [number, number]): string {
-  const dir = process.env.METRALE_GDN_FATBIN_DIR;
-  if (dir && existsSync(join(dir, `${file}.fatbin`))) return join(dir, `${file}.fatbin`);
-  const built = join(pkgDir, 'dist', 'kernels', `${file}.fatbin`);
-  if (existsSync(built)) return built;
-  const nvcc = findNvcc();
-  if (!nvcc) throw new Error(`no METRALE_GDN_FATBIN_DIR/${file}.fatbin and no nvcc to compile kernels/${file}.cu`);
-  const out = join(tmpdir(), `metrale-gdn-prefill-${process.pid}`);
-  mkdirSync(out, { recursive: true });
-  const path = join(out, `${file}.fatbin`);
-  const arch = `${cc[0]}${cc[1]}${cc[0] === 9 ? 'a' : ''}`;
-  execFileSync(nvcc, ['-fatbin', '-O3', '-std=c++17', `-gencode=arch=compute_${arch},code=sm_${arch}`, '-o', path, join(pkgDir, 'kernels', `${file}.cu`)], { stdio: 'inherit' });
-  return path;
-}
-
-function withModule<K extends { readonly cuda?: { readonly module: { readonly name: string }; readonly symbol: string } }>(
-  k: K, file: string, cc: readonly [number, number],
-): K {
-  const cuda = k.cuda!;
-  return Object.freeze({ ...k, cuda: { module: defineKernelModule(cuda.module.name, fatbinFor(file, cc)), symbol: cuda.symbol } }) as K;
-}
-
-const device = await chooseDevice();
 if (!device.available) console.warn(`[layer-gdn gpu] prefill suite skipped: ${device.reason}`);
 
 const baseSeed = Number(process.env.METRALE_GDN_SEED ?? Date.now() % 1_000_000_007);
@@ -151,21 +86,8 @@ describe.skipIf(!device.available)('chunked prefill on CUDA vs the CPU reference
     gpu = device.create!();
     const cc = gpu.device.computeCapability;
     clusters = cc[0] >= 9;
-    if (device.real) {
-      kernels = {
-        wy: withModule(prefillDecls.wy, 'gdn-chunk', cc),
-        wyExact: withModule(prefillDecls.wyExact, 'gdn-chunk', cc),
-        scan: withModule(prefillDecls.scan, 'gdn-chunk', cc),
-        scanExact: withModule(prefillDecls.scanExact, 'gdn-chunk', cc),
-        scanC4: withModule(prefillDecls.scanC4, 'gdn-chunk', cc),
-        scanC4Exact: withModule(prefillDecls.scanC4Exact, 'gdn-chunk', cc),
-        norm: withModule(prefillDecls.norm, 'gdn-chunk', cc),
-      };
-      rowwise = withModule(chunkDecl as unknown as Kernel<KernelParams>, 'gdn-chunk-rowwise', cc);
-    } else {
-      kernels = prefillDecls;
-      rowwise = chunkDecl as unknown as Kernel<KernelParams>;
-    }
+    kernels = Object.fromEntries(Object.entries(prefillDecls).map(([name, k]) => [name, withFatbin(k)])) as unknown as PrefillKernels;
+    rowwise = withFatbin(chunkDecl as unknown as Kernel<KernelParams>);
   }, 600_000);
   afterAll(() => {
     if (table.length) {
@@ -215,7 +137,7 @@ describe.skipIf(!device.available)('chunked prefill on CUDA vs the CPU reference
   }
 
   const big: PShape = { name: '80B', hk: 16, hv: 32, dk: 128, dv: 128, K: 4, maxK: 4, maxSeqs: 6 };
-  it.skipIf(!device.real && !process.env.METRALE_GDN_BIG)('80B shape, 2 × 150 rows (fresh and with history): vs the CPU reference', () => {
+  it.skipIf(device.standIn && !process.env.METRALE_GDN_BIG)('80B shape, 2 × 150 rows (fresh and with history): vs the CPU reference', () => {
     const R = rng(baseSeed + 41);
     const layout = layoutOf(big, R, [{ rows: 150, len: 0 }, { rows: 150, len: 37 }]);
     const host = randomHost(big, layout, R);
@@ -238,7 +160,7 @@ describe.skipIf(!device.available)('chunked prefill on CUDA vs the CPU reference
     ['8192 rows, 1 sequence', [{ rows: 8192, len: 0 }]],
     ['4 × 2048 rows, history, carried', [{ rows: 2048, len: 100, pending: 2 }, { rows: 2048, len: 0 }, { rows: 2048, len: 3, pending: 3 }, { rows: 2048, len: 5000 }]],
   ] as const) {
-    it.skipIf(!device.real && !process.env.METRALE_GDN_BIG)(`80B shape, ${label}: vs the row-by-row CUDA oracle`, () => {
+    it.skipIf(device.standIn && !process.env.METRALE_GDN_BIG)(`80B shape, ${label}: vs the row-by-row CUDA oracle`, () => {
       const R = rng(baseSeed + 43 + label.length);
       const layout = layoutOf(big, R, seqs);
       const host = randomHost(big, layout, R);
