@@ -20,8 +20,8 @@
 //   carried       mode 1 carried, k 4, pending 4           floor: read + write S (= decode)
 //   carried dec.  mode 0 carried, k 1, pending 2           floor: read + write S
 // A pipe row runs what the layer would: pipe for decode steps (mode 0, k = 1) and the fold, the
-// same build's smem entry point for the rest. The parameter lists below must match src/gdn-kernels.ts
-// (RECURRENT_PARAMS, FOLD_PARAMS); threads and shared memory come from dist (gdn-launch.ts).
+// same build's smem entry point for the rest. Parameters, threads and shared memory come from the
+// package's dist (gdn-kernels.ts, gdn-launch.ts).
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -31,24 +31,7 @@ const outPath = resolve(pkgDir, process.env.METRALE_BENCH_OUT ?? 'bench-results/
 const NCU = process.env.METRALE_GDN_AB_NCU === '1';
 const log = (...a) => console.log(...a);
 
-const SHAPE = { hk: 16, hv: 32, dk: 128, dv: 128, convK: 4, maxK: 4 };
-const EPS = 1e-6;
-const MiB = 2 ** 20;
-const convDim = 2 * SHAPE.hk * SHAPE.dk + SHAPE.hv * SHAPE.dv;
-const width = 2 * SHAPE.hk * SHAPE.dk + 2 * SHAPE.hv * SHAPE.dv;
-const stateSeqBytes = SHAPE.hv * SHAPE.dk * SHAPE.dv * 4;
-const stashSeqFloats = SHAPE.hv * SHAPE.maxK * (SHAPE.dk + SHAPE.dv + 1);
-const convStashRows = 2 * SHAPE.maxK;
-
-const SHAPE_PARAMS = { hk: 'i32', hv: 'i32', dk: 'i32', dv: 'i32', convK: 'i32', maxK: 'i32' };
-const RECURRENT_PARAMS = {
-  qkvz: 'ptr', ba: 'ptr', y: 'ptr', slots: 'ptr', rowStarts: 'ptr', seqLens: 'ptr', state: 'ptr', convRing: 'ptr',
-  convWeight: 'ptr', aLog: 'ptr', dtBias: 'ptr', normWeight: 'ptr', stash: 'ptr', convStash: 'ptr', pending: 'ptr',
-  mode: 'i32', batch: 'i32', k: 'i32', ...SHAPE_PARAMS, eps: 'f32',
-};
-const FOLD_PARAMS = {
-  qkvz: 'ptr', slots: 'ptr', seqLens: 'ptr', naTab: 'ptr', state: 'ptr', convRing: 'ptr', stash: 'ptr', batch: 'i32', k: 'i32', ...SHAPE_PARAMS,
-};
+import { EPS, SHAPE, allocLayer, freeAll, freeTables, setsFor, stateSeqBytes, stepTables } from './gdn-bench-layer.mjs';
 
 async function main() {
   let cb;
@@ -62,14 +45,17 @@ async function main() {
     log(`gdn A/B: skipped: no CUDA (${found.reason})`);
     return;
   }
-  const { defineKernel, defineKernelModule } = await import('@metrale/core');
-  const { variantSharedBytes, variantBlock, PIPE_STAGES } = await import(join(pkgDir, 'dist', 'index.js'));
+  const { defineKernelModule } = await import('@metrale/core');
+  const pkg = await import(join(pkgDir, 'dist', 'index.js'));
+  const { variantSharedBytes, variantBlock, PIPE_STAGES } = pkg;
+  // The package's declarations (parameters, CPU twin) with this build's module and entry point.
+  const declOf = (decl, module, symbol) => Object.freeze({ ...decl, name: `${decl.name}.${module.name}`, cuda: { module, symbol } });
   const builds = (process.env.METRALE_GDN_AB_BUILDS ?? `base=${join(pkgDir, 'dist', 'kernels')}`).split(',').map((s) => s.split('='));
   const kernelsOf = {};
   for (const [tag, dir] of builds) {
     const rm = defineKernelModule(`gdn-recurrent-${tag}`, join(dir, 'gdn-recurrent.fatbin'));
     const fm = defineKernelModule(`gdn-fold-${tag}`, join(dir, 'gdn-fold.fatbin'));
-    const rec = (v) => defineKernel({ name: `gdn.recurrent.${tag}.${v}`, params: RECURRENT_PARAMS, cuda: { module: rm, symbol: `gdn_recurrent_${v}` } });
+    const rec = (v) => declOf(pkg.recurrentVariantKernels[v], rm, pkg.RECURRENT_SYMBOLS[v]);
     for (const v of ['smem', 'stream', 'legacy', 'pipe']) {
       kernelsOf[`${tag}:${v}`] = {
         tag,
@@ -78,7 +64,7 @@ async function main() {
         // pipe runs decode steps only: the layer takes smem for verify
         recurrentMulti: v === 'pipe' ? rec('smem') : rec(v),
         multiVariant: v === 'pipe' ? 'smem' : v,
-        fold: defineKernel({ name: `gdn.fold.${tag}.${v}`, params: FOLD_PARAMS, cuda: { module: fm, symbol: `gdn_fold_${v}` } }),
+        fold: declOf(pkg.foldVariantKernels[v], fm, pkg.FOLD_SYMBOLS[v]),
       };
     }
   }
@@ -88,85 +74,19 @@ async function main() {
   log(`gdn A/B: ${found.reason}; rows ${rows.join(', ')}${NCU ? ' (ncu mode: one launch each)' : ''}`);
   const result = { date: new Date().toISOString(), device: { name: dev.name, sms: dev.multiprocessors, l2Bytes: dev.l2CacheBytes }, shape: SHAPE, rows: [], errors: [] };
   const stream = gpu.defaultStream;
-  const ev0 = gpu.createEvent();
-  const ev1 = gpu.createEvent();
-  const time = (fn, { reps = 30, warmup = 2, inner = 1 } = {}) => {
-    for (let i = 0; i < warmup; i++) fn(i);
-    gpu.synchronize(stream);
-    const ms = [];
-    for (let i = 0; i < reps; i++) {
-      gpu.recordEvent(ev0, stream);
-      fn(i);
-      gpu.recordEvent(ev1, stream);
-      gpu.synchronizeEvent(ev1);
-      ms.push(gpu.elapsedMs(ev0, ev1) / inner);
-    }
-    ms.sort((a, b) => a - b);
-    return { ms: ms[Math.floor(ms.length / 2)], min: ms[0], max: ms[ms.length - 1] };
-  };
+  const { timeOnDevice, measureCopyBandwidth } = await import('@metrale/cuda-backend');
+  const time = (fn, { reps = 30, warmup = 2, inner = 1 } = {}) => timeOnDevice(gpu, fn, { stream, reps, warmup, inner });
 
-  // Copy ceiling (read + write).
-  let copyBW;
-  {
-    const bytes = 1024 * MiB;
-    const a = gpu.alloc(bytes);
-    const b = gpu.alloc(bytes);
-    fillRandomF32(gpu, a, bytes / 4);
-    const t = time(() => gpu.copyDeviceAsync(b, a, bytes, stream), { reps: 10 });
-    copyBW = (2 * bytes) / (t.ms * 1e-3);
-    result.copyBytesPerS = copyBW;
-    gpu.free(a);
-    gpu.free(b);
-    log(`copy: ${(copyBW / 1e12).toFixed(3)} TB/s`);
-  }
+  // Copy ceiling (read + write; cuda-backend's measureCopyBandwidth, 1 GiB).
+  const copyBW = measureCopyBandwidth(gpu, { stream, reps: 10 }).bytesPerS;
+  result.copyBytesPerS = copyBW;
+  log(`copy: ${(copyBW / 1e12).toFixed(3)} TB/s`);
 
   const maxSlots = 256;
   const maxRows = 1024;
-  const L = {
-    state: gpu.alloc(maxSlots * stateSeqBytes),
-    convRing: gpu.alloc(maxSlots * SHAPE.convK * convDim * 4),
-    convWeight: gpu.alloc(convDim * SHAPE.convK * 4),
-    aLog: gpu.alloc(SHAPE.hv * 4),
-    dtBias: gpu.alloc(SHAPE.hv * 4),
-    normWeight: gpu.alloc(SHAPE.dv * 4),
-    qkvz: gpu.alloc(maxRows * width * 4),
-    ba: gpu.alloc(maxRows * 2 * SHAPE.hv * 4),
-    y: gpu.alloc(maxRows * SHAPE.hv * SHAPE.dv * 4),
-    stash: gpu.alloc(maxSlots * stashSeqFloats * 4),
-    convStash: gpu.alloc(maxSlots * convStashRows * convDim * 4),
-    pending: gpu.alloc(maxSlots * 4),
-  };
-  fillRandomF32(gpu, L.state, (maxSlots * stateSeqBytes) / 4, 0.5);
-  fillRandomF32(gpu, L.convRing, maxSlots * SHAPE.convK * convDim);
-  fillRandomF32(gpu, L.convWeight, convDim * SHAPE.convK, 0.6);
-  gpu.upload(L.aLog, Float32Array.from({ length: SHAPE.hv }, () => Math.log(0.05 + 0.6 * Math.random())));
-  fillRandomF32(gpu, L.dtBias, SHAPE.hv);
-  gpu.upload(L.normWeight, Float32Array.from({ length: SHAPE.dv }, () => 0.5 + Math.random()));
-  fillRandomF32(gpu, L.qkvz, maxRows * width);
-  fillRandomF32(gpu, L.ba, maxRows * 2 * SHAPE.hv, 2);
-  fillRandomF32(gpu, L.stash, maxSlots * stashSeqFloats, 0.1);
-  fillRandomF32(gpu, L.convStash, maxSlots * convStashRows * convDim);
+  const L = allocLayer(gpu, maxSlots, maxRows);
   const setPending = (n) => gpu.upload(L.pending, new Uint32Array(maxSlots).fill(n));
 
-  function tables(batch, sets, k, seqLen) {
-    const t = [];
-    const up = (a) => {
-      const p = gpu.alloc(Math.max(16, a.byteLength));
-      gpu.upload(p, a);
-      return p;
-    };
-    for (let s = 0; s < sets; s++) {
-      t.push({
-        slots: up(Int32Array.from({ length: batch }, (_, p) => s * batch + p)),
-        seqLens: up(new Int32Array(batch).fill(seqLen)),
-        rowStarts: up(Int32Array.from({ length: batch + 1 }, (_, p) => p * k)),
-        naTab: up(new Uint32Array(batch).fill(k)),
-      });
-    }
-    return t;
-  }
-  const freeTables = (ts) => ts.forEach((t) => Object.values(t).forEach((p) => gpu.free(p)));
-  const setsFor = (batch) => Math.max(1, Math.min(Math.floor(maxSlots / batch), Math.ceil((4 * dev.l2CacheBytes) / (batch * stateSeqBytes))));
   const pipeNb = Object.fromEntries((process.env.METRALE_GDN_AB_PIPE_NB ?? '').split(',').filter(Boolean).map((s) => s.split('=')));
   // A pipe build with other stages: the package's shared memory plus or minus those blocks of [d_k][32].
   const launchOf = (variant, tag) => ({
@@ -204,8 +124,8 @@ async function main() {
         const key = `${sec.name} ${batch}`;
         let ts;
         try {
-          const sets = setsFor(batch);
-          ts = tables(batch, sets, sec.k, 1000);
+          const sets = setsFor(batch, dev.l2CacheBytes, maxSlots);
+          ts = stepTables(gpu, batch, sets, sec.k, 1000);
           const far = Math.ceil(sets / 2);
           const one = (i) => {
             const t = ts[i % sets];
@@ -251,16 +171,14 @@ async function main() {
             // sticky error: the rest of this row will say so too
           }
         } finally {
-          if (ts) freeTables(ts);
+          if (ts) freeTables(gpu, ts);
           setPending(0);
         }
       }
     }
     if (!NCU) log(`${rowName}: ${Object.entries(out.sections).map(([k, v]) => `${k} ${v.us !== undefined ? `${v.us.toFixed(1)} µs` : 'ERR'}`).join(', ')}`);
   }
-  for (const p of Object.values(L)) gpu.free(p);
-  gpu.destroyEvent(ev0);
-  gpu.destroyEvent(ev1);
+  freeAll(gpu, L);
   gpu.dispose();
   if (NCU) return;
 
@@ -287,16 +205,6 @@ async function main() {
   mkdirSync(dirname(outPath), { recursive: true });
   writeFileSync(outPath, `${JSON.stringify(result, null, 2)}\n`);
   log(`\nwrote ${outPath}`);
-}
-
-function fillRandomF32(gpu, ptr, count, scale = 1) {
-  const tile = Math.min(count, 4 * MiB);
-  const data = new Float32Array(tile);
-  for (let i = 0; i < tile; i++) data[i] = (Math.random() * 2 - 1) * scale || scale * 0.5;
-  for (let off = 0; off < count; off += tile) {
-    const n = Math.min(tile, count - off);
-    gpu.upload(ptr + BigInt(off * 4), n === tile ? data : data.subarray(0, n));
-  }
 }
 
 main().catch((error) => {

@@ -41,14 +41,7 @@ const outPath = resolve(pkgDir, process.env.METRALE_BENCH_OUT ?? 'bench-results/
 const started = Date.now();
 const log = (...a) => console.log(...a);
 
-const SHAPE = { hk: 16, hv: 32, dk: 128, dv: 128, convK: 4, maxK: 4 };
-const EPS = 1e-6;
-const MiB = 2 ** 20;
-const r = SHAPE.hv / SHAPE.hk;
-const convDim = 2 * SHAPE.hk * SHAPE.dk + SHAPE.hv * SHAPE.dv;
-const width = 2 * SHAPE.hk * SHAPE.dk + 2 * SHAPE.hv * SHAPE.dv;
-const stateSeqBytes = SHAPE.hv * SHAPE.dk * SHAPE.dv * 4;
-const stashSeqFloats = SHAPE.hv * SHAPE.maxK * (SHAPE.dk + SHAPE.dv + 1);
+import { EPS, MiB, SHAPE, allocLayer, freeAll, freeTables, setsFor, stateSeqBytes, stepTables } from './gdn-bench-layer.mjs';
 
 function writeResult(result) {
   mkdirSync(dirname(outPath), { recursive: true });
@@ -83,9 +76,8 @@ async function main() {
   }
   const { defineKernelModule } = await import('@metrale/core');
   const fatbin = hook ? (k) => k : (k, file) => withFatbin(k, file, defineKernelModule);
-  // Loaded on first use (a section that does not run needs no fatbin).
-  // The entry points the layer launches (gdn-launch.ts recurrentVariant / foldVariant: wide for
-  // one-row steps and the fold, smem for verify), each loaded on first use.
+  // The entry points the layer launches (gdn-launch.ts recurrentVariant / foldVariant), each
+  // loaded on first use (a section that does not run needs no fatbin).
   const loaded = new Map();
   const once = (key, make) => (loaded.has(key) ? loaded.get(key) : (loaded.set(key, make()), loaded.get(key)));
   const kernels = {
@@ -108,30 +100,14 @@ async function main() {
     errors: [],
   };
   const stream = gpu.defaultStream;
-  const ev0 = gpu.createEvent();
-  const ev1 = gpu.createEvent();
-
-  /** Median milliseconds of one unit of work: `fn` enqueues `inner` units. */
-  function time(fn, { reps = 50, warmup = 3, inner = 1 } = {}) {
-    for (let i = 0; i < warmup; i++) fn(i);
-    gpu.synchronize(stream);
-    const ms = [];
-    for (let i = 0; i < reps; i++) {
-      gpu.recordEvent(ev0, stream);
-      fn(i);
-      gpu.recordEvent(ev1, stream);
-      gpu.synchronizeEvent(ev1);
-      ms.push(gpu.elapsedMs(ev0, ev1) / inner);
-    }
-    ms.sort((a, b) => a - b);
-    const med = ms[Math.floor(ms.length / 2)];
-    return { ms: med, min: ms[0], max: ms[ms.length - 1], reps };
-  }
+  // Device time of one unit of work (cuda-backend's timeOnDevice: warm-up, then the median).
+  const { timeOnDevice, measureCeilings } = await import('@metrale/cuda-backend');
+  const time = (fn, { reps = 50, warmup = 3, inner = 1 } = {}) => timeOnDevice(gpu, fn, { stream, reps, warmup, inner });
 
   const only = process.env.METRALE_GDN_BENCH_ONLY?.split(',').filter(Boolean);
   const wanted = (name) => !only || only.some((o) => name.startsWith(o));
   const section = async (name, body) => {
-    if (!wanted(name) && name !== 'copy bandwidth' && name !== 'bf16 GEMM') return;
+    if (!wanted(name)) return;
     const t0 = Date.now();
     try {
       await body();
@@ -148,44 +124,12 @@ async function main() {
     log(`   (${name}: ${((Date.now() - t0) / 1000).toFixed(1)} s)`);
   };
 
-  // ---- ceilings ----
-  await section('copy bandwidth', () => {
-    const bytes = 1024 * MiB;
-    const a = gpu.alloc(bytes);
-    const b = gpu.alloc(bytes);
-    try {
-      fillRandomF32(gpu, a, bytes / 4);
-      const t = time(() => gpu.copyDeviceAsync(b, a, bytes, stream), { reps: 20 });
-      const bw = (2 * bytes) / (t.ms * 1e-3);
-      result.ceilings.copyBytesPerS = bw;
-      result.ceilings.copy = { bytes: 2 * bytes, ...t };
-      log(`copy: ${(bytes / MiB).toFixed(0)} MiB d2d, ${t.ms.toFixed(3)} ms → ${(bw / 1e12).toFixed(3)} TB/s (read + write)`);
-    } finally {
-      gpu.free(a);
-      gpu.free(b);
-    }
-  });
-  await section('bf16 GEMM', () => {
-    const n = 8192;
-    const bytes = n * n * 2;
-    const A = gpu.alloc(bytes);
-    const B = gpu.alloc(bytes);
-    const C = gpu.alloc(bytes);
-    try {
-      fillRandomBf16(gpu, A, n * n);
-      fillRandomBf16(gpu, B, n * n);
-      const run = () => gpu.gemm({ m: n, n, k: n, a: A, b: B, c: C, dtype: 'bf16', outDtype: 'bf16', stream });
-      const t = time(run, { reps: 20 });
-      const rate = (2 * n ** 3) / (t.ms * 1e-3);
-      result.ceilings.gemmFlopPerS = rate;
-      result.ceilings.gemm = { flop: 2 * n ** 3, ...t };
-      log(`gemm: bf16 ${n}³, ${t.ms.toFixed(3)} ms → ${(rate / 1e12).toFixed(1)} TFLOP/s`);
-    } finally {
-      gpu.free(A);
-      gpu.free(B);
-      gpu.free(C);
-    }
-  });
+  // ---- ceilings (cuda-backend's measureCeilings: 1 GiB d2d copy, bf16 GEMM 8192³) ----
+  {
+    const c = measureCeilings(gpu, { stream, log: (l) => log(l) });
+    result.ceilings = { copyBytesPerS: c.copy?.bytesPerS, copy: c.copy, gemmFlopPerS: c.gemm?.flopPerS, gemm: c.gemm };
+    result.errors.push(...c.errors);
+  }
   const copyBW = result.ceilings.copyBytesPerS;
   const gemmRate = result.ceilings.gemmFlopPerS;
 
@@ -193,51 +137,9 @@ async function main() {
     // ---- layer buffers for up to 256 sequence slots ----
     const maxSlots = 256;
     const maxRows = 8192;
-    const L = {
-      state: gpu.alloc(maxSlots * stateSeqBytes),
-      convRing: gpu.alloc(maxSlots * SHAPE.convK * convDim * 4),
-      convWeight: gpu.alloc(convDim * SHAPE.convK * 4),
-      aLog: gpu.alloc(SHAPE.hv * 4),
-      dtBias: gpu.alloc(SHAPE.hv * 4),
-      normWeight: gpu.alloc(SHAPE.dv * 4),
-      qkvz: gpu.alloc(maxRows * width * 4),
-      ba: gpu.alloc(maxRows * 2 * SHAPE.hv * 4),
-      y: gpu.alloc(maxRows * SHAPE.hv * SHAPE.dv * 4),
-      stash: gpu.alloc(maxSlots * stashSeqFloats * 4),
-      convStash: gpu.alloc(maxSlots * 2 * SHAPE.maxK * convDim * 4),  // a ring of 2·maxK rows per slot
-      pending: gpu.alloc(maxSlots * 4),
-    };
-    fillRandomF32(gpu, L.state, (maxSlots * stateSeqBytes) / 4, 0.5);
-    fillRandomF32(gpu, L.convRing, maxSlots * SHAPE.convK * convDim);
-    fillRandomF32(gpu, L.convWeight, convDim * SHAPE.convK, 0.6);
-    gpu.upload(L.aLog, Float32Array.from({ length: SHAPE.hv }, () => Math.log(0.05 + 0.6 * Math.random())));
-    fillRandomF32(gpu, L.dtBias, SHAPE.hv);
-    gpu.upload(L.normWeight, Float32Array.from({ length: SHAPE.dv }, () => 0.5 + Math.random()));
-    fillRandomF32(gpu, L.qkvz, maxRows * width);
-    fillRandomF32(gpu, L.ba, maxRows * 2 * SHAPE.hv, 2);
-    fillRandomF32(gpu, L.stash, maxSlots * stashSeqFloats, 0.1);
-    fillRandomF32(gpu, L.convStash, maxSlots * SHAPE.maxK * convDim);
+    const L = allocLayer(gpu, maxSlots, maxRows);
     const zeroPending = new Uint32Array(maxSlots);
     const fourPending = new Uint32Array(maxSlots).fill(4);
-
-    /** Step tables for `sets` disjoint slot sets of `batch` positions: i32 slots, seqLens, rowStarts (k rows each), u32 naTab. */
-    function tables(batch, sets, k, seqLen) {
-      const t = [];
-      for (let s = 0; s < sets; s++) {
-        const slots = Int32Array.from({ length: batch }, (_, p) => s * batch + p);
-        const seqLens = new Int32Array(batch).fill(seqLen);
-        const rowStarts = Int32Array.from({ length: batch + 1 }, (_, p) => p * k);
-        const naTab = new Uint32Array(batch).fill(k);
-        const up = (a) => {
-          const p = gpu.alloc(Math.max(16, a.byteLength));
-          gpu.upload(p, a);
-          return p;
-        };
-        t.push({ slots: up(slots), seqLens: up(seqLens), rowStarts: up(rowStarts), naTab: up(naTab) });
-      }
-      return t;
-    }
-    const freeTables = (ts) => ts.forEach((t) => Object.values(t).forEach((p) => gpu.free(p)));
 
     const shapeArgs = { ...SHAPE };
     const grid = (batch) => [batch, SHAPE.hv];
@@ -259,7 +161,6 @@ async function main() {
       });
 
     /** State sets so that one pass over all of them is ≥ 4 × L2 (and the slots fit). */
-    const setsFor = (batch) => Math.max(1, Math.min(Math.floor(maxSlots / batch), Math.ceil((4 * dev.l2CacheBytes) / (batch * stateSeqBytes))));
     const row = (name, batch, kind, amount, t, ceiling, extra = {}) => {
       const perS = kind === 'bytes' ? amount / (t.ms * 1e-3) : amount / (t.ms * 1e-3);
       const ratio = ceiling ? perS / ceiling : undefined;
@@ -271,8 +172,8 @@ async function main() {
     const decodeMs = {};
     for (const batch of [1, 32, 256]) {
       await section(`decode batch ${batch}`, () => {
-        const sets = setsFor(batch);
-        const ts = tables(batch, sets, 1, 1000);
+        const sets = setsFor(batch, dev.l2CacheBytes, maxSlots);
+        const ts = stepTables(gpu, batch, sets, 1, 1000);
         try {
           const M = batch >= 32 ? 4 : 20;
           const eager = time((i) => {
@@ -297,15 +198,15 @@ async function main() {
           }
           void rec;
         } finally {
-          freeTables(ts);
+          freeTables(gpu, ts);
         }
       });
     }
 
     for (const batch of [1, 32, 256]) {
       await section(`verify k=4 + fold batch ${batch}`, () => {
-        const sets = setsFor(batch);
-        const ts = tables(batch, sets, 4, 1000);
+        const sets = setsFor(batch, dev.l2CacheBytes, maxSlots);
+        const ts = stepTables(gpu, batch, sets, 4, 1000);
         try {
           const M = batch >= 32 ? 2 : 10;
           // The fold runs on another state set than the verify before it: in a real step every
@@ -327,15 +228,15 @@ async function main() {
           });
           row('  verify k=4 alone', batch, 'bytes', batch * stateSeqBytes, v, copyBW, { sets, vsDecode: decodeMs[batch] ? v.ms / decodeMs[batch] : undefined });
         } finally {
-          freeTables(ts);
+          freeTables(gpu, ts);
         }
       });
     }
 
     for (const batch of [1, 32, 256]) {
       await section(`carried cycle batch ${batch}`, () => {
-        const sets = setsFor(batch);
-        const ts = tables(batch, sets, 4, 1000);
+        const sets = setsFor(batch, dev.l2CacheBytes, maxSlots);
+        const ts = stepTables(gpu, batch, sets, 4, 1000);
         try {
           // Fill every set's stash with real rows (pending 0), then cycle with pending = 4.
           gpu.upload(L.pending, zeroPending);
@@ -352,7 +253,7 @@ async function main() {
           });
           gpu.upload(L.pending, zeroPending);
         } finally {
-          freeTables(ts);
+          freeTables(gpu, ts);
         }
       });
     }
@@ -446,14 +347,12 @@ async function main() {
       });
     }
     if (scratch) gpu.free(scratch);
-    for (const p of Object.values(L)) gpu.free(p);
+    freeAll(gpu, L);
   } catch (error) {
     result.errors.push(`setup: ${error?.stack ?? error}`);
     log(`!! kernel sections stopped: ${error?.message ?? error}`);
   }
   try {
-    gpu.destroyEvent(ev0);
-    gpu.destroyEvent(ev1);
     gpu.dispose();
   } catch (error) {
     result.errors.push(`teardown: ${error?.message ?? error}`);
@@ -533,33 +432,6 @@ function withFatbin(k, file, defineKernelModule) {
       '-gencode=arch=compute_90,code=compute_90', '-o', path, join(pkgDir, 'kernels', `${file}.cu`)], { stdio: 'inherit' });
   }
   return Object.freeze({ ...k, cuda: { module: defineKernelModule(k.cuda.module.name, path), symbol: k.cuda.symbol } });
-}
-
-/** Random f32 in [−scale, scale) (never zero), uploaded in 16 MiB tiles. */
-function fillRandomF32(gpu, ptr, count, scale = 1) {
-  const tile = Math.min(count, 4 * MiB);
-  const data = new Float32Array(tile);
-  for (let i = 0; i < tile; i++) data[i] = (Math.random() * 2 - 1) * scale || scale * 0.5;
-  for (let off = 0; off < count; off += tile) {
-    const n = Math.min(tile, count - off);
-    gpu.upload(ptr + BigInt(off * 4), n === tile ? data : data.subarray(0, n));
-  }
-}
-
-/** Random bf16 values (normal-ish magnitudes around 1), uploaded in tiles. */
-function fillRandomBf16(gpu, ptr, count) {
-  const tile = Math.min(count, 8 * MiB);
-  const data = new Uint16Array(tile);
-  const f = new Float32Array(1);
-  const u = new Uint32Array(f.buffer);
-  for (let i = 0; i < tile; i++) {
-    f[0] = (Math.random() * 2 - 1) || 0.5;
-    data[i] = u[0] >>> 16;
-  }
-  for (let off = 0; off < count; off += tile) {
-    const n = Math.min(tile, count - off);
-    gpu.upload(ptr + BigInt(off * 2), n === tile ? data : data.subarray(0, n));
-  }
 }
 
 main().catch((error) => {
