@@ -88,24 +88,9 @@ async function main() {
     errors: [],
   };
   const stream = gpu.defaultStream;
-  const ev0 = gpu.createEvent();
-  const ev1 = gpu.createEvent();
-
-  /** Median milliseconds of one unit of work: `fn(i)` enqueues `inner` units. */
-  function time(fn, { reps = 40, warmup = quick ? 0 : 3, inner = 1 } = {}) {
-    for (let i = 0; i < warmup; i++) fn(i);
-    gpu.synchronize(stream);
-    const ms = [];
-    for (let i = 0; i < reps; i++) {
-      gpu.recordEvent(ev0, stream);
-      fn(i);
-      gpu.recordEvent(ev1, stream);
-      gpu.synchronizeEvent(ev1);
-      ms.push(gpu.elapsedMs(ev0, ev1) / inner);
-    }
-    ms.sort((a, b) => a - b);
-    return { ms: ms[Math.floor(ms.length / 2)], min: ms[0], max: ms[ms.length - 1], reps };
-  }
+  // Device time of one unit of work (cuda-backend's timeOnDevice: warm-up, then the median).
+  const { timeOnDevice, measureCeilings } = await import('@metrale/cuda-backend');
+  const time = (fn, { reps = 40, warmup = quick ? 0 : 3, inner = 1 } = {}) => timeOnDevice(gpu, fn, { stream, reps, warmup, inner });
 
   /** Times `count` launches of `enqueue(i)` captured into one graph (replayed), per launch. */
   function timeGraph(enqueue, count, opts = {}) {
@@ -188,42 +173,11 @@ async function main() {
     return a;
   };
 
-  // ---- ceilings ----
-  await section('copy bandwidth', () => {
-    const bytes = (quick ? 64 : 1024) * MiB;
-    const a = alloc(bytes);
-    const b = alloc(bytes);
-    try {
-      fillRandom(a, bytes, randF32());
-      const t = time(() => gpu.copyDeviceAsync(b, a, bytes, stream), { reps: 20 });
-      const bw = (2 * bytes) / (t.ms * 1e-3);
-      result.ceilings.copyBytesPerS = bw;
-      result.ceilings.copy = { bytes: 2 * bytes, ...t };
-      log(`copy: ${(bytes / MiB).toFixed(0)} MiB d2d, ${t.ms.toFixed(3)} ms → ${(bw / 1e12).toFixed(3)} TB/s (read + write)`);
-    } finally {
-      free(a);
-      free(b);
-    }
-  });
-  await section('bf16 GEMM', () => {
-    const n = quick ? 256 : 8192;
-    const bytes = n * n * 2;
-    const A = alloc(bytes);
-    const B = alloc(bytes);
-    const C = alloc(bytes);
-    try {
-      fillRandom(A, bytes, randBf16());
-      fillRandom(B, bytes, randBf16());
-      const t = time(() => gpu.gemm({ m: n, n, k: n, a: A, b: B, c: C, dtype: 'bf16', outDtype: 'bf16', stream }), { reps: 10 });
-      const rate = (2 * n ** 3) / (t.ms * 1e-3);
-      result.ceilings.gemmFlopPerS = rate;
-      result.ceilings.gemm = { flop: 2 * n ** 3, ...t };
-      log(`gemm: bf16 ${n}³, ${t.ms.toFixed(3)} ms → ${(rate / 1e12).toFixed(1)} TFLOP/s`);
-    } finally {
-      free(A);
-      free(B);
-      free(C);
-    }
+  // ---- ceilings (cuda-backend's measureCeilings; quick: 64 MiB copy, 256³ GEMM) ----
+  await section('ceilings', () => {
+    const c = measureCeilings(gpu, { stream, log: (l) => log(l), ...(quick ? { copyBytes: 64 * MiB, gemmSize: 256 } : { gemmReps: 10 }) });
+    result.ceilings = { copyBytesPerS: c.copy?.bytesPerS, copy: c.copy, gemmFlopPerS: c.gemm?.flopPerS, gemm: c.gemm };
+    result.errors.push(...c.errors);
   });
   const copyBW = result.ceilings.copyBytesPerS;
   const gemmRate = result.ceilings.gemmFlopPerS;
@@ -393,8 +347,6 @@ async function main() {
 
   for (const p of [...allocs]) free(p);
   try {
-    gpu.destroyEvent(ev0);
-    gpu.destroyEvent(ev1);
     gpu.dispose();
   } catch (error) {
     result.errors.push(`teardown: ${error?.message ?? error}`);
