@@ -41,6 +41,7 @@
 // this one computes (double buffer; the exact build single-buffers for room). Registers: ≤ 255 for
 // the scans, 128 for gdn_prefill_wy (2 CTAs per SM), no spills (nvcc -Xptxas -v).
 #include <stdint.h>
+#include "gdn-cluster.cuh"
 
 #if defined(__CUDA_ARCH__)
 #define GDNP_DEV 1
@@ -171,15 +172,7 @@ __device__ __forceinline__ unsigned char* dyn_smem() {
 #endif
 }
 
-__device__ __forceinline__ uint32_t saddr(const void* p) {
-#if defined(GDNP_DEV)
-  return (uint32_t)__cvta_generic_to_shared(p);
-#elif defined(GDNP_EMU)
-  return emu_prims::saddr(p);
-#else
-  return 0;
-#endif
-}
+__device__ __forceinline__ uint32_t saddr(const void* p) { return gdn_cluster::saddr(p); }
 
 // bf16 round to nearest even; two floats into one bf16x2 word, `lo` in the low half.
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
@@ -281,50 +274,12 @@ __device__ __forceinline__ void cp_wait() {
 #endif
 }
 
-// Cluster (sm_90): rank, split barrier, a store into another CTA's shared memory.
-__device__ __forceinline__ unsigned cluster_rank() {
-#if defined(GDNP_DEV) && __CUDA_ARCH__ >= 900
-  unsigned r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-#elif defined(GDNP_EMU)
-  return emu_prims::cluster_rank();
-#else
-  return 0;
-#endif
-}
-__device__ __forceinline__ void cluster_arrive() {
-#if defined(GDNP_DEV) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-#elif defined(GDNP_EMU)
-  emu_prims::cluster_arrive();
-#endif
-}
-__device__ __forceinline__ void cluster_wait() {
-#if defined(GDNP_DEV) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-#elif defined(GDNP_EMU)
-  emu_prims::cluster_wait();
-#endif
-}
-__device__ __forceinline__ void st_cluster(uint32_t addr, unsigned rank, float v) {
-#if defined(GDNP_DEV) && __CUDA_ARCH__ >= 900
-  uint32_t ra;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(addr), "r"(rank));
-  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(ra), "f"(v) : "memory");
-#elif defined(GDNP_EMU)
-  emu_prims::st_cluster(addr, rank, v);
-#endif
-}
-__device__ __forceinline__ bool has_clusters() {
-#if defined(GDNP_DEV) && __CUDA_ARCH__ >= 900
-  return true;
-#elif defined(GDNP_EMU)
-  return true;
-#else
-  return false;
-#endif
-}
+// Cluster (sm_90): rank, split barrier, a store into another CTA's shared memory (gdn-cluster.cuh).
+__device__ __forceinline__ unsigned cluster_rank() { return gdn_cluster::rank(); }
+__device__ __forceinline__ void cluster_arrive() { gdn_cluster::arrive(); }
+__device__ __forceinline__ void cluster_wait() { gdn_cluster::wait(); }
+__device__ __forceinline__ void st_cluster(uint32_t addr, unsigned rank, float v) { gdn_cluster::st(addr, rank, v); }
+__device__ __forceinline__ bool has_clusters() { return gdn_cluster::available(); }
 
 // Fragment addresses. Tiles are row-major bf16 with `stride` elements per row.
 // A operand (16 × 16 at row r0, col k0) / B operand stored [n][k] (two n-tiles at n0, k0..k0+15):
