@@ -121,12 +121,15 @@ export interface PrefillPlan {
 /**
  * Launch shapes of one prefill step of `rows` rows over `batch` positions. `exact`: the exact
  * build (default: steps of at most PREFILL_EXACT_MAX_ROWS rows). `clusters`: the device runs
- * thread-block clusters (sm_90+): the scan then fuses the norm when one cluster holds a head's
- * d_v (d_v ≤ 64·cluster). `cluster`: CTAs per cluster of the scan (default PREFILL_SCAN_CLUSTER).
+ * thread-block clusters (sm_90+): the scan can then fuse the norm when one cluster holds a head's
+ * d_v (d_v ≤ 64·cluster). `fuseNorm`: fuse where it can (true) or never (false); by default the
+ * exact build fuses and the fast one does not (on the H200 the fused fast scan took 2.39 ms
+ * against 2.05 ms with the norm kernel for 8 192 rows, docs/benchmarks.md). `cluster`: CTAs per
+ * cluster of the scan (default PREFILL_SCAN_CLUSTER).
  */
 export function prefillPlan(
   s: PrefillShape, batch: number, rows: number, stream: Stream,
-  opts: { clusters: boolean; exact?: boolean; cluster?: 2 | 4 },
+  opts: { clusters: boolean; exact?: boolean; cluster?: 2 | 4; fuseNorm?: boolean },
 ): PrefillPlan {
   if (s.dk > 128 || s.dv > 256 || s.hv % s.hk !== 0) throw new InvalidArgumentError(`gdn prefill: unsupported shape ${JSON.stringify(s)} (d_k ≤ 128, d_v ≤ 256)`);
   const exact = opts.exact ?? rows <= PREFILL_EXACT_MAX_ROWS;
@@ -136,7 +139,8 @@ export function prefillPlan(
   const nm = Math.ceil(s.dv / 16);
   const ctas = cl * Math.ceil(nm / (4 * cl));
   const mpc = Math.ceil(nm / ctas);
-  const fuseNorm = opts.clusters && ctas === cl;
+  const canFuse = opts.clusters && ctas === cl;
+  const fuseNorm = canFuse && (opts.fuseNorm ?? exact);
   const wyShared = wySharedBytes(planes, s.dv, r);
   const scanShared = scanSharedBytes(planes, mpc, cl);
   if (wyShared > MAX_SHARED || scanShared > MAX_SHARED) {

@@ -191,7 +191,10 @@ export function runChunked(gpu: GpuBackend, kernels: PrefillKernels, s: PShape, 
   const batch = host.slots.length;
   const rows = host.rowStarts[batch]!;
   const shape = shapeArgs(s);
-  const plan = prefillPlan(shape, batch, rows, gpu.defaultStream, { clusters: opts.clusters, exact: opts.exact, ...(opts.cluster ? { cluster: opts.cluster } : {}) });
+  // clusters: the fused norm wherever one cluster holds a head (the layer fuses only the exact build).
+  const plan = prefillPlan(shape, batch, rows, gpu.defaultStream, {
+    clusters: opts.clusters, fuseNorm: opts.clusters, exact: opts.exact, ...(opts.cluster ? { cluster: opts.cluster } : {}),
+  });
   const scratch = gpu.alloc(Math.max(prefillScratchBytes(shape, Math.max(rows, 1)), plan.scratch.bytes));
   try {
     launchPrefill(gpu, kernels, shape, {
