@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // A/B of the gdn.recurrent / gdn.fold variants (kernels/gdn-recurrent.cu, gdn-fold.cu entry points
-// _smem, _stream, _legacy, _pipe, plus builds with other -D knobs) at the Qwen3-Next-80B layer shape
+// _smem, _stream, _legacy, _pipe, _split, plus builds with other -D knobs) at the Qwen3-Next-80B layer shape
 // (H_k 16, H_v 32, d_k = d_v = 128, conv K 4, maxK 4; f32 state 2 MiB per sequence).
 // Run: node bench/gdn-ab.mjs (bench/gdn-tune.sh runs it): needs node, the workspace's
 // @metrale/core, @metrale/cuda-backend and this package built (dist: the launch shapes), and fatbins:
@@ -8,6 +8,8 @@
 //   METRALE_GDN_AB_ROWS="tag:variant,..."      the rows of the table (default: every variant of every build)
 //   METRALE_GDN_AB_PIPE_NB="tag=4,..."         builds whose pipe kernels were compiled with another
 //                                               GDN_PIPE_NB than the package's PIPE_STAGES
+//   METRALE_GDN_AB_PERSIST="tag=6:2,..."        builds whose persist kernels were compiled with another
+//                                               GDN_PERSIST_NB (6), launched with that many CTAs per SM (2)
 //   METRALE_BENCH_OUT                           the JSON (default bench-results/gdn-ab.json)
 //   METRALE_GDN_AB_NCU=1                        one launch of each kernel per row and batch, no timing
 //                                               (for ncu --kernel-name regex:gdn_)
@@ -19,8 +21,8 @@
 //   verify+fold   the two, the fold on another state set    floor: 1.5 × decode's bytes
 //   carried       mode 1 carried, k 4, pending 4           floor: read + write S (= decode)
 //   carried dec.  mode 0 carried, k 1, pending 2           floor: read + write S
-// A pipe row runs what the layer would: pipe for decode steps (mode 0, k = 1) and the fold, the
-// same build's smem entry point for the rest. Parameters, threads and shared memory come from the
+// A pipe or split row runs what the layer would: that variant for decode steps (mode 0, k = 1) and
+// the fold, the same build's smem entry point for the rest. Parameters, threads and shared memory come from the
 // package's dist (gdn-kernels.ts, gdn-launch.ts).
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
@@ -52,18 +54,19 @@ async function main() {
   const declOf = (decl, module, symbol) => Object.freeze({ ...decl, name: `${decl.name}.${module.name}`, cuda: { module, symbol } });
   const builds = (process.env.METRALE_GDN_AB_BUILDS ?? `base=${join(pkgDir, 'dist', 'kernels')}`).split(',').map((s) => s.split('='));
   const kernelsOf = {};
+  const decodeOnly = (v) => v === 'pipe' || v === 'split' || v === 'persist';
   for (const [tag, dir] of builds) {
     const rm = defineKernelModule(`gdn-recurrent-${tag}`, join(dir, 'gdn-recurrent.fatbin'));
     const fm = defineKernelModule(`gdn-fold-${tag}`, join(dir, 'gdn-fold.fatbin'));
     const rec = (v) => declOf(pkg.recurrentVariantKernels[v], rm, pkg.RECURRENT_SYMBOLS[v]);
-    for (const v of ['smem', 'stream', 'legacy', 'pipe']) {
+    for (const v of pkg.GDN_KERNEL_VARIANTS) {
       kernelsOf[`${tag}:${v}`] = {
         tag,
         variant: v,
         recurrent: rec(v),
-        // pipe runs decode steps only: the layer takes smem for verify
-        recurrentMulti: v === 'pipe' ? rec('smem') : rec(v),
-        multiVariant: v === 'pipe' ? 'smem' : v,
+        // pipe, split and persist run decode steps only: the layer takes smem for verify
+        recurrentMulti: decodeOnly(v) ? rec('smem') : rec(v),
+        multiVariant: decodeOnly(v) ? 'smem' : v,
         fold: declOf(pkg.foldVariantKernels[v], fm, pkg.FOLD_SYMBOLS[v]),
       };
     }
@@ -89,10 +92,22 @@ async function main() {
 
   const pipeNb = Object.fromEntries((process.env.METRALE_GDN_AB_PIPE_NB ?? '').split(',').filter(Boolean).map((s) => s.split('=')));
   // A pipe build with other stages: the package's shared memory plus or minus those blocks of [d_k][32].
-  const launchOf = (variant, tag) => ({
-    block: variantBlock(variant, SHAPE),
-    sharedBytes: variantSharedBytes(variant, SHAPE) + (variant === 'pipe' && pipeNb[tag] ? (Number(pipeNb[tag]) - PIPE_STAGES) * SHAPE.dk * 32 * 4 : 0),
-  });
+  // A persist build with other stages and CTAs per SM: "tag=nb:perSM".
+  const persistOf = Object.fromEntries((process.env.METRALE_GDN_AB_PERSIST ?? '').split(',').filter(Boolean).map((s) => {
+    const [tag, v] = s.split('=');
+    const [nb, perSm] = v.split(':').map(Number);
+    return [tag, { nb, perSm }];
+  }));
+  const launchOf = (variant, tag, batch) => {
+    const P = variant === 'persist' ? persistOf[tag] : undefined;
+    const extra =
+      variant === 'pipe' && pipeNb[tag] ? (Number(pipeNb[tag]) - PIPE_STAGES) * SHAPE.dk * 32 * 4
+      : P ? (P.nb - pkg.PERSIST_STAGES) * SHAPE.dk * 32 * 4 : 0;
+    const grid = P
+      ? [Math.min(batch * SHAPE.hv, Math.max(Math.ceil((batch * SHAPE.hv) / pkg.PERSIST_MAX_HEADS), P.perSm * dev.multiprocessors))]
+      : pkg.variantGrid(variant, batch, SHAPE.hv, dev.multiprocessors);
+    return { grid, block: variantBlock(variant, SHAPE), sharedBytes: variantSharedBytes(variant, SHAPE) + extra };
+  };
 
   const SECTIONS = [
     { name: 'decode', batches: [1, 32, 256], k: 1, bytes: 2, pending: 0 },
@@ -107,14 +122,14 @@ async function main() {
     const K = kernelsOf[rowName];
     const sh = variantSharedBytes(K.variant, SHAPE);
     const rec = (t, batch, mode, k, carried) =>
-      gpu.launch(mode === 0 && k === 1 ? K.recurrent : K.recurrentMulti, { grid: [batch, SHAPE.hv], ...launchOf(mode === 0 && k === 1 ? K.variant : K.multiVariant, K.tag), stream }, {
+      gpu.launch(mode === 0 && k === 1 ? K.recurrent : K.recurrentMulti, { ...launchOf(mode === 0 && k === 1 ? K.variant : K.multiVariant, K.tag, batch), stream }, {
         qkvz: L.qkvz, ba: L.ba, y: L.y, slots: t.slots, rowStarts: t.rowStarts, seqLens: t.seqLens, state: L.state, convRing: L.convRing,
         convWeight: L.convWeight, aLog: L.aLog, dtBias: L.dtBias, normWeight: L.normWeight,
         stash: L.stash, convStash: carried ? L.convStash : 0n, pending: carried ? L.pending : 0n,
         mode, batch, k, ...SHAPE, eps: EPS,
       });
     const fold = (t, batch, k) =>
-      gpu.launch(K.fold, { grid: [batch, SHAPE.hv], ...launchOf(K.variant, K.tag), stream }, {
+      gpu.launch(K.fold, { ...launchOf(K.variant, K.tag, batch), stream }, {
         qkvz: L.qkvz, slots: t.slots, seqLens: t.seqLens, naTab: t.naTab, state: L.state, convRing: L.convRing, stash: L.stash, batch, k, ...SHAPE,
       });
     const out = { row: rowName, variant: K.variant, sharedBytes: sh, sections: {} };

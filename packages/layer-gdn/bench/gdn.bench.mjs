@@ -100,6 +100,8 @@ async function main() {
     errors: [],
   };
   const stream = gpu.defaultStream;
+  // sm_90+: the layer runs clusters (split decode, the prefill's fused norm).
+  const clusters = dev.computeCapability[0] >= 9;
   // Device time of one unit of work (cuda-backend's timeOnDevice: warm-up, then the median).
   const { timeOnDevice, measureCeilings } = await import('@metrale/cuda-backend');
   const time = (fn, { reps = 50, warmup = 3, inner = 1 } = {}) => timeOnDevice(gpu, fn, { stream, reps, warmup, inner });
@@ -145,17 +147,17 @@ async function main() {
     const grid = (batch) => [batch, SHAPE.hv];
     const block = Math.min(SHAPE.dv, 1024);
     const recurrent = (t, batch, mode, k, carried) => {
-      const v = pkg.recurrentVariant(SHAPE, mode, k, batch);
-      return gpu.launch(kernels.recurrentOf(v), pkg.recurrentLaunch(SHAPE, batch, stream, SHAPE.maxK, v), {
+      const v = pkg.recurrentVariant(SHAPE, mode, k, batch, clusters);
+      return gpu.launch(kernels.recurrentOf(v), pkg.recurrentLaunch(SHAPE, batch, stream, SHAPE.maxK, v, dev.multiprocessors), {
         qkvz: L.qkvz, ba: L.ba, y: L.y, slots: t.slots, rowStarts: t.rowStarts, seqLens: t.seqLens, state: L.state, convRing: L.convRing,
         convWeight: L.convWeight, aLog: L.aLog, dtBias: L.dtBias, normWeight: L.normWeight,
         stash: mode === 1 || carried ? L.stash : 0n, convStash: carried ? L.convStash : 0n, pending: carried ? L.pending : 0n,
         mode, batch, k, ...shapeArgs, eps: EPS,
       });
     };
-    log(`launched as the layer does: decode ${pkg.recurrentVariant(SHAPE, 0, 1, 1)} at batch 1, ${pkg.recurrentVariant(SHAPE, 0, 1, 32)} from ${pkg.PIPE_MIN_BATCH}; verify ${pkg.recurrentVariant(SHAPE, 1, 4, 32)}; fold ${pkg.foldVariant(SHAPE)}`);
+    log(`launched as the layer does: decode ${pkg.recurrentVariant(SHAPE, 0, 1, 1, clusters)} at batch 1, ${pkg.recurrentVariant(SHAPE, 0, 1, 32, clusters)} at 32; verify ${pkg.recurrentVariant(SHAPE, 1, 4, 32, clusters)}; fold ${pkg.foldVariant(SHAPE)}`);
     const fold = (t, batch, k) =>
-      gpu.launch(kernels.foldOf(pkg.foldVariant(SHAPE)), pkg.recurrentLaunch(SHAPE, batch, stream, SHAPE.maxK, pkg.foldVariant(SHAPE)), {
+      gpu.launch(kernels.foldOf(pkg.foldVariant(SHAPE)), pkg.recurrentLaunch(SHAPE, batch, stream, SHAPE.maxK, pkg.foldVariant(SHAPE), dev.multiprocessors), {
         qkvz: L.qkvz, slots: t.slots, seqLens: t.seqLens, naTab: t.naTab, state: L.state, convRing: L.convRing, stash: L.stash,
         batch, k, ...shapeArgs,
       });
@@ -269,7 +271,6 @@ async function main() {
       scanC4Exact: fatbin(pkg.prefillScanC4ExactKernel, 'gdn-chunk'),
       norm: fatbin(pkg.prefillNormKernel, 'gdn-chunk'),
     };
-    const clusters = dev.computeCapability[0] >= 9;
     const scratchBytes = Math.max(pkg.prefillScratchLayout(prefillShape, maxRows, 1).bytes, pkg.prefillScratchLayout(prefillShape, maxRows, 2).bytes);
     const scratch = await (async () => {
       if (only && !only.some((o) => 'prefill'.startsWith(o) || o.startsWith('prefill'))) return 0n;
@@ -307,20 +308,24 @@ async function main() {
         const flop = pc.lens.reduce((a, n) => a + chunkFlops(n), 0);
         try {
           const variants = [
+            // As the layer plans them (prefillPlan's defaults: the fast build with the norm kernel,
+            // the exact build with the norm fused where clusters run), then the A/B rows.
             { label: 'fast', exact: false, clusters },
             { label: 'exact', exact: true, clusters },
-            ...(clusters ? [{ label: 'fast, norm kernel', exact: false, clusters: false }] : []),
+            ...(clusters ? [{ label: 'fast, fused norm', exact: false, clusters, fuseNorm: true }] : []),
             // A/B: the scan in clusters of 4 CTAs of 4 warps per head (twice the SMs, twice the L2 reads).
-            { label: 'fast, scan clusters of 4', exact: false, clusters, cluster: 4 },
-            { label: 'exact, scan clusters of 4', exact: true, clusters, cluster: 4 },
+            { label: 'fast, scan clusters of 4', exact: false, clusters, cluster: 4, fuseNorm: true },
+            { label: 'exact, scan clusters of 4', exact: true, clusters, cluster: 4, fuseNorm: true },
           ];
           for (const v of variants) {
-            const plan = pkg.prefillPlan(prefillShape, batch, rows, stream, { clusters: v.clusters, exact: v.exact, ...(v.cluster ? { cluster: v.cluster } : {}) });
+            const plan = pkg.prefillPlan(prefillShape, batch, rows, stream, {
+              clusters: v.clusters, exact: v.exact, ...(v.cluster ? { cluster: v.cluster } : {}), ...(v.fuseNorm !== undefined ? { fuseNorm: v.fuseNorm } : {}),
+            });
             const run = () => pkg.launchPrefill(gpu, pk, prefillShape, prefillBufs(t1), batch, rows, EPS, plan);
             const t = time(run, { reps: 20, warmup: 2 });
             const rec = row(`${pc.name} (${v.label})`, batch, 'flop', flop, t, gemmRate, { ...prefillExtra(rows, pc.lens, plan, v.label), vsFla: t.ms / 1.08 });
             log(`${rec.name}: ${t.ms.toFixed(3)} ms, ${(rec.perS / 1e12).toFixed(1)} TFLOP/s, ${rec.ratio !== undefined ? (100 * rec.ratio).toFixed(1) : '?'} % of GEMM, ${(t.ms / 1.08).toFixed(2)} × FLA`);
-            if (!v.label.includes('norm kernel')) {
+            if (!v.label.includes('fused norm')) {
               // The two kernels alone (each launch repeated: the scratch stays valid).
               const args = prefillArgs(t1, batch, rows, plan);
               const wyK = v.exact ? pk.wyExact : pk.wy;

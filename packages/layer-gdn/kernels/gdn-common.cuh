@@ -19,6 +19,13 @@
 #pragma once
 #include <stdint.h>
 
+// Which variants' entry points a build of gdn-recurrent.cu / gdn-fold.cu has: all, or only
+// GDN_ONLY_VARIANT's (0 legacy, 1 smem, 2 stream, 3 pipe, 4 split, 5 persist; bench/gdn-tune.sh).
+#ifndef GDN_ONLY_VARIANT
+#define GDN_ONLY_VARIANT -1
+#endif
+#define GDN_HAS_VARIANT(v) (GDN_ONLY_VARIANT < 0 || GDN_ONLY_VARIANT == (v))
+
 namespace gdn {
 
 struct Args {
@@ -183,6 +190,25 @@ __device__ __forceinline__ void write_conv_state(const Args& A, const Geo& G, co
   }
 }
 
+// The ring entries of owned channel idx (positions [max(L, end − K), end), K ≤ KMAX): every
+// load before the first store. A step that commits one row (or folds accepted rows) may call it
+// before its own reads of history: the entries it writes held positions no CTA of the step reads.
+template <int KMAX>
+__device__ __forceinline__ void write_ring_channel(const Args& A, const Geo& G, const Task& T, int idx) {
+  const int end = T.ringEnd;
+  if (end <= T.L) return;
+  const int pa = max(T.L, end - A.K);
+  int c, col;
+  owned_channel(A, G, T, idx, c, col);
+  float v[KMAX];
+#pragma unroll
+  for (int e = 0; e < KMAX; ++e) v[e] = pa + e < end ? conv_input(A, G, T, c, col, pa + e) : 0.0f;
+  float* ring = A.convRing + (size_t)T.slot * A.K * G.convDim + c;
+#pragma unroll
+  for (int e = 0; e < KMAX; ++e)
+    if (pa + e < end) ring[(size_t)((pa + e) % A.K) * G.convDim] = v[e];
+}
+
 // Shapes these kernels support: H_v a multiple of H_k, d_k ≤ 128, d_v ≤ 256, a block of at least
 // d_v threads. Anything else is a programming error of the caller: the kernel traps (the launch
 // fails loudly) rather than return wrong numbers. (No printf: its call costs registers.)
@@ -192,26 +218,32 @@ __device__ __forceinline__ void check_shape(const Args& A) {
   if (!ok) __trap();
 }
 
-// Builds the task of (b, h) for a step of `rows` new rows from row0 at position seqLens[b]
-// (pending rows folded first when `pending` is given). Returns false when this CTA has nothing
-// to do (padding, or a non-leading CTA of a key head in group mode).
-__device__ __forceinline__ bool make_task(const Args& A, const Geo& G, int b, int h, int row0, int nrows, bool commit, bool record,
-                                          Task& T) {
-  const int slot = A.slots[b];
-  if (slot < 0) return false;
-  T.slot = slot;
+// What a task reads from the step's tables for batch position b: its slot (< 0: padding), the
+// pending rows of the slot, the committed length and the first row in qkvz.
+struct TaskIn {
+  int slot, nPend, P0, row0;
+};
+__device__ __forceinline__ TaskIn task_in(const Args& A, int b, int slot) {
+  return {slot, slot >= 0 && A.pending ? (int)A.pending[slot] : 0, A.seqLens[b], A.rowStarts[b]};
+}
+
+// Builds the task of (b, h) for a step of `nrows` new rows from I.row0 at position I.P0 (pending
+// rows folded first when there are any). Returns false when this CTA has nothing to do (padding,
+// or a non-leading CTA of a key head in group mode).
+__device__ __forceinline__ bool task_of(const Args& A, const Geo& G, int h, const TaskIn& I, int nrows, bool commit, bool record, Task& T) {
+  if (I.slot < 0) return false;
+  T.slot = I.slot;
   T.g = h / G.r;
-  const int nPend = A.pending ? (int)A.pending[slot] : 0;
-  T.nPend = nPend;
-  T.P0 = A.seqLens[b];
-  T.L = T.P0 - nPend;
-  T.row0 = row0;
+  T.nPend = I.nPend;
+  T.P0 = I.P0;
+  T.L = T.P0 - I.nPend;
+  T.row0 = I.row0;
   T.nrows = nrows;
   T.commit = commit;
   T.record = record;
   T.recordConv = record && A.pending != nullptr;
-  T.pendK = A.stash + (size_t)slot * G.stashSeq;
-  T.nPendFold = nPend;
+  T.pendK = A.stash + (size_t)I.slot * G.stashSeq;
+  T.nPendFold = I.nPend;
   // Commit: pending and new rows; carried verify: the pending rows only; write-on-accept verify: none.
   T.ringEnd = commit ? T.P0 + nrows : (T.recordConv ? T.P0 : T.L);
   // Only a commit of two or more rows that reads ring history races (see the top of this file);
@@ -232,14 +264,29 @@ __device__ __forceinline__ bool make_task(const Args& A, const Geo& G, int b, in
   return true;
 }
 
-// The fold this CTA runs: batch position b, value head h, its slot and na accepted rows (false: none).
-__device__ __forceinline__ bool fold_cta(const Args& A, const uint32_t* naTab, int batch, int k, int& b, int& h, int& slot, int& na) {
-  cta_coords(batch, A.hv, b, h);
-  if (b >= batch || h >= A.hv) return false;
+// task_of with the tables read here (rows from row0).
+__device__ __forceinline__ bool make_task(const Args& A, const Geo& G, int b, int h, int row0, int nrows, bool commit, bool record,
+                                          Task& T) {
+  const int slot = A.slots[b];
+  if (slot < 0) return false;
+  TaskIn I = task_in(A, b, slot);
+  I.row0 = row0;
+  return task_of(A, G, h, I, nrows, commit, record, T);
+}
+
+// The fold of batch position b: its slot and na accepted rows of k (false: none).
+__device__ __forceinline__ bool fold_slot(const Args& A, const uint32_t* naTab, int k, int b, int& slot, int& na) {
   slot = A.slots[b];
   if (slot < 0) return false;
   na = (int)naTab[b];
   return na > 0 && na <= k && na <= A.maxK;
+}
+
+// The fold this CTA runs: batch position b, value head h, its slot and na accepted rows (false: none).
+__device__ __forceinline__ bool fold_cta(const Args& A, const uint32_t* naTab, int batch, int k, int& b, int& h, int& slot, int& na) {
+  cta_coords(batch, A.hv, b, h);
+  if (b >= batch || h >= A.hv) return false;
+  return fold_slot(A, naTab, k, b, slot, na);
 }
 
 // The fold of batch position b's first na verify rows (of k) into slot's state and ring, head h.

@@ -13,11 +13,15 @@
 //                     dynamic shared memory it needs)
 //   gdn_fold_smem     S copied into shared memory by the copy engine while the stash rows load
 //   gdn_fold_pipe     S streamed through shared memory in blocks of 32 columns (gdn-pipe.cuh)
+//   gdn_fold_split    a head over 4 CTAs of 32 columns each (gdn-split.cuh; grid [4·batch, H_v])
+//   gdn_fold_persist  persistent CTAs, one ring of shared buffers over their heads (gdn-persist.cuh)
 //   gdn_fold_stream   S streamed through registers, GDN_STREAM_U rows in flight per thread
 //   gdn_fold_legacy   the first version (the column in registers; no dynamic shared memory)
 #include "gdn-legacy.cuh"
 #include "gdn-fast.cuh"
 #include "gdn-pipe.cuh"
+#include "gdn-split.cuh"
+#include "gdn-persist.cuh"
 
 #ifndef GDN_FOLD_STREAM_MAXNREG
 #define GDN_FOLD_STREAM_MAXNREG 96  // 5 CTAs of 128 threads per SM, no spills on sm_90a
@@ -38,49 +42,38 @@
                     nullptr, hk, hv, dk, dv, convK, maxK, 0.0f};                                                                      \
   gdn::check_shape(A);
 
-#if !defined(GDN_ONLY_VARIANT) || GDN_ONLY_VARIANT == 0
-extern "C" __global__ void gdn_fold_legacy(GDN_FOLD_PARAMS) {
-  GDN_FOLD_ARGS
-  gdn::fold_entry<128>(A, naTab, batch, k);  // d_k <= 128, zero-padded
-}
+// One entry point: its name, register cap and the call.
+#define GDN_FOLD_ENTRY(NAME, ATTRS, ...)                     \
+  extern "C" __global__ void ATTRS NAME(GDN_FOLD_PARAMS) { \
+    GDN_FOLD_ARGS                                          \
+    __VA_ARGS__;                                           \
+  }
+
+#if GDN_HAS_VARIANT(0)
+GDN_FOLD_ENTRY(gdn_fold_legacy, , gdn::fold_entry<128>(A, naTab, batch, k))  // d_k <= 128, zero-padded
+#endif
+#if GDN_HAS_VARIANT(1)
+GDN_FOLD_ENTRY(gdn_fold_smem, __maxnreg__(GDN_SMEM_MAXNREG), gdn::fast::fold_entry<gdn::fast::SmemSrc>(A, naTab, batch, k))
+#endif
+#if GDN_HAS_VARIANT(2)
+GDN_FOLD_ENTRY(gdn_fold_stream, __maxnreg__(GDN_FOLD_STREAM_MAXNREG), gdn::fast::fold_entry<gdn::fast::StreamSrc>(A, naTab, batch, k))
+#endif
+#if GDN_HAS_VARIANT(3)
+GDN_FOLD_ENTRY(gdn_fold_pipe, __maxnreg__(GDN_PIPE_MAXNREG), gdn::pipe::fold_entry(A, naTab, batch, k))
+#endif
+#if GDN_HAS_VARIANT(4)
+GDN_FOLD_ENTRY(gdn_fold_split, __maxnreg__(GDN_SPLIT_MAXNREG), gdn::split::fold_entry(A, naTab, batch, k))
+#endif
+#if GDN_HAS_VARIANT(5)
+GDN_FOLD_ENTRY(gdn_fold_persist, __maxnreg__(GDN_PERSIST_MAXNREG), gdn::persist::fold_entry(A, naTab, batch, k))
 #endif
 
-#if !defined(GDN_ONLY_VARIANT) || GDN_ONLY_VARIANT == 1
-extern "C" __global__ void __maxnreg__(GDN_SMEM_MAXNREG) gdn_fold_smem(GDN_FOLD_PARAMS) {
-  GDN_FOLD_ARGS
-  gdn::fast::fold_entry<gdn::fast::SmemSrc>(A, naTab, batch, k);
-}
-#endif
-
-#if !defined(GDN_ONLY_VARIANT) || GDN_ONLY_VARIANT == 2
-extern "C" __global__ void __maxnreg__(GDN_FOLD_STREAM_MAXNREG) gdn_fold_stream(GDN_FOLD_PARAMS) {
-  GDN_FOLD_ARGS
-  gdn::fast::fold_entry<gdn::fast::StreamSrc>(A, naTab, batch, k);
-}
-#endif
-
-#if !defined(GDN_ONLY_VARIANT) || GDN_ONLY_VARIANT == 3
-extern "C" __global__ void __maxnreg__(GDN_PIPE_MAXNREG) gdn_fold_pipe(GDN_FOLD_PARAMS) {
-  GDN_FOLD_ARGS
-  gdn::pipe::fold_entry(A, naTab, batch, k);
-}
-#endif
-
-#ifndef GDN_ONLY_VARIANT  // a build of one variant (bench/gdn-tune.sh) leaves the default entry out
+#if GDN_ONLY_VARIANT < 0  // a build of one variant (bench/gdn-tune.sh) leaves the default entry out
 #if GDN_FOLD_DEFAULT == GDN_VARIANT_LEGACY
-extern "C" __global__ void gdn_fold(GDN_FOLD_PARAMS) {
-  GDN_FOLD_ARGS
-  gdn::fold_entry<128>(A, naTab, batch, k);
-}
+GDN_FOLD_ENTRY(gdn_fold, , gdn::fold_entry<128>(A, naTab, batch, k))
 #elif GDN_FOLD_DEFAULT == GDN_VARIANT_SMEM
-extern "C" __global__ void __maxnreg__(GDN_SMEM_MAXNREG) gdn_fold(GDN_FOLD_PARAMS) {
-  GDN_FOLD_ARGS
-  gdn::fast::fold_entry<gdn::fast::SmemSrc>(A, naTab, batch, k);
-}
+GDN_FOLD_ENTRY(gdn_fold, __maxnreg__(GDN_SMEM_MAXNREG), gdn::fast::fold_entry<gdn::fast::SmemSrc>(A, naTab, batch, k))
 #else
-extern "C" __global__ void __maxnreg__(GDN_FOLD_STREAM_MAXNREG) gdn_fold(GDN_FOLD_PARAMS) {
-  GDN_FOLD_ARGS
-  gdn::fast::fold_entry<gdn::fast::StreamSrc>(A, naTab, batch, k);
-}
+GDN_FOLD_ENTRY(gdn_fold, __maxnreg__(GDN_FOLD_STREAM_MAXNREG), gdn::fast::fold_entry<gdn::fast::StreamSrc>(A, naTab, batch, k))
 #endif
 #endif

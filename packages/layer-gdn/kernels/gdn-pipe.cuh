@@ -42,32 +42,41 @@ constexpr int kPartRows = 32;  // rows per part at most (d_k ≤ 128)
 constexpr int kNB = GDN_PIPE_NB;
 static_assert(kNB >= 2 && kNB <= 4, "GDN_PIPE_NB: 2 to 4 blocks");
 
-// Dynamic shared memory, in floats: the NB block buffers [d_kp][32], then the fast kernels'
-// one-row layout (k, q, pending keys, scalars), the part sums [2][4][32] and o [d_v].
-__host__ __device__ __forceinline__ int pipe_smem_floats(int dk, int dv, int maxK) {
-  return kNB * pad4(dk) * kW + (2 + fast::fast_mb_alloc(maxK)) * pad4(dk) + fast::kSmallFloats + 2 * kParts * kW + pad4(dv);
+// Dynamic shared memory, in floats: nb block buffers [d_kp][32], then the fast kernels' one-row
+// layout (k, q, pending keys, scalars), the part sums [2][4][32], o [d_v], the cluster's partial
+// sums [4] (gdn-split.cuh; the pipe kernels leave them unused), v and z of the row [d_v] each.
+__host__ __device__ __forceinline__ int pipe_smem_floats(int dk, int dv, int maxK, int nb = kNB) {
+  return nb * pad4(dk) * kW + (2 + fast::fast_mb_alloc(maxK)) * pad4(dk) + fast::kSmallFloats + 2 * kParts * kW + 3 * pad4(dv) + 4;
 }
 
 struct PLay {
   float* buf;  // [kNB][dkp][kW]
   float* red;  // [2][kParts][kW]
   float* osm;  // [dv] o of the row (before the norm)
+  float* clu;  // [4] the cluster's partial sums (gdn-split.cuh)
+  float* vsm;  // [dv] v of the row (after the conv), loaded with q and k in the prologue
+  float* zsm;  // [dv] z of the row (the gate of the norm)
+  float* end;  // past the layout (gdn-persist.cuh puts its slots there)
   Lay L;
 };
 
-__device__ __forceinline__ PLay pipe_lay(const Args& A) {
+__device__ __forceinline__ PLay pipe_lay(const Args& A, int nb = kNB) {
   PLay P;
   float* base = fast::dyn_smem();
   const int dkp = pad4(A.dk);
   P.buf = base;
   P.L.dkp = dkp;
   P.L.S = nullptr;
-  P.L.kd = base + kNB * dkp * kW;
+  P.L.kd = base + nb * dkp * kW;
   P.L.qd = P.L.kd + dkp;
   P.L.kf = P.L.qd + dkp;
   P.L.sc = P.L.kf + fast::fast_mb_alloc(A.maxK) * dkp;
   P.red = P.L.sc + fast::kSmallFloats;
   P.osm = P.red + 2 * kParts * kW;
+  P.clu = P.osm + pad4(A.dv);
+  P.vsm = P.clu + 4;
+  P.zsm = P.vsm + pad4(A.dv);
+  P.end = P.zsm + pad4(A.dv);
   return P;
 }
 
@@ -97,18 +106,25 @@ __device__ __forceinline__ void issue_block(const float* headS, int cb, int nblk
 
 // The oldest block in flight has landed for every thread (NB − 2 later ones may still be in
 // flight), and every thread is done with the previous block (its buffer takes the next copy).
+template <int NB = kNB>
 __device__ __forceinline__ void wait_block() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;" ::"n"(kNB - 2) : "memory");
+  asm volatile("cp.async.wait_group %0;" ::"n"(NB - 2) : "memory");
 #endif
   __syncthreads();
 }
 
 // The scalar tables of the step's row (t = 0) and the pending keys, as row_block of gdn-fast.cuh
-// computes them for a block of one row.
-__device__ __forceinline__ void prologue(const Args& A, const Geo& G, const Task& T, int h, int m, const float* pendSh, int M, const Lay& L) {
+// computes them for a block of one row, and v and z of the row for every column (so that no
+// block waits on a load of its own but for the state). `ring`: this CTA writes the conv ring
+// entries of the channels it owns here too, in the same round of loads (a decode step commits
+// one row, a fold its accepted rows: gdn-common.cuh write_ring_channel).
+__device__ __forceinline__ void prologue(const Args& A, const Geo& G, const Task& T, int h, int m, const float* pendSh, int M, const PLay& P,
+                                         bool ring) {
+  const Lay& L = P.L;
   const int tid = tid_lin(), nt = nthreads();
-  const int dk = A.dk, g = T.g;
+  const int dk = A.dk, dv = A.dv, g = T.g;
+  if (T.recordConv) __trap();  // verify steps do not come here
   if (T.nrows > 0) {
     fast::conv_sources(A, G, T, 0, A.K, L);
     __syncthreads();
@@ -122,13 +138,28 @@ __device__ __forceinline__ void prologue(const Args& A, const Geo& G, const Task
       L.sc[fast::kBeta + t] = beta;
       L.sc[fast::kGraw + t] = gg;
     }
-    for (int i = tid; i < L.dkp; i += nt) {
-      float q[1] = {0.0f}, k[1] = {0.0f};
-      if (i < dk) {
-        const int cq = g * dk + i, colq = g * G.grp + i;
-        fast::conv_rows<1>(A, L, cq, colq, 1, q);
-        fast::conv_rows<1>(A, L, G.keyDim + cq, colq + dk, 1, k);
-      }
+  }
+  // q_i, k_i of the key head, v_i, z_i of the value head and ring channel i in one loop: a
+  // thread's loads issue together.
+  const int nRow = T.nrows > 0 ? max(L.dkp, dv) : 0;
+  const int nRing = ring ? owned_count(A, G, T) : 0;
+  for (int i = tid; i < max(nRow, nRing); i += nt) {
+    float q[1] = {0.0f}, k[1] = {0.0f}, v[1] = {0.0f}, z = 0.0f;
+    if (i < dk && i < nRow) {
+      const int cq = g * dk + i, colq = g * G.grp + i;
+      fast::conv_rows<1>(A, L, cq, colq, 1, q);
+      fast::conv_rows<1>(A, L, G.keyDim + cq, colq + dk, 1, k);
+    }
+    if (i < dv && i < nRow) {
+      fast::conv_rows<1>(A, L, 2 * G.keyDim + h * dv + i, g * G.grp + 2 * dk + m * dv + i, 1, v);
+      z = A.qkvz[(size_t)T.row0 * G.width + g * G.grp + 2 * dk + (G.r + m) * dv + i];
+    }
+    if (i < nRing) write_ring_channel<fast::kMaxConv>(A, G, T, i);
+    if (i < dv && i < nRow) {
+      P.vsm[i] = v[0];
+      P.zsm[i] = z;
+    }
+    if (i < L.dkp && i < nRow) {
       L.qd[i] = q[0];
       L.kd[i] = k[0];
     }
@@ -143,110 +174,155 @@ __device__ __forceinline__ void prologue(const Args& A, const Geo& G, const Task
   }
 }
 
-// One head: fold MB pending terms (uf = 0 past M), then (nrows = 1) the row's dot products, u, o
-// and its commit; the new state goes to global memory block by block.
+// Per-column inputs of one block, loaded before the block's copy is waited for: v of the row
+// (conv) and the pending rows' coefficients (0 past M).
 template <int MB>
-__device__ __forceinline__ void run_head(const Args& A, const Geo& G, const Task& T, const PLay& P, int h, int m, const float* pendSh, int M,
-                                         float* headS) {
+struct ColumnIn {
+  float v[1];
+  float uf[MB > 0 ? MB : 1];
+};
+
+// The pending rows' last decay (gl) and its exponential (c0).
+struct PendDecay {
+  float gl, c0;
+};
+__device__ __forceinline__ PendDecay pend_decay(const Args& A, const Geo& G, const float* pendSh, int M) {
+  const float gl = M > 0 ? pendSh[(size_t)(M - 1) * G.stashRow + A.dk + A.dv] : 0.0f;
+  return {gl, M > 0 ? expf(gl) : 1.0f};
+}
+
+// uf[q] = e^{γ_{M−1}−γ_q} u_q[j] of the pending rows (0 past M).
+template <int MB>
+__device__ __forceinline__ void pending_uf(const Args& A, const Geo& G, const float* pendSh, int M, const PendDecay& D, int j, bool act,
+                                           float (&uf)[MB > 0 ? MB : 1]) {
+#pragma unroll
+  for (int q = 0; q < MB; ++q)
+    uf[q] = (q < M && act) ? expf(D.gl - pendSh[(size_t)q * G.stashRow + A.dk + A.dv]) * pendSh[(size_t)q * G.stashRow + A.dk + j] : 0.0f;
+}
+
+template <int MB>
+__device__ __forceinline__ void column_inputs(const Args& A, const Geo& G, const Task& T, const PLay& P, const float* pendSh, int M, const PendDecay& D,
+                                              int j, bool act, ColumnIn<MB>& c) {
+  c.v[0] = T.nrows > 0 && act ? P.vsm[j] : 0.0f;
+  pending_uf<MB>(A, G, pendSh, M, D, j, act, c.uf);
+}
+
+// Thread (warp `part`, lane) on column j of a block in shared memory (blk [d_kp][32], landed for
+// every thread): fold MB pending terms (uf = 0 past M), then (nrows = 1) the row's dot products,
+// u, o (→ P.osm[j]) and the commit of the new column to global memory; the fold alone (no row)
+// stores the folded column.
+template <int MB>
+__device__ __forceinline__ void block_passes(const Args& A, const Task& T, const PLay& P, int M, const PendDecay& D, const ColumnIn<MB>& c, float* blk,
+                                             float* headS, int j, bool act) {
   const Lay& L = P.L;
   const int dk = A.dk, dv = A.dv, dkp = L.dkp;
   const int tid = tid_lin(), lane = tid & 31, part = tid >> 5;
   const int pr = min(kPartRows, pad4((dk + kParts - 1) / kParts));
   const int ib = min(dk, part * pr), ie = min(dk, ib + pr);
-  const int nblk = (dv + kW - 1) / kW;
   const bool row = T.nrows > 0;
   const float* sc = L.sc;
-  const float gl = M > 0 ? pendSh[(size_t)(M - 1) * G.stashRow + dk + dv] : 0.0f;
-  const float c0 = M > 0 ? expf(gl) : 1.0f;
-
-  for (int cb = 0; cb < nblk; ++cb) {
-    const int j = cb * kW + lane;
-    const bool act = j < dv;
-    // Per-column inputs, loaded before the block's wait: v (conv), the pending coefficients.
-    float v[1] = {0.0f}, uf[MB > 0 ? MB : 1];
-    if (row && act) fast::conv_rows<1>(A, L, 2 * G.keyDim + h * dv + j, T.g * G.grp + 2 * dk + m * dv + j, 1, v);
-#pragma unroll
-    for (int q = 0; q < MB; ++q)
-      uf[q] = (q < M && act) ? expf(gl - pendSh[(size_t)q * G.stashRow + dk + dv]) * pendSh[(size_t)q * G.stashRow + dk + j] : 0.0f;
-    wait_block();
-    // Block cb + NB − 1 into the buffer of block cb − 1, which pass B of the last trip read.
-    issue_block(headS, cb + kNB - 1, nblk, P.buf + ((cb + kNB - 1) % kNB) * dkp * kW, dk, dv);
-    float* blk = P.buf + (cb % kNB) * dkp * kW;
-    // Pass A over the part's rows (groups of 4): the pending fold and the dot products with k and
-    // q (raw). The fold alone (no row) stores its result here; a decode step writes the folded
-    // values back to the block (only this thread reads them again, in pass B).
-    float a = 0.0f, b = 0.0f;
+  // Pass A over the part's rows (groups of 4): the pending fold and the dot products with k and
+  // q (raw). The fold alone (no row) stores its result here; a decode step writes the folded
+  // values back to the block (only this thread reads them again, in pass B).
+  float a = 0.0f, b = 0.0f;
 #pragma unroll 2
-    for (int i0 = ib; i0 < ie; i0 += 4) {
-      float x[4];
+  for (int i0 = ib; i0 < ie; i0 += 4) {
+    float x[4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) x[e] = (act && i0 + e < ie) ? blk[(i0 + e) * kW + lane] : 0.0f;
-      if (MB > 0) {
+    for (int e = 0; e < 4; ++e) x[e] = (act && i0 + e < ie) ? blk[(i0 + e) * kW + lane] : 0.0f;
+    if (MB > 0) {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) x[e] *= c0;
+      for (int e = 0; e < 4; ++e) x[e] *= D.c0;
 #pragma unroll
-        for (int q = 0; q < MB; ++q) {
-          const float4 kk = fast::ld4s(L.kf + q * dkp + i0);
-          x[0] = fmaf(kk.x, uf[q], x[0]);
-          x[1] = fmaf(kk.y, uf[q], x[1]);
-          x[2] = fmaf(kk.z, uf[q], x[2]);
-          x[3] = fmaf(kk.w, uf[q], x[3]);
-        }
-        if (row) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            if (i0 + e < ie) blk[(i0 + e) * kW + lane] = x[e];
-        }
-      }
-      if (!row && act) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (i0 + e < ie) headS[(size_t)(i0 + e) * dv + j] = x[e];
+      for (int q = 0; q < MB; ++q) {
+        const float4 kk = fast::ld4s(L.kf + q * dkp + i0);
+        x[0] = fmaf(kk.x, c.uf[q], x[0]);
+        x[1] = fmaf(kk.y, c.uf[q], x[1]);
+        x[2] = fmaf(kk.z, c.uf[q], x[2]);
+        x[3] = fmaf(kk.w, c.uf[q], x[3]);
       }
       if (row) {
-        const float4 kk = fast::ld4s(L.kd + i0), qq = fast::ld4s(L.qd + i0);
-        a = fmaf(x[0], kk.x, fmaf(x[1], kk.y, fmaf(x[2], kk.z, fmaf(x[3], kk.w, a))));
-        b = fmaf(x[0], qq.x, fmaf(x[1], qq.y, fmaf(x[2], qq.z, fmaf(x[3], qq.w, b))));
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (i0 + e < ie) blk[(i0 + e) * kW + lane] = x[e];
       }
     }
-    if (row) {
-      // The row parts' sums, added in part order (every thread of a column gets the same bits).
-      P.red[part * kW + lane] = a;
-      P.red[(kParts + part) * kW + lane] = b;
-      __syncthreads();
-      a = b = 0.0f;
+    if (!row && act) {
 #pragma unroll
-      for (int p = 0; p < kParts; ++p) {
-        a += P.red[p * kW + lane];
-        b += P.red[(kParts + p) * kW + lane];
-      }
-      const float u = sc[fast::kBeta] * (v[0] - sc[fast::kCA] * a);
-      const float o = sc[fast::kCB] * b + sc[fast::kCQ] * u;
-      if (part == 0 && act) P.osm[j] = o;
-      // Pass B, the commit s ← cl s + kc k_raw[i], to global memory (a warp stores 128 B per row).
-      const float cl = sc[fast::kCLast], kc = sc[fast::kUB] * u;
-      if (act) {
-#pragma unroll 4
-        for (int i = ib; i < ie; ++i) headS[(size_t)i * dv + j] = fmaf(kc, L.kd[i], cl * blk[i * kW + lane]);
-      }
+      for (int e = 0; e < 4; ++e)
+        if (i0 + e < ie) headS[(size_t)(i0 + e) * dv + j] = x[e];
+    }
+    if (row) {
+      const float4 kk = fast::ld4s(L.kd + i0), qq = fast::ld4s(L.qd + i0);
+      a = fmaf(x[0], kk.x, fmaf(x[1], kk.y, fmaf(x[2], kk.z, fmaf(x[3], kk.w, a))));
+      b = fmaf(x[0], qq.x, fmaf(x[1], qq.y, fmaf(x[2], qq.z, fmaf(x[3], qq.w, b))));
     }
   }
   if (!row) return;
-  // The gated RMSNorm of the row over d_v, from o in shared memory.
+  // The row parts' sums, added in part order (every thread of a column gets the same bits).
+  P.red[part * kW + lane] = a;
+  P.red[(kParts + part) * kW + lane] = b;
   __syncthreads();
+  a = b = 0.0f;
+#pragma unroll
+  for (int p = 0; p < kParts; ++p) {
+    a += P.red[p * kW + lane];
+    b += P.red[(kParts + p) * kW + lane];
+  }
+  const float u = sc[fast::kBeta] * (c.v[0] - sc[fast::kCA] * a);
+  const float o = sc[fast::kCB] * b + sc[fast::kCQ] * u;
+  if (part == 0 && act) P.osm[j] = o;
+  // Pass B, the commit s ← cl s + kc k_raw[i], to global memory (a warp stores 128 B per row).
+  const float cl = sc[fast::kCLast], kc = sc[fast::kUB] * u;
+  if (act) {
+#pragma unroll 4
+    for (int i = ib; i < ie; ++i) headS[(size_t)i * dv + j] = fmaf(kc, L.kd[i], cl * blk[i * kW + lane]);
+  }
+}
+
+// Σ o² over P.osm[j0 .. j1), the CTA's total in every thread. Call after a barrier that follows
+// the writes of osm; uses P.red[0 .. 3].
+__device__ __forceinline__ float osm_sumsq(const PLay& P, int j0, int j1) {
+  const int tid = tid_lin(), lane = tid & 31, part = tid >> 5;
   float ss = 0.0f;
-  for (int j = tid; j < dv; j += kThreads) ss = fmaf(P.osm[j], P.osm[j], ss);
+  for (int j = j0 + tid; j < j1; j += kThreads) ss = fmaf(P.osm[j], P.osm[j], ss);
   ss = warp_sum_to_lane0(ss);
   if (lane == 0) P.red[part] = ss;
   __syncthreads();
   float tot = 0.0f;
 #pragma unroll
   for (int p = 0; p < kParts; ++p) tot += P.red[p];
-  const float inv = 1.0f / sqrtf(tot / (float)dv + A.eps);
-  for (int j = tid; j < dv; j += kThreads) {
-    const float z = A.qkvz[(size_t)T.row0 * G.width + T.g * G.grp + 2 * dk + (G.r + m) * dv + j];
-    A.y[(size_t)T.row0 * A.hv * dv + (size_t)h * dv + j] = A.normWeight[j] * P.osm[j] * inv * siluf_(z);
+  return tot;
+}
+
+// The gated RMSNorm of the row: y = w ⊙ o · inv ⊙ SiLU(z).
+__device__ __forceinline__ void write_y(const Args& A, const Task& T, const PLay& P, int h, float inv) {
+  for (int j = tid_lin(); j < A.dv; j += kThreads)
+    A.y[(size_t)T.row0 * A.hv * A.dv + (size_t)h * A.dv + j] = A.normWeight[j] * P.osm[j] * inv * siluf_(P.zsm[j]);
+}
+
+// One head: the blocks stream through the NB buffers (issue_first started the first NB − 1),
+// then the gated RMSNorm over the whole d_v.
+template <int MB>
+__device__ __forceinline__ void run_head(const Args& A, const Geo& G, const Task& T, const PLay& P, int h, int m, const float* pendSh, int M,
+                                         float* headS) {
+  const int dkp = P.L.dkp, lane = tid_lin() & 31;
+  const int nblk = (A.dv + kW - 1) / kW;
+  const PendDecay D = pend_decay(A, G, pendSh, M);
+  for (int cb = 0; cb < nblk; ++cb) {
+    const int j = cb * kW + lane;
+    const bool act = j < A.dv;
+    ColumnIn<MB> c;
+    column_inputs<MB>(A, G, T, P, pendSh, M, D, j, act, c);
+    wait_block();
+    // Block cb + NB − 1 into the buffer of block cb − 1, which pass B of the last trip read.
+    issue_block(headS, cb + kNB - 1, nblk, P.buf + ((cb + kNB - 1) % kNB) * dkp * kW, A.dk, A.dv);
+    block_passes<MB>(A, T, P, M, D, c, P.buf + (cb % kNB) * dkp * kW, headS, j, act);
   }
+  if (T.nrows == 0) return;
+  __syncthreads();
+  const float tot = osm_sumsq(P, 0, A.dv);
+  write_y(A, T, P, h, 1.0f / sqrtf(tot / (float)A.dv + A.eps));
 }
 
 __device__ __forceinline__ void check_pipe(const Args& A) {
@@ -270,12 +346,10 @@ __device__ __forceinline__ void run_task(const Args& A, const Geo& G, const Task
   float* headS = head_state(A, T.slot, h);
   const float* pendSh = T.pendK + (size_t)h * A.maxK * G.stashRow;
   const int M = T.nPendFold;
-  prologue(A, G, T, h, m, pendSh, M, P.L);
+  prologue(A, G, T, h, m, pendSh, M, P, true);
   if (M == 0) run_head<0>(A, G, T, P, h, m, pendSh, M, headS);
   else if (M <= 4) run_head<4>(A, G, T, P, h, m, pendSh, M, headS);
   else run_head<8>(A, G, T, P, h, m, pendSh, M, headS);
-  __syncthreads();  // every read of history by this CTA is done
-  write_conv_state(A, G, T);
 }
 
 __device__ __forceinline__ void recurrent_entry(const Args& A, int mode, int batch, int k) {

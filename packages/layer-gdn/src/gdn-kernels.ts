@@ -50,10 +50,10 @@ export const foldKernel = defineKernel({
 
 /** Entry points of each variant of gdn.recurrent and gdn.fold (gdn-launch.ts GdnKernelVariant). */
 export const RECURRENT_SYMBOLS: Readonly<Record<GdnKernelVariant, string>> = {
-  smem: 'gdn_recurrent_smem', stream: 'gdn_recurrent_stream', legacy: 'gdn_recurrent_legacy', pipe: 'gdn_recurrent_pipe',
+  smem: 'gdn_recurrent_smem', stream: 'gdn_recurrent_stream', legacy: 'gdn_recurrent_legacy', pipe: 'gdn_recurrent_pipe', split: 'gdn_recurrent_split', persist: 'gdn_recurrent_persist',
 };
 export const FOLD_SYMBOLS: Readonly<Record<GdnKernelVariant, string>> = {
-  smem: 'gdn_fold_smem', stream: 'gdn_fold_stream', legacy: 'gdn_fold_legacy', pipe: 'gdn_fold_pipe',
+  smem: 'gdn_fold_smem', stream: 'gdn_fold_stream', legacy: 'gdn_fold_legacy', pipe: 'gdn_fold_pipe', split: 'gdn_fold_split', persist: 'gdn_fold_persist',
 };
 
 /** gdn.recurrent of one variant: the same parameters and CPU twin, that variant's entry point. */
@@ -62,6 +62,8 @@ export const recurrentVariantKernels: Readonly<Record<GdnKernelVariant, typeof r
   stream: defineKernel({ name: 'gdn.recurrent.stream', params: RECURRENT_PARAMS, cuda: { module: recurrentModule, symbol: RECURRENT_SYMBOLS.stream }, cpu: recurrentCpu }),
   legacy: defineKernel({ name: 'gdn.recurrent.legacy', params: RECURRENT_PARAMS, cuda: { module: recurrentModule, symbol: RECURRENT_SYMBOLS.legacy }, cpu: recurrentCpu }),
   pipe: defineKernel({ name: 'gdn.recurrent.pipe', params: RECURRENT_PARAMS, cuda: { module: recurrentModule, symbol: RECURRENT_SYMBOLS.pipe }, cpu: recurrentCpu }),
+  split: defineKernel({ name: 'gdn.recurrent.split', params: RECURRENT_PARAMS, cuda: { module: recurrentModule, symbol: RECURRENT_SYMBOLS.split }, cpu: recurrentCpu }),
+  persist: defineKernel({ name: 'gdn.recurrent.persist', params: RECURRENT_PARAMS, cuda: { module: recurrentModule, symbol: RECURRENT_SYMBOLS.persist }, cpu: recurrentCpu }),
 });
 
 /** gdn.fold of one variant. */
@@ -70,6 +72,8 @@ export const foldVariantKernels: Readonly<Record<GdnKernelVariant, typeof foldKe
   stream: defineKernel({ name: 'gdn.fold.stream', params: FOLD_PARAMS, cuda: { module: foldModule, symbol: FOLD_SYMBOLS.stream }, cpu: foldCpu }),
   legacy: defineKernel({ name: 'gdn.fold.legacy', params: FOLD_PARAMS, cuda: { module: foldModule, symbol: FOLD_SYMBOLS.legacy }, cpu: foldCpu }),
   pipe: defineKernel({ name: 'gdn.fold.pipe', params: FOLD_PARAMS, cuda: { module: foldModule, symbol: FOLD_SYMBOLS.pipe }, cpu: foldCpu }),
+  split: defineKernel({ name: 'gdn.fold.split', params: FOLD_PARAMS, cuda: { module: foldModule, symbol: FOLD_SYMBOLS.split }, cpu: foldCpu }),
+  persist: defineKernel({ name: 'gdn.fold.persist', params: FOLD_PARAMS, cuda: { module: foldModule, symbol: FOLD_SYMBOLS.persist }, cpu: foldCpu }),
 });
 
 /**

@@ -14,17 +14,26 @@ export function gdnBlock(cfg: Pick<GdnConfig, 'dv'>): number {
  * `smem`, a shared-memory copy made by the copy engine while the prologue runs; `stream`, streamed
  * from global memory, never held; `legacy`, the first version (a column per thread in registers);
  * `pipe`, the state streamed through shared memory in blocks of 32 columns (kernels/gdn-pipe.cuh),
- * for decode steps (mode 0, k = 1) and the fold only.
+ * for decode steps (mode 0, k = 1) and the fold only; `split`, a head's 32-column blocks over
+ * 4 CTAs (kernels/gdn-split.cuh), decode steps (a cluster of 4 per head: sm_90) and the fold;
+ * `persist`, persistent CTAs whose heads' 32-column blocks stream through one ring of shared
+ * buffers (kernels/gdn-persist.cuh), decode steps and the fold (where pipe takes the shape).
  * Each has its own entry points (RECURRENT_SYMBOLS, FOLD_SYMBOLS); the unsuffixed `gdn_recurrent`
  * and `gdn_fold` are DEFAULT_VARIANT's (GDN_RECURRENT_DEFAULT / GDN_FOLD_DEFAULT in the .cu files).
  */
-export type GdnKernelVariant = 'smem' | 'stream' | 'legacy' | 'pipe';
-export const GDN_KERNEL_VARIANTS: readonly GdnKernelVariant[] = ['smem', 'stream', 'legacy', 'pipe'];
+export type GdnKernelVariant = 'smem' | 'stream' | 'legacy' | 'pipe' | 'split' | 'persist';
+export const GDN_KERNEL_VARIANTS: readonly GdnKernelVariant[] = ['smem', 'stream', 'legacy', 'pipe', 'split', 'persist'];
 export const DEFAULT_VARIANT: GdnKernelVariant = 'smem';
 /** kernels/gdn-pipe.cuh: threads per CTA, columns per block, blocks in shared memory (GDN_PIPE_NB). */
 export const PIPE_THREADS = 128;
 const PIPE_COLUMNS = 32;
 export const PIPE_STAGES = 2;
+/** kernels/gdn-persist.cuh: blocks in shared memory (GDN_PERSIST_NB), heads per CTA at most, CTAs per SM launched. */
+export const PERSIST_STAGES = 3;
+export const PERSIST_MAX_HEADS = 64;
+export const PERSIST_CTAS_PER_SM = 4;
+/** kernels/gdn-split.cuh kCluster: CTAs per head (32 columns each), a cluster for decode steps. */
+export const SPLIT_CTAS = 4;
 
 /** The shape fields the launch shapes depend on. */
 export interface GdnLaunchShape {
@@ -44,6 +53,11 @@ export function pipeSupported(s: GdnLaunchShape): boolean {
   return fastSupported(s) && s.dv % 4 === 0;
 }
 
+/** Whether the split kernels take this shape: the pipe kernels do, and d_v ≤ 4·32. */
+export function splitSupported(s: GdnLaunchShape): boolean {
+  return pipeSupported(s) && s.dv <= SPLIT_CTAS * PIPE_COLUMNS;
+}
+
 const pad4 = (x: number): number => (x + 3) & ~3;
 const rowsInst = (n: number): number => (n <= 1 ? 1 : n <= 4 ? 4 : 8);
 /** kernels/gdn-fast.cuh kSmallFloats. */
@@ -58,39 +72,60 @@ const SMALL_FLOATS = 496;
 export function variantSharedBytes(variant: GdnKernelVariant, s: GdnLaunchShape): number {
   if (variant === 'legacy') return 0;
   const mb = s.maxK <= 4 ? 4 : 8;
-  if (variant === 'pipe') {
-    // PIPE_STAGES blocks of [d_k][32], one row's k and q, the pending keys, the scalars, the row
-    // parts' sums [2][4][32] and o [d_v] (kernels/gdn-pipe.cuh pipe_smem_floats).
-    return 4 * (PIPE_STAGES * pad4(s.dk) * PIPE_COLUMNS + (2 + mb) * pad4(s.dk) + SMALL_FLOATS + 2 * 4 * PIPE_COLUMNS + pad4(s.dv));
+  if (variant === 'pipe' || variant === 'split' || variant === 'persist') {
+    // PIPE_STAGES blocks of [d_k][32] (split: one; persist: PERSIST_STAGES), one row's k and q,
+    // the pending keys, the scalars, the row parts' sums [2][4][32], o, v and z [d_v] each and the
+    // cluster's 4 partial sums (kernels/gdn-pipe.cuh pipe_smem_floats); persist: the slots of its heads.
+    const blocks = variant === 'pipe' ? PIPE_STAGES : variant === 'split' ? 1 : PERSIST_STAGES;
+    const slots = variant === 'persist' ? PERSIST_MAX_HEADS : 0;
+    return 4 * (blocks * pad4(s.dk) * PIPE_COLUMNS + (2 + mb) * pad4(s.dk) + SMALL_FLOATS + 2 * 4 * PIPE_COLUMNS + 3 * pad4(s.dv) + 4 + slots);
   }
   const tb = rowsInst(Math.min(4, s.maxK));
   const stateFloats = variant === 'smem' ? pad4(s.dk * s.dv) : 0;
   return 4 * (stateFloats + (2 * tb + mb) * pad4(s.dk) + SMALL_FLOATS);
 }
 
-/** Threads per CTA of a variant's `gdn.recurrent` / `gdn.fold`: d_v (PIPE_THREADS for pipe). */
+/** Threads per CTA of a variant's `gdn.recurrent` / `gdn.fold`: d_v (PIPE_THREADS for pipe, split and persist). */
 export function variantBlock(variant: GdnKernelVariant, cfg: Pick<GdnConfig, 'dv'>): number {
-  return variant === 'pipe' ? PIPE_THREADS : gdnBlock(cfg);
+  return variant === 'pipe' || variant === 'split' || variant === 'persist' ? PIPE_THREADS : gdnBlock(cfg);
+}
+
+/**
+ * Grid of a variant's `gdn.recurrent` / `gdn.fold`: [batch, H_v]; split: [SPLIT_CTAS·batch, H_v];
+ * persist: PERSIST_CTAS_PER_SM per SM (`sms`: the device's multiprocessors), at least enough that
+ * no CTA has more than PERSIST_MAX_HEADS heads, at most one per head.
+ */
+export function variantGrid(variant: GdnKernelVariant, batch: number, hv: number, sms?: number): number[] {
+  if (variant === 'split') return [SPLIT_CTAS * batch, hv];
+  if (variant !== 'persist') return [batch, hv];
+  if (sms === undefined || !Number.isInteger(sms) || sms < 1) throw new RangeError(`gdn: the persist kernels need the device's multiprocessor count, got ${sms}`);
+  const heads = batch * hv;
+  return [Math.max(1, Math.min(heads, Math.max(Math.ceil(heads / PERSIST_MAX_HEADS), sms * PERSIST_CTAS_PER_SM)))];
 }
 
 /** The variant a launch of this shape runs: `preferred` where the fast kernels take the shape, else legacy. */
 export function variantFor(s: GdnLaunchShape, preferred: GdnKernelVariant = DEFAULT_VARIANT): GdnKernelVariant {
+  if (preferred === 'split') return splitSupported(s) ? 'split' : variantFor(s, 'pipe');
+  if (preferred === 'persist') return pipeSupported(s) ? 'persist' : variantFor(s);
   if (preferred === 'pipe') return pipeSupported(s) ? 'pipe' : variantFor(s);
   return preferred === 'legacy' || fastSupported(s) ? preferred : 'legacy';
 }
 
-/** The smallest batch whose decode steps run the pipe kernels (below it, one CTA per SM or so, smem is faster). */
-export const PIPE_MIN_BATCH = 32;
+/** The smallest batch whose decode steps run the persist kernels (below, split or smem are faster). */
+export const PERSIST_MIN_BATCH = 32;
 
 /**
  * The variant the layer runs a `gdn.recurrent` launch (mode, k rows per sequence, batch
- * positions) with: pipe for decode steps (mode 0, k = 1; carried decode too) of at least
- * PIPE_MIN_BATCH positions where it takes the shape, else the default (or legacy). On the H200 at
- * the 80B shape (docs/benchmarks.md): pipe 56.8 / 403.5 µs against smem 64.2 / 406.5 µs at batch
- * 32 / 256, but 14.5 against 11.9 µs at batch 1.
+ * positions) with. Decode steps (mode 0, k = 1; carried decode too): persist from
+ * PERSIST_MIN_BATCH positions, below it split where the device runs clusters (`clusters`: sm_90+),
+ * each where it takes the shape; everything else: the default (or legacy). On the H200 at the 80B
+ * shape (docs/benchmarks.md): persist 54 / 377 µs against pipe 57 / 404 and smem 64 / 408 µs at
+ * batch 32 / 256; split 10.0 against smem 11.8 µs at batch 1.
  */
-export function recurrentVariant(s: GdnLaunchShape, mode: 0 | 1, k: number, batch: number): GdnKernelVariant {
-  return mode === 0 && k === 1 && batch >= PIPE_MIN_BATCH ? variantFor(s, 'pipe') : variantFor(s);
+export function recurrentVariant(s: GdnLaunchShape, mode: 0 | 1, k: number, batch: number, clusters = false): GdnKernelVariant {
+  if (mode !== 0 || k !== 1) return variantFor(s);
+  if (batch >= PERSIST_MIN_BATCH) return variantFor(s, 'persist');
+  return clusters && splitSupported(s) ? 'split' : variantFor(s);
 }
 
 /**
@@ -102,8 +137,9 @@ export function foldVariant(s: GdnLaunchShape): GdnKernelVariant {
 }
 
 /**
- * `gdn.recurrent` and `gdn.fold`: one CTA per (batch position, value head), the variant's threads
- * and dynamic shared memory (maxK: the stash's rows per sequence, the kernels' `maxK`).
+ * `gdn.recurrent` and `gdn.fold`: the variant's grid (variantGrid: one CTA per (batch position,
+ * value head) but for split and persist), threads and dynamic shared memory (maxK: the stash's
+ * rows per sequence, the kernels' `maxK`; sms: the device's multiprocessors, for persist).
  */
 export function recurrentLaunch(
   cfg: Pick<GdnConfig, 'dk' | 'dv' | 'hv' | 'convK'>,
@@ -111,8 +147,9 @@ export function recurrentLaunch(
   stream: Stream,
   maxK = 8,
   variant: GdnKernelVariant = variantFor({ ...cfg, maxK }),
+  sms?: number,
 ): LaunchConfig {
-  return { grid: [batch, cfg.hv], block: variantBlock(variant, cfg), sharedBytes: variantSharedBytes(variant, { ...cfg, maxK }), stream };
+  return { grid: variantGrid(variant, batch, cfg.hv, sms), block: variantBlock(variant, cfg), sharedBytes: variantSharedBytes(variant, { ...cfg, maxK }), stream };
 }
 
 /** `gdn.chunk`: one CTA per (sequence, value head). */

@@ -176,17 +176,17 @@ export class GdnLayer implements TransformerLayer<GdnState> {
       convStash: carry ? carry.convStash : 0n,
       pending: carry ? carry.pendingRows : 0n,
     };
+    const clusters = gpu.kind === 'cuda' && gpu.device.computeCapability[0] >= 9;
     if (phase === 'prefill') {
       // The chunked WY form (kernels/gdn-chunk.cu): the exact build for short steps, bf16 operands
       // for long ones (gdn-prefill-launch.ts); the norm fuses into the scan where clusters run.
-      const clusters = gpu.kind === 'cuda' && gpu.device.computeCapability[0] >= 9;
       const plan = prefillPlan(shape, batch, rows, stream, { clusters });
       launchPrefill(gpu, prefillKernels, shape, { ...common, scratch: b.prefill }, batch, rows, cfg.eps, plan);
     } else {
-      // Which entry point: gdn-launch.ts recurrentVariant (pipe for decode steps, where it fits).
+      // Which entry point: gdn-launch.ts recurrentVariant (persist or split for decode steps, where they fit).
       const mode = phase === 'verify' ? 1 : 0;
-      const variant = recurrentVariant(shape, mode, k, batch);
-      gpu.launch(recurrentVariantKernels[variant], recurrentLaunch(cfg, batch, stream, shape.maxK, variant), {
+      const variant = recurrentVariant(shape, mode, k, batch, clusters);
+      gpu.launch(recurrentVariantKernels[variant], recurrentLaunch(cfg, batch, stream, shape.maxK, variant, gpu.device.multiprocessors), {
         ...common, mode, batch, k, ...shape, eps: cfg.eps,
       });
     }
@@ -256,7 +256,7 @@ export class GdnLayer implements TransformerLayer<GdnState> {
     }
     const b = this.#b;
     const variant = foldVariant(this.#shape());
-    gpu.launch(foldVariantKernels[variant], recurrentLaunch(this.config, n, stream, this.limits.maxK, variant), {
+    gpu.launch(foldVariantKernels[variant], recurrentLaunch(this.config, n, stream, this.limits.maxK, variant, gpu.device.multiprocessors), {
       qkvz: b.qkvz, slots: slotTable, seqLens, naTab, state: b.state, convRing: b.convRing, stash: woa.stash,
       batch: n, k: kRows, ...this.#shape(),
     });

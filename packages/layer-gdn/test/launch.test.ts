@@ -4,35 +4,56 @@
 import type { Stream } from '@metrale/core';
 import { describe, expect, it } from 'vitest';
 import {
-  PIPE_MIN_BATCH, PIPE_THREADS, foldVariant, pipeSupported, recurrentLaunch, recurrentVariant, variantBlock, variantSharedBytes,
+  PERSIST_CTAS_PER_SM, PERSIST_MAX_HEADS, PERSIST_MIN_BATCH, PIPE_THREADS, SPLIT_CTAS, foldVariant, pipeSupported, recurrentLaunch, recurrentVariant,
+  splitSupported, variantBlock, variantGrid, variantSharedBytes,
 } from '../src/gdn-launch.js';
 
 const B80 = { hk: 16, hv: 32, dk: 128, dv: 128, convK: 4, maxK: 4 };
 const stream = { id: 0 } as unknown as Stream; // opaque to the launch shapes
 
 describe('gdn launch shapes', () => {
-  it('runs decode steps of at least PIPE_MIN_BATCH positions through pipe, everything else through smem', () => {
-    expect(recurrentVariant(B80, 0, 1, PIPE_MIN_BATCH)).toBe('pipe');
-    expect(recurrentVariant(B80, 0, 1, 256)).toBe('pipe');
-    expect(recurrentVariant(B80, 0, 1, PIPE_MIN_BATCH - 1)).toBe('smem');
-    expect(recurrentVariant(B80, 1, 1, 256)).toBe('smem'); // a verify of one row
-    expect(recurrentVariant(B80, 0, 4, 256)).toBe('smem'); // a commit of four rows
+  it('runs decode steps of at least PERSIST_MIN_BATCH positions through persist, smaller ones through split where clusters run, the rest through smem', () => {
+    expect(recurrentVariant(B80, 0, 1, PERSIST_MIN_BATCH)).toBe('persist');
+    expect(recurrentVariant(B80, 0, 1, 256, true)).toBe('persist');
+    expect(recurrentVariant(B80, 0, 1, PERSIST_MIN_BATCH - 1, true)).toBe('split');
+    expect(recurrentVariant(B80, 0, 1, 1, true)).toBe('split');
+    expect(recurrentVariant(B80, 0, 1, PERSIST_MIN_BATCH - 1)).toBe('smem'); // no clusters (before sm_90)
+    expect(recurrentVariant(B80, 1, 1, 256, true)).toBe('smem'); // a verify of one row
+    expect(recurrentVariant(B80, 0, 4, 256, true)).toBe('smem'); // a commit of four rows
     expect(foldVariant(B80)).toBe('smem');
   });
 
-  it('falls back where the pipe or fast kernels do not take the shape', () => {
+  it('falls back where the persist, split or fast kernels do not take the shape', () => {
     expect(pipeSupported({ ...B80, dv: 130 })).toBe(false); // 16-byte copies need d_v % 4 = 0
+    expect(splitSupported({ ...B80, dv: 160 })).toBe(false); // 4 CTAs of 32 columns
     expect(recurrentVariant({ ...B80, dv: 130 }, 0, 1, 64)).toBe('smem');
+    expect(recurrentVariant({ ...B80, dv: 160 }, 0, 1, 4, true)).toBe('smem');
+    expect(recurrentVariant({ ...B80, dv: 160 }, 0, 1, 64)).toBe('persist');
     expect(recurrentVariant({ ...B80, dk: 256 }, 0, 1, 64)).toBe('legacy');
-    expect(recurrentVariant({ ...B80, maxK: 9 }, 0, 1, 64)).toBe('legacy');
+    expect(recurrentVariant({ ...B80, maxK: 9 }, 0, 1, 4, true)).toBe('legacy');
+  });
+
+  it('sizes the persist grid by the SMs, never above one CTA per head nor below 1/PERSIST_MAX_HEADS of the heads', () => {
+    expect(variantGrid('persist', 32, 32, 132)).toEqual([132 * PERSIST_CTAS_PER_SM]);
+    expect(variantGrid('persist', 1, 32, 132)).toEqual([32]);
+    expect(variantGrid('persist', 256, 32, 1)).toEqual([Math.ceil((256 * 32) / PERSIST_MAX_HEADS)]);
+    expect(variantGrid('split', 5, 32)).toEqual([5 * SPLIT_CTAS, 32]);
+    expect(variantGrid('smem', 5, 32)).toEqual([5, 32]);
+    expect(() => variantGrid('persist', 32, 32)).toThrow(/multiprocessor count/);
   });
 
   it('gives the pipe kernels 128 threads and the shared memory of their blocks and tables', () => {
     // 2 blocks of [128][32], k and q, 4 pending keys, 496 scalars, [2][4][32] part sums, o [128]
-    expect(variantSharedBytes('pipe', B80)).toBe(4 * (2 * 128 * 32 + (2 + 4) * 128 + 496 + 256 + 128));
-    expect(variantSharedBytes('pipe', { ...B80, maxK: 8 })).toBe(4 * (2 * 128 * 32 + (2 + 8) * 128 + 496 + 256 + 128));
+    // (and v, z [128]; the cluster's 4 partial sums; persist: the slots of its 64 heads)
+    expect(variantSharedBytes('pipe', B80)).toBe(4 * (2 * 128 * 32 + (2 + 4) * 128 + 496 + 256 + 3 * 128 + 4));
+    expect(variantSharedBytes('pipe', { ...B80, maxK: 8 })).toBe(4 * (2 * 128 * 32 + (2 + 8) * 128 + 496 + 256 + 3 * 128 + 4));
+    expect(variantSharedBytes('split', B80)).toBe(4 * (1 * 128 * 32 + (2 + 4) * 128 + 496 + 256 + 3 * 128 + 4));
+    expect(variantSharedBytes('persist', B80)).toBe(4 * (3 * 128 * 32 + (2 + 4) * 128 + 496 + 256 + 3 * 128 + 4 + 64));
     expect(variantBlock('pipe', B80)).toBe(PIPE_THREADS);
-    expect(recurrentLaunch(B80, 40, stream, 4, 'pipe')).toEqual({ grid: [40, 32], block: 128, sharedBytes: 39360, stream });
+    expect(variantBlock('split', B80)).toBe(PIPE_THREADS);
+    expect(variantBlock('persist', B80)).toBe(PIPE_THREADS);
+    expect(recurrentLaunch(B80, 40, stream, 4, 'pipe')).toEqual({ grid: [40, 32], block: 128, sharedBytes: 40400, stream });
+    expect(recurrentLaunch(B80, 40, stream, 4, 'persist', 132)).toEqual({ grid: [528], block: 128, sharedBytes: 57040, stream });
     // the smem kernels: the head's state, 4-row k and q, 4 pending keys, scalars; d_v threads
     expect(recurrentLaunch(B80, 40, stream, 4, 'smem')).toEqual({ grid: [40, 32], block: 128, sharedBytes: 4 * (128 * 128 + 12 * 128 + 496), stream });
   });

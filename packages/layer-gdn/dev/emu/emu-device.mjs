@@ -28,7 +28,7 @@ export function createDevice() {
       if (!kernel.cuda) throw new Error('no cuda entry');
       const sym = kernel.cuda.symbol;
       const exe = join(BUILD, exeOf(sym));
-      const clusterX = sym.startsWith('gdn_prefill_scan_c4') ? 4 : sym.startsWith('gdn_prefill_scan') ? 2 : 1;
+      const clusterX = sym.startsWith('gdn_prefill_scan_c4') || sym === 'gdn_recurrent_split' ? 4 : sym.startsWith('gdn_prefill_scan') ? 2 : 1;
       const bufs = [];
       const index = new Map();
       const argRecs = [];

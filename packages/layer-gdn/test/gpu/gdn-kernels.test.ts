@@ -9,10 +9,11 @@
 // fatbins as ./gdn-lane.ts says ($METRALE_GDN_FATBIN_DIR/<module>.fatbin, else dist/kernels/, built
 // when missing).
 // METRALE_GDN_VARIANT=smem|stream|legacy runs gdn.recurrent and gdn.fold through that variant's
-// entry points (gdn-launch.ts GdnKernelVariant; pipe: decode steps and the fold through pipe, the
-// rest through smem); unset, each launch runs the variant the layer picks (gdn-launch.ts
-// recurrentVariant, foldVariant: pipe for decode steps of ≥ 32 positions, smem for the rest;
-// the pipe cases force pipe on these small batches); bench/gdn-tune.sh runs the suite per variant.
+// entry points (gdn-launch.ts GdnKernelVariant; pipe or split: decode steps and the fold through
+// it, the rest through smem); unset, each launch runs the variant the layer picks (gdn-launch.ts
+// recurrentVariant, foldVariant: persist for decode steps of ≥ 32 positions, split below that on
+// sm_90, smem for the rest; the pipe, split and persist cases force those variants on these small
+// batches); bench/gdn-tune.sh runs the suite per variant.
 // METRALE_GDN_SEED=n repeats a run's random inputs. METRALE_GDN_DEVICE_MODULE=/path/module.mjs
 // (development only) replaces the CUDA backend by the module's createDevice(), e.g. an emulator;
 // the 80B-shape test then runs only with METRALE_GDN_BIG=1.
@@ -20,7 +21,8 @@ import type { DevicePtr, GpuBackend, Kernel, KernelParams } from '@metrale/core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { device, withFatbin } from './gdn-lane.js';
 import {
-  GDN_KERNEL_VARIANTS, foldVariant, pipeSupported, recurrentVariant, variantBlock, variantFor, variantSharedBytes, type GdnKernelVariant, type GdnLaunchShape,
+  GDN_KERNEL_VARIANTS, foldVariant, pipeSupported, recurrentVariant, splitSupported, variantBlock, variantFor, variantGrid, variantSharedBytes,
+  type GdnKernelVariant, type GdnLaunchShape,
 } from '../../src/gdn-launch.js';
 
 // ---- device and kernels -----------------------------------------------------------------------
@@ -36,18 +38,20 @@ interface Decls {
 const VARIANT = (process.env.METRALE_GDN_VARIANT || undefined) as GdnKernelVariant | undefined;
 if (VARIANT !== undefined && !GDN_KERNEL_VARIANTS.includes(VARIANT)) throw new Error(`METRALE_GDN_VARIANT must be one of ${GDN_KERNEL_VARIANTS.join(', ')}, got ${VARIANT}`);
 
-/** The variant a launch runs: METRALE_GDN_VARIANT, else what the layer picks. */
-function launchVariant(s: GdnLaunchShape, kernel: 'recurrent' | 'fold', mode: 0 | 1, k: number, batch: number): GdnKernelVariant {
-  if (VARIANT === 'pipe') return kernel === 'fold' || (mode === 0 && k === 1) ? variantFor(s, 'pipe') : variantFor(s);
+/** The variant a launch runs: METRALE_GDN_VARIANT, else what the layer picks (`clusters`: sm_90+). */
+function launchVariant(s: GdnLaunchShape, kernel: 'recurrent' | 'fold', mode: 0 | 1, k: number, batch: number, clusters: boolean): GdnKernelVariant {
+  if (VARIANT === 'pipe' || VARIANT === 'split') return kernel === 'fold' || (mode === 0 && k === 1) ? variantFor(s, VARIANT) : variantFor(s);
   if (VARIANT !== undefined) return VARIANT;
-  return kernel === 'fold' ? foldVariant(s) : recurrentVariant(s, mode, k, batch);
+  return kernel === 'fold' ? foldVariant(s) : recurrentVariant(s, mode, k, batch, clusters);
 }
+/** Whether the device runs thread-block clusters (the split decode needs them). */
+const hasClusters = (gpu: GpuBackend): boolean => gpu.kind === 'cuda' && gpu.device.computeCapability[0] >= 9;
 
 async function loadDecls(): Promise<{ decls: Decls; from: string }> {
   // Always the sources: a built package may be older than the kernels under test.
   const m = await import('../../src/gdn-kernels.js');
   const decls = { recurrent: m.recurrentVariantKernels, fold: m.foldVariantKernels, chunkKernel: m.chunkKernel };
-  const what = VARIANT ? `variant ${VARIANT}` : 'the variant the layer picks per launch: pipe for decode steps of ≥ PIPE_MIN_BATCH positions, else smem';
+  const what = VARIANT ? `variant ${VARIANT}` : 'the variant the layer picks per launch: persist (≥ PERSIST_MIN_BATCH positions) or split (sm_90) for decode steps, else smem';
   return { decls: decls as unknown as Decls, from: `src/gdn-kernels.ts (${what})` };
 }
 
@@ -218,9 +222,9 @@ function freeDevice(gpu: GpuBackend, d: DeviceBuffers): void {
 type Launch =
   | {
       readonly kernel: 'recurrent'; readonly mode: 0 | 1; readonly k: number; readonly carried: boolean;
-      readonly gridOrder?: 'batch-head' | 'head-batch' | 'flat'; readonly variant?: GdnKernelVariant;
+      readonly gridOrder?: 'batch-head' | 'head-batch' | 'flat'; readonly variant?: GdnKernelVariant; readonly sms?: number;
     }
-  | { readonly kernel: 'fold'; readonly k: number; readonly variant?: GdnKernelVariant }
+  | { readonly kernel: 'fold'; readonly k: number; readonly variant?: GdnKernelVariant; readonly sms?: number }
   | { readonly kernel: 'chunk'; readonly carried: boolean };
 
 const EPS = 1e-6;
@@ -238,8 +242,8 @@ function launchOn(gpu: GpuBackend, kernels: Decls, s: Shape, batch: number, d: D
       args as never,
     );
   if (l.kernel === 'fold') {
-    const v = l.variant ?? launchVariant(launchShape, 'fold', 0, 0, batch);
-    launch(kernels.fold[v], v, [batch, s.hv], {
+    const v = l.variant ?? launchVariant(launchShape, 'fold', 0, 0, batch, hasClusters(gpu));
+    launch(kernels.fold[v], v, variantGrid(v, batch, s.hv, l.sms ?? gpu.device.multiprocessors), {
       qkvz: d.qkvz, slots: d.slots, seqLens: d.seqLens, naTab: d.naTab, state: d.state, convRing: d.convRing, stash: d.stash,
       batch, k: l.k, ...shape,
     });
@@ -257,8 +261,9 @@ function launchOn(gpu: GpuBackend, kernels: Decls, s: Shape, batch: number, d: D
     launch(kernels.chunkKernel, undefined, [batch, s.hv], { ...common, batch, ...shape, eps: EPS });
     return;
   }
-  const grid = l.gridOrder === 'head-batch' ? [s.hv, batch] : l.gridOrder === 'flat' ? [s.hv * batch] : [batch, s.hv];
-  const v = l.variant ?? launchVariant(launchShape, 'recurrent', l.mode, l.k, batch);
+  const v = l.variant ?? launchVariant(launchShape, 'recurrent', l.mode, l.k, batch, hasClusters(gpu));
+  // Other grid orders for the variants that take any grid of batch·H_v CTAs (not split).
+  const grid = v === 'split' || v === 'persist' ? variantGrid(v, batch, s.hv, l.sms ?? gpu.device.multiprocessors) : l.gridOrder === 'head-batch' ? [s.hv, batch] : l.gridOrder === 'flat' ? [s.hv * batch] : [batch, s.hv];
   launch(kernels.recurrent[v], v, grid, { ...common, mode: l.mode, batch, k: l.k, ...shape, eps: EPS });
 }
 
@@ -419,18 +424,25 @@ function casesFor(s: Shape, R: Rng): Case[] {
     const pos = positions(s, R, batch);
     add('fold k=2 accepted 1', { ...pos, rows: pos.slots.map(() => 2), naTab: pos.slots.map(() => 1) }, { kernel: 'fold', k: 2 });
   }
-  // The pipe kernels (decode steps of ≥ PIPE_MIN_BATCH positions in the layer) on these small batches.
-  if (VARIANT === undefined && pipeSupported({ dk: s.dk, dv: s.dv, convK: s.K, maxK: s.maxK })) {
+  // The pipe, split and persist kernels on these small batches (persist on a grid for one SM: 3
+  // CTAs, so each runs a list of heads, padding among them).
+  const launchShape = { dk: s.dk, dv: s.dv, convK: s.K, maxK: s.maxK };
+  const forced: GdnKernelVariant[] = [];
+  if (VARIANT === undefined && pipeSupported(launchShape)) forced.push('pipe');
+  if (VARIANT === undefined && splitSupported(launchShape)) forced.push('split');
+  if (VARIANT === undefined && pipeSupported(launchShape)) forced.push('persist');
+  for (const variant of forced) {
     const pos = positions(s, R, batch);
-    add('decode (pipe)', { ...pos, rows: pos.slots.map(() => 1) }, { kernel: 'recurrent', mode: 0, k: 1, carried: false, variant: 'pipe' });
+    const sms = variant === 'persist' ? 1 : undefined;
+    add(`decode (${variant})`, { ...pos, rows: pos.slots.map(() => 1) }, { kernel: 'recurrent', mode: 0, k: 1, carried: false, variant, sms });
     for (const n of [2, s.maxK]) {
       const pp = positions(s, R, batch, n);
-      add(`carried decode pending ${n} (pipe)`, { ...pp, rows: pp.slots.map(() => 1), pending: pendingFor(pp.slots, pp.seqLens, s.maxK, n) }, {
-        kernel: 'recurrent', mode: 0, k: 1, carried: true, variant: 'pipe',
+      add(`carried decode pending ${n} (${variant})`, { ...pp, rows: pp.slots.map(() => 1), pending: pendingFor(pp.slots, pp.seqLens, s.maxK, n) }, {
+        kernel: 'recurrent', mode: 0, k: 1, carried: true, variant, sms,
       });
     }
     const naTab = pos.slots.map((_, p) => (p === 0 ? s.maxK : p === 1 ? 0 : R.int(1, s.maxK)));
-    add(`fold k=${s.maxK} accepted ${naTab.join('/')} (pipe)`, { ...pos, rows: pos.slots.map(() => s.maxK), naTab }, { kernel: 'fold', k: s.maxK, variant: 'pipe' });
+    add(`fold k=${s.maxK} accepted ${naTab.join('/')} (${variant})`, { ...pos, rows: pos.slots.map(() => s.maxK), naTab }, { kernel: 'fold', k: s.maxK, variant, sms });
   }
   {
     const pos = positions(s, R, batch);
@@ -483,7 +495,9 @@ describe.skipIf(!device.available)('GDN kernels: CUDA vs CPU reference', () => {
   for (const shape of SHAPES) {
     const caseSeed = baseSeed + 7919 * caseCounter++;
     for (const c of casesFor(shape, rng(caseSeed))) {
-      it(c.name, () => {
+      it(c.name, (ctx) => {
+        // The split decode runs in clusters: a GPU before sm_90 has none (the layer never launches it there).
+        if (c.launch.kernel === 'recurrent' && c.launch.variant === 'split' && !hasClusters(gpu)) ctx.skip('no thread-block clusters before sm_90');
         const seed = baseSeed + 104729 * caseCounter++;
         const host = randomHost(c.shape, c.layout, rng(seed));
         const { got, ref } = runBoth(c, host);
