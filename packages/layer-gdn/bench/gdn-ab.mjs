@@ -10,6 +10,8 @@
 //                                               GDN_PIPE_NB than the package's PIPE_STAGES
 //   METRALE_GDN_AB_PERSIST="tag=6:2,..."        builds whose persist kernels were compiled with another
 //                                               GDN_PERSIST_NB (6), launched with that many CTAs per SM (2)
+//   METRALE_GDN_AB_DECODE_BATCHES="1,8,32"      the decode section's batches (default 1,32,256)
+//   METRALE_GDN_AB_ONLY="decode"                the sections to run (default all)
 //   METRALE_BENCH_OUT                           the JSON (default bench-results/gdn-ab.json)
 //   METRALE_GDN_AB_NCU=1                        one launch of each kernel per row and batch, no timing
 //                                               (for ncu --kernel-name regex:gdn_)
@@ -109,8 +111,9 @@ async function main() {
     return { grid, block: variantBlock(variant, SHAPE), sharedBytes: variantSharedBytes(variant, SHAPE) + extra };
   };
 
+  const decodeBatches = (process.env.METRALE_GDN_AB_DECODE_BATCHES ?? '1,32,256').split(',').map(Number);
   const SECTIONS = [
-    { name: 'decode', batches: [1, 32, 256], k: 1, bytes: 2, pending: 0 },
+    { name: 'decode', batches: decodeBatches, k: 1, bytes: 2, pending: 0 },
     { name: 'verify', batches: [32, 256], k: 4, bytes: 1, pending: 0 },
     { name: 'fold', batches: [32, 256], k: 4, bytes: 2, pending: 0 },
     { name: 'verify+fold', batches: [32, 256], k: 4, bytes: 3, pending: 0 },
@@ -118,6 +121,8 @@ async function main() {
     { name: 'carried decode', batches: [32, 256], k: 1, bytes: 2, pending: 2 },
   ];
 
+  const onlySections = process.env.METRALE_GDN_AB_ONLY?.split(',').filter(Boolean);
+  const sections = onlySections ? SECTIONS.filter((sec) => onlySections.includes(sec.name)) : SECTIONS;
   for (const rowName of rows) {
     const K = kernelsOf[rowName];
     const sh = variantSharedBytes(K.variant, SHAPE);
@@ -134,7 +139,7 @@ async function main() {
       });
     const out = { row: rowName, variant: K.variant, sharedBytes: sh, sections: {} };
     result.rows.push(out);
-    for (const sec of SECTIONS) {
+    for (const sec of sections) {
       for (const batch of sec.batches) {
         const key = `${sec.name} ${batch}`;
         let ts;
@@ -198,7 +203,7 @@ async function main() {
   if (NCU) return;
 
   // ---- table: µs, % of copy bandwidth on the section's bytes, and × the row's own decode ----
-  const keys = SECTIONS.flatMap((s) => s.batches.map((b) => `${s.name} ${b}`));
+  const keys = sections.flatMap((s) => s.batches.map((b) => `${s.name} ${b}`));
   log(`\nGDN variants A/B (80B shape, graph replay, medians; copy ${(copyBW / 1e12).toFixed(3)} TB/s; % = of copy on the floor bytes; × = vs the row's decode at that batch)`);
   const head = ['section', ...rows];
   const lines = keys.map((k) => [

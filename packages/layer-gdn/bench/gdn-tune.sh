@@ -28,6 +28,7 @@ BUILDS=(
   "base||gdn-recurrent gdn-fold gdn-chunk-rowwise"
   "nb3|-DGDN_PIPE_NB=3|gdn-recurrent gdn-fold"
   "r96|-DGDN_PIPE_MAXNREG=96|gdn-recurrent gdn-fold"
+  "p2|-DGDN_PERSIST_NB=2 -DGDN_PERSIST_MAXNREG=96|gdn-recurrent gdn-fold"
 )
 stamp "building with $NVCC" | tee -a "$SUMMARY"
 for b in "${BUILDS[@]}"; do
@@ -60,6 +61,8 @@ run_suite smem base smem 0
 run_suite stream base stream 0
 run_suite legacy base legacy 0
 run_suite pipe base pipe 0
+run_suite split base split 0
+run_suite persist base persist 0
 wait
 { for l in "$WORK"/test-*.log; do
     n=$(basename "$l" .log); n=${n#test-}
@@ -73,9 +76,10 @@ grep -E "^===" "$OUT/tests.log" >> "$SUMMARY"
 stamp "suites done" | tee -a "$SUMMARY"
 
 # ---- A/B timing (alone on the GPU) ----
-export METRALE_GDN_AB_BUILDS="base=$WORK/base,nb3=$WORK/nb3,r96=$WORK/r96"
+export METRALE_GDN_AB_BUILDS="base=$WORK/base,nb3=$WORK/nb3,r96=$WORK/r96,p2=$WORK/p2"
 export METRALE_GDN_AB_PIPE_NB="nb3=3"
-export METRALE_GDN_AB_ROWS="base:smem,base:pipe,nb3:pipe,r96:pipe,base:legacy"
+export METRALE_GDN_AB_PERSIST="p2=2:5"
+export METRALE_GDN_AB_ROWS="base:smem,base:pipe,nb3:pipe,r96:pipe,base:persist,p2:persist,base:split,base:legacy"
 METRALE_BENCH_OUT="$OUT/ab.json" timeout 100 node bench/gdn-ab.mjs > "$OUT/ab.log" 2>&1
 echo "ab exit $?" >> "$OUT/ab.log"
 sed -n '/GDN variants A\/B/,$p' "$OUT/ab.log" >> "$SUMMARY"
@@ -86,7 +90,7 @@ stamp "A/B done" | tee -a "$SUMMARY"
 NCU="$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)"
 if [ -n "$NCU" ] && [ $(( $(date +%s) - T0 )) -lt 170 ]; then
   METRICS=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,dram__bytes_write.sum,sm__warps_active.avg.pct_of_peak_sustained_active,sm__throughput.avg.pct_of_peak_sustained_elapsed,launch__registers_per_thread,launch__occupancy_limit_registers,launch__occupancy_limit_shared_mem,launch__occupancy_limit_warps,launch__shared_mem_config_size,lts__t_sector_hit_rate.pct
-  METRALE_GDN_AB_NCU=1 METRALE_GDN_AB_ROWS="base:smem,base:pipe" timeout $(( 230 - ($(date +%s) - T0) )) \
+  METRALE_GDN_AB_NCU=1 METRALE_GDN_AB_ROWS="base:smem,base:persist" timeout $(( 230 - ($(date +%s) - T0) )) \
     "$NCU" --clock-control none --target-processes all --kernel-name regex:gdn_ --metrics "$METRICS" --csv \
     node bench/gdn-ab.mjs > "$OUT/ncu.csv" 2> "$WORK/ncu.err"
   echo "ncu exit $?" >> "$SUMMARY"

@@ -112,15 +112,15 @@ export function variantFor(s: GdnLaunchShape, preferred: GdnKernelVariant = DEFA
 }
 
 /** The smallest batch whose decode steps run the persist kernels (below, split or smem are faster). */
-export const PERSIST_MIN_BATCH = 32;
+export const PERSIST_MIN_BATCH = 8;
 
 /**
  * The variant the layer runs a `gdn.recurrent` launch (mode, k rows per sequence, batch
  * positions) with. Decode steps (mode 0, k = 1; carried decode too): persist from
  * PERSIST_MIN_BATCH positions, below it split where the device runs clusters (`clusters`: sm_90+),
  * each where it takes the shape; everything else: the default (or legacy). On the H200 at the 80B
- * shape (docs/benchmarks.md): persist 54 / 377 µs against pipe 57 / 404 and smem 64 / 408 µs at
- * batch 32 / 256; split 10.0 against smem 11.8 µs at batch 1.
+ * shape (docs/benchmarks.md, decode µs): batch 1 / 4 / 8 / 32 / 256: smem 11.8 / 14.0 / 18.6 /
+ * 63.9 / 409.0, split 10.1 / 13.9 / 24.3 / 75.8 / 556.1, persist 14.3 / 15.2 / 18.0 / 51.1 / 363.8.
  */
 export function recurrentVariant(s: GdnLaunchShape, mode: 0 | 1, k: number, batch: number, clusters = false): GdnKernelVariant {
   if (mode !== 0 || k !== 1) return variantFor(s);

@@ -9,9 +9,9 @@
 // fatbins as ./gdn-lane.ts says ($METRALE_GDN_FATBIN_DIR/<module>.fatbin, else dist/kernels/, built
 // when missing).
 // METRALE_GDN_VARIANT=smem|stream|legacy runs gdn.recurrent and gdn.fold through that variant's
-// entry points (gdn-launch.ts GdnKernelVariant; pipe or split: decode steps and the fold through
-// it, the rest through smem); unset, each launch runs the variant the layer picks (gdn-launch.ts
-// recurrentVariant, foldVariant: persist for decode steps of ≥ 32 positions, split below that on
+// entry points (gdn-launch.ts GdnKernelVariant; pipe, split or persist: decode steps and the fold
+// through it, the rest through smem); unset, each launch runs the variant the layer picks (gdn-launch.ts
+// recurrentVariant, foldVariant: persist for decode steps of ≥ 8 positions, split below that on
 // sm_90, smem for the rest; the pipe, split and persist cases force those variants on these small
 // batches); bench/gdn-tune.sh runs the suite per variant.
 // METRALE_GDN_SEED=n repeats a run's random inputs. METRALE_GDN_DEVICE_MODULE=/path/module.mjs
@@ -40,7 +40,7 @@ if (VARIANT !== undefined && !GDN_KERNEL_VARIANTS.includes(VARIANT)) throw new E
 
 /** The variant a launch runs: METRALE_GDN_VARIANT, else what the layer picks (`clusters`: sm_90+). */
 function launchVariant(s: GdnLaunchShape, kernel: 'recurrent' | 'fold', mode: 0 | 1, k: number, batch: number, clusters: boolean): GdnKernelVariant {
-  if (VARIANT === 'pipe' || VARIANT === 'split') return kernel === 'fold' || (mode === 0 && k === 1) ? variantFor(s, VARIANT) : variantFor(s);
+  if (VARIANT === 'pipe' || VARIANT === 'split' || VARIANT === 'persist') return kernel === 'fold' || (mode === 0 && k === 1) ? variantFor(s, VARIANT) : variantFor(s);
   if (VARIANT !== undefined) return VARIANT;
   return kernel === 'fold' ? foldVariant(s) : recurrentVariant(s, mode, k, batch, clusters);
 }
