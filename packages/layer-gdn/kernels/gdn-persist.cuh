@@ -72,7 +72,7 @@ __device__ __forceinline__ void run_head(const Args& A, const Geo& G, const Work
   const float* pendSh = run ? T.pendK + (size_t)h * A.maxK * G.stashRow : nullptr;
   const int M = run ? T.nPendFold : 0;
   float* headS = run ? pipe::head_state(A, T.slot, h) : nullptr;
-  if (run) pipe::prologue(A, G, T, h, m, pendSh, M, P, true);
+  const pipe::RowCoef R = run ? pipe::prologue(A, G, T, h, m, pendSh, M, P, true) : pipe::RowCoef{};
   const pipe::PendDecay D = run ? pipe::pend_decay(A, G, pendSh, M) : pipe::PendDecay{0.0f, 1.0f};
   for (int cb = 0; cb < W.nblk; ++cb, ++s) {
     const int j = cb * kW + lane;
@@ -82,7 +82,7 @@ __device__ __forceinline__ void run_head(const Args& A, const Geo& G, const Work
     pipe::wait_block<kNB>();
     // Block s + NB − 1 into the buffer of block s − 1, which this trip's predecessor finished.
     issue(A, W, P, s + kNB - 1);
-    if (run) pipe::block_passes<MB>(A, T, P, M, D, c, P.buf + (s % kNB) * P.L.dkp * kW, headS, j, act);
+    if (run) pipe::block_passes<MB>(A, T, P, R, M, D, c, P.buf + (s % kNB) * P.L.dkp * kW, headS, j, act);
   }
   if (!run) return;
   if (T.nrows > 0) {

@@ -114,35 +114,37 @@ __device__ __forceinline__ void wait_block() {
   __syncthreads();
 }
 
-// The scalar tables of the step's row (t = 0) and the pending keys, as row_block of gdn-fast.cuh
-// computes them for a block of one row, and v and z of the row for every column (so that no
-// block waits on a load of its own but for the state). `ring`: this CTA writes the conv ring
-// entries of the channels it owns here too, in the same round of loads (a decode step commits
-// one row, a fold its accepted rows: gdn-common.cuh write_ring_channel).
-__device__ __forceinline__ void prologue(const Args& A, const Geo& G, const Task& T, int h, int m, const float* pendSh, int M, const PLay& P,
-                                         bool ring) {
+// The row's scalars (β, the A·fk and A·fq products, the k̂·q̂ term, the decay of the commit and
+// the key's norm factor): what gram() and coefs() of gdn-fast.cuh give for a block of one row.
+struct RowCoef {
+  float beta, ca, cb, cq, cl, ub;
+};
+
+// The step's row: gates, q and k (conv, raw) of the key head and v, z of the value head into
+// shared memory (so that no block waits on a load of its own but for the state), the row's
+// scalars from Σq², Σk², k·q summed on the way; the pending keys. `ring`: this CTA writes the conv
+// ring entries of the channels it owns here too, in the same round of loads (a decode step
+// commits one row, a fold its accepted rows: gdn-common.cuh write_ring_channel).
+__device__ __forceinline__ RowCoef prologue(const Args& A, const Geo& G, const Task& T, int h, int m, const float* pendSh, int M, const PLay& P,
+                                            bool ring) {
   const Lay& L = P.L;
-  const int tid = tid_lin(), nt = nthreads();
+  const int tid = tid_lin(), nt = nthreads(), lane = tid & 31, warp = tid >> 5;
   const int dk = A.dk, dv = A.dv, g = T.g;
   if (T.recordConv) __trap();  // verify steps do not come here
   if (T.nrows > 0) {
     fast::conv_sources(A, G, T, 0, A.K, L);
     __syncthreads();
-    for (int t = tid; t < 8; t += nt) {
-      float beta = 0.0f, gg = 0.0f;
-      if (t == 0) {
-        const float* bar = A.ba + (size_t)T.row0 * 2 * A.hv + g * 2 * G.r;
-        gg = -expf(A.aLog[h]) * softplusf_(bar[G.r + m] + A.dtBias[h]);
-        beta = sigmoidf_(bar[m]);
-      }
-      L.sc[fast::kBeta + t] = beta;
-      L.sc[fast::kGraw + t] = gg;
+    if (tid == 0) {
+      const float* bar = A.ba + (size_t)T.row0 * 2 * A.hv + g * 2 * G.r;
+      L.sc[fast::kGraw] = -expf(A.aLog[h]) * softplusf_(bar[G.r + m] + A.dtBias[h]);
+      L.sc[fast::kBeta] = sigmoidf_(bar[m]);
     }
   }
   // q_i, k_i of the key head, v_i, z_i of the value head and ring channel i in one loop: a
   // thread's loads issue together.
   const int nRow = T.nrows > 0 ? max(L.dkp, dv) : 0;
   const int nRing = ring ? owned_count(A, G, T) : 0;
+  float sq = 0.0f, sk = 0.0f, kq = 0.0f;
   for (int i = tid; i < max(nRow, nRing); i += nt) {
     float q[1] = {0.0f}, k[1] = {0.0f}, v[1] = {0.0f}, z = 0.0f;
     if (i < dk && i < nRow) {
@@ -162,16 +164,31 @@ __device__ __forceinline__ void prologue(const Args& A, const Geo& G, const Task
     if (i < L.dkp && i < nRow) {
       L.qd[i] = q[0];
       L.kd[i] = k[0];
+      sq = fmaf(q[0], q[0], sq);
+      sk = fmaf(k[0], k[0], sk);
+      kq = fmaf(k[0], q[0], kq);
     }
+  }
+  if (T.nrows > 0) {
+    sq = warp_sum_to_lane0(sq);
+    sk = warp_sum_to_lane0(sk);
+    kq = warp_sum_to_lane0(kq);
+    if (lane == 0) P.red[warp] = sq, P.red[kParts + warp] = sk, P.red[2 * kParts + warp] = kq;
   }
   if (M > 0) fast::pending_keys(A, G, pendSh, M, fast::fast_mb_alloc(A.maxK), L);
   __syncthreads();
+  RowCoef R{0.0f, 0.0f, 0.0f, 0.0f, 1.0f, 0.0f};
   if (T.nrows > 0) {
-    fast::gram(L, 1);
-    __syncthreads();
-    fast::coefs(L, 1, dk);
-    __syncthreads();
+    // Summed in warp order: every thread gets the same bits.
+    float SQ = 0.0f, SK = 0.0f, KQ = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kParts; ++w) SQ += P.red[w], SK += P.red[kParts + w], KQ += P.red[2 * kParts + w];
+    const float fk = 1.0f / sqrtf(SK + 1e-6f);
+    const float fq = (1.0f / sqrtf((float)dk)) / sqrtf(SQ + 1e-6f);
+    const float At = expf(L.sc[fast::kGraw]);
+    R = {L.sc[fast::kBeta], At * fk, At * fq, fk * fq * KQ, At, fk};
   }
+  return R;
 }
 
 // Per-column inputs of one block, loaded before the block's copy is waited for: v of the row
@@ -212,15 +229,14 @@ __device__ __forceinline__ void column_inputs(const Args& A, const Geo& G, const
 // u, o (→ P.osm[j]) and the commit of the new column to global memory; the fold alone (no row)
 // stores the folded column.
 template <int MB>
-__device__ __forceinline__ void block_passes(const Args& A, const Task& T, const PLay& P, int M, const PendDecay& D, const ColumnIn<MB>& c, float* blk,
-                                             float* headS, int j, bool act) {
+__device__ __forceinline__ void block_passes(const Args& A, const Task& T, const PLay& P, const RowCoef& R, int M, const PendDecay& D,
+                                             const ColumnIn<MB>& c, float* blk, float* headS, int j, bool act) {
   const Lay& L = P.L;
   const int dk = A.dk, dv = A.dv, dkp = L.dkp;
   const int tid = tid_lin(), lane = tid & 31, part = tid >> 5;
   const int pr = min(kPartRows, pad4((dk + kParts - 1) / kParts));
   const int ib = min(dk, part * pr), ie = min(dk, ib + pr);
   const bool row = T.nrows > 0;
-  const float* sc = L.sc;
   // Pass A over the part's rows (groups of 4): the pending fold and the dot products with k and
   // q (raw). The fold alone (no row) stores its result here; a decode step writes the folded
   // values back to the block (only this thread reads them again, in pass B).
@@ -269,11 +285,11 @@ __device__ __forceinline__ void block_passes(const Args& A, const Task& T, const
     a += P.red[p * kW + lane];
     b += P.red[(kParts + p) * kW + lane];
   }
-  const float u = sc[fast::kBeta] * (c.v[0] - sc[fast::kCA] * a);
-  const float o = sc[fast::kCB] * b + sc[fast::kCQ] * u;
+  const float u = R.beta * (c.v[0] - R.ca * a);
+  const float o = R.cb * b + R.cq * u;
   if (part == 0 && act) P.osm[j] = o;
   // Pass B, the commit s ← cl s + kc k_raw[i], to global memory (a warp stores 128 B per row).
-  const float cl = sc[fast::kCLast], kc = sc[fast::kUB] * u;
+  const float cl = R.cl, kc = R.ub * u;
   if (act) {
 #pragma unroll 4
     for (int i = ib; i < ie; ++i) headS[(size_t)i * dv + j] = fmaf(kc, L.kd[i], cl * blk[i * kW + lane]);
@@ -304,8 +320,8 @@ __device__ __forceinline__ void write_y(const Args& A, const Task& T, const PLay
 // One head: the blocks stream through the NB buffers (issue_first started the first NB − 1),
 // then the gated RMSNorm over the whole d_v.
 template <int MB>
-__device__ __forceinline__ void run_head(const Args& A, const Geo& G, const Task& T, const PLay& P, int h, int m, const float* pendSh, int M,
-                                         float* headS) {
+__device__ __forceinline__ void run_head(const Args& A, const Geo& G, const Task& T, const PLay& P, const RowCoef& R, int h, const float* pendSh,
+                                         int M, float* headS) {
   const int dkp = P.L.dkp, lane = tid_lin() & 31;
   const int nblk = (A.dv + kW - 1) / kW;
   const PendDecay D = pend_decay(A, G, pendSh, M);
@@ -317,7 +333,7 @@ __device__ __forceinline__ void run_head(const Args& A, const Geo& G, const Task
     wait_block();
     // Block cb + NB − 1 into the buffer of block cb − 1, which pass B of the last trip read.
     issue_block(headS, cb + kNB - 1, nblk, P.buf + ((cb + kNB - 1) % kNB) * dkp * kW, A.dk, A.dv);
-    block_passes<MB>(A, T, P, M, D, c, P.buf + (cb % kNB) * dkp * kW, headS, j, act);
+    block_passes<MB>(A, T, P, R, M, D, c, P.buf + (cb % kNB) * dkp * kW, headS, j, act);
   }
   if (T.nrows == 0) return;
   __syncthreads();
@@ -346,10 +362,10 @@ __device__ __forceinline__ void run_task(const Args& A, const Geo& G, const Task
   float* headS = head_state(A, T.slot, h);
   const float* pendSh = T.pendK + (size_t)h * A.maxK * G.stashRow;
   const int M = T.nPendFold;
-  prologue(A, G, T, h, m, pendSh, M, P, true);
-  if (M == 0) run_head<0>(A, G, T, P, h, m, pendSh, M, headS);
-  else if (M <= 4) run_head<4>(A, G, T, P, h, m, pendSh, M, headS);
-  else run_head<8>(A, G, T, P, h, m, pendSh, M, headS);
+  const RowCoef R = prologue(A, G, T, h, m, pendSh, M, P, true);
+  if (M == 0) run_head<0>(A, G, T, P, R, h, pendSh, M, headS);
+  else if (M <= 4) run_head<4>(A, G, T, P, R, h, pendSh, M, headS);
+  else run_head<8>(A, G, T, P, R, h, pendSh, M, headS);
 }
 
 __device__ __forceinline__ void recurrent_entry(const Args& A, int mode, int batch, int k) {
