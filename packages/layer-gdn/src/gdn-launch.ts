@@ -111,20 +111,22 @@ export function variantFor(s: GdnLaunchShape, preferred: GdnKernelVariant = DEFA
   return preferred === 'legacy' || fastSupported(s) ? preferred : 'legacy';
 }
 
-/** The smallest batch whose decode steps run the persist kernels (below, split or smem are faster). */
-export const PERSIST_MIN_BATCH = 8;
+/** The smallest batch whose decode steps run the pipe kernels (below, split or smem are faster). */
+export const PIPE_MIN_BATCH = 8;
 
 /**
  * The variant the layer runs a `gdn.recurrent` launch (mode, k rows per sequence, batch
- * positions) with. Decode steps (mode 0, k = 1; carried decode too): persist from
- * PERSIST_MIN_BATCH positions, below it split where the device runs clusters (`clusters`: sm_90+),
- * each where it takes the shape; everything else: the default (or legacy). On the H200 at the 80B
- * shape (docs/benchmarks.md, decode µs): batch 1 / 4 / 8 / 32 / 256: smem 11.8 / 14.0 / 18.6 /
- * 63.9 / 409.0, split 10.1 / 13.9 / 24.3 / 75.8 / 556.1, persist 14.3 / 15.2 / 18.0 / 51.1 / 363.8.
+ * positions) with. Decode steps (mode 0, k = 1; carried decode too): pipe from PIPE_MIN_BATCH
+ * positions, below it split where the device runs clusters (`clusters`: sm_90+), each where it
+ * takes the shape; everything else: the default (or legacy). On the H200 at the 80B shape
+ * (docs/benchmarks.md, decode µs at batch 1 / 4 / 8 / 32 / 256): smem 11.8 / 14.1 / 18.6 / 64.7 /
+ * 408.2, split 9.5 / 13.3 / 23.2 / 72.4 / 530.3, pipe 12.2 / 13.7 / 17.2 / 51.2 / 363.7; persist
+ * (not run by the layer) 14.0 / 15.0 / 17.9 / 50.5 / 362.0, and 6 % slower than pipe on carried
+ * decode at batch 32.
  */
 export function recurrentVariant(s: GdnLaunchShape, mode: 0 | 1, k: number, batch: number, clusters = false): GdnKernelVariant {
   if (mode !== 0 || k !== 1) return variantFor(s);
-  if (batch >= PERSIST_MIN_BATCH) return variantFor(s, 'persist');
+  if (batch >= PIPE_MIN_BATCH) return variantFor(s, 'pipe');
   return clusters && splitSupported(s) ? 'split' : variantFor(s);
 }
 

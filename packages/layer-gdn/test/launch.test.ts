@@ -4,31 +4,32 @@
 import type { Stream } from '@metrale/core';
 import { describe, expect, it } from 'vitest';
 import {
-  PERSIST_CTAS_PER_SM, PERSIST_MAX_HEADS, PERSIST_MIN_BATCH, PIPE_THREADS, SPLIT_CTAS, foldVariant, pipeSupported, recurrentLaunch, recurrentVariant,
-  splitSupported, variantBlock, variantGrid, variantSharedBytes,
+  PERSIST_CTAS_PER_SM, PERSIST_MAX_HEADS, PIPE_MIN_BATCH, PIPE_THREADS, SPLIT_CTAS, foldVariant, pipeSupported, recurrentLaunch, recurrentVariant,
+  splitSupported, variantBlock, variantFor, variantGrid, variantSharedBytes,
 } from '../src/gdn-launch.js';
 
 const B80 = { hk: 16, hv: 32, dk: 128, dv: 128, convK: 4, maxK: 4 };
 const stream = { id: 0 } as unknown as Stream; // opaque to the launch shapes
 
 describe('gdn launch shapes', () => {
-  it('runs decode steps of at least PERSIST_MIN_BATCH positions through persist, smaller ones through split where clusters run, the rest through smem', () => {
-    expect(recurrentVariant(B80, 0, 1, PERSIST_MIN_BATCH)).toBe('persist');
-    expect(recurrentVariant(B80, 0, 1, 256, true)).toBe('persist');
-    expect(recurrentVariant(B80, 0, 1, PERSIST_MIN_BATCH - 1, true)).toBe('split');
+  it('runs decode steps of at least PIPE_MIN_BATCH positions through pipe, smaller ones through split where clusters run, the rest through smem', () => {
+    expect(recurrentVariant(B80, 0, 1, PIPE_MIN_BATCH)).toBe('pipe');
+    expect(recurrentVariant(B80, 0, 1, 256, true)).toBe('pipe');
+    expect(recurrentVariant(B80, 0, 1, PIPE_MIN_BATCH - 1, true)).toBe('split');
     expect(recurrentVariant(B80, 0, 1, 1, true)).toBe('split');
-    expect(recurrentVariant(B80, 0, 1, PERSIST_MIN_BATCH - 1)).toBe('smem'); // no clusters (before sm_90)
+    expect(recurrentVariant(B80, 0, 1, PIPE_MIN_BATCH - 1)).toBe('smem'); // no clusters (before sm_90)
     expect(recurrentVariant(B80, 1, 1, 256, true)).toBe('smem'); // a verify of one row
     expect(recurrentVariant(B80, 0, 4, 256, true)).toBe('smem'); // a commit of four rows
     expect(foldVariant(B80)).toBe('smem');
   });
 
-  it('falls back where the persist, split or fast kernels do not take the shape', () => {
+  it('falls back where the pipe, split or fast kernels do not take the shape', () => {
     expect(pipeSupported({ ...B80, dv: 130 })).toBe(false); // 16-byte copies need d_v % 4 = 0
     expect(splitSupported({ ...B80, dv: 160 })).toBe(false); // 4 CTAs of 32 columns
     expect(recurrentVariant({ ...B80, dv: 130 }, 0, 1, 64)).toBe('smem');
     expect(recurrentVariant({ ...B80, dv: 160 }, 0, 1, 4, true)).toBe('smem');
-    expect(recurrentVariant({ ...B80, dv: 160 }, 0, 1, 64)).toBe('persist');
+    expect(recurrentVariant({ ...B80, dv: 160 }, 0, 1, 64)).toBe('pipe');
+    expect(variantFor({ ...B80, dv: 130 }, 'persist')).toBe('smem');
     expect(recurrentVariant({ ...B80, dk: 256 }, 0, 1, 64)).toBe('legacy');
     expect(recurrentVariant({ ...B80, maxK: 9 }, 0, 1, 4, true)).toBe('legacy');
   });

@@ -11,7 +11,7 @@
 // METRALE_GDN_VARIANT=smem|stream|legacy runs gdn.recurrent and gdn.fold through that variant's
 // entry points (gdn-launch.ts GdnKernelVariant; pipe, split or persist: decode steps and the fold
 // through it, the rest through smem); unset, each launch runs the variant the layer picks (gdn-launch.ts
-// recurrentVariant, foldVariant: persist for decode steps of ≥ 8 positions, split below that on
+// recurrentVariant, foldVariant: pipe for decode steps of ≥ 8 positions, split below that on
 // sm_90, smem for the rest; the pipe, split and persist cases force those variants on these small
 // batches); bench/gdn-tune.sh runs the suite per variant.
 // METRALE_GDN_SEED=n repeats a run's random inputs. METRALE_GDN_DEVICE_MODULE=/path/module.mjs
@@ -51,7 +51,7 @@ async function loadDecls(): Promise<{ decls: Decls; from: string }> {
   // Always the sources: a built package may be older than the kernels under test.
   const m = await import('../../src/gdn-kernels.js');
   const decls = { recurrent: m.recurrentVariantKernels, fold: m.foldVariantKernels, chunkKernel: m.chunkKernel };
-  const what = VARIANT ? `variant ${VARIANT}` : 'the variant the layer picks per launch: persist (≥ PERSIST_MIN_BATCH positions) or split (sm_90) for decode steps, else smem';
+  const what = VARIANT ? `variant ${VARIANT}` : 'the variant the layer picks per launch: pipe (≥ PIPE_MIN_BATCH positions) or split (sm_90) for decode steps, else smem';
   return { decls: decls as unknown as Decls, from: `src/gdn-kernels.ts (${what})` };
 }
 
