@@ -82,8 +82,14 @@ __device__ __forceinline__ PLay pipe_lay(const Args& A, int nb = kNB) {
 
 // Starts the copy of column block cb of a head's state (rows 0..d_k−1, columns cb·32 .. +31
 // that exist) into dst [d_k][32], as one cp.async group (empty past the last block, so every
-// thread commits the same number of groups).
-__device__ __forceinline__ void issue_block(const float* headS, int cb, int nblk, float* dst, int dk, int dv) {
+// thread commits the same number of groups). commit = false: the caller adds to the group and
+// closes it (commit_copies).
+__device__ __forceinline__ void commit_copies() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void issue_block(const float* headS, int cb, int nblk, float* dst, int dk, int dv, bool commit = true) {
   if (cb < nblk) {
     const int c0 = cb * kW;
     const int nseg = min(kW, dv - c0) / 4;
@@ -99,9 +105,26 @@ __device__ __forceinline__ void issue_block(const float* headS, int cb, int nblk
 #endif
     }
   }
+  if (commit) commit_copies();
+}
+
+// The pending rows' u of block cb (rows q < M ≤ 4, its 32 columns) into stage [4][32], with the
+// block's copy: a block then waits on no load of its own for the fold either. 4-byte copies: the
+// stash rows are d_k + d_v + 1 floats apart. The stage lives in the small region's floats
+// kStage.. (unused by these kernels), kNB of them.
+constexpr int kStage = 16;
+constexpr bool kCanStage = kStage + kNB * 4 * kW <= fast::kPos;
+__device__ __forceinline__ void copy_stage(const Args& A, const Geo& G, const float* pendSh, int M, int cb, float* stage) {
+  const int t = tid_lin(), q = t / kW, l = t % kW, col = cb * kW + l;
+  if (q < M && q < 4 && col < A.dv) {
+    const float* src = pendSh + (size_t)q * G.stashRow + A.dk + col;
+    float* d = stage + q * kW + l;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;" ::: "memory");
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(fast::smem_addr(d)), "l"(src) : "memory");
+#else
+    *d = *src;
 #endif
+  }
 }
 
 // The oldest block in flight has landed for every thread (NB − 2 later ones may still be in
@@ -318,21 +341,36 @@ __device__ __forceinline__ void write_y(const Args& A, const Task& T, const PLay
 }
 
 // One head: the blocks stream through the NB buffers (issue_first started the first NB − 1),
-// then the gated RMSNorm over the whole d_v.
+// then the gated RMSNorm over the whole d_v. With up to 4 pending rows, the blocks this loop
+// issues bring their rows' u along (copy_stage); the first NB − 1 load theirs in column_inputs.
 template <int MB>
 __device__ __forceinline__ void run_head(const Args& A, const Geo& G, const Task& T, const PLay& P, const RowCoef& R, int h, const float* pendSh,
                                          int M, float* headS) {
+  constexpr bool kStaged = kCanStage && MB > 0 && MB <= 4;
   const int dkp = P.L.dkp, lane = tid_lin() & 31;
   const int nblk = (A.dv + kW - 1) / kW;
   const PendDecay D = pend_decay(A, G, pendSh, M);
+  float* stage = P.L.sc + kStage;  // [kNB][4][32]
+  float w[kStaged ? 4 : 1];        // e^{γ_{M−1}−γ_q}
+#pragma unroll
+  for (int q = 0; q < (kStaged ? 4 : 0); ++q) w[q] = q < M ? expf(D.gl - pendSh[(size_t)q * G.stashRow + A.dk + A.dv]) : 0.0f;
   for (int cb = 0; cb < nblk; ++cb) {
     const int j = cb * kW + lane;
     const bool act = j < A.dv;
+    const bool fromStage = kStaged && cb >= kNB - 1;
     ColumnIn<MB> c;
-    column_inputs<MB>(A, G, T, P, pendSh, M, D, j, act, c);
+    if (!fromStage) column_inputs<MB>(A, G, T, P, pendSh, M, D, j, act, c);
     wait_block();
     // Block cb + NB − 1 into the buffer of block cb − 1, which pass B of the last trip read.
-    issue_block(headS, cb + kNB - 1, nblk, P.buf + ((cb + kNB - 1) % kNB) * dkp * kW, A.dk, A.dv);
+    const int next = cb + kNB - 1;
+    issue_block(headS, next, nblk, P.buf + (next % kNB) * dkp * kW, A.dk, A.dv, false);
+    if (kStaged && next < nblk) copy_stage(A, G, pendSh, M, next, stage + (next % kNB) * 4 * kW);
+    commit_copies();
+    if (fromStage) {
+      c.v[0] = T.nrows > 0 && act ? P.vsm[j] : 0.0f;
+#pragma unroll
+      for (int q = 0; q < (kStaged ? 4 : 0); ++q) c.uf[q] = q < M && act ? w[q] * stage[(cb % kNB) * 4 * kW + q * kW + lane] : 0.0f;
+    }
     block_passes<MB>(A, T, P, R, M, D, c, P.buf + (cb % kNB) * dkp * kW, headS, j, act);
   }
   if (T.nrows == 0) return;
