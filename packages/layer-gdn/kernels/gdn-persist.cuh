@@ -9,9 +9,10 @@
 // Here a CTA runs a list of heads (w = blockIdx.x + i·gridDim.x over batch × H_v) and its blocks
 // form one sequence through GDN_PERSIST_NB buffers: while it computes block s it has blocks
 // s+1 .. s+NB−1 in flight, which at the end of a head are the next head's, so the copies go on
-// through the next head's task reads and prologue. Measured once pipe's prologue loaded all it
-// needs in one round: within ±2 % of pipe on decode, 6 % slower on carried decode at batch 32, so
-// the layer runs pipe; this stays in the A/B and the GPU suite.
+// through the next head's task reads and prologue. The per-head loop is pipe's stream_head.
+// Measured once pipe's prologue loaded all it needs in one round (and before the two shared
+// stream_head): within ±2 % of pipe on decode, 6 % slower on carried decode at batch 32, so the
+// layer runs pipe; this stays in the A/B and the GPU suite.
 //
 // Launch: grid [n] for any n ≥ ceil(batch·H_v / kMaxHeads) (gdn-launch.ts: 4 per SM), 128
 // threads, the dynamic shared memory of persist_smem_floats() (gdn-launch.ts computes the same).
@@ -66,32 +67,24 @@ __device__ __forceinline__ void issue(const Args& A, const Work& W, const PLay& 
   else pipe::issue_block(pipe::head_state(A, slot, head_index(i) % A.hv), c, W.nblk, dst, A.dk, A.dv);
 }
 
-// One head of the list (run: it has a task; uniform over the CTA). s: the sequence index of its
-// first block, advanced past its last.
+// One head of the list (run: it has a task; uniform over the CTA): pipe's stream_head, the
+// blocks past its last being the next heads' (issue). s: the sequence index of its first block,
+// advanced past its last. A head without a task only keeps the sequence going.
 template <int MB>
 __device__ __forceinline__ void run_head(const Args& A, const Geo& G, const Work& W, const PLay& P, const Task& T, bool run, int h, int& s) {
-  const int lane = tid_lin() & 31, m = run ? h - T.g * G.r : 0;
-  const float* pendSh = run ? T.pendK + (size_t)h * A.maxK * G.stashRow : nullptr;
-  const int M = run ? T.nPendFold : 0;
-  float* headS = run ? pipe::head_state(A, T.slot, h) : nullptr;
-  const pipe::RowCoef R = run ? pipe::prologue(A, G, T, h, m, pendSh, M, P, true) : pipe::RowCoef{};
-  const pipe::PendDecay D = run ? pipe::pend_decay(A, G, pendSh, M) : pipe::PendDecay{0.0f, 1.0f};
-  for (int cb = 0; cb < W.nblk; ++cb, ++s) {
-    const int j = cb * kW + lane;
-    const bool act = run && j < A.dv;
-    pipe::ColumnIn<MB> c;
-    if (run) pipe::column_inputs<MB>(A, G, T, P, pendSh, M, D, j, act, c);
-    pipe::wait_block<kNB>();
-    // Block s + NB − 1 into the buffer of block s − 1, which this trip's predecessor finished.
-    issue(A, W, P, s + kNB - 1);
-    if (run) pipe::block_passes<MB>(A, T, P, R, M, D, c, P.buf + (s % kNB) * P.L.dkp * kW, headS, j, act);
+  if (!run) {
+    for (int cb = 0; cb < W.nblk; ++cb, ++s) {
+      pipe::wait_block<kNB>();
+      issue(A, W, P, s + kNB - 1);
+    }
+    return;
   }
-  if (!run) return;
-  if (T.nrows > 0) {
-    __syncthreads();
-    const float tot = pipe::osm_sumsq(P, 0, A.dv);
-    pipe::write_y(A, T, P, h, 1.0f / sqrtf(tot / (float)A.dv + A.eps));
-  }
+  const int m = h - T.g * G.r;
+  const float* pendSh = T.pendK + (size_t)h * A.maxK * G.stashRow;
+  const int M = T.nPendFold;
+  const pipe::RowCoef R = pipe::prologue(A, G, T, h, m, pendSh, M, P, true);
+  pipe::stream_head<MB, kNB>(A, G, T, P, R, h, pendSh, M, pipe::head_state(A, T.slot, h), s, [&](int next) { issue(A, W, P, next); });
+  s += W.nblk;
 }
 
 // The slots of the CTA's heads into shared memory (fold: −1 where nothing is accepted), the

@@ -10,8 +10,9 @@
 // but for the dot products over its own d_k rows, so a CTA here streams its head in blocks of 32
 // columns (d_k × 32 floats, 16 KiB) through GDN_PIPE_NB shared buffers with 16-byte cp.async:
 // while it computes and stores block c it has blocks c+1 .. c+NB−1 in flight, and a CTA holds
-// NB blocks instead of the whole head (NB = 2: 38 KiB, 4 CTAs per SM instead of 3). The first
-// copies start as soon as the CTA knows its slot, before the rest of the task is read.
+// NB blocks instead of the whole head (NB = 2: 39.5 KiB, 4 CTAs per SM instead of 3). The first
+// copies start as soon as the CTA knows its slot, before the rest of the task is read; the
+// prologue then loads all else the head needs in one round, so a block waits only for its copy.
 //
 // Launch: grid [batch, H_v] (any grid of at least batch·H_v CTAs), 128 threads, the dynamic
 // shared memory of pipe_smem_floats() (gdn-launch.ts computes the same). Thread (warp w, lane l)
@@ -113,7 +114,8 @@ __device__ __forceinline__ void issue_block(const float* headS, int cb, int nblk
 // stash rows are d_k + d_v + 1 floats apart. The stage lives in the small region's floats
 // kStage.. (unused by these kernels), kNB of them.
 constexpr int kStage = 16;
-constexpr bool kCanStage = kStage + kNB * 4 * kW <= fast::kPos;
+template <int NB>
+constexpr bool can_stage() { return kStage + NB * 4 * kW <= fast::kPos; }
 __device__ __forceinline__ void copy_stage(const Args& A, const Geo& G, const float* pendSh, int M, int cb, float* stage) {
   const int t = tid_lin(), q = t / kW, l = t % kW, col = cb * kW + l;
   if (q < M && q < 4 && col < A.dv) {
@@ -214,37 +216,41 @@ __device__ __forceinline__ RowCoef prologue(const Args& A, const Geo& G, const T
   return R;
 }
 
-// Per-column inputs of one block, loaded before the block's copy is waited for: v of the row
-// (conv) and the pending rows' coefficients (0 past M).
+// Per-column inputs of one block: v of the row and the pending rows' coefficients (0 past M).
 template <int MB>
 struct ColumnIn {
   float v[1];
   float uf[MB > 0 ? MB : 1];
 };
 
-// The pending rows' last decay (gl) and its exponential (c0).
-struct PendDecay {
-  float gl, c0;
+// The pending rows of the head: w[q] = e^{γ_{M−1}−γ_q} (0 past M) and c0 = e^{γ_{M−1}}, once
+// per head; a column's coefficient is then w[q]·u_q[j].
+template <int MB>
+struct PendCoef {
+  float c0;
+  float w[MB > 0 ? MB : 1];
 };
-__device__ __forceinline__ PendDecay pend_decay(const Args& A, const Geo& G, const float* pendSh, int M) {
+template <int MB>
+__device__ __forceinline__ PendCoef<MB> pend_coef(const Args& A, const Geo& G, const float* pendSh, int M) {
+  PendCoef<MB> C;
   const float gl = M > 0 ? pendSh[(size_t)(M - 1) * G.stashRow + A.dk + A.dv] : 0.0f;
-  return {gl, M > 0 ? expf(gl) : 1.0f};
-}
-
-// uf[q] = e^{γ_{M−1}−γ_q} u_q[j] of the pending rows (0 past M).
-template <int MB>
-__device__ __forceinline__ void pending_uf(const Args& A, const Geo& G, const float* pendSh, int M, const PendDecay& D, int j, bool act,
-                                           float (&uf)[MB > 0 ? MB : 1]) {
+  C.c0 = M > 0 ? expf(gl) : 1.0f;
 #pragma unroll
-  for (int q = 0; q < MB; ++q)
-    uf[q] = (q < M && act) ? expf(D.gl - pendSh[(size_t)q * G.stashRow + A.dk + A.dv]) * pendSh[(size_t)q * G.stashRow + A.dk + j] : 0.0f;
+  for (int q = 0; q < MB; ++q) C.w[q] = q < M ? expf(gl - pendSh[(size_t)q * G.stashRow + A.dk + A.dv]) : 0.0f;
+  return C;
 }
 
+// Column j's inputs: v from shared memory (the prologue's), the pending rows' u_q[j] from the
+// block's stage [4][32] when given (copy_stage), else from the stash.
 template <int MB>
-__device__ __forceinline__ void column_inputs(const Args& A, const Geo& G, const Task& T, const PLay& P, const float* pendSh, int M, const PendDecay& D,
-                                              int j, bool act, ColumnIn<MB>& c) {
+__device__ __forceinline__ void column_inputs(const Args& A, const Geo& G, const Task& T, const PLay& P, const float* pendSh, int M,
+                                              const PendCoef<MB>& PC, const float* stage, int j, bool act, ColumnIn<MB>& c) {
   c.v[0] = T.nrows > 0 && act ? P.vsm[j] : 0.0f;
-  pending_uf<MB>(A, G, pendSh, M, D, j, act, c.uf);
+#pragma unroll
+  for (int q = 0; q < MB; ++q) {
+    const float u = !(q < M && act) ? 0.0f : stage ? stage[q * kW + (j % kW)] : pendSh[(size_t)q * G.stashRow + A.dk + j];
+    c.uf[q] = PC.w[q] * u;
+  }
 }
 
 // Thread (warp `part`, lane) on column j of a block in shared memory (blk [d_kp][32], landed for
@@ -252,7 +258,7 @@ __device__ __forceinline__ void column_inputs(const Args& A, const Geo& G, const
 // u, o (→ P.osm[j]) and the commit of the new column to global memory; the fold alone (no row)
 // stores the folded column.
 template <int MB>
-__device__ __forceinline__ void block_passes(const Args& A, const Task& T, const PLay& P, const RowCoef& R, int M, const PendDecay& D,
+__device__ __forceinline__ void block_passes(const Args& A, const Task& T, const PLay& P, const RowCoef& R, const PendCoef<MB>& PC,
                                              const ColumnIn<MB>& c, float* blk, float* headS, int j, bool act) {
   const Lay& L = P.L;
   const int dk = A.dk, dv = A.dv, dkp = L.dkp;
@@ -271,7 +277,7 @@ __device__ __forceinline__ void block_passes(const Args& A, const Task& T, const
     for (int e = 0; e < 4; ++e) x[e] = (act && i0 + e < ie) ? blk[(i0 + e) * kW + lane] : 0.0f;
     if (MB > 0) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) x[e] *= D.c0;
+      for (int e = 0; e < 4; ++e) x[e] *= PC.c0;
 #pragma unroll
       for (int q = 0; q < MB; ++q) {
         const float4 kk = fast::ld4s(L.kf + q * dkp + i0);
@@ -340,38 +346,38 @@ __device__ __forceinline__ void write_y(const Args& A, const Task& T, const PLay
     A.y[(size_t)T.row0 * A.hv * A.dv + (size_t)h * A.dv + j] = A.normWeight[j] * P.osm[j] * inv * siluf_(P.zsm[j]);
 }
 
-// One head: the blocks stream through the NB buffers (issue_first started the first NB − 1),
-// then the gated RMSNorm over the whole d_v. With up to 4 pending rows, the blocks this loop
-// issues bring their rows' u along (copy_stage); the first NB − 1 load theirs in column_inputs.
-template <int MB>
-__device__ __forceinline__ void run_head(const Args& A, const Geo& G, const Task& T, const PLay& P, const RowCoef& R, int h, const float* pendSh,
-                                         int M, float* headS) {
-  constexpr bool kStaged = kCanStage && MB > 0 && MB <= 4;
+// One head whose blocks are s0 .. s0 + nblk − 1 of a sequence streaming through NB buffers
+// (buffer s % NB; the first NB − 1 of them already issued): each trip waits for its block,
+// issues the block NB − 1 ahead — its own (with its pending rows' u, copy_stage, when there are
+// at most 4) or, past its last, `beyond(s)` (gdn-persist.cuh: the next head's; here an empty
+// group) — and runs the column passes; then the gated RMSNorm over the whole d_v.
+template <int MB, int NB, class Beyond>
+__device__ __forceinline__ void stream_head(const Args& A, const Geo& G, const Task& T, const PLay& P, const RowCoef& R, int h, const float* pendSh,
+                                            int M, float* headS, int s0, Beyond beyond) {
+  constexpr bool kStaged = can_stage<NB>() && MB > 0 && MB <= 4;
   const int dkp = P.L.dkp, lane = tid_lin() & 31;
   const int nblk = (A.dv + kW - 1) / kW;
-  const PendDecay D = pend_decay(A, G, pendSh, M);
-  float* stage = P.L.sc + kStage;  // [kNB][4][32]
-  float w[kStaged ? 4 : 1];        // e^{γ_{M−1}−γ_q}
-#pragma unroll
-  for (int q = 0; q < (kStaged ? 4 : 0); ++q) w[q] = q < M ? expf(D.gl - pendSh[(size_t)q * G.stashRow + A.dk + A.dv]) : 0.0f;
+  const PendCoef<MB> PC = pend_coef<MB>(A, G, pendSh, M);
+  float* stage = P.L.sc + kStage;  // [NB][4][32]
   for (int cb = 0; cb < nblk; ++cb) {
-    const int j = cb * kW + lane;
+    const int j = cb * kW + lane, s = s0 + cb, next = s + NB - 1;
     const bool act = j < A.dv;
-    const bool fromStage = kStaged && cb >= kNB - 1;
+    // Blocks this head issued carry their u (read after the wait); the first NB − 1, issued
+    // before it, load theirs from the stash (before the wait, overlapping it).
+    const float* st = kStaged && cb >= NB - 1 ? stage + (s % NB) * 4 * kW : nullptr;
     ColumnIn<MB> c;
-    if (!fromStage) column_inputs<MB>(A, G, T, P, pendSh, M, D, j, act, c);
-    wait_block();
-    // Block cb + NB − 1 into the buffer of block cb − 1, which pass B of the last trip read.
-    const int next = cb + kNB - 1;
-    issue_block(headS, next, nblk, P.buf + (next % kNB) * dkp * kW, A.dk, A.dv, false);
-    if (kStaged && next < nblk) copy_stage(A, G, pendSh, M, next, stage + (next % kNB) * 4 * kW);
-    commit_copies();
-    if (fromStage) {
-      c.v[0] = T.nrows > 0 && act ? P.vsm[j] : 0.0f;
-#pragma unroll
-      for (int q = 0; q < (kStaged ? 4 : 0); ++q) c.uf[q] = q < M && act ? w[q] * stage[(cb % kNB) * 4 * kW + q * kW + lane] : 0.0f;
+    if (!st) column_inputs<MB>(A, G, T, P, pendSh, M, PC, nullptr, j, act, c);
+    wait_block<NB>();
+    // Block `next` into the buffer of block s − 1, which pass B of the last trip read.
+    if (next - s0 < nblk) {
+      issue_block(headS, next - s0, nblk, P.buf + (next % NB) * dkp * kW, A.dk, A.dv, false);
+      if (kStaged) copy_stage(A, G, pendSh, M, next - s0, stage + (next % NB) * 4 * kW);
+      commit_copies();
+    } else {
+      beyond(next);
     }
-    block_passes<MB>(A, T, P, R, M, D, c, P.buf + (cb % kNB) * dkp * kW, headS, j, act);
+    if (st) column_inputs<MB>(A, G, T, P, pendSh, M, PC, st, j, act, c);
+    block_passes<MB>(A, T, P, R, PC, c, P.buf + (s % NB) * dkp * kW, headS, j, act);
   }
   if (T.nrows == 0) return;
   __syncthreads();
@@ -401,9 +407,10 @@ __device__ __forceinline__ void run_task(const Args& A, const Geo& G, const Task
   const float* pendSh = T.pendK + (size_t)h * A.maxK * G.stashRow;
   const int M = T.nPendFold;
   const RowCoef R = prologue(A, G, T, h, m, pendSh, M, P, true);
-  if (M == 0) run_head<0>(A, G, T, P, R, h, pendSh, M, headS);
-  else if (M <= 4) run_head<4>(A, G, T, P, R, h, pendSh, M, headS);
-  else run_head<8>(A, G, T, P, R, h, pendSh, M, headS);
+  const auto none = [](int) { commit_copies(); };  // past the head's last block: an empty group
+  if (M == 0) stream_head<0, kNB>(A, G, T, P, R, h, pendSh, M, headS, 0, none);
+  else if (M <= 4) stream_head<4, kNB>(A, G, T, P, R, h, pendSh, M, headS, 0, none);
+  else stream_head<8, kNB>(A, G, T, P, R, h, pendSh, M, headS, 0, none);
 }
 
 __device__ __forceinline__ void recurrent_entry(const Args& A, int mode, int batch, int k) {

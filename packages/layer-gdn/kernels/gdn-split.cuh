@@ -57,14 +57,14 @@ __device__ __forceinline__ void run_columns(const Args& A, const Geo& G, const T
   const int j = rank * kW + lane;
   const bool act = j < A.dv;
   const pipe::RowCoef R = pipe::prologue(A, G, T, h, m, pendSh, M, P, rank == 0);  // one CTA of the head writes the conv ring
-  const pipe::PendDecay D = pipe::pend_decay(A, G, pendSh, M);
+  const pipe::PendCoef<MB> PC = pipe::pend_coef<MB>(A, G, pendSh, M);
   pipe::ColumnIn<MB> c;
-  pipe::column_inputs<MB>(A, G, T, P, pendSh, M, D, j, act, c);
+  pipe::column_inputs<MB>(A, G, T, P, pendSh, M, PC, nullptr, j, act, c);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.wait_group 0;" ::: "memory");
 #endif
   __syncthreads();
-  pipe::block_passes<MB>(A, T, P, R, M, D, c, P.buf, headS, j, act);
+  pipe::block_passes<MB>(A, T, P, R, PC, c, P.buf, headS, j, act);
   if (T.nrows == 0) return;  // the fold
   __syncthreads();
   const int j0 = min(A.dv, rank * kW), j1 = min(A.dv, j0 + kW);
