@@ -101,7 +101,7 @@ async function main() {
   };
   const stream = gpu.defaultStream;
   // sm_90+: the layer runs clusters (split decode, the prefill's fused norm).
-  const clusters = dev.computeCapability[0] >= 9;
+  const clusters = pkg.runsClusters(gpu);
   // Device time of one unit of work (cuda-backend's timeOnDevice: warm-up, then the median).
   const { timeOnDevice, measureCeilings } = await import('@metrale/cuda-backend');
   const time = (fn, { reps = 50, warmup = 3, inner = 1 } = {}) => timeOnDevice(gpu, fn, { stream, reps, warmup, inner });

@@ -9,7 +9,10 @@
 // and exits: more CTAs per SM and no chain of copies within one. The redundant part (each CTA
 // computes the row's q, k, gates and pending keys) is small next to the state. The norm needs
 // the row's Σo² over all columns: decode CTAs form a cluster of 4 (sm_90) and swap their partial
-// sums through distributed shared memory; the fold has no norm and needs no cluster.
+// sums through distributed shared memory; the fold has no norm and needs no cluster. Measured on
+// the H200: fastest below batch 8 (4 × the CTAs of one per head while the GPU is not full), slower
+// from 8 on, where the prologue run 4 times per head costs more than it hides; the layer runs it
+// for decode steps of fewer than 8 positions (gdn-launch.ts recurrentVariant).
 //
 // Launch: grid [4·batch, H_v] (CTA x = 4·b + rank: columns rank·32 .. rank·32 + 31 of batch
 // position b), 128 threads (4 warps own a quarter of the d_k rows each, as in gdn-pipe.cuh), the

@@ -1,4 +1,4 @@
-import type { LaunchConfig, Stream } from '@metrale/core';
+import type { GpuBackend, LaunchConfig, Stream } from '@metrale/core';
 import type { GdnConfig } from './gdn-config.js';
 
 // Launch shapes of the GDN kernels, in one place: the CUDA kernels (kernels/*.cu) are written for
@@ -34,6 +34,11 @@ export const PERSIST_MAX_HEADS = 64;
 export const PERSIST_CTAS_PER_SM = 4;
 /** kernels/gdn-split.cuh kCluster: CTAs per head (32 columns each), a cluster for decode steps. */
 export const SPLIT_CTAS = 4;
+
+/** Whether `gpu` runs thread-block clusters (CUDA, sm_90+): the split decode and the prefill's fused norm need them. */
+export function runsClusters(gpu: Pick<GpuBackend, 'kind' | 'device'>): boolean {
+  return gpu.kind === 'cuda' && gpu.device.computeCapability[0] >= 9;
+}
 
 /** The shape fields the launch shapes depend on. */
 export interface GdnLaunchShape {

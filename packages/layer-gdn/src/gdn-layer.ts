@@ -13,7 +13,7 @@ import {
 } from '@metrale/core';
 import { readGdnConfig, type GdnConfig } from './gdn-config.js';
 import { foldVariantKernels, recurrentVariantKernels } from './gdn-kernels.js';
-import { foldVariant, recurrentLaunch, recurrentVariant } from './gdn-launch.js';
+import { foldVariant, recurrentLaunch, recurrentVariant, runsClusters } from './gdn-launch.js';
 import { prefillKernels } from './gdn-prefill-kernels.js';
 import { launchPrefill, prefillPlan, prefillScratchBytes } from './gdn-prefill-launch.js';
 import { loadGdnWeights } from './gdn-weights.js';
@@ -176,14 +176,14 @@ export class GdnLayer implements TransformerLayer<GdnState> {
       convStash: carry ? carry.convStash : 0n,
       pending: carry ? carry.pendingRows : 0n,
     };
-    const clusters = gpu.kind === 'cuda' && gpu.device.computeCapability[0] >= 9;
+    const clusters = runsClusters(gpu);
     if (phase === 'prefill') {
       // The chunked WY form (kernels/gdn-chunk.cu): the exact build for short steps, bf16 operands
-      // for long ones (gdn-prefill-launch.ts); the norm fuses into the scan where clusters run.
+      // for long ones (gdn-prefill-launch.ts); the exact build's scan fuses the norm where clusters run.
       const plan = prefillPlan(shape, batch, rows, stream, { clusters });
       launchPrefill(gpu, prefillKernels, shape, { ...common, scratch: b.prefill }, batch, rows, cfg.eps, plan);
     } else {
-      // Which entry point: gdn-launch.ts recurrentVariant (persist or split for decode steps, where they fit).
+      // Which entry point: gdn-launch.ts recurrentVariant (pipe or split for decode steps, where they fit).
       const mode = phase === 'verify' ? 1 : 0;
       const variant = recurrentVariant(shape, mode, k, batch, clusters);
       gpu.launch(recurrentVariantKernels[variant], recurrentLaunch(cfg, batch, stream, shape.maxK, variant, gpu.device.multiprocessors), {

@@ -5,7 +5,7 @@ export { readGdnConfig, type GdnConfig, type GdnWeightDtype } from './gdn-config
 export { loadGdnWeights, groupSplitProjections, FUSED_NAMES, SPLIT_NAMES, COMMON_NAMES, type GdnHostWeights } from './gdn-weights.js';
 export { recurrentKernel, foldKernel, chunkKernel, recurrentVariantKernels, foldVariantKernels, RECURRENT_SYMBOLS, FOLD_SYMBOLS } from './gdn-kernels.js';
 export {
-  recurrentLaunch, chunkLaunch, gdnBlock, variantBlock, variantSharedBytes, variantFor, recurrentVariant, foldVariant, fastSupported, pipeSupported, splitSupported, variantGrid, SPLIT_CTAS, PERSIST_STAGES, PERSIST_MAX_HEADS, PERSIST_CTAS_PER_SM,
+  recurrentLaunch, chunkLaunch, gdnBlock, variantBlock, variantSharedBytes, variantFor, recurrentVariant, foldVariant, fastSupported, pipeSupported, splitSupported, runsClusters, variantGrid, SPLIT_CTAS, PERSIST_STAGES, PERSIST_MAX_HEADS, PERSIST_CTAS_PER_SM,
   DEFAULT_VARIANT, GDN_KERNEL_VARIANTS, PIPE_THREADS, PIPE_STAGES, PIPE_MIN_BATCH,
   type GdnKernelVariant, type GdnLaunchShape,
 } from './gdn-launch.js';

@@ -5,7 +5,7 @@ import type { Stream } from '@metrale/core';
 import { describe, expect, it } from 'vitest';
 import {
   PERSIST_CTAS_PER_SM, PERSIST_MAX_HEADS, PIPE_MIN_BATCH, PIPE_THREADS, SPLIT_CTAS, foldVariant, pipeSupported, recurrentLaunch, recurrentVariant,
-  splitSupported, variantBlock, variantFor, variantGrid, variantSharedBytes,
+  runsClusters, splitSupported, variantBlock, variantFor, variantGrid, variantSharedBytes,
 } from '../src/gdn-launch.js';
 
 const B80 = { hk: 16, hv: 32, dk: 128, dv: 128, convK: 4, maxK: 4 };
@@ -21,6 +21,14 @@ describe('gdn launch shapes', () => {
     expect(recurrentVariant(B80, 1, 1, 256, true)).toBe('smem'); // a verify of one row
     expect(recurrentVariant(B80, 0, 4, 256, true)).toBe('smem'); // a commit of four rows
     expect(foldVariant(B80)).toBe('smem');
+  });
+
+  it('says clusters run on CUDA devices from sm_90 only', () => {
+    const dev = (kind: 'cuda' | 'cpu', cc: [number, number]) => ({ kind, device: { computeCapability: cc } }) as unknown as Parameters<typeof runsClusters>[0];
+    expect(runsClusters(dev('cuda', [9, 0]))).toBe(true);
+    expect(runsClusters(dev('cuda', [10, 0]))).toBe(true);
+    expect(runsClusters(dev('cuda', [8, 9]))).toBe(false);
+    expect(runsClusters(dev('cpu', [9, 0]))).toBe(false);
   });
 
   it('falls back where the pipe, split or fast kernels do not take the shape', () => {

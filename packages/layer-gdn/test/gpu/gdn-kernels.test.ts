@@ -21,7 +21,7 @@ import type { DevicePtr, GpuBackend, Kernel, KernelParams } from '@metrale/core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { device, withFatbin } from './gdn-lane.js';
 import {
-  GDN_KERNEL_VARIANTS, foldVariant, pipeSupported, recurrentVariant, splitSupported, variantBlock, variantFor, variantGrid, variantSharedBytes,
+  GDN_KERNEL_VARIANTS, foldVariant, pipeSupported, recurrentVariant, runsClusters, splitSupported, variantBlock, variantFor, variantGrid, variantSharedBytes,
   type GdnKernelVariant, type GdnLaunchShape,
 } from '../../src/gdn-launch.js';
 
@@ -44,8 +44,6 @@ function launchVariant(s: GdnLaunchShape, kernel: 'recurrent' | 'fold', mode: 0 
   if (VARIANT !== undefined) return VARIANT;
   return kernel === 'fold' ? foldVariant(s) : recurrentVariant(s, mode, k, batch, clusters);
 }
-/** Whether the device runs thread-block clusters (the split decode needs them). */
-const hasClusters = (gpu: GpuBackend): boolean => gpu.kind === 'cuda' && gpu.device.computeCapability[0] >= 9;
 
 async function loadDecls(): Promise<{ decls: Decls; from: string }> {
   // Always the sources: a built package may be older than the kernels under test.
@@ -242,7 +240,7 @@ function launchOn(gpu: GpuBackend, kernels: Decls, s: Shape, batch: number, d: D
       args as never,
     );
   if (l.kernel === 'fold') {
-    const v = l.variant ?? launchVariant(launchShape, 'fold', 0, 0, batch, hasClusters(gpu));
+    const v = l.variant ?? launchVariant(launchShape, 'fold', 0, 0, batch, runsClusters(gpu));
     launch(kernels.fold[v], v, variantGrid(v, batch, s.hv, l.sms ?? gpu.device.multiprocessors), {
       qkvz: d.qkvz, slots: d.slots, seqLens: d.seqLens, naTab: d.naTab, state: d.state, convRing: d.convRing, stash: d.stash,
       batch, k: l.k, ...shape,
@@ -261,7 +259,7 @@ function launchOn(gpu: GpuBackend, kernels: Decls, s: Shape, batch: number, d: D
     launch(kernels.chunkKernel, undefined, [batch, s.hv], { ...common, batch, ...shape, eps: EPS });
     return;
   }
-  const v = l.variant ?? launchVariant(launchShape, 'recurrent', l.mode, l.k, batch, hasClusters(gpu));
+  const v = l.variant ?? launchVariant(launchShape, 'recurrent', l.mode, l.k, batch, runsClusters(gpu));
   // Other grid orders for the variants that take any grid of batch·H_v CTAs (not split).
   const grid = v === 'split' || v === 'persist' ? variantGrid(v, batch, s.hv, l.sms ?? gpu.device.multiprocessors) : l.gridOrder === 'head-batch' ? [s.hv, batch] : l.gridOrder === 'flat' ? [s.hv * batch] : [batch, s.hv];
   launch(kernels.recurrent[v], v, grid, { ...common, mode: l.mode, batch, k: l.k, ...shape, eps: EPS });
@@ -497,7 +495,7 @@ describe.skipIf(!device.available)('GDN kernels: CUDA vs CPU reference', () => {
     for (const c of casesFor(shape, rng(caseSeed))) {
       it(c.name, (ctx) => {
         // The split decode runs in clusters: a GPU before sm_90 has none (the layer never launches it there).
-        if (c.launch.kernel === 'recurrent' && c.launch.variant === 'split' && !hasClusters(gpu)) ctx.skip('no thread-block clusters before sm_90');
+        if (c.launch.kernel === 'recurrent' && c.launch.variant === 'split' && !runsClusters(gpu)) ctx.skip('no thread-block clusters before sm_90');
         const seed = baseSeed + 104729 * caseCounter++;
         const host = randomHost(c.shape, c.layout, rng(seed));
         const { got, ref } = runBoth(c, host);

@@ -18,6 +18,7 @@ import type { GpuBackend, Kernel, KernelParams } from '@metrale/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chunkKernel as chunkDecl } from '../../src/gdn-kernels.js';
 import { prefillKernels as prefillDecls } from '../../src/gdn-prefill-kernels.js';
+import { runsClusters } from '../../src/gdn-launch.js';
 import type { PrefillKernels } from '../../src/gdn-prefill-launch.js';
 import { diff, layoutOf, OUTPUTS, randomHost, rng, runChunked, runRowwise, type OutputName, type PShape } from '../prefill-harness.js';
 import { device, withFatbin } from './gdn-lane.js';
@@ -84,8 +85,7 @@ describe.skipIf(!device.available)('chunked prefill on CUDA vs the CPU reference
   beforeAll(async () => {
     ({ CpuBackend } = await import('@metrale/cpu-backend'));
     gpu = device.create!();
-    const cc = gpu.device.computeCapability;
-    clusters = cc[0] >= 9;
+    clusters = runsClusters(gpu);
     kernels = Object.fromEntries(Object.entries(prefillDecls).map(([name, k]) => [name, withFatbin(k)])) as unknown as PrefillKernels;
     rowwise = withFatbin(chunkDecl as unknown as Kernel<KernelParams>);
   }, 600_000);
