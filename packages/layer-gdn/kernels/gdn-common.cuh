@@ -165,48 +165,50 @@ __device__ __forceinline__ void owned_channel(const Args& A, const Geo& G, const
   }
 }
 
-// The ring takes positions [max(L, end − K), end) (only the last K survive), the conv stash the
-// pre-conv inputs of the new rows at their positions' rows (carried verify). One thread per owned
-// channel. Call after a barrier that follows every read of history by the CTA.
-__device__ __forceinline__ void write_conv_state(const Args& A, const Geo& G, const Task& T) {
-  const bool ring = T.ringEnd > T.L;
-  if (!ring && !T.recordConv) return;
+// The ring entries of owned channel (c, col): positions [max(L, end − K), end) (only the last K
+// survive), KMAX at a time, every load of a turn before its first store. A step that commits one
+// row (or folds accepted rows) may call it before its own reads of history: the entries it writes
+// held positions no CTA of the step reads.
+template <int KMAX>
+__device__ __forceinline__ void write_ring(const Args& A, const Geo& G, const Task& T, int c, int col) {
   const int end = T.ringEnd;
-  const int pa = max(T.L, end - A.K);
+  if (end <= T.L) return;
+  float* ring = A.convRing + (size_t)T.slot * A.K * G.convDim + c;
+  for (int p0 = max(T.L, end - A.K); p0 < end; p0 += KMAX) {
+    float v[KMAX];
+#pragma unroll
+    for (int e = 0; e < KMAX; ++e) v[e] = p0 + e < end ? conv_input(A, G, T, c, col, p0 + e) : 0.0f;
+#pragma unroll
+    for (int e = 0; e < KMAX; ++e)
+      if (p0 + e < end) ring[(size_t)((p0 + e) % A.K) * G.convDim] = v[e];
+  }
+}
+
+// The ring entries of owned channel idx (write_ring).
+template <int KMAX>
+__device__ __forceinline__ void write_ring_channel(const Args& A, const Geo& G, const Task& T, int idx) {
+  int c, col;
+  owned_channel(A, G, T, idx, c, col);
+  write_ring<KMAX>(A, G, T, c, col);
+}
+
+// The ring takes the pending and new rows (write_ring), the conv stash the pre-conv inputs of the
+// new rows at their positions' rows (carried verify). One thread per owned channel. Call after a
+// barrier that follows every read of history by the CTA.
+__device__ __forceinline__ void write_conv_state(const Args& A, const Geo& G, const Task& T) {
+  if (T.ringEnd <= T.L && !T.recordConv) return;
   const int n = owned_count(A, G, T);
   const int tid = tid_lin(), nt = nthreads();
   const int R = conv_stash_rows(A);
   for (int idx = tid; idx < n; idx += nt) {
     int c, col;
     owned_channel(A, G, T, idx, c, col);
-    if (ring) {
-      for (int p = pa; p < end; ++p)
-        A.convRing[((size_t)T.slot * A.K + (p % A.K)) * G.convDim + c] = conv_input(A, G, T, c, col, p);
-    }
+    write_ring<4>(A, G, T, c, col);
     if (T.recordConv) {
       for (int t = 0; t < T.nrows; ++t)
         A.convStash[((size_t)T.slot * R + ((T.P0 + t) % R)) * G.convDim + c] = A.qkvz[(size_t)(T.row0 + t) * G.width + col];
     }
   }
-}
-
-// The ring entries of owned channel idx (positions [max(L, end − K), end), K ≤ KMAX): every
-// load before the first store. A step that commits one row (or folds accepted rows) may call it
-// before its own reads of history: the entries it writes held positions no CTA of the step reads.
-template <int KMAX>
-__device__ __forceinline__ void write_ring_channel(const Args& A, const Geo& G, const Task& T, int idx) {
-  const int end = T.ringEnd;
-  if (end <= T.L) return;
-  const int pa = max(T.L, end - A.K);
-  int c, col;
-  owned_channel(A, G, T, idx, c, col);
-  float v[KMAX];
-#pragma unroll
-  for (int e = 0; e < KMAX; ++e) v[e] = pa + e < end ? conv_input(A, G, T, c, col, pa + e) : 0.0f;
-  float* ring = A.convRing + (size_t)T.slot * A.K * G.convDim + c;
-#pragma unroll
-  for (int e = 0; e < KMAX; ++e)
-    if (pa + e < end) ring[(size_t)((pa + e) % A.K) * G.convDim] = v[e];
 }
 
 // Shapes these kernels support: H_v a multiple of H_k, d_k ≤ 128, d_v ≤ 256, a block of at least
