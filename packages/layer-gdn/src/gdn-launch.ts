@@ -126,8 +126,8 @@ export const PIPE_MIN_BATCH = 8;
  * takes the shape; everything else: the default (or legacy). On the H200 at the 80B shape
  * (docs/benchmarks.md, decode µs at batch 1 / 4 / 8 / 32 / 256): smem 11.8 / 14.1 / 18.6 / 64.7 /
  * 408.2, split 9.5 / 13.3 / 23.2 / 72.4 / 530.3, pipe 12.2 / 13.7 / 17.2 / 51.2 / 363.7; persist
- * (not run by the layer) 14.0 / 15.0 / 17.9 / 50.5 / 362.0, and 6 % slower than pipe on carried
- * decode at batch 32.
+ * 14.0 / 15.0 / 17.9 / 50.5 / 362.0 and 6 % slower than pipe on carried decode at batch 32 (since
+ * it shares pipe's loop, one run has it 3–4 % ahead on plain decode: not re-swept yet).
  */
 export function recurrentVariant(s: GdnLaunchShape, mode: 0 | 1, k: number, batch: number, clusters = false): GdnKernelVariant {
   if (mode !== 0 || k !== 1) return variantFor(s);
