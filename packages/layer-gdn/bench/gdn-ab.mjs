@@ -23,10 +23,12 @@
 //   verify+fold   the two, the fold on another state set    floor: 1.5 × decode's bytes
 //   carried       mode 1 carried, k 4, pending 4           floor: read + write S (= decode)
 //   carried dec.  mode 0 carried, k 1, pending 2           floor: read + write S
+// A `tag:two` row runs the two-kernel decode (kernels/gdn-decode.cu: gdn_decode_prep, then
+// gdn_decode_state) for decode steps and the smem entry points for the rest (needs gdn-decode.fatbin).
 // A pipe or split row runs what the layer would: that variant for decode steps (mode 0, k = 1) and
 // the fold, the same build's smem entry point for the rest. Parameters, threads and shared memory come from the
 // package's dist (gdn-kernels.ts, gdn-launch.ts).
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -61,6 +63,18 @@ async function main() {
     const rm = defineKernelModule(`gdn-recurrent-${tag}`, join(dir, 'gdn-recurrent.fatbin'));
     const fm = defineKernelModule(`gdn-fold-${tag}`, join(dir, 'gdn-fold.fatbin'));
     const rec = (v) => declOf(pkg.recurrentVariantKernels[v], rm, pkg.RECURRENT_SYMBOLS[v]);
+    const dfb = join(dir, 'gdn-decode.fatbin');
+    if (existsSync(dfb)) {
+      const dm = defineKernelModule(`gdn-decode-${tag}`, dfb);
+      kernelsOf[`${tag}:two`] = {
+        tag,
+        variant: 'two',
+        two: { prep: declOf(pkg.decodePrepKernel, dm, 'gdn_decode_prep'), state: declOf(pkg.decodeStateKernel, dm, 'gdn_decode_state') },
+        recurrentMulti: rec('smem'),
+        multiVariant: 'smem',
+        fold: declOf(pkg.foldVariantKernels.smem, fm, pkg.FOLD_SYMBOLS.smem),
+      };
+    }
     for (const v of pkg.GDN_KERNEL_VARIANTS) {
       kernelsOf[`${tag}:${v}`] = {
         tag,
@@ -91,6 +105,7 @@ async function main() {
   const maxRows = 1024;
   const L = allocLayer(gpu, maxSlots, maxRows);
   const setPending = (n) => gpu.upload(L.pending, new Uint32Array(maxSlots).fill(n));
+  const prepBuf = gpu.alloc(pkg.decodePrepBytes(SHAPE, maxSlots));
 
   const pipeNb = Object.fromEntries((process.env.METRALE_GDN_AB_PIPE_NB ?? '').split(',').filter(Boolean).map((s) => s.split('=')));
   // A pipe build with other stages: the package's shared memory plus or minus those blocks of [d_k][32].
@@ -125,9 +140,20 @@ async function main() {
   const sections = onlySections ? SECTIONS.filter((sec) => onlySections.includes(sec.name)) : SECTIONS;
   for (const rowName of rows) {
     const K = kernelsOf[rowName];
-    const sh = variantSharedBytes(K.variant, SHAPE);
+    const sh = K.two ? pkg.decodeStateSharedBytes(SHAPE) : variantSharedBytes(K.variant, SHAPE);
+    const tables = (t, carried) => ({
+      qkvz: L.qkvz, ba: L.ba, y: L.y, slots: t.slots, rowStarts: t.rowStarts, seqLens: t.seqLens, state: L.state, convRing: L.convRing,
+      convWeight: L.convWeight, aLog: L.aLog, dtBias: L.dtBias, normWeight: L.normWeight,
+      stash: L.stash, convStash: carried ? L.convStash : 0n, pending: carried ? L.pending : 0n,
+    });
+    const two = (t, batch, carried) => {
+      const { prep, state } = pkg.twoKernelDecodeLaunches(SHAPE, batch, stream, SHAPE.maxK);
+      const args = { ...tables(t, carried), prep: prepBuf, batch, ...SHAPE, eps: EPS };
+      gpu.launch(K.two.prep, prep, args);
+      gpu.launch(K.two.state, state, args);
+    };
     const rec = (t, batch, mode, k, carried) =>
-      gpu.launch(mode === 0 && k === 1 ? K.recurrent : K.recurrentMulti, { ...launchOf(mode === 0 && k === 1 ? K.variant : K.multiVariant, K.tag, batch), stream }, {
+      K.two && mode === 0 && k === 1 ? two(t, batch, carried) : gpu.launch(mode === 0 && k === 1 ? K.recurrent : K.recurrentMulti, { ...launchOf(mode === 0 && k === 1 ? K.variant : K.multiVariant, K.tag, batch), stream }, {
         qkvz: L.qkvz, ba: L.ba, y: L.y, slots: t.slots, rowStarts: t.rowStarts, seqLens: t.seqLens, state: L.state, convRing: L.convRing,
         convWeight: L.convWeight, aLog: L.aLog, dtBias: L.dtBias, normWeight: L.normWeight,
         stash: L.stash, convStash: carried ? L.convStash : 0n, pending: carried ? L.pending : 0n,
@@ -199,6 +225,7 @@ async function main() {
     if (!NCU) log(`${rowName}: ${Object.entries(out.sections).map(([k, v]) => `${k} ${v.us !== undefined ? `${v.us.toFixed(1)} µs` : 'ERR'}`).join(', ')}`);
   }
   freeAll(gpu, L);
+  gpu.free(prepBuf);
   gpu.dispose();
   if (NCU) return;
 

@@ -83,6 +83,12 @@ async function main() {
   const kernels = {
     recurrentOf: (v) => once(`r.${v}`, () => fatbin(pkg.recurrentVariantKernels[v], 'gdn-recurrent')),
     foldOf: (v) => once(`f.${v}`, () => fatbin(pkg.foldVariantKernels[v], 'gdn-fold')),
+    get decodePrep() {
+      return once('decode-prep', () => fatbin(pkg.decodePrepKernel, 'gdn-decode'));
+    },
+    get decodeState() {
+      return once('decode-state', () => fatbin(pkg.decodeStateKernel, 'gdn-decode'));
+    },
     get chunk() {
       return once('chunk', () => fatbin(pkg.chunkKernel, 'gdn-chunk-rowwise'));
     },
@@ -146,16 +152,24 @@ async function main() {
     const shapeArgs = { ...SHAPE };
     const grid = (batch) => [batch, SHAPE.hv];
     const block = Math.min(SHAPE.dv, 1024);
+    // The two-kernel decode's prep records (the layer keeps them in its scratch).
+    const prepBuf = gpu.alloc(pkg.decodePrepBytes(SHAPE, maxSlots));
     const recurrent = (t, batch, mode, k, carried) => {
-      const v = pkg.recurrentVariant(SHAPE, mode, k, batch, clusters);
-      return gpu.launch(kernels.recurrentOf(v), pkg.recurrentLaunch(SHAPE, batch, stream, SHAPE.maxK, v, dev.multiprocessors), {
+      const args = {
         qkvz: L.qkvz, ba: L.ba, y: L.y, slots: t.slots, rowStarts: t.rowStarts, seqLens: t.seqLens, state: L.state, convRing: L.convRing,
         convWeight: L.convWeight, aLog: L.aLog, dtBias: L.dtBias, normWeight: L.normWeight,
         stash: mode === 1 || carried ? L.stash : 0n, convStash: carried ? L.convStash : 0n, pending: carried ? L.pending : 0n,
-        mode, batch, k, ...shapeArgs, eps: EPS,
-      });
+      };
+      if (mode === 0 && k === 1 && pkg.runsTwoKernelDecode(SHAPE, batch)) {
+        const l = pkg.twoKernelDecodeLaunches(SHAPE, batch, stream, SHAPE.maxK);
+        gpu.launch(kernels.decodePrep, l.prep, { ...args, prep: prepBuf, batch, ...shapeArgs, eps: EPS });
+        return gpu.launch(kernels.decodeState, l.state, { ...args, prep: prepBuf, batch, ...shapeArgs, eps: EPS });
+      }
+      const v = pkg.recurrentVariant(SHAPE, mode, k, batch, clusters);
+      return gpu.launch(kernels.recurrentOf(v), pkg.recurrentLaunch(SHAPE, batch, stream, SHAPE.maxK, v, dev.multiprocessors), { ...args, mode, batch, k, ...shapeArgs, eps: EPS });
     };
-    log(`launched as the layer does: decode ${pkg.recurrentVariant(SHAPE, 0, 1, 1, clusters)} at batch 1, ${pkg.recurrentVariant(SHAPE, 0, 1, 32, clusters)} at 32; verify ${pkg.recurrentVariant(SHAPE, 1, 4, 32, clusters)}; fold ${pkg.foldVariant(SHAPE)}`);
+    const decodeAt = (batch) => (pkg.runsTwoKernelDecode(SHAPE, batch) ? 'two-kernel' : pkg.recurrentVariant(SHAPE, 0, 1, batch, clusters));
+    log(`launched as the layer does: decode ${decodeAt(1)} at batch 1, ${decodeAt(32)} at 32, ${decodeAt(256)} at 256; verify ${pkg.recurrentVariant(SHAPE, 1, 4, 32, clusters)}; fold ${pkg.foldVariant(SHAPE)}`);
     const fold = (t, batch, k) =>
       gpu.launch(kernels.foldOf(pkg.foldVariant(SHAPE)), pkg.recurrentLaunch(SHAPE, batch, stream, SHAPE.maxK, pkg.foldVariant(SHAPE), dev.multiprocessors), {
         qkvz: L.qkvz, slots: t.slots, seqLens: t.seqLens, naTab: t.naTab, state: L.state, convRing: L.convRing, stash: L.stash,
@@ -353,6 +367,7 @@ async function main() {
     }
     if (scratch) gpu.free(scratch);
     freeAll(gpu, L);
+    gpu.free(prepBuf);
   } catch (error) {
     result.errors.push(`setup: ${error?.stack ?? error}`);
     log(`!! kernel sections stopped: ${error?.message ?? error}`);

@@ -12,6 +12,8 @@
 //   head-smem   one CTA per head: the 64 KiB copied to shared memory (cp.async 16 B), then written
 //               back from there (the smem decode kernel without its math)
 //   head-split  two CTAs per head, 32 KiB each in registers (columns split)
+//   head-reg-256  one CTA of 256 threads per head, 16 float4 each (the regs kernel's layout), its
+//               head found through a slot table (the decode kernels' indirection)
 #include <cuda_runtime.h>
 #include <algorithm>
 #include <cstdio>
@@ -59,6 +61,18 @@ __global__ void __launch_bounds__(128) head_reg(float4* p) {
   for (int u = 0; u < per; ++u) h[u * 128 + threadIdx.x] = step(v[u]);
 }
 
+// The regs decode kernel's layout: warp w holds rows 16w .. 16w + 15, lane l columns 4l .. 4l + 3.
+__global__ void __launch_bounds__(256) head_reg256(float4* p, const int* slots) {
+  float4* h = p + (size_t)slots[blockIdx.x] * (kHeadFloats / 4);
+  const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+  float4 v[16];
+#pragma unroll
+  for (int r = 0; r < 16; ++r) v[r] = h[(16 * w + r) * 32 + l];
+  __syncthreads();
+#pragma unroll
+  for (int r = 0; r < 16; ++r) h[(16 * w + r) * 32 + l] = step(v[r]);
+}
+
 __global__ void __launch_bounds__(128) head_smem(float4* p) {
   extern __shared__ float4 s[];
   float4* h = p + (size_t)blockIdx.x * (kHeadFloats / 4);
@@ -83,6 +97,15 @@ int main() {
   CK(cudaMalloc(&buf, total));
   CK(cudaMalloc(&dst, total));
   CK(cudaMemset(buf, 0, total));
+  // Slot table: head x of a launch at head x (the indirection, not a permutation).
+  int* slots;
+  {
+    const int maxHeads = 256 * kHeads;
+    std::vector<int> id(maxHeads);
+    for (int i = 0; i < maxHeads; ++i) id[i] = i;
+    CK(cudaMalloc(&slots, maxHeads * sizeof(int)));
+    CK(cudaMemcpy(slots, id.data(), maxHeads * sizeof(int), cudaMemcpyHostToDevice));
+  }
   CK(cudaFuncSetAttribute(head_smem, cudaFuncAttributeMaxDynamicSharedMemorySize, kHeadFloats * 4));
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
@@ -91,7 +114,7 @@ int main() {
   for (int batch : {32, 256}) {
     const size_t bytes = batch * seqBytes;
     const int sets = (int)std::max<size_t>(1, std::min(total / bytes, (4 * (size_t)l2 + bytes - 1) / bytes));
-    for (const char* name : {"copy", "flat", "head-reg", "head-smem", "head-split"}) {
+    for (const char* name : {"copy", "flat", "head-reg", "head-smem", "head-split", "head-reg-256"}) {
       const std::string n(name);
       auto launch = [&](int set) {
         float* p = buf + (size_t)set * bytes / 4;
@@ -101,6 +124,7 @@ int main() {
         else if (n == "flat") flat<<<prop.multiProcessorCount * 8, 256>>>(p4, (long long)(bytes / 16));
         else if (n == "head-reg") head_reg<1><<<heads, 128>>>(p4);
         else if (n == "head-smem") head_smem<<<heads, 128, kHeadFloats * 4>>>(p4);
+        else if (n == "head-reg-256") head_reg256<<<heads, 256>>>(p4, slots);
         else head_reg<2><<<2 * heads, 128>>>(p4);
       };
       for (int w = 0; w < 2 * sets; ++w) launch(w % sets);

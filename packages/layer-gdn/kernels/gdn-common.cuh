@@ -229,6 +229,13 @@ __device__ __forceinline__ TaskIn task_in(const Args& A, int b, int slot) {
   return {slot, slot >= 0 && A.pending ? (int)A.pending[slot] : 0, A.seqLens[b], A.rowStarts[b]};
 }
 
+// task_in of a decode step's batch position b (its row at rowStarts[b]): the tables that do not
+// depend on the slot load with it, in one round (only pending[slot] waits for it); slot −1: padding.
+__device__ __forceinline__ TaskIn decode_task_in(const Args& A, int b) {
+  const int slot = A.slots[b], P0 = A.seqLens[b], row0 = A.rowStarts[b];
+  return {slot, slot >= 0 && A.pending ? (int)A.pending[slot] : 0, P0, row0};
+}
+
 // Builds the task of (b, h) for a step of `nrows` new rows from I.row0 at position I.P0 (pending
 // rows folded first when there are any). Returns false when this CTA has nothing to do (padding,
 // or a non-leading CTA of a key head in group mode).

@@ -142,7 +142,7 @@ __device__ __forceinline__ void wait_block() {
 // The row's scalars (β, the A·fk and A·fq products, the k̂·q̂ term, the decay of the commit and
 // the key's norm factor): what gram() and coefs() of gdn-fast.cuh give for a block of one row.
 struct RowCoef {
-  float beta, ca, cb, cq, cl, ub;
+  float beta, ca, cb, cq, cl, ub, fq;  // fq: q's norm factor with 1/√d_k (gdn-decode-prep.cuh)
 };
 
 // The step's row: gates, q and k (conv, raw) of the key head and v, z of the value head into
@@ -156,14 +156,14 @@ __device__ __forceinline__ RowCoef prologue(const Args& A, const Geo& G, const T
   const int tid = tid_lin(), nt = nthreads(), lane = tid & 31, warp = tid >> 5;
   const int dk = A.dk, dv = A.dv, g = T.g;
   if (T.recordConv) __trap();  // verify steps do not come here
+  // The gates' inputs, in every thread's registers: their loads go out with the conv inputs'
+  // (one thread loading them and passing them through shared memory made a second round).
+  float bRaw = 0.0f, aRaw = 0.0f, aLogH = 0.0f, dtB = 0.0f;
   if (T.nrows > 0) {
+    const float* bar = A.ba + (size_t)T.row0 * 2 * A.hv + g * 2 * G.r;
+    bRaw = bar[m], aRaw = bar[G.r + m], aLogH = A.aLog[h], dtB = A.dtBias[h];
     fast::conv_sources(A, G, T, 0, A.K, L);
     __syncthreads();
-    if (tid == 0) {
-      const float* bar = A.ba + (size_t)T.row0 * 2 * A.hv + g * 2 * G.r;
-      L.sc[fast::kGraw] = -expf(A.aLog[h]) * softplusf_(bar[G.r + m] + A.dtBias[h]);
-      L.sc[fast::kBeta] = sigmoidf_(bar[m]);
-    }
   }
   // q_i, k_i of the key head, v_i, z_i of the value head and ring channel i in one loop: a
   // thread's loads issue together.
@@ -202,7 +202,7 @@ __device__ __forceinline__ RowCoef prologue(const Args& A, const Geo& G, const T
   }
   if (M > 0) fast::pending_keys(A, G, pendSh, M, fast::fast_mb_alloc(A.maxK), L);
   __syncthreads();
-  RowCoef R{0.0f, 0.0f, 0.0f, 0.0f, 1.0f, 0.0f};
+  RowCoef R{0.0f, 0.0f, 0.0f, 0.0f, 1.0f, 0.0f, 0.0f};
   if (T.nrows > 0) {
     // Summed in warp order: every thread gets the same bits.
     float SQ = 0.0f, SK = 0.0f, KQ = 0.0f;
@@ -210,8 +210,8 @@ __device__ __forceinline__ RowCoef prologue(const Args& A, const Geo& G, const T
     for (int w = 0; w < kParts; ++w) SQ += P.red[w], SK += P.red[kParts + w], KQ += P.red[2 * kParts + w];
     const float fk = 1.0f / sqrtf(SK + 1e-6f);
     const float fq = (1.0f / sqrtf((float)dk)) / sqrtf(SQ + 1e-6f);
-    const float At = expf(L.sc[fast::kGraw]);
-    R = {L.sc[fast::kBeta], At * fk, At * fq, fk * fq * KQ, At, fk};
+    const float At = expf(-expf(aLogH) * softplusf_(aRaw + dtB));
+    R = {sigmoidf_(bRaw), At * fk, At * fq, fk * fq * KQ, At, fk, fq};
   }
   return R;
 }
@@ -419,13 +419,13 @@ __device__ __forceinline__ void recurrent_entry(const Args& A, int mode, int bat
   int b, h;
   cta_coords(batch, A.hv, b, h);
   if (b >= batch || h >= A.hv) return;
-  const int slot = A.slots[b];
-  if (slot < 0) return;
+  const TaskIn I = decode_task_in(A, b);
+  if (I.slot < 0) return;
   const PLay P = pipe_lay(A);
-  issue_first(A, P, head_state(A, slot, h));
+  issue_first(A, P, head_state(A, I.slot, h));
   const Geo G = geo_of(A);
   Task T;
-  if (!make_task(A, G, b, h, A.rowStarts[b], 1, true, false, T)) return;
+  if (!task_of(A, G, h, I, 1, true, false, T)) return;
   run_task(A, G, T, P);
 }
 

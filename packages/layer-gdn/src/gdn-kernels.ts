@@ -1,10 +1,12 @@
 import { defineKernel, defineKernelModule } from '@metrale/core';
 import { chunkCpu, foldCpu, recurrentCpu } from './gdn.cpu.js';
+import { decodePrepCpu, decodeStateCpu } from './gdn-decode.cpu.js';
 import type { GdnKernelVariant } from './gdn-launch.js';
 
 // Fatbins built by metrale-build-kernels from kernels/*.cu into dist/kernels/. Layouts: KERNELS.md.
 const recurrentModule = defineKernelModule('gdn-recurrent', new URL('./kernels/gdn-recurrent.fatbin', import.meta.url));
 const foldModule = defineKernelModule('gdn-fold', new URL('./kernels/gdn-fold.fatbin', import.meta.url));
+const decodeModule = defineKernelModule('gdn-decode', new URL('./kernels/gdn-decode.fatbin', import.meta.url));
 // The row-by-row prefill (the oracle of the chunked prefill, gdn-prefill-kernels.ts).
 const chunkRowwiseModule = defineKernelModule('gdn-chunk-rowwise', new URL('./kernels/gdn-chunk-rowwise.fatbin', import.meta.url));
 
@@ -18,6 +20,18 @@ const RECURRENT_PARAMS = {
   convWeight: 'ptr', aLog: 'ptr', dtBias: 'ptr', normWeight: 'ptr',
   stash: 'ptr', convStash: 'ptr', pending: 'ptr',
   mode: 'i32', batch: 'i32', k: 'i32',
+  ...SHAPE,
+  eps: 'f32',
+} as const;
+
+/** The two-kernel decode: a decode step's buffers (one row per batch position) and the prep buffer. */
+const DECODE_PARAMS = {
+  qkvz: 'ptr', ba: 'ptr', y: 'ptr',
+  slots: 'ptr', rowStarts: 'ptr', seqLens: 'ptr',
+  state: 'ptr', convRing: 'ptr',
+  convWeight: 'ptr', aLog: 'ptr', dtBias: 'ptr', normWeight: 'ptr',
+  stash: 'ptr', convStash: 'ptr', pending: 'ptr', prep: 'ptr',
+  batch: 'i32',
   ...SHAPE,
   eps: 'f32',
 } as const;
@@ -46,6 +60,25 @@ export const foldKernel = defineKernel({
   params: FOLD_PARAMS,
   cuda: { module: foldModule, symbol: 'gdn_fold' },
   cpu: foldCpu,
+});
+
+/**
+ * Two-kernel decode, first kernel: each (batch position, value head)'s prep record (conv, gates,
+ * norms) and the conv ring committed (gdn-decode-launch.ts twoKernelDecodeLaunches).
+ */
+export const decodePrepKernel = defineKernel({
+  name: 'gdn.decode-prep',
+  params: DECODE_PARAMS,
+  cuda: { module: decodeModule, symbol: 'gdn_decode_prep' },
+  cpu: decodePrepCpu,
+});
+
+/** Two-kernel decode, second kernel: pending rows folded, the row run from its prep record (state and y written). */
+export const decodeStateKernel = defineKernel({
+  name: 'gdn.decode-state',
+  params: DECODE_PARAMS,
+  cuda: { module: decodeModule, symbol: 'gdn_decode_state' },
+  cpu: decodeStateCpu,
 });
 
 /** Entry points of each variant of gdn.recurrent and gdn.fold (gdn-launch.ts GdnKernelVariant). */

@@ -12,7 +12,8 @@ import {
   type TransformerLayer,
 } from '@metrale/core';
 import { readGdnConfig, type GdnConfig } from './gdn-config.js';
-import { foldVariantKernels, recurrentVariantKernels } from './gdn-kernels.js';
+import { decodePrepKernel, decodeStateKernel, foldVariantKernels, recurrentVariantKernels } from './gdn-kernels.js';
+import { decodePrepBytes, runsTwoKernelDecode, twoKernelDecodeLaunches } from './gdn-decode-launch.js';
 import { foldVariant, recurrentLaunch, recurrentVariant, runsClusters } from './gdn-launch.js';
 import { prefillKernels } from './gdn-prefill-kernels.js';
 import { launchPrefill, prefillPlan, prefillScratchBytes } from './gdn-prefill-launch.js';
@@ -37,8 +38,11 @@ interface Buffers {
   readonly qkvz: DevicePtr;
   readonly ba: DevicePtr;
   readonly y: DevicePtr;
-  /** Scratch of the chunked prefill (gdn-prefill-launch.ts prefillScratchLayout), sized for limits.maxRows. */
-  readonly prefill: DevicePtr;
+  /**
+   * Scratch of the chunked prefill (gdn-prefill-launch.ts prefillScratchLayout) and of the
+   * two-kernel decode (its prep records, for limits.maxBatch positions); a step uses one of them.
+   */
+  readonly scratch: DevicePtr;
 }
 
 /**
@@ -99,7 +103,7 @@ export class GdnLayer implements TransformerLayer<GdnState> {
         qkvz: zeroed(4 * limits.maxRows * qkvzDim),
         ba: zeroed(4 * limits.maxRows * 2 * hv),
         y: zeroed(4 * limits.maxRows * valueDim),
-        prefill: zeroed(prefillScratchBytes({ hk: cfg.hk, hv, dk, dv, convK, maxK: limits.maxK }, limits.maxRows)),
+        scratch: zeroed(Math.max(prefillScratchBytes({ hk: cfg.hk, hv, dk, dv, convK, maxK: limits.maxK }, limits.maxRows), decodePrepBytes(cfg, limits.maxBatch))),
       };
       gpu.synchronize(gpu.defaultStream);
     } catch (error) {
@@ -181,7 +185,14 @@ export class GdnLayer implements TransformerLayer<GdnState> {
       // The chunked WY form (kernels/gdn-chunk.cu): the exact build for short steps, bf16 operands
       // for long ones (gdn-prefill-launch.ts); the exact build's scan fuses the norm where clusters run.
       const plan = prefillPlan(shape, batch, rows, stream, { clusters });
-      launchPrefill(gpu, prefillKernels, shape, { ...common, scratch: b.prefill }, batch, rows, cfg.eps, plan);
+      launchPrefill(gpu, prefillKernels, shape, { ...common, scratch: b.scratch }, batch, rows, cfg.eps, plan);
+    } else if (phase === 'decode' && runsTwoKernelDecode(shape, batch)) {
+      // Large decode steps: the row's conv, gates and norms first, then the state pass
+      // (kernels/gdn-decode.cu; gdn-decode-launch.ts says from which batch and why).
+      const l = twoKernelDecodeLaunches(cfg, batch, stream, shape.maxK);
+      const args = { ...common, prep: b.scratch, batch, ...shape, eps: cfg.eps };
+      gpu.launch(decodePrepKernel, l.prep, args);
+      gpu.launch(decodeStateKernel, l.state, args);
     } else {
       // Which entry point: gdn-launch.ts recurrentVariant (pipe or split for decode steps, where they fit).
       const mode = phase === 'verify' ? 1 : 0;

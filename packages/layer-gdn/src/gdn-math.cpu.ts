@@ -178,6 +178,25 @@ export class GdnCpu {
     }
   }
 
+  /** The L2-normalised q (scaled by 1/√d_k) and k of every key head, from a row's conv outputs (conv channel order). */
+  normalizeQK(mixed: Float64Array, qn: Float64Array, kn: Float64Array): void {
+    const { dk, keyDim } = this;
+    for (let g = 0; g < this.hk; g++) {
+      let sq = 0;
+      let sk = 0;
+      for (let i = 0; i < dk; i++) {
+        sq += mixed[g * dk + i]! ** 2;
+        sk += mixed[keyDim + g * dk + i]! ** 2;
+      }
+      const fq = 1 / Math.sqrt(sq + 1e-6) / Math.sqrt(dk);
+      const fk = 1 / Math.sqrt(sk + 1e-6);
+      for (let i = 0; i < dk; i++) {
+        qn[g * dk + i] = mixed[g * dk + i]! * fq;
+        kn[g * dk + i] = mixed[keyDim + g * dk + i]! * fk;
+      }
+    }
+  }
+
   /** Writes pre-conv rows (conv channel order, `count` rows from `src`) into the ring at positions first.. */
   writeRing(slot: number, firstPosition: number, src: (t: number, out: Float32Array) => void, count: number): void {
     const ring = this.ring(slot);
@@ -230,21 +249,7 @@ export class GdnCpu {
         }
         mixed[c] = silu(acc);
       }
-      // L2-normalised q (scaled by 1/√d_k) and k, per key head.
-      for (let g = 0; g < this.hk; g++) {
-        let sq = 0;
-        let sk = 0;
-        for (let i = 0; i < dk; i++) {
-          sq += mixed[g * dk + i]! ** 2;
-          sk += mixed[keyDim + g * dk + i]! ** 2;
-        }
-        const fq = 1 / Math.sqrt(sq + 1e-6) / Math.sqrt(dk);
-        const fk = 1 / Math.sqrt(sk + 1e-6);
-        for (let i = 0; i < dk; i++) {
-          qn[g * dk + i] = mixed[g * dk + i]! * fq;
-          kn[g * dk + i] = mixed[keyDim + g * dk + i]! * fk;
-        }
-      }
+      this.normalizeQK(mixed, qn, kn);
       for (let h = 0; h < hv; h++) {
         const g = Math.floor(h / r);
         const hl = h % r;

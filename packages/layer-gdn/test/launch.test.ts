@@ -7,6 +7,11 @@ import {
   PERSIST_CTAS_PER_SM, PERSIST_MAX_HEADS, PIPE_MIN_BATCH, PIPE_THREADS, SPLIT_CTAS, foldVariant, pipeSupported, recurrentLaunch, recurrentVariant,
   runsClusters, splitSupported, variantBlock, variantFor, variantGrid, variantSharedBytes,
 } from '../src/gdn-launch.js';
+import {
+  DECODE_PREP_THREADS, DECODE_STATE_THREADS, TWO_KERNEL_MIN_BATCH, decodePrepBytes, decodePrepSharedBytes, decodeStateSharedBytes, runsTwoKernelDecode,
+  twoKernelDecodeLaunches, twoKernelDecodeSupported,
+} from '../src/gdn-decode-launch.js';
+import { decodePrepStride } from '../src/gdn-decode.cpu.js';
 
 const B80 = { hk: 16, hv: 32, dk: 128, dv: 128, convK: 4, maxK: 4 };
 const stream = { id: 0 } as unknown as Stream; // opaque to the launch shapes
@@ -65,5 +70,31 @@ describe('gdn launch shapes', () => {
     expect(recurrentLaunch(B80, 40, stream, 4, 'persist', 132)).toEqual({ grid: [528], block: 128, sharedBytes: 57040, stream });
     // the smem kernels: the head's state, 4-row k and q, 4 pending keys, scalars; d_v threads
     expect(recurrentLaunch(B80, 40, stream, 4, 'smem')).toEqual({ grid: [40, 32], block: 128, sharedBytes: 4 * (128 * 128 + 12 * 128 + 496), stream });
+  });
+});
+
+describe('two-kernel decode launch shapes (src/gdn-decode-launch.ts)', () => {
+  it('sizes both launches as the kernels check them (gdn-decode-prep.cuh prep_smem_floats, gdn-decode-state.cuh state_smem_floats)', () => {
+    // prep: a key head's conv outputs [2·128 + 2·128], the 4 warps' 3 sums, β and α of its 2 value heads
+    expect(decodePrepSharedBytes(B80)).toBe(4 * (512 + 3 * 4 + 2 * 2));
+    // state: the record [2·128 + 128 + 4], 4 pending keys [128], dot products [2][8][128], u [128], Σo² [8]
+    expect(decodeStateSharedBytes(B80)).toBe(4 * (388 + 4 * 128 + 17 * 128 + 8));
+    expect(decodePrepStride(B80)).toBe(388);
+    expect(decodeStateSharedBytes({ ...B80, maxK: 8 }) - decodeStateSharedBytes(B80)).toBe(4 * 4 * 128);
+    expect(decodePrepBytes(B80, 256)).toBe(4 * 256 * 32 * 388);
+    const l = twoKernelDecodeLaunches(B80, 40, stream, 4);
+    expect(l.prep).toEqual({ grid: [40, 16], block: DECODE_PREP_THREADS, sharedBytes: decodePrepSharedBytes(B80), stream });
+    expect(l.state).toEqual({ grid: [40, 32], block: DECODE_STATE_THREADS, sharedBytes: decodeStateSharedBytes(B80), stream });
+  });
+
+  it('runs from TWO_KERNEL_MIN_BATCH positions where it takes the shape (d_v ≤ 128 and a multiple of 4)', () => {
+    expect(runsTwoKernelDecode(B80, TWO_KERNEL_MIN_BATCH)).toBe(true);
+    expect(runsTwoKernelDecode(B80, 256)).toBe(true);
+    expect(runsTwoKernelDecode(B80, TWO_KERNEL_MIN_BATCH - 1)).toBe(false);
+    expect(twoKernelDecodeSupported({ ...B80, dv: 130 })).toBe(false);
+    expect(twoKernelDecodeSupported({ ...B80, dv: 256 })).toBe(false);
+    expect(twoKernelDecodeSupported({ ...B80, dk: 192 })).toBe(false);
+    expect(twoKernelDecodeSupported({ ...B80, maxK: 9 })).toBe(false);
+    expect(twoKernelDecodeSupported({ ...B80, dk: 48, dv: 40, convK: 3 })).toBe(true);
   });
 });

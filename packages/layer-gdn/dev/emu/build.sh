@@ -6,4 +6,5 @@ mkdir -p build
 g++ -std=c++20 -O1 -g -pthread -I. -I../../kernels -o build/gdn-chunk.emu gdn-chunk.cpp
 g++ -std=c++20 -O1 -g -pthread -I. -I../../kernels -o build/gdn-rowwise.emu gdn-rowwise.cpp
 g++ -std=c++20 -O1 -g -pthread -I. -I../../kernels -o build/gdn-recurrent.emu gdn-recurrent.cpp
-echo "built dev/emu/build/gdn-chunk.emu, gdn-rowwise.emu, gdn-recurrent.emu"
+g++ -std=c++20 -O1 -g -pthread -I. -I../../kernels -o build/gdn-decode.emu gdn-decode.cpp
+echo "built dev/emu/build/gdn-chunk.emu, gdn-rowwise.emu, gdn-recurrent.emu, gdn-decode.emu"

@@ -2,9 +2,7 @@
 // kernels, smem source in its plain-load mode) in the CPU thread emulator (build.sh).
 #include <functional>
 #include "cuda_emu2.h"
-inline float* gdn_emu_dyn_smem() { return reinterpret_cast<float*>(emu::cta().smem.data()); }
-inline unsigned gdn_emu_dyn_smem_bytes() { return (unsigned)(emu::cta().smem.size() - 64); }
-#define GDN_EMU 1
+#include "gdn-emu-smem.h"
 #include "../../kernels/gdn-recurrent.cu"
 #include "../../kernels/gdn-fold.cu"
 #include <map>

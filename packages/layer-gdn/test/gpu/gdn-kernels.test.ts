@@ -24,6 +24,8 @@ import {
   GDN_KERNEL_VARIANTS, foldVariant, pipeSupported, recurrentVariant, runsClusters, splitSupported, variantBlock, variantFor, variantGrid, variantSharedBytes,
   type GdnKernelVariant, type GdnLaunchShape,
 } from '../../src/gdn-launch.js';
+import { twoKernelDecodeLaunches, twoKernelDecodeSupported } from '../../src/gdn-decode-launch.js';
+import { decodePrepStride } from '../../src/gdn-decode.cpu.js';
 
 // ---- device and kernels -----------------------------------------------------------------------
 
@@ -32,6 +34,8 @@ interface Decls {
   readonly recurrent: Readonly<Record<GdnKernelVariant, AnyKernel>>;
   readonly fold: Readonly<Record<GdnKernelVariant, AnyKernel>>;
   readonly chunkKernel: AnyKernel;
+  readonly decodePrep: AnyKernel;
+  readonly decodeState: AnyKernel;
 }
 
 /** The variant under test (METRALE_GDN_VARIANT), or undefined for the layer's choice per launch. */
@@ -48,7 +52,7 @@ function launchVariant(s: GdnLaunchShape, kernel: 'recurrent' | 'fold', mode: 0 
 async function loadDecls(): Promise<{ decls: Decls; from: string }> {
   // Always the sources: a built package may be older than the kernels under test.
   const m = await import('../../src/gdn-kernels.js');
-  const decls = { recurrent: m.recurrentVariantKernels, fold: m.foldVariantKernels, chunkKernel: m.chunkKernel };
+  const decls = { recurrent: m.recurrentVariantKernels, fold: m.foldVariantKernels, chunkKernel: m.chunkKernel, decodePrep: m.decodePrepKernel, decodeState: m.decodeStateKernel };
   const what = VARIANT ? `variant ${VARIANT}` : 'the variant the layer picks per launch: pipe (≥ PIPE_MIN_BATCH positions) or split (sm_90) for decode steps, else smem';
   return { decls: decls as unknown as Decls, from: `src/gdn-kernels.ts (${what})` };
 }
@@ -127,14 +131,16 @@ interface HostBuffers {
   stash: Float32Array;
   convStash: Float32Array;
   pending: Uint32Array;
+  /** The two-kernel decode's prep records (kernels/gdn-decode-prep.cuh), NaN-poisoned. */
+  prep: Float32Array;
 }
 type BufferName = keyof HostBuffers;
 const BUFFER_NAMES: readonly BufferName[] = [
   'qkvz', 'ba', 'y', 'slots', 'rowStarts', 'seqLens', 'naTab', 'state', 'convRing', 'convWeight', 'aLog', 'dtBias', 'normWeight', 'stash',
-  'convStash', 'pending',
+  'convStash', 'pending', 'prep',
 ];
 /** Buffers a kernel may write: compared after every launch. */
-const OUTPUTS: readonly BufferName[] = ['y', 'state', 'convRing', 'stash', 'convStash'];
+const OUTPUTS: readonly BufferName[] = ['y', 'state', 'convRing', 'stash', 'convStash', 'prep'];
 
 /** A stash of plausible recorded rows: unit keys, moderate deltas, cumulative gates γ ≤ 0. */
 function randomStash(s: Shape, R: Rng): Float32Array {
@@ -190,6 +196,7 @@ function randomHost(s: Shape, L: StepLayout, R: Rng): HostBuffers {
     stash: randomStash(s, R),
     convStash: R.fill(s.maxSeqs * 2 * s.maxK * convDim, -1, 1),  // a ring of 2·maxK rows per slot
     pending: Uint32Array.from(L.pending ?? new Array<number>(s.maxSeqs).fill(0)),
+    prep: new Float32Array(L.slots.length * s.hv * decodePrepStride(s)).fill(Number.NaN),
   };
 }
 
@@ -223,7 +230,9 @@ type Launch =
       readonly gridOrder?: 'batch-head' | 'head-batch' | 'flat'; readonly variant?: GdnKernelVariant; readonly sms?: number;
     }
   | { readonly kernel: 'fold'; readonly k: number; readonly variant?: GdnKernelVariant; readonly sms?: number }
-  | { readonly kernel: 'chunk'; readonly carried: boolean };
+  | { readonly kernel: 'chunk'; readonly carried: boolean }
+  /** The two-kernel decode (gdn.decode-prep, then gdn.decode-state): one row per batch position. */
+  | { readonly kernel: 'decode2'; readonly carried: boolean };
 
 const EPS = 1e-6;
 
@@ -257,6 +266,13 @@ function launchOn(gpu: GpuBackend, kernels: Decls, s: Shape, batch: number, d: D
   };
   if (l.kernel === 'chunk') {
     launch(kernels.chunkKernel, undefined, [batch, s.hv], { ...common, batch, ...shape, eps: EPS });
+    return;
+  }
+  if (l.kernel === 'decode2') {
+    const { prep, state } = twoKernelDecodeLaunches({ hk: s.hk, dk: s.dk, dv: s.dv, hv: s.hv, convK: s.K }, batch, stream, s.maxK);
+    const args = { ...common, prep: d.prep, batch, ...shape, eps: EPS } as never;
+    gpu.launch(kernels.decodePrep, prep, args);
+    gpu.launch(kernels.decodeState, state, args);
     return;
   }
   const v = l.variant ?? launchVariant(launchShape, 'recurrent', l.mode, l.k, batch, runsClusters(gpu));
@@ -442,6 +458,17 @@ function casesFor(s: Shape, R: Rng): Case[] {
     const naTab = pos.slots.map((_, p) => (p === 0 ? s.maxK : p === 1 ? 0 : R.int(1, s.maxK)));
     add(`fold k=${s.maxK} accepted ${naTab.join('/')} (${variant})`, { ...pos, rows: pos.slots.map(() => s.maxK), naTab }, { kernel: 'fold', k: s.maxK, variant, sms });
   }
+  // The two-kernel decode, plain and carried (pending 2 and maxK: its 4- and 8-row fold paths).
+  if (twoKernelDecodeSupported({ ...launchShape, hk: s.hk, hv: s.hv })) {
+    const pos = positions(s, R, batch);
+    add('decode (two-kernel)', { ...pos, rows: pos.slots.map(() => 1) }, { kernel: 'decode2', carried: false });
+    for (const n of [2, s.maxK]) {
+      const pp = positions(s, R, batch, n);
+      add(`carried decode pending ${n} (two-kernel)`, { ...pp, rows: pp.slots.map(() => 1), pending: pendingFor(pp.slots, pp.seqLens, s.maxK, n) }, {
+        kernel: 'decode2', carried: true,
+      });
+    }
+  }
   {
     const pos = positions(s, R, batch);
     const rows = pos.slots.map((_, p) => [7, 1, 13][p % 3]!);
@@ -467,7 +494,10 @@ describe.skipIf(!device.available)('GDN kernels: CUDA vs CPU reference', () => {
   beforeAll(async () => {
     ({ CpuBackend } = await import('@metrale/cpu-backend'));
     gpu = device.create!();
-    kernels = { recurrent: mapVariants(decls.recurrent, withFatbin), fold: mapVariants(decls.fold, withFatbin), chunkKernel: withFatbin(decls.chunkKernel) };
+    kernels = {
+      recurrent: mapVariants(decls.recurrent, withFatbin), fold: mapVariants(decls.fold, withFatbin), chunkKernel: withFatbin(decls.chunkKernel),
+      decodePrep: withFatbin(decls.decodePrep), decodeState: withFatbin(decls.decodeState),
+    };
   });
   afterAll(() => {
     printTable();

@@ -1,0 +1,27 @@
+// Gated DeltaNet two-kernel decode: gdn_decode_prep (the row's conv, gates and norms, and the conv
+// ring; gdn-decode-prep.cuh), then gdn_decode_state (the state pass; gdn-decode-state.cuh).
+// Layouts and semantics: ../KERNELS.md ("Two-kernel decode"). Both take one signature
+// (gdn-kernels.ts DECODE_PARAMS): a decode step's buffers as gdn_recurrent's (one row per batch
+// position, carried mode when `pending` is set) and `prep`, [batch][H_v][prep_stride] f32.
+// Knobs (-D): GDN_STATE_MAXNREG.
+#include "gdn-decode-prep.cuh"
+#include "gdn-decode-state.cuh"
+
+#define GDN_DECODE_PARAMS                                                                                                            \
+  const float *qkvz, const float *ba, float *y, const int32_t *slots, const int32_t *rowStarts, const int32_t *seqLens, float *state, \
+      float *convRing, const float *convWeight, const float *aLog, const float *dtBias, const float *normWeight, float *stash,       \
+      float *convStash, const uint32_t *pending, float *prep, int batch, int hk, int hv, int dk, int dv, int convK, int maxK, float eps
+#define GDN_DECODE_ARGS                                                                                                             \
+  const gdn::Args A{qkvz, ba, y, slots, rowStarts, seqLens, state, convRing, convWeight, aLog, dtBias, normWeight, stash, convStash, \
+                    pending, hk, hv, dk, dv, convK, maxK, eps};                                                                     \
+  gdn::check_shape(A);
+
+extern "C" __global__ void __launch_bounds__(gdn::decode::kPrepThreads, gdn::decode::kPrepCtasPerSm) gdn_decode_prep(GDN_DECODE_PARAMS) {
+  GDN_DECODE_ARGS
+  gdn::decode::prep_entry(A, prep, batch);
+}
+
+extern "C" __global__ void __maxnreg__(GDN_STATE_MAXNREG) gdn_decode_state(GDN_DECODE_PARAMS) {
+  GDN_DECODE_ARGS
+  gdn::decode::state_entry(A, prep, batch);
+}

@@ -1,0 +1,67 @@
+import type { LaunchConfig, Stream } from '@metrale/core';
+import type { GdnConfig } from './gdn-config.js';
+import { decodePrepStride } from './gdn-decode.cpu.js';
+import { pipeSupported, type GdnLaunchShape } from './gdn-launch.js';
+
+// Launch shapes of the two-kernel decode (kernels/gdn-decode.cu: gdn.decode-prep, then
+// gdn.decode-state; KERNELS.md "Two-kernel decode").
+
+/** kernels/gdn-decode-prep.cuh kPrepThreads: threads per CTA (one CTA per batch position and key head). */
+export const DECODE_PREP_THREADS = 128;
+/** Shared memory the prep kernel may take (a key head's conv outputs): what every sm_80+ GPU gives a CTA. */
+const PREP_MAX_SHARED = 96 * 1024;
+
+/** The shape fields of the two-kernel decode: the launch shape and the head counts. */
+export type TwoKernelShape = GdnLaunchShape & { readonly hk: number; readonly hv: number };
+/** kernels/gdn-decode-state.cuh: threads per CTA (8 warps of up to 16 rows × 128 columns). */
+export const DECODE_STATE_THREADS = 256;
+
+/**
+ * Whether the two-kernel decode takes this shape: the pipe kernels do (maxK ≤ 8, conv K ≤ 4,
+ * d_k ≤ 128, d_v a multiple of 4), d_v ≤ 128, and a key head's conv outputs fit the prep CTA's
+ * shared memory.
+ */
+export function twoKernelDecodeSupported(s: TwoKernelShape): boolean {
+  return pipeSupported(s) && s.dv <= 128 && decodePrepSharedBytes(s) <= PREP_MAX_SHARED;
+}
+
+const pad4 = (x: number): number => (x + 3) & ~3;
+const pendingKeys = (maxK: number): number => (maxK <= 4 ? 4 : 8);
+/** Dynamic shared memory of gdn.decode-prep: a key head's conv outputs [2·d_k + r·d_v], the warps' sums [3][8], β and α of its r value heads (prep_smem_floats). */
+export function decodePrepSharedBytes(s: Pick<TwoKernelShape, 'hk' | 'hv' | 'dk' | 'dv'>): number {
+  const r = s.hv / s.hk;
+  return 4 * (pad4(2 * s.dk + r * s.dv) + 3 * (DECODE_PREP_THREADS / 32) + 2 * r);
+}
+
+/** Dynamic shared memory of gdn.decode-state: the prep record, the pending keys, the warps' dot products [2][8][d_v], u and Σo² (state_smem_floats). */
+export function decodeStateSharedBytes(s: GdnLaunchShape): number {
+  return 4 * (decodePrepStride(s) + pendingKeys(s.maxK) * pad4(s.dk) + 17 * pad4(s.dv) + 8);
+}
+
+/** Bytes of the prep buffer for `batch` batch positions: [batch][H_v][decodePrepStride] f32. */
+export function decodePrepBytes(cfg: Pick<GdnConfig, 'hv' | 'dk' | 'dv'>, batch: number): number {
+  return 4 * batch * cfg.hv * decodePrepStride(cfg);
+}
+
+/** Both launches of a decode step of `batch` positions: prep grid [batch, H_k], state grid [batch, H_v]. */
+export function twoKernelDecodeLaunches(cfg: Pick<GdnConfig, 'hk' | 'dk' | 'dv' | 'hv' | 'convK'>, batch: number, stream: Stream, maxK: number): { prep: LaunchConfig; state: LaunchConfig } {
+  const s = { ...cfg, maxK };
+  return {
+    prep: { grid: [batch, cfg.hk], block: DECODE_PREP_THREADS, sharedBytes: decodePrepSharedBytes(s), stream },
+    state: { grid: [batch, cfg.hv], block: DECODE_STATE_THREADS, sharedBytes: decodeStateSharedBytes(s), stream },
+  };
+}
+
+/** The smallest batch whose decode steps run the two-kernel decode (below it, gdn-launch.ts recurrentVariant's choice is faster). */
+export const TWO_KERNEL_MIN_BATCH = 64;
+
+/**
+ * Whether the layer runs a decode step (one row per position, plain or carried) of `batch`
+ * positions as the two-kernel decode: where it takes the shape, from TWO_KERNEL_MIN_BATCH
+ * positions. On the H200 at the 80B shape (docs/benchmarks.md, decode µs at batch 32 / 64 / 128 /
+ * 256): pipe 50.5 / 94.7 / 180.2 / 352.3, two-kernel 51.6 / 88.5 / 165.1 / 317.3 (its prep kernel
+ * is a fixed cost that a small batch does not amortise).
+ */
+export function runsTwoKernelDecode(s: TwoKernelShape, batch: number): boolean {
+  return batch >= TWO_KERNEL_MIN_BATCH && twoKernelDecodeSupported(s);
+}

@@ -1,0 +1,139 @@
+import { CpuBackend } from '@metrale/cpu-backend';
+import { SeededRandom, type DevicePtr } from '@metrale/core';
+import { afterEach, describe, expect, it } from 'vitest';
+import { decodePrepKernel, decodePrepStride, decodeStateKernel, recurrentKernel, twoKernelDecodeLaunches, type DecodeArgs } from '@metrale/layer-gdn';
+
+// The two-kernel decode's CPU twins (gdn.decode-prep, then gdn.decode-state) against
+// gdn.recurrent's CPU reference for the same decode step, plain and carried, on random data.
+// (The GPU suite checks the CUDA kernels against these twins.)
+
+type Shape = Pick<DecodeArgs, 'hk' | 'hv' | 'dk' | 'dv' | 'convK' | 'maxK'>;
+
+const SHAPES: Record<string, Shape> = {
+  'r 2, d_k > d_v, K 4': { hk: 2, hv: 4, dk: 6, dv: 5, convK: 4, maxK: 4 },
+  'r 3, d_k = d_v, K 3, maxK 6': { hk: 1, hv: 3, dk: 8, dv: 8, convK: 3, maxK: 6 },
+};
+const MAX_SEQS = 5;
+const EPS = 1e-6;
+
+function relErr(got: Float32Array, ref: Float32Array): number {
+  let num = 0;
+  let den = 0;
+  for (let i = 0; i < ref.length; i++) {
+    num += (got[i]! - ref[i]!) ** 2;
+    den += ref[i]! ** 2;
+  }
+  return Math.sqrt(num / Math.max(den, 1e-30));
+}
+
+function hostBuffers(s: Shape, slots: number[], seqLens: number[], pending: number[] | undefined, rnd: SeededRandom) {
+  const convDim = 2 * s.hk * s.dk + s.hv * s.dv;
+  const width = 2 * s.hk * s.dk + 2 * s.hv * s.dv;
+  const stashRow = s.dk + s.dv + 1;
+  const batch = slots.length;
+  const uni = (n: number, lo: number, hi: number) => Float32Array.from({ length: n }, () => lo + (hi - lo) * rnd.float());
+  // A stash of plausible recorded rows: unit keys, moderate deltas, cumulative gates γ < 0.
+  const stash = uni(MAX_SEQS * s.hv * s.maxK * stashRow, -0.5, 0.5);
+  for (let e = 0; e < MAX_SEQS * s.hv; e++) {
+    let gam = 0;
+    for (let t = 0; t < s.maxK; t++) {
+      const row = (e * s.maxK + t) * stashRow;
+      const n = Math.hypot(...stash.subarray(row, row + s.dk));
+      for (let i = 0; i < s.dk; i++) stash[row + i] = stash[row + i]! / n;
+      gam -= 0.05 + 0.5 * rnd.float();
+      stash[row + s.dk + s.dv] = gam;
+    }
+  }
+  return {
+    qkvz: uni(batch * width, -1, 1),
+    ba: uni(batch * 2 * s.hv, -2, 2),
+    y: new Float32Array(batch * s.hv * s.dv),
+    slots: Int32Array.from(slots),
+    rowStarts: Int32Array.from({ length: batch + 1 }, (_, p) => p),
+    seqLens: Int32Array.from(seqLens),
+    state: uni(MAX_SEQS * s.hv * s.dk * s.dv, -0.5, 0.5),
+    convRing: uni(MAX_SEQS * s.convK * convDim, -1, 1),
+    convWeight: uni(convDim * s.convK, -0.6, 0.6),
+    aLog: Float32Array.from({ length: s.hv }, () => Math.log(0.05 + 0.6 * rnd.float())),
+    dtBias: uni(s.hv, -1, 1),
+    normWeight: uni(s.dv, 0.5, 1.5),
+    stash,
+    convStash: uni(MAX_SEQS * 2 * s.maxK * convDim, -1, 1),
+    pending: Uint32Array.from(pending ?? new Array<number>(MAX_SEQS).fill(0)),
+    prep: new Float32Array(batch * s.hv * decodePrepStride(s)),
+  };
+}
+type Host = ReturnType<typeof hostBuffers>;
+
+describe('two-kernel decode: CPU twins ≡ gdn.recurrent (mode 0, k = 1)', () => {
+  let gpu: CpuBackend | undefined;
+  afterEach(() => gpu?.dispose());
+
+  /** Runs the step on a fresh backend: `two` through the twins, else through gdn.recurrent. */
+  function run(s: Shape, host: Host, carried: boolean, two: boolean): Record<'y' | 'state' | 'convRing', Float32Array> {
+    gpu = new CpuBackend();
+    const d = {} as Record<keyof Host, DevicePtr>;
+    for (const [name, a] of Object.entries(host) as [keyof Host, Float32Array | Int32Array | Uint32Array][]) {
+      d[name] = gpu.alloc(Math.max(16, a.byteLength));
+      gpu.upload(d[name], a);
+    }
+    const batch = host.slots.length;
+    const stream = gpu.defaultStream;
+    const common = {
+      qkvz: d.qkvz, ba: d.ba, y: d.y, slots: d.slots, rowStarts: d.rowStarts, seqLens: d.seqLens, state: d.state, convRing: d.convRing,
+      convWeight: d.convWeight, aLog: d.aLog, dtBias: d.dtBias, normWeight: d.normWeight,
+      stash: carried ? d.stash : 0n, convStash: carried ? d.convStash : 0n, pending: carried ? d.pending : 0n, batch, ...s, eps: EPS,
+    };
+    if (two) {
+      const l = twoKernelDecodeLaunches(s, batch, stream, s.maxK);
+      gpu.launch(decodePrepKernel, l.prep, { ...common, prep: d.prep });
+      gpu.launch(decodeStateKernel, l.state, { ...common, prep: d.prep });
+    } else {
+      gpu.launch(recurrentKernel, { grid: [batch, s.hv], block: s.dv, stream }, { ...common, mode: 0, k: 1 });
+    }
+    gpu.synchronize();
+    const f32 = (name: 'y' | 'state' | 'convRing') => {
+      const b = gpu!.download(d[name], host[name].byteLength);
+      return new Float32Array(b.buffer, b.byteOffset, b.byteLength / 4);
+    };
+    return { y: f32('y'), state: f32('state'), convRing: f32('convRing') };
+  }
+
+  for (const [name, s] of Object.entries(SHAPES)) {
+    for (const carried of [false, true]) {
+      it(`${name}, ${carried ? 'carried (pending 0 .. maxK)' : 'plain'}: y, state and ring match`, () => {
+        const rnd = new SeededRandom(carried ? 17 : 3);
+        // Positions: a fresh sequence, a padding position, sequences shorter and longer than K.
+        const slots = [3, -1, 0, 4, 1];
+        const seqLens = [0, 1, 2, 9, 30];
+        // Pending rows per slot (never above its committed length; slot 2, unused, keeps a count).
+        const pending = carried ? [2, 3, 1, 0, s.maxK] : undefined;
+        const host = hostBuffers(s, slots, seqLens, pending, rnd);
+        const ref = run(s, host, carried, false);
+        const got = run(s, host, carried, true);
+        for (const buf of ['y', 'state', 'convRing'] as const) {
+          expect(relErr(got[buf], ref[buf]), `${buf}`).toBeLessThan(1e-6);
+          expect(got[buf].some((v, i) => v !== host[buf][i]), `${buf} written`).toBe(true);
+        }
+      });
+    }
+  }
+
+  it('refuses a null prep buffer and a slot with more pending rows than its length', () => {
+    const s = SHAPES['r 2, d_k > d_v, K 4']!;
+    const host = hostBuffers(s, [0], [1], [3, 0, 0, 0, 0], new SeededRandom(5));
+    expect(() => run(s, host, true, true)).toThrow(/slot 0 has 3 pending rows \(committed length 1/);
+    gpu!.dispose();
+    gpu = new CpuBackend();
+    const stream = gpu.defaultStream;
+    const l = twoKernelDecodeLaunches(s, 1, stream, s.maxK);
+    const p = gpu.alloc(64);
+    gpu.upload(p, new Int32Array(16));
+    expect(() =>
+      gpu!.launch(decodeStateKernel, l.state, {
+        qkvz: p, ba: p, y: p, slots: p, rowStarts: p, seqLens: p, state: p, convRing: p, convWeight: p, aLog: p, dtBias: p, normWeight: p,
+        stash: 0n, convStash: 0n, pending: 0n, prep: 0n, batch: 1, ...s, eps: EPS,
+      }),
+    ).toThrow(/prep buffer/);
+  });
+});
