@@ -10,7 +10,8 @@
 //                                               GDN_PIPE_NB than the package's PIPE_STAGES
 //   METRALE_GDN_AB_PERSIST="tag=6:2,..."        builds whose persist kernels were compiled with another
 //                                               GDN_PERSIST_NB (6), launched with that many CTAs per SM (2)
-//   METRALE_GDN_AB_DECODE_BATCHES="1,8,32"      the decode section's batches (default 1,32,256)
+//   METRALE_GDN_AB_PREP_THREADS="tag=64"        builds whose gdn_decode_prep was compiled with another kPrepThreads
+//   METRALE_GDN_AB_DECODE_BATCHES="1,8,32"      the batches of the decode and carried decode sections (default 1,32,256)
 //   METRALE_GDN_AB_ONLY="decode"                the sections to run (default all)
 //   METRALE_BENCH_OUT                           the JSON (default bench-results/gdn-ab.json)
 //   METRALE_GDN_AB_NCU=1                        one launch of each kernel per row and batch, no timing
@@ -126,6 +127,8 @@ async function main() {
     return { grid, block: variantBlock(variant, SHAPE), sharedBytes: variantSharedBytes(variant, SHAPE) + extra };
   };
 
+  // A build whose gdn_decode_prep was compiled with another kPrepThreads: "tag=64" (its shared memory is at most the package's).
+  const prepThreads = Object.fromEntries((process.env.METRALE_GDN_AB_PREP_THREADS ?? '').split(',').filter(Boolean).map((s) => s.split('=')));
   const decodeBatches = (process.env.METRALE_GDN_AB_DECODE_BATCHES ?? '1,32,256').split(',').map(Number);
   const SECTIONS = [
     { name: 'decode', batches: decodeBatches, k: 1, bytes: 2, pending: 0 },
@@ -133,7 +136,7 @@ async function main() {
     { name: 'fold', batches: [32, 256], k: 4, bytes: 2, pending: 0 },
     { name: 'verify+fold', batches: [32, 256], k: 4, bytes: 3, pending: 0 },
     { name: 'carried', batches: [1, 32, 256], k: 4, bytes: 2, pending: 4 },
-    { name: 'carried decode', batches: [32, 256], k: 1, bytes: 2, pending: 2 },
+    { name: 'carried decode', batches: decodeBatches, k: 1, bytes: 2, pending: 2 },
   ];
 
   const onlySections = process.env.METRALE_GDN_AB_ONLY?.split(',').filter(Boolean);
@@ -147,7 +150,9 @@ async function main() {
       stash: L.stash, convStash: carried ? L.convStash : 0n, pending: carried ? L.pending : 0n,
     });
     const two = (t, batch, carried) => {
-      const { prep, state } = pkg.twoKernelDecodeLaunches(SHAPE, batch, stream, SHAPE.maxK);
+      const l = pkg.twoKernelDecodeLaunches(SHAPE, batch, stream, SHAPE.maxK);
+      const state = l.state;
+      const prep = prepThreads[K.tag] ? { ...l.prep, block: Number(prepThreads[K.tag]) } : l.prep;
       const args = { ...tables(t, carried), prep: prepBuf, batch, ...SHAPE, eps: EPS };
       gpu.launch(K.two.prep, prep, args);
       gpu.launch(K.two.state, state, args);

@@ -214,10 +214,14 @@ __device__ __forceinline__ void write_conv_state(const Args& A, const Geo& G, co
 // Shapes these kernels support: H_v a multiple of H_k, d_k ≤ 128, d_v ≤ 256, a block of at least
 // d_v threads. Anything else is a programming error of the caller: the kernel traps (the launch
 // fails loudly) rather than return wrong numbers. (No printf: its call costs registers.)
-__device__ __forceinline__ void check_shape(const Args& A) {
-  const bool ok = A.hk > 0 && A.hv > 0 && A.hv % A.hk == 0 && A.dk >= 1 && A.dk <= 128 && A.dv >= 1 && A.dv <= 256 &&
-                  nthreads() >= A.dv && A.K >= 1 && A.maxK >= 1;
+// The shape fields every kernel checks; check_shape adds the kernels' d_v threads (thread j: column j).
+__device__ __forceinline__ void check_dims(const Args& A) {
+  const bool ok = A.hk > 0 && A.hv > 0 && A.hv % A.hk == 0 && A.dk >= 1 && A.dk <= 128 && A.dv >= 1 && A.dv <= 256 && A.K >= 1 && A.maxK >= 1;
   if (!ok) __trap();
+}
+__device__ __forceinline__ void check_shape(const Args& A) {
+  check_dims(A);
+  if (nthreads() < A.dv) __trap();
 }
 
 // What a task reads from the step's tables for batch position b: its slot (< 0: padding), the

@@ -25,6 +25,12 @@
 #ifndef GDN_STATE_MAXNREG
 #define GDN_STATE_MAXNREG 128  // 2 CTAs of 256 threads per SM
 #endif
+#ifndef GDN_STATE_CS
+// Bit 0: the state's loads evict-first (ld.global.cs); bit 1: its stores (st.global.cs). The stores
+// (2): on the H200 at the 80B shape, decode 315.8 → 316.3 µs at batch 256 and 50.7 → 48.1 µs at 32,
+// carried decode 376.8 → 328.0 µs at 256 (docs/benchmarks.md); the loads too (3) lost at 256.
+#define GDN_STATE_CS 2
+#endif
 
 namespace gdn {
 namespace decode {
@@ -85,17 +91,31 @@ __device__ __forceinline__ void fma4(float c, const float4& x, float4& acc) {
   acc = make_float4(fmaf(c, x.x, acc.x), fmaf(c, x.y, acc.y), fmaf(c, x.z, acc.z), fmaf(c, x.w, acc.w));
 }
 
+__device__ __forceinline__ float4 ld_state(const float* p) {
+#if (GDN_STATE_CS & 1) && defined(__CUDA_ARCH__)
+  return __ldcs(reinterpret_cast<const float4*>(p));
+#else
+  return *reinterpret_cast<const float4*>(p);
+#endif
+}
+__device__ __forceinline__ void st_state(float* p, const float4& v) {
+#if (GDN_STATE_CS & 2) && defined(__CUDA_ARCH__)
+  __stcs(reinterpret_cast<float4*>(p), v);
+#else
+  *reinterpret_cast<float4*>(p) = v;
+#endif
+}
+
 // The thread's rows of the head, every load issued before any is used.
 __device__ __forceinline__ void load_state(const Args& A, const Part& p, const float* headS, float4 (&s)[kRows]) {
 #pragma unroll
-  for (int r = 0; r < kRows; ++r)
-    s[r] = has_row(A, p, r) ? *reinterpret_cast<const float4*>(headS + (size_t)(p.r0 + r) * A.dv + 4 * p.lane) : f4(0.0f);
+  for (int r = 0; r < kRows; ++r) s[r] = has_row(A, p, r) ? ld_state(headS + (size_t)(p.r0 + r) * A.dv + 4 * p.lane) : f4(0.0f);
 }
 
 __device__ __forceinline__ void store_state(const Args& A, const Part& p, float* headS, const float4 (&s)[kRows]) {
 #pragma unroll
   for (int r = 0; r < kRows; ++r)
-    if (has_row(A, p, r)) *reinterpret_cast<float4*>(headS + (size_t)(p.r0 + r) * A.dv + 4 * p.lane) = s[r];
+    if (has_row(A, p, r)) st_state(headS + (size_t)(p.r0 + r) * A.dv + 4 * p.lane, s[r]);
 }
 
 // The head's prep record into shared memory (16-byte cp.async; the record's floats are a multiple of 4).

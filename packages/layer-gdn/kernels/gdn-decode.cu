@@ -3,7 +3,7 @@
 // Layouts and semantics: ../KERNELS.md ("Two-kernel decode"). Both take one signature
 // (gdn-kernels.ts DECODE_PARAMS): a decode step's buffers as gdn_recurrent's (one row per batch
 // position, carried mode when `pending` is set) and `prep`, [batch][H_v][prep_stride] f32.
-// Knobs (-D): GDN_STATE_MAXNREG.
+// Knobs (-D): GDN_STATE_MAXNREG, GDN_STATE_CS.
 #include "gdn-decode-prep.cuh"
 #include "gdn-decode-state.cuh"
 
@@ -14,7 +14,7 @@
 #define GDN_DECODE_ARGS                                                                                                             \
   const gdn::Args A{qkvz, ba, y, slots, rowStarts, seqLens, state, convRing, convWeight, aLog, dtBias, normWeight, stash, convStash, \
                     pending, hk, hv, dk, dv, convK, maxK, eps};                                                                     \
-  gdn::check_shape(A);
+  gdn::check_dims(A);
 
 extern "C" __global__ void __launch_bounds__(gdn::decode::kPrepThreads, gdn::decode::kPrepCtasPerSm) gdn_decode_prep(GDN_DECODE_PARAMS) {
   GDN_DECODE_ARGS

@@ -53,14 +53,15 @@ export function twoKernelDecodeLaunches(cfg: Pick<GdnConfig, 'hk' | 'dk' | 'dv' 
 }
 
 /** The smallest batch whose decode steps run the two-kernel decode (below it, gdn-launch.ts recurrentVariant's choice is faster). */
-export const TWO_KERNEL_MIN_BATCH = 64;
+export const TWO_KERNEL_MIN_BATCH = 32;
 
 /**
  * Whether the layer runs a decode step (one row per position, plain or carried) of `batch`
  * positions as the two-kernel decode: where it takes the shape, from TWO_KERNEL_MIN_BATCH
- * positions. On the H200 at the 80B shape (docs/benchmarks.md, decode µs at batch 32 / 64 / 128 /
- * 256): pipe 50.5 / 94.7 / 180.2 / 352.3, two-kernel 51.6 / 88.5 / 165.1 / 317.3 (its prep kernel
- * is a fixed cost that a small batch does not amortise).
+ * positions. On the H200 at the 80B shape (docs/benchmarks.md, µs at batch 32 / 64 / 128 / 256):
+ * decode pipe 49.9 / 94.1 / 179.1 / 350.6, two-kernel 48.1 / 85.8 / 163.5 / 316.3; carried decode
+ * pipe 56.6 / 108.1 / 205.6 / 401.2, two-kernel 56.1 / 94.0 / 172.8 / 328.0. Below 32 its prep
+ * kernel is a fixed cost the batch does not amortise.
  */
 export function runsTwoKernelDecode(s: TwoKernelShape, batch: number): boolean {
   return batch >= TWO_KERNEL_MIN_BATCH && twoKernelDecodeSupported(s);

@@ -47,7 +47,8 @@ interface Buffers {
 
 /**
  * A Gated DeltaNet layer (Qwen3-Next `linear_attention`): rows of f32 [hidden] in and out.
- * Prefill runs the chunked WY form (`gdn.prefill-wy`, `gdn.prefill-scan`); decode runs `gdn.recurrent` in mode 0; verify runs it in mode 1,
+ * Prefill runs the chunked WY form (`gdn.prefill-wy`, `gdn.prefill-scan`); decode runs `gdn.recurrent` in mode 0 (from
+ * TWO_KERNEL_MIN_BATCH positions `gdn.decode-prep` then `gdn.decode-state`); verify runs `gdn.recurrent` in mode 1,
  * which reads the state and writes only the stash, so a rejected row leaves no trace. After
  * acceptance, write-on-accept folds the accepted prefix (`gdnFoldAccepted` → `gdn.fold`); carried
  * mode folds it inside the slot's next kernel instead.
