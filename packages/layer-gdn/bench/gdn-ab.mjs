@@ -74,6 +74,7 @@ async function main() {
         recurrentMulti: rec('smem'),
         multiVariant: 'smem',
         fold: declOf(pkg.foldVariantKernels.smem, fm, pkg.FOLD_SYMBOLS.smem),
+        foldVariant: 'smem',
       };
     }
     for (const v of pkg.GDN_KERNEL_VARIANTS) {
@@ -165,7 +166,7 @@ async function main() {
         mode, batch, k, ...SHAPE, eps: EPS,
       });
     const fold = (t, batch, k) =>
-      gpu.launch(K.fold, { ...launchOf(K.variant, K.tag, batch), stream }, {
+      gpu.launch(K.fold, { ...launchOf(K.foldVariant ?? K.variant, K.tag, batch), stream }, {
         qkvz: L.qkvz, slots: t.slots, seqLens: t.seqLens, naTab: t.naTab, state: L.state, convRing: L.convRing, stash: L.stash, batch, k, ...SHAPE,
       });
     const out = { row: rowName, variant: K.variant, sharedBytes: sh, sections: {} };
