@@ -1,7 +1,7 @@
 import { CpuBackend } from '@metrale/cpu-backend';
 import {
   MemoryWeightSource, SeededRandom, StepDriver, tensorOf,
-  type HostTensor, type LayerLimits, type Sequence, type SpeculationMode, type StepResult,
+  type GpuBackend, type HostTensor, type LayerLimits, type Sequence, type SpeculationMode, type StepResult,
 } from '@metrale/core';
 import plugin from '@metrale/layer-gdn';
 import { GdnReference, type RefShape, type RefWeights } from './gdn-reference.js';
@@ -107,15 +107,16 @@ export function relErr(a: ArrayLike<number>, b: ArrayLike<number>): number {
 }
 
 /** A layer of the plugin on a fresh CPU backend, driven by a StepDriver. */
-export class Rig {
-  readonly gpu = new CpuBackend();
+export class Rig<G extends GpuBackend = CpuBackend> {
+  readonly gpu: G;
   readonly driver: StepDriver;
   readonly layer;
   readonly width: number;
   constructor(
     config: Record<string, unknown>, tensors: HostTensor[], limits: LayerLimits,
-    options: { speculation?: SpeculationMode; graphs?: boolean; driverLimits?: LayerLimits } = {},
+    options: { speculation?: SpeculationMode; graphs?: boolean; driverLimits?: LayerLimits; gpu?: G } = {},
   ) {
+    this.gpu = options.gpu ?? (new CpuBackend() as GpuBackend as G);
     const weights = new MemoryWeightSource('test weights', tensors);
     this.layer = plugin.create({ gpu: this.gpu, layerType: 'gdn', config, layerIndex: 0, weights, limits });
     this.driver = new StepDriver({

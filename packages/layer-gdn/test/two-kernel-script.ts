@@ -1,0 +1,70 @@
+import { SeededRandom, type GpuBackend, type SpeculationMode } from '@metrale/core';
+import { expect } from 'vitest';
+import { TWO_KERNEL_MIN_BATCH } from '@metrale/layer-gdn';
+import type { RefSeq } from './gdn-reference.js';
+import { configOf, randomWeights, referenceOf, relErr, Rig, rowOf, type Shape } from './gdn-setup.js';
+
+// A batch of TWO_KERNEL_MIN_BATCH sequences through the layer and the driver (the layer runs the
+// two-kernel decode for its decode steps), each output checked against the float64 reference
+// across prefill, decodes and a verify with partial acceptance in between (carried mode: the
+// pending rows are folded by the two-kernel decode itself). test/two-kernel-decode.test.ts runs it
+// on the CPU backend (the kernels' CPU twins), test/gpu/two-kernel-layer.test.ts on CUDA.
+
+export const SHAPE: Shape = { hidden: 16, hk: 2, hv: 4, dk: 8, dv: 8, K: 4 };
+export const TOL = 1e-4;
+
+/** Runs the script on `gpu` (default: a CpuBackend); returns the worst relative error. */
+export function runTwoKernelScript(speculation: SpeculationMode, gpu?: GpuBackend): number {
+  const batch = TWO_KERNEL_MIN_BATCH;
+  const { tensors, ref } = randomWeights(SHAPE, 13);
+  const reference = referenceOf(SHAPE, ref);
+  const limits = { maxSeqs: batch, maxSeqLen: 64, maxBatch: batch, maxK: 3, maxRows: 3 * batch };
+  const rig = new Rig(configOf(SHAPE), tensors, limits, { speculation, graphs: true, gpu });
+  const rnd = new SeededRandom(21);
+  const W = SHAPE.hidden;
+  let worst = 0;
+  try {
+    const seqs = Array.from({ length: batch }, () => rig.driver.open());
+    const refs: RefSeq[] = seqs.map(() => reference.open());
+    const lengths = seqs.map((_, i) => 1 + (i % 5));
+    const check = (out: Float32Array, rows: Float64Array[][], what: string) => {
+      let row = 0;
+      rows.forEach((r, s) => {
+        const want = Float64Array.from(r.flatMap((x) => [...x]));
+        const rel = relErr(out.subarray(row * W, (row + r.length) * W), want);
+        worst = Math.max(worst, rel);
+        expect(rel, `${what}, sequence ${s}`).toBeLessThanOrEqual(TOL);
+        row += r.length;
+      });
+    };
+    const input = (n: number) => rnd.normals(n * W);
+    // Prefill, two decodes, a verify of 3 with 0..3 accepted, two more decodes.
+    const pin = input(lengths.reduce((a, b) => a + b, 0));
+    let row = 0;
+    const pre = rig.prefill(seqs, lengths, pin);
+    check(pre, lengths.map((n, s) => { const r = Array.from({ length: n }, (_, j) => rowOf(pin, W, row + j)); row += n; return reference.run(refs[s]!, r); }), 'prefill');
+    const decode = (what: string) => {
+      const x = input(batch);
+      const out = rig.decode(seqs, x);
+      check(out, seqs.map((_, s) => reference.run(refs[s]!, [rowOf(x, W, s)])), what);
+    };
+    decode('decode 1');
+    decode('decode 2');
+    const k = 3;
+    const accepted = seqs.map((_, s) => s % (k + 1));
+    const vin = input(batch * k);
+    const vout = rig.verify(seqs, k, vin, accepted);
+    check(vout, seqs.map((_, s) => {
+      const rows = Array.from({ length: k }, (_, j) => rowOf(vin, W, s * k + j));
+      const want = reference.peek(refs[s]!, rows);
+      reference.run(refs[s]!, rows.slice(0, accepted[s]!));
+      return want;
+    }), 'verify');
+    decode('decode after the verify');
+    decode('decode 4');
+  } finally {
+    rig.dispose();
+  }
+  return worst;
+}
+
