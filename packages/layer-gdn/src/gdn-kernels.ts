@@ -13,28 +13,19 @@ const chunkRowwiseModule = defineKernelModule('gdn-chunk-rowwise', new URL('./ke
 /** Shape parameters every GDN kernel takes, in this order after its pointers. */
 const SHAPE = { hk: 'i32', hv: 'i32', dk: 'i32', dv: 'i32', convK: 'i32', maxK: 'i32' } as const;
 
-const RECURRENT_PARAMS = {
+/** A step's buffers and tables, the first parameters of the decode / verify kernels (in this order). */
+const STEP_BUFFERS = {
   qkvz: 'ptr', ba: 'ptr', y: 'ptr',
   slots: 'ptr', rowStarts: 'ptr', seqLens: 'ptr',
   state: 'ptr', convRing: 'ptr',
   convWeight: 'ptr', aLog: 'ptr', dtBias: 'ptr', normWeight: 'ptr',
   stash: 'ptr', convStash: 'ptr', pending: 'ptr',
-  mode: 'i32', batch: 'i32', k: 'i32',
-  ...SHAPE,
-  eps: 'f32',
 } as const;
 
+const RECURRENT_PARAMS = { ...STEP_BUFFERS, mode: 'i32', batch: 'i32', k: 'i32', ...SHAPE, eps: 'f32' } as const;
+
 /** The two-kernel decode: a decode step's buffers (one row per batch position) and the prep buffer. */
-const DECODE_PARAMS = {
-  qkvz: 'ptr', ba: 'ptr', y: 'ptr',
-  slots: 'ptr', rowStarts: 'ptr', seqLens: 'ptr',
-  state: 'ptr', convRing: 'ptr',
-  convWeight: 'ptr', aLog: 'ptr', dtBias: 'ptr', normWeight: 'ptr',
-  stash: 'ptr', convStash: 'ptr', pending: 'ptr', prep: 'ptr',
-  batch: 'i32',
-  ...SHAPE,
-  eps: 'f32',
-} as const;
+const DECODE_PARAMS = { ...STEP_BUFFERS, prep: 'ptr', batch: 'i32', ...SHAPE, eps: 'f32' } as const;
 
 const FOLD_PARAMS = {
   qkvz: 'ptr', slots: 'ptr', seqLens: 'ptr', naTab: 'ptr',
