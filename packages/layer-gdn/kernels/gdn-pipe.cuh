@@ -142,7 +142,7 @@ __device__ __forceinline__ void wait_block() {
 // The row's scalars (β, the A·fk and A·fq products, the k̂·q̂ term, the decay of the commit and
 // the key's norm factor): what gram() and coefs() of gdn-fast.cuh give for a block of one row.
 struct RowCoef {
-  float beta, ca, cb, cq, cl, ub, fq;  // fq: q's norm factor with 1/√d_k (gdn-decode-prep.cuh)
+  float beta, ca, cb, cq, cl, ub;
 };
 
 // The step's row: gates, q and k (conv, raw) of the key head and v, z of the value head into
@@ -202,7 +202,7 @@ __device__ __forceinline__ RowCoef prologue(const Args& A, const Geo& G, const T
   }
   if (M > 0) fast::pending_keys(A, G, pendSh, M, fast::fast_mb_alloc(A.maxK), L);
   __syncthreads();
-  RowCoef R{0.0f, 0.0f, 0.0f, 0.0f, 1.0f, 0.0f, 0.0f};
+  RowCoef R{0.0f, 0.0f, 0.0f, 0.0f, 1.0f, 0.0f};
   if (T.nrows > 0) {
     // Summed in warp order: every thread gets the same bits.
     float SQ = 0.0f, SK = 0.0f, KQ = 0.0f;
@@ -211,7 +211,7 @@ __device__ __forceinline__ RowCoef prologue(const Args& A, const Geo& G, const T
     const float fk = 1.0f / sqrtf(SK + 1e-6f);
     const float fq = (1.0f / sqrtf((float)dk)) / sqrtf(SQ + 1e-6f);
     const float At = expf(-expf(aLogH) * softplusf_(aRaw + dtB));
-    R = {sigmoidf_(bRaw), At * fk, At * fq, fk * fq * KQ, At, fk, fq};
+    R = {sigmoidf_(bRaw), At * fk, At * fq, fk * fq * KQ, At, fk};
   }
   return R;
 }
