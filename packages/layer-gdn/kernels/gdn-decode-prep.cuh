@@ -49,12 +49,13 @@ struct Taps {
   float* ringRow[fast::kMaxConv];     // the ring row tap t's position commits to (pending and the row), else null
 };
 
-// Ring and conv stash rows by position, walked from P0 − K + 1 with one division each (p ≥ 0).
+// Ring and conv stash rows by position, walked from p0 = P0 − K + 1 with one division each: p0 mod K
+// is (P0 + 1) mod K, p0 mod R is (P0 + 2R − K + 1) mod R (R = 2·maxK ≥ 2, K ≤ 4: non-negative).
 __device__ __forceinline__ Taps taps_of(const Args& A, const Geo& G, int slot, int P0, int n, int row0) {
   Taps T;
   const int R = conv_stash_rows(A);
   const int p0 = P0 - A.K + 1;
-  int rk = ((p0 % A.K) + A.K) % A.K, rr = ((p0 % R) + R) % R;  // p0 mod K, p0 mod R (p0 may be negative)
+  int rk = (P0 + 1) % A.K, rr = (P0 + 2 * R - A.K + 1) % R;
 #pragma unroll
   for (int t = 0; t < fast::kMaxConv; ++t, rk = rk + 1 == A.K ? 0 : rk + 1, rr = rr + 1 == R ? 0 : rr + 1) {
     const int p = p0 + t;
@@ -150,19 +151,15 @@ __device__ __forceinline__ void prep_entry(const Args& A, float* prep, int batch
   const float fq = (1.0f / sqrtf((float)A.dk)) / sqrtf(SQ + 1e-6f);
   // The records of the key head's r value heads, written in order (coalesced).
   const int dkp = fast::pad4(A.dk), dvp = fast::pad4(A.dv), stride = prep_stride(A.dk, A.dv);
+  // (k̂ and q̂ are the same for the key head's r records; each part is its own loop, no per-element branches.)
   for (int m = 0; m < G.r; ++m) {
     float* out = prep + ((size_t)b * A.hv + g * G.r + m) * stride;
-    for (int o = tid; o < stride; o += kPrepThreads) {
-      float v = 0.0f;
-      if (o < dkp) v = o < A.dk ? mixed[A.dk + o] * fk : 0.0f;
-      else if (o < 2 * dkp) v = o - dkp < A.dk ? mixed[o - dkp] * fq : 0.0f;
-      else if (o < 2 * dkp + dvp) v = o - 2 * dkp < A.dv ? mixed[2 * A.dk + m * A.dv + o - 2 * dkp] : 0.0f;
-      else {
-        const int s = o - 2 * dkp - dvp;
-        v = s < 2 ? gates[2 * m + s] : s == 2 ? fk * fq * KQ : 0.0f;
-      }
-      out[o] = v;
+    for (int i = tid; i < dkp; i += kPrepThreads) {
+      out[i] = i < A.dk ? mixed[A.dk + i] * fk : 0.0f;
+      out[dkp + i] = i < A.dk ? mixed[i] * fq : 0.0f;
     }
+    for (int j = tid; j < dvp; j += kPrepThreads) out[2 * dkp + j] = j < A.dv ? mixed[2 * A.dk + m * A.dv + j] : 0.0f;
+    if (tid < 4) out[2 * dkp + dvp + tid] = tid < 2 ? gates[2 * m + tid] : tid == 2 ? fk * fq * KQ : 0.0f;
   }
 }
 
