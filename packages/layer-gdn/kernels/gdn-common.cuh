@@ -88,6 +88,19 @@ __device__ __forceinline__ Geo geo_of(const Args& A) {
 // Rows per slot of the conv stash: a ring by position of 2·maxK rows (KERNELS.md).
 __device__ __forceinline__ int conv_stash_rows(const Args& A) { return 2 * A.maxK; }
 
+// Where the conv input of position p ≥ 0 comes from, for a step of a slot whose new rows start at
+// position P0 (qkvz row row0) with pending rows from position L: kind 1 the step's rows, 2 the
+// conv stash (its row p mod 2·maxK), 3 the ring (its row p mod K); off: the element offset of that
+// row in its buffer (qkvz, convStash, convRing).
+struct ConvSource {
+  int kind, off;
+};
+__device__ __forceinline__ ConvSource conv_source(const Args& A, const Geo& G, int slot, int P0, int L, int row0, int p) {
+  if (p >= P0) return {1, (row0 + (p - P0)) * G.width};
+  if (p >= L) return {2, (slot * conv_stash_rows(A) + p % conv_stash_rows(A)) * G.convDim};
+  return {3, (slot * A.K + p % A.K) * G.convDim};
+}
+
 __device__ __forceinline__ int tid_lin() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
 __device__ __forceinline__ int nthreads() { return blockDim.x * blockDim.y * blockDim.z; }
 __device__ __forceinline__ int bid_lin() { return blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z); }

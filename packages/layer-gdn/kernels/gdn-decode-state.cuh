@@ -120,13 +120,7 @@ __device__ __forceinline__ void store_state(const Args& A, const Part& p, float*
 
 // The head's prep record into shared memory (16-byte cp.async; the record's floats are a multiple of 4).
 __device__ __forceinline__ void copy_record(const float* src, float* dst, int n) {
-  for (int e = tid_lin(); e < n / 4; e += kThreads) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(fast::smem_addr(dst + 4 * e)), "l"(src + 4 * e) : "memory");
-#else
-    for (int c = 0; c < 4; ++c) dst[4 * e + c] = src[4 * e + c];
-#endif
-  }
+  for (int e = tid_lin(); e < n / 4; e += kThreads) fast::cp_async16(dst + 4 * e, src + 4 * e);
 }
 
 // The pending rows' u for this thread's columns and their γ, loaded before the first barrier so
@@ -140,28 +134,23 @@ template <int MB>
 __device__ __forceinline__ void load_pending(const Args& A, const Geo& G, const Part& p, const float* pendSh, int M, Pending<MB>& U) {
 #pragma unroll
   for (int q = 0; q < MB; ++q) {
-    const float* row = pendSh + (size_t)q * G.stashRow;
-    const float* src = row + A.dk + 4 * p.lane;
+    const float* src = pendSh + (size_t)q * G.stashRow + A.dk + 4 * p.lane;
     U.u[q] = (q < M && p.act) ? make_float4(src[0], src[1], src[2], src[3]) : f4(0.0f);
-    U.gam[q] = q < M ? row[A.dk + A.dv] : 0.0f;
   }
+  pipe::pend_gammas<MB>(A, G, pendSh, M, U.gam);
 }
 
-// S ← c0·S + Σ_q k_q (w_q u_q)ᵀ over the thread's rows, w_q = e^{γ_{M−1}−γ_q}, c0 = e^{γ_{M−1}}
-// (kf: the pending keys, zero past M).
+// S ← c0·S + Σ_q k_q (w_q u_q)ᵀ over the thread's rows (pipe::pend_coef_of: w_q = e^{γ_{M−1}−γ_q},
+// c0 = e^{γ_{M−1}}; kf: the pending keys, zero past M).
 template <int MB>
 __device__ __forceinline__ void fold_pending(const Args& A, const SLay& Q, const Part& p, int M, Pending<MB>& U, float4 (&s)[kRows]) {
-  float gl = 0.0f;
+  const pipe::PendCoef<MB> PC = pipe::pend_coef_of<MB>(U.gam, M);
 #pragma unroll
-  for (int q = 0; q < MB; ++q)
-    if (q == M - 1) gl = U.gam[q];
-  const float c0 = expf(gl);
-#pragma unroll
-  for (int q = 0; q < MB; ++q) U.u[q] = q < M ? scale4(expf(gl - U.gam[q]), U.u[q]) : f4(0.0f);
+  for (int q = 0; q < MB; ++q) U.u[q] = scale4(PC.w[q], U.u[q]);
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     if (!has_row(A, p, r)) continue;
-    float4 x = scale4(c0, s[r]);
+    float4 x = scale4(PC.c0, s[r]);
 #pragma unroll
     for (int q = 0; q < MB; ++q) fma4(Q.kf[q * Q.dkp + p.r0 + r], U.u[q], x);
     s[r] = x;

@@ -138,11 +138,22 @@ __device__ __forceinline__ Lay lay_of(const Args& A, bool withS) {
 
 __device__ __forceinline__ float4 ld4s(const float* p) { return *reinterpret_cast<const float4*>(p); }
 
+
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 #ifdef __CUDA_ARCH__
   return (uint32_t)__cvta_generic_to_shared(p);
 #else
   return 0;
+#endif
+}
+
+// One 16-byte copy global → shared memory: cp.async on sm_80+ (the caller commits and waits), a
+// plain copy before (and in the CPU thread emulator).
+__device__ __forceinline__ void cp_async16(float* dst, const float* src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+#else
+  dst[0] = src[0], dst[1] = src[1], dst[2] = src[2], dst[3] = src[3];
 #endif
 }
 
@@ -213,8 +224,7 @@ struct SmemSrc {
         const int n4 = r1 > r0 ? (r1 - r0) * dv / 4 : 0;
         const float* src = g + (size_t)r0 * dv;
         float* dst = S + (size_t)r0 * dv;
-        for (int e = tid; e < n4; e += nt)
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst + 4 * e)), "l"(src + 4 * e) : "memory");
+        for (int e = tid; e < n4; e += nt) cp_async16(dst + 4 * e, src + 4 * e);
         asm volatile("cp.async.commit_group;" ::: "memory");
       }
     }
@@ -481,26 +491,13 @@ __device__ __forceinline__ void pending_coefs(const Args& A, const Geo& G, const
 // Per-position sources of the conv inputs of a row block (positions P0 + t0 − K + 1 + x, x < nx),
 // computed once per block by nx threads into the small region.
 __device__ __forceinline__ void conv_sources(const Args& A, const Geo& G, const Task& T, int t0, int nx, const Lay& L) {
-  const int R = conv_stash_rows(A);
   int* kind = reinterpret_cast<int*>(L.sc + kPos);
   int* off = reinterpret_cast<int*>(L.sc + kPosOff);
   for (int x = tid_lin(); x < 16; x += nthreads()) {
     const int p = T.P0 + t0 - A.K + 1 + x;
-    int kd = 0, o = 0;
-    if (x < nx && p >= 0) {
-      if (p >= T.P0) {
-        kd = 1;
-        o = (T.row0 + (p - T.P0)) * G.width;
-      } else if (p >= T.L) {
-        kd = 2;
-        o = (T.slot * R + (p % R)) * G.convDim;
-      } else {
-        kd = 3;
-        o = (T.slot * A.K + (p % A.K)) * G.convDim;
-      }
-    }
-    kind[x] = kd;
-    off[x] = o;
+    const ConvSource src = x < nx && p >= 0 ? conv_source(A, G, T.slot, T.P0, T.L, T.row0, p) : ConvSource{0, 0};
+    kind[x] = src.kind;
+    off[x] = src.off;
   }
 }
 

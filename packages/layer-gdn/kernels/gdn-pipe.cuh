@@ -97,13 +97,7 @@ __device__ __forceinline__ void issue_block(const float* headS, int cb, int nblk
     for (int e = tid_lin(); e < dk * (kW / 4); e += kThreads) {
       const int i = e / (kW / 4), sg = e % (kW / 4);
       if (sg >= nseg) continue;
-      float* d = dst + i * kW + 4 * sg;
-      const float* s = headS + (size_t)i * dv + c0 + 4 * sg;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(fast::smem_addr(d)), "l"(s) : "memory");
-#else
-      d[0] = s[0], d[1] = s[1], d[2] = s[2], d[3] = s[3];
-#endif
+      fast::cp_async16(dst + i * kW + 4 * sg, headS + (size_t)i * dv + c0 + 4 * sg);
     }
   }
   if (commit) commit_copies();
@@ -230,14 +224,30 @@ struct PendCoef {
   float c0;
   float w[MB > 0 ? MB : 1];
 };
+// From the rows' cumulative gates γ_q (gam[q], q < M; gdn-decode-state.cuh loads them early).
 template <int MB>
-__device__ __forceinline__ PendCoef<MB> pend_coef(const Args& A, const Geo& G, const float* pendSh, int M) {
+__device__ __forceinline__ PendCoef<MB> pend_coef_of(const float (&gam)[MB > 0 ? MB : 1], int M) {
   PendCoef<MB> C;
-  const float gl = M > 0 ? pendSh[(size_t)(M - 1) * G.stashRow + A.dk + A.dv] : 0.0f;
+  float gl = 0.0f;
+#pragma unroll
+  for (int q = 0; q < MB; ++q)
+    if (q == M - 1) gl = gam[q];
   C.c0 = M > 0 ? expf(gl) : 1.0f;
 #pragma unroll
-  for (int q = 0; q < MB; ++q) C.w[q] = q < M ? expf(gl - pendSh[(size_t)q * G.stashRow + A.dk + A.dv]) : 0.0f;
+  for (int q = 0; q < MB; ++q) C.w[q] = q < M ? expf(gl - gam[q]) : 0.0f;
   return C;
+}
+// γ_q from the stash rows of the head (pendSh).
+template <int MB>
+__device__ __forceinline__ void pend_gammas(const Args& A, const Geo& G, const float* pendSh, int M, float (&gam)[MB > 0 ? MB : 1]) {
+#pragma unroll
+  for (int q = 0; q < (MB > 0 ? MB : 1); ++q) gam[q] = q < M ? pendSh[(size_t)q * G.stashRow + A.dk + A.dv] : 0.0f;
+}
+template <int MB>
+__device__ __forceinline__ PendCoef<MB> pend_coef(const Args& A, const Geo& G, const float* pendSh, int M) {
+  float gam[MB > 0 ? MB : 1];
+  pend_gammas<MB>(A, G, pendSh, M, gam);
+  return pend_coef_of<MB>(gam, M);
 }
 
 // Column j's inputs: v from shared memory (the prologue's), the pending rows' u_q[j] from the
