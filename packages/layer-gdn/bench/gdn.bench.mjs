@@ -83,11 +83,8 @@ async function main() {
   const kernels = {
     recurrentOf: (v) => once(`r.${v}`, () => fatbin(pkg.recurrentVariantKernels[v], 'gdn-recurrent')),
     foldOf: (v) => once(`f.${v}`, () => fatbin(pkg.foldVariantKernels[v], 'gdn-fold')),
-    get decodePrep() {
-      return once('decode-prep', () => fatbin(pkg.decodePrepKernel, 'gdn-decode'));
-    },
-    get decodeState() {
-      return once('decode-state', () => fatbin(pkg.decodeStateKernel, 'gdn-decode'));
+    get twoKernel() {
+      return once('two-kernel', () => ({ prep: fatbin(pkg.decodePrepKernel, 'gdn-decode'), state: fatbin(pkg.decodeStateKernel, 'gdn-decode') }));
     },
     get chunk() {
       return once('chunk', () => fatbin(pkg.chunkKernel, 'gdn-chunk-rowwise'));
@@ -160,15 +157,13 @@ async function main() {
         convWeight: L.convWeight, aLog: L.aLog, dtBias: L.dtBias, normWeight: L.normWeight,
         stash: mode === 1 || carried ? L.stash : 0n, convStash: carried ? L.convStash : 0n, pending: carried ? L.pending : 0n,
       };
-      if (mode === 0 && k === 1 && pkg.runsTwoKernelDecode(SHAPE, batch)) {
-        const l = pkg.twoKernelDecodeLaunches(SHAPE, batch, stream, SHAPE.maxK);
-        gpu.launch(kernels.decodePrep, l.prep, { ...args, prep: prepBuf, batch, ...shapeArgs, eps: EPS });
-        return gpu.launch(kernels.decodeState, l.state, { ...args, prep: prepBuf, batch, ...shapeArgs, eps: EPS });
+      if (mode === 0 && k === 1 && pkg.decodePath(SHAPE, batch, clusters) === 'two-kernel') {
+        return pkg.launchTwoKernelDecode(gpu, kernels.twoKernel, SHAPE, stream, { ...args, prep: prepBuf, batch, ...shapeArgs, eps: EPS });
       }
       const v = pkg.recurrentVariant(SHAPE, mode, k, batch, clusters);
       return gpu.launch(kernels.recurrentOf(v), pkg.recurrentLaunch(SHAPE, batch, stream, SHAPE.maxK, v, dev.multiprocessors), { ...args, mode, batch, k, ...shapeArgs, eps: EPS });
     };
-    const decodeAt = (batch) => (pkg.runsTwoKernelDecode(SHAPE, batch) ? 'two-kernel' : pkg.recurrentVariant(SHAPE, 0, 1, batch, clusters));
+    const decodeAt = (batch) => pkg.decodePath(SHAPE, batch, clusters);
     log(`launched as the layer does: decode ${decodeAt(1)} at batch 1, ${decodeAt(32)} at 32, ${decodeAt(256)} at 256; verify ${pkg.recurrentVariant(SHAPE, 1, 4, 32, clusters)}; fold ${pkg.foldVariant(SHAPE)}`);
     const fold = (t, batch, k) =>
       gpu.launch(kernels.foldOf(pkg.foldVariant(SHAPE)), pkg.recurrentLaunch(SHAPE, batch, stream, SHAPE.maxK, pkg.foldVariant(SHAPE), dev.multiprocessors), {

@@ -1,7 +1,7 @@
-import type { LaunchConfig, Stream } from '@metrale/core';
+import type { GpuBackend, KernelArgs, LaunchConfig, Stream } from '@metrale/core';
 import type { GdnConfig } from './gdn-config.js';
-import { decodePrepStride } from './gdn-decode.cpu.js';
-import { pipeSupported, type GdnLaunchShape } from './gdn-launch.js';
+import type { decodePrepKernel, decodeStateKernel } from './gdn-kernels.js';
+import { pad4, pendingKeyRows, pipeSupported, recurrentVariant, type GdnKernelVariant, type GdnLaunchShape } from './gdn-launch.js';
 
 // Launch shapes of the two-kernel decode (kernels/gdn-decode.cu: gdn.decode-prep, then
 // gdn.decode-state; KERNELS.md "Two-kernel decode").
@@ -25,8 +25,11 @@ export function twoKernelDecodeSupported(s: TwoKernelShape): boolean {
   return pipeSupported(s) && s.dv <= 128 && decodePrepSharedBytes(s) <= PREP_MAX_SHARED;
 }
 
-const pad4 = (x: number): number => (x + 3) & ~3;
-const pendingKeys = (maxK: number): number => (maxK <= 4 ? 4 : 8);
+/** f32 words of one (batch position, value head)'s prep record: k̂ [d_kp], q̂ [d_kp], v [d_vp], then β, α, k̂·q̂, 0 (kernels/gdn-decode-prep.cuh prep_stride). */
+export function decodePrepStride(s: { readonly dk: number; readonly dv: number }): number {
+  return 2 * pad4(s.dk) + pad4(s.dv) + 4;
+}
+
 /** Dynamic shared memory of gdn.decode-prep: a key head's conv outputs [2·d_k + r·d_v], the warps' sums [3][8], β and α of its r value heads (prep_smem_floats). */
 export function decodePrepSharedBytes(s: Pick<TwoKernelShape, 'hk' | 'hv' | 'dk' | 'dv'>): number {
   const r = s.hv / s.hk;
@@ -35,7 +38,7 @@ export function decodePrepSharedBytes(s: Pick<TwoKernelShape, 'hk' | 'hv' | 'dk'
 
 /** Dynamic shared memory of gdn.decode-state: the prep record, the pending keys, the warps' dot products [2][8][d_v], u and Σo² (state_smem_floats). */
 export function decodeStateSharedBytes(s: GdnLaunchShape): number {
-  return 4 * (decodePrepStride(s) + pendingKeys(s.maxK) * pad4(s.dk) + 17 * pad4(s.dv) + 8);
+  return 4 * (decodePrepStride(s) + pendingKeyRows(s.maxK) * pad4(s.dk) + 17 * pad4(s.dv) + 8);
 }
 
 /** Bytes of the prep buffer for `batch` batch positions: [batch][H_v][decodePrepStride] f32. */
@@ -65,4 +68,32 @@ export const TWO_KERNEL_MIN_BATCH = 32;
  */
 export function runsTwoKernelDecode(s: TwoKernelShape, batch: number): boolean {
   return batch >= TWO_KERNEL_MIN_BATCH && twoKernelDecodeSupported(s);
+}
+
+/** What runs a decode step of `batch` positions: the two-kernel decode, or gdn.recurrent's variant (`clusters`: sm_90+). */
+export function decodePath(s: TwoKernelShape, batch: number, clusters: boolean): 'two-kernel' | GdnKernelVariant {
+  return runsTwoKernelDecode(s, batch) ? 'two-kernel' : recurrentVariant(s, 0, 1, batch, clusters);
+}
+
+/** The two kernels' declarations (the package's, or the same bound to another fatbin). */
+export interface TwoKernelDecodeKernels {
+  readonly prep: typeof decodePrepKernel;
+  readonly state: typeof decodeStateKernel;
+}
+
+/**
+ * A decode step as the two-kernel decode: gdn.decode-prep, then gdn.decode-state on `stream`, both
+ * with `args` (a decode step's buffers and tables, `prep` holding decodePrepBytes for args.batch
+ * positions). The layer, the benchmarks and the GPU suite launch it through here.
+ */
+export function launchTwoKernelDecode(
+  gpu: Pick<GpuBackend, 'launch'>,
+  kernels: TwoKernelDecodeKernels,
+  cfg: Pick<GdnConfig, 'hk' | 'dk' | 'dv' | 'hv' | 'convK'>,
+  stream: Stream,
+  args: KernelArgs<typeof decodePrepKernel.params>,
+): void {
+  const l = twoKernelDecodeLaunches(cfg, args.batch, stream, args.maxK);
+  gpu.launch(kernels.prep, l.prep, args);
+  gpu.launch(kernels.state, l.state, args);
 }

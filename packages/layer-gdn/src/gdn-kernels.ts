@@ -72,6 +72,9 @@ export const decodeStateKernel = defineKernel({
   cpu: decodeStateCpu,
 });
 
+/** Both, as gdn-decode-launch.ts launchTwoKernelDecode takes them. */
+export const twoKernelDecodeKernels = Object.freeze({ prep: decodePrepKernel, state: decodeStateKernel });
+
 /** Entry points of each variant of gdn.recurrent and gdn.fold (gdn-launch.ts GdnKernelVariant). */
 export const RECURRENT_SYMBOLS: Readonly<Record<GdnKernelVariant, string>> = {
   smem: 'gdn_recurrent_smem', stream: 'gdn_recurrent_stream', legacy: 'gdn_recurrent_legacy', pipe: 'gdn_recurrent_pipe', split: 'gdn_recurrent_split', persist: 'gdn_recurrent_persist',

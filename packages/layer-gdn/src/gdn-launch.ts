@@ -63,7 +63,10 @@ export function splitSupported(s: GdnLaunchShape): boolean {
   return pipeSupported(s) && s.dv <= SPLIT_CTAS * PIPE_COLUMNS;
 }
 
-const pad4 = (x: number): number => (x + 3) & ~3;
+/** x rounded up to a multiple of 4 (the kernels' padded d_k, d_v: 16-byte rows). */
+export const pad4 = (x: number): number => (x + 3) & ~3;
+/** Rows of pending keys the kernels keep in shared memory (kernels/gdn-fast.cuh fast_mb_alloc). */
+export const pendingKeyRows = (maxK: number): number => (maxK <= 4 ? 4 : 8);
 const rowsInst = (n: number): number => (n <= 1 ? 1 : n <= 4 ? 4 : 8);
 /** kernels/gdn-fast.cuh kSmallFloats. */
 const SMALL_FLOATS = 496;
@@ -76,7 +79,7 @@ const SMALL_FLOATS = 496;
  */
 export function variantSharedBytes(variant: GdnKernelVariant, s: GdnLaunchShape): number {
   if (variant === 'legacy') return 0;
-  const mb = s.maxK <= 4 ? 4 : 8;
+  const mb = pendingKeyRows(s.maxK);
   if (variant === 'pipe' || variant === 'split' || variant === 'persist') {
     // PIPE_STAGES blocks of [d_k][32] (split: one; persist: PERSIST_STAGES), one row's k and q,
     // the pending keys, the scalars, the row parts' sums [2][4][32], o, v and z [d_v] each and the

@@ -12,8 +12,8 @@ import {
   type TransformerLayer,
 } from '@metrale/core';
 import { readGdnConfig, type GdnConfig } from './gdn-config.js';
-import { decodePrepKernel, decodeStateKernel, foldVariantKernels, recurrentVariantKernels } from './gdn-kernels.js';
-import { decodePrepBytes, runsTwoKernelDecode, twoKernelDecodeLaunches } from './gdn-decode-launch.js';
+import { foldVariantKernels, recurrentVariantKernels, twoKernelDecodeKernels } from './gdn-kernels.js';
+import { decodePath, decodePrepBytes, launchTwoKernelDecode } from './gdn-decode-launch.js';
 import { foldVariant, recurrentLaunch, recurrentVariant, runsClusters } from './gdn-launch.js';
 import { prefillKernels } from './gdn-prefill-kernels.js';
 import { launchPrefill, prefillPlan, prefillScratchBytes } from './gdn-prefill-launch.js';
@@ -187,13 +187,10 @@ export class GdnLayer implements TransformerLayer<GdnState> {
       // for long ones (gdn-prefill-launch.ts); the exact build's scan fuses the norm where clusters run.
       const plan = prefillPlan(shape, batch, rows, stream, { clusters });
       launchPrefill(gpu, prefillKernels, shape, { ...common, scratch: b.scratch }, batch, rows, cfg.eps, plan);
-    } else if (phase === 'decode' && runsTwoKernelDecode(shape, batch)) {
+    } else if (phase === 'decode' && decodePath(shape, batch, clusters) === 'two-kernel') {
       // Large decode steps: the row's conv, gates and norms first, then the state pass
       // (kernels/gdn-decode.cu; gdn-decode-launch.ts says from which batch and why).
-      const l = twoKernelDecodeLaunches(cfg, batch, stream, shape.maxK);
-      const args = { ...common, prep: b.scratch, batch, ...shape, eps: cfg.eps };
-      gpu.launch(decodePrepKernel, l.prep, args);
-      gpu.launch(decodeStateKernel, l.state, args);
+      launchTwoKernelDecode(gpu, twoKernelDecodeKernels, cfg, stream, { ...common, prep: b.scratch, batch, ...shape, eps: cfg.eps });
     } else {
       // Which entry point: gdn-launch.ts recurrentVariant (pipe or split for decode steps, where they fit).
       const mode = phase === 'verify' ? 1 : 0;

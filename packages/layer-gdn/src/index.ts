@@ -9,9 +9,9 @@ export {
   DEFAULT_VARIANT, GDN_KERNEL_VARIANTS, PIPE_THREADS, PIPE_STAGES, PIPE_MIN_BATCH,
   type GdnKernelVariant, type GdnLaunchShape,
 } from './gdn-launch.js';
-export { decodePrepKernel, decodeStateKernel } from './gdn-kernels.js';
-export { twoKernelDecodeLaunches, twoKernelDecodeSupported, runsTwoKernelDecode, TWO_KERNEL_MIN_BATCH, decodePrepBytes, decodePrepSharedBytes, decodeStateSharedBytes, DECODE_PREP_THREADS, DECODE_STATE_THREADS } from './gdn-decode-launch.js';
-export { decodePrepCpu, decodeStateCpu, decodePrepStride, type DecodeArgs } from './gdn-decode.cpu.js';
+export { decodePrepKernel, decodeStateKernel, twoKernelDecodeKernels } from './gdn-kernels.js';
+export { twoKernelDecodeLaunches, twoKernelDecodeSupported, runsTwoKernelDecode, decodePath, launchTwoKernelDecode, decodePrepStride, type TwoKernelDecodeKernels, TWO_KERNEL_MIN_BATCH, decodePrepBytes, decodePrepSharedBytes, decodeStateSharedBytes, DECODE_PREP_THREADS, DECODE_STATE_THREADS } from './gdn-decode-launch.js';
+export { decodePrepCpu, decodeStateCpu, type DecodeArgs } from './gdn-decode.cpu.js';
 export { recurrentCpu, foldCpu, chunkCpu, type RecurrentArgs, type FoldArgs, type ChunkArgs } from './gdn.cpu.js';
 export {
   prefillWyKernel, prefillWyExactKernel, prefillScanKernel, prefillScanExactKernel, prefillScanC4Kernel, prefillScanC4ExactKernel, prefillNormKernel, prefillKernels,

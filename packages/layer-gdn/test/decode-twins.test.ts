@@ -1,7 +1,9 @@
 import { CpuBackend } from '@metrale/cpu-backend';
 import { SeededRandom, type DevicePtr } from '@metrale/core';
 import { afterEach, describe, expect, it } from 'vitest';
-import { decodePrepKernel, decodePrepStride, decodeStateKernel, recurrentKernel, twoKernelDecodeLaunches, type DecodeArgs } from '@metrale/layer-gdn';
+import {
+  decodePrepStride, decodeStateKernel, launchTwoKernelDecode, recurrentKernel, twoKernelDecodeKernels, twoKernelDecodeLaunches, type DecodeArgs,
+} from '@metrale/layer-gdn';
 
 // The two-kernel decode's CPU twins (gdn.decode-prep, then gdn.decode-state) against
 // gdn.recurrent's CPU reference for the same decode step, plain and carried, on random data.
@@ -85,9 +87,7 @@ describe('two-kernel decode: CPU twins ≡ gdn.recurrent (mode 0, k = 1)', () =>
       stash: carried ? d.stash : 0n, convStash: carried ? d.convStash : 0n, pending: carried ? d.pending : 0n, batch, ...s, eps: EPS,
     };
     if (two) {
-      const l = twoKernelDecodeLaunches(s, batch, stream, s.maxK);
-      gpu.launch(decodePrepKernel, l.prep, { ...common, prep: d.prep });
-      gpu.launch(decodeStateKernel, l.state, { ...common, prep: d.prep });
+      launchTwoKernelDecode(gpu, twoKernelDecodeKernels, s, stream, { ...common, prep: d.prep });
     } else {
       gpu.launch(recurrentKernel, { grid: [batch, s.hv], block: s.dv, stream }, { ...common, mode: 0, k: 1 });
     }

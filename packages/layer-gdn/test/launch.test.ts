@@ -9,9 +9,8 @@ import {
 } from '../src/gdn-launch.js';
 import {
   DECODE_PREP_THREADS, DECODE_STATE_THREADS, TWO_KERNEL_MIN_BATCH, decodePrepBytes, decodePrepSharedBytes, decodeStateSharedBytes, runsTwoKernelDecode,
-  twoKernelDecodeLaunches, twoKernelDecodeSupported,
+  decodePrepStride, twoKernelDecodeLaunches, twoKernelDecodeSupported,
 } from '../src/gdn-decode-launch.js';
-import { decodePrepStride } from '../src/gdn-decode.cpu.js';
 
 const B80 = { hk: 16, hv: 32, dk: 128, dv: 128, convK: 4, maxK: 4 };
 const stream = { id: 0 } as unknown as Stream; // opaque to the launch shapes

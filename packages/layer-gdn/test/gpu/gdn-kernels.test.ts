@@ -24,8 +24,7 @@ import {
   GDN_KERNEL_VARIANTS, foldVariant, pipeSupported, recurrentVariant, runsClusters, splitSupported, variantBlock, variantFor, variantGrid, variantSharedBytes,
   type GdnKernelVariant, type GdnLaunchShape,
 } from '../../src/gdn-launch.js';
-import { twoKernelDecodeLaunches, twoKernelDecodeSupported } from '../../src/gdn-decode-launch.js';
-import { decodePrepStride } from '../../src/gdn-decode.cpu.js';
+import { decodePrepStride, launchTwoKernelDecode, twoKernelDecodeSupported, type TwoKernelDecodeKernels } from '../../src/gdn-decode-launch.js';
 
 // ---- device and kernels -----------------------------------------------------------------------
 
@@ -269,10 +268,8 @@ function launchOn(gpu: GpuBackend, kernels: Decls, s: Shape, batch: number, d: D
     return;
   }
   if (l.kernel === 'decode2') {
-    const { prep, state } = twoKernelDecodeLaunches({ hk: s.hk, dk: s.dk, dv: s.dv, hv: s.hv, convK: s.K }, batch, stream, s.maxK);
-    const args = { ...common, prep: d.prep, batch, ...shape, eps: EPS } as never;
-    gpu.launch(kernels.decodePrep, prep, args);
-    gpu.launch(kernels.decodeState, state, args);
+    const two = { prep: kernels.decodePrep, state: kernels.decodeState } as unknown as TwoKernelDecodeKernels;
+    launchTwoKernelDecode(gpu, two, { hk: s.hk, dk: s.dk, dv: s.dv, hv: s.hv, convK: s.K }, stream, { ...common, prep: d.prep, batch, ...shape, eps: EPS });
     return;
   }
   const v = l.variant ?? launchVariant(launchShape, 'recurrent', l.mode, l.k, batch, runsClusters(gpu));
