@@ -1,5 +1,7 @@
 import { InvalidArgumentError, type CpuKernelContext, type DeviceMemoryView, type DevicePtr } from '@metrale/core';
-import { GdnCpu, sigmoid, silu, softplus, type GdnShapeArgs, type GdnStepPointers } from './gdn-math.cpu.js';
+import { decodePrepStride } from './gdn-decode-launch.js';
+import { pad4 } from './gdn-launch.js';
+import { GdnCpu, type GdnShapeArgs, type GdnStepPointers } from './gdn-math.cpu.js';
 
 // CPU reference of kernels/gdn-decode.cu, the two-kernel decode (KERNELS.md "Two-kernel decode"):
 // gdn.decode-prep writes each (batch position, value head)'s prep record and commits the conv
@@ -14,12 +16,6 @@ export interface DecodeArgs extends GdnStepPointers, GdnShapeArgs {
   readonly eps: number;
 }
 
-const pad4 = (x: number): number => (x + 3) & ~3;
-
-/** f32 words of one (batch position, value head)'s prep record: k̂ [d_kp], q̂ [d_kp], v [d_vp], then β, α, k̂·q̂, 0. */
-export function decodePrepStride(s: Pick<GdnShapeArgs, 'dk' | 'dv'>): number {
-  return 2 * pad4(s.dk) + pad4(s.dv) + 4;
-}
 
 interface Position {
   readonly p: number;
@@ -72,26 +68,15 @@ export function decodePrepCpu(a: DecodeArgs, { mem }: CpuKernelContext): void {
   const qn = new Float64Array(keyDim);
   const kn = new Float64Array(keyDim);
   for (const { p, slot, P0, row0, n } of pos) {
-    const ring = cpu.ring(slot);
-    const convStash = n > 0 ? cpu.convStash(slot) : undefined;
+    // The ring takes the pending rows' inputs first (as gdn.recurrent's reference folds them), then
+    // the conv of position P0 reads them there; the ring takes the row's own inputs last.
+    cpu.writePendingRing(slot, P0, n);
     cpu.preConv(cpu.qkvzRows(row0, 1), 0, pre);
-    // Causal depthwise conv over positions P0−K+1..P0: the row itself, pending rows from the conv
-    // stash, older ones from the ring; then SiLU.
-    for (let c = 0; c < convDim; c++) {
-      let acc = 0;
-      for (let tap = 0; tap < K; tap++) {
-        const x = P0 - K + 1 + tap;
-        if (x < 0) continue;
-        const v = x === P0 ? pre[c]! : x >= P0 - n ? convStash![cpu.convStashRow(x) * convDim + c]! : ring[(x % K) * convDim + c]!;
-        acc += convW[c * K + tap]! * v;
-      }
-      mixed[c] = silu(acc);
-    }
+    cpu.convRow(convW, cpu.ring(slot), pre, P0, P0, mixed);
     cpu.normalizeQK(mixed, qn, kn);
     const ba = mem.f32(a.ba + BigInt(4 * row0 * 2 * hv), 2 * hv);
     for (let h = 0; h < hv; h++) {
       const g = Math.floor(h / r);
-      const hl = h % r;
       const rec = prep.subarray((p * hv + h) * stride, (p * hv + h + 1) * stride);
       rec.fill(0);
       let kq = 0;
@@ -101,13 +86,12 @@ export function decodePrepCpu(a: DecodeArgs, { mem }: CpuKernelContext): void {
         kq += kn[g * dk + i]! * qn[g * dk + i]!;
       }
       for (let j = 0; j < dv; j++) rec[2 * dkp + j] = mixed[2 * keyDim + h * dv + j]!;
+      const { beta, gate } = cpu.gates(ba, h, aLog, dtBias);
       const sc = 2 * dkp + dvp;
-      rec[sc] = sigmoid(ba[g * 2 * r + hl]!);
-      rec[sc + 1] = Math.exp(-Math.exp(aLog[h]!) * softplus(ba[g * 2 * r + r + hl]! + dtBias[h]!));
+      rec[sc] = beta;
+      rec[sc + 1] = Math.exp(gate);
       rec[sc + 2] = kq;
     }
-    // The ring takes the pending rows' inputs and the row's (positions P0 − n .. P0).
-    if (convStash) cpu.writeRing(slot, P0 - n, (t, out) => out.set(convStash.subarray(cpu.convStashRow(P0 - n + t) * convDim, (cpu.convStashRow(P0 - n + t) + 1) * convDim)), n);
     cpu.writeRing(slot, P0, (_, out) => out.set(pre), 1);
   }
 }
@@ -118,7 +102,7 @@ export function decodeStateCpu(a: DecodeArgs, { mem }: CpuKernelContext): void {
   const prep = prepView('gdn.decode-state', a, mem);
   const pos = positions('gdn.decode-state', a, mem);
   const cpu = new GdnCpu(mem, a, a, a.eps);
-  const { hv, dk, dv, r } = cpu;
+  const { hv, dk, dv } = cpu;
   const stride = decodePrepStride(a);
   const dkp = pad4(dk);
   const dvp = pad4(dv);
@@ -134,30 +118,10 @@ export function decodeStateCpu(a: DecodeArgs, { mem }: CpuKernelContext): void {
     for (let h = 0; h < hv; h++) {
       const rec = prep.subarray((p * hv + h) * stride, (p * hv + h + 1) * stride);
       const sc = 2 * dkp + dvp;
-      const beta = rec[sc]!;
-      const alpha = rec[sc + 1]!;
-      const s0 = h * dk * dv;
-      // S ← αS; u = β(v − Sᵀk̂); S ← S + k̂ uᵀ; o = Sᵀq̂.
-      for (let e = 0; e < dk * dv; e++) S[e] = alpha * state[s0 + e]!;
-      for (let j = 0; j < dv; j++) {
-        let kv = 0;
-        for (let i = 0; i < dk; i++) kv += S[i * dv + j]! * rec[i]!;
-        u[j] = beta * (rec[2 * dkp + j]! - kv);
-      }
-      o.fill(0);
-      for (let i = 0; i < dk; i++) {
-        for (let j = 0; j < dv; j++) {
-          S[i * dv + j]! += rec[i]! * u[j]!;
-          o[j]! += S[i * dv + j]! * rec[dkp + i]!;
-        }
-      }
-      for (let e = 0; e < dk * dv; e++) state[s0 + e] = S[e]!;
-      let ms = 0;
-      for (let j = 0; j < dv; j++) ms += o[j]! ** 2;
-      const inv = 1 / Math.sqrt(ms / dv + a.eps);
-      const g = Math.floor(h / r);
-      const z0 = g * (2 * dk + 2 * r * dv) + 2 * dk + r * dv + (h % r) * dv;
-      for (let j = 0; j < dv; j++) y[h * dv + j] = normW[j]! * o[j]! * inv * silu(row[z0 + j]!);
+      S.set(state.subarray(h * dk * dv, (h + 1) * dk * dv));
+      cpu.headStep(S, rec.subarray(0, dk), rec.subarray(dkp, dkp + dk), rec.subarray(2 * dkp, 2 * dkp + dv), rec[sc]!, rec[sc + 1]!, u, o);
+      state.set(S, h * dk * dv);
+      cpu.gatedNorm(o, row, cpu.zColumn(h), normW, y.subarray(h * dv, (h + 1) * dv));
     }
   }
 }

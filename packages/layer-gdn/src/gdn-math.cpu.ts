@@ -197,6 +197,82 @@ export class GdnCpu {
     }
   }
 
+  /**
+   * The causal depthwise conv of position P over positions P−K+1..P, then SiLU, into `mixed` (conv
+   * channel order): positions ≥ L from `pre` (the step's pre-conv rows from position L), older ones
+   * from the slot's `ring`, negative ones zero.
+   */
+  convRow(convW: Float32Array, ring: Float32Array, pre: Float32Array, L: number, P: number, mixed: Float64Array): void {
+    const { K, convDim } = this;
+    for (let c = 0; c < convDim; c++) {
+      let acc = 0;
+      for (let tap = 0; tap < K; tap++) {
+        const q = P - K + 1 + tap;
+        if (q < 0) continue;
+        const x = q >= L ? pre[(q - L) * convDim + c]! : ring[(q % K) * convDim + c]!;
+        acc += convW[c * K + tap]! * x;
+      }
+      mixed[c] = silu(acc);
+    }
+  }
+
+  /**
+   * One row of one head on its state S [d_k][d_v] (float64, updated in place): S ← αS;
+   * u = β(v − Sᵀk); S ← S + k uᵀ; o = Sᵀq (k and q normalised).
+   */
+  headStep(S: Float64Array, k: ArrayLike<number>, q: ArrayLike<number>, v: ArrayLike<number>, beta: number, alpha: number, u: Float64Array, o: Float64Array): void {
+    const { dk, dv } = this;
+    for (let e = 0; e < dk * dv; e++) S[e]! *= alpha;
+    for (let j = 0; j < dv; j++) {
+      let kv = 0;
+      for (let i = 0; i < dk; i++) kv += S[i * dv + j]! * k[i]!;
+      u[j] = beta * (v[j]! - kv);
+    }
+    o.fill(0);
+    for (let i = 0; i < dk; i++) {
+      const ki = k[i]!;
+      const qi = q[i]!;
+      for (let j = 0; j < dv; j++) {
+        S[i * dv + j]! += ki * u[j]!;
+        o[j]! += S[i * dv + j]! * qi;
+      }
+    }
+  }
+
+  /** β = sigmoid(b) and the gate g = −exp(A_log)·softplus(a + dt_bias) of value head h, from a row's `ba` (per key head [b r, a r]). */
+  gates(baRow: Float32Array, h: number, aLog: Float32Array, dtBias: Float32Array): { beta: number; gate: number } {
+    const { r } = this;
+    const g = Math.floor(h / r);
+    const hl = h % r;
+    return { beta: sigmoid(baRow[g * 2 * r + hl]!), gate: -Math.exp(aLog[h]!) * softplus(baRow[g * 2 * r + r + hl]! + dtBias[h]!) };
+  }
+
+  /** Column of value head h's z in a `qkvz` row (HF's grouped layout). */
+  zColumn(h: number): number {
+    const { dk, dv, r } = this;
+    return Math.floor(h / r) * (2 * dk + 2 * r * dv) + 2 * dk + r * dv + (h % r) * dv;
+  }
+
+  /** The gated RMSNorm of a head's o: y = w ⊙ o / √(mean(o²) + eps) ⊙ SiLU(z), z = row[z0 ..]. */
+  gatedNorm(o: Float64Array, row: Float32Array, z0: number, normW: Float32Array, y: Float32Array): void {
+    const { dv } = this;
+    let ms = 0;
+    for (let j = 0; j < dv; j++) ms += o[j]! ** 2;
+    const inv = 1 / Math.sqrt(ms / dv + this.eps);
+    for (let j = 0; j < dv; j++) y[j] = normW[j]! * o[j]! * inv * silu(row[z0 + j]!);
+  }
+
+  /**
+   * The ring takes a slot's n pending carried rows (positions L − n .. L − 1), their pre-conv
+   * inputs from the conv stash (row p mod 2·maxK).
+   */
+  writePendingRing(slot: number, L: number, n: number): void {
+    if (n === 0) return;
+    const convStash = this.convStash(slot);
+    const row = (t: number) => this.convStashRow(L - n + t) * this.convDim;
+    this.writeRing(slot, L - n, (t, out) => out.set(convStash.subarray(row(t), row(t) + this.convDim)), n);
+  }
+
   /** Writes pre-conv rows (conv channel order, `count` rows from `src`) into the ring at positions first.. */
   writeRing(slot: number, firstPosition: number, src: (t: number, out: Float32Array) => void, count: number): void {
     const ring = this.ring(slot);
@@ -238,52 +314,17 @@ export class GdnCpu {
     const o = new Float64Array(dv);
     for (let t = 0; t < count; t++) {
       const P = L + t;
-      // Causal depthwise conv over positions P−K+1..P, then SiLU.
-      for (let c = 0; c < convDim; c++) {
-        let acc = 0;
-        for (let tap = 0; tap < K; tap++) {
-          const q = P - K + 1 + tap;
-          if (q < 0) continue;
-          const x = q >= L ? pre[(q - L) * convDim + c]! : ring[(q % K) * convDim + c]!;
-          acc += convW[c * K + tap]! * x;
-        }
-        mixed[c] = silu(acc);
-      }
+      this.convRow(convW, ring, pre, L, P, mixed);
       this.normalizeQK(mixed, qn, kn);
       for (let h = 0; h < hv; h++) {
         const g = Math.floor(h / r);
-        const hl = h % r;
-        const b = ba[t * 2 * hv + g * 2 * r + hl]!;
-        const a = ba[t * 2 * hv + g * 2 * r + r + hl]!;
-        const beta = sigmoid(b);
-        const gate = -Math.exp(aLog[h]!) * softplus(a + dtBias[h]!);
+        const { beta, gate } = this.gates(ba.subarray(t * 2 * hv, (t + 1) * 2 * hv), h, aLog, dtBias);
         const alpha = Math.exp(gate);
         gamma[h]! += gate;
-        const s0 = h * dk * dv;
-        const v0 = 2 * keyDim + h * dv;
-        // S ← αS; u = β(v − Sᵀk); S ← S + k uᵀ; o = Sᵀq.
-        for (let e = 0; e < dk * dv; e++) S[s0 + e]! *= alpha;
-        for (let j = 0; j < dv; j++) {
-          let kv = 0;
-          for (let i = 0; i < dk; i++) kv += S[s0 + i * dv + j]! * kn[g * dk + i]!;
-          u[j] = beta * (mixed[v0 + j]! - kv);
-        }
-        o.fill(0);
-        for (let i = 0; i < dk; i++) {
-          const ki = kn[g * dk + i]!;
-          const qi = qn[g * dk + i]!;
-          for (let j = 0; j < dv; j++) {
-            const e = s0 + i * dv + j;
-            S[e]! += ki * u[j]!;
-            o[j]! += S[e]! * qi;
-          }
-        }
-        // Gated RMSNorm: w ⊙ o / √(mean(o²) + eps) ⊙ SiLU(z).
-        let ms = 0;
-        for (let j = 0; j < dv; j++) ms += o[j]! ** 2;
-        const inv = 1 / Math.sqrt(ms / dv + this.eps);
-        const z0 = t * this.width + g * (2 * dk + 2 * r * dv) + 2 * dk + r * dv + hl * dv;
-        for (let j = 0; j < dv; j++) y[t * hv * dv + h * dv + j] = normW[j]! * o[j]! * inv * silu(rows[z0 + j]!);
+        const head = S.subarray(h * dk * dv, (h + 1) * dk * dv);
+        const v = mixed.subarray(2 * keyDim + h * dv, 2 * keyDim + (h + 1) * dv);
+        this.headStep(head, kn.subarray(g * dk, (g + 1) * dk), qn.subarray(g * dk, (g + 1) * dk), v, beta, alpha, u, o);
+        this.gatedNorm(o, rows, t * this.width + this.zColumn(h), normW, y.subarray(t * hv * dv + h * dv, t * hv * dv + (h + 1) * dv));
         if (st) {
           const row = (h * this.maxK + t) * stashRow;
           for (let i = 0; i < dk; i++) st[row + i] = kn[g * dk + i]!;

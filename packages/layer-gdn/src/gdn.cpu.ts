@@ -47,9 +47,7 @@ function foldPending(cpu: GdnCpu, mem: DeviceMemoryView, pending: DevicePtr, slo
   if (n === 0) return;
   if (n > L) throw new InvalidArgumentError(`gdn kernels: slot ${slot} has ${n} pending rows but a committed length of ${L}`);
   cpu.foldStash(slot, n);
-  const convStash = cpu.convStash(slot);
-  const row = (t: number) => cpu.convStashRow(L - n + t) * cpu.convDim;
-  cpu.writeRing(slot, L - n, (t, out) => out.set(convStash.subarray(row(t), row(t) + cpu.convDim)), n);
+  cpu.writePendingRing(slot, L, n);
 }
 
 /** The rows of every real batch position: decode, verify or prefill, from the step's tables. */
