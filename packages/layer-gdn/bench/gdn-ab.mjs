@@ -150,21 +150,20 @@ async function main() {
       convWeight: L.convWeight, aLog: L.aLog, dtBias: L.dtBias, normWeight: L.normWeight,
       stash: L.stash, convStash: carried ? L.convStash : 0n, pending: carried ? L.pending : 0n,
     });
+    // A build with another prep thread count launches through its own shapes; else as the layer does.
     const two = (t, batch, carried) => {
-      const l = pkg.twoKernelDecodeLaunches(SHAPE, batch, stream, SHAPE.maxK);
-      const state = l.state;
-      const prep = prepThreads[K.tag] ? { ...l.prep, block: Number(prepThreads[K.tag]) } : l.prep;
       const args = { ...tables(t, carried), prep: prepBuf, batch, ...SHAPE, eps: EPS };
-      gpu.launch(K.two.prep, prep, args);
-      gpu.launch(K.two.state, state, args);
+      if (!prepThreads[K.tag]) return pkg.launchTwoKernelDecode(gpu, K.two, SHAPE, stream, args);
+      const l = pkg.twoKernelDecodeLaunches(SHAPE, batch, stream, SHAPE.maxK);
+      gpu.launch(K.two.prep, { ...l.prep, block: Number(prepThreads[K.tag]) }, args);
+      gpu.launch(K.two.state, l.state, args);
     };
-    const rec = (t, batch, mode, k, carried) =>
-      K.two && mode === 0 && k === 1 ? two(t, batch, carried) : gpu.launch(mode === 0 && k === 1 ? K.recurrent : K.recurrentMulti, { ...launchOf(mode === 0 && k === 1 ? K.variant : K.multiVariant, K.tag, batch), stream }, {
-        qkvz: L.qkvz, ba: L.ba, y: L.y, slots: t.slots, rowStarts: t.rowStarts, seqLens: t.seqLens, state: L.state, convRing: L.convRing,
-        convWeight: L.convWeight, aLog: L.aLog, dtBias: L.dtBias, normWeight: L.normWeight,
-        stash: L.stash, convStash: carried ? L.convStash : 0n, pending: carried ? L.pending : 0n,
-        mode, batch, k, ...SHAPE, eps: EPS,
-      });
+    const rec = (t, batch, mode, k, carried) => {
+      const decode = mode === 0 && k === 1;
+      if (K.two && decode) return two(t, batch, carried);
+      const launch = { ...launchOf(decode ? K.variant : K.multiVariant, K.tag, batch), stream };
+      return gpu.launch(decode ? K.recurrent : K.recurrentMulti, launch, { ...tables(t, carried), mode, batch, k, ...SHAPE, eps: EPS });
+    };
     const fold = (t, batch, k) =>
       gpu.launch(K.fold, { ...launchOf(K.foldVariant ?? K.variant, K.tag, batch), stream }, {
         qkvz: L.qkvz, slots: t.slots, seqLens: t.seqLens, naTab: t.naTab, state: L.state, convRing: L.convRing, stash: L.stash, batch, k, ...SHAPE,
