@@ -41,26 +41,32 @@ __device__ __forceinline__ void check_prep(const Args& A, const Geo& G) {
   if (!ok) __trap();
 }
 
-// Where the conv input of tap t (position P0 − K + 1 + t) comes from (gdn-common.cuh conv_source;
-// kind 0: a negative position), the same for every channel, and the ring row that position commits
-// to when it is the row's or a pending row's (else null).
+// Where the conv input of tap t (position P0 − K + 1 + t) comes from: nothing (a negative
+// position), the row itself, the conv stash (a pending row) or the ring. The same for every channel.
 struct Taps {
-  const float* base[fast::kMaxConv];  // the source row (qkvz: the row; conv stash / ring: the position's row)
+  const float* base[fast::kMaxConv];  // row start (qkvz: the row; conv stash / ring: position's row)
   int kind[fast::kMaxConv];           // 0 zero, 1 qkvz, 2 conv stash, 3 ring
-  float* ringRow[fast::kMaxConv];
+  float* ringRow[fast::kMaxConv];     // the ring row tap t's position commits to (pending and the row), else null
 };
 
+// Ring and conv stash rows by position, walked from p0 = P0 − K + 1 with one division each: p0 mod K
+// is (P0 + 1) mod K, p0 mod R is (P0 + 2R − K + 1) mod R (R = 2·maxK ≥ 2, K ≤ 4: non-negative).
+// The rule is gdn-common.cuh conv_source's (p ≥ P0: the row; p ≥ P0 − n: the conv stash; else the
+// ring); walked here rather than called per tap, as measured (docs/benchmarks.md, fifth round).
 __device__ __forceinline__ Taps taps_of(const Args& A, const Geo& G, int slot, int P0, int n, int row0) {
   Taps T;
+  const int R = conv_stash_rows(A);
+  const int p0 = P0 - A.K + 1;
+  int rk = (P0 + 1) % A.K, rr = (P0 + 2 * R - A.K + 1) % R;
 #pragma unroll
-  for (int t = 0; t < fast::kMaxConv; ++t) {
-    const int p = P0 - A.K + 1 + t;
+  for (int t = 0; t < fast::kMaxConv; ++t, rk = rk + 1 == A.K ? 0 : rk + 1, rr = rr + 1 == R ? 0 : rr + 1) {
+    const int p = p0 + t;
     T.kind[t] = 0, T.base[t] = nullptr, T.ringRow[t] = nullptr;
     if (t >= A.K || p < 0) continue;
-    const ConvSource src = conv_source(A, G, slot, P0, P0 - n, row0, p);
-    const float* buf = src.kind == 1 ? A.qkvz : src.kind == 2 ? A.convStash : A.convRing;
-    T.kind[t] = src.kind, T.base[t] = buf + src.off;
-    if (src.kind != 3) T.ringRow[t] = A.convRing + ((size_t)slot * A.K + p % A.K) * G.convDim;
+    float* ring = A.convRing + ((size_t)slot * A.K + rk) * G.convDim;
+    if (p == P0) T.kind[t] = 1, T.base[t] = A.qkvz + (size_t)row0 * G.width, T.ringRow[t] = ring;
+    else if (p >= P0 - n) T.kind[t] = 2, T.base[t] = A.convStash + ((size_t)slot * R + rr) * G.convDim, T.ringRow[t] = ring;
+    else T.kind[t] = 3, T.base[t] = ring;
   }
   return T;
 }

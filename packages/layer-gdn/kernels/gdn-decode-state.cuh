@@ -134,23 +134,31 @@ template <int MB>
 __device__ __forceinline__ void load_pending(const Args& A, const Geo& G, const Part& p, const float* pendSh, int M, Pending<MB>& U) {
 #pragma unroll
   for (int q = 0; q < MB; ++q) {
-    const float* src = pendSh + (size_t)q * G.stashRow + A.dk + 4 * p.lane;
+    const float* row = pendSh + (size_t)q * G.stashRow;
+    const float* src = row + A.dk + 4 * p.lane;
     U.u[q] = (q < M && p.act) ? make_float4(src[0], src[1], src[2], src[3]) : f4(0.0f);
+    U.gam[q] = q < M ? row[A.dk + A.dv] : 0.0f;
   }
-  pipe::pend_gammas<MB>(A, G, pendSh, M, U.gam);
 }
 
-// S ← c0·S + Σ_q k_q (w_q u_q)ᵀ over the thread's rows (pipe::pend_coef_of: w_q = e^{γ_{M−1}−γ_q},
-// c0 = e^{γ_{M−1}}; kf: the pending keys, zero past M).
+// S ← c0·S + Σ_q k_q (w_q u_q)ᵀ over the thread's rows, w_q = e^{γ_{M−1}−γ_q}, c0 = e^{γ_{M−1}}
+// (kf: the pending keys, zero past M). pipe::pend_coef_of computes the same weights; a build that
+// called it here (with the prep calling conv_source per tap) grew this kernel's stack frame and
+// spills (224 / 84 B against 192 / 44 B) and measured carried decode 389 against 329 µs at batch 256
+// on the H200 (docs/benchmarks.md, fifth round), so the weights are computed in place.
 template <int MB>
 __device__ __forceinline__ void fold_pending(const Args& A, const SLay& Q, const Part& p, int M, Pending<MB>& U, float4 (&s)[kRows]) {
-  const pipe::PendCoef<MB> PC = pipe::pend_coef_of<MB>(U.gam, M);
+  float gl = 0.0f;
 #pragma unroll
-  for (int q = 0; q < MB; ++q) U.u[q] = scale4(PC.w[q], U.u[q]);
+  for (int q = 0; q < MB; ++q)
+    if (q == M - 1) gl = U.gam[q];
+  const float c0 = expf(gl);
+#pragma unroll
+  for (int q = 0; q < MB; ++q) U.u[q] = q < M ? scale4(expf(gl - U.gam[q]), U.u[q]) : f4(0.0f);
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     if (!has_row(A, p, r)) continue;
-    float4 x = scale4(PC.c0, s[r]);
+    float4 x = scale4(c0, s[r]);
 #pragma unroll
     for (int q = 0; q < MB; ++q) fma4(Q.kf[q * Q.dkp + p.r0 + r], U.u[q], x);
     s[r] = x;
