@@ -224,7 +224,7 @@ struct PendCoef {
   float c0;
   float w[MB > 0 ? MB : 1];
 };
-// From the rows' cumulative gates γ_q (gam[q], q < M; gdn-decode-state.cuh loads them early).
+// From the rows' cumulative gates γ_q (gam[q], q < M).
 template <int MB>
 __device__ __forceinline__ PendCoef<MB> pend_coef_of(const float (&gam)[MB > 0 ? MB : 1], int M) {
   PendCoef<MB> C;
