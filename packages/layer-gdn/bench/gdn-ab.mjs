@@ -25,7 +25,10 @@
 //   carried       mode 1 carried, k 4, pending 4           floor: read + write S (= decode)
 //   carried dec.  mode 0 carried, k 1, pending 2           floor: read + write S
 // A `tag:two` row runs the two-kernel decode (kernels/gdn-decode.cu: gdn_decode_prep, then
-// gdn_decode_state) for decode steps and the smem entry points for the rest (needs gdn-decode.fatbin).
+// gdn_decode_state) for decode steps, the two-kernel verify (kernels/gdn-verify.cu) for verify
+// steps of k ≤ 4 when the build has gdn-verify.fatbin, and the smem entry points for the rest
+// (needs gdn-decode.fatbin). METRALE_GDN_AB_VERIFY_BATCHES="1,8,32" sets the verify and carried
+// sections' batches (default 32,256 and 1,32,256).
 // A pipe or split row runs what the layer would: that variant for decode steps (mode 0, k = 1) and
 // the fold, the same build's smem entry point for the rest. Parameters, threads and shared memory come from the
 // package's dist (gdn-kernels.ts, gdn-launch.ts).
@@ -67,10 +70,13 @@ async function main() {
     const dfb = join(dir, 'gdn-decode.fatbin');
     if (existsSync(dfb)) {
       const dm = defineKernelModule(`gdn-decode-${tag}`, dfb);
+      const vfb = join(dir, 'gdn-verify.fatbin');
+      const vm = existsSync(vfb) ? defineKernelModule(`gdn-verify-${tag}`, vfb) : undefined;
       kernelsOf[`${tag}:two`] = {
         tag,
         variant: 'two',
         two: { prep: declOf(pkg.decodePrepKernel, dm, 'gdn_decode_prep'), state: declOf(pkg.decodeStateKernel, dm, 'gdn_decode_state') },
+        twoVerify: vm && { prep: declOf(pkg.verifyPrepKernel, vm, 'gdn_verify_prep'), state: declOf(pkg.verifyStateKernel, vm, 'gdn_verify_state') },
         recurrentMulti: rec('smem'),
         multiVariant: 'smem',
         fold: declOf(pkg.foldVariantKernels.smem, fm, pkg.FOLD_SYMBOLS.smem),
@@ -107,7 +113,7 @@ async function main() {
   const maxRows = 1024;
   const L = allocLayer(gpu, maxSlots, maxRows);
   const setPending = (n) => gpu.upload(L.pending, new Uint32Array(maxSlots).fill(n));
-  const prepBuf = gpu.alloc(pkg.decodePrepBytes(SHAPE, maxSlots));
+  const prepBuf = gpu.alloc(Math.max(pkg.decodePrepBytes(SHAPE, maxSlots), pkg.verifyPrepBytes(SHAPE, maxSlots)));
 
   const pipeNb = Object.fromEntries((process.env.METRALE_GDN_AB_PIPE_NB ?? '').split(',').filter(Boolean).map((s) => s.split('=')));
   // A pipe build with other stages: the package's shared memory plus or minus those blocks of [d_k][32].
@@ -131,12 +137,13 @@ async function main() {
   // A build whose gdn_decode_prep was compiled with another kPrepThreads: "tag=64" (its shared memory is at most the package's).
   const prepThreads = Object.fromEntries((process.env.METRALE_GDN_AB_PREP_THREADS ?? '').split(',').filter(Boolean).map((s) => s.split('=')));
   const decodeBatches = (process.env.METRALE_GDN_AB_DECODE_BATCHES ?? '1,32,256').split(',').map(Number);
+  const verifyBatches = process.env.METRALE_GDN_AB_VERIFY_BATCHES?.split(',').map(Number);
   const SECTIONS = [
     { name: 'decode', batches: decodeBatches, k: 1, bytes: 2, pending: 0 },
-    { name: 'verify', batches: [32, 256], k: 4, bytes: 1, pending: 0 },
+    { name: 'verify', batches: verifyBatches ?? [32, 256], k: 4, bytes: 1, pending: 0 },
     { name: 'fold', batches: [32, 256], k: 4, bytes: 2, pending: 0 },
     { name: 'verify+fold', batches: [32, 256], k: 4, bytes: 3, pending: 0 },
-    { name: 'carried', batches: [1, 32, 256], k: 4, bytes: 2, pending: 4 },
+    { name: 'carried', batches: verifyBatches ?? [1, 32, 256], k: 4, bytes: 2, pending: 4 },
     { name: 'carried decode', batches: decodeBatches, k: 1, bytes: 2, pending: 2 },
   ];
 
@@ -161,6 +168,9 @@ async function main() {
     const rec = (t, batch, mode, k, carried) => {
       const decode = mode === 0 && k === 1;
       if (K.two && decode) return two(t, batch, carried);
+      if (K.twoVerify && mode === 1 && k <= pkg.VERIFY_ROWS) {
+        return pkg.launchTwoKernelVerify(gpu, K.twoVerify, SHAPE, stream, { ...tables(t, carried), prep: prepBuf, batch, k, ...SHAPE, eps: EPS });
+      }
       const launch = { ...launchOf(decode ? K.variant : K.multiVariant, K.tag, batch), stream };
       return gpu.launch(decode ? K.recurrent : K.recurrentMulti, launch, { ...tables(t, carried), mode, batch, k, ...SHAPE, eps: EPS });
     };

@@ -86,6 +86,9 @@ async function main() {
     get twoKernel() {
       return once('two-kernel', () => ({ prep: fatbin(pkg.decodePrepKernel, 'gdn-decode'), state: fatbin(pkg.decodeStateKernel, 'gdn-decode') }));
     },
+    get twoKernelVerify() {
+      return once('two-kernel-verify', () => ({ prep: fatbin(pkg.verifyPrepKernel, 'gdn-verify'), state: fatbin(pkg.verifyStateKernel, 'gdn-verify') }));
+    },
     get chunk() {
       return once('chunk', () => fatbin(pkg.chunkKernel, 'gdn-chunk-rowwise'));
     },
@@ -150,7 +153,7 @@ async function main() {
     const grid = (batch) => [batch, SHAPE.hv];
     const block = Math.min(SHAPE.dv, 1024);
     // The two-kernel decode's prep records (the layer keeps them in its scratch).
-    const prepBuf = gpu.alloc(pkg.decodePrepBytes(SHAPE, maxSlots));
+    const prepBuf = gpu.alloc(Math.max(pkg.decodePrepBytes(SHAPE, maxSlots), pkg.verifyPrepBytes(SHAPE, maxSlots)));
     const recurrent = (t, batch, mode, k, carried) => {
       const args = {
         qkvz: L.qkvz, ba: L.ba, y: L.y, slots: t.slots, rowStarts: t.rowStarts, seqLens: t.seqLens, state: L.state, convRing: L.convRing,
@@ -160,11 +163,14 @@ async function main() {
       if (mode === 0 && k === 1 && pkg.decodePath(SHAPE, batch, clusters) === 'two-kernel') {
         return pkg.launchTwoKernelDecode(gpu, kernels.twoKernel, SHAPE, stream, { ...args, prep: prepBuf, batch, ...shapeArgs, eps: EPS });
       }
+      if (mode === 1 && pkg.verifyPath(SHAPE, batch, k, clusters) === 'two-kernel') {
+        return pkg.launchTwoKernelVerify(gpu, kernels.twoKernelVerify, SHAPE, stream, { ...args, prep: prepBuf, batch, k, ...shapeArgs, eps: EPS });
+      }
       const v = pkg.recurrentVariant(SHAPE, mode, k, batch, clusters);
       return gpu.launch(kernels.recurrentOf(v), pkg.recurrentLaunch(SHAPE, batch, stream, SHAPE.maxK, v, dev.multiprocessors), { ...args, mode, batch, k, ...shapeArgs, eps: EPS });
     };
     const decodeAt = (batch) => pkg.decodePath(SHAPE, batch, clusters);
-    log(`launched as the layer does: decode ${decodeAt(1)} at batch 1, ${decodeAt(32)} at 32, ${decodeAt(256)} at 256; verify ${pkg.recurrentVariant(SHAPE, 1, 4, 32, clusters)}; fold ${pkg.foldVariant(SHAPE)}`);
+    log(`launched as the layer does: decode ${decodeAt(1)} at batch 1, ${decodeAt(32)} at 32, ${decodeAt(256)} at 256; verify ${pkg.verifyPath(SHAPE, 1, 4, clusters)} at batch 1, ${pkg.verifyPath(SHAPE, 32, 4, clusters)} at 32, ${pkg.verifyPath(SHAPE, 256, 4, clusters)} at 256; fold ${pkg.foldVariant(SHAPE)}`);
     const fold = (t, batch, k) =>
       gpu.launch(kernels.foldOf(pkg.foldVariant(SHAPE)), pkg.recurrentLaunch(SHAPE, batch, stream, SHAPE.maxK, pkg.foldVariant(SHAPE), dev.multiprocessors), {
         qkvz: L.qkvz, slots: t.slots, seqLens: t.seqLens, naTab: t.naTab, state: L.state, convRing: L.convRing, stash: L.stash,

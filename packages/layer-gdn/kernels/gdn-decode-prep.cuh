@@ -49,6 +49,12 @@ struct Taps {
   float* ringRow[fast::kMaxConv];     // the ring row tap t's position commits to (pending and the row), else null
 };
 
+// Conv channel of channel l of key head g (its q, k, then the v of its r value heads); its qkvz
+// column is g·grp + l (a key head's q, k and v are contiguous in its group of the row).
+__device__ __forceinline__ int key_head_channel(const Args& A, const Geo& G, int g, int l) {
+  return l < A.dk ? g * A.dk + l : l < 2 * A.dk ? G.keyDim + g * A.dk + l - A.dk : 2 * G.keyDim + g * G.r * A.dv + l - 2 * A.dk;
+}
+
 // Ring and conv stash rows by position, walked from p0 = P0 − K + 1 with one division each: p0 mod K
 // is (P0 + 1) mod K, p0 mod R is (P0 + 2R − K + 1) mod R (R = 2·maxK ≥ 2, K ≤ 4: non-negative).
 // The rule is gdn-common.cuh conv_source's (p ≥ P0: the row; p ≥ P0 − n: the conv stash; else the
@@ -103,7 +109,7 @@ __device__ __forceinline__ void prep_entry(const Args& A, float* prep, int batch
     for (int e = 0; e < kCh; ++e) {
       const int l = l0 + e * kPrepThreads;
       const bool in = l < nch;
-      const int c = l < A.dk ? g * A.dk + l : l < 2 * A.dk ? G.keyDim + g * A.dk + l - A.dk : 2 * G.keyDim + g * G.r * A.dv + l - 2 * A.dk;
+      const int c = key_head_channel(A, G, g, l);
       cs[e] = c;
       const int col = g * G.grp + l;
 #pragma unroll

@@ -17,22 +17,23 @@ export interface DecodeArgs extends GdnStepPointers, GdnShapeArgs {
 }
 
 
-interface Position {
+/** A real batch position of a decode or verify step. */
+export interface StepPosition {
   readonly p: number;
   readonly slot: number;
-  /** Position of the step's row (the committed length, pending rows included). */
+  /** Position of the step's (first) row (the committed length, pending rows included). */
   readonly P0: number;
   readonly row0: number;
   /** Pending carried rows (positions P0 − n .. P0 − 1). */
   readonly n: number;
 }
 
-/** The real batch positions of the step, with their pending rows (carried mode when `pending` ≠ 0). */
-function positions(name: string, a: DecodeArgs, mem: DeviceMemoryView): Position[] {
+/** The real batch positions of a decode or verify step, with their pending rows (carried mode when `pending` ≠ 0). */
+export function stepPositions(name: string, a: Pick<DecodeArgs, 'slots' | 'seqLens' | 'rowStarts' | 'pending' | 'batch' | 'maxK'>, mem: DeviceMemoryView): StepPosition[] {
   const slots = mem.i32(a.slots, a.batch);
   const seqLens = mem.i32(a.seqLens, a.batch);
   const rowStarts = mem.i32(a.rowStarts, a.batch);
-  const out: Position[] = [];
+  const out: StepPosition[] = [];
   for (let p = 0; p < a.batch; p++) {
     const slot = slots[p]!;
     if (slot < 0) continue;
@@ -54,7 +55,7 @@ function prepView(name: string, a: DecodeArgs, mem: DeviceMemoryView): Float32Ar
 export function decodePrepCpu(a: DecodeArgs, { mem }: CpuKernelContext): void {
   if (a.batch === 0) return;
   const prep = prepView('gdn.decode-prep', a, mem);
-  const pos = positions('gdn.decode-prep', a, mem);
+  const pos = stepPositions('gdn.decode-prep', a, mem);
   const cpu = new GdnCpu(mem, a, a, a.eps);
   const { hv, dk, dv, K, r, keyDim, convDim } = cpu;
   const stride = decodePrepStride(a);
@@ -100,7 +101,7 @@ export function decodePrepCpu(a: DecodeArgs, { mem }: CpuKernelContext): void {
 export function decodeStateCpu(a: DecodeArgs, { mem }: CpuKernelContext): void {
   if (a.batch === 0) return;
   const prep = prepView('gdn.decode-state', a, mem);
-  const pos = positions('gdn.decode-state', a, mem);
+  const pos = stepPositions('gdn.decode-state', a, mem);
   const cpu = new GdnCpu(mem, a, a, a.eps);
   const { hv, dk, dv } = cpu;
   const stride = decodePrepStride(a);

@@ -1,12 +1,14 @@
 import { defineKernel, defineKernelModule } from '@metrale/core';
 import { chunkCpu, foldCpu, recurrentCpu } from './gdn.cpu.js';
 import { decodePrepCpu, decodeStateCpu } from './gdn-decode.cpu.js';
+import { verifyPrepCpu, verifyStateCpu } from './gdn-verify.cpu.js';
 import type { GdnKernelVariant } from './gdn-launch.js';
 
 // Fatbins built by metrale-build-kernels from kernels/*.cu into dist/kernels/. Layouts: KERNELS.md.
 const recurrentModule = defineKernelModule('gdn-recurrent', new URL('./kernels/gdn-recurrent.fatbin', import.meta.url));
 const foldModule = defineKernelModule('gdn-fold', new URL('./kernels/gdn-fold.fatbin', import.meta.url));
 const decodeModule = defineKernelModule('gdn-decode', new URL('./kernels/gdn-decode.fatbin', import.meta.url));
+const verifyModule = defineKernelModule('gdn-verify', new URL('./kernels/gdn-verify.fatbin', import.meta.url));
 // The row-by-row prefill (the oracle of the chunked prefill, gdn-prefill-kernels.ts).
 const chunkRowwiseModule = defineKernelModule('gdn-chunk-rowwise', new URL('./kernels/gdn-chunk-rowwise.fatbin', import.meta.url));
 
@@ -26,6 +28,9 @@ const RECURRENT_PARAMS = { ...STEP_BUFFERS, mode: 'i32', batch: 'i32', k: 'i32',
 
 /** The two-kernel decode: a decode step's buffers (one row per batch position) and the prep buffer. */
 const DECODE_PARAMS = { ...STEP_BUFFERS, prep: 'ptr', batch: 'i32', ...SHAPE, eps: 'f32' } as const;
+
+/** The two-kernel verify: a verify step's buffers (k rows per batch position) and the prep buffer. */
+const VERIFY_PARAMS = { ...STEP_BUFFERS, prep: 'ptr', batch: 'i32', k: 'i32', ...SHAPE, eps: 'f32' } as const;
 
 const FOLD_PARAMS = {
   qkvz: 'ptr', slots: 'ptr', seqLens: 'ptr', naTab: 'ptr',
@@ -126,3 +131,26 @@ export const chunkKernel = defineKernel({
 
 /** The row-by-row prefill under its own name. */
 export const chunkRowwiseKernel = chunkKernel;
+
+/**
+ * Two-kernel verify, first kernel: the k rows' conv, norms, Gram entries and gates of each
+ * (batch position, key head) into the prep buffer; carried mode commits the pending rows to the
+ * ring and records the new rows' conv inputs (gdn-verify-launch.ts twoKernelVerifyLaunches).
+ */
+export const verifyPrepKernel = defineKernel({
+  name: 'gdn.verify-prep',
+  params: VERIFY_PARAMS,
+  cuda: { module: verifyModule, symbol: 'gdn_verify_prep' },
+  cpu: verifyPrepCpu,
+});
+
+/** Two-kernel verify, second kernel: pending rows folded (and written, carried), the k rows scored from the state and recorded in the stash. */
+export const verifyStateKernel = defineKernel({
+  name: 'gdn.verify-state',
+  params: VERIFY_PARAMS,
+  cuda: { module: verifyModule, symbol: 'gdn_verify_state' },
+  cpu: verifyStateCpu,
+});
+
+/** Both, as gdn-verify-launch.ts launchTwoKernelVerify takes them. */
+export const twoKernelVerifyKernels = Object.freeze({ prep: verifyPrepKernel, state: verifyStateKernel });

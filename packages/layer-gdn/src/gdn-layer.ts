@@ -12,8 +12,9 @@ import {
   type TransformerLayer,
 } from '@metrale/core';
 import { readGdnConfig, type GdnConfig } from './gdn-config.js';
-import { foldVariantKernels, recurrentVariantKernels, twoKernelDecodeKernels } from './gdn-kernels.js';
+import { foldVariantKernels, recurrentVariantKernels, twoKernelDecodeKernels, twoKernelVerifyKernels } from './gdn-kernels.js';
 import { decodePath, decodePrepBytes, launchTwoKernelDecode } from './gdn-decode-launch.js';
+import { launchTwoKernelVerify, verifyPath, verifyPrepBytes } from './gdn-verify-launch.js';
 import { foldVariant, recurrentLaunch, recurrentVariant, runsClusters } from './gdn-launch.js';
 import { prefillKernels } from './gdn-prefill-kernels.js';
 import { launchPrefill, prefillPlan, prefillScratchBytes } from './gdn-prefill-launch.js';
@@ -40,7 +41,7 @@ interface Buffers {
   readonly y: DevicePtr;
   /**
    * Scratch of the chunked prefill (gdn-prefill-launch.ts prefillScratchLayout) and of the
-   * two-kernel decode (its prep records, for limits.maxBatch positions); a step uses one of them.
+   * two-kernel decode and verify (their prep records, for limits.maxBatch positions); a step uses one of them.
    */
   readonly scratch: DevicePtr;
 }
@@ -48,7 +49,8 @@ interface Buffers {
 /**
  * A Gated DeltaNet layer (Qwen3-Next `linear_attention`): rows of f32 [hidden] in and out.
  * Prefill runs the chunked WY form (`gdn.prefill-wy`, `gdn.prefill-scan`); decode runs `gdn.recurrent` in mode 0 (from
- * TWO_KERNEL_MIN_BATCH positions `gdn.decode-prep` then `gdn.decode-state`); verify runs `gdn.recurrent` in mode 1,
+ * TWO_KERNEL_MIN_BATCH positions `gdn.decode-prep` then `gdn.decode-state`); verify runs `gdn.recurrent` in mode 1
+ * (from TWO_KERNEL_VERIFY_MIN_BATCH positions and k ≤ 4, `gdn.verify-prep` then `gdn.verify-state`),
  * which reads the state and writes only the stash, so a rejected row leaves no trace. After
  * acceptance, write-on-accept folds the accepted prefix (`gdnFoldAccepted` → `gdn.fold`); carried
  * mode folds it inside the slot's next kernel instead.
@@ -104,7 +106,7 @@ export class GdnLayer implements TransformerLayer<GdnState> {
         qkvz: zeroed(4 * limits.maxRows * qkvzDim),
         ba: zeroed(4 * limits.maxRows * 2 * hv),
         y: zeroed(4 * limits.maxRows * valueDim),
-        scratch: zeroed(Math.max(prefillScratchBytes({ hk: cfg.hk, hv, dk, dv, convK, maxK: limits.maxK }, limits.maxRows), decodePrepBytes(cfg, limits.maxBatch))),
+        scratch: zeroed(Math.max(prefillScratchBytes({ hk: cfg.hk, hv, dk, dv, convK, maxK: limits.maxK }, limits.maxRows), decodePrepBytes(cfg, limits.maxBatch), verifyPrepBytes(cfg, limits.maxBatch))),
       };
       gpu.synchronize(gpu.defaultStream);
     } catch (error) {
@@ -191,6 +193,9 @@ export class GdnLayer implements TransformerLayer<GdnState> {
       // Large decode steps: the row's conv, gates and norms first, then the state pass
       // (kernels/gdn-decode.cu; gdn-decode-launch.ts says from which batch and why).
       launchTwoKernelDecode(gpu, twoKernelDecodeKernels, cfg, stream, { ...common, prep: b.scratch, batch, ...shape, eps: cfg.eps });
+    } else if (phase === 'verify' && verifyPath(shape, batch, k, clusters) === 'two-kernel') {
+      // Large verify steps of k ≤ 4 rows: the same split (kernels/gdn-verify.cu; gdn-verify-launch.ts).
+      launchTwoKernelVerify(gpu, twoKernelVerifyKernels, cfg, stream, { ...common, prep: b.scratch, batch, k, ...shape, eps: cfg.eps });
     } else {
       // Which entry point: gdn-launch.ts recurrentVariant (pipe or split for decode steps, where they fit).
       const mode = phase === 'verify' ? 1 : 0;

@@ -1,6 +1,7 @@
 import { CpuBackend } from '@metrale/cpu-backend';
 import { SeededRandom, type DevicePtr } from '@metrale/core';
 import { afterEach, describe, expect, it } from 'vitest';
+import { plausibleStash } from './plausible-stash.js';
 import {
   decodePrepStride, decodeStateKernel, launchTwoKernelDecode, recurrentKernel, twoKernelDecodeKernels, twoKernelDecodeLaunches, type DecodeArgs,
 } from '@metrale/layer-gdn';
@@ -31,21 +32,9 @@ function relErr(got: Float32Array, ref: Float32Array): number {
 function hostBuffers(s: Shape, slots: number[], seqLens: number[], pending: number[] | undefined, rnd: SeededRandom) {
   const convDim = 2 * s.hk * s.dk + s.hv * s.dv;
   const width = 2 * s.hk * s.dk + 2 * s.hv * s.dv;
-  const stashRow = s.dk + s.dv + 1;
   const batch = slots.length;
   const uni = (n: number, lo: number, hi: number) => Float32Array.from({ length: n }, () => lo + (hi - lo) * rnd.float());
-  // A stash of plausible recorded rows: unit keys, moderate deltas, cumulative gates γ < 0.
-  const stash = uni(MAX_SEQS * s.hv * s.maxK * stashRow, -0.5, 0.5);
-  for (let e = 0; e < MAX_SEQS * s.hv; e++) {
-    let gam = 0;
-    for (let t = 0; t < s.maxK; t++) {
-      const row = (e * s.maxK + t) * stashRow;
-      const n = Math.hypot(...stash.subarray(row, row + s.dk));
-      for (let i = 0; i < s.dk; i++) stash[row + i] = stash[row + i]! / n;
-      gam -= 0.05 + 0.5 * rnd.float();
-      stash[row + s.dk + s.dv] = gam;
-    }
-  }
+  const stash = plausibleStash(s, MAX_SEQS, rnd);
   return {
     qkvz: uni(batch * width, -1, 1),
     ba: uni(batch * 2 * s.hv, -2, 2),

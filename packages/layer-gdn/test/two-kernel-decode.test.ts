@@ -1,12 +1,13 @@
 import { SeededRandom } from '@metrale/core';
 import { describe, expect, it } from 'vitest';
-import { TWO_KERNEL_MIN_BATCH, runsTwoKernelDecode } from '@metrale/layer-gdn';
+import { TWO_KERNEL_MIN_BATCH, TWO_KERNEL_VERIFY_MIN_BATCH, runsTwoKernelDecode, runsTwoKernelVerify } from '@metrale/layer-gdn';
 import { configOf, randomWeights, Rig } from './gdn-setup.js';
 import { SHAPE, TOL, runTwoKernelScript } from './two-kernel-script.js';
 
 // The layer's large decode steps run the two-kernel decode (gdn-decode-launch.ts
-// runsTwoKernelDecode), on the CPU backend here (the kernels' CPU twins): which steps take it, and
-// the script of test/two-kernel-script.ts against the float64 reference.
+// runsTwoKernelDecode), its large verify steps of k ≤ 4 rows the two-kernel verify
+// (gdn-verify-launch.ts runsTwoKernelVerify), on the CPU backend here (the kernels' CPU twins):
+// which steps take them, and the script of test/two-kernel-script.ts against the float64 reference.
 
 describe('GdnLayer: decode steps of TWO_KERNEL_MIN_BATCH positions (the two-kernel decode) against the float64 reference', () => {
   it('runs the two-kernel decode at this shape and batch', () => {
@@ -29,6 +30,34 @@ describe('GdnLayer: decode steps of TWO_KERNEL_MIN_BATCH positions (the two-kern
       };
       expect(kernels(batch)).toBe(2);
       expect(kernels(8)).toBe(1);  // (the driver may pad a batch up to its next size class)
+    } finally {
+      rig.dispose();
+    }
+  });
+  it('runs the two-kernel verify for k ≤ 4 rows at this shape and batch', () => {
+    const shape = { hk: SHAPE.hk, hv: SHAPE.hv, dk: SHAPE.dk, dv: SHAPE.dv, convK: SHAPE.K, maxK: 4 };
+    expect(runsTwoKernelVerify(shape, TWO_KERNEL_VERIFY_MIN_BATCH, 4)).toBe(true);
+    expect(runsTwoKernelVerify(shape, TWO_KERNEL_VERIFY_MIN_BATCH, 1)).toBe(true);
+    expect(runsTwoKernelVerify(shape, TWO_KERNEL_VERIFY_MIN_BATCH - 1, 4)).toBe(false);
+    expect(runsTwoKernelVerify({ ...shape, maxK: 6 }, TWO_KERNEL_VERIFY_MIN_BATCH, 5)).toBe(false);  // more rows than the prep records hold
+    expect(runsTwoKernelVerify({ ...shape, maxK: 2 }, TWO_KERNEL_VERIFY_MIN_BATCH, 3)).toBe(false);
+    expect(runsTwoKernelVerify({ ...shape, dv: 6 }, TWO_KERNEL_VERIFY_MIN_BATCH, 4)).toBe(false);
+  });
+  it('launches two kernels for a carried verify of TWO_KERNEL_VERIFY_MIN_BATCH positions, one for 8', () => {
+    const batch = Math.max(TWO_KERNEL_MIN_BATCH, TWO_KERNEL_VERIFY_MIN_BATCH);
+    const { tensors } = randomWeights(SHAPE, 13);
+    const rig = new Rig(configOf(SHAPE), tensors, { maxSeqs: batch, maxSeqLen: 32, maxBatch: batch, maxK: 3, maxRows: 3 * batch }, { graphs: false, speculation: 'carried' });
+    try {
+      const rnd = new SeededRandom(3);
+      const seqs = Array.from({ length: batch }, () => rig.driver.open());
+      rig.prefill(seqs, seqs.map(() => 2), rnd.normals(2 * batch * SHAPE.hidden));
+      const kernels = (n: number) => {
+        const before = rig.gpu.stats().kernelsLaunched;
+        rig.verify(seqs.slice(0, n), 3, rnd.normals(3 * n * SHAPE.hidden), seqs.slice(0, n).map((_, s) => s % 4));
+        return rig.gpu.stats().kernelsLaunched - before;
+      };
+      expect(kernels(batch)).toBe(2);
+      expect(kernels(8)).toBe(1);
     } finally {
       rig.dispose();
     }

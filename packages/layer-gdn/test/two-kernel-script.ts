@@ -1,13 +1,14 @@
 import { SeededRandom, type GpuBackend, type SpeculationMode } from '@metrale/core';
 import { expect } from 'vitest';
-import { TWO_KERNEL_MIN_BATCH } from '@metrale/layer-gdn';
+import { TWO_KERNEL_MIN_BATCH, TWO_KERNEL_VERIFY_MIN_BATCH } from '@metrale/layer-gdn';
 import type { RefSeq } from './gdn-reference.js';
 import { configOf, randomWeights, referenceOf, relErr, Rig, rowOf, type Shape } from './gdn-setup.js';
 
 // A batch of TWO_KERNEL_MIN_BATCH sequences through the layer and the driver (the layer runs the
-// two-kernel decode for its decode steps), each output checked against the float64 reference
-// across prefill, decodes and a verify with partial acceptance in between (carried mode: the
-// pending rows are folded by the two-kernel decode itself). test/two-kernel-decode.test.ts runs it
+// two-kernel decode for its decode steps and the two-kernel verify for its verify steps), each
+// output checked against the float64 reference across prefill, decodes and two verifies with
+// partial acceptance in between (carried mode: the pending rows are folded by the next verify or
+// decode itself). test/two-kernel-decode.test.ts runs it
 // on the CPU backend (the kernels' CPU twins), test/gpu/two-kernel-layer.test.ts on CUDA.
 
 export const SHAPE: Shape = { hidden: 16, hk: 2, hv: 4, dk: 8, dv: 8, K: 4 };
@@ -15,7 +16,7 @@ export const TOL = 1e-4;
 
 /** Runs the script on `gpu` (default: a CpuBackend); returns the worst relative error. */
 export function runTwoKernelScript(speculation: SpeculationMode, gpu?: GpuBackend): number {
-  const batch = TWO_KERNEL_MIN_BATCH;
+  const batch = Math.max(TWO_KERNEL_MIN_BATCH, TWO_KERNEL_VERIFY_MIN_BATCH);
   const { tensors, ref } = randomWeights(SHAPE, 13);
   const reference = referenceOf(SHAPE, ref);
   const limits = { maxSeqs: batch, maxSeqLen: 64, maxBatch: batch, maxK: 3, maxRows: 3 * batch };
@@ -38,7 +39,7 @@ export function runTwoKernelScript(speculation: SpeculationMode, gpu?: GpuBacken
       });
     };
     const input = (n: number) => rnd.normals(n * W);
-    // Prefill, two decodes, a verify of 3 with 0..3 accepted, two more decodes.
+    // Prefill, two decodes, two verifies of 3 with 0..3 accepted, two more decodes.
     const pin = input(lengths.reduce((a, b) => a + b, 0));
     let row = 0;
     const pre = rig.prefill(seqs, lengths, pin);
@@ -51,15 +52,20 @@ export function runTwoKernelScript(speculation: SpeculationMode, gpu?: GpuBacken
     decode('decode 1');
     decode('decode 2');
     const k = 3;
-    const accepted = seqs.map((_, s) => s % (k + 1));
-    const vin = input(batch * k);
-    const vout = rig.verify(seqs, k, vin, accepted);
-    check(vout, seqs.map((_, s) => {
-      const rows = Array.from({ length: k }, (_, j) => rowOf(vin, W, s * k + j));
-      const want = reference.peek(refs[s]!, rows);
-      reference.run(refs[s]!, rows.slice(0, accepted[s]!));
-      return want;
-    }), 'verify');
+    // Two verifies in a row (carried mode: the second folds the first's accepted rows itself).
+    const verify = (what: string, shift: number) => {
+      const accepted = seqs.map((_, s) => (s + shift) % (k + 1));
+      const vin = input(batch * k);
+      const vout = rig.verify(seqs, k, vin, accepted);
+      check(vout, seqs.map((_, s) => {
+        const rows = Array.from({ length: k }, (_, j) => rowOf(vin, W, s * k + j));
+        const want = reference.peek(refs[s]!, rows);
+        reference.run(refs[s]!, rows.slice(0, accepted[s]!));
+        return want;
+      }), what);
+    };
+    verify('verify', 0);
+    verify('verify after a verify', 1);
     decode('decode after the verify');
     decode('decode 4');
   } finally {

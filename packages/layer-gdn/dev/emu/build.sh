@@ -7,4 +7,5 @@ g++ -std=c++20 -O1 -g -pthread -I. -I../../kernels -o build/gdn-chunk.emu gdn-ch
 g++ -std=c++20 -O1 -g -pthread -I. -I../../kernels -o build/gdn-rowwise.emu gdn-rowwise.cpp
 g++ -std=c++20 -O1 -g -pthread -I. -I../../kernels -o build/gdn-recurrent.emu gdn-recurrent.cpp
 g++ -std=c++20 -O1 -g -pthread -I. -I../../kernels -o build/gdn-decode.emu gdn-decode.cpp
-echo "built dev/emu/build/gdn-chunk.emu, gdn-rowwise.emu, gdn-recurrent.emu, gdn-decode.emu"
+g++ -std=c++20 -O1 -g -pthread -I. -I../../kernels -o build/gdn-verify.emu gdn-verify.cpp
+echo "built dev/emu/build/gdn-chunk.emu, gdn-rowwise.emu, gdn-recurrent.emu, gdn-decode.emu, gdn-verify.emu"

@@ -25,6 +25,7 @@ import {
   type GdnKernelVariant, type GdnLaunchShape,
 } from '../../src/gdn-launch.js';
 import { decodePrepStride, launchTwoKernelDecode, twoKernelDecodeSupported, type TwoKernelDecodeKernels } from '../../src/gdn-decode-launch.js';
+import { launchTwoKernelVerify, twoKernelVerifySupported, verifyPrepLayout, VERIFY_ROWS, type TwoKernelVerifyKernels } from '../../src/gdn-verify-launch.js';
 
 // ---- device and kernels -----------------------------------------------------------------------
 
@@ -35,6 +36,8 @@ interface Decls {
   readonly chunkKernel: AnyKernel;
   readonly decodePrep: AnyKernel;
   readonly decodeState: AnyKernel;
+  readonly verifyPrep: AnyKernel;
+  readonly verifyState: AnyKernel;
 }
 
 /** The variant under test (METRALE_GDN_VARIANT), or undefined for the layer's choice per launch. */
@@ -51,7 +54,8 @@ function launchVariant(s: GdnLaunchShape, kernel: 'recurrent' | 'fold', mode: 0 
 async function loadDecls(): Promise<{ decls: Decls; from: string }> {
   // Always the sources: a built package may be older than the kernels under test.
   const m = await import('../../src/gdn-kernels.js');
-  const decls = { recurrent: m.recurrentVariantKernels, fold: m.foldVariantKernels, chunkKernel: m.chunkKernel, decodePrep: m.decodePrepKernel, decodeState: m.decodeStateKernel };
+  const decls = { recurrent: m.recurrentVariantKernels, fold: m.foldVariantKernels, chunkKernel: m.chunkKernel, decodePrep: m.decodePrepKernel, decodeState: m.decodeStateKernel,
+    verifyPrep: m.verifyPrepKernel, verifyState: m.verifyStateKernel };
   const what = VARIANT ? `variant ${VARIANT}` : 'the variant the layer picks per launch: pipe (≥ PIPE_MIN_BATCH positions) or split (sm_90) for decode steps, else smem';
   return { decls: decls as unknown as Decls, from: `src/gdn-kernels.ts (${what})` };
 }
@@ -130,7 +134,7 @@ interface HostBuffers {
   stash: Float32Array;
   convStash: Float32Array;
   pending: Uint32Array;
-  /** The two-kernel decode's prep records (kernels/gdn-decode-prep.cuh), NaN-poisoned. */
+  /** The two-kernel decode's or verify's prep records (kernels/gdn-decode-prep.cuh, gdn-verify-prep.cuh), NaN-poisoned. */
   prep: Float32Array;
 }
 type BufferName = keyof HostBuffers;
@@ -195,7 +199,7 @@ function randomHost(s: Shape, L: StepLayout, R: Rng): HostBuffers {
     stash: randomStash(s, R),
     convStash: R.fill(s.maxSeqs * 2 * s.maxK * convDim, -1, 1),  // a ring of 2·maxK rows per slot
     pending: Uint32Array.from(L.pending ?? new Array<number>(s.maxSeqs).fill(0)),
-    prep: new Float32Array(L.slots.length * s.hv * decodePrepStride(s)).fill(Number.NaN),
+    prep: new Float32Array(Math.max(L.slots.length * s.hv * decodePrepStride(s), verifyPrepLayout(s, L.slots.length).totalFloats)).fill(Number.NaN),
   };
 }
 
@@ -231,7 +235,9 @@ type Launch =
   | { readonly kernel: 'fold'; readonly k: number; readonly variant?: GdnKernelVariant; readonly sms?: number }
   | { readonly kernel: 'chunk'; readonly carried: boolean }
   /** The two-kernel decode (gdn.decode-prep, then gdn.decode-state): one row per batch position. */
-  | { readonly kernel: 'decode2'; readonly carried: boolean };
+  | { readonly kernel: 'decode2'; readonly carried: boolean }
+  /** The two-kernel verify (gdn.verify-prep, then gdn.verify-state): k rows per batch position. */
+  | { readonly kernel: 'verify2'; readonly k: number; readonly carried: boolean };
 
 const EPS = 1e-6;
 
@@ -259,7 +265,7 @@ function launchOn(gpu: GpuBackend, kernels: Decls, s: Shape, batch: number, d: D
   const common = {
     qkvz: d.qkvz, ba: d.ba, y: d.y, slots: d.slots, rowStarts: d.rowStarts, seqLens: d.seqLens, state: d.state, convRing: d.convRing,
     convWeight: d.convWeight, aLog: d.aLog, dtBias: d.dtBias, normWeight: d.normWeight,
-    stash: carried || (l.kernel === 'recurrent' && l.mode === 1) ? d.stash : 0n,
+    stash: carried || (l.kernel === 'recurrent' && l.mode === 1) || l.kernel === 'verify2' ? d.stash : 0n,
     convStash: carried ? d.convStash : 0n,
     pending: carried ? d.pending : 0n,
   };
@@ -270,6 +276,11 @@ function launchOn(gpu: GpuBackend, kernels: Decls, s: Shape, batch: number, d: D
   if (l.kernel === 'decode2') {
     const two = { prep: kernels.decodePrep, state: kernels.decodeState } as unknown as TwoKernelDecodeKernels;
     launchTwoKernelDecode(gpu, two, { hk: s.hk, dk: s.dk, dv: s.dv, hv: s.hv, convK: s.K }, stream, { ...common, prep: d.prep, batch, ...shape, eps: EPS });
+    return;
+  }
+  if (l.kernel === 'verify2') {
+    const two = { prep: kernels.verifyPrep, state: kernels.verifyState } as unknown as TwoKernelVerifyKernels;
+    launchTwoKernelVerify(gpu, two, { hk: s.hk, dk: s.dk, dv: s.dv, hv: s.hv, convK: s.K }, stream, { ...common, prep: d.prep, batch, k: l.k, ...shape, eps: EPS });
     return;
   }
   const v = l.variant ?? launchVariant(launchShape, 'recurrent', l.mode, l.k, batch, runsClusters(gpu));
@@ -466,6 +477,25 @@ function casesFor(s: Shape, R: Rng): Case[] {
       });
     }
   }
+  // The two-kernel verify: write-on-accept (k 1 and its most rows) and carried (pending 0, 2,
+  // maxK: no fold, its 4- and 8-row fold paths; k = 2 with random pending counts).
+  if (twoKernelVerifySupported({ ...launchShape, hk: s.hk, hv: s.hv })) {
+    const kMax = Math.min(VERIFY_ROWS, s.maxK);
+    for (const k of [1, kMax]) {
+      const pos = positions(s, R, batch);
+      add(`verify k=${k} (two-kernel)`, { ...pos, rows: pos.slots.map(() => k) }, { kernel: 'verify2', k, carried: false });
+    }
+    for (const n of [0, 2, s.maxK]) {
+      const pp = positions(s, R, batch, n);
+      add(`carried verify k=${kMax} pending ${n} (two-kernel)`, { ...pp, rows: pp.slots.map(() => kMax), pending: pendingFor(pp.slots, pp.seqLens, s.maxK, n) }, {
+        kernel: 'verify2', k: kMax, carried: true,
+      });
+    }
+    const pr = positions(s, R, batch, 1);
+    add('carried verify k=2 pending random (two-kernel)', { ...pr, rows: pr.slots.map(() => 2), pending: pendingFor(pr.slots, pr.seqLens, s.maxK) }, {
+      kernel: 'verify2', k: 2, carried: true,
+    });
+  }
   {
     const pos = positions(s, R, batch);
     const rows = pos.slots.map((_, p) => [7, 1, 13][p % 3]!);
@@ -494,6 +524,7 @@ describe.skipIf(!device.available)('GDN kernels: CUDA vs CPU reference', () => {
     kernels = {
       recurrent: mapVariants(decls.recurrent, withFatbin), fold: mapVariants(decls.fold, withFatbin), chunkKernel: withFatbin(decls.chunkKernel),
       decodePrep: withFatbin(decls.decodePrep), decodeState: withFatbin(decls.decodeState),
+      verifyPrep: withFatbin(decls.verifyPrep), verifyState: withFatbin(decls.verifyState),
     };
   });
   afterAll(() => {
@@ -531,7 +562,8 @@ describe.skipIf(!device.available)('GDN kernels: CUDA vs CPU reference', () => {
     }
   }
 
-  it('carried cycle chained: verify → (accept) → verify → decode, each backend from its own results', () => {
+  // Through gdn.recurrent, and through the two-kernel verify and decode (the layer's path at large batch).
+  for (const path of ['gdn.recurrent', 'two-kernel'] as const) it(`carried cycle chained (${path}): verify → (accept) → verify → decode, each backend from its own results`, () => {
     const s = SHAPES[1]!;
     const R = rng(baseSeed + 31);
     const pos = positions(s, R, 3, 4);
@@ -539,11 +571,11 @@ describe.skipIf(!device.available)('GDN kernels: CUDA vs CPU reference', () => {
     const host = randomHost(s, { ...pos, rows: pos.slots.map(() => k), pending: new Array<number>(s.maxSeqs).fill(0) }, R);
     const host2 = randomHost(s, { ...pos, rows: pos.slots.map(() => k) }, R);
     const host3 = randomHost(s, { ...pos, rows: pos.slots.map(() => 1) }, R);
-    const name = `${s.name} | chained carried cycle`;
+    const name = `${s.name} | chained carried cycle (${path})`;
     const cpu = new CpuBackend({ memoryLimit: 2 ** 31 });
     const outs = [gpu, cpu].map((b) => {
       const d = toDevice(b, host);
-      const verify: Launch = { kernel: 'recurrent', mode: 1, k, carried: true };
+      const verify: Launch = path === 'two-kernel' ? { kernel: 'verify2', k, carried: true } : { kernel: 'recurrent', mode: 1, k, carried: true };
       launchOn(b, kernels, s, 3, d, verify);
       // accept 3, 0 (padding), 2 rows: pending counts per slot; the sequences advance
       const pend = new Uint32Array(s.maxSeqs);
@@ -573,7 +605,7 @@ describe.skipIf(!device.available)('GDN kernels: CUDA vs CPU reference', () => {
       b.upload(d.ba, host3.ba.subarray(0, 3 * 2 * s.hv));
       const rowStarts = Int32Array.from([0, 1, 2, 3]);
       b.upload(d.rowStarts, rowStarts);
-      launchOn(b, kernels, s, 3, d, { kernel: 'recurrent', mode: 0, k: 1, carried: true });
+      launchOn(b, kernels, s, 3, d, path === 'two-kernel' ? { kernel: 'decode2', carried: true } : { kernel: 'recurrent', mode: 0, k: 1, carried: true });
       b.synchronize();
       const out = Object.fromEntries(OUTPUTS.map((n) => [n, fromDevice(b, host, d, n)])) as Record<BufferName, Float32Array>;
       freeDevice(b, d);
@@ -583,14 +615,15 @@ describe.skipIf(!device.available)('GDN kernels: CUDA vs CPU reference', () => {
     for (const n of OUTPUTS) check(name, n, outs[0]![n], outs[1]![n]);
   });
 
-  it('write-on-accept chained: verify k=4 then fold of the accepted prefix', () => {
+  for (const path of ['gdn.recurrent', 'two-kernel'] as const) it(`write-on-accept chained (${path}): verify k=4 then fold of the accepted prefix`, () => {
     const s = SHAPES[2]!;
     const R = rng(baseSeed + 37);
     const pos = positions(s, R, 3, 2);
     const k = 4;
     const host = randomHost(s, { ...pos, rows: pos.slots.map(() => k), naTab: [2, 0, 4] }, R);
-    const name = `${s.name} | verify then fold`;
-    const c: Case = { name, shape: s, layout: { ...pos, rows: pos.slots.map(() => k) }, launch: { kernel: 'recurrent', mode: 1, k, carried: false } };
+    const name = `${s.name} | verify then fold (${path})`;
+    const verify: Launch = path === 'two-kernel' ? { kernel: 'verify2', k, carried: false } : { kernel: 'recurrent', mode: 1, k, carried: false };
+    const c: Case = { name, shape: s, layout: { ...pos, rows: pos.slots.map(() => k) }, launch: verify };
     const { got, ref } = runBoth(c, host, (b, d) => launchOn(b, kernels, s, 3, d, { kernel: 'fold', k }));
     for (const n of OUTPUTS) check(name, n, got[n], ref[n]);
   });

@@ -1,0 +1,105 @@
+import type { GpuBackend, KernelArgs, LaunchConfig, Stream } from '@metrale/core';
+import type { GdnConfig } from './gdn-config.js';
+import { twoKernelDecodeSupported, type TwoKernelShape } from './gdn-decode-launch.js';
+import type { verifyPrepKernel, verifyStateKernel } from './gdn-kernels.js';
+import { pad4, pendingKeyRows, recurrentVariant, type GdnKernelVariant, type GdnLaunchShape } from './gdn-launch.js';
+
+// Launch shapes of the two-kernel verify (kernels/gdn-verify.cu: gdn.verify-prep, then
+// gdn.verify-state; KERNELS.md "Two-kernel verify").
+
+/** Rows a two-kernel verify takes at most (kernels/gdn-verify-prep.cuh kVRows). */
+export const VERIFY_ROWS = 4;
+/** kernels/gdn-verify-prep.cuh kVPrepThreads: threads per CTA (one CTA per batch position and key head). */
+export const VERIFY_PREP_THREADS = 128;
+/** kernels/gdn-verify-state.cuh: threads per CTA (the thread layout of gdn.decode-state). */
+export const VERIFY_STATE_THREADS = 256;
+/** Shared memory the prep kernel may take: what every sm_80+ GPU gives a CTA. */
+const PREP_MAX_SHARED = 96 * 1024;
+/** Scalars at the end of each value record: β, A, Γ, 0 (4 each), ck [4][4], cq [4][4]. */
+export const VERIFY_SCALARS = 48;
+
+/** Where the prep buffer's records lie, in f32 words (KERNELS.md "Two-kernel verify"). */
+export interface VerifyPrepLayout {
+  /** Words per (batch position, key head): k̂_t and q̂_t of the 4 rows, [4][2][d_kp]. */
+  readonly keyStride: number;
+  /** Words per (batch position, value head): v_t of the 4 rows [4][d_vp], then the scalars. */
+  readonly valueStride: number;
+  /** Offset of the values region: batch · H_k · keyStride. */
+  readonly keysFloats: number;
+  /** Words of the whole buffer. */
+  readonly totalFloats: number;
+}
+
+export function verifyPrepLayout(s: Pick<TwoKernelShape, 'hk' | 'hv' | 'dk' | 'dv'>, batch: number): VerifyPrepLayout {
+  const keyStride = 2 * VERIFY_ROWS * pad4(s.dk);
+  const valueStride = VERIFY_ROWS * pad4(s.dv) + VERIFY_SCALARS;
+  const keysFloats = batch * s.hk * keyStride;
+  return { keyStride, valueStride, keysFloats, totalFloats: keysFloats + batch * s.hv * valueStride };
+}
+
+/** Bytes of the prep buffer for `batch` batch positions. */
+export function verifyPrepBytes(cfg: Pick<GdnConfig, 'hk' | 'hv' | 'dk' | 'dv'>, batch: number): number {
+  return 4 * verifyPrepLayout(cfg, batch).totalFloats;
+}
+
+/** Dynamic shared memory of gdn.verify-prep: the rows' conv outputs [4][⌈2·d_k + r·d_v⌉₄], the warps' 24 sums [24][4], the gates [r][4][2] (kernels/gdn-verify-prep.cuh vprep_smem_floats). */
+export function verifyPrepSharedBytes(s: Pick<TwoKernelShape, 'hk' | 'hv' | 'dk' | 'dv'>): number {
+  const r = s.hv / s.hk;
+  return 4 * (VERIFY_ROWS * pad4(2 * s.dk + r * s.dv) + 24 * (VERIFY_PREP_THREADS / 32) + 2 * VERIFY_ROWS * r);
+}
+
+/** Dynamic shared memory of gdn.verify-state: keys [8][d_kp], values, the pending keys, the warps' dot products [8][8][d_vp], Σo² [4][8] (vstate_smem_floats). */
+export function verifyStateSharedBytes(s: GdnLaunchShape): number {
+  const dkp = pad4(s.dk);
+  const dvp = pad4(s.dv);
+  return 4 * (2 * VERIFY_ROWS * dkp + VERIFY_ROWS * dvp + VERIFY_SCALARS + pendingKeyRows(s.maxK) * dkp + 64 * dvp + 32);
+}
+
+/** Whether the two-kernel verify takes this shape: where the two-kernel decode does, and the prep's rows fit its shared memory. */
+export function twoKernelVerifySupported(s: TwoKernelShape): boolean {
+  return twoKernelDecodeSupported(s) && verifyPrepSharedBytes(s) <= PREP_MAX_SHARED;
+}
+
+/** The smallest batch whose verify steps run the two-kernel verify. */
+export const TWO_KERNEL_VERIFY_MIN_BATCH = 32;
+
+/** Whether the layer runs a verify of k rows per position over `batch` positions as the two-kernel verify. */
+export function runsTwoKernelVerify(s: TwoKernelShape, batch: number, k: number): boolean {
+  return batch >= TWO_KERNEL_VERIFY_MIN_BATCH && k >= 1 && k <= VERIFY_ROWS && k <= s.maxK && twoKernelVerifySupported(s);
+}
+
+/** What runs a verify step of k rows per position: the two-kernel verify, or gdn.recurrent's variant (mode 1). */
+export function verifyPath(s: TwoKernelShape, batch: number, k: number, clusters: boolean): 'two-kernel' | GdnKernelVariant {
+  return runsTwoKernelVerify(s, batch, k) ? 'two-kernel' : recurrentVariant(s, 1, k, batch, clusters);
+}
+
+/** Both launches of a verify step of `batch` positions: prep grid [batch, H_k], state grid [batch, H_v]. */
+export function twoKernelVerifyLaunches(cfg: Pick<GdnConfig, 'hk' | 'dk' | 'dv' | 'hv' | 'convK'>, batch: number, stream: Stream, maxK: number): { prep: LaunchConfig; state: LaunchConfig } {
+  const s = { ...cfg, maxK };
+  return {
+    prep: { grid: [batch, cfg.hk], block: VERIFY_PREP_THREADS, sharedBytes: verifyPrepSharedBytes(s), stream },
+    state: { grid: [batch, cfg.hv], block: VERIFY_STATE_THREADS, sharedBytes: verifyStateSharedBytes(s), stream },
+  };
+}
+
+/** The two kernels' declarations (the package's, or the same bound to another fatbin). */
+export interface TwoKernelVerifyKernels {
+  readonly prep: typeof verifyPrepKernel;
+  readonly state: typeof verifyStateKernel;
+}
+
+/**
+ * A verify step as the two-kernel verify: gdn.verify-prep, then gdn.verify-state on `stream`,
+ * both with `args` (`prep` holding verifyPrepBytes for args.batch positions).
+ */
+export function launchTwoKernelVerify(
+  gpu: Pick<GpuBackend, 'launch'>,
+  kernels: TwoKernelVerifyKernels,
+  cfg: Pick<GdnConfig, 'hk' | 'dk' | 'dv' | 'hv' | 'convK'>,
+  stream: Stream,
+  args: KernelArgs<typeof verifyPrepKernel.params>,
+): void {
+  const l = twoKernelVerifyLaunches(cfg, args.batch, stream, args.maxK);
+  gpu.launch(kernels.prep, l.prep, args);
+  gpu.launch(kernels.state, l.state, args);
+}
