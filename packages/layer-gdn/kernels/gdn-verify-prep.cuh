@@ -8,8 +8,9 @@
 // chain of small loads runs waits on it behind the state traffic. Why per key head: q̂, k̂ and the
 // Gram entries are the key head's, shared by its r value heads (written once, in the keys region).
 //
-// Launch: grid [batch, H_k], kVPrepThreads threads, the dynamic shared memory of
-// vprep_smem_floats() (gdn-verify-launch.ts computes the same).
+// Launch: grid [batch, H_k, 2] (z: the q and k channels with everything derived from them, or the
+// v channels: two CTAs of one trip each rather than one of two dependent trips), kVPrepThreads
+// threads, the dynamic shared memory of vprep_smem_floats() (gdn-verify-launch.ts computes the same).
 #pragma once
 #include "gdn-common.cuh"
 #include "gdn-decode-prep.cuh"
@@ -23,6 +24,10 @@ constexpr int kVPrepThreads = 128;
 #define GDN_VPREP_CH 2
 #endif
 constexpr int kVCh = GDN_VPREP_CH;  // channels per thread per trip (their inputs load together)
+#ifndef GDN_VPREP_MINB
+#define GDN_VPREP_MINB 6  // 80 registers, no spills (8: 64 with spills; 1: 112)
+#endif
+constexpr int kVPrepMinBlocks = GDN_VPREP_MINB;  // CTAs per SM its registers are capped for
 constexpr int kWin = fast::kMaxConv + kVRows;  // conv input positions P0 − K .. P0 + 3
 constexpr int kDots = 24;          // Σq_t², Σk_t² (4 + 4), k_s·q_t s ≤ t (10), k_s·k_t s < t (6)
 constexpr int kScalars = 48;       // β [4], A [4], Γ [4], 0 [4], ck [4][4], cq [4][4]
@@ -59,11 +64,14 @@ __host__ __device__ __forceinline__ void dot_rows(int d, int& s, int& t, bool& x
 
 __device__ __forceinline__ void vprep_entry(const Args& A, float* prep, int batch, int k) {
   const Geo G = geo_of(A);
-  const bool ok = A.K <= fast::kMaxConv && A.maxK <= fast::kMaxRows && nthreads() == kVPrepThreads && gridDim.z == 1 &&
+  const bool ok = A.K <= fast::kMaxConv && A.maxK <= fast::kMaxRows && nthreads() == kVPrepThreads && gridDim.z == 2 &&
                   gridDim.y == (unsigned)A.hk && k >= 1 && k <= kVRows && k <= A.maxK &&
                   fast::dyn_smem_bytes() >= 4u * (unsigned)vprep_smem_floats(A.dk, A.dv, G.r);
   if (!ok) __trap();
-  const int b = blockIdx.x, g = blockIdx.y;
+  // z = 0: the q and k channels, the norms, Gram entries and gates (the keys record and the
+  // values' scalars); z = 1: the v channels (the values' v rows). Each owns its channels' ring
+  // and conv stash entries.
+  const int b = blockIdx.x, g = blockIdx.y, half = blockIdx.z;
   if (b >= batch || g >= A.hk) return;
   const TaskIn I = decode_task_in(A, b);
   if (I.slot < 0) return;
@@ -78,7 +86,8 @@ __device__ __forceinline__ void vprep_entry(const Args& A, float* prep, int batc
   const int R = conv_stash_rows(A);
   // Gates' inputs first (they load with the conv inputs): thread e < r·k takes value head e / k, row e % k.
   float bRaw = 0.0f, aRaw = 0.0f, aLogH = 0.0f, dtB = 0.0f;
-  if (tid < G.r * k) {
+  const bool gateThread = half == 0 && tid < G.r * k;
+  if (gateThread) {
     const int m = tid / k, t = tid - m * k;
     const float* bar = A.ba + (size_t)(I.row0 + t) * 2 * A.hv + g * 2 * G.r;
     bRaw = bar[m], aRaw = bar[G.r + m], aLogH = A.aLog[g * G.r + m], dtB = A.dtBias[g * G.r + m];
@@ -101,13 +110,14 @@ __device__ __forceinline__ void vprep_entry(const Args& A, float* prep, int batc
   // Conv + SiLU of kVCh channels per trip; carried: the ring takes the pending rows' inputs
   // (positions [max(L, P0 − K), P0), ring entries no row of this step reads: the rows read
   // positions ≥ P0 − K + 1 from the ring only below L) and the conv stash the new rows'.
-  for (int l0 = tid; l0 < nch; l0 += kVCh * kVPrepThreads) {
+  const int lEnd = half == 0 ? 2 * A.dk : nch;
+  for (int l0 = (half == 0 ? 0 : 2 * A.dk) + tid; l0 < lEnd; l0 += kVCh * kVPrepThreads) {
     float x[kVCh][kWin], wt[kVCh][fast::kMaxConv];
     int cs[kVCh];
 #pragma unroll
     for (int e = 0; e < kVCh; ++e) {
       const int l = l0 + e * kVPrepThreads;
-      const bool in = l < nch;
+      const bool in = l < lEnd;
       const int c = decode::key_head_channel(A, G, g, l);
       cs[e] = c;
       const int col = g * G.grp + l;
@@ -119,7 +129,7 @@ __device__ __forceinline__ void vprep_entry(const Args& A, float* prep, int batc
 #pragma unroll
     for (int e = 0; e < kVCh; ++e) {
       const int l = l0 + e * kVPrepThreads;
-      if (l >= nch) continue;
+      if (l >= lEnd) continue;
 #pragma unroll
       for (int t = 0; t < kVRows; ++t) {
         float acc = 0.0f;
@@ -137,12 +147,25 @@ __device__ __forceinline__ void vprep_entry(const Args& A, float* prep, int batc
       }
     }
   }
-  if (tid < G.r * k) {
+  if (gateThread) {
     const int m = tid / k, t = tid - m * k;
     gates[(m * kVRows + t) * 2] = sigmoidf_(bRaw);
     gates[(m * kVRows + t) * 2 + 1] = -expf(aLogH) * softplusf_(aRaw + dtB);
   }
   __syncthreads();
+  const int dkp = fast::pad4(A.dk), dvp = fast::pad4(A.dv);
+  float* vals = prep + (size_t)batch * A.hk * key_stride(A.dk);
+  if (half == 1) {
+    // The v rows of g's r value records (zero past d_v and for rows ≥ k).
+    for (int m = 0; m < G.r; ++m) {
+      float* out = vals + ((size_t)b * A.hv + g * G.r + m) * value_stride(A.dv);
+      for (int e = tid; e < kVRows * dvp; e += kVPrepThreads) {
+        const int t = e / dvp, j = e - t * dvp;
+        out[e] = j < A.dv ? mixed[t * nchp + 2 * A.dk + m * A.dv + j] : 0.0f;
+      }
+    }
+    return;
+  }
   // The 24 dots of the key head's raw q_t, k_t: per thread, per warp (tree), then the warps in order.
   float dots[kDots];
 #pragma unroll
@@ -183,7 +206,6 @@ __device__ __forceinline__ void vprep_entry(const Args& A, float* prep, int batc
     fk[t] = t < k ? 1.0f / sqrtf(total(4 + t) + 1e-6f) : 0.0f;
   }
   // Keys record of (b, g): k̂_t, q̂_t for t < 4 (zero past d_k and for rows ≥ k).
-  const int dkp = fast::pad4(A.dk), dvp = fast::pad4(A.dv);
   float* keys = prep + ((size_t)b * A.hk + g) * key_stride(A.dk);
   for (int e = tid; e < kVRows * dkp; e += kVPrepThreads) {
     const int t = e / dkp, i = e - t * dkp;
@@ -191,14 +213,9 @@ __device__ __forceinline__ void vprep_entry(const Args& A, float* prep, int batc
     keys[t * 2 * dkp + i] = in ? mixed[t * nchp + A.dk + i] * fk[t] : 0.0f;
     keys[t * 2 * dkp + dkp + i] = in ? mixed[t * nchp + i] * fq[t] : 0.0f;
   }
-  // Value records of g's r value heads: v_t, then the scalars (thread e < 48 writes scalar e).
-  float* vals = prep + (size_t)batch * A.hk * key_stride(A.dk);
+  // The scalars of g's r value records (thread e < 48 writes scalar e).
   for (int m = 0; m < G.r; ++m) {
     float* out = vals + ((size_t)b * A.hv + g * G.r + m) * value_stride(A.dv);
-    for (int e = tid; e < kVRows * dvp; e += kVPrepThreads) {
-      const int t = e / dvp, j = e - t * dvp;
-      out[e] = j < A.dv ? mixed[t * nchp + 2 * A.dk + m * A.dv + j] : 0.0f;
-    }
     if (tid < kScalars) {
       const float* gm = gates + m * kVRows * 2;
       float gam[kVRows];

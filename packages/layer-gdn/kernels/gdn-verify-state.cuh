@@ -2,44 +2,54 @@
 // step of k ≤ 4 rows whose rows gdn_verify_prep (gdn-verify-prep.cuh) prepared. Layouts:
 // ../KERNELS.md ("Two-kernel verify").
 //
-// The thread layout and loads of gdn_decode_state (gdn-decode-state.cuh): each of 256 threads
-// holds 16 rows × 4 columns of its head in registers from its 16-byte loads, issued as soon as it
-// has read its slot. Carried mode folds the slot's pending rows and writes the folded state back
-// (evict-first stores); then, from registers, the 2k dot products a_t = Sᵀk̂_t, b_t = Sᵀq̂_t (the 8
-// warps' parts added in warp order), and per column the rows' scalars:
-//   u_t = β_t (v_t − A_t a_t − Σ_{s<t} ck[s][t] u_s),  o_t = A_t b_t + Σ_{s≤t} cq[s][t] u_s,
-// the gated norm of each o_t, and the stash rows k̂_t, u_t, Γ_t. The new rows never touch S, so a
-// write-on-accept verify reads the state once and writes nothing of it.
+// Why it streams the state instead of holding it (as gdn_decode_state does): a verify never
+// updates S with its rows, so nothing waits for the whole head — each chunk of S is folded
+// (carried), written back, and added into the rows' dot products as it lands. Holding the head
+// in registers (256 threads × 16 rows) left 2 CTAs per SM whose long tail (8 dot products per
+// column, 4 rows of scalars, norms, stash) had no load in flight: 35 % of the copy rate at batch
+// 256 (docs/benchmarks.md, sixth round). Here each of 128 threads owns 4 columns of ⌈d_k / 4⌉₄
+// rows and keeps kDepth chunks of 4 rows in flight, so several CTAs per SM stream at once and
+// each one's tail overlaps the others' loads.
 //
-// Launch: grid [batch, H_v], 256 threads, the dynamic shared memory of vstate_smem_floats()
+// Per head h of batch position b: carried mode folds the slot's pending rows,
+// S ← e^{γ_{M−1}} S + Σ_q e^{γ_{M−1}−γ_q} k_q u_qᵀ, and writes S back (evict-first stores); then
+//   a_t = Sᵀk̂_t, b_t = Sᵀq̂_t (the 4 warps' parts added in warp order),
+//   u_t = β_t (v_t − A_t a_t − Σ_{s<t} ck[s][t] u_s),  o_t = A_t b_t + Σ_{s≤t} cq[s][t] u_s,
+// y_t the gated norm of o_t, and the stash rows k̂_t, u_t, Γ_t (after the pending rows were read).
+//
+// Launch: grid [batch, H_v], kVThreads threads, the dynamic shared memory of vstate_smem_floats()
 // (gdn-verify-launch.ts computes the same). Takes maxK ≤ 8, d_k ≤ 128, d_v ≤ 128 and a multiple of 4.
 #pragma once
 #include "gdn-decode-state.cuh"
 #include "gdn-verify-prep.cuh"
 
-#ifndef GDN_VSTATE_MAXNREG
-#define GDN_VSTATE_MAXNREG 128  // 2 CTAs of 256 threads per SM
+#ifndef GDN_VSTATE_DEPTH
+#define GDN_VSTATE_DEPTH 2  // chunks of 4 rows in flight per thread
+#endif
+#ifndef GDN_VSTATE_MINB
+#define GDN_VSTATE_MINB 4  // CTAs per SM the registers are capped for
 #endif
 
 namespace gdn {
 namespace verify {
 
-using decode::kRows;
-using decode::kThreads;
-using decode::kWarps;
+constexpr int kVThreads = 128;
+constexpr int kVWarps = kVThreads / 32;
+constexpr int kVChunks = 8;  // chunks of 4 rows per thread at most (d_k ≤ 128 over 4 warps)
+constexpr int kDepth = GDN_VSTATE_DEPTH;
 
 // Dynamic shared memory, in floats: the keys record [8][d_kp], the value record [4·d_vp + 48], the
-// pending keys [mb][d_kp], the warps' dot products [8][kWarps][d_vp] (a_t then b_t), Σo² [4][kWarps].
+// pending keys [mb][d_kp], the warps' dot products [8][kVWarps][d_vp] (a_t then b_t), Σo² [4][kVWarps].
 __host__ __device__ __forceinline__ int vstate_smem_floats(int dk, int dv, int maxK) {
-  return key_stride(dk) + value_stride(dv) + fast::fast_mb_alloc(maxK) * fast::pad4(dk) + 2 * kVRows * kWarps * fast::pad4(dv) + kVRows * kWarps;
+  return key_stride(dk) + value_stride(dv) + fast::fast_mb_alloc(maxK) * fast::pad4(dk) + 2 * kVRows * kVWarps * fast::pad4(dv) + kVRows * kVWarps;
 }
 
 struct VLay {
   float* keys;  // k̂_t [dkp], q̂_t [dkp] for t < 4
   float* vals;  // v_t [dvp] for t < 4, then the scalars
   float* kf;    // [mb][dkp] pending keys
-  float* sums;  // [8][kWarps][dvp]
-  float* osq;   // [4][kWarps]
+  float* sums;  // [8][kVWarps][dvp]
+  float* osq;   // [4][kVWarps]
   int dkp, dvp;
 };
 
@@ -51,41 +61,58 @@ __device__ __forceinline__ VLay vstate_lay(const Args& A) {
   Q.vals = Q.keys + key_stride(A.dk);
   Q.kf = Q.vals + value_stride(A.dv);
   Q.sums = Q.kf + fast::fast_mb_alloc(A.maxK) * Q.dkp;
-  Q.osq = Q.sums + 2 * kVRows * kWarps * Q.dvp;
+  Q.osq = Q.sums + 2 * kVRows * kVWarps * Q.dvp;
   return Q;
 }
 
-// Σ_r x_t[r0 + r] s[r] over the thread's rows for the 4 rows t of x (k̂ or q̂: stride 2·d_kp), to
-// sums[base + t][warp] (x is zero past d_k and for rows ≥ k).
-__device__ __forceinline__ void row_dots(const VLay& Q, const decode::Part& p, const float* x, int base, const float4 (&s)[kRows]) {
-  float4 acc[kVRows];
+// This thread's part of the head: rows r0 .. r0 + nr − 1 (those < d_k), columns 4·lane .. + 3.
+struct VPart {
+  int lane, warp, r0, nr;
+  bool act;  // 4·lane < d_v
+};
+
+__device__ __forceinline__ VPart vpart_of(const Args& A) {
+  VPart p;
+  const int tid = tid_lin();
+  p.lane = tid & 31;
+  p.warp = tid >> 5;
+  p.nr = fast::pad4((A.dk + kVWarps - 1) / kVWarps);
+  p.r0 = p.warp * p.nr;
+  p.act = 4 * p.lane < A.dv;
+  return p;
+}
+
+__device__ __forceinline__ bool vhas_row(const Args& A, const VPart& p, int r) { return p.act && r < p.nr && p.r0 + r < A.dk; }
+
+// Chunk c (rows 4c .. 4c + 3 of the thread's rows) into x, loads issued now.
+__device__ __forceinline__ void load_chunk(const Args& A, const VPart& p, const float* headS, int c, float4 (&x)[4]) {
 #pragma unroll
-  for (int t = 0; t < kVRows; ++t) acc[t] = decode::f4(0.0f);
-#pragma unroll
-  for (int r0 = 0; r0 < kRows; r0 += 4) {
-    const int i0 = p.r0 + r0;
-    if (r0 >= p.nr || i0 >= Q.dkp) break;
-#pragma unroll
-    for (int t = 0; t < kVRows; ++t) {
-      const float4 xx = fast::ld4s(x + t * 2 * Q.dkp + i0);
-      decode::fma4(xx.x, s[r0], acc[t]), decode::fma4(xx.y, s[r0 + 1], acc[t]);
-      decode::fma4(xx.z, s[r0 + 2], acc[t]), decode::fma4(xx.w, s[r0 + 3], acc[t]);
-    }
-  }
-  if (p.act) {
-#pragma unroll
-    for (int t = 0; t < kVRows; ++t) *reinterpret_cast<float4*>(Q.sums + ((base + t) * kWarps + p.warp) * Q.dvp + 4 * p.lane) = acc[t];
+  for (int e = 0; e < 4; ++e) {
+    const int r = 4 * c + e;
+    x[e] = vhas_row(A, p, r) ? decode::ld_state(headS + (size_t)(p.r0 + r) * A.dv + 4 * p.lane) : decode::f4(0.0f);
   }
 }
 
 template <int MB>
-__device__ __forceinline__ void vrun_head(const Args& A, const Geo& G, const TaskIn& I, const VLay& Q, const decode::Part& p, int h, int k,
-                                          const float (&z)[kVRows], float nw, float* headS, float4 (&s)[kRows]) {
+__device__ __forceinline__ void vrun_head(const Args& A, const Geo& G, const TaskIn& I, const VLay& Q, const VPart& p, int h, int k,
+                                          const float (&z)[kVRows], float nw, float* headS, float4 (&buf)[kDepth][4]) {
   const int M = I.nPend;
   const float* pendSh = A.stash + (size_t)I.slot * G.stashSeq + (size_t)h * A.maxK * G.stashRow;
-  decode::Pending<MB> U;
+  // The pending rows' u (this thread's columns) and γ, loaded before the first barrier so that
+  // they land with the state; plain arrays, not a struct passed by reference: the wait's memory
+  // clobber below would keep an address-taken struct in local memory.
+  constexpr int MBa = MB > 0 ? MB : 1;
+  float4 uw[MBa];
+  float gam[MBa];
+#pragma unroll
+  for (int q = 0; q < MBa; ++q) {
+    const float* row = pendSh + (size_t)q * G.stashRow;
+    const float* src = row + A.dk + 4 * p.lane;
+    const bool in = MB > 0 && q < M;
+    uw[q] = in && p.act ? make_float4(src[0], src[1], src[2], src[3]) : decode::f4(0.0f);
+    gam[q] = in ? row[A.dk + A.dv] : 0.0f;
+  }
   if (MB > 0) {
-    decode::load_pending<MB>(A, G, p, pendSh, M, U);
     fast::Lay L;
     L.kf = Q.kf;
     L.dkp = Q.dkp;
@@ -95,15 +122,49 @@ __device__ __forceinline__ void vrun_head(const Args& A, const Geo& G, const Tas
   asm volatile("cp.async.wait_all;" ::: "memory");
 #endif
   __syncthreads();  // the records and the pending keys (every read of the pending stash rows is done)
-  if (MB > 0) {
-    decode::SLay D;
-    D.kf = Q.kf;
-    D.dkp = Q.dkp;
-    decode::fold_pending<MB>(A, D, p, M, U, s);
-    if (p.act) decode::store_state(A, p, headS, s);  // carried: the folded state is committed now
+  // The fold's weights: u_q ← e^{γ_{M−1}−γ_q} u_q (zero for q ≥ M), c0 = e^{γ_{M−1}}.
+  float gl = 0.0f;
+#pragma unroll
+  for (int q = 0; q < MBa; ++q)
+    if (q == M - 1) gl = gam[q];
+#pragma unroll
+  for (int q = 0; q < MBa; ++q) uw[q] = q < M ? decode::scale4(expf(gl - gam[q]), uw[q]) : decode::f4(0.0f);
+  const float c0 = expf(gl);
+  // The chunks: fold and write back (carried), the 8 dot products; chunk c + kDepth issued as c is used.
+  float4 acc[2 * kVRows];
+#pragma unroll
+  for (int t = 0; t < 2 * kVRows; ++t) acc[t] = decode::f4(0.0f);
+  const int nc = p.nr / 4;
+#pragma unroll
+  for (int c = 0; c < kVChunks; ++c) {
+    if (c >= nc) break;
+    float4 (&x)[4] = buf[c % kDepth];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = 4 * c + e;
+      if (MB > 0 && vhas_row(A, p, r)) {
+        float4 s = decode::scale4(c0, x[e]);
+#pragma unroll
+        for (int q = 0; q < MB; ++q) decode::fma4(Q.kf[q * Q.dkp + p.r0 + r], uw[q], s);
+        x[e] = s;
+        decode::st_state(headS + (size_t)(p.r0 + r) * A.dv + 4 * p.lane, s);
+      }
+    }
+    const int i0 = p.r0 + 4 * c;
+    if (i0 < Q.dkp) {  // k̂ and q̂ are zero from d_k to d_kp
+#pragma unroll
+      for (int t = 0; t < 2 * kVRows; ++t) {
+        // t < 4: k̂_t (a_t); t ≥ 4: q̂_{t−4} (b_t).
+        const float4 w = fast::ld4s(Q.keys + (t & 3) * 2 * Q.dkp + (t >> 2) * Q.dkp + i0);
+        decode::fma4(w.x, x[0], acc[t]), decode::fma4(w.y, x[1], acc[t]), decode::fma4(w.z, x[2], acc[t]), decode::fma4(w.w, x[3], acc[t]);
+      }
+    }
+    if (c + kDepth < nc) load_chunk(A, p, headS, c + kDepth, buf[c % kDepth]);
   }
-  row_dots(Q, p, Q.keys, 0, s);
-  row_dots(Q, p, Q.keys + Q.dkp, kVRows, s);
+  if (p.act) {
+#pragma unroll
+    for (int t = 0; t < 2 * kVRows; ++t) *reinterpret_cast<float4*>(Q.sums + (t * kVWarps + p.warp) * Q.dvp + 4 * p.lane) = acc[t];
+  }
   __syncthreads();
   const int j = tid_lin(), dv = A.dv, dk = A.dk, dvp = Q.dvp;
   const float* sc = Q.vals + kVRows * dvp;
@@ -114,12 +175,12 @@ __device__ __forceinline__ void vrun_head(const Args& A, const Geo& G, const Tas
     float sa = 0.0f, sb = 0.0f;
     if (col) {
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) sa += Q.sums[(t * kWarps + w) * dvp + j], sb += Q.sums[((kVRows + t) * kWarps + w) * dvp + j];
+      for (int w = 0; w < kVWarps; ++w) sa += Q.sums[(t * kVWarps + w) * dvp + j], sb += Q.sums[((kVRows + t) * kVWarps + w) * dvp + j];
     }
-    float acc = sc[4 + t] * sa;
+    float a = sc[4 + t] * sa;
 #pragma unroll
-    for (int q = 0; q < t; ++q) acc = fmaf(sc[16 + 4 * q + t], u[q], acc);
-    u[t] = col ? sc[t] * (Q.vals[t * dvp + j] - acc) : 0.0f;
+    for (int q = 0; q < t; ++q) a = fmaf(sc[16 + 4 * q + t], u[q], a);
+    u[t] = col ? sc[t] * (Q.vals[t * dvp + j] - a) : 0.0f;
     float oo = sc[4 + t] * sb;
 #pragma unroll
     for (int q = 0; q <= t; ++q) oo = fmaf(sc[32 + 4 * q + t], u[q], oo);
@@ -128,14 +189,16 @@ __device__ __forceinline__ void vrun_head(const Args& A, const Geo& G, const Tas
 #pragma unroll
   for (int t = 0; t < kVRows; ++t) {
     const float ss = warp_sum_to_lane0(o[t] * o[t]);
-    if (p.lane == 0) Q.osq[t * kWarps + p.warp] = ss;
+    if (p.lane == 0) Q.osq[t * kVWarps + p.warp] = ss;
   }
   // The stash rows of the new rows (the pending ones were read before the first barrier).
   float* sh = A.stash + (size_t)I.slot * G.stashSeq + (size_t)h * A.maxK * G.stashRow;
-  for (int t = 0; t < k; ++t) {
+#pragma unroll
+  for (int t = 0; t < kVRows; ++t) {
+    if (t >= k) break;
     float* srow = sh + (size_t)t * G.stashRow;
     if (col) srow[dk + j] = u[t];
-    for (int i = j; i < dk; i += kThreads) srow[i] = Q.keys[t * 2 * Q.dkp + i];
+    for (int i = j; i < dk; i += kVThreads) srow[i] = Q.keys[t * 2 * Q.dkp + i];
     if (j == 0) srow[dk + dv] = sc[8 + t];
   }
   __syncthreads();
@@ -145,15 +208,20 @@ __device__ __forceinline__ void vrun_head(const Args& A, const Geo& G, const Tas
       if (t >= k) break;
       float tot = 0.0f;
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) tot += Q.osq[t * kWarps + w];
+      for (int w = 0; w < kVWarps; ++w) tot += Q.osq[t * kVWarps + w];
       const float inv = 1.0f / sqrtf(tot / (float)dv + A.eps);
       A.y[(size_t)(I.row0 + t) * A.hv * dv + (size_t)h * dv + j] = nw * o[t] * inv * siluf_(z[t]);
     }
   }
 }
 
+// The head's records into shared memory (16-byte cp.async; the records' floats are multiples of 4).
+__device__ __forceinline__ void copy_records(const float* src, float* dst, int n) {
+  for (int e = tid_lin(); e < n / 4; e += kVThreads) fast::cp_async16(dst + 4 * e, src + 4 * e);
+}
+
 __device__ __forceinline__ void vstate_entry(const Args& A, const float* prep, int batch, int k) {
-  const bool ok = A.maxK <= fast::kMaxRows && A.dk <= kWarps * kRows && A.dv % 4 == 0 && A.dv <= decode::kMaxDv && nthreads() == kThreads &&
+  const bool ok = A.maxK <= fast::kMaxRows && A.dk <= 4 * kVChunks * kVWarps && A.dv % 4 == 0 && A.dv <= kVThreads && nthreads() == kVThreads &&
                   k >= 1 && k <= kVRows && k <= A.maxK && fast::dyn_smem_bytes() >= 4u * (unsigned)vstate_smem_floats(A.dk, A.dv, A.maxK);
   if (!ok) __trap();
   int b, h;
@@ -162,15 +230,17 @@ __device__ __forceinline__ void vstate_entry(const Args& A, const float* prep, i
   const TaskIn I = decode_task_in(A, b);
   if (I.slot < 0) return;
   if (I.nPend > A.maxK || I.nPend > I.P0) __trap();
-  const decode::Part p = decode::part_of(A);
+  const VPart p = vpart_of(A);
   float* headS = pipe::head_state(A, I.slot, h);
-  float4 s[kRows];
-  decode::load_state(A, p, headS, s);
+  // The first kDepth chunks are in flight before anything else.
+  float4 buf[kDepth][4];
+#pragma unroll
+  for (int c = 0; c < kDepth; ++c) load_chunk(A, p, headS, c, buf[c]);
   const VLay Q = vstate_lay(A);
   const Geo G = geo_of(A);
   const int g = h / G.r, m = h - g * G.r;
-  decode::copy_record(prep + ((size_t)b * A.hk + g) * key_stride(A.dk), Q.keys, key_stride(A.dk));
-  decode::copy_record(prep + (size_t)batch * A.hk * key_stride(A.dk) + ((size_t)b * A.hv + h) * value_stride(A.dv), Q.vals, value_stride(A.dv));
+  copy_records(prep + ((size_t)b * A.hk + g) * key_stride(A.dk), Q.keys, key_stride(A.dk));
+  copy_records(prep + (size_t)batch * A.hk * key_stride(A.dk) + ((size_t)b * A.hv + h) * value_stride(A.dv), Q.vals, value_stride(A.dv));
   // z of this thread's column for the rows, and the norm's weight, loaded with the state.
   const int j = tid_lin();
   const bool col = j < A.dv;
@@ -178,9 +248,9 @@ __device__ __forceinline__ void vstate_entry(const Args& A, const float* prep, i
 #pragma unroll
   for (int t = 0; t < kVRows; ++t) z[t] = (col && t < k) ? A.qkvz[(size_t)(I.row0 + t) * G.width + g * G.grp + 2 * A.dk + (G.r + m) * A.dv + j] : 0.0f;
   const float nw = col ? A.normWeight[j] : 0.0f;
-  if (I.nPend == 0) vrun_head<0>(A, G, I, Q, p, h, k, z, nw, headS, s);
-  else if (I.nPend <= 4) vrun_head<4>(A, G, I, Q, p, h, k, z, nw, headS, s);
-  else vrun_head<8>(A, G, I, Q, p, h, k, z, nw, headS, s);
+  if (I.nPend == 0) vrun_head<0>(A, G, I, Q, p, h, k, z, nw, headS, buf);
+  else if (I.nPend <= 4) vrun_head<4>(A, G, I, Q, p, h, k, z, nw, headS, buf);
+  else vrun_head<8>(A, G, I, Q, p, h, k, z, nw, headS, buf);
 }
 
 }  // namespace verify

@@ -3,7 +3,7 @@
 // the state; gdn-verify-state.cuh). Layouts and semantics: ../KERNELS.md ("Two-kernel verify").
 // Both take one signature (gdn-kernels.ts VERIFY_PARAMS): a verify step's buffers as
 // gdn_recurrent's (mode 1, k rows per batch position; carried when `pending` is set), `prep`,
-// `batch` and `k`. Knobs (-D): GDN_VSTATE_MAXNREG, GDN_STATE_CS, GDN_VPREP_CH.
+// `batch` and `k`. Knobs (-D): GDN_VSTATE_DEPTH, GDN_VSTATE_MINB, GDN_STATE_CS, GDN_VPREP_CH, GDN_VPREP_MINB.
 #include "gdn-verify-state.cuh"
 
 #define GDN_VERIFY_PARAMS                                                                                                            \
@@ -16,12 +16,12 @@
                     pending, hk, hv, dk, dv, convK, maxK, eps};                                                                     \
   gdn::check_dims(A);
 
-extern "C" __global__ void __launch_bounds__(gdn::verify::kVPrepThreads) gdn_verify_prep(GDN_VERIFY_PARAMS) {
+extern "C" __global__ void __launch_bounds__(gdn::verify::kVPrepThreads, gdn::verify::kVPrepMinBlocks) gdn_verify_prep(GDN_VERIFY_PARAMS) {
   GDN_VERIFY_ARGS
   gdn::verify::vprep_entry(A, prep, batch, k);
 }
 
-extern "C" __global__ void __maxnreg__(GDN_VSTATE_MAXNREG) gdn_verify_state(GDN_VERIFY_PARAMS) {
+extern "C" __global__ void __launch_bounds__(gdn::verify::kVThreads, GDN_VSTATE_MINB) gdn_verify_state(GDN_VERIFY_PARAMS) {
   GDN_VERIFY_ARGS
   gdn::verify::vstate_entry(A, prep, batch, k);
 }
