@@ -95,18 +95,27 @@ __device__ __forceinline__ void vprep_entry(const Args& A, float* prep, int batc
   // Window position w = p − (P0 − K), p = P0 − K .. P0 + k − 1: its row (source by conv_source's
   // rule: p ≥ P0 the step's rows, p ≥ L the conv stash, else the ring; p < 0 zero). Position
   // P0 − K is read only to commit it (a pending row; no row's conv reaches it).
+  // Carried mode also writes position p's inputs: a pending row (kind 2) to its ring row, a new row
+  // (kind 1) to its conv stash row (dst). Rows by position walk p mod K and p mod R from one division
+  // each (p0 = P0 − K ≥ −K, so p0 + R·K is not negative).
   const float* base[kWin];
+  float* dst[kWin];
   int kind[kWin];
+  {
+    const int p0 = P0 - A.K;
+    int rk = (p0 + A.K * R) % A.K, rr = (p0 + A.K * R) % R;
 #pragma unroll
-  for (int w = 0; w < kWin; ++w) {
-    const int p = P0 - A.K + w;
-    base[w] = nullptr, kind[w] = 0;
-    if (w > A.K + k - 1 || p < 0) continue;
-    if (p >= P0) kind[w] = 1, base[w] = A.qkvz + (size_t)(I.row0 + p - P0) * G.width;
-    else if (p >= L) kind[w] = 2, base[w] = A.convStash + ((size_t)I.slot * R + p % R) * G.convDim;
-    else if (w > 0) kind[w] = 3, base[w] = A.convRing + ((size_t)I.slot * A.K + p % A.K) * G.convDim;
+    for (int w = 0; w < kWin; ++w, rk = rk + 1 == A.K ? 0 : rk + 1, rr = rr + 1 == R ? 0 : rr + 1) {
+      const int p = p0 + w;
+      base[w] = nullptr, dst[w] = nullptr, kind[w] = 0;
+      if (w > A.K + k - 1 || p < 0) continue;
+      float* ringRow = A.convRing + ((size_t)I.slot * A.K + rk) * G.convDim;
+      float* stashRow = A.convStash + ((size_t)I.slot * R + rr) * G.convDim;
+      if (p >= P0) kind[w] = 1, base[w] = A.qkvz + (size_t)(I.row0 + p - P0) * G.width, dst[w] = carried ? stashRow : nullptr;
+      else if (p >= L) kind[w] = 2, base[w] = stashRow, dst[w] = carried ? ringRow : nullptr;
+      else if (w > 0) kind[w] = 3, base[w] = ringRow;
+    }
   }
-  float* ringBase = A.convRing + (size_t)I.slot * A.K * G.convDim;
   // Conv + SiLU of kVCh channels per trip; carried: the ring takes the pending rows' inputs
   // (positions [max(L, P0 − K), P0), ring entries no row of this step reads: the rows read
   // positions ≥ P0 − K + 1 from the ring only below L) and the conv stash the new rows'.
@@ -137,14 +146,9 @@ __device__ __forceinline__ void vprep_entry(const Args& A, float* prep, int batc
         for (int tap = 0; tap < fast::kMaxConv; ++tap) acc = fmaf(wt[e][tap], x[e][t + 1 + tap], acc);  // position P0 + t − K + 1 + tap
         mixed[t * nchp + l] = t < k ? siluf_(acc) : 0.0f;
       }
-      if (carried) {
 #pragma unroll
-        for (int w = 0; w < kWin; ++w) {
-          const int p = P0 - A.K + w;
-          if (kind[w] == 2) ringBase[(size_t)(p % A.K) * G.convDim + cs[e]] = x[e][w];
-          if (kind[w] == 1) A.convStash[((size_t)I.slot * R + p % R) * G.convDim + cs[e]] = x[e][w];
-        }
-      }
+      for (int w = 0; w < kWin; ++w)
+        if (dst[w]) dst[w][cs[e]] = x[e][w];
     }
   }
   if (gateThread) {
@@ -159,10 +163,9 @@ __device__ __forceinline__ void vprep_entry(const Args& A, float* prep, int batc
     // The v rows of g's r value records (zero past d_v and for rows ≥ k).
     for (int m = 0; m < G.r; ++m) {
       float* out = vals + ((size_t)b * A.hv + g * G.r + m) * value_stride(A.dv);
-      for (int e = tid; e < kVRows * dvp; e += kVPrepThreads) {
-        const int t = e / dvp, j = e - t * dvp;
-        out[e] = j < A.dv ? mixed[t * nchp + 2 * A.dk + m * A.dv + j] : 0.0f;
-      }
+#pragma unroll
+      for (int t = 0; t < kVRows; ++t)
+        for (int j = tid; j < dvp; j += kVPrepThreads) out[t * dvp + j] = j < A.dv ? mixed[t * nchp + 2 * A.dk + m * A.dv + j] : 0.0f;
     }
     return;
   }
@@ -207,11 +210,13 @@ __device__ __forceinline__ void vprep_entry(const Args& A, float* prep, int batc
   }
   // Keys record of (b, g): k̂_t, q̂_t for t < 4 (zero past d_k and for rows ≥ k).
   float* keys = prep + ((size_t)b * A.hk + g) * key_stride(A.dk);
-  for (int e = tid; e < kVRows * dkp; e += kVPrepThreads) {
-    const int t = e / dkp, i = e - t * dkp;
-    const bool in = i < A.dk;
-    keys[t * 2 * dkp + i] = in ? mixed[t * nchp + A.dk + i] * fk[t] : 0.0f;
-    keys[t * 2 * dkp + dkp + i] = in ? mixed[t * nchp + i] * fq[t] : 0.0f;
+#pragma unroll
+  for (int t = 0; t < kVRows; ++t) {
+    for (int i = tid; i < dkp; i += kVPrepThreads) {
+      const bool in = i < A.dk;
+      keys[t * 2 * dkp + i] = in ? mixed[t * nchp + A.dk + i] * fk[t] : 0.0f;
+      keys[t * 2 * dkp + dkp + i] = in ? mixed[t * nchp + i] * fq[t] : 0.0f;
+    }
   }
   // The scalars of g's r value records (thread e < 48 writes scalar e).
   for (int m = 0; m < G.r; ++m) {

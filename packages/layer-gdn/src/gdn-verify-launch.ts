@@ -60,8 +60,14 @@ export function twoKernelVerifySupported(s: TwoKernelShape): boolean {
   return twoKernelDecodeSupported(s) && verifyPrepSharedBytes(s) <= PREP_MAX_SHARED;
 }
 
-/** The smallest batch whose verify steps run the two-kernel verify. */
-export const TWO_KERNEL_VERIFY_MIN_BATCH = 32;
+/**
+ * The smallest batch whose verify steps run the two-kernel verify. On the H200 at the 80B shape,
+ * k = 4 (docs/benchmarks.md, sixth round; µs at batch 8 / 16 / 32 / 256): write-on-accept verify
+ * smem 19.1 / 43.2 / 67.2 / 386.1, two-kernel 23.9 / 38.4 / 59.2 / 329.8; carried cycle smem
+ * 32.9 / 71.7 / 108.4 / 695.7, two-kernel 34.4 / 53.9 / 93.1 / 511.0. Below 16 the prep kernel is
+ * a fixed cost the batch does not amortise.
+ */
+export const TWO_KERNEL_VERIFY_MIN_BATCH = 16;
 
 /** Whether the layer runs a verify of k rows per position over `batch` positions as the two-kernel verify. */
 export function runsTwoKernelVerify(s: TwoKernelShape, batch: number, k: number): boolean {
