@@ -73,12 +73,16 @@ struct Part {
   bool act;  // 4·lane < d_v
 };
 
-__device__ __forceinline__ Part part_of(const Args& A) {
+// W warps share the d_k rows (at most MaxRows each; 0: no cap): this kernel's 8 warps of ≤ 16
+// rows, and the verify state pass's 4 warps (gdn-verify-state.cuh; its check bounds d_k).
+template <int W, int MaxRows>
+__device__ __forceinline__ Part part_for(const Args& A) {
   Part p;
   const int tid = tid_lin();
   p.lane = tid & 31;
   p.warp = tid >> 5;
-  p.nr = min(kRows, fast::pad4((A.dk + kWarps - 1) / kWarps));
+  const int nr = fast::pad4((A.dk + W - 1) / W);
+  p.nr = MaxRows > 0 ? min(MaxRows, nr) : nr;
   p.r0 = p.warp * p.nr;
   p.act = 4 * p.lane < A.dv;
   return p;
@@ -255,7 +259,7 @@ __device__ __forceinline__ void state_entry(const Args& A, const float* prep, in
   if (b >= batch || h >= A.hv) return;
   const TaskIn I = decode_task_in(A, b);
   if (I.slot < 0) return;
-  const Part p = part_of(A);
+  const Part p = part_for<kWarps, kRows>(A);
   float* headS = pipe::head_state(A, I.slot, h);
   float4 s[kRows];
   load_state(A, p, headS, s);

@@ -65,36 +65,17 @@ __device__ __forceinline__ VLay vstate_lay(const Args& A) {
   return Q;
 }
 
-// This thread's part of the head: rows r0 .. r0 + nr − 1 (those < d_k), columns 4·lane .. + 3.
-struct VPart {
-  int lane, warp, r0, nr;
-  bool act;  // 4·lane < d_v
-};
-
-__device__ __forceinline__ VPart vpart_of(const Args& A) {
-  VPart p;
-  const int tid = tid_lin();
-  p.lane = tid & 31;
-  p.warp = tid >> 5;
-  p.nr = fast::pad4((A.dk + kVWarps - 1) / kVWarps);
-  p.r0 = p.warp * p.nr;
-  p.act = 4 * p.lane < A.dv;
-  return p;
-}
-
-__device__ __forceinline__ bool vhas_row(const Args& A, const VPart& p, int r) { return p.act && r < p.nr && p.r0 + r < A.dk; }
-
 // Chunk c (rows 4c .. 4c + 3 of the thread's rows) into x, loads issued now.
-__device__ __forceinline__ void load_chunk(const Args& A, const VPart& p, const float* headS, int c, float4 (&x)[4]) {
+__device__ __forceinline__ void load_chunk(const Args& A, const decode::Part& p, const float* headS, int c, float4 (&x)[4]) {
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
     const int r = 4 * c + e;
-    x[e] = vhas_row(A, p, r) ? decode::ld_state(headS + (size_t)(p.r0 + r) * A.dv + 4 * p.lane) : decode::f4(0.0f);
+    x[e] = decode::has_row(A, p, r) ? decode::ld_state(headS + (size_t)(p.r0 + r) * A.dv + 4 * p.lane) : decode::f4(0.0f);
   }
 }
 
 template <int MB>
-__device__ __forceinline__ void vrun_head(const Args& A, const Geo& G, const TaskIn& I, const VLay& Q, const VPart& p, int h, int k,
+__device__ __forceinline__ void vrun_head(const Args& A, const Geo& G, const TaskIn& I, const VLay& Q, const decode::Part& p, int h, int k,
                                           const float (&z)[kVRows], float nw, float* headS, float4 (&buf)[kDepth][4]) {
   const int M = I.nPend;
   const float* pendSh = A.stash + (size_t)I.slot * G.stashSeq + (size_t)h * A.maxK * G.stashRow;
@@ -142,7 +123,7 @@ __device__ __forceinline__ void vrun_head(const Args& A, const Geo& G, const Tas
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int r = 4 * c + e;
-      if (MB > 0 && vhas_row(A, p, r)) {
+      if (MB > 0 && decode::has_row(A, p, r)) {
         float4 s = decode::scale4(c0, x[e]);
 #pragma unroll
         for (int q = 0; q < MB; ++q) decode::fma4(Q.kf[q * Q.dkp + p.r0 + r], uw[q], s);
@@ -230,7 +211,7 @@ __device__ __forceinline__ void vstate_entry(const Args& A, const float* prep, i
   const TaskIn I = decode_task_in(A, b);
   if (I.slot < 0) return;
   if (I.nPend > A.maxK || I.nPend > I.P0) __trap();
-  const VPart p = vpart_of(A);
+  const decode::Part p = decode::part_for<kVWarps, 0>(A);  // columns 4·lane .. + 3 of ⌈d_k / 4⌉₄ rows
   float* headS = pipe::head_state(A, I.slot, h);
   // The first kDepth chunks are in flight before anything else.
   float4 buf[kDepth][4];

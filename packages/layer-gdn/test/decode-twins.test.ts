@@ -1,7 +1,7 @@
 import { CpuBackend } from '@metrale/cpu-backend';
 import { SeededRandom, type DevicePtr } from '@metrale/core';
 import { afterEach, describe, expect, it } from 'vitest';
-import { plausibleStash } from './plausible-stash.js';
+import { slotBuffers } from './twin-buffers.js';
 import {
   decodePrepStride, decodeStateKernel, launchTwoKernelDecode, recurrentKernel, twoKernelDecodeKernels, twoKernelDecodeLaunches, type DecodeArgs,
 } from '@metrale/layer-gdn';
@@ -30,11 +30,9 @@ function relErr(got: Float32Array, ref: Float32Array): number {
 }
 
 function hostBuffers(s: Shape, slots: number[], seqLens: number[], pending: number[] | undefined, rnd: SeededRandom) {
-  const convDim = 2 * s.hk * s.dk + s.hv * s.dv;
   const width = 2 * s.hk * s.dk + 2 * s.hv * s.dv;
   const batch = slots.length;
   const uni = (n: number, lo: number, hi: number) => Float32Array.from({ length: n }, () => lo + (hi - lo) * rnd.float());
-  const stash = plausibleStash(s, MAX_SEQS, rnd);
   return {
     qkvz: uni(batch * width, -1, 1),
     ba: uni(batch * 2 * s.hv, -2, 2),
@@ -42,15 +40,7 @@ function hostBuffers(s: Shape, slots: number[], seqLens: number[], pending: numb
     slots: Int32Array.from(slots),
     rowStarts: Int32Array.from({ length: batch + 1 }, (_, p) => p),
     seqLens: Int32Array.from(seqLens),
-    state: uni(MAX_SEQS * s.hv * s.dk * s.dv, -0.5, 0.5),
-    convRing: uni(MAX_SEQS * s.convK * convDim, -1, 1),
-    convWeight: uni(convDim * s.convK, -0.6, 0.6),
-    aLog: Float32Array.from({ length: s.hv }, () => Math.log(0.05 + 0.6 * rnd.float())),
-    dtBias: uni(s.hv, -1, 1),
-    normWeight: uni(s.dv, 0.5, 1.5),
-    stash,
-    convStash: uni(MAX_SEQS * 2 * s.maxK * convDim, -1, 1),
-    pending: Uint32Array.from(pending ?? new Array<number>(MAX_SEQS).fill(0)),
+    ...slotBuffers(s, MAX_SEQS, pending, rnd),
     prep: new Float32Array(batch * s.hv * decodePrepStride(s)),
   };
 }
