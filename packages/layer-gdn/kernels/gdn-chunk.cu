@@ -90,7 +90,9 @@ struct Args {
 
 __host__ __device__ __forceinline__ int round_up(int x, int m) { return (x + m - 1) / m * m; }
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
-__device__ __forceinline__ float siluf_(float x) { return x / (1.0f + expf(-x)); }
+// SiLU through the fast exponential and division (≈ 1e-6 relative; x ≪ 0 gives −0): the conv
+// computes 4 of them per output element, and the IEEE division's slow path cost issue slots.
+__device__ __forceinline__ float siluf_(float x) { return __fdividef(x, 1.0f + __expf(-x)); }
 __device__ __forceinline__ float softplusf_(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
 // Shape-derived sizes shared by both kernels (and mirrored in src/gdn-launch.ts).
@@ -583,13 +585,13 @@ __device__ __forceinline__ void wy_chunk(const Args& A) {
     const float f = i < n ? (which ? 1.0f : 1.0f / sqrtf((float)dk)) / sqrtf(ss + 1e-6f) : 0.f;
     (which ? fk : fq)[i] = f;
   }
-  // Raw q and k of the chunk's rows to the scratch (16-byte pieces, columns < dks).
+  // Raw q and k of the chunk's rows to the scratch (16-byte pieces, columns < dks): idx = (tile,
+  // plane, row, piece of 16 slots), shifts only.
   {
     const int pieces = G.dks / 8;
-    for (int idx = tid; idx < 2 * P * n * pieces; idx += WY_THREADS) {
-      const int which = idx / (P * n * pieces), rem = idx - which * P * n * pieces;
-      const int p = rem / (n * pieces), rem2 = rem - p * n * pieces;
-      const int i = rem2 / pieces, q = rem2 - i * pieces;
+    for (int idx = tid; idx < 2 * P * C * 16; idx += WY_THREADS) {
+      const int q = idx & 15, i = (idx >> 4) & (C - 1), p = (idx >> 10) % P, which = idx >> (P == 1 ? 10 : 11);
+      if (q >= pieces || i >= n) continue;
       const uint4 v = *reinterpret_cast<const uint4*>(sm + (which ? L.kr : L.qr) + p * dkPlane + 2 * (i * DKT + 8 * q));
       bf16_t* dst = (which ? X.kr : X.qr) + p * X.qrPlane + ((long long)g * A.rows + rowc + i) * G.dks + 8 * q;
       *reinterpret_cast<uint4*>(dst) = v;
@@ -640,39 +642,77 @@ __device__ __forceinline__ void wy_chunk(const Args& A) {
     for (int idx = tid; idx < C * C; idx += WY_THREADS) {
       const int i = idx >> 6, j = idx & 63;
       float v = 0.f;
-      if (j < i && i < n) v = bt[i] * fk[i] * fk[j] * gkk[i * FT + j] * expf(gm[i] - gm[j]);
+      if (j < i && i < n) v = bt[i] * fk[i] * fk[j] * gkk[i * FT + j] * __expf(gm[i] - gm[j]);
       am[i * FT + j] = v;
     }
     __syncthreads();
+    // T = (I + A)⁻¹ in place of A, by blocks of 16 (the whole CTA; one thread per column of the
+    // 64 took 2 × 64 dependent steps per head while the other warps waited at the barrier):
+    // the diagonal blocks by forward substitution (thread = block, column), then block row
+    // ib = 1..3: M_jb = Σ_{k ∈ [16jb, 16ib)} A[ib-row][k] T[k][jb-col] (into the T'_W tile's room,
+    // free until the end), T_{ib,jb} = −T_{ib,ib} M_jb.
     if (tid < C) {
-      // T = (I + A)⁻¹, column j = tid by forward substitution; then T'_W = T diag(β e^γ f_k),
-      // T'_U = T diag(β) as bf16 planes (the A operands of W and U).
-      const int j = tid;
-      float x[C];
+      const int bd = tid >> 4, col = tid & 15;
+      const float* ab = am + 16 * bd * FT + 16 * bd;
+      float x[16];
 #pragma unroll
-      for (int i = 0; i < C; ++i) {
-        float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+      for (int i = 0; i < 16; ++i) {
+        float acc = 0.f;
 #pragma unroll
-        for (int k = 0; k + 3 < i; k += 4) {
-          const float4 a = *reinterpret_cast<const float4*>(am + i * FT + k);
-          a0 += a.x * x[k];
-          a1 += a.y * x[k + 1];
-          a2 += a.z * x[k + 2];
-          a3 += a.w * x[k + 3];
-        }
-#pragma unroll
-        for (int k = i & ~3; k < i; ++k) a0 += am[i * FT + k] * x[k];
-        const float sum = (a0 + a1) + (a2 + a3);
-        x[i] = i == j ? 1.0f : (i > j ? -sum : 0.0f);
+        for (int k = 0; k < i; ++k) acc += ab[i * FT + k] * x[k];
+        x[i] = i == col ? 1.0f : (i > col ? -acc : 0.0f);
       }
-      const float cw = bt[j] * expf(gm[j]) * fk[j], cu = bt[j];
+      __syncwarp();  // a block's 16 columns are one half-warp: all of its A read before T lands
+#pragma unroll
+      for (int i = 0; i < 16; ++i) am[(16 * bd + i) * FT + 16 * bd + col] = x[i];
+    }
+    {
+      // Conv + SiLU of value head h's v channels, by every thread.
+      const int vbase = 2 * G.keyDim + h * dv, cbase = g * G.grp + 2 * dk + hl * dv;
+      auto chv = [&](int e) { return vbase + e; };
+      auto colv = [&](int e) { return cbase + e; };
+      conv_tile<P>(A, G, s, Pc, n, dv, vec, chv, colv, sm + L.v, vPlane, L.vt, tid, 0, WY_THREADS);
+    }
+    __syncthreads();
+    float* mt = reinterpret_cast<float*>(sm + L.tw);  // ≤ 3 blocks of 16 × 16 f32
+    for (int ib = 1; ib < 4; ++ib) {
+      for (int e = tid; e < ib * 256; e += WY_THREADS) {
+        const int jb = e >> 8, rr = (e >> 4) & 15, cc = e & 15;
+        const float* arow = am + (16 * ib + rr) * FT;
+        const float* tcol = am + 16 * jb + cc;
+        float a0 = 0.f, a1 = 0.f;
+        for (int k = 16 * jb; k < 16 * ib; k += 4) {
+          const float4 av = *reinterpret_cast<const float4*>(arow + k);
+          a0 += av.x * tcol[k * FT];
+          a1 += av.y * tcol[(k + 1) * FT];
+          a0 += av.z * tcol[(k + 2) * FT];
+          a1 += av.w * tcol[(k + 3) * FT];
+        }
+        mt[e] = a0 + a1;
+      }
+      __syncthreads();
+      for (int e = tid; e < ib * 256; e += WY_THREADS) {
+        const int jb = e >> 8, rr = (e >> 4) & 15, cc = e & 15;
+        const float* trow = am + (16 * ib + rr) * FT + 16 * ib;
+        const float* mc = mt + jb * 256 + cc;
+        float acc = 0.f;
+        for (int m = 0; m <= rr; ++m) acc += trow[m] * mc[16 * m];
+        am[(16 * ib + rr) * FT + 16 * jb + cc] = -acc;
+      }
+      __syncthreads();
+    }
+    {
+      // T'_W = T diag(β e^γ f_k), T'_U = T diag(β) as bf16 planes (the A operands of W and U); a
+      // thread's column is fixed (256 threads, 64 columns).
+      const int j = tid & 63;
+      const float cw = bt[j] * __expf(gm[j]) * fk[j], cu = bt[j];
       bf16_t* tw = reinterpret_cast<bf16_t*>(sm + L.tw);
       bf16_t* tu = reinterpret_cast<bf16_t*>(sm + L.tu);
-#pragma unroll
-      for (int i = 0; i < C; ++i) {
+      for (int i = tid >> 6; i < C; i += WY_THREADS / C) {
+        const float x = am[i * FT + j];
         uint32_t pw[2], pu[2];
-        to_planes<P>(x[i] * cw, 0.f, pw);
-        to_planes<P>(x[i] * cu, 0.f, pu);
+        to_planes<P>(x * cw, 0.f, pw);
+        to_planes<P>(x * cu, 0.f, pu);
         tw[i * CT + j] = (bf16_t)pw[0];
         tu[i * CT + j] = (bf16_t)pu[0];
         if (P == 2) {
@@ -680,12 +720,6 @@ __device__ __forceinline__ void wy_chunk(const Args& A) {
           tu[tPlane / 2 + i * CT + j] = (bf16_t)pu[1];
         }
       }
-    } else {
-      // The other warps: conv + SiLU of value head h's v channels.
-      const int vbase = 2 * G.keyDim + h * dv, cbase = g * G.grp + 2 * dk + hl * dv;
-      auto chv = [&](int e) { return vbase + e; };
-      auto colv = [&](int e) { return cbase + e; };
-      conv_tile<P>(A, G, s, Pc, n, dv, vec, chv, colv, sm + L.v, vPlane, L.vt, tid, C, WY_THREADS - C);
     }
     __syncthreads();
     const uint32_t twh = saddr(sm + L.tw), twl = twh + tPlane;
@@ -793,8 +827,8 @@ __device__ __forceinline__ void wy_chunk(const Args& A) {
           const int i = hf ? rB : rA;
           if (i < n) {
             float v0 = 0.f, v1 = 0.f;
-            if (j0 <= i) v0 = acc[nt][2 * hf] * fq[i] * fk[j0] * expf(gm[i] - gm[j0]);
-            if (j0 + 1 <= i) v1 = acc[nt][2 * hf + 1] * fq[i] * fk[j0 + 1] * expf(gm[i] - gm[j0 + 1]);
+            if (j0 <= i) v0 = acc[nt][2 * hf] * fq[i] * fk[j0] * __expf(gm[i] - gm[j0]);
+            if (j0 + 1 <= i) v1 = acc[nt][2 * hf + 1] * fq[i] * fk[j0 + 1] * __expf(gm[i] - gm[j0 + 1]);
             st_pair<P>(X.aqk, X.aqkPlane, ((long long)h * A.rows + rowc + i) * C + j0, v0, v1);
           }
         }
@@ -844,49 +878,52 @@ __host__ __device__ __forceinline__ ScanLay scan_lay(int P, int mpc, int cl) {
   return L;
 }
 
-// Issues the cp.async copies of chunk c's tiles into buffer `bufp` (one commit group).
+// Issues the cp.async copies of chunk c's tiles into buffer `bufp` (one commit group). The loops
+// have power-of-two trip shapes (row = idx >> 4 / >> 3, piece = idx & 15 / & 7): the copies of a
+// chunk sit on the scan's serial path, where index divisions once cost more issue slots than
+// its mma (ncu, 8 192 rows: integer ops ~55 % of the scan's instructions).
 template <int P>
 __device__ __forceinline__ void scan_load(const Args& A, const Geo& G, const Scratch& X, const ScanLay& L, unsigned char* bufp, int kg,
                                           int h, int rowc, int n, int colU0, int mpc, int tid, int nthr) {
   const uint32_t sb = saddr(bufp);
-  const int dkp = G.dks / 8;           // pieces of a d_k row present in the scratch
-  const int up = 2 * mpc;              // pieces of the U tile row
-  const int perPlane = C * (16 * 3 + 8 + up);
-  const int total = P * perPlane + C;
+  const int dkp = G.dks / 8;  // pieces of a d_k row present in the scratch
+  const int up = 2 * mpc;     // pieces of the U tile row (≤ 8)
   const int dkPlane = C * DKT * 2;
-  for (int idx = tid; idx < total; idx += nthr) {
-    if (idx >= P * perPlane) {
-      const int i = idx - P * perPlane;
-      const float* src = X.sc + ((long long)h * A.rows + rowc + min(i, n - 1)) * 4;
-      cp16(sb + L.sc + 16 * i, src, i < n ? 16 : 0);
-      continue;
-    }
-    const int p = idx / perPlane;
-    int rem = idx - p * perPlane;
-    const int i = rem / (16 * 3 + 8 + up);
-    int q = rem - i * (16 * 3 + 8 + up);
-    const int ii = min(i, n - 1);
-    if (q < 48) {
-      const int which = q >> 4;  // 0: qr, 1: kr, 2: w
-      q &= 15;
-      const bf16_t* src;
-      if (which == 0) src = X.qr + p * X.qrPlane + ((long long)kg * A.rows + rowc + ii) * G.dks;
-      else if (which == 1) src = X.kr + p * X.qrPlane + ((long long)kg * A.rows + rowc + ii) * G.dks;
-      else src = X.w + p * X.wPlane + ((long long)h * A.rows + rowc + ii) * G.dks;
+  const long long kRow = (long long)kg * A.rows + rowc, hRow = (long long)h * A.rows + rowc;
+#pragma unroll 1
+  for (int p = 0; p < P; ++p) {
+    // q, k, w: C rows × 16 pieces of 8 bf16 each (pieces ≥ dkp and rows ≥ n are zero-filled).
+    const bf16_t* qs = X.qr + p * X.qrPlane + kRow * G.dks;
+    const bf16_t* ks = X.kr + p * X.qrPlane + kRow * G.dks;
+    const bf16_t* ws = X.w + p * X.wPlane + hRow * G.dks;
+    for (int idx = tid; idx < 3 * C * 16; idx += nthr) {
+      const int which = idx >> 10, i = (idx >> 4) & (C - 1), q = idx & 15;
+      const bf16_t* base = which == 0 ? qs : which == 1 ? ks : ws;
       const int off = (which == 0 ? L.qr : which == 1 ? L.kr : L.w) + p * dkPlane + 2 * (i * DKT + 8 * q);
       const bool ok = i < n && q < dkp;
-      cp16(sb + off, src + (ok ? 8 * q : 0), ok ? 16 : 0);
-    } else if (q < 56) {
-      q -= 48;
-      const bf16_t* src = X.aqk + p * X.aqkPlane + ((long long)h * A.rows + rowc + ii) * C;
-      cp16(sb + L.aqk + p * C * CT * 2 + 2 * (i * CT + 8 * q), src + 8 * q, i < n ? 16 : 0);
-    } else {
-      q -= 56;
+      cp16(sb + off, base + (ok ? i * G.dks + 8 * q : 0), ok ? 16 : 0);
+    }
+    // A_qk: C rows × 8 pieces.
+    const bf16_t* as = X.aqk + p * X.aqkPlane + hRow * C;
+    for (int idx = tid; idx < C * 8; idx += nthr) {
+      const int i = idx >> 3, q = idx & 7;
+      const bool ok = i < n;
+      cp16(sb + L.aqk + p * C * CT * 2 + 2 * (i * CT + 8 * q), as + (ok ? i * C + 8 * q : 0), ok ? 16 : 0);
+    }
+    // U: C rows × `up` pieces of this CTA's columns (slots q ≥ up of the 8 are skipped).
+    const bf16_t* us = X.u + p * X.uPlane + hRow * G.dvs;
+    for (int idx = tid; idx < C * 8; idx += nthr) {
+      const int i = idx >> 3, q = idx & 7;
+      if (q >= up) continue;
       const int col = colU0 + 8 * q;
       const bool ok = i < n && col < G.dvs;
-      const bf16_t* src = X.u + p * X.uPlane + ((long long)h * A.rows + rowc + ii) * G.dvs;
-      cp16(sb + L.u + p * C * L.ut * 2 + 2 * (i * L.ut + 8 * q), src + (ok ? col : 0), ok ? 16 : 0);
+      cp16(sb + L.u + p * C * L.ut * 2 + 2 * (i * L.ut + 8 * q), us + (ok ? i * G.dvs + col : 0), ok ? 16 : 0);
     }
+  }
+  // Per-row scales (f32 × 4).
+  if (tid < C) {
+    const float* src = X.sc + (hRow + min(tid, n - 1)) * 4;
+    cp16(sb + L.sc + 16 * tid, src, tid < n ? 16 : 0);
   }
   cp_commit();
 }
@@ -1026,9 +1063,10 @@ __device__ __forceinline__ void scan_seq(const Args& A) {
   auto issue_z = [&](int cc) {
     const int rowz = s.row0 + cc * C, nz = min(C, s.nrows - cc * C);
     float* slot = ztile + (cc & 1) * C * L.zt;
-    const int pieces = 4 * mpc;  // 16-byte pieces of a row (16·mpc columns)
-    for (int idx = tid; idx < C * pieces; idx += nthr) {
-      const int i = idx / pieces, q = idx - i * pieces;
+    const int pieces = 4 * mpc;  // 16-byte pieces of a row (16·mpc columns, ≤ 16 slots)
+    for (int idx = tid; idx < C * 16; idx += nthr) {
+      const int i = idx >> 4, q = idx & 15;
+      if (q >= pieces) continue;
       const int col = colU0 + 4 * q;
       const float* src = A.qkvz + (size_t)(rowz + min(i, nz - 1)) * G.width + zc0;
       if (zVec) {
@@ -1285,15 +1323,49 @@ __device__ __forceinline__ void norm_row(const Args& A) {
   if (lo >= A.batch || A.slots[lo] < 0) return;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   const int dk = A.dk, dv = A.dv;
+  float* yrow = A.y + (size_t)row * A.hv * dv;
+  const float* zrow = A.qkvz + (size_t)row * G.width + 2 * dk;  // + kg·grp + (r + mh)·d_v: z of head h
+  if (dv == 128 && dk % 2 == 0 && G.width % 4 == 0 && G.grp % 4 == 0) {
+    // A float4 of y and z per lane and head; a warp loads its heads NH at a time before any store
+    // (y is read and written in place: the compiler cannot hoist the next head's loads itself).
+    constexpr int NH = 4;
+    const float4 w4 = reinterpret_cast<const float4*>(A.normWeight)[lane];
+    for (int h0 = warp; h0 < A.hv; h0 += NH * nw) {
+      float4 yv[NH], zv[NH];
+#pragma unroll
+      for (int u = 0; u < NH; ++u) {
+        const int h = h0 + u * nw;
+        if (h < A.hv) {
+          const int kg = h / G.r, mh = h - kg * G.r;
+          yv[u] = reinterpret_cast<const float4*>(yrow + (size_t)h * dv)[lane];
+          zv[u] = reinterpret_cast<const float4*>(zrow + kg * G.grp + (G.r + mh) * dv)[lane];
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < NH; ++u) {
+        const int h = h0 + u * nw;
+        if (h >= A.hv) continue;
+        const float4 v = yv[u], z = zv[u];
+        float ss = v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        const float inv = 1.0f / sqrtf(ss / (float)dv + A.eps);
+        reinterpret_cast<float4*>(yrow + (size_t)h * dv)[lane] =
+            make_float4(w4.x * v.x * inv * siluf_(z.x), w4.y * v.y * inv * siluf_(z.y), w4.z * v.z * inv * siluf_(z.z),
+                        w4.w * v.w * inv * siluf_(z.w));
+      }
+    }
+    return;
+  }
   for (int h = warp; h < A.hv; h += nw) {
-    float* yr = A.y + (size_t)row * A.hv * dv + (size_t)h * dv;
+    float* yr = yrow + (size_t)h * dv;
     float ss = 0.f;
     for (int j = lane; j < dv; j += 32) ss += yr[j] * yr[j];
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     const float inv = 1.0f / sqrtf(ss / (float)dv + A.eps);
     const int kg = h / G.r, mh = h - kg * G.r;
-    const float* zr = A.qkvz + (size_t)row * G.width + kg * G.grp + 2 * dk + (G.r + mh) * dv;
+    const float* zr = zrow + kg * G.grp + (G.r + mh) * dv;
     for (int j = lane; j < dv; j += 32) yr[j] = A.normWeight[j] * yr[j] * inv * siluf_(zr[j]);
   }
 }
