@@ -639,11 +639,14 @@ __device__ __forceinline__ void wy_chunk(const Args& A) {
     const float* gm = gam + hl * C;
     const float gLast = gm[max(n - 1, 0)];
     // A[i][j] = β_i f_i f_j G_kk[i][j] e^{γ_i − γ_j}, j < i < n.
-    for (int idx = tid; idx < C * C; idx += WY_THREADS) {
-      const int i = idx >> 6, j = idx & 63;
-      float v = 0.f;
-      if (j < i && i < n) v = bt[i] * fk[i] * fk[j] * gkk[i * FT + j] * __expf(gm[i] - gm[j]);
-      am[i * FT + j] = v;
+    {
+      const int j = tid & 63;  // fixed per thread (256 threads, 64 columns)
+      const float fj = fk[j], gj = gm[j];
+      for (int i = tid >> 6; i < C; i += WY_THREADS / C) {
+        float v = 0.f;
+        if (j < i && i < n) v = bt[i] * fk[i] * fj * gkk[i * FT + j] * __expf(gm[i] - gj);
+        am[i * FT + j] = v;
+      }
     }
     __syncthreads();
     // T = (I + A)⁻¹ in place of A, by blocks of 16 (the whole CTA; one thread per column of the
@@ -676,28 +679,38 @@ __device__ __forceinline__ void wy_chunk(const Args& A) {
     __syncthreads();
     float* mt = reinterpret_cast<float*>(sm + L.tw);  // ≤ 3 blocks of 16 × 16 f32
     for (int ib = 1; ib < 4; ++ib) {
-      for (int e = tid; e < ib * 256; e += WY_THREADS) {
-        const int jb = e >> 8, rr = (e >> 4) & 15, cc = e & 15;
+      // Thread = (block jb, row rr, 4 columns cq..cq+3): float4 loads, 16 FMAs per 5 loads.
+      const int jb = tid >> 6, rr = (tid >> 2) & 15, cq = (tid & 3) * 4;
+      if (tid < 64 * ib) {
         const float* arow = am + (16 * ib + rr) * FT;
-        const float* tcol = am + 16 * jb + cc;
-        float a0 = 0.f, a1 = 0.f;
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
         for (int k = 16 * jb; k < 16 * ib; k += 4) {
           const float4 av = *reinterpret_cast<const float4*>(arow + k);
-          a0 += av.x * tcol[k * FT];
-          a1 += av.y * tcol[(k + 1) * FT];
-          a0 += av.z * tcol[(k + 2) * FT];
-          a1 += av.w * tcol[(k + 3) * FT];
+          const float a4[4] = {av.x, av.y, av.z, av.w};
+#pragma unroll
+          for (int u = 0; u < 4; ++u) {
+            const float4 t = *reinterpret_cast<const float4*>(am + (k + u) * FT + 16 * jb + cq);
+            acc.x += a4[u] * t.x;
+            acc.y += a4[u] * t.y;
+            acc.z += a4[u] * t.z;
+            acc.w += a4[u] * t.w;
+          }
         }
-        mt[e] = a0 + a1;
+        *reinterpret_cast<float4*>(mt + jb * 256 + rr * 16 + cq) = acc;
       }
       __syncthreads();
-      for (int e = tid; e < ib * 256; e += WY_THREADS) {
-        const int jb = e >> 8, rr = (e >> 4) & 15, cc = e & 15;
+      if (tid < 64 * ib) {
         const float* trow = am + (16 * ib + rr) * FT + 16 * ib;
-        const float* mc = mt + jb * 256 + cc;
-        float acc = 0.f;
-        for (int m = 0; m <= rr; ++m) acc += trow[m] * mc[16 * m];
-        am[(16 * ib + rr) * FT + 16 * jb + cc] = -acc;
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int m = 0; m <= rr; ++m) {
+          const float t = trow[m];
+          const float4 mv = *reinterpret_cast<const float4*>(mt + jb * 256 + m * 16 + cq);
+          acc.x += t * mv.x;
+          acc.y += t * mv.y;
+          acc.z += t * mv.z;
+          acc.w += t * mv.w;
+        }
+        *reinterpret_cast<float4*>(am + (16 * ib + rr) * FT + 16 * jb + cq) = make_float4(-acc.x, -acc.y, -acc.z, -acc.w);
       }
       __syncthreads();
     }
@@ -890,6 +903,36 @@ __device__ __forceinline__ void scan_load(const Args& A, const Geo& G, const Scr
   const int up = 2 * mpc;     // pieces of the U tile row (≤ 8)
   const int dkPlane = C * DKT * 2;
   const long long kRow = (long long)kg * A.rows + rowc, hRow = (long long)h * A.rows + rowc;
+  if (P == 1 && nthr == 256 && dkp == 16 && up == 8 && colU0 + 64 <= G.dvs) {
+    // The 80B shape's fast layout (256 threads, full 128-column rows): a thread's piece and rows are
+    // fixed, so every copy is a constant offset from a per-tile base (rows of padding read row 0).
+    const int q = tid & 15, i0 = tid >> 4, q8 = tid & 7, i8 = tid >> 3;
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+#pragma unroll
+      for (int t3 = 0; t3 < 3; ++t3) {
+        const bf16_t* base = t3 == 0 ? X.qr + p * X.qrPlane + kRow * G.dks : t3 == 1 ? X.kr + p * X.qrPlane + kRow * G.dks : X.w + p * X.wPlane + hRow * G.dks;
+        const uint32_t dst = sb + (t3 == 0 ? L.qr : t3 == 1 ? L.kr : L.w) + p * dkPlane + 2 * (i0 * DKT + 8 * q);
+#pragma unroll
+        for (int m = 0; m < 4; ++m) {
+          const bool ok = i0 + 16 * m < n;
+          cp16(dst + 2 * 16 * m * DKT, ok ? base + (i0 + 16 * m) * G.dks + 8 * q : base, ok ? 16 : 0);
+        }
+      }
+      const bf16_t* as = X.aqk + p * X.aqkPlane + hRow * C;
+      const bf16_t* us = X.u + p * X.uPlane + hRow * G.dvs + colU0;
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+        const int i = i8 + 32 * m;
+        const bool ok = i < n;
+        cp16(sb + L.aqk + p * C * CT * 2 + 2 * (i * CT + 8 * q8), ok ? as + i * C + 8 * q8 : as, ok ? 16 : 0);
+        cp16(sb + L.u + p * C * L.ut * 2 + 2 * (i * L.ut + 8 * q8), ok ? us + i * G.dvs + 8 * q8 : us, ok ? 16 : 0);
+      }
+    }
+    if (tid < C) cp16(sb + L.sc + 16 * tid, X.sc + (hRow + min(tid, n - 1)) * 4, tid < n ? 16 : 0);
+    cp_commit();
+    return;
+  }
 #pragma unroll 1
   for (int p = 0; p < P; ++p) {
     // q, k, w: C rows × 16 pieces of 8 bf16 each (pieces ≥ dkp and rows ≥ n are zero-filled).
@@ -1079,6 +1122,27 @@ __device__ __forceinline__ void scan_seq(const Args& A) {
     }
   };
   const int cl0 = 16 * ml + g8;  // this thread's first column within the CTA's tiles
+  // Unfused fast build: a chunk's O goes through a staging tile (the z tiles' room, unused there) and
+  // leaves in whole rows: 16-byte stores of the CTA's 16·mpc columns (the fragments' scalar stores
+  // with their row addresses were a fifth of the scan's stall samples).
+  float* ostage = ztile;
+  const int ocols = min(16 * mpc, dv - colU0);  // this CTA's columns of y
+  auto flush_o = [&]() {
+    float* ybase = A.y + (size_t)prevRow * yStride + (size_t)h * dv + colU0;
+    if ((dv & 3) == 0) {
+      const int per = (ocols + 3) >> 2;  // float4 pieces of a row
+      for (int idx = tid; idx < C * 16; idx += nthr) {
+        const int r = idx >> 4, f = idx & 15;
+        if (r < prevN && f < per)
+          *reinterpret_cast<float4*>(ybase + (size_t)r * yStride + 4 * f) = *reinterpret_cast<const float4*>(ostage + r * L.zt + 4 * f);
+      }
+    } else {
+      for (int idx = tid; idx < C * 64; idx += nthr) {
+        const int r = idx >> 6, cc = idx & 63;
+        if (r < prevN && cc < ocols) ybase[(size_t)r * yStride + cc] = ostage[r * L.zt + cc];
+      }
+    }
+  };
   if (fused && nch > 0) issue_z(0);
   if (nch > 0) scan_load<P>(A, G, X, L, sm, kg, h, s.row0, min(C, s.nrows), colU0, mpc, tid, nthr);
   for (int c = 0; c < nch; ++c) {
@@ -1089,11 +1153,13 @@ __device__ __forceinline__ void scan_seq(const Args& A) {
       // c − 1's buffer, which takes chunk c + 1 now.
       cp_wait<0>();
       __syncthreads();
+      if (P == 1 && !fused && c > 0) flush_o();
       if (c + 1 < nch) scan_load<P>(A, G, X, L, sm + ((c + 1) & 1) * L.buf, kg, h, rowc + C, min(C, s.nrows - (c + 1) * C), colU0, mpc, tid, nthr);
     } else {
       if (c > 0) scan_load<P>(A, G, X, L, sm, kg, h, rowc, n, colU0, mpc, tid, nthr);
       cp_wait<0>();
       __syncthreads();
+      if (P == 1 && !fused && c > 0) flush_o();
     }
     const uint32_t qh = saddr(cur + L.qr), kh = saddr(cur + L.kr), wh = saddr(cur + L.w), ah_ = saddr(cur + L.aqk);
     const int dkPlane = C * DKT * 2;
@@ -1270,8 +1336,17 @@ __device__ __forceinline__ void scan_seq(const Args& A) {
         for (int e = 0; e < 4; ++e) op[q][e] = o[q][e];
       prevRow = rowc;
       prevN = n;
+    } else if (P == 1) {
+      // Raw o (gdn_prefill_norm applies the gated RMSNorm) into the staging tile; the next
+      // chunk's first barrier orders it before flush_o's reads, the swap barrier after those.
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) ostage[(32 * hh + 8 * q + 2 * t4 + (e & 1)) * L.zt + cl0 + 8 * (e >> 1)] = o[q][e];
+      prevRow = rowc;
+      prevN = n;
     } else {
-      // Raw o; gdn_prefill_norm applies the gated RMSNorm.
+      // The exact build stores its fragments directly (the staging's registers cost it spills).
 #pragma unroll
       for (int q = 0; q < 4; ++q)
 #pragma unroll
@@ -1293,6 +1368,10 @@ __device__ __forceinline__ void scan_seq(const Args& A) {
     cluster_wait();
     finalize_rows<CL>(A, op, npart + ((nch - 1) & 1) * CL * C, ztile + ((nch - 1) & 1) * C * L.zt, L.zt, prevRow, prevN, hh, t4, g8, j0, cl0,
                       h, nw0, nw1);
+  }
+  if (P == 1 && !fused && nch > 0) {
+    __syncthreads();
+    flush_o();
   }
   // The state, once.
 #pragma unroll
