@@ -8,8 +8,9 @@
 // 1. gdn_prefill_wy: one CTA per (chunk of 64 rows of one sequence, key head g), 256 threads.
 //    Causal conv + SiLU of the chunk's q, k (and, per value head, v) channels from qkvz / the
 //    pending rows' conv stash / the ring, L2-norm factors, gates; then for each of the r value
-//    heads h of g: γ = cumsum(g), A = strict_lower(diag(β) K̂K̂ᵀ ⊙ Γ), T = (I + A)⁻¹ (forward
-//    substitution, one thread per column, f32), W = T diag(β e^γ) K̂, U = T diag(β) V,
+//    heads h of g: γ = cumsum(g), A = strict_lower(diag(β) K̂K̂ᵀ ⊙ Γ), T = (I + A)⁻¹ (f32, by
+//    16-row blocks: the diagonal blocks by forward substitution, then block rows by products, the
+//    whole CTA), W = T diag(β e^γ) K̂, U = T diag(β) V,
 //    A_qk = Q̂K̂ᵀ ⊙ Γ ⊙ causal (tensor cores), written to the prefill scratch with the raw q, k and
 //    per-row scales. Chunks are independent: the whole step's chunks run at once.
 // 2. gdn_prefill_scan: per (sequence, value head) a pair of CTAs (a cluster of 2 on sm_90; the
@@ -18,7 +19,8 @@
 //    O = diag(f_q e^γ) Q S + A_qk V_new; S ← e^{γ_C} S + Kᵀ diag(f_k e^{γ_C−γ}) V_new. The gated
 //    RMSNorm needs a row's whole d_v: the cluster's CTAs swap per-row Σo² through distributed
 //    shared memory, one chunk behind (split cluster barrier), and write y (z prefetched into shared
-//    memory by cp.async a chunk ahead). The state is read once and written once; pending carried
+//    memory by cp.async a chunk ahead); unfused, the fast build stages a chunk's O in shared memory
+//    and writes whole rows. The state is read once and written once; pending carried
 //    rows are folded first; the ring takes the step's last K positions.
 // 3. gdn_prefill_norm (only when the scan ran with fuseNorm = 0: sm_80, or a head's d_v spread
 //    over more than one cluster): the gated RMSNorm of y in place, one CTA per row.

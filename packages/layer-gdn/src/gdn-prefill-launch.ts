@@ -123,8 +123,8 @@ export interface PrefillPlan {
  * build (default: steps of at most PREFILL_EXACT_MAX_ROWS rows). `clusters`: the device runs
  * thread-block clusters (sm_90+): the scan can then fuse the norm when one cluster holds a head's
  * d_v (d_v ≤ 64·cluster). `fuseNorm`: fuse where it can (true) or never (false); by default the
- * exact build fuses and the fast one does not (on the H200 the fused fast scan took 2.39 ms
- * against 2.05 ms with the norm kernel for 8 192 rows, docs/benchmarks.md). `cluster`: CTAs per
+ * exact build fuses and the fast one does not (on the H200 the fused fast scan took 1.30 ms
+ * against 0.99 ms with the norm kernel for 8 192 rows, docs/benchmarks.md). `cluster`: CTAs per
  * cluster of the scan (default PREFILL_SCAN_CLUSTER).
  */
 export function prefillPlan(
