@@ -262,6 +262,15 @@ __device__ __forceinline__ void cp16(uint32_t dst, const void* src, int srcBytes
   emu_prims::cp16(dst, src, srcBytes);
 #endif
 }
+// The same with compile-time offsets added to both addresses (one address pair serves a run of copies).
+template <int SOFF, int GOFF>
+__device__ __forceinline__ void cp16i(uint32_t dst, const void* src, int srcBytes) {
+#if defined(GDNP_DEV)
+  asm volatile("cp.async.cg.shared.global [%0+%3], [%1+%4], 16, %2;" ::"r"(dst), "l"(src), "r"(srcBytes), "n"(SOFF), "n"(GOFF) : "memory");
+#elif defined(GDNP_EMU)
+  emu_prims::cp16(dst + SOFF, srcBytes ? static_cast<const unsigned char*>(src) + GOFF : src, srcBytes);
+#endif
+}
 __device__ __forceinline__ void cp_commit() {
 #if defined(GDNP_DEV)
   asm volatile("cp.async.commit_group;" ::: "memory");
@@ -430,10 +439,21 @@ __device__ __forceinline__ void conv_tile(const Args& A, const Geo& G, const Seq
         }
       const int r0 = seg * SEG;
       float4 x[SEG + KMAX4 - 1];
+      if (Pc + r0 - (K - 1) >= s.P0) {
+        // Every input is a row of this step (all but a sequence's first rows): one row pointer, no
+        // per-load choice between the step, the conv stash and the ring.
+        const float* src = A.qkvz + (size_t)(s.row0 + (Pc - s.P0) + r0 - (KMAX4 - 1)) * G.width + col;
 #pragma unroll
-      for (int i = 0; i < SEG + KMAX4 - 1; ++i) {
-        const int rr = r0 - (KMAX4 - 1) + i;  // chunk-relative row of input i
-        x[i] = (rr < n && rr >= r0 - (K - 1)) ? conv_in4(A, G, s, c, col, Pc + rr) : make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int i = 0; i < SEG + KMAX4 - 1; ++i) {
+          const int rr = r0 - (KMAX4 - 1) + i;
+          x[i] = (rr < n && rr >= r0 - (K - 1)) ? *reinterpret_cast<const float4*>(src + (size_t)i * G.width) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < SEG + KMAX4 - 1; ++i) {
+          const int rr = r0 - (KMAX4 - 1) + i;  // chunk-relative row of input i
+          x[i] = (rr < n && rr >= r0 - (K - 1)) ? conv_in4(A, G, s, c, col, Pc + rr) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
       }
 #pragma unroll
       for (int o = 0; o < SEG; ++o) {
@@ -906,32 +926,38 @@ __device__ __forceinline__ void scan_load(const Args& A, const Geo& G, const Scr
   const int dkPlane = C * DKT * 2;
   const long long kRow = (long long)kg * A.rows + rowc, hRow = (long long)h * A.rows + rowc;
   if (P == 1 && nthr == 256 && dkp == 16 && up == 8 && colU0 + 64 <= G.dvs) {
-    // The 80B shape's fast layout (256 threads, full 128-column rows): a thread's piece and rows are
-    // fixed, so every copy is a constant offset from a per-tile base (rows of padding read row 0).
+    // The 80B shape's fast layout (256 threads, 128-column rows): a thread's piece and rows are
+    // fixed, and its copies of a tile are immediate offsets from one address pair (cp16i). With
+    // an address register per copy, every copy waited for the previous one to read its register
+    // (ncu: long-scoreboard stalls on the moves between them, the scan's largest line). Padding
+    // rows copy 0 bytes (zero-fill; the address is not read).
     const int q = tid & 15, i0 = tid >> 4, q8 = tid & 7, i8 = tid >> 3;
-#pragma unroll
-    for (int p = 0; p < P; ++p) {
-#pragma unroll
-      for (int t3 = 0; t3 < 3; ++t3) {
-        const bf16_t* base = t3 == 0 ? X.qr + p * X.qrPlane + kRow * G.dks : t3 == 1 ? X.kr + p * X.qrPlane + kRow * G.dks : X.w + p * X.wPlane + hRow * G.dks;
-        const uint32_t dst = sb + (t3 == 0 ? L.qr : t3 == 1 ? L.kr : L.w) + p * dkPlane + 2 * (i0 * DKT + 8 * q);
-#pragma unroll
-        for (int m = 0; m < 4; ++m) {
-          const bool ok = i0 + 16 * m < n;
-          cp16(dst + 2 * 16 * m * DKT, ok ? base + (i0 + 16 * m) * G.dks + 8 * q : base, ok ? 16 : 0);
-        }
-      }
-      const bf16_t* as = X.aqk + p * X.aqkPlane + hRow * C;
-      const bf16_t* us = X.u + p * X.uPlane + hRow * G.dvs + colU0;
-#pragma unroll
-      for (int m = 0; m < 2; ++m) {
-        const int i = i8 + 32 * m;
-        const bool ok = i < n;
-        cp16(sb + L.aqk + p * C * CT * 2 + 2 * (i * CT + 8 * q8), ok ? as + i * C + 8 * q8 : as, ok ? 16 : 0);
-        cp16(sb + L.u + p * C * L.ut * 2 + 2 * (i * L.ut + 8 * q8), ok ? us + i * G.dvs + 8 * q8 : us, ok ? 16 : 0);
-      }
-    }
-    if (tid < C) cp16(sb + L.sc + 16 * tid, X.sc + (hRow + min(tid, n - 1)) * 4, tid < n ? 16 : 0);
+    const bf16_t* qs = X.qr + (kRow + i0) * 128 + 8 * q;
+    const bf16_t* ks = X.kr + (kRow + i0) * 128 + 8 * q;
+    const bf16_t* ws = X.w + (hRow + i0) * 128 + 8 * q;
+    const uint32_t tileOff = 2 * (i0 * DKT + 8 * q);
+    constexpr int SR = 2 * 16 * DKT, GR = 2 * 16 * 128;  // bytes between a thread's rows i0 + 16m
+    const int b0 = i0 < n ? 16 : 0, b1 = i0 + 16 < n ? 16 : 0, b2 = i0 + 32 < n ? 16 : 0, b3 = i0 + 48 < n ? 16 : 0;
+    cp16i<0, 0>(sb + L.qr + tileOff, qs, b0);
+    cp16i<SR, GR>(sb + L.qr + tileOff, qs, b1);
+    cp16i<2 * SR, 2 * GR>(sb + L.qr + tileOff, qs, b2);
+    cp16i<3 * SR, 3 * GR>(sb + L.qr + tileOff, qs, b3);
+    cp16i<0, 0>(sb + L.kr + tileOff, ks, b0);
+    cp16i<SR, GR>(sb + L.kr + tileOff, ks, b1);
+    cp16i<2 * SR, 2 * GR>(sb + L.kr + tileOff, ks, b2);
+    cp16i<3 * SR, 3 * GR>(sb + L.kr + tileOff, ks, b3);
+    cp16i<0, 0>(sb + L.w + tileOff, ws, b0);
+    cp16i<SR, GR>(sb + L.w + tileOff, ws, b1);
+    cp16i<2 * SR, 2 * GR>(sb + L.w + tileOff, ws, b2);
+    cp16i<3 * SR, 3 * GR>(sb + L.w + tileOff, ws, b3);
+    const bf16_t* as = X.aqk + (hRow + i8) * C + 8 * q8;
+    const int c0 = i8 < n ? 16 : 0, c1 = i8 + 32 < n ? 16 : 0;
+    cp16i<0, 0>(sb + L.aqk + 2 * (i8 * CT + 8 * q8), as, c0);
+    cp16i<2 * 32 * CT, 2 * 32 * C>(sb + L.aqk + 2 * (i8 * CT + 8 * q8), as, c1);
+    const bf16_t* us = X.u + (hRow + i8) * G.dvs + colU0 + 8 * q8;
+    cp16(sb + L.u + 2 * (i8 * L.ut + 8 * q8), us, c0);
+    cp16(sb + L.u + 2 * ((i8 + 32) * L.ut + 8 * q8), us + 32 * G.dvs, c1);
+    if (tid < C) cp16(sb + L.sc + 16 * tid, X.sc + (hRow + tid) * 4, tid < n ? 16 : 0);
     cp_commit();
     return;
   }
@@ -1155,13 +1181,11 @@ __device__ __forceinline__ void scan_seq(const Args& A) {
       // c − 1's buffer, which takes chunk c + 1 now.
       cp_wait<0>();
       __syncthreads();
-      if (P == 1 && !fused && c > 0) flush_o();
       if (c + 1 < nch) scan_load<P>(A, G, X, L, sm + ((c + 1) & 1) * L.buf, kg, h, rowc + C, min(C, s.nrows - (c + 1) * C), colU0, mpc, tid, nthr);
     } else {
       if (c > 0) scan_load<P>(A, G, X, L, sm, kg, h, rowc, n, colU0, mpc, tid, nthr);
       cp_wait<0>();
       __syncthreads();
-      if (P == 1 && !fused && c > 0) flush_o();
     }
     const uint32_t qh = saddr(cur + L.qr), kh = saddr(cur + L.kr), wh = saddr(cur + L.w), ah_ = saddr(cur + L.aqk);
     const int dkPlane = C * DKT * 2;
@@ -1201,47 +1225,67 @@ __device__ __forceinline__ void scan_seq(const Args& A) {
         mmaP<P>(po[2 * np + 1], ah, al, bh[2], bh[3], bl[2], bl[3]);
       }
     }
+    // The previous chunk's O leaves after phase 1, its loads overlapping the mma tail (at the
+    // chunk's start they stalled the warps before any mma issued: 466 → 433 µs for 8 192 rows).
+    if (P == 1 && !fused && c > 0) flush_o();
     // The previous chunk's rows: every CTA of the cluster has added its Σo² (fused mode).
     if (fused && c > 0) {
       cluster_wait();
       finalize_rows<CL>(A, op, npart + ((c - 1) & 1) * CL * C, ztile + ((c - 1) & 1) * C * L.zt, L.zt, prevRow, prevN, hh, t4, g8, j0, cl0, h,
                         nw0, nw1);
     }
-    // Swap halves with the partner warp (same fragment positions: lane-major, no conflicts).
+    // Swap halves with the partner warp: a fragment's 4 values as one float4 per lane (slots 0..7:
+    // X^T, 8..11: the partner's rows of P^T), lane-major, so a warp's 16-byte accesses do not conflict.
+    float4* xw4 = reinterpret_cast<float4*>(xw);
+    const float4* xp4 = reinterpret_cast<const float4*>(xp);
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
+    for (int nt = 0; nt < 8; ++nt) xw4[nt * 32 + lane] = make_float4(px[nt][0], px[nt][1], px[nt][2], px[nt][3]);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) xw[(nt * 4 + e) * 32 + lane] = px[nt][e];
-#pragma unroll
-    for (int q = 0; q < 4; ++q)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) xw[(32 + q * 4 + e) * 32 + lane] = hh ? po[q][e] : po[4 + q][e];  // the partner's rows
+    for (int q = 0; q < 4; ++q)  // (selects, not a reference: a runtime-chosen array would live in local memory)
+      xw4[(8 + q) * 32 + lane] = hh ? make_float4(po[q][0], po[q][1], po[q][2], po[q][3]) : make_float4(po[4 + q][0], po[4 + q][1], po[4 + q][2], po[4 + q][3]);
     __syncthreads();
     // z of the next chunk into the slot the finalize above just read (every thread is past it).
     if (fused && c + 1 < nch) issue_z(c + 1);
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) px[nt][e] += xp[(nt * 4 + e) * 32 + lane];
+    for (int nt = 0; nt < 8; ++nt) {
+      const float4 v = xp4[nt * 32 + lane];
+      px[nt][0] += v.x;
+      px[nt][1] += v.y;
+      px[nt][2] += v.z;
+      px[nt][3] += v.w;
+    }
     float o[4][4];
 #pragma unroll
-    for (int q = 0; q < 4; ++q)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[q][e] = (hh ? po[4 + q][e] : po[q][e]) + xp[(32 + q * 4 + e) * 32 + lane];
+    for (int q = 0; q < 4; ++q) {
+      const float4 v = xp4[(8 + q) * 32 + lane];
+      o[q][0] = (hh ? po[4 + q][0] : po[q][0]) + v.x;
+      o[q][1] = (hh ? po[4 + q][1] : po[q][1]) + v.y;
+      o[q][2] = (hh ? po[4 + q][2] : po[q][2]) + v.z;
+      o[q][3] = (hh ? po[4 + q][3] : po[q][3]) + v.w;
+    }
 
     // V_new^T = U^T − X^T (in px), the per-row scales, and O^T = P^T diag(qs) for own rows.
     {
-      const bf16_t* ut = reinterpret_cast<const bf16_t*>(cur + L.u);
-      const int uPlane = C * L.ut;
+      // U^T in X^T's fragment layout by ldmatrix .trans (the tile is [chunk row][column]): matrix
+      // l >> 3 of lane l is rows 8(nt + (l >> 4)).., columns 16·ml + 8((l >> 3) & 1)..; each
+      // register then holds rows 2t4, 2t4 + 1 of column g8.
+      const uint32_t uh = saddr(cur + L.u);
+      const int uPlaneB = C * L.ut * 2;
 #pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
+      for (int np = 0; np < 4; ++np) {
+        const uint32_t a = uh + 2 * ((16 * np + 8 * (lane >> 4) + (lane & 7)) * L.ut + 16 * ml + 8 * ((lane >> 3) & 1));
+        uint32_t r[4], rl[4] = {0, 0, 0, 0};
+        ldsm4t(r, a);
+        if (P == 2) ldsm4t(rl, a + uPlaneB);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int rr = 8 * nt + 2 * t4 + (e & 1), cl = cl0 + 8 * (e >> 1);
-          float u = bf2f(ut[rr * L.ut + cl]);
-          if (P == 2) u += bf2f(ut[uPlane + rr * L.ut + cl]);
-          px[nt][e] = u - px[nt][e];
+        for (int h2 = 0; h2 < 2; ++h2) {
+          const int nt = 2 * np + h2;
+          px[nt][0] = bf_lo(r[2 * h2]) + bf_lo(rl[2 * h2]) - px[nt][0];
+          px[nt][1] = bf_hi(r[2 * h2]) + bf_hi(rl[2 * h2]) - px[nt][1];
+          px[nt][2] = bf_lo(r[2 * h2 + 1]) + bf_lo(rl[2 * h2 + 1]) - px[nt][2];
+          px[nt][3] = bf_hi(r[2 * h2 + 1]) + bf_hi(rl[2 * h2 + 1]) - px[nt][3];
         }
+      }
 #pragma unroll
       for (int q = 0; q < 4; ++q)
 #pragma unroll
@@ -1340,7 +1384,8 @@ __device__ __forceinline__ void scan_seq(const Args& A) {
       prevN = n;
     } else if (P == 1) {
       // Raw o (gdn_prefill_norm applies the gated RMSNorm) into the staging tile; the next
-      // chunk's first barrier orders it before flush_o's reads, the swap barrier after those.
+      // chunk's first barrier orders it before flush_o's reads (after that chunk's phase 1), the
+      // swap barrier orders those reads before the next write.
 #pragma unroll
       for (int q = 0; q < 4; ++q)
 #pragma unroll
