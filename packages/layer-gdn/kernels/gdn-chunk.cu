@@ -925,8 +925,8 @@ __device__ __forceinline__ void scan_load(const Args& A, const Geo& G, const Scr
   const int up = 2 * mpc;     // pieces of the U tile row (≤ 8)
   const int dkPlane = C * DKT * 2;
   const long long kRow = (long long)kg * A.rows + rowc, hRow = (long long)h * A.rows + rowc;
-  if (P == 1 && nthr == 256 && dkp == 16 && up == 8 && colU0 + 64 <= G.dvs) {
-    // The 80B shape's fast layout (256 threads, 128-column rows): a thread's piece and rows are
+  if (P == 1 && nthr == 256 && dkp == 16 && up == 8 && G.dvs == 128) {
+    // The 80B shape's fast layout (256 threads, d_k = d_v = 128): a thread's piece and rows are
     // fixed, and its copies of a tile are immediate offsets from one address pair (cp16i). With
     // an address register per copy, every copy waited for the previous one to read its register
     // (ncu: long-scoreboard stalls on the moves between them, the scan's largest line). Padding
@@ -954,9 +954,9 @@ __device__ __forceinline__ void scan_load(const Args& A, const Geo& G, const Scr
     const int c0 = i8 < n ? 16 : 0, c1 = i8 + 32 < n ? 16 : 0;
     cp16i<0, 0>(sb + L.aqk + 2 * (i8 * CT + 8 * q8), as, c0);
     cp16i<2 * 32 * CT, 2 * 32 * C>(sb + L.aqk + 2 * (i8 * CT + 8 * q8), as, c1);
-    const bf16_t* us = X.u + (hRow + i8) * G.dvs + colU0 + 8 * q8;
-    cp16(sb + L.u + 2 * (i8 * L.ut + 8 * q8), us, c0);
-    cp16(sb + L.u + 2 * ((i8 + 32) * L.ut + 8 * q8), us + 32 * G.dvs, c1);
+    const bf16_t* us = X.u + (hRow + i8) * 128 + colU0 + 8 * q8;
+    cp16i<0, 0>(sb + L.u + 2 * (i8 * L.ut + 8 * q8), us, c0);
+    cp16i<2 * 32 * (16 * 4 + 8), 2 * 32 * 128>(sb + L.u + 2 * (i8 * L.ut + 8 * q8), us, c1);  // L.ut = 16·4 + 8
     if (tid < C) cp16(sb + L.sc + 16 * tid, X.sc + (hRow + tid) * 4, tid < n ? 16 : 0);
     cp_commit();
     return;
@@ -1158,11 +1158,13 @@ __device__ __forceinline__ void scan_seq(const Args& A) {
   auto flush_o = [&]() {
     float* ybase = A.y + (size_t)prevRow * yStride + (size_t)h * dv + colU0;
     if ((dv & 3) == 0) {
-      const int per = (ocols + 3) >> 2;  // float4 pieces of a row
-      for (int idx = tid; idx < C * 16; idx += nthr) {
-        const int r = idx >> 4, f = idx & 15;
-        if (r < prevN && f < per)
-          *reinterpret_cast<float4*>(ybase + (size_t)r * yStride + 4 * f) = *reinterpret_cast<const float4*>(ostage + r * L.zt + 4 * f);
+      // Thread: piece f = tid & 15 of rows tid >> 4 + k·nthr/16 (one pointer, advanced by rows).
+      const int per = (ocols + 3) >> 2, f = tid & 15, rstep = nthr >> 4;  // float4 pieces of a row
+      if (f < per) {
+        float* yp = ybase + (size_t)(tid >> 4) * yStride + 4 * f;
+        const size_t ystep = (size_t)rstep * yStride;
+        for (int r = tid >> 4; r < prevN; r += rstep, yp += ystep)
+          *reinterpret_cast<float4*>(yp) = *reinterpret_cast<const float4*>(ostage + r * L.zt + 4 * f);
       }
     } else {
       for (int idx = tid; idx < C * 64; idx += nthr) {
