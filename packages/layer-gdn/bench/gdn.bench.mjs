@@ -330,6 +330,7 @@ async function main() {
             ...(clusters ? [{ label: 'fast, fused norm', exact: false, clusters, fuseNorm: true }] : []),
             // A/B: the scan in clusters of 4 CTAs of 4 warps per head (twice the SMs, twice the L2 reads).
             { label: 'fast, scan clusters of 4', exact: false, clusters, cluster: 4, fuseNorm: true },
+            { label: 'fast, scan clusters of 4, norm kernel', exact: false, clusters, cluster: 4, fuseNorm: false },
             { label: 'exact, scan clusters of 4', exact: true, clusters, cluster: 4, fuseNorm: true },
           ];
           for (const v of variants) {

@@ -91,6 +91,22 @@ struct Args {
 // ---- small helpers ---------------------------------------------------------------------------
 
 __host__ __device__ __forceinline__ int round_up(int x, int m) { return (x + m - 1) / m * m; }
+// f(integral constant 0), …, f(N − 1): compile-time indices for offsets that must be immediates.
+template <int V>
+struct Int {
+  static constexpr int value = V;
+};
+template <int I, int N, typename F>
+__device__ __forceinline__ void static_for_from(F&& f) {
+  if constexpr (I < N) {
+    f(Int<I>{});
+    static_for_from<I + 1, N>(f);
+  }
+}
+template <int N, typename F>
+__device__ __forceinline__ void static_for(F&& f) {
+  static_for_from<0, N>(f);
+}
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 // SiLU through the fast exponential and division (≈ 1e-6 relative; x ≪ 0 gives −0): the conv
 // computes 4 of them per output element, and the IEEE division's slow path cost issue slots.
@@ -913,6 +929,45 @@ __host__ __device__ __forceinline__ ScanLay scan_lay(int P, int mpc, int cl) {
   return L;
 }
 
+// The fast build's copies at d_k = d_v = 128 with NT threads (256: 4 column groups per CTA, the
+// clusters of 2; 128: 2 groups, the clusters of 4): a thread's piece and rows are fixed, and its
+// copies of a tile are immediate offsets from one address pair (cp16i). With an address register
+// per copy, every copy waited for the previous one to read its register (ncu: long-scoreboard
+// stalls on the moves between them, the scan's largest line). Padding rows copy 0 bytes.
+template <int NT>
+__device__ __forceinline__ void scan_load_fast(const ScanLay& L, uint32_t sb, const Scratch& X, long long kRow, long long hRow, int n, int colU0,
+                                               int tid) {
+  constexpr int RP = NT / 16;                              // rows per pass of a 128-column tile
+  constexpr int SR = 2 * RP * DKT, GR = 2 * RP * 128;       // bytes between a thread's rows
+  const int q = tid & 15, i0 = tid >> 4;
+  const bf16_t* qs = X.qr + (kRow + i0) * 128 + 8 * q;
+  const bf16_t* ks = X.kr + (kRow + i0) * 128 + 8 * q;
+  const bf16_t* ws = X.w + (hRow + i0) * 128 + 8 * q;
+  const uint32_t tileOff = 2 * (i0 * DKT + 8 * q);
+  static_for<C / RP>([&](auto mm) {
+    constexpr int m = decltype(mm)::value;
+    const int bytes = i0 + RP * m < n ? 16 : 0;
+    cp16i<m * SR, m * GR>(sb + L.qr + tileOff, qs, bytes);
+    cp16i<m * SR, m * GR>(sb + L.kr + tileOff, ks, bytes);
+    cp16i<m * SR, m * GR>(sb + L.w + tileOff, ws, bytes);
+  });
+  // A_qk: 8 pieces a row; U: the CTA's NT / 4 columns, NT / 32 pieces a row.
+  constexpr int RA = NT / 8, UP = NT / 32, RU = NT / UP, UT = NT / 4 + 8;
+  const int q8 = tid & 7, i8 = tid >> 3;
+  const bf16_t* as = X.aqk + (hRow + i8) * C + 8 * q8;
+  static_for<C / RA>([&](auto mm) {
+    constexpr int m = decltype(mm)::value;
+    cp16i<m * 2 * RA * CT, m * 2 * RA * C>(sb + L.aqk + 2 * (i8 * CT + 8 * q8), as, i8 + RA * m < n ? 16 : 0);
+  });
+  const int qu = tid % UP, iu = tid / UP;
+  const bf16_t* us = X.u + (hRow + iu) * 128 + colU0 + 8 * qu;
+  static_for<C / RU>([&](auto mm) {
+    constexpr int m = decltype(mm)::value;
+    cp16i<m * 2 * RU * UT, m * 2 * RU * 128>(sb + L.u + 2 * (iu * UT + 8 * qu), us, iu + RU * m < n ? 16 : 0);
+  });
+  if (tid < C) cp16(sb + L.sc + 16 * tid, X.sc + (hRow + tid) * 4, tid < n ? 16 : 0);
+}
+
 // Issues the cp.async copies of chunk c's tiles into buffer `bufp` (one commit group). The loops
 // have power-of-two trip shapes (row = idx >> 4 / >> 3, piece = idx & 15 / & 7): the copies of a
 // chunk sit on the scan's serial path, where index divisions once cost more issue slots than
@@ -925,39 +980,9 @@ __device__ __forceinline__ void scan_load(const Args& A, const Geo& G, const Scr
   const int up = 2 * mpc;     // pieces of the U tile row (≤ 8)
   const int dkPlane = C * DKT * 2;
   const long long kRow = (long long)kg * A.rows + rowc, hRow = (long long)h * A.rows + rowc;
-  if (P == 1 && nthr == 256 && dkp == 16 && up == 8 && G.dvs == 128) {
-    // The 80B shape's fast layout (256 threads, d_k = d_v = 128): a thread's piece and rows are
-    // fixed, and its copies of a tile are immediate offsets from one address pair (cp16i). With
-    // an address register per copy, every copy waited for the previous one to read its register
-    // (ncu: long-scoreboard stalls on the moves between them, the scan's largest line). Padding
-    // rows copy 0 bytes (zero-fill; the address is not read).
-    const int q = tid & 15, i0 = tid >> 4, q8 = tid & 7, i8 = tid >> 3;
-    const bf16_t* qs = X.qr + (kRow + i0) * 128 + 8 * q;
-    const bf16_t* ks = X.kr + (kRow + i0) * 128 + 8 * q;
-    const bf16_t* ws = X.w + (hRow + i0) * 128 + 8 * q;
-    const uint32_t tileOff = 2 * (i0 * DKT + 8 * q);
-    constexpr int SR = 2 * 16 * DKT, GR = 2 * 16 * 128;  // bytes between a thread's rows i0 + 16m
-    const int b0 = i0 < n ? 16 : 0, b1 = i0 + 16 < n ? 16 : 0, b2 = i0 + 32 < n ? 16 : 0, b3 = i0 + 48 < n ? 16 : 0;
-    cp16i<0, 0>(sb + L.qr + tileOff, qs, b0);
-    cp16i<SR, GR>(sb + L.qr + tileOff, qs, b1);
-    cp16i<2 * SR, 2 * GR>(sb + L.qr + tileOff, qs, b2);
-    cp16i<3 * SR, 3 * GR>(sb + L.qr + tileOff, qs, b3);
-    cp16i<0, 0>(sb + L.kr + tileOff, ks, b0);
-    cp16i<SR, GR>(sb + L.kr + tileOff, ks, b1);
-    cp16i<2 * SR, 2 * GR>(sb + L.kr + tileOff, ks, b2);
-    cp16i<3 * SR, 3 * GR>(sb + L.kr + tileOff, ks, b3);
-    cp16i<0, 0>(sb + L.w + tileOff, ws, b0);
-    cp16i<SR, GR>(sb + L.w + tileOff, ws, b1);
-    cp16i<2 * SR, 2 * GR>(sb + L.w + tileOff, ws, b2);
-    cp16i<3 * SR, 3 * GR>(sb + L.w + tileOff, ws, b3);
-    const bf16_t* as = X.aqk + (hRow + i8) * C + 8 * q8;
-    const int c0 = i8 < n ? 16 : 0, c1 = i8 + 32 < n ? 16 : 0;
-    cp16i<0, 0>(sb + L.aqk + 2 * (i8 * CT + 8 * q8), as, c0);
-    cp16i<2 * 32 * CT, 2 * 32 * C>(sb + L.aqk + 2 * (i8 * CT + 8 * q8), as, c1);
-    const bf16_t* us = X.u + (hRow + i8) * 128 + colU0 + 8 * q8;
-    cp16i<0, 0>(sb + L.u + 2 * (i8 * L.ut + 8 * q8), us, c0);
-    cp16i<2 * 32 * (16 * 4 + 8), 2 * 32 * 128>(sb + L.u + 2 * (i8 * L.ut + 8 * q8), us, c1);  // L.ut = 16·4 + 8
-    if (tid < C) cp16(sb + L.sc + 16 * tid, X.sc + (hRow + tid) * 4, tid < n ? 16 : 0);
+  if (P == 1 && dkp == 16 && G.dvs == 128 && ((nthr == 256 && up == 8) || (nthr == 128 && up == 4))) {
+    if (nthr == 256) scan_load_fast<256>(L, sb, X, kRow, hRow, n, colU0, tid);
+    else scan_load_fast<128>(L, sb, X, kRow, hRow, n, colU0, tid);
     cp_commit();
     return;
   }
