@@ -922,7 +922,8 @@ __host__ __device__ __forceinline__ ScanLay scan_lay(int P, int mpc, int cl) {
   L.xch = o; o += 2 * mpc * 48 * 32 * 4;
   L.red = o; o += mpc * C * 4;
   L.npart = o; o += 2 * cl * C * 4;
-  // z of the CTA's columns for the fused norm, two chunks (by parity), prefetched a chunk ahead.
+  // z of the CTA's columns for the fused norm, two chunks (by parity), prefetched a chunk ahead;
+  // the unfused fast build stages a chunk's O in the first of the two (flush_o in scan_seq).
   L.zt = 16 * mpc + 4;
   L.z = o; o += 2 * C * L.zt * 4;
   L.total = o;
