@@ -137,6 +137,12 @@ __device__ __forceinline__ Geo geo_of(const Args& A) {
   return G;
 }
 
+// The qkvz column of z_0 of value head h (key head h / r; its group: q, k, r × v, r × z).
+__device__ __forceinline__ int z_col(const Args& A, const Geo& G, int h) {
+  const int kg = h / G.r;
+  return kg * G.grp + 2 * A.dk + (G.r + h - kg * G.r) * A.dv;
+}
+
 // The prefill scratch (bytes from A.scratch), for a step of R = A.rows rows and P bf16 planes
 // (plane 1: lo parts). Every matrix is [plane][head][row][cols], row = the step's row index:
 //   qr, kr  [P][H_k][R][dks]   raw (conv + SiLU) q and k
@@ -1065,7 +1071,7 @@ __device__ __forceinline__ void scan_seq(const Args& A) {
   const int nPend = s.P0 - s.L;
   if (s.nrows <= 0 && nPend <= 0) return;
   const int dk = A.dk, dv = A.dv;
-  const int kg = h / G.r, mh = h - kg * G.r;
+  const int kg = h / G.r;
   const ScanLay L = scan_lay(P, mpc, CL);
   unsigned char* sm = dyn_smem();
   const Scratch X = scratch_of<P>(A, G);
@@ -1141,7 +1147,7 @@ __device__ __forceinline__ void scan_seq(const Args& A) {
   }
 
   const int nch = (s.nrows + C - 1) / C;
-  const int zc0 = kg * G.grp + 2 * dk + (G.r + mh) * dv;  // qkvz column of z_0 of head h
+  const int zc0 = z_col(A, G, h);
   const size_t yStride = (size_t)A.hv * dv;
   float* red = reinterpret_cast<float*>(sm + L.red);
   float* npart = reinterpret_cast<float*>(sm + L.npart);
@@ -1479,7 +1485,7 @@ __device__ __forceinline__ void norm_row(const Args& A) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   const int dk = A.dk, dv = A.dv;
   float* yrow = A.y + (size_t)row * A.hv * dv;
-  const float* zrow = A.qkvz + (size_t)row * G.width + 2 * dk;  // + kg·grp + (r + mh)·d_v: z of head h
+  const float* zrow = A.qkvz + (size_t)row * G.width;  // + z_col(h): z of head h
   if (dv == 128 && dk % 2 == 0 && G.width % 4 == 0 && G.grp % 4 == 0) {
     // A float4 of y and z per lane and head; a warp loads its heads NH at a time before any store
     // (y is read and written in place: the compiler cannot hoist the next head's loads itself).
@@ -1491,9 +1497,8 @@ __device__ __forceinline__ void norm_row(const Args& A) {
       for (int u = 0; u < NH; ++u) {
         const int h = h0 + u * nw;
         if (h < A.hv) {
-          const int kg = h / G.r, mh = h - kg * G.r;
           yv[u] = reinterpret_cast<const float4*>(yrow + (size_t)h * dv)[lane];
-          zv[u] = reinterpret_cast<const float4*>(zrow + kg * G.grp + (G.r + mh) * dv)[lane];
+          zv[u] = reinterpret_cast<const float4*>(zrow + z_col(A, G, h))[lane];
         }
       }
 #pragma unroll
@@ -1519,8 +1524,7 @@ __device__ __forceinline__ void norm_row(const Args& A) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     const float inv = 1.0f / sqrtf(ss / (float)dv + A.eps);
-    const int kg = h / G.r, mh = h - kg * G.r;
-    const float* zr = zrow + kg * G.grp + (G.r + mh) * dv;
+    const float* zr = zrow + z_col(A, G, h);
     for (int j = lane; j < dv; j += 32) yr[j] = A.normWeight[j] * yr[j] * inv * siluf_(zr[j]);
   }
 }
