@@ -10,7 +10,6 @@
 //                                               GDN_PIPE_NB than the package's PIPE_STAGES
 //   METRALE_GDN_AB_PERSIST="tag=6:2,..."        builds whose persist kernels were compiled with another
 //                                               GDN_PERSIST_NB (6), launched with that many CTAs per SM (2)
-//   METRALE_GDN_AB_PREP_THREADS="tag=64"        builds whose gdn_decode_prep was compiled with another kPrepThreads
 //   METRALE_GDN_AB_DECODE_BATCHES="1,8,32"      the batches of the decode and carried decode sections (default 1,32,256)
 //   METRALE_GDN_AB_ONLY="decode"                the sections to run (default all)
 //   METRALE_BENCH_OUT                           the JSON (default bench-results/gdn-ab.json)
@@ -26,8 +25,9 @@
 //   carried dec.  mode 0 carried, k 1, pending 2           floor: read + write S
 // A `tag:two` row runs the two-kernel decode (kernels/gdn-decode.cu: gdn_decode_prep, then
 // gdn_decode_state) for decode steps, the two-kernel verify (kernels/gdn-verify.cu) for verify
-// steps of k ≤ 4 when the build has gdn-verify.fatbin, and the smem entry points for the rest
-// (needs gdn-decode.fatbin). METRALE_GDN_AB_VERIFY_BATCHES="1,8,32" sets the verify and carried
+// steps of k ≤ 4 when the build has gdn-verify.fatbin, the register fold (gdn-decode.cu
+// gdn_fold_state) for folds, and the smem entry points for the rest (needs gdn-decode.fatbin).
+// METRALE_GDN_AB_FOLD_BATCHES="1,8,32,256" sets the fold section's batches (default 32,256). METRALE_GDN_AB_VERIFY_BATCHES="1,8,32" sets the verify and carried
 // sections' batches (default 32,256 and 1,32,256).
 // A pipe or split row runs what the layer would: that variant for decode steps (mode 0, k = 1) and
 // the fold, the same build's smem entry point for the rest. Parameters, threads and shared memory come from the
@@ -81,6 +81,7 @@ async function main() {
         multiVariant: 'smem',
         fold: declOf(pkg.foldVariantKernels.smem, fm, pkg.FOLD_SYMBOLS.smem),
         foldVariant: 'smem',
+        foldState: declOf(pkg.foldStateKernel, dm, 'gdn_fold_state'),
       };
     }
     for (const v of pkg.GDN_KERNEL_VARIANTS) {
@@ -134,14 +135,13 @@ async function main() {
     return { grid, block: variantBlock(variant, SHAPE), sharedBytes: variantSharedBytes(variant, SHAPE) + extra };
   };
 
-  // A build whose gdn_decode_prep was compiled with another kPrepThreads: "tag=64" (its shared memory is at most the package's).
-  const prepThreads = Object.fromEntries((process.env.METRALE_GDN_AB_PREP_THREADS ?? '').split(',').filter(Boolean).map((s) => s.split('=')));
   const decodeBatches = (process.env.METRALE_GDN_AB_DECODE_BATCHES ?? '1,32,256').split(',').map(Number);
   const verifyBatches = process.env.METRALE_GDN_AB_VERIFY_BATCHES?.split(',').map(Number);
+  const foldBatches = (process.env.METRALE_GDN_AB_FOLD_BATCHES ?? '32,256').split(',').map(Number);
   const SECTIONS = [
     { name: 'decode', batches: decodeBatches, k: 1, bytes: 2, pending: 0 },
     { name: 'verify', batches: verifyBatches ?? [32, 256], k: 4, bytes: 1, pending: 0 },
-    { name: 'fold', batches: [32, 256], k: 4, bytes: 2, pending: 0 },
+    { name: 'fold', batches: foldBatches, k: 4, bytes: 2, pending: 0 },
     { name: 'verify+fold', batches: [32, 256], k: 4, bytes: 3, pending: 0 },
     { name: 'carried', batches: verifyBatches ?? [1, 32, 256], k: 4, bytes: 2, pending: 4 },
     { name: 'carried decode', batches: decodeBatches, k: 1, bytes: 2, pending: 2 },
@@ -157,14 +157,8 @@ async function main() {
       convWeight: L.convWeight, aLog: L.aLog, dtBias: L.dtBias, normWeight: L.normWeight,
       stash: L.stash, convStash: carried ? L.convStash : 0n, pending: carried ? L.pending : 0n,
     });
-    // A build with another prep thread count launches through its own shapes; else as the layer does.
-    const two = (t, batch, carried) => {
-      const args = { ...tables(t, carried), prep: prepBuf, batch, ...SHAPE, eps: EPS };
-      if (!prepThreads[K.tag]) return pkg.launchTwoKernelDecode(gpu, K.two, SHAPE, stream, args);
-      const l = pkg.twoKernelDecodeLaunches(SHAPE, batch, stream, SHAPE.maxK);
-      gpu.launch(K.two.prep, { ...l.prep, block: Number(prepThreads[K.tag]) }, args);
-      gpu.launch(K.two.state, l.state, args);
-    };
+    const two = (t, batch, carried) =>
+      pkg.launchTwoKernelDecode(gpu, K.two, SHAPE, stream, { ...tables(t, carried), prep: prepBuf, batch, ...SHAPE, eps: EPS });
     const rec = (t, batch, mode, k, carried) => {
       const decode = mode === 0 && k === 1;
       if (K.two && decode) return two(t, batch, carried);
@@ -174,10 +168,11 @@ async function main() {
       const launch = { ...launchOf(decode ? K.variant : K.multiVariant, K.tag, batch), stream };
       return gpu.launch(decode ? K.recurrent : K.recurrentMulti, launch, { ...tables(t, carried), mode, batch, k, ...SHAPE, eps: EPS });
     };
-    const fold = (t, batch, k) =>
-      gpu.launch(K.fold, { ...launchOf(K.foldVariant ?? K.variant, K.tag, batch), stream }, {
-        qkvz: L.qkvz, slots: t.slots, seqLens: t.seqLens, naTab: t.naTab, state: L.state, convRing: L.convRing, stash: L.stash, batch, k, ...SHAPE,
-      });
+    const fold = (t, batch, k) => {
+      const args = { qkvz: L.qkvz, slots: t.slots, seqLens: t.seqLens, naTab: t.naTab, state: L.state, convRing: L.convRing, stash: L.stash, batch, k, ...SHAPE };
+      if (K.foldState) return gpu.launch(K.foldState, pkg.foldStateLaunch(SHAPE, batch, stream, SHAPE.maxK), args);
+      return gpu.launch(K.fold, { ...launchOf(K.foldVariant ?? K.variant, K.tag, batch), stream }, args);
+    };
     const out = { row: rowName, variant: K.variant, sharedBytes: sh, sections: {} };
     result.rows.push(out);
     for (const sec of sections) {

@@ -10,7 +10,7 @@
 // random data, state sets rotated so that the bytes touched per repetition exceed the L2:
 //   decode      gdn_recurrent mode 0, k = 1, batch 1 / 32 / 256; floor: state read + write
 //               (2 × batch × 2 MiB); eager launches and CUDA-graph replay.
-//   verify+fold gdn_recurrent mode 1 (write-on-accept), k = 4, then gdn_fold of all 4 rows (on
+//   verify+fold gdn_recurrent mode 1 (write-on-accept), k = 4, then the fold of all 4 rows (on
 //               another state set, as in a real step where all layers verify before any folds);
 //               floor: verify reads S, fold reads and writes it (3 × batch × 2 MiB), so 1.5 × a
 //               decode step's bytes; bar ≤ 1.15 × decode.
@@ -83,6 +83,9 @@ async function main() {
   const kernels = {
     recurrentOf: (v) => once(`r.${v}`, () => fatbin(pkg.recurrentVariantKernels[v], 'gdn-recurrent')),
     foldOf: (v) => once(`f.${v}`, () => fatbin(pkg.foldVariantKernels[v], 'gdn-fold')),
+    get foldState() {
+      return once('fold-state', () => fatbin(pkg.foldStateKernel, 'gdn-decode'));
+    },
     get twoKernel() {
       return once('two-kernel', () => ({ prep: fatbin(pkg.decodePrepKernel, 'gdn-decode'), state: fatbin(pkg.decodeStateKernel, 'gdn-decode') }));
     },
@@ -170,12 +173,19 @@ async function main() {
       return gpu.launch(kernels.recurrentOf(v), pkg.recurrentLaunch(SHAPE, batch, stream, SHAPE.maxK, v, dev.multiprocessors), { ...args, mode, batch, k, ...shapeArgs, eps: EPS });
     };
     const decodeAt = (batch) => pkg.decodePath(SHAPE, batch, clusters);
-    log(`launched as the layer does: decode ${decodeAt(1)} at batch 1, ${decodeAt(32)} at 32, ${decodeAt(256)} at 256; verify ${pkg.verifyPath(SHAPE, 1, 4, clusters)} at batch 1, ${pkg.verifyPath(SHAPE, 32, 4, clusters)} at 32, ${pkg.verifyPath(SHAPE, 256, 4, clusters)} at 256; fold ${pkg.foldVariant(SHAPE)}`);
+    log(`launched as the layer does: decode ${decodeAt(1)} at batch 1, ${decodeAt(32)} at 32, ${decodeAt(256)} at 256; verify ${pkg.verifyPath(SHAPE, 1, 4, clusters)} at batch 1, ${pkg.verifyPath(SHAPE, 32, 4, clusters)} at 32, ${pkg.verifyPath(SHAPE, 256, 4, clusters)} at 256; fold ${pkg.foldPath(SHAPE)}`);
+    // The fold as the layer runs it (gdn-fold-launch.ts launchFold); only the kernel it picks is loaded.
+    const foldKernels = {
+      get state() {
+        return kernels.foldState;
+      },
+      variants: new Proxy({}, { get: (_, v) => kernels.foldOf(v) }),
+    };
     const fold = (t, batch, k) =>
-      gpu.launch(kernels.foldOf(pkg.foldVariant(SHAPE)), pkg.recurrentLaunch(SHAPE, batch, stream, SHAPE.maxK, pkg.foldVariant(SHAPE), dev.multiprocessors), {
+      pkg.launchFold(gpu, foldKernels, SHAPE, stream, {
         qkvz: L.qkvz, slots: t.slots, seqLens: t.seqLens, naTab: t.naTab, state: L.state, convRing: L.convRing, stash: L.stash,
         batch, k, ...shapeArgs,
-      });
+      }, dev.multiprocessors);
 
     /** State sets so that one pass over all of them is ≥ 4 × L2 (and the slots fit). */
     const row = (name, batch, kind, amount, t, ceiling, extra = {}) => {

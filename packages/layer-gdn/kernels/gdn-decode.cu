@@ -3,9 +3,12 @@
 // Layouts and semantics: ../KERNELS.md ("Two-kernel decode"). Both take one signature
 // (gdn-kernels.ts DECODE_PARAMS): a decode step's buffers as gdn_recurrent's (one row per batch
 // position, carried mode when `pending` is set) and `prep`, [batch][H_v][prep_stride] f32.
+// gdn_fold_state, the write-on-accept fold in the state kernel's layout (gdn-fold-state.cuh), takes
+// gdn_fold's signature (gdn-kernels.ts FOLD_PARAMS).
 // Knobs (-D): GDN_STATE_MAXNREG, GDN_STATE_CS.
 #include "gdn-decode-prep.cuh"
 #include "gdn-decode-state.cuh"
+#include "gdn-fold-state.cuh"
 
 #define GDN_DECODE_PARAMS                                                                                                            \
   const float *qkvz, const float *ba, float *y, const int32_t *slots, const int32_t *rowStarts, const int32_t *seqLens, float *state, \
@@ -24,4 +27,13 @@ extern "C" __global__ void __launch_bounds__(gdn::decode::kPrepThreads, gdn::dec
 extern "C" __global__ void __maxnreg__(GDN_STATE_MAXNREG) gdn_decode_state(GDN_DECODE_PARAMS) {
   GDN_DECODE_ARGS
   gdn::decode::state_entry(A, prep, batch);
+}
+
+extern "C" __global__ void __maxnreg__(GDN_STATE_MAXNREG) gdn_fold_state(const float* qkvz, const int32_t* slots, const int32_t* seqLens,
+                                                                         const uint32_t* naTab, float* state, float* convRing, float* stash,
+                                                                         int batch, int k, int hk, int hv, int dk, int dv, int convK, int maxK) {
+  const gdn::Args A{qkvz, nullptr, nullptr, slots, nullptr, seqLens, state, convRing, nullptr, nullptr, nullptr, nullptr, stash, nullptr,
+                    nullptr, hk, hv, dk, dv, convK, maxK, 0.0f};
+  gdn::check_dims(A);
+  gdn::decode::fold_state_entry(A, naTab, batch, k);
 }

@@ -6,10 +6,8 @@ import { pad4, pendingKeyRows, pipeSupported, recurrentVariant, type GdnKernelVa
 // Launch shapes of the two-kernel decode (kernels/gdn-decode.cu: gdn.decode-prep, then
 // gdn.decode-state; KERNELS.md "Two-kernel decode").
 
-/** kernels/gdn-decode-prep.cuh kPrepThreads: threads per CTA (one CTA per batch position and key head). */
-export const DECODE_PREP_THREADS = 128;
-/** Shared memory the prep kernel may take (a key head's conv outputs): what every sm_80+ GPU gives a CTA. */
-const PREP_MAX_SHARED = 96 * 1024;
+/** kernels/gdn-decode-prep.cuh kPrepThreads: threads per CTA (one CTA per batch position and key head: a warp for q and k, one for v). */
+export const DECODE_PREP_THREADS = 64;
 
 /** The shape fields of the two-kernel decode: the launch shape and the head counts. */
 export type TwoKernelShape = GdnLaunchShape & { readonly hk: number; readonly hv: number };
@@ -18,22 +16,16 @@ export const DECODE_STATE_THREADS = 256;
 
 /**
  * Whether the two-kernel decode takes this shape: the pipe kernels do (maxK ≤ 8, conv K ≤ 4,
- * d_k ≤ 128, d_v a multiple of 4), d_v ≤ 128, and a key head's conv outputs fit the prep CTA's
- * shared memory.
+ * d_k ≤ 128, d_v a multiple of 4), d_v ≤ 128, d_k is a multiple of 4 (the prep moves its inputs as
+ * float4: kernels/gdn-prep-window.cuh) and a key head has at most 32 value heads (a lane each).
  */
 export function twoKernelDecodeSupported(s: TwoKernelShape): boolean {
-  return pipeSupported(s) && s.dv <= 128 && decodePrepSharedBytes(s) <= PREP_MAX_SHARED;
+  return pipeSupported(s) && s.dv <= 128 && s.dk % 4 === 0 && s.hv / s.hk <= 32;
 }
 
 /** f32 words of one (batch position, value head)'s prep record: k̂ [d_kp], q̂ [d_kp], v [d_vp], then β, α, k̂·q̂, 0 (kernels/gdn-decode-prep.cuh prep_stride). */
 export function decodePrepStride(s: { readonly dk: number; readonly dv: number }): number {
   return 2 * pad4(s.dk) + pad4(s.dv) + 4;
-}
-
-/** Dynamic shared memory of gdn.decode-prep: a key head's conv outputs [2·d_k + r·d_v], the warps' sums [3][8], β and α of its r value heads (prep_smem_floats). */
-export function decodePrepSharedBytes(s: Pick<TwoKernelShape, 'hk' | 'hv' | 'dk' | 'dv'>): number {
-  const r = s.hv / s.hk;
-  return 4 * (pad4(2 * s.dk + r * s.dv) + 3 * (DECODE_PREP_THREADS / 32) + 2 * r);
 }
 
 /** Dynamic shared memory of gdn.decode-state: the prep record, the pending keys, the warps' dot products [2][8][d_v], u and Σo² (state_smem_floats). */
@@ -46,11 +38,11 @@ export function decodePrepBytes(cfg: Pick<GdnConfig, 'hv' | 'dk' | 'dv'>, batch:
   return 4 * batch * cfg.hv * decodePrepStride(cfg);
 }
 
-/** Both launches of a decode step of `batch` positions: prep grid [batch, H_k], state grid [batch, H_v]. */
+/** Both launches of a decode step of `batch` positions: prep grid [batch, H_k] (no shared memory), state grid [batch, H_v]. */
 export function twoKernelDecodeLaunches(cfg: Pick<GdnConfig, 'hk' | 'dk' | 'dv' | 'hv' | 'convK'>, batch: number, stream: Stream, maxK: number): { prep: LaunchConfig; state: LaunchConfig } {
   const s = { ...cfg, maxK };
   return {
-    prep: { grid: [batch, cfg.hk], block: DECODE_PREP_THREADS, sharedBytes: decodePrepSharedBytes(s), stream },
+    prep: { grid: [batch, cfg.hk], block: DECODE_PREP_THREADS, stream },
     state: { grid: [batch, cfg.hv], block: DECODE_STATE_THREADS, sharedBytes: decodeStateSharedBytes(s), stream },
   };
 }

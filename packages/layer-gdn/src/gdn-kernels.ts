@@ -154,3 +154,18 @@ export const verifyStateKernel = defineKernel({
 
 /** Both, as gdn-verify-launch.ts launchTwoKernelVerify takes them. */
 export const twoKernelVerifyKernels = Object.freeze({ prep: verifyPrepKernel, state: verifyStateKernel });
+
+/**
+ * Write-on-accept fold with the head in registers (kernels/gdn-fold-state.cuh): gdn.fold's
+ * parameters, semantics and CPU twin, in the decode state kernel's layout (gdn-fold-launch.ts
+ * foldStateLaunch; the layer's choice between the two: foldPath).
+ */
+export const foldStateKernel = defineKernel({
+  name: 'gdn.fold-state',
+  params: FOLD_PARAMS,
+  cuda: { module: decodeModule, symbol: 'gdn_fold_state' },
+  cpu: foldCpu,
+});
+
+/** The fold's kernels, as gdn-fold-launch.ts launchFold takes them. */
+export const foldKernels = Object.freeze({ state: foldStateKernel, variants: foldVariantKernels });

@@ -12,10 +12,11 @@ import {
   type TransformerLayer,
 } from '@metrale/core';
 import { readGdnConfig, type GdnConfig } from './gdn-config.js';
-import { foldVariantKernels, recurrentVariantKernels, twoKernelDecodeKernels, twoKernelVerifyKernels } from './gdn-kernels.js';
+import { foldKernels, recurrentVariantKernels, twoKernelDecodeKernels, twoKernelVerifyKernels } from './gdn-kernels.js';
 import { decodePath, decodePrepBytes, launchTwoKernelDecode } from './gdn-decode-launch.js';
 import { launchTwoKernelVerify, verifyPath, verifyPrepBytes } from './gdn-verify-launch.js';
-import { foldVariant, recurrentLaunch, recurrentVariant, runsClusters } from './gdn-launch.js';
+import { launchFold } from './gdn-fold-launch.js';
+import { recurrentLaunch, recurrentVariant, runsClusters } from './gdn-launch.js';
 import { prefillKernels } from './gdn-prefill-kernels.js';
 import { launchPrefill, prefillPlan, prefillScratchBytes } from './gdn-prefill-launch.js';
 import { loadGdnWeights } from './gdn-weights.js';
@@ -269,11 +270,10 @@ export class GdnLayer implements TransformerLayer<GdnState> {
       throw new InvalidArgumentError(`gdn: gdnFoldAccepted for a verify of ${n} × ${kRows} rows, but no such verify ran through this layer`);
     }
     const b = this.#b;
-    const variant = foldVariant(this.#shape());
-    gpu.launch(foldVariantKernels[variant], recurrentLaunch(this.config, n, stream, this.limits.maxK, variant, gpu.device.multiprocessors), {
+    launchFold(gpu, foldKernels, this.config, stream, {
       qkvz: b.qkvz, slots: slotTable, seqLens, naTab, state: b.state, convRing: b.convRing, stash: woa.stash,
       batch: n, k: kRows, ...this.#shape(),
-    });
+    }, gpu.device.multiprocessors);
     return true;
   }
 

@@ -9,12 +9,10 @@ import { pad4, pendingKeyRows, recurrentVariant, type GdnKernelVariant, type Gdn
 
 /** Rows a two-kernel verify takes at most (kernels/gdn-verify-prep.cuh kVRows). */
 export const VERIFY_ROWS = 4;
-/** kernels/gdn-verify-prep.cuh kVPrepThreads: threads per CTA (one CTA per batch position and key head). */
-export const VERIFY_PREP_THREADS = 128;
+/** kernels/gdn-verify-prep.cuh kVPrepThreads: threads per CTA (one CTA per batch position and key head: a warp for q and k, one for v). */
+export const VERIFY_PREP_THREADS = 64;
 /** kernels/gdn-verify-state.cuh kVThreads: threads per CTA (4 warps, each streaming ⌈d_k / 4⌉ rows of 128 columns). */
 export const VERIFY_STATE_THREADS = 128;
-/** Shared memory the prep kernel may take: what every sm_80+ GPU gives a CTA. */
-const PREP_MAX_SHARED = 96 * 1024;
 /** Scalars at the end of each value record: β, A, Γ, 0 (4 each), ck [4][4], cq [4][4]. */
 export const VERIFY_SCALARS = 48;
 
@@ -42,12 +40,6 @@ export function verifyPrepBytes(cfg: Pick<GdnConfig, 'hk' | 'hv' | 'dk' | 'dv'>,
   return 4 * verifyPrepLayout(cfg, batch).totalFloats;
 }
 
-/** Dynamic shared memory of gdn.verify-prep: the rows' conv outputs [4][⌈2·d_k + r·d_v⌉₄], the warps' 24 sums [24][4], the gates [r][4][2] (kernels/gdn-verify-prep.cuh vprep_smem_floats). */
-export function verifyPrepSharedBytes(s: Pick<TwoKernelShape, 'hk' | 'hv' | 'dk' | 'dv'>): number {
-  const r = s.hv / s.hk;
-  return 4 * (VERIFY_ROWS * pad4(2 * s.dk + r * s.dv) + 24 * (VERIFY_PREP_THREADS / 32) + 2 * VERIFY_ROWS * r);
-}
-
 /** Dynamic shared memory of gdn.verify-state: keys [8][d_kp], values, the pending keys, the warps' dot products [8][4][d_vp], Σo² [4][4] (vstate_smem_floats). */
 export function verifyStateSharedBytes(s: GdnLaunchShape): number {
   const dkp = pad4(s.dk);
@@ -55,9 +47,13 @@ export function verifyStateSharedBytes(s: GdnLaunchShape): number {
   return 4 * (2 * VERIFY_ROWS * dkp + VERIFY_ROWS * dvp + VERIFY_SCALARS + pendingKeyRows(s.maxK) * dkp + 32 * dvp + 16);
 }
 
-/** Whether the two-kernel verify takes this shape: where the two-kernel decode does, and the prep's rows fit its shared memory. */
+/**
+ * Whether the two-kernel verify takes this shape: where the two-kernel decode does, d_k is a
+ * multiple of 4 (the prep moves its inputs as float4) and a key head has at most 8 value heads
+ * (the prep's gates: one lane per value head and row).
+ */
 export function twoKernelVerifySupported(s: TwoKernelShape): boolean {
-  return twoKernelDecodeSupported(s) && verifyPrepSharedBytes(s) <= PREP_MAX_SHARED;
+  return twoKernelDecodeSupported(s) && s.dk % 4 === 0 && (s.hv / s.hk) * VERIFY_ROWS <= 32;
 }
 
 /**
@@ -79,11 +75,11 @@ export function verifyPath(s: TwoKernelShape, batch: number, k: number, clusters
   return runsTwoKernelVerify(s, batch, k) ? 'two-kernel' : recurrentVariant(s, 1, k, batch, clusters);
 }
 
-/** Both launches of a verify step of `batch` positions: prep grid [batch, H_k, 2] (q and k; v), state grid [batch, H_v]. */
+/** Both launches of a verify step of `batch` positions: prep grid [batch, H_k] (no shared memory), state grid [batch, H_v]. */
 export function twoKernelVerifyLaunches(cfg: Pick<GdnConfig, 'hk' | 'dk' | 'dv' | 'hv' | 'convK'>, batch: number, stream: Stream, maxK: number): { prep: LaunchConfig; state: LaunchConfig } {
   const s = { ...cfg, maxK };
   return {
-    prep: { grid: [batch, cfg.hk, 2], block: VERIFY_PREP_THREADS, sharedBytes: verifyPrepSharedBytes(s), stream },
+    prep: { grid: [batch, cfg.hk], block: VERIFY_PREP_THREADS, stream },
     state: { grid: [batch, cfg.hv], block: VERIFY_STATE_THREADS, sharedBytes: verifyStateSharedBytes(s), stream },
   };
 }

@@ -8,9 +8,11 @@ import {
   runsClusters, splitSupported, variantBlock, variantFor, variantGrid, variantSharedBytes,
 } from '../src/gdn-launch.js';
 import {
-  DECODE_PREP_THREADS, DECODE_STATE_THREADS, TWO_KERNEL_MIN_BATCH, decodePrepBytes, decodePrepSharedBytes, decodeStateSharedBytes, runsTwoKernelDecode,
+  DECODE_PREP_THREADS, DECODE_STATE_THREADS, TWO_KERNEL_MIN_BATCH, decodePrepBytes, decodeStateSharedBytes, runsTwoKernelDecode,
   decodePrepStride, twoKernelDecodeLaunches, twoKernelDecodeSupported,
 } from '../src/gdn-decode-launch.js';
+import { foldPath, foldStateLaunch, foldStateSharedBytes } from '../src/gdn-fold-launch.js';
+import { VERIFY_PREP_THREADS, twoKernelVerifyLaunches, twoKernelVerifySupported } from '../src/gdn-verify-launch.js';
 
 const B80 = { hk: 16, hv: 32, dk: 128, dv: 128, convK: 4, maxK: 4 };
 const stream = { id: 0 } as unknown as Stream; // opaque to the launch shapes
@@ -73,16 +75,16 @@ describe('gdn launch shapes', () => {
 });
 
 describe('two-kernel decode launch shapes (src/gdn-decode-launch.ts)', () => {
-  it('sizes both launches as the kernels check them (gdn-decode-prep.cuh prep_smem_floats, gdn-decode-state.cuh state_smem_floats)', () => {
-    // prep: a key head's conv outputs [2·128 + 2·128], the 4 warps' 3 sums, β and α of its 2 value heads
-    expect(decodePrepSharedBytes(B80)).toBe(4 * (512 + 3 * 4 + 2 * 2));
+  it('sizes both launches as the kernels check them (gdn-decode-prep.cuh check_prep, gdn-decode-state.cuh state_smem_floats)', () => {
     // state: the record [2·128 + 128 + 4], 4 pending keys [128], dot products [2][8][128], u [128], Σo² [8]
     expect(decodeStateSharedBytes(B80)).toBe(4 * (388 + 4 * 128 + 17 * 128 + 8));
     expect(decodePrepStride(B80)).toBe(388);
     expect(decodeStateSharedBytes({ ...B80, maxK: 8 }) - decodeStateSharedBytes(B80)).toBe(4 * 4 * 128);
     expect(decodePrepBytes(B80, 256)).toBe(4 * 256 * 32 * 388);
     const l = twoKernelDecodeLaunches(B80, 40, stream, 4);
-    expect(l.prep).toEqual({ grid: [40, 16], block: DECODE_PREP_THREADS, sharedBytes: decodePrepSharedBytes(B80), stream });
+    // prep: two warps per key head (q and k; v), no shared memory
+    expect(DECODE_PREP_THREADS).toBe(64);
+    expect(l.prep).toEqual({ grid: [40, 16], block: DECODE_PREP_THREADS, stream });
     expect(l.state).toEqual({ grid: [40, 32], block: DECODE_STATE_THREADS, sharedBytes: decodeStateSharedBytes(B80), stream });
   });
 
@@ -95,5 +97,32 @@ describe('two-kernel decode launch shapes (src/gdn-decode-launch.ts)', () => {
     expect(twoKernelDecodeSupported({ ...B80, dk: 192 })).toBe(false);
     expect(twoKernelDecodeSupported({ ...B80, maxK: 9 })).toBe(false);
     expect(twoKernelDecodeSupported({ ...B80, dk: 48, dv: 40, convK: 3 })).toBe(true);
+    // the prep's float4 lanes: d_k a multiple of 4; a lane per value head of a key head
+    expect(twoKernelDecodeSupported({ ...B80, dk: 46 })).toBe(false);
+    expect(twoKernelDecodeSupported({ ...B80, hk: 1, hv: 32 })).toBe(true);
+    expect(twoKernelDecodeSupported({ ...B80, hk: 1, hv: 64 })).toBe(false);
+  });
+});
+
+describe('two-kernel verify and register fold launch shapes (src/gdn-verify-launch.ts, src/gdn-fold-launch.ts)', () => {
+  it('launches the verify prep as two warps per (position, key head) with no shared memory', () => {
+    const l = twoKernelVerifyLaunches(B80, 40, stream, 4);
+    expect(VERIFY_PREP_THREADS).toBe(64);
+    expect(l.prep).toEqual({ grid: [40, 16], block: VERIFY_PREP_THREADS, stream });
+    expect(twoKernelVerifySupported(B80)).toBe(true);
+    expect(twoKernelVerifySupported({ ...B80, dk: 46 })).toBe(false);
+    // the prep's gates: a lane per (value head, row) of a key head, 4 rows
+    expect(twoKernelVerifySupported({ ...B80, hk: 4, hv: 32 })).toBe(true);
+    expect(twoKernelVerifySupported({ ...B80, hk: 2, hv: 32 })).toBe(false);
+  });
+
+  it('folds in registers where the two-kernel decode takes the shape, else through the gdn.fold variant', () => {
+    // the accepted rows' keys [4][128] and u [4][128], their γ [4]
+    expect(foldStateSharedBytes(B80)).toBe(4 * (4 * 256 + 4));
+    expect(foldStateSharedBytes({ ...B80, maxK: 6 })).toBe(4 * (6 * 256 + 8));
+    expect(foldStateLaunch(B80, 40, stream, 4)).toEqual({ grid: [40, 32], block: DECODE_STATE_THREADS, sharedBytes: foldStateSharedBytes(B80), stream });
+    expect(foldPath(B80)).toBe('register');
+    expect(foldPath({ ...B80, dv: 256 })).toBe(foldVariant({ ...B80, dv: 256 }));
+    expect(foldPath({ ...B80, dk: 46 })).toBe('smem');
   });
 });

@@ -14,7 +14,7 @@ import { fileURLToPath } from 'node:url';
 const BUILD = join(dirname(fileURLToPath(import.meta.url)), 'build');
 
 export const reason = 'CUDA thread emulator on the CPU (dev/emu)';
-const EXE = { gdn_chunk_rowwise: 'gdn-rowwise.emu' };
+const EXE = { gdn_chunk_rowwise: 'gdn-rowwise.emu', gdn_fold_state: 'gdn-decode.emu' };
 const exeOf = (sym) =>
   EXE[sym] ?? (sym.startsWith('gdn_recurrent') || sym.startsWith('gdn_fold') ? 'gdn-recurrent.emu' : sym.startsWith('gdn_decode') ? 'gdn-decode.emu' : sym.startsWith('gdn_verify') ? 'gdn-verify.emu' : 'gdn-chunk.emu');
 export function createDevice() {

@@ -25,6 +25,7 @@ import {
   type GdnKernelVariant, type GdnLaunchShape,
 } from '../../src/gdn-launch.js';
 import { decodePrepStride, launchTwoKernelDecode, twoKernelDecodeSupported, type TwoKernelDecodeKernels } from '../../src/gdn-decode-launch.js';
+import { foldStateLaunch } from '../../src/gdn-fold-launch.js';
 import { launchTwoKernelVerify, twoKernelVerifySupported, verifyPrepLayout, VERIFY_ROWS, type TwoKernelVerifyKernels } from '../../src/gdn-verify-launch.js';
 
 // ---- device and kernels -----------------------------------------------------------------------
@@ -38,6 +39,7 @@ interface Decls {
   readonly decodeState: AnyKernel;
   readonly verifyPrep: AnyKernel;
   readonly verifyState: AnyKernel;
+  readonly foldState: AnyKernel;
 }
 
 /** The variant under test (METRALE_GDN_VARIANT), or undefined for the layer's choice per launch. */
@@ -55,7 +57,7 @@ async function loadDecls(): Promise<{ decls: Decls; from: string }> {
   // Always the sources: a built package may be older than the kernels under test.
   const m = await import('../../src/gdn-kernels.js');
   const decls = { recurrent: m.recurrentVariantKernels, fold: m.foldVariantKernels, chunkKernel: m.chunkKernel, decodePrep: m.decodePrepKernel, decodeState: m.decodeStateKernel,
-    verifyPrep: m.verifyPrepKernel, verifyState: m.verifyStateKernel };
+    verifyPrep: m.verifyPrepKernel, verifyState: m.verifyStateKernel, foldState: m.foldStateKernel };
   const what = VARIANT ? `variant ${VARIANT}` : 'the variant the layer picks per launch: pipe (≥ PIPE_MIN_BATCH positions) or split (sm_90) for decode steps, else smem';
   return { decls: decls as unknown as Decls, from: `src/gdn-kernels.ts (${what})` };
 }
@@ -237,7 +239,9 @@ type Launch =
   /** The two-kernel decode (gdn.decode-prep, then gdn.decode-state): one row per batch position. */
   | { readonly kernel: 'decode2'; readonly carried: boolean }
   /** The two-kernel verify (gdn.verify-prep, then gdn.verify-state): k rows per batch position. */
-  | { readonly kernel: 'verify2'; readonly k: number; readonly carried: boolean };
+  | { readonly kernel: 'verify2'; readonly k: number; readonly carried: boolean }
+  /** The write-on-accept fold with the head in registers (gdn.fold-state). */
+  | { readonly kernel: 'fold2'; readonly k: number };
 
 const EPS = 1e-6;
 
@@ -253,6 +257,13 @@ function launchOn(gpu: GpuBackend, kernels: Decls, s: Shape, batch: number, d: D
         : { grid, block: variantBlock(variant, s), sharedBytes: variantSharedBytes(variant, launchShape), stream },
       args as never,
     );
+  if (l.kernel === 'fold2') {
+    gpu.launch(kernels.foldState, foldStateLaunch(shape, batch, stream, s.maxK), {
+      qkvz: d.qkvz, slots: d.slots, seqLens: d.seqLens, naTab: d.naTab, state: d.state, convRing: d.convRing, stash: d.stash,
+      batch, k: l.k, ...shape,
+    } as never);
+    return;
+  }
   if (l.kernel === 'fold') {
     const v = l.variant ?? launchVariant(launchShape, 'fold', 0, 0, batch, runsClusters(gpu));
     launch(kernels.fold[v], v, variantGrid(v, batch, s.hv, l.sms ?? gpu.device.multiprocessors), {
@@ -476,6 +487,11 @@ function casesFor(s: Shape, R: Rng): Case[] {
         kernel: 'decode2', carried: true,
       });
     }
+    // The register fold (the layer's where the two-kernel decode takes the shape): every accepted
+    // count from 0 to maxK among the positions, and a fold of 1 of 2 rows.
+    const naTab = pos.slots.map((_, p) => (p === 0 ? s.maxK : p === 1 ? 0 : R.int(1, s.maxK)));
+    add(`fold k=${s.maxK} accepted ${naTab.join('/')} (register)`, { ...pos, rows: pos.slots.map(() => s.maxK), naTab }, { kernel: 'fold2', k: s.maxK });
+    add('fold k=2 accepted 1 (register)', { ...pos, rows: pos.slots.map(() => 2), naTab: pos.slots.map(() => 1) }, { kernel: 'fold2', k: 2 });
   }
   // The two-kernel verify: write-on-accept (k 1 and its most rows) and carried (pending 0, 2,
   // maxK: no fold, its 4- and 8-row fold paths; k = 2 with random pending counts).
@@ -524,7 +540,7 @@ describe.skipIf(!device.available)('GDN kernels: CUDA vs CPU reference', () => {
     kernels = {
       recurrent: mapVariants(decls.recurrent, withFatbin), fold: mapVariants(decls.fold, withFatbin), chunkKernel: withFatbin(decls.chunkKernel),
       decodePrep: withFatbin(decls.decodePrep), decodeState: withFatbin(decls.decodeState),
-      verifyPrep: withFatbin(decls.verifyPrep), verifyState: withFatbin(decls.verifyState),
+      verifyPrep: withFatbin(decls.verifyPrep), verifyState: withFatbin(decls.verifyState), foldState: withFatbin(decls.foldState),
     };
   });
   afterAll(() => {
@@ -624,7 +640,7 @@ describe.skipIf(!device.available)('GDN kernels: CUDA vs CPU reference', () => {
     const name = `${s.name} | verify then fold (${path})`;
     const verify: Launch = path === 'two-kernel' ? { kernel: 'verify2', k, carried: false } : { kernel: 'recurrent', mode: 1, k, carried: false };
     const c: Case = { name, shape: s, layout: { ...pos, rows: pos.slots.map(() => k) }, launch: verify };
-    const { got, ref } = runBoth(c, host, (b, d) => launchOn(b, kernels, s, 3, d, { kernel: 'fold', k }));
+    const { got, ref } = runBoth(c, host, (b, d) => launchOn(b, kernels, s, 3, d, path === 'two-kernel' ? { kernel: 'fold2', k } : { kernel: 'fold', k }));
     for (const n of OUTPUTS) check(name, n, got[n], ref[n]);
   });
 
