@@ -65,18 +65,32 @@ __device__ __forceinline__ VLay vstate_lay(const Args& A) {
   return Q;
 }
 
-// Chunk c (rows 4c .. 4c + 3 of the thread's rows) into x, loads issued now.
-__device__ __forceinline__ void load_chunk(const Args& A, const decode::Part& p, const float* headS, int c, float4 (&x)[4]) {
+// The thread's part of the head as chunks of 4 rows: row 4c + e of chunk c at rowp + (4c + e)·d_v
+// (rowp: its first row's columns 4·lane ..); d_k may end inside a chunk, and a thread with no
+// columns (4·lane ≥ d_v) has no rows. Each address is one product from rowp (with has_row and a
+// product from the head's start per row, a load cost ~12 instructions: ncu).
+struct Chunks {
+  float* rowp;
+  __device__ __forceinline__ int rows(const Args& A, const decode::Part& p, int c) const { return p.act ? min(4, A.dk - p.r0 - 4 * c) : 0; }
+  // Chunk c into x, loads issued now.
+  __device__ __forceinline__ void load(const Args& A, const decode::Part& p, int c, float4 (&x)[4]) const {
+    const int n = rows(A, p, c);
+    const float* src = rowp + (size_t)(4 * c) * A.dv;
 #pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const int r = 4 * c + e;
-    x[e] = decode::has_row(A, p, r) ? decode::ld_state(headS + (size_t)(p.r0 + r) * A.dv + 4 * p.lane) : decode::f4(0.0f);
+    for (int e = 0; e < 4; ++e) x[e] = e < n ? decode::ld_state(src + e * A.dv) : decode::f4(0.0f);
   }
-}
+  __device__ __forceinline__ void store(const Args& A, const decode::Part& p, int c, const float4 (&x)[4]) const {
+    const int n = rows(A, p, c);
+    float* dst = rowp + (size_t)(4 * c) * A.dv;
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (e < n) decode::st_state(dst + e * A.dv, x[e]);
+  }
+};
 
 template <int MB>
 __device__ __forceinline__ void vrun_head(const Args& A, const Geo& G, const TaskIn& I, const VLay& Q, const decode::Part& p, int h, int k,
-                                          const float (&z)[kVRows], float nw, float* headS, float4 (&buf)[kDepth][4]) {
+                                          const float (&z)[kVRows], float nw, const Chunks& H, float4 (&buf)[kDepth][4]) {
   const int M = I.nPend;
   const float* pendSh = A.stash + (size_t)I.slot * G.stashSeq + (size_t)h * A.maxK * G.stashRow;
   // The pending rows' u (this thread's columns) and γ, loaded before the first barrier so that
@@ -93,6 +107,8 @@ __device__ __forceinline__ void vrun_head(const Args& A, const Geo& G, const Tas
     uw[q] = in && p.act ? make_float4(src[0], src[1], src[2], src[3]) : decode::f4(0.0f);
     gam[q] = in ? row[A.dk + A.dv] : 0.0f;
   }
+  // γ_{M−1} loaded apart (picked out of gam by the runtime M, gam went to local memory).
+  const float gl = MB > 0 && M > 0 ? pendSh[(size_t)(M - 1) * G.stashRow + A.dk + A.dv] : 0.0f;
   if (MB > 0) {
     fast::Lay L;
     L.kf = Q.kf;
@@ -104,10 +120,6 @@ __device__ __forceinline__ void vrun_head(const Args& A, const Geo& G, const Tas
 #endif
   __syncthreads();  // the records and the pending keys (every read of the pending stash rows is done)
   // The fold's weights: u_q ← e^{γ_{M−1}−γ_q} u_q (zero for q ≥ M), c0 = e^{γ_{M−1}}.
-  float gl = 0.0f;
-#pragma unroll
-  for (int q = 0; q < MBa; ++q)
-    if (q == M - 1) gl = gam[q];
 #pragma unroll
   for (int q = 0; q < MBa; ++q) uw[q] = q < M ? decode::scale4(expf(gl - gam[q]), uw[q]) : decode::f4(0.0f);
   const float c0 = expf(gl);
@@ -115,32 +127,39 @@ __device__ __forceinline__ void vrun_head(const Args& A, const Geo& G, const Tas
   float4 acc[2 * kVRows];
 #pragma unroll
   for (int t = 0; t < 2 * kVRows; ++t) acc[t] = decode::f4(0.0f);
+  // A loop over groups of kDepth chunks (not unrolled: every address advances from the last, so
+  // nothing per chunk is kept in registers; the buffer index stays static).
   const int nc = p.nr / 4;
+  const float* kf = Q.kf + p.r0;    // pending row q's keys of chunk c: kf + q·d_kp + 4c
+  const float* kw = Q.keys + p.r0;  // k̂_t, q̂_t of chunk c: kw + (2t or 2t + 1)·d_kp + 4c
+#pragma unroll 1
+  for (int cg = 0; cg < nc; cg += kDepth) {
 #pragma unroll
-  for (int c = 0; c < kVChunks; ++c) {
-    if (c >= nc) break;
-    float4 (&x)[4] = buf[c % kDepth];
+    for (int d = 0; d < kDepth; ++d) {
+      const int c = cg + d;
+      if (c >= nc) break;
+      float4 (&x)[4] = buf[d];
+      if (MB > 0) {
+        // Pending row q's keys for the chunk's 4 rows in one load (rows past d_k: zero keys, never stored).
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = 4 * c + e;
-      if (MB > 0 && decode::has_row(A, p, r)) {
-        float4 s = decode::scale4(c0, x[e]);
+        for (int e = 0; e < 4; ++e) x[e] = decode::scale4(c0, x[e]);
 #pragma unroll
-        for (int q = 0; q < MB; ++q) decode::fma4(Q.kf[q * Q.dkp + p.r0 + r], uw[q], s);
-        x[e] = s;
-        decode::st_state(headS + (size_t)(p.r0 + r) * A.dv + 4 * p.lane, s);
+        for (int q = 0; q < MBa; ++q) {
+          const float4 kq = fast::ld4s(kf + q * Q.dkp + 4 * c);
+          decode::fma4(kq.x, uw[q], x[0]), decode::fma4(kq.y, uw[q], x[1]), decode::fma4(kq.z, uw[q], x[2]), decode::fma4(kq.w, uw[q], x[3]);
+        }
+        H.store(A, p, c, x);
       }
-    }
-    const int i0 = p.r0 + 4 * c;
-    if (i0 < Q.dkp) {  // k̂ and q̂ are zero from d_k to d_kp
+      if (p.r0 + 4 * c < Q.dkp) {  // k̂ and q̂ are zero from d_k to d_kp
 #pragma unroll
-      for (int t = 0; t < 2 * kVRows; ++t) {
-        // t < 4: k̂_t (a_t); t ≥ 4: q̂_{t−4} (b_t).
-        const float4 w = fast::ld4s(Q.keys + (t & 3) * 2 * Q.dkp + (t >> 2) * Q.dkp + i0);
-        decode::fma4(w.x, x[0], acc[t]), decode::fma4(w.y, x[1], acc[t]), decode::fma4(w.z, x[2], acc[t]), decode::fma4(w.w, x[3], acc[t]);
+        for (int t = 0; t < 2 * kVRows; ++t) {
+          // t < 4: k̂_t (a_t); t ≥ 4: q̂_{t−4} (b_t).
+          const float4 w = fast::ld4s(kw + ((t & 3) * 2 + (t >> 2)) * Q.dkp + 4 * c);
+          decode::fma4(w.x, x[0], acc[t]), decode::fma4(w.y, x[1], acc[t]), decode::fma4(w.z, x[2], acc[t]), decode::fma4(w.w, x[3], acc[t]);
+        }
       }
+      if (c + kDepth < nc) H.load(A, p, c + kDepth, x);
     }
-    if (c + kDepth < nc) load_chunk(A, p, headS, c + kDepth, buf[c % kDepth]);
   }
   if (p.act) {
 #pragma unroll
@@ -212,11 +231,11 @@ __device__ __forceinline__ void vstate_entry(const Args& A, const float* prep, i
   if (I.slot < 0) return;
   if (I.nPend > A.maxK || I.nPend > I.P0) __trap();
   const decode::Part p = decode::part_for<kVWarps, 0>(A);  // columns 4·lane .. + 3 of ⌈d_k / 4⌉₄ rows
-  float* headS = pipe::head_state(A, I.slot, h);
+  const Chunks H{pipe::head_state(A, I.slot, h) + (size_t)p.r0 * A.dv + 4 * p.lane};
   // The first kDepth chunks are in flight before anything else.
   float4 buf[kDepth][4];
 #pragma unroll
-  for (int c = 0; c < kDepth; ++c) load_chunk(A, p, headS, c, buf[c]);
+  for (int c = 0; c < kDepth; ++c) H.load(A, p, c, buf[c]);
   const VLay Q = vstate_lay(A);
   const Geo G = geo_of(A);
   const int g = h / G.r, m = h - g * G.r;
@@ -229,9 +248,9 @@ __device__ __forceinline__ void vstate_entry(const Args& A, const float* prep, i
 #pragma unroll
   for (int t = 0; t < kVRows; ++t) z[t] = (col && t < k) ? A.qkvz[(size_t)(I.row0 + t) * G.width + g * G.grp + 2 * A.dk + (G.r + m) * A.dv + j] : 0.0f;
   const float nw = col ? A.normWeight[j] : 0.0f;
-  if (I.nPend == 0) vrun_head<0>(A, G, I, Q, p, h, k, z, nw, headS, buf);
-  else if (I.nPend <= 4) vrun_head<4>(A, G, I, Q, p, h, k, z, nw, headS, buf);
-  else vrun_head<8>(A, G, I, Q, p, h, k, z, nw, headS, buf);
+  if (I.nPend == 0) vrun_head<0>(A, G, I, Q, p, h, k, z, nw, H, buf);
+  else if (I.nPend <= 4) vrun_head<4>(A, G, I, Q, p, h, k, z, nw, H, buf);
+  else vrun_head<8>(A, G, I, Q, p, h, k, z, nw, H, buf);
 }
 
 }  // namespace verify
