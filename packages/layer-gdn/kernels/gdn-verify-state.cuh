@@ -8,9 +8,11 @@
 // in registers (256 threads × 16 rows) left 2 CTAs per SM whose long tail (8 dot products per
 // column, 4 rows of scalars, norms, stash) had no load in flight: 35 % of the copy rate at batch
 // 256 (docs/benchmarks.md, sixth round). Here each of 128 threads owns 4 columns of ⌈d_k / 4⌉₄
-// rows and keeps kDepth chunks of 4 rows in flight, so several CTAs per SM stream at once and
-// each one's tail overlaps the others' loads.
-//
+// rows and streams them in chunks of 4 rows through its own slots of a shared-memory ring of
+// kStages chunks (16-byte cp.async, kStages − 1 in flight, a copy group per chunk: a thread waits
+// for its own copies only, no barrier). In registers (2 chunks in flight) the WoA state pass took
+// 240 µs at batch 256 on the H200, through the ring 185 µs (docs/benchmarks.md, eighth round).
+
 // Per head h of batch position b: carried mode folds the slot's pending rows,
 // S ← e^{γ_{M−1}} S + Σ_q e^{γ_{M−1}−γ_q} k_q u_qᵀ, and writes S back (evict-first stores); then
 //   a_t = Sᵀk̂_t, b_t = Sᵀq̂_t (the 4 warps' parts added in warp order),
@@ -23,11 +25,11 @@
 #include "gdn-decode-state.cuh"
 #include "gdn-verify-prep.cuh"
 
-#ifndef GDN_VSTATE_DEPTH
-#define GDN_VSTATE_DEPTH 2  // chunks of 4 rows in flight per thread
+#ifndef GDN_VSTATE_STAGES
+#define GDN_VSTATE_STAGES 4  // chunks of 4 rows per thread in the shared-memory ring (STAGES − 1 in flight)
 #endif
 #ifndef GDN_VSTATE_MINB
-#define GDN_VSTATE_MINB 4  // CTAs per SM the registers are capped for
+#define GDN_VSTATE_MINB 4  // CTAs per SM the registers are capped for (128: no spills; 5 CTAs, 96 registers, spilled)
 #endif
 
 namespace gdn {
@@ -36,20 +38,23 @@ namespace verify {
 constexpr int kVThreads = 128;
 constexpr int kVWarps = kVThreads / 32;
 constexpr int kVChunks = 8;  // chunks of 4 rows per thread at most (d_k ≤ 128 over 4 warps)
-constexpr int kDepth = GDN_VSTATE_DEPTH;
+constexpr int kStages = GDN_VSTATE_STAGES;
+constexpr int kSlot = 4 * kVThreads;  // floats of one row of a stage: 16 bytes per thread
 
 // Dynamic shared memory, in floats: the keys record [8][d_kp], the value record [4·d_vp + 48], the
-// pending keys [mb][d_kp], the warps' dot products [8][kVWarps][d_vp] (a_t then b_t), Σo² [4][kVWarps].
+// pending keys [mb][d_kp], Σo² [4][kVWarps], then the ring of state chunks [kStages][4][kSlot],
+// which the warps' dot products [8][kVWarps][d_vp] (a_t then b_t) take over after the last chunk.
 __host__ __device__ __forceinline__ int vstate_smem_floats(int dk, int dv, int maxK) {
-  return key_stride(dk) + value_stride(dv) + fast::fast_mb_alloc(maxK) * fast::pad4(dk) + 2 * kVRows * kVWarps * fast::pad4(dv) + kVRows * kVWarps;
+  const int ring = kStages * 4 * kSlot, sums = 2 * kVRows * kVWarps * fast::pad4(dv);
+  return key_stride(dk) + value_stride(dv) + fast::fast_mb_alloc(maxK) * fast::pad4(dk) + kVRows * kVWarps + (ring > sums ? ring : sums);
 }
 
 struct VLay {
   float* keys;  // k̂_t [dkp], q̂_t [dkp] for t < 4
   float* vals;  // v_t [dvp] for t < 4, then the scalars
   float* kf;    // [mb][dkp] pending keys
-  float* sums;  // [8][kVWarps][dvp]
   float* osq;   // [4][kVWarps]
+  float* ring;  // [kStages][4][kSlot] state chunks, then sums [8][kVWarps][dvp]
   int dkp, dvp;
 };
 
@@ -60,8 +65,8 @@ __device__ __forceinline__ VLay vstate_lay(const Args& A) {
   Q.keys = fast::dyn_smem();
   Q.vals = Q.keys + key_stride(A.dk);
   Q.kf = Q.vals + value_stride(A.dv);
-  Q.sums = Q.kf + fast::fast_mb_alloc(A.maxK) * Q.dkp;
-  Q.osq = Q.sums + 2 * kVRows * kVWarps * Q.dvp;
+  Q.osq = Q.kf + fast::fast_mb_alloc(A.maxK) * Q.dkp;
+  Q.ring = Q.osq + kVRows * kVWarps;
   return Q;
 }
 
@@ -69,15 +74,26 @@ __device__ __forceinline__ VLay vstate_lay(const Args& A) {
 // (rowp: its first row's columns 4·lane ..); d_k may end inside a chunk, and a thread with no
 // columns (4·lane ≥ d_v) has no rows. Each address is one product from rowp (with has_row and a
 // product from the head's start per row, a load cost ~12 instructions: ncu).
+// Until at most N of this thread's copy groups are in flight (the older ones have landed).
+template <int N>
+__device__ __forceinline__ void wait_copies() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
 struct Chunks {
   float* rowp;
   __device__ __forceinline__ int rows(const Args& A, const decode::Part& p, int c) const { return p.act ? min(4, A.dk - p.r0 - 4 * c) : 0; }
-  // Chunk c into x, loads issued now.
-  __device__ __forceinline__ void load(const Args& A, const decode::Part& p, int c, float4 (&x)[4]) const {
+  // Chunk c's copies into this thread's slots of a stage (`slot`: its row 0), one cp.async group
+  // (empty for rows that do not exist, so every thread commits as many groups).
+  __device__ __forceinline__ void issue(const Args& A, const decode::Part& p, int c, float* slot) const {
     const int n = rows(A, p, c);
     const float* src = rowp + (size_t)(4 * c) * A.dv;
 #pragma unroll
-    for (int e = 0; e < 4; ++e) x[e] = e < n ? decode::ld_state(src + e * A.dv) : decode::f4(0.0f);
+    for (int e = 0; e < 4; ++e)
+      if (e < n) fast::cp_async16(slot + e * kSlot, src + e * A.dv);
+    pipe::commit_copies();
   }
   __device__ __forceinline__ void store(const Args& A, const decode::Part& p, int c, const float4 (&x)[4]) const {
     const int n = rows(A, p, c);
@@ -90,7 +106,7 @@ struct Chunks {
 
 template <int MB>
 __device__ __forceinline__ void vrun_head(const Args& A, const Geo& G, const TaskIn& I, const VLay& Q, const decode::Part& p, int h, int k,
-                                          const float (&z)[kVRows], float nw, const Chunks& H, float4 (&buf)[kDepth][4]) {
+                                          const float (&z)[kVRows], float nw, const Chunks& H) {
   const int M = I.nPend;
   const float* pendSh = A.stash + (size_t)I.slot * G.stashSeq + (size_t)h * A.maxK * G.stashRow;
   // The pending rows' u (this thread's columns) and γ, loaded before the first barrier so that
@@ -115,55 +131,56 @@ __device__ __forceinline__ void vrun_head(const Args& A, const Geo& G, const Tas
     L.dkp = Q.dkp;
     fast::pending_keys(A, G, pendSh, M, MB, L);
   }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_all;" ::: "memory");
-#endif
+  wait_copies<kStages - 1>();  // the records (the oldest group; the state's first chunks may still be in flight)
   __syncthreads();  // the records and the pending keys (every read of the pending stash rows is done)
   // The fold's weights: u_q ← e^{γ_{M−1}−γ_q} u_q (zero for q ≥ M), c0 = e^{γ_{M−1}}.
 #pragma unroll
   for (int q = 0; q < MBa; ++q) uw[q] = q < M ? decode::scale4(expf(gl - gam[q]), uw[q]) : decode::f4(0.0f);
   const float c0 = expf(gl);
-  // The chunks: fold and write back (carried), the 8 dot products; chunk c + kDepth issued as c is used.
+  // The chunks: fold and write back (carried), the 8 dot products; chunk c + kStages − 1 issued
+  // as chunk c is used (a loop, not unrolled: addresses advance from the last and the stage is
+  // c mod kStages, so nothing per chunk stays in registers).
   float4 acc[2 * kVRows];
 #pragma unroll
   for (int t = 0; t < 2 * kVRows; ++t) acc[t] = decode::f4(0.0f);
-  // A loop over groups of kDepth chunks (not unrolled: every address advances from the last, so
-  // nothing per chunk is kept in registers; the buffer index stays static).
   const int nc = p.nr / 4;
   const float* kf = Q.kf + p.r0;    // pending row q's keys of chunk c: kf + q·d_kp + 4c
   const float* kw = Q.keys + p.r0;  // k̂_t, q̂_t of chunk c: kw + (2t or 2t + 1)·d_kp + 4c
+  float* my = Q.ring + 4 * tid_lin();  // this thread's 16 bytes of each row of a stage
 #pragma unroll 1
-  for (int cg = 0; cg < nc; cg += kDepth) {
+  for (int c = 0; c < nc; ++c) {
+    if (c + kStages - 1 < nc) H.issue(A, p, c + kStages - 1, my + ((c + kStages - 1) % kStages) * 4 * kSlot);
+    else pipe::commit_copies();  // an empty group: every thread commits one per chunk
+    wait_copies<kStages - 1>();   // chunk c has landed (this thread's copies: no barrier)
+    const float* st = my + (c % kStages) * 4 * kSlot;
+    const int n = H.rows(A, p, c);
+    float4 x[4];
 #pragma unroll
-    for (int d = 0; d < kDepth; ++d) {
-      const int c = cg + d;
-      if (c >= nc) break;
-      float4 (&x)[4] = buf[d];
-      if (MB > 0) {
-        // Pending row q's keys for the chunk's 4 rows in one load (rows past d_k: zero keys, never stored).
+    for (int e = 0; e < 4; ++e) x[e] = e < n ? fast::ld4s(st + e * kSlot) : decode::f4(0.0f);
+    if (MB > 0) {
+      // Pending row q's keys for the chunk's 4 rows in one load (rows past d_k: zero keys, never stored).
 #pragma unroll
-        for (int e = 0; e < 4; ++e) x[e] = decode::scale4(c0, x[e]);
+      for (int e = 0; e < 4; ++e) x[e] = decode::scale4(c0, x[e]);
 #pragma unroll
-        for (int q = 0; q < MBa; ++q) {
-          const float4 kq = fast::ld4s(kf + q * Q.dkp + 4 * c);
-          decode::fma4(kq.x, uw[q], x[0]), decode::fma4(kq.y, uw[q], x[1]), decode::fma4(kq.z, uw[q], x[2]), decode::fma4(kq.w, uw[q], x[3]);
-        }
-        H.store(A, p, c, x);
+      for (int q = 0; q < MBa; ++q) {
+        const float4 kq = fast::ld4s(kf + q * Q.dkp + 4 * c);
+        decode::fma4(kq.x, uw[q], x[0]), decode::fma4(kq.y, uw[q], x[1]), decode::fma4(kq.z, uw[q], x[2]), decode::fma4(kq.w, uw[q], x[3]);
       }
-      if (p.r0 + 4 * c < Q.dkp) {  // k̂ and q̂ are zero from d_k to d_kp
+      H.store(A, p, c, x);
+    }
+    if (p.r0 + 4 * c < Q.dkp) {  // k̂ and q̂ are zero from d_k to d_kp
 #pragma unroll
-        for (int t = 0; t < 2 * kVRows; ++t) {
-          // t < 4: k̂_t (a_t); t ≥ 4: q̂_{t−4} (b_t).
-          const float4 w = fast::ld4s(kw + ((t & 3) * 2 + (t >> 2)) * Q.dkp + 4 * c);
-          decode::fma4(w.x, x[0], acc[t]), decode::fma4(w.y, x[1], acc[t]), decode::fma4(w.z, x[2], acc[t]), decode::fma4(w.w, x[3], acc[t]);
-        }
+      for (int t = 0; t < 2 * kVRows; ++t) {
+        // t < 4: k̂_t (a_t); t ≥ 4: q̂_{t−4} (b_t).
+        const float4 w = fast::ld4s(kw + ((t & 3) * 2 + (t >> 2)) * Q.dkp + 4 * c);
+        decode::fma4(w.x, x[0], acc[t]), decode::fma4(w.y, x[1], acc[t]), decode::fma4(w.z, x[2], acc[t]), decode::fma4(w.w, x[3], acc[t]);
       }
-      if (c + kDepth < nc) H.load(A, p, c + kDepth, x);
     }
   }
+  __syncthreads();  // every thread is done with its stages: the warps' dot products take the ring
   if (p.act) {
 #pragma unroll
-    for (int t = 0; t < 2 * kVRows; ++t) *reinterpret_cast<float4*>(Q.sums + (t * kVWarps + p.warp) * Q.dvp + 4 * p.lane) = acc[t];
+    for (int t = 0; t < 2 * kVRows; ++t) *reinterpret_cast<float4*>(Q.ring + (t * kVWarps + p.warp) * Q.dvp + 4 * p.lane) = acc[t];
   }
   __syncthreads();
   const int j = tid_lin(), dv = A.dv, dk = A.dk, dvp = Q.dvp;
@@ -175,7 +192,7 @@ __device__ __forceinline__ void vrun_head(const Args& A, const Geo& G, const Tas
     float sa = 0.0f, sb = 0.0f;
     if (col) {
 #pragma unroll
-      for (int w = 0; w < kVWarps; ++w) sa += Q.sums[(t * kVWarps + w) * dvp + j], sb += Q.sums[((kVRows + t) * kVWarps + w) * dvp + j];
+      for (int w = 0; w < kVWarps; ++w) sa += Q.ring[(t * kVWarps + w) * dvp + j], sb += Q.ring[((kVRows + t) * kVWarps + w) * dvp + j];
     }
     float a = sc[4 + t] * sa;
 #pragma unroll
@@ -232,15 +249,21 @@ __device__ __forceinline__ void vstate_entry(const Args& A, const float* prep, i
   if (I.nPend > A.maxK || I.nPend > I.P0) __trap();
   const decode::Part p = decode::part_for<kVWarps, 0>(A);  // columns 4·lane .. + 3 of ⌈d_k / 4⌉₄ rows
   const Chunks H{pipe::head_state(A, I.slot, h) + (size_t)p.r0 * A.dv + 4 * p.lane};
-  // The first kDepth chunks are in flight before anything else.
-  float4 buf[kDepth][4];
-#pragma unroll
-  for (int c = 0; c < kDepth; ++c) H.load(A, p, c, buf[c]);
   const VLay Q = vstate_lay(A);
   const Geo G = geo_of(A);
   const int g = h / G.r, m = h - g * G.r;
+  // The records first, as one group (vrun_head waits for the oldest group only), then the state's
+  // first kStages − 1 chunks, a group each.
   copy_records(prep + ((size_t)b * A.hk + g) * key_stride(A.dk), Q.keys, key_stride(A.dk));
   copy_records(prep + (size_t)batch * A.hk * key_stride(A.dk) + ((size_t)b * A.hv + h) * value_stride(A.dv), Q.vals, value_stride(A.dv));
+  pipe::commit_copies();
+  float* my = Q.ring + 4 * tid_lin();
+  const int nc = p.nr / 4;
+#pragma unroll
+  for (int c = 0; c < kStages - 1; ++c) {
+    if (c < nc) H.issue(A, p, c, my + c * 4 * kSlot);
+    else pipe::commit_copies();
+  }
   // z of this thread's column for the rows, and the norm's weight, loaded with the state.
   const int j = tid_lin();
   const bool col = j < A.dv;
@@ -248,9 +271,9 @@ __device__ __forceinline__ void vstate_entry(const Args& A, const float* prep, i
 #pragma unroll
   for (int t = 0; t < kVRows; ++t) z[t] = (col && t < k) ? A.qkvz[(size_t)(I.row0 + t) * G.width + g * G.grp + 2 * A.dk + (G.r + m) * A.dv + j] : 0.0f;
   const float nw = col ? A.normWeight[j] : 0.0f;
-  if (I.nPend == 0) vrun_head<0>(A, G, I, Q, p, h, k, z, nw, H, buf);
-  else if (I.nPend <= 4) vrun_head<4>(A, G, I, Q, p, h, k, z, nw, H, buf);
-  else vrun_head<8>(A, G, I, Q, p, h, k, z, nw, H, buf);
+  if (I.nPend == 0) vrun_head<0>(A, G, I, Q, p, h, k, z, nw, H);
+  else if (I.nPend <= 4) vrun_head<4>(A, G, I, Q, p, h, k, z, nw, H);
+  else vrun_head<8>(A, G, I, Q, p, h, k, z, nw, H);
 }
 
 }  // namespace verify

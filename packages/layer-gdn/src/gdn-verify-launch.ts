@@ -40,11 +40,19 @@ export function verifyPrepBytes(cfg: Pick<GdnConfig, 'hk' | 'hv' | 'dk' | 'dv'>,
   return 4 * verifyPrepLayout(cfg, batch).totalFloats;
 }
 
-/** Dynamic shared memory of gdn.verify-state: keys [8][d_kp], values, the pending keys, the warps' dot products [8][4][d_vp], Σo² [4][4] (vstate_smem_floats). */
+/** kernels/gdn-verify-state.cuh kStages: chunks of 4 state rows per thread in the kernel's shared-memory ring. */
+export const VERIFY_STATE_STAGES = 4;
+
+/**
+ * Dynamic shared memory of gdn.verify-state (vstate_smem_floats): keys [8][d_kp], values, the
+ * pending keys, Σo² [4][4], then the ring of state chunks [stages][4 rows][128 threads × 4], which
+ * the warps' dot products [8][4][d_vp] take over after the last chunk. At the 80B shape: 40.3 KiB.
+ */
 export function verifyStateSharedBytes(s: GdnLaunchShape): number {
   const dkp = pad4(s.dk);
   const dvp = pad4(s.dv);
-  return 4 * (2 * VERIFY_ROWS * dkp + VERIFY_ROWS * dvp + VERIFY_SCALARS + pendingKeyRows(s.maxK) * dkp + 32 * dvp + 16);
+  const ring = VERIFY_STATE_STAGES * 4 * 4 * VERIFY_STATE_THREADS;
+  return 4 * (2 * VERIFY_ROWS * dkp + VERIFY_ROWS * dvp + VERIFY_SCALARS + pendingKeyRows(s.maxK) * dkp + 16 + Math.max(ring, 32 * dvp));
 }
 
 /**

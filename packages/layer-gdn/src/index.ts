@@ -11,7 +11,7 @@ export {
 } from './gdn-launch.js';
 export { decodePrepKernel, decodeStateKernel, twoKernelDecodeKernels, verifyPrepKernel, verifyStateKernel, twoKernelVerifyKernels, foldStateKernel, foldKernels } from './gdn-kernels.js';
 export { foldStateSharedBytes, foldStateLaunch, foldPath, launchFold, type FoldKernels } from './gdn-fold-launch.js';
-export { VERIFY_ROWS, VERIFY_PREP_THREADS, VERIFY_STATE_THREADS, VERIFY_SCALARS, TWO_KERNEL_VERIFY_MIN_BATCH, verifyPrepLayout, verifyPrepBytes, verifyStateSharedBytes, twoKernelVerifySupported, runsTwoKernelVerify, verifyPath, twoKernelVerifyLaunches, launchTwoKernelVerify, type VerifyPrepLayout, type TwoKernelVerifyKernels } from './gdn-verify-launch.js';
+export { VERIFY_ROWS, VERIFY_PREP_THREADS, VERIFY_STATE_THREADS, VERIFY_STATE_STAGES, VERIFY_SCALARS, TWO_KERNEL_VERIFY_MIN_BATCH, verifyPrepLayout, verifyPrepBytes, verifyStateSharedBytes, twoKernelVerifySupported, runsTwoKernelVerify, verifyPath, twoKernelVerifyLaunches, launchTwoKernelVerify, type VerifyPrepLayout, type TwoKernelVerifyKernels } from './gdn-verify-launch.js';
 export { verifyPrepCpu, verifyStateCpu, type VerifyArgs } from './gdn-verify.cpu.js';
 export { twoKernelDecodeLaunches, twoKernelDecodeSupported, runsTwoKernelDecode, decodePath, launchTwoKernelDecode, decodePrepStride, type TwoKernelDecodeKernels, TWO_KERNEL_MIN_BATCH, decodePrepBytes, decodeStateSharedBytes, DECODE_PREP_THREADS, DECODE_STATE_THREADS } from './gdn-decode-launch.js';
 export { decodePrepCpu, decodeStateCpu, type DecodeArgs } from './gdn-decode.cpu.js';

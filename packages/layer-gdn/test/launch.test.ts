@@ -12,7 +12,7 @@ import {
   decodePrepStride, twoKernelDecodeLaunches, twoKernelDecodeSupported,
 } from '../src/gdn-decode-launch.js';
 import { foldPath, foldStateLaunch, foldStateSharedBytes } from '../src/gdn-fold-launch.js';
-import { VERIFY_PREP_THREADS, twoKernelVerifyLaunches, twoKernelVerifySupported } from '../src/gdn-verify-launch.js';
+import { VERIFY_PREP_THREADS, twoKernelVerifyLaunches, twoKernelVerifySupported, verifyStateSharedBytes } from '../src/gdn-verify-launch.js';
 
 const B80 = { hk: 16, hv: 32, dk: 128, dv: 128, convK: 4, maxK: 4 };
 const stream = { id: 0 } as unknown as Stream; // opaque to the launch shapes
@@ -109,6 +109,10 @@ describe('two-kernel verify and register fold launch shapes (src/gdn-verify-laun
     const l = twoKernelVerifyLaunches(B80, 40, stream, 4);
     expect(VERIFY_PREP_THREADS).toBe(64);
     expect(l.prep).toEqual({ grid: [40, 16], block: VERIFY_PREP_THREADS, stream });
+    // state: keys [8][128], values [4·128 + 48], 4 pending keys [128], Σo² [16], the ring [4][4][512]
+    expect(l.state).toEqual({ grid: [40, 32], block: 128, sharedBytes: 4 * (1024 + 560 + 512 + 16 + 8192), stream });
+    // a d_v of 128 puts the dot products [8][4][128] in 4096 of the ring's 8192 floats
+    expect(verifyStateSharedBytes({ ...B80, dv: 64 })).toBe(4 * (1024 + 4 * 64 + 48 + 512 + 16 + 8192));
     expect(twoKernelVerifySupported(B80)).toBe(true);
     expect(twoKernelVerifySupported({ ...B80, dk: 46 })).toBe(false);
     // the prep's gates: a lane per (value head, row) of a key head, 4 rows
