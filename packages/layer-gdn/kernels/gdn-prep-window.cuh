@@ -13,7 +13,20 @@ namespace prep {
 __device__ __forceinline__ float4 zero4() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
 __device__ __forceinline__ float4 ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }
 __device__ __forceinline__ void st4(float* p, const float4& v) { *reinterpret_cast<float4*>(p) = v; }
-__device__ __forceinline__ float4 silu4(const float4& x) { return make_float4(siluf_(x.x), siluf_(x.y), siluf_(x.z), siluf_(x.w)); }
+#ifndef GDN_PREP_FAST_SILU
+#define GDN_PREP_FAST_SILU 1
+#endif
+// SiLU of the conv outputs through __expf and __fdividef, as the prefill's (GDN_PREP_FAST_SILU 0: expf and a
+// division). On the H200 at batch 256: WoA verify 236.5 → 227.6 µs, carried cycle 397.4 → 389.9 µs
+// (docs/benchmarks.md, eighth round).
+__device__ __forceinline__ float prep_silu(float x) {
+#if GDN_PREP_FAST_SILU
+  return __fdividef(x, 1.0f + __expf(-x));
+#else
+  return siluf_(x);
+#endif
+}
+__device__ __forceinline__ float4 silu4(const float4& x) { return make_float4(prep_silu(x.x), prep_silu(x.y), prep_silu(x.z), prep_silu(x.w)); }
 __device__ __forceinline__ float4 mul4(float c, const float4& x) { return make_float4(c * x.x, c * x.y, c * x.z, c * x.w); }
 __device__ __forceinline__ float dot4(const float4& a, const float4& b) { return fmaf(a.x, b.x, fmaf(a.y, b.y, fmaf(a.z, b.z, a.w * b.w))); }
 
