@@ -84,15 +84,19 @@ __device__ __forceinline__ void wait_copies() {
 
 struct Chunks {
   float* rowp;
+  float* ring;  // this thread's 16 bytes of row 0 of stage 0 of the ring (row e of stage s: + (4s + e)·kSlot)
   __device__ __forceinline__ int rows(const Args& A, const decode::Part& p, int c) const { return p.act ? min(4, A.dk - p.r0 - 4 * c) : 0; }
-  // Chunk c's copies into this thread's slots of a stage (`slot`: its row 0), one cp.async group
-  // (empty for rows that do not exist, so every thread commits as many groups).
-  __device__ __forceinline__ void issue(const Args& A, const decode::Part& p, int c, float* slot) const {
-    const int n = rows(A, p, c);
+  // This thread's row 0 of chunk c's stage.
+  __device__ __forceinline__ float* stage(int c) const { return ring + (c % kStages) * 4 * kSlot; }
+  // Chunk c's copies into its stage, one cp.async group (empty for rows that do not exist and for
+  // c ≥ nc, so every thread commits as many groups).
+  __device__ __forceinline__ void issue(const Args& A, const decode::Part& p, int c, int nc) const {
+    const int n = c < nc ? rows(A, p, c) : 0;
     const float* src = rowp + (size_t)(4 * c) * A.dv;
+    float* dst = stage(c);
 #pragma unroll
     for (int e = 0; e < 4; ++e)
-      if (e < n) fast::cp_async16(slot + e * kSlot, src + e * A.dv);
+      if (e < n) fast::cp_async16(dst + e * kSlot, src + e * A.dv);
     pipe::commit_copies();
   }
   __device__ __forceinline__ void store(const Args& A, const decode::Part& p, int c, const float4 (&x)[4]) const {
@@ -146,13 +150,11 @@ __device__ __forceinline__ void vrun_head(const Args& A, const Geo& G, const Tas
   const int nc = p.nr / 4;
   const float* kf = Q.kf + p.r0;    // pending row q's keys of chunk c: kf + q·d_kp + 4c
   const float* kw = Q.keys + p.r0;  // k̂_t, q̂_t of chunk c: kw + (2t or 2t + 1)·d_kp + 4c
-  float* my = Q.ring + 4 * tid_lin();  // this thread's 16 bytes of each row of a stage
 #pragma unroll 1
   for (int c = 0; c < nc; ++c) {
-    if (c + kStages - 1 < nc) H.issue(A, p, c + kStages - 1, my + ((c + kStages - 1) % kStages) * 4 * kSlot);
-    else pipe::commit_copies();  // an empty group: every thread commits one per chunk
-    wait_copies<kStages - 1>();   // chunk c has landed (this thread's copies: no barrier)
-    const float* st = my + (c % kStages) * 4 * kSlot;
+    H.issue(A, p, c + kStages - 1, nc);  // into the stage chunk c − 1 left
+    wait_copies<kStages - 1>();          // chunk c has landed (this thread's copies: no barrier)
+    const float* st = H.stage(c);
     const int n = H.rows(A, p, c);
     float4 x[4];
 #pragma unroll
@@ -248,8 +250,8 @@ __device__ __forceinline__ void vstate_entry(const Args& A, const float* prep, i
   if (I.slot < 0) return;
   if (I.nPend > A.maxK || I.nPend > I.P0) __trap();
   const decode::Part p = decode::part_for<kVWarps, 0>(A);  // columns 4·lane .. + 3 of ⌈d_k / 4⌉₄ rows
-  const Chunks H{pipe::head_state(A, I.slot, h) + (size_t)p.r0 * A.dv + 4 * p.lane};
   const VLay Q = vstate_lay(A);
+  const Chunks H{pipe::head_state(A, I.slot, h) + (size_t)p.r0 * A.dv + 4 * p.lane, Q.ring + 4 * tid_lin()};
   const Geo G = geo_of(A);
   const int g = h / G.r, m = h - g * G.r;
   // The records first, as one group (vrun_head waits for the oldest group only), then the state's
@@ -257,13 +259,8 @@ __device__ __forceinline__ void vstate_entry(const Args& A, const float* prep, i
   copy_records(prep + ((size_t)b * A.hk + g) * key_stride(A.dk), Q.keys, key_stride(A.dk));
   copy_records(prep + (size_t)batch * A.hk * key_stride(A.dk) + ((size_t)b * A.hv + h) * value_stride(A.dv), Q.vals, value_stride(A.dv));
   pipe::commit_copies();
-  float* my = Q.ring + 4 * tid_lin();
-  const int nc = p.nr / 4;
 #pragma unroll
-  for (int c = 0; c < kStages - 1; ++c) {
-    if (c < nc) H.issue(A, p, c, my + c * 4 * kSlot);
-    else pipe::commit_copies();
-  }
+  for (int c = 0; c < kStages - 1; ++c) H.issue(A, p, c, p.nr / 4);
   // z of this thread's column for the rows, and the norm's weight, loaded with the state.
   const int j = tid_lin();
   const bool col = j < A.dv;
