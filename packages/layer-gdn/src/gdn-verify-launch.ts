@@ -66,12 +66,12 @@ export function twoKernelVerifySupported(s: TwoKernelShape): boolean {
 
 /**
  * The smallest batch whose verify steps run the two-kernel verify. On the H200 at the 80B shape,
- * k = 4 (docs/benchmarks.md, sixth round; µs at batch 8 / 16 / 32 / 256): write-on-accept verify
- * smem 19.1 / 43.2 / 67.2 / 386.1, two-kernel 23.9 / 38.4 / 59.2 / 329.8; carried cycle smem
- * 32.9 / 71.7 / 108.4 / 695.7, two-kernel 34.4 / 53.9 / 93.1 / 511.0. Below 16 the prep kernel is
- * a fixed cost the batch does not amortise.
+ * k = 4, graph replay (docs/benchmarks.md, eighth round; µs at batch 8 / 16 / 32 / 256):
+ * write-on-accept verify smem 19.2 / 43.1 / 68.6 / 384.7, two-kernel 18.4 / 27.7 / 44.8 / 224.8;
+ * carried cycle smem 33.6 / 74.0 / 111.2 / 700.2, two-kernel 23.6 / 35.2 / 62.1 / 385.5. (Before
+ * the eighth round's preps the two-kernel verify lost at 8: 23.9 against 19.1.) Below 8 not measured.
  */
-export const TWO_KERNEL_VERIFY_MIN_BATCH = 16;
+export const TWO_KERNEL_VERIFY_MIN_BATCH = 8;
 
 /** Whether the layer runs a verify of k rows per position over `batch` positions as the two-kernel verify. */
 export function runsTwoKernelVerify(s: TwoKernelShape, batch: number, k: number): boolean {
