@@ -29,8 +29,7 @@ describe('GdnLayer: decode steps of TWO_KERNEL_MIN_BATCH positions (the two-kern
         return rig.gpu.stats().kernelsLaunched - before;
       };
       expect(kernels(batch)).toBe(2);
-      // (the driver runs a batch in its bucket, a power of two: 7 positions would launch as 8)
-      expect(kernels(TWO_KERNEL_VERIFY_MIN_BATCH / 2)).toBe(1);  // (the driver may pad a batch up to its next size class)
+      expect(kernels(8)).toBe(1);  // (the driver may pad a batch up to its next size class)
     } finally {
       rig.dispose();
     }
@@ -44,7 +43,7 @@ describe('GdnLayer: decode steps of TWO_KERNEL_MIN_BATCH positions (the two-kern
     expect(runsTwoKernelVerify({ ...shape, maxK: 2 }, TWO_KERNEL_VERIFY_MIN_BATCH, 3)).toBe(false);
     expect(runsTwoKernelVerify({ ...shape, dv: 6 }, TWO_KERNEL_VERIFY_MIN_BATCH, 4)).toBe(false);
   });
-  it('launches two kernels for a carried verify of TWO_KERNEL_VERIFY_MIN_BATCH positions, one below it', () => {
+  it('launches two kernels for a carried verify of any batch (TWO_KERNEL_VERIFY_MIN_BATCH is 1)', () => {
     const batch = Math.max(TWO_KERNEL_MIN_BATCH, TWO_KERNEL_VERIFY_MIN_BATCH);
     const { tensors } = randomWeights(SHAPE, 13);
     const rig = new Rig(configOf(SHAPE), tensors, { maxSeqs: batch, maxSeqLen: 32, maxBatch: batch, maxK: 3, maxRows: 3 * batch }, { graphs: false, speculation: 'carried' });
@@ -57,9 +56,9 @@ describe('GdnLayer: decode steps of TWO_KERNEL_MIN_BATCH positions (the two-kern
         rig.verify(seqs.slice(0, n), 3, rnd.normals(3 * n * SHAPE.hidden), seqs.slice(0, n).map((_, s) => s % 4));
         return rig.gpu.stats().kernelsLaunched - before;
       };
+      expect(TWO_KERNEL_VERIFY_MIN_BATCH).toBe(1);
       expect(kernels(batch)).toBe(2);
-      // (the driver runs a batch in its bucket, a power of two: 7 positions would launch as 8)
-      expect(kernels(TWO_KERNEL_VERIFY_MIN_BATCH / 2)).toBe(1);
+      expect(kernels(1)).toBe(2);
     } finally {
       rig.dispose();
     }
