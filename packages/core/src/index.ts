@@ -11,7 +11,7 @@ export type { DeviceMemoryView } from './device/memory-view.js';
 export type {
   Kernel, KernelArgs, KernelDefinition, KernelModule, KernelParam, KernelParams, KernelParamType, CpuKernelContext, Dims,
 } from './device/kernel.js';
-export { defineKernel, defineKernelModule, validateKernelArgs, toDims } from './device/kernel.js';
+export { defineKernel, defineKernelModule, validateKernelArgs, toDims, toEarlyStart } from './device/kernel.js';
 export type {
   GpuBackend, Stream, GpuEvent, Graph, GraphExec, HostBuffer, DeviceInfo, LaunchConfig, GemmArgs, BackendProbe,
 } from './device/gpu-backend.js';

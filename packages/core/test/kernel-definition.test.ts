@@ -1,6 +1,6 @@
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
-import { defineKernel, defineKernelModule, InvalidArgumentError, toDims, validateKernelArgs, type KernelParams } from '../src/index.js';
+import { defineKernel, defineKernelModule, InvalidArgumentError, toDims, toEarlyStart, validateKernelArgs, type KernelParams } from '../src/index.js';
 import { expectThrow } from './support/driver-rig.js';
 
 const cpu = () => {};
@@ -107,5 +107,18 @@ describe('toDims', () => {
     expectThrow(() => toDims([2, 1.5], 'block'), InvalidArgumentError, /block must be positive integers, got \[2, 1\.5, 1\]/);
     expectThrow(() => toDims([1, 1, 1, 1], 'grid'), InvalidArgumentError, /grid must have 1 to 3 dimensions/);
     expectThrow(() => toDims([], 'grid'), InvalidArgumentError, /grid must have 1 to 3 dimensions/);
+  });
+});
+
+describe('toEarlyStart', () => {
+  it('reads LaunchConfig.earlyStart: false when absent', () => {
+    expect(toEarlyStart(undefined, 'launch k')).toBe(false);
+    expect(toEarlyStart(true, 'launch k')).toBe(true);
+    expect(toEarlyStart(false, 'launch k')).toBe(false);
+  });
+
+  it('refuses anything but a boolean, naming the launch and the value', () => {
+    expectThrow(() => toEarlyStart(1, 'launch k'), InvalidArgumentError, /launch k: earlyStart must be a boolean, got 1/);
+    expectThrow(() => toEarlyStart('yes', 'launch k'), InvalidArgumentError, /earlyStart must be a boolean, got yes/);
   });
 });

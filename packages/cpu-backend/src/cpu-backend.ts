@@ -1,5 +1,5 @@
 import {
-  DeviceError, InvalidArgumentError, toDims, validateKernelArgs,
+  DeviceError, InvalidArgumentError, toDims, toEarlyStart, validateKernelArgs,
   type DeviceInfo, type DevicePtr, type GemmArgs, type GpuBackend, type GpuEvent, type Graph, type GraphExec,
   type HostBuffer, type Kernel, type KernelArgs, type KernelParams, type LaunchConfig, type Stream,
 } from '@metrale/core';
@@ -242,6 +242,9 @@ export class CpuBackend implements GpuBackend {
     const block = toDims(config.block, `${call}: block`);
     const sharedBytes = config.sharedBytes ?? 0;
     checkLaunchShape(call, grid, block, sharedBytes);
+    // An early start (programmatic dependent launch) only lets a kernel overlap the previous one
+    // up to its wait; run in stream order, as here, it keeps the same results.
+    toEarlyStart(config.earlyStart, call);
     // Arguments are copied now, as cuLaunchKernel copies them: later changes to `args` are not seen.
     const frozen = Object.freeze({ ...(args as Readonly<Record<string, unknown>>) }) as KernelArgs<KernelParams>;
     const ran = this.#submit(call, config.stream, `kernel ${k.name}`, (c) => {

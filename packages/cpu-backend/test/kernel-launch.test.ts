@@ -30,6 +30,20 @@ describe('kernel launch', () => {
     expect(gpu.stats().kernelsLaunched).toBe(2);
   });
 
+  it('runs an earlyStart launch in stream order, with the results of a plain one, and refuses a non-boolean earlyStart', () => {
+    gpu = new CpuBackend();
+    const n = 16;
+    const { x, y, xs } = setup(n);
+    gpu.launch(axpb, { grid: 1, block: 32 }, { y, x, n, a: 2, b: 1 });
+    // reads y, which the launch before it wrote
+    gpu.launch(axpb, { grid: 1, block: 32, earlyStart: true }, { y: x, x: y, n, a: 1, b: 0 });
+    const got = asF32(gpu.download(x, 4 * n));
+    for (let i = 0; i < n; i++) expect(got[i]).toBe(Math.fround(Math.fround(2 * xs[i]!) + 1));
+    expect(() => gpu.launch(axpb, { grid: 1, block: 32, earlyStart: 'yes' as unknown as boolean }, { y, x, n, a: 1, b: 0 })).toThrow(
+      /launch test\.axpb: earlyStart must be a boolean, got yes/,
+    );
+  });
+
   it('rejects bad arguments, naming the kernel and the parameter', () => {
     gpu = new CpuBackend();
     const { x, y } = setup(4);

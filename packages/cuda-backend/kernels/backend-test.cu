@@ -59,3 +59,12 @@ extern "C" __global__ void xorshift_u32(unsigned* x, unsigned n) {
     x[i] = v;
   }
 }
+
+// Early-start tests: the copy of src into dst once the previous kernel on the stream has finished
+// (griddepcontrol.wait on sm_90: with LaunchConfig.earlyStart this kernel may begin before it).
+extern "C" __global__ void copy_after_u32(unsigned* dst, const unsigned* src, unsigned n) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+  GRID_STRIDE(i, n) dst[i] = src[i];
+}

@@ -72,6 +72,27 @@ constexpr CUstreamCaptureStatus CU_STREAM_CAPTURE_STATUS_NONE = 0;
 constexpr CUstreamCaptureStatus CU_STREAM_CAPTURE_STATUS_ACTIVE = 1;
 constexpr CUstreamCaptureStatus CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2;
 
+// cuLaunchKernelEx's configuration (cuda.h CUlaunchConfig, CUlaunchAttribute): the attribute's
+// value is a 64-byte union, of which the addon sets one field.
+using CUlaunchAttributeID = int;
+constexpr CUlaunchAttributeID CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6;
+struct CUlaunchAttribute {
+  CUlaunchAttributeID id;
+  char pad[8 - sizeof(CUlaunchAttributeID)];
+  union {
+    char bytes[64];
+    int programmaticStreamSerializationAllowed;
+  } value;
+};
+struct CUlaunchConfig {
+  unsigned int gridDimX, gridDimY, gridDimZ;
+  unsigned int blockDimX, blockDimY, blockDimZ;
+  unsigned int sharedMemBytes;
+  CUstream hStream;
+  CUlaunchAttribute* attrs;
+  unsigned int numAttrs;
+};
+
 // One X(symbol, return type, parameter list) per driver entry point. driver.cc resolves each
 // symbol with dlsym; the verify file compares each signature with cuda.h's.
 #define METRALE_CUDA_DRIVER_FUNCTIONS(X)                                                              \
@@ -132,8 +153,13 @@ constexpr CUstreamCaptureStatus CU_STREAM_CAPTURE_STATUS_INVALIDATED = 2;
 
 // Entry points of newer drivers, used when present: cuFuncLoad (CUDA 12.4) loads a function that
 // lazy loading (CUDA_MODULE_LOADING=LAZY, the default since 12.2) would otherwise load on its
-// first launch, which may be inside a capture.
-#define METRALE_CUDA_DRIVER_OPTIONAL_FUNCTIONS(X) X(cuFuncLoad, CUresult, (CUfunction function))
+// first launch, which may be inside a capture; cuLaunchKernelEx (CUDA 12.0) launches with
+// attributes (an early start: programmatic stream serialization); without it such a launch is a
+// plain one, in stream order.
+#define METRALE_CUDA_DRIVER_OPTIONAL_FUNCTIONS(X)      \
+  X(cuFuncLoad, CUresult, (CUfunction function))       \
+  X(cuLaunchKernelEx, CUresult,                        \
+    (const CUlaunchConfig* config, CUfunction f, void** kernelParams, void** extra))
 
 #define METRALE_DECLARE_PFN(name, ret, params) using PFN_##name = ret(*) params;
 METRALE_CUDA_DRIVER_FUNCTIONS(METRALE_DECLARE_PFN)

@@ -82,7 +82,7 @@ Napi::Value Device::LaunchRecord(const Napi::CallbackInfo& info) {
 Napi::Value Device::Launch(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   enter(env);
-  uint32_t h[9];
+  uint32_t h[10];
   std::memcpy(h, record_.get(), sizeof h);
   KernelEntry* kernel = kernels_.find(h[0]);
   if (!kernel) throwCallError(env, "cuLaunchKernel", "unknown kernel id " + std::to_string(h[0]));
@@ -95,10 +95,19 @@ Napi::Value Device::Launch(const Napi::CallbackInfo& info) {
           "cuFuncSetAttribute");
     kernel->dynamicSharedLimit = shared;
   }
-  check(env,
-        driver().cuLaunchKernel(kernel->function, h[1], h[2], h[3], h[4], h[5], h[6], h[7], s,
-                                kernel->params.empty() ? nullptr : kernel->params.data(), nullptr),
-        "cuLaunchKernel");
+  void** params = kernel->params.empty() ? nullptr : kernel->params.data();
+  if ((h[9] & kLaunchEarlyStart) && driver().cuLaunchKernelEx) {
+    // An early start: the kernel's blocks may run once the previous kernel's have all started
+    // (they wait for it with griddepcontrol.wait). A driver without cuLaunchKernelEx launches in
+    // stream order below, which keeps the same results.
+    CUlaunchAttribute attr{};
+    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig config{h[1], h[2], h[3], h[4], h[5], h[6], h[7], s, &attr, 1};
+    check(env, driver().cuLaunchKernelEx(&config, kernel->function, params, nullptr), "cuLaunchKernelEx");
+    return env.Undefined();
+  }
+  check(env, driver().cuLaunchKernel(kernel->function, h[1], h[2], h[3], h[4], h[5], h[6], h[7], s, params, nullptr), "cuLaunchKernel");
   return env.Undefined();
 }
 

@@ -21,7 +21,10 @@ namespace metrale {
  * kernel's packed parameters. JavaScript writes it and calls launch() with no arguments, the
  * cheapest N-API call there is; launch() reads it. Word layout of the header:
  *   [0] kernel id  [1..3] grid x,y,z  [4..6] block x,y,z  [7] dynamic shared bytes  [8] stream id
+ *   [9] flags: bit 0 (kLaunchEarlyStart) the kernel may start before the previous kernel on its
+ *       stream ends (programmatic stream serialization; LaunchConfig.earlyStart)
  */
+constexpr uint32_t kLaunchEarlyStart = 1;
 constexpr size_t kLaunchHeaderBytes = 64;
 constexpr size_t kLaunchParamBytes = 4096;  // CUDA's classic kernel-parameter limit
 constexpr size_t kLaunchRecordBytes = kLaunchHeaderBytes + kLaunchParamBytes;

@@ -6,6 +6,8 @@ import { InvalidArgumentError, type Kernel, type KernelParam, type KernelParamTy
 
 /** Bytes before the parameters in the launch record: the u32 header words (native/device.h). */
 export const LAUNCH_HEADER_BYTES = 64;
+/** Launch header word 9, bit 0: the kernel may start early (LaunchConfig.earlyStart; native/device.h). */
+export const LAUNCH_EARLY_START = 1;
 /** The parameter area of the launch record: CUDA's classic 4 KiB kernel-parameter limit. */
 export const LAUNCH_PARAM_BYTES = 4096;
 

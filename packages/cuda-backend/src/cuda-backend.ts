@@ -8,6 +8,7 @@ import {
   DeviceError,
   InvalidArgumentError,
   toDims,
+  toEarlyStart,
   validateKernelArgs,
   type DeviceInfo,
   type DevicePtr,
@@ -25,7 +26,7 @@ import {
 } from '@metrale/core';
 import { requireAddon, toDeviceError, type NativeDevice, type NativePoolStats } from './addon.js';
 import { AllocationMap } from './allocation-map.js';
-import { LAUNCH_HEADER_BYTES, packArgs } from './arg-packing.js';
+import { LAUNCH_EARLY_START, LAUNCH_HEADER_BYTES, packArgs } from './arg-packing.js';
 import { CaptureTracker } from './capture-tracker.js';
 import { cublasLtCandidates, CUBLASLT_HINT } from './cublaslt-paths.js';
 import { resolveGemm } from './gemm-args.js';
@@ -404,6 +405,7 @@ export class CudaBackend implements GpuBackend {
     if (block[0] * block[1] * block[2] > plan.maxThreadsPerBlock) bad(`a block has more than the kernel's ${plan.maxThreadsPerBlock} threads`);
     if (grid[0] > 2 ** 31 - 1 || grid[1] > 65535 || grid[2] > 65535) bad('a grid dimension exceeds 2³¹−1 × 65535 × 65535');
     if (shared > this.#maxSharedOptin) bad(`dynamic shared memory exceeds this device's ${this.#maxSharedOptin} bytes`);
+    const early = toEarlyStart(config.earlyStart, call);
     const sid = this.#workStream(config.stream, call);
     // The launch record's header (native/device.h), then the arguments; launch() reads both.
     const w = this.#words;
@@ -416,6 +418,7 @@ export class CudaBackend implements GpuBackend {
     w[6] = block[2];
     w[7] = shared;
     w[8] = sid;
+    w[9] = early ? LAUNCH_EARLY_START : 0;
     packArgs(plan.layout, args as Readonly<Record<string, unknown>>, this.#record, LAUNCH_HEADER_BYTES);
     try {
       this.#native.launch();

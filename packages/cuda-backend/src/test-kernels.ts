@@ -98,6 +98,14 @@ const xorshiftU32 = defineKernel({
   },
 });
 
+/** dst = src once the previous kernel on the stream has finished (it waits for it: launch it with earlyStart). */
+const copyAfterU32 = defineKernel({
+  name: 'backend-test.copy_after_u32',
+  params: { dst: 'ptr', src: 'ptr', n: 'u32' },
+  cuda: cuda('copy_after_u32'),
+  cpu: ({ dst, src, n }, { mem }) => mem.u32(dst, n).set(mem.u32(src, n)),
+});
+
 /** The xorshift32 step of xorshift_u32, for host-side expectations. */
 export function xorshift32(value: number): number {
   let v = value >>> 0;
@@ -117,4 +125,5 @@ export const testKernels = Object.freeze({
   sharedReverseF32,
   accumulateU32,
   xorshiftU32,
+  copyAfterU32,
 });

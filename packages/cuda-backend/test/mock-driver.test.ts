@@ -3,7 +3,9 @@
 // exercised on machines without a GPU. The real driver's behaviour is checked by the GPU lane on
 // a GPU; this checks the plumbing.
 import { spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { loadAddon } from '../src/addon.js';
@@ -53,5 +55,23 @@ describe.skipIf(why !== '')('against the mock driver', () => {
     expect(p.available).toBe(false);
     expect(p.reason).toMatch(/^no CUDA devices/);
     expect(created).toMatch(/^DeviceError: CudaBackend.create: no CUDA devices/);
+  });
+
+  it('launches an earlyStart kernel through cuLaunchKernelEx with programmatic stream serialization, the others through cuLaunchKernel', () => {
+    const log = join(tmpdir(), `metrale-early-start-${process.pid}.log`);
+    rmSync(log, { force: true });
+    const script = `import { CudaBackend, testKernels } from ${JSON.stringify(dist)};
+      const b = CudaBackend.create();
+      const p = b.alloc(64), q = b.alloc(64);
+      b.launch(testKernels.fillU32, { grid: 1, block: 32 }, { dst: p, value: 5, n: 16 });
+      b.launch(testKernels.copyAfterU32, { grid: 1, block: 32, earlyStart: true }, { dst: q, src: p, n: 16 });
+      b.launch(testKernels.copyAfterU32, { grid: 1, block: 32, earlyStart: false }, { dst: p, src: q, n: 16 });
+      console.log(JSON.stringify([...new Uint32Array(b.download(q, 64).buffer)]));
+      b.dispose();`;
+    const r = withMock(['--input-type=module', '-e', script], { MOCK_CUDA_EARLY_START_LOG: log });
+    expect(r.status, r.stderr).toBe(0);
+    expect(JSON.parse(r.stdout)).toEqual(Array(16).fill(5));
+    expect(readFileSync(log, 'utf8').trim().split('\n')).toEqual(['copy_after_u32']);
+    rmSync(log, { force: true });
   });
 });

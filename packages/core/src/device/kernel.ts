@@ -121,6 +121,13 @@ export function validateKernelArgs<P extends KernelParams>(kernel: Kernel<P>, ar
   }
 }
 
+/** A launch's `earlyStart` (LaunchConfig): false when absent; anything but a boolean is refused. */
+export function toEarlyStart(earlyStart: unknown, call: string): boolean {
+  if (earlyStart === undefined) return false;
+  if (typeof earlyStart !== 'boolean') throw new InvalidArgumentError(`${call}: earlyStart must be a boolean, got ${String(earlyStart)}`);
+  return earlyStart;
+}
+
 /** Normalises a grid or block size to three positive integers. */
 export function toDims(d: number | readonly number[], what: string): Dims {
   if (typeof d !== 'number' && (d.length < 1 || d.length > 3)) throw new InvalidArgumentError(`${what} must have 1 to 3 dimensions, got [${d.join(', ')}]`);

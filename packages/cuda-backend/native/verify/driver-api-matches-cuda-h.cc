@@ -3,6 +3,7 @@
 // `c++ -std=c++17 -fsyntax-only -I<cuda>/include` wherever a CUDA toolkit is installed.
 #include <cuda.h>
 
+#include <cstddef>
 #include <type_traits>
 
 #include "../cuda-driver-api.h"
@@ -92,6 +93,19 @@ METRALE_CHECK_VALUE(CU_STREAM_CAPTURE_STATUS_INVALIDATED)
 #undef METRALE_CHECK_VALUE
 
 static_assert(sizeof(ours::CUdeviceptr) == sizeof(::CUdeviceptr), "CUdeviceptr");
+static_assert(static_cast<long long>(ours::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION) ==
+                  static_cast<long long>(::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION),
+              "CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION");
+static_assert(sizeof(ours::CUlaunchAttribute) == sizeof(::CUlaunchAttribute), "CUlaunchAttribute");
+static_assert(offsetof(ours::CUlaunchAttribute, value) == offsetof(::CUlaunchAttribute, value), "CUlaunchAttribute::value");
+static_assert(offsetof(ours::CUlaunchAttribute, value.programmaticStreamSerializationAllowed) ==
+                  offsetof(::CUlaunchAttribute, value.programmaticStreamSerializationAllowed),
+              "CUlaunchAttributeValue::programmaticStreamSerializationAllowed");
+static_assert(sizeof(ours::CUlaunchConfig) == sizeof(::CUlaunchConfig), "CUlaunchConfig");
+static_assert(offsetof(ours::CUlaunchConfig, sharedMemBytes) == offsetof(::CUlaunchConfig, sharedMemBytes), "CUlaunchConfig::sharedMemBytes");
+static_assert(offsetof(ours::CUlaunchConfig, hStream) == offsetof(::CUlaunchConfig, hStream), "CUlaunchConfig::hStream");
+static_assert(offsetof(ours::CUlaunchConfig, attrs) == offsetof(::CUlaunchConfig, attrs), "CUlaunchConfig::attrs");
+static_assert(offsetof(ours::CUlaunchConfig, numAttrs) == offsetof(::CUlaunchConfig, numAttrs), "CUlaunchConfig::numAttrs");
 static_assert(sizeof(ours::CUresult) == sizeof(::CUresult), "CUresult");
 static_assert(sizeof(ours::CUdevice) == sizeof(::CUdevice), "CUdevice");
 

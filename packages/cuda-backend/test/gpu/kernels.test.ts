@@ -1,7 +1,7 @@
 import { DeviceError, defineKernel, defineKernelModule } from '@metrale/core';
 import { expect, it } from 'vitest';
 import { testKernels } from '../../src/index.js';
-import { asF32, describeGpu, randomF32, useBackend } from './gpu-setup.js';
+import { asF32, asU32, describeGpu, randomF32, useBackend } from './gpu-setup.js';
 
 describeGpu('kernel launches', () => {
   const gpu = useBackend();
@@ -88,5 +88,41 @@ describeGpu('kernel launches', () => {
     expect(() => b.launch(noFatbin, { grid: 1, block: 1 }, {})).toThrow(/built without nvcc/);
     const cpuOnly = defineKernel({ name: 'test.cpuonly', params: {}, cpu: () => {} });
     expect(() => b.launch(cpuOnly, { grid: 1, block: 1 }, {})).toThrow(/no CUDA entry/);
+  });
+
+  it('early start: a kernel that waits for the previous one sees all its writes, eager and replayed from a graph', () => {
+    const b = gpu();
+    const n = 1 << 22; // a producer long enough for the early kernel to start while it runs
+    const src = b.alloc(n * 4), dst = b.alloc(n * 4);
+    const config = { grid: 1024, block: 256 };
+    const expectAll = (v: number) => {
+      const got = asU32(b.download(dst, n * 4));
+      let bad = 0;
+      for (let i = 0; i < n; i++) if (got[i] !== v) bad++;
+      expect(bad).toBe(0);
+    };
+    try {
+      for (const v of [7, 0xdeadbeef]) {
+        b.launch(testKernels.fillU32, config, { dst: src, value: v, n });
+        b.launch(testKernels.copyAfterU32, { ...config, earlyStart: true }, { dst, src, n });
+        expectAll(v);
+      }
+      const s = b.createStream();
+      b.beginCapture(s);
+      b.launch(testKernels.fillU32, { ...config, stream: s }, { dst: src, value: 3, n });
+      b.launch(testKernels.copyAfterU32, { ...config, stream: s, earlyStart: true }, { dst, src, n });
+      const graph = b.endCapture(s);
+      const exec = b.instantiate(graph);
+      b.destroyGraph(graph);
+      b.launchGraph(exec, s);
+      b.synchronize();
+      expectAll(3);
+      b.destroyGraphExec(exec);
+      b.destroyStream(s);
+      expect(() => b.launch(testKernels.copyAfterU32, { ...config, earlyStart: 1 as unknown as boolean }, { dst, src, n })).toThrow(/earlyStart must be a boolean, got 1/);
+    } finally {
+      b.free(src);
+      b.free(dst);
+    }
   });
 });

@@ -212,6 +212,14 @@ static void k_xorshift(unsigned char (*p)[8], const unsigned* g, const unsigned*
   }
 }
 
+static void k_copy_after(unsigned char (*p)[8], const unsigned* g, const unsigned* b, unsigned s) {
+  unsigned* dst = ARG(unsigned*, 0);
+  const unsigned* src = ARG(unsigned*, 1);
+  unsigned n = ARG(unsigned, 2);
+  (void)g; (void)b; (void)s;
+  memmove(dst, src, (size_t)n * 4);
+}
+
 static const Kernel KERNELS[] = {
     {"vector_add_f32", 4, {8, 8, 8, 4}, k_vector_add},
     {"fill_u32", 3, {8, 4, 4}, k_fill},
@@ -221,6 +229,7 @@ static const Kernel KERNELS[] = {
     {"shared_reverse_f32", 3, {8, 8, 4}, k_shared_reverse},
     {"accumulate_u32", 4, {8, 8, 4, 4}, k_accumulate},
     {"xorshift_u32", 2, {8, 4}, k_xorshift},
+    {"copy_after_u32", 3, {8, 8, 4}, k_copy_after},
 };
 
 /* ---- running recorded work ---------------------------------------------------------------- */
@@ -572,6 +581,37 @@ EXPORT CUresult cuLaunchKernel(void* h, unsigned gx, unsigned gy, unsigned gz, u
   for (int i = 0; i < f->kernel->count; i++) memcpy(op.params[i], params[i], (size_t)f->kernel->sizes[i]);
   (void)threads;
   return submit(STREAM(s), op);
+}
+
+/* cuLaunchKernelEx: cuLaunchKernel with attributes (cuda.h CUlaunchConfig). The only one the addon
+   sets is an early start (programmatic stream serialization, id 6); the mock runs work in stream
+   order, which that permits. MOCK_CUDA_EARLY_START_LOG names a file that gets a line per such
+   launch, so tests can see the attribute arrive. */
+typedef struct {
+  int id;
+  char pad[4];
+  union { char bytes[64]; int programmaticStreamSerializationAllowed; } value;
+} LaunchAttribute;
+typedef struct {
+  unsigned gx, gy, gz, bx, by, bz, shared;
+  void* stream;
+  LaunchAttribute* attrs;
+  unsigned numAttrs;
+} LaunchConfig;
+EXPORT CUresult cuLaunchKernelEx(const LaunchConfig* c, void* h, void** params, void** extra) {
+  if (!c || (c->numAttrs && !c->attrs)) return INVALID_VALUE;
+  int early = 0;
+  for (unsigned i = 0; i < c->numAttrs; i++) {
+    if (c->attrs[i].id != 6) return INVALID_VALUE;
+    early |= c->attrs[i].value.programmaticStreamSerializationAllowed != 0;
+  }
+  const CUresult r = cuLaunchKernel(h, c->gx, c->gy, c->gz, c->bx, c->by, c->bz, c->shared, c->stream, params, extra);
+  const char* log = getenv("MOCK_CUDA_EARLY_START_LOG");
+  if (r == SUCCESS && early && log) {
+    FILE* f = fopen(log, "a");
+    if (f) fprintf(f, "%s\n", ((Function*)h)->kernel->name), fclose(f);
+  }
+  return r;
 }
 
 /* For mock-cublaslt.c: runs fn(arg) in stream order (recorded when the stream captures). */
