@@ -27,7 +27,9 @@
 // gdn_decode_state) for decode steps, the two-kernel verify (kernels/gdn-verify.cu) for verify
 // steps of k ≤ 4 when the build has gdn-verify.fatbin, the register fold (gdn-decode.cu
 // gdn_fold_state) for folds, and the smem entry points for the rest (needs gdn-decode.fatbin).
-// METRALE_GDN_AB_FOLD_BATCHES="1,8,32,256" sets the fold section's batches (default 32,256). METRALE_GDN_AB_VERIFY_BATCHES="1,8,32" sets the verify and carried
+// METRALE_GDN_AB_FOLD_BATCHES="1,8,32,256" sets the fold section's batches (default 32,256). A
+// `tag:two-serial` row runs the same kernels with the state kernels launched in stream order (no
+// early start), for the early start's A/B. METRALE_GDN_AB_VERIFY_BATCHES="1,8,32" sets the verify and carried
 // sections' batches (default 32,256 and 1,32,256).
 // A pipe or split row runs what the layer would: that variant for decode steps (mode 0, k = 1) and
 // the fold, the same build's smem entry point for the rest. Parameters, threads and shared memory come from the
@@ -83,6 +85,8 @@ async function main() {
         foldVariant: 'smem',
         foldState: declOf(pkg.foldStateKernel, dm, 'gdn_fold_state'),
       };
+      // The same kernels with both launches in stream order (the state kernel without its early start).
+      kernelsOf[`${tag}:two-serial`] = { ...kernelsOf[`${tag}:two`], serial: true };
     }
     for (const v of pkg.GDN_KERNEL_VARIANTS) {
       kernelsOf[`${tag}:${v}`] = {
@@ -157,13 +161,18 @@ async function main() {
       convWeight: L.convWeight, aLog: L.aLog, dtBias: L.dtBias, normWeight: L.normWeight,
       stash: L.stash, convStash: carried ? L.convStash : 0n, pending: carried ? L.pending : 0n,
     });
+    // A serial row launches the state kernel without its early start.
+    const both = (kernels, l, args) => {
+      gpu.launch(kernels.prep, l.prep, args);
+      gpu.launch(kernels.state, { ...l.state, earlyStart: !K.serial }, args);
+    };
     const two = (t, batch, carried) =>
-      pkg.launchTwoKernelDecode(gpu, K.two, SHAPE, stream, { ...tables(t, carried), prep: prepBuf, batch, ...SHAPE, eps: EPS });
+      both(K.two, pkg.twoKernelDecodeLaunches(SHAPE, batch, stream, SHAPE.maxK), { ...tables(t, carried), prep: prepBuf, batch, ...SHAPE, eps: EPS });
     const rec = (t, batch, mode, k, carried) => {
       const decode = mode === 0 && k === 1;
       if (K.two && decode) return two(t, batch, carried);
       if (K.twoVerify && mode === 1 && k <= pkg.VERIFY_ROWS) {
-        return pkg.launchTwoKernelVerify(gpu, K.twoVerify, SHAPE, stream, { ...tables(t, carried), prep: prepBuf, batch, k, ...SHAPE, eps: EPS });
+        return both(K.twoVerify, pkg.twoKernelVerifyLaunches(SHAPE, batch, stream, SHAPE.maxK), { ...tables(t, carried), prep: prepBuf, batch, k, ...SHAPE, eps: EPS });
       }
       const launch = { ...launchOf(decode ? K.variant : K.multiVariant, K.tag, batch), stream };
       return gpu.launch(decode ? K.recurrent : K.recurrentMulti, launch, { ...tables(t, carried), mode, batch, k, ...SHAPE, eps: EPS });

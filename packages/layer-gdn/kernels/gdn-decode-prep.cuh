@@ -117,6 +117,7 @@ __device__ __forceinline__ void prep_values(const Args& A, const Geo& G, const T
 }
 
 __device__ __forceinline__ void prep_entry(const Args& A, float* buf, int batch) {
+  let_next_kernel_start();  // gdn_decode_state may start loading its heads' state (it waits for the records)
   const Geo G = geo_of(A);
   check_prep(A, G);
   const int b = blockIdx.x, g = blockIdx.y;

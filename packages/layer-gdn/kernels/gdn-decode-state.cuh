@@ -263,6 +263,8 @@ __device__ __forceinline__ void state_entry(const Args& A, const float* prep, in
   float* headS = pipe::head_state(A, I.slot, h);
   float4 s[kRows];
   load_state(A, p, headS, s);
+  // Launched with an early start after gdn_decode_prep: the state is in flight; the record is the prep's.
+  wait_previous_kernel();
   const SLay Q = state_lay(A);
   copy_record(prep + ((size_t)b * A.hv + h) * prep_stride(A.dk, A.dv), Q.rec, prep_stride(A.dk, A.dv));
   const Geo G = geo_of(A);

@@ -188,6 +188,7 @@ __device__ __forceinline__ void values_warp(const Args& A, const Geo& G, const W
 }
 
 __device__ __forceinline__ void vprep_entry(const Args& A, float* prep, int batch, int k) {
+  let_next_kernel_start();  // gdn_verify_state may start streaming its heads' state (it waits for the records)
   const Geo G = geo_of(A);
   const bool ok = A.K <= fast::kMaxConv && A.maxK <= fast::kMaxRows && nthreads() == kVPrepThreads && gridDim.z == 1 &&
                   gridDim.y == (unsigned)A.hk && k >= 1 && k <= kVRows && k <= A.maxK && A.dk % 4 == 0 && A.dv % 4 == 0 && G.r * k <= 32;

@@ -135,7 +135,7 @@ __device__ __forceinline__ void vrun_head(const Args& A, const Geo& G, const Tas
     L.dkp = Q.dkp;
     fast::pending_keys(A, G, pendSh, M, MB, L);
   }
-  wait_copies<kStages - 1>();  // the records (the oldest group; the state's first chunks may still be in flight)
+  wait_copies<0>();  // the records (the newest group: the state's first chunks have landed too)
   __syncthreads();  // the records and the pending keys (every read of the pending stash rows is done)
   // The fold's weights: u_q ← e^{γ_{M−1}−γ_q} u_q (zero for q ≥ M), c0 = e^{γ_{M−1}}.
 #pragma unroll
@@ -254,13 +254,14 @@ __device__ __forceinline__ void vstate_entry(const Args& A, const float* prep, i
   const Chunks H{pipe::head_state(A, I.slot, h) + (size_t)p.r0 * A.dv + 4 * p.lane, Q.ring + 4 * tid_lin()};
   const Geo G = geo_of(A);
   const int g = h / G.r, m = h - g * G.r;
-  // The records first, as one group (vrun_head waits for the oldest group only), then the state's
-  // first kStages − 1 chunks, a group each.
+  // The state's first kStages − 1 chunks, a group each; then (launched with an early start after
+  // gdn_verify_prep) the wait for the prep, and its records as one more group.
+#pragma unroll
+  for (int c = 0; c < kStages - 1; ++c) H.issue(A, p, c, p.nr / 4);
+  wait_previous_kernel();
   copy_records(prep + ((size_t)b * A.hk + g) * key_stride(A.dk), Q.keys, key_stride(A.dk));
   copy_records(prep + (size_t)batch * A.hk * key_stride(A.dk) + ((size_t)b * A.hv + h) * value_stride(A.dv), Q.vals, value_stride(A.dv));
   pipe::commit_copies();
-#pragma unroll
-  for (int c = 0; c < kStages - 1; ++c) H.issue(A, p, c, p.nr / 4);
   // z of this thread's column for the rows, and the norm's weight, loaded with the state.
   const int j = tid_lin();
   const bool col = j < A.dv;

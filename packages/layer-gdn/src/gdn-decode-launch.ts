@@ -38,28 +38,39 @@ export function decodePrepBytes(cfg: Pick<GdnConfig, 'hv' | 'dk' | 'dv'>, batch:
   return 4 * batch * cfg.hv * decodePrepStride(cfg);
 }
 
-/** Both launches of a decode step of `batch` positions: prep grid [batch, H_k] (no shared memory), state grid [batch, H_v]. */
+/**
+ * Both launches of a decode step of `batch` positions: prep grid [batch, H_k] (no shared memory),
+ * state grid [batch, H_v] with an early start (it loads its heads' state while the prep runs and
+ * waits for the prep before it reads a record: kernels/gdn-decode-state.cuh).
+ */
 export function twoKernelDecodeLaunches(cfg: Pick<GdnConfig, 'hk' | 'dk' | 'dv' | 'hv' | 'convK'>, batch: number, stream: Stream, maxK: number): { prep: LaunchConfig; state: LaunchConfig } {
   const s = { ...cfg, maxK };
   return {
     prep: { grid: [batch, cfg.hk], block: DECODE_PREP_THREADS, stream },
-    state: { grid: [batch, cfg.hv], block: DECODE_STATE_THREADS, sharedBytes: decodeStateSharedBytes(s), stream },
+    state: { grid: [batch, cfg.hv], block: DECODE_STATE_THREADS, sharedBytes: decodeStateSharedBytes(s), stream, earlyStart: true },
   };
 }
 
-/** The smallest batch whose decode steps run the two-kernel decode (below it, gdn-launch.ts recurrentVariant's choice is faster). */
+/**
+ * Decode batches of at least this many positions run the two-kernel decode; so do those below
+ * PIPE_DECODE_FROM. Between them the pipe kernel measured faster.
+ */
 export const TWO_KERNEL_MIN_BATCH = 32;
+/** The smallest batch below TWO_KERNEL_MIN_BATCH whose decode steps run gdn-launch.ts recurrentVariant's choice (pipe). */
+export const PIPE_DECODE_FROM = 16;
 
 /**
  * Whether the layer runs a decode step (one row per position, plain or carried) of `batch`
- * positions as the two-kernel decode: where it takes the shape, from TWO_KERNEL_MIN_BATCH
- * positions. On the H200 at the 80B shape (docs/benchmarks.md, µs at batch 32 / 64 / 128 / 256):
- * decode pipe 49.9 / 94.1 / 179.1 / 350.6, two-kernel 48.1 / 85.8 / 163.5 / 316.3; carried decode
- * pipe 56.6 / 108.1 / 205.6 / 401.2, two-kernel 56.1 / 94.0 / 172.8 / 328.0. Below 32 its prep
- * kernel is a fixed cost the batch does not amortise.
+ * positions as the two-kernel decode: where it takes the shape, below PIPE_DECODE_FROM and from
+ * TWO_KERNEL_MIN_BATCH positions. On the H200 at the 80B shape, the state kernel launched with an
+ * early start (docs/benchmarks.md, eighth round; graph replay, µs at batch 1 / 2 / 4 / 8 / 16 / 32):
+ * decode two-kernel 7.3 / 9.0 / 11.7 / 15.3 / 26.5 / 45.3, split 9.3 / 10.4 / 13.1 / 22.6 / 36.9 /
+ * 70.0, pipe 11.8 / 11.9 / 12.9 / 16.4 / 25.9 / 49.8; carried decode two-kernel 10.6 / 11.9 / 14.3 /
+ * 18.4 / 31.5 / 53.3, pipe 16.2 / 16.3 / 16.4 / 19.5 / 29.4 / 56.6 (split 12.1 at 1); at 256 (fifth
+ * round) pipe 350.6 and two-kernel 316.3.
  */
 export function runsTwoKernelDecode(s: TwoKernelShape, batch: number): boolean {
-  return batch >= TWO_KERNEL_MIN_BATCH && twoKernelDecodeSupported(s);
+  return (batch < PIPE_DECODE_FROM || batch >= TWO_KERNEL_MIN_BATCH) && twoKernelDecodeSupported(s);
 }
 
 /** What runs a decode step of `batch` positions: the two-kernel decode, or gdn.recurrent's variant (`clusters`: sm_90+). */

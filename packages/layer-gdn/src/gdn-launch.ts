@@ -124,8 +124,8 @@ export const PIPE_MIN_BATCH = 8;
 
 /**
  * The variant the layer runs a `gdn.recurrent` launch (mode, k rows per sequence, batch
- * positions) with (decode steps of gdn-decode-launch.ts TWO_KERNEL_MIN_BATCH positions or more
- * run the two-kernel decode instead, where it takes the shape). Decode steps (mode 0, k = 1; carried decode too): pipe from PIPE_MIN_BATCH
+ * positions) with (decode steps that gdn-decode-launch.ts runsTwoKernelDecode picks run the
+ * two-kernel decode instead, where it takes the shape). Decode steps (mode 0, k = 1; carried decode too): pipe from PIPE_MIN_BATCH
  * positions, below it split where the device runs clusters (`clusters`: sm_90+), each where it
  * takes the shape; everything else: the default (or legacy). On the H200 at the 80B shape
  * (docs/benchmarks.md, decode µs at batch 1 / 4 / 8 / 32 / 256): smem 11.8 / 14.1 / 18.6 / 64.7 /

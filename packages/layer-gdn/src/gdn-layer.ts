@@ -49,11 +49,11 @@ interface Buffers {
 
 /**
  * A Gated DeltaNet layer (Qwen3-Next `linear_attention`): rows of f32 [hidden] in and out.
- * Prefill runs the chunked WY form (`gdn.prefill-wy`, `gdn.prefill-scan`); decode runs `gdn.recurrent` in mode 0 (from
- * TWO_KERNEL_MIN_BATCH positions `gdn.decode-prep` then `gdn.decode-state`); verify runs `gdn.recurrent` in mode 1
- * (from TWO_KERNEL_VERIFY_MIN_BATCH positions and k ≤ 4, `gdn.verify-prep` then `gdn.verify-state`),
+ * Prefill runs the chunked WY form (`gdn.prefill-wy`, `gdn.prefill-scan`); decode runs `gdn.decode-prep` then
+ * `gdn.decode-state` (gdn-decode-launch.ts runsTwoKernelDecode; else `gdn.recurrent` in mode 0); verify of k ≤ 4 rows
+ * runs `gdn.verify-prep` then `gdn.verify-state` (else `gdn.recurrent` in mode 1),
  * which reads the state and writes only the stash, so a rejected row leaves no trace. After
- * acceptance, write-on-accept folds the accepted prefix (`gdnFoldAccepted` → `gdn.fold`); carried
+ * acceptance, write-on-accept folds the accepted prefix (`gdnFoldAccepted` → `gdn.fold-state` or `gdn.fold`); carried
  * mode folds it inside the slot's next kernel instead.
  */
 export class GdnLayer implements TransformerLayer<GdnState> {

@@ -84,12 +84,16 @@ export function verifyPath(s: TwoKernelShape, batch: number, k: number, clusters
   return runsTwoKernelVerify(s, batch, k) ? 'two-kernel' : recurrentVariant(s, 1, k, batch, clusters);
 }
 
-/** Both launches of a verify step of `batch` positions: prep grid [batch, H_k] (no shared memory), state grid [batch, H_v]. */
+/**
+ * Both launches of a verify step of `batch` positions: prep grid [batch, H_k] (no shared memory),
+ * state grid [batch, H_v] with an early start (its first state chunks are in flight while the prep
+ * runs; it waits for the prep before it copies the records: kernels/gdn-verify-state.cuh).
+ */
 export function twoKernelVerifyLaunches(cfg: Pick<GdnConfig, 'hk' | 'dk' | 'dv' | 'hv' | 'convK'>, batch: number, stream: Stream, maxK: number): { prep: LaunchConfig; state: LaunchConfig } {
   const s = { ...cfg, maxK };
   return {
     prep: { grid: [batch, cfg.hk], block: VERIFY_PREP_THREADS, stream },
-    state: { grid: [batch, cfg.hv], block: VERIFY_STATE_THREADS, sharedBytes: verifyStateSharedBytes(s), stream },
+    state: { grid: [batch, cfg.hv], block: VERIFY_STATE_THREADS, sharedBytes: verifyStateSharedBytes(s), stream, earlyStart: true },
   };
 }
 

@@ -8,7 +8,7 @@ import {
   runsClusters, splitSupported, variantBlock, variantFor, variantGrid, variantSharedBytes,
 } from '../src/gdn-launch.js';
 import {
-  DECODE_PREP_THREADS, DECODE_STATE_THREADS, TWO_KERNEL_MIN_BATCH, decodePrepBytes, decodeStateSharedBytes, runsTwoKernelDecode,
+  DECODE_PREP_THREADS, DECODE_STATE_THREADS, PIPE_DECODE_FROM, TWO_KERNEL_MIN_BATCH, decodePrepBytes, decodeStateSharedBytes, runsTwoKernelDecode,
   decodePrepStride, twoKernelDecodeLaunches, twoKernelDecodeSupported,
 } from '../src/gdn-decode-launch.js';
 import { foldPath, foldStateLaunch, foldStateSharedBytes } from '../src/gdn-fold-launch.js';
@@ -85,12 +85,16 @@ describe('two-kernel decode launch shapes (src/gdn-decode-launch.ts)', () => {
     // prep: two warps per key head (q and k; v), no shared memory
     expect(DECODE_PREP_THREADS).toBe(64);
     expect(l.prep).toEqual({ grid: [40, 16], block: DECODE_PREP_THREADS, stream });
-    expect(l.state).toEqual({ grid: [40, 32], block: DECODE_STATE_THREADS, sharedBytes: decodeStateSharedBytes(B80), stream });
+    // state: an early start after the prep (it waits for the records)
+    expect(l.state).toEqual({ grid: [40, 32], block: DECODE_STATE_THREADS, sharedBytes: decodeStateSharedBytes(B80), stream, earlyStart: true });
   });
 
-  it('runs from TWO_KERNEL_MIN_BATCH positions where it takes the shape (d_v ≤ 128 and a multiple of 4)', () => {
+  it('runs below PIPE_DECODE_FROM and from TWO_KERNEL_MIN_BATCH positions where it takes the shape (d_v ≤ 128 and a multiple of 4)', () => {
     expect(runsTwoKernelDecode(B80, TWO_KERNEL_MIN_BATCH)).toBe(true);
     expect(runsTwoKernelDecode(B80, 256)).toBe(true);
+    expect(runsTwoKernelDecode(B80, 1)).toBe(true);
+    expect(runsTwoKernelDecode(B80, PIPE_DECODE_FROM - 1)).toBe(true);
+    expect(runsTwoKernelDecode(B80, PIPE_DECODE_FROM)).toBe(false);
     expect(runsTwoKernelDecode(B80, TWO_KERNEL_MIN_BATCH - 1)).toBe(false);
     expect(twoKernelDecodeSupported({ ...B80, dv: 130 })).toBe(false);
     expect(twoKernelDecodeSupported({ ...B80, dv: 256 })).toBe(false);
@@ -110,7 +114,7 @@ describe('two-kernel verify and register fold launch shapes (src/gdn-verify-laun
     expect(VERIFY_PREP_THREADS).toBe(64);
     expect(l.prep).toEqual({ grid: [40, 16], block: VERIFY_PREP_THREADS, stream });
     // state: keys [8][128], values [4·128 + 48], 4 pending keys [128], Σo² [16], the ring [4][4][512]
-    expect(l.state).toEqual({ grid: [40, 32], block: 128, sharedBytes: 4 * (1024 + 560 + 512 + 16 + 8192), stream });
+    expect(l.state).toEqual({ grid: [40, 32], block: 128, sharedBytes: 4 * (1024 + 560 + 512 + 16 + 8192), stream, earlyStart: true });
     // a d_v of 128 puts the dot products [8][4][128] in 4096 of the ring's 8192 floats
     expect(verifyStateSharedBytes({ ...B80, dv: 64 })).toBe(4 * (1024 + 4 * 64 + 48 + 512 + 16 + 8192));
     expect(twoKernelVerifySupported(B80)).toBe(true);

@@ -1,6 +1,6 @@
 import { SeededRandom } from '@metrale/core';
 import { describe, expect, it } from 'vitest';
-import { TWO_KERNEL_MIN_BATCH, TWO_KERNEL_VERIFY_MIN_BATCH, runsTwoKernelDecode, runsTwoKernelVerify } from '@metrale/layer-gdn';
+import { PIPE_DECODE_FROM, TWO_KERNEL_MIN_BATCH, TWO_KERNEL_VERIFY_MIN_BATCH, runsTwoKernelDecode, runsTwoKernelVerify } from '@metrale/layer-gdn';
 import { configOf, randomWeights, Rig } from './gdn-setup.js';
 import { SHAPE, TOL, runTwoKernelScript } from './two-kernel-script.js';
 
@@ -15,7 +15,7 @@ describe('GdnLayer: decode steps of TWO_KERNEL_MIN_BATCH positions (the two-kern
     expect(runsTwoKernelDecode({ hk: SHAPE.hk, hv: SHAPE.hv, dk: SHAPE.dk, dv: SHAPE.dv, convK: SHAPE.K, maxK: 3 }, TWO_KERNEL_MIN_BATCH - 1)).toBe(false);
     expect(runsTwoKernelDecode({ hk: 2, hv: 4, dk: 8, dv: 6, convK: 4, maxK: 3 }, TWO_KERNEL_MIN_BATCH)).toBe(false);
   });
-  it('launches two kernels for a decode step of TWO_KERNEL_MIN_BATCH positions, one for a step of 8', () => {
+  it('launches two kernels for a decode step of TWO_KERNEL_MIN_BATCH positions and of 1, one for a step of PIPE_DECODE_FROM', () => {
     const batch = TWO_KERNEL_MIN_BATCH;
     const { tensors } = randomWeights(SHAPE, 13);
     const rig = new Rig(configOf(SHAPE), tensors, { maxSeqs: batch, maxSeqLen: 16, maxBatch: batch, maxK: 3, maxRows: 3 * batch }, { graphs: false });
@@ -29,7 +29,8 @@ describe('GdnLayer: decode steps of TWO_KERNEL_MIN_BATCH positions (the two-kern
         return rig.gpu.stats().kernelsLaunched - before;
       };
       expect(kernels(batch)).toBe(2);
-      expect(kernels(8)).toBe(1);  // (the driver may pad a batch up to its next size class)
+      expect(kernels(1)).toBe(2);
+      expect(kernels(PIPE_DECODE_FROM)).toBe(1);
     } finally {
       rig.dispose();
     }
