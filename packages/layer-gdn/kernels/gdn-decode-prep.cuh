@@ -77,7 +77,7 @@ __device__ __forceinline__ void prep_keys(const Args& A, const Geo& G, const Tap
     bRaw = bar[lane], aRaw = bar[G.r + lane], aLogH = A.aLog[g * G.r + lane], dtB = A.dtBias[g * G.r + lane];
   }
   const bool act = l < A.dk;
-  float4 q[1] = {prep::zero4()}, k[1] = {prep::zero4()};
+  float4 q[1] = {fast::f4(0.0f)}, k[1] = {fast::f4(0.0f)};
   if (act) {
     prep::conv_group<1, 0>(A, G, T, g, l, 1, q);
     prep::conv_group<1, 0>(A, G, T, g, A.dk + l, 1, k);
@@ -93,7 +93,7 @@ __device__ __forceinline__ void prep_keys(const Args& A, const Geo& G, const Tap
   const float fk = 1.0f / sqrtf(sk + 1e-6f);
   const float fq = (1.0f / sqrtf((float)A.dk)) / sqrtf(sq + 1e-6f);
   const int dkp = A.dk, dvp = A.dv, stride = prep_stride(A.dk, A.dv);  // d_k, d_v multiples of 4
-  const float4 kh = prep::mul4(fk, k[0]), qh = prep::mul4(fq, q[0]);
+  const float4 kh = fast::scale4(fk, k[0]), qh = fast::scale4(fq, q[0]);
   for (int m = 0; m < G.r; ++m) {
     float* out = buf + ((size_t)b * A.hv + g * G.r + m) * stride;
     if (act) prep::st4(out + l, kh), prep::st4(out + dkp + l, qh);

@@ -89,11 +89,9 @@ __device__ __forceinline__ Part part_for(const Args& A) {
 }
 
 __device__ __forceinline__ bool has_row(const Args& A, const Part& p, int r) { return p.act && r < p.nr && p.r0 + r < A.dk; }
-__device__ __forceinline__ float4 f4(float v) { return make_float4(v, v, v, v); }
-__device__ __forceinline__ float4 scale4(float c, const float4& x) { return make_float4(c * x.x, c * x.y, c * x.z, c * x.w); }
-__device__ __forceinline__ void fma4(float c, const float4& x, float4& acc) {
-  acc = make_float4(fmaf(c, x.x, acc.x), fmaf(c, x.y, acc.y), fmaf(c, x.z, acc.z), fmaf(c, x.w, acc.w));
-}
+using fast::f4;  // the float4 helpers (gdn-fast.cuh), as decode::… for this file's users
+using fast::fma4;
+using fast::scale4;
 
 __device__ __forceinline__ float4 ld_state(const float* p) {
 #if (GDN_STATE_CS & 1) && defined(__CUDA_ARCH__)

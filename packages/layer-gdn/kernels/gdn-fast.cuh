@@ -137,6 +137,11 @@ __device__ __forceinline__ Lay lay_of(const Args& A, bool withS) {
 }
 
 __device__ __forceinline__ float4 ld4s(const float* p) { return *reinterpret_cast<const float4*>(p); }
+__device__ __forceinline__ float4 f4(float v) { return make_float4(v, v, v, v); }
+__device__ __forceinline__ float4 scale4(float c, const float4& x) { return make_float4(c * x.x, c * x.y, c * x.z, c * x.w); }
+__device__ __forceinline__ void fma4(float c, const float4& x, float4& acc) {
+  acc = make_float4(fmaf(c, x.x, acc.x), fmaf(c, x.y, acc.y), fmaf(c, x.z, acc.z), fmaf(c, x.w, acc.w));
+}
 
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {

@@ -90,6 +90,13 @@ __device__ __forceinline__ void commit_copies() {
   asm volatile("cp.async.commit_group;" ::: "memory");
 #endif
 }
+// Until at most N of this thread's copy groups are in flight (the older ones have landed).
+template <int N>
+__device__ __forceinline__ void wait_copies() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
 __device__ __forceinline__ void issue_block(const float* headS, int cb, int nblk, float* dst, int dk, int dv, bool commit = true) {
   if (cb < nblk) {
     const int c0 = cb * kW;
@@ -127,9 +134,7 @@ __device__ __forceinline__ void copy_stage(const Args& A, const Geo& G, const fl
 // flight), and every thread is done with the previous block (its buffer takes the next copy).
 template <int NB = kNB>
 __device__ __forceinline__ void wait_block() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;" ::"n"(NB - 2) : "memory");
-#endif
+  wait_copies<NB - 2>();
   __syncthreads();
 }
 

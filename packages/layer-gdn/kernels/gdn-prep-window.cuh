@@ -10,8 +10,6 @@
 namespace gdn {
 namespace prep {
 
-__device__ __forceinline__ float4 zero4() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
-__device__ __forceinline__ float4 ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }
 __device__ __forceinline__ void st4(float* p, const float4& v) { *reinterpret_cast<float4*>(p) = v; }
 #ifndef GDN_PREP_FAST_SILU
 #define GDN_PREP_FAST_SILU 1
@@ -27,7 +25,6 @@ __device__ __forceinline__ float prep_silu(float x) {
 #endif
 }
 __device__ __forceinline__ float4 silu4(const float4& x) { return make_float4(prep_silu(x.x), prep_silu(x.y), prep_silu(x.z), prep_silu(x.w)); }
-__device__ __forceinline__ float4 mul4(float c, const float4& x) { return make_float4(c * x.x, c * x.y, c * x.z, c * x.w); }
 __device__ __forceinline__ float dot4(const float4& a, const float4& b) { return fmaf(a.x, b.x, fmaf(a.y, b.y, fmaf(a.z, b.z, a.w * b.w))); }
 
 // Conv channel of channel l of key head g (its q, k, then the v of its r value heads); its qkvz
@@ -57,14 +54,14 @@ __device__ __forceinline__ void conv_group(const Args& A, const Geo& G, const Wi
   const int c = key_head_channel(A, G, g, l), col = g * G.grp + l;
   float4 x[NW];
 #pragma unroll
-  for (int w = 0; w < NW; ++w) x[w] = W.src[w] ? ld4(W.src[w] + (W.row[w] ? col : c)) : zero4();
+  for (int w = 0; w < NW; ++w) x[w] = W.src[w] ? fast::ld4s(W.src[w] + (W.row[w] ? col : c)) : fast::f4(0.0f);
   // Tap t of channel c + e at convWeight[(c + e)·K + t]: 4·K floats from c·K, float4 loads when K = 4.
   float wt[4][fast::kMaxConv];
   const float* cw = A.convWeight + (size_t)c * A.K;
   if (A.K == fast::kMaxConv) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const float4 v = ld4(cw + 4 * e);
+      const float4 v = fast::ld4s(cw + 4 * e);
       wt[e][0] = v.x, wt[e][1] = v.y, wt[e][2] = v.z, wt[e][3] = v.w;
     }
   } else {
@@ -77,13 +74,13 @@ __device__ __forceinline__ void conv_group(const Args& A, const Geo& G, const Wi
   }
 #pragma unroll
   for (int t = 0; t < ROWS; ++t) {
-    float4 acc = zero4();
+    float4 acc = fast::f4(0.0f);
 #pragma unroll
     for (int j = 0; j < fast::kMaxConv; ++j) {
       const float4 v = x[LEAD + t + j];
       acc = make_float4(fmaf(wt[0][j], v.x, acc.x), fmaf(wt[1][j], v.y, acc.y), fmaf(wt[2][j], v.z, acc.z), fmaf(wt[3][j], v.w, acc.w));
     }
-    out[t] = t < rows ? silu4(acc) : zero4();
+    out[t] = t < rows ? silu4(acc) : fast::f4(0.0f);
   }
 #pragma unroll
   for (int w = 0; w < NW; ++w)

@@ -63,9 +63,7 @@ __device__ __forceinline__ void run_columns(const Args& A, const Geo& G, const T
   const pipe::PendCoef<MB> PC = pipe::pend_coef<MB>(A, G, pendSh, M);
   pipe::ColumnIn<MB> c;
   pipe::column_inputs<MB>(A, G, T, P, pendSh, M, PC, nullptr, j, act, c);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group 0;" ::: "memory");
-#endif
+  pipe::wait_copies<0>();
   __syncthreads();
   pipe::block_passes<MB>(A, T, P, R, PC, c, P.buf, headS, j, act);
   if (T.nrows == 0) return;  // the fold

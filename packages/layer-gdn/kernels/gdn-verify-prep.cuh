@@ -94,7 +94,7 @@ __device__ __forceinline__ void keys_warp(const Args& A, const Geo& G, const Win
     conv_rows(A, G, W, g, A.dk + l, k, kk);
   } else {
 #pragma unroll
-    for (int t = 0; t < kVRows; ++t) q[t] = kk[t] = prep::zero4();
+    for (int t = 0; t < kVRows; ++t) q[t] = kk[t] = fast::f4(0.0f);
   }
   // The 24 dots of the raw rows, in this order: q_t·q_t (0..3), k_t·k_t (4..7), k_s·q_t for s ≤ t
   // (8..17, in order of t), k_s·k_t for s < t (18..23); summed over the warp (butterfly: every
@@ -129,8 +129,8 @@ __device__ __forceinline__ void keys_warp(const Args& A, const Geo& G, const Win
   if (act) {
 #pragma unroll
     for (int t = 0; t < kVRows; ++t) {
-      prep::st4(keys + t * 2 * dkp + l, prep::mul4(fk[t], kk[t]));
-      prep::st4(keys + t * 2 * dkp + dkp + l, prep::mul4(fq[t], q[t]));
+      prep::st4(keys + t * 2 * dkp + l, fast::scale4(fk[t], kk[t]));
+      prep::st4(keys + t * 2 * dkp + dkp + l, fast::scale4(fq[t], q[t]));
     }
   }
   // The gates of lane e (value head e / k, row e % k): β and g.

@@ -74,14 +74,6 @@ __device__ __forceinline__ VLay vstate_lay(const Args& A) {
 // (rowp: its first row's columns 4·lane ..); d_k may end inside a chunk, and a thread with no
 // columns (4·lane ≥ d_v) has no rows. Each address is one product from rowp (with has_row and a
 // product from the head's start per row, a load cost ~12 instructions: ncu).
-// Until at most N of this thread's copy groups are in flight (the older ones have landed).
-template <int N>
-__device__ __forceinline__ void wait_copies() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-#endif
-}
-
 struct Chunks {
   float* rowp;
   float* ring;  // this thread's 16 bytes of row 0 of stage 0 of the ring (row e of stage s: + (4s + e)·kSlot)
@@ -135,7 +127,7 @@ __device__ __forceinline__ void vrun_head(const Args& A, const Geo& G, const Tas
     L.dkp = Q.dkp;
     fast::pending_keys(A, G, pendSh, M, MB, L);
   }
-  wait_copies<0>();  // the records (the newest group: the state's first chunks have landed too)
+  pipe::wait_copies<0>();  // the records (the newest group: the state's first chunks have landed too)
   __syncthreads();  // the records and the pending keys (every read of the pending stash rows is done)
   // The fold's weights: u_q ← e^{γ_{M−1}−γ_q} u_q (zero for q ≥ M), c0 = e^{γ_{M−1}}.
 #pragma unroll
@@ -153,7 +145,7 @@ __device__ __forceinline__ void vrun_head(const Args& A, const Geo& G, const Tas
 #pragma unroll 1
   for (int c = 0; c < nc; ++c) {
     H.issue(A, p, c + kStages - 1, nc);  // into the stage chunk c − 1 left
-    wait_copies<kStages - 1>();          // chunk c has landed (this thread's copies: no barrier)
+    pipe::wait_copies<kStages - 1>();          // chunk c has landed (this thread's copies: no barrier)
     const float* st = H.stage(c);
     const int n = H.rows(A, p, c);
     float4 x[4];
