@@ -56,12 +56,12 @@ export function verifyStateSharedBytes(s: GdnLaunchShape): number {
 }
 
 /**
- * Whether the two-kernel verify takes this shape: where the two-kernel decode does, d_k is a
- * multiple of 4 (the prep moves its inputs as float4) and a key head has at most 8 value heads
- * (the prep's gates: one lane per value head and row).
+ * Whether the two-kernel verify takes this shape: where the two-kernel decode does (d_k and d_v
+ * multiples of 4 among its rules) and a key head has at most 8 value heads (the prep's gates: one
+ * lane per value head and row).
  */
 export function twoKernelVerifySupported(s: TwoKernelShape): boolean {
-  return twoKernelDecodeSupported(s) && s.dk % 4 === 0 && (s.hv / s.hk) * VERIFY_ROWS <= 32;
+  return twoKernelDecodeSupported(s) && (s.hv / s.hk) * VERIFY_ROWS <= 32;
 }
 
 /**
