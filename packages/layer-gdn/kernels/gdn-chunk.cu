@@ -108,9 +108,31 @@ __device__ __forceinline__ void static_for(F&& f) {
   static_for_from<0, N>(f);
 }
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
-// SiLU through the fast exponential and division (≈ 1e-6 relative; x ≪ 0 gives −0): the conv
+// e^x and 1/x by the flush-to-zero approximations (ex2.approx.ftz, rcp.approx.ftz: ≈ 2 ulp):
+// __expf without ftz adds a range test and two predicated multiplies per call to keep denormal
+// results; a product of gates, norms and keys loses nothing it keeps when a factor below 1.2e-38
+// becomes 0 (and SiLU's 1 + e^{−x} is ≥ 1).
+__device__ __forceinline__ float exp_ftz(float x) {
+#if defined(GDNP_DEV)
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
+  return y;
+#else
+  return expf(x);
+#endif
+}
+__device__ __forceinline__ float rcp_ftz(float x) {
+#if defined(GDNP_DEV)
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#else
+  return 1.0f / x;
+#endif
+}
+// SiLU through the fast exponential and reciprocal (≈ 1e-6 relative; x ≪ 0 gives −0): the conv
 // computes 4 of them per output element, and the IEEE division's slow path cost issue slots.
-__device__ __forceinline__ float siluf_(float x) { return __fdividef(x, 1.0f + __expf(-x)); }
+__device__ __forceinline__ float siluf_(float x) { return x * rcp_ftz(1.0f + exp_ftz(-x)); }
 __device__ __forceinline__ float softplusf_(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
 // Shape-derived sizes shared by both kernels (and mirrored in src/gdn-launch.ts).
@@ -436,6 +458,55 @@ __device__ __forceinline__ void put1(unsigned char* tile, int planeBytes, int st
 // Conv + SiLU of `nch` channels (chunk-relative channel e → conv channel chOf(e), qkvz column
 // colOf(e)) for the chunk's 64 rows (zeros past its n rows) into a bf16 tile. Work items: (4
 // channels or 1, 8 rows), spread over threads [t0, t0 + nt).
+// The vectorised conv at K = 4 when the threads are a multiple of the 4-channel groups: a
+// thread's channels, their 16 weights (four float4) and its tile column are fixed, its row
+// segments step by nt / nq, and a window's rows come from one pointer stepped by the row width.
+// The general loop below spent, per work item, a division (item / nq), 16 scalar weight loads
+// and a 64-bit address product per input row: with its SiLUs, 40 % of gdn_prefill_wy's
+// instructions (ncu, 80B shape).
+template <int P, typename ChOf, typename ColOf>
+__device__ __forceinline__ void conv_tile_k4(const Args& A, const Geo& G, const Seq& s, int Pc, int n, int nch, ChOf chOf, ColOf colOf,
+                                             unsigned char* tile, int planeBytes, int stride, int me, int nt, int split,
+                                             unsigned char* tile2) {
+  const int nq = nch >> 2;
+  const int e = (me % nq) * 4, seg0 = me / nq, segStep = nt / nq;
+  const int c = chOf(e), col = colOf(e);
+  unsigned char* dst = e < split ? tile : tile2;
+  const int de = e < split ? e : e - split;
+  float4 w[4];  // w[u]: channel c + u, taps 0..3 (x: the oldest input)
+#pragma unroll
+  for (int u = 0; u < 4; ++u) w[u] = *reinterpret_cast<const float4*>(A.convWeight + (size_t)(c + u) * 4);
+  for (int seg = seg0; seg < C / SEG; seg += segStep) {
+    const int r0 = seg * SEG;
+    float4 x[SEG + 3];  // input rows r0 − 3 .. r0 + SEG − 1 of the chunk
+    if (Pc + r0 - 3 >= s.P0) {
+      const float* src = A.qkvz + (size_t)(s.row0 + (Pc - s.P0) + r0 - 3) * G.width + col;
+#pragma unroll
+      for (int i = 0; i < SEG + 3; ++i) {
+        x[i] = r0 - 3 + i < n ? *reinterpret_cast<const float4*>(src) : make_float4(0.f, 0.f, 0.f, 0.f);
+        src += G.width;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < SEG + 3; ++i) {
+        const int rr = r0 - 3 + i;
+        x[i] = rr < n ? conv_in4(A, G, s, c, col, Pc + rr) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+    }
+#pragma unroll
+    for (int o = 0; o < SEG; ++o) {
+      const int row = r0 + o;
+      float4 acc;
+      acc.x = w[0].x * x[o].x + w[0].y * x[o + 1].x + w[0].z * x[o + 2].x + w[0].w * x[o + 3].x;
+      acc.y = w[1].x * x[o].y + w[1].y * x[o + 1].y + w[1].z * x[o + 2].y + w[1].w * x[o + 3].y;
+      acc.z = w[2].x * x[o].z + w[2].y * x[o + 1].z + w[2].z * x[o + 2].z + w[2].w * x[o + 3].z;
+      acc.w = w[3].x * x[o].w + w[3].y * x[o + 1].w + w[3].z * x[o + 2].w + w[3].w * x[o + 3].w;
+      const float4 out = row < n ? make_float4(siluf_(acc.x), siluf_(acc.y), siluf_(acc.z), siluf_(acc.w)) : make_float4(0.f, 0.f, 0.f, 0.f);
+      put4<P>(dst, planeBytes, stride, row, de, out);
+    }
+  }
+}
+
 template <int P, typename ChOf, typename ColOf>
 __device__ __forceinline__ void conv_tile(const Args& A, const Geo& G, const Seq& s, int Pc, int n, int nch, bool vec, ChOf chOf, ColOf colOf,
                                           unsigned char* tile, int planeBytes, int stride, int tid, int t0, int nt, int split = 1 << 30,
@@ -444,6 +515,10 @@ __device__ __forceinline__ void conv_tile(const Args& A, const Geo& G, const Seq
   const int K = A.K;
   if (tid < t0 || tid >= t0 + nt) return;
   const int me = tid - t0;
+  if (vec && K == 4 && nt % (nch >> 2) == 0) {
+    conv_tile_k4<P>(A, G, s, Pc, n, nch, chOf, colOf, tile, planeBytes, stride, me, nt, split, tile2);
+    return;
+  }
   if (vec) {
     const int nq = nch >> 2;
     for (int item = me; item < nq * (C / SEG); item += nt) {
@@ -688,9 +763,10 @@ __device__ __forceinline__ void wy_chunk(const Args& A) {
       const int j = tid & 63;  // fixed per thread (256 threads, 64 columns)
       const float fj = fk[j], gj = gm[j];
       for (int i = tid >> 6; i < C; i += WY_THREADS / C) {
-        float v = 0.f;
-        if (j < i && i < n) v = bt[i] * fk[i] * fj * gkk[i * FT + j] * __expf(gm[i] - gj);
-        am[i * FT + j] = v;
+        // Every entry computed, the strict lower part selected (G_kk is unwritten above it): a
+        // branch around the loads cost more than the product.
+        const float v = bt[i] * fk[i] * fj * gkk[i * FT + j] * exp_ftz(gm[i] - gj);
+        am[i * FT + j] = j < i && i < n ? v : 0.f;
       }
     }
     __syncthreads();
@@ -761,21 +837,31 @@ __device__ __forceinline__ void wy_chunk(const Args& A) {
     }
     {
       // T'_W = T diag(β e^γ f_k), T'_U = T diag(β) as bf16 planes (the A operands of W and U); a
-      // thread's column is fixed (256 threads, 64 columns).
-      const int j = tid & 63;
-      const float cw = bt[j] * __expf(gm[j]) * fk[j], cu = bt[j];
-      bf16_t* tw = reinterpret_cast<bf16_t*>(sm + L.tw);
-      bf16_t* tu = reinterpret_cast<bf16_t*>(sm + L.tu);
-      for (int i = tid >> 6; i < C; i += WY_THREADS / C) {
-        const float x = am[i * FT + j];
-        uint32_t pw[2], pu[2];
-        to_planes<P>(x * cw, 0.f, pw);
-        to_planes<P>(x * cu, 0.f, pu);
-        tw[i * CT + j] = (bf16_t)pw[0];
-        tu[i * CT + j] = (bf16_t)pu[0];
+      // thread's 4 columns are fixed (256 threads, 16 groups of 4 columns): a float4 of T in,
+      // 8-byte pieces of each plane out (a column per thread stored 2-byte pieces: 9 % of the
+      // kernel's instructions).
+      const int j = 4 * (tid & 15);
+      float cw[4], cu[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        cu[u] = bt[j + u];
+        cw[u] = cu[u] * exp_ftz(gm[j + u]) * fk[j + u];
+      }
+      unsigned char* tw = sm + L.tw;
+      unsigned char* tu = sm + L.tu;
+      for (int i = tid >> 4; i < C; i += WY_THREADS / 16) {
+        const float4 x = *reinterpret_cast<const float4*>(am + i * FT + j);
+        uint32_t w01[2], w23[2], u01[2], u23[2];
+        to_planes<P>(x.x * cw[0], x.y * cw[1], w01);
+        to_planes<P>(x.z * cw[2], x.w * cw[3], w23);
+        to_planes<P>(x.x * cu[0], x.y * cu[1], u01);
+        to_planes<P>(x.z * cu[2], x.w * cu[3], u23);
+        const int off = 2 * (i * CT + j);
+        *reinterpret_cast<uint2*>(tw + off) = make_uint2(w01[0], w23[0]);
+        *reinterpret_cast<uint2*>(tu + off) = make_uint2(u01[0], u23[0]);
         if (P == 2) {
-          tw[tPlane / 2 + i * CT + j] = (bf16_t)pw[1];
-          tu[tPlane / 2 + i * CT + j] = (bf16_t)pu[1];
+          *reinterpret_cast<uint2*>(tw + tPlane + off) = make_uint2(w01[1], w23[1]);
+          *reinterpret_cast<uint2*>(tu + tPlane + off) = make_uint2(u01[1], u23[1]);
         }
       }
     }
@@ -877,17 +963,20 @@ __device__ __forceinline__ void wy_chunk(const Args& A) {
           }
         }
       }
+      // The row factors once, the column factors per n-tile; entries above the diagonal are
+      // computed and selected away (as A above).
+      const float fqr[2] = {fq[rA], fq[rB]}, gmr[2] = {gm[rA], gm[rB]};
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
         const int j0 = 32 * cb + 8 * nt + 2 * t4;
+        const float fk0 = fk[j0], fk1 = fk[j0 + 1], gm0 = gm[j0], gm1 = gm[j0 + 1];
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
           const int i = hf ? rB : rA;
           if (i < n) {
-            float v0 = 0.f, v1 = 0.f;
-            if (j0 <= i) v0 = acc[nt][2 * hf] * fq[i] * fk[j0] * __expf(gm[i] - gm[j0]);
-            if (j0 + 1 <= i) v1 = acc[nt][2 * hf + 1] * fq[i] * fk[j0 + 1] * __expf(gm[i] - gm[j0 + 1]);
-            st_pair<P>(X.aqk, X.aqkPlane, ((long long)h * A.rows + rowc + i) * C + j0, v0, v1);
+            const float v0 = acc[nt][2 * hf] * fqr[hf] * fk0 * exp_ftz(gmr[hf] - gm0);
+            const float v1 = acc[nt][2 * hf + 1] * fqr[hf] * fk1 * exp_ftz(gmr[hf] - gm1);
+            st_pair<P>(X.aqk, X.aqkPlane, ((long long)h * A.rows + rowc + i) * C + j0, j0 <= i ? v0 : 0.f, j0 + 1 <= i ? v1 : 0.f);
           }
         }
       }
