@@ -760,13 +760,22 @@ __device__ __forceinline__ void wy_chunk(const Args& A) {
     const float gLast = gm[max(n - 1, 0)];
     // A[i][j] = β_i f_i f_j G_kk[i][j] e^{γ_i − γ_j}, j < i < n.
     {
-      const int j = tid & 63;  // fixed per thread (256 threads, 64 columns)
-      const float fj = fk[j], gj = gm[j];
-      for (int i = tid >> 6; i < C; i += WY_THREADS / C) {
-        // Every entry computed, the strict lower part selected (G_kk is unwritten above it): a
-        // branch around the loads cost more than the product.
-        const float v = bt[i] * fk[i] * fj * gkk[i * FT + j] * exp_ftz(gm[i] - gj);
-        am[i * FT + j] = j < i && i < n ? v : 0.f;
+      // A thread's 4 columns are fixed (256 threads, 16 groups), its rows step by 16: the row
+      // factors load once per 4 entries, G_kk and A move as float4. Every entry is computed and
+      // the strict lower part selected (G_kk is unwritten above it): a branch around the loads
+      // cost more than the product.
+      const int j = 4 * (tid & 15);
+      const float4 fj = *reinterpret_cast<const float4*>(fk + j), gj = *reinterpret_cast<const float4*>(gm + j);
+      for (int i = tid >> 4; i < C; i += WY_THREADS / 16) {
+        const float ri = bt[i] * fk[i], gi = gm[i];
+        const float4 g = *reinterpret_cast<const float4*>(gkk + i * FT + j);
+        const bool row = i < n;
+        float4 v;
+        v.x = row && j < i ? ri * fj.x * g.x * exp_ftz(gi - gj.x) : 0.f;
+        v.y = row && j + 1 < i ? ri * fj.y * g.y * exp_ftz(gi - gj.y) : 0.f;
+        v.z = row && j + 2 < i ? ri * fj.z * g.z * exp_ftz(gi - gj.z) : 0.f;
+        v.w = row && j + 3 < i ? ri * fj.w * g.w * exp_ftz(gi - gj.w) : 0.f;
+        *reinterpret_cast<float4*>(am + i * FT + j) = v;
       }
     }
     __syncthreads();
@@ -799,13 +808,17 @@ __device__ __forceinline__ void wy_chunk(const Args& A) {
     }
     __syncthreads();
     float* mt = reinterpret_cast<float*>(sm + L.tw);  // ≤ 3 blocks of 16 × 16 f32
+    // The block rows unrolled (ib a constant in each copy, so the loops below have fixed trips).
+#pragma unroll
     for (int ib = 1; ib < 4; ++ib) {
       // Thread = (block jb, row rr, 4 columns cq..cq+3): float4 loads, 16 FMAs per 5 loads.
       const int jb = tid >> 6, rr = (tid >> 2) & 15, cq = (tid & 3) * 4;
       if (tid < 64 * ib) {
         const float* arow = am + (16 * ib + rr) * FT;
         float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-        for (int k = 16 * jb; k < 16 * ib; k += 4) {
+#pragma unroll
+        for (int k = 0; k < 16 * ib; k += 4) {
+          if (k < 16 * jb) continue;  // uniform per warp (jb = tid >> 6)
           const float4 av = *reinterpret_cast<const float4*>(arow + k);
           const float a4[4] = {av.x, av.y, av.z, av.w};
 #pragma unroll
@@ -821,10 +834,14 @@ __device__ __forceinline__ void wy_chunk(const Args& A) {
       }
       __syncthreads();
       if (tid < 64 * ib) {
-        const float* trow = am + (16 * ib + rr) * FT + 16 * ib;
+        // All 16 terms: T_{ib,ib} is zero above its diagonal (the forward substitution wrote
+        // those zeros), so m > rr adds exact zeros; a loop to rr diverged within the warp.
+        const float4* trow = reinterpret_cast<const float4*>(am + (16 * ib + rr) * FT + 16 * ib);
+        const float4 t4[4] = {trow[0], trow[1], trow[2], trow[3]};
         float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-        for (int m = 0; m <= rr; ++m) {
-          const float t = trow[m];
+#pragma unroll
+        for (int m = 0; m < 16; ++m) {
+          const float t = m % 4 == 0 ? t4[m / 4].x : m % 4 == 1 ? t4[m / 4].y : m % 4 == 2 ? t4[m / 4].z : t4[m / 4].w;
           const float4 mv = *reinterpret_cast<const float4*>(mt + jb * 256 + m * 16 + cq);
           acc.x += t * mv.x;
           acc.y += t * mv.y;
