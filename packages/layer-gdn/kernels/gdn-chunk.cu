@@ -597,6 +597,31 @@ __device__ __forceinline__ void st_pair(bf16_t* base, long long plane, long long
   if (P == 2) *reinterpret_cast<uint32_t*>(base + plane + idx) = pl[1];
 }
 
+// Stores a warp's 16 × 64 accumulator block (8 n-tiles; this thread's rows rA and rA + 8, columns
+// 8·nt + 2·t4, 8·nt + 2·t4 + 1 of the block) as bf16 planes. pA: element (rA, block column 2·t4);
+// ld: elements per row; the block's column c is stored when c < nCols, its rows when < nRows
+// (nRows ≤ 16 − (rA − block row 0)). A whole block (every row and column in) stores from two row
+// pointers with immediate offsets: the per-piece guards and 64-bit index products cost a tenth of
+// gdn_prefill_wy's instructions.
+template <int P>
+__device__ __forceinline__ void st_block(bf16_t* pA, long long plane, int ld, const float (&acc)[8][4], bool rowA, bool rowB, int nCols, int t4) {
+  bf16_t* pB = pA + 8 * (long long)ld;
+  if (rowB && nCols >= 64) {
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      st_pair<P>(pA, plane, 8 * nt, acc[nt][0], acc[nt][1]);
+      st_pair<P>(pB, plane, 8 * nt, acc[nt][2], acc[nt][3]);
+    }
+    return;
+  }
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+    if (8 * nt + 2 * t4 >= nCols) continue;
+    if (rowA) st_pair<P>(pA, plane, 8 * nt, acc[nt][0], acc[nt][1]);
+    if (rowB) st_pair<P>(pB, plane, 8 * nt, acc[nt][2], acc[nt][3]);
+  }
+}
+
 template <int P>
 __device__ __forceinline__ void wy_chunk(const Args& A) {
   const Geo G = geo_of(A);
@@ -708,13 +733,20 @@ __device__ __forceinline__ void wy_chunk(const Args& A) {
   // Raw q and k of the chunk's rows to the scratch (16-byte pieces, columns < dks): idx = (tile,
   // plane, row, piece of 16 slots), shifts only.
   {
-    const int pieces = G.dks / 8;
-    for (int idx = tid; idx < 2 * P * C * 16; idx += WY_THREADS) {
-      const int q = idx & 15, i = (idx >> 4) & (C - 1), p = (idx >> 10) % P, which = idx >> (P == 1 ? 10 : 11);
-      if (q >= pieces || i >= n) continue;
-      const uint4 v = *reinterpret_cast<const uint4*>(sm + (which ? L.kr : L.qr) + p * dkPlane + 2 * (i * DKT + 8 * q));
-      bf16_t* dst = (which ? X.kr : X.qr) + p * X.qrPlane + ((long long)g * A.rows + rowc + i) * G.dks + 8 * q;
-      *reinterpret_cast<uint4*>(dst) = v;
+    // A thread's piece q and first row i0 are fixed; its rows step by 16 from one pointer.
+    const int pieces = G.dks / 8, q = tid & 15, i0 = tid >> 4;
+    const long long step = 16LL * G.dks;
+    if (q < pieces) {
+#pragma unroll
+      for (int p = 0; p < P; ++p)
+#pragma unroll
+        for (int which = 0; which < 2; ++which) {
+          const unsigned char* src = sm + (which ? L.kr : L.qr) + p * dkPlane + 2 * (i0 * DKT + 8 * q);
+          bf16_t* dst = (which ? X.kr : X.qr) + p * X.qrPlane + ((long long)g * A.rows + rowc + i0) * G.dks + 8 * q;
+#pragma unroll
+          for (int m = 0; m < C / 16; ++m)
+            if (i0 + 16 * m < n) *reinterpret_cast<uint4*>(dst + m * step) = *reinterpret_cast<const uint4*>(src + 2 * 16 * m * DKT);
+        }
     }
   }
   // G_kk = K_raw K_rawᵀ (f32, lower part): warp (rb = w & 3, 32-column block cb = w >> 2).
@@ -910,15 +942,8 @@ __device__ __forceinline__ void wy_chunk(const Args& A) {
           mmaP<P>(acc[2 * np + 1], ah, al, bh[2], bh[3], bl[2], bl[3]);
         }
       }
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        const int col = 64 * cb + 8 * nt + 2 * t4;
-        if (col < G.dks) {
-          const long long base = ((long long)h * A.rows + rowc) * G.dks + col;
-          if (rA < n) st_pair<P>(X.w, X.wPlane, base + (long long)rA * G.dks, acc[nt][0], acc[nt][1]);
-          if (rB < n) st_pair<P>(X.w, X.wPlane, base + (long long)rB * G.dks, acc[nt][2], acc[nt][3]);
-        }
-      }
+      st_block<P>(X.w + ((long long)h * A.rows + rowc + rA) * G.dks + 64 * cb + 2 * t4, X.wPlane, G.dks, acc, rA < n, rB < n,
+                  G.dks - 64 * cb, t4);
     }
     // U = T'_U V: rows 16rb.., columns of half cb of dvp, 64 at a time.
     {
@@ -947,15 +972,8 @@ __device__ __forceinline__ void wy_chunk(const Args& A) {
             }
           }
         }
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-          const int col = c0 + 8 * nt + 2 * t4;
-          if (8 * nt < ncols && col < G.dvs) {
-            const long long base = ((long long)h * A.rows + rowc) * G.dvs + col;
-            if (rA < n) st_pair<P>(X.u, X.uPlane, base + (long long)rA * G.dvs, acc[nt][0], acc[nt][1]);
-            if (rB < n) st_pair<P>(X.u, X.uPlane, base + (long long)rB * G.dvs, acc[nt][2], acc[nt][3]);
-          }
-        }
+        st_block<P>(X.u + ((long long)h * A.rows + rowc + rA) * G.dvs + c0 + 2 * t4, X.uPlane, G.dvs, acc, rA < n, rB < n,
+                    min(ncols, G.dvs - c0), t4);
       }
     }
     // A_qk = (Q_raw K_rawᵀ) ⊙ f_q,i f_k,j e^{γ_i − γ_j} for j ≤ i < n: rows 16rb.., cols 32cb..
@@ -983,6 +1001,8 @@ __device__ __forceinline__ void wy_chunk(const Args& A) {
       // The row factors once, the column factors per n-tile; entries above the diagonal are
       // computed and selected away (as A above).
       const float fqr[2] = {fq[rA], fq[rB]}, gmr[2] = {gm[rA], gm[rB]};
+      bf16_t* const qrow[2] = {X.aqk + ((long long)h * A.rows + rowc + rA) * C + 32 * cb + 2 * t4,
+                               X.aqk + ((long long)h * A.rows + rowc + rB) * C + 32 * cb + 2 * t4};
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
         const int j0 = 32 * cb + 8 * nt + 2 * t4;
@@ -993,7 +1013,7 @@ __device__ __forceinline__ void wy_chunk(const Args& A) {
           if (i < n) {
             const float v0 = acc[nt][2 * hf] * fqr[hf] * fk0 * exp_ftz(gmr[hf] - gm0);
             const float v1 = acc[nt][2 * hf + 1] * fqr[hf] * fk1 * exp_ftz(gmr[hf] - gm1);
-            st_pair<P>(X.aqk, X.aqkPlane, ((long long)h * A.rows + rowc + i) * C + j0, j0 <= i ? v0 : 0.f, j0 + 1 <= i ? v1 : 0.f);
+            st_pair<P>(qrow[hf], X.aqkPlane, 8 * nt, j0 <= i ? v0 : 0.f, j0 + 1 <= i ? v1 : 0.f);
           }
         }
       }
