@@ -455,15 +455,12 @@ __device__ __forceinline__ void put1(unsigned char* tile, int planeBytes, int st
   if (P == 2) *reinterpret_cast<bf16_t*>(reinterpret_cast<unsigned char*>(d) + planeBytes) = (bf16_t)(pl[1] & 0xffffu);
 }
 
-// Conv + SiLU of `nch` channels (chunk-relative channel e → conv channel chOf(e), qkvz column
-// colOf(e)) for the chunk's 64 rows (zeros past its n rows) into a bf16 tile. Work items: (4
-// channels or 1, 8 rows), spread over threads [t0, t0 + nt).
 // The vectorised conv at K = 4 when the threads are a multiple of the 4-channel groups: a
 // thread's channels, their 16 weights (four float4) and its tile column are fixed, its row
 // segments step by nt / nq, and a window's rows come from one pointer stepped by the row width.
-// The general loop below spent, per work item, a division (item / nq), 16 scalar weight loads
-// and a 64-bit address product per input row: with its SiLUs, 40 % of gdn_prefill_wy's
-// instructions (ncu, 80B shape).
+// The general loop (conv_tile) was, with the SiLUs' range tests, 40 % of gdn_prefill_wy's
+// instructions at the 80B shape (ncu): per work item a division (item / nq), 16 scalar weight
+// loads and a 64-bit index product per input row.
 template <int P, typename ChOf, typename ColOf>
 __device__ __forceinline__ void conv_tile_k4(const Args& A, const Geo& G, const Seq& s, int Pc, int n, int nch, ChOf chOf, ColOf colOf,
                                              unsigned char* tile, int planeBytes, int stride, int me, int nt, int split,
@@ -507,6 +504,9 @@ __device__ __forceinline__ void conv_tile_k4(const Args& A, const Geo& G, const 
   }
 }
 
+// Conv + SiLU of `nch` channels (chunk-relative channel e → conv channel chOf(e), qkvz column
+// colOf(e)) for the chunk's 64 rows (zeros past its n rows) into a bf16 tile. Work items: (4
+// channels or 1, 8 rows), spread over threads [t0, t0 + nt).
 template <int P, typename ChOf, typename ColOf>
 __device__ __forceinline__ void conv_tile(const Args& A, const Geo& G, const Seq& s, int Pc, int n, int nch, bool vec, ChOf chOf, ColOf colOf,
                                           unsigned char* tile, int planeBytes, int stride, int tid, int t0, int nt, int split = 1 << 30,
@@ -599,9 +599,9 @@ __device__ __forceinline__ void st_pair(bf16_t* base, long long plane, long long
 
 // Stores a warp's 16 × 64 accumulator block (8 n-tiles; this thread's rows rA and rA + 8, columns
 // 8·nt + 2·t4, 8·nt + 2·t4 + 1 of the block) as bf16 planes. pA: element (rA, block column 2·t4);
-// ld: elements per row; the block's column c is stored when c < nCols, its rows when < nRows
-// (nRows ≤ 16 − (rA − block row 0)). A whole block (every row and column in) stores from two row
-// pointers with immediate offsets: the per-piece guards and 64-bit index products cost a tenth of
+// ld: elements per row; row rA is stored when rowA, row rA + 8 when rowB, the block's column c
+// when c < nCols. A whole block (both rows, nCols ≥ 64) stores from two row pointers with
+// immediate offsets: the per-piece guards and 64-bit index products cost a tenth of
 // gdn_prefill_wy's instructions.
 template <int P>
 __device__ __forceinline__ void st_block(bf16_t* pA, long long plane, int ld, const float (&acc)[8][4], bool rowA, bool rowB, int nCols, int t4) {
@@ -730,10 +730,9 @@ __device__ __forceinline__ void wy_chunk(const Args& A) {
     const float f = i < n ? (which ? 1.0f : 1.0f / sqrtf((float)dk)) / sqrtf(ss + 1e-6f) : 0.f;
     (which ? fk : fq)[i] = f;
   }
-  // Raw q and k of the chunk's rows to the scratch (16-byte pieces, columns < dks): idx = (tile,
-  // plane, row, piece of 16 slots), shifts only.
+  // Raw q and k of the chunk's rows to the scratch (16-byte pieces, columns < dks): a thread's
+  // piece q and first row i0 are fixed, its rows step by 16 from one pointer per tile and plane.
   {
-    // A thread's piece q and first row i0 are fixed; its rows step by 16 from one pointer.
     const int pieces = G.dks / 8, q = tid & 15, i0 = tid >> 4;
     const long long step = 16LL * G.dks;
     if (q < pieces) {
