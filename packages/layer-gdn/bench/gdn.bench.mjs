@@ -314,7 +314,7 @@ async function main() {
       convWeight: L.convWeight, aLog: L.aLog, dtBias: L.dtBias, normWeight: L.normWeight, stash: 0n, convStash: 0n, pending: 0n, scratch,
     });
     const prefillArgs = (t, batch, rows, plan) => ({
-      ...prefillBufs(t), batch, rows, ...SHAPE, eps: EPS, fuseNorm: plan.fuseNorm ? 1 : 0,
+      ...prefillBufs(t), batch, rows, ...SHAPE, eps: EPS, fuseNorm: plan.fuseNorm ? 1 : 0, chunk0: 0, chunkEnd: pkg.PREFILL_ALL_CHUNKS,
     });
     const prefillExtra = (rows, seqs, plan, label) => ({
       recurrentFlop: recurrentFlops(rows), flaMs: 1.08, bar: '≥ 0.40 of bf16 GEMM rate', build: label, fuseNorm: plan.fuseNorm,
@@ -337,6 +337,12 @@ async function main() {
             // the exact build with the norm fused where clusters run), then the A/B rows.
             { label: 'fast', exact: false, clusters },
             { label: 'exact', exact: true, clusters },
+            // A/B: the fast build's pieces (the layer's default pipelines a batch of one where clusters
+            // run, in pieces shrinking by PREFILL_PIECE_RATIO).
+            { label: 'fast, one piece', exact: false, clusters, pieceChunks: 0 },
+            { label: 'fast, pieces of 32 chunks', exact: false, clusters, pieceChunks: 32 },
+            { label: 'fast, pieces shrinking by 0.3', exact: false, clusters, pieceRatio: 0.3 },
+            { label: 'fast, pieces shrinking by 0.5', exact: false, clusters, pieceRatio: 0.5 },
             ...(clusters ? [{ label: 'fast, fused norm', exact: false, clusters, fuseNorm: true }] : []),
             // A/B: the scan in clusters of 4 CTAs of 4 warps per head (twice the SMs, twice the L2 reads).
             { label: 'fast, scan clusters of 4', exact: false, clusters, cluster: 4, fuseNorm: true },
@@ -345,13 +351,14 @@ async function main() {
           ];
           for (const v of variants) {
             const plan = pkg.prefillPlan(prefillShape, batch, rows, stream, {
-              clusters: v.clusters, exact: v.exact, ...(v.cluster ? { cluster: v.cluster } : {}), ...(v.fuseNorm !== undefined ? { fuseNorm: v.fuseNorm } : {}),
+              clusters: v.clusters, exact: v.exact, sms: dev.multiprocessors, ...(v.cluster ? { cluster: v.cluster } : {}), ...(v.fuseNorm !== undefined ? { fuseNorm: v.fuseNorm } : {}),
+              ...(v.pieceChunks !== undefined ? { pieceChunks: v.pieceChunks } : {}), ...(v.pieceRatio !== undefined ? { pieceRatio: v.pieceRatio } : {}),
             });
             const run = () => pkg.launchPrefill(gpu, pk, prefillShape, prefillBufs(t1), batch, rows, EPS, plan);
             const t = time(run, { reps: 20, warmup: 2 });
             const rec = row(`${pc.name} (${v.label})`, batch, 'flop', flop, t, gemmRate, { ...prefillExtra(rows, pc.lens, plan, v.label), vsFla: t.ms / 1.08 });
             log(`${rec.name}: ${t.ms.toFixed(3)} ms, ${(rec.perS / 1e12).toFixed(1)} TFLOP/s, ${rec.ratio !== undefined ? (100 * rec.ratio).toFixed(1) : '?'} % of GEMM, ${(t.ms / 1.08).toFixed(2)} × FLA`);
-            if (!v.label.includes('fused norm')) {
+            if (!v.label.includes('fused norm') && !v.label.includes('piece')) {
               // The two kernels alone (each launch repeated: the scratch stays valid).
               const args = prefillArgs(t1, batch, rows, plan);
               const wyK = v.exact ? pk.wyExact : pk.wy;

@@ -24,6 +24,9 @@
 //    rows are folded first; the ring takes the step's last K positions.
 // 3. gdn_prefill_norm (only when the scan ran with fuseNorm = 0: sm_80, or a head's d_v spread
 //    over more than one cluster): the gated RMSNorm of y in place, one CTA per row.
+// Each WY and scan launch takes the chunks [chunk0, chunkEnd) of every sequence: a pipelined
+// prefill runs them in pieces, each WY after the first beside the scan before it (piece_done,
+// KERNELS.md "Pieces").
 //
 // Tensor cores: mma.sync m16n8k16 bf16 × bf16 → f32 (HMMA on sm_80 and sm_90). Precision: the
 // fast build (P = 1) rounds every matrix operand to bf16 (S, V_new, T stay f32 between products):
@@ -86,9 +89,23 @@ struct Args {
   int hk, hv, dk, dv, K, maxK;
   float eps;
   int fuseNorm;
+  int chunk0, chunkEnd;  // this launch's chunks of each sequence: [chunk0, min(chunkEnd, its chunks))
 };
 
 // ---- small helpers ---------------------------------------------------------------------------
+
+// Programmatic dependent launch (sm_90; no-ops before, in the emulator and for a plain launch): a
+// pipelined prefill's scan lets the next piece's WY kernel start at once (launchPrefill).
+__device__ __forceinline__ void wait_previous_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void let_next_kernel_start() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
 
 __host__ __device__ __forceinline__ int round_up(int x, int m) { return (x + m - 1) / m * m; }
 // f(integral constant 0), …, f(N − 1): compile-time indices for offsets that must be immediates.
@@ -421,17 +438,18 @@ __host__ __device__ __forceinline__ WyLay wy_lay(int P, int dv, int r) {
   return L;
 }
 
-// The (sequence, chunk) of CTA x: chunks of each real sequence in batch order.
+// The (sequence, chunk) of CTA x: the launch's chunks [chunk0, chunkEnd) of each real sequence, in batch order.
 __device__ __forceinline__ bool chunk_of(const Args& A, int x, int& b, int& c) {
   for (int i = 0; i < A.batch; ++i) {
     const int n = A.rowStarts[i + 1] - A.rowStarts[i];
     const int nc = n > 0 ? (n + C - 1) / C : 0;
-    if (x < nc) {
+    const int lo = min(nc, A.chunk0), m = min(nc, A.chunkEnd) - lo;
+    if (x < m) {
       b = i;
-      c = x;
+      c = lo + x;
       return true;
     }
-    x -= nc;
+    x -= m;
   }
   return false;
 }
@@ -1195,6 +1213,11 @@ __device__ __forceinline__ void scan_seq(const Args& A) {
   if (!seq_of(A, b, s)) return;  // the whole cluster: same (h, b)
   const int nPend = s.P0 - s.L;
   if (s.nrows <= 0 && nPend <= 0) return;
+  // This launch's chunks [cb, ce) (a pipelined prefill runs the scan in pieces, launchPrefill): the
+  // first piece folds the pending rows, the last writes the ring, each reads and writes the state.
+  const int nch = (s.nrows + C - 1) / C;
+  const int cb = A.chunk0, ce = min(nch, A.chunkEnd);
+  if (cb > 0 && cb >= nch) return;
   const int dk = A.dk, dv = A.dv;
   const int kg = h / G.r;
   const ScanLay L = scan_lay(P, mpc, CL);
@@ -1209,7 +1232,7 @@ __device__ __forceinline__ void scan_seq(const Args& A) {
 
   // Ring: positions [max(L, end − K), end) from the conv stash / the step's rows, spread over the
   // sequence's CTAs (nothing in this kernel reads the ring; gdn_prefill_wy, before it, did).
-  {
+  if (ce == nch) {
     const int end = s.P0 + s.nrows, pa = max(s.L, end - A.K);
     const int npos = end - pa;
     if (npos > 0) {
@@ -1246,7 +1269,7 @@ __device__ __forceinline__ void scan_seq(const Args& A) {
       sf[nt][e] = (i < dk && j < dv) ? Shead[(size_t)i * dv + j] : 0.f;
     }
   // Pending carried rows: S ← e^{γ_{n−1}} S + Σ_t e^{γ_{n−1} − γ_t} k_t u_tᵀ (stash, KERNELS.md).
-  if (nPend > 0) {
+  if (nPend > 0 && cb == 0) {
     const float* sh = A.stash + (size_t)s.slot * G.stashSeq + (size_t)h * A.maxK * G.stashRow;
     const float gl = sh[(size_t)(nPend - 1) * G.stashRow + dk + dv];
     const float E = expf(gl);
@@ -1271,7 +1294,6 @@ __device__ __forceinline__ void scan_seq(const Args& A) {
     }
   }
 
-  const int nch = (s.nrows + C - 1) / C;
   const int zc0 = z_col(A, G, h);
   const size_t yStride = (size_t)A.hv * dv;
   float* red = reinterpret_cast<float*>(sm + L.red);
@@ -1331,9 +1353,9 @@ __device__ __forceinline__ void scan_seq(const Args& A) {
       }
     }
   };
-  if (fused && nch > 0) issue_z(0);
-  if (nch > 0) scan_load<P>(A, G, X, L, sm, kg, h, s.row0, min(C, s.nrows), colU0, mpc, tid, nthr);
-  for (int c = 0; c < nch; ++c) {
+  if (fused && ce > cb) issue_z(cb);
+  if (ce > cb) scan_load<P>(A, G, X, L, sm + (L.nbuf == 2 ? (cb & 1) * L.buf : 0), kg, h, s.row0 + cb * C, min(C, s.nrows - cb * C), colU0, mpc, tid, nthr);
+  for (int c = cb; c < ce; ++c) {
     const int rowc = s.row0 + c * C, n = min(C, s.nrows - c * C);
     unsigned char* cur = sm + (L.nbuf == 2 ? (c & 1) * L.buf : 0);
     if (L.nbuf == 2) {
@@ -1341,9 +1363,9 @@ __device__ __forceinline__ void scan_seq(const Args& A) {
       // c − 1's buffer, which takes chunk c + 1 now.
       cp_wait<0>();
       __syncthreads();
-      if (c + 1 < nch) scan_load<P>(A, G, X, L, sm + ((c + 1) & 1) * L.buf, kg, h, rowc + C, min(C, s.nrows - (c + 1) * C), colU0, mpc, tid, nthr);
+      if (c + 1 < ce) scan_load<P>(A, G, X, L, sm + ((c + 1) & 1) * L.buf, kg, h, rowc + C, min(C, s.nrows - (c + 1) * C), colU0, mpc, tid, nthr);
     } else {
-      if (c > 0) scan_load<P>(A, G, X, L, sm, kg, h, rowc, n, colU0, mpc, tid, nthr);
+      if (c > cb) scan_load<P>(A, G, X, L, sm, kg, h, rowc, n, colU0, mpc, tid, nthr);
       cp_wait<0>();
       __syncthreads();
     }
@@ -1387,9 +1409,9 @@ __device__ __forceinline__ void scan_seq(const Args& A) {
     }
     // The previous chunk's O leaves after phase 1, its loads overlapping the mma tail (at the
     // chunk's start they stalled the warps before any mma issued: 466 → 433 µs for 8 192 rows).
-    if (P == 1 && !fused && c > 0) flush_o();
+    if (P == 1 && !fused && c > cb) flush_o();
     // The previous chunk's rows: every CTA of the cluster has added its Σo² (fused mode).
-    if (fused && c > 0) {
+    if (fused && c > cb) {
       cluster_wait();
       finalize_rows<CL>(A, op, npart + ((c - 1) & 1) * CL * C, ztile + ((c - 1) & 1) * C * L.zt, L.zt, prevRow, prevN, hh, t4, g8, j0, cl0, h,
                         nw0, nw1);
@@ -1405,7 +1427,7 @@ __device__ __forceinline__ void scan_seq(const Args& A) {
       xw4[(8 + q) * 32 + lane] = hh ? make_float4(po[q][0], po[q][1], po[q][2], po[q][3]) : make_float4(po[4 + q][0], po[4 + q][1], po[4 + q][2], po[4 + q][3]);
     __syncthreads();
     // z of the next chunk into the slot the finalize above just read (every thread is past it).
-    if (fused && c + 1 < nch) issue_z(c + 1);
+    if (fused && c + 1 < ce) issue_z(c + 1);
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
       const float4 v = xp4[nt * 32 + lane];
@@ -1568,15 +1590,15 @@ __device__ __forceinline__ void scan_seq(const Args& A) {
     }
     if (L.nbuf == 1) __syncthreads();  // every read of the single buffer is done before the next load
   }
-  if (fused && nch > 0) {
+  if (fused && ce > cb) {
     cp_commit();
     cp_wait<0>();  // z of the last chunk
     __syncthreads();
     cluster_wait();
-    finalize_rows<CL>(A, op, npart + ((nch - 1) & 1) * CL * C, ztile + ((nch - 1) & 1) * C * L.zt, L.zt, prevRow, prevN, hh, t4, g8, j0, cl0,
+    finalize_rows<CL>(A, op, npart + ((ce - 1) & 1) * CL * C, ztile + ((ce - 1) & 1) * C * L.zt, L.zt, prevRow, prevN, hh, t4, g8, j0, cl0,
                       h, nw0, nw1);
   }
-  if (P == 1 && !fused && nch > 0) {
+  if (P == 1 && !fused && ce > cb) {
     __syncthreads();
     flush_o();
   }
@@ -1654,9 +1676,16 @@ __device__ __forceinline__ void norm_row(const Args& A) {
   }
 }
 
+// A WY kernel of a later piece of a pipelined prefill runs beside the last piece's scan (an early
+// start after it; it reads nothing the scan writes). Its grid must not complete before that scan
+// does, so that the next scan, stream-ordered after it, finds the state: one CTA waits for it.
+__device__ __forceinline__ void piece_done() {
+  if (blockIdx.x == gridDim.x - 1 && blockIdx.y == gridDim.y - 1 && blockIdx.z == gridDim.z - 1) wait_previous_kernel();
+}
+
 __device__ __forceinline__ void check_shape(const Args& A) {
   const bool ok = A.hk > 0 && A.hv > 0 && A.hv % A.hk == 0 && A.dk >= 1 && A.dk <= DK && A.dv >= 1 && A.dv <= MAXDV && A.K >= 1 &&
-                  A.maxK >= 1 && A.rows >= 0 && A.batch >= 0;
+                  A.maxK >= 1 && A.rows >= 0 && A.batch >= 0 && A.chunk0 >= 0 && A.chunkEnd > A.chunk0;
   if (!ok) __trap();
 }
 
@@ -1666,11 +1695,11 @@ __device__ __forceinline__ void check_shape(const Args& A) {
   const float *qkvz, const float *ba, float *y, const int32_t *slots, const int32_t *rowStarts, const int32_t *seqLens, float *state, \
       float *convRing, const float *convWeight, const float *aLog, const float *dtBias, const float *normWeight, const float *stash,  \
       const float *convStash, const uint32_t *pending, unsigned char *scratch, int batch, int rows, int hk, int hv, int dk, int dv,   \
-      int convK, int maxK, float eps, int fuseNorm
+      int convK, int maxK, float eps, int fuseNorm, int chunk0, int chunkEnd
 #define GDNP_ARGS                                                                                                                     \
   gdnp::Args A {                                                                                                                      \
     qkvz, ba, y, slots, rowStarts, seqLens, state, convRing, convWeight, aLog, dtBias, normWeight, stash, convStash, pending, scratch, \
-        batch, rows, hk, hv, dk, dv, convK, maxK, eps, fuseNorm                                                                       \
+        batch, rows, hk, hv, dk, dv, convK, maxK, eps, fuseNorm, chunk0, chunkEnd                                                     \
   }
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -1684,11 +1713,13 @@ extern "C" __global__ void __launch_bounds__(256, 2) gdn_prefill_wy(GDNP_PARAMS)
   const GDNP_ARGS;
   gdnp::check_shape(A);
   gdnp::wy_chunk<1>(A);
+  gdnp::piece_done();
 }
 extern "C" __global__ void __launch_bounds__(256, 1) gdn_prefill_wy_x3(GDNP_PARAMS) {
   const GDNP_ARGS;
   gdnp::check_shape(A);
   gdnp::wy_chunk<2>(A);
+  gdnp::piece_done();
 }
 // Launch: grid [CL·ceil(ceil(d_v/16)/(4·CL)), H_v, batch] (clusters of CL along x on sm_90: CL = 2
 // for gdn_prefill_scan[_x3], 4 for gdn_prefill_scan_c4[_x3]), 64·mpc threads (mpc =
@@ -1697,21 +1728,25 @@ extern "C" __global__ void __launch_bounds__(256, 1) gdn_prefill_wy_x3(GDNP_PARA
 extern "C" __global__ void GDNP_CLUSTER(2) __launch_bounds__(256, 1) gdn_prefill_scan(GDNP_PARAMS) {
   const GDNP_ARGS;
   gdnp::check_shape(A);
+  gdnp::let_next_kernel_start();  // the next piece's WY kernel (a pipelined prefill)
   gdnp::scan_seq<1, 2>(A);
 }
 extern "C" __global__ void GDNP_CLUSTER(2) __launch_bounds__(256, 1) gdn_prefill_scan_x3(GDNP_PARAMS) {
   const GDNP_ARGS;
   gdnp::check_shape(A);
+  gdnp::let_next_kernel_start();  // the next piece's WY kernel (a pipelined prefill)
   gdnp::scan_seq<2, 2>(A);
 }
 extern "C" __global__ void GDNP_CLUSTER(4) __launch_bounds__(256, 1) gdn_prefill_scan_c4(GDNP_PARAMS) {
   const GDNP_ARGS;
   gdnp::check_shape(A);
+  gdnp::let_next_kernel_start();  // the next piece's WY kernel (a pipelined prefill)
   gdnp::scan_seq<1, 4>(A);
 }
 extern "C" __global__ void GDNP_CLUSTER(4) __launch_bounds__(256, 1) gdn_prefill_scan_c4_x3(GDNP_PARAMS) {
   const GDNP_ARGS;
   gdnp::check_shape(A);
+  gdnp::let_next_kernel_start();  // the next piece's WY kernel (a pipelined prefill)
   gdnp::scan_seq<2, 4>(A);
 }
 // Launch: grid [rows], 128 threads.

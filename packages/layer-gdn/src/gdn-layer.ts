@@ -188,7 +188,7 @@ export class GdnLayer implements TransformerLayer<GdnState> {
     if (phase === 'prefill') {
       // The chunked WY form (kernels/gdn-chunk.cu): the exact build for short steps, bf16 operands
       // for long ones (gdn-prefill-launch.ts); the exact build's scan fuses the norm where clusters run.
-      const plan = prefillPlan(shape, batch, rows, stream, { clusters });
+      const plan = prefillPlan(shape, batch, rows, stream, { clusters, sms: gpu.device.multiprocessors });
       launchPrefill(gpu, prefillKernels, shape, { ...common, scratch: b.scratch }, batch, rows, cfg.eps, plan);
     } else if (phase === 'decode' && decodePath(shape, batch, clusters) === 'two-kernel') {
       // Large decode steps: the row's conv, gates and norms first, then the state pass

@@ -1,5 +1,6 @@
 import { InvalidArgumentError, type DevicePtr, type GpuBackend, type Kernel, type KernelParams, type LaunchConfig, type Stream } from '@metrale/core';
 import type { GdnStepPointers } from './gdn-math.cpu.js';
+import { equalPieces, shrinkingPieces } from './gdn-prefill-pieces.js';
 
 // Launch shapes, shared-memory sizes and scratch layout of the chunked prefill (kernels/gdn-chunk.cu:
 // gdn_prefill_wy, gdn_prefill_scan, gdn_prefill_norm); the CUDA code computes the same sizes
@@ -106,16 +107,42 @@ export function scanSharedBytes(planes: PrefillPlanes, mpc: number, cluster = PR
   return nbuf * buf + 2 * mpc * 48 * 32 * 4 + mpc * C * 4 + 2 * cluster * C * 4 + 2 * C * (16 * mpc + 4) * 4;
 }
 
+/** chunkEnd of a launch over all of a step's chunks. */
+export const PREFILL_ALL_CHUNKS = 0x7fffffff;
+
+/**
+ * A pipelined prefill's pieces shrink by this ratio (gdn-prefill-pieces.ts shrinkingPieces): a
+ * batch of one sequence scans on 2 CTAs per value head (64 SMs at the 80B shape), so during the
+ * scan the rest of the GPU would idle; in pieces, each piece's WY kernel runs beside the previous
+ * piece's scan. On the H200 at the 80B shape, 8 192 rows (128 chunks; docs/benchmarks.md, tenth
+ * round): one piece 0.815–0.826 ms; pieces shrinking by 0.3 / 0.4 / 0.5 / 2/3 / 0.8:
+ * 0.757–0.773 / 0.725–0.739 / 0.742–0.754 / 0.757–0.779 / 0.813–0.835 ms; 4 pieces of 32 chunks
+ * 0.778–0.795 ms. 0.4 cuts 128 chunks as 82, 33, 13.
+ */
+export const PREFILL_PIECE_RATIO = 0.4;
+/** The smallest piece (chunks) of a pipelined prefill: every piece costs a WY and a scan launch. */
+export const PREFILL_PIECE_MIN_CHUNKS = 8;
+
+/** One piece of a prefill: its chunks [chunk0, chunkEnd) of every sequence and its WY launch. */
+export interface PrefillPiece {
+  readonly chunk0: number;
+  readonly chunkEnd: number;
+  readonly wy: LaunchConfig;
+}
+
 export interface PrefillPlan {
   readonly planes: PrefillPlanes;
   /** CTAs per cluster of the scan (which scan kernel runs). */
   readonly cluster: 2 | 4;
   /** The scan applies the gated RMSNorm itself (clusters of 2 CTAs); otherwise gdn_prefill_norm does. */
   readonly fuseNorm: boolean;
+  /** The WY kernel over all of the step's chunks (one piece's is in `pieces`). */
   readonly wy: LaunchConfig;
   readonly scan: LaunchConfig;
   readonly norm: LaunchConfig | undefined;
   readonly scratch: PrefillScratchLayout;
+  /** The pieces in order: one over all chunks, or a pipelined prefill's (each WY after the first with an early start). */
+  readonly pieces: readonly PrefillPiece[];
 }
 
 /**
@@ -125,11 +152,16 @@ export interface PrefillPlan {
  * d_v (d_v ≤ 64·cluster). `fuseNorm`: fuse where it can (true) or never (false); by default the
  * exact build fuses and the fast one does not (on the H200 the fused fast scan took 1.30 ms
  * against 0.99 ms with the norm kernel for 8 192 rows, docs/benchmarks.md). `cluster`: CTAs per
- * cluster of the scan (default PREFILL_SCAN_CLUSTER).
+ * cluster of the scan (default PREFILL_SCAN_CLUSTER). A pipelined prefill (KERNELS.md "Pieces"):
+ * `pieceChunks` cuts the step into pieces of that many chunks (0: one piece); else `pieceRatio`
+ * into pieces that shrink by that ratio down to PREFILL_PIECE_MIN_CHUNKS (shrinkingPieces), by
+ * default PREFILL_PIECE_RATIO where it pays — the fast build on a device with clusters (sm_90+: the
+ * early start), given `sms` (the device's multiprocessors), when the scan's CTAs fill at most half
+ * of them — and one piece elsewhere.
  */
 export function prefillPlan(
   s: PrefillShape, batch: number, rows: number, stream: Stream,
-  opts: { clusters: boolean; exact?: boolean; cluster?: 2 | 4; fuseNorm?: boolean },
+  opts: { clusters: boolean; exact?: boolean; cluster?: 2 | 4; fuseNorm?: boolean; sms?: number; pieceChunks?: number; pieceRatio?: number },
 ): PrefillPlan {
   if (s.dk > 128 || s.dv > 256 || s.hv % s.hk !== 0) throw new InvalidArgumentError(`gdn prefill: unsupported shape ${JSON.stringify(s)} (d_k ≤ 128, d_v ≤ 256)`);
   const exact = opts.exact ?? rows <= PREFILL_EXACT_MAX_ROWS;
@@ -146,11 +178,30 @@ export function prefillPlan(
   if (wyShared > MAX_SHARED || scanShared > MAX_SHARED) {
     throw new InvalidArgumentError(`gdn prefill: shape ${JSON.stringify(s)} needs ${Math.max(wyShared, scanShared)} bytes of shared memory (at most ${MAX_SHARED})`);
   }
+  const wy: LaunchConfig = { grid: [Math.floor(rows / C) + batch, s.hk], block: WY_THREADS, sharedBytes: wyShared, stream };
+  const chunks = Math.ceil(rows / C);
+  const scanCtas = ctas * s.hv * batch;
+  const pays = !exact && opts.clusters && opts.sms !== undefined && 2 * scanCtas <= opts.sms;
+  const ends =
+    opts.pieceChunks !== undefined
+      ? opts.pieceChunks === 0 ? [chunks] : equalPieces(chunks, opts.pieceChunks)
+      : opts.pieceRatio !== undefined || pays ? shrinkingPieces(chunks, opts.pieceRatio ?? PREFILL_PIECE_RATIO, PREFILL_PIECE_MIN_CHUNKS) : [chunks];
+  const pieces: PrefillPiece[] = [];
+  if (ends.length <= 1) pieces.push({ chunk0: 0, chunkEnd: PREFILL_ALL_CHUNKS, wy });
+  else {
+    ends.forEach((c1, i) => {
+      const c0 = i === 0 ? 0 : ends[i - 1]!;
+      // A sequence has at most c1 − c0 chunks in the piece; after the first, each WY kernel starts beside the last scan.
+      const grid = [Math.min(Math.floor(rows / C) + batch, batch * (c1 - c0)), s.hk];
+      pieces.push({ chunk0: c0, chunkEnd: c1 === chunks ? PREFILL_ALL_CHUNKS : c1, wy: { ...wy, grid, ...(c0 > 0 ? { earlyStart: true } : {}) } });
+    });
+  }
   return {
     planes,
     cluster: cl,
     fuseNorm,
-    wy: { grid: [Math.floor(rows / C) + batch, s.hk], block: WY_THREADS, sharedBytes: wyShared, stream },
+    pieces,
+    wy,
     scan: { grid: [ctas, s.hv, batch], block: 64 * mpc, sharedBytes: scanShared, stream },
     norm: fuseNorm ? undefined : { grid: [Math.max(rows, 1)], block: 128, stream },
     scratch: prefillScratchLayout(s, rows, planes),
@@ -169,6 +220,7 @@ export const PREFILL_PARAMS = {
   hk: 'i32', hv: 'i32', dk: 'i32', dv: 'i32', convK: 'i32', maxK: 'i32',
   eps: 'f32',
   fuseNorm: 'i32',
+  chunk0: 'i32', chunkEnd: 'i32',
 } as const satisfies KernelParams;
 
 export type PrefillKernel = Kernel<typeof PREFILL_PARAMS>;
@@ -189,7 +241,13 @@ export interface PrefillBuffers extends GdnStepPointers {
   readonly scratch: DevicePtr;
 }
 
-/** Enqueues the prefill of `rows` rows over `batch` positions: gdn_prefill_wy, gdn_prefill_scan (and gdn_prefill_norm). */
+/**
+ * Enqueues the prefill of `rows` rows over `batch` positions: per piece of the plan gdn_prefill_wy
+ * and gdn_prefill_scan, then gdn_prefill_norm where the scan does not fuse it. In a pipelined
+ * prefill each scan lets the next WY kernel start at once (it reads nothing the scan writes) and
+ * that kernel does not complete before the scan (kernels/gdn-chunk.cu piece_done), so each scan,
+ * stream-ordered, finds the state of the one before.
+ */
 export function launchPrefill(gpu: GpuBackend, kernels: PrefillKernels, s: PrefillShape, bufs: PrefillBuffers, batch: number, rows: number, eps: number, plan: PrefillPlan): void {
   if (batch === 0) return;
   const args = {
@@ -197,10 +255,14 @@ export function launchPrefill(gpu: GpuBackend, kernels: PrefillKernels, s: Prefi
     state: bufs.state, convRing: bufs.convRing, convWeight: bufs.convWeight, aLog: bufs.aLog, dtBias: bufs.dtBias,
     normWeight: bufs.normWeight, stash: bufs.stash, convStash: bufs.convStash, pending: bufs.pending, scratch: bufs.scratch,
     batch, rows, hk: s.hk, hv: s.hv, dk: s.dk, dv: s.dv, convK: s.convK, maxK: s.maxK, eps, fuseNorm: plan.fuseNorm ? 1 : 0,
+    chunk0: 0, chunkEnd: PREFILL_ALL_CHUNKS,
   };
   const exact = plan.planes === 2;
-  gpu.launch(exact ? kernels.wyExact : kernels.wy, plan.wy, args);
   const scan = plan.cluster === 4 ? (exact ? kernels.scanC4Exact : kernels.scanC4) : exact ? kernels.scanExact : kernels.scan;
-  gpu.launch(scan, plan.scan, args);
+  for (const piece of plan.pieces) {
+    const pa = { ...args, chunk0: piece.chunk0, chunkEnd: piece.chunkEnd };
+    gpu.launch(exact ? kernels.wyExact : kernels.wy, piece.wy, pa);
+    gpu.launch(scan, plan.scan, pa);
+  }
   if (plan.norm) gpu.launch(kernels.norm, plan.norm, args);
 }

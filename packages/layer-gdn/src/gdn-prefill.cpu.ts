@@ -18,6 +18,9 @@ export interface PrefillArgs extends PrefillBuffers {
   readonly maxK: number;
   readonly eps: number;
   readonly fuseNorm: number;
+  /** The launch's chunks of each sequence: [chunk0, min(chunkEnd, its chunks)) (a pipelined prefill's piece). */
+  readonly chunk0: number;
+  readonly chunkEnd: number;
 }
 
 const C = PREFILL_CHUNK;
@@ -56,6 +59,9 @@ function geoOf(a: PrefillArgs): Geo {
   }
   if (!Number.isInteger(a.batch) || a.batch < 0) throw new InvalidArgumentError(`gdn prefill: batch must be a non-negative integer, got ${a.batch}`);
   if (!Number.isInteger(a.rows) || a.rows < 0) throw new InvalidArgumentError(`gdn prefill: rows must be a non-negative integer, got ${a.rows}`);
+  if (!Number.isInteger(a.chunk0) || !Number.isInteger(a.chunkEnd) || a.chunk0 < 0 || a.chunkEnd <= a.chunk0) {
+    throw new InvalidArgumentError(`gdn prefill: the chunk range must be 0 ≤ chunk0 < chunkEnd, got [${a.chunk0}, ${a.chunkEnd})`);
+  }
   const r = hv / hk;
   const keyDim = hk * dk;
   const stashRow = dk + dv + 1;
@@ -156,7 +162,7 @@ export function prefillWyCpu(planes: PrefillPlanes) {
         for (let tap = 0; tap < K; tap++) acc += convW[c * K + tap]! * input(c, P - K + 1 + tap);
         return silu(acc);
       };
-      for (let c0 = 0; c0 < s.nrows; c0 += C) {
+      for (let c0 = a.chunk0 * C; c0 < Math.min(s.nrows, a.chunkEnd * C); c0 += C) {
         const n = Math.min(C, s.nrows - c0);
         const rowc = s.row0 + c0;
         const Pc = s.P0 + c0;
@@ -274,13 +280,20 @@ export function prefillScanCpu(planes: PrefillPlanes) {
     for (const s of seqs) {
       const nPend = s.P0 - s.L;
       if (s.nrows <= 0 && nPend <= 0) continue;
+      // The launch's chunks (a piece of a pipelined prefill): the first piece folds the pending
+      // rows, the last writes the ring.
+      const nch = Math.ceil(s.nrows / C);
+      if (a.chunk0 > 0 && a.chunk0 >= nch) continue;
+      const rowEnd = Math.min(s.nrows, a.chunkEnd * C);
       // Ring: the step's last K positions of [L, end).
       const end = s.P0 + s.nrows;
-      const ring = mem.f32(a.convRing + BigInt(4 * s.slot * K * G.convDim), K * G.convDim);
-      const input = convInputs(a, mem, G, s);
-      const vals: [number, Float32Array][] = [];
-      for (let p = Math.max(s.L, end - K); p < end; p++) vals.push([p, Float32Array.from({ length: G.convDim }, (_, c) => input(c, p))]);
-      for (const [p, row] of vals) ring.set(row, (p % K) * G.convDim);
+      if (a.chunkEnd >= nch) {
+        const ring = mem.f32(a.convRing + BigInt(4 * s.slot * K * G.convDim), K * G.convDim);
+        const input = convInputs(a, mem, G, s);
+        const vals: [number, Float32Array][] = [];
+        for (let p = Math.max(s.L, end - K); p < end; p++) vals.push([p, Float32Array.from({ length: G.convDim }, (_, c) => input(c, p))]);
+        for (const [p, row] of vals) ring.set(row, (p % K) * G.convDim);
+      }
       const state = mem.f32(a.state + BigInt(4 * s.slot * hv * dk * dv), hv * dk * dv);
       const y = s.nrows > 0 ? mem.f32(a.y + BigInt(4 * s.row0 * hv * dv), s.nrows * hv * dv) : new Float32Array(0);
       const z = s.nrows > 0 ? mem.f32(a.qkvz + BigInt(4 * s.row0 * G.width), s.nrows * G.width) : new Float32Array(0);
@@ -288,7 +301,7 @@ export function prefillScanCpu(planes: PrefillPlanes) {
         const kg = Math.floor(h / G.r);
         const mh = h % G.r;
         for (let e = 0; e < dk * dv; e++) S[e] = state[h * dk * dv + e]!;
-        if (nPend > 0) {
+        if (nPend > 0 && a.chunk0 === 0) {
           const st = mem.f32(a.stash + BigInt(4 * (s.slot * G.stashSeq + h * a.maxK * G.stashRow)), a.maxK * G.stashRow);
           const gl = st[(nPend - 1) * G.stashRow + dk + dv]!;
           const E = Math.exp(gl);
@@ -302,7 +315,7 @@ export function prefillScanCpu(planes: PrefillPlanes) {
             }
           }
         }
-        for (let c0 = 0; c0 < s.nrows; c0 += C) {
+        for (let c0 = a.chunk0 * C; c0 < rowEnd; c0 += C) {
           const n = Math.min(C, s.nrows - c0);
           const rowc = s.row0 + c0;
           const sc = (i: number, f: number) => V.sc[(h * a.rows + rowc + i) * 4 + f]!;

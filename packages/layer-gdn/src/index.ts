@@ -21,8 +21,9 @@ export {
 } from './gdn-prefill-kernels.js';
 export { chunkRowwiseKernel } from './gdn-kernels.js';
 export {
-  prefillPlan, launchPrefill, prefillScratchBytes, prefillScratchLayout, wySharedBytes, scanSharedBytes,
+  prefillPlan, launchPrefill, PREFILL_ALL_CHUNKS, PREFILL_PIECE_RATIO, PREFILL_PIECE_MIN_CHUNKS, type PrefillPiece, prefillScratchBytes, prefillScratchLayout, wySharedBytes, scanSharedBytes,
   PREFILL_CHUNK, PREFILL_EXACT_MAX_ROWS, PREFILL_SCAN_CLUSTER, PREFILL_PARAMS,
   type PrefillPlan, type PrefillShape, type PrefillKernels, type PrefillKernel, type PrefillBuffers, type PrefillScratchLayout, type PrefillPlanes,
 } from './gdn-prefill-launch.js';
+export { equalPieces, shrinkingPieces } from './gdn-prefill-pieces.js';
 export { prefillWyCpu, prefillScanCpu, prefillNormCpu, type PrefillArgs } from './gdn-prefill.cpu.js';

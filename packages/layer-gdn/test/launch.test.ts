@@ -13,6 +13,8 @@ import {
 } from '../src/gdn-decode-launch.js';
 import { foldPath, foldStateLaunch, foldStateSharedBytes } from '../src/gdn-fold-launch.js';
 import { VERIFY_PREP_THREADS, twoKernelVerifyLaunches, twoKernelVerifySupported, verifyStateSharedBytes } from '../src/gdn-verify-launch.js';
+import { PREFILL_ALL_CHUNKS, PREFILL_PIECE_MIN_CHUNKS, PREFILL_PIECE_RATIO, prefillPlan } from '../src/gdn-prefill-launch.js';
+import { equalPieces, shrinkingPieces } from '../src/gdn-prefill-pieces.js';
 
 const B80 = { hk: 16, hv: 32, dk: 128, dv: 128, convK: 4, maxK: 4 };
 const stream = { id: 0 } as unknown as Stream; // opaque to the launch shapes
@@ -132,5 +134,55 @@ describe('two-kernel verify and register fold launch shapes (src/gdn-verify-laun
     expect(foldPath(B80)).toBe('register');
     expect(foldPath({ ...B80, dv: 256 })).toBe(foldVariant({ ...B80, dv: 256 }));
     expect(foldPath({ ...B80, dk: 46 })).toBe('smem');
+  });
+});
+
+describe('prefill pieces (prefillPlan: a pipelined prefill)', () => {
+  const s = B80;
+  const bounds = (p: { pieces: readonly { chunk0: number; chunkEnd: number }[] }) => p.pieces.map((x) => [x.chunk0, x.chunkEnd]);
+  it('pipelines the fast build of a batch of one where clusters run and the scan fills at most half the SMs, in shrinking pieces', () => {
+    const p = prefillPlan(s, 1, 8192, stream, { clusters: true, sms: 132 });
+    expect(p.planes).toBe(1);
+    const ends = shrinkingPieces(128, PREFILL_PIECE_RATIO, PREFILL_PIECE_MIN_CHUNKS);
+    expect(ends).toEqual([82, 115, 128]);
+    expect(p.pieces).toHaveLength(ends.length);
+    // Contiguous, in order, the last open-ended; each WY grid covers its piece; early start after the first.
+    p.pieces.forEach((piece, i) => {
+      expect(piece.chunk0).toBe(i === 0 ? 0 : ends[i - 1]);
+      expect(piece.chunkEnd).toBe(i === ends.length - 1 ? PREFILL_ALL_CHUNKS : ends[i]);
+      expect(piece.wy.grid).toEqual([ends[i]! - (i === 0 ? 0 : ends[i - 1]!), s.hk]);
+      expect(piece.wy.earlyStart === true).toBe(i > 0);
+    });
+    expect(p.scan.earlyStart).toBeUndefined();
+  });
+  it('runs one piece where pipelining would not pay or cannot start early', () => {
+    const one = [[0, PREFILL_ALL_CHUNKS]];
+    expect(bounds(prefillPlan(s, 1, 8192, stream, { clusters: true }))).toEqual(one); // no SM count
+    expect(bounds(prefillPlan(s, 1, 8192, stream, { clusters: false, sms: 132 }))).toEqual(one); // before sm_90
+    expect(bounds(prefillPlan(s, 4, 8192, stream, { clusters: true, sms: 132 }))).toEqual(one); // 256 scan CTAs
+    expect(bounds(prefillPlan(s, 1, 1024, stream, { clusters: true, sms: 132 }))).toEqual(one); // exact build
+    expect(bounds(prefillPlan(s, 1, 8192, stream, { clusters: true, sms: 132, pieceChunks: 0 }))).toEqual(one);
+    expect(bounds(prefillPlan(s, 1, 64 * 15, stream, { clusters: true, sms: 132, exact: false }))).toEqual(one); // two pieces would leave one under 8 chunks
+  });
+  it('cuts any plan into the pieces asked for (ragged batches: every sequence by its own chunks)', () => {
+    const p = prefillPlan(s, 3, 200, stream, { clusters: false, pieceChunks: 1 });
+    expect(bounds(p)).toEqual([[0, 1], [1, 2], [2, 3], [3, PREFILL_ALL_CHUNKS]]);
+    expect(p.pieces.map((x) => (x.wy.grid as readonly number[])[0])).toEqual([3, 3, 3, 3]);
+    expect(bounds(prefillPlan(s, 1, 8192, stream, { clusters: false, pieceRatio: 0.5 })).map((b) => b[0])).toEqual([0, 68, 102, 119]);
+    expect(() => prefillPlan(s, 1, 200, stream, { clusters: false, pieceChunks: 1.5 })).toThrow(/pieceChunks must be a positive integer, got 1.5/);
+    expect(() => prefillPlan(s, 1, 200, stream, { clusters: false, pieceChunks: -1 })).toThrow(/pieceChunks/);
+    expect(() => prefillPlan(s, 1, 200, stream, { clusters: false, pieceRatio: 1 })).toThrow(/pieceRatio must be in \(0, 1\), got 1/);
+  });
+  it('shrinking pieces: each at least the smallest, contiguous, covering every chunk', () => {
+    for (const chunks of [1, 7, 16, 17, 40, 128, 129, 1000]) {
+      for (const ratio of [0.3, 0.5, 2 / 3, 0.9]) {
+        const ends = shrinkingPieces(chunks, ratio, 8);
+        expect(ends.at(-1)).toBe(chunks);
+        const sizes = ends.map((e, i) => e - (i === 0 ? 0 : ends[i - 1]!));
+        expect(sizes.every((x) => x > 0)).toBe(true);
+        if (sizes.length > 1) expect(Math.min(...sizes)).toBeGreaterThanOrEqual(7); // rounding of the boundaries: within a chunk
+      }
+    }
+    expect(equalPieces(10, 4)).toEqual([4, 8, 10]);
   });
 });

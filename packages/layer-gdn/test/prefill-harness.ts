@@ -183,6 +183,12 @@ export interface PrefillOptions {
   readonly clusters: boolean;
   /** CTAs per cluster of the scan (default PREFILL_SCAN_CLUSTER). */
   readonly cluster?: 2 | 4;
+  /** Chunks per piece of a pipelined prefill (prefillPlan; default: one piece, or with `sms` the plan's own choice). */
+  readonly pieceChunks?: number;
+  /** The device's multiprocessors: prefillPlan then pipelines where the layer would. */
+  readonly sms?: number;
+  /** Fuse the norm (default: `clusters`); with clusters and `fuseNorm` false, the layer's fast-build plan. */
+  readonly fuseNorm?: boolean;
 }
 
 /** The chunked prefill on `gpu`. */
@@ -193,7 +199,9 @@ export function runChunked(gpu: GpuBackend, kernels: PrefillKernels, s: PShape, 
   const shape = shapeArgs(s);
   // clusters: the fused norm wherever one cluster holds a head (the layer fuses only the exact build).
   const plan = prefillPlan(shape, batch, rows, gpu.defaultStream, {
-    clusters: opts.clusters, fuseNorm: opts.clusters, exact: opts.exact, ...(opts.cluster ? { cluster: opts.cluster } : {}),
+    clusters: opts.clusters, fuseNorm: opts.fuseNorm ?? opts.clusters, exact: opts.exact, ...(opts.cluster ? { cluster: opts.cluster } : {}),
+    ...(opts.sms !== undefined ? { sms: opts.sms } : {}),
+    ...(opts.pieceChunks !== undefined || opts.sms === undefined ? { pieceChunks: opts.pieceChunks ?? 0 } : {}),
   });
   const scratch = gpu.alloc(Math.max(prefillScratchBytes(shape, Math.max(rows, 1)), plan.scratch.bytes));
   try {

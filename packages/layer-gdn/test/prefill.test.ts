@@ -32,8 +32,10 @@ describe('chunked prefill CPU twins vs the row-by-row reference', () => {
     ];
     for (const c of cases) {
       for (const exact of [true, false]) {
-        for (const clusters of [true, false]) {
-          it(`${s.name} | ${c.name} | ${exact ? 'exact' : 'fast'}${clusters ? ', fused norm' : ''}`, () => {
+        // pieces of one chunk: the pipelined prefill's launches (prefillPlan pieceChunks), each scan
+        // from the state the one before wrote.
+        for (const [clusters, pieceChunks] of [[true, 0], [false, 0], [false, 1]] as const) {
+          it(`${s.name} | ${c.name} | ${exact ? 'exact' : 'fast'}${clusters ? ', fused norm' : ''}${pieceChunks ? ', pieces of 1 chunk' : ''}`, () => {
             const R = rng(seed++);
             const layout = layoutOf(s, R, c.seqs);
             const host = randomHost(s, layout, R);
@@ -41,7 +43,7 @@ describe('chunked prefill CPU twins vs the row-by-row reference', () => {
             const cpu = new CpuBackend({ memoryLimit: 2 ** 30 });
             try {
               const ref = runRowwise(cpu, chunkKernel as never, s, host, carried);
-              const got = runChunked(cpu, prefillKernels, s, host, carried, { exact, clusters });
+              const got = runChunked(cpu, prefillKernels, s, host, carried, { exact, clusters, pieceChunks });
               for (const name of OUTPUTS) {
                 const d = diff(got[name], ref[name]);
                 expect(d.nanMismatch, `${name}: written on one side only`).toBe(0);

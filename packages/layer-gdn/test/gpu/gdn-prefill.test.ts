@@ -119,15 +119,18 @@ describe.skipIf(!device.available)('chunked prefill on CUDA vs the CPU reference
         // two positions shared a slot (layoutOf now refuses that); on the H200 it agrees to ~2e-7.
         const oracle = runRowwise(gpu, rowwise, s, host, carried);
         compare(`${s.name} | ${c.name} | oracle`, 'cpu', oracle, ref, 1e-4);
+        // pieces of one chunk: a pipelined prefill (each WY kernel after the first with an early
+        // start beside the scan before it; prefillPlan pieceChunks).
         const variants = [
-          ...(clusters ? [{ fuse: true, cluster: 2 as const }, { fuse: true, cluster: 4 as const }] : []),
+          ...(clusters ? [{ fuse: true, cluster: 2 as const }, { fuse: true, cluster: 4 as const }, { fuse: true, cluster: 2 as const, pieceChunks: 1 }] : []),
           { fuse: false, cluster: 2 as const },
           { fuse: false, cluster: 4 as const },
+          { fuse: false, cluster: 2 as const, pieceChunks: 1 },
         ];
         for (const exact of [true, false]) {
-          for (const { fuse, cluster } of variants) {
-            const got = runChunked(gpu, kernels, s, host, carried, { exact, clusters: fuse, cluster });
-            const name = `${s.name} | ${c.name} | ${exact ? 'exact' : 'fast'}${fuse ? ' fused' : ''} c${cluster}`;
+          for (const { fuse, cluster, pieceChunks } of variants as readonly { fuse: boolean; cluster: 2 | 4; pieceChunks?: number }[]) {
+            const got = runChunked(gpu, kernels, s, host, carried, { exact, clusters: fuse, cluster, pieceChunks });
+            const name = `${s.name} | ${c.name} | ${exact ? 'exact' : 'fast'}${fuse ? ' fused' : ''} c${cluster}${pieceChunks ? ' pieces of 1' : ''}`;
             compare(name, 'cpu', got, ref, exact ? EXACT_TOL : FAST_TOL);
             compare(name, 'oracle', got, oracle, exact ? EXACT_TOL : FAST_TOL);
           }
@@ -170,6 +173,16 @@ describe.skipIf(!device.available)('chunked prefill on CUDA vs the CPU reference
         for (const [fuse, cluster] of [[clusters, 2], [clusters, 4], [false, 2]] as const) {
           const got = runChunked(gpu, kernels, big, host, carried, { exact, clusters: fuse, cluster });
           compare(`80B ${label} | ${exact ? 'exact' : 'fast'}${fuse ? ' fused' : ''} c${cluster}`, 'oracle', got, oracle, exact ? EXACT_TOL : FAST_TOL);
+          // In pieces (the layer pipelines a batch of one): the same kernels on the same chunks, the
+          // state through memory in f32 between pieces, so the same bits as in one piece. The
+          // layer's own plan (sms: shrinking pieces for the fast build of one sequence) and pieces of 7.
+          if (cluster === 2) {
+            for (const cut of [{ sms: gpu.device.multiprocessors }, { pieceChunks: 7 }]) {
+              const piecewise = runChunked(gpu, kernels, big, host, carried, { exact, clusters, fuseNorm: fuse, cluster, ...cut });
+              const name = `80B ${label} | ${exact ? 'exact' : 'fast'}${fuse ? ' fused' : ''} c${cluster} ${cut.sms ? 'layer plan' : 'pieces of 7'}`;
+              compare(name, 'one piece', piecewise, got, 0);
+            }
+          }
         }
       }
     });
