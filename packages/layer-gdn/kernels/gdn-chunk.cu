@@ -1,8 +1,9 @@
 // Gated DeltaNet prefill in the chunked WY form (docs/layers/gdn.md, "Chunked form"; C = 64):
 // gdn_prefill_wy[_x3], gdn_prefill_scan[_c4][_x3], gdn_prefill_norm. Buffer layouts: ../KERNELS.md
 // ("Prefill"); launches: src/gdn-prefill-launch.ts (prefillPlan, launchPrefill); CPU twins:
-// src/gdn-prefill.cpu.ts. Self-contained (shares no code with gdn-recurrent.cu; gdn-chunk-rowwise.cu
-// keeps the row-by-row version as the oracle). dev/emu runs this file in a CPU thread emulator.
+// src/gdn-prefill.cpu.ts. Self-contained but for gdn-cluster.cuh and gdn-pdl.cuh (no code of
+// gdn-recurrent.cu; gdn-chunk-rowwise.cu keeps the row-by-row version as the oracle). dev/emu runs
+// this file in a CPU thread emulator.
 //
 // Two launches (three on sm_80, or when d_v > 128), stream-ordered:
 // 1. gdn_prefill_wy: one CTA per (chunk of 64 rows of one sequence, key head g), 256 threads.
@@ -47,6 +48,7 @@
 // the scans, 128 for gdn_prefill_wy (2 CTAs per SM), no spills (nvcc -Xptxas -v).
 #include <stdint.h>
 #include "gdn-cluster.cuh"
+#include "gdn-pdl.cuh"
 
 #if defined(__CUDA_ARCH__)
 #define GDNP_DEV 1
@@ -94,18 +96,10 @@ struct Args {
 
 // ---- small helpers ---------------------------------------------------------------------------
 
-// Programmatic dependent launch (sm_90; no-ops before, in the emulator and for a plain launch): a
-// pipelined prefill's scan lets the next piece's WY kernel start at once (launchPrefill).
-__device__ __forceinline__ void wait_previous_kernel() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void let_next_kernel_start() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
+// Programmatic dependent launch (gdn-pdl.cuh): a pipelined prefill's scan lets the next piece's WY
+// kernel start at once (launchPrefill).
+using gdn_pdl::let_next_kernel_start;
+using gdn_pdl::wait_previous_kernel;
 
 __host__ __device__ __forceinline__ int round_up(int x, int m) { return (x + m - 1) / m * m; }
 // f(integral constant 0), …, f(N − 1): compile-time indices for offsets that must be immediates.

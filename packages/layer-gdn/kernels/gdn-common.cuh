@@ -18,6 +18,7 @@
 //   the others return ("group mode"). Only multi-row commits (tests, the prefill oracle) take it.
 #pragma once
 #include <stdint.h>
+#include "gdn-pdl.cuh"
 
 // Which variants' entry points a build of gdn-recurrent.cu / gdn-fold.cu has: all, or only
 // GDN_ONLY_VARIANT's (0 legacy, 1 smem, 2 stream, 3 pipe, 4 split, 5 persist; bench/gdn-tune.sh).
@@ -101,20 +102,9 @@ __device__ __forceinline__ ConvSource conv_source(const Args& A, const Geo& G, i
   return {3, (slot * A.K + p % A.K) * G.convDim};
 }
 
-// Programmatic dependent launch (LaunchConfig.earlyStart; sm_90): a kernel launched with an early
-// start waits here for the previous kernel on its stream before it reads what that kernel wrote;
-// a kernel lets the next one start early from here. No-ops below sm_90, in the CPU thread
-// emulator, and for a plain launch (the wait then returns at once).
-__device__ __forceinline__ void wait_previous_kernel() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void let_next_kernel_start() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
+// Programmatic dependent launch (gdn-pdl.cuh).
+using gdn_pdl::let_next_kernel_start;
+using gdn_pdl::wait_previous_kernel;
 
 __device__ __forceinline__ int tid_lin() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
 __device__ __forceinline__ int nthreads() { return blockDim.x * blockDim.y * blockDim.z; }
