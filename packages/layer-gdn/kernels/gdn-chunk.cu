@@ -1609,10 +1609,24 @@ __device__ __forceinline__ void scan_seq(const Args& A) {
 // ================================================================================================
 // Kernel 3: gated RMSNorm of y in place (after a scan with fuseNorm = 0). One CTA per step row.
 // ================================================================================================
+// The step row of norm CTA x in a piece (KERNELS.md "Pieces"): the rows of the launch's chunks of
+// each sequence, in batch order; -1 past them.
+__device__ __forceinline__ int piece_row(const Args& A, int x) {
+  for (int i = 0; i < A.batch; ++i) {
+    const int n = A.rowStarts[i + 1] - A.rowStarts[i];
+    const int lo = (int)min((long long)n, (long long)C * A.chunk0), hi = (int)min((long long)n, (long long)C * A.chunkEnd);
+    if (x < hi - lo) return A.rowStarts[i] + lo + x;
+    x -= max(0, hi - lo);
+  }
+  return -1;
+}
+
 __device__ __forceinline__ void norm_row(const Args& A) {
   const Geo G = geo_of(A);
-  const int row = blockIdx.x;
-  if (row >= A.rows) return;
+  // A whole step: CTA x takes row x; a piece: the x-th row of its chunks.
+  const bool whole = A.chunk0 == 0 && (long long)C * A.chunkEnd >= A.rows;
+  const int row = whole ? (int)blockIdx.x : piece_row(A, blockIdx.x);
+  if (row < 0 || row >= A.rows) return;
   // The row's batch position (rowStarts ascending); padding positions' rows are left alone.
   int lo = 0, hi = A.batch;  // find b with rowStarts[b] ≤ row < rowStarts[b + 1]
   if (row >= A.rowStarts[A.batch]) return;
@@ -1671,8 +1685,9 @@ __device__ __forceinline__ void norm_row(const Args& A) {
 }
 
 // A WY kernel of a later piece of a pipelined prefill runs beside the last piece's scan (an early
-// start after it; it reads nothing the scan writes). Its grid must not complete before that scan
-// does, so that the next scan, stream-ordered after it, finds the state: one CTA waits for it.
+// start after it; it reads nothing the scan writes), and so does the norm of the piece before that
+// scan's. Neither grid may complete before the kernel before it does, so that the next scan,
+// stream-ordered after them, finds the state the last scan wrote: one CTA waits for it.
 __device__ __forceinline__ void piece_done() {
   if (blockIdx.x == gridDim.x - 1 && blockIdx.y == gridDim.y - 1 && blockIdx.z == gridDim.z - 1) wait_previous_kernel();
 }
@@ -1743,9 +1758,13 @@ extern "C" __global__ void GDNP_CLUSTER(4) __launch_bounds__(256, 1) gdn_prefill
   gdnp::let_next_kernel_start();  // the next piece's WY kernel (a pipelined prefill)
   gdnp::scan_seq<2, 4>(A);
 }
-// Launch: grid [rows], 128 threads.
+// Launch: grid [rows] (a piece: its rows), 128 threads. A piece's norm runs beside the next piece's
+// scan (an early start after it) and lets the next WY kernel start beside both; like that WY
+// kernel, it does not complete before the scan (piece_done).
 extern "C" __global__ void __launch_bounds__(128) gdn_prefill_norm(GDNP_PARAMS) {
   const GDNP_ARGS;
   gdnp::check_shape(A);
+  gdnp::let_next_kernel_start();
   gdnp::norm_row(A);
+  gdnp::piece_done();
 }

@@ -114,20 +114,24 @@ export const PREFILL_ALL_CHUNKS = 0x7fffffff;
  * A pipelined prefill's pieces shrink by this ratio (gdn-prefill-pieces.ts shrinkingPieces): a
  * batch of one sequence scans on 2 CTAs per value head (64 SMs at the 80B shape), so during the
  * scan the rest of the GPU would idle; in pieces, each piece's WY kernel runs beside the previous
- * piece's scan. On the H200 at the 80B shape, 8 192 rows (128 chunks; docs/benchmarks.md, tenth
- * round): one piece 0.815–0.826 ms; pieces shrinking by 0.3 / 0.4 / 0.5 / 2/3 / 0.8:
- * 0.757–0.773 / 0.725–0.739 / 0.742–0.754 / 0.757–0.779 / 0.813–0.835 ms; 4 pieces of 32 chunks
- * 0.778–0.795 ms. 0.4 cuts 128 chunks as 82, 33, 13.
+ * piece's scan (and, unfused, the piece before's norm). On the H200 at the 80B shape, 8 192 rows
+ * (128 chunks; docs/benchmarks.md, tenth round), the norms still after the last scan: one piece
+ * 0.815–0.826 ms; pieces shrinking by 0.3 / 0.4 / 0.5 / 2/3 / 0.8: 0.757–0.773 / 0.725–0.739 /
+ * 0.742–0.754 / 0.757–0.779 / 0.813–0.835 ms; 4 pieces of 32 chunks 0.778–0.795 ms. With each
+ * piece's norm beside the next scan: one piece 0.817–0.833, shrinking by 0.3 / 0.4 / 0.5:
+ * 0.725–0.736 / 0.702–0.717 / 0.737–0.745, pieces of 32 0.736–0.747 ms. 0.4 cuts 128 chunks as
+ * 82, 33, 13.
  */
 export const PREFILL_PIECE_RATIO = 0.4;
 /** The smallest piece (chunks) of a pipelined prefill: every piece costs a WY and a scan launch. */
 export const PREFILL_PIECE_MIN_CHUNKS = 8;
 
-/** One piece of a prefill: its chunks [chunk0, chunkEnd) of every sequence and its WY launch. */
+/** One piece of a prefill: its chunks [chunk0, chunkEnd) of every sequence, its WY launch and (unfused, several pieces) its norm's. */
 export interface PrefillPiece {
   readonly chunk0: number;
   readonly chunkEnd: number;
   readonly wy: LaunchConfig;
+  readonly norm?: LaunchConfig;
 }
 
 export interface PrefillPlan {
@@ -193,7 +197,11 @@ export function prefillPlan(
       const c0 = i === 0 ? 0 : ends[i - 1]!;
       // A sequence has at most c1 − c0 chunks in the piece; after the first, each WY kernel starts beside the last scan.
       const grid = [Math.min(Math.floor(rows / C) + batch, batch * (c1 - c0)), s.hk];
-      pieces.push({ chunk0: c0, chunkEnd: c1 === chunks ? PREFILL_ALL_CHUNKS : c1, wy: { ...wy, grid, ...(c0 > 0 ? { earlyStart: true } : {}) } });
+      const wyPiece: LaunchConfig = { ...wy, grid, ...(c0 > 0 ? { earlyStart: true } : {}) };
+      // Its rows' norm: beside the next piece's scan (an early start), the last one's after it.
+      const last = c1 === chunks;
+      const norm: LaunchConfig = { grid: [Math.max(1, Math.min(rows, batch * C * (c1 - c0)))], block: 128, stream, ...(last ? {} : { earlyStart: true }) };
+      pieces.push({ chunk0: c0, chunkEnd: last ? PREFILL_ALL_CHUNKS : c1, wy: wyPiece, ...(fuseNorm ? {} : { norm }) });
     });
   }
   return {
@@ -244,9 +252,11 @@ export interface PrefillBuffers extends GdnStepPointers {
 /**
  * Enqueues the prefill of `rows` rows over `batch` positions: per piece of the plan gdn_prefill_wy
  * and gdn_prefill_scan, then gdn_prefill_norm where the scan does not fuse it. In a pipelined
- * prefill each scan lets the next WY kernel start at once (it reads nothing the scan writes) and
- * that kernel does not complete before the scan (kernels/gdn-chunk.cu piece_done), so each scan,
- * stream-ordered, finds the state of the one before.
+ * prefill each scan lets the next kernels start at once: the norm of the piece before (its rows
+ * are final) and the next piece's WY kernel (it reads nothing a scan writes); neither completes
+ * before the kernel before it (kernels/gdn-chunk.cu piece_done), so each scan, stream-ordered,
+ * finds the state of the one before. Order: WY₀, scan₀, WY₁, scan₁, norm₀, WY₂, scan₂, norm₁, …,
+ * scanₙ₋₁, normₙ₋₂, normₙ₋₁.
  */
 export function launchPrefill(gpu: GpuBackend, kernels: PrefillKernels, s: PrefillShape, bufs: PrefillBuffers, batch: number, rows: number, eps: number, plan: PrefillPlan): void {
   if (batch === 0) return;
@@ -259,10 +269,16 @@ export function launchPrefill(gpu: GpuBackend, kernels: PrefillKernels, s: Prefi
   };
   const exact = plan.planes === 2;
   const scan = plan.cluster === 4 ? (exact ? kernels.scanC4Exact : kernels.scanC4) : exact ? kernels.scanExact : kernels.scan;
-  for (const piece of plan.pieces) {
-    const pa = { ...args, chunk0: piece.chunk0, chunkEnd: piece.chunkEnd };
-    gpu.launch(exact ? kernels.wyExact : kernels.wy, piece.wy, pa);
-    gpu.launch(scan, plan.scan, pa);
-  }
-  if (plan.norm) gpu.launch(kernels.norm, plan.norm, args);
+  const P = plan.pieces;
+  const pieceArgs = (i: number) => ({ ...args, chunk0: P[i]!.chunk0, chunkEnd: P[i]!.chunkEnd });
+  const normOf = (i: number) => gpu.launch(kernels.norm, P[i]!.norm!, pieceArgs(i));
+  P.forEach((piece, i) => {
+    if (i >= 2 && piece.norm) normOf(i - 2);
+    gpu.launch(exact ? kernels.wyExact : kernels.wy, piece.wy, pieceArgs(i));
+    gpu.launch(scan, plan.scan, pieceArgs(i));
+  });
+  if (P.length > 1 && P[0]!.norm) {
+    normOf(P.length - 2);
+    normOf(P.length - 1);
+  } else if (plan.norm) gpu.launch(kernels.norm, plan.norm, args);
 }

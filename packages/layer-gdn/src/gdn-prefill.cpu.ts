@@ -392,7 +392,7 @@ export function prefillScanCpu(planes: PrefillPlanes) {
 
 // ---- gdn_prefill_norm ---------------------------------------------------------------------------
 
-/** `gdn.prefill-norm`: y ← w ⊙ y / √(mean(y²) + eps) ⊙ SiLU(z) per value head, on the rows of real sequences. */
+/** `gdn.prefill-norm`: y ← w ⊙ y / √(mean(y²) + eps) ⊙ SiLU(z) per value head, on the rows of real sequences in the launch's chunks. */
 export function prefillNormCpu(a: PrefillArgs, { mem }: CpuKernelContext): void {
   const G = geoOf(a);
   const { hv, dk, dv } = a;
@@ -401,7 +401,8 @@ export function prefillNormCpu(a: PrefillArgs, { mem }: CpuKernelContext): void 
     if (s.nrows <= 0) continue;
     const y = mem.f32(a.y + BigInt(4 * s.row0 * hv * dv), s.nrows * hv * dv);
     const z = mem.f32(a.qkvz + BigInt(4 * s.row0 * G.width), s.nrows * G.width);
-    for (let i = 0; i < s.nrows; i++) {
+    // The launch's chunks (a piece of a pipelined prefill: its rows only).
+    for (let i = a.chunk0 * C; i < Math.min(s.nrows, a.chunkEnd * C); i++) {
       for (let h = 0; h < hv; h++) {
         const yo = (i * hv + h) * dv;
         let ss = 0;

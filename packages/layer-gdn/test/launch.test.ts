@@ -152,8 +152,13 @@ describe('prefill pieces (prefillPlan: a pipelined prefill)', () => {
       expect(piece.chunkEnd).toBe(i === ends.length - 1 ? PREFILL_ALL_CHUNKS : ends[i]);
       expect(piece.wy.grid).toEqual([ends[i]! - (i === 0 ? 0 : ends[i - 1]!), s.hk]);
       expect(piece.wy.earlyStart === true).toBe(i > 0);
+      // Its rows' norm: beside the next piece's scan, the last after the last scan.
+      expect(piece.norm?.grid).toEqual([64 * (ends[i]! - (i === 0 ? 0 : ends[i - 1]!))]);
+      expect(piece.norm?.earlyStart === true).toBe(i < ends.length - 1);
     });
     expect(p.scan.earlyStart).toBeUndefined();
+    // The exact build fuses the norm: no norm launches of its own.
+    expect(prefillPlan(s, 1, 8192, stream, { clusters: true, exact: true, pieceChunks: 32 }).pieces.every((x) => x.norm === undefined)).toBe(true);
   });
   it('runs one piece where pipelining would not pay or cannot start early', () => {
     const one = [[0, PREFILL_ALL_CHUNKS]];
