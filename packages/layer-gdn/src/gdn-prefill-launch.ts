@@ -143,6 +143,7 @@ export interface PrefillPlan {
   /** The WY kernel over all of the step's chunks (one piece's is in `pieces`). */
   readonly wy: LaunchConfig;
   readonly scan: LaunchConfig;
+  /** The norm over the whole step (unfused; a pipelined prefill's pieces carry their own). */
   readonly norm: LaunchConfig | undefined;
   readonly scratch: PrefillScratchLayout;
   /** The pieces in order: one over all chunks, or a pipelined prefill's (each WY after the first with an early start). */
