@@ -432,18 +432,24 @@ __host__ __device__ __forceinline__ WyLay wy_lay(int P, int dv, int r) {
   return L;
 }
 
-// The (sequence, chunk) of CTA x: the launch's chunks [chunk0, chunkEnd) of each real sequence, in batch order.
+// The launch's chunks [lo, hi) of a sequence of n rows: [chunk0, chunkEnd) clipped to its chunks.
+__device__ __forceinline__ void launch_chunks(const Args& A, int n, int& lo, int& hi) {
+  const int nc = n > 0 ? (n + C - 1) / C : 0;
+  lo = min(nc, A.chunk0);
+  hi = min(nc, A.chunkEnd);
+}
+
+// The (sequence, chunk) of CTA x: the launch's chunks of each real sequence, in batch order.
 __device__ __forceinline__ bool chunk_of(const Args& A, int x, int& b, int& c) {
   for (int i = 0; i < A.batch; ++i) {
-    const int n = A.rowStarts[i + 1] - A.rowStarts[i];
-    const int nc = n > 0 ? (n + C - 1) / C : 0;
-    const int lo = min(nc, A.chunk0), m = min(nc, A.chunkEnd) - lo;
-    if (x < m) {
+    int lo, hi;
+    launch_chunks(A, A.rowStarts[i + 1] - A.rowStarts[i], lo, hi);
+    if (x < hi - lo) {
       b = i;
       c = lo + x;
       return true;
     }
-    x -= m;
+    x -= hi - lo;
   }
   return false;
 }
@@ -1209,6 +1215,8 @@ __device__ __forceinline__ void scan_seq(const Args& A) {
   if (s.nrows <= 0 && nPend <= 0) return;
   // This launch's chunks [cb, ce) (a pipelined prefill runs the scan in pieces, launchPrefill): the
   // first piece folds the pending rows, the last writes the ring, each reads and writes the state.
+  // (launch_chunks' range, with cb = chunk0 once past the test: the exact scans, at 255
+  // registers, spilled with the helper's clipped copy.)
   const int nch = (s.nrows + C - 1) / C;
   const int cb = A.chunk0, ce = min(nch, A.chunkEnd);
   if (cb > 0 && cb >= nch) return;
@@ -1609,34 +1617,45 @@ __device__ __forceinline__ void scan_seq(const Args& A) {
 // ================================================================================================
 // Kernel 3: gated RMSNorm of y in place (after a scan with fuseNorm = 0). One CTA per step row.
 // ================================================================================================
-// The step row of norm CTA x in a piece (KERNELS.md "Pieces"): the rows of the launch's chunks of
-// each sequence, in batch order; -1 past them.
-__device__ __forceinline__ int piece_row(const Args& A, int x) {
+// The step row of norm CTA x in a piece (KERNELS.md "Pieces") and its batch position b: the rows
+// of the launch's chunks of each sequence, in batch order; false past them.
+__device__ __forceinline__ bool piece_row(const Args& A, int x, int& row, int& b) {
   for (int i = 0; i < A.batch; ++i) {
-    const int n = A.rowStarts[i + 1] - A.rowStarts[i];
-    const int lo = (int)min((long long)n, (long long)C * A.chunk0), hi = (int)min((long long)n, (long long)C * A.chunkEnd);
-    if (x < hi - lo) return A.rowStarts[i] + lo + x;
-    x -= max(0, hi - lo);
+    const int r0 = A.rowStarts[i], n = A.rowStarts[i + 1] - r0;
+    int lo, hi;
+    launch_chunks(A, n, lo, hi);
+    const int rlo = C * lo, rhi = min(n, C * hi);  // rows of the chunks (the last may be short)
+    if (x < rhi - rlo) {
+      row = r0 + rlo + x;
+      b = i;
+      return true;
+    }
+    x -= max(0, rhi - rlo);
   }
-  return -1;
+  return false;
 }
 
-__device__ __forceinline__ void norm_row(const Args& A) {
-  const Geo G = geo_of(A);
-  // A whole step: CTA x takes row x; a piece: the x-th row of its chunks.
-  const bool whole = A.chunk0 == 0 && (long long)C * A.chunkEnd >= A.rows;
-  const int row = whole ? (int)blockIdx.x : piece_row(A, blockIdx.x);
-  if (row < 0 || row >= A.rows) return;
-  // The row's batch position (rowStarts ascending); padding positions' rows are left alone.
+// The batch position b of a step row (rowStarts ascending); false past the step's rows.
+__device__ __forceinline__ bool row_position(const Args& A, int row, int& b) {
+  if (row >= A.rows || row >= A.rowStarts[A.batch]) return false;
   int lo = 0, hi = A.batch;  // find b with rowStarts[b] ≤ row < rowStarts[b + 1]
-  if (row >= A.rowStarts[A.batch]) return;
   while (hi - lo > 1) {
     const int mid = (lo + hi) >> 1;
     if (A.rowStarts[mid] <= row) lo = mid;
     else hi = mid;
   }
   while (lo < A.batch && A.rowStarts[lo + 1] <= row) ++lo;  // empty positions
-  if (lo >= A.batch || A.slots[lo] < 0) return;
+  b = lo;
+  return lo < A.batch;
+}
+
+__device__ __forceinline__ void norm_row(const Args& A) {
+  const Geo G = geo_of(A);
+  // A whole step: CTA x takes row x; a piece: the x-th row of its chunks. Padding positions' rows
+  // are left alone.
+  const bool whole = A.chunk0 == 0 && (long long)C * A.chunkEnd >= A.rows;
+  int row = blockIdx.x, b;
+  if (!(whole ? row_position(A, row, b) : piece_row(A, blockIdx.x, row, b)) || A.slots[b] < 0) return;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   const int dk = A.dk, dv = A.dv;
   float* yrow = A.y + (size_t)row * A.hv * dv;

@@ -183,7 +183,8 @@ export function prefillPlan(
   if (wyShared > MAX_SHARED || scanShared > MAX_SHARED) {
     throw new InvalidArgumentError(`gdn prefill: shape ${JSON.stringify(s)} needs ${Math.max(wyShared, scanShared)} bytes of shared memory (at most ${MAX_SHARED})`);
   }
-  const wy: LaunchConfig = { grid: [Math.floor(rows / C) + batch, s.hk], block: WY_THREADS, sharedBytes: wyShared, stream };
+  const wyCtas = Math.floor(rows / C) + batch;  // at least the step's chunks
+  const wy: LaunchConfig = { grid: [wyCtas, s.hk], block: WY_THREADS, sharedBytes: wyShared, stream };
   const chunks = Math.ceil(rows / C);
   const scanCtas = ctas * s.hv * batch;
   const pays = !exact && opts.clusters && opts.sms !== undefined && 2 * scanCtas <= opts.sms;
@@ -197,7 +198,7 @@ export function prefillPlan(
     ends.forEach((c1, i) => {
       const c0 = i === 0 ? 0 : ends[i - 1]!;
       // A sequence has at most c1 − c0 chunks in the piece; after the first, each WY kernel starts beside the last scan.
-      const grid = [Math.min(Math.floor(rows / C) + batch, batch * (c1 - c0)), s.hk];
+      const grid = [Math.min(wyCtas, batch * (c1 - c0)), s.hk];
       const wyPiece: LaunchConfig = { ...wy, grid, ...(c0 > 0 ? { earlyStart: true } : {}) };
       // Its rows' norm: beside the next piece's scan (an early start), the last one's after it.
       const last = c1 === chunks;

@@ -100,6 +100,11 @@ function sequences(a: PrefillArgs, mem: DeviceMemoryView): Seq[] {
   return out;
 }
 
+/** The rows [lo, hi) of a sequence in the launch's chunks [chunk0, chunkEnd) (a pipelined prefill's piece; kernels/gdn-chunk.cu launch_chunks). */
+function launchRows(a: PrefillArgs, s: Seq): [number, number] {
+  return [Math.min(s.nrows, a.chunk0 * C), Math.min(s.nrows, a.chunkEnd * C)];
+}
+
 /** Pre-conv inputs of a sequence, channel c at position p: the step's rows, pending rows (conv stash), history (ring). */
 function convInputs(a: PrefillArgs, mem: DeviceMemoryView, G: Geo, s: Seq): (c: number, p: number) => number {
   const rows = s.nrows > 0 ? mem.f32(a.qkvz + BigInt(4 * s.row0 * G.width), s.nrows * G.width) : new Float32Array(0);
@@ -162,7 +167,8 @@ export function prefillWyCpu(planes: PrefillPlanes) {
         for (let tap = 0; tap < K; tap++) acc += convW[c * K + tap]! * input(c, P - K + 1 + tap);
         return silu(acc);
       };
-      for (let c0 = a.chunk0 * C; c0 < Math.min(s.nrows, a.chunkEnd * C); c0 += C) {
+      const [lo, hi] = launchRows(a, s);
+      for (let c0 = lo; c0 < hi; c0 += C) {
         const n = Math.min(C, s.nrows - c0);
         const rowc = s.row0 + c0;
         const Pc = s.P0 + c0;
@@ -284,7 +290,7 @@ export function prefillScanCpu(planes: PrefillPlanes) {
       // rows, the last writes the ring.
       const nch = Math.ceil(s.nrows / C);
       if (a.chunk0 > 0 && a.chunk0 >= nch) continue;
-      const rowEnd = Math.min(s.nrows, a.chunkEnd * C);
+      const [rowLo, rowEnd] = launchRows(a, s);
       // Ring: the step's last K positions of [L, end).
       const end = s.P0 + s.nrows;
       if (a.chunkEnd >= nch) {
@@ -315,7 +321,7 @@ export function prefillScanCpu(planes: PrefillPlanes) {
             }
           }
         }
-        for (let c0 = a.chunk0 * C; c0 < rowEnd; c0 += C) {
+        for (let c0 = rowLo; c0 < rowEnd; c0 += C) {
           const n = Math.min(C, s.nrows - c0);
           const rowc = s.row0 + c0;
           const sc = (i: number, f: number) => V.sc[(h * a.rows + rowc + i) * 4 + f]!;
@@ -402,7 +408,8 @@ export function prefillNormCpu(a: PrefillArgs, { mem }: CpuKernelContext): void 
     const y = mem.f32(a.y + BigInt(4 * s.row0 * hv * dv), s.nrows * hv * dv);
     const z = mem.f32(a.qkvz + BigInt(4 * s.row0 * G.width), s.nrows * G.width);
     // The launch's chunks (a piece of a pipelined prefill: its rows only).
-    for (let i = a.chunk0 * C; i < Math.min(s.nrows, a.chunkEnd * C); i++) {
+    const [lo, hi] = launchRows(a, s);
+    for (let i = lo; i < hi; i++) {
       for (let h = 0; h < hv; h++) {
         const yo = (i * hv + h) * dv;
         let ss = 0;
