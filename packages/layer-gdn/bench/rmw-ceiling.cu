@@ -14,6 +14,17 @@
 //   head-split  two CTAs per head, 32 KiB each in registers (columns split)
 //   head-reg-256  one CTA of 256 threads per head, 16 float4 each (the regs kernel's layout), its
 //               head found through a slot table (the decode kernels' indirection)
+//   head-reg-256-2cta  the same with 90 KiB of unused dynamic shared memory, so that 2 CTAs fit on
+//               an SM, as the decode state kernel's 128 registers allow (the plain one runs 3 at
+//               70 registers): what occupancy alone costs the pattern
+//   head-dots-3cta / head-dots-2cta  head-reg-256 with the decode state pass's shape of work between
+//               the loads and the stores (dot products over the thread's 16 rows, the 8 warps' parts
+//               added through shared memory, u and o per column, Σo² across warps, the rank-1 update,
+//               y written; three barriers) with 3 or 2 CTAs per SM: what that phase costs, and
+//               whether a third CTA per SM hides it
+//   head-dots-pfN  head-dots-2cta whose CTAs each also ask L2 for the head of the CTA N places after
+//               them (cp.async.bulk.prefetch.L2), so that DRAM has requests while the resident CTAs
+//               sit between their loads and their stores
 #include <cuda_runtime.h>
 #include <algorithm>
 #include <cstdio>
@@ -73,6 +84,64 @@ __global__ void __launch_bounds__(256) head_reg256(float4* p, const int* slots) 
   for (int r = 0; r < 16; ++r) h[(16 * w + r) * 32 + l] = step(v[r]);
 }
 
+// head-reg-256 with the decode state kernel's work between the loads and the stores (fixed k̂, q̂,
+// β, α instead of a prep record). MINB: CTAs per SM its registers are capped for.
+// pf > 0: the CTA also asks L2 for the head of the CTA pf places after it (cp.async.bulk.prefetch,
+// 4 × 16 KiB), so that DRAM has requests while the resident CTAs sit between loads and stores.
+template <int MINB>
+__global__ void __launch_bounds__(256, MINB) head_dots(float4* p, const int* slots, float* y, int pf) {
+  __shared__ float sums[2][8][128];
+  __shared__ float usm[128];
+  __shared__ float osq[8];
+  float4* h = p + (size_t)slots[blockIdx.x] * (kHeadFloats / 4);
+  const int w = threadIdx.x >> 5, l = threadIdx.x & 31, j = threadIdx.x;
+  float4 v[16];
+#pragma unroll
+  for (int r = 0; r < 16; ++r) v[r] = h[(16 * w + r) * 32 + l];
+  if (pf > 0 && threadIdx.x < 4 && blockIdx.x + pf < gridDim.x) {
+    const float4* nh = p + (size_t)slots[blockIdx.x + pf] * (kHeadFloats / 4) + threadIdx.x * (kHeadFloats / 16);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(nh), "r"(kHeadFloats));
+  }
+  float4 a = make_float4(0, 0, 0, 0), b = a;
+#pragma unroll
+  for (int r = 0; r < 16; ++r) {
+    const float kr = 0.01f * (float)(16 * w + r + 1), qr = 0.02f - 1e-4f * (float)(16 * w + r);
+    a.x = fmaf(kr, v[r].x, a.x), a.y = fmaf(kr, v[r].y, a.y), a.z = fmaf(kr, v[r].z, a.z), a.w = fmaf(kr, v[r].w, a.w);
+    b.x = fmaf(qr, v[r].x, b.x), b.y = fmaf(qr, v[r].y, b.y), b.z = fmaf(qr, v[r].z, b.z), b.w = fmaf(qr, v[r].w, b.w);
+  }
+  *reinterpret_cast<float4*>(&sums[0][w][4 * l]) = a;
+  *reinterpret_cast<float4*>(&sums[1][w][4 * l]) = b;
+  __syncthreads();
+  float o = 0.0f;
+  if (j < 128) {
+    float sa = 0.0f, sb = 0.0f;
+#pragma unroll
+    for (int q = 0; q < 8; ++q) sa += sums[0][q][j], sb += sums[1][q][j];
+    const float u = 0.5f * (1e-3f * (float)j - 0.999f * sa);
+    o = 0.999f * sb + 0.3f * u;
+    usm[j] = u;
+  }
+  float ss = o * o;
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, m);
+  if (l == 0) osq[w] = ss;
+  __syncthreads();
+  const float4 u4 = *reinterpret_cast<const float4*>(&usm[4 * l]);
+#pragma unroll
+  for (int r = 0; r < 16; ++r) {
+    const float kr = 0.01f * (float)(16 * w + r + 1);
+    float4 x = v[r];
+    x.x = fmaf(kr, u4.x, 0.999f * x.x), x.y = fmaf(kr, u4.y, 0.999f * x.y), x.z = fmaf(kr, u4.z, 0.999f * x.z), x.w = fmaf(kr, u4.w, 0.999f * x.w);
+    __stcs(h + (16 * w + r) * 32 + l, x);
+  }
+  if (j < 128) {
+    float tot = 0.0f;
+#pragma unroll
+    for (int q = 0; q < 8; ++q) tot += osq[q];
+    y[(size_t)blockIdx.x * 128 + j] = o * rsqrtf(tot / 128.0f + 1e-6f);
+  }
+}
+
 __global__ void __launch_bounds__(128) head_smem(float4* p) {
   extern __shared__ float4 s[];
   float4* h = p + (size_t)blockIdx.x * (kHeadFloats / 4);
@@ -107,6 +176,11 @@ int main() {
     CK(cudaMemcpy(slots, id.data(), maxHeads * sizeof(int), cudaMemcpyHostToDevice));
   }
   CK(cudaFuncSetAttribute(head_smem, cudaFuncAttributeMaxDynamicSharedMemorySize, kHeadFloats * 4));
+  constexpr int kPad2Cta = 90 << 10;
+  CK(cudaFuncSetAttribute(head_reg256, cudaFuncAttributeMaxDynamicSharedMemorySize, kPad2Cta));
+  CK(cudaFuncSetAttribute(head_dots<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, kPad2Cta));
+  float* ybuf;
+  CK(cudaMalloc(&ybuf, (size_t)256 * kHeads * 128 * sizeof(float)));
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
@@ -114,7 +188,7 @@ int main() {
   for (int batch : {32, 256}) {
     const size_t bytes = batch * seqBytes;
     const int sets = (int)std::max<size_t>(1, std::min(total / bytes, (4 * (size_t)l2 + bytes - 1) / bytes));
-    for (const char* name : {"copy", "flat", "head-reg", "head-smem", "head-split", "head-reg-256"}) {
+    for (const char* name : {"copy", "flat", "head-reg", "head-smem", "head-split", "head-reg-256", "head-reg-256-2cta", "head-dots-3cta", "head-dots-2cta", "head-dots-pf33", "head-dots-pf66", "head-dots-pf99", "head-dots-pf132", "head-dots-pf165", "head-dots-pf198"}) {
       const std::string n(name);
       auto launch = [&](int set) {
         float* p = buf + (size_t)set * bytes / 4;
@@ -125,6 +199,10 @@ int main() {
         else if (n == "head-reg") head_reg<1><<<heads, 128>>>(p4);
         else if (n == "head-smem") head_smem<<<heads, 128, kHeadFloats * 4>>>(p4);
         else if (n == "head-reg-256") head_reg256<<<heads, 256>>>(p4, slots);
+        else if (n == "head-reg-256-2cta") head_reg256<<<heads, 256, kPad2Cta>>>(p4, slots);
+        else if (n == "head-dots-3cta") head_dots<3><<<heads, 256>>>(p4, slots, ybuf, 0);
+        else if (n == "head-dots-2cta") head_dots<2><<<heads, 256, kPad2Cta>>>(p4, slots, ybuf, 0);
+        else if (n.rfind("head-dots-pf", 0) == 0) head_dots<2><<<heads, 256, kPad2Cta>>>(p4, slots, ybuf, std::stoi(n.substr(12)));
         else head_reg<2><<<2 * heads, 128>>>(p4);
       };
       for (int w = 0; w < 2 * sets; ++w) launch(w % sets);
