@@ -122,6 +122,21 @@ __device__ __forceinline__ void cta_coords(int batch, int hv, int& b, int& h) {
   }
 }
 
+// The CTA `ahead` places after this one in the order CTAs start (cta_coords' grids: x fastest);
+// false when there is none.
+__device__ __forceinline__ bool cta_ahead(int batch, int hv, int ahead, int& b, int& h) {
+  if (gridDim.y == (unsigned)hv && gridDim.x == (unsigned)batch && gridDim.z == 1) {
+    const int lin = (int)blockIdx.x + batch * (int)blockIdx.y + ahead;
+    b = lin % batch;
+    h = lin / batch;
+  } else {
+    const int lin = bid_lin() + ahead;
+    h = lin % hv;
+    b = lin / hv;
+  }
+  return ahead > 0 && b < batch && h < hv;
+}
+
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 __device__ __forceinline__ float siluf_(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float softplusf_(float x) { return x > 20.0f ? x : log1pf(expf(x)); }

@@ -7,7 +7,8 @@
 // `head-reg-256`: 98 % of the copy rate at batch 256). Each of 256 threads holds 16 rows × 4
 // columns of the head in registers from its 16-byte loads to its 16-byte stores; the head needs
 // three barriers: the prep record (and pending keys) landed, the 8 warps' dot products added,
-// u and Σo² ready. 2 CTAs per SM (128 registers).
+// u and Σo² ready. 2 CTAs per SM (128 registers). Once its loads are out, a CTA asks L2 for the
+// head of a CTA that starts a little later (prefetch_head_ahead, gdn-l2-ahead.cuh).
 //
 // Per head h of batch position b, with k̂, q̂, v, β, α, k̂·q̂ from the prep record and the slot's
 // pending rows (carried mode) folded first, S ← e^{γ_{M−1}} S + Σ_q e^{γ_{M−1}−γ_q} k_q u_qᵀ:
@@ -20,6 +21,7 @@
 // d_v ≤ 128 and a multiple of 4; else traps.
 #pragma once
 #include "gdn-decode-prep.cuh"
+#include "gdn-l2-ahead.cuh"
 #include "gdn-pipe.cuh"
 
 #ifndef GDN_STATE_MAXNREG
@@ -36,6 +38,7 @@ namespace gdn {
 namespace decode {
 
 constexpr int kThreads = 256;
+constexpr int kCtasPerSm = 2;  // GDN_STATE_MAXNREG's
 constexpr int kWarps = 8;
 constexpr int kRows = 16;    // rows per warp at most (d_k ≤ 128)
 constexpr int kMaxDv = 128;  // 4 columns per lane
@@ -118,6 +121,18 @@ __device__ __forceinline__ void store_state(const Args& A, const Part& p, float*
 #pragma unroll
   for (int r = 0; r < kRows; ++r)
     if (has_row(A, p, r)) st_state(headS + (size_t)(p.r0 + r) * A.dv + 4 * p.lane, s[r]);
+}
+
+// Asks L2 for the state head of the CTA `eighths` / 8 of the resident CTAs (SMs × ctasPerSm) after
+// this one (gdn-l2-ahead.cuh), by threads 0..3, when that CTA reads one: a real slot and, for a
+// fold (naTab), accepted rows. Called once the CTA's own state loads are out.
+__device__ __forceinline__ void prefetch_head_ahead(const Args& A, int batch, int ctasPerSm, int eighths, const uint32_t* naTab = nullptr) {
+  const int t = tid_lin();
+  int b, h;
+  if (t >= 4 || !cta_ahead(batch, A.hv, gdn_ahead::ahead_ctas(ctasPerSm, eighths), b, h)) return;
+  const int slot = A.slots[b];
+  if (slot < 0 || (naTab && naTab[b] == 0)) return;
+  gdn_ahead::prefetch_l2_part(pipe::head_state(A, slot, h), 4u * (unsigned)(A.dk * A.dv), t, 4);
 }
 
 // The head's prep record into shared memory (16-byte cp.async; the record's floats are a multiple of 4).
@@ -261,6 +276,7 @@ __device__ __forceinline__ void state_entry(const Args& A, const float* prep, in
   float* headS = pipe::head_state(A, I.slot, h);
   float4 s[kRows];
   load_state(A, p, headS, s);
+  prefetch_head_ahead(A, batch, kCtasPerSm, GDN_STATE_AHEAD_EIGHTHS);
   // Launched with an early start after gdn_decode_prep: the state is in flight; the record is the prep's.
   wait_previous_kernel();
   const SLay Q = state_lay(A);

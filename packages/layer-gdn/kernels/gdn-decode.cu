@@ -5,7 +5,7 @@
 // position, carried mode when `pending` is set) and `prep`, [batch][H_v][prep_stride] f32.
 // gdn_fold_state, the write-on-accept fold in the state kernel's layout (gdn-fold-state.cuh), takes
 // gdn_fold's signature (gdn-kernels.ts FOLD_PARAMS).
-// Knobs (-D): GDN_STATE_MAXNREG, GDN_STATE_CS, GDN_PREP_MINB, GDN_PREP_FAST_SILU.
+// Knobs (-D): GDN_STATE_MAXNREG, GDN_STATE_CS, GDN_STATE_AHEAD_EIGHTHS, GDN_PREP_MINB, GDN_PREP_FAST_SILU.
 #include "gdn-decode-prep.cuh"
 #include "gdn-decode-state.cuh"
 #include "gdn-fold-state.cuh"

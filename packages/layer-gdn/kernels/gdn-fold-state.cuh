@@ -79,6 +79,7 @@ __device__ __forceinline__ void fold_state_entry(const Args& A, const uint32_t* 
   float* headS = pipe::head_state(A, slot, h);
   float4 s[kRows];
   load_state(A, p, headS, s);
+  prefetch_head_ahead(A, batch, kCtasPerSm, GDN_STATE_AHEAD_EIGHTHS, naTab);
   const Geo G = geo_of(A);
   Task T;
   fold_task(A, G, b, h, slot, na, k, T);
