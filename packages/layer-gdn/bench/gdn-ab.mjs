@@ -29,7 +29,8 @@
 // gdn_fold_state) for folds, and the smem entry points for the rest (needs gdn-decode.fatbin).
 // METRALE_GDN_AB_FOLD_BATCHES="1,8,32,256" sets the fold section's batches (default 32,256). A
 // `tag:two-serial` row runs the same kernels with the state kernels launched in stream order (no
-// early start), for the early start's A/B. METRALE_GDN_AB_VERIFY_BATCHES="1,8,32" sets the verify and carried
+// early start), for the early start's A/B; a `tag:two-general` row runs plain decode steps through
+// gdn_decode_state instead of gdn_decode_state_plain. METRALE_GDN_AB_VERIFY_BATCHES="1,8,32" sets the verify and carried
 // sections' batches (default 32,256 and 1,32,256).
 // A pipe or split row runs what the layer would: that variant for decode steps (mode 0, k = 1) and
 // the fold, the same build's smem entry point for the rest. Parameters, threads and shared memory come from the
@@ -77,7 +78,11 @@ async function main() {
       kernelsOf[`${tag}:two`] = {
         tag,
         variant: 'two',
-        two: { prep: declOf(pkg.decodePrepKernel, dm, 'gdn_decode_prep'), state: declOf(pkg.decodeStateKernel, dm, 'gdn_decode_state') },
+        two: {
+          prep: declOf(pkg.decodePrepKernel, dm, 'gdn_decode_prep'),
+          state: declOf(pkg.decodeStateKernel, dm, 'gdn_decode_state'),
+          statePlain: declOf(pkg.decodeStatePlainKernel, dm, 'gdn_decode_state_plain'),
+        },
         twoVerify: vm && { prep: declOf(pkg.verifyPrepKernel, vm, 'gdn_verify_prep'), state: declOf(pkg.verifyStateKernel, vm, 'gdn_verify_state') },
         recurrentMulti: rec('smem'),
         multiVariant: 'smem',
@@ -87,6 +92,9 @@ async function main() {
       };
       // The same kernels with both launches in stream order (the state kernel without its early start).
       kernelsOf[`${tag}:two-serial`] = { ...kernelsOf[`${tag}:two`], serial: true };
+      // Plain decode steps through gdn_decode_state too (the carried paths compiled in), as before gdn_decode_state_plain.
+      const { statePlain: _plain, ...general } = kernelsOf[`${tag}:two`].two;
+      kernelsOf[`${tag}:two-general`] = { ...kernelsOf[`${tag}:two`], two: general };
     }
     for (const v of pkg.GDN_KERNEL_VARIANTS) {
       kernelsOf[`${tag}:${v}`] = {
@@ -162,9 +170,10 @@ async function main() {
       stash: L.stash, convStash: carried ? L.convStash : 0n, pending: carried ? L.pending : 0n,
     });
     // A serial row launches the state kernel without its early start.
+    // (the plain state kernel for a decode step without a pending table, as launchTwoKernelDecode)
     const both = (kernels, l, args) => {
       gpu.launch(kernels.prep, l.prep, args);
-      gpu.launch(kernels.state, { ...l.state, earlyStart: !K.serial }, args);
+      gpu.launch(args.pending === 0n && kernels.statePlain ? kernels.statePlain : kernels.state, { ...l.state, earlyStart: !K.serial }, args);
     };
     const two = (t, batch, carried) =>
       both(K.two, pkg.twoKernelDecodeLaunches(SHAPE, batch, stream, SHAPE.maxK), { ...tables(t, carried), prep: prepBuf, batch, ...SHAPE, eps: EPS });

@@ -87,7 +87,9 @@ async function main() {
       return once('fold-state', () => fatbin(pkg.foldStateKernel, 'gdn-decode'));
     },
     get twoKernel() {
-      return once('two-kernel', () => ({ prep: fatbin(pkg.decodePrepKernel, 'gdn-decode'), state: fatbin(pkg.decodeStateKernel, 'gdn-decode') }));
+      return once('two-kernel', () => ({
+        prep: fatbin(pkg.decodePrepKernel, 'gdn-decode'), state: fatbin(pkg.decodeStateKernel, 'gdn-decode'), statePlain: fatbin(pkg.decodeStatePlainKernel, 'gdn-decode'),
+      }));
     },
     get twoKernelVerify() {
       return once('two-kernel-verify', () => ({ prep: fatbin(pkg.verifyPrepKernel, 'gdn-verify'), state: fatbin(pkg.verifyStateKernel, 'gdn-verify') }));

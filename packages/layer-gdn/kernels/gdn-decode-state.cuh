@@ -15,6 +15,9 @@
 //   a = Sᵀk̂, b = Sᵀq̂, u = β (v − α a), o = α b + (k̂·q̂) u, S ← α S + k̂ uᵀ,
 //   y = normWeight ⊙ o / √(mean(o²) + eps) ⊙ SiLU(z).
 //
+// Two entry points (gdn-decode.cu): gdn_decode_state for any step, gdn_decode_state_plain for a
+// step without a pending table (state_entry).
+//
 // Launch: grid [batch, H_v], 256 threads, the dynamic shared memory of state_smem_floats()
 // (gdn-decode-launch.ts computes the same). Thread (warp w, lane l) holds columns 4l .. 4l + 3 of
 // rows w·R .. w·R + R − 1 (R = ⌈d_k / 8⌉ rounded up to 4, at most 16). Takes maxK ≤ 8, d_k ≤ 128,
@@ -265,8 +268,15 @@ __device__ __forceinline__ void check_state(const Args& A) {
   if (!ok) __trap();
 }
 
+// Carried: the slot's pending rows may be folded first (gdn_decode_state). Not carried
+// (gdn_decode_state_plain, a step without a pending table; traps when given one): only the
+// no-pending path is compiled, so the carried paths' registers (their pending rows' u and γ, which
+// spill at 128 registers) cost it nothing: decode 299.3 / 300.4 → 296.4 / 296.5 µs at batch 256 on
+// the H200 (docs/benchmarks.md, eleventh round).
+template <bool Carried>
 __device__ __forceinline__ void state_entry(const Args& A, const float* prep, int batch) {
   check_state(A);
+  if (!Carried && A.pending != nullptr) __trap();
   int b, h;
   cta_coords(batch, A.hv, b, h);
   if (b >= batch || h >= A.hv) return;
@@ -289,7 +299,7 @@ __device__ __forceinline__ void state_entry(const Args& A, const float* prep, in
   const bool col = j < A.dv;
   const float z = col ? A.qkvz[(size_t)T.row0 * G.width + T.g * G.grp + 2 * A.dk + (G.r + m) * A.dv + j] : 0.0f;
   const float nw = col ? A.normWeight[j] : 0.0f;
-  if (T.nPendFold == 0) run_head<0>(A, G, T, Q, p, z, nw, headS, s);
+  if (!Carried || T.nPendFold == 0) run_head<0>(A, G, T, Q, p, z, nw, headS, s);
   else if (T.nPendFold <= 4) run_head<4>(A, G, T, Q, p, z, nw, headS, s);
   else run_head<8>(A, G, T, Q, p, z, nw, headS, s);
 }

@@ -1,5 +1,6 @@
 // Gated DeltaNet two-kernel decode: gdn_decode_prep (the row's conv, gates and norms, and the conv
-// ring; gdn-decode-prep.cuh), then gdn_decode_state (the state pass; gdn-decode-state.cuh).
+// ring; gdn-decode-prep.cuh), then gdn_decode_state (the state pass; gdn-decode-state.cuh), or
+// gdn_decode_state_plain for a step without a pending table.
 // Layouts and semantics: ../KERNELS.md ("Two-kernel decode"). Both take one signature
 // (gdn-kernels.ts DECODE_PARAMS): a decode step's buffers as gdn_recurrent's (one row per batch
 // position, carried mode when `pending` is set) and `prep`, [batch][H_v][prep_stride] f32.
@@ -26,7 +27,12 @@ extern "C" __global__ void __launch_bounds__(gdn::decode::kPrepThreads, gdn::dec
 
 extern "C" __global__ void __maxnreg__(GDN_STATE_MAXNREG) gdn_decode_state(GDN_DECODE_PARAMS) {
   GDN_DECODE_ARGS
-  gdn::decode::state_entry(A, prep, batch);
+  gdn::decode::state_entry<true>(A, prep, batch);
+}
+
+extern "C" __global__ void __maxnreg__(GDN_STATE_MAXNREG) gdn_decode_state_plain(GDN_DECODE_PARAMS) {
+  GDN_DECODE_ARGS
+  gdn::decode::state_entry<false>(A, prep, batch);
 }
 
 extern "C" __global__ void __maxnreg__(GDN_STATE_MAXNREG) gdn_fold_state(const float* qkvz, const int32_t* slots, const int32_t* seqLens,

@@ -1,6 +1,6 @@
 import type { GpuBackend, KernelArgs, LaunchConfig, Stream } from '@metrale/core';
 import type { GdnConfig } from './gdn-config.js';
-import type { decodePrepKernel, decodeStateKernel } from './gdn-kernels.js';
+import type { decodePrepKernel, decodeStateKernel, decodeStatePlainKernel } from './gdn-kernels.js';
 import { pad4, pendingKeyRows, pipeSupported, recurrentVariant, type GdnKernelVariant, type GdnLaunchShape } from './gdn-launch.js';
 
 // Launch shapes of the two-kernel decode (kernels/gdn-decode.cu: gdn.decode-prep, then
@@ -78,14 +78,17 @@ export function decodePath(s: TwoKernelShape, batch: number, clusters: boolean):
   return runsTwoKernelDecode(s, batch) ? 'two-kernel' : recurrentVariant(s, 0, 1, batch, clusters);
 }
 
-/** The two kernels' declarations (the package's, or the same bound to another fatbin). */
+/** The kernels' declarations (the package's, or the same bound to another fatbin). */
 export interface TwoKernelDecodeKernels {
   readonly prep: typeof decodePrepKernel;
   readonly state: typeof decodeStateKernel;
+  /** For steps without a pending table; without it they run `state`. */
+  readonly statePlain?: typeof decodeStatePlainKernel;
 }
 
 /**
- * A decode step as the two-kernel decode: gdn.decode-prep, then gdn.decode-state on `stream`, both
+ * A decode step as the two-kernel decode: gdn.decode-prep, then gdn.decode-state (gdn.decode-state-plain
+ * when `args.pending` is 0 and `kernels` has it) on `stream`, both
  * with `args` (a decode step's buffers and tables, `prep` holding decodePrepBytes for args.batch
  * positions). The layer, the benchmarks and the GPU suite launch it through here.
  */
@@ -98,5 +101,5 @@ export function launchTwoKernelDecode(
 ): void {
   const l = twoKernelDecodeLaunches(cfg, args.batch, stream, args.maxK);
   gpu.launch(kernels.prep, l.prep, args);
-  gpu.launch(kernels.state, l.state, args);
+  gpu.launch(args.pending === 0n && kernels.statePlain ? kernels.statePlain : kernels.state, l.state, args);
 }

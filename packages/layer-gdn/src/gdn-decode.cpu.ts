@@ -98,10 +98,22 @@ export function decodePrepCpu(a: DecodeArgs, { mem }: CpuKernelContext): void {
 }
 
 /** `gdn.decode-state`: pending rows folded into the state, then the row from its prep record (state and y written). */
-export function decodeStateCpu(a: DecodeArgs, { mem }: CpuKernelContext): void {
+export function decodeStateCpu(a: DecodeArgs, ctx: CpuKernelContext): void {
+  runDecodeState('gdn.decode-state', a, ctx);
+}
+
+/** `gdn.decode-state-plain`: the same for a step without a pending table (the kernel traps on one). */
+export function decodeStatePlainCpu(a: DecodeArgs, ctx: CpuKernelContext): void {
+  if (a.pending !== 0n) {
+    throw new InvalidArgumentError('gdn.decode-state-plain: pending is set; a carried decode step (a pending table bound) runs gdn.decode-state');
+  }
+  runDecodeState('gdn.decode-state-plain', a, ctx);
+}
+
+function runDecodeState(name: string, a: DecodeArgs, { mem }: CpuKernelContext): void {
   if (a.batch === 0) return;
-  const prep = prepView('gdn.decode-state', a, mem);
-  const pos = stepPositions('gdn.decode-state', a, mem);
+  const prep = prepView(name, a, mem);
+  const pos = stepPositions(name, a, mem);
   const cpu = new GdnCpu(mem, a, a, a.eps);
   const { hv, dk, dv } = cpu;
   const stride = decodePrepStride(a);

@@ -1,6 +1,6 @@
 import { defineKernel, defineKernelModule } from '@metrale/core';
 import { chunkCpu, foldCpu, recurrentCpu } from './gdn.cpu.js';
-import { decodePrepCpu, decodeStateCpu } from './gdn-decode.cpu.js';
+import { decodePrepCpu, decodeStateCpu, decodeStatePlainCpu } from './gdn-decode.cpu.js';
 import { verifyPrepCpu, verifyStateCpu } from './gdn-verify.cpu.js';
 import type { GdnKernelVariant } from './gdn-launch.js';
 
@@ -77,8 +77,19 @@ export const decodeStateKernel = defineKernel({
   cpu: decodeStateCpu,
 });
 
-/** Both, as gdn-decode-launch.ts launchTwoKernelDecode takes them. */
-export const twoKernelDecodeKernels = Object.freeze({ prep: decodePrepKernel, state: decodeStateKernel });
+/**
+ * The same for a step without a pending table (`pending` 0; the kernel traps on one): only the
+ * no-pending path is compiled, so it runs without the carried paths' register spills.
+ */
+export const decodeStatePlainKernel = defineKernel({
+  name: 'gdn.decode-state-plain',
+  params: DECODE_PARAMS,
+  cuda: { module: decodeModule, symbol: 'gdn_decode_state_plain' },
+  cpu: decodeStatePlainCpu,
+});
+
+/** The three, as gdn-decode-launch.ts launchTwoKernelDecode takes them. */
+export const twoKernelDecodeKernels = Object.freeze({ prep: decodePrepKernel, state: decodeStateKernel, statePlain: decodeStatePlainKernel });
 
 /** Entry points of each variant of gdn.recurrent and gdn.fold (gdn-launch.ts GdnKernelVariant). */
 export const RECURRENT_SYMBOLS: Readonly<Record<GdnKernelVariant, string>> = {

@@ -9,7 +9,7 @@ export {
   DEFAULT_VARIANT, GDN_KERNEL_VARIANTS, PIPE_THREADS, PIPE_STAGES, PIPE_MIN_BATCH,
   type GdnKernelVariant, type GdnLaunchShape,
 } from './gdn-launch.js';
-export { decodePrepKernel, decodeStateKernel, twoKernelDecodeKernels, verifyPrepKernel, verifyStateKernel, twoKernelVerifyKernels, foldStateKernel, foldKernels } from './gdn-kernels.js';
+export { decodePrepKernel, decodeStateKernel, decodeStatePlainKernel, twoKernelDecodeKernels, verifyPrepKernel, verifyStateKernel, twoKernelVerifyKernels, foldStateKernel, foldKernels } from './gdn-kernels.js';
 export { foldStateSharedBytes, foldStateLaunch, foldPath, launchFold, type FoldKernels } from './gdn-fold-launch.js';
 export { VERIFY_ROWS, VERIFY_PREP_THREADS, VERIFY_STATE_THREADS, VERIFY_STATE_STAGES, VERIFY_SCALARS, TWO_KERNEL_VERIFY_MIN_BATCH, verifyPrepLayout, verifyPrepBytes, verifyStateSharedBytes, twoKernelVerifySupported, runsTwoKernelVerify, verifyPath, twoKernelVerifyLaunches, launchTwoKernelVerify, type VerifyPrepLayout, type TwoKernelVerifyKernels } from './gdn-verify-launch.js';
 export { verifyPrepCpu, verifyStateCpu, type VerifyArgs } from './gdn-verify.cpu.js';

@@ -3,7 +3,8 @@ import { SeededRandom, type DevicePtr } from '@metrale/core';
 import { afterEach, describe, expect, it } from 'vitest';
 import { slotBuffers } from './twin-buffers.js';
 import {
-  decodePrepStride, decodeStateKernel, launchTwoKernelDecode, recurrentKernel, twoKernelDecodeKernels, twoKernelDecodeLaunches, type DecodeArgs,
+  decodePrepStride, decodeStateKernel, decodeStatePlainKernel, launchTwoKernelDecode, recurrentKernel, twoKernelDecodeKernels, twoKernelDecodeLaunches,
+  type DecodeArgs,
 } from '@metrale/layer-gdn';
 
 // The two-kernel decode's CPU twins (gdn.decode-prep, then gdn.decode-state) against
@@ -114,5 +115,41 @@ describe('two-kernel decode: CPU twins ≡ gdn.recurrent (mode 0, k = 1)', () =>
         stash: 0n, convStash: 0n, pending: 0n, prep: 0n, batch: 1, ...s, eps: EPS,
       }),
     ).toThrow(/prep buffer/);
+  });
+  it('runs gdn.decode-state-plain for a step without a pending table and gdn.decode-state for a carried one', () => {
+    const s = SHAPES['r 2, d_k > d_v, K 4']!;
+    gpu = new CpuBackend();
+    const names: string[] = [];
+    const recorder = { launch: (k: { name: string }) => void names.push(k.name) };
+    const ptrs = { qkvz: 16n, ba: 16n, y: 16n, slots: 16n, rowStarts: 16n, seqLens: 16n, state: 16n, convRing: 16n, convWeight: 16n, aLog: 16n, dtBias: 16n, normWeight: 16n };
+    const args = { ...ptrs, stash: 0n, convStash: 0n, pending: 0n, prep: 16n, batch: 1, ...s, eps: EPS };
+    launchTwoKernelDecode(recorder, twoKernelDecodeKernels, s, gpu.defaultStream, args);
+    launchTwoKernelDecode(recorder, twoKernelDecodeKernels, s, gpu.defaultStream, { ...args, stash: 16n, convStash: 16n, pending: 16n });
+    launchTwoKernelDecode(recorder, { prep: twoKernelDecodeKernels.prep, state: decodeStateKernel }, s, gpu.defaultStream, args);
+    expect(names).toEqual([
+      'gdn.decode-prep', 'gdn.decode-state-plain',
+      'gdn.decode-prep', 'gdn.decode-state',
+      'gdn.decode-prep', 'gdn.decode-state',
+    ]);
+  });
+
+  it('gdn.decode-state-plain refuses a step with a pending table, before it writes anything', () => {
+    const s = SHAPES['r 2, d_k > d_v, K 4']!;
+    const host = hostBuffers(s, [0], [3], [0, 0, 0, 0, 0], new SeededRandom(9));
+    gpu = new CpuBackend();
+    const d = {} as Record<keyof Host, DevicePtr>;
+    for (const [name, a] of Object.entries(host) as [keyof Host, Float32Array | Int32Array | Uint32Array][]) {
+      d[name] = gpu.alloc(Math.max(16, a.byteLength));
+      gpu.upload(d[name], a);
+    }
+    const l = twoKernelDecodeLaunches(s, 1, gpu.defaultStream, s.maxK);
+    const args = {
+      qkvz: d.qkvz, ba: d.ba, y: d.y, slots: d.slots, rowStarts: d.rowStarts, seqLens: d.seqLens, state: d.state, convRing: d.convRing,
+      convWeight: d.convWeight, aLog: d.aLog, dtBias: d.dtBias, normWeight: d.normWeight,
+      stash: d.stash, convStash: d.convStash, pending: d.pending, prep: d.prep, batch: 1, ...s, eps: EPS,
+    };
+    expect(() => gpu!.launch(decodeStatePlainKernel, l.state, args)).toThrow(/gdn\.decode-state-plain: pending is set/);
+    const state = gpu.download(d.state, host.state.byteLength);
+    expect(new Float32Array(state.buffer, state.byteOffset, state.byteLength / 4)).toEqual(host.state);
   });
 });

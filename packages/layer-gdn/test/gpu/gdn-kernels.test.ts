@@ -37,6 +37,7 @@ interface Decls {
   readonly chunkKernel: AnyKernel;
   readonly decodePrep: AnyKernel;
   readonly decodeState: AnyKernel;
+  readonly decodeStatePlain: AnyKernel;
   readonly verifyPrep: AnyKernel;
   readonly verifyState: AnyKernel;
   readonly foldState: AnyKernel;
@@ -56,7 +57,7 @@ function launchVariant(s: GdnLaunchShape, kernel: 'recurrent' | 'fold', mode: 0 
 async function loadDecls(): Promise<{ decls: Decls; from: string }> {
   // Always the sources: a built package may be older than the kernels under test.
   const m = await import('../../src/gdn-kernels.js');
-  const decls = { recurrent: m.recurrentVariantKernels, fold: m.foldVariantKernels, chunkKernel: m.chunkKernel, decodePrep: m.decodePrepKernel, decodeState: m.decodeStateKernel,
+  const decls = { recurrent: m.recurrentVariantKernels, fold: m.foldVariantKernels, chunkKernel: m.chunkKernel, decodePrep: m.decodePrepKernel, decodeState: m.decodeStateKernel, decodeStatePlain: m.decodeStatePlainKernel,
     verifyPrep: m.verifyPrepKernel, verifyState: m.verifyStateKernel, foldState: m.foldStateKernel };
   const what = VARIANT ? `variant ${VARIANT}` : 'the variant the layer picks per launch: pipe (≥ PIPE_MIN_BATCH positions) or split (sm_90) for decode steps, else smem';
   return { decls: decls as unknown as Decls, from: `src/gdn-kernels.ts (${what})` };
@@ -285,7 +286,7 @@ function launchOn(gpu: GpuBackend, kernels: Decls, s: Shape, batch: number, d: D
     return;
   }
   if (l.kernel === 'decode2') {
-    const two = { prep: kernels.decodePrep, state: kernels.decodeState } as unknown as TwoKernelDecodeKernels;
+    const two = { prep: kernels.decodePrep, state: kernels.decodeState, statePlain: kernels.decodeStatePlain } as unknown as TwoKernelDecodeKernels;
     launchTwoKernelDecode(gpu, two, { hk: s.hk, dk: s.dk, dv: s.dv, hv: s.hv, convK: s.K }, stream, { ...common, prep: d.prep, batch, ...shape, eps: EPS });
     return;
   }
@@ -539,7 +540,7 @@ describe.skipIf(!device.available)('GDN kernels: CUDA vs CPU reference', () => {
     gpu = device.create!();
     kernels = {
       recurrent: mapVariants(decls.recurrent, withFatbin), fold: mapVariants(decls.fold, withFatbin), chunkKernel: withFatbin(decls.chunkKernel),
-      decodePrep: withFatbin(decls.decodePrep), decodeState: withFatbin(decls.decodeState),
+      decodePrep: withFatbin(decls.decodePrep), decodeState: withFatbin(decls.decodeState), decodeStatePlain: withFatbin(decls.decodeStatePlain),
       verifyPrep: withFatbin(decls.verifyPrep), verifyState: withFatbin(decls.verifyState), foldState: withFatbin(decls.foldState),
     };
   });
