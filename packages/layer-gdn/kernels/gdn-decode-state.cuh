@@ -271,7 +271,7 @@ __device__ __forceinline__ void check_state(const Args& A) {
 // Carried: the slot's pending rows may be folded first (gdn_decode_state). Not carried
 // (gdn_decode_state_plain, a step without a pending table; traps when given one): only the
 // no-pending path is compiled, so the carried paths' registers (their pending rows' u and γ, which
-// spill at 128 registers) cost it nothing: decode 299.3 / 300.4 → 296.4 / 296.5 µs at batch 256 on
+// spill at 128 registers) cost it nothing: decode 298.3–298.6 → 294.8–295.3 µs at batch 256 on
 // the H200 (docs/benchmarks.md, eleventh round).
 template <bool Carried>
 __device__ __forceinline__ void state_entry(const Args& A, const float* prep, int batch) {
