@@ -116,6 +116,7 @@ describe('two-kernel decode: CPU twins ≡ gdn.recurrent (mode 0, k = 1)', () =>
       }),
     ).toThrow(/prep buffer/);
   });
+
   it('runs gdn.decode-state-plain for a step without a pending table and gdn.decode-state for a carried one', () => {
     const s = SHAPES['r 2, d_k > d_v, K 4']!;
     gpu = new CpuBackend();
