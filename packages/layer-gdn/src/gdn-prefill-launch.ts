@@ -126,7 +126,7 @@ export const PREFILL_PIECE_RATIO = 0.4;
 /** The smallest piece (chunks) of a pipelined prefill: every piece costs a WY and a scan launch. */
 export const PREFILL_PIECE_MIN_CHUNKS = 8;
 
-/** One piece of a prefill: its chunks [chunk0, chunkEnd) of every sequence, its WY launch and (unfused, several pieces) its norm's. */
+/** One piece of a prefill: its chunks [chunk0, chunkEnd) of every sequence, its WY launch and (unfused) its norm's. */
 export interface PrefillPiece {
   readonly chunk0: number;
   readonly chunkEnd: number;
@@ -143,7 +143,7 @@ export interface PrefillPlan {
   /** The WY kernel over all of the step's chunks (one piece's is in `pieces`). */
   readonly wy: LaunchConfig;
   readonly scan: LaunchConfig;
-  /** The norm over the whole step (unfused; a pipelined prefill's pieces carry their own). */
+  /** The norm over the whole step (unfused; a one-piece plan's piece carries it, a pipelined prefill's pieces their own). */
   readonly norm: LaunchConfig | undefined;
   readonly scratch: PrefillScratchLayout;
   /** The pieces in order: one over all chunks, or a pipelined prefill's (each WY after the first with an early start). */
@@ -192,8 +192,9 @@ export function prefillPlan(
     opts.pieceChunks !== undefined
       ? opts.pieceChunks === 0 ? [chunks] : equalPieces(chunks, opts.pieceChunks)
       : opts.pieceRatio !== undefined || pays ? shrinkingPieces(chunks, opts.pieceRatio ?? PREFILL_PIECE_RATIO, PREFILL_PIECE_MIN_CHUNKS) : [chunks];
+  const norm: LaunchConfig | undefined = fuseNorm ? undefined : { grid: [Math.max(rows, 1)], block: 128, stream };
   const pieces: PrefillPiece[] = [];
-  if (ends.length <= 1) pieces.push({ chunk0: 0, chunkEnd: PREFILL_ALL_CHUNKS, wy });
+  if (ends.length <= 1) pieces.push({ chunk0: 0, chunkEnd: PREFILL_ALL_CHUNKS, wy, ...(norm ? { norm } : {}) });
   else {
     ends.forEach((c1, i) => {
       const c0 = i === 0 ? 0 : ends[i - 1]!;
@@ -202,8 +203,8 @@ export function prefillPlan(
       const wyPiece: LaunchConfig = { ...wy, grid, ...(c0 > 0 ? { earlyStart: true } : {}) };
       // Its rows' norm: beside the next piece's scan (an early start), the last one's after it.
       const last = c1 === chunks;
-      const norm: LaunchConfig = { grid: [Math.max(1, Math.min(rows, batch * C * (c1 - c0)))], block: 128, stream, ...(last ? {} : { earlyStart: true }) };
-      pieces.push({ chunk0: c0, chunkEnd: last ? PREFILL_ALL_CHUNKS : c1, wy: wyPiece, ...(fuseNorm ? {} : { norm }) });
+      const normPiece: LaunchConfig = { grid: [Math.max(1, Math.min(rows, batch * C * (c1 - c0)))], block: 128, stream, ...(last ? {} : { earlyStart: true }) };
+      pieces.push({ chunk0: c0, chunkEnd: last ? PREFILL_ALL_CHUNKS : c1, wy: wyPiece, ...(fuseNorm ? {} : { norm: normPiece }) });
     });
   }
   return {
@@ -213,7 +214,7 @@ export function prefillPlan(
     pieces,
     wy,
     scan: { grid: [ctas, s.hv, batch], block: 64 * mpc, sharedBytes: scanShared, stream },
-    norm: fuseNorm ? undefined : { grid: [Math.max(rows, 1)], block: 128, stream },
+    norm,
     scratch: prefillScratchLayout(s, rows, planes),
   };
 }
@@ -273,14 +274,14 @@ export function launchPrefill(gpu: GpuBackend, kernels: PrefillKernels, s: Prefi
   const scan = plan.cluster === 4 ? (exact ? kernels.scanC4Exact : kernels.scanC4) : exact ? kernels.scanExact : kernels.scan;
   const P = plan.pieces;
   const pieceArgs = (i: number) => ({ ...args, chunk0: P[i]!.chunk0, chunkEnd: P[i]!.chunkEnd });
-  const normOf = (i: number) => gpu.launch(kernels.norm, P[i]!.norm!, pieceArgs(i));
+  const normOf = (i: number) => {
+    const norm = P[i]!.norm;
+    if (norm) gpu.launch(kernels.norm, norm, pieceArgs(i));
+  };
   P.forEach((piece, i) => {
-    if (i >= 2 && piece.norm) normOf(i - 2);
+    if (i >= 2) normOf(i - 2);
     gpu.launch(exact ? kernels.wyExact : kernels.wy, piece.wy, pieceArgs(i));
     gpu.launch(scan, plan.scan, pieceArgs(i));
   });
-  if (P.length > 1 && P[0]!.norm) {
-    normOf(P.length - 2);
-    normOf(P.length - 1);
-  } else if (plan.norm) gpu.launch(kernels.norm, plan.norm, args);
+  for (let i = Math.max(0, P.length - 2); i < P.length; i++) normOf(i);
 }

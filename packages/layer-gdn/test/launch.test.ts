@@ -13,7 +13,8 @@ import {
 } from '../src/gdn-decode-launch.js';
 import { foldPath, foldStateLaunch, foldStateSharedBytes } from '../src/gdn-fold-launch.js';
 import { VERIFY_PREP_THREADS, twoKernelVerifyLaunches, twoKernelVerifySupported, verifyStateSharedBytes } from '../src/gdn-verify-launch.js';
-import { PREFILL_ALL_CHUNKS, PREFILL_PIECE_MIN_CHUNKS, PREFILL_PIECE_RATIO, prefillPlan } from '../src/gdn-prefill-launch.js';
+import { PREFILL_ALL_CHUNKS, PREFILL_PIECE_MIN_CHUNKS, PREFILL_PIECE_RATIO, launchPrefill, prefillPlan, type PrefillBuffers } from '../src/gdn-prefill-launch.js';
+import { prefillKernels } from '../src/gdn-prefill-kernels.js';
 import { equalPieces, shrinkingPieces } from '../src/gdn-prefill-pieces.js';
 
 const B80 = { hk: 16, hv: 32, dk: 128, dv: 128, convK: 4, maxK: 4 };
@@ -159,6 +160,23 @@ describe('prefill pieces (prefillPlan: a pipelined prefill)', () => {
     expect(p.scan.earlyStart).toBeUndefined();
     // The exact build fuses the norm: no norm launches of its own.
     expect(prefillPlan(s, 1, 8192, stream, { clusters: true, exact: true, pieceChunks: 32 }).pieces.every((x) => x.norm === undefined)).toBe(true);
+  });
+  it('launches WY₀, scan₀, WY₁, scan₁, norm₀, …, the last two norms after the last scan; one piece: WY, scan, norm over the step', () => {
+    const launched = (plan: ReturnType<typeof prefillPlan>) => {
+      const out: string[] = [];
+      const recorder = { launch: (k: { name: string }, _l: unknown, a: { chunk0: number; chunkEnd: number }) => void out.push(`${k.name.replace('gdn.prefill-', '')} ${a.chunk0}-${a.chunkEnd === PREFILL_ALL_CHUNKS ? 'end' : a.chunkEnd}`) };
+      const bufs = Object.fromEntries(['qkvz', 'ba', 'y', 'slots', 'rowStarts', 'seqLens', 'state', 'convRing', 'convWeight', 'aLog', 'dtBias', 'normWeight', 'stash', 'convStash', 'pending', 'scratch'].map((n) => [n, 16n])) as unknown as PrefillBuffers;
+      launchPrefill(recorder as never, prefillKernels, s, bufs, 1, 8192, 1e-6, plan);
+      return out;
+    };
+    const one = prefillPlan(s, 1, 8192, stream, { clusters: true });
+    expect(one.pieces[0]!.norm).toBe(one.norm);
+    expect(launched(one)).toEqual(['wy 0-end', 'scan 0-end', 'norm 0-end']);
+    expect(launched(prefillPlan(s, 1, 8192, stream, { clusters: true, sms: 132 }))).toEqual([
+      'wy 0-82', 'scan 0-82', 'wy 82-115', 'scan 82-115', 'norm 0-82', 'wy 115-end', 'scan 115-end', 'norm 82-115', 'norm 115-end',
+    ]);
+    // Fused (the exact build): no norm launches.
+    expect(launched(prefillPlan(s, 1, 8192, stream, { clusters: true, exact: true, pieceChunks: 64 }))).toEqual(['wy-exact 0-64', 'scan-exact 0-64', 'wy-exact 64-end', 'scan-exact 64-end']);
   });
   it('runs one piece where pipelining would not pay or cannot start early', () => {
     const one = [[0, PREFILL_ALL_CHUNKS]];
