@@ -110,30 +110,32 @@ __device__ __forceinline__ int tid_lin() { return threadIdx.x + blockDim.x * (th
 __device__ __forceinline__ int nthreads() { return blockDim.x * blockDim.y * blockDim.z; }
 __device__ __forceinline__ int bid_lin() { return blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z); }
 
-// (batch position, value head) of this CTA: grid [batch, H_v] as gdn-launch.ts, else linear.
-__device__ __forceinline__ void cta_coords(int batch, int hv, int& b, int& h) {
-  if (gridDim.y == (unsigned)hv && gridDim.x == (unsigned)batch && gridDim.z == 1) {
-    b = blockIdx.x;
-    h = blockIdx.y;
+// The launch's CTA order (x fastest) over (batch position, value head): a grid [batch, H_v] as
+// gdn-launch.ts takes b fastest, any other grid is linear with h fastest.
+__device__ __forceinline__ bool batch_head_grid(int batch, int hv) { return gridDim.y == (unsigned)hv && gridDim.x == (unsigned)batch && gridDim.z == 1; }
+__device__ __forceinline__ void coords_of(int batch, int hv, int lin, int& b, int& h) {
+  if (batch_head_grid(batch, hv)) {
+    b = lin % batch;
+    h = lin / batch;
   } else {
-    const int lin = bid_lin();
     h = lin % hv;
     b = lin / hv;
   }
 }
 
-// The CTA `ahead` places after this one in the order CTAs start (cta_coords' grids: x fastest);
-// false when there is none.
-__device__ __forceinline__ bool cta_ahead(int batch, int hv, int ahead, int& b, int& h) {
-  if (gridDim.y == (unsigned)hv && gridDim.x == (unsigned)batch && gridDim.z == 1) {
-    const int lin = (int)blockIdx.x + batch * (int)blockIdx.y + ahead;
-    b = lin % batch;
-    h = lin / batch;
+// (batch position, value head) of this CTA (coords_of its own index, read off blockIdx where it can).
+__device__ __forceinline__ void cta_coords(int batch, int hv, int& b, int& h) {
+  if (batch_head_grid(batch, hv)) {
+    b = blockIdx.x;
+    h = blockIdx.y;
   } else {
-    const int lin = bid_lin() + ahead;
-    h = lin % hv;
-    b = lin / hv;
+    coords_of(batch, hv, bid_lin(), b, h);
   }
+}
+
+// The CTA `ahead` places after this one in launch order; false when there is none.
+__device__ __forceinline__ bool cta_ahead(int batch, int hv, int ahead, int& b, int& h) {
+  coords_of(batch, hv, bid_lin() + ahead, b, h);
   return ahead > 0 && b < batch && h < hv;
 }
 

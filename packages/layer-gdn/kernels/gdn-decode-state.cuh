@@ -41,7 +41,7 @@ namespace gdn {
 namespace decode {
 
 constexpr int kThreads = 256;
-constexpr int kCtasPerSm = 2;  // GDN_STATE_MAXNREG's
+constexpr int kCtasPerSm = 65536 / (kThreads * GDN_STATE_MAXNREG);  // an SM's 64 Ki registers: 2 at 128
 constexpr int kWarps = 8;
 constexpr int kRows = 16;    // rows per warp at most (d_k ≤ 128)
 constexpr int kMaxDv = 128;  // 4 columns per lane
