@@ -170,18 +170,19 @@ async function main() {
       stash: L.stash, convStash: carried ? L.convStash : 0n, pending: carried ? L.pending : 0n,
     });
     // A serial row launches the state kernel without its early start.
-    // (the plain state kernel for a decode step without a pending table, as launchTwoKernelDecode)
-    const both = (kernels, l, args) => {
-      gpu.launch(kernels.prep, l.prep, args);
-      gpu.launch(args.pending === 0n && kernels.statePlain ? kernels.statePlain : kernels.state, { ...l.state, earlyStart: !K.serial }, args);
+    const both = (prep, state, l, args) => {
+      gpu.launch(prep, l.prep, args);
+      gpu.launch(state, { ...l.state, earlyStart: !K.serial }, args);
     };
-    const two = (t, batch, carried) =>
-      both(K.two, pkg.twoKernelDecodeLaunches(SHAPE, batch, stream, SHAPE.maxK), { ...tables(t, carried), prep: prepBuf, batch, ...SHAPE, eps: EPS });
+    const two = (t, batch, carried) => {
+      const args = { ...tables(t, carried), prep: prepBuf, batch, ...SHAPE, eps: EPS };
+      both(K.two.prep, pkg.decodeStateFor(K.two, args.pending), pkg.twoKernelDecodeLaunches(SHAPE, batch, stream, SHAPE.maxK), args);
+    };
     const rec = (t, batch, mode, k, carried) => {
       const decode = mode === 0 && k === 1;
       if (K.two && decode) return two(t, batch, carried);
       if (K.twoVerify && mode === 1 && k <= pkg.VERIFY_ROWS) {
-        return both(K.twoVerify, pkg.twoKernelVerifyLaunches(SHAPE, batch, stream, SHAPE.maxK), { ...tables(t, carried), prep: prepBuf, batch, k, ...SHAPE, eps: EPS });
+        return both(K.twoVerify.prep, K.twoVerify.state, pkg.twoKernelVerifyLaunches(SHAPE, batch, stream, SHAPE.maxK), { ...tables(t, carried), prep: prepBuf, batch, k, ...SHAPE, eps: EPS });
       }
       const launch = { ...launchOf(decode ? K.variant : K.multiVariant, K.tag, batch), stream };
       return gpu.launch(decode ? K.recurrent : K.recurrentMulti, launch, { ...tables(t, carried), mode, batch, k, ...SHAPE, eps: EPS });

@@ -86,9 +86,13 @@ export interface TwoKernelDecodeKernels {
   readonly statePlain?: typeof decodeStatePlainKernel;
 }
 
+/** The state kernel of a decode step: gdn.decode-state-plain where `pending` is 0 and `kernels` has it, else gdn.decode-state. */
+export function decodeStateFor(kernels: TwoKernelDecodeKernels, pending: bigint): TwoKernelDecodeKernels['state'] {
+  return pending === 0n && kernels.statePlain ? kernels.statePlain : kernels.state;
+}
+
 /**
- * A decode step as the two-kernel decode: gdn.decode-prep, then gdn.decode-state (gdn.decode-state-plain
- * when `args.pending` is 0 and `kernels` has it) on `stream`, both
+ * A decode step as the two-kernel decode: gdn.decode-prep, then its state kernel (decodeStateFor) on `stream`, both
  * with `args` (a decode step's buffers and tables, `prep` holding decodePrepBytes for args.batch
  * positions). The layer, the benchmarks and the GPU suite launch it through here.
  */
@@ -101,5 +105,5 @@ export function launchTwoKernelDecode(
 ): void {
   const l = twoKernelDecodeLaunches(cfg, args.batch, stream, args.maxK);
   gpu.launch(kernels.prep, l.prep, args);
-  gpu.launch(args.pending === 0n && kernels.statePlain ? kernels.statePlain : kernels.state, l.state, args);
+  gpu.launch(decodeStateFor(kernels, args.pending), l.state, args);
 }
