@@ -1,7 +1,7 @@
 // Gated DeltaNet (Qwen3-Next linear attention): decode and verify (gdn_recurrent). Layouts and
 // semantics: ../KERNELS.md. The code lives in headers: gdn-common.cuh (arguments, tasks, conv
 // inputs, ring / conv stash writes), gdn-fast.cuh (the fast kernels), gdn-legacy.cuh (the first
-// version, which gdn-chunk.cu's row loop still uses). gdn-chunk.cu includes this file with
+// version, which gdn-chunk-rowwise.cu's row loop still uses). gdn-chunk-rowwise.cu includes this file with
 // GDN_NO_RECURRENT_ENTRY, which leaves every entry point (and the fast code) out of its build.
 //
 // Entry points, one signature (gdn-kernels.ts), grid [batch, H_v], a block of d_v threads:

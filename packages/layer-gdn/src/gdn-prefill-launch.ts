@@ -4,7 +4,8 @@ import { equalPieces, shrinkingPieces } from './gdn-prefill-pieces.js';
 
 // Launch shapes, shared-memory sizes and scratch layout of the chunked prefill (kernels/gdn-chunk.cu:
 // gdn_prefill_wy, gdn_prefill_scan, gdn_prefill_norm); the CUDA code computes the same sizes
-// (wy_lay, scan_lay, scratch_of), the CPU twins (gdn-prefill.cpu.ts) the same scratch layout.
+// (wy_lay in kernels/gdn-chunk-wy.cuh, scan_lay in gdn-chunk-scan.cuh, scratch_of in
+// gdn-chunk-base.cuh), the CPU twins (gdn-prefill.cpu.ts) the same scratch layout.
 
 /** Rows per chunk of the WY form. */
 export const PREFILL_CHUNK = 64;

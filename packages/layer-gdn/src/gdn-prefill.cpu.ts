@@ -100,7 +100,7 @@ function sequences(a: PrefillArgs, mem: DeviceMemoryView): Seq[] {
   return out;
 }
 
-/** The rows [lo, hi) of a sequence in the launch's chunks [chunk0, chunkEnd) (a pipelined prefill's piece; kernels/gdn-chunk.cu launch_chunks). */
+/** The rows [lo, hi) of a sequence in the launch's chunks [chunk0, chunkEnd) (a pipelined prefill's piece; kernels/gdn-chunk-seq.cuh launch_chunks). */
 function launchRows(a: PrefillArgs, s: Seq): [number, number] {
   return [Math.min(s.nrows, a.chunk0 * C), Math.min(s.nrows, a.chunkEnd * C)];
 }
