@@ -65,14 +65,14 @@ export function splitSupported(s: GdnLaunchShape): boolean {
 
 /** x rounded up to a multiple of 4 (the kernels' padded d_k, d_v: 16-byte rows). */
 export const pad4 = (x: number): number => (x + 3) & ~3;
-/** Rows of pending keys the kernels keep in shared memory (kernels/gdn-fast.cuh fast_mb_alloc). */
+/** Rows of pending keys the kernels keep in shared memory (kernels/gdn-fast-layout.cuh fast_mb_alloc). */
 export const pendingKeyRows = (maxK: number): number => (maxK <= 4 ? 4 : 8);
 const rowsInst = (n: number): number => (n <= 1 ? 1 : n <= 4 ? 4 : 8);
-/** kernels/gdn-fast.cuh kSmallFloats. */
+/** kernels/gdn-fast-layout.cuh kSmallFloats. */
 const SMALL_FLOATS = 496;
 
 /**
- * Dynamic shared memory of a variant's `gdn.recurrent` and `gdn.fold` (kernels/gdn-fast.cuh
+ * Dynamic shared memory of a variant's `gdn.recurrent` and `gdn.fold` (kernels/gdn-fast-layout.cuh
  * fast_smem_floats): the smem variant's copy of a head's state (d_k·d_v f32), the raw k and q
  * of a row block (up to 4 rows), the keys of up to maxK pending rows, and the block's scalars.
  * At the 80B shape with maxK 4: 72.5 KiB (3 CTAs per SM).

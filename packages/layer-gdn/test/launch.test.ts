@@ -1,5 +1,5 @@
 // The launch shapes and the variant each launch of the layer runs (src/gdn-launch.ts): what the
-// CUDA kernels trap on when it is wrong (kernels/gdn-pipe.cuh pipe_smem_floats, gdn-fast.cuh
+// CUDA kernels trap on when it is wrong (kernels/gdn-pipe.cuh pipe_smem_floats, gdn-fast-layout.cuh
 // fast_smem_floats), checked here without a GPU.
 import type { Stream } from '@metrale/core';
 import { describe, expect, it } from 'vitest';

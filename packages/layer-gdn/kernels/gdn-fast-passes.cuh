@@ -1,0 +1,205 @@
+// The passes over a column of S (the math of gdn-fast.cuh): pass A (the dot products a_t, b_t, the
+// pending fold on the way) and pass B (the commit), from the shared copy and streamed from global
+// memory (StreamSrc, here beside the passes that are all it has). Its own file: the inner loops,
+// where the registers and the time go.
+#pragma once
+#include "gdn-common.cuh"
+#include "gdn-fast-layout.cuh"
+#include "gdn-fast-source.cuh"
+
+namespace gdn {
+namespace fast {
+
+// ---- the passes over a column of S --------------------------------------------------------------
+
+// Dot products (TB rows) and the pending fold (MB terms) on a group of 4 rows i0..i0+3 of the
+// column: s ← c0 s + Σ_m kf[m][i] uf[m]; a_t += s kd[t][i]; b_t += s qd[t][i].
+template <int TB, int MB>
+struct PassA {
+  float a[TB > 0 ? TB : 1], b[TB > 0 ? TB : 1];
+  float uf[MB > 0 ? MB : 1];
+  float c0;
+
+  __device__ __forceinline__ void zero() {
+#pragma unroll
+    for (int t = 0; t < TB; ++t) a[t] = b[t] = 0.0f;
+  }
+
+  __device__ __forceinline__ void group(float (&s)[4], int i0, const Lay& L, int dkp) {
+    if (MB > 0) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) s[q] *= c0;
+#pragma unroll
+      for (int m = 0; m < MB; ++m) {
+        const float4 kk = ld4s(L.kf + m * dkp + i0);
+        s[0] = fmaf(kk.x, uf[m], s[0]);
+        s[1] = fmaf(kk.y, uf[m], s[1]);
+        s[2] = fmaf(kk.z, uf[m], s[2]);
+        s[3] = fmaf(kk.w, uf[m], s[3]);
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < TB; ++t) {
+      const float4 kk = ld4s(L.kd + t * dkp + i0);
+      const float4 qq = ld4s(L.qd + t * dkp + i0);
+      a[t] = fmaf(s[0], kk.x, a[t]);
+      b[t] = fmaf(s[0], qq.x, b[t]);
+      a[t] = fmaf(s[1], kk.y, a[t]);
+      b[t] = fmaf(s[1], qq.y, b[t]);
+      a[t] = fmaf(s[2], kk.z, a[t]);
+      b[t] = fmaf(s[2], qq.z, b[t]);
+      a[t] = fmaf(s[3], kk.w, a[t]);
+      b[t] = fmaf(s[3], qq.w, b[t]);
+    }
+  }
+};
+
+// The commit of a block on 4 rows: s ← cl s + Σ_t kd[t][i] ub[t].
+template <int TB>
+__device__ __forceinline__ void commit_group(float (&s)[4], int i0, const Lay& L, int dkp, float cl, const float (&ub)[TB]) {
+#pragma unroll
+  for (int q = 0; q < 4; ++q) s[q] *= cl;
+#pragma unroll
+  for (int t = 0; t < TB; ++t) {
+    const float4 kk = ld4s(L.kd + t * dkp + i0);
+    s[0] = fmaf(kk.x, ub[t], s[0]);
+    s[1] = fmaf(kk.y, ub[t], s[1]);
+    s[2] = fmaf(kk.z, ub[t], s[2]);
+    s[3] = fmaf(kk.w, ub[t], s[3]);
+  }
+}
+
+// Per-thread view of its column: j, the global column pointer (S[i][j] at g[i·dv]), d_k, d_v.
+// DKC, DVC: d_k, d_v known at compile time (the 80B shape, 128 × 128: row offsets become
+// immediates, so a pass keeps one address register instead of one per row in flight), or 0.
+template <int DKC, int DVC>
+struct Col {
+  static constexpr int kUnroll = DKC ? 2 : 1;  // row groups of 4 per loop trip (smem passes)
+  float* g;
+  int j, dk_, dv_;
+  bool active;
+  __device__ __forceinline__ int dk() const { return DKC ? DKC : dk_; }
+  __device__ __forceinline__ int dv() const { return DVC ? DVC : dv_; }
+  __device__ __forceinline__ int dkp() const { return DKC ? pad4(DKC) : pad4(dk_); }
+};
+
+__device__ __forceinline__ void store_rows(float* p, int stride, int i0, int dk, const float (&s)[4]) {
+#pragma unroll
+  for (int q = 0; q < 4; ++q)
+    if (i0 + q < dk) p[(size_t)(i0 + q) * stride] = s[q];
+}
+
+// Pass A from the shared copy. first: wait for each chunk of the copy before its rows.
+// wHold: the folded values go back to the shared copy; wGlob: and to global memory.
+template <int TB, int MB, class Cl>
+__device__ __forceinline__ void pass_a(SmemSrc& src, PassA<TB, MB>& P, const Cl& C, const Lay& L, bool first, bool wHold, bool wGlob) {
+  const int dk = C.dk(), dv = C.dv(), dkp = C.dkp();
+  const float* col = src.S + C.j;
+  for (int c = 0; c < kNChunk; ++c) {
+    const int r0 = c * src.cr, r1 = min(dk, r0 + src.cr);
+    if (r1 <= r0) break;
+    if (first) src.wait(c);
+#pragma unroll(Cl::kUnroll)
+    for (int i0 = r0; i0 < r1; i0 += 4) {
+      float s[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) s[q] = (C.active && i0 + q < dk) ? col[(i0 + q) * dv] : 0.0f;
+      P.group(s, i0, L, dkp);
+      if (C.active) {
+        if (wHold) store_rows(src.S + C.j, dv, i0, dk, s);
+        if (wGlob) store_rows(C.g, dv, i0, dk, s);
+      }
+    }
+  }
+}
+
+// Pass B from the shared copy: the block's commit, into the shared copy (toHold) or global memory.
+template <int TB, class Cl>
+__device__ __forceinline__ void pass_b(SmemSrc& src, const Cl& C, const Lay& L, float cl, const float (&ub)[TB], bool toHold) {
+  const int dk = C.dk(), dv = C.dv(), dkp = C.dkp();
+  const float* col = src.S + C.j;
+  float* out = toHold ? src.S + C.j : C.g;
+  if (!C.active) return;
+#pragma unroll(Cl::kUnroll * 2)
+  for (int i0 = 0; i0 < dk; i0 += 4) {
+    float s[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) s[q] = (i0 + q < dk) ? col[(i0 + q) * dv] : 0.0f;
+    commit_group<TB>(s, i0, L, dkp, cl, ub);
+    store_rows(out, dv, i0, dk, s);
+  }
+}
+
+// The column streams from global memory; kStreamU rows in flight per thread, the first chunk
+// loaded by preload() (before the prologue) for the first pass.
+struct StreamSrc {
+  static constexpr bool kHolds = false;
+  float pre[kStreamU];
+  bool havePre;
+
+  __device__ __forceinline__ void init(uint64_t*, float*) { havePre = false; }
+
+  template <class Cl>
+  __device__ __forceinline__ void load(float (&x)[kStreamU], const Cl& C, int i0) {
+    const float* p = C.g + (size_t)i0 * C.dv();
+#pragma unroll
+    for (int u = 0; u < kStreamU; ++u) x[u] = (C.active && i0 + u < C.dk()) ? p[u * C.dv()] : 0.0f;
+  }
+  template <class Cl>
+  __device__ __forceinline__ void preload(const Cl& C) {
+    load(pre, C, 0);
+    havePre = true;
+  }
+  __device__ __forceinline__ void release() { __syncthreads(); }
+};
+
+template <int TB, int MB, class Cl>
+__device__ __forceinline__ void pass_a(StreamSrc& src, PassA<TB, MB>& P, const Cl& C, const Lay& L, bool first, bool wHold, bool wGlob) {
+  const int dk = C.dk(), dv = C.dv(), dkp = C.dkp();
+  float cur[kStreamU];
+  if (first && src.havePre) {
+#pragma unroll
+    for (int u = 0; u < kStreamU; ++u) cur[u] = src.pre[u];
+    src.havePre = false;
+  } else {
+    src.load(cur, C, 0);
+  }
+  const bool w = C.active && (wHold || wGlob);
+#pragma unroll 1
+  for (int i0 = 0; i0 < dk; i0 += kStreamU) {
+    float nxt[kStreamU];
+    src.load(nxt, C, i0 + kStreamU);  // zeros past d_k
+#pragma unroll
+    for (int q0 = 0; q0 < kStreamU; q0 += 4) {
+      float s[4] = {cur[q0], cur[q0 + 1], cur[q0 + 2], cur[q0 + 3]};
+      P.group(s, i0 + q0, L, dkp);
+      if (w) store_rows(C.g, dv, i0 + q0, dk, s);
+    }
+#pragma unroll
+    for (int u = 0; u < kStreamU; ++u) cur[u] = nxt[u];
+  }
+}
+
+template <int TB, class Cl>
+__device__ __forceinline__ void pass_b(StreamSrc& src, const Cl& C, const Lay& L, float cl, const float (&ub)[TB], bool) {
+  const int dk = C.dk(), dv = C.dv(), dkp = C.dkp();
+  if (!C.active) return;
+  float cur[kStreamU];
+  src.load(cur, C, 0);
+#pragma unroll 1
+  for (int i0 = 0; i0 < dk; i0 += kStreamU) {
+    float nxt[kStreamU];
+    src.load(nxt, C, i0 + kStreamU);  // zeros past d_k
+#pragma unroll
+    for (int q0 = 0; q0 < kStreamU; q0 += 4) {
+      float s[4] = {cur[q0], cur[q0 + 1], cur[q0 + 2], cur[q0 + 3]};
+      commit_group<TB>(s, i0 + q0, L, dkp, cl, ub);
+      store_rows(C.g, dv, i0 + q0, dk, s);
+    }
+#pragma unroll
+    for (int u = 0; u < kStreamU; ++u) cur[u] = nxt[u];
+  }
+}
+
+}  // namespace fast
+}  // namespace gdn
