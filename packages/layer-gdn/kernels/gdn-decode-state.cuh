@@ -95,7 +95,7 @@ __device__ __forceinline__ Part part_for(const Args& A) {
 }
 
 __device__ __forceinline__ bool has_row(const Args& A, const Part& p, int r) { return p.act && r < p.nr && p.r0 + r < A.dk; }
-using fast::f4;  // the float4 helpers (gdn-fast.cuh), as decode::… for this file's users
+using fast::f4;  // the float4 helpers (gdn-fast-layout.cuh), as decode::… for this file's users
 using fast::fma4;
 using fast::scale4;
 

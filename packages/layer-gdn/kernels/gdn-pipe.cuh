@@ -139,7 +139,7 @@ __device__ __forceinline__ void wait_block() {
 }
 
 // The row's scalars (β, the A·fk and A·fq products, the k̂·q̂ term, the decay of the commit and
-// the key's norm factor): what gram() and coefs() of gdn-fast.cuh give for a block of one row.
+// the key's norm factor): what gram() and coefs() of gdn-fast-prologue.cuh give for a block of one row.
 struct RowCoef {
   float beta, ca, cb, cq, cl, ub;
 };
