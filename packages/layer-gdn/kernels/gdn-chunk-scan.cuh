@@ -170,6 +170,58 @@ __device__ __forceinline__ void finalize_rows(const Args& A, const float (&op)[4
     }
 }
 
+// The ring after the step: positions [max(L, end − K), end) from the conv stash / the step's rows,
+// spread over the sequence's CTAs (CTA `me` of gridDim.x · H_v; nothing in the scan reads the ring:
+// gdn_prefill_wy, before it, did). The last piece's scan does it.
+__device__ __forceinline__ void commit_ring(const Args& A, const Geo& G, const Seq& s, int me, int nthr, int tid) {
+  const int dk = A.dk, dv = A.dv;
+  const int end = s.P0 + s.nrows, pa = max(s.L, end - A.K);
+  const int npos = end - pa;
+  if (npos <= 0) return;
+  const int ctas = gridDim.x * A.hv;
+  for (int idx = me * nthr + tid; idx < npos * G.convDim; idx += ctas * nthr) {
+    const int pi = idx / G.convDim, c = idx - pi * G.convDim;
+    int col;
+    if (c < G.keyDim) col = (c / dk) * G.grp + c % dk;
+    else if (c < 2 * G.keyDim) col = ((c - G.keyDim) / dk) * G.grp + dk + (c - G.keyDim) % dk;
+    else {
+      const int cv = c - 2 * G.keyDim, hh = cv / dv, j = cv - hh * dv;
+      col = (hh / G.r) * G.grp + 2 * dk + (hh % G.r) * dv + j;
+    }
+    const int p = pa + pi;
+    A.convRing[((size_t)s.slot * A.K + (p % A.K)) * G.convDim + c] = conv_in(A, G, s, c, col, p);
+  }
+}
+
+// The slot's pending carried rows folded into this warp's S^T fragment (the first piece's scan):
+// S ← e^{γ_{n−1}} S + Σ_t e^{γ_{n−1} − γ_t} k_t u_tᵀ (stash, KERNELS.md). Fragment layout as scan_seq's sf.
+__device__ __forceinline__ void fold_pending_rows(const Args& A, const Geo& G, const Seq& s, int nPend, int h, int hh, int t4, int g8, int j0,
+                                                  float (&sf)[8][4]) {
+  const int dk = A.dk, dv = A.dv;
+  const float* sh = A.stash + (size_t)s.slot * G.stashSeq + (size_t)h * A.maxK * G.stashRow;
+  const float gl = sh[(size_t)(nPend - 1) * G.stashRow + dk + dv];
+  const float E = expf(gl);
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) sf[nt][e] *= E;
+  for (int tt = 0; tt < nPend; ++tt) {
+    const float* row = sh + (size_t)tt * G.stashRow;
+    const float wgt = expf(gl - row[dk + dv]);
+    const float u0 = j0 + g8 < dv ? wgt * row[dk + j0 + g8] : 0.f;
+    const float u1 = j0 + g8 + 8 < dv ? wgt * row[dk + j0 + g8 + 8] : 0.f;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+      for (int e2 = 0; e2 < 2; ++e2) {
+        const int i = 64 * hh + 8 * nt + 2 * t4 + e2;
+        const float k = i < dk ? row[i] : 0.f;
+        sf[nt][e2] += k * u0;
+        sf[nt][2 + e2] += k * u1;
+      }
+  }
+}
+
 template <int P, int CL>
 __device__ __forceinline__ void scan_seq(const Args& A) {
   const Geo G = geo_of(A);
@@ -202,27 +254,7 @@ __device__ __forceinline__ void scan_seq(const Args& A) {
     cluster_wait();
   }
 
-  // Ring: positions [max(L, end − K), end) from the conv stash / the step's rows, spread over the
-  // sequence's CTAs (nothing in this kernel reads the ring; gdn_prefill_wy, before it, did).
-  if (ce == nch) {
-    const int end = s.P0 + s.nrows, pa = max(s.L, end - A.K);
-    const int npos = end - pa;
-    if (npos > 0) {
-      const int ctas = gridDim.x * A.hv, me = h * gridDim.x + t;
-      for (int idx = me * nthr + tid; idx < npos * G.convDim; idx += ctas * nthr) {
-        const int pi = idx / G.convDim, c = idx - pi * G.convDim;
-        int col;
-        if (c < G.keyDim) col = (c / dk) * G.grp + c % dk;
-        else if (c < 2 * G.keyDim) col = ((c - G.keyDim) / dk) * G.grp + dk + (c - G.keyDim) % dk;
-        else {
-          const int cv = c - 2 * G.keyDim, hh = cv / dv, j = cv - hh * dv;
-          col = (hh / G.r) * G.grp + 2 * dk + (hh % G.r) * dv + j;
-        }
-        const int p = pa + pi;
-        A.convRing[((size_t)s.slot * A.K + (p % A.K)) * G.convDim + c] = conv_in(A, G, s, c, col, p);
-      }
-    }
-  }
+  if (ce == nch) commit_ring(A, G, s, h * gridDim.x + t, nthr, tid);
 
   const int ml = warp >> 1, hh = warp & 1;
   const int mg = t * mpc + ml;
@@ -240,31 +272,7 @@ __device__ __forceinline__ void scan_seq(const Args& A) {
       const int i = 64 * hh + 8 * nt + 2 * t4 + (e & 1), j = j0 + g8 + 8 * (e >> 1);
       sf[nt][e] = (i < dk && j < dv) ? Shead[(size_t)i * dv + j] : 0.f;
     }
-  // Pending carried rows: S ← e^{γ_{n−1}} S + Σ_t e^{γ_{n−1} − γ_t} k_t u_tᵀ (stash, KERNELS.md).
-  if (nPend > 0 && cb == 0) {
-    const float* sh = A.stash + (size_t)s.slot * G.stashSeq + (size_t)h * A.maxK * G.stashRow;
-    const float gl = sh[(size_t)(nPend - 1) * G.stashRow + dk + dv];
-    const float E = expf(gl);
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) sf[nt][e] *= E;
-    for (int tt = 0; tt < nPend; ++tt) {
-      const float* row = sh + (size_t)tt * G.stashRow;
-      const float wgt = expf(gl - row[dk + dv]);
-      const float u0 = j0 + g8 < dv ? wgt * row[dk + j0 + g8] : 0.f;
-      const float u1 = j0 + g8 + 8 < dv ? wgt * row[dk + j0 + g8 + 8] : 0.f;
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-        for (int e2 = 0; e2 < 2; ++e2) {
-          const int i = 64 * hh + 8 * nt + 2 * t4 + e2;
-          const float k = i < dk ? row[i] : 0.f;
-          sf[nt][e2] += k * u0;
-          sf[nt][2 + e2] += k * u1;
-        }
-    }
-  }
+  if (nPend > 0 && cb == 0) fold_pending_rows(A, G, s, nPend, h, hh, t4, g8, j0, sf);
 
   const int zc0 = z_col(A, G, h);
   const size_t yStride = (size_t)A.hv * dv;
