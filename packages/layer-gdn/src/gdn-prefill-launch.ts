@@ -144,8 +144,6 @@ export interface PrefillPlan {
   /** The WY kernel over all of the step's chunks (one piece's is in `pieces`). */
   readonly wy: LaunchConfig;
   readonly scan: LaunchConfig;
-  /** The norm over the whole step (unfused; a one-piece plan's piece carries it, a pipelined prefill's pieces their own). */
-  readonly norm: LaunchConfig | undefined;
   readonly scratch: PrefillScratchLayout;
   /** The pieces in order: one over all chunks, or a pipelined prefill's (each WY after the first with an early start). */
   readonly pieces: readonly PrefillPiece[];
@@ -193,9 +191,9 @@ export function prefillPlan(
     opts.pieceChunks !== undefined
       ? opts.pieceChunks === 0 ? [chunks] : equalPieces(chunks, opts.pieceChunks)
       : opts.pieceRatio !== undefined || pays ? shrinkingPieces(chunks, opts.pieceRatio ?? PREFILL_PIECE_RATIO, PREFILL_PIECE_MIN_CHUNKS) : [chunks];
-  const norm: LaunchConfig | undefined = fuseNorm ? undefined : { grid: [Math.max(rows, 1)], block: 128, stream };
   const pieces: PrefillPiece[] = [];
-  if (ends.length <= 1) pieces.push({ chunk0: 0, chunkEnd: PREFILL_ALL_CHUNKS, wy, ...(norm ? { norm } : {}) });
+  // One piece: the whole step's WY launch and (unfused) the norm over all of its rows.
+  if (ends.length <= 1) pieces.push({ chunk0: 0, chunkEnd: PREFILL_ALL_CHUNKS, wy, ...(fuseNorm ? {} : { norm: { grid: [Math.max(rows, 1)], block: 128, stream } }) });
   else {
     ends.forEach((c1, i) => {
       const c0 = i === 0 ? 0 : ends[i - 1]!;
@@ -215,7 +213,6 @@ export function prefillPlan(
     pieces,
     wy,
     scan: { grid: [ctas, s.hv, batch], block: 64 * mpc, sharedBytes: scanShared, stream },
-    norm,
     scratch: prefillScratchLayout(s, rows, planes),
   };
 }
