@@ -30,6 +30,7 @@
 #include <cstdio>
 #include <string>
 #include <vector>
+#include "../kernels/gdn-l2-ahead.cuh"  // the layer's L2 requests (head-dots-pfN asks as the decode state kernel does)
 
 #define CK(x)                                                                                 \
   do {                                                                                        \
@@ -98,10 +99,8 @@ __global__ void __launch_bounds__(256, MINB) head_dots(float4* p, const int* slo
   float4 v[16];
 #pragma unroll
   for (int r = 0; r < 16; ++r) v[r] = h[(16 * w + r) * 32 + l];
-  if (pf > 0 && threadIdx.x < 4 && blockIdx.x + pf < gridDim.x) {
-    const float4* nh = p + (size_t)slots[blockIdx.x + pf] * (kHeadFloats / 4) + threadIdx.x * (kHeadFloats / 16);
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(nh), "r"(kHeadFloats));
-  }
+  if (pf > 0 && threadIdx.x < 4 && blockIdx.x + pf < gridDim.x)
+    gdn_ahead::prefetch_l2_part(p + (size_t)slots[blockIdx.x + pf] * (kHeadFloats / 4), 4u * kHeadFloats, threadIdx.x, 4);
   float4 a = make_float4(0, 0, 0, 0), b = a;
 #pragma unroll
   for (int r = 0; r < 16; ++r) {

@@ -5,8 +5,8 @@
 //
 // Why: such a CTA holds its head between its loads and its stores — the dot products, their sum
 // across warps, u, the barriers — and at 2 CTAs per SM the SM then asks DRAM for nothing.
-// bench/rmw-ceiling.cu measured that shape of work (`head-dots-2cta`) at 279 µs for batch 256
-// against 260 µs for the bare read-modify-write, and 265 µs with each CTA asking for the head of
+// bench/rmw-ceiling.cu measured that shape of work (`head-dots-2cta`) at 281.6 µs for batch 256
+// against 262.3 µs for the bare read-modify-write, and 265.8 µs with each CTA asking for the head of
 // the CTA a quarter of the resident CTAs after it (`head-dots-pf66`); half of them or more lost
 // (the heads arrive long before they are read). In the layer's kernels (gdn-ab, the H200): decode
 // 307.4 → 300.8 µs and the register fold 318.6 → 314.1 µs at batch 256 with 3/8 of the resident
