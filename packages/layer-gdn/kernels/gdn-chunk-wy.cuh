@@ -64,6 +64,26 @@ __device__ __forceinline__ void st_block(bf16_t* pA, long long plane, int ld, co
   }
 }
 
+// acc += X Yᵀ over d_k for a warp's block: rows 16rb .. of X, rows 32cb .. + 31 of Y (both
+// [row][d_k] bf16 tiles in shared memory, hi and lo planes; nks k-steps of 16). G_kk (X = Y = K) and
+// A_qk (X = Q, Y = K) are this product.
+template <int P>
+__device__ __forceinline__ void gram_block(uint32_t xh, uint32_t xl, uint32_t yh, uint32_t yl, int rb, int cb, int nks, int lane, float (&acc)[4][4]) {
+  for (int ks = 0; ks < nks; ++ks) {
+    uint32_t ah[4], al[4] = {0, 0, 0, 0};
+    ldsm4(ah, a_addr(xh, DKT, 16 * rb, 16 * ks, lane));
+    if (P == 2) ldsm4(al, a_addr(xl, DKT, 16 * rb, 16 * ks, lane));
+#pragma unroll
+    for (int np = 0; np < 2; ++np) {
+      uint32_t bh[4], bl[4] = {0, 0, 0, 0};
+      ldsm4(bh, bnk_addr(yh, DKT, 32 * cb + 16 * np, 16 * ks, lane));
+      if (P == 2) ldsm4(bl, bnk_addr(yl, DKT, 32 * cb + 16 * np, 16 * ks, lane));
+      mmaP<P>(acc[2 * np], ah, al, bh[0], bh[1], bl[0], bl[1]);
+      mmaP<P>(acc[2 * np + 1], ah, al, bh[2], bh[3], bl[2], bl[3]);
+    }
+  }
+}
+
 template <int P>
 __device__ __forceinline__ void wy_chunk(const Args& A) {
   const Geo G = geo_of(A);
@@ -201,19 +221,7 @@ __device__ __forceinline__ void wy_chunk(const Args& A) {
       for (int a = 0; a < 4; ++a)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[a][e] = 0.f;
-      for (int ks = 0; ks < nks; ++ks) {
-        uint32_t ah[4], al[4] = {0, 0, 0, 0};
-        ldsm4(ah, a_addr(kh, DKT, 16 * rb, 16 * ks, lane));
-        if (P == 2) ldsm4(al, a_addr(kl, DKT, 16 * rb, 16 * ks, lane));
-#pragma unroll
-        for (int np = 0; np < 2; ++np) {
-          uint32_t bh[4], bl[4] = {0, 0, 0, 0};
-          ldsm4(bh, bnk_addr(kh, DKT, 32 * cb + 16 * np, 16 * ks, lane));
-          if (P == 2) ldsm4(bl, bnk_addr(kl, DKT, 32 * cb + 16 * np, 16 * ks, lane));
-          mmaP<P>(acc[2 * np], ah, al, bh[0], bh[1], bl[0], bl[1]);
-          mmaP<P>(acc[2 * np + 1], ah, al, bh[2], bh[3], bl[2], bl[3]);
-        }
-      }
+      gram_block<P>(kh, kl, kh, kl, rb, cb, nks, lane, acc);
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
         const int i0 = 16 * rb + (lane >> 2), j0 = 32 * cb + 8 * nt + 2 * (lane & 3);
@@ -425,19 +433,7 @@ __device__ __forceinline__ void wy_chunk(const Args& A) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[a][e] = 0.f;
       if (32 * cb <= 16 * rb + 15) {
-        for (int ks = 0; ks < nks; ++ks) {
-          uint32_t ah[4], al[4] = {0, 0, 0, 0};
-          ldsm4(ah, a_addr(qrh, DKT, 16 * rb, 16 * ks, lane));
-          if (P == 2) ldsm4(al, a_addr(qrl, DKT, 16 * rb, 16 * ks, lane));
-#pragma unroll
-          for (int np = 0; np < 2; ++np) {
-            uint32_t bh[4], bl[4] = {0, 0, 0, 0};
-            ldsm4(bh, bnk_addr(krh, DKT, 32 * cb + 16 * np, 16 * ks, lane));
-            if (P == 2) ldsm4(bl, bnk_addr(krl, DKT, 32 * cb + 16 * np, 16 * ks, lane));
-            mmaP<P>(acc[2 * np], ah, al, bh[0], bh[1], bl[0], bl[1]);
-            mmaP<P>(acc[2 * np + 1], ah, al, bh[2], bh[3], bl[2], bl[3]);
-          }
-        }
+        gram_block<P>(qrh, qrl, krh, krl, rb, cb, nks, lane, acc);
       }
       // The row factors once, the column factors per n-tile; entries above the diagonal are
       // computed and selected away (as A above).
