@@ -12,6 +12,22 @@ namespace fast {
 
 // ---- the passes over a column of S --------------------------------------------------------------
 
+// s ← c s + Σ_{m<N} keys[m][i0 .. i0 + 3] w[m] on a group of 4 rows of a column (keys: [N][dkp] in
+// shared memory): the pending fold of pass A and the commit of pass B.
+template <int N>
+__device__ __forceinline__ void rank_update4(float (&s)[4], float c, const float* keys, int dkp, int i0, const float* w) {
+#pragma unroll
+  for (int q = 0; q < 4; ++q) s[q] *= c;
+#pragma unroll
+  for (int m = 0; m < N; ++m) {
+    const float4 kk = ld4s(keys + m * dkp + i0);
+    s[0] = fmaf(kk.x, w[m], s[0]);
+    s[1] = fmaf(kk.y, w[m], s[1]);
+    s[2] = fmaf(kk.z, w[m], s[2]);
+    s[3] = fmaf(kk.w, w[m], s[3]);
+  }
+}
+
 // Dot products (TB rows) and the pending fold (MB terms) on a group of 4 rows i0..i0+3 of the
 // column: s ← c0 s + Σ_m kf[m][i] uf[m]; a_t += s kd[t][i]; b_t += s qd[t][i].
 template <int TB, int MB>
@@ -26,18 +42,7 @@ struct PassA {
   }
 
   __device__ __forceinline__ void group(float (&s)[4], int i0, const Lay& L, int dkp) {
-    if (MB > 0) {
-#pragma unroll
-      for (int q = 0; q < 4; ++q) s[q] *= c0;
-#pragma unroll
-      for (int m = 0; m < MB; ++m) {
-        const float4 kk = ld4s(L.kf + m * dkp + i0);
-        s[0] = fmaf(kk.x, uf[m], s[0]);
-        s[1] = fmaf(kk.y, uf[m], s[1]);
-        s[2] = fmaf(kk.z, uf[m], s[2]);
-        s[3] = fmaf(kk.w, uf[m], s[3]);
-      }
-    }
+    if (MB > 0) rank_update4<MB>(s, c0, L.kf, dkp, i0, uf);
 #pragma unroll
     for (int t = 0; t < TB; ++t) {
       const float4 kk = ld4s(L.kd + t * dkp + i0);
@@ -57,16 +62,7 @@ struct PassA {
 // The commit of a block on 4 rows: s ← cl s + Σ_t kd[t][i] ub[t].
 template <int TB>
 __device__ __forceinline__ void commit_group(float (&s)[4], int i0, const Lay& L, int dkp, float cl, const float (&ub)[TB]) {
-#pragma unroll
-  for (int q = 0; q < 4; ++q) s[q] *= cl;
-#pragma unroll
-  for (int t = 0; t < TB; ++t) {
-    const float4 kk = ld4s(L.kd + t * dkp + i0);
-    s[0] = fmaf(kk.x, ub[t], s[0]);
-    s[1] = fmaf(kk.y, ub[t], s[1]);
-    s[2] = fmaf(kk.z, ub[t], s[2]);
-    s[3] = fmaf(kk.w, ub[t], s[3]);
-  }
+  rank_update4<TB>(s, cl, L.kd, dkp, i0, ub);
 }
 
 // Per-thread view of its column: j, the global column pointer (S[i][j] at g[i·dv]), d_k, d_v.
