@@ -84,6 +84,30 @@ __device__ __forceinline__ void gram_block(uint32_t xh, uint32_t xl, uint32_t yh
   }
 }
 
+// acc += T' Y for a warp's block: rows 16rb .. of the lower-triangular T' (a [row][64] bf16 tile,
+// k-steps up to its diagonal block), columns c0 .. c0 + ncols − 1 (< 64; pairs of n-tiles) of Y
+// (a [row][col] bf16 tile of row stride yStride, read transposed); hi and lo planes. W = T'_W K_raw
+// and U = T'_U V are this product.
+template <int P>
+__device__ __forceinline__ void lower_times(uint32_t th, uint32_t tl, uint32_t yh, uint32_t yl, int yStride, int c0, int ncols, int rb, int lane,
+                                            float (&acc)[8][4]) {
+  for (int ks = 0; ks <= rb; ++ks) {
+    uint32_t ah[4], al[4] = {0, 0, 0, 0};
+    ldsm4(ah, a_addr(th, CT, 16 * rb, 16 * ks, lane));
+    if (P == 2) ldsm4(al, a_addr(tl, CT, 16 * rb, 16 * ks, lane));
+#pragma unroll
+    for (int np = 0; np < 4; ++np) {
+      if (16 * np < ncols) {
+        uint32_t bh[4], bl[4] = {0, 0, 0, 0};
+        ldsm4t(bh, bkn_addr(yh, yStride, 16 * ks, c0 + 16 * np, lane));
+        if (P == 2) ldsm4t(bl, bkn_addr(yl, yStride, 16 * ks, c0 + 16 * np, lane));
+        mmaP<P>(acc[2 * np], ah, al, bh[0], bh[1], bl[0], bl[1]);
+        mmaP<P>(acc[2 * np + 1], ah, al, bh[2], bh[3], bl[2], bl[3]);
+      }
+    }
+  }
+}
+
 template <int P>
 __device__ __forceinline__ void wy_chunk(const Args& A) {
   const Geo G = geo_of(A);
@@ -378,19 +402,7 @@ __device__ __forceinline__ void wy_chunk(const Args& A) {
       for (int a = 0; a < 8; ++a)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[a][e] = 0.f;
-      for (int ks = 0; ks <= rb; ++ks) {
-        uint32_t ah[4], al[4] = {0, 0, 0, 0};
-        ldsm4(ah, a_addr(twh, CT, 16 * rb, 16 * ks, lane));
-        if (P == 2) ldsm4(al, a_addr(twl, CT, 16 * rb, 16 * ks, lane));
-#pragma unroll
-        for (int np = 0; np < 4; ++np) {
-          uint32_t bh[4], bl[4] = {0, 0, 0, 0};
-          ldsm4t(bh, bkn_addr(krh, DKT, 16 * ks, 64 * cb + 16 * np, lane));
-          if (P == 2) ldsm4t(bl, bkn_addr(krl, DKT, 16 * ks, 64 * cb + 16 * np, lane));
-          mmaP<P>(acc[2 * np], ah, al, bh[0], bh[1], bl[0], bl[1]);
-          mmaP<P>(acc[2 * np + 1], ah, al, bh[2], bh[3], bl[2], bl[3]);
-        }
-      }
+      lower_times<P>(twh, twl, krh, krl, DKT, 64 * cb, 64, rb, lane, acc);
       st_block<P>(X.w + ((long long)h * A.rows + rowc + rA) * G.dks + 64 * cb + 2 * t4, X.wPlane, G.dks, acc, rA < n, rB < n,
                   G.dks - 64 * cb, t4);
     }
@@ -404,23 +416,9 @@ __device__ __forceinline__ void wy_chunk(const Args& A) {
         for (int a = 0; a < 8; ++a)
 #pragma unroll
           for (int e = 0; e < 4; ++e) acc[a][e] = 0.f;
-        for (int ks = 0; ks <= rb; ++ks) {
-          uint32_t ah[4], al[4] = {0, 0, 0, 0};
-          ldsm4(ah, a_addr(tuh, CT, 16 * rb, 16 * ks, lane));
-          if (P == 2) ldsm4(al, a_addr(tul, CT, 16 * rb, 16 * ks, lane));
-#pragma unroll
-          for (int np = 0; np < 4; ++np) {
-            if (16 * np < ncols) {
-              // a pair of n-tiles; the second may lie past dvp when ncols % 16 == 8: it reads the
-              // tile's zero padding columns (vt = dvp + 8) and is not stored.
-              uint32_t bh[4], bl[4] = {0, 0, 0, 0};
-              ldsm4t(bh, bkn_addr(vh, L.vt, 16 * ks, c0 + 16 * np, lane));
-              if (P == 2) ldsm4t(bl, bkn_addr(vl, L.vt, 16 * ks, c0 + 16 * np, lane));
-              mmaP<P>(acc[2 * np], ah, al, bh[0], bh[1], bl[0], bl[1]);
-              mmaP<P>(acc[2 * np + 1], ah, al, bh[2], bh[3], bl[2], bl[3]);
-            }
-          }
-        }
+        // (A pair of n-tiles: the second may lie past dvp when ncols % 16 == 8; it reads the tile's
+        // zero padding columns, vt = dvp + 8, and is not stored.)
+        lower_times<P>(tuh, tul, vh, vl, L.vt, c0, ncols, rb, lane, acc);
         st_block<P>(X.u + ((long long)h * A.rows + rowc + rA) * G.dvs + c0 + 2 * t4, X.uPlane, G.dvs, acc, rA < n, rB < n,
                     min(ncols, G.dvs - c0), t4);
       }
