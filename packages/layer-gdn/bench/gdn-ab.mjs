@@ -4,7 +4,8 @@
 // (H_k 16, H_v 32, d_k = d_v = 128, conv K 4, maxK 4; f32 state 2 MiB per sequence).
 // Run: node bench/gdn-ab.mjs (bench/gdn-tune.sh runs it): needs node, the workspace's
 // @metrale/core, @metrale/cuda-backend and this package built (dist: the launch shapes), and fatbins:
-//   METRALE_GDN_AB_BUILDS="tag=dir,tag2=dir2"  each dir holds gdn-recurrent.fatbin and gdn-fold.fatbin
+//   METRALE_GDN_AB_BUILDS="tag=dir,tag2=dir2"  each dir holds any of gdn-recurrent, gdn-fold, gdn-decode and
+//                                               gdn-verify .fatbin (the package's dist/kernels for the rest)
 //   METRALE_GDN_AB_ROWS="tag:variant,..."      the rows of the table (default: every variant of every build)
 //   METRALE_GDN_AB_PIPE_NB="tag=4,..."         builds whose pipe kernels were compiled with another
 //                                               GDN_PIPE_NB than the package's PIPE_STAGES
@@ -67,13 +68,15 @@ async function main() {
   const kernelsOf = {};
   const decodeOnly = (v) => v === 'pipe' || v === 'split' || v === 'persist';
   for (const [tag, dir] of builds) {
-    const rm = defineKernelModule(`gdn-recurrent-${tag}`, join(dir, 'gdn-recurrent.fatbin'));
-    const fm = defineKernelModule(`gdn-fold-${tag}`, join(dir, 'gdn-fold.fatbin'));
+    // A build dir without one of the fatbins takes the package's.
+    const fatbin = (f) => (existsSync(join(dir, f)) ? join(dir, f) : join(pkgDir, 'dist', 'kernels', f));
+    const rm = defineKernelModule(`gdn-recurrent-${tag}`, fatbin('gdn-recurrent.fatbin'));
+    const fm = defineKernelModule(`gdn-fold-${tag}`, fatbin('gdn-fold.fatbin'));
     const rec = (v) => declOf(pkg.recurrentVariantKernels[v], rm, pkg.RECURRENT_SYMBOLS[v]);
-    const dfb = join(dir, 'gdn-decode.fatbin');
+    const dfb = fatbin('gdn-decode.fatbin');
     if (existsSync(dfb)) {
       const dm = defineKernelModule(`gdn-decode-${tag}`, dfb);
-      const vfb = join(dir, 'gdn-verify.fatbin');
+      const vfb = fatbin('gdn-verify.fatbin');
       const vm = existsSync(vfb) ? defineKernelModule(`gdn-verify-${tag}`, vfb) : undefined;
       kernelsOf[`${tag}:two`] = {
         tag,
@@ -264,8 +267,9 @@ async function main() {
   const head = ['section', ...rows];
   const lines = keys.map((k) => [
     k,
-    ...rows.map((r) => {
-      const row = result.rows.find((x) => x.row === r);
+    // By position: a row named twice (runs in alternating order) has a column per run.
+    ...rows.map((_, i) => {
+      const row = result.rows[i];
       const v = row.sections[k];
       if (!v || v.us === undefined) return 'ERR';
       const batch = k.split(' ').pop();
