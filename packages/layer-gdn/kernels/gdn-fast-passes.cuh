@@ -149,6 +149,26 @@ struct StreamSrc {
   __device__ __forceinline__ void release() { __syncthreads(); }
 };
 
+// The streaming passes' walk over the thread's d_k rows of its column: cur holds rows
+// 0 .. kStreamU − 1 (loaded); each group of 4 rows goes to fn(s, its first row) while the next
+// kStreamU rows load.
+template <class Cl, class Fn>
+__device__ __forceinline__ void stream_rows(StreamSrc& src, const Cl& C, float (&cur)[kStreamU], const Fn& fn) {
+  const int dk = C.dk();
+#pragma unroll 1
+  for (int i0 = 0; i0 < dk; i0 += kStreamU) {
+    float nxt[kStreamU];
+    src.load(nxt, C, i0 + kStreamU);  // zeros past d_k
+#pragma unroll
+    for (int q0 = 0; q0 < kStreamU; q0 += 4) {
+      float s[4] = {cur[q0], cur[q0 + 1], cur[q0 + 2], cur[q0 + 3]};
+      fn(s, i0 + q0);
+    }
+#pragma unroll
+    for (int u = 0; u < kStreamU; ++u) cur[u] = nxt[u];
+  }
+}
+
 template <int TB, int MB, class Cl>
 __device__ __forceinline__ void pass_a(StreamSrc& src, PassA<TB, MB>& P, const Cl& C, const Lay& L, bool first, bool wHold, bool wGlob) {
   const int dk = C.dk(), dv = C.dv(), dkp = C.dkp();
@@ -161,19 +181,10 @@ __device__ __forceinline__ void pass_a(StreamSrc& src, PassA<TB, MB>& P, const C
     src.load(cur, C, 0);
   }
   const bool w = C.active && (wHold || wGlob);
-#pragma unroll 1
-  for (int i0 = 0; i0 < dk; i0 += kStreamU) {
-    float nxt[kStreamU];
-    src.load(nxt, C, i0 + kStreamU);  // zeros past d_k
-#pragma unroll
-    for (int q0 = 0; q0 < kStreamU; q0 += 4) {
-      float s[4] = {cur[q0], cur[q0 + 1], cur[q0 + 2], cur[q0 + 3]};
-      P.group(s, i0 + q0, L, dkp);
-      if (w) store_rows(C.g, dv, i0 + q0, dk, s);
-    }
-#pragma unroll
-    for (int u = 0; u < kStreamU; ++u) cur[u] = nxt[u];
-  }
+  stream_rows(src, C, cur, [&](float (&s)[4], int i) {
+    P.group(s, i, L, dkp);
+    if (w) store_rows(C.g, dv, i, dk, s);
+  });
 }
 
 template <int TB, class Cl>
@@ -182,19 +193,10 @@ __device__ __forceinline__ void pass_b(StreamSrc& src, const Cl& C, const Lay& L
   if (!C.active) return;
   float cur[kStreamU];
   src.load(cur, C, 0);
-#pragma unroll 1
-  for (int i0 = 0; i0 < dk; i0 += kStreamU) {
-    float nxt[kStreamU];
-    src.load(nxt, C, i0 + kStreamU);  // zeros past d_k
-#pragma unroll
-    for (int q0 = 0; q0 < kStreamU; q0 += 4) {
-      float s[4] = {cur[q0], cur[q0 + 1], cur[q0 + 2], cur[q0 + 3]};
-      commit_group<TB>(s, i0 + q0, L, dkp, cl, ub);
-      store_rows(C.g, dv, i0 + q0, dk, s);
-    }
-#pragma unroll
-    for (int u = 0; u < kStreamU; ++u) cur[u] = nxt[u];
-  }
+  stream_rows(src, C, cur, [&](float (&s)[4], int i) {
+    commit_group<TB>(s, i, L, dkp, cl, ub);
+    store_rows(C.g, dv, i, dk, s);
+  });
 }
 
 }  // namespace fast
