@@ -191,19 +191,20 @@ export function prefillPlan(
     opts.pieceChunks !== undefined
       ? opts.pieceChunks === 0 ? [chunks] : equalPieces(chunks, opts.pieceChunks)
       : opts.pieceRatio !== undefined || pays ? shrinkingPieces(chunks, opts.pieceRatio ?? PREFILL_PIECE_RATIO, PREFILL_PIECE_MIN_CHUNKS) : [chunks];
+  // The norm (unfused) of the rows of chunks [c0, c1): beside the next piece's scan (an early
+  // start), the last piece's after it; one piece's covers all of the step's rows.
+  const normOf = (c0: number, c1: number) =>
+    fuseNorm ? {} : { norm: { grid: [Math.max(1, Math.min(rows, batch * C * (c1 - c0)))], block: 128, stream, ...(c1 === chunks ? {} : { earlyStart: true }) } };
   const pieces: PrefillPiece[] = [];
-  // One piece: the whole step's WY launch and (unfused) the norm over all of its rows.
-  if (ends.length <= 1) pieces.push({ chunk0: 0, chunkEnd: PREFILL_ALL_CHUNKS, wy, ...(fuseNorm ? {} : { norm: { grid: [Math.max(rows, 1)], block: 128, stream } }) });
+  // One piece: the whole step's WY launch.
+  if (ends.length <= 1) pieces.push({ chunk0: 0, chunkEnd: PREFILL_ALL_CHUNKS, wy, ...normOf(0, chunks) });
   else {
     ends.forEach((c1, i) => {
       const c0 = i === 0 ? 0 : ends[i - 1]!;
       // A sequence has at most c1 − c0 chunks in the piece; after the first, each WY kernel starts beside the last scan.
       const grid = [Math.min(wyCtas, batch * (c1 - c0)), s.hk];
       const wyPiece: LaunchConfig = { ...wy, grid, ...(c0 > 0 ? { earlyStart: true } : {}) };
-      // Its rows' norm: beside the next piece's scan (an early start), the last one's after it.
-      const last = c1 === chunks;
-      const normPiece: LaunchConfig = { grid: [Math.max(1, Math.min(rows, batch * C * (c1 - c0)))], block: 128, stream, ...(last ? {} : { earlyStart: true }) };
-      pieces.push({ chunk0: c0, chunkEnd: last ? PREFILL_ALL_CHUNKS : c1, wy: wyPiece, ...(fuseNorm ? {} : { norm: normPiece }) });
+      pieces.push({ chunk0: c0, chunkEnd: c1 === chunks ? PREFILL_ALL_CHUNKS : c1, wy: wyPiece, ...normOf(c0, c1) });
     });
   }
   return {
