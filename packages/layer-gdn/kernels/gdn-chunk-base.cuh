@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include "gdn-cluster.cuh"
 #include "gdn-pdl.cuh"
+#include "gdn-step-buffers.cuh"
 
 #if defined(__CUDA_ARCH__)
 #define GDNP_DEV 1
@@ -26,22 +27,7 @@ constexpr int KMAX4 = 4;       // the vectorised conv takes K ≤ 4
 
 typedef unsigned short bf16_t;
 
-struct Args {
-  const float* qkvz;
-  const float* ba;
-  float* y;
-  const int32_t* slots;
-  const int32_t* rowStarts;
-  const int32_t* seqLens;
-  float* state;
-  float* convRing;
-  const float* convWeight;
-  const float* aLog;
-  const float* dtBias;
-  const float* normWeight;
-  const float* stash;
-  const float* convStash;
-  const uint32_t* pending;
+struct Args : gdn_step::Buffers<const float> {
   unsigned char* scratch;
   int batch, rows;
   int hk, hv, dk, dv, K, maxK;

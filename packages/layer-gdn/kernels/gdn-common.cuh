@@ -19,6 +19,7 @@
 #pragma once
 #include <stdint.h>
 #include "gdn-pdl.cuh"
+#include "gdn-step-buffers.cuh"
 
 // Which variants' entry points a build of gdn-recurrent.cu / gdn-fold.cu has: all, or only
 // GDN_ONLY_VARIANT's (0 legacy, 1 smem, 2 stream, 3 pipe, 4 split, 5 persist; bench/gdn-tune.sh).
@@ -29,22 +30,7 @@
 
 namespace gdn {
 
-struct Args {
-  const float* qkvz;
-  const float* ba;
-  float* y;
-  const int32_t* slots;
-  const int32_t* rowStarts;
-  const int32_t* seqLens;
-  float* state;
-  float* convRing;
-  const float* convWeight;
-  const float* aLog;
-  const float* dtBias;
-  const float* normWeight;
-  float* stash;
-  float* convStash;
-  const uint32_t* pending;
+struct Args : gdn_step::Buffers<float> {
   int hk, hv, dk, dv, K, maxK;
   float eps;
 };
