@@ -88,7 +88,9 @@ __device__ __forceinline__ float rcp_ftz(float x) {
 __device__ __forceinline__ float siluf_(float x) { return x * rcp_ftz(1.0f + exp_ftz(-x)); }
 __device__ __forceinline__ float softplusf_(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
-// Shape-derived sizes shared by both kernels (and mirrored in src/gdn-launch.ts).
+// Shape-derived sizes shared by the prefill's kernels (and mirrored in src/gdn-launch.ts): the
+// step's (gdn_step::geo_of, gdn-step-buffers.cuh) and the tiles'. A struct of its own rather than
+// one derived from gdn_step::Geo: with that layout the compiled prefill kernels changed.
 struct Geo {
   int r, grp, width, keyDim, convDim, stashRow;
   int dks, dvs, dvp;      // d_k, d_v rounded up to 8 (scratch rows), d_v rounded up to 16 (tiles)
@@ -97,14 +99,10 @@ struct Geo {
 };
 
 __device__ __forceinline__ Geo geo_of(const Args& A) {
+  const gdn_step::Geo S = gdn_step::geo_of(A);
   Geo G;
-  G.r = A.hv / A.hk;
-  G.grp = 2 * A.dk + 2 * G.r * A.dv;
-  G.width = A.hk * G.grp;
-  G.keyDim = A.hk * A.dk;
-  G.convDim = 2 * G.keyDim + A.hv * A.dv;
-  G.stashRow = A.dk + A.dv + 1;
-  G.stashSeq = (long long)A.hv * A.maxK * G.stashRow;
+  G.r = S.r, G.grp = S.grp, G.width = S.width, G.keyDim = S.keyDim, G.convDim = S.convDim, G.stashRow = S.stashRow;
+  G.stashSeq = S.stashSeq;
   G.dks = round_up(A.dk, 8);
   G.dvs = round_up(A.dv, 8);
   G.dvp = round_up(A.dv, 16);

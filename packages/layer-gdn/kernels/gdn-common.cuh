@@ -55,22 +55,8 @@ struct Task {
   int ringEnd;         // the ring takes positions [max(L, ringEnd − K), ringEnd); none when ringEnd ≤ L
 };
 
-struct Geo {
-  int r, grp, width, convDim, keyDim, stashRow;
-  long long stashSeq;
-};
-
-__device__ __forceinline__ Geo geo_of(const Args& A) {
-  Geo G;
-  G.r = A.hv / A.hk;
-  G.grp = 2 * A.dk + 2 * G.r * A.dv;
-  G.width = A.hk * G.grp;
-  G.keyDim = A.hk * A.dk;
-  G.convDim = 2 * G.keyDim + A.hv * A.dv;
-  G.stashRow = A.dk + A.dv + 1;
-  G.stashSeq = (long long)A.hv * A.maxK * G.stashRow;
-  return G;
-}
+using gdn_step::Geo;
+__device__ __forceinline__ Geo geo_of(const Args& A) { return gdn_step::geo_of(A); }
 
 // Rows per slot of the conv stash: a ring by position of 2·maxK rows (KERNELS.md).
 __device__ __forceinline__ int conv_stash_rows(const Args& A) { return 2 * A.maxK; }

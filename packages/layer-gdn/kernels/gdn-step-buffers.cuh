@@ -1,7 +1,7 @@
-// The buffers and tables of a GDN step, the head of every kernel's arguments (src/gdn-kernels.ts:
-// the first 15 of each parameter list): the decode / verify / fold kernels' gdn::Args and the
-// prefill's gdnp::Args. Stash: float, or const float for the prefill, which only reads the stash
-// and the conv stash.
+// What every GDN kernel's arguments share: the buffers and tables of a step, the head of each
+// kernel's parameter list (src/gdn-kernels.ts: the first 15), which the decode / verify / fold
+// kernels' gdn::Args and the prefill's gdnp::Args begin with (Stash: float, or const float for the
+// prefill, which only reads the stash and the conv stash); and the geometry derived from the shape.
 #pragma once
 #include <stdint.h>
 
@@ -25,5 +25,25 @@ struct Buffers {
   Stash* convStash;
   const uint32_t* pending;
 };
+
+// The row geometry every GDN kernel derives from the shape (Args: hk, hv, dk, dv, maxK): value
+// heads per key head, a key head's group of qkvz columns (q, k, r × v, r × z) and the row's width,
+// the conv channels, a stash row (k, u, γ) and a slot's stash.
+struct Geo {
+  int r, grp, width, keyDim, convDim, stashRow;
+  long long stashSeq;
+};
+template <class Args>
+__host__ __device__ __forceinline__ Geo geo_of(const Args& A) {
+  Geo G;
+  G.r = A.hv / A.hk;
+  G.grp = 2 * A.dk + 2 * G.r * A.dv;
+  G.width = A.hk * G.grp;
+  G.keyDim = A.hk * A.dk;
+  G.convDim = 2 * G.keyDim + A.hv * A.dv;
+  G.stashRow = A.dk + A.dv + 1;
+  G.stashSeq = (long long)A.hv * A.maxK * G.stashRow;
+  return G;
+}
 
 }  // namespace gdn_step
