@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include "gdn-cluster.cuh"
 #include "gdn-pdl.cuh"
-#include "gdn-step-buffers.cuh"
+#include "gdn-step.cuh"
 
 #if defined(__CUDA_ARCH__)
 #define GDNP_DEV 1
@@ -89,7 +89,7 @@ __device__ __forceinline__ float siluf_(float x) { return x * rcp_ftz(1.0f + exp
 __device__ __forceinline__ float softplusf_(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
 // Shape-derived sizes shared by the prefill's kernels (and mirrored in src/gdn-launch.ts): the
-// step's (gdn_step::geo_of, gdn-step-buffers.cuh) and the tiles'. A struct of its own rather than
+// step's (gdn_step::geo_of, gdn-step.cuh) and the tiles'. A struct of its own rather than
 // one derived from gdn_step::Geo: with that layout the compiled prefill kernels changed.
 struct Geo {
   int r, grp, width, keyDim, convDim, stashRow;

@@ -19,7 +19,7 @@
 #pragma once
 #include <stdint.h>
 #include "gdn-pdl.cuh"
-#include "gdn-step-buffers.cuh"
+#include "gdn-step.cuh"
 
 // Which variants' entry points a build of gdn-recurrent.cu / gdn-fold.cu has: all, or only
 // GDN_ONLY_VARIANT's (0 legacy, 1 smem, 2 stream, 3 pipe, 4 split, 5 persist; bench/gdn-tune.sh).
