@@ -1,7 +1,7 @@
 // Gated DeltaNet prefill in the chunked WY form (docs/layers/gdn.md, "Chunked form"; C = 64):
 // gdn_prefill_wy[_x3], gdn_prefill_scan[_c4][_x3], gdn_prefill_norm. Buffer layouts: ../KERNELS.md
 // ("Prefill"); launches: src/gdn-prefill-launch.ts (prefillPlan, launchPrefill); CPU twins:
-// src/gdn-prefill.cpu.ts. Its own gdn-chunk-*.cuh headers (below) and gdn-cluster.cuh, gdn-pdl.cuh:
+// src/gdn-prefill.cpu.ts. Its own gdn-chunk-*.cuh headers (below) and gdn-step.cuh, gdn-cluster.cuh, gdn-pdl.cuh:
 // no code of gdn-recurrent.cu (gdn-chunk-rowwise.cu keeps the row-by-row version as the oracle).
 // dev/emu runs this file in a CPU thread emulator.
 //
