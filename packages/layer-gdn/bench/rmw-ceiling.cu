@@ -3,8 +3,14 @@
 // are measured against, beside the device-to-device copy. Build and run on the GPU machine:
 //   nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/rmw bench/rmw-ceiling.cu && /tmp/rmw
 // Prints one line per (pattern, batch): µs per launch (median of 20 repetitions of 8 launches,
-// state sets rotated so each repetition touches ≥ 4 × L2) and TB/s of bytes read + written.
+// state sets rotated so each repetition touches ≥ 4 × L2) and TB/s of the bytes moved (read +
+// written; read alone for the read patterns).
 //   copy        cudaMemcpyAsync device to device of the same bytes (read one buffer, write another)
+//   read        grid-stride read of the batch's states, 4 float4 per thread in flight, one float
+//               written per thread: the most a pass that only reads S (a write-on-accept verify)
+//               can move
+//   head-read-256  one CTA of 256 threads per head through the slot table, 16 float4 each, one
+//               float written per CTA: the verify's pattern without its math
 //   flat        grid-stride x ← 0.999 x + 1e-3 over the batch's states, 4 float4 per thread in flight
 //   head-reg    one CTA of 128 threads per head: the whole 64 KiB in registers (32 float4 per
 //               thread), then written back (the dependency shape of a decode step: all of a column
@@ -57,6 +63,46 @@ __global__ void flat(float4* p, long long n4) {
 #pragma unroll
     for (int u = 0; u < 4; ++u)
       if (i + u * stride < n4) p[i + u * stride] = step(v[u]);
+  }
+}
+
+__device__ __forceinline__ float sum4(float4 v) { return (v.x + v.y) + (v.z + v.w); }
+
+// Read only: every float4 of the states added into the thread's one output.
+__global__ void read_flat(const float4* p, long long n4, float* out) {
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  const long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  float acc = 0.0f;
+  for (long long i = t; i < n4; i += 4 * stride) {
+    float4 v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) v[u] = i + u * stride < n4 ? __ldcs(p + i + u * stride) : make_float4(0, 0, 0, 0);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) acc += sum4(v[u]);
+  }
+  out[t] = acc;
+}
+
+// Read only, a CTA per head in head-reg-256's layout; the warps' sums added through shared memory.
+__global__ void __launch_bounds__(256) head_read256(const float4* p, const int* slots, float* out) {
+  __shared__ float part[8];
+  const float4* h = p + (size_t)slots[blockIdx.x] * (kHeadFloats / 4);
+  const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+  float4 v[16];
+#pragma unroll
+  for (int r = 0; r < 16; ++r) v[r] = __ldcs(h + (16 * w + r) * 32 + l);
+  float acc = 0.0f;
+#pragma unroll
+  for (int r = 0; r < 16; ++r) acc += sum4(v[r]);
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, m);
+  if (l == 0) part[w] = acc;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float tot = 0.0f;
+#pragma unroll
+    for (int q = 0; q < 8; ++q) tot += part[q];
+    out[blockIdx.x] = tot;
   }
 }
 
@@ -187,13 +233,15 @@ int main() {
   for (int batch : {32, 256}) {
     const size_t bytes = batch * seqBytes;
     const int sets = (int)std::max<size_t>(1, std::min(total / bytes, (4 * (size_t)l2 + bytes - 1) / bytes));
-    for (const char* name : {"copy", "flat", "head-reg", "head-smem", "head-split", "head-reg-256", "head-reg-256-2cta", "head-dots-3cta", "head-dots-2cta", "head-dots-pf33", "head-dots-pf66", "head-dots-pf99", "head-dots-pf132", "head-dots-pf165", "head-dots-pf198"}) {
+    for (const char* name : {"copy", "read", "head-read-256", "flat", "head-reg", "head-smem", "head-split", "head-reg-256", "head-reg-256-2cta", "head-dots-3cta", "head-dots-2cta", "head-dots-pf33", "head-dots-pf66", "head-dots-pf99", "head-dots-pf132", "head-dots-pf165", "head-dots-pf198"}) {
       const std::string n(name);
       auto launch = [&](int set) {
         float* p = buf + (size_t)set * bytes / 4;
         float4* p4 = reinterpret_cast<float4*>(p);
         const int heads = batch * kHeads;
         if (n == "copy") CK(cudaMemcpyAsync(dst + (size_t)set * bytes / 4, p, bytes, cudaMemcpyDeviceToDevice));
+        else if (n == "read") read_flat<<<prop.multiProcessorCount * 8, 256>>>(p4, (long long)(bytes / 16), ybuf);
+        else if (n == "head-read-256") head_read256<<<heads, 256>>>(p4, slots, ybuf);
         else if (n == "flat") flat<<<prop.multiProcessorCount * 8, 256>>>(p4, (long long)(bytes / 16));
         else if (n == "head-reg") head_reg<1><<<heads, 128>>>(p4);
         else if (n == "head-smem") head_smem<<<heads, 128, kHeadFloats * 4>>>(p4);
@@ -220,7 +268,9 @@ int main() {
       CK(cudaGetLastError());
       std::sort(ms.begin(), ms.end());
       const double t = ms[ms.size() / 2] * 1e-3;
-      std::printf("%-10s batch %3d  %8.1f us  %.3f TB/s (read + write %zu MiB)\n", name, batch, t * 1e6, 2.0 * bytes / t / 1e12, 2 * bytes >> 20);
+      const bool readOnly = n == "read" || n == "head-read-256";
+      const size_t moved = readOnly ? bytes : 2 * bytes;
+      std::printf("%-10s batch %3d  %8.1f us  %.3f TB/s (%s %zu MiB)\n", name, batch, t * 1e6, (double)moved / t / 1e12, readOnly ? "read" : "read + write", moved >> 20);
     }
   }
   return 0;
