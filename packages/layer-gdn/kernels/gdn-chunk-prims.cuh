@@ -64,6 +64,25 @@ __device__ __forceinline__ void to_planes(float x0, float x1, uint32_t (&pl)[2])
   }
 }
 
+// An mma's A operand (m16k16) from two accumulator tiles (an m16n8 product's outputs as the next
+// product's A), their even and odd columns scaled by ca / cb (t0) and da / db (t1); 1 for none
+// (the product is then folded away). P = 1: bf16 in ah (al untouched); P = 2: hi in ah, lo in al.
+template <int P>
+__device__ __forceinline__ void a_operand(const float (&t0)[4], const float (&t1)[4], uint32_t (&ah)[4], uint32_t (&al)[4], float ca = 1.f,
+                                          float cb = 1.f, float da = 1.f, float db = 1.f) {
+  if (P == 1) {
+    ah[0] = pack2(t0[0] * ca, t0[1] * cb);
+    ah[1] = pack2(t0[2] * ca, t0[3] * cb);
+    ah[2] = pack2(t1[0] * da, t1[1] * db);
+    ah[3] = pack2(t1[2] * da, t1[3] * db);
+  } else {
+    split2(t0[0] * ca, t0[1] * cb, ah[0], al[0]);
+    split2(t0[2] * ca, t0[3] * cb, ah[1], al[1]);
+    split2(t1[0] * da, t1[1] * db, ah[2], al[2]);
+    split2(t1[2] * da, t1[3] * db, ah[3], al[3]);
+  }
+}
+
 __device__ __forceinline__ void ldsm4(uint32_t (&r)[4], uint32_t addr) {
 #if defined(GDNP_DEV)
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"

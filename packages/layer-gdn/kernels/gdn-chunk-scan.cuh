@@ -362,17 +362,7 @@ __device__ __forceinline__ void scan_seq(const Args& A) {
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
       uint32_t ah[4], al[4] = {0, 0, 0, 0};
-      if (P == 1) {
-        ah[0] = pack2(sf[2 * ks][0], sf[2 * ks][1]);
-        ah[1] = pack2(sf[2 * ks][2], sf[2 * ks][3]);
-        ah[2] = pack2(sf[2 * ks + 1][0], sf[2 * ks + 1][1]);
-        ah[3] = pack2(sf[2 * ks + 1][2], sf[2 * ks + 1][3]);
-      } else {
-        split2(sf[2 * ks][0], sf[2 * ks][1], ah[0], al[0]);
-        split2(sf[2 * ks][2], sf[2 * ks][3], ah[1], al[1]);
-        split2(sf[2 * ks + 1][0], sf[2 * ks + 1][1], ah[2], al[2]);
-        split2(sf[2 * ks + 1][2], sf[2 * ks + 1][3], ah[3], al[3]);
-      }
+      a_operand<P>(sf[2 * ks], sf[2 * ks + 1], ah, al);
       const int k0 = 64 * hh + 16 * ks;
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
@@ -461,17 +451,7 @@ __device__ __forceinline__ void scan_seq(const Args& A) {
     for (int ks = 0; ks < 4; ++ks) {
       if (16 * ks > 32 * hh + 31) continue;
       uint32_t ah[4], al[4] = {0, 0, 0, 0};
-      if (P == 1) {
-        ah[0] = pack2(px[2 * ks][0], px[2 * ks][1]);
-        ah[1] = pack2(px[2 * ks][2], px[2 * ks][3]);
-        ah[2] = pack2(px[2 * ks + 1][0], px[2 * ks + 1][1]);
-        ah[3] = pack2(px[2 * ks + 1][2], px[2 * ks + 1][3]);
-      } else {
-        split2(px[2 * ks][0], px[2 * ks][1], ah[0], al[0]);
-        split2(px[2 * ks][2], px[2 * ks][3], ah[1], al[1]);
-        split2(px[2 * ks + 1][0], px[2 * ks + 1][1], ah[2], al[2]);
-        split2(px[2 * ks + 1][2], px[2 * ks + 1][3], ah[3], al[3]);
-      }
+      a_operand<P>(px[2 * ks], px[2 * ks + 1], ah, al);
 #pragma unroll
       for (int qp = 0; qp < 2; ++qp) {
         const int r0 = 32 * hh + 16 * qp;
@@ -495,17 +475,7 @@ __device__ __forceinline__ void scan_seq(const Args& A) {
         const float k0a = scv[16 * ks + 2 * t4].y, k0b = scv[16 * ks + 2 * t4 + 1].y;
         const float k1a = scv[16 * ks + 8 + 2 * t4].y, k1b = scv[16 * ks + 8 + 2 * t4 + 1].y;
         uint32_t ah[4], al[4] = {0, 0, 0, 0};
-        if (P == 1) {
-          ah[0] = pack2(px[2 * ks][0] * k0a, px[2 * ks][1] * k0b);
-          ah[1] = pack2(px[2 * ks][2] * k0a, px[2 * ks][3] * k0b);
-          ah[2] = pack2(px[2 * ks + 1][0] * k1a, px[2 * ks + 1][1] * k1b);
-          ah[3] = pack2(px[2 * ks + 1][2] * k1a, px[2 * ks + 1][3] * k1b);
-        } else {
-          split2(px[2 * ks][0] * k0a, px[2 * ks][1] * k0b, ah[0], al[0]);
-          split2(px[2 * ks][2] * k0a, px[2 * ks][3] * k0b, ah[1], al[1]);
-          split2(px[2 * ks + 1][0] * k1a, px[2 * ks + 1][1] * k1b, ah[2], al[2]);
-          split2(px[2 * ks + 1][2] * k1a, px[2 * ks + 1][3] * k1b, ah[3], al[3]);
-        }
+        a_operand<P>(px[2 * ks], px[2 * ks + 1], ah, al, k0a, k0b, k1a, k1b);
 #pragma unroll
         for (int np = 0; np < 4; ++np) {
           uint32_t bh[4], bl[4] = {0, 0, 0, 0};
