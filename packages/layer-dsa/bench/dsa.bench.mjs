@@ -14,8 +14,9 @@
 //           ctx − 1, so every row scores ctx keys and keeps 2048), contexts 8 K / 32 K / 128 K,
 //           batch 1 and 32, bf16 and fp8 keys, as CUDA-graph replay (what the step driver runs)
 //           and eagerly; floor: the key cache read once, batch · ctx · (256 | 132) B at the copy
-//           bandwidth. Bars (performance.md): ≤ 2 × the floor at 128 K, batch 32; ≤ 30 µs at
-//           128 K, batch 1 (PyTorch eager: 3.2 × and 142 µs).
+//           bandwidth. Bars (docs/performance.md): ≤ 2 × the floor at 128 K, batch 32; ≤ 30 µs
+//           at 128 K, batch 1. (The printed bars quote PyTorch eager figures from the issue; they
+//           are not measured here.)
 //   attn    dsa.sparse_attn, decode rows with 2048 selected tokens each (random, ascending, from a
 //           32 K context), batch 1 and 32, f32 and bf16 MLA caches; floor: the gathered bytes,
 //           batch · 2048 · 576 · elementBytes. Bar: ≥ 70 % of the copy bandwidth at batch 32.

@@ -8,23 +8,26 @@
 // 1 GiB buffers, far above the L2) and the bf16 GEMM rate (backend gemm, 8192³, random data).
 // Then, with device events around each repetition, warm-up first, median of the repetitions,
 // random data, state sets rotated so that the bytes touched per repetition exceed the L2:
-//   decode      gdn_recurrent mode 0, k = 1, batch 1 / 32 / 256; floor: state read + write
-//               (2 × batch × 2 MiB); eager launches and CUDA-graph replay.
-//   verify+fold gdn_recurrent mode 1 (write-on-accept), k = 4, then the fold of all 4 rows (on
-//               another state set, as in a real step where all layers verify before any folds);
-//               floor: verify reads S, fold reads and writes it (3 × batch × 2 MiB), so 1.5 × a
-//               decode step's bytes; bar ≤ 1.15 × decode.
+//   decode      a decode step (k = 1) as the layer launches it (gdn-decode-launch.ts decodePath: the
+//               two-kernel decode, or gdn.recurrent's variant), batch 1 / 32 / 256; floor: state
+//               read + write (2 × batch × 2 MiB); eager launches and CUDA-graph replay.
+//   verify+fold a write-on-accept verify of k = 4 as the layer launches it (verifyPath), then the
+//               fold of all 4 rows (launchFold; on another state set, as in a real step where all
+//               layers verify before any folds); floor: verify reads S, fold reads and writes it
+//               (3 × batch × 2 MiB), so 1.5 × a decode step's bytes; printed bar ≤ 1.15 × decode.
 //   carried     one carried speculative cycle: the accept of the previous verify launches nothing;
-//               the next verify (gdn_recurrent mode 1, carried, k = 4, pending = 4 on every slot)
-//               folds those 4 rows into S, writes S once, and scores its 4 new rows from registers;
-//               floor: 2 × batch × 2 MiB, the same as one decode step; bar ≤ 1.10 × decode.
+//               the next verify (carried, k = 4, pending = 4 on every slot, as the layer launches
+//               it) folds those 4 rows into S, writes S once, and scores its 4 new rows; floor:
+//               2 × batch × 2 MiB, the same as one decode step; printed bar ≤ 1.10 × decode.
 //   prefill     the chunked WY prefill (kernels/gdn-chunk.cu: gdn_prefill_wy + gdn_prefill_scan, the
-//               gated norm fused on sm_90), one sequence of 8192 rows from an empty state and 4
-//               sequences of 2048; fast build (bf16 operands, what the layer runs above
+//               gated norm where prefillPlan puts it), one sequence of 8192 rows from an empty
+//               state and 4 sequences of 2048; fast build (bf16 operands, what the layer runs above
 //               PREFILL_EXACT_MAX_ROWS rows) and exact build (bf16 hi/lo pairs); the two kernels
 //               alone; the unfused norm; the row-by-row oracle (gdn_chunk_rowwise) once. FLOPs
-//               counted as the chunked (WY) form with C = 64 (see chunkFlops); bar: ≥ 40 % of the
-//               bf16 GEMM rate; flash-linear-attention's chunk prefill takes 1.08 ms on this H200.
+//               counted as the chunked (WY) form with C = 64 (see chunkFlops); printed bar: ≥ 40 %
+//               of the bf16 GEMM rate. The "× FLA" ratio divides by 1.08 ms, a flash-linear-attention
+//               figure quoted from the issue, not measured in the same run.
+// The printed bars are the first list; docs/performance.md has the current ones.
 // METRALE_GDN_BENCH_ONLY=prefill runs the ceilings and the prefill sections only (a comma-separated
 // list of section name prefixes: decode,verify,carried,prefill).
 // METRALE_GDN_FATBIN_DIR=dir: fatbins from there (dir/<file>.fatbin) before dist/kernels.

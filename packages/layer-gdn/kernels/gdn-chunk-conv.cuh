@@ -1,6 +1,6 @@
 // The WY kernel's causal conv + SiLU of a chunk's channels into bf16 tiles (gdn-chunk-wy.cuh): the
-// vectorised K = 4 path and the general one. A file of its own: it was 40 % of the WY kernel's
-// instructions before its rework (docs/benchmarks.md, ninth round) and is tuned by itself.
+// vectorised K = 4 path and the general one. A file of its own: it was the largest part of the WY
+// kernel's instructions before its rework (docs/benchmarks.md, GDN prefill) and is tuned by itself.
 #pragma once
 #include "gdn-chunk-prims.cuh"
 #include "gdn-chunk-seq.cuh"
@@ -29,9 +29,9 @@ __device__ __forceinline__ void put1(unsigned char* tile, int planeBytes, int st
 // The vectorised conv at K = 4 when the threads are a multiple of the 4-channel groups: a
 // thread's channels, their 16 weights (four float4) and its tile column are fixed, its row
 // segments step by nt / nq, and a window's rows come from one pointer stepped by the row width.
-// The general loop (conv_tile) was, with the SiLUs' range tests, 40 % of gdn_prefill_wy's
-// instructions at the 80B shape (ncu): per work item a division (item / nq), 16 scalar weight
-// loads and a 64-bit index product per input row.
+// The general loop (conv_tile) was, with the SiLUs' range tests, the largest part of
+// gdn_prefill_wy's instructions at the 80B shape (ncu): per work item a division (item / nq), 16
+// scalar weight loads and a 64-bit index product per input row.
 template <int P, typename ChOf, typename ColOf>
 __device__ __forceinline__ void conv_tile_k4(const Args& A, const Geo& G, const Seq& s, int Pc, int n, int nch, ChOf chOf, ColOf colOf,
                                              unsigned char* tile, int planeBytes, int stride, int me, int nt, int split,

@@ -92,7 +92,7 @@ __device__ __forceinline__ void scan_load_fast(const ScanLay& L, uint32_t sb, co
 // Issues the cp.async copies of chunk c's tiles into buffer `bufp` (one commit group). The loops
 // have power-of-two trip shapes (row = idx >> 4 / >> 3, piece = idx & 15 / & 7): the copies of a
 // chunk sit on the scan's serial path, where index divisions once cost more issue slots than
-// its mma (ncu, 8 192 rows: integer ops ~55 % of the scan's instructions).
+// its mma (ncu, 8 192 rows: integer ops were most of the scan's instructions).
 template <int P>
 __device__ __forceinline__ void scan_load(const Args& A, const Geo& G, const Scratch& X, const ScanLay& L, unsigned char* bufp, int kg,
                                           int h, int rowc, int n, int colU0, int mpc, int tid, int nthr) {
@@ -378,7 +378,7 @@ __device__ __forceinline__ void scan_seq(const Args& A) {
       }
     }
     // The previous chunk's O leaves after phase 1, its loads overlapping the mma tail (at the
-    // chunk's start they stalled the warps before any mma issued: 466 → 433 µs for 8 192 rows).
+    // chunk's start they stalled the warps before any mma issued, and the scan was slower).
     if (P == 1 && !fused && c > cb) flush_o();
     // The previous chunk's rows: every CTA of the cluster has added its Σo² (fused mode).
     if (fused && c > cb) {

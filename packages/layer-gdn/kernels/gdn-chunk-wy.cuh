@@ -360,7 +360,7 @@ __device__ __forceinline__ void wy_conv_v(const Args& A, const WyCta& W, int h, 
 
 // T'_W = T diag(β e^γ f_k), T'_U = T diag(β) as bf16 planes (the A operands of W and U); a thread's
 // 4 columns are fixed (256 threads, 16 groups of 4 columns): a float4 of T in, 8-byte pieces of
-// each plane out (a column per thread stored 2-byte pieces: 9 % of the kernel's instructions).
+// each plane out (a column per thread stored 2-byte pieces: many more store instructions).
 template <int P>
 __device__ __forceinline__ void wy_t_primes(const WyCta& W, const float* bt, const float* gm) {
   const int j = 4 * (W.tid & 15);

@@ -6,13 +6,13 @@
 // Why a kernel of its own: a decode CTA that holds its head's state while its prologue runs
 // keeps 64 KiB of registers or shared memory waiting on that prologue's chain of small loads
 // (tables, then conv inputs), and under a saturated memory system every trip of the chain
-// queues behind the state's own loads (docs/benchmarks.md: the state kernel without a prologue
-// reaches 89 % of the copy rate at batch 256, with it 60 %). Why a CTA per key head: q and k are
+// queues behind the state's own loads (docs/benchmarks.md, GDN decode: a probe of the state pass
+// without its prologue ran far faster than with it). Why a CTA per key head: q and k are
 // normalised once per key head and the CTA owns its key head's channels (no ring race to reason
 // about). Why two warps and float4 lanes (gdn-prep-window.cuh): warp 0 holds the key head's q and
 // k, 4 channels of each per lane, so Σq², Σk², k·q reduce inside the warp, and warp 1 the v
 // channels; no shared memory, no barrier. (The version before, 128 threads with the conv outputs
-// in shared memory, 31 µs at batch 256 on the H200: docs/benchmarks.md, eighth round.)
+// in shared memory, was slower: docs/benchmarks.md, GDN decode.)
 //
 // Launch: grid [batch, H_k], kPrepThreads = 64 threads, no shared memory. Per real position b and
 // value head h of key head g it writes prep[(b·H_v + h)·stride ..]: k̂ [d_k], q̂ [d_k] (with
@@ -29,7 +29,7 @@ namespace decode {
 
 constexpr int kPrepThreads = 64;  // warp 0: q and k channels; warp 1: v channels
 #ifndef GDN_PREP_MINB
-#define GDN_PREP_MINB 12  // 80 registers, no spills with the fast SiLU; decode 312.4 → 308.3 µs at batch 256 against 8 CTAs (106 registers); 16 (56) measured the same
+#define GDN_PREP_MINB 12  // 80 registers, no spills with the fast SiLU; faster decode than 8 CTAs (106 registers); 16 (56) measured the same
 #endif
 constexpr int kPrepCtasPerSm = GDN_PREP_MINB;  // CTAs per SM its registers are capped for
 

@@ -4,7 +4,7 @@
 //
 // Why: with the row's inputs ready, a CTA's only wait is one round of loads after its slot — its
 // head's state and the prep record — as in the bare read-modify-write (bench/rmw-ceiling.cu,
-// `head-reg-256`: 98 % of the copy rate at batch 256). Each of 256 threads holds 16 rows × 4
+// `head-reg-256`, which runs near the copy rate at batch 256). Each of 256 threads holds 16 rows × 4
 // columns of the head in registers from its 16-byte loads to its 16-byte stores; the head needs
 // three barriers: the prep record (and pending keys) landed, the 8 warps' dot products added,
 // u and Σo² ready. 2 CTAs per SM (128 registers). Once its loads are out, a CTA asks L2 for the
@@ -32,8 +32,8 @@
 #endif
 #ifndef GDN_STATE_CS
 // Bit 0: the state's loads evict-first (ld.global.cs); bit 1: its stores (st.global.cs). The stores
-// (2): on the H200 at the 80B shape, decode 315.8 → 316.3 µs at batch 256 and 50.7 → 48.1 µs at 32,
-// carried decode 376.8 → 328.0 µs at 256 (docs/benchmarks.md); the loads too (3) lost at 256.
+// (2): on the H200 at the 80B shape they left decode at batch 256 unchanged, sped it up at 32 and
+// sped up carried decode; the loads too (3) lost at 256 (docs/benchmarks.md, GDN decode).
 #define GDN_STATE_CS 2
 #endif
 
@@ -164,8 +164,8 @@ __device__ __forceinline__ void load_pending(const Args& A, const Geo& G, const 
 // S ← c0·S + Σ_q k_q (w_q u_q)ᵀ over the thread's rows, w_q = e^{γ_{M−1}−γ_q}, c0 = e^{γ_{M−1}}
 // (kf: the pending keys, zero past M). pipe::pend_coef_of computes the same weights; a build that
 // called it here (with the prep calling conv_source per tap) grew this kernel's stack frame and
-// spills (224 / 84 B against 192 / 44 B) and measured carried decode 389 against 329 µs at batch 256
-// on the H200 (docs/benchmarks.md, fifth round), so the weights are computed in place.
+// spills and made carried decode slower on the H200 (docs/benchmarks.md, GDN decode), so the
+// weights are computed in place.
 template <int MB>
 __device__ __forceinline__ void fold_pending(const Args& A, const SLay& Q, const Part& p, int M, Pending<MB>& U, float4 (&s)[kRows]) {
   float gl = 0.0f;
@@ -271,8 +271,8 @@ __device__ __forceinline__ void check_state(const Args& A) {
 // Carried: the slot's pending rows may be folded first (gdn_decode_state). Not carried
 // (gdn_decode_state_plain, a step without a pending table; traps when given one): only the
 // no-pending path is compiled, so the carried paths' registers (their pending rows' u and γ, which
-// spill at 128 registers) cost it nothing: decode 298.3–298.6 → 294.8–295.3 µs at batch 256 on
-// the H200 (docs/benchmarks.md, eleventh round).
+// spill at 128 registers) cost it nothing; it measured faster on plain decode at batch 256 on the
+// H200 (docs/benchmarks.md, GDN decode).
 template <bool Carried>
 __device__ __forceinline__ void state_entry(const Args& A, const float* prep, int batch) {
   check_state(A);

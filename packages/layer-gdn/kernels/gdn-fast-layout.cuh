@@ -6,7 +6,7 @@
 #include "gdn-common.cuh"
 
 #ifndef GDN_FAST_NCHUNK
-#define GDN_FAST_NCHUNK 1  // one bulk copy per head's state: 3-6 % faster than 4 on the H200 (2026-11-30 A/B)
+#define GDN_FAST_NCHUNK 1  // one bulk copy per head's state: faster than 4 on the H200 (docs/benchmarks.md, GDN decode)
 #endif
 #ifndef GDN_STREAM_U
 #define GDN_STREAM_U 8  // rows of S in flight per thread, stream source (a multiple of 4)

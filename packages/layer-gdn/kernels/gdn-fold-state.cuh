@@ -10,7 +10,7 @@
 // 256 threads loads its 16 rows × 4 columns as soon as it has the slot, the stash rows and the
 // ring's inputs load alongside, one barrier (the accepted rows in shared memory), then the rank-n
 // update and 16-byte evict-first stores. The smem fold (gdn_fold_smem) copies the head into
-// shared memory and back (docs/benchmarks.md, eighth round).
+// shared memory and back, and measured slower (docs/benchmarks.md, GDN verify and fold).
 //
 // Launch: grid [batch, H_v], 256 threads, the dynamic shared memory of fold_state_smem_floats()
 // (gdn-decode-launch.ts computes the same). Takes maxK ≤ 8, d_k ≤ 128, d_v ≤ 128 and a multiple

@@ -5,14 +5,13 @@
 //
 // Why: such a CTA holds its head between its loads and its stores — the dot products, their sum
 // across warps, u, the barriers — and at 2 CTAs per SM the SM then asks DRAM for nothing.
-// bench/rmw-ceiling.cu measured that shape of work (`head-dots-2cta`) at 281.6 µs for batch 256
-// against 262.3 µs for the bare read-modify-write, and 265.8 µs with each CTA asking for the head of
-// the CTA a quarter of the resident CTAs after it (`head-dots-pf66`); half of them or more lost
-// (the heads arrive long before they are read). In the layer's kernels (gdn-ab, the H200): decode
-// 307.4 → 300.8 µs and the register fold 318.6 → 314.1 µs at batch 256 with 3/8 of the resident
-// CTAs ahead. The streaming verify state pass (no head held, 4 CTAs per SM) lost with it (218.6 →
-// 234–259 µs), and so did the same requests for the preps' and the prefill WY kernel's inputs:
-// those use none (docs/benchmarks.md, eleventh round).
+// bench/rmw-ceiling.cu measured that shape of work (`head-dots-2cta`) slower than the bare
+// read-modify-write, and close to it with each CTA asking for the head of the CTA a quarter of the
+// resident CTAs after it (`head-dots-pf66`); half of them or more lost (the heads arrive long
+// before they are read). In the layer's kernels (gdn-ab, the H200) decode and the register fold
+// got faster at batch 256 with 3/8 of the resident CTAs ahead. The streaming verify state pass (no
+// head held, 4 CTAs per SM) got slower with it, and so did the same requests for the preps' and
+// the prefill WY kernel's inputs: those use none (docs/benchmarks.md, GDN decode).
 //
 // No-op below sm_90 and in the CPU thread emulator (dev/emu): the loads alone are correct, these
 // requests only move bytes into L2 earlier.

@@ -4,15 +4,15 @@
 //
 // Why: a pipe CTA streams one head's 4 blocks through 2 buffers and exits. Between its blocks and
 // around them (task reads, conv and gates, the norm, the conv ring) it has little or nothing in
-// flight, and its successor on the SM starts from zero: measured, its CTAs keep the DRAM 57–64 %
-// busy where the bare read-modify-write of the same bytes reaches 86–95 % (docs/benchmarks.md).
+// flight, and its successor on the SM starts from zero: measured, its CTAs kept the DRAM far less
+// busy than the bare read-modify-write of the same bytes (docs/benchmarks.md, GDN decode).
 // Here a CTA runs a list of heads (w = blockIdx.x + i·gridDim.x over batch × H_v) and its blocks
 // form one sequence through GDN_PERSIST_NB buffers: while it computes block s it has blocks
 // s+1 .. s+NB−1 in flight, which at the end of a head are the next head's, so the copies go on
 // through the next head's task reads and prologue. The per-head loop is pipe's stream_head.
 // Measured once pipe's prologue loaded all it needs in one round (and before the two shared
-// stream_head): within ±2 % of pipe on decode, 6 % slower on carried decode at batch 32, so the
-// layer runs pipe; this stays in the A/B and the GPU suite.
+// stream_head): even with pipe on decode, slower on carried decode at batch 32, so the layer runs
+// pipe; this stays in the A/B and the GPU suite.
 //
 // Launch: grid [n] for any n ≥ ceil(batch·H_v / kMaxHeads) (gdn-launch.ts: 4 per SM), 128
 // threads, the dynamic shared memory of persist_smem_floats() (gdn-launch.ts computes the same).
@@ -103,7 +103,7 @@ __device__ __forceinline__ Work start(const Args& A, const PLay& P, int batch, S
 }
 
 // The heads in order (inOf: the TaskIn of batch position b and its slot). Loading the next head's
-// TaskIn while one head runs was tried: the values spilled and it was 20 % slower at batch 256.
+// TaskIn while one head runs was tried: the values spilled and it was slower at batch 256.
 template <class InOf, class TaskOf>
 __device__ __forceinline__ void run_list(const Args& A, const Work& W, const PLay& P, InOf inOf, TaskOf taskOf) {
   const Geo G = geo_of(A);

@@ -15,9 +15,9 @@ __device__ __forceinline__ void st4(float* p, const float4& v) { *reinterpret_ca
 #define GDN_PREP_FAST_SILU 1
 #endif
 // SiLU of the conv outputs through __expf and __fdividef (GDN_PREP_FAST_SILU 0: expf and a
-// division). On the H200 at batch 256: WoA verify 236.5 → 227.6 µs, carried cycle 397.4 → 389.9 µs
-// (docs/benchmarks.md, eighth round). The prefill's siluf_ (gdn-chunk-base.cuh) has since moved to
-// ex2/rcp.approx.ftz; not measured here.
+// division): faster write-on-accept verify and carried cycle on the H200 (docs/benchmarks.md, GDN
+// decode). The prefill's siluf_ (gdn-chunk-base.cuh) has since moved to ex2/rcp.approx.ftz; not
+// measured here.
 __device__ __forceinline__ float prep_silu(float x) {
 #if GDN_PREP_FAST_SILU
   return __fdividef(x, 1.0f + __expf(-x));

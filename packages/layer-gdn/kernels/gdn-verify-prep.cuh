@@ -14,8 +14,8 @@
 // scalars; warp 1 takes the v channels of the r value heads, 4 per lane per turn. Every input
 // moves as a float4 (d_k and d_v multiples of 4). No barrier: the warps share nothing. (The first
 // version, a CTA of 128 threads per (position, key head, half) with the rows in shared memory,
-// ran ~19 000 warp instructions per key head: issue-bound at 95 µs for batch 256 on the H200,
-// docs/benchmarks.md, eighth round.)
+// was issue-bound: too many warp instructions per key head; docs/benchmarks.md, GDN verify and
+// fold.)
 #pragma once
 #include "gdn-common.cuh"
 #include "gdn-prep-window.cuh"

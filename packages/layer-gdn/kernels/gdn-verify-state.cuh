@@ -6,12 +6,12 @@
 // updates S with its rows, so nothing waits for the whole head — each chunk of S is folded
 // (carried), written back, and added into the rows' dot products as it lands. Holding the head
 // in registers (256 threads × 16 rows) left 2 CTAs per SM whose long tail (8 dot products per
-// column, 4 rows of scalars, norms, stash) had no load in flight: 35 % of the copy rate at batch
-// 256 (docs/benchmarks.md, sixth round). Here each of 128 threads owns 4 columns of ⌈d_k / 4⌉₄
-// rows and streams them in chunks of 4 rows through its own slots of a shared-memory ring of
-// kStages chunks (16-byte cp.async, kStages − 1 in flight, a copy group per chunk: a thread waits
-// for its own copies only, no barrier). In registers (2 chunks in flight) the WoA state pass took
-// 240 µs at batch 256 on the H200, through the ring 185 µs (docs/benchmarks.md, eighth round).
+// column, 4 rows of scalars, norms, stash) had no load in flight (docs/benchmarks.md, GDN verify
+// and fold). Here each of 128 threads owns 4 columns of ⌈d_k / 4⌉₄ rows and streams them in
+// chunks of 4 rows through its own slots of a shared-memory ring of kStages chunks (16-byte
+// cp.async, kStages − 1 in flight, a copy group per chunk: a thread waits for its own copies only,
+// no barrier). Through the ring the state pass measured faster than with 2 chunks in flight in
+// registers.
 
 // Per head h of batch position b: carried mode folds the slot's pending rows,
 // S ← e^{γ_{M−1}} S + Σ_q e^{γ_{M−1}−γ_q} k_q u_qᵀ, and writes S back (evict-first stores); then

@@ -62,12 +62,9 @@ export const PIPE_DECODE_FROM = 16;
 /**
  * Whether the layer runs a decode step (one row per position, plain or carried) of `batch`
  * positions as the two-kernel decode: where it takes the shape, below PIPE_DECODE_FROM and from
- * TWO_KERNEL_MIN_BATCH positions. On the H200 at the 80B shape, the state kernel launched with an
- * early start (docs/benchmarks.md, eighth round; graph replay, µs at batch 1 / 2 / 4 / 8 / 16 / 32):
- * decode two-kernel 7.3 / 9.0 / 11.7 / 15.3 / 26.5 / 45.3, split 9.3 / 10.4 / 13.1 / 22.6 / 36.9 /
- * 70.0, pipe 11.8 / 11.9 / 12.9 / 16.4 / 25.9 / 49.8; carried decode two-kernel 10.6 / 11.9 / 14.3 /
- * 18.4 / 31.5 / 53.3, pipe 16.2 / 16.3 / 16.4 / 19.5 / 29.4 / 56.6 (split 12.1 at 1); at 256 (fifth
- * round) pipe 350.6 and two-kernel 316.3.
+ * TWO_KERNEL_MIN_BATCH positions. On the H200 at the 80B shape, with the state kernel launched
+ * with an early start, it beat split and pipe (plain and carried decode) below 16 positions and
+ * from 32; pipe measured faster between (docs/benchmarks.md, GDN decode).
  */
 export function runsTwoKernelDecode(s: TwoKernelShape, batch: number): boolean {
   return (batch < PIPE_DECODE_FROM || batch >= TWO_KERNEL_MIN_BATCH) && twoKernelDecodeSupported(s);

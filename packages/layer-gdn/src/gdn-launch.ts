@@ -127,11 +127,11 @@ export const PIPE_MIN_BATCH = 8;
  * positions) with (decode steps that gdn-decode-launch.ts runsTwoKernelDecode picks run the
  * two-kernel decode instead, where it takes the shape). Decode steps (mode 0, k = 1; carried decode too): pipe from PIPE_MIN_BATCH
  * positions, below it split where the device runs clusters (`clusters`: sm_90+), each where it
- * takes the shape; everything else: the default (or legacy). On the H200 at the 80B shape
- * (docs/benchmarks.md, decode µs at batch 1 / 4 / 8 / 32 / 256): smem 11.8 / 14.1 / 18.6 / 64.7 /
- * 408.2, split 9.5 / 13.3 / 23.2 / 72.4 / 530.3, pipe 12.2 / 13.7 / 17.2 / 51.2 / 363.7; persist
- * 14.0 / 15.0 / 17.9 / 50.5 / 362.0 and 6 % slower than pipe on carried decode at batch 32 (since
- * it shares pipe's loop, one run has it 3–4 % ahead on plain decode: not re-swept yet).
+ * takes the shape; everything else: the default (or legacy). On the H200 at the 80B shape split
+ * was the fastest below 8 positions (4 × the CTAs: the prologue runs 4 times per head, which
+ * loses from 8), pipe from 8; persist was within a few % of pipe and slower on carried decode
+ * when this choice was made, and is not swept again since it took pipe's loop
+ * (docs/benchmarks.md, GDN decode).
  */
 export function recurrentVariant(s: GdnLaunchShape, mode: 0 | 1, k: number, batch: number, clusters = false): GdnKernelVariant {
   if (mode !== 0 || k !== 1) return variantFor(s);
@@ -140,8 +140,8 @@ export function recurrentVariant(s: GdnLaunchShape, mode: 0 | 1, k: number, batc
 }
 
 /**
- * The variant the layer runs `gdn.fold` with: the default. (The pipe fold was 7–15 % slower than
- * the smem fold on the H200 at the 80B shape, docs/benchmarks.md; bench/gdn-ab.mjs times both.)
+ * The variant the layer runs `gdn.fold` with: the default. (The pipe fold measured slower than the
+ * smem fold on the H200 at the 80B shape, docs/benchmarks.md; bench/gdn-ab.mjs times both.)
  */
 export function foldVariant(s: GdnLaunchShape): GdnKernelVariant {
   return variantFor(s);

@@ -115,13 +115,12 @@ export const PREFILL_ALL_CHUNKS = 0x7fffffff;
  * A pipelined prefill's pieces shrink by this ratio (gdn-prefill-pieces.ts shrinkingPieces): a
  * batch of one sequence scans on 2 CTAs per value head (64 SMs at the 80B shape), so during the
  * scan the rest of the GPU would idle; in pieces, each piece's WY kernel runs beside the previous
- * piece's scan (and, unfused, the piece before's norm). On the H200 at the 80B shape, 8 192 rows
- * (128 chunks; docs/benchmarks.md, tenth round), the norms still after the last scan: one piece
- * 0.815–0.826 ms; pieces shrinking by 0.3 / 0.4 / 0.5 / 2/3 / 0.8: 0.757–0.773 / 0.725–0.739 /
- * 0.742–0.754 / 0.757–0.779 / 0.813–0.835 ms; 4 pieces of 32 chunks 0.778–0.795 ms. With each
- * piece's norm beside the next scan: one piece 0.817–0.833, shrinking by 0.3 / 0.4 / 0.5:
- * 0.725–0.736 / 0.702–0.717 / 0.737–0.745, pieces of 32 0.736–0.747 ms. 0.4 cuts 128 chunks as
- * 82, 33, 13.
+ * piece's scan (and, unfused, the piece before's norm). Equal pieces pay only when few: each
+ * piece costs a scan's start, and the next scan waits for the whole WY piece; shrinking pieces
+ * keep the part that runs alone (the last scan) short. On the H200 at the 80B shape, 8 192 rows,
+ * 0.4 measured best against 0.3, 0.5, 2/3, 0.8 and pieces of 32 chunks, with the norms after the
+ * last scan and with each piece's norm beside the next scan (docs/benchmarks.md, GDN prefill).
+ * 0.4 cuts 128 chunks as 82, 33, 13.
  */
 export const PREFILL_PIECE_RATIO = 0.4;
 /** The smallest piece (chunks) of a pipelined prefill: every piece costs a WY and a scan launch. */
@@ -154,8 +153,8 @@ export interface PrefillPlan {
  * build (default: steps of at most PREFILL_EXACT_MAX_ROWS rows). `clusters`: the device runs
  * thread-block clusters (sm_90+): the scan can then fuse the norm when one cluster holds a head's
  * d_v (d_v ≤ 64·cluster). `fuseNorm`: fuse where it can (true) or never (false); by default the
- * exact build fuses and the fast one does not (on the H200 the fused fast scan took 1.30 ms
- * against 0.99 ms with the norm kernel for 8 192 rows, docs/benchmarks.md). `cluster`: CTAs per
+ * exact build fuses and the fast one does not (on the H200 the fused fast scan measured slower
+ * than the fast scan and the norm kernel, docs/benchmarks.md, GDN prefill). `cluster`: CTAs per
  * cluster of the scan (default PREFILL_SCAN_CLUSTER). A pipelined prefill (KERNELS.md "Pieces"):
  * `pieceChunks` cuts the step into pieces of that many chunks (0: one piece); else `pieceRatio`
  * into pieces that shrink by that ratio down to PREFILL_PIECE_MIN_CHUNKS (shrinkingPieces), by

@@ -66,11 +66,9 @@ export function twoKernelVerifySupported(s: TwoKernelShape): boolean {
 
 /**
  * The smallest batch whose verify steps run the two-kernel verify: any. On the H200 at the 80B
- * shape, k = 4, graph replay (docs/benchmarks.md, eighth round; µs at batch 1 / 2 / 4 / 8 / 16 /
- * 32 / 256): write-on-accept verify smem 14.9 / 15.3 / 16.5 / 19.0 / 43.1 / 68.6 / 384.7,
- * two-kernel 14.9 / 15.3 / 16.5 / 18.5 / 27.7 / 44.8 / 224.8; carried cycle smem 23.8 / 24.3 /
- * 25.6 / 32.2 / 74.0 / 111.2 / 700.2, two-kernel 16.8 / 17.2 / 18.7 / 23.5 / 35.2 / 62.1 / 385.5.
- * (Before that round's preps it lost below 16: 23.9 against 19.1 µs at batch 8.)
+ * shape, k = 4, it ties the smem kernel below 8 positions and beats it from 8 in write-on-accept
+ * verify, and beats it at every batch in the carried cycle (docs/benchmarks.md, GDN verify and
+ * fold). With the earlier preps it lost below 16 positions.
  */
 export const TWO_KERNEL_VERIFY_MIN_BATCH = 1;
 

@@ -58,7 +58,7 @@ export class GdnReference {
     return { hist: [...seq.hist], S: seq.S.map((x) => x.slice()) };
   }
 
-  /** Step 1: projections, split per key head into q, k, v, z and b, a (gdn.md). */
+  /** Step 1: projections, split per key head into q, k, v, z and b, a (docs/layers/gdn.md). */
   #project(x: Float64Array | Float32Array): RowParts {
     const { hidden: D, hk, hv, dk, dv } = this.s;
     const r = this.r;
@@ -177,7 +177,7 @@ export class GdnReference {
     return this.run(this.clone(seq), rows);
   }
 
-  /** Prefill in the chunked WY form of gdn.md (chunks of C rows), committing the rows. */
+  /** Prefill in the chunked WY form of docs/layers/gdn.md (chunks of C rows), committing the rows. */
   runChunked(seq: RefSeq, rows: readonly (Float64Array | Float32Array)[], C = 64): Float64Array[] {
     const { hv, dk, dv } = this.s;
     const perRow = rows.map((x) => {

@@ -32,7 +32,7 @@ export interface PleState extends LayerState, PrestageClaim {
   readonly slot: number;
 }
 
-/** The scalars of the math, rounded as Hugging Face holds them (see README, "Numerics"). */
+/** The scalars of the math, rounded as Hugging Face holds them (see README.md, "Hugging Face semantics"). */
 export interface PleScales {
   /** sqrt(D) as embed_tokens' dtype: `Gemma3nTextScaledWordEmbedding.embed_scale`. */
   readonly embed: number;

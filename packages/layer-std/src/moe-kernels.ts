@@ -24,11 +24,11 @@ export function groupLaunch(experts: number, stream: Stream): LaunchConfig {
 
 /**
  * Entries (row, slot) per expert from which the layer takes the grouped kernels. On the H200
- * (docs/benchmarks.md, 2026-11-30) they beat the row-wise ones at 10 entries per expert (64
- * experts, batch 64: 818 vs 919 µs route + experts) and lose below ~2 (1.3–1.7 per expert:
- * 0.54–0.63 ×): their CTAs (168 / 128 registers) keep 12–16 warps per SM against the row-wise
- * kernels' 64, too few bytes in flight when an expert's tile is streamed for one or two rows. Both
- * give the same bits for every row, so the switch keeps each row's result batch-independent.
+ * (docs/benchmarks.md, layer-std MoE) they beat the row-wise ones at 10 entries per expert (64
+ * experts, batch 64) and lose at one or two: their CTAs (168 / 128 registers) keep 12–16 warps per
+ * SM against the row-wise kernels' 64, too few bytes in flight when an expert's tile is streamed
+ * for one or two rows. Both give the same bits for every row, so the switch keeps each row's
+ * result batch-independent.
  */
 export const GROUPED_MIN_ENTRIES_PER_EXPERT = 8;
 
