@@ -42,6 +42,7 @@ if (command === 'start' && process.env.METRALE_KERNELS === undefined && !hasNvid
 pnpm(['run', 'build'], buildEnv);
 if (command === 'test') {
   pnpm(['run', 'test:unit']);
+  pnpm(['run', 'test:repo']);
   pnpm(['run', 'lint:package']);
   pnpm(['run', 'test:gpu']);
 } else if (command === 'start') {
