@@ -8,6 +8,7 @@
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, renameSync, rmSync, statSync } from 'node:fs';
 import { delimiter, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
 
 const NVCC_FLAGS = [
   '-fatbin',
@@ -68,6 +69,9 @@ function newestHeaderMs(dir) {
   return newest;
 }
 
+/** The element-type headers every package's kernels may include (`#include <metrale/elements.cuh>`). */
+const sharedInclude = fileURLToPath(new URL('../include', import.meta.url));
+
 function main() {
   const options = parseArgs(process.argv.slice(2));
   const kernelsDir = join(options.packageDir, 'kernels');
@@ -89,7 +93,7 @@ function main() {
 
   const outDir = join(options.packageDir, 'dist', 'kernels');
   mkdirSync(outDir, { recursive: true });
-  const headersMs = newestHeaderMs(kernelsDir);
+  const headersMs = Math.max(newestHeaderMs(kernelsDir), existsSync(sharedInclude) ? newestHeaderMs(sharedInclude) : 0);
   let built = 0;
   for (const source of sources) {
     const input = join(kernelsDir, source);
@@ -101,7 +105,7 @@ function main() {
     // Written beside the output and renamed, so that a failed compile never leaves a fatbin that
     // looks up to date.
     const partial = `${output}.partial-${process.pid}`;
-    const args = [...NVCC_FLAGS, `-I${kernelsDir}`, '-o', partial, input];
+    const args = [...NVCC_FLAGS, `-I${kernelsDir}`, `-I${sharedInclude}`, '-o', partial, input];
     const result = spawnSync(nvcc, args, { encoding: 'utf8' });
     if (result.error || result.status !== 0) rmSync(partial, { force: true });
     if (result.error) {

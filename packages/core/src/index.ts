@@ -5,15 +5,18 @@ export * from './errors.js';
 
 export type { DevicePtr } from './device/device-ptr.js';
 export { NULL_PTR, offsetPtr } from './device/device-ptr.js';
-export type { DType } from './device/dtype.js';
-export { DTYPE_BYTES, f32ToBf16Bits, bf16BitsToF32, f16BitsToF32, toBf16, fromBf16 } from './device/dtype.js';
+export type { DType, FloatDtype } from './device/dtype.js';
+export {
+  DTYPE_BYTES, FLOAT_DTYPE_CODE, E4M3_MAX, E4M3_VALUES, f32ToBf16Bits, bf16BitsToF32, f16BitsToF32, f32ToF16Bits, e4m3ToF32, floatBytes,
+  roundTo, toBf16, fromBf16, toF16,
+} from './device/dtype.js';
 export type { DeviceMemoryView } from './device/memory-view.js';
 export type {
   Kernel, KernelArgs, KernelDefinition, KernelModule, KernelParam, KernelParams, KernelParamType, CpuKernelContext, Dims,
 } from './device/kernel.js';
 export { defineKernel, defineKernelModule, validateKernelArgs, toDims, toEarlyStart } from './device/kernel.js';
 export type {
-  GpuBackend, Stream, GpuEvent, Graph, GraphExec, HostBuffer, DeviceInfo, LaunchConfig, GemmArgs, BackendProbe,
+  GpuBackend, Stream, GpuEvent, Graph, GraphExec, HostBuffer, DeviceInfo, LaunchConfig, GemmArgs, ConvertArgs, BackendProbe,
 } from './device/gpu-backend.js';
 
 export type { LayerState } from './contract/layer-state.js';

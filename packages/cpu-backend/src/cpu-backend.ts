@@ -1,11 +1,12 @@
 import {
   DeviceError, InvalidArgumentError, toDims, toEarlyStart, validateKernelArgs,
-  type DeviceInfo, type DevicePtr, type GemmArgs, type GpuBackend, type GpuEvent, type Graph, type GraphExec,
+  type ConvertArgs, type DeviceInfo, type DevicePtr, type GemmArgs, type GpuBackend, type GpuEvent, type Graph, type GraphExec,
   type HostBuffer, type Kernel, type KernelArgs, type KernelParams, type LaunchConfig, type Stream,
 } from '@metrale/core';
 import { resolveOptions, type CpuBackendOptions } from './backend-options.js';
 import { Counters, type CpuBackendStats } from './backend-stats.js';
 import { CheckedMemoryView } from './checked-memory-view.js';
+import { checkConvert, runConvert } from './cpu-convert.js';
 import { checkGemmMemory, planGemm, runGemm } from './cpu-gemm.js';
 import { cpuDeviceInfo } from './device-info.js';
 import { runNodes, type GraphNode } from './graph-node.js';
@@ -259,6 +260,13 @@ export class CpuBackend implements GpuBackend {
     checkGemmMemory(this.#arena, 'gemm', plan);
     const ran = this.#submit('gemm', args.stream, `gemm ${plan.m}×${plan.n}×${plan.k}`, (c) => runGemm(this.#arena, c, plan));
     if (ran) this.#counters.gemmsLaunched++;
+  }
+
+  convert(args: ConvertArgs): void {
+    this.#enter('convert');
+    const frozen = Object.freeze({ ...args });
+    checkConvert(this.#arena, 'convert', frozen);
+    this.#submit('convert', args.stream, `convert ${frozen.count} ${frozen.srcDtype}→${frozen.dstDtype}`, (c) => runConvert(this.#arena, c, frozen));
   }
 
   // Introspection and teardown --------------------------------------------------------------

@@ -154,8 +154,9 @@ const GemmEngine::Plan& GemmEngine::plan(Napi::Env env, const GemmProblem& p) {
   // row-major matrix stored R×C with leading dimension ld reads column-major as its transpose,
   // C×R with the same ld. So cuBLASLt's A is our B and its B is our A, its (m, n, k) is our
   // (n, m, k), and each operand keeps its own transpose flag.
-  const cudaDataType_t abType = p.abType == GemmType::BF16 ? CUDA_R_16BF : CUDA_R_32F;
-  const cudaDataType_t cType = p.cType == GemmType::BF16 ? CUDA_R_16BF : CUDA_R_32F;
+  const auto dataType = [](GemmType t) { return t == GemmType::BF16 ? CUDA_R_16BF : t == GemmType::F16 ? CUDA_R_16F : CUDA_R_32F; };
+  const cudaDataType_t abType = dataType(p.abType);
+  const cudaDataType_t cType = dataType(p.cType);
   const uint64_t ltARows = p.transB ? p.k : p.n, ltACols = p.transB ? p.n : p.k;  // our B as stored
   const uint64_t ltBRows = p.transA ? p.m : p.k, ltBCols = p.transA ? p.k : p.m;  // our A as stored
   const cublasOperation_t opA = p.transB ? CUBLAS_OP_T : CUBLAS_OP_N;

@@ -44,7 +44,7 @@ std::string cublasStatusName(cublasStatus_t status);
 std::string cublasStatusText(cublasStatus_t status);
 
 /** Element types of GEMM operands, as the TypeScript layer numbers them. */
-enum class GemmType : int { F32 = 0, BF16 = 1 };
+enum class GemmType : int { F32 = 0, BF16 = 1, F16 = 2 };
 
 /** One row-major GEMM problem: C[m×n] = alpha · op(A)[m×k] · op(B)[k×n] + beta · C. */
 struct GemmProblem {

@@ -7,9 +7,11 @@ import {
   CaptureError,
   DeviceError,
   InvalidArgumentError,
+  floatBytes,
   toDims,
   toEarlyStart,
   validateKernelArgs,
+  type ConvertArgs,
   type DeviceInfo,
   type DevicePtr,
   type GemmArgs,
@@ -29,7 +31,10 @@ import { AllocationMap } from './allocation-map.js';
 import { LAUNCH_EARLY_START, LAUNCH_HEADER_BYTES, packArgs } from './arg-packing.js';
 import { CaptureTracker } from './capture-tracker.js';
 import { cublasLtCandidates, CUBLASLT_HINT } from './cublaslt-paths.js';
-import { resolveGemm } from './gemm-args.js';
+import {
+  GEMM_FP8_ROWS_MAX, convertKernel, convertLaunch, gemmFp8RowsKernel, gemmFp8RowsLaunch, gemmFp8TiledKernel, gemmFp8TiledLaunch,
+} from './backend-kernels.js';
+import { GEMM_TYPE, resolveGemm } from './gemm-args.js';
 import { KernelRegistry } from './kernel-registry.js';
 import { probe, toDeviceInfo } from './probe.js';
 
@@ -431,16 +436,48 @@ export class CudaBackend implements GpuBackend {
     this.#open('gemm');
     const g = resolveGemm(args);
     if (args.m === 0 || args.n === 0) return;  // nothing to write, as on the CPU backend
-    if (!this.gemmLibrary.loaded) throw new DeviceError('gemm', this.gemmLibrary.reason);
     if (args.k === 0) throw new DeviceError('gemm', 'k = 0 (C = beta·C) is not supported by the CUDA backend', 'CUDA_ERROR_NOT_SUPPORTED');
     this.#checkRange(args.a, g.aBytes, 'gemm (A)');
     this.#checkRange(args.b, g.bBytes, 'gemm (B)');
     this.#checkRange(args.c, g.cBytes, 'gemm (C)');
+    if (g.fp8) {
+      this.#checkRange(args.bScales!, g.scaleBytes, 'gemm (B scales)');
+      // Block-FP8 B: the backend's kernels (cuBLASLt's block-scaled FP8 needs an FP8 A as well).
+      const rows = args.m <= GEMM_FP8_ROWS_MAX;
+      const fp8Args = {
+        a: args.a, aCode: g.abType, b: args.b, scales: args.bScales!, c: args.c, cCode: g.cType,
+        m: args.m, n: args.n, k: args.k, lda: g.lda, ldc: g.ldc, alpha: g.alpha, beta: g.beta,
+      };
+      if (rows) this.launch(gemmFp8RowsKernel, gemmFp8RowsLaunch(args.n, args.stream ?? this.defaultStream), fp8Args);
+      else this.launch(gemmFp8TiledKernel, gemmFp8TiledLaunch(args.m, args.n, args.stream ?? this.defaultStream), fp8Args);
+      return;
+    }
+    if (!this.gemmLibrary.loaded) throw new DeviceError('gemm', this.gemmLibrary.reason);
     const sid = this.#workStream(args.stream, 'gemm');
     this.#call('gemm', () =>
       this.#native.gemm(g.abType, g.cType, g.transA, g.transB, args.m, args.n, args.k, g.lda, g.ldb, g.ldc,
         args.a, args.b, args.c, g.alpha, g.beta, sid),
     );
+  }
+
+  convert(args: ConvertArgs): void {
+    this.#open('convert');
+    const { srcDtype, dstDtype, count } = args;
+    for (const [name, dt] of [['srcDtype', srcDtype], ['dstDtype', dstDtype]] as const) {
+      if (!(dt in GEMM_TYPE)) throw new InvalidArgumentError(`convert: ${name} must be 'f32', 'bf16' or 'f16', got ${String(dt)}`);
+    }
+    if (!Number.isSafeInteger(count) || count < 0) throw new InvalidArgumentError(`convert: count must be a non-negative integer, got ${count}`);
+    if (count === 0) return;
+    const srcBytes = count * floatBytes(srcDtype), dstBytes = count * floatBytes(dstDtype);
+    this.#checkRange(args.src, srcBytes, 'convert (src)');
+    this.#checkRange(args.dst, dstBytes, 'convert (dst)');
+    if (args.src < args.dst + BigInt(dstBytes) && args.dst < args.src + BigInt(srcBytes)) {
+      throw new InvalidArgumentError('convert: src and dst overlap; convert into another buffer');
+    }
+    const stream = args.stream ?? this.defaultStream;
+    this.launch(convertKernel, convertLaunch(count, this.device.multiprocessors, stream), {
+      src: args.src, srcCode: GEMM_TYPE[srcDtype], dst: args.dst, dstCode: GEMM_TYPE[dstDtype], count: BigInt(count),
+    });
   }
 
   // ---- whole device -------------------------------------------------------------------------

@@ -1,4 +1,5 @@
 import type { DevicePtr } from './device-ptr.js';
+import type { FloatDtype } from './dtype.js';
 import type { Kernel, KernelArgs, KernelParams } from './kernel.js';
 
 /** An ordered queue of device work. Opaque: only the backend that made it may use it. */
@@ -73,12 +74,29 @@ export interface GemmArgs {
   readonly lda?: number;
   readonly ldb?: number;
   readonly ldc?: number;
-  /** Element type of A and B. */
-  readonly dtype: 'f32' | 'bf16';
+  /** Element type of A, and of B unless `bDtype` says otherwise. */
+  readonly dtype: FloatDtype;
+  /**
+   * B stored as FP8 E4M3 codes with f32 block scales (`bScales`, [⌈n/128⌉][⌈k/128⌉], one per
+   * 128 × 128 block): B[j][q] = code × bScales[j / 128][q / 128]. Needs `transB` and a packed B
+   * (ldb = k); A is bf16 or f16. The product is the one with the dequantized B, accumulated in f32.
+   */
+  readonly bDtype?: 'f8e4m3';
+  readonly bScales?: DevicePtr;
   /** Element type of C; default: `dtype`. Accumulation is always f32. */
-  readonly outDtype?: 'f32' | 'bf16';
+  readonly outDtype?: FloatDtype;
   readonly alpha?: number;
   readonly beta?: number;
+  readonly stream?: Stream;
+}
+
+/** `dst[i] = src[i]` for `count` elements, converted between float types (rounded to nearest even). */
+export interface ConvertArgs {
+  readonly src: DevicePtr;
+  readonly srcDtype: FloatDtype;
+  readonly dst: DevicePtr;
+  readonly dstDtype: FloatDtype;
+  readonly count: number;
   readonly stream?: Stream;
 }
 
@@ -136,6 +154,8 @@ export interface GpuBackend {
 
   launch<P extends KernelParams>(kernel: Kernel<P>, config: LaunchConfig, args: KernelArgs<P>): void;
   gemm(args: GemmArgs): void;
+  /** An element-wise type conversion, in stream order (capturable, like a launch). */
+  convert(args: ConvertArgs): void;
 
   /**
    * A digest of every live allocation's contents (for tests: "nothing was written").

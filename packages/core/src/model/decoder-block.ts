@@ -1,6 +1,7 @@
 import type { LayerStep, TransformerLayer } from '../contract/layer.js';
 import type { LayerState } from '../contract/layer-state.js';
 import type { DevicePtr } from '../device/device-ptr.js';
+import { floatBytes, type FloatDtype } from '../device/dtype.js';
 import type { GpuBackend } from '../device/gpu-backend.js';
 import { InvalidArgumentError } from '../errors.js';
 import type { BlockScratch } from './block-scratch.js';
@@ -20,6 +21,8 @@ export interface DecoderBlockOptions {
   readonly add: ResidualAdd;
   /** Shared by every block of a model; holds at least `maxRows` rows of the widest sub-layer row. */
   readonly scratch: BlockScratch;
+  /** Element type of the residual stream (default f32). */
+  readonly rowDtype?: FloatDtype;
 }
 
 /**
@@ -36,6 +39,7 @@ export class DecoderBlock implements TransformerLayer<BlockState> {
   readonly #add: ResidualAdd;
   readonly #scratch: BlockScratch;
   readonly #gpu: GpuBackend;
+  readonly #rowDtype: FloatDtype;
   readonly #allocations: DevicePtr[] = [];
   #disposed = false;
 
@@ -74,7 +78,11 @@ export class DecoderBlock implements TransformerLayer<BlockState> {
       at += chain.length;
       return range;
     });
-    if (width % 4 !== 0 || width > scratch.rowBytes) throw this.#mismatch(`the residual stream's ${width}-byte rows must be f32 and fit the scratch rows (${scratch.rowBytes} bytes)`);
+    this.#rowDtype = options.rowDtype ?? 'f32';
+    const element = floatBytes(this.#rowDtype);
+    if (width % element !== 0 || width > scratch.rowBytes) {
+      throw this.#mismatch(`the residual stream's ${width}-byte rows must be whole ${this.#rowDtype} values and fit the scratch rows (${scratch.rowBytes} bytes)`);
+    }
     this.layers = branches.flat() as TransformerLayer<LayerState>[];
     this.#add = options.add;
     this.#scratch = scratch;
@@ -103,7 +111,7 @@ export class DecoderBlock implements TransformerLayer<BlockState> {
     this.#alive('forward');
     if (step.rows > this.#scratch.maxRows) throw new InvalidArgumentError(`${this.type}: a step of ${step.rows} rows exceeds the scratch's ${this.#scratch.maxRows} rows`);
     const s = this.#scratch;
-    const count = (step.rows * this.inputRowBytes) / 4;
+    const count = (step.rows * this.inputRowBytes) / floatBytes(this.#rowDtype);
     let stream = step.input;
     this.#branches.forEach(({ first, count: n }, b) => {
       let src = stream;
@@ -114,7 +122,7 @@ export class DecoderBlock implements TransformerLayer<BlockState> {
       }
       // The last branch writes the block's output; the others the stream (in place after the first).
       const out = b === this.#branches.length - 1 ? step.output : s.residual;
-      this.#add.add(step.gpu, step.stream, stream, src, out, count);
+      this.#add.add(step.gpu, step.stream, stream, src, out, count, this.#rowDtype);
       stream = out;
     });
   }

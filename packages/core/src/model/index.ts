@@ -10,6 +10,12 @@ export { ArchitectureRegistry, architectures, registerArchitecture } from './arc
 export { Checkpoint } from './checkpoint.js';
 export { CheckpointWeights, scopeWeights } from './checkpoint-weights.js';
 export { readF32, readOptionalF32, fileOfTensor } from './weight-tensors.js';
+export type { Precision, DtypeChoice, Fp8Quantization } from './precision.js';
+export { F32_PRECISION, DTYPE_CHOICES, FP8_BLOCK, readFp8Quantization, checkpointDtype, resolvePrecision, describePrecision } from './precision.js';
+export type { WeightDtype, HostLinear, LinearWeight, LinearCall } from './linear-weight.js';
+export {
+  blocksOf, encodeFloats, dequantizeFp8, readLinear, readFloats, linearToF32, stackLinears, linearBytes, uploadLinear, runLinear, rowBytes,
+} from './linear-weight.js';
 export type { LoadModelOptions, LoadedModel } from './load-model.js';
 export { loadModel } from './load-model.js';
 export type { SamplingParams } from './sampling.js';

@@ -2,6 +2,7 @@ import type { LayerLimits, TransformerLayer } from '../contract/layer.js';
 import type { GpuBackend } from '../device/gpu-backend.js';
 import type { PluginRegistry } from '../plugin/registry.js';
 import type { WeightSource } from '../weights/weight-source.js';
+import type { Precision } from './precision.js';
 
 /** Everything an adapter gets to build a model. */
 export interface ModelBuildContext {
@@ -11,6 +12,8 @@ export interface ModelBuildContext {
   /** The checkpoint's tensors under their Hugging Face names (`model.layers.0.…`). */
   readonly weights: WeightSource;
   readonly limits: LayerLimits;
+  /** The data path every layer is built for (absent: `F32_PRECISION`). */
+  readonly precision?: Precision;
   /** Loaded plugins, for adapters that let a plugin provide a layer type. */
   readonly plugins?: PluginRegistry;
 }

@@ -3,6 +3,7 @@ import type { TransformerLayer, LayerLimits } from '../contract/layer.js';
 import type { GpuBackend } from '../device/gpu-backend.js';
 import { PluginError, SpecificationVersionError } from '../errors.js';
 import type { WeightSource } from '../weights/weight-source.js';
+import type { Precision } from '../model/precision.js';
 import { SPECIFICATION_VERSION } from './specification-version.js';
 
 /** Everything a plugin gets to build one layer. */
@@ -16,6 +17,11 @@ export interface CreateLayerContext {
   /** The layer's tensors, named as in the HF module with the layer's prefix removed. */
   readonly weights: WeightSource;
   readonly limits: LayerLimits;
+  /**
+   * The data path: the type of the rows the layer reads and writes (`inputRowBytes` follows it)
+   * and of its weights, and whether block-FP8 weights stay FP8. Absent: `F32_PRECISION`.
+   */
+  readonly precision?: Precision;
 }
 
 export interface PluginDefinition {

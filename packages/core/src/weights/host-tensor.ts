@@ -1,4 +1,4 @@
-import { bf16BitsToF32, DTYPE_BYTES, f16BitsToF32, type DType } from '../device/dtype.js';
+import { bf16BitsToF32, DTYPE_BYTES, E4M3_VALUES, f16BitsToF32, type DType } from '../device/dtype.js';
 import { WeightsError } from '../errors.js';
 
 /** A tensor in host memory: raw little-endian bytes with their type and shape. */
@@ -50,6 +50,10 @@ export function toF32(tensor: HostTensor): Float32Array {
       for (let i = 0; i < n; i++) out[i] = f16BitsToF32(u[i]!);
       return out;
     }
+    case 'f8e4m3':
+      // The codes' values; a block-scaled weight still needs its scales (readLinear applies them).
+      for (let i = 0; i < n; i++) out[i] = E4M3_VALUES[data[i]!]!;
+      return out;
     case 'i32':
       out.set(aligned(data, 4, (b, o, c) => new Int32Array(b, o, c)));
       return out;

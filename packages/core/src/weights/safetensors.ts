@@ -6,7 +6,7 @@ import { elementCount, type HostTensor } from './host-tensor.js';
 import type { WeightSource } from './weight-source.js';
 
 const DTYPES: Readonly<Record<string, DType>> = {
-  F64: 'f64', F32: 'f32', BF16: 'bf16', F16: 'f16', I64: 'i64', I32: 'i32', U32: 'u32', I16: 'i16', U16: 'u16', I8: 'i8', U8: 'u8', BOOL: 'bool',
+  F64: 'f64', F32: 'f32', BF16: 'bf16', F16: 'f16', F8_E4M3: 'f8e4m3', I64: 'i64', I32: 'i32', U32: 'u32', I16: 'i16', U16: 'u16', I8: 'i8', U8: 'u8', BOOL: 'bool',
 };
 const NAMES: Readonly<Record<DType, string>> = Object.fromEntries(Object.entries(DTYPES).map(([k, v]) => [v, k])) as Record<DType, string>;
 

@@ -1,0 +1,164 @@
+// GEMMs whose B is a block-FP8 weight (GemmArgs.bDtype 'f8e4m3'): C[m][n] = alpha · A[m][k] ·
+// Bᵀ + beta · C, A bf16 or f16 (row-major, lda), B E4M3 codes [n][k] packed with f32 scales
+// [⌈n/128⌉][⌈k/128⌉], C f32 / bf16 / f16 (ldc). Each 128-wide slice of k is summed on its own and
+// multiplied by its block scale in f32, so the result is the product with the dequantized B.
+//   backend_gemm_fp8_rows   m ≤ 8: a warp per output column, B read once (decode)
+//   backend_gemm_fp8_tiled  any m: 64 × 64 tiles on tensor cores (wmma), B's codes converted to
+//                           A's type in shared memory (E4M3 values are exact in bf16 and f16)
+#include <mma.h>
+
+#include <metrale/elements.cuh>
+
+using namespace metrale;
+
+namespace {
+
+constexpr int kRowsMax = 8;
+
+__device__ __forceinline__ float load_a(const void* a, size_t i, int code) { return load_element(a, i, code); }
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(256) backend_gemm_fp8_rows(
+    const void* __restrict__ a, int aCode, const uint8_t* __restrict__ b, const float* __restrict__ scales, void* __restrict__ c,
+    int cCode, int m, int n, int k, int lda, int ldc, float alpha, float beta) {
+  const int lane = threadIdx.x & 31;
+  const int warps = blockDim.x >> 5;
+  const int kBlocks = (k + kFp8Block - 1) / kFp8Block;
+  for (int j = blockIdx.x * warps + (threadIdx.x >> 5); j < n; j += gridDim.x * warps) {
+    const uint8_t* row = b + (size_t)j * k;
+    const float* srow = scales + (size_t)(j / kFp8Block) * kBlocks;
+    float acc[kRowsMax];
+#pragma unroll
+    for (int r = 0; r < kRowsMax; r++) acc[r] = 0.f;
+    for (int kb = 0; kb < kBlocks; kb++) {
+      float part[kRowsMax];
+#pragma unroll
+      for (int r = 0; r < kRowsMax; r++) part[r] = 0.f;
+      // Lane l takes k = kb·128 + 4l … 4l + 3: the warp reads the block's 128 codes of row j at once.
+      const int k0 = kb * kFp8Block + 4 * lane;
+#pragma unroll
+      for (int t = 0; t < 4; t++) {
+        const int q = k0 + t;
+        if (q >= k) break;
+        const float w = e4m3_value(row[q]);
+#pragma unroll
+        for (int r = 0; r < kRowsMax; r++)
+          if (r < m) part[r] = fmaf(load_a(a, (size_t)r * lda + q, aCode), w, part[r]);
+      }
+      const float s = srow[kb];
+#pragma unroll
+      for (int r = 0; r < kRowsMax; r++) acc[r] = fmaf(s, part[r], acc[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < kRowsMax; r++) {
+      float v = acc[r];
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+      if (lane == 0 && r < m) {
+        const size_t at = (size_t)r * ldc + j;
+        float out = alpha * v;
+        if (beta != 0.f) out += beta * load_element(c, at, cCode);
+        store_element(c, at, out, cCode);
+      }
+    }
+  }
+}
+
+namespace {
+
+constexpr int kTileM = 64, kTileN = 64, kTileK = 32;
+constexpr int kPad = 8;  // shared rows of kTileK + 8 elements: no bank conflicts on the fragment loads
+
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+
+/** One CTA: a 64 × 64 tile of C, 4 warps of 32 × 32 (2 × 2 fragments of 16 × 16). */
+template <typename T>
+__device__ void gemm_fp8_tile(const T* __restrict__ a, const uint8_t* __restrict__ b, const float* __restrict__ scales, void* __restrict__ c,
+                              int cCode, int m, int n, int k, int lda, int ldc, float alpha, float beta) {
+  using namespace nvcuda;
+  __shared__ __align__(32) T as[kTileM][kTileK + kPad];
+  __shared__ __align__(32) T bs[kTileN][kTileK + kPad];
+  __shared__ __align__(32) float out[kTileM][kTileN + 4];
+  const int m0 = blockIdx.y * kTileM, n0 = blockIdx.x * kTileN;
+  const int warp = threadIdx.x >> 5, wm = (warp >> 1) * 32, wn = (warp & 1) * 32;
+  const int kBlocks = (k + kFp8Block - 1) / kFp8Block;
+  // n0 is a multiple of 64, so the tile's 64 columns share one 128-row block of B's scales.
+  const float* srow = scales + (size_t)(n0 / kFp8Block) * kBlocks;
+
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2], part[2][2];
+#pragma unroll
+  for (int i = 0; i < 2; i++)
+#pragma unroll
+    for (int j = 0; j < 2; j++) wmma::fill_fragment(acc[i][j], 0.f);
+
+  for (int kb = 0; kb < kBlocks; kb++) {
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+      for (int j = 0; j < 2; j++) wmma::fill_fragment(part[i][j], 0.f);
+    const int kEnd = min(k, (kb + 1) * kFp8Block);
+    for (int k0 = kb * kFp8Block; k0 < kEnd; k0 += kTileK) {
+      for (int e = threadIdx.x; e < kTileM * kTileK; e += blockDim.x) {
+        const int r = e / kTileK, q = e % kTileK;
+        const int gr = m0 + r, gq = k0 + q;
+        as[r][q] = (gr < m && gq < kEnd) ? a[(size_t)gr * lda + gq] : from_float<T>(0.f);
+      }
+      for (int e = threadIdx.x; e < kTileN * kTileK; e += blockDim.x) {
+        const int r = e / kTileK, q = e % kTileK;
+        const int gr = n0 + r, gq = k0 + q;
+        bs[r][q] = (gr < n && gq < kEnd) ? from_float<T>(e4m3_value(b[(size_t)gr * k + gq])) : from_float<T>(0.f);
+      }
+      __syncthreads();
+#pragma unroll
+      for (int kk = 0; kk < kTileK; kk += 16) {
+        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa[2];
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb[2];
+#pragma unroll
+        for (int i = 0; i < 2; i++) wmma::load_matrix_sync(fa[i], &as[wm + 16 * i][kk], kTileK + kPad);
+#pragma unroll
+        for (int j = 0; j < 2; j++) wmma::load_matrix_sync(fb[j], &bs[wn + 16 * j][kk], kTileK + kPad);
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+          for (int j = 0; j < 2; j++) wmma::mma_sync(part[i][j], fa[i], fb[j], part[i][j]);
+      }
+      __syncthreads();
+    }
+    const float s = n0 < n ? srow[kb] : 0.f;
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+      for (int j = 0; j < 2; j++)
+#pragma unroll
+        for (int t = 0; t < acc[i][j].num_elements; t++) acc[i][j].x[t] = fmaf(s, part[i][j].x[t], acc[i][j].x[t]);
+  }
+#pragma unroll
+  for (int i = 0; i < 2; i++)
+#pragma unroll
+    for (int j = 0; j < 2; j++) wmma::store_matrix_sync(&out[wm + 16 * i][wn + 16 * j], acc[i][j], kTileN + 4, wmma::mem_row_major);
+  __syncthreads();
+  for (int e = threadIdx.x; e < kTileM * kTileN; e += blockDim.x) {
+    const int r = e / kTileN, q = e % kTileN;
+    const int gr = m0 + r, gq = n0 + q;
+    if (gr >= m || gq >= n) continue;
+    const size_t at = (size_t)gr * ldc + gq;
+    float v = alpha * out[r][q];
+    if (beta != 0.f) v += beta * load_element(c, at, cCode);
+    store_element(c, at, v, cCode);
+  }
+}
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(128) backend_gemm_fp8_tiled(
+    const void* __restrict__ a, int aCode, const uint8_t* __restrict__ b, const float* __restrict__ scales, void* __restrict__ c,
+    int cCode, int m, int n, int k, int lda, int ldc, float alpha, float beta) {
+  if (aCode == kF16) gemm_fp8_tile<__half>(static_cast<const __half*>(a), b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta);
+  else gemm_fp8_tile<__nv_bfloat16>(static_cast<const __nv_bfloat16*>(a), b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta);
+}

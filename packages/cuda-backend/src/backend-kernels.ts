@@ -1,0 +1,50 @@
+// The kernels the backend itself launches (kernels/convert.cu, kernels/gemm-fp8.cu): the element
+// conversion of `convert` and the block-FP8 GEMMs of `gemm`. CUDA only: the CPU backend computes
+// the same operations in its own gemm and convert.
+import { defineKernel, defineKernelModule, type LaunchConfig, type Stream } from '@metrale/core';
+
+// '../dist/kernels/…' resolves to the package's dist/kernels both from src/ (tests) and from
+// dist/index.js (the bundle), since both sit one level below the package root.
+const convertModule = defineKernelModule('convert', new URL('../dist/kernels/convert.fatbin', import.meta.url));
+const gemmFp8Module = defineKernelModule('gemm-fp8', new URL('../dist/kernels/gemm-fp8.fatbin', import.meta.url));
+
+export const convertKernel = defineKernel({
+  name: 'backend.convert',
+  params: { src: 'ptr', srcCode: 'i32', dst: 'ptr', dstCode: 'i32', count: 'u64' },
+  cuda: { module: convertModule, symbol: 'backend_convert' },
+});
+
+/** 4 warps of 8 element groups per CTA, at most 4 CTAs per multiprocessor's worth. */
+export function convertLaunch(count: number, multiprocessors: number, stream: Stream): LaunchConfig {
+  return { grid: Math.max(1, Math.min(Math.ceil(count / 256), 4 * multiprocessors)), block: 256, stream };
+}
+
+const GEMM_FP8_PARAMS = {
+  a: 'ptr', aCode: 'i32', b: 'ptr', scales: 'ptr', c: 'ptr', cCode: 'i32',
+  m: 'i32', n: 'i32', k: 'i32', lda: 'i32', ldc: 'i32', alpha: 'f32', beta: 'f32',
+} as const;
+
+/** Rows of A up to which the warp-per-column kernel runs (its registers hold one sum per row). */
+export const GEMM_FP8_ROWS_MAX = 8;
+
+export const gemmFp8RowsKernel = defineKernel({
+  name: 'backend.gemm_fp8_rows',
+  params: GEMM_FP8_PARAMS,
+  cuda: { module: gemmFp8Module, symbol: 'backend_gemm_fp8_rows' },
+});
+
+export const gemmFp8TiledKernel = defineKernel({
+  name: 'backend.gemm_fp8_tiled',
+  params: GEMM_FP8_PARAMS,
+  cuda: { module: gemmFp8Module, symbol: 'backend_gemm_fp8_tiled' },
+});
+
+/** backend_gemm_fp8_rows: 8 warps per CTA, a warp per output column. */
+export function gemmFp8RowsLaunch(n: number, stream: Stream): LaunchConfig {
+  return { grid: Math.max(1, Math.ceil(n / 8)), block: 256, stream };
+}
+
+/** backend_gemm_fp8_tiled: a CTA of 4 warps per 64 × 64 tile of C. */
+export function gemmFp8TiledLaunch(m: number, n: number, stream: Stream): LaunchConfig {
+  return { grid: [Math.max(1, Math.ceil(n / 64)), Math.max(1, Math.ceil(m / 64))], block: 128, stream };
+}
