@@ -133,3 +133,14 @@ export class ConformanceError extends MetraleError {
     this.failures = failures;
   }
 }
+
+/** A model's weights cannot fit the device; refused before any upload, with the sizes. */
+export class ModelFitError extends MetraleError {
+  readonly needBytes: number;
+  readonly deviceBytes: number;
+  constructor(message: string, needBytes: number, deviceBytes: number) {
+    super(message);
+    this.needBytes = needBytes;
+    this.deviceBytes = deviceBytes;
+  }
+}

@@ -7,7 +7,7 @@ export type { DevicePtr } from './device/device-ptr.js';
 export { NULL_PTR, offsetPtr } from './device/device-ptr.js';
 export type { DType, FloatDtype } from './device/dtype.js';
 export {
-  DTYPE_BYTES, FLOAT_DTYPE_CODE, E4M3_MAX, E4M3_VALUES, f32ToBf16Bits, bf16BitsToF32, f16BitsToF32, f32ToF16Bits, e4m3ToF32, floatBytes,
+  DTYPE_BYTES, FLOAT_DTYPE_CODE, E4M3_MAX, E4M3_VALUES, f32ToBf16Bits, bf16BitsToF32, f16BitsToF32, f32ToF16Bits, e4m3ToF32, f32ToE4m3, floatBytes,
   roundTo, toBf16, fromBf16, toF16,
 } from './device/dtype.js';
 export type { DeviceMemoryView } from './device/memory-view.js';

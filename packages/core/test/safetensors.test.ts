@@ -105,7 +105,7 @@ describe('safetensors corrupt headers', () => {
     ['a header that is not JSON', rawFile('{"w": {"dtype": ', data), /not valid JSON/],
     ['a header that is not UTF-8', rawFile('', data).fill(0xff, 8, 10), /not valid JSON/],
     ['a header that is a JSON array', rawFile([1, 2], data), /expected a JSON object/],
-    ['an unknown dtype', rawFile(entry({ dtype: 'F8_E4M3' }), data), /tensor 'w' has unsupported dtype "F8_E4M3"/],
+    ['an unknown dtype', rawFile(entry({ dtype: 'F8_E5M2' }), data), /tensor 'w' has unsupported dtype "F8_E5M2"/],
     ['a missing dtype', rawFile(entry({ dtype: undefined }), data), /tensor 'w' has unsupported dtype undefined/],
     ['a negative dimension', rawFile(entry({ shape: [-4] }), data), /tensor 'w' has an invalid shape \[-4\]/],
     ['offsets past the data', rawFile(entry({ data_offsets: [0, 32] }), data), /tensor 'w' has data_offsets \[0,32\] outside the 16-byte data section/],

@@ -105,6 +105,37 @@ export function e4m3ToF32(b: number): number {
   return sign * (1 + m / 8) * 2 ** (e - 7);
 }
 
+function roundHalfEven(v: number): number {
+  const f = Math.floor(v);
+  const d = v - f;
+  if (d > 0.5) return f + 1;
+  if (d < 0.5) return f;
+  return f % 2 === 0 ? f : f + 1;
+}
+
+/**
+ * f32 → FP8 E4M3 (fn) code, rounding to nearest even and saturating to ±448, as CUDA's
+ * `__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3)` and PyTorch's `.to(float8_e4m3fn)` of an
+ * in-range value.
+ */
+export function f32ToE4m3(x: number): number {
+  if (Number.isNaN(x)) return 0x7f;
+  const sign = x < 0 || Object.is(x, -0) ? 0x80 : 0;
+  const a = Math.abs(x);
+  if (a >= E4M3_MAX) return sign | 0x7e;
+  if (a < 2 ** -6) return sign | roundHalfEven(a * 2 ** 9); // subnormals m · 2^−9; m = 8 is 2^−6, the smallest normal
+  let e = Math.floor(Math.log2(a));
+  if (2 ** e > a) e--;
+  else if (2 ** (e + 1) <= a) e++;
+  let m = roundHalfEven((a / 2 ** e - 1) * 8);
+  if (m === 8) {
+    m = 0;
+    e++;
+  }
+  if (e > 8 || (e === 8 && m > 6)) return sign | 0x7e;
+  return sign | ((e + 7) << 3) | m;
+}
+
 /** The 256 E4M3 codes decoded once. */
 export const E4M3_VALUES: Float32Array = Float32Array.from({ length: 256 }, (_, b) => e4m3ToF32(b));
 

@@ -2,7 +2,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { WeightsError } from '../errors.js';
 import type { HostTensor } from '../weights/host-tensor.js';
-import { SafetensorsFile } from '../weights/safetensors.js';
+import { SafetensorsFile, type TensorInfo } from '../weights/safetensors.js';
 import type { WeightSource } from '../weights/weight-source.js';
 
 /**
@@ -62,6 +62,15 @@ export class CheckpointWeights implements WeightSource {
   /** The shard files, in the order they were first listed. */
   files(): readonly string[] {
     return [...new Set(this.#where.values())];
+  }
+
+  /** A tensor's dtype and shape from its shard's header, without reading its data. */
+  info(name: string): TensorInfo {
+    const path = this.#where.get(name);
+    if (!path) throw new WeightsError(`missing tensor '${name}'`, this.origin);
+    const file = this.#open(path);
+    if (!file.has(name)) throw new WeightsError(`tensor '${name}' is listed in ${this.origin} but missing from this shard`, path);
+    return file.info(name);
   }
 
   get(name: string): HostTensor {

@@ -14,10 +14,14 @@ export type { Precision, DtypeChoice, Fp8Quantization } from './precision.js';
 export { F32_PRECISION, DTYPE_CHOICES, FP8_BLOCK, readFp8Quantization, checkpointDtype, resolvePrecision, describePrecision } from './precision.js';
 export type { WeightDtype, HostLinear, LinearWeight, LinearCall } from './linear-weight.js';
 export {
-  blocksOf, encodeFloats, dequantizeFp8, readLinear, readFloats, linearToF32, stackLinears, linearBytes, uploadLinear, runLinear, rowBytes,
+  blocksOf, encodeFloats, dequantizeFp8, quantizeFp8, readLinear, readFloats, linearToF32, stackLinears, linearBytes, uploadLinear, runLinear, rowBytes,
 } from './linear-weight.js';
 export type { LoadModelOptions, LoadedModel } from './load-model.js';
-export { loadModel } from './load-model.js';
+export { checkModelFits, loadModel } from './load-model.js';
+export type { WeightBytes } from './checkpoint-precision.js';
+export { checkFp8Tensors, weightBytes, gib } from './checkpoint-precision.js';
+export type { TokenLogprob } from './logprobs.js';
+export { MAX_LOGPROBS, topLogprobs } from './logprobs.js';
 export type { SamplingParams } from './sampling.js';
 export { checkSampling, isGreedy, probabilityFilter, sampleLogitsRow } from './sampling.js';
 export type { GenerateRequest, GenerateOutput, GenerateStats, FinishReason, ModelRunnerOptions, SpeculationStats } from './model-runner.js';

@@ -1,4 +1,4 @@
-import { DTYPE_BYTES, E4M3_VALUES, floatBytes, toBf16, toF16, type FloatDtype } from '../device/dtype.js';
+import { DTYPE_BYTES, E4M3_MAX, E4M3_VALUES, f32ToE4m3, floatBytes, toBf16, toF16, type FloatDtype } from '../device/dtype.js';
 import type { DevicePtr } from '../device/device-ptr.js';
 import type { GpuBackend, Stream } from '../device/gpu-backend.js';
 import { InvalidArgumentError, WeightsError } from '../errors.js';
@@ -131,6 +131,31 @@ export function readFloats(source: WeightSource, name: string, shape: readonly n
   const values = toF32(t);
   checkFinite(values, full, file);
   return t.dtype === dtype ? t.data.slice() : encodeFloats(values, dtype);
+}
+
+/**
+ * Block-FP8 quantization as the published checkpoints hold it: per 128 × 128 block, scale =
+ * amax / 448 (1 for an all-zero block) and code = e4m3(w / scale). For tests and for writing
+ * checkpoints; `dequantizeFp8` inverts it up to the codes' rounding.
+ */
+export function quantizeFp8(values: ArrayLike<number>, rows: number, cols: number): { codes: Uint8Array; scales: Float32Array } {
+  const br = blocksOf(rows), bc = blocksOf(cols);
+  const scales = new Float32Array(br * bc);
+  const codes = new Uint8Array(rows * cols);
+  for (let i = 0; i < br; i++) {
+    for (let j = 0; j < bc; j++) {
+      let amax = 0;
+      for (let r = i * FP8_BLOCK; r < Math.min(rows, (i + 1) * FP8_BLOCK); r++) {
+        for (let c = j * FP8_BLOCK; c < Math.min(cols, (j + 1) * FP8_BLOCK); c++) amax = Math.max(amax, Math.abs(values[r * cols + c]!));
+      }
+      const scale = amax > 0 ? Math.fround(amax / E4M3_MAX) : 1;
+      scales[i * bc + j] = scale;
+      for (let r = i * FP8_BLOCK; r < Math.min(rows, (i + 1) * FP8_BLOCK); r++) {
+        for (let c = j * FP8_BLOCK; c < Math.min(cols, (j + 1) * FP8_BLOCK); c++) codes[r * cols + c] = f32ToE4m3(Math.fround(values[r * cols + c]! / scale));
+      }
+    }
+  }
+  return { codes, scales };
 }
 
 /** The weight's values as f32 (dequantized for FP8): for references and tests. */

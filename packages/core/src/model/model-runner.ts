@@ -4,6 +4,7 @@ import { InvalidArgumentError } from '../errors.js';
 import { SeededRandom } from '../random/seeded-random.js';
 import type { DraftProposer } from '../spec/ngram-proposer.js';
 import { verifyDrafts } from '../spec/verify-drafts.js';
+import { MAX_LOGPROBS, topLogprobs, type TokenLogprob } from './logprobs.js';
 import { checkSampling, isGreedy, sampleLogitsRow, type SamplingParams } from './sampling.js';
 
 export interface GenerateRequest {
@@ -13,6 +14,8 @@ export interface GenerateRequest {
   readonly sampling?: SamplingParams;
   /** Generation ends after one of these (it is part of the output). */
   readonly stopTokenIds?: readonly number[];
+  /** Report the top-N logprobs of every generated token (0 or absent: none). */
+  readonly logprobs?: number;
 }
 
 export type FinishReason = 'length' | 'stop' | 'capacity';
@@ -22,6 +25,8 @@ export interface GenerateOutput {
   readonly finishReason: FinishReason;
   /** f32 [prompt length × vocab], when the runner collects prompt logits. */
   readonly promptLogits?: Float32Array;
+  /** One list per generated token when the request asked for logprobs: its row's top N, best first. */
+  readonly logprobs?: TokenLogprob[][];
 }
 
 export interface SpeculationStats {
@@ -63,6 +68,7 @@ interface Running {
   readonly random: SeededRandom;
   readonly greedy: boolean;
   promptLogits?: Float32Array;
+  readonly logprobs: TokenLogprob[][] | undefined;
   /** Generated, not yet fed to the model. */
   pending: number;
   finish?: FinishReason;
@@ -111,6 +117,7 @@ export class ModelRunner {
           stop: new Set(request.stopTokenIds ?? []),
           random: new SeededRandom(request.sampling?.seed ?? i),
           greedy: isGreedy(request.sampling),
+          logprobs: request.logprobs ? [] : undefined,
           pending: -1,
         });
       }
@@ -144,7 +151,11 @@ export class ModelRunner {
           ? { speculation: { k: this.#spec.k, verifySteps: spec.verifySteps, drafted: spec.drafted, accepted: spec.accepted, acceptanceRate: spec.drafted ? spec.accepted / spec.drafted : 0 } }
           : {}),
       };
-      const outputs = running.map((r) => ({ tokens: r.tokens, finishReason: r.finish!, ...(r.promptLogits ? { promptLogits: r.promptLogits } : {}) }));
+      const outputs = running.map((r) => ({
+        tokens: r.tokens, finishReason: r.finish!,
+        ...(r.promptLogits ? { promptLogits: r.promptLogits } : {}),
+        ...(r.logprobs ? { logprobs: r.logprobs } : {}),
+      }));
       return { outputs, stats };
     } finally {
       for (const r of running) this.driver.close(r.seq);
@@ -163,6 +174,7 @@ export class ModelRunner {
     if (!Number.isInteger(r.maxTokens) || r.maxTokens < 1) bad(`maxTokens must be a positive integer, got ${r.maxTokens}`);
     if (r.prompt.length + 1 > this.driver.limits.maxSeqLen) bad(`a prompt of ${r.prompt.length} tokens leaves no room in sequences of ${this.driver.limits.maxSeqLen} rows`);
     if (r.sampling) checkSampling(r.sampling);
+    if (r.logprobs !== undefined && !(Number.isInteger(r.logprobs) && r.logprobs >= 0 && r.logprobs <= MAX_LOGPROBS)) bad(`logprobs must be an integer in 0..${MAX_LOGPROBS}, got ${r.logprobs}`);
   }
 
   /** Prefills every prompt; each sequence samples its first token from its last prompt row. */
@@ -188,7 +200,7 @@ export class ModelRunner {
         if (a >= b) return;
         r.promptLogits?.set(logits.subarray((a - first) * V, (b - first) * V), (a - starts[i]!) * V);
         const last = starts[i]! + lengths[i]! - 1;
-        if (last >= a && last < b) this.#emit(r, [sampleLogitsRow(logits, V, last - first, r.request.sampling, r.random)]);
+        if (last >= a && last < b) this.#emitRow(r, logits, last - first);
       });
     });
     return chunks;
@@ -201,7 +213,7 @@ export class ModelRunner {
     if (live.length === 0) return;
     const result = this.driver.decode({ seqs: live.map((r) => r.seq), tokens: Int32Array.from(live, (r) => r.pending) });
     const logits = this.driver.readOutputF32(result);
-    live.forEach((r, i) => this.#emit(r, [sampleLogitsRow(logits, V, i, r.request.sampling, r.random)]));
+    live.forEach((r, i) => this.#emitRow(r, logits, i));
   }
 
   /** One verify step for the group; false when no sequence has a draft (the caller decodes). */
@@ -215,22 +227,29 @@ export class ModelRunner {
     // Every sequence of a verify step gets k rows: k fits the tightest room and the longest proposal.
     const room = Math.min(...live.map((r) => maxSeqLen - r.seq.length));
     const drafts = live.map((r) => proposer.propose(r.history, Math.min(maxDrafts, r.request.maxTokens - r.tokens.length - 1, room - 1)));
-    const outcome = verifyDrafts(this.driver, V, live.map((r) => ({ ...r, sampling: r.request.sampling })), drafts);
+    const outcome = verifyDrafts(this.driver, V, live.map((r) => ({ ...r, sampling: r.request.sampling, logprobs: r.request.logprobs ?? 0 })), drafts);
     if (!outcome) return false;
     spec.verifySteps++;
     live.forEach((r, i) => {
       spec.drafted += drafts[i]!.length;
       spec.accepted += outcome.accepted[i]!;
-      this.#emit(r, outcome.emitted[i]!);
+      this.#emit(r, outcome.emitted[i]!, outcome.logprobs[i]);
     });
     return true;
   }
 
-  /** Appends generated tokens up to a stop token or the token budget. */
-  #emit(r: Running, tokens: number[]): void {
-    for (const t of tokens) {
+  /** Samples the token of logit row `row` (with its logprobs when asked) and emits it. */
+  #emitRow(r: Running, logits: Float32Array, row: number): void {
+    const token = sampleLogitsRow(logits, this.vocab, row, r.request.sampling, r.random);
+    this.#emit(r, [token], r.logprobs ? [topLogprobs(logits, this.vocab, row, r.request.logprobs!)] : undefined);
+  }
+
+  /** Appends generated tokens (and their logprobs) up to a stop token or the token budget. */
+  #emit(r: Running, tokens: number[], logprobs?: TokenLogprob[][]): void {
+    for (const [i, t] of tokens.entries()) {
       if (r.finish) return;
       r.tokens.push(t);
+      if (r.logprobs && logprobs) r.logprobs.push(logprobs[i]!);
       r.history.push(t);
       r.pending = t;
       if (r.stop.has(t)) r.finish = 'stop';

@@ -3,6 +3,7 @@ import type { Sequence } from '../driver/sequence.js';
 import { acceptGreedy, acceptRejection, type Acceptance } from '../driver/acceptance.js';
 import { probabilityFilter, type SamplingParams } from '../model/sampling.js';
 import type { SeededRandom } from '../random/seeded-random.js';
+import { topLogprobs, type TokenLogprob } from '../model/logprobs.js';
 
 /** One sequence of a verify step: its last token (not yet fed) and how it samples. */
 export interface VerifySequence {
@@ -11,6 +12,8 @@ export interface VerifySequence {
   readonly greedy: boolean;
   readonly sampling?: SamplingParams;
   readonly random: SeededRandom;
+  /** Report this many logprobs per emitted token (0 or absent: none). */
+  readonly logprobs?: number;
 }
 
 export interface VerifyOutcome {
@@ -20,6 +23,8 @@ export interface VerifyOutcome {
   readonly emitted: number[][];
   /** Per sequence: how many of its own (unpadded) drafts were accepted. */
   readonly accepted: number[];
+  /** Per sequence asking for them: the top logprobs of each emitted token's row. */
+  readonly logprobs: (TokenLogprob[][] | undefined)[];
 }
 
 /**
@@ -53,5 +58,10 @@ export function verifyDrafts(driver: StepDriver, vocab: number, seqs: readonly V
     k,
     emitted: acceptances.map((a, i) => [...padded[i]!.slice(0, a.accepted - 1), a.next]),
     accepted: acceptances.map((a, i) => Math.min(a.accepted - 1, drafts[i]!.length)),
+    // Emitted token j came from row j of its sequence (row j predicts the token after row j).
+    logprobs: acceptances.map((a, i) => {
+      const n = seqs[i]!.logprobs ?? 0;
+      return n > 0 ? Array.from({ length: a.accepted }, (_, j) => topLogprobs(logits, vocab, i * k + j, n)) : undefined;
+    }),
   };
 }

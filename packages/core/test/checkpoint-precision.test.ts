@@ -1,0 +1,95 @@
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import {
+  ArchitectureRegistry, Checkpoint, ModelFitError, SeededRandom, WeightsError, blocksOf, checkFp8Tensors, encodeSafetensors, loadModel, quantizeFp8,
+  tensorOf, toBf16, topLogprobs, weightBytes, type GpuBackend, type HostTensor, type ModelAdapter,
+} from '../src/index.js';
+import { cpuBackend } from './support/cpu.js';
+
+const root = mkdtempSync(join(tmpdir(), 'metrale-precision-'));
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+function write(name: string, tensors: HostTensor[], config: Record<string, unknown> = { model_type: 'toy' }): string {
+  const dir = join(root, name);
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(join(dir, 'config.json'), JSON.stringify(config));
+  writeFileSync(join(dir, 'model.safetensors'), encodeSafetensors(tensors));
+  return dir;
+}
+
+function fp8(name: string, rows: number, cols: number): HostTensor[] {
+  const { codes, scales } = quantizeFp8(new SeededRandom(rows + cols).normals(rows * cols, 0.1), rows, cols);
+  return [{ name, dtype: 'f8e4m3', shape: [rows, cols], data: codes }, tensorOf(`${name}_scale_inv`, scales, [blocksOf(rows), blocksOf(cols)])];
+}
+
+const bf16 = (name: string, shape: number[]): HostTensor => {
+  const bits = toBf16(new Float32Array(shape.reduce((a, b) => a * b, 1)).fill(0.5));
+  return { name, dtype: 'bf16', shape, data: new Uint8Array(bits.buffer) };
+};
+
+describe('a block-FP8 checkpoint, from its headers', () => {
+  it('passes a well-formed one and counts its device bytes per precision', () => {
+    const dir = write('good', [...fp8('a.weight', 300, 200), bf16('norm.weight', [200]), bf16('embed.weight', [10, 200])]);
+    const ckpt = Checkpoint.open(dir);
+    try {
+      checkFp8Tensors(ckpt.weights);
+      const fp8Bytes = 300 * 200 + 4 * blocksOf(300) * blocksOf(200);
+      expect(weightBytes(ckpt.weights, { rows: 'bf16', fp8Weights: true })).toEqual({ float: 2 * (200 + 2000), fp8: fp8Bytes, total: 2 * 2200 + fp8Bytes });
+      expect(weightBytes(ckpt.weights, { rows: 'f32', fp8Weights: false }).total).toBe(4 * (300 * 200 + 2200));
+    } finally {
+      ckpt.close();
+    }
+  });
+
+  it('names a missing or misshapen scale, and a scale without its FP8 weight', () => {
+    const refused = (name: string, tensors: HostTensor[], pattern: RegExp) => {
+      const ckpt = Checkpoint.open(write(name, tensors));
+      try {
+        expect(() => checkFp8Tensors(ckpt.weights)).toThrow(WeightsError);
+        expect(() => checkFp8Tensors(ckpt.weights)).toThrow(pattern);
+      } finally {
+        ckpt.close();
+      }
+    };
+    const [w, s] = fp8('layers.0.mlp.down_proj.weight', 130, 260);
+    refused('no-scale', [w!], /missing tensor 'layers\.0\.mlp\.down_proj\.weight_scale_inv'.*\[2, 3\]/);
+    refused('bad-scale', [w!, tensorOf('layers.0.mlp.down_proj.weight_scale_inv', new Float32Array(2), [1, 2])], /has shape \[1, 2\], expected \[2, 3\]/);
+    refused('orphan', [bf16('x.weight', [4, 4]), tensorOf('x.weight_scale_inv', new Float32Array(1), [1, 1])], /scales 'x\.weight', which is bf16/);
+    refused('scale-dtype', [w!, { ...s!, dtype: 'i32' }], /is i32; block scales are f32/);
+  });
+});
+
+describe('loadModel refuses a model that cannot fit, before any upload', () => {
+  it('names the sizes and the device', () => {
+    const dir = write('big', [bf16('w.weight', [64, 64])], { model_type: 'toy' });
+    const small = cpuBackend();
+    const tiny = new Proxy(small, { get: (t, p) => (p === 'device' ? { ...t.device, totalMemory: 1000 } : Reflect.get(t, p)) }) as GpuBackend;
+    let built = false;
+    const registry = new ArchitectureRegistry();
+    const adapter: ModelAdapter = { modelType: 'toy', build: () => { built = true; throw new Error('unreachable'); } };
+    registry.register('toy', adapter);
+    const before = small.memoryDigest();
+    expect(() => loadModel(dir, { gpu: tiny, limits: { maxSeqs: 1, maxSeqLen: 4, maxBatch: 1, maxK: 1, maxRows: 4 }, architectures: registry, precision: { rows: 'f32', fp8Weights: false } }))
+      .toThrow(ModelFitError);
+    expect(() => loadModel(dir, { gpu: tiny, limits: { maxSeqs: 1, maxSeqLen: 4, maxBatch: 1, maxK: 1, maxRows: 4 }, architectures: registry }))
+      .toThrow(/take 0\.00 GiB on the device in f32 .*more than .*'s 0\.00 GiB; use a lower precision/);
+    expect(built).toBe(false);
+    expect(small.memoryDigest()).toBe(before);
+    small.dispose();
+  });
+});
+
+describe('topLogprobs', () => {
+  it('is the log-softmax of the row, best first, ties to the lower id', () => {
+    const logits = Float32Array.from([0, 1, 3, 3, -1, 2]);
+    const got = topLogprobs(logits, 3, 1, 2); // the row [3, -1, 2]
+    const lse = Math.log(Math.exp(3) + Math.exp(-1) + Math.exp(2));
+    expect(got.map((e) => e.token)).toEqual([0, 2]);
+    expect(got[0]!.logprob).toBeCloseTo(3 - lse, 12);
+    expect(topLogprobs(logits, 6, 0, 3).map((e) => e.token)).toEqual([2, 3, 5]);
+    expect(topLogprobs(logits, 6, 0, 0)).toEqual([]);
+    expect(() => topLogprobs(logits, 6, 0, 21)).toThrow(/0\.\.20/);
+  });
+});
