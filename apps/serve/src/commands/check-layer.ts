@@ -1,17 +1,18 @@
-import { readLayerFixture, runLayerFixture, type GpuBackend, type StepReport } from '@metrale/core';
+import { readLayerFixture, resolvePrecision, runLayerFixture, type DtypeChoice, type GpuBackend, type StepReport } from '@metrale/core';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { BACKEND_CHOICES, selectBackend, type BackendChoice } from '../backends/select-backend.js';
 import type { CliContext } from '../cli-context.js';
 import { EXIT_FAILURE } from '../errors/report-error.js';
 import { buildRegistry } from '../plugins/build-registry.js';
 import { discoverPlugins } from '../plugins/discover-plugins.js';
-import { collect } from './options.js';
+import { collect, dtypeOption } from './options.js';
 
 interface CheckLayerOptions {
   readonly backend: BackendChoice;
   readonly plugin?: string[];
   readonly tolerance?: number;
   readonly graphs: boolean;
+  readonly dtype: DtypeChoice;
 }
 
 export function checkLayerCommand(ctx: CliContext): Command {
@@ -22,6 +23,7 @@ export function checkLayerCommand(ctx: CliContext): Command {
     .option('--plugin <name-or-path>', 'also load this plugin package or module file (repeatable)', collect)
     .option('--tolerance <rel>', "relative L2 bound per step (default: the fixture's tolerance.rel)", parseTolerance)
     .option('--no-graphs', 'run decode and verify eagerly instead of capturing and replaying graphs')
+    .addOption(dtypeOption())
     .addHelpText('after', [
       '',
       'Prints one JSON line per step, then a summary line',
@@ -36,6 +38,7 @@ export function checkLayerCommand(ctx: CliContext): Command {
 async function checkLayer(dir: string, options: CheckLayerOptions, ctx: CliContext): Promise<number> {
   // The fixture is read first: a broken fixture is reported before any plugin or device is touched.
   const fixture = readLayerFixture(dir);
+  const precision = resolvePrecision(options.dtype, fixture.config, fixture.files.config);
   const discovered = await discoverPlugins({ cwd: ctx.cwd, packageDir: ctx.packageDir, explicit: options.plugin ?? [] });
   const { registry } = buildRegistry(discovered);
   const gpu: GpuBackend = await selectBackend(options.backend);
@@ -44,6 +47,7 @@ async function checkLayer(dir: string, options: CheckLayerOptions, ctx: CliConte
       registry,
       gpu,
       graphs: options.graphs,
+      precision,
       ...(options.tolerance !== undefined ? { tolerance: options.tolerance } : {}),
       onStep: (step) => ctx.out(JSON.stringify(stepLine(step))),
     });

@@ -1,13 +1,13 @@
 import { writeFileSync } from 'node:fs';
 import {
-  Checkpoint, ModelRunner, NgramProposer, StepDriver, encodeSafetensors, loadModel, parseNgramSpec, tensorOf,
-  type GenerateStats, type GpuBackend, type SamplingParams,
+  Checkpoint, ModelRunner, NgramProposer, StepDriver, describePrecision, encodeSafetensors, gib, loadModel, parseNgramSpec, resolvePrecision, tensorOf,
+  type DtypeChoice, type GenerateStats, type GpuBackend, type Precision, type SamplingParams, type WeightBytes,
 } from '@metrale/core';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { BACKEND_CHOICES, selectBackend, type BackendChoice } from '../backends/select-backend.js';
 import type { CliContext } from '../cli-context.js';
 import { UsageError } from '../errors/cli-errors.js';
-import { integer, nonNegative, positiveInt, probability, speculationSpec } from './options.js';
+import { dtypeOption, integer, logprobCount, nonNegative, positiveInt, probability, speculationSpec } from './options.js';
 import { generateLimits } from '../generate/generate-limits.js';
 import { TextCodec } from '../generate/text-codec.js';
 import { registerModels } from '../models/index.js';
@@ -30,6 +30,8 @@ interface GenerateOptions {
   readonly ignoreEos?: boolean;
   readonly graphs: boolean;
   readonly promptLogits?: string;
+  readonly dtype: DtypeChoice;
+  readonly logprobs?: number;
 }
 
 export function generateCommand(ctx: CliContext): Command {
@@ -48,6 +50,8 @@ export function generateCommand(ctx: CliContext): Command {
     .option('--seed <s>', 'seed of the sampler', integer)
     .option('--spec <proposer>', 'speculative decoding: ngram, or ngram:k=K[,min=N,max=N] (K draft tokens per step)', speculationSpec)
     .addOption(new Option('--backend <name>', 'device to run on').choices(BACKEND_CHOICES).default('auto'))
+    .addOption(dtypeOption())
+    .option('--logprobs <n>', 'with --json: the n most likely tokens and their log-probabilities for every generated token (0..20)', logprobCount)
     .option('--json', 'print one JSON line {"tokens", "text", "stats"} last')
     .option('--ignore-eos', "keep generating past the model's end-of-sequence token")
     .option('--no-graphs', 'run decode and verify eagerly instead of capturing graphs')
@@ -55,7 +59,8 @@ export function generateCommand(ctx: CliContext): Command {
     .addHelpText('after', [
       '',
       'With --json the last line is {"tokens": [...], "text": "..." | null, "stats": {...}}; stats carry',
-      'tokens_per_s, steps and, with --spec, the speculative acceptance.',
+      'tokens_per_s, steps, the dtype and the weights\' device bytes and, with --spec, the speculative acceptance.',
+      'With --logprobs N it also has "logprobs": one list per generated token of {"token", "logprob"}, best first.',
     ].join('\n'))
     .action(async (options: GenerateOptions) => {
       ctx.exitCode = await generate(options, ctx);
@@ -69,6 +74,7 @@ async function generate(o: GenerateOptions, ctx: CliContext): Promise<number> {
     ? {}
     : { temperature: o.temperature, ...(o.topP !== undefined ? { topP: o.topP } : {}), ...(o.topK !== undefined ? { topK: o.topK } : {}), ...(o.minP !== undefined ? { minP: o.minP } : {}), ...(o.seed !== undefined ? { seed: o.seed } : {}) };
   const spec = o.spec === undefined ? undefined : parseNgramSpec(o.spec);
+  if (o.logprobs !== undefined && !o.json) throw new UsageError('--logprobs needs --json (the logprobs are part of the JSON line)');
 
   // Everything that can be wrong with the directory is reported before a device is touched.
   const checkpoint = Checkpoint.open(o.model);
@@ -84,24 +90,32 @@ async function generate(o: GenerateOptions, ctx: CliContext): Promise<number> {
     prompt = o.promptIds!;
   }
   if (prompt.length === 0) throw new UsageError('the prompt has no tokens');
+  const precision = resolvePrecision(o.dtype, checkpoint.config, `${checkpoint.dir}/config.json`);
 
   const gpu: GpuBackend = await selectBackend(o.backend);
   try {
     const limits = generateLimits(prompt.length, o.maxTokens, spec?.k ?? 0);
-    const { stack } = loadModel(checkpoint, { gpu, limits, architectures });
+    const { stack, weightBytes } = loadModel(checkpoint, { gpu, limits, architectures, precision });
+    if (!o.json) ctx.err(weightsLine(weightBytes, precision, gpu.kind));
     const driver = new StepDriver({ gpu, layers: stack.layers, limits, graphs: o.graphs });
     try {
       const runner = new ModelRunner({
         driver, vocabSize: stack.vocabSize, collectPromptLogits: o.promptLogits !== undefined,
         ...(spec ? { speculation: { proposer: new NgramProposer(spec), k: spec.k } } : {}),
       });
-      const { outputs, stats } = runner.generate([{ prompt, maxTokens: o.maxTokens, sampling, stopTokenIds: o.ignoreEos ? [] : stack.eosTokenIds }]);
+      const { outputs, stats } = runner.generate([{
+        prompt, maxTokens: o.maxTokens, sampling, stopTokenIds: o.ignoreEos ? [] : stack.eosTokenIds, ...(o.logprobs ? { logprobs: o.logprobs } : {}),
+      }]);
       const out = outputs[0]!;
       if (o.promptLogits) {
         writeFileSync(o.promptLogits, encodeSafetensors([tensorOf('logits', out.promptLogits!, [prompt.length, stack.vocabSize])]));
       }
       const text = codec ? codec.decode(out.tokens) : null;
-      const line = { tokens: out.tokens, text, stats: statsLine(stats, out.finishReason, gpu.kind, prompt.length) };
+      const line = {
+        tokens: out.tokens, text,
+        stats: { ...statsLine(stats, out.finishReason, gpu.kind, prompt.length), dtype: describePrecision(precision), weight_bytes: weightBytes.total },
+        ...(o.logprobs !== undefined ? { logprobs: out.logprobs ?? out.tokens.map(() => []) } : {}),
+      };
       if (o.json) ctx.out(JSON.stringify(line));
       else {
         ctx.out(text ?? out.tokens.join(' '));
@@ -130,6 +144,12 @@ function statsLine(s: GenerateStats, finish: string, backend: string, promptToke
     steps: s.steps,
     speculative: sp ? { k: sp.k, verify_steps: sp.verifySteps, drafted: sp.drafted, accepted: sp.accepted, acceptance_rate: round(sp.acceptanceRate, 4) } : null,
   };
+}
+
+/** The weights' device bytes, as `generate` and `serve` print them before the upload. */
+export function weightsLine(bytes: WeightBytes, precision: Precision, backend: string): string {
+  const parts = bytes.fp8 ? ` (${gib(bytes.float)} float + ${gib(bytes.fp8)} FP8)` : '';
+  return `weights: ${gib(bytes.total)} on ${backend}${parts}, ${describePrecision(precision)}`;
 }
 
 function humanStats(s: Record<string, unknown>): string {

@@ -1,5 +1,19 @@
-import { parseNgramSpec } from '@metrale/core';
-import { InvalidArgumentError } from 'commander';
+import { DTYPE_CHOICES, MAX_LOGPROBS, parseNgramSpec } from '@metrale/core';
+import { InvalidArgumentError, Option } from 'commander';
+
+/** `--dtype`: the data path, for every command that builds a model or a layer. */
+export function dtypeOption(): Option {
+  return new Option('--dtype <type>', "weights and rows: 'auto' (the checkpoint's dtype; FP8 checkpoints keep FP8 weights with bf16 rows), or all in bf16, f16 or f32 (the reference)")
+    .choices(DTYPE_CHOICES)
+    .default('auto');
+}
+
+/** `--logprobs N`: top-N log-probabilities per generated token. */
+export function logprobCount(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 0 || n > MAX_LOGPROBS) throw new InvalidArgumentError(`expected an integer in 0..${MAX_LOGPROBS}, got '${value}'`);
+  return n;
+}
 
 /** Commander parser for a repeatable option: each occurrence appends to the list (no default, so help shows none). */
 export function collect(value: string, previous: string[] | undefined): string[] {

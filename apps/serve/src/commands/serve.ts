@@ -1,5 +1,6 @@
 import { Checkpoint, parseNgramSpec } from '@metrale/core';
 import { Presets, SingleBar } from 'cli-progress';
+import type { DtypeChoice } from '@metrale/core';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { BACKEND_CHOICES, type BackendChoice } from '../backends/select-backend.js';
 import type { CliContext } from '../cli-context.js';
@@ -9,13 +10,14 @@ import { TextCodec } from '../generate/text-codec.js';
 import { createServer } from '../server/create-server.js';
 import { ServerContext } from '../server/server-context.js';
 import { ServerMetrics } from '../server/server-metrics.js';
-import { nonNegative, positiveInt, speculationSpec } from './options.js';
+import { dtypeOption, nonNegative, positiveInt, speculationSpec } from './options.js';
 
 interface ServeOptions {
   readonly model?: string;
   readonly port: number;
   readonly host: string;
   readonly backend: BackendChoice;
+  readonly dtype: DtypeChoice;
   readonly spec?: string;
   readonly maxBatch: number;
   readonly maxQueue: number;
@@ -43,6 +45,7 @@ export function serveCommand(ctx: CliContext): Command {
     .option('--port <n>', 'TCP port (0: any free one)', port, 8000)
     .option('--host <addr>', 'address to listen on', '127.0.0.1')
     .addOption(new Option('--backend <name>', 'device to run on').choices(BACKEND_CHOICES).default('auto'))
+    .addOption(dtypeOption())
     .option('--spec <proposer>', 'speculative decoding: ngram, or ngram:k=K[,min=N,max=N]', speculationSpec)
     .option('--max-batch <n>', 'sequences decoded together at most (each holds a cache slot)', positiveInt, 32)
     .option('--max-queue <n>', 'requests waiting for a slot at most; more get 429', (v) => Math.floor(nonNegative(v)), 256)
@@ -73,6 +76,7 @@ async function serve(o: ServeOptions, ctx: CliContext): Promise<number> {
     ...(o.maxModelLen !== undefined ? { maxModelLen: o.maxModelLen } : {}),
     ...(o.spec !== undefined ? { spec: parseNgramSpec(o.spec) } : {}),
     backend: o.backend,
+    dtype: o.dtype,
     maxBatch: o.maxBatch,
     prefillChunk: o.prefillChunk,
     graphs: o.graphs,
@@ -96,7 +100,7 @@ async function serve(o: ServeOptions, ctx: CliContext): Promise<number> {
     } catch (error) {
       log.warn({ err: (error as Error).message }, 'the tokenizer cannot be loaded: only token-id prompts will be served');
     }
-    log.info({ model: server.model?.name, dir: info.dir, model_type: info.modelType, embedded: info.embedded, created: info.created, create_ms: Math.round(info.createMs), max_model_len: info.maxModelLen, weight_bytes: info.weightBytes, tokenizer: server.codec !== undefined }, 'model opened');
+    log.info({ model: server.model?.name, dir: info.dir, model_type: info.modelType, embedded: info.embedded, created: info.created, create_ms: Math.round(info.createMs), max_model_len: info.maxModelLen, weight_bytes: info.weightBytes, dtype: info.dtype, tokenizer: server.codec !== undefined }, 'model opened');
     // A bar for checkpoints that take a while to load, on a terminal only (logs stay JSON).
     const wanted = o.progress === 'always' || (o.progress === 'auto' && process.stderr.isTTY && info.weightBytes > 256 * 1024 * 1024);
     if (wanted) {
@@ -149,7 +153,7 @@ async function serve(o: ServeOptions, ctx: CliContext): Promise<number> {
     bar?.stop();
     bar = undefined;
     metrics.modelLoaded.set(1);
-    log.info({ backend: r.backend, device: r.device, load_ms: Math.round(r.loadMs), max_batch: r.maxBatch }, 'ready');
+    log.info({ backend: r.backend, device: r.device, load_ms: Math.round(r.loadMs), max_batch: r.maxBatch, device_weight_bytes: r.deviceWeightBytes }, 'ready');
   });
   engine.on('failed', (error: Error) => {
     metrics.modelLoaded.set(0);

@@ -1,7 +1,7 @@
 import { statSync } from 'node:fs';
 import {
-  Checkpoint, NgramProposer, StepDriver, WeightsError,
-  type GpuBackend, type LayerLimits, type ModelStack, type NgramOptions, type WeightSource,
+  Checkpoint, NgramProposer, StepDriver, WeightsError, checkModelFits, describePrecision, resolvePrecision,
+  type DtypeChoice, type GpuBackend, type LayerLimits, type ModelStack, type NgramOptions, type Precision, type WeightBytes, type WeightSource,
 } from '@metrale/core';
 import type { BackendChoice } from '../backends/select-backend.js';
 import { resolveCacheDir } from '../embedded/cache-dir.js';
@@ -27,6 +27,8 @@ export interface EngineSetup {
   readonly spec?: Required<NgramOptions>;
   /** Capture decode and verify steps into graphs. */
   readonly graphs: boolean;
+  /** `--dtype`: the data path (default auto: the checkpoint's). */
+  readonly dtype?: DtypeChoice;
 }
 
 /** What the server learns of the model before its weights load. */
@@ -43,6 +45,9 @@ export interface ModelInfo {
   readonly maxModelLen: number;
   /** Bytes of the weight files. */
   readonly weightBytes: number;
+  /** The data path the model runs in, and how it reads (`bf16`, `fp8 weights, bf16 rows`). */
+  readonly precision: Precision;
+  readonly dtype: string;
 }
 
 export const DEFAULT_MAX_MODEL_LEN = 4096;
@@ -72,6 +77,7 @@ export function resolveModel(setup: EngineSetup): { info: ModelInfo; checkpoint:
   const generation = checkpoint.json('generation_config.json');
   const eos = [...new Set([...eosTokenIds(config), ...(generation ? eosTokenIds(generation) : [])])];
   const weightBytes = checkpoint.weights.files().reduce((a, f) => a + statSync(f).size, 0);
+  const precision = resolvePrecision(setup.dtype ?? 'auto', config, `${checkpoint.dir}/config.json`);
   const info: ModelInfo = {
     dir: checkpoint.dir,
     embedded: setup.modelDir === undefined,
@@ -83,6 +89,8 @@ export function resolveModel(setup: EngineSetup): { info: ModelInfo; checkpoint:
     eosTokenIds: eos,
     maxModelLen,
     weightBytes,
+    precision,
+    dtype: describePrecision(precision),
   };
   return { info, checkpoint };
 }
@@ -104,6 +112,8 @@ export interface Engine {
   readonly scheduler: Scheduler;
   readonly stack: ModelStack;
   readonly limits: LayerLimits;
+  /** The weights' device bytes, from the headers, checked against the device before the upload. */
+  readonly deviceWeightBytes: WeightBytes;
   dispose(): void;
 }
 
@@ -118,8 +128,12 @@ export function buildEngine(
   const limits = servingLimits(setup, info.maxModelLen);
   const adapter = registerModels().forConfig(checkpoint.config, `${checkpoint.dir}/config.json`);
   let stack: ModelStack;
+  let deviceWeightBytes: WeightBytes;
   try {
-    stack = adapter.build({ gpu, config: checkpoint.config, weights: countingWeights(checkpoint.weights, info.weightBytes, onProgress), limits });
+    deviceWeightBytes = checkModelFits(checkpoint, gpu, info.precision);
+    stack = adapter.build({
+      gpu, config: checkpoint.config, weights: countingWeights(checkpoint.weights, info.weightBytes, onProgress), limits, precision: info.precision,
+    });
   } finally {
     checkpoint.close();
   }
@@ -134,7 +148,7 @@ export function buildEngine(
     });
     const d = driver;
     return {
-      scheduler, stack, limits,
+      scheduler, stack, limits, deviceWeightBytes,
       dispose() {
         d.dispose();
         stack.dispose();

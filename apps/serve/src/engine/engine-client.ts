@@ -13,6 +13,8 @@ export interface EngineReady {
   readonly device: string;
   readonly loadMs: number;
   readonly maxBatch: number;
+  /** The weights' bytes on the device. */
+  readonly deviceWeightBytes: number;
 }
 
 export interface EngineClientOptions {
@@ -153,7 +155,7 @@ export class EngineClient extends EventEmitter {
         this.emit('progress', m.loaded, m.total);
         break;
       case 'ready':
-        this.#ready = { backend: m.backend, device: m.device, loadMs: m.loadMs, maxBatch: m.maxBatch };
+        this.#ready = { backend: m.backend, device: m.device, loadMs: m.loadMs, maxBatch: m.maxBatch, deviceWeightBytes: m.deviceWeightBytes };
         this.#state = 'ready';
         this.emit('ready', this.#ready);
         break;

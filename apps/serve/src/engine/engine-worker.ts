@@ -46,7 +46,7 @@ async function main(): Promise<void> {
       lastPost = now;
       post({ t: 'progress', loaded, total });
     });
-    post({ t: 'ready', backend: gpu.kind, device: gpu.device.name, loadMs: performance.now() - t0, maxBatch: engine.limits.maxBatch });
+    post({ t: 'ready', backend: gpu.kind, device: gpu.device.name, loadMs: performance.now() - t0, maxBatch: engine.limits.maxBatch, deviceWeightBytes: engine.deviceWeightBytes.total });
   } catch (error) {
     try {
       gpu?.dispose();

@@ -41,7 +41,7 @@ export type StepStats = Pick<StepReport, 'prefillRows' | 'prefillSeqs' | 'decode
 export type FromWorker =
   | { readonly t: 'model'; readonly info: ModelInfo }
   | { readonly t: 'progress'; readonly loaded: number; readonly total: number }
-  | { readonly t: 'ready'; readonly backend: string; readonly device: string; readonly loadMs: number; readonly maxBatch: number }
+  | { readonly t: 'ready'; readonly backend: string; readonly device: string; readonly loadMs: number; readonly maxBatch: number; readonly deviceWeightBytes: number }
   | { readonly t: 'failed'; readonly message: string; readonly stack?: string }
   | { readonly t: 'step'; readonly events: WireEvent[]; readonly running: number; readonly waiting: number; readonly stats?: StepStats }
   | { readonly t: 'closed' };
