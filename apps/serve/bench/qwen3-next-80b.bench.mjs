@@ -1,20 +1,23 @@
 // Decode throughput of a Qwen3-Next-80B-shaped model (48 layers: 36 Gated DeltaNet, 12 gated
-// attention, all at full width) with random bf16 weights, against the roofline of the bytes a
-// decode step must move (weights touched + recurrent state + KV cache) at the copy bandwidth
-// measured in the same run. Experts are reduced from 512 to --experts (default 64; top-10 kept)
-// so the weights fit one GPU; the report says so.
+// attention, all at full width) with random weights in the layout of a real checkpoint, against
+// the roofline of the bytes a decode step must move (weights touched + recurrent state + KV cache)
+// at the copy bandwidth measured in the same run. --dtype bf16 (Qwen3-Next-80B-A3B-Instruct) or
+// fp8 (the -FP8 release: block-FP8 Linear weights with 128 × 128 f32 scales, router, in_proj_ba,
+// norms, conv, embeddings and lm head in bf16), or f32 (the reference path). Experts can be reduced
+// from 512 to --experts (top-10 kept) so a bf16 model fits one GPU; the report says so.
 //
-//   node bench/qwen3-next-80b.bench.mjs [--backend cuda] [--experts 64] [--batches 1,8,64]
-//        [--steps 64] [--prompt 128] [--spec 4] [--tiny] [--out FILE]
+//   node bench/qwen3-next-80b.bench.mjs [--backend cuda] [--dtype bf16|fp8|f32] [--experts 64]
+//        [--batches 1,8,64] [--steps 64] [--prompt 128] [--spec 4] [--tiny] [--out FILE]
 // --tiny: a 4-layer, narrow model of the same structure, to check the script on the CPU.
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { ModelRunner, NgramProposer, StepDriver } from '@metrale/core';
+import { ModelRunner, NgramProposer, StepDriver, blocksOf, describePrecision, f32ToE4m3, gib, resolvePrecision } from '@metrale/core';
 import { qwen3NextTensorPlan, registerModels } from '../dist/index.js';
 
 const { values: o } = parseArgs({
   options: {
     backend: { type: 'string', default: 'cuda' },
+    dtype: { type: 'string', default: 'bf16' },
     experts: { type: 'string', default: '64' },
     batches: { type: 'string', default: '1,8,64' },
     steps: { type: 'string', default: '64' },
@@ -43,6 +46,10 @@ const tiny = {
   num_experts: 8, num_experts_per_tok: 2, moe_intermediate_size: 32, shared_expert_intermediate_size: 32,
 };
 const config = o.tiny ? tiny : full;
+if (!['bf16', 'fp8', 'f32'].includes(o.dtype)) throw new Error(`--dtype must be bf16, fp8 or f32, got ${o.dtype}`);
+const fp8 = o.dtype === 'fp8';
+if (fp8) config.quantization_config = { quant_method: 'fp8', fmt: 'e4m3', activation_scheme: 'dynamic', weight_block_size: [128, 128] };
+const precision = resolvePrecision(o.dtype === 'fp8' ? 'auto' : o.dtype, config);
 config.layer_types = Array.from({ length: config.num_hidden_layers }, (_, i) => ((i + 1) % config.full_attention_interval === 0 ? 'full_attention' : 'linear_attention'));
 
 // Random bf16 tensors without writing 20 GB: each (shape, spread) has four random buffers and a
@@ -70,6 +77,19 @@ function randomBf16(n, std, offset) {
   return new Uint8Array(out.buffer);
 }
 const hash = (s) => [...s].reduce((h, c) => Math.imul(h ^ c.charCodeAt(0), 16777619) >>> 0, 2166136261);
+// The Linear weights the published FP8 checkpoint quantizes (not the router, in_proj_ba, the shared
+// expert's gate, norms, conv, embeddings or the lm head).
+const FP8_KEEP = /(in_proj_ba|mlp\.gate|shared_expert_gate|embed_tokens|lm_head)\.weight$/;
+const quantized = (t) => fp8 && t.shape.length === 2 && t.name.endsWith('.weight') && !FP8_KEEP.test(t.name) && !t.name.includes('norm');
+/** Random E4M3 codes of a uniform spread, and their scales: amax of the spread / 448 per block. */
+function randomFp8(t) {
+  const [rows, cols] = t.shape;
+  const codes = new Uint8Array(rows * cols);
+  const amax = t.std * Math.sqrt(3);
+  for (let i = 0; i < codes.length; i++) codes[i] = f32ToE4m3(448 * (2 * next() - 1));
+  const scales = new Float32Array(blocksOf(rows) * blocksOf(cols)).fill(amax / 448);
+  return { codes, scales };
+}
 const BLOCK = 8;
 function cyclicHead() {
   const D = config.hidden_size;
@@ -81,13 +101,20 @@ function cyclicHead() {
   }
   return new Uint8Array(head.buffer);
 }
+const SCALE = '_scale_inv';
 const weights = {
   origin: 'random Qwen3-Next-80B-shaped weights',
-  names: () => plan.map((t) => t.name),
-  has: (name) => byName.has(name),
+  names: () => plan.flatMap((t) => (quantized(t) ? [t.name, t.name + SCALE] : [t.name])),
+  has: (name) => byName.has(name) || (name.endsWith(SCALE) && quantized(byName.get(name.slice(0, -SCALE.length)) ?? { shape: [], name: '' })),
   get(name) {
+    if (name.endsWith(SCALE)) {
+      const t = byName.get(name.slice(0, -SCALE.length));
+      const { scales } = fp8Pool(t);
+      return { name, dtype: 'f32', shape: [blocksOf(t.shape[0]), blocksOf(t.shape[1])], data: new Uint8Array(scales.buffer) };
+    }
     const t = byName.get(name);
     if (!t) throw new Error(`no tensor ${name}`);
+    if (quantized(t)) return { name, dtype: 'f8e4m3', shape: t.shape, data: fp8Pool(t).codes };
     if (name === 'lm_head.weight') return { name, dtype: 'bf16', shape: t.shape, data: cyclicHead() };
     const n = t.shape.reduce((a, b) => a * b, 1);
     const variants = n > 64 * 1024 * 1024 ? 1 : 4;
@@ -96,6 +123,12 @@ const weights = {
     return { name, dtype: 'bf16', shape: t.shape, data: pools.get(key) };
   },
 };
+
+function fp8Pool(t) {
+  const key = `fp8/${t.shape.join('x')}/${t.std}/${hash(t.name) % 4}`;
+  if (!pools.has(key)) pools.set(key, randomFp8(t));
+  return pools.get(key);
+}
 
 const gpu = o.backend === 'cuda' ? (await import('@metrale/cuda-backend')).CudaBackend.create() : new (await import('@metrale/cpu-backend')).CpuBackend();
 let ceilings;
@@ -112,29 +145,32 @@ const promptLen = Number(o.prompt);
 const k = Number(o.spec);
 const limits = { maxSeqs: maxBatch, maxBatch, maxK: k + 1, maxSeqLen: promptLen + steps + k + 8, maxRows: Math.max(maxBatch * (k + 1), promptLen * Math.min(maxBatch, 8)) };
 const t0 = performance.now();
-const stack = registerModels().forConfig(config, 'bench config').build({ gpu, config, weights, limits });
+const stack = registerModels().forConfig(config, 'bench config').build({ gpu, config, weights, limits, precision });
 const buildS = (performance.now() - t0) / 1000;
-console.error(`built ${config.num_hidden_layers} layers in ${buildS.toFixed(1)} s`);
+console.error(`built ${config.num_hidden_layers} layers in ${buildS.toFixed(1)} s (${describePrecision(precision)})`);
 pools.clear();
 
 // Bytes a decode step must move at batch B (context C): every weight but the embedding table and
 // the experts once; the experts the batch routes to (uniform routing: E·(1 − (1 − top/E)^B) per
-// layer); one embedding row per sequence; the GDN state read and written, the KV cache read.
-// The layers keep their weights in f32 on the device (they upload what readF32 gives), so a step
-// reads 4 bytes per weight; the bf16 floor (2 bytes, what the checkpoint holds) is reported too.
-const WEIGHT_BYTES = 4;
-const bytesOf = (t) => WEIGHT_BYTES * t.shape.reduce((a, b) => a * b, 1);
+// layer); one embedding row per sequence; the GDN state read and written, the KV cache read. A
+// weight takes its device bytes: 4 (f32), 2 (bf16) or 1 + its block scales (FP8); rows and the KV
+// cache are in the rows type (f32 or bf16).
+const ROW_BYTES = precision.rows === 'f32' ? 4 : 2;
+const elements = (t) => t.shape.reduce((a, b) => a * b, 1);
+const bytesOf = (t) => (quantized(t) ? elements(t) + 4 * blocksOf(t.shape[0]) * blocksOf(t.shape[1]) : ROW_BYTES * elements(t));
 const isExpert = (t) => /\.experts\.\d+\./.test(t.name);
 const dense = plan.filter((t) => !isExpert(t) && t.name !== 'model.embed_tokens.weight').reduce((a, t) => a + bytesOf(t), 0);
-const expertBytes = 3 * WEIGHT_BYTES * config.hidden_size * config.moe_intermediate_size;
+const expertPlan = plan.filter((t) => /\.layers\.0\.mlp\.experts\.0\./.test(t.name));
+const expertBytes = expertPlan.reduce((a, t) => a + bytesOf(t), 0);
+const deviceWeightBytes = plan.reduce((a, t) => a + bytesOf(t), 0);
 const gdnLayers = config.layer_types.filter((t) => t === 'linear_attention').length;
 const attnLayers = config.num_hidden_layers - gdnLayers;
 const stateBytes = config.linear_num_value_heads * config.linear_key_head_dim * config.linear_value_head_dim * 4;
-function stepBytes(B, context, weightScale = 1) {
+function stepBytes(B, context) {
   const E = config.num_experts;
   const touched = E * (1 - (1 - config.num_experts_per_tok / E) ** B);
-  return weightScale * (dense + config.num_hidden_layers * touched * expertBytes + B * config.hidden_size * WEIGHT_BYTES)
-    + gdnLayers * B * 2 * stateBytes + attnLayers * B * context * 2 * config.num_key_value_heads * config.head_dim * 4;
+  return dense + config.num_hidden_layers * touched * expertBytes + B * config.hidden_size * ROW_BYTES
+    + gdnLayers * B * 2 * stateBytes + attnLayers * B * context * 2 * config.num_key_value_heads * config.head_dim * ROW_BYTES;
 }
 
 const results = [];
@@ -155,12 +191,10 @@ for (const { spec, graphs } of modes) {
     const tokPerS = decodeTokens / (stats.decodeMs / 1000);
     const stepMs = stats.decodeMs / Math.max(1, stats.steps.decode + stats.steps.verify);
     const floorMs = copyBps ? (stepBytes(B, promptLen + steps / 2) / copyBps) * 1000 : undefined;
-    const bf16FloorMs = copyBps ? (stepBytes(B, promptLen + steps / 2, 2 / WEIGHT_BYTES) / copyBps) * 1000 : undefined;
     const row = {
       batch: B, spec: spec ? `ngram:k=${k}` : null, graphs, tokens_per_s: Number(tokPerS.toFixed(1)), step_ms: Number(stepMs.toFixed(3)),
       steps: stats.steps, acceptance: stats.speculation ? Number(stats.speculation.acceptanceRate.toFixed(3)) : null,
       roofline_step_ms: floorMs === undefined ? null : Number(floorMs.toFixed(3)),
-      roofline_bf16_step_ms: bf16FloorMs === undefined ? null : Number(bf16FloorMs.toFixed(3)),
       of_roofline: floorMs === undefined || spec || !graphs ? null : Number((floorMs / stepMs).toFixed(3)),
     };
     results.push(row);
@@ -168,7 +202,8 @@ for (const { spec, graphs } of modes) {
   }
 }
 const report = {
-  bench: 'qwen3-next-80b-shaped decode', backend: gpu.kind, device: gpu.device.name, tiny: o.tiny,
+  bench: 'qwen3-next-80b-shaped decode', backend: gpu.kind, device: gpu.device.name, tiny: o.tiny, dtype: describePrecision(precision),
+  device_weight_bytes: deviceWeightBytes, device_weight_gib: gib(deviceWeightBytes),
   layers: { total: config.num_hidden_layers, gdn: gdnLayers, attention: attnLayers }, experts: `${config.num_experts} of 512 (top-${config.num_experts_per_tok}); everything else at full width`,
   build_s: Number(buildS.toFixed(1)), prompt_tokens: promptLen, decode_tokens: steps,
   ceilings: ceilings ? { copy: ceilings.copy, gemm: ceilings.gemm, errors: ceilings.errors } : null,
