@@ -11,7 +11,7 @@
 // --tiny: a 4-layer, narrow model of the same structure, to check the script on the CPU.
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { ModelRunner, NgramProposer, StepDriver, blocksOf, describePrecision, f32ToE4m3, gib, resolvePrecision } from '@metrale/core';
+import { EngineLoop, NgramProposer, StepDriver, blocksOf, generateAll, describePrecision, f32ToE4m3, gib, resolvePrecision } from '@metrale/core';
 import { qwen3NextTensorPlan, registerModels } from '../dist/index.js';
 
 const { values: o } = parseArgs({
@@ -178,7 +178,9 @@ const modes = [{ spec: false, graphs: true }, ...(o.eager ? [{ spec: false, grap
 for (const { spec, graphs } of modes) {
   for (const B of batches) {
     const driver = new StepDriver({ gpu, layers: stack.layers, limits, graphs });
-    const runner = new ModelRunner({ driver, vocabSize: config.vocab_size, ...(spec ? { speculation: { proposer: new NgramProposer({ k, minN: 1, maxN: 3 }), k } } : {}) });
+    // The engine loop that serves: every prompt in one chunk, several prompts per prefill step.
+    const loop = new EngineLoop({ driver, vocabSize: config.vocab_size, prefillChunk: promptLen, ...(spec ? { speculation: { proposer: new NgramProposer({ k, minN: 1, maxN: 3 }), k } } : {}) });
+    const runner = { generate: (reqs) => generateAll(loop, reqs, spec ? k : undefined) };
     // A repetitive prompt, so n-gram drafts have something to match.
     // Each sequence has its own prompt (its own block of tokens, so routing differs across the batch).
     const requests = Array.from({ length: B }, (_, b) => ({

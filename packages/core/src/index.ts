@@ -53,6 +53,7 @@ export { SafetensorsFile, encodeSafetensors, tensorOf } from './weights/safetens
 export * from './fixture/index.js';
 
 export * from './model/index.js';
+export * from './engine/index.js';
 export type { DraftProposer, NgramOptions } from './spec/ngram-proposer.js';
 export { NgramProposer, parseNgramSpec } from './spec/ngram-proposer.js';
 export type { VerifyOutcome, VerifySequence } from './spec/verify-drafts.js';

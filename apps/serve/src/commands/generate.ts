@@ -1,6 +1,6 @@
 import { writeFileSync } from 'node:fs';
 import {
-  Checkpoint, ModelRunner, NgramProposer, StepDriver, describePrecision, encodeSafetensors, gib, loadModel, parseNgramSpec, resolvePrecision, tensorOf,
+  Checkpoint, EngineLoop, NgramProposer, StepDriver, describePrecision, generateAll, encodeSafetensors, gib, loadModel, parseNgramSpec, resolvePrecision, tensorOf,
   type DtypeChoice, type GenerateStats, type GpuBackend, type Precision, type SamplingParams, type WeightBytes,
 } from '@metrale/core';
 import { Command, InvalidArgumentError, Option } from 'commander';
@@ -10,6 +10,7 @@ import { UsageError } from '../errors/cli-errors.js';
 import { dtypeOption, integer, logprobCount, nonNegative, positiveInt, probability, speculationSpec } from './options.js';
 import { generateLimits } from '../generate/generate-limits.js';
 import { TextCodec } from '../generate/text-codec.js';
+import { PrefillLastRowsHead } from '../engine/prefill-head.js';
 import { registerModels } from '../models/index.js';
 
 interface GenerateOptions {
@@ -97,16 +98,21 @@ async function generate(o: GenerateOptions, ctx: CliContext): Promise<number> {
     const limits = generateLimits(prompt.length, o.maxTokens, spec?.k ?? 0);
     const { stack, weightBytes } = loadModel(checkpoint, { gpu, limits, architectures, precision });
     if (!o.json) ctx.err(weightsLine(weightBytes, precision, gpu.kind));
-    const driver = new StepDriver({ gpu, layers: stack.layers, limits, graphs: o.graphs });
+    // Every prompt row's logits when asked for; else the head computes only the rows sampled from.
+    const layers = o.promptLogits !== undefined ? stack.layers : PrefillLastRowsHead.wrapLast(stack.layers);
+    const driver = new StepDriver({ gpu, layers, limits, graphs: o.graphs });
     try {
-      const runner = new ModelRunner({
-        driver, vocabSize: stack.vocabSize, collectPromptLogits: o.promptLogits !== undefined,
+      // The loop that serves, with one request: prompt chunks of the driver's rows, then decode.
+      const loop = new EngineLoop({
+        driver, vocabSize: stack.vocabSize, prefillChunk: limits.maxRows,
         ...(spec ? { speculation: { proposer: new NgramProposer(spec), k: spec.k } } : {}),
       });
-      const { outputs, stats } = runner.generate([{
-        prompt, maxTokens: o.maxTokens, sampling, stopTokenIds: o.ignoreEos ? [] : stack.eosTokenIds, ...(o.logprobs ? { logprobs: o.logprobs } : {}),
-      }]);
+      const { outputs, stats } = generateAll(loop, [{
+        prompt, maxTokens: o.maxTokens, sampling, stopTokenIds: o.ignoreEos ? [] : stack.eosTokenIds,
+        ...(o.logprobs ? { logprobs: o.logprobs } : {}), ...(o.promptLogits !== undefined ? { promptLogits: true } : {}),
+      }], spec?.k);
       const out = outputs[0]!;
+      if (out.finishReason === 'error') throw new Error(`generation failed: ${out.error ?? 'unknown error'}`);
       if (o.promptLogits) {
         writeFileSync(o.promptLogits, encodeSafetensors([tensorOf('logits', out.promptLogits!, [prompt.length, stack.vocabSize])]));
       }

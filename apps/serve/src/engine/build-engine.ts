@@ -1,6 +1,6 @@
 import { statSync } from 'node:fs';
 import {
-  Checkpoint, NgramProposer, StepDriver, WeightsError, checkModelFits, describePrecision, resolvePrecision,
+  Checkpoint, EngineLoop, NgramProposer, StepDriver, WeightsError, checkModelFits, describePrecision, resolvePrecision,
   type DtypeChoice, type GpuBackend, type LayerLimits, type ModelStack, type NgramOptions, type Precision, type WeightBytes, type WeightSource,
 } from '@metrale/core';
 import type { BackendChoice } from '../backends/select-backend.js';
@@ -9,7 +9,6 @@ import { EMBEDDED_MODEL_NAME, ensureEmbeddedModel } from '../embedded/embedded-m
 import { eosTokenIds } from '../models/config-fields.js';
 import { registerModels } from '../models/index.js';
 import { PrefillLastRowsHead } from './prefill-head.js';
-import { Scheduler } from './scheduler.js';
 
 /** How the engine is set up: the `metrale serve` options the worker needs. */
 export interface EngineSetup {
@@ -109,7 +108,7 @@ export function servingLimits(setup: EngineSetup, maxModelLen: number): LayerLim
 }
 
 export interface Engine {
-  readonly scheduler: Scheduler;
+  readonly loop: EngineLoop;
   readonly stack: ModelStack;
   readonly limits: LayerLimits;
   /** The weights' device bytes, from the headers, checked against the device before the upload. */
@@ -119,7 +118,7 @@ export interface Engine {
 
 /**
  * Builds the model on `gpu` (tensors read one at a time; `onProgress` sees the bytes read so
- * far against the weight files' size), wraps its lm head for prefill, and starts the scheduler.
+ * far against the weight files' size), wraps its lm head for prefill, and starts the engine loop.
  */
 export function buildEngine(
   setup: EngineSetup, info: ModelInfo, checkpoint: Checkpoint, gpu: GpuBackend,
@@ -140,7 +139,7 @@ export function buildEngine(
   let driver: StepDriver | undefined;
   try {
     driver = new StepDriver({ gpu, layers: PrefillLastRowsHead.wrapLast(stack.layers), limits, graphs: setup.graphs });
-    const scheduler = new Scheduler({
+    const loop = new EngineLoop({
       driver,
       vocabSize: stack.vocabSize,
       prefillChunk: setup.prefillChunk,
@@ -148,7 +147,7 @@ export function buildEngine(
     });
     const d = driver;
     return {
-      scheduler, stack, limits, deviceWeightBytes,
+      loop, stack, limits, deviceWeightBytes,
       dispose() {
         d.dispose();
         stack.dispose();

@@ -1,4 +1,4 @@
-// The engine loop, in a worker thread: it owns the device, the model and the scheduler. The HTTP
+// The engine loop, in a worker thread: it owns the device, the model and the engine loop. The HTTP
 // thread sends requests and cancellations and gets tokens back (protocol.ts); between two steps
 // the loop takes in every message that arrived, so a request joins, and a cancelled one leaves,
 // at the next step.
@@ -59,7 +59,7 @@ async function main(): Promise<void> {
     return;
   }
 
-  const { scheduler } = engine;
+  const { loop } = engine;
   for (;;) {
     const events: WireEvent[] = [];
     let changed = false;
@@ -70,41 +70,42 @@ async function main(): Promise<void> {
       if (m.t === 'add') {
         const { req } = m;
         try {
-          scheduler.add({
+          loop.add({
             id: req.id, prompt: req.prompt, maxTokens: req.maxTokens, stopTokenIds: req.stopTokenIds,
-            ...(req.sampling ? { sampling: req.sampling } : {}), ...(req.seed !== undefined ? { seed: req.seed } : {}),
+            // The request's seed seeds its sampler (the loop falls back to the id without one).
+            ...(req.sampling ? { sampling: req.seed !== undefined ? { ...req.sampling, seed: req.seed } : req.sampling } : {}),
           });
         } catch (error) {
           events.push({ id: req.id, tokens: [], finish: 'error', error: (error as Error).message, rejected: true });
         }
-      } else if (m.t === 'cancel') scheduler.cancel(m.id);
+      } else if (m.t === 'cancel') loop.cancel(m.id);
       else stopping = true;
     }
     if (stopping) {
-      scheduler.cancelAll();
+      loop.cancelAll();
       engine.dispose();
       gpu.dispose();
       post({ t: 'closed' });
       port!.close();
       return;
     }
-    if (scheduler.idle) {
+    if (loop.idle) {
       if (changed) post({ t: 'step', events, running: 0, waiting: 0 });
       if (inbox.length === 0) await new Promise<void>((resolve) => (wake = resolve));
       continue;
     }
     try {
-      const report = scheduler.step();
+      const report = loop.step();
       events.push(...report.events);
       post({
         t: 'step', events, running: report.running, waiting: report.waiting,
         stats: { prefillRows: report.prefillRows, prefillSeqs: report.prefillSeqs, decodeSeqs: report.decodeSeqs, k: report.k, drafted: report.drafted, accepted: report.accepted, ms: report.ms },
       });
     } catch (error) {
-      // Not a step failure the scheduler contained: end every request in flight, keep serving.
+      // Not a step failure the loop contained: end every request in flight, keep serving.
       const message = (error as Error).message ?? String(error);
-      for (const id of scheduler.cancelAll()) events.push({ id, tokens: [], finish: 'error', error: message });
-      post({ t: 'step', events, running: scheduler.running, waiting: scheduler.waiting });
+      for (const id of loop.cancelAll()) events.push({ id, tokens: [], finish: 'error', error: message });
+      post({ t: 'step', events, running: loop.running, waiting: loop.waiting });
     }
     // Let the messages that arrived during the step in before the next one.
     await nextTurn();

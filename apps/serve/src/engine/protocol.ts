@@ -1,8 +1,7 @@
 // Messages between the HTTP thread (engine-client.ts) and the engine worker (engine-worker.ts).
 // Requests, tokens and cancellations cross the boundary; model code runs only in the worker.
-import type { SamplingParams } from '@metrale/core';
+import type { EngineStepReport, FinishReason, SamplingParams } from '@metrale/core';
 import type { EngineSetup, ModelInfo } from './build-engine.js';
-import type { EngineFinish, StepReport } from './scheduler.js';
 
 export interface WorkerData {
   readonly setup: EngineSetup;
@@ -27,7 +26,7 @@ export type ToWorker =
 export interface WireEvent {
   readonly id: number;
   readonly tokens: number[];
-  readonly finish?: EngineFinish;
+  readonly finish?: FinishReason;
   readonly error?: string;
   /** Set when the engine refused the request (a bad token id, no room): a client error. */
   readonly rejected?: boolean;
@@ -35,8 +34,8 @@ export interface WireEvent {
   readonly unavailable?: boolean;
 }
 
-/** What a step did, as the metrics need it (a StepReport without its events and queue sizes). */
-export type StepStats = Pick<StepReport, 'prefillRows' | 'prefillSeqs' | 'decodeSeqs' | 'k' | 'drafted' | 'accepted' | 'ms'>;
+/** What a step did, as the metrics need it (an engine step report without its events and queue sizes). */
+export type StepStats = Pick<EngineStepReport, 'prefillRows' | 'prefillSeqs' | 'decodeSeqs' | 'k' | 'drafted' | 'accepted' | 'ms'>;
 
 export type FromWorker =
   | { readonly t: 'model'; readonly info: ModelInfo }

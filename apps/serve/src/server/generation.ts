@@ -1,3 +1,4 @@
+import type { FinishReason as CoreFinishReason } from '@metrale/core';
 import type { SamplingParams } from '@metrale/core';
 import type { EngineClient } from '../engine/engine-client.js';
 import type { WireEvent } from '../engine/protocol.js';
@@ -16,7 +17,8 @@ export interface GenerationParams {
   readonly stopTokenIds: readonly number[];
 }
 
-export type FinishReason = 'stop' | 'length';
+/** How an answer ended, as the OpenAI API reports it: the engine's finish reasons that complete a request. */
+export type FinishReason = Extract<CoreFinishReason, 'stop' | 'length'>;
 
 export interface GenerationResult {
   readonly text: string;
@@ -98,13 +100,13 @@ export class Generation {
         return;
       }
     }
-    if (ev.finish === 'error') {
+    if (ev.finish === 'error' || ev.finish === 'abort') {
       this.#end();
       this.#metrics.requestsFinished.inc({ finish_reason: 'error' });
-      const why = ev.error ?? 'unknown error';
+      const why = ev.error ?? (ev.finish === 'abort' ? 'cancelled by the server' : 'unknown error');
       this.#reject(
         ev.rejected ? new ApiError(400, why)
-          : ev.unavailable ? new ApiError(503, why, { code: 'shutting_down' })
+          : ev.unavailable || ev.finish === 'abort' ? new ApiError(503, why, { code: 'shutting_down' })
             : new ApiError(500, `generation failed: ${why}`, { code: 'engine_error' }),
       );
     } else if (ev.finish) {

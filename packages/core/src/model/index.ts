@@ -24,5 +24,3 @@ export type { TokenLogprob } from './logprobs.js';
 export { MAX_LOGPROBS, topLogprobs } from './logprobs.js';
 export type { SamplingParams } from './sampling.js';
 export { checkSampling, isGreedy, probabilityFilter, sampleLogitsRow } from './sampling.js';
-export type { GenerateRequest, GenerateOutput, GenerateStats, FinishReason, ModelRunnerOptions, SpeculationStats } from './model-runner.js';
-export { ModelRunner } from './model-runner.js';

@@ -1,6 +1,6 @@
 import { CpuBackend } from '@metrale/cpu-backend';
 import { describe, expect, it } from 'vitest';
-import { InvalidArgumentError, ModelRunner, NgramProposer, SeededRandom, StepDriver, type GenerateRequest, type LayerLimits } from '../src/index.js';
+import { EngineLoop, InvalidArgumentError, NgramProposer, SeededRandom, StepDriver, generateAll, type GenerateRequest, type LayerLimits } from '../src/index.js';
 import { BigramLayer } from './support/bigram-layer.js';
 
 const V = 16;
@@ -13,12 +13,20 @@ function table(seed = 1): Float32Array {
   return t;
 }
 
-function withRunner<T>(fn: (make: (spec?: number) => ModelRunner) => T, limits: LayerLimits = { maxSeqs: 3, maxSeqLen: 40, maxBatch: 2, maxK: 5, maxRows: 16 }, collect = false): T {
+/** The engine loop as `metrale generate` runs it: `generate(requests)` to completion. */
+interface Runner {
+  generate(requests: readonly GenerateRequest[]): ReturnType<typeof generateAll>;
+}
+
+function withRunner<T>(fn: (make: (spec?: number) => Runner) => T, limits: LayerLimits = { maxSeqs: 2, maxSeqLen: 40, maxBatch: 2, maxK: 5, maxRows: 16 }): T {
   const gpu = new CpuBackend();
   const layer = new BigramLayer(gpu, V, table());
   const driver = new StepDriver({ gpu, layers: [layer], limits });
   try {
-    return fn((spec) => new ModelRunner({ driver, vocabSize: V, collectPromptLogits: collect, ...(spec ? { speculation: { proposer: new NgramProposer({ k: spec }), k: spec } } : {}) }));
+    return fn((spec) => {
+      const loop = new EngineLoop({ driver, vocabSize: V, prefillChunk: limits.maxRows, ...(spec ? { speculation: { proposer: new NgramProposer({ k: spec }), k: spec } } : {}) });
+      return { generate: (requests) => generateAll(loop, requests, spec) };
+    });
   } finally {
     driver.dispose();
     layer.dispose();
@@ -28,8 +36,8 @@ function withRunner<T>(fn: (make: (spec?: number) => ModelRunner) => T, limits: 
 
 const follow = (t: number) => (t * 5 + 3) % V;
 
-describe('ModelRunner', () => {
-  it('greedy decoding follows the model, for a batch of sequences (more than maxBatch)', () => {
+describe('the engine loop, run to completion (generateAll)', () => {
+  it('greedy decoding follows the model, for more requests than slots (the third waits for one)', () => {
     withRunner((make) => {
       const reqs: GenerateRequest[] = [{ prompt: [1, 2], maxTokens: 6 }, { prompt: [7], maxTokens: 3 }, { prompt: [4, 4, 4], maxTokens: 5 }];
       const { outputs, stats } = make().generate(reqs);
@@ -40,7 +48,7 @@ describe('ModelRunner', () => {
         expect(o.finishReason).toBe('length');
       });
       expect(stats.generatedTokens).toBe(14);
-      // Three prompts, two per prefill chunk (maxBatch): two chunks.
+      // Two slots: the first two prompts prefill together, the third once a slot frees up.
       expect(stats.steps.prefill).toBe(2);
     });
   });
@@ -60,30 +68,29 @@ describe('ModelRunner', () => {
     });
   });
 
-  it('stops at a stop token (included) and at the sequence capacity', () => {
+  it('stops at a stop token (included); refuses a request longer than a sequence holds, up front', () => {
     withRunner((make) => {
       const out = make(3).generate([{ prompt: [1], maxTokens: 30, stopTokenIds: [follow(follow(1))] }]).outputs[0]!;
       expect(out.tokens).toEqual([follow(1), follow(follow(1))]);
       expect(out.finishReason).toBe('stop');
     });
     withRunner((make) => {
-      const out = make(3).generate([{ prompt: [1, 2, 3], maxTokens: 30 }]).outputs[0]!;
-      expect(out.finishReason).toBe('capacity');
-      // The last generated token could not be fed: prompt + fed tokens fill the 10 rows.
-      expect(out.tokens.length).toBe(10 - 3 + 1);
+      // 10 rows less one verify's overhang of 3: 7 tokens of prompt + generation at most.
+      expect(() => make(3).generate([{ prompt: [1, 2, 3], maxTokens: 5 }])).toThrow(/3 prompt tokens \+ 5 to generate exceed the 7 a sequence holds/);
+      expect(make(3).generate([{ prompt: [1, 2, 3], maxTokens: 4 }]).outputs[0]!.finishReason).toBe('length');
     }, { maxSeqs: 1, maxSeqLen: 10, maxBatch: 1, maxK: 4, maxRows: 8 });
   });
 
   it('collects the prompt logits of every row, across prefill chunks', () => {
     withRunner((make) => {
       const prompt = [3, 9, 1, 0, 15, 2, 7, 7, 8, 4];
-      const out = make().generate([{ prompt, maxTokens: 1 }, { prompt: [5, 6], maxTokens: 1 }]).outputs;
+      const out = make().generate([{ prompt, maxTokens: 1, promptLogits: true }, { prompt: [5, 6], maxTokens: 1, promptLogits: true }]).outputs;
       const t = table();
       prompt.forEach((tok, p) => {
         for (let j = 0; j < V; j++) expect(out[0]!.promptLogits![p * V + j]).toBeCloseTo(t[tok * V + j]! + 1e-3 * p * (j % 3), 5);
       });
       expect(out[1]!.promptLogits).toHaveLength(2 * V);
-    }, { maxSeqs: 2, maxSeqLen: 20, maxBatch: 2, maxK: 1, maxRows: 4 }, true);
+    }, { maxSeqs: 2, maxSeqLen: 20, maxBatch: 2, maxK: 1, maxRows: 4 });
   });
 
   it('sampling with a seed is reproducible and, with rejection sampling, speculation still runs', () => {
@@ -102,6 +109,23 @@ describe('ModelRunner', () => {
       expect(() => make().generate([{ prompt: [V], maxTokens: 1 }])).toThrow(/outside the vocabulary/);
       expect(() => make().generate([{ prompt: [1], maxTokens: 1, sampling: { temperature: 1, topP: 2 } }])).toThrow(/topP/);
       expect(() => make(5)).toThrow(InvalidArgumentError);
+      expect(() => make().generate([{ prompt: [1], maxTokens: 1, logprobs: 21 }])).toThrow(/logprobs must be an integer in 0\.\.20/);
+    });
+  });
+
+  it('reports the logprobs of every generated token: the greedy token first, with and without speculation', () => {
+    withRunner((make) => {
+      const req: GenerateRequest = { prompt: [1, 8, 11, 10, 5, 12], maxTokens: 9, logprobs: 3 };
+      for (const spec of [undefined, 2]) {
+        const out = make(spec).generate([req]).outputs[0]!;
+        expect(out.logprobs).toHaveLength(out.tokens.length);
+        out.logprobs!.forEach((list, i) => {
+          expect(list).toHaveLength(3);
+          expect(list[0]!.token).toBe(out.tokens[i]);
+          expect(list[0]!.logprob).toBeLessThanOrEqual(0);
+          expect(list[1]!.logprob).toBeLessThanOrEqual(list[0]!.logprob);
+        });
+      }
     });
   });
 });

@@ -1,49 +1,16 @@
-import {
-  InvalidArgumentError, SeededRandom, argmaxRow, checkSampling, isGreedy, offsetPtr, sampleLogitsRow, verifyDrafts,
-  type DraftProposer, type SamplingParams, type Sequence, type StepDriver, type StepResult,
-} from '@metrale/core';
+import type { Sequence } from '../driver/sequence.js';
+import type { StepDriver, StepResult } from '../driver/step-driver.js';
+import { offsetPtr } from '../device/device-ptr.js';
+import { InvalidArgumentError } from '../errors.js';
+import { MAX_LOGPROBS, topLogprobs, type TokenLogprob } from '../model/logprobs.js';
+import { checkSampling, isGreedy, sampleLogitsRow } from '../model/sampling.js';
+import { SeededRandom } from '../random/seeded-random.js';
+import type { DraftProposer } from '../spec/ngram-proposer.js';
+import { verifyDrafts } from '../spec/verify-drafts.js';
+import type { EngineRequest, FinishReason, EngineStepReport, TokenEvent } from './engine-request.js';
 
-/** One generation request as the engine sees it: token ids in, token ids out. */
-export interface EngineRequest {
-  readonly id: number;
-  readonly prompt: ArrayLike<number>;
-  /** Tokens to generate at most (≥ 1). */
-  readonly maxTokens: number;
-  readonly sampling?: SamplingParams;
-  /** Seed of the request's sampler (a sampled request without one gets the id). */
-  readonly seed?: number;
-  /** Generation ends after one of these; it is part of the output. */
-  readonly stopTokenIds?: readonly number[];
-}
-
-export type EngineFinish = 'stop' | 'length' | 'error';
-
-/** What a step produced for one request: its new tokens, and how it ended when it did. */
-export interface TokenEvent {
-  readonly id: number;
-  readonly tokens: number[];
-  finish?: EngineFinish;
-  error?: string;
-}
-
-export interface StepReport {
-  readonly events: TokenEvent[];
-  /** Prompt rows prefilled in this step, and the sequences they belonged to. */
-  readonly prefillRows: number;
-  readonly prefillSeqs: number;
-  /** Sequences in the decode or verify step (0 when none ran), and the verify width (1: plain decode). */
-  readonly decodeSeqs: number;
-  readonly k: number;
-  /** Draft tokens proposed and accepted in this step (speculation). */
-  readonly drafted: number;
-  readonly accepted: number;
-  /** Sequences holding a slot, and requests waiting for one, after the step. */
-  readonly running: number;
-  readonly waiting: number;
-  readonly ms: number;
-}
-
-export interface SchedulerOptions {
+export interface EngineLoopOptions {
+  /** A driver whose stack ends in f32 logits rows of `vocabSize`. */
   readonly driver: StepDriver;
   readonly vocabSize: number;
   /**
@@ -61,50 +28,57 @@ interface Running {
   readonly seq: Sequence;
   readonly stop: ReadonlySet<number>;
   readonly random: SeededRandom;
-  readonly greedy: boolean;
   /** Prompt and generated tokens (what the proposer looks up). */
   readonly history: number[];
   prefilled: number;
   generated: number;
   /** The last generated token, not yet fed to the model. */
   pending: number;
-  finish?: EngineFinish;
+  /** f32 [prompt × vocab] when the request asked for its prompt logits. */
+  promptLogits?: Float32Array;
+  finish?: FinishReason;
 }
 
 /**
- * Continuous batching over a `StepDriver`: requests wait in a queue, take a sequence slot when
- * one is free, prefill their prompt in fixed chunks and then decode (or verify drafts) together
- * with every other running sequence; one that finishes or is cancelled gives its slot back before
- * the next step. Each step is: admit, one prefill step (chunks of the prompts in flight, up to
- * maxRows rows), one decode or verify step for every sequence past its prompt.
+ * The one engine loop: continuous batching over a `StepDriver`, for `metrale serve`, `metrale
+ * generate` and the benchmarks alike. Requests wait in a queue, take a sequence slot when one is
+ * free, prefill their prompt in fixed chunks and then decode (or verify drafts) together with every
+ * other running sequence; one that finishes or is cancelled gives its slot back before the next
+ * step. Each step is: admit, one prefill step (chunks of the prompts in flight, up to maxRows
+ * rows), one decode or verify step for every sequence past its prompt.
  *
- * Results do not depend on the batch: a prompt is always cut at the same places, the step
- * driver's padding rows are inert and every layer keeps per-sequence state, so a greedy request
- * returns the same tokens alone and among others.
+ * Results do not depend on the batch: a prompt is always cut at the same places, the driver's
+ * padding rows are inert and every layer keeps per-sequence state, so a greedy request returns
+ * the same tokens alone and among others. A sampled request draws from a stream seeded by its
+ * `sampling.seed`, or by its id.
  */
-export class Scheduler {
+export class EngineLoop {
   readonly driver: StepDriver;
   readonly vocab: number;
   readonly prefillChunk: number;
-  readonly #spec: SchedulerOptions['speculation'];
+  readonly #spec: EngineLoopOptions['speculation'];
   readonly #waiting: EngineRequest[] = [];
   readonly #running: Running[] = [];
   readonly #ids = new Set<number>();
+  readonly #promptLogits = new Map<number, Float32Array>();
   readonly #logitsRow: number;
 
-  constructor(options: SchedulerOptions) {
+  constructor(options: EngineLoopOptions) {
     this.driver = options.driver;
     this.vocab = options.vocabSize;
     this.prefillChunk = options.prefillChunk;
     this.#spec = options.speculation;
     this.#logitsRow = 4 * this.vocab;
     const { limits } = this.driver;
+    if (!Number.isInteger(this.vocab) || this.vocab < 1) throw new InvalidArgumentError(`engine loop: vocabSize must be a positive integer, got ${this.vocab}`);
     if (!Number.isInteger(this.prefillChunk) || this.prefillChunk < 1 || this.prefillChunk > limits.maxRows) {
-      throw new InvalidArgumentError(`scheduler: prefillChunk must be between 1 and the driver's maxRows (${limits.maxRows}), got ${this.prefillChunk}`);
+      throw new InvalidArgumentError(`engine loop: prefillChunk must be between 1 and the driver's maxRows (${limits.maxRows}), got ${this.prefillChunk}`);
     }
-    if (limits.maxBatch < limits.maxSeqs) throw new InvalidArgumentError(`scheduler: maxBatch (${limits.maxBatch}) must hold every slot (maxSeqs ${limits.maxSeqs})`);
-    if (this.#spec && this.#spec.k + 1 > limits.maxK) {
-      throw new InvalidArgumentError(`scheduler: ${this.#spec.k} draft tokens need verify steps of ${this.#spec.k + 1} rows, but the driver's maxK is ${limits.maxK}`);
+    if (limits.maxBatch < limits.maxSeqs) throw new InvalidArgumentError(`engine loop: maxBatch (${limits.maxBatch}) must hold every slot (maxSeqs ${limits.maxSeqs})`);
+    if (this.#spec) {
+      const { k } = this.#spec;
+      if (!Number.isInteger(k) || k < 1) throw new InvalidArgumentError(`engine loop: speculation.k must be a positive integer, got ${k}`);
+      if (k + 1 > limits.maxK) throw new InvalidArgumentError(`engine loop: ${k} draft tokens need verify steps of ${k + 1} rows, but the driver's maxK is ${limits.maxK}`);
     }
   }
 
@@ -141,6 +115,9 @@ export class Scheduler {
       bad(`${req.prompt.length} prompt tokens + ${req.maxTokens} to generate exceed the ${this.maxTotalTokens} a sequence holds`);
     }
     if (req.sampling) checkSampling(req.sampling);
+    if (req.logprobs !== undefined && !(Number.isInteger(req.logprobs) && req.logprobs >= 0 && req.logprobs <= MAX_LOGPROBS)) {
+      bad(`logprobs must be an integer in 0..${MAX_LOGPROBS}, got ${req.logprobs}`);
+    }
     this.#ids.add(req.id);
     this.#waiting.push(req);
   }
@@ -159,15 +136,22 @@ export class Scheduler {
     return true;
   }
 
-  /** Cancels everything (shutdown). */
+  /** Cancels everything (shutdown); returns the ids it dropped. */
   cancelAll(): number[] {
     const ids = [...this.#waiting.map((r) => r.id), ...this.#running.map((r) => r.req.id)];
     for (const id of ids) this.cancel(id);
     return ids;
   }
 
+  /** The prompt logits of a finished request that asked for them (f32 [prompt × vocab]), handed over once. */
+  takePromptLogits(id: number): Float32Array | undefined {
+    const logits = this.#promptLogits.get(id);
+    this.#promptLogits.delete(id);
+    return logits;
+  }
+
   /** One engine step; a no-op report when idle. */
-  step(): StepReport {
+  step(): EngineStepReport {
     const t0 = performance.now();
     const events = new Map<number, TokenEvent>();
     this.#admit();
@@ -196,12 +180,12 @@ export class Scheduler {
         req,
         seq: this.driver.open(),
         stop: new Set(req.stopTokenIds ?? []),
-        random: new SeededRandom(req.seed ?? req.id),
-        greedy: isGreedy(req.sampling),
+        random: new SeededRandom(req.sampling?.seed ?? req.id),
         history: Array.from(req.prompt),
         prefilled: 0,
         generated: 0,
         pending: -1,
+        ...(req.promptLogits ? { promptLogits: new Float32Array(req.prompt.length * this.vocab) } : {}),
       });
     }
   }
@@ -210,6 +194,7 @@ export class Scheduler {
     const r = this.#running[index]!;
     this.#running.splice(index, 1);
     this.#ids.delete(r.req.id);
+    if (r.promptLogits && r.finish && r.finish !== 'error') this.#promptLogits.set(r.req.id, r.promptLogits);
     try {
       this.driver.close(r.seq);
     } catch {
@@ -245,20 +230,26 @@ export class Scheduler {
       this.#fail(chunk, error, events);
       return { rows, seqs: chunk.length };
     }
+    // Every row when a request keeps its prompt logits; else only the last row of a finished prompt.
+    const all = chunk.some((r) => r.promptLogits) ? this.driver.readOutputF32(result) : undefined;
     let row = 0;
     const done: { r: Running; row: number }[] = [];
     chunk.forEach((r, i) => {
+      if (r.promptLogits) r.promptLogits.set(all!.subarray(row * this.vocab, (row + lengths[i]!) * this.vocab), r.prefilled * this.vocab);
       row += lengths[i]!;
       r.prefilled += lengths[i]!;
       if (r.prefilled === r.req.prompt.length) done.push({ r, row: row - 1 });
     });
     if (done.length > 0) {
-      // Only the last prompt row of a finished prompt is read (the head computes only those in prefill).
-      this.driver.gpu.synchronize(this.driver.stream);
+      if (!all) this.driver.gpu.synchronize(this.driver.stream);
       for (const { r, row: last } of done) {
-        const bytes = this.driver.gpu.download(offsetPtr(result.output, last * this.#logitsRow), this.#logitsRow);
-        const logits = new Float32Array(bytes.buffer, bytes.byteOffset, this.vocab);
-        this.#emit(r, [sampleLogitsRow(logits, this.vocab, 0, r.req.sampling, r.random)], events);
+        let logits: Float32Array;
+        if (all) logits = all.subarray(last * this.vocab, (last + 1) * this.vocab);
+        else {
+          const bytes = this.driver.gpu.download(offsetPtr(result.output, last * this.#logitsRow), this.#logitsRow);
+          logits = new Float32Array(bytes.buffer, bytes.byteOffset, this.vocab);
+        }
+        this.#emitRow(r, logits, 0, events);
       }
     }
     return { rows, seqs: chunk.length };
@@ -274,16 +265,12 @@ export class Scheduler {
       }
       const result = this.driver.decode({ seqs: live.map((r) => r.seq), tokens: Int32Array.from(live, (r) => r.pending) });
       const logits = this.driver.readOutputF32(result);
-      live.forEach((r, i) => this.#emit(r, [this.#sample(logits, i, r)], events));
+      live.forEach((r, i) => this.#emitRow(r, logits, i, events));
       return { seqs: live.length, k: 1, drafted: 0, accepted: 0 };
     } catch (error) {
       this.#fail(live, error, events);
       return { seqs: live.length, k: 1, drafted: 0, accepted: 0 };
     }
-  }
-
-  #sample(logits: Float32Array, row: number, r: Running): number {
-    return r.greedy ? argmaxRow(logits, this.vocab, row) : sampleLogitsRow(logits, this.vocab, row, r.req.sampling, r.random);
   }
 
   /** One verify step over `live`; undefined when no sequence has a draft (the caller decodes). */
@@ -292,28 +279,39 @@ export class Scheduler {
     // A sequence's drafts never run past its token budget, so every verify row lies inside the room
     // `add` checked (prompt + maxTokens ≤ maxSeqLen − maxK + 1).
     const drafts = live.map((r) => proposer.propose(r.history, Math.min(maxDrafts, r.req.maxTokens - r.generated - 1)));
-    const outcome = verifyDrafts(this.driver, this.vocab, live.map((r) => ({ ...r, ...(r.req.sampling ? { sampling: r.req.sampling } : {}) })), drafts);
+    const outcome = verifyDrafts(
+      this.driver, this.vocab,
+      live.map((r) => ({ seq: r.seq, pending: r.pending, greedy: isGreedy(r.req.sampling), random: r.random, logprobs: r.req.logprobs ?? 0, ...(r.req.sampling ? { sampling: r.req.sampling } : {}) })),
+      drafts,
+    );
     if (!outcome) return undefined;
     let drafted = 0;
     let accepted = 0;
     live.forEach((r, i) => {
       drafted += drafts[i]!.length;
       accepted += outcome.accepted[i]!;
-      this.#emit(r, outcome.emitted[i]!, events);
+      this.#emit(r, outcome.emitted[i]!, outcome.logprobs[i], events);
     });
     return { seqs: live.length, k: outcome.k, drafted, accepted };
   }
 
-  /** Appends generated tokens up to a stop token or the budget, and reports them. */
-  #emit(r: Running, tokens: number[], events: Map<number, TokenEvent>): void {
+  /** Samples the token of logit row `row` (with its logprobs when asked) and emits it. */
+  #emitRow(r: Running, logits: Float32Array, row: number, events: Map<number, TokenEvent>): void {
+    const token = sampleLogitsRow(logits, this.vocab, row, r.req.sampling, r.random);
+    this.#emit(r, [token], r.req.logprobs ? [topLogprobs(logits, this.vocab, row, r.req.logprobs)] : undefined, events);
+  }
+
+  /** Appends generated tokens (and their logprobs) up to a stop token or the budget, and reports them. */
+  #emit(r: Running, tokens: number[], logprobs: TokenLogprob[][] | undefined, events: Map<number, TokenEvent>): void {
     let ev = events.get(r.req.id);
     if (!ev) {
-      ev = { id: r.req.id, tokens: [] };
+      ev = { id: r.req.id, tokens: [], ...(r.req.logprobs ? { logprobs: [] } : {}) };
       events.set(r.req.id, ev);
     }
-    for (const t of tokens) {
+    for (const [i, t] of tokens.entries()) {
       if (r.finish) return;
       ev.tokens.push(t);
+      if (ev.logprobs && logprobs) ev.logprobs.push(logprobs[i]!);
       r.history.push(t);
       r.generated++;
       r.pending = t;
@@ -338,3 +336,4 @@ export class Scheduler {
     }
   }
 }
+

@@ -1,0 +1,6 @@
+// The one engine loop (continuous batching over the step driver) that serves, generates and benchmarks.
+export type { EngineRequest, FinishReason, TokenEvent, EngineStepReport } from './engine-request.js';
+export type { EngineLoopOptions } from './engine-loop.js';
+export { EngineLoop } from './engine-loop.js';
+export type { GenerateRequest, GenerateOutput, GenerateStats, SpeculationStats } from './generate-all.js';
+export { generateAll } from './generate-all.js';
