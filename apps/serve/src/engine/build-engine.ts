@@ -1,12 +1,11 @@
 import { statSync } from 'node:fs';
 import {
-  Checkpoint, NgramProposer, StepDriver, WeightsError,
+  Checkpoint, NgramProposer, StepDriver, WeightsError, eosTokenIds,
   type GpuBackend, type LayerLimits, type ModelStack, type NgramOptions, type WeightSource,
 } from '@metrale/core';
 import type { BackendChoice } from '../backends/select-backend.js';
 import { resolveCacheDir } from '../embedded/cache-dir.js';
 import { EMBEDDED_MODEL_NAME, ensureEmbeddedModel } from '../embedded/embedded-model.js';
-import { eosTokenIds } from '../models/config-fields.js';
 import { registerModels } from '../models/index.js';
 import { PrefillLastRowsHead } from './prefill-head.js';
 import { Scheduler } from './scheduler.js';
