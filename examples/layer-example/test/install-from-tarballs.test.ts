@@ -5,7 +5,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 
-// A user's install: pack core, the CPU backend and this plugin as the registry would serve them
+// A user's install: pack core, layer-std, the CPU backend and this plugin as the registry would serve them
 // (`pnpm pack` rewrites workspace: ranges to versions), install the tarballs with plain npm into
 // an empty project outside the workspace, and run the conformance kit there.
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
@@ -21,8 +21,11 @@ function pack(dir: string): string {
 }
 
 describe('installing the plugin from tarballs with npm', () => {
-  it('installs core, cpu-backend and the example outside the workspace and passes the conformance kit there', () => {
-    const tarballs = { '@metrale/core': pack('packages/core'), '@metrale/cpu-backend': pack('packages/cpu-backend'), '@metrale/layer-example': pack('examples/layer-example') };
+  it('installs core, layer-std, cpu-backend and the example outside the workspace and passes the conformance kit there', () => {
+    const tarballs = {
+      '@metrale/core': pack('packages/core'), '@metrale/layer-std': pack('packages/layer-std'), '@metrale/cpu-backend': pack('packages/cpu-backend'),
+      '@metrale/layer-example': pack('examples/layer-example'),
+    };
     const app = join(work, 'app');
     execFileSync('mkdir', ['-p', app]);
     writeFileSync(join(app, 'package.json'), JSON.stringify({ name: 'user-app', private: true, type: 'module', dependencies: Object.fromEntries(Object.entries(tarballs).map(([n, t]) => [n, `file:${t}`])) }));
