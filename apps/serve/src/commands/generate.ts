@@ -7,12 +7,12 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { BACKEND_CHOICES, selectBackend, type BackendChoice } from '../backends/select-backend.js';
 import type { CliContext } from '../cli-context.js';
 import { UsageError } from '../errors/cli-errors.js';
-import { integer, nonNegative, positiveInt, probability, speculationSpec } from './options.js';
+import { integer, nonNegative, positiveInt, probability, registrySetup, speculationSpec, withPluginOptions, type PluginOptions } from './options.js';
 import { generateLimits } from '../generate/generate-limits.js';
 import { TextCodec } from '../generate/text-codec.js';
-import { registerModels } from '../models/index.js';
+import { loadRegistry } from '../plugins/load-registry.js';
 
-interface GenerateOptions {
+interface GenerateOptions extends PluginOptions {
   readonly model: string;
   readonly prompt?: string;
   readonly promptIds?: number[];
@@ -33,9 +33,9 @@ interface GenerateOptions {
 }
 
 export function generateCommand(ctx: CliContext): Command {
-  return new Command('generate')
+  return withPluginOptions(new Command('generate')
     .description('generate tokens from a Hugging Face checkpoint directory (greedy or sampled, optionally with n-gram speculation)')
-    .requiredOption('--model <dir>', 'checkpoint directory: config.json, model.safetensors (or shards), tokenizer.json')
+    .requiredOption('--model <dir>', 'checkpoint directory: config.json, model.safetensors (or shards), tokenizer.json'))
     .option('--prompt <text>', 'prompt text (needs tokenizer.json)')
     .option('--prompt-ids <ids>', 'prompt as comma-separated token ids', parseIds)
     .option('--chat', 'wrap --prompt as one user message in the chat template')
@@ -72,7 +72,10 @@ async function generate(o: GenerateOptions, ctx: CliContext): Promise<number> {
 
   // Everything that can be wrong with the directory is reported before a device is touched.
   const checkpoint = Checkpoint.open(o.model);
-  const architectures = registerModels();
+  const registry = await loadRegistry(registrySetup(o, ctx));
+  // A discovered plugin that failed is skipped: generate runs without it.
+  for (const w of registry.warnings) ctx.err(`warning: ${w.plugin}: ${w.message}`);
+  const { architectures, layers: plugins } = registry;
   architectures.forConfig(checkpoint.config, `${checkpoint.dir}/config.json`);
   const codec = TextCodec.fromCheckpoint(checkpoint);
   let prompt: number[];
@@ -88,7 +91,7 @@ async function generate(o: GenerateOptions, ctx: CliContext): Promise<number> {
   const gpu: GpuBackend = await selectBackend(o.backend);
   try {
     const limits = generateLimits(prompt.length, o.maxTokens, spec?.k ?? 0);
-    const { stack } = loadModel(checkpoint, { gpu, limits, architectures });
+    const { stack } = loadModel(checkpoint, { gpu, limits, architectures, plugins });
     const driver = new StepDriver({ gpu, layers: stack.layers, limits, graphs: o.graphs });
     try {
       const runner = new ModelRunner({

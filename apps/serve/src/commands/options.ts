@@ -1,9 +1,28 @@
 import { parseNgramSpec } from '@metrale/core';
-import { InvalidArgumentError } from 'commander';
+import { InvalidArgumentError, type Command } from 'commander';
+import type { RegistrySetup } from '../plugins/load-registry.js';
+import type { CliContext } from '../cli-context.js';
 
 /** Commander parser for a repeatable option: each occurrence appends to the list (no default, so help shows none). */
 export function collect(value: string, previous: string[] | undefined): string[] {
   return [...(previous ?? []), value];
+}
+
+export interface PluginOptions {
+  readonly plugin?: string[];
+  readonly preferPlugin?: string[];
+}
+
+/** --plugin and --prefer-plugin, the same on every command that loads plugins. */
+export function withPluginOptions(command: Command): Command {
+  return command
+    .option('--plugin <name-or-path>', 'also load this plugin: a package name, a package directory or a module file (repeatable)', collect)
+    .option('--prefer-plugin <name>', "use this plugin's layer types and architectures where another plugin (or a bundled one) offers them too (repeatable)", collect);
+}
+
+/** Where the plugins of a command are looked for, with its --plugin and --prefer-plugin. */
+export function registrySetup(options: PluginOptions, ctx: CliContext): RegistrySetup {
+  return { cwd: ctx.cwd, packageDir: ctx.packageDir, plugins: options.plugin ?? [], preferPlugins: options.preferPlugin ?? [] };
 }
 
 export function positiveInt(value: string): number {

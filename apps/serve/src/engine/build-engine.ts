@@ -6,7 +6,8 @@ import {
 import type { BackendChoice } from '../backends/select-backend.js';
 import { resolveCacheDir } from '../embedded/cache-dir.js';
 import { EMBEDDED_MODEL_NAME, ensureEmbeddedModel } from '../embedded/embedded-model.js';
-import { registerModels } from '../models/index.js';
+import type { ServingRegistry } from '../plugins/build-registry.js';
+import type { RegistrySetup } from '../plugins/load-registry.js';
 import { PrefillLastRowsHead } from './prefill-head.js';
 import { Scheduler } from './scheduler.js';
 
@@ -26,6 +27,8 @@ export interface EngineSetup {
   readonly spec?: Required<NgramOptions>;
   /** Capture decode and verify steps into graphs. */
   readonly graphs: boolean;
+  /** The plugins the model may be built from (loaded in the engine worker). */
+  readonly plugins: RegistrySetup;
 }
 
 /** What the server learns of the model before its weights load. */
@@ -37,6 +40,8 @@ export interface ModelInfo {
   readonly createMs: number;
   readonly name: string;
   readonly modelType: string;
+  /** The package whose adapter builds the model_type (a plugin, or @metrale/serve). */
+  readonly provider: string;
   readonly vocabSize: number;
   readonly eosTokenIds: number[];
   readonly maxModelLen: number;
@@ -47,7 +52,7 @@ export interface ModelInfo {
 export const DEFAULT_MAX_MODEL_LEN = 4096;
 
 /** Opens the checkpoint (writing the embedded one first when asked) and checks what can be checked without a device. */
-export function resolveModel(setup: EngineSetup): { info: ModelInfo; checkpoint: Checkpoint } {
+export function resolveModel(setup: EngineSetup, registry: ServingRegistry): { info: ModelInfo; checkpoint: Checkpoint } {
   let dir = setup.modelDir;
   let created = false;
   let createMs = 0;
@@ -59,7 +64,8 @@ export function resolveModel(setup: EngineSetup): { info: ModelInfo; checkpoint:
   }
   const checkpoint = Checkpoint.open(dir);
   const config = checkpoint.config;
-  registerModels().forConfig(config, `${checkpoint.dir}/config.json`);
+  registry.architectures.forConfig(config, `${checkpoint.dir}/config.json`);
+  const modelType = String(config.model_type);
   const vocabSize = config.vocab_size;
   if (!Number.isSafeInteger(vocabSize) || (vocabSize as number) < 1) throw new WeightsError(`config.vocab_size must be a positive integer, got ${JSON.stringify(vocabSize)}`, `${checkpoint.dir}/config.json`);
   const positions = typeof config.max_position_embeddings === 'number' ? config.max_position_embeddings : undefined;
@@ -77,7 +83,9 @@ export function resolveModel(setup: EngineSetup): { info: ModelInfo; checkpoint:
     created,
     createMs,
     name: setup.modelDir === undefined ? EMBEDDED_MODEL_NAME : checkpoint.dir,
-    modelType: String(config.model_type),
+    modelType,
+    // forConfig found an adapter: the registry lists who provides it.
+    provider: registry.modelTypes.find((m) => m.name === modelType)!.provider,
     vocabSize: vocabSize as number,
     eosTokenIds: eos,
     maxModelLen,
@@ -107,18 +115,21 @@ export interface Engine {
 }
 
 /**
- * Builds the model on `gpu` (tensors read one at a time; `onProgress` sees the bytes read so
- * far against the weight files' size), wraps its lm head for prefill, and starts the scheduler.
+ * Builds the model on `gpu` with the registry's adapter and layer plugins (tensors read one at a
+ * time; `onProgress` sees the bytes read so far against the weight files' size), wraps its lm
+ * head for prefill, and starts the scheduler.
  */
 export function buildEngine(
-  setup: EngineSetup, info: ModelInfo, checkpoint: Checkpoint, gpu: GpuBackend,
+  setup: EngineSetup, info: ModelInfo, checkpoint: Checkpoint, gpu: GpuBackend, registry: ServingRegistry,
   onProgress?: (loaded: number, total: number) => void,
 ): Engine {
   const limits = servingLimits(setup, info.maxModelLen);
-  const adapter = registerModels().forConfig(checkpoint.config, `${checkpoint.dir}/config.json`);
+  const adapter = registry.architectures.forConfig(checkpoint.config, `${checkpoint.dir}/config.json`);
   let stack: ModelStack;
   try {
-    stack = adapter.build({ gpu, config: checkpoint.config, weights: countingWeights(checkpoint.weights, info.weightBytes, onProgress), limits });
+    stack = adapter.build({
+      gpu, config: checkpoint.config, weights: countingWeights(checkpoint.weights, info.weightBytes, onProgress), limits, plugins: registry.layers,
+    });
   } finally {
     checkpoint.close();
   }
