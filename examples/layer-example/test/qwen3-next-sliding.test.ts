@@ -40,7 +40,7 @@ function greedy(dir: string, prompt: number[], options: { graphs?: boolean; k?: 
   const { stack } = loadModel(dir, { gpu, limits, ...registries() });
   const driver = new StepDriver({ gpu, layers: stack.layers, limits, graphs: options.graphs ?? true });
   try {
-    const runner = new ModelRunner({ driver, vocabSize: stack.vocabSize, ...(k ? { speculation: { proposer: new NgramProposer({ k, min: 1, max: 3 }), k } } : {}) });
+    const runner = new ModelRunner({ driver, vocabSize: stack.vocabSize, ...(k ? { speculation: { proposer: new NgramProposer({ k }), k } } : {}) });
     const { outputs, stats } = runner.generate([{ prompt, maxTokens }]);
     return { tokens: outputs[0]!.tokens, accepted: stats.speculation?.accepted ?? 0 };
   } finally {
