@@ -1,7 +1,7 @@
 import { defineConfig } from 'tsup';
 
 export default defineConfig({
-  entry: ['src/index.ts'],
+  entry: ['src/index.ts', 'src/write-tiny-checkpoint.ts'],
   format: ['esm'],
   dts: true,
   sourcemap: true,

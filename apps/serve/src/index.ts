@@ -7,7 +7,10 @@ export type { BackendChoice, BackendName, BackendReport } from './backends/selec
 export { BACKEND_CHOICES, probeBackend, probeBackends, selectBackend } from './backends/select-backend.js';
 export type { DiscoverOptions, DiscoveredPlugin, PluginSource } from './plugins/discover-plugins.js';
 export { discoverPlugins, FIRST_PARTY_PLUGINS } from './plugins/discover-plugins.js';
-export { buildRegistry } from './plugins/build-registry.js';
+export type { PluginWarning, Provision, RegistryOptions, ServingRegistry } from './plugins/build-registry.js';
+export { buildRegistry, BUNDLED_ADAPTERS_PROVIDER } from './plugins/build-registry.js';
+export type { RegistrySetup } from './plugins/load-registry.js';
+export { loadRegistry } from './plugins/load-registry.js';
 export { BackendUnavailableError, UsageError } from './errors/cli-errors.js';
 export { EXIT_FAILURE, EXIT_USAGE, reportError } from './errors/report-error.js';
 export { registerModels, ADAPTERS, qwen3NextAdapter, qwen3NextLayerTypes, qwen3NextIsMoe, glmMoeDsaAdapter, glmMlpLayerTypes } from './models/index.js';

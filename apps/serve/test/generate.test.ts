@@ -1,7 +1,9 @@
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { writeTinyCheckpoint } from '@metrale/layer-example';
 import { afterAll, describe, expect, it } from 'vitest';
+import { BROKEN_PLUGINS, LAYER_EXAMPLE_DIR, writePluginProject } from './support/plugin-projects.js';
 import { metrale } from './support/run-cli.js';
 import { writeTinyQwen3Next } from './support/tiny-qwen3-next.js';
 
@@ -24,8 +26,8 @@ function checkpoint(name: string, options: Parameters<typeof writeTinyQwen3Next>
   return dir;
 }
 
-function generate(args: string[]): GenerateLine {
-  const r = metrale(['generate', '--backend', 'cpu', '--json', ...args]);
+function generate(args: string[], options: { cwd?: string } = {}): GenerateLine {
+  const r = metrale(['generate', '--backend', 'cpu', '--json', ...args], options);
   expect(r.stderr).toBe('');
   expect(r.code).toBe(0);
   return JSON.parse(r.lines.at(-1)!) as GenerateLine;
@@ -117,6 +119,45 @@ describe('metrale generate on a tiny random qwen3_next checkpoint (CPU)', () => 
     const bytes = readFileSync(file);
     const header = JSON.parse(bytes.subarray(8, 8 + Number(bytes.readBigUInt64LE(0))).toString()) as Record<string, { shape: number[]; dtype: string }>;
     expect(header.logits).toMatchObject({ dtype: 'F32', shape: [3, 64] });
+  });
+});
+
+describe("metrale generate with a plugin's architecture", () => {
+  const sliding = join(root, 'qwen3-next-sliding');
+  writeTinyCheckpoint(sliding);
+  // A working directory with no node_modules of its own.
+  const bare = mkdtempSync(join(tmpdir(), 'metrale-generate-bare-'));
+  afterAll(() => rmSync(bare, { recursive: true, force: true }));
+
+  it('runs the example\'s qwen3_next_sliding given with --plugin <dir>; greedy, the same tokens with drafts verified', () => {
+    const args = ['--plugin', LAYER_EXAMPLE_DIR, '--model', sliding, '--prompt', 'the cat sat on the mat; the cat sat on the', '--max-tokens', '24', '--greedy', '--ignore-eos'];
+    const base = generate(args, { cwd: bare });
+    expect(base.tokens).toHaveLength(24);
+    // The example's lm head speaks printable ASCII only.
+    expect(base.text).toMatch(/^[\x20-\x7e]{24}$/);
+    const sped = generate([...args, '--spec', 'ngram:k=3'], { cwd: bare });
+    expect(sped.tokens).toEqual(base.tokens);
+    expect(sped.stats.speculative!.accepted).toBeGreaterThan(0);
+  });
+
+  it('skips, with a warning each, the discovered plugins that fail, and generates', () => {
+    const project = writePluginProject(mkdtempSync(join(tmpdir(), 'metrale-generate-broken-')), BROKEN_PLUGINS);
+    try {
+      const r = metrale(['generate', '--plugin', LAYER_EXAMPLE_DIR, '--model', sliding, '--prompt-ids', '65,66,67', '--max-tokens', '4', '--backend', 'cpu', '--json'], { cwd: project });
+      expect(r.code).toBe(0);
+      const warnings = r.stderr.trim().split('\n');
+      expect(warnings).toHaveLength(3);
+      expect(warnings).toContainEqual(expect.stringMatching(/^warning: acme-throws: skipped: plugin acme-throws: failed to import .*: acme-throws cannot start: missing ACME_LICENSE$/));
+      expect(warnings).toContainEqual(expect.stringMatching(/^warning: acme-future: skipped: plugin acme-future: implements layer contract 2\.0\.0, but @metrale\/core implements 1\.0\.0/));
+      expect(warnings).toContainEqual("warning: acme-twice: skipped: plugin acme-twice: registers model_type 'llama' twice; keep one adapter per model_type");
+      expect((JSON.parse(r.lines.at(-1)!) as GenerateLine).tokens).toHaveLength(4);
+
+      const named = metrale(['generate', '--plugin', 'acme-throws', '--model', sliding, '--prompt-ids', '65', '--max-tokens', '1', '--backend', 'cpu'], { cwd: project });
+      expect(named.code).toBe(1);
+      expect(named.stderr).toMatch(/^error: plugin acme-throws: failed to import .*: acme-throws cannot start: missing ACME_LICENSE\n$/);
+    } finally {
+      rmSync(project, { recursive: true, force: true });
+    }
   });
 });
 

@@ -1,28 +1,20 @@
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { pack } from './support/pack-workspace.js';
 
-// A user's install: pack core, the CPU backend and this plugin as the registry would serve them
+// A user's install: pack core, layer-std, the CPU backend and this plugin as the registry would serve them
 // (`pnpm pack` rewrites workspace: ranges to versions), install the tarballs with plain npm into
 // an empty project outside the workspace, and run the conformance kit there.
-const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');
 const work = mkdtempSync(join(tmpdir(), 'metrale-install-'));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
 
-function pack(dir: string): string {
-  const out = join(work, 'tarballs');
-  execFileSync('npx', ['-y', 'pnpm@12.4.2', 'pack', '--pack-destination', out], { cwd: join(root, dir), stdio: 'pipe' });
-  const name = readdirSync(out).find((f) => f.startsWith(`metrale-${dir.split('/').pop()}-`) && f.endsWith('.tgz'));
-  if (!name) throw new Error(`no tarball for ${dir} in ${readdirSync(out).join(', ')}`);
-  return join(out, name);
-}
-
 describe('installing the plugin from tarballs with npm', () => {
-  it('installs core, cpu-backend and the example outside the workspace and passes the conformance kit there', () => {
-    const tarballs = { '@metrale/core': pack('packages/core'), '@metrale/cpu-backend': pack('packages/cpu-backend'), '@metrale/layer-example': pack('examples/layer-example') };
+  it('installs core, layer-std, cpu-backend and the example outside the workspace and passes the conformance kit there', () => {
+    const names = ['@metrale/core', '@metrale/layer-std', '@metrale/cpu-backend', '@metrale/layer-example'];
+    const tarballs = Object.fromEntries(names.map((n) => [n, pack(n, join(work, 'tarballs'))]));
     const app = join(work, 'app');
     execFileSync('mkdir', ['-p', app]);
     writeFileSync(join(app, 'package.json'), JSON.stringify({ name: 'user-app', private: true, type: 'module', dependencies: Object.fromEntries(Object.entries(tarballs).map(([n, t]) => [n, `file:${t}`])) }));

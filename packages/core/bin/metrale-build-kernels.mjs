@@ -6,7 +6,7 @@
 // Without nvcc it prints one line and exits 0: the package then runs on the CPU backend only.
 // Plain Node, no dependencies, so every plugin package can call it from its build script.
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, renameSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, statSync } from 'node:fs';
 import { delimiter, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -93,7 +93,11 @@ function main() {
 
   const outDir = join(options.packageDir, 'dist', 'kernels');
   mkdirSync(outDir, { recursive: true });
-  const headersMs = Math.max(newestHeaderMs(kernelsDir), existsSync(sharedInclude) ? newestHeaderMs(sharedInclude) : 0);
+  // The shared headers count only for a package whose kernels include them.
+  const usesShared = readdirSync(kernelsDir, { recursive: true })
+    .filter((f) => /\.(cu|cuh|h)$/.test(String(f)))
+    .some((f) => readFileSync(join(kernelsDir, String(f)), 'utf8').includes('<metrale/'));
+  const headersMs = Math.max(newestHeaderMs(kernelsDir), usesShared && existsSync(sharedInclude) ? newestHeaderMs(sharedInclude) : 0);
   let built = 0;
   for (const source of sources) {
     const input = join(kernelsDir, source);

@@ -106,7 +106,8 @@ export class UnsupportedArchitectureError extends MetraleError {
   constructor(modelType: string, supported: readonly string[], where?: string) {
     super(
       `${where ? `${where}: ` : ''}model_type ${JSON.stringify(modelType)} is not supported; ` +
-        (supported.length ? `supported: ${supported.join(', ')}` : 'no architecture is registered'),
+        (supported.length ? `supported: ${supported.join(', ')}` : 'no architecture is registered') +
+        '; a plugin may bring it: install or load the plugin whose architectures include it',
     );
     this.modelType = modelType;
     this.supported = supported;

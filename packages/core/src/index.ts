@@ -28,10 +28,11 @@ export type { ResolvedHooks } from './contract/default-hooks.js';
 export { defaultHooks, resolveHooks } from './contract/default-hooks.js';
 
 export { SPECIFICATION_VERSION } from './plugin/specification-version.js';
-export type { PluginDefinition, MetralePlugin, CreateLayerContext } from './plugin/define-plugin.js';
-export { definePlugin, validatePlugin } from './plugin/define-plugin.js';
+export type { PluginDefinition, MetralePlugin, CreateLayerContext, PluginOrigin } from './plugin/define-plugin.js';
+export { definePlugin, validatePlugin, pluginLabel } from './plugin/define-plugin.js';
 export { PluginRegistry } from './plugin/registry.js';
-export { loadPlugin, resolvePackageEntry } from './plugin/load-plugin.js';
+export type { PluginPackage } from './plugin/load-plugin.js';
+export { loadPlugin, resolvePackageEntry, readPluginPackage, importPlugin, importPluginPackage } from './plugin/load-plugin.js';
 
 export type { StepDriverOptions, StepResult, StepInput, StepPath } from './driver/step-driver.js';
 export { StepDriver } from './driver/step-driver.js';

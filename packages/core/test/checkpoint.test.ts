@@ -99,7 +99,7 @@ describe('ArchitectureRegistry and loadModel', () => {
     registry.register('qwen3_next', adapter('qwen3_next'));
     registry.register('glm_moe_dsa', adapter('glm_moe_dsa'));
     expect(() => registry.get('llama')).toThrow(UnsupportedArchitectureError);
-    expect(() => registry.get('llama')).toThrow('model_type "llama" is not supported; supported: glm_moe_dsa, qwen3_next');
+    expect(() => registry.get('llama')).toThrow('model_type "llama" is not supported; supported: glm_moe_dsa, qwen3_next; a plugin may bring it: install or load the plugin whose architectures include it');
     const dir = write('unsupported', tensors(), { model_type: 'llama' });
     const gpu = cpuBackend();
     expect(() => loadModel(dir, { gpu, limits: { maxSeqs: 1, maxSeqLen: 4, maxBatch: 1, maxK: 1, maxRows: 4 }, architectures: registry })).toThrow(/config.json: model_type "llama" is not supported/);

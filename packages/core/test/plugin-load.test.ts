@@ -2,7 +2,9 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { loadPlugin, PluginError, resolvePackageEntry, SPECIFICATION_VERSION, SpecificationVersionError } from '../src/index.js';
+import {
+  importPlugin, importPluginPackage, loadPlugin, PluginError, readPluginPackage, resolvePackageEntry, SPECIFICATION_VERSION, SpecificationVersionError,
+} from '../src/index.js';
 import { expectThrow } from './support/driver-rig.js';
 
 // Packages written into a temporary node_modules, one fresh root per test (ESM caches by URL).
@@ -29,8 +31,8 @@ function writePackage(root: string, name: string, manifest: Record<string, unkno
 }
 
 /** A plugin module's source; a plain object, as a package built against core's types would export. */
-function pluginModule(name: string, exportAs: 'default' | 'plugin', spec = SPECIFICATION_VERSION): string {
-  const body = `{ name: ${JSON.stringify(name)}, version: '1.0.0', specificationVersion: ${JSON.stringify(spec)}, layerTypes: ['swa'], create() { return null; } }`;
+function pluginModule(name: string, exportAs: 'default' | 'plugin', spec = SPECIFICATION_VERSION, stated = ''): string {
+  const body = `{ name: ${JSON.stringify(name)},${stated ? ` version: ${JSON.stringify(stated)},` : ''} specificationVersion: ${JSON.stringify(spec)}, layerTypes: ['swa'], create() { return null; } }`;
   return exportAs === 'default' ? `export default ${body};\n` : `export const plugin = ${body};\nexport const other = 1;\n`;
 }
 
@@ -45,6 +47,7 @@ describe('loadPlugin', () => {
     });
     expect(resolvePackageEntry('metrale-layer-swa', root)).toBe(join(dir, 'dist/index.js'));
     const plugin = await loadPlugin('metrale-layer-swa', { fromDir: root });
+    // The version is the package.json's: the module states none.
     expect(plugin).toMatchObject({ name: 'metrale-layer-swa', version: '1.0.0', layerTypes: ['swa'], __metralePlugin: true });
     expect(Object.isFrozen(plugin)).toBe(true);
   });
@@ -68,6 +71,27 @@ describe('loadPlugin', () => {
     expect((await loadPlugin('bare', { fromDir: root })).name).toBe('bare');
   });
 
+  it("takes the version from the package's package.json and refuses a plugin that states another", async () => {
+    const root = freshRoot();
+    writePackage(root, 'versioned', { version: '4.5.6' }, { 'index.js': pluginModule('versioned', 'default') });
+    expect((await loadPlugin('versioned', { fromDir: root })).version).toBe('4.5.6');
+    writePackage(root, 'stale-version', { version: '2.0.0' }, { 'index.js': pluginModule('stale-version', 'default', SPECIFICATION_VERSION, '1.9.0') });
+    const e = await loadPlugin('stale-version', { fromDir: root }).catch((x: unknown) => x);
+    expect(e).toBeInstanceOf(PluginError);
+    expect((e as PluginError).message).toMatch(/plugin stale-version: 'version' is 1\.9\.0 but its package\.json says 2\.0\.0/);
+  });
+
+  it('reads a package from its directory (a checkout, not installed) and imports its plugin', async () => {
+    const root = freshRoot();
+    const dir = writePackage(root, '@acme/layer-dir', { version: '0.3.0', exports: conditionalExports }, { 'dist/index.js': pluginModule('@acme/layer-dir', 'plugin') });
+    const pkg = readPluginPackage(dir);
+    expect(pkg).toEqual({ dir, name: '@acme/layer-dir', version: '0.3.0', entry: join(dir, 'dist/index.js') });
+    expect(await importPluginPackage(pkg)).toMatchObject({ name: '@acme/layer-dir', version: '0.3.0', layerTypes: ['swa'] });
+    expectThrow(() => readPluginPackage(join(root, 'nowhere')), PluginError, /plugin .*nowhere: cannot read .*nowhere\/package\.json/);
+    const e = await importPlugin(join(dir, 'missing.js'), 'by-file').catch((x: unknown) => x);
+    expect((e as PluginError).message).toMatch(/^plugin by-file: failed to import .*missing\.js/);
+  });
+
   it('refuses a package that exports no plugin', async () => {
     const root = freshRoot();
     writePackage(root, 'not-a-plugin', { exports: { '.': './index.js' } }, { 'index.js': 'export const helper = 1;\n' });
@@ -88,7 +112,7 @@ describe('loadPlugin', () => {
 
   it('refuses a malformed plugin, naming the package', async () => {
     const root = freshRoot();
-    writePackage(root, 'half-plugin', {}, { 'index.js': 'export default { name: "half-plugin", version: "1.0.0" };\n' });
+    writePackage(root, 'half-plugin', {}, { 'index.js': 'export default { name: "half-plugin" };\n' });
     const e = await loadPlugin('half-plugin', { fromDir: root }).catch((x: unknown) => x);
     expect(e).toBeInstanceOf(PluginError);
     expect((e as PluginError).message).toMatch(/plugin half-plugin: 'specificationVersion'/);

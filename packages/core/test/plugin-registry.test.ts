@@ -60,6 +60,12 @@ describe('PluginRegistry', () => {
     expect(r.plugins()).toEqual([v1]);
   });
 
+  it('names a plugin without a known version by its name alone', () => {
+    const r = new PluginRegistry();
+    r.register(definePlugin({ name: '@acme/unversioned', specificationVersion: SPECIFICATION_VERSION, layerTypes: ['swa'], create: (c) => layerStub(c.layerType) }));
+    expectThrow(() => r.register(plugin('@acme/other', '1.0.0', ['swa'])), PluginError, /layer type 'swa' is already provided by @acme\/unversioned$/);
+  });
+
   it('names the loaded types when a layer type has no plugin', () => {
     const r = new PluginRegistry();
     expectThrow(() => r.get('dsa'), PluginError, /no loaded plugin provides layer type 'dsa' \(no plugins are loaded\)/);

@@ -77,14 +77,29 @@ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { re
 template <>
 __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
 
+/** Shared memory of one tile: the A and B stages, then (reused) the f32 tile of C. */
+template <typename T>
+struct TileSmem {
+  struct Stages {
+    T a[kTileM][kTileK + kPad];
+    T b[kTileN][kTileK + kPad];
+  };
+  union {
+    Stages in;
+    float out[kTileM][kTileN + 4];
+  };
+};
+constexpr size_t kTileSmemBytes = sizeof(TileSmem<float>) > sizeof(TileSmem<__half>) ? sizeof(TileSmem<float>) : sizeof(TileSmem<__half>);
+
 /** One CTA: a 64 × 64 tile of C, 4 warps of 32 × 32 (2 × 2 fragments of 16 × 16). */
 template <typename T>
-__device__ void gemm_fp8_tile(const T* __restrict__ a, const uint8_t* __restrict__ b, const float* __restrict__ scales, void* __restrict__ c,
-                              int cCode, int m, int n, int k, int lda, int ldc, float alpha, float beta) {
+__device__ void gemm_fp8_tile(unsigned char* smem, const T* __restrict__ a, const uint8_t* __restrict__ b, const float* __restrict__ scales,
+                              void* __restrict__ c, int cCode, int m, int n, int k, int lda, int ldc, float alpha, float beta) {
   using namespace nvcuda;
-  __shared__ __align__(32) T as[kTileM][kTileK + kPad];
-  __shared__ __align__(32) T bs[kTileN][kTileK + kPad];
-  __shared__ __align__(32) float out[kTileM][kTileN + 4];
+  TileSmem<T>& sm = *reinterpret_cast<TileSmem<T>*>(smem);
+  auto& as = sm.in.a;
+  auto& bs = sm.in.b;
+  auto& out = sm.out;
   const int m0 = blockIdx.y * kTileM, n0 = blockIdx.x * kTileN;
   const int warp = threadIdx.x >> 5, wm = (warp >> 1) * 32, wn = (warp & 1) * 32;
   const int kBlocks = (k + kFp8Block - 1) / kFp8Block;
@@ -159,6 +174,8 @@ __device__ void gemm_fp8_tile(const T* __restrict__ a, const uint8_t* __restrict
 extern "C" __global__ void __launch_bounds__(128) backend_gemm_fp8_tiled(
     const void* __restrict__ a, int aCode, const uint8_t* __restrict__ b, const float* __restrict__ scales, void* __restrict__ c,
     int cCode, int m, int n, int k, int lda, int ldc, float alpha, float beta) {
-  if (aCode == kF16) gemm_fp8_tile<__half>(static_cast<const __half*>(a), b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta);
-  else gemm_fp8_tile<__nv_bfloat16>(static_cast<const __nv_bfloat16*>(a), b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta);
+  // One buffer for both instantiations (each would otherwise reserve its own static arrays).
+  __shared__ __align__(128) unsigned char smem[kTileSmemBytes];
+  if (aCode == kF16) gemm_fp8_tile<__half>(smem, static_cast<const __half*>(a), b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta);
+  else gemm_fp8_tile<__nv_bfloat16>(smem, static_cast<const __nv_bfloat16*>(a), b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta);
 }

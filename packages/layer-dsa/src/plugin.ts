@@ -8,7 +8,6 @@ import { createDsaLayer } from './dsa-links.js';
  */
 export const plugin = definePlugin({
   name: '@metrale/layer-dsa',
-  version: '0.1.0',
   // The contract version this package was written against; core checks it.
   specificationVersion: '1.0.0',
   layerTypes: ['dsa'],

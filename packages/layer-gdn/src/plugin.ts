@@ -4,7 +4,6 @@ import { GdnLayer } from './gdn-layer.js';
 /** The plugin a metrale application loads: layer type 'gdn', for Qwen3-Next and Qwen3.5 checkpoints. */
 export const plugin = definePlugin({
   name: '@metrale/layer-gdn',
-  version: '0.1.0',
   // The contract version this package was written against; core checks it.
   specificationVersion: '1.0.0',
   layerTypes: ['gdn'],

@@ -8,7 +8,6 @@ import { PleLayer, type PleLayerOptions } from './ple-layer.js';
 export function plePlugin(options: PleLayerOptions = {}): MetralePlugin {
   return definePlugin({
     name: '@metrale/layer-ple',
-    version: '0.1.0',
     // The contract version this package was written against, not core's constant: core checks it.
     specificationVersion: '1.0.0',
     layerTypes: ['ple'],

@@ -10,6 +10,7 @@ export { AttentionLayer, type AttentionState } from './attention-layer.js';
 export { qwen3NextAttentionOptions, ropeOf, checkAttention, type AttentionOptions } from './attention-config.js';
 export { LmHeadLayer, type LmHeadOptions } from './lm-head-layer.js';
 export { residualAdd, requireResidualAdd } from './residual-add.js';
+export { buildPreNormDecoder, type PreNormDecoderSpec, type PreNormLayer } from './pre-norm-decoder.js';
 export { DeviceSampler } from './device-sampler.js';
 export { KvPages } from './kv-pages.js';
 export { ropeTable } from './rope-table.js';

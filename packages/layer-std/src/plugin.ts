@@ -57,7 +57,6 @@ function create(context: CreateLayerContext): TransformerLayer<any> {
 /** The plugin a metrale application loads: the standard blocks every model needs. */
 export const plugin = definePlugin({
   name: '@metrale/layer-std',
-  version: '0.1.0',
   specificationVersion: '1.0.0',
   layerTypes: [...STD_LAYER_TYPES],
   modelTypes: ['qwen3_next', 'glm_moe_dsa'],

@@ -3,24 +3,21 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { BACKEND_CHOICES, selectBackend, type BackendChoice } from '../backends/select-backend.js';
 import type { CliContext } from '../cli-context.js';
 import { EXIT_FAILURE } from '../errors/report-error.js';
-import { buildRegistry } from '../plugins/build-registry.js';
-import { discoverPlugins } from '../plugins/discover-plugins.js';
-import { collect, dtypeOption } from './options.js';
+import { loadRegistry } from '../plugins/load-registry.js';
+import { dtypeOption, registrySetup, withPluginOptions, type PluginOptions } from './options.js';
 
-interface CheckLayerOptions {
+interface CheckLayerOptions extends PluginOptions {
   readonly backend: BackendChoice;
-  readonly plugin?: string[];
   readonly tolerance?: number;
   readonly graphs: boolean;
   readonly dtype: DtypeChoice;
 }
 
 export function checkLayerCommand(ctx: CliContext): Command {
-  return new Command('check-layer')
+  return withPluginOptions(new Command('check-layer')
     .description('run a layer fixture (metrale-layer-fixture/1) through its plugin and compare every step with the golden output')
     .argument('<dir>', 'fixture directory: case.json, config.json, weights.safetensors, case.safetensors')
-    .addOption(new Option('--backend <name>', 'device to run on').choices(BACKEND_CHOICES).default('auto'))
-    .option('--plugin <name-or-path>', 'also load this plugin package or module file (repeatable)', collect)
+    .addOption(new Option('--backend <name>', 'device to run on').choices(BACKEND_CHOICES).default('auto')))
     .option('--tolerance <rel>', "relative L2 bound per step (default: the fixture's tolerance.rel)", parseTolerance)
     .option('--no-graphs', 'run decode and verify eagerly instead of capturing and replaying graphs')
     .addOption(dtypeOption())
@@ -39,8 +36,7 @@ async function checkLayer(dir: string, options: CheckLayerOptions, ctx: CliConte
   // The fixture is read first: a broken fixture is reported before any plugin or device is touched.
   const fixture = readLayerFixture(dir);
   const precision = resolvePrecision(options.dtype, fixture.config, fixture.files.config);
-  const discovered = await discoverPlugins({ cwd: ctx.cwd, packageDir: ctx.packageDir, explicit: options.plugin ?? [] });
-  const { registry } = buildRegistry(discovered);
+  const { layers: registry } = await loadRegistry(registrySetup(options, ctx));
   const gpu: GpuBackend = await selectBackend(options.backend);
   try {
     const report = runLayerFixture(fixture, {

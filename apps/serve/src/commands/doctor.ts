@@ -1,26 +1,23 @@
 import { createRequire } from 'node:module';
-import { SPECIFICATION_VERSION, type DeviceInfo } from '@metrale/core';
+import { SPECIFICATION_VERSION, pluginLabel, type DeviceInfo } from '@metrale/core';
 import { Command } from 'commander';
 import { probeBackends, type BackendReport } from '../backends/select-backend.js';
 import type { CliContext } from '../cli-context.js';
-import { buildRegistry } from '../plugins/build-registry.js';
-import { discoverPlugins, type DiscoveredPlugin } from '../plugins/discover-plugins.js';
-import { collect } from './options.js';
+import type { Provision, ServingRegistry } from '../plugins/build-registry.js';
+import { loadRegistry } from '../plugins/load-registry.js';
+import { registrySetup, withPluginOptions, type PluginOptions } from './options.js';
 
-interface DoctorOptions {
+interface DoctorOptions extends PluginOptions {
   readonly json?: boolean;
-  readonly plugin?: string[];
 }
 
 export function doctorCommand(ctx: CliContext): Command {
-  return new Command('doctor')
-    .description('show which backends can run here (and why not), their devices, and the installed layer plugins')
-    .option('--json', 'print one JSON object instead of text')
-    .option('--plugin <name-or-path>', 'also load this plugin package or module file (repeatable)', collect)
+  return withPluginOptions(new Command('doctor')
+    .description('show which backends can run here (and why not), their devices, the installed plugins, and which plugin serves each model_type and layer type')
+    .option('--json', 'print one JSON object instead of text'))
     .action(async (options: DoctorOptions) => {
       const backends = await probeBackends();
-      const { plugins } = buildRegistry(await discoverPlugins({ cwd: ctx.cwd, packageDir: ctx.packageDir, explicit: options.plugin ?? [] }));
-      const report = doctorReport(backends, plugins, ctx);
+      const report = doctorReport(backends, await loadRegistry(registrySetup(options, ctx)), ctx);
       if (options.json) ctx.out(JSON.stringify(report, null, 2));
       else for (const line of doctorText(report)) ctx.out(line);
       ctx.exitCode = 0;
@@ -34,29 +31,35 @@ interface DoctorReport {
   readonly searched: readonly string[];
   readonly plugins: readonly {
     name: string; source: string; location: string; version?: string; plugin?: string; specificationVersion?: string; layerTypes?: readonly string[];
-    modelTypes?: readonly string[]; problem?: string;
+    architectures?: readonly string[]; modelTypes?: readonly string[]; problem?: string;
   }[];
+  /** Which plugin serves each model_type (architecture) and each layer type, after --prefer-plugin. */
+  readonly architectures: readonly Provision[];
+  readonly layerTypes: readonly Provision[];
 }
 
-function doctorReport(backends: readonly BackendReport[], plugins: readonly DiscoveredPlugin[], ctx: CliContext): DoctorReport {
+function doctorReport(backends: readonly BackendReport[], registry: ServingRegistry, ctx: CliContext): DoctorReport {
   return {
     node: process.version,
     core: { version: coreVersion(), specificationVersion: SPECIFICATION_VERSION },
     backends: backends.map((b) => ({ name: b.name, available: b.probe.available, reason: b.probe.reason, devices: b.probe.devices })),
     searched: [...new Set([ctx.cwd, ctx.packageDir])],
-    plugins: plugins.map((d) => ({
+    plugins: registry.plugins.map((d) => ({
       name: d.id,
       source: d.source,
       location: d.location,
       ...(d.version !== undefined ? { version: d.version } : {}),
       ...(d.plugin
         ? {
-            plugin: `${d.plugin.name}@${d.plugin.version}`, specificationVersion: d.plugin.specificationVersion, layerTypes: d.plugin.layerTypes,
+            plugin: pluginLabel(d.plugin), specificationVersion: d.plugin.specificationVersion, layerTypes: d.plugin.layerTypes,
+            architectures: d.plugin.architectures.map((a) => a.modelType),
             ...(d.plugin.modelTypes ? { modelTypes: d.plugin.modelTypes } : {}),
           }
         : {}),
       ...(d.problem !== undefined ? { problem: d.problem } : {}),
     })),
+    architectures: registry.modelTypes,
+    layerTypes: registry.layerTypes,
   };
 }
 
@@ -70,12 +73,22 @@ function doctorText(r: DoctorReport): string[] {
   if (r.plugins.length === 0) lines.push('  none found; install a package such as @metrale/layer-gdn, or pass --plugin <name-or-path>');
   for (const p of r.plugins) {
     const head = `  ${p.name}${p.version ? ` ${p.version}` : ''}`;
-    const body = p.layerTypes
-      ? `contract ${p.specificationVersion}, layer types: ${p.layerTypes.join(', ')}${p.modelTypes?.length ? `, model types: ${p.modelTypes.join(', ')}` : ''}`
-      : p.problem;
+    const offers = [
+      ...(p.layerTypes?.length ? [`layer types: ${p.layerTypes.join(', ')}`] : []),
+      ...(p.architectures?.length ? [`architectures: ${p.architectures.join(', ')}`] : []),
+      ...(p.modelTypes?.length ? [`model types: ${p.modelTypes.join(', ')}`] : []),
+    ];
+    const body = p.layerTypes ? [`contract ${p.specificationVersion}`, ...offers].join(', ') : p.problem;
     lines.push(`${head}  ${body}  [${p.source}]`);
   }
+  lines.push('', 'architectures (model_type: served by)', ...provisionLines(r.architectures), '', 'layer types (served by)', ...provisionLines(r.layerTypes));
   return lines;
+}
+
+function provisionLines(list: readonly Provision[]): string[] {
+  if (list.length === 0) return ['  none'];
+  const width = Math.max(...list.map((p) => p.name.length));
+  return list.map((p) => `  ${p.name.padEnd(width)}  ${p.provider}${p.bundled ? ' (bundled)' : ''}${p.shadowed.length ? `; also offered by ${p.shadowed.join(', ')} (not used)` : ''}`);
 }
 
 function deviceLine(d: DeviceInfo): string {

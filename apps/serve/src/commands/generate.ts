@@ -7,13 +7,13 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { BACKEND_CHOICES, selectBackend, type BackendChoice } from '../backends/select-backend.js';
 import type { CliContext } from '../cli-context.js';
 import { UsageError } from '../errors/cli-errors.js';
-import { dtypeOption, integer, logprobCount, nonNegative, positiveInt, probability, speculationSpec } from './options.js';
+import { dtypeOption, integer, logprobCount, nonNegative, positiveInt, probability, registrySetup, speculationSpec, withPluginOptions, type PluginOptions } from './options.js';
 import { generateLimits } from '../generate/generate-limits.js';
 import { TextCodec } from '../generate/text-codec.js';
 import { PrefillLastRowsHead } from '../engine/prefill-head.js';
-import { registerModels } from '../models/index.js';
+import { loadRegistry } from '../plugins/load-registry.js';
 
-interface GenerateOptions {
+interface GenerateOptions extends PluginOptions {
   readonly model: string;
   readonly prompt?: string;
   readonly promptIds?: number[];
@@ -36,9 +36,9 @@ interface GenerateOptions {
 }
 
 export function generateCommand(ctx: CliContext): Command {
-  return new Command('generate')
+  return withPluginOptions(new Command('generate')
     .description('generate tokens from a Hugging Face checkpoint directory (greedy or sampled, optionally with n-gram speculation)')
-    .requiredOption('--model <dir>', 'checkpoint directory: config.json, model.safetensors (or shards), tokenizer.json')
+    .requiredOption('--model <dir>', 'checkpoint directory: config.json, model.safetensors (or shards), tokenizer.json'))
     .option('--prompt <text>', 'prompt text (needs tokenizer.json)')
     .option('--prompt-ids <ids>', 'prompt as comma-separated token ids', parseIds)
     .option('--chat', 'wrap --prompt as one user message in the chat template')
@@ -79,7 +79,10 @@ async function generate(o: GenerateOptions, ctx: CliContext): Promise<number> {
 
   // Everything that can be wrong with the directory is reported before a device is touched.
   const checkpoint = Checkpoint.open(o.model);
-  const architectures = registerModels();
+  const registry = await loadRegistry(registrySetup(o, ctx));
+  // A discovered plugin that failed is skipped: generate runs without it.
+  for (const w of registry.warnings) ctx.err(`warning: ${w.plugin}: ${w.message}`);
+  const { architectures, layers: plugins } = registry;
   architectures.forConfig(checkpoint.config, `${checkpoint.dir}/config.json`);
   const codec = TextCodec.fromCheckpoint(checkpoint);
   let prompt: number[];
@@ -96,7 +99,7 @@ async function generate(o: GenerateOptions, ctx: CliContext): Promise<number> {
   const gpu: GpuBackend = await selectBackend(o.backend);
   try {
     const limits = generateLimits(prompt.length, o.maxTokens, spec?.k ?? 0);
-    const { stack, weightBytes } = loadModel(checkpoint, { gpu, limits, architectures, precision });
+    const { stack, weightBytes } = loadModel(checkpoint, { gpu, limits, architectures, plugins, precision });
     if (!o.json) ctx.err(weightsLine(weightBytes, precision, gpu.kind));
     // Every prompt row's logits when asked for; else the head computes only the rows sampled from.
     const layers = o.promptLogits !== undefined ? stack.layers : PrefillLastRowsHead.wrapLast(stack.layers);

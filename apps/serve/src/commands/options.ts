@@ -1,5 +1,7 @@
 import { DTYPE_CHOICES, MAX_LOGPROBS, parseNgramSpec } from '@metrale/core';
-import { InvalidArgumentError, Option } from 'commander';
+import { InvalidArgumentError, Option, type Command } from 'commander';
+import type { RegistrySetup } from '../plugins/load-registry.js';
+import type { CliContext } from '../cli-context.js';
 
 /** `--dtype`: the data path, for every command that builds a model or a layer. */
 export function dtypeOption(): Option {
@@ -18,6 +20,23 @@ export function logprobCount(value: string): number {
 /** Commander parser for a repeatable option: each occurrence appends to the list (no default, so help shows none). */
 export function collect(value: string, previous: string[] | undefined): string[] {
   return [...(previous ?? []), value];
+}
+
+export interface PluginOptions {
+  readonly plugin?: string[];
+  readonly preferPlugin?: string[];
+}
+
+/** --plugin and --prefer-plugin, the same on every command that loads plugins. */
+export function withPluginOptions(command: Command): Command {
+  return command
+    .option('--plugin <name-or-path>', 'also load this plugin: a package name, a package directory or a module file (repeatable)', collect)
+    .option('--prefer-plugin <name>', "use this plugin's layer types and architectures where another plugin (or a bundled one) offers them too (repeatable)", collect);
+}
+
+/** Where the plugins of a command are looked for, with its --plugin and --prefer-plugin. */
+export function registrySetup(options: PluginOptions, ctx: CliContext): RegistrySetup {
+  return { cwd: ctx.cwd, packageDir: ctx.packageDir, plugins: options.plugin ?? [], preferPlugins: options.preferPlugin ?? [] };
 }
 
 export function positiveInt(value: string): number {

@@ -10,9 +10,10 @@ import { TextCodec } from '../generate/text-codec.js';
 import { createServer } from '../server/create-server.js';
 import { ServerContext } from '../server/server-context.js';
 import { ServerMetrics } from '../server/server-metrics.js';
-import { dtypeOption, nonNegative, positiveInt, speculationSpec } from './options.js';
+import type { PluginsLoaded } from '../engine/protocol.js';
+import { dtypeOption, nonNegative, positiveInt, registrySetup, speculationSpec, withPluginOptions, type PluginOptions } from './options.js';
 
-interface ServeOptions {
+interface ServeOptions extends PluginOptions {
   readonly model?: string;
   readonly port: number;
   readonly host: string;
@@ -39,9 +40,9 @@ const port = (value: string): number => {
 };
 
 export function serveCommand(ctx: CliContext): Command {
-  return new Command('serve')
+  return withPluginOptions(new Command('serve')
     .description('serve a checkpoint (default: the embedded model) over an OpenAI-compatible HTTP API')
-    .option('--model <dir>', 'checkpoint directory (config.json, safetensors, tokenizer.json); default: the embedded model, made on first start')
+    .option('--model <dir>', 'checkpoint directory (config.json, safetensors, tokenizer.json); default: the embedded model, made on first start'))
     .option('--port <n>', 'TCP port (0: any free one)', port, 8000)
     .option('--host <addr>', 'address to listen on', '127.0.0.1')
     .addOption(new Option('--backend <name>', 'device to run on').choices(BACKEND_CHOICES).default('auto'))
@@ -80,6 +81,7 @@ async function serve(o: ServeOptions, ctx: CliContext): Promise<number> {
     maxBatch: o.maxBatch,
     prefillChunk: o.prefillChunk,
     graphs: o.graphs,
+    plugins: registrySetup(o, ctx),
   };
   const engine = new EngineClient(setup, { loadDelayMs: o.loadDelayMs });
   const metrics = new ServerMetrics();
@@ -89,6 +91,12 @@ async function serve(o: ServeOptions, ctx: CliContext): Promise<number> {
 
   let bar: SingleBar | undefined;
   let lastLogged = -1;
+  engine.on('plugins', (loaded: PluginsLoaded) => {
+    // A discovered plugin that failed is skipped, not fatal: the server starts without it.
+    for (const w of loaded.warnings) log.warn({ plugin: w.plugin }, w.message);
+    const providers = (list: PluginsLoaded['modelTypes']) => Object.fromEntries(list.map((p) => [p.name, p.provider]));
+    log.info({ architectures: providers(loaded.modelTypes), layer_types: providers(loaded.layerTypes) }, 'plugins loaded');
+  });
   engine.on('model', (info: ModelInfo) => {
     try {
       const checkpoint = Checkpoint.open(info.dir);
@@ -100,7 +108,7 @@ async function serve(o: ServeOptions, ctx: CliContext): Promise<number> {
     } catch (error) {
       log.warn({ err: (error as Error).message }, 'the tokenizer cannot be loaded: only token-id prompts will be served');
     }
-    log.info({ model: server.model?.name, dir: info.dir, model_type: info.modelType, embedded: info.embedded, created: info.created, create_ms: Math.round(info.createMs), max_model_len: info.maxModelLen, weight_bytes: info.weightBytes, dtype: info.dtype, tokenizer: server.codec !== undefined }, 'model opened');
+    log.info({ model: server.model?.name, dir: info.dir, model_type: info.modelType, architecture_provider: info.provider, embedded: info.embedded, created: info.created, create_ms: Math.round(info.createMs), max_model_len: info.maxModelLen, weight_bytes: info.weightBytes, dtype: info.dtype, tokenizer: server.codec !== undefined }, 'model opened');
     // A bar for checkpoints that take a while to load, on a terminal only (logs stay JSON).
     const wanted = o.progress === 'always' || (o.progress === 'auto' && process.stderr.isTTY && info.weightBytes > 256 * 1024 * 1024);
     if (wanted) {

@@ -1,13 +1,13 @@
 import { statSync } from 'node:fs';
 import {
-  Checkpoint, EngineLoop, NgramProposer, StepDriver, WeightsError, checkModelFits, describePrecision, resolvePrecision,
+  Checkpoint, EngineLoop, NgramProposer, StepDriver, WeightsError, checkModelFits, describePrecision, eosTokenIds, resolvePrecision,
   type DtypeChoice, type GpuBackend, type LayerLimits, type ModelStack, type NgramOptions, type Precision, type WeightBytes, type WeightSource,
 } from '@metrale/core';
 import type { BackendChoice } from '../backends/select-backend.js';
 import { resolveCacheDir } from '../embedded/cache-dir.js';
 import { EMBEDDED_MODEL_NAME, ensureEmbeddedModel } from '../embedded/embedded-model.js';
-import { eosTokenIds } from '../models/config-fields.js';
-import { registerModels } from '../models/index.js';
+import type { ServingRegistry } from '../plugins/build-registry.js';
+import type { RegistrySetup } from '../plugins/load-registry.js';
 import { PrefillLastRowsHead } from './prefill-head.js';
 
 /** How the engine is set up: the `metrale serve` options the worker needs. */
@@ -28,6 +28,8 @@ export interface EngineSetup {
   readonly graphs: boolean;
   /** `--dtype`: the data path (default auto: the checkpoint's). */
   readonly dtype?: DtypeChoice;
+  /** The plugins the model may be built from (loaded in the engine worker). */
+  readonly plugins: RegistrySetup;
 }
 
 /** What the server learns of the model before its weights load. */
@@ -39,6 +41,8 @@ export interface ModelInfo {
   readonly createMs: number;
   readonly name: string;
   readonly modelType: string;
+  /** The package whose adapter builds the model_type (a plugin, or @metrale/serve). */
+  readonly provider: string;
   readonly vocabSize: number;
   readonly eosTokenIds: number[];
   readonly maxModelLen: number;
@@ -52,7 +56,7 @@ export interface ModelInfo {
 export const DEFAULT_MAX_MODEL_LEN = 4096;
 
 /** Opens the checkpoint (writing the embedded one first when asked) and checks what can be checked without a device. */
-export function resolveModel(setup: EngineSetup): { info: ModelInfo; checkpoint: Checkpoint } {
+export function resolveModel(setup: EngineSetup, registry: ServingRegistry): { info: ModelInfo; checkpoint: Checkpoint } {
   let dir = setup.modelDir;
   let created = false;
   let createMs = 0;
@@ -64,7 +68,8 @@ export function resolveModel(setup: EngineSetup): { info: ModelInfo; checkpoint:
   }
   const checkpoint = Checkpoint.open(dir);
   const config = checkpoint.config;
-  registerModels().forConfig(config, `${checkpoint.dir}/config.json`);
+  registry.architectures.forConfig(config, `${checkpoint.dir}/config.json`);
+  const modelType = String(config.model_type);
   const vocabSize = config.vocab_size;
   if (!Number.isSafeInteger(vocabSize) || (vocabSize as number) < 1) throw new WeightsError(`config.vocab_size must be a positive integer, got ${JSON.stringify(vocabSize)}`, `${checkpoint.dir}/config.json`);
   const positions = typeof config.max_position_embeddings === 'number' ? config.max_position_embeddings : undefined;
@@ -83,7 +88,9 @@ export function resolveModel(setup: EngineSetup): { info: ModelInfo; checkpoint:
     created,
     createMs,
     name: setup.modelDir === undefined ? EMBEDDED_MODEL_NAME : checkpoint.dir,
-    modelType: String(config.model_type),
+    modelType,
+    // forConfig found an adapter: the registry lists who provides it.
+    provider: registry.modelTypes.find((m) => m.name === modelType)!.provider,
     vocabSize: vocabSize as number,
     eosTokenIds: eos,
     maxModelLen,
@@ -117,21 +124,23 @@ export interface Engine {
 }
 
 /**
- * Builds the model on `gpu` (tensors read one at a time; `onProgress` sees the bytes read so
- * far against the weight files' size), wraps its lm head for prefill, and starts the engine loop.
+ * Builds the model on `gpu` with the registry's adapter and layer plugins (tensors read one at a
+ * time; `onProgress` sees the bytes read so far against the weight files' size), wraps its lm
+ * head for prefill, and starts the engine loop.
  */
 export function buildEngine(
-  setup: EngineSetup, info: ModelInfo, checkpoint: Checkpoint, gpu: GpuBackend,
+  setup: EngineSetup, info: ModelInfo, checkpoint: Checkpoint, gpu: GpuBackend, registry: ServingRegistry,
   onProgress?: (loaded: number, total: number) => void,
 ): Engine {
   const limits = servingLimits(setup, info.maxModelLen);
-  const adapter = registerModels().forConfig(checkpoint.config, `${checkpoint.dir}/config.json`);
+  const adapter = registry.architectures.forConfig(checkpoint.config, `${checkpoint.dir}/config.json`);
   let stack: ModelStack;
   let deviceWeightBytes: WeightBytes;
   try {
     deviceWeightBytes = checkModelFits(checkpoint, gpu, info.precision);
     stack = adapter.build({
-      gpu, config: checkpoint.config, weights: countingWeights(checkpoint.weights, info.weightBytes, onProgress), limits, precision: info.precision,
+      gpu, config: checkpoint.config, weights: countingWeights(checkpoint.weights, info.weightBytes, onProgress), limits,
+      precision: info.precision, plugins: registry.layers,
     });
   } finally {
     checkpoint.close();

@@ -28,7 +28,7 @@ export interface EngineClientOptions {
 export type RequestSink = (event: WireEvent) => void;
 
 /**
- * Events: 'model' (ModelInfo), 'progress' (loaded, total), 'ready' (EngineReady), 'failed' (Error),
+ * Events: 'plugins' (PluginsLoaded), 'model' (ModelInfo), 'progress' (loaded, total), 'ready' (EngineReady), 'failed' (Error),
  * 'step' (StepStats | undefined, running, waiting), 'closed'.
  */
 export class EngineClient extends EventEmitter {
@@ -146,6 +146,9 @@ export class EngineClient extends EventEmitter {
 
   #onMessage(m: FromWorker): void {
     switch (m.t) {
+      case 'plugins':
+        this.emit('plugins', m.loaded);
+        break;
       case 'model':
         this.#info = m.info;
         this.#state = 'loading';

@@ -5,6 +5,7 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import type { GpuBackend } from '@metrale/core';
 import { selectBackend } from '../backends/select-backend.js';
+import { loadRegistry } from '../plugins/load-registry.js';
 import { buildEngine, resolveModel, type Engine } from './build-engine.js';
 import type { FromWorker, ToWorker, WireEvent, WorkerData } from './protocol.js';
 
@@ -29,7 +30,10 @@ async function main(): Promise<void> {
   let gpu: GpuBackend | undefined;
   let engine: Engine;
   try {
-    const { info, checkpoint } = resolveModel(data.setup);
+    // Plugins are loaded here, where the model is built: --plugin ones too.
+    const registry = await loadRegistry(data.setup.plugins);
+    post({ t: 'plugins', loaded: { modelTypes: registry.modelTypes, layerTypes: registry.layerTypes, warnings: registry.warnings } });
+    const { info, checkpoint } = resolveModel(data.setup, registry);
     post({ t: 'model', info });
     if (data.loadDelayMs > 0) await sleep(data.loadDelayMs);
     if (inbox.some((m) => m.t === 'shutdown')) {
@@ -40,7 +44,7 @@ async function main(): Promise<void> {
     gpu = await selectBackend(data.setup.backend);
     const t0 = performance.now();
     let lastPost = 0;
-    engine = buildEngine(data.setup, info, checkpoint, gpu, (loaded, total) => {
+    engine = buildEngine(data.setup, info, checkpoint, gpu, registry, (loaded, total) => {
       const now = performance.now();
       if (loaded < total && now - lastPost < 100) return;
       lastPost = now;

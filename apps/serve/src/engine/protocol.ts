@@ -1,6 +1,7 @@
 // Messages between the HTTP thread (engine-client.ts) and the engine worker (engine-worker.ts).
 // Requests, tokens and cancellations cross the boundary; model code runs only in the worker.
 import type { EngineStepReport, FinishReason, SamplingParams } from '@metrale/core';
+import type { PluginWarning, Provision } from '../plugins/build-registry.js';
 import type { EngineSetup, ModelInfo } from './build-engine.js';
 
 export interface WorkerData {
@@ -37,7 +38,15 @@ export interface WireEvent {
 /** What a step did, as the metrics need it (an engine step report without its events and queue sizes). */
 export type StepStats = Pick<EngineStepReport, 'prefillRows' | 'prefillSeqs' | 'decodeSeqs' | 'k' | 'drafted' | 'accepted' | 'ms'>;
 
+/** What the worker loaded its plugins into: who serves each architecture and layer type, and what was left out. */
+export interface PluginsLoaded {
+  readonly modelTypes: readonly Provision[];
+  readonly layerTypes: readonly Provision[];
+  readonly warnings: readonly PluginWarning[];
+}
+
 export type FromWorker =
+  | { readonly t: 'plugins'; readonly loaded: PluginsLoaded }
   | { readonly t: 'model'; readonly info: ModelInfo }
   | { readonly t: 'progress'; readonly loaded: number; readonly total: number }
   | { readonly t: 'ready'; readonly backend: string; readonly device: string; readonly loadMs: number; readonly maxBatch: number; readonly deviceWeightBytes: number }

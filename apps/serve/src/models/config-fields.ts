@@ -7,11 +7,3 @@ export function intField(config: Readonly<Record<string, unknown>>, name: string
   if (!Number.isSafeInteger(v) || (v as number) < 1) throw new WeightsError(`config.${name} must be a positive integer, got ${JSON.stringify(v)}`);
   return v as number;
 }
-
-/** `eos_token_id` as a list (it may be one id, a list, or null). */
-export function eosTokenIds(config: Readonly<Record<string, unknown>>): number[] {
-  const v = config.eos_token_id;
-  if (typeof v === 'number') return [v];
-  if (Array.isArray(v)) return v.filter((x): x is number => typeof x === 'number');
-  return [];
-}

@@ -1,8 +1,7 @@
 import { WeightsError, type ModelAdapter, type ModelBuildContext, type ModelStack } from '@metrale/core';
 import { plugin as dsaPlugin, readDsaConfig } from '@metrale/layer-dsa';
-import { MlpLayer, MoeLayer, glmMoeOptions } from '@metrale/layer-std';
+import { MlpLayer, MoeLayer, buildPreNormDecoder, glmMoeOptions } from '@metrale/layer-std';
 import { intField } from './config-fields.js';
-import { buildPreNormDecoder } from './decoder-stack.js';
 
 export type GlmMlpType = 'dense' | 'sparse';
 

@@ -1,8 +1,7 @@
 import { WeightsError, type ModelAdapter, type ModelBuildContext, type ModelStack } from '@metrale/core';
 import { plugin as gdnPlugin } from '@metrale/layer-gdn';
-import { AttentionLayer, MlpLayer, MoeLayer, qwen3NextAttentionOptions, qwen3NextMoeOptions } from '@metrale/layer-std';
+import { AttentionLayer, MlpLayer, MoeLayer, buildPreNormDecoder, qwen3NextAttentionOptions, qwen3NextMoeOptions } from '@metrale/layer-std';
 import { intField } from './config-fields.js';
-import { buildPreNormDecoder } from './decoder-stack.js';
 
 export type Qwen3NextLayerType = 'linear_attention' | 'full_attention';
 

@@ -1,7 +1,6 @@
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
-import { pathToFileURL } from 'node:url';
-import { PluginError, resolvePackageEntry, validatePlugin, type MetralePlugin } from '@metrale/core';
+import { importPlugin, importPluginPackage, readPluginPackage, type MetralePlugin } from '@metrale/core';
 import { UsageError } from '../errors/cli-errors.js';
 
 /** metrale's own layer packages: looked up by name even when their manifest is not scanned. */
@@ -10,16 +9,18 @@ export const FIRST_PARTY_PLUGINS = ['@metrale/layer-std', '@metrale/layer-gdn', 
 export type PluginSource = 'node_modules' | 'first-party' | '--plugin';
 
 export interface DiscoveredPlugin {
-  /** The package name, or the module path given to --plugin. */
+  /** The package name, or the path given to --plugin. */
   readonly id: string;
   readonly source: PluginSource;
+  /** One of metrale's own layer packages (FIRST_PARTY_PLUGINS): what a third-party plugin replaces only when preferred. */
+  readonly bundled: boolean;
   /** The package directory or the module file. */
   readonly location: string;
   /** From the package's package.json. */
   readonly version?: string;
   /** The plugin, when it loaded and passed validation. */
   readonly plugin?: MetralePlugin;
-  /** Why there is no plugin: "no plugin exported", an import failure, a validation error. */
+  /** Why there is no plugin: an import failure, a validation error, a clash with another plugin. */
   readonly problem?: string;
 }
 
@@ -28,15 +29,19 @@ export interface DiscoverOptions {
   readonly cwd: string;
   /** The serve package's own directory: the plugins installed beside the CLI. */
   readonly packageDir: string;
-  /** --plugin values: package names or module paths. A failure to load one of these is an error. */
+  /**
+   * --plugin values: package names, package directories or module files. A failure to load one
+   * of these is an error.
+   */
   readonly explicit?: readonly string[];
 }
 
 /**
  * Finds the installed plugins: every package in a node_modules directory visible from the working
  * directory or from the serve package whose package.json says `"metrale": {"plugin": true}`, the
- * first-party layer packages when resolvable, and the --plugin packages or files. Each is imported;
- * one that exports no plugin, or fails to import, is listed with the problem instead of a plugin.
+ * first-party layer packages when resolvable, and the --plugin packages, directories or files.
+ * Each is imported; one that exports no plugin, or fails to import, is listed with the problem
+ * instead of a plugin.
  */
 export async function discoverPlugins(options: DiscoverOptions): Promise<DiscoveredPlugin[]> {
   const roots = [...new Set([resolve(options.cwd), resolve(options.packageDir)])];
@@ -44,8 +49,10 @@ export async function discoverPlugins(options: DiscoverOptions): Promise<Discove
   const seen = new Set<string>();
   for (const spec of options.explicit ?? []) {
     const p = await loadExplicit(spec, roots);
+    // The same package named twice (by name and by path) loads once.
+    if (seen.has(p.plugin!.name)) continue;
     found.push(p);
-    seen.add(p.id);
+    seen.add(p.id).add(p.plugin!.name);
   }
   const candidates: { name: string; dir: string; source: PluginSource }[] = [];
   for (const nodeModules of roots.flatMap(nodeModulesAbove)) {
@@ -66,59 +73,46 @@ export async function discoverPlugins(options: DiscoverOptions): Promise<Discove
   return found;
 }
 
+/**
+ * A --plugin value: a module file or a package directory by path, else an installed package by
+ * name. One that does not load throws: the user asked for it.
+ */
 async function loadExplicit(spec: string, roots: readonly string[]): Promise<DiscoveredPlugin> {
-  if (looksLikePath(spec)) {
-    const file = resolve(roots[0]!, spec);
-    if (!existsSync(file) || !statSync(file).isFile()) throw new UsageError(`--plugin ${spec}: no such file (${file})`);
-    const loaded = await importPlugin(spec, file);
-    if (loaded.problem) throw new PluginError(spec, loaded.problem);
-    return { id: spec, source: '--plugin', location: file, plugin: loaded.plugin! };
+  const path = resolve(roots[0]!, spec);
+  const installed = looksLikePath(spec) ? undefined : findPackage(spec, roots);
+  if (installed) return loadPackage(spec, installed, '--plugin');
+  if (!existsSync(path)) {
+    throw new UsageError(looksLikePath(spec)
+      ? `--plugin ${spec}: no such file or directory (${path})`
+      : `--plugin ${spec}: package not found in the node_modules visible from ${roots.join(' or ')}; install it or give a path`);
   }
-  const dir = findPackage(spec, roots);
-  if (!dir) throw new UsageError(`--plugin ${spec}: package not found in the node_modules visible from ${roots.join(' or ')}; install it or give a module path`);
-  const p = await loadPackage(spec, dir, '--plugin');
-  if (p.problem) throw new PluginError(spec, p.problem);
-  return p;
+  if (statSync(path).isDirectory()) {
+    const name = readManifest(path)?.name;
+    if (typeof name !== 'string') throw new UsageError(`--plugin ${spec}: ${path} has no package.json with a name; give the plugin package's directory or its module file`);
+    return loadPackage(name, path, '--plugin');
+  }
+  return { id: spec, source: '--plugin', bundled: false, location: path, plugin: await importPlugin(path, spec) };
 }
 
-async function loadPackage(name: string, dir: string, source: PluginSource): Promise<DiscoveredPlugin> {
+/** Imports a package's plugin. Only a --plugin one throws; a discovered one that fails carries the problem. */
+async function loadPackage(id: string, dir: string, source: PluginSource): Promise<DiscoveredPlugin> {
   const version = readManifest(dir)?.version;
-  const base = { id: name, source, location: dir, ...(typeof version === 'string' ? { version } : {}) };
-  let entry: string;
+  const base = {
+    id, source, location: dir, bundled: (FIRST_PARTY_PLUGINS as readonly string[]).includes(id),
+    ...(typeof version === 'string' ? { version } : {}),
+  };
+  const load = () => importPluginPackage(readPluginPackage(dir, id), id);
+  if (source === '--plugin') return { ...base, plugin: await load() };
   try {
-    entry = resolvePackageEntry(name, holderOf(dir, name));
+    return { ...base, plugin: await load() };
   } catch (error) {
     return { ...base, problem: (error as Error).message };
   }
-  return { ...base, ...(await importPlugin(name, entry)) };
 }
 
-/** Imports a module and takes its default or `plugin` export. Never throws: failures become the problem. */
-async function importPlugin(id: string, file: string): Promise<{ plugin?: MetralePlugin; problem?: string }> {
-  let mod: Record<string, unknown>;
-  try {
-    mod = (await import(pathToFileURL(file).href)) as Record<string, unknown>;
-  } catch (error) {
-    return { problem: `cannot import ${file}: ${(error as Error).message.split('\n')[0]}` };
-  }
-  const candidate = mod.default ?? mod.plugin;
-  if (candidate === undefined) return { problem: 'no plugin exported' };
-  try {
-    return { plugin: validatePlugin(candidate, id) };
-  } catch (error) {
-    return { problem: (error as Error).message };
-  }
-}
-
-/** X for X/node_modules/<name>: resolving from there finds exactly the package in `dir`. */
-function holderOf(dir: string, name: string): string {
-  let d = dir;
-  for (const _ of name.split('/')) d = dirname(d);
-  return dirname(d);
-}
-
+/** `./x`, `/x`, `x.mjs`, or `dir/x` (a package name has a slash only after its @scope). */
 function looksLikePath(spec: string): boolean {
-  return spec.startsWith('.') || isAbsolute(spec) || /\.(m?js|cjs)$/.test(spec);
+  return spec.startsWith('.') || isAbsolute(spec) || /\.(m?js|cjs)$/.test(spec) || (spec.includes('/') && !spec.startsWith('@'));
 }
 
 /** node_modules directories from `dir` up to the file-system root, nearest first, as Node searches. */

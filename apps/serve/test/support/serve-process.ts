@@ -24,11 +24,11 @@ export interface ServeProcess {
   stop(timeoutMs?: number): Promise<number | null>;
 }
 
-/** Starts `metrale serve --port 0 --backend cpu` with `args`; resolves once it listens. */
-export async function startServer(args: readonly string[] = [], options: { env?: NodeJS.ProcessEnv } = {}): Promise<ServeProcess> {
+/** Starts `metrale serve --port 0 --backend cpu` with `args` (in `cwd`, default the package); resolves once it listens. */
+export async function startServer(args: readonly string[] = [], options: { env?: NodeJS.ProcessEnv; cwd?: string } = {}): Promise<ServeProcess> {
   mkdirSync(TEST_CACHE_DIR, { recursive: true });
   const child = spawn(process.execPath, [CLI, 'serve', '--port', '0', '--backend', 'cpu', '--cache-dir', TEST_CACHE_DIR, ...args], {
-    cwd: PACKAGE_DIR, env: { ...process.env, ...options.env }, stdio: ['ignore', 'pipe', 'pipe'],
+    cwd: options.cwd ?? PACKAGE_DIR, env: { ...process.env, ...options.env }, stdio: ['ignore', 'pipe', 'pipe'],
   });
   const logs: Record<string, unknown>[] = [];
   let stderr = '';

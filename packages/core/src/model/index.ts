@@ -8,6 +8,7 @@ export { DecoderBlock } from './decoder-block.js';
 export type { ModelAdapter, ModelBuildContext, ModelStack } from './model-adapter.js';
 export { ArchitectureRegistry, architectures, registerArchitecture } from './architecture-registry.js';
 export { Checkpoint } from './checkpoint.js';
+export { eosTokenIds } from './eos-token-ids.js';
 export { CheckpointWeights, scopeWeights } from './checkpoint-weights.js';
 export { readF32, readOptionalF32, fileOfTensor } from './weight-tensors.js';
 export type { Precision, DtypeChoice, Fp8Quantization } from './precision.js';

@@ -1,5 +1,5 @@
 import { PluginError } from '../errors.js';
-import type { CreateLayerContext, MetralePlugin } from './define-plugin.js';
+import { pluginLabel, type CreateLayerContext, type MetralePlugin } from './define-plugin.js';
 import type { TransformerLayer } from '../contract/layer.js';
 
 /** The plugins an application has loaded, and which one builds each layer type. */
@@ -11,11 +11,11 @@ export class PluginRegistry {
     const same = this.#plugins.get(plugin.name);
     if (same) {
       if (same.version === plugin.version) return;
-      throw new PluginError(plugin.name, `version ${plugin.version} is registered while version ${same.version} already is; keep one`);
+      throw new PluginError(plugin.name, `version ${plugin.version ?? '(unknown)'} is registered while version ${same.version ?? '(unknown)'} already is; keep one`);
     }
     for (const type of plugin.layerTypes) {
       const owner = this.#byType.get(type);
-      if (owner) throw new PluginError(plugin.name, `layer type '${type}' is already provided by ${owner.name}@${owner.version}`);
+      if (owner) throw new PluginError(plugin.name, `layer type '${type}' is already provided by ${pluginLabel(owner)}`);
     }
     this.#plugins.set(plugin.name, plugin);
     for (const type of plugin.layerTypes) this.#byType.set(type, plugin);

@@ -1,8 +1,8 @@
 import { resolveHooks } from '../contract/default-hooks.js';
 import type { LayerLimits } from '../contract/layer.js';
 import type { GpuBackend } from '../device/gpu-backend.js';
-import { ConformanceError, ReplayRoomError } from '../errors.js';
-import type { MetralePlugin } from '../plugin/define-plugin.js';
+import { ConformanceError, InvalidArgumentError, ReplayRoomError } from '../errors.js';
+import { pluginLabel, type MetralePlugin } from '../plugin/define-plugin.js';
 import { SeededRandom } from '../random/seeded-random.js';
 import type { WeightSource } from '../weights/weight-source.js';
 import { checkDefaultHooks } from './check-default-hooks.js';
@@ -70,7 +70,8 @@ export const CONFORMANCE_CHECKS = [
  * checks never see each other's state.
  */
 export function runLayerConformance(plugin: MetralePlugin, options: ConformanceOptions): ConformanceReport {
-  const layerType = options.layerType ?? plugin.layerTypes[0]!;
+  const layerType = options.layerType ?? plugin.layerTypes[0];
+  if (layerType === undefined) throw new InvalidArgumentError(`runLayerConformance: ${plugin.name} has no layer types (only architectures); the kit checks layers`);
   const k = options.k ?? 3;
   const maxSeqLen = options.maxSeqLen ?? 40;
   const limits: LayerLimits = { maxSeqs: 4, maxSeqLen, maxBatch: 4, maxK: k, maxRows: Math.max(maxSeqLen, 4 * k) };
@@ -205,7 +206,7 @@ export function runLayerConformance(plugin: MetralePlugin, options: ConformanceO
   check('room-check-before-write', () => roomCheck(setup, src, k, implemented.has('checkReplayRoom')));
 
   const passed = results.every((r) => r.status !== 'fail');
-  const report: ConformanceReport = { plugin: `${plugin.name}@${plugin.version}`, layerType, backend: backendKind, checks: results, passed };
+  const report: ConformanceReport = { plugin: pluginLabel(plugin), layerType, backend: backendKind, checks: results, passed };
   if (!passed) throw new ConformanceError(`${plugin.name} (${layerType}, ${backendKind})`, results.filter((r) => r.status === 'fail'));
   return report;
 }

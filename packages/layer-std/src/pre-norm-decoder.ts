@@ -1,9 +1,11 @@
 import {
-  BlockScratch, DecoderBlock, scopeWeights,
+  BlockScratch, DecoderBlock, eosTokenIds, scopeWeights,
   type ModelBuildContext, type ModelStack, type TransformerLayer, type WeightSource,
 } from '@metrale/core';
-import { EmbeddingLayer, LmHeadLayer, RmsNormLayer, requireResidualAdd, residualAdd } from '@metrale/layer-std';
-import { eosTokenIds } from './config-fields.js';
+import { EmbeddingLayer } from './embedding-layer.js';
+import { LmHeadLayer } from './lm-head-layer.js';
+import { requireResidualAdd, residualAdd } from './residual-add.js';
+import { RmsNormLayer } from './rms-norm-layer.js';
 
 /** One decoder layer of a pre-norm model: its block type and how to make its two sublayers. */
 export interface PreNormLayer {
