@@ -1,9 +1,11 @@
 #!/usr/bin/env node
 // layer-std kernel benchmark on CUDA at the Qwen3-Next-80B-A3B shape: hidden 2048; attention 16 q
-// heads / 2 KV heads of 256, rotary 64, gated, f32 paged KV cache (pages of 16); MoE 512 experts,
-// top-10, moe_intermediate 512, one gated shared expert of 512; f32 weights and rows, as the layers
-// store and pass them. Run: `node bench/std.bench.mjs` in packages/layer-std (only node needed, the
-// workspace built). Without CUDA it says why and exits 0.
+// heads / 2 KV heads of 256, rotary 64, gated, paged KV cache (pages of 16); MoE 512 experts,
+// top-10, moe_intermediate 512, one gated shared expert of 512. METRALE_BENCH_FORMAT picks the data
+// path (an ExpertFormat): f32 (default: weights, rows and cache in f32), bf16, f16, fp8-bf16 or
+// fp8-f16 (block-FP8 experts and shared expert over bf16 / f16 rows and cache; the router in the row
+// type, as checkpoints keep it unquantized). Run: `node bench/std.bench.mjs` in packages/layer-std
+// (only node needed, the workspace built). Without CUDA it says why and exits 0.
 //
 // In the same run it measures the ceilings (cuda-backend's measureCeilings: device-to-device copy
 // bandwidth, bytes read + written, 1 GiB buffers; bf16 GEMM rate, 8192³). Times are device events
@@ -19,8 +21,9 @@
 //                      std.moe_experts_up_rowwise + std.moe_experts_rowwise: once per row that chose
 //                      it). 512 experts at batch 1 and 32; 64 experts (the 80B-shaped decode bench's
 //                      reduction) at batch 1, 8 and 64. Router GEMM and route kernel timed apart.
-//                      Floors: the weights of the distinct experts chosen (f32, 3 · 512 · 2048 · 4 B
-//                      each) + router (+ shared expert for the whole layer), read once at the copy rate.
+//                      Floors: the weights of the distinct experts chosen (3 · 512 · 2048 elements of
+//                      the weight type each, with FP8's block scales) + router (+ shared expert for
+//                      the whole layer), read once at the copy rate.
 // METRALE_BENCH_ONLY=moe skips the attention cases.
 // Results print as a table and go to $METRALE_BENCH_OUT (default bench-results/std.json) as JSON.
 // METRALE_BENCH_QUICK=1 runs small sizes only (a smoke test of the program).
@@ -35,6 +38,11 @@ const REPS = quick ? 3 : 20;
 const MiB = 2 ** 20;
 const log = (...a) => console.log(...a);
 const S = { hidden: 2048, heads: 16, kvHeads: 2, d: 256, rot: 64, page: 16, experts: 512, topK: 10, inter: 512, sharedInter: 512 };
+const FORMAT = process.env.METRALE_BENCH_FORMAT ?? 'f32';
+/** The row type of the format, and its weights' type. */
+const ROWS = FORMAT.startsWith('fp8-') ? FORMAT.slice(4) : FORMAT;
+const WEIGHTS = FORMAT.startsWith('fp8-') ? 'f8e4m3' : FORMAT;
+const BYTES = { f32: 4, bf16: 2, f16: 2, f8e4m3: 1 };
 
 async function main() {
   let cb;
@@ -55,10 +63,17 @@ async function main() {
     return;
   }
   const std = await import('@metrale/layer-std');
+  const core = await import('@metrale/core');
+  if (!std.EXPERT_FORMATS.includes(FORMAT)) {
+    log(`std bench: METRALE_BENCH_FORMAT must be one of ${std.EXPERT_FORMATS.join(', ')}, got ${FORMAT}`);
+    process.exitCode = 2;
+    return;
+  }
   const gpu = cb.CudaBackend.create();
   const stream = gpu.defaultStream;
-  log(`std bench: ${found.reason}`);
-  const result = { device: found.reason, shape: S, quick, ceilings: {}, attention: [], moe: [] };
+  log(`std bench: ${found.reason}; format ${FORMAT}`);
+  const result = { device: found.reason, shape: S, format: FORMAT, quick, ceilings: {}, attention: [], moe: [] };
+  const rowCode = core.FLOAT_DTYPE_CODE[ROWS];
   try {
     const c = cb.measureCeilings(gpu, { log: (l) => log(`  ${l}`), ...(quick ? { copyBytes: 256 * MiB, gemmSize: 2048 } : {}) });
     result.ceilings = { copyBytesPerS: c.copy?.bytesPerS, copy: c.copy, gemmFlopPerS: c.gemm?.flopPerS, gemm: c.gemm, errors: c.errors };
@@ -81,15 +96,33 @@ async function main() {
       gpu.upload(p, data);
       return p;
     };
-    /** Random f32 over `floats`: one random block uploaded, repeated on the device (with a varying scale: never periodic zeros). */
-    const randomBuffer = (floats, scale = 1) => {
-      const p = alloc(4 * floats);
-      const block = Math.min(floats, 16 * MiB);
-      gpu.upload(p, normals(block, scale));
-      for (let off = block; off < floats; off += block) gpu.copyDeviceAsync(p + BigInt(4 * off), p, 4 * Math.min(block, floats - off), stream);
+    /** Random values of type `dtype` stored on the host: f32 as is, bf16 / f16 encoded, FP8 random finite codes. */
+    const encoded = (n, scale, dtype) => {
+      if (dtype === 'f8e4m3') return Uint8Array.from({ length: n }, () => ((rand() * 0x7e) | 0) | (rand() < 0.5 ? 0x80 : 0));
+      const v = normals(n, scale);
+      return dtype === 'f32' ? v : dtype === 'bf16' ? core.toBf16(v) : core.toF16(v);
+    };
+    /** Random `count` elements of `dtype` (default f32): one random block uploaded, repeated on the device (never periodic zeros). */
+    const randomBuffer = (count, scale = 1, dtype = 'f32') => {
+      const bytes = BYTES[dtype];
+      const p = alloc(bytes * count);
+      const block = Math.min(count, 16 * MiB);
+      gpu.upload(p, encoded(block, scale, dtype));
+      for (let off = block; off < count; off += block) gpu.copyDeviceAsync(p + BigInt(bytes * off), p, bytes * Math.min(block, count - off), stream);
       gpu.synchronize(stream);
       return p;
     };
+    /** A [rows, cols] weight of the format's weight type: its elements and, for FP8, block scales (as [⌈rows/128⌉][⌈cols/128⌉] grids, `grids` of them). */
+    const weightBuffer = (rows, cols, scale, grids = 1) => {
+      const data = randomBuffer(rows * cols * grids, scale, WEIGHTS);
+      const n = grids * Math.ceil(rows / 128) * Math.ceil(cols / 128);
+      const scales = WEIGHTS === 'f8e4m3' ? upload(Float32Array.from({ length: n }, () => (scale / 64) * (0.5 + rand()))) : 0n;
+      return { data, scales, bytes: rows * cols * grids * BYTES[WEIGHTS] + (scales ? 4 * n : 0) };
+    };
+    /** x · Wᵀ of a format weight into `c` of type `outDtype`. */
+    const linear = (m, x, w, n, k, c, outDtype = ROWS) => gpu.gemm({
+      m, n, k, a: x, b: w.data, c, transB: true, dtype: ROWS, outDtype, ...(WEIGHTS === 'f8e4m3' ? { bDtype: 'f8e4m3', bScales: w.scales } : {}), stream,
+    });
     const freeAll = () => {
       gpu.synchronize();
       for (const p of allocs.splice(0)) gpu.free(p);
@@ -102,9 +135,9 @@ async function main() {
       for (const batch of quick ? [1, 4] : [1, 32]) {
         const pagesPer = Math.ceil(ctx / page);
         const pool = batch * pagesPer;
-        const cacheFloats = pool * page * Hkv * d;
-        const kCache = randomBuffer(cacheFloats);
-        const vCache = randomBuffer(cacheFloats);
+        const cacheElements = pool * page * Hkv * d;
+        const kCache = randomBuffer(cacheElements, 1, ROWS);
+        const vCache = randomBuffer(cacheElements, 1, ROWS);
         const table = upload(Int32Array.from({ length: pool }, (_, i) => i));
         const rope = std.ropeTable(ctx, rot, 1e7);
         const cos = upload(rope.cos);
@@ -112,21 +145,23 @@ async function main() {
         const rowStarts = upload(Int32Array.from({ length: batch + 1 }, (_, i) => i));
         const slots = upload(Int32Array.from({ length: batch }, (_, i) => i));
         const positions = upload(new Int32Array(batch).fill(ctx - 1));
-        const qkv = upload(normals(batch * W));
+        const qkv = upload(encoded(batch * W, 1, ROWS));
         const qNorm = upload(normals(d, 0.2));
         const kNorm = upload(normals(d, 0.2));
-        const q = alloc(4 * batch * H * d);
-        const out = alloc(4 * batch * H * d);
+        const q = alloc(BYTES[ROWS] * batch * H * d);
+        const out = alloc(BYTES[ROWS] * batch * H * d);
         const common = {
           qkv, kCache, vCache, blockTable: table, slots, rowStarts, positions, batch, heads: H, kvHeads: Hkv, headDim: d, pageSize: page, maxPages: pagesPer, gated: 1,
+          dtype: rowCode,
         };
-        const prep = () => gpu.launch(std.prepKernel, { grid: batch, block: d, stream }, {
+        const kernels = std.ATTENTION_KERNELS[ROWS];
+        const prep = () => gpu.launch(kernels.prep, { grid: batch, block: d, stream }, {
           ...common, q, qNorm, kNorm, cos, sin, rotaryDim: rot, maxPositions: ctx, eps: 1e-6, normOffset: 1,
         });
-        const core = () => gpu.launch(std.coreKernel, { grid: [batch, H], block: 256, stream }, { ...common, q, out, scale: 1 / Math.sqrt(d) });
+        const attend = () => gpu.launch(kernels.core, { grid: [batch, H], block: 256, stream }, { ...common, q, out, scale: 1 / Math.sqrt(d) });
         const tPrep = cb.timeOnDevice(gpu, prep, { reps: REPS });
-        const tCore = cb.timeOnDevice(gpu, core, { reps: REPS });
-        const bytes = batch * ctx * Hkv * d * 4 * 2;
+        const tCore = cb.timeOnDevice(gpu, attend, { reps: REPS });
+        const bytes = batch * ctx * Hkv * d * BYTES[ROWS] * 2;
         const floorMs = (bytes / copyBW) * 1e3;
         const row = { ctx, batch, kvBytes: bytes, floorMs, prepMs: tPrep.ms, coreMs: tCore.ms, totalMs: tPrep.ms + tCore.ms, achievedBytesPerS: bytes / (tCore.ms * 1e-3) };
         result.attention.push(row);
@@ -137,32 +172,37 @@ async function main() {
 
     // ---- MoE ----------------------------------------------------------------------------------------
     const { hidden: D, topK, inter: I, sharedInter: SI } = S;
-    const shGateUp = randomBuffer(2 * SI * D, 1 / Math.sqrt(D));
-    const shDown = randomBuffer(D * SI, 1 / Math.sqrt(SI));
-    const shGate = randomBuffer(D, 1 / Math.sqrt(D));
+    const shGateUp = weightBuffer(2 * SI, D, 1 / Math.sqrt(D));
+    const shDown = weightBuffer(D, SI, 1 / Math.sqrt(SI));
+    const shGate = randomBuffer(D, 1 / Math.sqrt(D), ROWS);
+    const k = std.EXPERT_KERNELS[FORMAT];
+    const codes = { wDtype: std.WEIGHT_DTYPE_CODE[WEIGHTS], rowDtype: rowCode };
+    const rb = BYTES[ROWS];
     const moeCases = quick ? [{ experts: 64, batches: [1, 4] }] : [{ experts: S.experts, batches: [1, 32] }, { experts: 64, batches: [1, 8, 64] }];
     for (const { experts: Eq, batches } of moeCases) {
       const caseAllocs = allocs.length;
-      const gateUp = randomBuffer(Eq * 2 * I * D, 1 / Math.sqrt(D));
-      const down = randomBuffer(Eq * D * I, 1 / Math.sqrt(I));
-      const router = randomBuffer(Eq * D, 1 / Math.sqrt(D));
+      // Per expert: gate and up (two scale grids), down (one).
+      const gateUp = weightBuffer(I, D, 1 / Math.sqrt(D), 2 * Eq);
+      const down = weightBuffer(D, I, 1 / Math.sqrt(I), Eq);
+      const router = randomBuffer(Eq * D, 1 / Math.sqrt(D), ROWS);
+      const caseBuffers = allocs.length - caseAllocs;
       const maxBatch = Math.max(...batches);
       for (const batch of batches) {
         const sets = 8; // input sets rotated: each repetition routes differently
-        const xs = Array.from({ length: sets }, () => upload(normals(batch * D)));
+        const xs = Array.from({ length: sets }, () => upload(encoded(batch * D, 1, ROWS)));
         const logits = alloc(4 * batch * Eq);
         const ids = alloc(4 * batch * topK);
         const weights = alloc(4 * batch * topK);
         const groups = alloc(4 * std.moeGroupsLength(batch, topK, Eq));
-        const h = alloc(4 * batch * topK * I);
-        const y = alloc(4 * batch * topK * D);
-        const routed = alloc(4 * batch * D);
-        const shared = alloc(4 * batch * D);
-        const gu = alloc(4 * batch * 2 * SI);
-        const sh = alloc(4 * batch * SI);
+        const h = alloc(rb * batch * topK * I);
+        const y = alloc(rb * batch * topK * D);
+        const routed = alloc(rb * batch * D);
+        const shared = alloc(rb * batch * D);
+        const gu = alloc(rb * batch * 2 * SI);
+        const sh = alloc(rb * batch * SI);
         const gate = alloc(4 * batch);
-        const out = alloc(4 * batch * D);
-        const gemm = (x) => gpu.gemm({ m: batch, n: Eq, k: D, a: x, b: router, c: logits, transB: true, dtype: 'f32', stream });
+        const out = alloc(rb * batch * D);
+        const gemm = (x) => gpu.gemm({ m: batch, n: Eq, k: D, a: x, b: router, c: logits, transB: true, dtype: ROWS, outDtype: 'f32', stream });
         const routeKernel = () => gpu.launch(std.routeKernel, std.rowLaunch(batch, Eq, stream), {
           logits, bias: 0n, ids, weights, rows: batch, experts: Eq, topK, scoring: 0, normTopK: 1, nGroup: 1, topkGroup: 1, scaling: 1,
         });
@@ -170,21 +210,29 @@ async function main() {
         // After: the grouped kernels (each chosen expert's weights read once per step).
         const experts = (x) => {
           gpu.launch(std.groupKernel, std.groupLaunch(Eq, stream), { ids, groups, rows: batch, experts: Eq, topK });
-          gpu.launch(std.expertsUpKernel, std.expertsUpLaunch(batch, topK, I, Eq, stream), { input: x, ids, groups, gateUp, h, rows: batch, hidden: D, inter: I, experts: Eq, topK });
-          gpu.launch(std.expertsDownKernel, std.expertsDownLaunch(batch, topK, D, Eq, stream), { h, ids, groups, down, y, rows: batch, hidden: D, inter: I, experts: Eq, topK });
-          gpu.launch(std.expertsKernel, std.expertsLaunch(batch, D, stream), { y, ids, weights, output: routed, rows: batch, hidden: D, experts: Eq, topK });
+          gpu.launch(k.up, std.expertsUpLaunch(batch, topK, I, Eq, stream), {
+            input: x, ids, groups, gateUp: gateUp.data, gateUpScales: gateUp.scales, h, rows: batch, hidden: D, inter: I, experts: Eq, topK, ...codes,
+          });
+          gpu.launch(k.down, std.expertsDownLaunch(batch, topK, D, Eq, stream), {
+            h, ids, groups, down: down.data, downScales: down.scales, y, rows: batch, hidden: D, inter: I, experts: Eq, topK, ...codes,
+          });
+          gpu.launch(std.expertsKernel, std.expertsLaunch(batch, D, stream), { y, ids, weights, output: routed, rows: batch, hidden: D, experts: Eq, topK, dtype: rowCode });
         };
         // Before: the row-wise kernels (each row re-reads its experts' weights).
         const expertsRowwise = (x) => {
-          gpu.launch(std.expertsUpRowwiseKernel, std.expertsUpRowwiseLaunch(batch, topK, I, stream), { input: x, ids, gateUp, h, rows: batch, hidden: D, inter: I, experts: Eq, topK });
-          gpu.launch(std.expertsRowwiseKernel, std.expertsRowwiseLaunch(batch, D, stream), { h, ids, weights, down, output: routed, rows: batch, hidden: D, inter: I, experts: Eq, topK });
+          gpu.launch(k.upRowwise, std.expertsUpRowwiseLaunch(batch, topK, I, stream), {
+            input: x, ids, gateUp: gateUp.data, gateUpScales: gateUp.scales, h, rows: batch, hidden: D, inter: I, experts: Eq, topK, ...codes,
+          });
+          gpu.launch(k.rowwise, std.expertsRowwiseLaunch(batch, D, stream), {
+            h, ids, weights, down: down.data, downScales: down.scales, output: routed, rows: batch, hidden: D, inter: I, experts: Eq, topK, ...codes,
+          });
         };
         const sharedAndCombine = (x) => {
-          gpu.gemm({ m: batch, n: 2 * SI, k: D, a: x, b: shGateUp, c: gu, transB: true, dtype: 'f32', stream });
-          gpu.launch(std.siluMulKernel, std.rowLaunch(batch, SI, stream), { gateUp: gu, out: sh, rows: batch, inter: SI });
-          gpu.gemm({ m: batch, n: D, k: SI, a: sh, b: shDown, c: shared, transB: true, dtype: 'f32', stream });
-          gpu.gemm({ m: batch, n: 1, k: D, a: x, b: shGate, c: gate, transB: true, dtype: 'f32', stream });
-          gpu.launch(std.combineKernel, std.rowLaunch(batch, D, stream), { routed, shared, gate, output: out, rows: batch, hidden: D });
+          linear(batch, x, shGateUp, 2 * SI, D, gu);
+          gpu.launch(std.siluMulKernel, std.rowLaunch(batch, SI, stream), { gateUp: gu, out: sh, rows: batch, inter: SI, dtype: rowCode });
+          linear(batch, sh, shDown, D, SI, shared);
+          gpu.gemm({ m: batch, n: 1, k: D, a: x, b: shGate, c: gate, transB: true, dtype: ROWS, outDtype: 'f32', stream });
+          gpu.launch(std.combineKernel, std.rowLaunch(batch, D, stream), { routed, shared, gate, output: out, rows: batch, hidden: D, dtype: rowCode });
         };
         // Distinct experts per input set (the floor's bytes).
         let distinct = 0;
@@ -202,10 +250,10 @@ async function main() {
         const tExpertsRowwise = time((i) => (route(x(i)), expertsRowwise(x(i))));
         const tAll = time((i) => (route(x(i)), experts(x(i)), sharedAndCombine(x(i))));
         const tAllRowwise = time((i) => (route(x(i)), expertsRowwise(x(i)), sharedAndCombine(x(i))));
-        const expertBytes = distinct * 3 * I * D * 4;
-        const routerBytes = Eq * D * 4;
+        const expertBytes = (distinct * (gateUp.bytes + down.bytes)) / Eq;
+        const routerBytes = Eq * D * rb;
         const expertsFloorMs = ((expertBytes + routerBytes) / copyBW) * 1e3;
-        const bytes = expertBytes + routerBytes + 3 * SI * D * 4 + D * 4;
+        const bytes = expertBytes + routerBytes + shGateUp.bytes + shDown.bytes + D * rb;
         const floorMs = (bytes / copyBW) * 1e3;
         const row = {
           experts: Eq, batch, distinctExperts: distinct, weightBytes: bytes, floorMs, expertsFloorMs, routerGemmMs: tGemm, routeKernelMs: tRouteKernel, routeMs: tRoute,
@@ -218,7 +266,7 @@ async function main() {
         log(`  route + experts: grouped ${us(tExperts)}, row-wise ${us(tExpertsRowwise)} (${(tExpertsRowwise / tExperts).toFixed(2)} ×); floor (distinct experts + router) ${us(expertsFloorMs)} (grouped ${(tExperts / expertsFloorMs).toFixed(2)} × floor)`);
         log(`  whole layer: grouped ${us(tAll)}, row-wise ${us(tAllRowwise)}; floor ${us(floorMs)} (${(tAll / floorMs).toFixed(2)} × floor, ${((100 * row.achievedBytesPerS) / copyBW).toFixed(1)} % of copy)`);
         gpu.synchronize();
-        for (const p of allocs.splice(caseAllocs + 3)) gpu.free(p);
+        for (const p of allocs.splice(caseAllocs + caseBuffers)) gpu.free(p);
         if (batch === maxBatch) for (const p of allocs.splice(caseAllocs)) gpu.free(p);
       }
     }

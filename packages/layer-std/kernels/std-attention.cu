@@ -6,6 +6,12 @@
 //   std_attn_core  per (row, head): softmax(q·k_t · scale) v_t over t = 0..pos of the row's
 //                  sequence, × sigmoid(gate) when gated; padding rows write zeros
 //
+// Types: qkv, q, the K and V caches and out are of the row type T (f32, bf16, f16), one symbol per
+// type (std_attn_prep / std_attn_core for f32, suffixed _bf16 and _f16; each checks its dtype
+// argument); norm weights, cos and sin f32. Norms, RoPE, scores, softmax and the weighted sum of V
+// are f32. The normed q and k are rounded to T before RoPE, as Hugging Face's q_norm / k_norm
+// return the row type (rms_out in std-common.cuh); each stored value is rounded once.
+//
 // std_attn_prep: one CTA per row (min(1024, d rounded up to 32) threads), the heads one after
 // another, a thread per element; the row's slot and position come from the step tables.
 //
@@ -13,8 +19,8 @@
 // takes the whole GQA group and reads each key once for all its heads), 256 threads. Split-K
 // inside the CTA, flash-decoding style: the CTA's warps share the keys 0..pos (warp s takes key
 // groups s, s + S, … of KPI consecutive keys), each warp keeps an online softmax (running max,
-// sum, and its lanes' slice of the output, d / 32 values per lane in registers, 16-byte loads when
-// d is a multiple of 128) and loads the K and V rows of KPI keys before using any, so 8 warps ×
+// sum, and its lanes' slice of the output, d / 32 values per lane in registers, 4-element loads
+// when d is a multiple of 4 and above 64) and loads the K and V rows of KPI keys before using any, so 8 warps ×
 // KPI rows are in flight per CTA; then the warps' partial results are rescaled to the common max
 // and summed in warp order in shared memory (deterministic), and the CTA writes the normalised,
 // gated output. Keys past pos are never read (their cache rows may hold anything).
@@ -31,7 +37,7 @@ constexpr int kComb = 4096;
 
 __device__ __forceinline__ int qkv_width(int heads, int kvHeads, int d, int gated) { return heads * d * (gated ? 2 : 1) + 2 * kvHeads * d; }
 
-/** f32 offset of (position, kv head) of a slot whose block-table row is `table`. */
+/** Element offset of (position, kv head) of a slot whose block-table row is `table`. */
 __device__ __forceinline__ size_t cache_offset(const int32_t* __restrict__ table, int pageSize, int kvHeads, int d, int pos, int h) {
   const int pg = pos / pageSize;
   const int page = table[pg];
@@ -39,8 +45,8 @@ __device__ __forceinline__ size_t cache_offset(const int32_t* __restrict__ table
 }
 
 /**
- * A warp's slice of a d-vector: E values per lane. V4 (d a multiple of 4): lane l holds the float4s
- * l, l + 32, … (zero past d); otherwise elements l, l + 32, … (zero past d).
+ * A warp's slice of a d-vector: E values per lane. V4 (d a multiple of 4): lane l holds the groups
+ * of 4 elements l, l + 32, … (zero past d); otherwise elements l, l + 32, … (zero past d).
  */
 template <int E, bool V4>
 __device__ __forceinline__ int frag_index(int k, int lane) {
@@ -48,20 +54,20 @@ __device__ __forceinline__ int frag_index(int k, int lane) {
   else return k * 32 + lane;
 }
 
-template <int E, bool V4>
-__device__ __forceinline__ void load_frag(float (&f)[E], const float* __restrict__ p, int d, int lane) {
+template <int E, bool V4, typename T>
+__device__ __forceinline__ void load_frag(float (&f)[E], const T* __restrict__ p, int d, int lane) {
   if constexpr (V4) {
 #pragma unroll
     for (int c = 0; c < E / 4; c++) {
       const int i = c * 32 + lane;
-      const float4 t = 4 * i < d ? __ldg(reinterpret_cast<const float4*>(p) + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+      const float4 t = 4 * i < d ? ldg4(p, i) : make_float4(0.f, 0.f, 0.f, 0.f);
       f[4 * c] = t.x, f[4 * c + 1] = t.y, f[4 * c + 2] = t.z, f[4 * c + 3] = t.w;
     }
   } else {
 #pragma unroll
     for (int c = 0; c < E; c++) {
       const int i = c * 32 + lane;
-      f[c] = i < d ? __ldg(p + i) : 0.f;
+      f[c] = i < d ? ldg_value(p, i) : 0.f;
     }
   }
 }
@@ -70,15 +76,15 @@ __device__ __forceinline__ void load_frag(float (&f)[E], const float* __restrict
  * One warp's share of one head: keys t0 = slice·KPI, (slice + slices)·KPI, … (KPI consecutive keys
  * each) up to pos; returns the running max m, the sum l of e^(s − m) and acc = Σ e^(s − m) v.
  */
-template <int E, bool V4>
-__device__ __forceinline__ void attend(const float* __restrict__ qv, const float* __restrict__ kCache, const float* __restrict__ vCache,
+template <int E, bool V4, typename T>
+__device__ __forceinline__ void attend(const T* __restrict__ qv, const T* __restrict__ kCache, const T* __restrict__ vCache,
                                        const int32_t* __restrict__ table, int pageSize, int kvHeads, int kvh, int d, int pos, int slice,
                                        int slices, float scale, float (&acc)[E], float& m, float& l) {
   // Keys per warp step: K and V rows of KPI keys are loaded before any is used (registers allow).
   constexpr int KPI = V4 ? (E >= 16 ? 1 : (E >= 8 ? 2 : 4)) : (E >= 8 ? 1 : (E >= 4 ? 2 : 4));
   const int lane = lane_id();
   float qf[E];
-  load_frag<E, V4>(qf, qv, d, lane);
+  load_frag<E, V4, T>(qf, qv, d, lane);
 #pragma unroll
   for (int k = 0; k < E; k++) acc[k] = 0.f;
   m = -INFINITY;
@@ -90,8 +96,8 @@ __device__ __forceinline__ void attend(const float* __restrict__ qv, const float
       const int t = t0 + u;
       if (t <= pos) {
         const size_t off = cache_offset(table, pageSize, kvHeads, d, t, kvh);
-        load_frag<E, V4>(kf[u], kCache + off, d, lane);
-        load_frag<E, V4>(vf[u], vCache + off, d, lane);
+        load_frag<E, V4, T>(kf[u], kCache + off, d, lane);
+        load_frag<E, V4, T>(vf[u], vCache + off, d, lane);
       } else {
 #pragma unroll
         for (int k = 0; k < E; k++) kf[u][k] = 0.f, vf[u][k] = 0.f;
@@ -130,11 +136,11 @@ __device__ __forceinline__ void attend(const float* __restrict__ qv, const float
   }
 }
 
-template <int E, bool V4>
-__device__ __forceinline__ void core_body(const float* __restrict__ qkv, const float* __restrict__ kCache, const float* __restrict__ vCache,
+template <int E, bool V4, typename T>
+__device__ __forceinline__ void core_body(const T* __restrict__ qkv, const T* __restrict__ kCache, const T* __restrict__ vCache,
                                           const int32_t* __restrict__ blockTable, const int32_t* __restrict__ slots, const int32_t* __restrict__ rowStarts,
                                           const int32_t* __restrict__ positions, int batch, int heads, int kvHeads, int d, int pageSize, int maxPages,
-                                          int gated, const float* __restrict__ q, float* __restrict__ out, float scale, float* comb, float* mS,
+                                          int gated, const T* __restrict__ q, T* __restrict__ out, float scale, float* comb, float* mS,
                                           float* lS, float* LA) {
   const int rows = rowStarts[batch];
   const int hpc = heads / (int)gridDim.y;  // heads per CTA: 1, or the GQA group
@@ -149,7 +155,7 @@ __device__ __forceinline__ void core_body(const float* __restrict__ qkv, const f
     const int pos = positions[row];
     const int hBase = blockIdx.y * hpc;
     if (slot < 0) {
-      for (int i = tid; i < hpc * d; i += blockDim.x) out[((size_t)row * heads + hBase) * d + i] = 0.f;
+      for (int i = tid; i < hpc * d; i += blockDim.x) store_value(out, ((size_t)row * heads + hBase) * d + i, 0.f);
       continue;
     }
     const int32_t* table = blockTable + (size_t)slot * maxPages;
@@ -160,7 +166,7 @@ __device__ __forceinline__ void core_body(const float* __restrict__ qkv, const f
       float acc[E];
       float m = -INFINITY, l = 0.f;
       if (active) {
-        attend<E, V4>(q + ((size_t)row * heads + h) * d, kCache, vCache, table, pageSize, kvHeads, h / group, d, pos, sl, slices, scale, acc, m, l);
+        attend<E, V4, T>(q + ((size_t)row * heads + h) * d, kCache, vCache, table, pageSize, kvHeads, h / group, d, pos, sl, slices, scale, acc, m, l);
       } else {
 #pragma unroll
         for (int k = 0; k < E; k++) acc[k] = 0.f;
@@ -197,23 +203,20 @@ __device__ __forceinline__ void core_body(const float* __restrict__ qkv, const f
       for (int i = tid; i < nA * d; i += blockDim.x) {
         const int a2 = i / d, c = i - a2 * d;
         const int h2 = hBase + h0 + a2;
-        const float g = gated ? sigmoid(qkv[(size_t)row * W + (size_t)h2 * 2 * d + d + c]) : 1.f;
-        out[((size_t)row * heads + h2) * d + c] = comb[i] / LA[a2] * g;
+        const float g = gated ? sigmoid(ldg_value(qkv, (size_t)row * W + (size_t)h2 * 2 * d + d + c)) : 1.f;
+        store_value(out, ((size_t)row * heads + h2) * d + c, comb[i] / LA[a2] * g);
       }
       __syncthreads();
     }
   }
 }
 
-}  // namespace
-
-extern "C" __global__ void __launch_bounds__(1024) std_attn_prep(const float* __restrict__ qkv, float* __restrict__ kCache, float* __restrict__ vCache,
-                                                                 const int32_t* __restrict__ blockTable, const int32_t* __restrict__ slots,
-                                                                 const int32_t* __restrict__ rowStarts, const int32_t* __restrict__ positions, int batch,
-                                                                 int heads, int kvHeads, int headDim, int pageSize, int maxPages, int gated,
-                                                                 float* __restrict__ q, const float* __restrict__ qNorm, const float* __restrict__ kNorm,
-                                                                 const float* __restrict__ cos, const float* __restrict__ sin, int rotaryDim,
-                                                                 int maxPositions, float eps, float normOffset) {
+template <typename T>
+__device__ __forceinline__ void prep_rows(const T* __restrict__ qkv, T* __restrict__ kCache, T* __restrict__ vCache, const int32_t* __restrict__ blockTable,
+                                          const int32_t* __restrict__ slots, const int32_t* __restrict__ rowStarts, const int32_t* __restrict__ positions,
+                                          int batch, int heads, int kvHeads, int headDim, int pageSize, int maxPages, int gated, T* __restrict__ q,
+                                          const float* __restrict__ qNorm, const float* __restrict__ kNorm, const float* __restrict__ cos,
+                                          const float* __restrict__ sin, int rotaryDim, int maxPositions, float eps, float normOffset) {
   STD_SHARED(float, buf, kMaxHeadDim);
   STD_SHARED(float, red, 32);
   const int d = headDim;
@@ -228,43 +231,43 @@ extern "C" __global__ void __launch_bounds__(1024) std_attn_prep(const float* __
     const int p = batch_pos_of_row(rowStarts, batch, row);
     const int slot = slots[p];
     const int pos = positions[row];
-    float* qrow = q + (size_t)row * heads * d;
+    T* qrow = q + (size_t)row * heads * d;
     if (slot < 0) {
-      for (int i = tid; i < heads * d; i += B) qrow[i] = 0.f;
+      for (int i = tid; i < heads * d; i += B) store_value(qrow, i, 0.f);
       continue;
     }
     const int32_t* table = blockTable + (size_t)slot * maxPages;
     const int pc = min(max(pos, 0), maxPositions - 1);  // the table's range (a valid row is inside it)
     const float* cs = cos + (size_t)pc * half;
     const float* sn = sin + (size_t)pc * half;
-    const float* src = qkv + (size_t)row * W;
+    const T* src = qkv + (size_t)row * W;
     for (int hd = 0; hd < heads + kvHeads; hd++) {
       const bool isK = hd >= heads;
       const int kh = hd - heads;
-      const float* x = src + (isK ? kBase + kh * d : hd * qStride);
+      const T* x = src + (isK ? kBase + kh * d : hd * qStride);
       const float* w = isK ? kNorm : qNorm;
       float ss = 0.f;
       for (int i = tid; i < d; i += B) {
-        const float v = x[i];
+        const float v = ldg_value(x, i);
         buf[i] = v;
         ss += v * v;
       }
       if (w) {
         const float inv = 1.0f / sqrtf(block_sum(ss, red) / (float)d + eps);
-        for (int i = tid; i < d; i += B) buf[i] = buf[i] * inv * (normOffset + w[i]);
+        for (int i = tid; i < d; i += B) buf[i] = round_to<T>(rms_out<T>(buf[i] * inv, w[i], normOffset));
       }
       __syncthreads();
       const size_t off = isK ? cache_offset(table, pageSize, kvHeads, d, pos, kh) : 0;
-      float* dst = isK ? kCache + off : qrow + (size_t)hd * d;
+      T* dst = isK ? kCache + off : qrow + (size_t)hd * d;
       for (int i = tid; i < d; i += B) {
         const float v = buf[i];
         float o = v;
         if (i < half) o = v * cs[i] - buf[i + half] * sn[i];
         else if (i < rotaryDim) o = v * cs[i - half] + buf[i - half] * sn[i - half];
-        dst[i] = o;
+        store_value(dst, i, o);
       }
       if (isK) {
-        const float* vs = src + vBase + kh * d;
+        const T* vs = src + vBase + kh * d;
         for (int i = tid; i < d; i += B) vCache[off + i] = vs[i];
       }
       __syncthreads();
@@ -272,11 +275,11 @@ extern "C" __global__ void __launch_bounds__(1024) std_attn_prep(const float* __
   }
 }
 
-extern "C" __global__ void __launch_bounds__(256, 2) std_attn_core(const float* __restrict__ qkv, const float* __restrict__ kCache, const float* __restrict__ vCache,
-                                                                const int32_t* __restrict__ blockTable, const int32_t* __restrict__ slots,
-                                                                const int32_t* __restrict__ rowStarts, const int32_t* __restrict__ positions, int batch,
-                                                                int heads, int kvHeads, int headDim, int pageSize, int maxPages, int gated,
-                                                                const float* __restrict__ q, float* __restrict__ out, float scale) {
+template <typename T>
+__device__ __forceinline__ void core_rows(const T* __restrict__ qkv, const T* __restrict__ kCache, const T* __restrict__ vCache,
+                                          const int32_t* __restrict__ blockTable, const int32_t* __restrict__ slots, const int32_t* __restrict__ rowStarts,
+                                          const int32_t* __restrict__ positions, int batch, int heads, int kvHeads, int headDim, int pageSize,
+                                          int maxPages, int gated, const T* __restrict__ q, T* __restrict__ out, float scale) {
   STD_SHARED(float, comb, kComb);  // one buffer for every instantiation of core_body
   STD_SHARED(float, mS, 32);
   STD_SHARED(float, lS, 32);
@@ -284,8 +287,8 @@ extern "C" __global__ void __launch_bounds__(256, 2) std_attn_core(const float* 
   const int d = headDim;
   if (heads % (int)gridDim.y != 0 || (gridDim.y != (unsigned)heads && gridDim.y != (unsigned)kvHeads)) __trap();
 #define STD_CORE(E, V4) \
-  core_body<E, V4>(qkv, kCache, vCache, blockTable, slots, rowStarts, positions, batch, heads, kvHeads, d, pageSize, maxPages, gated, q, out, scale, comb, mS, lS, LA)
-  // Slices of d / 32 values per lane: 16-byte loads from d = 65 on (d a multiple of 4), scalar below.
+  core_body<E, V4, T>(qkv, kCache, vCache, blockTable, slots, rowStarts, positions, batch, heads, kvHeads, d, pageSize, maxPages, gated, q, out, scale, comb, mS, lS, LA)
+  // Slices of d / 32 values per lane: 4-element loads from d = 65 on (d a multiple of 4), scalar below.
   const bool v4 = (d & 3) == 0 && aligned16(q) && aligned16(kCache) && aligned16(vCache);
   if (d <= 32) STD_CORE(1, false);
   else if (d <= 64) STD_CORE(2, false);
@@ -297,3 +300,32 @@ extern "C" __global__ void __launch_bounds__(256, 2) std_attn_core(const float* 
   else __trap();  // d > 512: a lane's slice would no longer fit in registers
 #undef STD_CORE
 }
+
+}  // namespace
+
+// One prep and one core symbol per row type (attention-kernels.ts declares them).
+#define STD_ATTENTION_KERNELS(SUFFIX, T)                                                                                                            \
+  extern "C" __global__ void __launch_bounds__(1024) std_attn_prep##SUFFIX(                                                                        \
+      const T* __restrict__ qkv, T* __restrict__ kCache, T* __restrict__ vCache, const int32_t* __restrict__ blockTable,                           \
+      const int32_t* __restrict__ slots, const int32_t* __restrict__ rowStarts, const int32_t* __restrict__ positions, int batch, int heads,       \
+      int kvHeads, int headDim, int pageSize, int maxPages, int gated, int dtype, T* __restrict__ q, const float* __restrict__ qNorm,             \
+      const float* __restrict__ kNorm, const float* __restrict__ cos, const float* __restrict__ sin, int rotaryDim, int maxPositions, float eps, \
+      float normOffset) {                                                                                                                          \
+    if (dtype != row_code<T>) __trap();                                                                                                            \
+    prep_rows<T>(qkv, kCache, vCache, blockTable, slots, rowStarts, positions, batch, heads, kvHeads, headDim, pageSize, maxPages, gated, q, qNorm, \
+                 kNorm, cos, sin, rotaryDim, maxPositions, eps, normOffset);                                                                       \
+  }                                                                                                                                                \
+  extern "C" __global__ void __launch_bounds__(256, 2) std_attn_core##SUFFIX(                                                                      \
+      const T* __restrict__ qkv, const T* __restrict__ kCache, const T* __restrict__ vCache, const int32_t* __restrict__ blockTable,                \
+      const int32_t* __restrict__ slots, const int32_t* __restrict__ rowStarts, const int32_t* __restrict__ positions, int batch, int heads,       \
+      int kvHeads, int headDim, int pageSize, int maxPages, int gated, int dtype, const T* __restrict__ q, T* __restrict__ out, float scale) {     \
+    if (dtype != row_code<T>) __trap();                                                                                                            \
+    core_rows<T>(qkv, kCache, vCache, blockTable, slots, rowStarts, positions, batch, heads, kvHeads, headDim, pageSize, maxPages, gated, q, out, \
+                 scale);                                                                                                                           \
+  }
+
+STD_ATTENTION_KERNELS(, float)
+STD_ATTENTION_KERNELS(_bf16, bf16)
+STD_ATTENTION_KERNELS(_f16, f16)
+
+#undef STD_ATTENTION_KERNELS

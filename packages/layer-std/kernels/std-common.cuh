@@ -5,11 +5,18 @@
 //
 // Conventions of every kernel: blockDim.x is a multiple of 32 (warp collectives use the full
 // mask); row loops stride by gridDim.x, so a grid smaller than the row count still covers every
-// row; pointers are f32 / i32 device buffers, 16-byte vector paths are taken only when the row
-// length and the base pointers allow them.
+// row. Rows, caches and intermediates are of the row type T (f32, bf16 or f16: a template
+// parameter, chosen by the kernel's symbol or by a dtype code once per launch); weights are f32 /
+// bf16 / f16 or FP8 E4M3 codes with f32 block scales; everything else is f32 / i32. Arithmetic is
+// f32 whatever the storage, rounded once where a kernel stores. Vector paths (4 elements per load:
+// 16 bytes of f32, 8 of bf16 / f16, 4 of FP8) are taken only when the row length and the base
+// pointers allow them.
 #pragma once
 
+#include <metrale/elements.cuh>
+
 #include <cstdint>
+#include <type_traits>
 
 #define STD_SHARED(type, name, count) __shared__ __align__(16) type name[count]
 
@@ -75,4 +82,135 @@ __device__ __forceinline__ int batch_pos_of_row(const int32_t* __restrict__ rowS
   return lo;
 }
 
+// ---- element types --------------------------------------------------------------------------------
+
+using bf16 = __nv_bfloat16;
+using f16 = __half;
+/** FP8 E4M3 weight codes (their values times a per-128 × 128-block f32 scale). */
+using fp8 = __nv_fp8_e4m3;
+
+template <typename T>
+constexpr bool is_fp8 = std::is_same_v<T, fp8>;
+
+/** The dtype code (FLOAT_DTYPE_CODE) of a row type. */
+template <typename T>
+constexpr int row_code = metrale::Element<T>::code;
+
+/** v as stored in T and read back: the one rounding a kernel applies where it stores to T. */
+template <typename T>
+__device__ __forceinline__ float round_to(float v) {
+  if constexpr (std::is_same_v<T, float>) return v;
+  else if constexpr (std::is_same_v<T, bf16>) return __bfloat162float(__float2bfloat16_rn(v));
+  else return __half2float(__float2half_rn(v));
+}
+
+/** Element i of a T array as f32, read-only path (FP8: the code's value, unscaled). */
+template <typename T>
+__device__ __forceinline__ float ldg_value(const T* p, size_t i) {
+  if constexpr (std::is_same_v<T, float>) return __ldg(p + i);
+  else if constexpr (std::is_same_v<T, bf16>) return __bfloat162float(__ldg(p + i));
+  else if constexpr (std::is_same_v<T, f16>) return __half2float(__ldg(p + i));
+  else return metrale::e4m3_value(__ldg(reinterpret_cast<const uint8_t*>(p) + i));
+}
+
+/** Element i of a T array as f32, coherent path (for a buffer the launch may also write). */
+template <typename T>
+__device__ __forceinline__ float load_value(const T* p, size_t i) {
+  return metrale::Element<T>::load(p, i);
+}
+
+/** Stores v as element i of a T array (round to nearest even). */
+template <typename T>
+__device__ __forceinline__ void store_value(T* p, size_t i, float v) {
+  metrale::Element<T>::store(p, i, v);
+}
+
+__device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+__device__ __forceinline__ float f16_lo(uint32_t w) { return __half2float(__ushort_as_half((unsigned short)(w & 0xffffu))); }
+__device__ __forceinline__ float f16_hi(uint32_t w) { return __half2float(__ushort_as_half((unsigned short)(w >> 16))); }
+
+template <typename T>
+__device__ __forceinline__ float4 unpack4(uint2 u) {
+  if constexpr (std::is_same_v<T, bf16>) return make_float4(bf16_lo(u.x), bf16_hi(u.x), bf16_lo(u.y), bf16_hi(u.y));
+  else return make_float4(f16_lo(u.x), f16_hi(u.x), f16_lo(u.y), f16_hi(u.y));
+}
+
+/** Four E4M3 codes (little-endian in w) as their values. */
+__device__ __forceinline__ float4 unpack_e4m3x4(uint32_t w) {
+  const __half2 lo(__nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w & 0xffffu), __NV_E4M3));
+  const __half2 hi(__nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w >> 16), __NV_E4M3));
+  const float2 a = __half22float2(lo), b = __half22float2(hi);
+  return make_float4(a.x, a.y, b.x, b.y);
+}
+
+/**
+ * Elements 4q … 4q + 3 of a T array as a float4, read-only path: one 16-byte load of f32, 8 bytes
+ * of bf16 / f16, 4 of FP8 codes (their values, unscaled). The caller checks alignment.
+ */
+template <typename T>
+__device__ __forceinline__ float4 ldg4(const T* p, size_t q) {
+  if constexpr (std::is_same_v<T, float>) return __ldg(reinterpret_cast<const float4*>(p) + q);
+  else if constexpr (is_fp8<T>) return unpack_e4m3x4(__ldg(reinterpret_cast<const unsigned int*>(p) + q));
+  else return unpack4<T>(__ldg(reinterpret_cast<const uint2*>(p) + q));
+}
+
+/** ldg4 through the coherent path (a buffer the launch may also write). */
+template <typename T>
+__device__ __forceinline__ float4 load4(const T* p, size_t q) {
+  if constexpr (std::is_same_v<T, float>) return reinterpret_cast<const float4*>(p)[q];
+  else return unpack4<T>(reinterpret_cast<const uint2*>(p)[q]);
+}
+
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float a, float b) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    return (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(a)) | ((uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(b)) << 16);
+  } else {
+    return (uint32_t)__half_as_ushort(__float2half_rn(a)) | ((uint32_t)__half_as_ushort(__float2half_rn(b)) << 16);
+  }
+}
+
+/** Stores v as elements 4q … 4q + 3 of a T array (each rounded to nearest even). */
+template <typename T>
+__device__ __forceinline__ void store4(T* p, size_t q, float4 v) {
+  if constexpr (std::is_same_v<T, float>) reinterpret_cast<float4*>(p)[q] = v;
+  else reinterpret_cast<uint2*>(p)[q] = make_uint2(pack2<T>(v.x, v.y), pack2<T>(v.z, v.w));
+}
+
+/**
+ * RMSNorm's output element as Hugging Face rounds it in the row type, from x̂ = x · rsqrt(mean(x²) +
+ * eps) in f32: offset 0 (Llama, GLM: `w · x̂.to(dtype)`) rounds x̂ first; an offset (Qwen3-Next,
+ * Gemma: `(x̂ · (1 + w)).to(dtype)`) multiplies in f32. Either way the result is stored in T after.
+ * In f32 both are x̂ · (offset + w).
+ */
+template <typename T>
+__device__ __forceinline__ float rms_out(float xh, float w, float offset) {
+  return (offset == 0.f ? round_to<T>(xh) : xh) * (offset + w);
+}
+
 }  // namespace stdk
+
+/**
+ * Calls fn<T>(args…) with T the row type of dtype code `code` (0 f32, 1 bf16, 2 f16; the arguments
+ * may name T); traps on any other code. For the kernels that pick their row type per launch (light
+ * on registers, so one symbol serves every type).
+ */
+#define STD_BY_ROW_TYPE(code, fn, ...)                     \
+  do {                                                     \
+    switch (code) {                                        \
+      case metrale::kF32: {                                \
+        using T = float;                                   \
+        fn<T>(__VA_ARGS__);                                \
+      } break;                                             \
+      case metrale::kBF16: {                               \
+        using T = stdk::bf16;                              \
+        fn<T>(__VA_ARGS__);                                \
+      } break;                                             \
+      case metrale::kF16: {                                \
+        using T = stdk::f16;                               \
+        fn<T>(__VA_ARGS__);                                \
+      } break;                                             \
+      default: __trap();                                   \
+    }                                                      \
+  } while (0)

@@ -5,22 +5,36 @@
 //   std_moe_group    one CTA: the (row, slot) entries of the step grouped by expert (counting sort
 //                    of ids, on the device: no host sync, graph-safe), the experts chosen listed
 //   std_moe_experts_up    h[rj] = silu(gate_e x_r) ⊙ (up_e x_r) for every entry rj = r·topK + j of
-//                         expert e; grid [min(E, rows·topK) expert slots, ⌈I / 16⌉], 256 threads,
+//                         expert e; grid [min(E, rows·topK) expert slots, ⌈I / 8⌉], 128 threads,
 //                         a warp per 2 intermediate rows, the expert's entries 16 at a time
-//   std_moe_experts_down  y[rj] = down_e h[rj]; grid [min(E, rows·topK), ⌈D / 16⌉], 256 threads,
+//   std_moe_experts_down  y[rj] = down_e h[rj]; grid [min(E, rows·topK), ⌈D / 8⌉], 128 threads,
 //                         a warp per 2 output values, the expert's entries 16 at a time
 //   std_moe_experts       out[r] = Σ_j w_rj · y[r][j], summed in order j (no atomics: deterministic,
 //                         `out` overwritten, never accumulated)
 //   std_moe_combine       out = routed + σ(gate) · shared (or + shared)
-//   std_moe_experts_up_rowwise, std_moe_experts_rowwise: the previous per-(row, expert) kernels
-//                         (each row re-reads its experts' weights), kept as the reference the
-//                         grouped ones are bit-identical to (test/gpu) and as the bench's baseline
+//   std_moe_experts_up_rowwise, std_moe_experts_rowwise: the per-(row, expert) kernels (each row
+//                         re-reads its experts' weights), the layer's path for small batches; the
+//                         grouped ones are bit-identical to them (test/gpu)
+//
+// Types: the rows x, the activations h, the expert outputs y and every output are of the row type R
+// (f32, bf16, f16); the expert weights of type W: f32 / bf16 / f16 (R's own type), or FP8 E4M3
+// codes with f32 scales per 128 × 128 block (bf16 / f16 rows). The four expert kernels are
+// templates on (W, R), one symbol per pair (suffix: none for f32, _bf16, _f16, _fp8_bf16,
+// _fp8_f16), since they are heavy on registers; std_moe_experts and std_moe_combine take the row
+// type as a code. Products and sums are f32; h and y are rounded to R where they are stored, as the
+// row-wise down kernel rounds each expert's sum before weighting it.
+//
+// FP8: a lane's 4-element step of a weight row lies in one 128-column block (the warp's 32 lanes
+// cover exactly one block per step), so a step adds scale · (codes · x) with one fma; the scalar
+// path (a width not a multiple of 4) dequantizes each code. Scales of an expert's gate and up are
+// two grids [⌈I/128⌉][⌈D/128⌉] (the part structure of the stacked [2I][D] weight, whether or not I
+// is a whole number of blocks), of its down one [⌈D/128⌉][⌈I/128⌉].
 //
 // Decode reads every weight of a chosen expert once per step, whatever the number of rows that
-// chose it: a CTA owns (expert, tile of 16 weight rows) and runs the expert's entries through the
+// chose it: a CTA owns (expert, tile of 8 weight rows) and runs the expert's entries through the
 // tile 16 at a time. Each value is computed exactly as by the row-wise kernels (lane l sums the
-// float4 k ≡ l mod 32 in order, the same fma sequence, the xor-butterfly tree over lanes), so a
-// row's result is bit-identical whatever the batch and whichever rows share its experts.
+// 4-element step k ≡ l mod 32 in order, the same fma sequence, the xor-butterfly tree over lanes),
+// so a row's result is bit-identical whatever the batch and whichever rows share its experts.
 #include "std-common.cuh"
 
 using namespace stdk;
@@ -71,11 +85,10 @@ __device__ __forceinline__ void block_best(double& v, int& i, double* redV, int*
   }
 }
 
-__device__ __forceinline__ float dot4(const float4 a, const float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
-
 /**
- * dot4 spelled out as nvcc contracts it in the row-wise kernels (PTX: mul y, fma x, fma z, fma w),
- * so the grouped kernels round exactly as they do; `acc + dot4_rn(..)` is an add, as there.
+ * The dot product of 4 elements as the expert kernels round it (mul y, fma x, fma z, fma w: the
+ * order nvcc gave the plain expression in the f32 kernels, kept so their results are unchanged),
+ * spelled out so the grouped and the row-wise kernels round alike.
  */
 __device__ __forceinline__ float dot4_rn(const float4 a, const float4 b) {
   return __fmaf_rn(a.w, b.w, __fmaf_rn(a.z, b.z, __fmaf_rn(a.x, b.x, __fmul_rn(a.y, b.y))));
@@ -117,8 +130,63 @@ struct Groups {
       : nActive(g[0]), nInvalid(g[1]), nValid(g[2]), expert(g + 3), start(g + 3 + E), order(g + 4 + 2 * E) {}
 };
 
-}  // namespace
+/** The weight-type code a kernel takes (FLOAT_DTYPE_CODE, and 3 for FP8 E4M3). */
+template <typename W>
+__device__ __forceinline__ int weight_code() {
+  if constexpr (is_fp8<W>) return 3;
+  else return row_code<W>;
+}
 
+/** A kernel of (W, R) launched with other type codes would read garbage: trap instead. */
+template <typename W, typename R>
+__device__ __forceinline__ void check_codes(int wDtype, int rowDtype) {
+  if (wDtype != weight_code<W>() || rowDtype != row_code<R>) __trap();
+}
+
+/** FP8 scales of row i of part p (0 gate, 1 up) of expert e's gate/up weight; nullptr for a float W. */
+template <typename W>
+__device__ __forceinline__ const float* gate_up_scales(const float* scales, int e, int part, int i, int I, int D) {
+  if constexpr (is_fp8<W>) {
+    const int bI = (I + metrale::kFp8Block - 1) / metrale::kFp8Block, bD = (D + metrale::kFp8Block - 1) / metrale::kFp8Block;
+    return scales + ((size_t)(2 * e + part) * bI + i / metrale::kFp8Block) * bD;
+  } else {
+    return nullptr;
+  }
+}
+
+/** FP8 scales of row d of expert e's down weight [D][I]; nullptr for a float W. */
+template <typename W>
+__device__ __forceinline__ const float* down_scales(const float* scales, int e, int d, int D, int I) {
+  if constexpr (is_fp8<W>) {
+    const int bD = (D + metrale::kFp8Block - 1) / metrale::kFp8Block, bI = (I + metrale::kFp8Block - 1) / metrale::kFp8Block;
+    return scales + ((size_t)e * bD + d / metrale::kFp8Block) * bI;
+  } else {
+    return nullptr;
+  }
+}
+
+/** The scale of 128-column block b of a weight row (1 for a float W, never read). */
+template <typename W>
+__device__ __forceinline__ float block_scale(const float* rowScales, int b) {
+  if constexpr (is_fp8<W>) return __ldg(rowScales + b);
+  else return 1.f;
+}
+
+/** One 4-element step of a lane's dot product: + w·x (float W), + scale · (codes·x) (FP8). */
+template <typename W>
+__device__ __forceinline__ float dot_step4(float acc, const float4 w, const float4 x, float scale) {
+  if constexpr (is_fp8<W>) return __fmaf_rn(scale, dot4_rn(w, x), acc);
+  else return __fadd_rn(acc, dot4_rn(w, x));
+}
+
+/** One element of the scalar path: + w·x (float W), + (code · scale)·x (FP8). */
+template <typename W>
+__device__ __forceinline__ float dot_step1(float acc, float w, float x, float scale) {
+  if constexpr (is_fp8<W>) return __fmaf_rn(__fmul_rn(w, scale), x, acc);
+  else return __fmaf_rn(w, x, acc);
+}
+
+}  // namespace
 extern "C" __global__ void __launch_bounds__(1024) std_moe_route(const float* __restrict__ logits, const float* __restrict__ bias, int32_t* __restrict__ ids,
                                                                  float* __restrict__ weights, int rows, int experts, int topK, int scoring, int normTopK,
                                                                  int nGroup, int topkGroup, float scaling) {
@@ -216,107 +284,6 @@ extern "C" __global__ void __launch_bounds__(1024) std_moe_route(const float* __
     __syncthreads();
   }
 }
-
-extern "C" __global__ void __launch_bounds__(256) std_moe_experts_up_rowwise(const float* __restrict__ input, const int32_t* __restrict__ ids,
-                                                                      const float* __restrict__ gateUp, float* __restrict__ h, int rows, int hidden,
-                                                                      int inter, int experts, int topK) {
-  const int D = hidden, I = inter;
-  const int lane = lane_id(), nw = num_warps();
-  const bool vec = (D & 3) == 0 && aligned16(input) && aligned16(gateUp);
-  for (int rj = blockIdx.x; rj < rows * topK; rj += gridDim.x) {
-    const int r = rj / topK;
-    const int e = ids[rj];
-    const bool valid = e >= 0 && e < experts;
-    const float* x = input + (size_t)r * D;
-    float* hr = h + (size_t)rj * I;
-    const float* G = gateUp + (size_t)(valid ? e : 0) * 2 * I * D;
-    const float* U = G + (size_t)I * D;
-    for (int i0 = blockIdx.y * kUpRows; i0 < I; i0 += gridDim.y * kUpRows) {
-      for (int i = i0 + warp_id(); i < min(I, i0 + kUpRows); i += nw) {
-        if (!valid) {
-          if (lane == 0) hr[i] = 0.f;
-          continue;
-        }
-        const float* g = G + (size_t)i * D;
-        const float* u = U + (size_t)i * D;
-        float sg = 0.f, su = 0.f;
-        if (vec) {
-          const float4* g4 = reinterpret_cast<const float4*>(g);
-          const float4* u4 = reinterpret_cast<const float4*>(u);
-          const float4* x4 = reinterpret_cast<const float4*>(x);
-#pragma unroll 4
-          for (int k = lane; k < (D >> 2); k += 32) {
-            const float4 xv = __ldg(x4 + k);
-            sg += dot4(__ldg(g4 + k), xv);
-            su += dot4(__ldg(u4 + k), xv);
-          }
-        } else {
-          for (int k = lane; k < D; k += 32) {
-            const float xv = __ldg(x + k);
-            sg += __ldg(g + k) * xv;
-            su += __ldg(u + k) * xv;
-          }
-        }
-        sg = warp_sum(sg);
-        su = warp_sum(su);
-        if (lane == 0) hr[i] = silu(sg) * su;
-      }
-    }
-  }
-}
-
-extern "C" __global__ void __launch_bounds__(256) std_moe_experts_rowwise(const float* __restrict__ h, const int32_t* __restrict__ ids,
-                                                                   const float* __restrict__ weights, const float* __restrict__ down,
-                                                                   float* __restrict__ output, int rows, int hidden, int inter, int experts, int topK) {
-  const int D = hidden, I = inter;
-  const int lane = lane_id(), nw = num_warps();
-  const bool vec = (I & 3) == 0 && aligned16(h) && aligned16(down);
-  for (int r = blockIdx.x; r < rows; r += gridDim.x) {
-    for (int d0 = blockIdx.y * kDownRows; d0 < D; d0 += gridDim.y * kDownRows) {
-      for (int d = d0 + warp_id(); d < min(D, d0 + kDownRows); d += nw) {
-        float acc = 0.f;
-        for (int j = 0; j < topK; j++) {
-          const int e = ids[(size_t)r * topK + j];
-          if (e < 0 || e >= experts) continue;
-          const float* dn = down + ((size_t)e * D + d) * I;
-          const float* hj = h + ((size_t)r * topK + j) * I;
-          float s = 0.f;
-          if (vec) {
-            const float4* dn4 = reinterpret_cast<const float4*>(dn);
-            const float4* h4 = reinterpret_cast<const float4*>(hj);
-#pragma unroll 4
-            for (int k = lane; k < (I >> 2); k += 32) s += dot4(__ldg(dn4 + k), __ldg(h4 + k));
-          } else {
-            for (int k = lane; k < I; k += 32) s += __ldg(dn + k) * __ldg(hj + k);
-          }
-          acc += weights[(size_t)r * topK + j] * warp_sum(s);
-        }
-        if (lane == 0) output[(size_t)r * D + d] = acc;
-      }
-    }
-  }
-}
-
-extern "C" __global__ void __launch_bounds__(1024) std_moe_combine(const float* __restrict__ routed, const float* __restrict__ shared,
-                                                                   const float* __restrict__ gate, float* __restrict__ output, int rows, int hidden) {
-  const bool vec = (hidden & 3) == 0 && aligned16(routed) && aligned16(shared) && aligned16(output);
-  for (int r = blockIdx.x; r < rows; r += gridDim.x) {
-    const float g = gate ? sigmoid(gate[r]) : 1.0f;
-    const size_t o = (size_t)r * hidden;
-    if (vec) {
-      for (int i = threadIdx.x; i < (hidden >> 2); i += blockDim.x) {
-        const float4 a = __ldg(reinterpret_cast<const float4*>(routed + o) + i);
-        const float4 b = __ldg(reinterpret_cast<const float4*>(shared + o) + i);
-        reinterpret_cast<float4*>(output + o)[i] = make_float4(a.x + g * b.x, a.y + g * b.y, a.z + g * b.z, a.w + g * b.w);
-      }
-    } else {
-      for (int i = threadIdx.x; i < hidden; i += blockDim.x) output[o + i] = routed[o + i] + g * shared[o + i];
-    }
-  }
-}
-
-// ---- grouped experts ----------------------------------------------------------------------------
-
 extern "C" __global__ void __launch_bounds__(1024) std_moe_group(const int32_t* __restrict__ ids, int32_t* __restrict__ groups, int rows, int experts,
                                                                  int topK) {
   STD_SHARED(int, cursor, kMaxExperts);
@@ -384,12 +351,93 @@ extern "C" __global__ void __launch_bounds__(1024) std_moe_group(const int32_t* 
     if (lane == 0) groups[1] = invalid;
   }
 }
+namespace {
 
-extern "C" __global__ void __launch_bounds__(128, 3) std_moe_experts_up(const float* __restrict__ input, const int32_t* __restrict__ ids,
-                                                                      const int32_t* __restrict__ groups, const float* __restrict__ gateUp,
-                                                                      float* __restrict__ h, int rows, int hidden, int inter, int experts, int topK) {
-  (void)ids;
-  (void)rows;
+template <typename W, typename R>
+__device__ __forceinline__ void experts_up_rowwise(const R* __restrict__ input, const int32_t* __restrict__ ids, const W* __restrict__ gateUp,
+                                                   const float* __restrict__ scales, R* __restrict__ h, int rows, int hidden, int inter, int experts,
+                                                   int topK) {
+  const int D = hidden, I = inter;
+  const int lane = lane_id(), nw = num_warps();
+  const bool vec = (D & 3) == 0 && aligned16(input) && aligned16(gateUp);
+  for (int rj = blockIdx.x; rj < rows * topK; rj += gridDim.x) {
+    const int r = rj / topK;
+    const int e = ids[rj];
+    const bool valid = e >= 0 && e < experts;
+    const int ev = valid ? e : 0;
+    const R* x = input + (size_t)r * D;
+    R* hr = h + (size_t)rj * I;
+    const W* G = gateUp + (size_t)ev * 2 * I * D;
+    const W* U = G + (size_t)I * D;
+    for (int i0 = blockIdx.y * kUpRows; i0 < I; i0 += gridDim.y * kUpRows) {
+      for (int i = i0 + warp_id(); i < min(I, i0 + kUpRows); i += nw) {
+        if (!valid) {
+          if (lane == 0) store_value(hr, i, 0.f);
+          continue;
+        }
+        const W* g = G + (size_t)i * D;
+        const W* u = U + (size_t)i * D;
+        const float* gs = gate_up_scales<W>(scales, ev, 0, i, I, D);
+        const float* us = gate_up_scales<W>(scales, ev, 1, i, I, D);
+        float sg = 0.f, su = 0.f;
+        if (vec) {
+#pragma unroll 4
+          for (int k = lane; k < (D >> 2); k += 32) {
+            const float4 xv = ldg4(x, k);
+            sg = dot_step4<W>(sg, ldg4(g, k), xv, block_scale<W>(gs, k >> 5));
+            su = dot_step4<W>(su, ldg4(u, k), xv, block_scale<W>(us, k >> 5));
+          }
+        } else {
+          for (int k = lane; k < D; k += 32) {
+            const float xv = ldg_value(x, k);
+            sg = dot_step1<W>(sg, ldg_value(g, k), xv, block_scale<W>(gs, k >> 7));
+            su = dot_step1<W>(su, ldg_value(u, k), xv, block_scale<W>(us, k >> 7));
+          }
+        }
+        sg = warp_sum(sg);
+        su = warp_sum(su);
+        if (lane == 0) store_value(hr, i, silu(sg) * su);
+      }
+    }
+  }
+}
+
+template <typename W, typename R>
+__device__ __forceinline__ void experts_rowwise(const R* __restrict__ h, const int32_t* __restrict__ ids, const float* __restrict__ weights,
+                                                const W* __restrict__ down, const float* __restrict__ scales, R* __restrict__ output, int rows,
+                                                int hidden, int inter, int experts, int topK) {
+  const int D = hidden, I = inter;
+  const int lane = lane_id(), nw = num_warps();
+  const bool vec = (I & 3) == 0 && aligned16(h) && aligned16(down);
+  for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+    for (int d0 = blockIdx.y * kDownRows; d0 < D; d0 += gridDim.y * kDownRows) {
+      for (int d = d0 + warp_id(); d < min(D, d0 + kDownRows); d += nw) {
+        float acc = 0.f;
+        for (int j = 0; j < topK; j++) {
+          const int e = ids[(size_t)r * topK + j];
+          if (e < 0 || e >= experts) continue;
+          const W* dn = down + ((size_t)e * D + d) * I;
+          const R* hj = h + ((size_t)r * topK + j) * I;
+          const float* ds = down_scales<W>(scales, e, d, D, I);
+          float s = 0.f;
+          if (vec) {
+#pragma unroll 4
+            for (int k = lane; k < (I >> 2); k += 32) s = dot_step4<W>(s, ldg4(dn, k), ldg4(hj, k), block_scale<W>(ds, k >> 5));
+          } else {
+            for (int k = lane; k < I; k += 32) s = dot_step1<W>(s, ldg_value(dn, k), ldg_value(hj, k), block_scale<W>(ds, k >> 7));
+          }
+          // The expert's output rounded to R, as the grouped down kernel stores it in y.
+          acc = __fmaf_rn(weights[(size_t)r * topK + j], round_to<R>(warp_sum(s)), acc);
+        }
+        if (lane == 0) store_value(output, (size_t)r * D + d, acc);
+      }
+    }
+  }
+}
+
+template <typename W, typename R>
+__device__ __forceinline__ void experts_up(const R* __restrict__ input, const int32_t* __restrict__ groups, const W* __restrict__ gateUp,
+                                           const float* __restrict__ scales, R* __restrict__ h, int hidden, int inter, int experts, int topK) {
   const int D = hidden, I = inter;
   const int lane = lane_id(), nw = num_warps();
   const Groups gr(groups, experts);
@@ -399,47 +447,55 @@ extern "C" __global__ void __launch_bounds__(128, 3) std_moe_experts_up(const fl
   if (blockIdx.x == 0) {
     for (int i0 = blockIdx.y * tile; i0 < I; i0 += gridDim.y * tile)
       for (int q = warp_id(); q < gr.nInvalid; q += nw) {
-        float* hr = h + (size_t)gr.order[gr.nValid + q] * I;
-        for (int i = i0 + lane; i < min(I, i0 + tile); i += 32) hr[i] = 0.f;
+        R* hr = h + (size_t)gr.order[gr.nValid + q] * I;
+        for (int i = i0 + lane; i < min(I, i0 + tile); i += 32) store_value(hr, i, 0.f);
       }
   }
   for (int a = blockIdx.x; a < gr.nActive; a += gridDim.x) {
     const int e = gr.expert[a], s0 = gr.start[a], s1 = gr.start[a + 1];
-    const float* G = gateUp + (size_t)e * 2 * I * D;
-    const float* U = G + (size_t)I * D;
+    const W* G = gateUp + (size_t)e * 2 * I * D;
+    const W* U = G + (size_t)I * D;
     for (int i0 = blockIdx.y * tile; i0 < I; i0 += gridDim.y * tile) {
       const int ib = i0 + warp_id() * kRowsPerWarp;
       if (ib >= I) continue;
       // This warp's weight rows (a row past I repeats the last one; its sums are not written).
       size_t wrow[kRowsPerWarp];
+      const float* gs[kRowsPerWarp];
+      const float* us[kRowsPerWarp];
 #pragma unroll
-      for (int m = 0; m < kRowsPerWarp; m++) wrow[m] = (size_t)min(ib + m, I - 1) * D;
+      for (int m = 0; m < kRowsPerWarp; m++) {
+        const int i = min(ib + m, I - 1);
+        wrow[m] = (size_t)i * D;
+        gs[m] = gate_up_scales<W>(scales, e, 0, i, I, D);
+        us[m] = gate_up_scales<W>(scales, e, 1, i, I, D);
+      }
       for (int q0 = s0; q0 < s1; q0 += kEntries) {
         const int nq = min(kEntries, s1 - q0);
         const int myRj = lane < nq ? gr.order[q0 + lane] : 0;
-        int xoff[kEntries];  // input row of each entry, in floats
+        int xoff[kEntries];  // input row of each entry, in elements
 #pragma unroll
         for (int q = 0; q < kEntries; q++) xoff[q] = (__shfl_sync(kFull, myRj, q) / topK) * D;
         float sg[32], su[32];  // [m · kEntries + q]
 #pragma unroll
         for (int t = 0; t < 32; t++) sg[t] = 0.f, su[t] = 0.f;
         if (vec) {
-          const float4* G4 = reinterpret_cast<const float4*>(G);
-          const float4* U4 = reinterpret_cast<const float4*>(U);
-          const float4* X4 = reinterpret_cast<const float4*>(input);
 #pragma unroll 4
           for (int k = lane; k < (D >> 2); k += 32) {
             float4 gv[kRowsPerWarp], uv[kRowsPerWarp];
+            float gsc[kRowsPerWarp], usc[kRowsPerWarp];
 #pragma unroll
-            for (int m = 0; m < kRowsPerWarp; m++) gv[m] = __ldg(G4 + (wrow[m] >> 2) + k), uv[m] = __ldg(U4 + (wrow[m] >> 2) + k);
+            for (int m = 0; m < kRowsPerWarp; m++) {
+              gv[m] = ldg4(G, (wrow[m] >> 2) + k), uv[m] = ldg4(U, (wrow[m] >> 2) + k);
+              gsc[m] = block_scale<W>(gs[m], k >> 5), usc[m] = block_scale<W>(us[m], k >> 5);
+            }
 #pragma unroll
             for (int q = 0; q < kEntries; q++) {
               if (q < nq) {
-                const float4 xv = __ldg(X4 + (xoff[q] >> 2) + k);
+                const float4 xv = ldg4(input, (xoff[q] >> 2) + k);
 #pragma unroll
                 for (int m = 0; m < kRowsPerWarp; m++) {
-                  sg[m * kEntries + q] = __fadd_rn(sg[m * kEntries + q], dot4_rn(gv[m], xv));
-                  su[m * kEntries + q] = __fadd_rn(su[m * kEntries + q], dot4_rn(uv[m], xv));
+                  sg[m * kEntries + q] = dot_step4<W>(sg[m * kEntries + q], gv[m], xv, gsc[m]);
+                  su[m * kEntries + q] = dot_step4<W>(su[m * kEntries + q], uv[m], xv, usc[m]);
                 }
               }
             }
@@ -447,16 +503,20 @@ extern "C" __global__ void __launch_bounds__(128, 3) std_moe_experts_up(const fl
         } else {
           for (int k = lane; k < D; k += 32) {
             float gv[kRowsPerWarp], uv[kRowsPerWarp];
+            float gsc[kRowsPerWarp], usc[kRowsPerWarp];
 #pragma unroll
-            for (int m = 0; m < kRowsPerWarp; m++) gv[m] = __ldg(G + wrow[m] + k), uv[m] = __ldg(U + wrow[m] + k);
+            for (int m = 0; m < kRowsPerWarp; m++) {
+              gv[m] = ldg_value(G + wrow[m], k), uv[m] = ldg_value(U + wrow[m], k);
+              gsc[m] = block_scale<W>(gs[m], k >> 7), usc[m] = block_scale<W>(us[m], k >> 7);
+            }
 #pragma unroll
             for (int q = 0; q < kEntries; q++) {
               if (q < nq) {
-                const float xv = __ldg(input + xoff[q] + k);
+                const float xv = ldg_value(input + xoff[q], k);
 #pragma unroll
                 for (int m = 0; m < kRowsPerWarp; m++) {
-                  sg[m * kEntries + q] = __fmaf_rn(gv[m], xv, sg[m * kEntries + q]);
-                  su[m * kEntries + q] = __fmaf_rn(uv[m], xv, su[m * kEntries + q]);
+                  sg[m * kEntries + q] = dot_step1<W>(sg[m * kEntries + q], gv[m], xv, gsc[m]);
+                  su[m * kEntries + q] = dot_step1<W>(su[m * kEntries + q], uv[m], xv, usc[m]);
                 }
               }
             }
@@ -466,18 +526,15 @@ extern "C" __global__ void __launch_bounds__(128, 3) std_moe_experts_up(const fl
         const float u = warp_sum_32(su);
         const int m = lane / kEntries, q = lane % kEntries;
         const int rj = __shfl_sync(kFull, myRj, q);
-        if (q < nq && ib + m < I) h[(size_t)rj * I + ib + m] = silu(g) * u;
+        if (q < nq && ib + m < I) store_value(h, (size_t)rj * I + ib + m, silu(g) * u);
       }
     }
   }
 }
 
-extern "C" __global__ void __launch_bounds__(128, 4) std_moe_experts_down(const float* __restrict__ h, const int32_t* __restrict__ ids,
-                                                                        const int32_t* __restrict__ groups, const float* __restrict__ down,
-                                                                        float* __restrict__ y, int rows, int hidden, int inter, int experts, int topK) {
-  (void)ids;
-  (void)rows;
-  (void)topK;
+template <typename W, typename R>
+__device__ __forceinline__ void experts_down(const R* __restrict__ h, const int32_t* __restrict__ groups, const W* __restrict__ down,
+                                             const float* __restrict__ scales, R* __restrict__ y, int hidden, int inter, int experts) {
   const int D = hidden, I = inter;
   const int lane = lane_id(), nw = num_warps();
   const Groups gr(groups, experts);
@@ -486,56 +543,61 @@ extern "C" __global__ void __launch_bounds__(128, 4) std_moe_experts_down(const 
   if (blockIdx.x == 0) {
     for (int d0 = blockIdx.y * tile; d0 < D; d0 += gridDim.y * tile)
       for (int q = warp_id(); q < gr.nInvalid; q += nw) {
-        float* yr = y + (size_t)gr.order[gr.nValid + q] * D;
-        for (int d = d0 + lane; d < min(D, d0 + tile); d += 32) yr[d] = 0.f;
+        R* yr = y + (size_t)gr.order[gr.nValid + q] * D;
+        for (int d = d0 + lane; d < min(D, d0 + tile); d += 32) store_value(yr, d, 0.f);
       }
   }
   for (int a = blockIdx.x; a < gr.nActive; a += gridDim.x) {
     const int e = gr.expert[a], s0 = gr.start[a], s1 = gr.start[a + 1];
-    const float* W = down + (size_t)e * D * I;
+    const W* Wt = down + (size_t)e * D * I;
     for (int d0 = blockIdx.y * tile; d0 < D; d0 += gridDim.y * tile) {
       const int db = d0 + warp_id() * kRowsPerWarp;
       if (db >= D) continue;
       size_t wrow[kRowsPerWarp];
+      const float* ws[kRowsPerWarp];
 #pragma unroll
-      for (int m = 0; m < kRowsPerWarp; m++) wrow[m] = (size_t)min(db + m, D - 1) * I;
+      for (int m = 0; m < kRowsPerWarp; m++) {
+        const int d = min(db + m, D - 1);
+        wrow[m] = (size_t)d * I;
+        ws[m] = down_scales<W>(scales, e, d, D, I);
+      }
       for (int q0 = s0; q0 < s1; q0 += kEntries) {
         const int nq = min(kEntries, s1 - q0);
         const int myRj = lane < nq ? gr.order[q0 + lane] : 0;
-        int hoff[kEntries];  // h row of each entry, in floats
+        int hoff[kEntries];  // h row of each entry, in elements
 #pragma unroll
         for (int q = 0; q < kEntries; q++) hoff[q] = __shfl_sync(kFull, myRj, q) * I;
         float s[32];  // [m · kEntries + q]
 #pragma unroll
         for (int t = 0; t < 32; t++) s[t] = 0.f;
         if (vec) {
-          const float4* W4 = reinterpret_cast<const float4*>(W);
-          const float4* H4 = reinterpret_cast<const float4*>(h);
 #pragma unroll 2
           for (int k = lane; k < (I >> 2); k += 32) {
             float4 wv[kRowsPerWarp];
+            float sc[kRowsPerWarp];
 #pragma unroll
-            for (int m = 0; m < kRowsPerWarp; m++) wv[m] = __ldg(W4 + (wrow[m] >> 2) + k);
+            for (int m = 0; m < kRowsPerWarp; m++) wv[m] = ldg4(Wt, (wrow[m] >> 2) + k), sc[m] = block_scale<W>(ws[m], k >> 5);
 #pragma unroll
             for (int q = 0; q < kEntries; q++) {
               if (q < nq) {
-                const float4 hv = __ldg(H4 + (hoff[q] >> 2) + k);
+                const float4 hv = ldg4(h, (hoff[q] >> 2) + k);
 #pragma unroll
-                for (int m = 0; m < kRowsPerWarp; m++) s[m * kEntries + q] = __fadd_rn(s[m * kEntries + q], dot4_rn(wv[m], hv));
+                for (int m = 0; m < kRowsPerWarp; m++) s[m * kEntries + q] = dot_step4<W>(s[m * kEntries + q], wv[m], hv, sc[m]);
               }
             }
           }
         } else {
           for (int k = lane; k < I; k += 32) {
             float wv[kRowsPerWarp];
+            float sc[kRowsPerWarp];
 #pragma unroll
-            for (int m = 0; m < kRowsPerWarp; m++) wv[m] = __ldg(W + wrow[m] + k);
+            for (int m = 0; m < kRowsPerWarp; m++) wv[m] = ldg_value(Wt + wrow[m], k), sc[m] = block_scale<W>(ws[m], k >> 7);
 #pragma unroll
             for (int q = 0; q < kEntries; q++) {
               if (q < nq) {
-                const float hv = __ldg(h + hoff[q] + k);
+                const float hv = ldg_value(h + hoff[q], k);
 #pragma unroll
-                for (int m = 0; m < kRowsPerWarp; m++) s[m * kEntries + q] = __fmaf_rn(wv[m], hv, s[m * kEntries + q]);
+                for (int m = 0; m < kRowsPerWarp; m++) s[m * kEntries + q] = dot_step1<W>(s[m * kEntries + q], wv[m], hv, sc[m]);
               }
             }
           }
@@ -543,15 +605,15 @@ extern "C" __global__ void __launch_bounds__(128, 4) std_moe_experts_down(const 
         const float t = warp_sum_32(s);
         const int m = lane / kEntries, q = lane % kEntries;
         const int rj = __shfl_sync(kFull, myRj, q);
-        if (q < nq && db + m < D) y[(size_t)rj * D + db + m] = t;
+        if (q < nq && db + m < D) store_value(y, (size_t)rj * D + db + m, t);
       }
     }
   }
 }
 
-extern "C" __global__ void __launch_bounds__(256) std_moe_experts(const float* __restrict__ y, const int32_t* __restrict__ ids,
-                                                                   const float* __restrict__ weights, float* __restrict__ output, int rows, int hidden,
-                                                                   int experts, int topK) {
+template <typename T>
+__device__ __forceinline__ void experts_sum(const T* __restrict__ y, const int32_t* __restrict__ ids, const float* __restrict__ weights,
+                                            T* __restrict__ output, int rows, int hidden, int experts, int topK) {
   const int D = hidden;
   const bool vec = (D & 3) == 0 && aligned16(y) && aligned16(output);
   const int per = vec ? 4 : 1;
@@ -565,19 +627,96 @@ extern "C" __global__ void __launch_bounds__(256) std_moe_experts(const float* _
           const int e = id[j];
           if (e < 0 || e >= experts) continue;
           const float wj = w[j];
-          const float4 v = __ldg(reinterpret_cast<const float4*>(y + ((size_t)r * topK + j) * D + d));
+          const float4 v = ldg4(y + ((size_t)r * topK + j) * D, d >> 2);
           acc.x = __fmaf_rn(wj, v.x, acc.x), acc.y = __fmaf_rn(wj, v.y, acc.y), acc.z = __fmaf_rn(wj, v.z, acc.z), acc.w = __fmaf_rn(wj, v.w, acc.w);
         }
-        *reinterpret_cast<float4*>(output + (size_t)r * D + d) = acc;
+        store4(output + (size_t)r * D, d >> 2, acc);
       } else {
         float acc = 0.f;
         for (int j = 0; j < topK; j++) {
           const int e = id[j];
           if (e < 0 || e >= experts) continue;
-          acc = __fmaf_rn(w[j], y[((size_t)r * topK + j) * D + d], acc);
+          acc = __fmaf_rn(w[j], ldg_value(y, ((size_t)r * topK + j) * D + d), acc);
         }
-        output[(size_t)r * D + d] = acc;
+        store_value(output, (size_t)r * D + d, acc);
       }
     }
   }
 }
+
+template <typename T>
+__device__ __forceinline__ void combine_rows(const T* __restrict__ routed, const T* __restrict__ shared, const float* __restrict__ gate,
+                                             T* __restrict__ output, int rows, int hidden) {
+  const bool vec = (hidden & 3) == 0 && aligned16(routed) && aligned16(shared) && aligned16(output);
+  for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float g = gate ? sigmoid(gate[r]) : 1.0f;
+    const size_t o = (size_t)r * hidden;
+    if (vec) {
+      for (int i = threadIdx.x; i < (hidden >> 2); i += blockDim.x) {
+        const float4 a = ldg4(routed + o, i);
+        const float4 b = ldg4(shared + o, i);
+        store4(output + o, i, make_float4(a.x + g * b.x, a.y + g * b.y, a.z + g * b.z, a.w + g * b.w));
+      }
+    } else {
+      for (int i = threadIdx.x; i < hidden; i += blockDim.x) store_value(output, o + i, ldg_value(routed, o + i) + g * ldg_value(shared, o + i));
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(256) std_moe_experts(const void* __restrict__ y, const int32_t* __restrict__ ids,
+                                                                  const float* __restrict__ weights, void* __restrict__ output, int rows, int hidden,
+                                                                  int experts, int topK, int dtype) {
+  STD_BY_ROW_TYPE(dtype, experts_sum, static_cast<const T*>(y), ids, weights, static_cast<T*>(output), rows, hidden, experts, topK);
+}
+
+extern "C" __global__ void __launch_bounds__(1024) std_moe_combine(const void* __restrict__ routed, const void* __restrict__ shared,
+                                                                   const float* __restrict__ gate, void* __restrict__ output, int rows, int hidden,
+                                                                   int dtype) {
+  STD_BY_ROW_TYPE(dtype, combine_rows, static_cast<const T*>(routed), static_cast<const T*>(shared), gate, static_cast<T*>(output), rows, hidden);
+}
+
+// The four expert kernels for one (weight type W, row type R): NAME##SUFFIX symbols (moe-kernels.ts
+// declares them per pair). `ids` and `rows` are unused by the grouped ones (they read `groups`), kept
+// so every variant has the parameters of the row-wise one it replaces.
+#define STD_MOE_EXPERT_KERNELS(SUFFIX, W, R)                                                                                                       \
+  extern "C" __global__ void __launch_bounds__(256) std_moe_experts_up_rowwise##SUFFIX(                                                          \
+      const R* __restrict__ input, const int32_t* __restrict__ ids, const W* __restrict__ gateUp, const float* __restrict__ gateUpScales,          \
+      R* __restrict__ h, int rows, int hidden, int inter, int experts, int topK, int wDtype, int rowDtype) {                                      \
+    check_codes<W, R>(wDtype, rowDtype);                                                                                                         \
+    experts_up_rowwise<W, R>(input, ids, gateUp, gateUpScales, h, rows, hidden, inter, experts, topK);                                           \
+  }                                                                                                                                              \
+  extern "C" __global__ void __launch_bounds__(256) std_moe_experts_rowwise##SUFFIX(                                                             \
+      const R* __restrict__ h, const int32_t* __restrict__ ids, const float* __restrict__ weights, const W* __restrict__ down,                     \
+      const float* __restrict__ downScales, R* __restrict__ output, int rows, int hidden, int inter, int experts, int topK, int wDtype,            \
+      int rowDtype) {                                                                                                                            \
+    check_codes<W, R>(wDtype, rowDtype);                                                                                                         \
+    experts_rowwise<W, R>(h, ids, weights, down, downScales, output, rows, hidden, inter, experts, topK);                                        \
+  }                                                                                                                                              \
+  extern "C" __global__ void __launch_bounds__(128, 3) std_moe_experts_up##SUFFIX(                                                               \
+      const R* __restrict__ input, const int32_t* __restrict__ ids, const int32_t* __restrict__ groups, const W* __restrict__ gateUp,             \
+      const float* __restrict__ gateUpScales, R* __restrict__ h, int rows, int hidden, int inter, int experts, int topK, int wDtype,              \
+      int rowDtype) {                                                                                                                            \
+    (void)ids;                                                                                                                                   \
+    (void)rows;                                                                                                                                  \
+    check_codes<W, R>(wDtype, rowDtype);                                                                                                         \
+    experts_up<W, R>(input, groups, gateUp, gateUpScales, h, hidden, inter, experts, topK);                                                       \
+  }                                                                                                                                              \
+  extern "C" __global__ void __launch_bounds__(128, 4) std_moe_experts_down##SUFFIX(                                                             \
+      const R* __restrict__ h, const int32_t* __restrict__ ids, const int32_t* __restrict__ groups, const W* __restrict__ down,                   \
+      const float* __restrict__ downScales, R* __restrict__ y, int rows, int hidden, int inter, int experts, int topK, int wDtype, int rowDtype) { \
+    (void)ids;                                                                                                                                   \
+    (void)rows;                                                                                                                                  \
+    (void)topK;                                                                                                                                  \
+    check_codes<W, R>(wDtype, rowDtype);                                                                                                         \
+    experts_down<W, R>(h, groups, down, downScales, y, hidden, inter, experts);                                                                  \
+  }
+
+STD_MOE_EXPERT_KERNELS(, float, float)
+STD_MOE_EXPERT_KERNELS(_bf16, bf16, bf16)
+STD_MOE_EXPERT_KERNELS(_f16, f16, f16)
+STD_MOE_EXPERT_KERNELS(_fp8_bf16, fp8, bf16)
+STD_MOE_EXPERT_KERNELS(_fp8_f16, fp8, f16)
+
+#undef STD_MOE_EXPERT_KERNELS

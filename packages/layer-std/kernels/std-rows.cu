@@ -5,9 +5,14 @@
 //   std_add         out = a + b, out may alias a or b
 //   std_silu_mul    out[r][i] = silu(gateUp[r][i]) · gateUp[r][inter + i]
 //
+// Every kernel takes the row type as a dtype code (0 f32, 1 bf16, 2 f16; the table, rows and
+// outputs are of that type; norm weights and biases f32) and dispatches once per launch to its
+// template; sums and products are f32, each output rounded once where it is stored. RMSNorm rounds
+// as Hugging Face does in the row type (rms_out in std-common.cuh).
+//
 // Launch: one CTA per row (rowLaunch: min(1024, width rounded up to 32) threads; the row loop
 // strides by gridDim.x), std_add one element per thread (flatLaunch, 256 per CTA, grid-stride).
-// Memory-bound: 16-byte loads and stores whenever the row length is a multiple of 4 and the
+// Memory-bound: 4-element vector loads and stores whenever the row length is a multiple of 4 and the
 // pointers are 16-byte aligned (the usual case: allocations are 256-byte aligned), coalesced
 // across the warp; each thread reads and writes the same elements in every pass, which is what
 // makes the norms safe in place. Sums are f32 with a deterministic CTA reduction.
@@ -15,125 +20,163 @@
 
 using namespace stdk;
 
-extern "C" __global__ void __launch_bounds__(1024) std_embed(const int32_t* __restrict__ tokens, const float* __restrict__ table, float* __restrict__ out,
-                                                             int rows, int hidden, int vocab, float scale) {
+namespace {
+
+template <typename T>
+__device__ __forceinline__ void embed_rows(const int32_t* __restrict__ tokens, const T* __restrict__ table, T* __restrict__ out, int rows, int hidden,
+                                           int vocab, float scale) {
   const bool vec = (hidden & 3) == 0 && aligned16(table) && aligned16(out);
   for (int r = blockIdx.x; r < rows; r += gridDim.x) {
     const int t = tokens[r];
-    float* o = out + (size_t)r * hidden;
+    T* o = out + (size_t)r * hidden;
     const bool valid = t >= 0 && t < vocab;
-    const float* src = table + (size_t)(valid ? t : 0) * hidden;
+    const T* src = table + (size_t)(valid ? t : 0) * hidden;
     if (vec) {
-      float4* o4 = reinterpret_cast<float4*>(o);
-      const float4* s4 = reinterpret_cast<const float4*>(src);
       for (int i = threadIdx.x; i < (hidden >> 2); i += blockDim.x) {
         float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
         if (valid) {
-          v = __ldg(s4 + i);
+          v = ldg4(src, i);
           v.x *= scale, v.y *= scale, v.z *= scale, v.w *= scale;
         }
-        o4[i] = v;
+        store4(o, i, v);
       }
     } else {
-      for (int i = threadIdx.x; i < hidden; i += blockDim.x) o[i] = valid ? scale * __ldg(src + i) : 0.f;
+      for (int i = threadIdx.x; i < hidden; i += blockDim.x) store_value(o, i, valid ? scale * ldg_value(src, i) : 0.f);
     }
   }
 }
 
-extern "C" __global__ void __launch_bounds__(1024) std_rms_norm(const float* input, float* output, const float* __restrict__ weight, int rows, int hidden,
-                                                                float eps, float offset) {
-  STD_SHARED(float, red, 32);
+template <typename T>
+__device__ __forceinline__ void rms_norm_rows(const T* input, T* output, const float* __restrict__ weight, int rows, int hidden, float eps,
+                                              float offset, float* red) {
   const bool vec = (hidden & 3) == 0 && aligned16(input) && aligned16(output) && aligned16(weight);
   for (int r = blockIdx.x; r < rows; r += gridDim.x) {
-    const float* x = input + (size_t)r * hidden;
-    float* y = output + (size_t)r * hidden;
+    const T* x = input + (size_t)r * hidden;
+    T* y = output + (size_t)r * hidden;
     float ss = 0.f;
     if (vec) {
       for (int i = threadIdx.x; i < (hidden >> 2); i += blockDim.x) {
-        const float4 v = reinterpret_cast<const float4*>(x)[i];
+        const float4 v = load4(x, i);
         ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
       }
     } else {
-      for (int i = threadIdx.x; i < hidden; i += blockDim.x) ss += x[i] * x[i];
+      for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
+        const float v = load_value(x, i);
+        ss += v * v;
+      }
     }
     const float inv = 1.0f / sqrtf(block_sum(ss, red) / (float)hidden + eps);
     if (vec) {
       for (int i = threadIdx.x; i < (hidden >> 2); i += blockDim.x) {
-        float4 v = reinterpret_cast<const float4*>(x)[i];
+        float4 v = load4(x, i);
         const float4 w = __ldg(reinterpret_cast<const float4*>(weight) + i);
-        v.x = v.x * inv * (offset + w.x), v.y = v.y * inv * (offset + w.y);
-        v.z = v.z * inv * (offset + w.z), v.w = v.w * inv * (offset + w.w);
-        reinterpret_cast<float4*>(y)[i] = v;
+        v.x = rms_out<T>(v.x * inv, w.x, offset), v.y = rms_out<T>(v.y * inv, w.y, offset);
+        v.z = rms_out<T>(v.z * inv, w.z, offset), v.w = rms_out<T>(v.w * inv, w.w, offset);
+        store4(y, i, v);
       }
     } else {
-      for (int i = threadIdx.x; i < hidden; i += blockDim.x) y[i] = x[i] * inv * (offset + __ldg(weight + i));
+      for (int i = threadIdx.x; i < hidden; i += blockDim.x) store_value(y, i, rms_out<T>(load_value(x, i) * inv, __ldg(weight + i), offset));
     }
   }
 }
 
-extern "C" __global__ void __launch_bounds__(1024) std_layer_norm(const float* input, float* output, const float* __restrict__ weight,
-                                                                  const float* __restrict__ bias, int rows, int hidden, float eps) {
-  STD_SHARED(float, red, 32);
+template <typename T>
+__device__ __forceinline__ void layer_norm_rows(const T* input, T* output, const float* __restrict__ weight, const float* __restrict__ bias, int rows,
+                                                int hidden, float eps, float* red) {
   const bool vec = (hidden & 3) == 0 && aligned16(input) && aligned16(output) && aligned16(weight) && (bias == nullptr || aligned16(bias));
   const int n4 = hidden >> 2;
   for (int r = blockIdx.x; r < rows; r += gridDim.x) {
-    const float* x = input + (size_t)r * hidden;
-    float* y = output + (size_t)r * hidden;
+    const T* x = input + (size_t)r * hidden;
+    T* y = output + (size_t)r * hidden;
     // Two passes (mean, then the centred sum of squares): no cancellation for rows far from 0.
     float s = 0.f;
     if (vec) {
       for (int i = threadIdx.x; i < n4; i += blockDim.x) {
-        const float4 v = reinterpret_cast<const float4*>(x)[i];
+        const float4 v = load4(x, i);
         s += (v.x + v.y) + (v.z + v.w);
       }
     } else {
-      for (int i = threadIdx.x; i < hidden; i += blockDim.x) s += x[i];
+      for (int i = threadIdx.x; i < hidden; i += blockDim.x) s += load_value(x, i);
     }
     const float mean = block_sum(s, red) / (float)hidden;
     float ss = 0.f;
     if (vec) {
       for (int i = threadIdx.x; i < n4; i += blockDim.x) {
-        const float4 v = reinterpret_cast<const float4*>(x)[i];
+        const float4 v = load4(x, i);
         const float a = v.x - mean, b = v.y - mean, c = v.z - mean, d = v.w - mean;
         ss += a * a + b * b + c * c + d * d;
       }
     } else {
-      for (int i = threadIdx.x; i < hidden; i += blockDim.x) ss += (x[i] - mean) * (x[i] - mean);
+      for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
+        const float v = load_value(x, i);
+        ss += (v - mean) * (v - mean);
+      }
     }
     const float inv = 1.0f / sqrtf(block_sum(ss, red) / (float)hidden + eps);
     if (vec) {
       for (int i = threadIdx.x; i < n4; i += blockDim.x) {
-        float4 v = reinterpret_cast<const float4*>(x)[i];
+        float4 v = load4(x, i);
         const float4 w = __ldg(reinterpret_cast<const float4*>(weight) + i);
         const float4 b = bias ? __ldg(reinterpret_cast<const float4*>(bias) + i) : make_float4(0.f, 0.f, 0.f, 0.f);
         v.x = (v.x - mean) * inv * w.x + b.x, v.y = (v.y - mean) * inv * w.y + b.y;
         v.z = (v.z - mean) * inv * w.z + b.z, v.w = (v.w - mean) * inv * w.w + b.w;
-        reinterpret_cast<float4*>(y)[i] = v;
+        store4(y, i, v);
       }
     } else {
-      for (int i = threadIdx.x; i < hidden; i += blockDim.x) y[i] = (x[i] - mean) * inv * __ldg(weight + i) + (bias ? __ldg(bias + i) : 0.f);
+      for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
+        store_value(y, i, (load_value(x, i) - mean) * inv * __ldg(weight + i) + (bias ? __ldg(bias + i) : 0.f));
+      }
     }
   }
 }
 
-extern "C" __global__ void __launch_bounds__(1024) std_add(const float* a, const float* b, float* out, int count) {
+template <typename T>
+__device__ __forceinline__ void add_values(const T* a, const T* b, T* out, int count) {
   const size_t stride = (size_t)gridDim.x * blockDim.x;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)count; i += stride) out[i] = a[i] + b[i];
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)count; i += stride) store_value(out, i, load_value(a, i) + load_value(b, i));
 }
 
-extern "C" __global__ void __launch_bounds__(1024) std_silu_mul(const float* __restrict__ gateUp, float* __restrict__ out, int rows, int inter) {
+template <typename T>
+__device__ __forceinline__ void silu_mul_rows(const T* __restrict__ gateUp, T* __restrict__ out, int rows, int inter) {
   const bool vec = (inter & 3) == 0 && aligned16(gateUp) && aligned16(out);
   for (int r = blockIdx.x; r < rows; r += gridDim.x) {
-    const float* g = gateUp + (size_t)r * 2 * inter;
-    float* o = out + (size_t)r * inter;
+    const T* g = gateUp + (size_t)r * 2 * inter;
+    T* o = out + (size_t)r * inter;
     if (vec) {
       for (int i = threadIdx.x; i < (inter >> 2); i += blockDim.x) {
-        const float4 gv = __ldg(reinterpret_cast<const float4*>(g) + i);
-        const float4 uv = __ldg(reinterpret_cast<const float4*>(g + inter) + i);
-        reinterpret_cast<float4*>(o)[i] = make_float4(silu(gv.x) * uv.x, silu(gv.y) * uv.y, silu(gv.z) * uv.z, silu(gv.w) * uv.w);
+        const float4 gv = ldg4(g, i);
+        const float4 uv = ldg4(g + inter, i);
+        store4(o, i, make_float4(silu(gv.x) * uv.x, silu(gv.y) * uv.y, silu(gv.z) * uv.z, silu(gv.w) * uv.w));
       }
     } else {
-      for (int i = threadIdx.x; i < inter; i += blockDim.x) o[i] = silu(__ldg(g + i)) * __ldg(g + inter + i);
+      for (int i = threadIdx.x; i < inter; i += blockDim.x) store_value(o, i, silu(ldg_value(g, i)) * ldg_value(g, inter + i));
     }
   }
+}
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(1024) std_embed(const int32_t* __restrict__ tokens, const void* __restrict__ table, void* __restrict__ out,
+                                                             int rows, int hidden, int vocab, float scale, int dtype) {
+  STD_BY_ROW_TYPE(dtype, embed_rows, tokens, static_cast<const T*>(table), static_cast<T*>(out), rows, hidden, vocab, scale);
+}
+
+extern "C" __global__ void __launch_bounds__(1024) std_rms_norm(const void* input, void* output, const float* __restrict__ weight, int rows, int hidden,
+                                                                float eps, float offset, int dtype) {
+  STD_SHARED(float, red, 32);
+  STD_BY_ROW_TYPE(dtype, rms_norm_rows, static_cast<const T*>(input), static_cast<T*>(output), weight, rows, hidden, eps, offset, red);
+}
+
+extern "C" __global__ void __launch_bounds__(1024) std_layer_norm(const void* input, void* output, const float* __restrict__ weight,
+                                                                  const float* __restrict__ bias, int rows, int hidden, float eps, int dtype) {
+  STD_SHARED(float, red, 32);
+  STD_BY_ROW_TYPE(dtype, layer_norm_rows, static_cast<const T*>(input), static_cast<T*>(output), weight, bias, rows, hidden, eps, red);
+}
+
+extern "C" __global__ void __launch_bounds__(1024) std_add(const void* a, const void* b, void* out, int count, int dtype) {
+  STD_BY_ROW_TYPE(dtype, add_values, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out), count);
+}
+
+extern "C" __global__ void __launch_bounds__(1024) std_silu_mul(const void* __restrict__ gateUp, void* __restrict__ out, int rows, int inter, int dtype) {
+  STD_BY_ROW_TYPE(dtype, silu_mul_rows, static_cast<const T*>(gateUp), static_cast<T*>(out), rows, inter);
 }

@@ -1,4 +1,4 @@
-import { WeightsError } from '@metrale/core';
+import { WeightsError, type Precision } from '@metrale/core';
 import { fields, type Config } from './config-fields.js';
 
 export interface AttentionOptions {
@@ -19,6 +19,11 @@ export interface AttentionOptions {
   readonly pageSize?: number;
   /** Pages in the layer's pool (default: enough for every slot at maxSeqLen). */
   readonly pages?: number;
+  /**
+   * Rows, q/k/v, the KV cache and the output in `precision.rows`, the projections' weights in that
+   * type (FP8 kept when `fp8Weights`); norms, RoPE, softmax and its sums f32. Default F32_PRECISION.
+   */
+  readonly precision?: Precision;
 }
 
 /** `rope_parameters` (transformers 5) or the older top-level `rope_theta` / `partial_rotary_factor`. */

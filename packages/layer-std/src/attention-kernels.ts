@@ -1,27 +1,41 @@
-import { defineKernel } from '@metrale/core';
+import { defineKernel, type FloatDtype, type Kernel } from '@metrale/core';
 import { coreCpu, prepCpu } from './attention.cpu.js';
 import { attentionModule as module } from './std-modules.js';
 
+/** `dtype`: the row type of qkv, q, the caches and out (FLOAT_DTYPE_CODE); each kernel's symbol is of one type and checks it. */
 const COMMON = {
   qkv: 'ptr', kCache: 'ptr', vCache: 'ptr', blockTable: 'ptr', slots: 'ptr', rowStarts: 'ptr', positions: 'ptr',
-  batch: 'i32', heads: 'i32', kvHeads: 'i32', headDim: 'i32', pageSize: 'i32', maxPages: 'i32', gated: 'i32',
+  batch: 'i32', heads: 'i32', kvHeads: 'i32', headDim: 'i32', pageSize: 'i32', maxPages: 'i32', gated: 'i32', dtype: 'i32',
 } as const;
 
-/** Per row: q heads normed and rotated into `q`; k (normed, rotated) and v into the paged cache. */
-export const prepKernel = defineKernel({
-  name: 'std.attn_prep',
-  params: {
-    ...COMMON, q: 'ptr', qNorm: 'ptr', kNorm: 'ptr', cos: 'ptr', sin: 'ptr',
-    rotaryDim: 'i32', maxPositions: 'i32', eps: 'f32', normOffset: 'f32',
-  },
-  cuda: { module, symbol: 'std_attn_prep' },
-  cpu: prepCpu,
+const PREP_PARAMS = {
+  ...COMMON, q: 'ptr', qNorm: 'ptr', kNorm: 'ptr', cos: 'ptr', sin: 'ptr', rotaryDim: 'i32', maxPositions: 'i32', eps: 'f32', normOffset: 'f32',
+} as const;
+const CORE_PARAMS = { ...COMMON, q: 'ptr', out: 'ptr', scale: 'f32' } as const;
+
+/** The two attention kernels of one row type. */
+export interface AttentionKernels {
+  /** Per row: q heads normed and rotated into `q`; k (normed, rotated) and v into the paged cache. */
+  readonly prep: Kernel<typeof PREP_PARAMS>;
+  /** Per row and head: softmax(q·Kᵀ · scale) V over positions 0..pos of the row's sequence, times sigmoid(gate). */
+  readonly core: Kernel<typeof CORE_PARAMS>;
+}
+
+const SUFFIX: Readonly<Record<FloatDtype, string>> = { f32: '', bf16: '_bf16', f16: '_f16' };
+
+function attentionKernelsOf(dtype: FloatDtype): AttentionKernels {
+  const name = (base: string) => (dtype === 'f32' ? base : `${base}.${dtype}`);
+  return {
+    prep: defineKernel({ name: name('std.attn_prep'), params: PREP_PARAMS, cuda: { module, symbol: `std_attn_prep${SUFFIX[dtype]}` }, cpu: prepCpu }),
+    core: defineKernel({ name: name('std.attn_core'), params: CORE_PARAMS, cuda: { module, symbol: `std_attn_core${SUFFIX[dtype]}` }, cpu: coreCpu }),
+  };
+}
+
+/** The attention kernels of every row type (kernels/std-attention.cu: one symbol per type). */
+export const ATTENTION_KERNELS: Readonly<Record<FloatDtype, AttentionKernels>> = Object.freeze({
+  f32: attentionKernelsOf('f32'), bf16: attentionKernelsOf('bf16'), f16: attentionKernelsOf('f16'),
 });
 
-/** Per row and head: softmax(q·Kᵀ · scale) V over positions 0..pos of the row's sequence, times sigmoid(gate). */
-export const coreKernel = defineKernel({
-  name: 'std.attn_core',
-  params: { ...COMMON, q: 'ptr', out: 'ptr', scale: 'f32' },
-  cuda: { module, symbol: 'std_attn_core' },
-  cpu: coreCpu,
-});
+// The f32 kernels under their own names (the reference path).
+export const prepKernel = ATTENTION_KERNELS.f32.prep;
+export const coreKernel = ATTENTION_KERNELS.f32.core;

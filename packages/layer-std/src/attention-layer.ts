@@ -1,14 +1,17 @@
 import {
-  InvalidArgumentError, ReplayRoomError, ReplaySyncError,
-  type DevicePtr, type GpuBackend, type LayerLimits, type LayerState, type LayerStep, type Stream, type TransformerLayer, type WeightSource,
+  FLOAT_DTYPE_CODE, InvalidArgumentError, ReplayRoomError, ReplaySyncError, floatBytes, runLinear, uploadLinear,
+  type DevicePtr, type GpuBackend, type LayerLimits, type LayerState, type LayerStep, type LinearWeight, type Precision, type Stream, type TransformerLayer,
+  type WeightSource,
 } from '@metrale/core';
 import { checkAttention, type AttentionOptions } from './attention-config.js';
-import { coreKernel, prepKernel } from './attention-kernels.js';
+import { ATTENTION_KERNELS, type AttentionKernels } from './attention-kernels.js';
 import { loadAttentionWeights } from './attention-weights.js';
 import { DeviceMemory } from './device-memory.js';
 import { KvPages } from './kv-pages.js';
+import { precisionOf } from './layer-precision.js';
 import { requireKernels } from './require-kernels.js';
 import { ropeTable } from './rope-table.js';
+import { StackedLinear } from './stacked-linear.js';
 
 /** Host bookkeeping of a sequence: rows its cache holds (ahead of the committed length after a verify). */
 export interface AttentionState extends LayerState {
@@ -17,8 +20,10 @@ export interface AttentionState extends LayerState {
 
 /**
  * Full causal attention over a paged KV cache (Qwen3-Next's gated attention; plain GQA with
- * `gated: false`): one GEMM for q, k, v; `std.attn_prep` (q/k norms, partial RoPE, cache write);
- * `std.attn_core` (causal softmax over the cache, output gate); the `o_proj` GEMM. Every per-step
+ * `gated: false`): one GEMM for q, k, v (or one per projection when FP8 scales cannot be stacked);
+ * `std.attn_prep` (q/k norms, partial RoPE, cache write); `std.attn_core` (causal softmax over the
+ * cache, output gate); the `o_proj` GEMM. q/k/v, the cache and the output are of the row type,
+ * norms, softmax and its sums f32. Every per-step
  * value the kernels need comes from the step tables, so a captured step replays correctly; the
  * cache length lives on the host, hence the room check and the replay sync. Rejected verify rows
  * leave K/V past the committed length, which the next row at that position overwrites before any
@@ -29,12 +34,16 @@ export class AttentionLayer implements TransformerLayer<AttentionState> {
   readonly inputRowBytes: number;
   readonly outputRowBytes: number;
   readonly options: AttentionOptions;
+  readonly precision: Precision;
   readonly limits: LayerLimits;
   readonly pages: KvPages;
   readonly #gpu: GpuBackend;
   readonly #memory: DeviceMemory;
+  readonly #kernels: AttentionKernels;
+  readonly #qkvW: StackedLinear;
+  readonly #oW: LinearWeight;
   readonly #b: {
-    readonly qkvW: DevicePtr; readonly oW: DevicePtr; readonly qNorm: DevicePtr; readonly kNorm: DevicePtr;
+    readonly qNorm: DevicePtr; readonly kNorm: DevicePtr;
     readonly cos: DevicePtr; readonly sin: DevicePtr; readonly kCache: DevicePtr; readonly vCache: DevicePtr;
     readonly qkv: DevicePtr; readonly q: DevicePtr; readonly attn: DevicePtr;
   };
@@ -42,26 +51,32 @@ export class AttentionLayer implements TransformerLayer<AttentionState> {
   #disposed = false;
 
   constructor(gpu: GpuBackend, weights: WeightSource, limits: LayerLimits, options: AttentionOptions) {
-    requireKernels(gpu, 'attention', [prepKernel, coreKernel]);
+    const precision = precisionOf(options.precision, 'attention');
+    this.#kernels = ATTENTION_KERNELS[precision.rows];
+    requireKernels(gpu, 'attention', [this.#kernels.prep, this.#kernels.core]);
     this.options = checkAttention(options);
+    this.precision = precision;
     this.limits = limits;
     this.#gpu = gpu;
     const { hidden: D, heads: H, kvHeads: Hkv, headDim: d } = options;
-    this.inputRowBytes = this.outputRowBytes = 4 * D;
+    const bytes = floatBytes(precision.rows);
+    this.inputRowBytes = this.outputRowBytes = bytes * D;
     this.#qkvWidth = H * d * (options.gated ? 2 : 1) + 2 * Hkv * d;
-    const w = loadAttentionWeights(weights, options);
+    const w = loadAttentionWeights(weights, options, precision);
     const rope = ropeTable(limits.maxSeqLen, options.rotaryDim, options.ropeTheta);
     const m = (this.#memory = new DeviceMemory(gpu));
     let pages: KvPages | undefined;
     try {
       pages = new KvPages(gpu, limits.maxSeqs, limits.maxSeqLen, options.pageSize ?? 16, options.pages);
-      const cacheFloats = pages.pages * pages.pageSize * Hkv * d;
+      const cacheElements = pages.pages * pages.pageSize * Hkv * d;
+      const alloc = (n: number) => m.alloc(n);
+      this.#qkvW = new StackedLinear(gpu, alloc, w.qkv, 'qkv_proj');
+      this.#oW = uploadLinear(gpu, alloc, w.o);
       this.#b = {
-        qkvW: m.upload(w.qkv), oW: m.upload(w.o),
         qNorm: w.qNorm ? m.upload(w.qNorm) : 0n, kNorm: w.kNorm ? m.upload(w.kNorm) : 0n,
         cos: m.upload(rope.cos), sin: m.upload(rope.sin),
-        kCache: m.alloc(4 * cacheFloats), vCache: m.alloc(4 * cacheFloats),
-        qkv: m.alloc(4 * limits.maxRows * this.#qkvWidth), q: m.alloc(4 * limits.maxRows * H * d), attn: m.alloc(4 * limits.maxRows * H * d),
+        kCache: m.alloc(bytes * cacheElements), vCache: m.alloc(bytes * cacheElements),
+        qkv: m.alloc(bytes * limits.maxRows * this.#qkvWidth), q: m.alloc(bytes * limits.maxRows * H * d), attn: m.alloc(bytes * limits.maxRows * H * d),
       };
       this.pages = pages;
     } catch (error) {
@@ -128,20 +143,22 @@ export class AttentionLayer implements TransformerLayer<AttentionState> {
     const o = this.options;
     const b = this.#b;
     const d = o.headDim;
+    const dtype = this.precision.rows;
     const common = {
       qkv: b.qkv, kCache: b.kCache, vCache: b.vCache, blockTable: this.pages.table,
       slots: tables.slots, rowStarts: tables.rowStarts, positions: tables.positions,
       batch, heads: o.heads, kvHeads: o.kvHeads, headDim: d, pageSize: this.pages.pageSize, maxPages: this.pages.pagesPerSeq, gated: o.gated ? 1 : 0,
+      dtype: FLOAT_DTYPE_CODE[dtype],
     };
-    gpu.gemm({ m: rows, n: this.#qkvWidth, k: o.hidden, a: step.input, b: b.qkvW, c: b.qkv, transB: true, dtype: 'f32', stream });
-    gpu.launch(prepKernel, { grid: Math.max(1, rows), block: Math.min(1024, 32 * Math.ceil(d / 32)), stream }, {
+    this.#qkvW.run(gpu, { m: rows, x: step.input, y: b.qkv, xDtype: dtype, yDtype: dtype, stream });
+    gpu.launch(this.#kernels.prep, { grid: Math.max(1, rows), block: Math.min(1024, 32 * Math.ceil(d / 32)), stream }, {
       ...common, q: b.q, qNorm: b.qNorm, kNorm: b.kNorm, cos: b.cos, sin: b.sin,
       rotaryDim: o.rotaryDim, maxPositions: this.limits.maxSeqLen, eps: o.eps, normOffset: o.normOffset,
     });
-    gpu.launch(coreKernel, { grid: [Math.max(1, rows), o.heads], block: 256, stream }, {
+    gpu.launch(this.#kernels.core, { grid: [Math.max(1, rows), o.heads], block: 256, stream }, {
       ...common, q: b.q, out: b.attn, scale: 1 / Math.sqrt(d),
     });
-    gpu.gemm({ m: rows, n: o.hidden, k: o.heads * d, a: b.attn, b: b.oW, c: step.output, transB: true, dtype: 'f32', stream });
+    runLinear(gpu, { m: rows, x: b.attn, w: this.#oW, y: step.output, xDtype: dtype, yDtype: dtype, stream });
     for (let p = 0; p < batch; p++) {
       const state = host.states[p];
       if (state) state.length = host.seqLens[p]! + host.rowStarts[p + 1]! - host.rowStarts[p]!;

@@ -1,9 +1,12 @@
-import type { CpuKernelContext, DeviceMemoryView } from '@metrale/core';
+import type { CpuKernelContext, DeviceMemoryView, FloatDtype } from '@metrale/core';
+import { elementAt, elementReader, elementWriter, readElements, roundRows, rowDtypeOf } from './elements.cpu.js';
 import { rmsNormRow } from './rows.cpu.js';
 
 // CPU reference of kernels/std-attention.cu (KERNELS.md): `std.attn_prep` writes each row's
 // normalised, rotated query and its key and value into the paged cache; `std.attn_core` attends
-// each row causally over its sequence's cache and applies the output gate.
+// each row causally over its sequence's cache and applies the output gate. qkv, q, the caches and
+// out are of the row type `dtype`; the twin computes in f64 and rounds where the kernels store (and
+// the normed q and k to the row type before RoPE, as the kernel does).
 
 interface Common {
   readonly qkv: bigint;
@@ -21,6 +24,8 @@ interface Common {
   readonly maxPages: number;
   /** 1: q_proj rows hold [q | gate] per head. */
   readonly gated: number;
+  /** FLOAT_DTYPE_CODE of qkv, q, the caches and out. */
+  readonly dtype: number;
 }
 
 export interface PrepArgs extends Common {
@@ -64,7 +69,7 @@ function places(a: Common, mem: DeviceMemoryView): { rows: number; at: (row: num
   };
 }
 
-/** f32 offset of (slot, position, kv head) in a cache of [pages][pageSize][kvHeads][headDim]. */
+/** Element offset of (slot, position, kv head) in a cache of [pages][pageSize][kvHeads][headDim]. */
 function cacheOffset(a: Common, table: Int32Array, slot: number, pos: number, h: number): number {
   const page = table[slot * a.maxPages + Math.floor(pos / a.pageSize)]!;
   return ((page * a.pageSize + (pos % a.pageSize)) * a.kvHeads + h) * a.headDim;
@@ -85,12 +90,18 @@ function rotate(v: Float64Array, cos: Float32Array, sin: Float32Array, base: num
   }
 }
 
+/** One head vector of the cache at (slot, position, kv head), decoded. */
+function cacheRow(mem: DeviceMemoryView, cache: bigint, offset: number, d: number, dtype: FloatDtype): Float32Array {
+  return readElements(mem, elementAt(cache, offset, dtype), d, dtype);
+}
+
 export function prepCpu(a: PrepArgs, { mem }: CpuKernelContext): void {
+  const dtype = rowDtypeOf(a.dtype);
   const { rows, at } = places(a, mem);
   const d = a.headDim;
   const W = qkvWidth(a);
-  const qkv = mem.f32(a.qkv, Math.max(1, rows) * W);
-  const q = mem.f32(a.q, Math.max(1, rows) * a.heads * d);
+  const qkv = readElements(mem, a.qkv, Math.max(1, rows) * W, dtype);
+  const q = elementWriter(mem, a.q, Math.max(1, rows) * a.heads * d, dtype);
   const qNorm = a.qNorm === 0n ? undefined : mem.f32(a.qNorm, d);
   const kNorm = a.kNorm === 0n ? undefined : mem.f32(a.kNorm, d);
   const half = a.rotaryDim / 2;
@@ -103,47 +114,52 @@ export function prepCpu(a: PrepArgs, { mem }: CpuKernelContext): void {
   for (let row = 0; row < rows; row++) {
     const { slot, pos } = at(row);
     if (slot < 0) {
-      q.fill(0, row * a.heads * d, (row + 1) * a.heads * d);
+      for (let i = row * a.heads * d; i < (row + 1) * a.heads * d; i++) q(i, 0);
       continue;
     }
     const table = mem.i32(a.blockTable, (slot + 1) * a.maxPages);
     const src = row * W;
-    for (let h = 0; h < a.heads; h++) {
-      const o = src + h * qStride;
-      if (qNorm) rmsNormRow(qkv, o, qNorm, v, 0, d, a.eps, a.normOffset);
-      else for (let i = 0; i < d; i++) v[i] = qkv[o + i]!;
+    // The normed head rounded to the row type (the norm's output), then rotated in f64.
+    const normed = (o: number, w: Float32Array | undefined): void => {
+      if (w) {
+        rmsNormRow(qkv, o, w, v, 0, d, a.eps, a.normOffset, dtype);
+        for (let i = 0; i < d; i++) v[i] = roundRows(dtype, v[i]!);
+      } else {
+        for (let i = 0; i < d; i++) v[i] = qkv[o + i]!;
+      }
       rotate(v, cos, sin, pos * half, half);
-      for (let i = 0; i < d; i++) q[(row * a.heads + h) * d + i] = v[i]!;
+    };
+    for (let h = 0; h < a.heads; h++) {
+      normed(src + h * qStride, qNorm);
+      for (let i = 0; i < d; i++) q((row * a.heads + h) * d + i, v[i]!);
     }
     for (let h = 0; h < a.kvHeads; h++) {
-      const o = src + kBase + h * d;
-      if (kNorm) rmsNormRow(qkv, o, kNorm, v, 0, d, a.eps, a.normOffset);
-      else for (let i = 0; i < d; i++) v[i] = qkv[o + i]!;
-      rotate(v, cos, sin, pos * half, half);
+      normed(src + kBase + h * d, kNorm);
       const c = cacheOffset(a, table, slot, pos, h);
-      const kc = mem.f32(a.kCache + BigInt(4 * c), d);
-      const vc = mem.f32(a.vCache + BigInt(4 * c), d);
+      const kc = elementWriter(mem, elementAt(a.kCache, c, dtype), d, dtype);
+      const vc = elementWriter(mem, elementAt(a.vCache, c, dtype), d, dtype);
       for (let i = 0; i < d; i++) {
-        kc[i] = v[i]!;
-        vc[i] = qkv[src + vBase + h * d + i]!;
+        kc(i, v[i]!);
+        vc(i, qkv[src + vBase + h * d + i]!);
       }
     }
   }
 }
 
 export function coreCpu(a: CoreArgs, { mem }: CpuKernelContext): void {
+  const dtype = rowDtypeOf(a.dtype);
   const { rows, at } = places(a, mem);
   const d = a.headDim;
   const W = qkvWidth(a);
-  const qkv = mem.f32(a.qkv, Math.max(1, rows) * W);
-  const q = mem.f32(a.q, Math.max(1, rows) * a.heads * d);
-  const out = mem.f32(a.out, Math.max(1, rows) * a.heads * d);
+  const qkv = elementReader(mem, a.qkv, Math.max(1, rows) * W, dtype);
+  const q = readElements(mem, a.q, Math.max(1, rows) * a.heads * d, dtype);
+  const out = elementWriter(mem, a.out, Math.max(1, rows) * a.heads * d, dtype);
   const group = a.heads / a.kvHeads;
   const acc = new Float64Array(d);
   for (let row = 0; row < rows; row++) {
     const { slot, pos } = at(row);
     if (slot < 0) {
-      out.fill(0, row * a.heads * d, (row + 1) * a.heads * d);
+      for (let i = row * a.heads * d; i < (row + 1) * a.heads * d; i++) out(i, 0);
       continue;
     }
     const table = mem.i32(a.blockTable, (slot + 1) * a.maxPages);
@@ -153,7 +169,7 @@ export function coreCpu(a: CoreArgs, { mem }: CpuKernelContext): void {
       const qo = (row * a.heads + h) * d;
       let max = -Infinity;
       for (let t = 0; t <= pos; t++) {
-        const k = mem.f32(a.kCache + BigInt(4 * cacheOffset(a, table, slot, t, kvh)), d);
+        const k = cacheRow(mem, a.kCache, cacheOffset(a, table, slot, t, kvh), d, dtype);
         let s = 0;
         for (let i = 0; i < d; i++) s += q[qo + i]! * k[i]!;
         scores[t] = s * a.scale;
@@ -164,13 +180,13 @@ export function coreCpu(a: CoreArgs, { mem }: CpuKernelContext): void {
       for (let t = 0; t <= pos; t++) {
         const e = Math.exp(scores[t]! - max);
         denom += e;
-        const v = mem.f32(a.vCache + BigInt(4 * cacheOffset(a, table, slot, t, kvh)), d);
+        const v = cacheRow(mem, a.vCache, cacheOffset(a, table, slot, t, kvh), d, dtype);
         for (let i = 0; i < d; i++) acc[i]! += e * v[i]!;
       }
       const gate = a.gated ? row * W + h * 2 * d + d : -1;
       for (let i = 0; i < d; i++) {
-        const g = gate >= 0 ? 1 / (1 + Math.exp(-qkv[gate + i]!)) : 1;
-        out[qo + i] = (acc[i]! / denom) * g;
+        const g = gate >= 0 ? 1 / (1 + Math.exp(-qkv(gate + i))) : 1;
+        out(qo + i, (acc[i]! / denom) * g);
       }
     }
   }

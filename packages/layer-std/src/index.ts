@@ -19,8 +19,10 @@ export { embedKernel, rmsNormKernel, layerNormKernel, addKernel, siluMulKernel, 
 export {
   routeKernel, groupKernel, expertsUpKernel, expertsDownKernel, expertsKernel, combineKernel, groupLaunch, expertsUpLaunch, expertsDownLaunch, expertsLaunch,
   moeGroupsLength, moeGrouped, GROUPED_MIN_ENTRIES_PER_EXPERT, expertsUpRowwiseKernel, expertsRowwiseKernel, expertsUpRowwiseLaunch, expertsRowwiseLaunch,
+  EXPERT_KERNELS, EXPERT_FORMATS, expertFormat, type ExpertFormat, type ExpertKernels,
 } from './moe-kernels.js';
-export { prepKernel, coreKernel } from './attention-kernels.js';
+export { prepKernel, coreKernel, ATTENTION_KERNELS, type AttentionKernels } from './attention-kernels.js';
+export { WEIGHT_DTYPE_CODE } from './elements.cpu.js';
 export { argmaxKernel, sampleKernel } from './sample-kernels.js';
 export { routeRow, topIndices } from './moe.cpu.js';
 export { filteredProbs, pickWithUniform } from './sample.cpu.js';

@@ -1,4 +1,5 @@
-import { readF32, readOptionalF32, type DevicePtr, type GpuBackend, type LayerLimits, type LayerState, type LayerStep, type WeightSource } from '@metrale/core';
+import { FLOAT_DTYPE_CODE, floatBytes, type DevicePtr, type GpuBackend, type LayerLimits, type LayerState, type LayerStep, type Precision, type WeightSource } from '@metrale/core';
+import { precisionOf, readOptionalRowVector, readRowVector } from './layer-precision.js';
 import { requireKernels } from './require-kernels.js';
 import { layerNormKernel, rowLaunch } from './rows-kernels.js';
 import { StatelessLayer } from './stateless-layer.js';
@@ -6,25 +7,31 @@ import { StatelessLayer } from './stateless-layer.js';
 export interface LayerNormOptions {
   readonly hidden: number;
   readonly eps: number;
+  /** Rows in and out in `precision.rows` (default F32_PRECISION); mean and variance are f32. */
+  readonly precision?: Precision;
 }
 
-/** torch.nn.LayerNorm over f32 rows: `weight`, and `bias` when the checkpoint has one. */
+/** torch.nn.LayerNorm: `weight`, and `bias` when the checkpoint has one; f32 inside, one rounding to the row type. */
 export class LayerNormLayer extends StatelessLayer {
   readonly type = 'layer-norm';
   readonly inputRowBytes: number;
   readonly outputRowBytes: number;
-  readonly options: LayerNormOptions;
+  readonly options: Omit<LayerNormOptions, 'precision'>;
+  readonly precision: Precision;
   readonly #weight: DevicePtr;
   readonly #bias: DevicePtr;
 
   constructor(gpu: GpuBackend, weights: WeightSource, limits: LayerLimits, options: LayerNormOptions) {
     requireKernels(gpu, 'layer-norm', [layerNormKernel]);
     super(gpu, limits);
-    this.options = options;
-    this.inputRowBytes = this.outputRowBytes = 4 * options.hidden;
+    const { precision, ...rest } = options;
+    this.options = rest;
+    this.precision = precisionOf(precision, 'layer-norm');
+    const rows = this.precision.rows;
+    this.inputRowBytes = this.outputRowBytes = floatBytes(rows) * options.hidden;
     try {
-      this.#weight = this.memory.upload(readF32(weights, 'weight', [options.hidden]));
-      const bias = readOptionalF32(weights, 'bias', [options.hidden]);
+      this.#weight = this.memory.upload(readRowVector(weights, 'weight', options.hidden, rows));
+      const bias = readOptionalRowVector(weights, 'bias', options.hidden, rows);
       this.#bias = bias ? this.memory.upload(bias) : 0n;
     } catch (error) {
       this.memory.free();
@@ -35,7 +42,7 @@ export class LayerNormLayer extends StatelessLayer {
   protected run(step: LayerStep<LayerState>): void {
     const { hidden, eps } = this.options;
     step.gpu.launch(layerNormKernel, rowLaunch(step.rows, hidden, step.stream), {
-      input: step.input, output: step.output, weight: this.#weight, bias: this.#bias, rows: step.rows, hidden, eps,
+      input: step.input, output: step.output, weight: this.#weight, bias: this.#bias, rows: step.rows, hidden, eps, dtype: FLOAT_DTYPE_CODE[this.precision.rows],
     });
   }
 }

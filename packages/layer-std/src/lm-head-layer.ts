@@ -1,4 +1,7 @@
-import { readF32, type DevicePtr, type GpuBackend, type LayerLimits, type LayerState, type LayerStep, type WeightSource } from '@metrale/core';
+import {
+  floatBytes, readLinear, runLinear, uploadLinear, type GpuBackend, type LayerLimits, type LayerState, type LayerStep, type LinearWeight, type Precision, type WeightSource,
+} from '@metrale/core';
+import { precisionOf } from './layer-precision.js';
 import { StatelessLayer } from './stateless-layer.js';
 
 export interface LmHeadOptions {
@@ -6,23 +9,33 @@ export interface LmHeadOptions {
   readonly vocab: number;
   /** Tensor name (default `weight`): `lm_head.weight`, or `model.embed_tokens.weight` for tied embeddings. */
   readonly tensor?: string;
+  /** Rows in `precision.rows`, the weight in that type (or FP8 if the checkpoint has it so); default F32_PRECISION. */
+  readonly precision?: Precision;
 }
 
-/** Rows → logits: `x · Wᵀ` with W [vocab][hidden]; the last layer of a model, f32 [vocab] rows out. */
+/**
+ * Rows → logits: `x · Wᵀ` with W [vocab][hidden]; the last layer of a model. The logits are f32
+ * whatever the row type (the sampler's softmax reads them): one GEMM of row-typed x and W with an
+ * f32 output, accumulated in f32.
+ */
 export class LmHeadLayer extends StatelessLayer {
   readonly type = 'lm-head';
   readonly inputRowBytes: number;
   readonly outputRowBytes: number;
-  readonly options: LmHeadOptions;
-  readonly #weight: DevicePtr;
+  readonly options: Omit<LmHeadOptions, 'precision'>;
+  readonly precision: Precision;
+  readonly #weight: LinearWeight;
 
   constructor(gpu: GpuBackend, weights: WeightSource, limits: LayerLimits, options: LmHeadOptions) {
     super(gpu, limits);
-    this.options = options;
-    this.inputRowBytes = 4 * options.hidden;
+    const { precision, ...rest } = options;
+    this.options = rest;
+    this.precision = precisionOf(precision, 'lm-head');
+    this.inputRowBytes = floatBytes(this.precision.rows) * options.hidden;
     this.outputRowBytes = 4 * options.vocab;
     try {
-      this.#weight = this.memory.upload(readF32(weights, options.tensor ?? 'weight', [options.vocab, options.hidden]));
+      const w = readLinear(weights, options.tensor ?? 'weight', [options.vocab, options.hidden], this.precision);
+      this.#weight = uploadLinear(gpu, (bytes) => this.memory.alloc(bytes), w);
     } catch (error) {
       this.memory.free();
       throw error;
@@ -30,7 +43,6 @@ export class LmHeadLayer extends StatelessLayer {
   }
 
   protected run(step: LayerStep<LayerState>): void {
-    const { hidden, vocab } = this.options;
-    step.gpu.gemm({ m: step.rows, n: vocab, k: hidden, a: step.input, b: this.#weight, c: step.output, transB: true, dtype: 'f32', stream: step.stream });
+    runLinear(step.gpu, { m: step.rows, x: step.input, w: this.#weight, y: step.output, xDtype: this.precision.rows, yDtype: 'f32', stream: step.stream });
   }
 }

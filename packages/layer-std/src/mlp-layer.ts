@@ -1,4 +1,5 @@
-import type { GpuBackend, LayerLimits, LayerState, LayerStep, WeightSource } from '@metrale/core';
+import { floatBytes, type GpuBackend, type LayerLimits, type LayerState, type LayerStep, type Precision, type WeightSource } from '@metrale/core';
+import { precisionOf } from './layer-precision.js';
 import { requireKernels } from './require-kernels.js';
 import { siluMulKernel } from './rows-kernels.js';
 import { StatelessLayer } from './stateless-layer.js';
@@ -8,6 +9,8 @@ export interface MlpOptions {
   readonly hidden: number;
   /** `intermediate_size` (or the shared expert's size). */
   readonly inter: number;
+  /** Rows, intermediates and weights in `precision.rows` (FP8 weights kept when `fp8Weights`); default F32_PRECISION. */
+  readonly precision?: Precision;
 }
 
 /** The dense SwiGLU MLP (`gate_proj`, `up_proj`, `down_proj`; SiLU). */
@@ -15,16 +18,19 @@ export class MlpLayer extends StatelessLayer {
   readonly type = 'mlp';
   readonly inputRowBytes: number;
   readonly outputRowBytes: number;
-  readonly options: MlpOptions;
+  readonly options: Omit<MlpOptions, 'precision'>;
+  readonly precision: Precision;
   readonly #mlp: SwiGlu;
 
   constructor(gpu: GpuBackend, weights: WeightSource, limits: LayerLimits, options: MlpOptions) {
     requireKernels(gpu, 'mlp', [siluMulKernel]);
     super(gpu, limits);
-    this.options = options;
-    this.inputRowBytes = this.outputRowBytes = 4 * options.hidden;
+    const { precision, ...rest } = options;
+    this.options = rest;
+    this.precision = precisionOf(precision, 'mlp');
+    this.inputRowBytes = this.outputRowBytes = floatBytes(this.precision.rows) * options.hidden;
     try {
-      this.#mlp = new SwiGlu(this.memory, weights, '', options.hidden, options.inter, limits.maxRows);
+      this.#mlp = new SwiGlu(this.memory, weights, '', options.hidden, options.inter, limits.maxRows, this.precision);
     } catch (error) {
       this.memory.free();
       throw error;

@@ -1,4 +1,4 @@
-import { WeightsError } from '@metrale/core';
+import { WeightsError, type Precision } from '@metrale/core';
 import { fields, type Config } from './config-fields.js';
 
 /** How a token's experts are chosen and weighted. */
@@ -32,6 +32,11 @@ export interface MoeOptions {
   readonly inter: number;
   readonly routing: MoeRouting;
   readonly shared?: SharedExpert;
+  /**
+   * Rows, h, y and the experts' and shared expert's weights in `precision.rows` (FP8 weights kept
+   * when `fp8Weights`); router and gate logits f32 whatever it is. Default F32_PRECISION.
+   */
+  readonly precision?: Precision;
 }
 
 /** Qwen3-Next's `Qwen3NextSparseMoeBlock`: softmax top-k, `norm_topk_prob`, one gated shared expert. */

@@ -1,4 +1,4 @@
-import { defineKernel, type LaunchConfig, type Stream } from '@metrale/core';
+import { InvalidArgumentError, defineKernel, type FloatDtype, type Kernel, type LaunchConfig, type Stream, type WeightDtype } from '@metrale/core';
 import { combineCpu, expertsDownCpu, expertsRowwiseCpu, expertsSumCpu, expertsUpCpu, groupCpu, routeCpu } from './moe.cpu.js';
 import { moeModule as module } from './std-modules.js';
 
@@ -66,26 +66,82 @@ export const groupKernel = defineKernel({
   cpu: groupCpu,
 });
 
-export const expertsUpKernel = defineKernel({
-  name: 'std.moe_experts_up',
-  params: { input: 'ptr', ids: 'ptr', groups: 'ptr', gateUp: 'ptr', h: 'ptr', rows: 'i32', hidden: 'i32', inter: 'i32', experts: 'i32', topK: 'i32' },
-  cuda: { module, symbol: 'std_moe_experts_up' },
-  cpu: expertsUpCpu,
-});
-
-export const expertsDownKernel = defineKernel({
-  name: 'std.moe_experts_down',
-  params: { h: 'ptr', ids: 'ptr', groups: 'ptr', down: 'ptr', y: 'ptr', rows: 'i32', hidden: 'i32', inter: 'i32', experts: 'i32', topK: 'i32' },
-  cuda: { module, symbol: 'std_moe_experts_down' },
-  cpu: expertsDownCpu,
-});
-
+/** `output[r] = Σ_j w_rj · y[r][j]`: y and output of the row type `dtype` (FLOAT_DTYPE_CODE). */
 export const expertsKernel = defineKernel({
   name: 'std.moe_experts',
-  params: { y: 'ptr', ids: 'ptr', weights: 'ptr', output: 'ptr', rows: 'i32', hidden: 'i32', experts: 'i32', topK: 'i32' },
+  params: { y: 'ptr', ids: 'ptr', weights: 'ptr', output: 'ptr', rows: 'i32', hidden: 'i32', experts: 'i32', topK: 'i32', dtype: 'i32' },
   cuda: { module, symbol: 'std_moe_experts' },
   cpu: expertsSumCpu,
 });
+
+// ---- the expert kernels, per (weight type, row type) ----------------------------------------------
+
+/**
+ * How the routed experts are stored and what they multiply: weights in the row type (f32, bf16,
+ * f16), or FP8 E4M3 with block scales over bf16 / f16 rows. Each has its own CUDA symbols
+ * (kernels/std-moe.cu: the expert kernels are templates heavy on registers); the CPU twins are
+ * shared and read the codes.
+ */
+export type ExpertFormat = 'f32' | 'bf16' | 'f16' | 'fp8-bf16' | 'fp8-f16';
+
+export const EXPERT_FORMATS: readonly ExpertFormat[] = ['f32', 'bf16', 'f16', 'fp8-bf16', 'fp8-f16'];
+
+const SYMBOL_SUFFIX: Readonly<Record<ExpertFormat, string>> = { f32: '', bf16: '_bf16', f16: '_f16', 'fp8-bf16': '_fp8_bf16', 'fp8-f16': '_fp8_f16' };
+
+/** The format of expert weights of type `weight` over rows of type `rows`; throws for a pair no kernel reads. */
+export function expertFormat(weight: WeightDtype, rows: FloatDtype): ExpertFormat {
+  if (weight === 'f8e4m3') {
+    if (rows === 'f32') throw new InvalidArgumentError('moe: FP8 expert weights multiply bf16 or f16 rows, not f32; dequantize them for the f32 path (precision.fp8Weights false)');
+    return `fp8-${rows}`;
+  }
+  if (weight !== rows) throw new InvalidArgumentError(`moe: ${weight} expert weights cannot multiply ${rows} rows; hold the weights in the row type`);
+  return rows;
+}
+
+/** The parameters every expert kernel ends with: shapes, then the weight and row type codes. */
+const PASS = { rows: 'i32', hidden: 'i32', inter: 'i32', experts: 'i32', topK: 'i32', wDtype: 'i32', rowDtype: 'i32' } as const;
+const UP_PARAMS = { input: 'ptr', ids: 'ptr', gateUp: 'ptr', gateUpScales: 'ptr', h: 'ptr', ...PASS } as const;
+const GROUPED_UP_PARAMS = { input: 'ptr', ids: 'ptr', groups: 'ptr', gateUp: 'ptr', gateUpScales: 'ptr', h: 'ptr', ...PASS } as const;
+const GROUPED_DOWN_PARAMS = { h: 'ptr', ids: 'ptr', groups: 'ptr', down: 'ptr', downScales: 'ptr', y: 'ptr', ...PASS } as const;
+const ROWWISE_PARAMS = { h: 'ptr', ids: 'ptr', weights: 'ptr', down: 'ptr', downScales: 'ptr', output: 'ptr', ...PASS } as const;
+
+/**
+ * The four expert kernels of one format. Arguments: weights `gateUp` [E][2I][D] and `down` [E][D][I]
+ * of type `wDtype` (WEIGHT_DTYPE_CODE), with `gateUpScales` / `downScales` (0n for float weights;
+ * layout in moe-weights.ts); x, h, y and the output of type `rowDtype` (FLOAT_DTYPE_CODE).
+ */
+export interface ExpertKernels {
+  /** `std.moe_experts_up`: the grouped gate/up pass (CTAs per expert and weight tile). */
+  readonly up: Kernel<typeof GROUPED_UP_PARAMS>;
+  /** `std.moe_experts_down`: the grouped down pass into y. */
+  readonly down: Kernel<typeof GROUPED_DOWN_PARAMS>;
+  /** `std.moe_experts_up_rowwise`: gate/up per (row, slot). */
+  readonly upRowwise: Kernel<typeof UP_PARAMS>;
+  /** `std.moe_experts_rowwise`: down and the weighted sum per row. */
+  readonly rowwise: Kernel<typeof ROWWISE_PARAMS>;
+}
+
+function expertKernelsOf(format: ExpertFormat): ExpertKernels {
+  const name = (base: string) => (format === 'f32' ? base : `${base}.${format}`);
+  const symbol = (base: string) => `${base}${SYMBOL_SUFFIX[format]}`;
+  return {
+    up: defineKernel({ name: name('std.moe_experts_up'), params: GROUPED_UP_PARAMS, cuda: { module, symbol: symbol('std_moe_experts_up') }, cpu: expertsUpCpu }),
+    down: defineKernel({ name: name('std.moe_experts_down'), params: GROUPED_DOWN_PARAMS, cuda: { module, symbol: symbol('std_moe_experts_down') }, cpu: expertsDownCpu }),
+    upRowwise: defineKernel({ name: name('std.moe_experts_up_rowwise'), params: UP_PARAMS, cuda: { module, symbol: symbol('std_moe_experts_up_rowwise') }, cpu: expertsUpCpu }),
+    rowwise: defineKernel({ name: name('std.moe_experts_rowwise'), params: ROWWISE_PARAMS, cuda: { module, symbol: symbol('std_moe_experts_rowwise') }, cpu: expertsRowwiseCpu }),
+  };
+}
+
+/** The expert kernels of every format. */
+export const EXPERT_KERNELS: Readonly<Record<ExpertFormat, ExpertKernels>> = Object.freeze(
+  Object.fromEntries(EXPERT_FORMATS.map((f) => [f, expertKernelsOf(f)])) as Record<ExpertFormat, ExpertKernels>,
+);
+
+// The f32 kernels under their own names (the reference path).
+export const expertsUpKernel = EXPERT_KERNELS.f32.up;
+export const expertsDownKernel = EXPERT_KERNELS.f32.down;
+export const expertsUpRowwiseKernel = EXPERT_KERNELS.f32.upRowwise;
+export const expertsRowwiseKernel = EXPERT_KERNELS.f32.rowwise;
 
 // The per-(row, expert) kernels: each row re-reads its experts' weights. The layer's path below
 // GROUPED_MIN_ENTRIES_PER_EXPERT; the grouped kernels give the same bits (test/gpu).
@@ -100,23 +156,10 @@ export function expertsRowwiseLaunch(rows: number, hidden: number, stream: Strea
   return { grid: [Math.max(1, rows), Math.ceil(hidden / 16)], block: 256, stream };
 }
 
-export const expertsUpRowwiseKernel = defineKernel({
-  name: 'std.moe_experts_up_rowwise',
-  params: { input: 'ptr', ids: 'ptr', gateUp: 'ptr', h: 'ptr', rows: 'i32', hidden: 'i32', inter: 'i32', experts: 'i32', topK: 'i32' },
-  cuda: { module, symbol: 'std_moe_experts_up_rowwise' },
-  cpu: expertsUpCpu,
-});
-
-export const expertsRowwiseKernel = defineKernel({
-  name: 'std.moe_experts_rowwise',
-  params: { h: 'ptr', ids: 'ptr', weights: 'ptr', down: 'ptr', output: 'ptr', rows: 'i32', hidden: 'i32', inter: 'i32', experts: 'i32', topK: 'i32' },
-  cuda: { module, symbol: 'std_moe_experts_rowwise' },
-  cpu: expertsRowwiseCpu,
-});
-
+/** `out = routed + σ(gate) · shared`: routed, shared and output of the row type `dtype`, gate logits f32 (or 0n). */
 export const combineKernel = defineKernel({
   name: 'std.moe_combine',
-  params: { routed: 'ptr', shared: 'ptr', gate: 'ptr', output: 'ptr', rows: 'i32', hidden: 'i32' },
+  params: { routed: 'ptr', shared: 'ptr', gate: 'ptr', output: 'ptr', rows: 'i32', hidden: 'i32', dtype: 'i32' },
   cuda: { module, symbol: 'std_moe_combine' },
   cpu: combineCpu,
 });

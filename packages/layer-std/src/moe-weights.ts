@@ -1,34 +1,75 @@
-import { readF32, WeightsError, fileOfTensor, type WeightSource } from '@metrale/core';
+import { WeightsError, fileOfTensor, readFloats, readLinear, type HostLinear, type Precision, type WeightDtype, type WeightSource } from '@metrale/core';
 import type { MoeOptions } from './moe-config.js';
+
+/** One stacked expert weight on the host, in the layout the expert kernels read. */
+export interface ExpertMatrices {
+  readonly dtype: WeightDtype;
+  /** The experts' elements one after another, row-major, little-endian. */
+  readonly data: Uint8Array;
+  /** FP8: each expert's block-scale grids one after another (see `ExpertWeights`); absent for float weights. */
+  readonly scales?: Float32Array;
+}
 
 /** The routed experts in the device layout: gate and up rows stacked per expert, then down. */
 export interface ExpertWeights {
-  /** [experts][2·inter][hidden]. */
-  readonly gateUp: Float32Array;
-  /** [experts][hidden][inter]. */
-  readonly down: Float32Array;
+  /**
+   * [experts][2·inter][hidden]: gate rows, then up rows. FP8 scales: per expert the gate's
+   * [⌈I/128⌉][⌈D/128⌉] grid then the up's (so the kernels need not care whether I is a whole number
+   * of blocks).
+   */
+  readonly gateUp: ExpertMatrices;
+  /** [experts][hidden][inter]; FP8 scales: per expert one [⌈D/128⌉][⌈I/128⌉] grid. */
+  readonly down: ExpertMatrices;
+}
+
+/** Concatenates per-expert parts of one type (gate, up, gate, up, … or down, down, …). */
+function concat(parts: readonly HostLinear[], what: string): ExpertMatrices {
+  const first = parts[0]!;
+  for (const p of parts) {
+    if (p.dtype !== first.dtype) {
+      throw new WeightsError(`'${p.name}' is ${p.dtype} but '${first.name}' is ${first.dtype}; the MoE's ${what} weights must all have one type`);
+    }
+  }
+  const data = new Uint8Array(parts.reduce((n, p) => n + p.data.length, 0));
+  let at = 0;
+  for (const p of parts) {
+    data.set(p.data, at);
+    at += p.data.length;
+  }
+  if (first.dtype !== 'f8e4m3') return { dtype: first.dtype, data };
+  const scales = new Float32Array(parts.reduce((n, p) => n + p.scales!.length, 0));
+  at = 0;
+  for (const p of parts) {
+    scales.set(p.scales!, at);
+    at += p.scales!.length;
+  }
+  return { dtype: 'f8e4m3', data, scales };
 }
 
 /**
  * Reads the routed experts in either layout a checkpoint may have: per expert
- * (`experts.{e}.gate_proj.weight` …, what `save_pretrained` writes and Hub checkpoints hold) or
- * fused (`experts.gate_up_proj` [E, 2I, D] and `experts.down_proj` [E, D, I], transformers' in-memory
- * form). One expert at a time is held as read.
+ * (`experts.{e}.gate_proj.weight` …, what `save_pretrained` writes and Hub checkpoints hold, FP8
+ * with their `weight_scale_inv` in the FP8 releases) or fused (`experts.gate_up_proj` [E, 2I, D] and
+ * `experts.down_proj` [E, D, I], transformers' in-memory form, float only). Float weights are held in
+ * `precision.rows`; FP8 ones stay FP8 when `precision.fp8Weights`, else they are dequantized.
  */
-export function loadExperts(weights: WeightSource, o: MoeOptions): ExpertWeights {
+export function loadExperts(weights: WeightSource, o: MoeOptions, precision: Precision): ExpertWeights {
   const { experts: E, inter: I, hidden: D } = o;
   if (weights.has('experts.gate_up_proj')) {
-    return { gateUp: readF32(weights, 'experts.gate_up_proj', [E, 2 * I, D]), down: readF32(weights, 'experts.down_proj', [E, D, I]) };
+    const rows = precision.rows;
+    return {
+      gateUp: { dtype: rows, data: readFloats(weights, 'experts.gate_up_proj', [E, 2 * I, D], rows) },
+      down: { dtype: rows, data: readFloats(weights, 'experts.down_proj', [E, D, I], rows) },
+    };
   }
   if (!weights.has('experts.0.gate_proj.weight')) {
     throw new WeightsError(`missing tensor 'experts.0.gate_proj.weight' (nor the fused 'experts.gate_up_proj') of the MoE layer`, fileOfTensor(weights, 'experts.0.gate_proj.weight'));
   }
-  const gateUp = new Float32Array(E * 2 * I * D);
-  const down = new Float32Array(E * D * I);
+  const gateUp: HostLinear[] = [];
+  const down: HostLinear[] = [];
   for (let e = 0; e < E; e++) {
-    gateUp.set(readF32(weights, `experts.${e}.gate_proj.weight`, [I, D]), e * 2 * I * D);
-    gateUp.set(readF32(weights, `experts.${e}.up_proj.weight`, [I, D]), (e * 2 + 1) * I * D);
-    down.set(readF32(weights, `experts.${e}.down_proj.weight`, [D, I]), e * D * I);
+    gateUp.push(readLinear(weights, `experts.${e}.gate_proj.weight`, [I, D], precision), readLinear(weights, `experts.${e}.up_proj.weight`, [I, D], precision));
+    down.push(readLinear(weights, `experts.${e}.down_proj.weight`, [D, I], precision));
   }
-  return { gateUp, down };
+  return { gateUp: concat(gateUp, 'gate and up'), down: concat(down, 'down') };
 }

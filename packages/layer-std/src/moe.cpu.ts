@@ -1,8 +1,12 @@
-import type { CpuKernelContext } from '@metrale/core';
+import { roundTo, type CpuKernelContext } from '@metrale/core';
+import { elementReader, elementWriter, readElements, rowDtypeOf, weightDtypeOf, weightMatrix, type ScaleGrid } from './elements.cpu.js';
 import { silu } from './rows.cpu.js';
 
 // CPU reference of kernels/std-moe.cu (KERNELS.md): routing, the routed experts (gate and up, then
-// down and the weighted sum) and the combine with the shared expert, computed in f64 per row.
+// down and the weighted sum) and the combine with the shared expert, computed in f64 per row. Rows,
+// h, y and outputs are of the row type (`rowDtype` / `dtype` codes), rounded where the kernels store
+// them; expert weights of the weight type (`wDtype`: f32, bf16, f16, or FP8 codes times their block
+// scales).
 
 export interface RouteArgs {
   readonly logits: bigint;
@@ -80,21 +84,36 @@ export function routeCpu(a: RouteArgs, { mem }: CpuKernelContext): void {
   }
 }
 
-/** What the expert kernels take: the rows' expert ids, the activations h between them, the shapes. */
+/** What the expert kernels take: the rows' expert ids, the activations h between them, the shapes, the types. */
 interface ExpertPass {
   readonly ids: bigint;
-  /** f32 [rows][topK][inter]: written by `std.moe_experts_up`, read by `std.moe_experts_down`. */
+  /** [rows][topK][inter] of the row type: written by `std.moe_experts_up`, read by `std.moe_experts_down`. */
   readonly h: bigint;
   readonly rows: number;
   readonly hidden: number;
   readonly inter: number;
   readonly experts: number;
   readonly topK: number;
+  /** WEIGHT_DTYPE_CODE of the expert weights. */
+  readonly wDtype: number;
+  /** FLOAT_DTYPE_CODE of x, h, y and the output. */
+  readonly rowDtype: number;
 }
 
-/** The ids and h views of an expert pass, with its shapes. */
-function passViews(a: ExpertPass, mem: CpuKernelContext['mem']) {
-  return { D: a.hidden, I: a.inter, topK: a.topK, ids: mem.i32(a.ids, a.rows * a.topK), h: mem.f32(a.h, a.rows * a.topK * a.inter) };
+/** The ids of an expert pass, with its shapes and types. */
+function passOf(a: ExpertPass, mem: CpuKernelContext['mem']) {
+  return { D: a.hidden, I: a.inter, topK: a.topK, ids: mem.i32(a.ids, a.rows * a.topK), rows: rowDtypeOf(a.rowDtype), weight: weightDtypeOf(a.wDtype) };
+}
+
+/** Expert e's weight matrix, decoded once per launch. */
+function expertMatrices(mem: CpuKernelContext['mem'], data: bigint, scales: bigint, a: ExpertPass, grid: ScaleGrid): (e: number) => ArrayLike<number> {
+  const weight = weightDtypeOf(a.wDtype);
+  const done = new Map<number, ArrayLike<number>>();
+  return (e) => {
+    let m = done.get(e);
+    if (!m) done.set(e, (m = weightMatrix(mem, data, scales, weight, e, grid)));
+    return m;
+  };
 }
 
 export interface GroupArgs {
@@ -146,33 +165,36 @@ export interface ExpertsUpArgs extends ExpertPass {
   readonly input: bigint;
   /** The entries by expert (`std.moe_group`); the CUDA kernel reads them, the reference the ids. */
   readonly groups?: bigint;
-  /** f32 [experts][2·inter][hidden]: gate rows, then up rows. */
+  /** [experts][2·inter][hidden]: gate rows, then up rows. */
   readonly gateUp: bigint;
+  /** FP8: per expert the gate's [⌈I/128⌉][⌈D/128⌉] scale grid, then the up's; 0n for float weights. */
+  readonly gateUpScales: bigint;
 }
 
 /** h[r][j] = silu(gate_e · x) ⊙ (up_e · x), e = ids[r][j]; zeros for an id outside [0, experts). */
 export function expertsUpCpu(a: ExpertsUpArgs, { mem }: CpuKernelContext): void {
-  const { D, I, topK, ids, h } = passViews(a, mem);
-  const x = mem.f32(a.input, a.rows * D);
-  const gateUp = mem.f32(a.gateUp, a.experts * 2 * I * D);
+  const { D, I, topK, ids, rows } = passOf(a, mem);
+  const x = readElements(mem, a.input, a.rows * D, rows);
+  const h = elementWriter(mem, a.h, a.rows * topK * I, rows);
+  const matrix = expertMatrices(mem, a.gateUp, a.gateUpScales, a, { parts: 2, partRows: I, cols: D });
   for (let r = 0; r < a.rows; r++) {
     for (let j = 0; j < topK; j++) {
       const e = ids[r * topK + j]!;
       const o = (r * topK + j) * I;
       if (e < 0 || e >= a.experts) {
-        h.fill(0, o, o + I);
+        for (let i = 0; i < I; i++) h(o + i, 0);
         continue;
       }
-      const gu = e * 2 * I * D;
+      const gateUp = matrix(e);
       for (let i = 0; i < I; i++) {
         let g = 0;
         let u = 0;
         for (let d = 0; d < D; d++) {
           const xv = x[r * D + d]!;
-          g += gateUp[gu + i * D + d]! * xv;
-          u += gateUp[gu + (I + i) * D + d]! * xv;
+          g += gateUp[i * D + d]! * xv;
+          u += gateUp[(I + i) * D + d]! * xv;
         }
-        h[o + i] = silu(g) * u;
+        h(o + i, silu(g) * u);
       }
     }
   }
@@ -181,36 +203,40 @@ export function expertsUpCpu(a: ExpertsUpArgs, { mem }: CpuKernelContext): void 
 export interface ExpertsDownArgs extends ExpertPass {
   /** The entries by expert (`std.moe_group`); the CUDA kernel reads them, the reference the ids. */
   readonly groups: bigint;
-  /** f32 [experts][hidden][inter]. */
+  /** [experts][hidden][inter]. */
   readonly down: bigint;
-  /** f32 [rows][topK][hidden]: each expert's output, before the routing weights. */
+  /** FP8: per expert one [⌈D/128⌉][⌈I/128⌉] scale grid; 0n for float weights. */
+  readonly downScales: bigint;
+  /** [rows][topK][hidden] of the row type: each expert's output, before the routing weights. */
   readonly y: bigint;
+}
+
+/** One expert's output for one entry: down_e · h[rj] (f64). */
+function downRow(down: ArrayLike<number>, h: ArrayLike<number>, ho: number, D: number, I: number, out: Float64Array): void {
+  for (let d = 0; d < D; d++) {
+    let s = 0;
+    for (let i = 0; i < I; i++) s += down[d * I + i]! * h[ho + i]!;
+    out[d] = s;
+  }
 }
 
 /** y[r][j] = down_e · h[r][j], e = ids[r][j]; zeros for an id outside [0, experts). */
 export function expertsDownCpu(a: ExpertsDownArgs, { mem }: CpuKernelContext): void {
-  const { D, I, topK, ids, h } = passViews(a, mem);
-  const down = mem.f32(a.down, a.experts * D * I);
-  const y = mem.f32(a.y, a.rows * topK * D);
+  const { D, I, topK, ids, rows } = passOf(a, mem);
+  const h = readElements(mem, a.h, a.rows * topK * I, rows);
+  const y = elementWriter(mem, a.y, a.rows * topK * D, rows);
+  const matrix = expertMatrices(mem, a.down, a.downScales, a, { parts: 1, partRows: D, cols: I });
+  const out = new Float64Array(D);
   for (let rj = 0; rj < a.rows * topK; rj++) {
     const e = ids[rj]!;
-    const o = rj * D;
-    if (e < 0 || e >= a.experts) {
-      y.fill(0, o, o + D);
-      continue;
-    }
-    const ho = rj * I;
-    const dn = e * D * I;
-    for (let d = 0; d < D; d++) {
-      let s = 0;
-      for (let i = 0; i < I; i++) s += down[dn + d * I + i]! * h[ho + i]!;
-      y[o + d] = s;
-    }
+    if (e < 0 || e >= a.experts) out.fill(0);
+    else downRow(matrix(e), h, rj * I, D, I, out);
+    for (let d = 0; d < D; d++) y(rj * D + d, out[d]!);
   }
 }
 
 export interface ExpertsSumArgs {
-  /** f32 [rows][topK][hidden] (`std.moe_experts_down`). */
+  /** [rows][topK][hidden] of the row type (`std.moe_experts_down`). */
   readonly y: bigint;
   readonly ids: bigint;
   readonly weights: bigint;
@@ -219,61 +245,64 @@ export interface ExpertsSumArgs {
   readonly hidden: number;
   readonly experts: number;
   readonly topK: number;
+  readonly dtype: number;
 }
 
 /** output[r] = Σ_j weights[r][j] · y[r][j] in order j, ids outside [0, experts) skipped. */
 export function expertsSumCpu(a: ExpertsSumArgs, { mem }: CpuKernelContext): void {
+  const dtype = rowDtypeOf(a.dtype);
   const D = a.hidden;
   const topK = a.topK;
   const ids = mem.i32(a.ids, a.rows * topK);
   const w = mem.f32(a.weights, a.rows * topK);
-  const y = mem.f32(a.y, a.rows * topK * D);
-  const out = mem.f32(a.output, a.rows * D);
+  const y = elementReader(mem, a.y, a.rows * topK * D, dtype);
+  const out = elementWriter(mem, a.output, a.rows * D, dtype);
   for (let r = 0; r < a.rows; r++) {
     for (let d = 0; d < D; d++) {
       let acc = 0;
       for (let j = 0; j < topK; j++) {
         const e = ids[r * topK + j]!;
         if (e < 0 || e >= a.experts) continue;
-        acc += w[r * topK + j]! * y[(r * topK + j) * D + d]!;
+        acc += w[r * topK + j]! * y((r * topK + j) * D + d);
       }
-      out[r * D + d] = acc;
+      out(r * D + d, acc);
     }
   }
 }
 
 export interface ExpertsRowwiseArgs extends ExpertPass {
   readonly weights: bigint;
-  /** f32 [experts][hidden][inter]. */
+  /** [experts][hidden][inter]. */
   readonly down: bigint;
+  /** FP8: per expert one [⌈D/128⌉][⌈I/128⌉] scale grid; 0n for float weights. */
+  readonly downScales: bigint;
   readonly output: bigint;
 }
 
 /**
- * `std.moe_experts_rowwise`: output[r] = Σ_j weights[r][j] · f32(down_e · h[r][j]) (ids outside [0, experts)
- * skipped): the same numbers as expertsDownCpu then expertsSumCpu, so either path gives a row the same bits.
+ * `std.moe_experts_rowwise`: output[r] = Σ_j weights[r][j] · R(down_e · h[r][j]) (ids outside [0, experts)
+ * skipped), R the rounding to the row type: the same numbers as expertsDownCpu then expertsSumCpu,
+ * so either path gives a row the same bits.
  */
 export function expertsRowwiseCpu(a: ExpertsRowwiseArgs, { mem }: CpuKernelContext): void {
-  const { D, I, topK, ids, h } = passViews(a, mem);
+  const { D, I, topK, ids, rows } = passOf(a, mem);
   const w = mem.f32(a.weights, a.rows * topK);
-  const down = mem.f32(a.down, a.experts * D * I);
-  const out = mem.f32(a.output, a.rows * D);
+  const h = readElements(mem, a.h, a.rows * topK * I, rows);
+  const out = elementWriter(mem, a.output, a.rows * D, rows);
+  const matrix = expertMatrices(mem, a.down, a.downScales, a, { parts: 1, partRows: D, cols: I });
   const acc = new Float64Array(D);
+  const y = new Float64Array(D);
   for (let r = 0; r < a.rows; r++) {
     acc.fill(0);
     for (let j = 0; j < topK; j++) {
       const e = ids[r * topK + j]!;
       if (e < 0 || e >= a.experts) continue;
       const wj = w[r * topK + j]!;
-      const ho = (r * topK + j) * I;
-      const dn = e * D * I;
-      for (let d = 0; d < D; d++) {
-        let s = 0;
-        for (let i = 0; i < I; i++) s += down[dn + d * I + i]! * h[ho + i]!;
-        acc[d]! += wj * Math.fround(s); // each expert's output rounded to f32, as std.moe_experts_down stores it
-      }
+      downRow(matrix(e), h, (r * topK + j) * I, D, I, y);
+      // Each expert's output rounded to the row type, as std.moe_experts_down stores it.
+      for (let d = 0; d < D; d++) acc[d]! += wj * roundTo(rows, y[d]!);
     }
-    for (let d = 0; d < D; d++) out[r * D + d] = acc[d]!;
+    for (let d = 0; d < D; d++) out(r * D + d, acc[d]!);
   }
 }
 
@@ -285,17 +314,19 @@ export interface CombineArgs {
   readonly output: bigint;
   readonly rows: number;
   readonly hidden: number;
+  readonly dtype: number;
 }
 
-/** output = routed + g · shared, g = sigmoid(gate logit) or 1. */
+/** output = routed + g · shared, g = sigmoid(gate logit) or 1, rounded once to the row type. */
 export function combineCpu(a: CombineArgs, { mem }: CpuKernelContext): void {
+  const dtype = rowDtypeOf(a.dtype);
   const n = a.rows * a.hidden;
-  const routed = mem.f32(a.routed, n);
-  const shared = mem.f32(a.shared, n);
+  const routed = elementReader(mem, a.routed, n, dtype);
+  const shared = elementReader(mem, a.shared, n, dtype);
   const gate = a.gate === 0n ? undefined : mem.f32(a.gate, a.rows);
-  const out = mem.f32(a.output, n);
+  const out = elementWriter(mem, a.output, n, dtype);
   for (let r = 0; r < a.rows; r++) {
     const g = gate ? 1 / (1 + Math.exp(-gate[r]!)) : 1;
-    for (let d = 0; d < a.hidden; d++) out[r * a.hidden + d] = routed[r * a.hidden + d]! + g * shared[r * a.hidden + d]!;
+    for (let d = 0; d < a.hidden; d++) out(r * a.hidden + d, routed(r * a.hidden + d) + g * shared(r * a.hidden + d));
   }
 }

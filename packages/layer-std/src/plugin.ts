@@ -1,4 +1,4 @@
-import { definePlugin, InvalidArgumentError, type CreateLayerContext, type TransformerLayer } from '@metrale/core';
+import { definePlugin, F32_PRECISION, InvalidArgumentError, type CreateLayerContext, type TransformerLayer } from '@metrale/core';
 import { qwen3NextAttentionOptions } from './attention-config.js';
 import { AttentionLayer } from './attention-layer.js';
 import { fields, stdOptions, textConfig } from './config-fields.js';
@@ -17,38 +17,43 @@ const UNIT_OFFSET_NORMS = new Set(['qwen3_next', 'gemma3n_text', 'gemma3_text', 
 
 /**
  * A std layer from a Hugging Face config, for the plugin path (conformance kit, check-layer):
- * shapes come from the config's fields; metrale's own choices from `config.metrale_std`
+ * shapes come from the config's fields, the data path from `context.precision` (default
+ * F32_PRECISION); metrale's own choices from `config.metrale_std`
  * (`norm_offset`, `embed_scale`, `page_size`, `pages`). Adapters build the classes directly.
  */
 function create(context: CreateLayerContext): TransformerLayer<any> {
   const { gpu, weights, limits } = context;
+  const precision = context.precision ?? F32_PRECISION;
   const config = textConfig(context.config);
   const std = stdOptions(context.config);
   const f = fields(config, `std ${context.layerType} layer`);
   const modelType = String(config.model_type ?? '');
   switch (context.layerType) {
     case 'embedding':
-      return new EmbeddingLayer(gpu, weights, limits, { vocab: f.int('vocab_size'), hidden: f.int('hidden_size'), scale: (std.embed_scale as number | undefined) ?? 1 });
+      return new EmbeddingLayer(gpu, weights, limits, {
+        vocab: f.int('vocab_size'), hidden: f.int('hidden_size'), scale: (std.embed_scale as number | undefined) ?? 1, precision,
+      });
     case 'rms-norm':
       return new RmsNormLayer(gpu, weights, limits, {
         hidden: (std.width as number | undefined) ?? f.int('hidden_size'), eps: f.num('rms_norm_eps', 1e-6),
-        offset: ((std.norm_offset as 0 | 1 | undefined) ?? (UNIT_OFFSET_NORMS.has(modelType) ? 1 : 0)),
+        offset: ((std.norm_offset as 0 | 1 | undefined) ?? (UNIT_OFFSET_NORMS.has(modelType) ? 1 : 0)), precision,
       });
     case 'layer-norm':
-      return new LayerNormLayer(gpu, weights, limits, { hidden: f.int('hidden_size'), eps: f.num('layer_norm_eps', 1e-5) });
+      return new LayerNormLayer(gpu, weights, limits, { hidden: f.int('hidden_size'), eps: f.num('layer_norm_eps', 1e-5), precision });
     case 'mlp':
       f.silu();
-      return new MlpLayer(gpu, weights, limits, { hidden: f.int('hidden_size'), inter: f.int('intermediate_size') });
+      return new MlpLayer(gpu, weights, limits, { hidden: f.int('hidden_size'), inter: f.int('intermediate_size'), precision });
     case 'moe':
-      return new MoeLayer(gpu, weights, limits, modelType === 'glm_moe_dsa' ? glmMoeOptions(config) : qwen3NextMoeOptions(config));
+      return new MoeLayer(gpu, weights, limits, { ...(modelType === 'glm_moe_dsa' ? glmMoeOptions(config) : qwen3NextMoeOptions(config)), precision });
     case 'attention':
       return new AttentionLayer(gpu, weights, limits, {
         ...qwen3NextAttentionOptions(config),
         ...(std.page_size !== undefined ? { pageSize: std.page_size as number } : {}),
         ...(std.pages !== undefined ? { pages: std.pages as number } : {}),
+        precision,
       });
     case 'lm-head':
-      return new LmHeadLayer(gpu, weights, limits, { hidden: f.int('hidden_size'), vocab: f.int('vocab_size') });
+      return new LmHeadLayer(gpu, weights, limits, { hidden: f.int('hidden_size'), vocab: f.int('vocab_size'), precision });
     default:
       throw new InvalidArgumentError(`@metrale/layer-std has no layer type '${context.layerType}' (it has ${STD_LAYER_TYPES.join(', ')})`);
   }

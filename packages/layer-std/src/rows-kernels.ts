@@ -12,37 +12,40 @@ export function flatLaunch(count: number, stream: Stream): LaunchConfig {
   return { grid: Math.max(1, Math.ceil(count / 256)), block: 256, stream };
 }
 
+// Every row kernel takes the row type as `dtype` (FLOAT_DTYPE_CODE: 0 f32, 1 bf16, 2 f16); norm
+// weights and biases are f32.
+
 export const embedKernel = defineKernel({
   name: 'std.embed',
-  params: { tokens: 'ptr', table: 'ptr', out: 'ptr', rows: 'i32', hidden: 'i32', vocab: 'i32', scale: 'f32' },
+  params: { tokens: 'ptr', table: 'ptr', out: 'ptr', rows: 'i32', hidden: 'i32', vocab: 'i32', scale: 'f32', dtype: 'i32' },
   cuda: { module, symbol: 'std_embed' },
   cpu: embedCpu,
 });
 
 export const rmsNormKernel = defineKernel({
   name: 'std.rms_norm',
-  params: { input: 'ptr', output: 'ptr', weight: 'ptr', rows: 'i32', hidden: 'i32', eps: 'f32', offset: 'f32' },
+  params: { input: 'ptr', output: 'ptr', weight: 'ptr', rows: 'i32', hidden: 'i32', eps: 'f32', offset: 'f32', dtype: 'i32' },
   cuda: { module, symbol: 'std_rms_norm' },
   cpu: rmsNormCpu,
 });
 
 export const layerNormKernel = defineKernel({
   name: 'std.layer_norm',
-  params: { input: 'ptr', output: 'ptr', weight: 'ptr', bias: 'ptr', rows: 'i32', hidden: 'i32', eps: 'f32' },
+  params: { input: 'ptr', output: 'ptr', weight: 'ptr', bias: 'ptr', rows: 'i32', hidden: 'i32', eps: 'f32', dtype: 'i32' },
   cuda: { module, symbol: 'std_layer_norm' },
   cpu: layerNormCpu,
 });
 
 export const addKernel = defineKernel({
   name: 'std.add',
-  params: { a: 'ptr', b: 'ptr', out: 'ptr', count: 'i32' },
+  params: { a: 'ptr', b: 'ptr', out: 'ptr', count: 'i32', dtype: 'i32' },
   cuda: { module, symbol: 'std_add' },
   cpu: addCpu,
 });
 
 export const siluMulKernel = defineKernel({
   name: 'std.silu_mul',
-  params: { gateUp: 'ptr', out: 'ptr', rows: 'i32', inter: 'i32' },
+  params: { gateUp: 'ptr', out: 'ptr', rows: 'i32', inter: 'i32', dtype: 'i32' },
   cuda: { module, symbol: 'std_silu_mul' },
   cpu: siluMulCpu,
 });

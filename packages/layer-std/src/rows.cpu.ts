@@ -1,7 +1,9 @@
-import type { CpuKernelContext } from '@metrale/core';
+import type { CpuKernelContext, FloatDtype } from '@metrale/core';
+import { elementReader, elementWriter, readElements, roundRows, rowDtypeOf } from './elements.cpu.js';
 
-// CPU reference of kernels/std-rows.cu: row-wise kernels, each row computed in f64 and stored as
-// f32. Layouts: KERNELS.md.
+// CPU reference of kernels/std-rows.cu: row-wise kernels over rows of the row type `dtype` (a code:
+// 0 f32, 1 bf16, 2 f16), each row computed in f64 and rounded once where the kernel stores. Layouts:
+// KERNELS.md.
 
 export interface EmbedArgs {
   readonly tokens: bigint;
@@ -11,21 +13,20 @@ export interface EmbedArgs {
   readonly hidden: number;
   readonly vocab: number;
   readonly scale: number;
+  readonly dtype: number;
 }
 
 /** out[r] = scale · table[tokens[r]]; a token outside the table gives a zero row (a GPU cannot throw). */
 export function embedCpu(a: EmbedArgs, { mem }: CpuKernelContext): void {
+  const dtype = rowDtypeOf(a.dtype);
   const tokens = mem.i32(a.tokens, a.rows);
-  const table = mem.f32(a.table, a.vocab * a.hidden);
-  const out = mem.f32(a.out, a.rows * a.hidden);
+  const table = elementReader(mem, a.table, a.vocab * a.hidden, dtype);
+  const out = elementWriter(mem, a.out, a.rows * a.hidden, dtype);
   for (let r = 0; r < a.rows; r++) {
     const t = tokens[r]!;
     const o = r * a.hidden;
-    if (t < 0 || t >= a.vocab) {
-      out.fill(0, o, o + a.hidden);
-      continue;
-    }
-    for (let i = 0; i < a.hidden; i++) out[o + i] = a.scale * table[t * a.hidden + i]!;
+    const valid = t >= 0 && t < a.vocab;
+    for (let i = 0; i < a.hidden; i++) out(o + i, valid ? a.scale * table(t * a.hidden + i) : 0);
   }
 }
 
@@ -38,21 +39,41 @@ export interface RmsNormArgs {
   readonly eps: number;
   /** 0: y = w · x̂ (Llama, GLM); 1: y = (1 + w) · x̂ (Qwen3-Next, Gemma). */
   readonly offset: number;
+  readonly dtype: number;
 }
 
-/** One row of RMSNorm: `x / sqrt(mean(x²) + eps) · (offset + w)`; shared with the attention's q/k norms. */
-export function rmsNormRow(x: ArrayLike<number>, xOff: number, w: ArrayLike<number>, out: { [i: number]: number }, oOff: number, n: number, eps: number, offset: number): void {
+/**
+ * One row of RMSNorm: `x̂ · (offset + w)`, x̂ = x / sqrt(mean(x²) + eps), into `out` (f64; the caller
+ * stores it). Rounded as Hugging Face rounds in the row type (rms_out in kernels/std-common.cuh):
+ * offset 0 rounds x̂ to the row type before the weight. Shared with the attention's q/k norms.
+ */
+export function rmsNormRow(
+  x: ArrayLike<number>, xOff: number, w: ArrayLike<number>, out: { [i: number]: number }, oOff: number, n: number, eps: number, offset: number, dtype: FloatDtype = 'f32',
+): void {
   let ss = 0;
   for (let i = 0; i < n; i++) ss += x[xOff + i]! * x[xOff + i]!;
   const inv = 1 / Math.sqrt(ss / n + eps);
-  for (let i = 0; i < n; i++) out[oOff + i] = x[xOff + i]! * inv * (offset + w[i]!);
+  for (let i = 0; i < n; i++) {
+    const xh = x[xOff + i]! * inv;
+    out[oOff + i] = (offset === 0 ? roundRows(dtype, xh) : xh) * (offset + w[i]!);
+  }
 }
 
 export function rmsNormCpu(a: RmsNormArgs, { mem }: CpuKernelContext): void {
-  const x = mem.f32(a.input, a.rows * a.hidden);
-  const y = mem.f32(a.output, a.rows * a.hidden);
+  const dtype = rowDtypeOf(a.dtype);
+  const n = a.rows * a.hidden;
+  // A decoded copy for bf16 / f16 (the kernel may run in place); the f32 view reads each row before writing it.
+  const x = readElements(mem, a.input, n, dtype);
   const w = mem.f32(a.weight, a.hidden);
-  for (let r = 0; r < a.rows; r++) rmsNormRow(x, r * a.hidden, w, y, r * a.hidden, a.hidden, a.eps, a.offset);
+  if (dtype === 'f32') {
+    const y = mem.f32(a.output, n);
+    for (let r = 0; r < a.rows; r++) rmsNormRow(x, r * a.hidden, w, y, r * a.hidden, a.hidden, a.eps, a.offset);
+    return;
+  }
+  const y = new Float64Array(n);
+  for (let r = 0; r < a.rows; r++) rmsNormRow(x, r * a.hidden, w, y, r * a.hidden, a.hidden, a.eps, a.offset, dtype);
+  const store = elementWriter(mem, a.output, n, dtype);
+  for (let i = 0; i < n; i++) store(i, y[i]!);
 }
 
 export interface LayerNormArgs {
@@ -64,13 +85,15 @@ export interface LayerNormArgs {
   readonly rows: number;
   readonly hidden: number;
   readonly eps: number;
+  readonly dtype: number;
 }
 
-/** y = (x − mean) / sqrt(var + eps) · w + b, biased variance (torch.nn.LayerNorm). */
+/** y = (x − mean) / sqrt(var + eps) · w + b, biased variance (torch.nn.LayerNorm), rounded once to the row type. */
 export function layerNormCpu(a: LayerNormArgs, { mem }: CpuKernelContext): void {
+  const dtype = rowDtypeOf(a.dtype);
   const n = a.hidden;
-  const x = mem.f32(a.input, a.rows * n);
-  const y = mem.f32(a.output, a.rows * n);
+  const x = readElements(mem, a.input, a.rows * n, dtype);
+  const y = dtype === 'f32' ? mem.f32(a.output, a.rows * n) : new Float64Array(a.rows * n);
   const w = mem.f32(a.weight, n);
   const b = a.bias === 0n ? undefined : mem.f32(a.bias, n);
   for (let r = 0; r < a.rows; r++) {
@@ -83,6 +106,9 @@ export function layerNormCpu(a: LayerNormArgs, { mem }: CpuKernelContext): void 
     const inv = 1 / Math.sqrt(v / n + a.eps);
     for (let i = 0; i < n; i++) y[o + i] = (x[o + i]! - mean) * inv * w[i]! + (b ? b[i]! : 0);
   }
+  if (dtype === 'f32') return;
+  const store = elementWriter(mem, a.output, a.rows * n, dtype);
+  for (let i = 0; i < a.rows * n; i++) store(i, y[i]!);
 }
 
 export interface AddArgs {
@@ -90,14 +116,16 @@ export interface AddArgs {
   readonly b: bigint;
   readonly out: bigint;
   readonly count: number;
+  readonly dtype: number;
 }
 
-/** out = a + b elementwise (out may alias a or b). */
+/** out = a + b elementwise (out may alias a or b): the sum of the two stored values, rounded once. */
 export function addCpu(a: AddArgs, { mem }: CpuKernelContext): void {
-  const x = mem.f32(a.a, a.count);
-  const y = mem.f32(a.b, a.count);
-  const o = mem.f32(a.out, a.count);
-  for (let i = 0; i < a.count; i++) o[i] = x[i]! + y[i]!;
+  const dtype = rowDtypeOf(a.dtype);
+  const x = elementReader(mem, a.a, a.count, dtype);
+  const y = elementReader(mem, a.b, a.count, dtype);
+  const o = elementWriter(mem, a.out, a.count, dtype);
+  for (let i = 0; i < a.count; i++) o(i, x(i) + y(i));
 }
 
 export interface SiluMulArgs {
@@ -105,18 +133,20 @@ export interface SiluMulArgs {
   readonly out: bigint;
   readonly rows: number;
   readonly inter: number;
+  readonly dtype: number;
 }
 
 export function silu(x: number): number {
   return x / (1 + Math.exp(-x));
 }
 
-/** out[r][i] = silu(gateUp[r][i]) · gateUp[r][inter + i]: rows of [gate | up] from one GEMM. */
+/** out[r][i] = silu(gateUp[r][i]) · gateUp[r][inter + i]: rows of [gate | up] from one GEMM (or two into one buffer). */
 export function siluMulCpu(a: SiluMulArgs, { mem }: CpuKernelContext): void {
-  const gu = mem.f32(a.gateUp, a.rows * 2 * a.inter);
-  const out = mem.f32(a.out, a.rows * a.inter);
+  const dtype = rowDtypeOf(a.dtype);
+  const gu = elementReader(mem, a.gateUp, a.rows * 2 * a.inter, dtype);
+  const out = elementWriter(mem, a.out, a.rows * a.inter, dtype);
   for (let r = 0; r < a.rows; r++) {
     const g = r * 2 * a.inter;
-    for (let i = 0; i < a.inter; i++) out[r * a.inter + i] = silu(gu[g + i]!) * gu[g + a.inter + i]!;
+    for (let i = 0; i < a.inter; i++) out(r * a.inter + i, silu(gu(g + i)) * gu(g + a.inter + i));
   }
 }

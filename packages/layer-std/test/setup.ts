@@ -1,5 +1,8 @@
 import { CpuBackend } from '@metrale/cpu-backend';
-import { MemoryWeightSource, SeededRandom, StepDriver, tensorOf, type HostTensor, type LayerLimits, type TransformerLayer } from '@metrale/core';
+import {
+  MemoryWeightSource, SeededRandom, StepDriver, f16BitsToF32, floatBytes, fromBf16, roundTo, tensorOf, toBf16, toF16,
+  type FloatDtype, type HostTensor, type LayerLimits, type MetralePlugin, type Precision, type TransformerLayer,
+} from '@metrale/core';
 
 export const LIMITS: LayerLimits = { maxSeqs: 3, maxSeqLen: 64, maxBatch: 2, maxK: 4, maxRows: 48 };
 
@@ -44,6 +47,13 @@ export function rmsNorm(x: ArrayLike<number>, w: ArrayLike<number>, eps: number,
   return Float64Array.from({ length: x.length }, (_, i) => x[i]! * inv * (offset + w[i]!));
 }
 
+/**
+ * Relative L2 bounds of a layer's output in each row type against the float64 reference of the f32
+ * path (its expected output): bf16 keeps 8 significant bits, so a few roundings of the rows and
+ * weights on the way give a few 1e-3 (the precision tests print what they measure).
+ */
+export const ROW_TYPE_BOUND: Readonly<Record<FloatDtype, number>> = { f32: 1e-5, bf16: 1e-2, f16: 2e-3 };
+
 /** ‖a − b‖ / ‖b‖. */
 export function relErr(a: ArrayLike<number>, b: ArrayLike<number>): number {
   let num = 0;
@@ -55,19 +65,52 @@ export function relErr(a: ArrayLike<number>, b: ArrayLike<number>): number {
   return Math.sqrt(num / den);
 }
 
-/** One stateless layer on a CPU backend: rows in, rows out, through a one-layer driver (prefill). */
-export function runRows(make: (gpu: CpuBackend) => TransformerLayer, input: Float32Array, tokens?: Int32Array, rows?: number): Float32Array {
+/** f32 values stored as `dtype` (rounded to nearest even), as a layer's input rows. */
+export function encodeRows(values: Float32Array, dtype: FloatDtype): ArrayBufferView {
+  return dtype === 'f32' ? values : dtype === 'bf16' ? toBf16(values) : toF16(values);
+}
+
+/** Rows of `dtype` read back as f32 values. */
+export function decodeRows(bytes: Uint8Array, dtype: FloatDtype): Float32Array {
+  const copy = bytes.slice();
+  if (dtype === 'f32') return new Float32Array(copy.buffer);
+  const bits = new Uint16Array(copy.buffer);
+  return dtype === 'bf16' ? fromBf16(bits) : Float32Array.from(bits, f16BitsToF32);
+}
+
+/** The values a layer of row type `dtype` reads for f32 input rows. */
+export function asRows(values: Float32Array, dtype: FloatDtype): Float32Array {
+  return dtype === 'f32' ? values : values.map((v) => roundTo(dtype, v));
+}
+
+/** Row types of a run: of the input rows, and of the output rows (an lm head writes f32 logits). */
+export interface RowTypes {
+  readonly rows?: FloatDtype;
+  readonly out?: FloatDtype;
+}
+
+/**
+ * One stateless layer on a CPU backend: rows in, rows out, through a one-layer driver (prefill).
+ * `types` gives the layer's row type (the f32 input is stored in it) and its output's.
+ */
+export function runRows(make: (gpu: CpuBackend) => TransformerLayer, input: Float32Array, tokens?: Int32Array, rows?: number, types: RowTypes = {}): Float32Array {
   const gpu = new CpuBackend();
   const layer = make(gpu);
   const driver = new StepDriver({ gpu, layers: [layer], limits: LIMITS });
+  const inType = types.rows ?? 'f32';
   try {
-    const n = rows ?? input.length / (layer.inputRowBytes / 4);
+    const n = rows ?? input.length / (layer.inputRowBytes / floatBytes(inType));
     const seq = driver.open();
-    const r = driver.prefill({ seqs: [seq], lengths: [n], ...(layer.inputRowBytes ? { input } : {}), ...(tokens ? { tokens } : {}) });
-    return driver.readOutputF32(r).slice();
+    const r = driver.prefill({ seqs: [seq], lengths: [n], ...(layer.inputRowBytes ? { input: encodeRows(input, inType) } : {}), ...(tokens ? { tokens } : {}) });
+    return decodeRows(driver.readOutput(r), types.out ?? inType);
   } finally {
     driver.dispose();
     layer.dispose();
     gpu.dispose();
   }
+}
+
+/** The plugin, creating every layer in `precision` (the conformance kit creates layers without one). */
+export function withPrecision(p: MetralePlugin, precision: Precision): MetralePlugin {
+  return { ...p, create: (context) => p.create({ ...context, precision }) };
 }

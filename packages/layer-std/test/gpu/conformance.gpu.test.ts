@@ -4,14 +4,24 @@
 // (Qwen3-Next softmax + gated shared expert; GLM-5 sigmoid + bias + groups + scaling + ungated
 // shared experts), gated attention over pages of 4 rows (GQA, partial RoPE), lm head. Then each
 // layer's rows (the embedding's too) on CUDA against the same layer on the CPU backend (the cuBLASLt GEMMs and the
-// launch shapes the layers use). Without a GPU the suite skips and says why.
+// launch shapes the layers use). Both again with bf16 rows, and with FP8 weights (quantized in the
+// test) for the layers that have Linear weights: the kit with rowDtype bf16 for every layer type it
+// drives with bf16 rows (the lm head writes f32 logits, so it is checked against the CPU backend
+// only), and each layer on CUDA against the CPU backend in the same precision. Bound in bf16
+// (BF16_BOUND): the GPU's GEMMs and kernels sum in f32, the CPU's in f64, so a bf16 value may round
+// the other way (one bf16 step), and a decode row and the same row in a verify batch may take
+// different GEMM algorithms. Without a GPU the suite skips and says why.
 import { CpuBackend } from '@metrale/cpu-backend';
-import { SeededRandom, StepDriver, type GpuBackend, type LayerLimits } from '@metrale/core';
+import { F32_PRECISION, SeededRandom, StepDriver, floatBytes, type GpuBackend, type LayerLimits, type Precision } from '@metrale/core';
 import { runLayerConformance } from '@metrale/core/testing';
 import plugin from '@metrale/layer-std';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { relErr, Weights } from '../setup.js';
+import { linearWeights, toFp8 } from '../fp8-weights.js';
+import { decodeRows, encodeRows, relErr, Weights, withPrecision } from '../setup.js';
 import { cudaAvailable, ensureFatbins } from './cuda-setup.js';
+
+/** Relative bound of bf16 outputs between paths and backends (see the header). */
+const BF16_BOUND = 5e-3;
 
 const cuda = await cudaAvailable();
 if (!cuda.available) console.warn(`[layer-std gpu] conformance skipped: ${cuda.reason}`);
@@ -87,11 +97,18 @@ const CASES: Case[] = [
   { label: 'lm-head', type: 'lm-head', config: BASE, weights: (w) => void w.add('weight', [56, D], 0.3) },
 ];
 
-function weightsOf(c: Case): Weights {
+function weightsOf(c: Case, precision: Precision = F32_PRECISION): Weights {
   const w = new Weights(new SeededRandom(5));
   c.weights(w);
-  return w;
+  return precision.fp8Weights ? toFp8(w, linearWeights) : w;
 }
+
+/** The data paths checked: f32 (the reference), bf16, and FP8 weights with bf16 rows for the layers with Linear weights. */
+const PATHS: readonly { label: string; precision: Precision; types: readonly string[] }[] = [
+  { label: 'f32', precision: F32_PRECISION, types: CASES.map((c) => c.type) },
+  { label: 'bf16', precision: { rows: 'bf16', fp8Weights: false }, types: CASES.map((c) => c.type) },
+  { label: 'fp8 + bf16', precision: { rows: 'bf16', fp8Weights: true }, types: ['mlp', 'moe', 'attention', 'lm-head'] },
+];
 
 let create: () => GpuBackend;
 const lines: string[] = [];
@@ -104,56 +121,68 @@ describe.skipIf(!cuda.available)('@metrale/layer-std on CUDA', () => {
   afterAll(() => console.log(`[layer-std gpu] conformance and CUDA vs CPU layers:\n  ${lines.join('\n  ')}`));
 
   // The kit drives layers through input rows; the embedding has none (it reads the token table), so
-  // it is checked against the CPU backend below only.
-  for (const c of CASES.filter((x) => x.type !== 'embedding')) {
-    it(`${c.label} passes every check of the conformance kit`, () => {
-      const report = runLayerConformance(plugin, { backend: create, layerType: c.type, config: c.config, weights: weightsOf(c).source(), k: 3 });
-      lines.push(`${c.label}: ${report.checks.map((x) => `${x.check} ${x.status}`).join(', ')}`);
-      if (!report.passed) console.log(report.checks.map((x) => `${x.check}: ${x.status} — ${x.detail}`).join('\n'));
-      expect(report.passed).toBe(true);
-      const status = Object.fromEntries(report.checks.map((x) => [x.check, x.status]));
-      expect(status['replay-equals-eager']).toBe('pass');
-      expect(status['verify-accept-equals-decode']).toBe('pass');
-      if (c.type === 'attention') expect(status['room-check-before-write']).toBe('pass');
-    });
+  // it is checked against the CPU backend below only, as is the lm head with bf16 rows.
+  for (const path of PATHS) {
+    const f32 = path.precision.rows === 'f32';
+    for (const c of CASES.filter((x) => x.type !== 'embedding' && path.types.includes(x.type) && (f32 || x.type !== 'lm-head'))) {
+      it(`${path.label}: ${c.label} passes every check of the conformance kit`, () => {
+        const report = runLayerConformance(f32 ? plugin : withPrecision(plugin, path.precision), {
+          backend: create, layerType: c.type, config: c.config, weights: weightsOf(c, path.precision).source(), k: 3,
+          ...(f32 ? {} : { rowDtype: 'bf16' as const, tolerance: BF16_BOUND }),
+        });
+        lines.push(`${path.label} ${c.label}: ${report.checks.map((x) => `${x.check} ${x.status}`).join(', ')}`);
+        if (!report.passed) console.log(report.checks.map((x) => `${x.check}: ${x.status} — ${x.detail}`).join('\n'));
+        expect(report.passed).toBe(true);
+        const status = Object.fromEntries(report.checks.map((x) => [x.check, x.status]));
+        expect(status['replay-equals-eager']).toBe('pass');
+        expect(status['verify-accept-equals-decode']).toBe('pass');
+        if (c.type === 'attention') expect(status['room-check-before-write']).toBe('pass');
+      });
+    }
   }
 
   const LIMITS: LayerLimits = { maxSeqs: 2, maxSeqLen: 64, maxBatch: 2, maxK: 4, maxRows: 48 };
-  for (const c of CASES) {
-    it(`${c.label}: a 37-row prefill then 3 decode steps on CUDA ≡ the CPU backend`, () => {
-      const run = (gpu: GpuBackend): Float32Array[] => {
-        const layer = plugin.create({ gpu, weights: weightsOf(c).source(), limits: LIMITS, layerType: c.type, config: c.config, layerIndex: 0 } as never);
-        const driver = new StepDriver({ gpu, layers: [layer], limits: LIMITS });
-        const rnd = new SeededRandom(17);
-        const width = layer.inputRowBytes / 4;
-        const outs: Float32Array[] = [];
-        try {
-          const seq = driver.open();
-          for (const n of [37, 1, 1, 1]) {
-            const input = width ? rnd.normals(n * width) : undefined;
-            const tokens = Int32Array.from({ length: n }, () => rnd.int(0, 55));
-            const r = n > 1 ? driver.prefill({ seqs: [seq], lengths: [n], ...(input ? { input } : {}), tokens })
-              : driver.decode({ seqs: [seq], ...(input ? { input } : {}), tokens });
-            outs.push(driver.readOutputF32(r).slice());
+  for (const path of PATHS) {
+    const rows = path.precision.rows;
+    for (const c of CASES.filter((x) => path.types.includes(x.type))) {
+      it(`${path.label}: ${c.label}: a 37-row prefill then 3 decode steps on CUDA ≡ the CPU backend`, () => {
+        const run = (gpu: GpuBackend): Float32Array[] => {
+          const layer = plugin.create({
+            gpu, weights: weightsOf(c, path.precision).source(), limits: LIMITS, layerType: c.type, config: c.config, layerIndex: 0, precision: path.precision,
+          } as never);
+          const driver = new StepDriver({ gpu, layers: [layer], limits: LIMITS });
+          const rnd = new SeededRandom(17);
+          const width = layer.inputRowBytes / floatBytes(rows);
+          const outType = c.type === 'lm-head' ? 'f32' : rows;
+          const outs: Float32Array[] = [];
+          try {
+            const seq = driver.open();
+            for (const n of [37, 1, 1, 1]) {
+              const input = width ? encodeRows(rnd.normals(n * width), rows) : undefined;
+              const tokens = Int32Array.from({ length: n }, () => rnd.int(0, 55));
+              const r = n > 1 ? driver.prefill({ seqs: [seq], lengths: [n], ...(input ? { input } : {}), tokens })
+                : driver.decode({ seqs: [seq], ...(input ? { input } : {}), tokens });
+              outs.push(decodeRows(driver.readOutput(r), outType));
+            }
+          } finally {
+            driver.dispose();
+            layer.dispose();
           }
+          return outs;
+        };
+        const cpu = new CpuBackend();
+        const gpu = create();
+        try {
+          const want = run(cpu);
+          const got = run(gpu);
+          const rels = got.map((g, i) => relErr(g, want[i]!));
+          lines.push(`${path.label} ${c.label}: CUDA vs CPU rel ${rels.map((r) => r.toExponential(2)).join(' ')}`);
+          for (const r of rels) expect(r).toBeLessThan(rows === 'f32' ? 1e-5 : BF16_BOUND);
         } finally {
-          driver.dispose();
-          layer.dispose();
+          gpu.dispose();
+          cpu.dispose();
         }
-        return outs;
-      };
-      const cpu = new CpuBackend();
-      const gpu = create();
-      try {
-        const want = run(cpu);
-        const got = run(gpu);
-        const rels = got.map((g, i) => relErr(g, want[i]!));
-        lines.push(`${c.label}: CUDA vs CPU rel ${rels.map((r) => r.toExponential(2)).join(' ')}`);
-        for (const r of rels) expect(r).toBeLessThan(1e-5);
-      } finally {
-        gpu.dispose();
-        cpu.dispose();
-      }
-    });
+      });
+    }
   }
 });

@@ -1,50 +1,46 @@
 // Every layer-std kernel on CUDA against its CPU twin (src/*.cpu.ts): the same defineKernel
 // declaration launched on both backends, with the launch shapes the layers use, over identical
-// random buffers (never zeros; outputs poisoned with NaN first), compared by relative L2 error;
-// integers (expert ids, tokens) exactly. Covers the vector and scalar paths of the row kernels,
-// both MoE routings (Qwen3-Next softmax top-k with and without norm_topk_prob; GLM-5 sigmoid +
-// correction bias + groups + routed scaling), ties and a NaN (padding) row, ids outside the
-// experts, and attention over several pages of a shuffled block table with GQA, partial RoPE,
-// q/k norms, the output gate, verify rows and a padding row, at the Qwen3-Next-80B head shape
-// (16 heads, 2 KV heads, d 256, rotary 64) and three smaller ones. Without a GPU it skips and says why.
+// random buffers (never zeros; outputs poisoned with NaN first), compared by relative L2 error of
+// the decoded values; integers (expert ids, tokens) exactly. In every row type (f32, bf16, f16) and,
+// for the experts, every weight format (f32, bf16, f16, block-FP8 over bf16 and f16 rows). Covers
+// the vector and scalar paths of the row kernels, both MoE routings (Qwen3-Next softmax top-k with
+// and without norm_topk_prob; GLM-5 sigmoid + correction bias + groups + routed scaling), ties and a
+// NaN (padding) row, ids outside the experts, expert shapes whose D and I are not multiples of 128
+// (FP8 blocks cut short), the row-wise expert kernels bit-identical to the grouped ones and each of
+// 48 rows bit-identical to its result alone (batch invariance), and attention over several pages of
+// a shuffled block table with GQA, partial RoPE, q/k norms, the output gate, verify rows and a
+// padding row, at the Qwen3-Next-80B head shape (16 heads, 2 KV heads, d 256, rotary 64) and three
+// smaller ones. Bounds (STEP): a bf16 / f16 output that rounds the other way from the twin's f64
+// value (the GPU computes in f32) differs by one step of its type; a few such flips stay under
+// STEP. Without a GPU it skips and says why.
 import { CpuBackend } from '@metrale/cpu-backend';
-import { SeededRandom, type DevicePtr, type GpuBackend } from '@metrale/core';
+import { FLOAT_DTYPE_CODE, SeededRandom, floatBytes, type FloatDtype, type GpuBackend } from '@metrale/core';
 import {
-  addKernel, combineKernel, coreKernel, embedKernel, expertsDownKernel, expertsDownLaunch, expertsKernel, expertsLaunch, expertsRowwiseKernel, expertsRowwiseLaunch,
-  expertsUpKernel, expertsUpLaunch, expertsUpRowwiseKernel, expertsUpRowwiseLaunch, flatLaunch, groupKernel, groupLaunch, layerNormKernel, moeGroupsLength,
-  prepKernel, rmsNormKernel, ropeTable, routeKernel, rowLaunch, siluMulKernel,
+  ATTENTION_KERNELS, EXPERT_FORMATS, EXPERT_KERNELS, WEIGHT_DTYPE_CODE, addKernel, combineKernel, embedKernel, expertsDownLaunch, expertsKernel, expertsLaunch,
+  expertsRowwiseLaunch, expertsUpLaunch, expertsUpRowwiseLaunch, flatLaunch, groupKernel, groupLaunch, layerNormKernel, moeGroupsLength, rmsNormKernel,
+  ropeTable, routeKernel, rowLaunch, siluMulKernel, type ExpertFormat,
 } from '@metrale/layer-std';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { relErr } from '../setup.js';
+import { expertSet, rowTypeOf } from '../expert-weights.js';
+import { runOn, type Bufs, type Ptrs } from '../kernel-runner.js';
+import { decodeRows, encodeRows, relErr } from '../setup.js';
 import { cudaAvailable, ensureFatbins } from './cuda-setup.js';
 
 const cuda = await cudaAvailable();
 if (!cuda.available) console.warn(`[layer-std gpu] kernel tests skipped: ${cuda.reason}`);
 
-type Bufs = Record<string, ArrayBufferView>;
-type Ptrs = Record<string, DevicePtr>;
+/** Bound of a CUDA output against its CPU twin, by the output's type (see the header). */
+const STEP: Readonly<Record<FloatDtype, number>> = { f32: 1e-5, bf16: 2e-3, f16: 5e-4 };
+const ROW_TYPES: readonly FloatDtype[] = ['f32', 'bf16', 'f16'];
 
 let cudaGpu: GpuBackend | undefined;
 const results: string[] = [];
 const random = new SeededRandom(Number(process.env.METRALE_STD_SEED ?? 2026));
 const poisonF32 = (n: number): Float32Array => new Float32Array(n).fill(Number.NaN);
 const poisonI32 = (n: number): Int32Array => new Int32Array(n).fill(-7);
-
-/** Uploads `bufs` to a backend, runs `launch` on its default stream, returns the named outputs. */
-function runOn(gpu: GpuBackend, bufs: Bufs, launch: (gpu: GpuBackend, p: Ptrs) => void, outputs: string[]): Record<string, Uint8Array> {
-  const p: Ptrs = {};
-  for (const [name, data] of Object.entries(bufs)) {
-    p[name] = gpu.alloc(Math.max(4, data.byteLength));
-    gpu.upload(p[name]!, data);
-  }
-  try {
-    launch(gpu, p);
-    gpu.synchronize();
-    return Object.fromEntries(outputs.map((name) => [name, gpu.download(p[name]!, bufs[name]!.byteLength)]));
-  } finally {
-    for (const ptr of Object.values(p)) gpu.free(ptr);
-  }
-}
+const poison = (n: number, dtype: FloatDtype): ArrayBufferView => encodeRows(poisonF32(n), dtype);
+/** Random values stored as `dtype`. */
+const typed = (n: number, dtype: FloatDtype, scale = 1): ArrayBufferView => encodeRows(random.normals(n, scale), dtype);
 
 function onBoth(bufs: Bufs, launch: (gpu: GpuBackend, p: Ptrs) => void, outputs: string[]): { cpu: Record<string, Uint8Array>; cuda: Record<string, Uint8Array> } {
   const cpu = new CpuBackend();
@@ -58,22 +54,27 @@ function onBoth(bufs: Bufs, launch: (gpu: GpuBackend, p: Ptrs) => void, outputs:
 const f32 = (b: Uint8Array): Float32Array => new Float32Array(b.buffer, b.byteOffset, b.byteLength / 4);
 const i32 = (b: Uint8Array): Int32Array => new Int32Array(b.buffer, b.byteOffset, b.byteLength / 4);
 
-function compareF32(label: string, cpuOut: Uint8Array, cudaOut: Uint8Array, bound = 1e-5): void {
-  const want = f32(cpuOut);
-  const got = f32(cudaOut);
+/** CUDA's output against the twin's, both decoded from `dtype`. */
+function compare(label: string, dtype: FloatDtype, cpuOut: Uint8Array, cudaOut: Uint8Array, bound = STEP[dtype]): void {
+  const want = decodeRows(cpuOut, dtype);
+  const got = decodeRows(cudaOut, dtype);
   expect(want.some((v) => Number.isNaN(v)), `${label}: the CPU twin left NaN`).toBe(false);
   expect(got.some((v) => Number.isNaN(v)), `${label}: CUDA left NaN (poison) in the output`).toBe(false);
   const rel = relErr(got, want);
-  results.push(`${label.padEnd(72)} rel ${rel.toExponential(2)}`);
+  let differing = 0;
+  for (let i = 0; i < want.length; i++) if (got[i] !== want[i]) differing++;
+  results.push(`${label.padEnd(84)} rel ${rel.toExponential(2)} (${differing}/${want.length} differ)`);
   expect(rel, label).toBeLessThanOrEqual(bound);
 }
 
 function compareI32(label: string, cpuOut: Uint8Array, cudaOut: Uint8Array): void {
   const want = Array.from(i32(cpuOut));
   const got = Array.from(i32(cudaOut));
-  results.push(`${label.padEnd(72)} ${want.length} ids, exact`);
+  results.push(`${label.padEnd(84)} ${want.length} ids, exact`);
   expect(got, label).toEqual(want);
 }
+
+const sameBits = (a: Uint8Array, b: Uint8Array): boolean => a.length === b.length && a.every((v, i) => v === b[i]);
 
 describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twins', () => {
   beforeAll(() => {
@@ -86,54 +87,59 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
   });
 
   // ---- std-rows ------------------------------------------------------------------------------------
-  for (const D of [2048, 30]) {
-    it(`std.embed, hidden ${D} (tokens outside the table give zeros), scale 1 and sqrt(D)`, () => {
-      const V = 300;
-      const rows = 9;
-      const tokens = Int32Array.from({ length: rows }, (_, i) => (i === 2 ? V : i === 5 ? -1 : random.int(0, V - 1)));
-      for (const scale of [1, Math.fround(Math.sqrt(D))]) {
-        const r = onBoth({ tokens, table: random.normals(V * D), out: poisonF32(rows * D) }, (gpu, p) =>
-          gpu.launch(embedKernel, rowLaunch(rows, D, gpu.defaultStream), { tokens: p.tokens!, table: p.table!, out: p.out!, rows, hidden: D, vocab: V, scale }), ['out']);
-        compareF32(`embed D=${D} scale=${scale.toFixed(3)}`, r.cpu.out!, r.cuda.out!, 0);
-      }
-    });
+  for (const dtype of ROW_TYPES) {
+    const code = FLOAT_DTYPE_CODE[dtype];
+    for (const D of [2048, 30]) {
+      it(`${dtype}: std.embed, hidden ${D} (tokens outside the table give zeros), scale 1 and sqrt(D)`, () => {
+        const V = 300;
+        const rows = 9;
+        const tokens = Int32Array.from({ length: rows }, (_, i) => (i === 2 ? V : i === 5 ? -1 : random.int(0, V - 1)));
+        for (const scale of [1, Math.fround(Math.sqrt(D))]) {
+          const r = onBoth({ tokens, table: typed(V * D, dtype), out: poison(rows * D, dtype) }, (gpu, p) =>
+            gpu.launch(embedKernel, rowLaunch(rows, D, gpu.defaultStream), { tokens: p.tokens!, table: p.table!, out: p.out!, rows, hidden: D, vocab: V, scale, dtype: code }), ['out']);
+          compare(`${dtype} embed D=${D} scale=${scale.toFixed(3)}`, dtype, r.cpu.out!, r.cuda.out!, 0);
+        }
+      });
 
-    it(`std.rms_norm (offset 0 and 1, in place) and std.layer_norm (with and without bias), hidden ${D}`, () => {
-      const rows = 7;
-      const x = random.normals(rows * D, 3);
-      for (const offset of [0, 1]) {
-        const w = random.normals(D, 0.3);
-        const r = onBoth({ x, y: poisonF32(rows * D), w }, (gpu, p) => {
-          gpu.launch(rmsNormKernel, rowLaunch(rows, D, gpu.defaultStream), { input: p.x!, output: p.y!, weight: p.w!, rows, hidden: D, eps: 1e-6, offset });
-          gpu.launch(rmsNormKernel, rowLaunch(rows, D, gpu.defaultStream), { input: p.x!, output: p.x!, weight: p.w!, rows, hidden: D, eps: 1e-6, offset });
-        }, ['y', 'x']);
-        compareF32(`rms_norm D=${D} offset=${offset}`, r.cpu.y!, r.cuda.y!);
-        compareF32(`rms_norm D=${D} offset=${offset} in place`, r.cpu.x!, r.cuda.x!);
-      }
-      const shifted = Float32Array.from(x, (v) => v + 5);
-      for (const bias of [true, false]) {
-        const r = onBoth({ x: shifted, y: poisonF32(rows * D), w: random.normals(D, 1), b: random.normals(D, 0.5) }, (gpu, p) =>
-          gpu.launch(layerNormKernel, rowLaunch(rows, D, gpu.defaultStream), { input: p.x!, output: p.y!, weight: p.w!, bias: bias ? p.b! : 0n, rows, hidden: D, eps: 1e-5 }), ['y']);
-        compareF32(`layer_norm D=${D} bias=${bias}`, r.cpu.y!, r.cuda.y!);
+      it(`${dtype}: std.rms_norm (offset 0 and 1, in place) and std.layer_norm (with and without bias), hidden ${D}`, () => {
+        const rows = 7;
+        const x = random.normals(rows * D, 3);
+        for (const offset of [0, 1]) {
+          const w = random.normals(D, 0.3);
+          const r = onBoth({ x: encodeRows(x, dtype), y: poison(rows * D, dtype), w }, (gpu, p) => {
+            gpu.launch(rmsNormKernel, rowLaunch(rows, D, gpu.defaultStream), { input: p.x!, output: p.y!, weight: p.w!, rows, hidden: D, eps: 1e-6, offset, dtype: code });
+            gpu.launch(rmsNormKernel, rowLaunch(rows, D, gpu.defaultStream), { input: p.x!, output: p.x!, weight: p.w!, rows, hidden: D, eps: 1e-6, offset, dtype: code });
+          }, ['y', 'x']);
+          compare(`${dtype} rms_norm D=${D} offset=${offset}`, dtype, r.cpu.y!, r.cuda.y!);
+          compare(`${dtype} rms_norm D=${D} offset=${offset} in place`, dtype, r.cpu.x!, r.cuda.x!);
+        }
+        const shifted = encodeRows(x.map((v) => v + 5), dtype);
+        for (const bias of [true, false]) {
+          const r = onBoth({ x: shifted, y: poison(rows * D, dtype), w: random.normals(D, 1), b: random.normals(D, 0.5) }, (gpu, p) =>
+            gpu.launch(layerNormKernel, rowLaunch(rows, D, gpu.defaultStream), {
+              input: p.x!, output: p.y!, weight: p.w!, bias: bias ? p.b! : 0n, rows, hidden: D, eps: 1e-5, dtype: code,
+            }), ['y']);
+          compare(`${dtype} layer_norm D=${D} bias=${bias}`, dtype, r.cpu.y!, r.cuda.y!);
+        }
+      });
+    }
+
+    it(`${dtype}: std.add (out aliasing a) and std.silu_mul (inter 512 and 13)`, () => {
+      const count = 10_001;
+      const r = onBoth({ a: typed(count, dtype), b: typed(count, dtype), out: poison(count, dtype) }, (gpu, p) => {
+        gpu.launch(addKernel, flatLaunch(count, gpu.defaultStream), { a: p.a!, b: p.b!, out: p.out!, count, dtype: code });
+        gpu.launch(addKernel, flatLaunch(count, gpu.defaultStream), { a: p.a!, b: p.b!, out: p.a!, count, dtype: code });
+      }, ['out', 'a']);
+      compare(`${dtype} add`, dtype, r.cpu.out!, r.cuda.out!, 0);
+      compare(`${dtype} add in place`, dtype, r.cpu.a!, r.cuda.a!, 0);
+      for (const I of [512, 13]) {
+        const rows = 5;
+        const s = onBoth({ gu: typed(rows * 2 * I, dtype, 4), out: poison(rows * I, dtype) }, (gpu, p) =>
+          gpu.launch(siluMulKernel, rowLaunch(rows, I, gpu.defaultStream), { gateUp: p.gu!, out: p.out!, rows, inter: I, dtype: code }), ['out']);
+        compare(`${dtype} silu_mul I=${I}`, dtype, s.cpu.out!, s.cuda.out!);
       }
     });
   }
-
-  it('std.add (out aliasing a) and std.silu_mul (inter 512 and 13)', () => {
-    const count = 10_001;
-    const r = onBoth({ a: random.normals(count), b: random.normals(count), out: poisonF32(count) }, (gpu, p) => {
-      gpu.launch(addKernel, flatLaunch(count, gpu.defaultStream), { a: p.a!, b: p.b!, out: p.out!, count });
-      gpu.launch(addKernel, flatLaunch(count, gpu.defaultStream), { a: p.a!, b: p.b!, out: p.a!, count });
-    }, ['out', 'a']);
-    compareF32('add', r.cpu.out!, r.cuda.out!, 0);
-    compareF32('add in place', r.cpu.a!, r.cuda.a!, 0);
-    for (const I of [512, 13]) {
-      const rows = 5;
-      const s = onBoth({ gu: random.normals(rows * 2 * I, 4), out: poisonF32(rows * I) }, (gpu, p) =>
-        gpu.launch(siluMulKernel, rowLaunch(rows, I, gpu.defaultStream), { gateUp: p.gu!, out: p.out!, rows, inter: I }), ['out']);
-      compareF32(`silu_mul I=${I}`, s.cpu.out!, s.cuda.out!);
-    }
-  });
 
   // ---- std-moe ---------------------------------------------------------------------------------------
   const routings = [
@@ -160,118 +166,138 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
       // The padding row's weights are NaN on both (NaN scores), as they are on the CPU.
       expect(Array.from(pad(r.cuda.weights!)).map(Number.isNaN)).toEqual(Array.from(pad(r.cpu.weights!)).map(Number.isNaN));
       const rel = relErr(w(r.cuda.weights!), w(r.cpu.weights!));
-      results.push(`${`moe_route ${o.label} weights`.padEnd(72)} rel ${rel.toExponential(2)}`);
+      results.push(`${`moe_route ${o.label} weights`.padEnd(84)} rel ${rel.toExponential(2)}`);
       expect(rel).toBeLessThanOrEqual(1e-6);
     });
   }
 
-  /** group → up → down → weighted sum, the grouped path the layer launches. */
-  const groupedExperts = (gpu: GpuBackend, p: Ptrs, rows: number, D: number, I: number, E: number, topK: number): void => {
-    const s = gpu.defaultStream;
-    gpu.launch(groupKernel, groupLaunch(E, s), { ids: p.ids!, groups: p.groups!, rows, experts: E, topK });
-    gpu.launch(expertsUpKernel, expertsUpLaunch(rows, topK, I, E, s), { input: p.x!, ids: p.ids!, groups: p.groups!, gateUp: p.gateUp!, h: p.h!, rows, hidden: D, inter: I, experts: E, topK });
-    gpu.launch(expertsDownKernel, expertsDownLaunch(rows, topK, D, E, s), { h: p.h!, ids: p.ids!, groups: p.groups!, down: p.down!, y: p.y!, rows, hidden: D, inter: I, experts: E, topK });
-    gpu.launch(expertsKernel, expertsLaunch(rows, D, s), { y: p.y!, ids: p.ids!, weights: p.weights!, output: p.out!, rows, hidden: D, experts: E, topK });
+  /** The kernels, row type and codes of an expert format. */
+  const formatOf = (format: ExpertFormat) => {
+    const dtype = rowTypeOf(format);
+    const fp8 = format.startsWith('fp8');
+    return { k: EXPERT_KERNELS[format], dtype, fp8, codes: { wDtype: WEIGHT_DTYPE_CODE[fp8 ? 'f8e4m3' : dtype], rowDtype: FLOAT_DTYPE_CODE[dtype] } };
   };
-  const expertBufs = (rows: number, D: number, I: number, E: number, topK: number, ids: Int32Array): Bufs => ({
-    x: random.normals(rows * D), ids, weights: Float32Array.from({ length: rows * topK }, () => 0.05 + random.float()),
-    gateUp: random.normals(E * 2 * I * D, 1 / Math.sqrt(D)), down: random.normals(E * D * I, 1 / Math.sqrt(I)),
-    groups: poisonI32(moeGroupsLength(rows, topK, E)), h: poisonF32(rows * topK * I), y: poisonF32(rows * topK * D), out: poisonF32(rows * D),
-  });
-  const u32 = (b: Uint8Array): Uint32Array => new Uint32Array(b.buffer, b.byteOffset, b.byteLength / 4);
-  const sameBits = (a: Uint8Array, b: Uint8Array): boolean => u32(a).every((v, i) => v === u32(b)[i]);
+  /** group → up → down → weighted sum, the grouped path the layer launches. */
+  const groupedExperts = (gpu: GpuBackend, p: Ptrs, format: ExpertFormat, rows: number, D: number, I: number, E: number, topK: number): void => {
+    const s = gpu.defaultStream;
+    const { k, fp8, codes } = formatOf(format);
+    gpu.launch(groupKernel, groupLaunch(E, s), { ids: p.ids!, groups: p.groups!, rows, experts: E, topK });
+    gpu.launch(k.up, expertsUpLaunch(rows, topK, I, E, s), {
+      input: p.x!, ids: p.ids!, groups: p.groups!, gateUp: p.gateUp!, gateUpScales: fp8 ? p.gateUpScales! : 0n, h: p.h!, rows, hidden: D, inter: I, experts: E, topK, ...codes,
+    });
+    gpu.launch(k.down, expertsDownLaunch(rows, topK, D, E, s), {
+      h: p.h!, ids: p.ids!, groups: p.groups!, down: p.down!, downScales: fp8 ? p.downScales! : 0n, y: p.y!, rows, hidden: D, inter: I, experts: E, topK, ...codes,
+    });
+    gpu.launch(expertsKernel, expertsLaunch(rows, D, s), { y: p.y!, ids: p.ids!, weights: p.weights!, output: p.out!, rows, hidden: D, experts: E, topK, dtype: codes.rowDtype });
+  };
+  /** The row-wise path: up per (row, slot), then down and the weighted sum per row. */
+  const rowwiseExperts = (gpu: GpuBackend, p: Ptrs, format: ExpertFormat, rows: number, D: number, I: number, E: number, topK: number): void => {
+    const s = gpu.defaultStream;
+    const { k, fp8, codes } = formatOf(format);
+    gpu.launch(k.upRowwise, expertsUpRowwiseLaunch(rows, topK, I, s), {
+      input: p.x!, ids: p.ids!, gateUp: p.gateUp!, gateUpScales: fp8 ? p.gateUpScales! : 0n, h: p.h!, rows, hidden: D, inter: I, experts: E, topK, ...codes,
+    });
+    gpu.launch(k.rowwise, expertsRowwiseLaunch(rows, D, s), {
+      h: p.h!, ids: p.ids!, weights: p.weights!, down: p.down!, downScales: fp8 ? p.downScales! : 0n, output: p.out!, rows, hidden: D, inter: I, experts: E, topK, ...codes,
+    });
+  };
+  const expertBufs = (format: ExpertFormat, rows: number, D: number, I: number, E: number, topK: number, ids: Int32Array): Bufs => {
+    const dtype = rowTypeOf(format);
+    const w = expertSet(format, E, D, I, random);
+    return {
+      x: typed(rows * D, dtype), ids, weights: Float32Array.from({ length: rows * topK }, () => 0.05 + random.float()),
+      gateUp: w.gateUp, gateUpScales: w.gateUpScales, down: w.down, downScales: w.downScales,
+      groups: poisonI32(moeGroupsLength(rows, topK, E)), h: poison(rows * topK * I, dtype), y: poison(rows * topK * D, dtype), out: poison(rows * D, dtype),
+    };
+  };
 
-  // Shapes: 3 rows; a tiny unaligned one (scalar paths); 40 rows over 8 experts (more rows than
-  // experts, ~30 entries per expert: two passes of 16 through each weight tile).
-  for (const [D, I, E, topK, rows] of [[2048, 512, 8, 6, 3], [30, 7, 5, 2, 4], [2048, 512, 8, 6, 40]] as const) {
-    it(`std.moe_group + std.moe_experts_up + std.moe_experts_down + std.moe_experts, D ${D}, I ${I}, ${E} experts, top-${topK}, ${rows} rows (an id outside the experts)`, () => {
-      const ids = new Int32Array(rows * topK);
-      for (let r = 0; r < rows; r++) {
-        const perm = Array.from({ length: E }, (_, e) => e).sort(() => random.float() - 0.5);
-        for (let j = 0; j < topK; j++) ids[r * topK + j] = perm[j]!;
+  // Shapes: 3 rows at the 80B expert shape; a tiny unaligned one (scalar paths); 40 rows over 8
+  // experts (~30 entries per expert: two passes of 16 through each weight tile); D and I past 128
+  // but not multiples of it (FP8 blocks cut short on both axes).
+  const SHAPES = [[2048, 512, 8, 6, 3], [30, 7, 5, 2, 4], [2048, 512, 8, 6, 40], [1000, 136, 6, 4, 24]] as const;
+  for (const format of EXPERT_FORMATS) {
+    for (const [D, I, E, topK, rows] of SHAPES) {
+      it(`${format}: std.moe_group + std.moe_experts_up + std.moe_experts_down + std.moe_experts, D ${D}, I ${I}, ${E} experts, top-${topK}, ${rows} rows (an id outside the experts), and the row-wise kernels' bits`, () => {
+        const { dtype } = formatOf(format);
+        const ids = new Int32Array(rows * topK);
+        for (let r = 0; r < rows; r++) {
+          const perm = Array.from({ length: E }, (_, e) => e).sort(() => random.float() - 0.5);
+          for (let j = 0; j < topK; j++) ids[r * topK + j] = perm[j]!;
+        }
+        ids[topK + 1] = -1;
+        if (rows > 3) ids[3 * topK] = E; // a second one, past the experts
+        const bufs = expertBufs(format, rows, D, I, E, topK, ids);
+        const label = `${format} D=${D} I=${I} E=${E} k=${topK} rows=${rows}`;
+        const r = onBoth(bufs, (gpu, p) => groupedExperts(gpu, p, format, rows, D, I, E, topK), ['groups', 'h', 'y', 'out']);
+        compareI32(`moe_group ${label}`, r.cpu.groups!, r.cuda.groups!);
+        compare(`moe_experts_up ${label}`, dtype, r.cpu.h!, r.cuda.h!);
+        compare(`moe_experts_down ${label}`, dtype, r.cpu.y!, r.cuda.y!);
+        compare(`moe_experts ${label}`, dtype, r.cpu.out!, r.cuda.out!);
+        // The row-wise kernels (each row re-reads its experts) on CUDA: the grouped ones give the same bits.
+        const rw = runOn(cudaGpu!, bufs, (gpu, p) => rowwiseExperts(gpu, p, format, rows, D, I, E, topK), ['h', 'out']);
+        results.push(`${`moe grouped ≡ row-wise ${label}`.padEnd(84)} h ${sameBits(rw.h!, r.cuda.h!) ? 'bit-identical' : 'DIFFERS'}, out ${sameBits(rw.out!, r.cuda.out!) ? 'bit-identical' : 'DIFFERS'}`);
+        expect(sameBits(rw.h!, r.cuda.h!), 'h: grouped vs row-wise bits').toBe(true);
+        expect(sameBits(rw.out!, r.cuda.out!), 'out: grouped vs row-wise bits').toBe(true);
+      });
+    }
+
+    it(`${format}: batch invariance: route + grouped experts give each of 48 rows sharing 8 experts exactly its result alone`, () => {
+      const [D, I, E, topK, rows] = [2048, 512, 8, 4, 48];
+      const { dtype } = formatOf(format);
+      const bytes = floatBytes(dtype);
+      const gpu = cudaGpu!;
+      const logits = random.normals(rows * E, 2);
+      logits.set(logits.subarray(0, E), 5 * E); // two rows routed alike
+      const x = random.normals(rows * D);
+      const p: Ptrs = {};
+      for (const [name, data] of Object.entries(expertBufs(format, rows, D, I, E, topK, new Int32Array(rows * topK)))) {
+        p[name] = gpu.alloc(Math.max(4, data.byteLength));
+        gpu.upload(p[name]!, data);
       }
-      ids[topK + 1] = -1;
-      if (rows > 3) ids[3 * topK] = E; // a second one, past the experts
-      const bufs = expertBufs(rows, D, I, E, topK, ids);
-      const r = onBoth(bufs, (gpu, p) => groupedExperts(gpu, p, rows, D, I, E, topK), ['groups', 'h', 'y', 'out']);
-      compareI32(`moe_group D=${D} E=${E} k=${topK} rows=${rows}`, r.cpu.groups!, r.cuda.groups!);
-      compareF32(`moe_experts_up D=${D} I=${I} E=${E} k=${topK} rows=${rows}`, r.cpu.h!, r.cuda.h!);
-      compareF32(`moe_experts_down D=${D} I=${I} E=${E} k=${topK} rows=${rows}`, r.cpu.y!, r.cuda.y!);
-      compareF32(`moe_experts D=${D} I=${I} E=${E} k=${topK} rows=${rows}`, r.cpu.out!, r.cuda.out!);
-      // The row-wise kernels (each row re-reads its experts) on CUDA: the grouped ones give the same bits.
-      const rw = runOn(cudaGpu!, bufs, (gpu, p) => {
-        const s = gpu.defaultStream;
-        gpu.launch(expertsUpRowwiseKernel, expertsUpRowwiseLaunch(rows, topK, I, s), { input: p.x!, ids: p.ids!, gateUp: p.gateUp!, h: p.h!, rows, hidden: D, inter: I, experts: E, topK });
-        gpu.launch(expertsRowwiseKernel, expertsRowwiseLaunch(rows, D, s), { h: p.h!, ids: p.ids!, weights: p.weights!, down: p.down!, output: p.out!, rows, hidden: D, inter: I, experts: E, topK });
-      }, ['h', 'out']);
-      results.push(`${`moe grouped ≡ row-wise kernels D=${D} rows=${rows}`.padEnd(72)} h ${sameBits(rw.h!, r.cuda.h!) ? 'bit-identical' : 'DIFFERS'}, out ${sameBits(rw.out!, r.cuda.out!) ? 'bit-identical' : 'DIFFERS'}`);
-      expect(sameBits(rw.h!, r.cuda.h!), 'h: grouped vs row-wise bits').toBe(true);
-      expect(sameBits(rw.out!, r.cuda.out!), 'out: grouped vs row-wise bits').toBe(true);
+      p.logits = gpu.alloc(logits.byteLength);
+      const step = (n: number, xs: Float32Array, ls: Float32Array): { ids: Int32Array; out: Uint8Array; h: Uint8Array } => {
+        gpu.upload(p.x!, encodeRows(xs, dtype));
+        gpu.upload(p.logits!, ls);
+        gpu.launch(routeKernel, rowLaunch(n, E, gpu.defaultStream), {
+          logits: p.logits!, bias: 0n, ids: p.ids!, weights: p.weights!, rows: n, experts: E, topK, scoring: 0, normTopK: 1, nGroup: 1, topkGroup: 1, scaling: 1,
+        });
+        groupedExperts(gpu, p, format, n, D, I, E, topK);
+        gpu.synchronize();
+        return { ids: i32(gpu.download(p.ids!, 4 * n * topK)).slice(), out: gpu.download(p.out!, bytes * n * D), h: gpu.download(p.h!, bytes * n * topK * I) };
+      };
+      try {
+        const all = step(rows, x, logits);
+        const shared = new Set(Array.from(all.ids)).size;
+        let same = 0;
+        for (let r = 0; r < rows; r++) {
+          const one = step(1, x.slice(r * D, (r + 1) * D), logits.slice(r * E, (r + 1) * E));
+          expect(Array.from(one.ids), `row ${r} ids`).toEqual(Array.from(all.ids.subarray(r * topK, (r + 1) * topK)));
+          const rowOut = all.out.subarray(bytes * r * D, bytes * (r + 1) * D);
+          const rowH = all.h.subarray(bytes * r * topK * I, bytes * (r + 1) * topK * I);
+          if (sameBits(one.out, rowOut) && sameBits(one.h, rowH)) same++;
+        }
+        results.push(`${`${format} batch invariance: ${rows} rows over ${shared} experts, top-${topK}, vs each row alone`.padEnd(84)} ${same}/${rows} bit-identical`);
+        expect(same).toBe(rows);
+      } finally {
+        for (const ptr of Object.values(p)) gpu.free(ptr);
+      }
     });
   }
 
-  it('batch invariance: route + grouped experts give each of 48 rows sharing 8 experts exactly its result alone', () => {
-    const [D, I, E, topK, rows] = [2048, 512, 8, 4, 48];
-    const gpu = cudaGpu!;
-    const s = gpu.defaultStream;
-    const logits = random.normals(rows * E, 2);
-    logits.set(logits.subarray(0, E), 5 * E); // two rows routed alike
-    const x = random.normals(rows * D);
-    const gateUp = random.normals(E * 2 * I * D, 1 / Math.sqrt(D));
-    const down = random.normals(E * D * I, 1 / Math.sqrt(I));
-    const p: Ptrs = {};
-    const put = (name: string, bytes: number, data?: ArrayBufferView) => {
-      p[name] = gpu.alloc(bytes);
-      if (data) gpu.upload(p[name]!, data);
-    };
-    put('gateUp', gateUp.byteLength, gateUp);
-    put('down', down.byteLength, down);
-    put('x', x.byteLength);
-    put('logits', logits.byteLength);
-    put('ids', 4 * rows * topK);
-    put('weights', 4 * rows * topK);
-    put('groups', 4 * moeGroupsLength(rows, topK, E));
-    put('h', 4 * rows * topK * I);
-    put('y', 4 * rows * topK * D);
-    put('out', 4 * rows * D);
-    const step = (n: number, xs: Float32Array, ls: Float32Array): { ids: Int32Array; out: Uint8Array; h: Uint8Array } => {
-      gpu.upload(p.x!, xs);
-      gpu.upload(p.logits!, ls);
-      gpu.launch(routeKernel, rowLaunch(n, E, s), {
-        logits: p.logits!, bias: 0n, ids: p.ids!, weights: p.weights!, rows: n, experts: E, topK, scoring: 0, normTopK: 1, nGroup: 1, topkGroup: 1, scaling: 1,
-      });
-      groupedExperts(gpu, p, n, D, I, E, topK);
-      gpu.synchronize();
-      return { ids: i32(gpu.download(p.ids!, 4 * n * topK)).slice(), out: gpu.download(p.out!, 4 * n * D), h: gpu.download(p.h!, 4 * n * topK * I) };
-    };
-    try {
-      const all = step(rows, x, logits);
-      const shared = new Set(Array.from(all.ids)).size;
-      let same = 0;
-      for (let r = 0; r < rows; r++) {
-        const one = step(1, x.slice(r * D, (r + 1) * D), logits.slice(r * E, (r + 1) * E));
-        expect(Array.from(one.ids), `row ${r} ids`).toEqual(Array.from(all.ids.subarray(r * topK, (r + 1) * topK)));
-        const rowOut = all.out.subarray(4 * r * D, 4 * (r + 1) * D);
-        const rowH = all.h.subarray(4 * r * topK * I, 4 * (r + 1) * topK * I);
-        if (sameBits(one.out, rowOut) && sameBits(one.h, rowH)) same++;
+  for (const dtype of ROW_TYPES) {
+    it(`${dtype}: std.moe_combine, gated (sigmoid) and ungated`, () => {
+      for (const D of [2048, 30]) {
+        const rows = 5;
+        for (const gated of [true, false]) {
+          const r = onBoth({ routed: typed(rows * D, dtype), shared: typed(rows * D, dtype), gate: random.normals(rows, 2), out: poison(rows * D, dtype) }, (gpu, p) =>
+            gpu.launch(combineKernel, rowLaunch(rows, D, gpu.defaultStream), {
+              routed: p.routed!, shared: p.shared!, gate: gated ? p.gate! : 0n, output: p.out!, rows, hidden: D, dtype: FLOAT_DTYPE_CODE[dtype],
+            }), ['out']);
+          compare(`${dtype} moe_combine D=${D} gated=${gated}`, dtype, r.cpu.out!, r.cuda.out!);
+        }
       }
-      results.push(`${`batch invariance: ${rows} rows over ${shared} experts, top-${topK}, vs each row alone`.padEnd(72)} ${same}/${rows} bit-identical`);
-      expect(same).toBe(rows);
-    } finally {
-      for (const ptr of Object.values(p)) gpu.free(ptr);
-    }
-  });
-
-  it('std.moe_combine, gated (sigmoid) and ungated', () => {
-    for (const D of [2048, 30]) {
-      const rows = 5;
-      for (const gated of [true, false]) {
-        const r = onBoth({ routed: random.normals(rows * D), shared: random.normals(rows * D), gate: random.normals(rows, 2), out: poisonF32(rows * D) }, (gpu, p) =>
-          gpu.launch(combineKernel, rowLaunch(rows, D, gpu.defaultStream), { routed: p.routed!, shared: p.shared!, gate: gated ? p.gate! : 0n, output: p.out!, rows, hidden: D }), ['out']);
-        compareF32(`moe_combine D=${D} gated=${gated}`, r.cpu.out!, r.cuda.out!);
-      }
-    }
-  });
+    });
+  }
 
   // ---- std-attention -----------------------------------------------------------------------------------
   const shapes = [
@@ -280,58 +306,64 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
     { label: '4 q / 1 kv, d 64, rotary 16, plain, no norms, pages of 4', H: 4, Hkv: 1, d: 64, rot: 16, gated: 0, norms: false, offset: 0, page: 4, hist: [13, 22, 5] },
     { label: '4 q / 2 kv, d 8, rotary 4, gated, norms 1 + w, pages of 4', H: 4, Hkv: 2, d: 8, rot: 4, gated: 1, norms: true, offset: 1, page: 4, hist: [10, 3, 18] },
   ];
-  for (const o of shapes) {
-    it(`std.attn_prep + std.attn_core over several pages: ${o.label}`, () => {
-      const maxSeqLen = 96;
-      const maxPages = Math.ceil(maxSeqLen / o.page);
-      const seqs = o.hist.length;
-      const pool = seqs * maxPages;
-      const perm = Array.from({ length: pool }, (_, i) => i).sort(() => random.float() - 0.5);
-      const blockTable = Int32Array.from(perm);
-      const W = o.H * o.d * (o.gated ? 2 : 1) + 2 * o.Hkv * o.d;
-      const cacheFloats = pool * o.page * o.Hkv * o.d;
-      const rope = ropeTable(maxSeqLen, o.rot, 1e7);
-      // Step 1: every sequence's history as one prefill; step 2: decode, verify (4 rows), a padding row, decode.
-      const steps = [
-        { slots: [0, 1, 2], counts: o.hist, starts: [0, 0, 0] },
-        { slots: [0, 1, -1, 2], counts: [1, 4, 1, 1], starts: [o.hist[0]!, o.hist[1]!, 0, o.hist[2]!] },
-      ];
-      const bufs: Bufs = {
-        blockTable, kCache: random.normals(cacheFloats), vCache: random.normals(cacheFloats), cos: rope.cos, sin: rope.sin,
-        qNorm: random.normals(o.d, 0.3), kNorm: random.normals(o.d, 0.3),
-      };
-      steps.forEach((s, n) => {
-        const rowStarts = new Int32Array(s.counts.length + 1);
-        s.counts.forEach((c, i) => (rowStarts[i + 1] = rowStarts[i]! + c));
-        const rows = rowStarts[s.counts.length]!;
-        const positions = new Int32Array(rows);
-        s.counts.forEach((c, i) => { for (let j = 0; j < c; j++) positions[rowStarts[i]! + j] = s.starts[i]! + j; });
-        Object.assign(bufs, {
-          [`rowStarts${n}`]: rowStarts, [`slots${n}`]: Int32Array.from(s.slots), [`positions${n}`]: positions,
-          [`qkv${n}`]: random.normals(rows * W, 1.5), [`q${n}`]: poisonF32(rows * o.H * o.d), [`out${n}`]: poisonF32(rows * o.H * o.d),
-        });
-      });
-      const r = onBoth(bufs, (gpu, p) => {
+  for (const dtype of ROW_TYPES) {
+    for (const o of shapes) {
+      it(`${dtype}: std.attn_prep + std.attn_core over several pages: ${o.label}`, () => {
+        const maxSeqLen = 96;
+        const maxPages = Math.ceil(maxSeqLen / o.page);
+        const seqs = o.hist.length;
+        const pool = seqs * maxPages;
+        const perm = Array.from({ length: pool }, (_, i) => i).sort(() => random.float() - 0.5);
+        const blockTable = Int32Array.from(perm);
+        const W = o.H * o.d * (o.gated ? 2 : 1) + 2 * o.Hkv * o.d;
+        const cacheElements = pool * o.page * o.Hkv * o.d;
+        const rope = ropeTable(maxSeqLen, o.rot, 1e7);
+        // Step 1: every sequence's history as one prefill; step 2: decode, verify (4 rows), a padding row, decode.
+        const steps = [
+          { slots: [0, 1, 2], counts: o.hist, starts: [0, 0, 0] },
+          { slots: [0, 1, -1, 2], counts: [1, 4, 1, 1], starts: [o.hist[0]!, o.hist[1]!, 0, o.hist[2]!] },
+        ];
+        const bufs: Bufs = {
+          blockTable, kCache: typed(cacheElements, dtype), vCache: typed(cacheElements, dtype), cos: rope.cos, sin: rope.sin,
+          qNorm: random.normals(o.d, 0.3), kNorm: random.normals(o.d, 0.3),
+        };
         steps.forEach((s, n) => {
-          const rows = s.counts.reduce((a, b) => a + b, 0);
-          const common = {
-            qkv: p[`qkv${n}`]!, kCache: p.kCache!, vCache: p.vCache!, blockTable: p.blockTable!, slots: p[`slots${n}`]!, rowStarts: p[`rowStarts${n}`]!,
-            positions: p[`positions${n}`]!, batch: s.counts.length, heads: o.H, kvHeads: o.Hkv, headDim: o.d, pageSize: o.page, maxPages, gated: o.gated,
-          };
-          const stream = gpu.defaultStream;
-          gpu.launch(prepKernel, { grid: rows, block: Math.min(1024, 32 * Math.ceil(o.d / 32)), stream }, {
-            ...common, q: p[`q${n}`]!, qNorm: o.norms ? p.qNorm! : 0n, kNorm: o.norms ? p.kNorm! : 0n, cos: p.cos!, sin: p.sin!,
-            rotaryDim: o.rot, maxPositions: maxSeqLen, eps: 1e-6, normOffset: o.offset,
+          const rowStarts = new Int32Array(s.counts.length + 1);
+          s.counts.forEach((c, i) => (rowStarts[i + 1] = rowStarts[i]! + c));
+          const rows = rowStarts[s.counts.length]!;
+          const positions = new Int32Array(rows);
+          s.counts.forEach((c, i) => { for (let j = 0; j < c; j++) positions[rowStarts[i]! + j] = s.starts[i]! + j; });
+          Object.assign(bufs, {
+            [`rowStarts${n}`]: rowStarts, [`slots${n}`]: Int32Array.from(s.slots), [`positions${n}`]: positions,
+            [`qkv${n}`]: typed(rows * W, dtype, 1.5), [`q${n}`]: poison(rows * o.H * o.d, dtype), [`out${n}`]: poison(rows * o.H * o.d, dtype),
           });
-          gpu.launch(coreKernel, { grid: [rows, o.H], block: 256, stream }, { ...common, q: p[`q${n}`]!, out: p[`out${n}`]!, scale: 1 / Math.sqrt(o.d) });
         });
-      }, ['q0', 'out0', 'q1', 'out1', 'kCache', 'vCache']);
-      for (const name of ['q0', 'q1', 'kCache', 'vCache']) compareF32(`attn_prep ${name} ${o.label}`, r.cpu[name]!, r.cuda[name]!);
-      compareF32(`attn_core prefill ${o.label}`, r.cpu.out0!, r.cuda.out0!, 2e-5);
-      compareF32(`attn_core decode/verify/padding ${o.label}`, r.cpu.out1!, r.cuda.out1!, 2e-5);
-      // The padding row (batch position 2 of step 2, row 5) is zeros on both.
-      const pad = f32(r.cuda.out1!).subarray(5 * o.H * o.d, 6 * o.H * o.d);
-      expect(pad.every((v) => v === 0)).toBe(true);
-    });
+        const k = ATTENTION_KERNELS[dtype];
+        const r = onBoth(bufs, (gpu, p) => {
+          steps.forEach((s, n) => {
+            const rows = s.counts.reduce((a, b) => a + b, 0);
+            const common = {
+              qkv: p[`qkv${n}`]!, kCache: p.kCache!, vCache: p.vCache!, blockTable: p.blockTable!, slots: p[`slots${n}`]!, rowStarts: p[`rowStarts${n}`]!,
+              positions: p[`positions${n}`]!, batch: s.counts.length, heads: o.H, kvHeads: o.Hkv, headDim: o.d, pageSize: o.page, maxPages, gated: o.gated,
+              dtype: FLOAT_DTYPE_CODE[dtype],
+            };
+            const stream = gpu.defaultStream;
+            gpu.launch(k.prep, { grid: rows, block: Math.min(1024, 32 * Math.ceil(o.d / 32)), stream }, {
+              ...common, q: p[`q${n}`]!, qNorm: o.norms ? p.qNorm! : 0n, kNorm: o.norms ? p.kNorm! : 0n, cos: p.cos!, sin: p.sin!,
+              rotaryDim: o.rot, maxPositions: maxSeqLen, eps: 1e-6, normOffset: o.offset,
+            });
+            gpu.launch(k.core, { grid: [rows, o.H], block: 256, stream }, { ...common, q: p[`q${n}`]!, out: p[`out${n}`]!, scale: 1 / Math.sqrt(o.d) });
+          });
+        }, ['q0', 'out0', 'q1', 'out1', 'kCache', 'vCache']);
+        for (const name of ['q0', 'q1', 'kCache', 'vCache']) compare(`${dtype} attn_prep ${name} ${o.label}`, dtype, r.cpu[name]!, r.cuda[name]!);
+        // Softmax over many keys in f32 against the twin's f64: a little more room than one f32 rounding.
+        const core = dtype === 'f32' ? 2e-5 : STEP[dtype];
+        compare(`${dtype} attn_core prefill ${o.label}`, dtype, r.cpu.out0!, r.cuda.out0!, core);
+        compare(`${dtype} attn_core decode/verify/padding ${o.label}`, dtype, r.cpu.out1!, r.cuda.out1!, core);
+        // The padding row (batch position 2 of step 2, row 5) is zeros on both.
+        const pad = decodeRows(r.cuda.out1!, dtype).subarray(5 * o.H * o.d, 6 * o.H * o.d);
+        expect(pad.every((v) => v === 0)).toBe(true);
+      });
+    }
   }
 });
