@@ -1,5 +1,5 @@
 import {
-  BlockScratch, DecoderBlock, eosTokenIds, scopeWeights,
+  BlockScratch, DecoderBlock, F32_PRECISION, eosTokenIds, floatBytes, scopeWeights,
   type ModelBuildContext, type ModelStack, type TransformerLayer, type WeightSource,
 } from '@metrale/core';
 import { EmbeddingLayer } from './embedding-layer.js';
@@ -38,14 +38,17 @@ export interface PreNormDecoderSpec {
  */
 export function buildPreNormDecoder(ctx: ModelBuildContext, spec: PreNormDecoderSpec): ModelStack {
   const { gpu, config, weights: w, limits } = ctx;
+  const precision = ctx.precision ?? F32_PRECISION;
   const { hidden, vocab } = spec;
   requireResidualAdd(gpu);
-  const scratch = new BlockScratch(gpu, 4 * hidden, limits.maxRows);
+  // The block's sub-layers write rows of the residual stream's width and type; an MLP or mixer
+  // wider than that keeps its own scratch.
+  const scratch = new BlockScratch(gpu, hidden * floatBytes(precision.rows), limits.maxRows);
   const layers: TransformerLayer<any>[] = [];
   const scope = (prefix: string) => scopeWeights(w, prefix);
-  const norm = (prefix: string) => new RmsNormLayer(gpu, scope(prefix), limits, { hidden, eps: spec.eps, offset: spec.normOffset });
+  const norm = (prefix: string) => new RmsNormLayer(gpu, scope(prefix), limits, { hidden, eps: spec.eps, offset: spec.normOffset, precision });
   try {
-    layers.push(new EmbeddingLayer(gpu, scope('model.embed_tokens.'), limits, { vocab, hidden }));
+    layers.push(new EmbeddingLayer(gpu, scope('model.embed_tokens.'), limits, { vocab, hidden, precision }));
     for (let i = 0; i < spec.layerCount; i++) {
       const at = `model.layers.${i}.`;
       const layer = spec.layer(i, (prefix) => scope(at + prefix));
@@ -59,11 +62,11 @@ export function buildPreNormDecoder(ctx: ModelBuildContext, spec: PreNormDecoder
         for (const p of parts) p.dispose();
         throw error;
       }
-      layers.push(new DecoderBlock({ gpu, type: layer.type, branches: [parts.slice(0, 2), parts.slice(2)], add: residualAdd, scratch }));
+      layers.push(new DecoderBlock({ gpu, type: layer.type, branches: [parts.slice(0, 2), parts.slice(2)], add: residualAdd, scratch, rowDtype: precision.rows }));
     }
     layers.push(norm('model.norm.'));
     const tied = !w.has('lm_head.weight') && config.tie_word_embeddings === true;
-    layers.push(new LmHeadLayer(gpu, scope(tied ? 'model.embed_tokens.' : 'lm_head.'), limits, { hidden, vocab }));
+    layers.push(new LmHeadLayer(gpu, scope(tied ? 'model.embed_tokens.' : 'lm_head.'), limits, { hidden, vocab, precision }));
   } catch (error) {
     for (const l of layers) l.dispose();
     scratch.dispose();

@@ -1,4 +1,4 @@
-import { WeightsError, type ModelAdapter, type ModelBuildContext, type ModelStack } from '@metrale/core';
+import { F32_PRECISION, WeightsError, type ModelAdapter, type ModelBuildContext, type ModelStack } from '@metrale/core';
 import { plugin as dsaPlugin, readDsaConfig } from '@metrale/layer-dsa';
 import { MlpLayer, MoeLayer, buildPreNormDecoder, glmMoeOptions } from '@metrale/layer-std';
 import { intField } from './config-fields.js';
@@ -37,6 +37,7 @@ export function glmMlpLayerTypes(config: Readonly<Record<string, unknown>>): Glm
  * `mlp.shared_experts.*`). All norms are plain w · x̂ RMSNorms (eps `rms_norm_eps`).
  */
 function build(ctx: ModelBuildContext): ModelStack {
+  const precision = ctx.precision ?? F32_PRECISION;
   const { gpu, config, limits } = ctx;
   const hidden = intField(config, 'hidden_size');
   const mlpTypes = glmMlpLayerTypes(config);
@@ -58,11 +59,11 @@ function build(ctx: ModelBuildContext): ModelStack {
     layer: (i, scope) => ({
       type: `glm_moe_dsa layer ${i} (${mlpTypes[i] === 'sparse' ? 'moe' : 'dense'})`,
       // The same config object for every layer: a shared indexer layer finds its full layer by it.
-      mixer: () => dsa.create({ gpu, layerType: 'dsa', config, layerIndex: i, weights: scope('self_attn.'), limits: attentionLimits }),
+      mixer: () => dsa.create({ gpu, layerType: 'dsa', config, layerIndex: i, weights: scope('self_attn.'), limits: attentionLimits, precision }),
       mlp: () =>
         mlpTypes[i] === 'sparse'
-          ? new MoeLayer(gpu, scope('mlp.'), limits, moe!)
-          : new MlpLayer(gpu, scope('mlp.'), limits, { hidden, inter: denseInter }),
+          ? new MoeLayer(gpu, scope('mlp.'), limits, { ...moe!, precision })
+          : new MlpLayer(gpu, scope('mlp.'), limits, { hidden, inter: denseInter, precision }),
     }),
   });
 }

@@ -1,4 +1,4 @@
-import { WeightsError, type ModelAdapter, type ModelBuildContext, type ModelStack } from '@metrale/core';
+import { F32_PRECISION, WeightsError, type ModelAdapter, type ModelBuildContext, type ModelStack } from '@metrale/core';
 import { plugin as gdnPlugin } from '@metrale/layer-gdn';
 import { AttentionLayer, MlpLayer, MoeLayer, buildPreNormDecoder, qwen3NextAttentionOptions, qwen3NextMoeOptions } from '@metrale/layer-std';
 import { intField } from './config-fields.js';
@@ -35,6 +35,7 @@ export function qwen3NextIsMoe(config: Readonly<Record<string, unknown>>, i: num
  * the MLP a MoE with a gated shared expert or a dense SwiGLU. All norms are (1 + w) RMSNorms.
  */
 function build(ctx: ModelBuildContext): ModelStack {
+  const precision = ctx.precision ?? F32_PRECISION;
   const { gpu, config, limits } = ctx;
   const hidden = intField(config, 'hidden_size');
   const types = qwen3NextLayerTypes(config);
@@ -49,12 +50,12 @@ function build(ctx: ModelBuildContext): ModelStack {
       type: `qwen3_next layer ${i} (${types[i]})`,
       mixer: () =>
         types[i] === 'linear_attention'
-          ? gdn.create({ gpu, layerType: 'gdn', config, layerIndex: i, weights: scope('linear_attn.'), limits })
-          : new AttentionLayer(gpu, scope('self_attn.'), limits, qwen3NextAttentionOptions(config)),
+          ? gdn.create({ gpu, layerType: 'gdn', config, layerIndex: i, weights: scope('linear_attn.'), limits, precision })
+          : new AttentionLayer(gpu, scope('self_attn.'), limits, { ...qwen3NextAttentionOptions(config), precision }),
       mlp: () =>
         qwen3NextIsMoe(config, i)
-          ? new MoeLayer(gpu, scope('mlp.'), limits, qwen3NextMoeOptions(config))
-          : new MlpLayer(gpu, scope('mlp.'), limits, { hidden, inter: intField(config, 'intermediate_size') }),
+          ? new MoeLayer(gpu, scope('mlp.'), limits, { ...qwen3NextMoeOptions(config), precision })
+          : new MlpLayer(gpu, scope('mlp.'), limits, { hidden, inter: intField(config, 'intermediate_size'), precision }),
     }),
   });
 }
