@@ -26,6 +26,9 @@ export interface DsaState extends LayerState {
   length: number;
 }
 
+/** qr, qb and olat are f32 (FLOAT_DTYPE_CODE). */
+const F32_CODE = 0;
+
 /** Rows of prefill scored per `dsa.index_score` / `dsa.topk` launch (bounds the score buffer). */
 export const PREFILL_SCORE_ROWS = 64;
 
@@ -329,7 +332,8 @@ export class DsaLayer implements TransformerLayer<DsaState> {
     // 2. Latent norms, RoPE of k_rope, MLA cache append.
     gpu.launch(mlaAppendKernel, perRow, {
       xa: b.xa, qr: b.qr, kvCache: b.kvCache, qaNorm: b.qaNorm, kvaNorm: b.kvaNorm, invFreq: b.invFreq, ...t,
-      batch, xaWidth: geo.xaWidth, qLora, kvLora, rope, ropeInterleave: cfg.ropeInterleave ? 1 : 0, kvDtype, capacity: this.capacity, eps: cfg.mlaEps,
+      batch, xaWidth: geo.xaWidth, qLora, kvLora, rope, ropeInterleave: cfg.ropeInterleave ? 1 : 0, kvDtype, qrDtype: F32_CODE,
+      capacity: this.capacity, eps: cfg.mlaEps,
     });
     // 3. Indexer keys (full layers): token keys into the cache, or pool keys via xa and the ring.
     if (geo.full) {
@@ -370,7 +374,7 @@ export class DsaLayer implements TransformerLayer<DsaState> {
         qb: b.qb, qlat: b.qlat, invFreq: b.invFreq, ...t,
         batch, qbWidth: geo.qbWidth, heads: H, nope, rope, kvLora,
         idxHeads: geo.full ? idxHeads : 0, dI, idxRope: geo.full ? rope : 0,
-        ropeInterleave: cfg.ropeInterleave ? 1 : 0, idxRopeInterleave: cfg.indexerRopeInterleave ? 1 : 0,
+        ropeInterleave: cfg.ropeInterleave ? 1 : 0, idxRopeInterleave: cfg.indexerRopeInterleave ? 1 : 0, qbDtype: F32_CODE,
       });
     }
     // 7. Selection (full layers): score every candidate once per sequence, then top-k per row.
@@ -381,7 +385,8 @@ export class DsaLayer implements TransformerLayer<DsaState> {
         gpu.launch(indexScoreKernel, indexScoreLaunch(this.keyCapacity, batch, { dI, idxHeads, idxDtype, multiprocessors: gpu.device.multiprocessors }, stream), {
           qb: b.qb, xa: b.xa, keys: b.keys, keyScales: b.keyScales, scores: b.scores, ...t,
           batch, rowBase, rowCount, qbWidth: geo.qbWidth, qIOff: geo.qIOff, xaWidth: geo.xaWidth, wOff: geo.wOff,
-          idxHeads, dI, kpool: cfg.kpool, keyCapacity: this.keyCapacity, scoreStride: this.keyCapacity, idxDtype, scale: cfg.indexScale,
+          idxHeads, dI, kpool: cfg.kpool, keyCapacity: this.keyCapacity, scoreStride: this.keyCapacity, idxDtype, qbDtype: F32_CODE,
+          scale: cfg.indexScale,
         });
         gpu.launch(topkKernel, topkLaunch(rowCount, this.keyCapacity, stream), {
           scores: b.scores, sel: b.sel, selCount: b.selCount, ...t,
@@ -394,7 +399,7 @@ export class DsaLayer implements TransformerLayer<DsaState> {
     const attnShape = { heads: H, kvLora, rope, selWidth: selection.selWidth, kvDtype };
     gpu.launch(sparseAttnKernel, sparseAttnLaunch(rows, attnShape, stream, gpu.device.computeCapability), {
       qlat: b.qlat, kvCache: b.kvCache, sel: selection.sel, selCount: selection.selCount, olat: b.olat, ...t,
-      batch, heads: H, kvLora, rope, selWidth: selection.selWidth, capacity: this.capacity, kvDtype, scale: cfg.softmaxScale,
+      batch, heads: H, kvLora, rope, selWidth: selection.selWidth, capacity: this.capacity, kvDtype, olatDtype: F32_CODE, scale: cfg.softmaxScale,
     });
     // 9. Values: ov[r][h] = olat[r][h] · W_UV[h]ᵀ (per head), then the output projection.
     for (let h = 0; h < H; h++) {

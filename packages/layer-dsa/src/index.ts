@@ -7,6 +7,7 @@ export {
   type DsaConfig, type DsaGeometry, type DsaVariant, type IndexCacheDtype, type KvCacheDtype, type IndexerType,
 } from './dsa-config.js';
 export { loadDsaWeights, dsaWeightShapes, type DsaHostWeights } from './dsa-weights.js';
+export { loadRowElements, storeRowElements, rowElementBytes } from './dsa-row-elements.js';
 export {
   mlaAppendKernel, indexAppendKernel, poolAppendKernel, ringStoreKernel, qRopeKernel, indexScoreKernel, topkKernel, sparseAttnKernel,
 } from './dsa-kernels.js';
