@@ -24,6 +24,7 @@
 // METRALE_BENCH_QUICK=1 runs small sizes only (a smoke test of the program).
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -235,7 +236,7 @@ async function main() {
             const scoreArgs = (t) => ({
               qb, xa, keys, keyScales: scales, scores, ...{ slots: t.slots, rowStarts: t.rowStarts, positions: t.positions },
               batch, rowBase: 0, rowCount: batch, qbWidth, qIOff: 0, xaWidth: SHAPE.idxHeads, wOff: 0, idxHeads: SHAPE.idxHeads, dI: SHAPE.dI,
-              kpool: 1, keyCapacity: ctx, scoreStride: ctx, idxDtype, scale: 1 / Math.sqrt(SHAPE.dI * SHAPE.idxHeads),
+              kpool: 1, keyCapacity: ctx, scoreStride: ctx, idxDtype, qbDtype: 0, scale: 1 / Math.sqrt(SHAPE.dI * SHAPE.idxHeads),
             });
             const topkArgs = (t) => ({
               scores, sel, selCount, slots: t.slots, rowStarts: t.rowStarts, positions: t.positions,
@@ -316,7 +317,8 @@ async function main() {
           const t0 = ts[0];
           const run = (i) => gpu.launch(kernels.attn, launch, {
             qlat, kvCache: cache, sel: sels[i % selSets], selCount, olat, slots: t0.slots, rowStarts: t0.rowStarts, positions: t0.positions,
-            batch, heads: SHAPE.heads, kvLora: SHAPE.kvLora, rope: SHAPE.rope, selWidth: W, capacity: ctx, kvDtype, scale: 1 / Math.sqrt(SHAPE.nope + SHAPE.rope),
+            batch, heads: SHAPE.heads, kvLora: SHAPE.kvLora, rope: SHAPE.rope, selWidth: W, capacity: ctx, kvDtype, olatDtype: 0,
+            scale: 1 / Math.sqrt(SHAPE.nope + SHAPE.rope),
           });
           run(0);
           gpu.synchronize(stream);
@@ -403,8 +405,11 @@ function withFatbin(k, file, defineKernelModule) {
     const dir = join(tmpdir(), `metrale-dsa-bench-${process.pid}`);
     mkdirSync(dir, { recursive: true });
     path = join(dir, `${file}.fatbin`);
-    execFileSync(nvcc, ['-fatbin', '-O3', '-std=c++17', '-gencode=arch=compute_80,code=sm_80', '-gencode=arch=compute_90a,code=sm_90a',
-      '-gencode=arch=compute_90,code=compute_90', '-o', path, join(pkgDir, 'kernels', `${file}.cu`)], { stdio: 'inherit' });
+    // <metrale/elements.cuh> is core's (metrale-build-kernels passes the same include path).
+    const coreInclude = join(dirname(createRequire(import.meta.url).resolve('@metrale/core/package.json')), 'include');
+    execFileSync(nvcc, ['-fatbin', '-O3', '-std=c++17', '--expt-relaxed-constexpr', '-gencode=arch=compute_80,code=sm_80',
+      '-gencode=arch=compute_90a,code=sm_90a', '-gencode=arch=compute_90,code=compute_90', `-I${join(pkgDir, 'kernels')}`, `-I${coreInclude}`,
+      '-o', path, join(pkgDir, 'kernels', `${file}.cu`)], { stdio: 'inherit' });
   }
   return Object.freeze({ ...k, cuda: { module: defineKernelModule(k.cuda.module.name, path), symbol: k.cuda.symbol } });
 }

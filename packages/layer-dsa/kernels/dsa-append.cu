@@ -1,5 +1,8 @@
 // Per-row DSA kernels: dsa_mla_append, dsa_index_append, dsa_pool_append, dsa_ring_store,
 // dsa_q_rope. Layouts and semantics: ../KERNELS.md; CPU twins: ../src/dsa-append.cpu.ts.
+// xa and the ring are f32; qr (written by dsa_mla_append) and qb (read and, for the indexer heads,
+// rotated in place by dsa_q_rope) are in the rows' type, FLOAT_DTYPE_CODE `qrDtype` / `qbDtype`:
+// values are computed as below and rounded once where they are stored.
 //
 // Launch (src/dsa-launch.ts rowLaunch): one CTA per row of the step (any block size ≤ 256 that is a
 // multiple of 32, 128 by default); CTAs loop over rows with a stride of gridDim.x, so any grid
@@ -27,17 +30,31 @@ __device__ __forceinline__ void rope_cs(const float* __restrict__ invFreq, int i
   s = (double)(float)sd;
 }
 
+/** The rotated pair (a, b) of pair i at position t: (a·cos − b·sin, b·cos + a·sin) in f64. */
+__device__ __forceinline__ void rope_rotate(double a, double b, int i, int t, const float* __restrict__ invFreq, double& o1, double& o2) {
+  double c, s;
+  rope_cs(invFreq, i, t, c, s);
+  // a·c and b·s are exact in f64 (24-bit × 24-bit), so each line is one f64 rounding, as on the CPU.
+  o1 = __dsub_rn(__dmul_rn(a, c), __dmul_rn(b, s));
+  o2 = __dadd_rn(__dmul_rn(b, c), __dmul_rn(a, s));
+}
+
 /** Rotates pair i of `x` (dims values, layout flag `interleave`): returns (out[i], out[i + dims/2]) in f64. */
 __device__ __forceinline__ void rope_pair(const float* x, int dims, int i, int t, const float* __restrict__ invFreq, int interleave,
                                           double& o1, double& o2) {
   const int half = dims >> 1;
   const double a = interleave ? (double)x[2 * i] : (double)x[i];
   const double b = interleave ? (double)x[2 * i + 1] : (double)x[half + i];
-  double c, s;
-  rope_cs(invFreq, i, t, c, s);
-  // a·c and b·s are exact in f64 (24-bit × 24-bit), so each line is one f64 rounding, as on the CPU.
-  o1 = __dsub_rn(__dmul_rn(a, c), __dmul_rn(b, s));
-  o2 = __dadd_rn(__dmul_rn(b, c), __dmul_rn(a, s));
+  rope_rotate(a, b, i, t, invFreq, o1, o2);
+}
+
+/** rope_pair over `dims` elements of a row-typed buffer from element `at` (FLOAT_DTYPE_CODE `code`). */
+__device__ __forceinline__ void rope_pair_rows(const void* base, size_t at, int code, int dims, int i, int t, const float* __restrict__ invFreq,
+                                               int interleave, double& o1, double& o2) {
+  const int half = dims >> 1;
+  const double a = (double)metrale::load_element(base, at + (interleave ? 2 * i : i), code);
+  const double b = (double)metrale::load_element(base, at + (interleave ? 2 * i + 1 : half + i), code);
+  rope_rotate(a, b, i, t, invFreq, o1, o2);
 }
 
 /**
@@ -91,12 +108,16 @@ __device__ __forceinline__ void store_row(const float* vals, int n, int code, vo
 
 using namespace dsa;
 
-/** qr = RMSNorm(q_a)·qaNorm; kvCache[slot][t] = [RMSNorm(kv_a)·kvaNorm | RoPE(k_rope, t)] in kvDtype. */
-extern "C" __global__ void __launch_bounds__(256) dsa_mla_append(
-    const float* __restrict__ xa, float* __restrict__ qr, void* __restrict__ kvCache, const float* __restrict__ qaNorm,
+/**
+ * qr = RMSNorm(q_a)·qaNorm in qrDtype; kvCache[slot][t] = [RMSNorm(kv_a)·kvaNorm | RoPE(k_rope, t)] in kvDtype.
+ * (A minimum of one CTA per SM in the launch bounds lets ptxas keep the row's values in registers;
+ * without it, it spills one to reach its default occupancy target.)
+ */
+extern "C" __global__ void __launch_bounds__(256, 1) dsa_mla_append(
+    const float* __restrict__ xa, void* __restrict__ qr, void* __restrict__ kvCache, const float* __restrict__ qaNorm,
     const float* __restrict__ kvaNorm, const float* __restrict__ invFreq, const int32_t* __restrict__ slots,
     const int32_t* __restrict__ rowStarts, const int32_t* __restrict__ positions, int batch, int xaWidth, int qLora, int kvLora,
-    int rope, int ropeInterleave, int kvDtype, int capacity, float eps) {
+    int rope, int ropeInterleave, int kvDtype, int qrDtype, int capacity, float eps) {
   DSA_SHARED(double, dred, 32);
   const int rows = rowStarts[batch];
   const int lat = kvLora + rope;
@@ -111,8 +132,9 @@ extern "C" __global__ void __launch_bounds__(256) dsa_mla_append(
     for (int i = threadIdx.x; i < qLora; i += blockDim.x) ss += (double)x[i] * (double)x[i];
     ss = block_sum_d(ss, dred);
     double inv = 1.0 / sqrt(ss / (double)qLora + (double)eps);
-    float* q = qr + (size_t)row * qLora;
-    for (int i = threadIdx.x; i < qLora; i += blockDim.x) q[i] = (float)__dmul_rn(__dmul_rn((double)x[i], inv), (double)qaNorm[i]);
+    const size_t qo = (size_t)row * qLora;
+    for (int i = threadIdx.x; i < qLora; i += blockDim.x)
+      metrale::store_element(qr, qo + i, (float)__dmul_rn(__dmul_rn((double)x[i], inv), (double)qaNorm[i]), qrDtype);
 
     const float* kv = x + qLora;
     ss = 0.0;
@@ -268,11 +290,14 @@ extern "C" __global__ void __launch_bounds__(256) dsa_ring_store(
   }
 }
 
-/** RoPE of each MLA head's q_rope into qlat[…, kvLora:], and of each indexer head's first idxRope channels in place. */
+/**
+ * RoPE of each MLA head's q_rope into qlat[…, kvLora:] (f32), and of each indexer head's first
+ * idxRope channels in place (qb is in qbDtype).
+ */
 extern "C" __global__ void __launch_bounds__(256) dsa_q_rope(
-    float* __restrict__ qb, float* __restrict__ qlat, const float* __restrict__ invFreq, const int32_t* __restrict__ slots,
+    void* __restrict__ qb, float* __restrict__ qlat, const float* __restrict__ invFreq, const int32_t* __restrict__ slots,
     const int32_t* __restrict__ rowStarts, const int32_t* __restrict__ positions, int batch, int qbWidth, int heads, int nope,
-    int rope, int kvLora, int idxHeads, int dI, int idxRope, int ropeInterleave, int idxRopeInterleave) {
+    int rope, int kvLora, int idxHeads, int dI, int idxRope, int ropeInterleave, int idxRopeInterleave, int qbDtype) {
   DSA_SHARED(float, stage, kRowScratch);
   const int rows = rowStarts[batch];
   const int lat = kvLora + rope;
@@ -282,13 +307,13 @@ extern "C" __global__ void __launch_bounds__(256) dsa_q_rope(
     const int slot = slots[p];
     if (slot < 0) continue;
     const int t = positions[row];
-    float* q = qb + (size_t)row * qbWidth;
+    const size_t qo = (size_t)row * qbWidth;
     if (rope > 0) {
       const int half = rope >> 1;
       for (int e = threadIdx.x; e < heads * half; e += blockDim.x) {
         const int h = e / half, i = e - h * half;
         double o1, o2;
-        rope_pair(q + h * (nope + rope) + nope, rope, i, t, invFreq, ropeInterleave, o1, o2);
+        rope_pair_rows(qb, qo + h * (nope + rope) + nope, qbDtype, rope, i, t, invFreq, ropeInterleave, o1, o2);
         float* dst = qlat + ((size_t)row * heads + h) * lat + kvLora;
         dst[i] = (float)o1;
         dst[half + i] = (float)o2;
@@ -303,14 +328,14 @@ extern "C" __global__ void __launch_bounds__(256) dsa_q_rope(
         for (int e = threadIdx.x; e < (g1 - g0) * half; e += blockDim.x) {
           const int gl = e / half, i = e - gl * half;
           double o1, o2;
-          rope_pair(q + qIOff + (g0 + gl) * dI, idxRope, i, t, invFreq, idxRopeInterleave, o1, o2);
+          rope_pair_rows(qb, qo + qIOff + (g0 + gl) * dI, qbDtype, idxRope, i, t, invFreq, idxRopeInterleave, o1, o2);
           stage[gl * idxRope + i] = (float)o1;
           stage[gl * idxRope + half + i] = (float)o2;
         }
         __syncthreads();
         for (int e = threadIdx.x; e < (g1 - g0) * idxRope; e += blockDim.x) {
           const int gl = e / idxRope, i = e - gl * idxRope;
-          q[qIOff + (g0 + gl) * dI + i] = stage[e];
+          metrale::store_element(qb, qo + qIOff + (g0 + gl) * dI + i, stage[e], qbDtype);
         }
         __syncthreads();
       }

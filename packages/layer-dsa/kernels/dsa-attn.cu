@@ -20,6 +20,8 @@
 // max and sum per head, scales its O, and CTA c sums columns [128c, 128c + 128) of the four.
 // Generic path (any shape, and sm_80): CTA x takes heads x, x + 4, …: logits in shared memory,
 // f32 throughout.
+// olat is in the rows' type (FLOAT_DTYPE_CODE olatDtype): each value is rounded once where it is
+// stored; qlat is f32.
 #include "dsa-common.cuh"
 
 namespace dsa {
@@ -54,6 +56,20 @@ struct SaCfg {
   static_assert(kSaHeads * kSaOStride * 4 <= OFF_P, "the combine buffer reuses Q and the stages");
 };
 
+/** Four consecutive values into element i (a multiple of 4) of a row-typed buffer (FLOAT_DTYPE_CODE `code`). */
+__device__ __forceinline__ void store4(void* base, size_t i, float4 v, int code) {
+  if (code == metrale::kF32) {
+    *reinterpret_cast<float4*>(static_cast<float*>(base) + i) = v;
+  } else if (code == metrale::kBF16) {
+    *reinterpret_cast<uint2*>(static_cast<uint16_t*>(base) + i) = make_uint2(pack_bf16x2(v.x, v.y), pack_bf16x2(v.z, v.w));
+  } else {
+    metrale::store_element(base, i, v.x, code);
+    metrale::store_element(base, i + 1, v.y, code);
+    metrale::store_element(base, i + 2, v.z, code);
+    metrale::store_element(base, i + 3, v.w, code);
+  }
+}
+
 __host__ __device__ constexpr int sa_fast_bytes(int lat, bool f32) {
   return lat == 576 ? (f32 ? SaCfg<576, true>::BYTES : SaCfg<576, false>::BYTES) : (f32 ? SaCfg<512, true>::BYTES : SaCfg<512, false>::BYTES);
 }
@@ -68,7 +84,8 @@ __device__ __forceinline__ int kv_chunk(int tok, int c) {
 #if DSA_HAS_CLUSTER
 template <int LAT, bool F32>
 __device__ __forceinline__ void attn_fast(const float* __restrict__ qlat, const uint8_t* __restrict__ kvCache, const int32_t* __restrict__ selRow,
-                                          int n, float* __restrict__ olat, int row, int slot, int capacity, float scale, uint8_t* smem) {
+                                          int n, void* __restrict__ olat, int olatDtype, int row, int slot, int capacity, float scale,
+                                          uint8_t* smem) {
   using C = SaCfg<LAT, F32>;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const int rank = Coop::rank();
@@ -358,7 +375,7 @@ __device__ __forceinline__ void attn_fast(const float* __restrict__ qlat, const 
   }
   Coop::sync();
   const int colBase = rank * (kSaKL / 4);
-  float* orow = olat + (size_t)row * kSaHeads * kSaKL;
+  const size_t orow = (size_t)row * kSaHeads * kSaKL;
 #pragma unroll
   for (int i = 0; i < kSaHeads * (kSaKL / 4) / 4 / kSaThreads; i++) {
     const int idx = tid + i * kSaThreads;
@@ -373,7 +390,7 @@ __device__ __forceinline__ void attn_fast(const float* __restrict__ qlat, const 
       s.z += v.z;
       s.w += v.w;
     }
-    *reinterpret_cast<float4*>(orow + (size_t)h * kSaKL + col) = s;
+    store4(olat, orow + (size_t)h * kSaKL + col, s, olatDtype);
   }
   Coop::sync();  // no CTA leaves while another still reads its shared memory
 }
@@ -381,8 +398,8 @@ __device__ __forceinline__ void attn_fast(const float* __restrict__ qlat, const 
 
 /** Any shape: CTA x takes heads x, x + gridDim.x, …; logits of the row's tokens in shared memory; f32. */
 __device__ __forceinline__ void attn_generic(const float* __restrict__ qlat, const uint8_t* __restrict__ kvCache, const int32_t* __restrict__ selRow,
-                                             int n, float* __restrict__ olat, int row, int slot, int heads, int kvLora, int rope, int capacity,
-                                             int kvDtype, float scale, uint8_t* smem) {
+                                             int n, void* __restrict__ olat, int olatDtype, int row, int slot, int heads, int kvLora, int rope,
+                                             int capacity, int kvDtype, float scale, uint8_t* smem) {
   const int lat = kvLora + rope;
   float* q = reinterpret_cast<float*>(smem);  // [lat]
   float* red = q + lat;                       // [32]
@@ -393,9 +410,9 @@ __device__ __forceinline__ void attn_generic(const float* __restrict__ qlat, con
     return kvDtype == kF32 ? reinterpret_cast<const float*>(kvCache)[e] : bf16_bits_to_f32(reinterpret_cast<const uint16_t*>(kvCache)[e]);
   };
   for (int h = blockIdx.x; h < heads; h += gridDim.x) {
-    float* out = olat + ((size_t)row * heads + h) * kvLora;
+    const size_t out = ((size_t)row * heads + h) * kvLora;
     if (n <= 0) {
-      for (int i = threadIdx.x; i < kvLora; i += blockDim.x) out[i] = 0.f;
+      for (int i = threadIdx.x; i < kvLora; i += blockDim.x) metrale::store_element(olat, out + i, 0.f, olatDtype);
       continue;
     }
     __syncthreads();
@@ -421,7 +438,7 @@ __device__ __forceinline__ void attn_generic(const float* __restrict__ qlat, con
     for (int i = threadIdx.x; i < kvLora; i += blockDim.x) {
       float acc = 0.f;
       for (int j = 0; j < n; j++) acc = fmaf(lg[j], kv(selRow[j], i), acc);
-      out[i] = acc / z;
+      metrale::store_element(olat, out + i, acc / z, olatDtype);
     }
   }
 }
@@ -432,8 +449,8 @@ using namespace dsa;
 
 extern "C" __global__ void DSA_CLUSTER_DIMS(4) __launch_bounds__(kSaThreads, 1) dsa_sparse_attn(
     const float* __restrict__ qlat, const void* __restrict__ kvCache, const int32_t* __restrict__ sel, const int32_t* __restrict__ selCount,
-    float* __restrict__ olat, const int32_t* __restrict__ slots, const int32_t* __restrict__ rowStarts, const int32_t* __restrict__ positions,
-    int batch, int heads, int kvLora, int rope, int selWidth, int capacity, int kvDtype, float scale) {
+    void* __restrict__ olat, const int32_t* __restrict__ slots, const int32_t* __restrict__ rowStarts, const int32_t* __restrict__ positions,
+    int batch, int heads, int kvLora, int rope, int selWidth, int capacity, int kvDtype, int olatDtype, float scale) {
   DSA_DYNAMIC_SMEM(smem);
   const int row = blockIdx.y;
   const int rows = rowStarts[batch];
@@ -454,20 +471,20 @@ extern "C" __global__ void DSA_CLUSTER_DIMS(4) __launch_bounds__(kSaThreads, 1) 
       const int colBase = Coop::rank() * (kSaKL / 4);
       for (int e = threadIdx.x; e < kSaHeads * (kSaKL / 4); e += kSaThreads) {
         const int h = e / (kSaKL / 4), c = e - h * (kSaKL / 4);
-        olat[((size_t)row * kSaHeads + h) * kSaKL + colBase + c] = 0.f;
+        metrale::store_element(olat, ((size_t)row * kSaHeads + h) * kSaKL + colBase + c, 0.f, olatDtype);
       }
       return;
     }
     if (lat == 576) {
-      if (f32) attn_fast<576, true>(qlat, kv, selRow, n, olat, row, slot, capacity, scale, smem);
-      else attn_fast<576, false>(qlat, kv, selRow, n, olat, row, slot, capacity, scale, smem);
+      if (f32) attn_fast<576, true>(qlat, kv, selRow, n, olat, olatDtype, row, slot, capacity, scale, smem);
+      else attn_fast<576, false>(qlat, kv, selRow, n, olat, olatDtype, row, slot, capacity, scale, smem);
     } else {
-      if (f32) attn_fast<512, true>(qlat, kv, selRow, n, olat, row, slot, capacity, scale, smem);
-      else attn_fast<512, false>(qlat, kv, selRow, n, olat, row, slot, capacity, scale, smem);
+      if (f32) attn_fast<512, true>(qlat, kv, selRow, n, olat, olatDtype, row, slot, capacity, scale, smem);
+      else attn_fast<512, false>(qlat, kv, selRow, n, olat, olatDtype, row, slot, capacity, scale, smem);
     }
     return;
   }
 #endif
   if (dynamic_smem_bytes() < (uint32_t)((kvLora + rope + 32 + max(n, 0)) * 4)) __trap();
-  attn_generic(qlat, kv, selRow, n, olat, row, slot, heads, kvLora, rope, capacity, kvDtype, scale, smem);
+  attn_generic(qlat, kv, selRow, n, olat, olatDtype, row, slot, heads, kvLora, rope, capacity, kvDtype, scale, smem);
 }

@@ -18,6 +18,9 @@
 #else
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
+// Rows and row-typed scratch (qr, qb, olat) in the precision's type: FLOAT_DTYPE_CODE, read and
+// written through metrale::load_element / store_element (the emulator supplies host versions).
+#include <metrale/elements.cuh>
 
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && !defined(DSA_NO_CLUSTER)
 #define DSA_HAS_CLUSTER 1
@@ -39,7 +42,8 @@
 
 namespace dsa {
 
-// Element codes (KERNELS.md).
+// Element codes of the caches (KERNELS.md): the MLA cache 0 f32 / 1 bf16, the indexer's 0 / 1 /
+// 2 fp8. Row-typed buffers take core's FLOAT_DTYPE_CODE instead (metrale::kF32, kBF16, kF16).
 constexpr int kF32 = 0;
 constexpr int kBF16 = 1;
 constexpr int kFP8 = 2;

@@ -18,6 +18,7 @@
 // accumulation; ReLU, the head weights and the per-key fp8 scale are applied to the f32
 // accumulators. Bytes: n · 256 (bf16) or n · 132 (fp8) per sequence, read once.
 // Generic path (any shape, f32 keys): f32 FMA over a shared-memory tile; exact to f32 rounding.
+// qb is in the rows' type (FLOAT_DTYPE_CODE qbDtype), read as f32 values; xa (the head weights) is f32.
 #include "dsa-common.cuh"
 
 namespace dsa {
@@ -32,14 +33,19 @@ __host__ __device__ constexpr int is_fast_bytes(bool fp8) {
 }
 
 struct ScoreArgs {
-  const float* qb;
+  const void* qb;
   const float* xa;
   const uint8_t* keys;
   const float* keyScales;
   float* scores;
-  int rowBase, qbWidth, qIOff, xaWidth, wOff, idxHeads, dI, keyCapacity, scoreStride, idxDtype;
+  int rowBase, qbWidth, qIOff, xaWidth, wOff, idxHeads, dI, keyCapacity, scoreStride, idxDtype, qbDtype;
   float scale;
 };
+
+/** Element i of row r's indexer queries (H_I · d_I values from qIOff) as f32. */
+__device__ __forceinline__ float query_at(const ScoreArgs& A, int r, int i) {
+  return metrale::load_element(A.qb, (size_t)r * A.qbWidth + A.qIOff + i, A.qbDtype);
+}
 
 /** One row of the block as a warp sees it. */
 struct RowInfo {
@@ -138,15 +144,15 @@ __device__ __forceinline__ void score_fast(const ScoreArgs& A, const int32_t* __
         loaded = ri;
         rowAbs = r0 + ri;
         rowN = (positions[rowAbs] + 1) / kpool;
-        const float* q = A.qb + (size_t)rowAbs * A.qbWidth + A.qIOff;
         const float* w = A.xa + (size_t)rowAbs * A.xaWidth + A.wOff;
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
-          const float* qh = q + (nt * 8 + g) * 128;
+          const int qh = (nt * 8 + g) * 128;
 #pragma unroll
           for (int ks = 0; ks < 8; ks++) {
-            bq[nt][ks][0] = pack_bf16x2(qh[ks * 16 + 2 * t], qh[ks * 16 + 2 * t + 1]);
-            bq[nt][ks][1] = pack_bf16x2(qh[ks * 16 + 2 * t + 8], qh[ks * 16 + 2 * t + 9]);
+            const int c = qh + ks * 16 + 2 * t;
+            bq[nt][ks][0] = pack_bf16x2(query_at(A, rowAbs, c), query_at(A, rowAbs, c + 1));
+            bq[nt][ks][1] = pack_bf16x2(query_at(A, rowAbs, c + 8), query_at(A, rowAbs, c + 9));
           }
           wv[nt][0] = w[nt * 8 + 2 * t];
           wv[nt][1] = w[nt * 8 + 2 * t + 1];
@@ -223,13 +229,11 @@ __device__ __forceinline__ void score_generic(const ScoreArgs& A, const int32_t*
     for (int ri = 0; ri < R; ri++) {
       const int r = r0 + ri;
       const int n = (positions[r] + 1) / kpool;
-      const float* q = A.qb + (size_t)r * A.qbWidth + A.qIOff;
       const float* w = A.xa + (size_t)r * A.xaWidth + A.wOff;
       float acc = 0.f;
       for (int h = part; h < A.idxHeads; h += 4) {
-        const float* qh = q + (size_t)h * dI;
         float dot = 0.f;
-        for (int i = 0; i < dI; i++) dot = fmaf(qh[i], kt[i * LD + kk], dot);
+        for (int i = 0; i < dI; i++) dot = fmaf(query_at(A, r, h * dI + i), kt[i * LD + kk], dot);
         if (dot > 0.f) acc = fmaf(w[h], dot, acc);
       }
       red[part * kIsGenTile + kk] = acc;
@@ -249,10 +253,10 @@ __device__ __forceinline__ void score_generic(const ScoreArgs& A, const int32_t*
 using namespace dsa;
 
 extern "C" __global__ void __launch_bounds__(kIsThreads, 1) dsa_index_score(
-    const float* __restrict__ qb, const float* __restrict__ xa, const void* __restrict__ keys, const float* __restrict__ keyScales,
+    const void* __restrict__ qb, const float* __restrict__ xa, const void* __restrict__ keys, const float* __restrict__ keyScales,
     float* __restrict__ scores, const int32_t* __restrict__ slots, const int32_t* __restrict__ rowStarts,
     const int32_t* __restrict__ positions, int batch, int rowBase, int rowCount, int qbWidth, int qIOff, int xaWidth, int wOff,
-    int idxHeads, int dI, int kpool, int keyCapacity, int scoreStride, int idxDtype, float scale) {
+    int idxHeads, int dI, int kpool, int keyCapacity, int scoreStride, int idxDtype, int qbDtype, float scale) {
   DSA_DYNAMIC_SMEM(smem);
   const int p = blockIdx.y;
   if (p >= batch) return;
@@ -268,7 +272,7 @@ extern "C" __global__ void __launch_bounds__(kIsThreads, 1) dsa_index_score(
   if (nmax <= 0) return;
 
   const ScoreArgs A{qb, xa, static_cast<const uint8_t*>(keys), keyScales, scores, rowBase, qbWidth, qIOff, xaWidth, wOff, idxHeads,
-                    dI, keyCapacity, scoreStride, idxDtype, scale};
+                    dI, keyCapacity, scoreStride, idxDtype, qbDtype, scale};
   const uint32_t dyn = dynamic_smem_bytes();
   const bool fastShape = dI == 128 && idxHeads >= 8 && idxHeads <= 32 && idxHeads % 8 == 0 && (idxDtype == kBF16 || idxDtype == kFP8);
   if (fastShape && dyn >= (uint32_t)is_fast_bytes(idxDtype == kFP8)) {

@@ -1,9 +1,11 @@
 import type { CpuKernelContext, DevicePtr } from '@metrale/core';
 import { applyRope, positionOfRow, storeRow } from './dsa-numerics.js';
+import { loadRowElements, storeRowElements } from './dsa-row-elements.js';
 
 // CPU twins of kernels/dsa-append.cu: dsa.mla_append, dsa.index_append, dsa.pool_append,
 // dsa.ring_store and dsa.q_rope, with the layouts of KERNELS.md, run for the whole launch at once.
-// Every per-step value comes from the step tables (slots, rowStarts, positions, seqLens).
+// Every per-step value comes from the step tables (slots, rowStarts, positions, seqLens). xa and
+// the ring are f32; qr and qb are in the rows' type (FLOAT_DTYPE_CODE qrDtype / qbDtype).
 
 interface StepTablePtrs {
   readonly slots: DevicePtr;
@@ -44,12 +46,14 @@ export interface MlaAppendArgs extends StepTablePtrs {
   readonly rope: number;
   readonly ropeInterleave: number;
   readonly kvDtype: number;
+  /** Element type of qr (FLOAT_DTYPE_CODE). */
+  readonly qrDtype: number;
   readonly capacity: number;
   readonly eps: number;
 }
 
 /**
- * Per real row: qr = RMSNorm(q_a)·qaNorm; the MLA cache row at (slot, pos) =
+ * Per real row: qr = RMSNorm(q_a)·qaNorm (in qrDtype); the MLA cache row at (slot, pos) =
  * [RMSNorm(kv_a[0:kvLora])·kvaNorm | RoPE(kv_a[kvLora:kvLora+rope], pos)].
  */
 export function mlaAppendCpu(a: MlaAppendArgs, { mem }: CpuKernelContext): void {
@@ -58,15 +62,16 @@ export function mlaAppendCpu(a: MlaAppendArgs, { mem }: CpuKernelContext): void 
   const qaNorm = mem.f32(a.qaNorm, a.qLora);
   const kvaNorm = mem.f32(a.kvaNorm, a.kvLora);
   const rowBuf = new Float64Array(lat);
+  const qr = new Float64Array(a.qLora);
   const scratch = new Float64Array(Math.max(a.rope, 1));
   for (const { row, slot, pos } of stepRows(mem, a, a.batch)) {
     checkPosition('dsa.mla_append', pos, a.capacity, slot);
     const x = mem.f32(a.xa + BigInt(row * a.xaWidth * 4), a.xaWidth);
-    const qr = mem.f32(a.qr + BigInt(row * a.qLora * 4), a.qLora);
     let ss = 0;
     for (let i = 0; i < a.qLora; i++) ss += x[i]! * x[i]!;
     let inv = 1 / Math.sqrt(ss / a.qLora + a.eps);
     for (let i = 0; i < a.qLora; i++) qr[i] = x[i]! * inv * qaNorm[i]!;
+    storeRowElements(mem, a.qr, row * a.qLora, qr, 0, a.qLora, a.qrDtype);
     ss = 0;
     for (let i = 0; i < a.kvLora; i++) ss += x[a.qLora + i]! ** 2;
     inv = 1 / Math.sqrt(ss / a.kvLora + a.eps);
@@ -226,12 +231,15 @@ export interface QRopeArgs extends StepTablePtrs {
   readonly idxRope: number;
   readonly ropeInterleave: number;
   readonly idxRopeInterleave: number;
+  /** Element type of qb (FLOAT_DTYPE_CODE); qlat is f32. */
+  readonly qbDtype: number;
 }
 
 /**
  * Per real row: for every head h, qlat[row][h][kvLora : kvLora + rope] = RoPE(qb[row][h·(nope + rope)
  * + nope : …+ rope], pos); for every indexer head g, RoPE in place on the first idxRope channels of
- * qb[row][H·(nope + rope) + g·dI : …]. qlat[row][h][0 : kvLora] is the absorb GEMM's, untouched.
+ * qb[row][H·(nope + rope) + g·dI : …] (rounded to qbDtype). qlat[row][h][0 : kvLora] is the absorb
+ * GEMM's, untouched.
  */
 export function qRopeCpu(a: QRopeArgs, { mem }: CpuKernelContext): void {
   const maxRope = Math.max(a.rope, a.idxRope);
@@ -241,7 +249,7 @@ export function qRopeCpu(a: QRopeArgs, { mem }: CpuKernelContext): void {
   const scratch = new Float64Array(Math.max(maxRope, 1));
   const qIOff = a.heads * (a.nope + a.rope);
   for (const { row, pos } of stepRows(mem, a, a.batch)) {
-    const q = mem.f32(a.qb + BigInt(row * a.qbWidth * 4), a.qbWidth);
+    const q = loadRowElements(mem, a.qb, row * a.qbWidth, a.qbWidth, a.qbDtype);
     if (a.rope > 0) {
       for (let h = 0; h < a.heads; h++) {
         const src = h * (a.nope + a.rope) + a.nope;
@@ -255,7 +263,7 @@ export function qRopeCpu(a: QRopeArgs, { mem }: CpuKernelContext): void {
         const off = qIOff + g * a.dI;
         for (let i = 0; i < a.idxRope; i++) buf[i] = q[off + i]!;
         applyRope(buf, 0, a.idxRope, pos, invFreq, a.idxRopeInterleave !== 0, scratch);
-        for (let i = 0; i < a.idxRope; i++) q[off + i] = buf[i]!;
+        storeRowElements(mem, a.qb, row * a.qbWidth + off, buf, 0, a.idxRope, a.qbDtype);
       }
     }
   }

@@ -1,5 +1,6 @@
 import type { CpuKernelContext, DevicePtr } from '@metrale/core';
 import { loadRow, positionOfRow } from './dsa-numerics.js';
+import { storeRowElements } from './dsa-row-elements.js';
 
 // CPU twin of kernels/dsa-attn.cu (dsa.sparse_attn): absorbed MLA attention over the selected
 // tokens only (KERNELS.md).
@@ -20,14 +21,16 @@ export interface SparseAttnArgs {
   readonly selWidth: number;
   readonly capacity: number;
   readonly kvDtype: number;
+  /** Element type of olat (FLOAT_DTYPE_CODE); qlat is f32. */
+  readonly olatDtype: number;
   readonly scale: number;
 }
 
 /**
  * For each real row r and head h, over the selected tokens s ∈ sel[r][0 : selCount[r]] (cache rows
  * (slot, s) = [c_s (kvLora) | kr_s (rope)]): logit_s = scale · qlat[r][h] · [c_s | kr_s];
- * p = softmax(logit); olat[r][h] = Σ_s p_s · c_s (kvLora values, f32). Padding rows, and rows that
- * selected nothing, get zeros.
+ * p = softmax(logit); olat[r][h] = Σ_s p_s · c_s (kvLora values, rounded to olatDtype). Padding
+ * rows, and rows that selected nothing, get zeros.
  */
 export function sparseAttnCpu(a: SparseAttnArgs, { mem }: CpuKernelContext): void {
   const rowStarts = mem.i32(a.rowStarts, a.batch + 1);
@@ -37,12 +40,14 @@ export function sparseAttnCpu(a: SparseAttnArgs, { mem }: CpuKernelContext): voi
   const positions = mem.i32(a.positions, rows);
   const selCount = mem.i32(a.selCount, rows);
   const lat = a.kvLora + a.rope;
+  const width = a.heads * a.kvLora;
+  const olat = new Float64Array(width);
   for (let row = 0; row < rows; row++) {
-    const olat = mem.f32(a.olat + BigInt(row * a.heads * a.kvLora * 4), a.heads * a.kvLora);
     const slot = slots[positionOfRow(rowStarts, a.batch, row)]!;
     const n = slot < 0 ? 0 : selCount[row]!;
     if (n === 0) {
       olat.fill(0);
+      storeRowElements(mem, a.olat, row * width, olat, 0, width, a.olatDtype);
       continue;
     }
     const pos = positions[row]!;
@@ -75,5 +80,6 @@ export function sparseAttnCpu(a: SparseAttnArgs, { mem }: CpuKernelContext): voi
         olat[h * a.kvLora + i] = acc / z;
       }
     }
+    storeRowElements(mem, a.olat, row * width, olat, 0, width, a.olatDtype);
   }
 }

@@ -1,4 +1,4 @@
-import { WeightsError } from '@metrale/core';
+import { WeightsError, type FloatDtype } from '@metrale/core';
 
 /** Which Hugging Face attention the layer reproduces (DSA.md). */
 export type DsaVariant = 'glm_moe_dsa' | 'glm5_next';
@@ -84,12 +84,21 @@ function textConfig(config: Readonly<Record<string, unknown>>): { c: Readonly<Re
 }
 
 /**
+ * The MLA cache's type when the config does not name one: f32 on the f32 reference path, bf16
+ * otherwise (f16 rows too: the attention kernel's tensor-core path reads a bf16 or f32 cache).
+ */
+export function defaultKvCacheDtype(rows: FloatDtype): KvCacheDtype {
+  return rows === 'f32' ? 'f32' : 'bf16';
+}
+
+/**
  * Reads one DSA layer's shape from a Hugging Face config (`glm_moe_dsa`, or `glm5_next` with or
  * without a nested `text_config`). Every missing or invalid field throws `WeightsError` naming it;
  * so does a layer that `layer_types` marks as not DSA, and an inconsistent `indexer_types` (a
- * shared layer with no full DSA layer before it).
+ * shared layer with no full DSA layer before it). `rows` (the precision's row type) picks the MLA
+ * cache's type when `metrale_kv_cache_dtype` is absent.
  */
-export function readDsaConfig(config: Readonly<Record<string, unknown>>, layerIndex: number): DsaConfig {
+export function readDsaConfig(config: Readonly<Record<string, unknown>>, layerIndex: number, rows: FloatDtype = 'f32'): DsaConfig {
   if (typeof config !== 'object' || config === null) throw new WeightsError(`config must be an object, got ${config === null ? 'null' : typeof config}`);
   if (!Number.isSafeInteger(layerIndex) || layerIndex < 0) throw new WeightsError(`layerIndex must be a non-negative integer, got ${layerIndex}`);
   const { c, where } = textConfig(config);
@@ -225,7 +234,7 @@ export function readDsaConfig(config: Readonly<Record<string, unknown>>, layerIn
     indexerType: indexerTypes[layerIndex]!,
     selectionSource,
     indexerTypes,
-    kvCacheDtype: dtype('metrale_kv_cache_dtype', ['f32', 'bf16'] as const, 'f32'),
+    kvCacheDtype: dtype('metrale_kv_cache_dtype', ['f32', 'bf16'] as const, defaultKvCacheDtype(rows)),
     indexCacheDtype: dtype('metrale_indexer_cache_dtype', ['bf16', 'f32', 'fp8'] as const, 'bf16'),
   };
 }

@@ -1,5 +1,6 @@
 import type { CpuKernelContext, DevicePtr } from '@metrale/core';
 import { loadRow, positionOfRow, selectTopk } from './dsa-numerics.js';
+import { loadRowElements } from './dsa-row-elements.js';
 
 // CPU twins of kernels/dsa-index.cu (dsa.index_score) and kernels/dsa-topk.cu (dsa.topk), with
 // the layouts of KERNELS.md. Candidates of a row at position t: keys 0 … ⌊(t + 1)/kpool⌋ − 1 of its
@@ -27,6 +28,8 @@ export interface IndexScoreArgs {
   readonly keyCapacity: number;
   readonly scoreStride: number;
   readonly idxDtype: number;
+  /** Element type of qb (FLOAT_DTYPE_CODE); xa is f32. */
+  readonly qbDtype: number;
   readonly scale: number;
 }
 
@@ -39,7 +42,7 @@ export function candidateCount(pos: number, kpool: number): number {
  * For each real row r in [rowBase, rowBase + rowCount) at position t, and each candidate j <
  * ⌊(t + 1)/kpool⌋: scores[(r − rowBase)·scoreStride + j] =
  * scale · Σ_g w[r][g] · max(0, q_I[r][g] · key_j), with w = xa[r][wOff + g] and q_I =
- * qb[r][qIOff + g·dI : …], stored as f32. Entries past a row's candidates are not written.
+ * qb[r][qIOff + g·dI : …] (qbDtype values), stored as f32. Entries past a row's candidates are not written.
  */
 export function indexScoreCpu(a: IndexScoreArgs, { mem }: CpuKernelContext): void {
   const rowStarts = mem.i32(a.rowStarts, a.batch + 1);
@@ -54,7 +57,7 @@ export function indexScoreCpu(a: IndexScoreArgs, { mem }: CpuKernelContext): voi
     if (slot < 0) continue;
     const count = candidateCount(positions[row]!, a.kpool);
     if (count > a.keyCapacity || count > a.scoreStride) throw new RangeError(`dsa.index_score: row ${row} has ${count} candidates, more than the key capacity ${a.keyCapacity}`);
-    const q = mem.f32(a.qb + BigInt((row * a.qbWidth + a.qIOff) * 4), a.idxHeads * a.dI);
+    const q = loadRowElements(mem, a.qb, row * a.qbWidth + a.qIOff, a.idxHeads * a.dI, a.qbDtype);
     const w = mem.f32(a.xa + BigInt((row * a.xaWidth + a.wOff) * 4), a.idxHeads);
     const out = mem.f32(a.scores + BigInt((row - a.rowBase) * a.scoreStride * 4), Math.max(count, 1));
     for (let j = 0; j < count; j++) {

@@ -4,7 +4,8 @@ import { sparseAttnCpu } from './dsa-attn.cpu.js';
 import { indexScoreCpu, topkCpu } from './dsa-index.cpu.js';
 
 // Fatbins built by metrale-build-kernels from kernels/<family>.cu into dist/kernels/. Parameter
-// order is the CUDA signature order. Layouts and semantics: KERNELS.md.
+// order is the CUDA signature order. Layouts and semantics: KERNELS.md. Codes named `*Dtype` of
+// row-typed buffers (qr, qb, olat) are core's FLOAT_DTYPE_CODE; kvDtype and idxDtype are the caches'.
 const appendModule = defineKernelModule('dsa-append', new URL('./kernels/dsa-append.fatbin', import.meta.url));
 const indexModule = defineKernelModule('dsa-index', new URL('./kernels/dsa-index.fatbin', import.meta.url));
 const topkModule = defineKernelModule('dsa-topk', new URL('./kernels/dsa-topk.fatbin', import.meta.url));
@@ -13,14 +14,14 @@ const attnModule = defineKernelModule('dsa-attn', new URL('./kernels/dsa-attn.fa
 /** The step tables every per-row kernel reads, in this order. */
 const TABLES = { slots: 'ptr', rowStarts: 'ptr', positions: 'ptr' } as const;
 
-/** RMSNorms of the q and kv latents; the MLA cache row [c | RoPE(k_rope)] at (slot, pos). */
+/** RMSNorms of the q and kv latents (qr in the rows' type); the MLA cache row [c | RoPE(k_rope)] at (slot, pos). */
 export const mlaAppendKernel = defineKernel({
   name: 'dsa.mla_append',
   params: {
     xa: 'ptr', qr: 'ptr', kvCache: 'ptr', qaNorm: 'ptr', kvaNorm: 'ptr', invFreq: 'ptr',
     ...TABLES,
-    batch: 'i32', xaWidth: 'i32', qLora: 'i32', kvLora: 'i32', rope: 'i32', ropeInterleave: 'i32', kvDtype: 'i32', capacity: 'i32',
-    eps: 'f32',
+    batch: 'i32', xaWidth: 'i32', qLora: 'i32', kvLora: 'i32', rope: 'i32', ropeInterleave: 'i32', kvDtype: 'i32', qrDtype: 'i32',
+    capacity: 'i32', eps: 'f32',
   },
   cuda: { module: appendModule, symbol: 'dsa_mla_append' },
   cpu: mlaAppendCpu,
@@ -70,7 +71,7 @@ export const qRopeKernel = defineKernel({
     qb: 'ptr', qlat: 'ptr', invFreq: 'ptr',
     ...TABLES,
     batch: 'i32', qbWidth: 'i32', heads: 'i32', nope: 'i32', rope: 'i32', kvLora: 'i32',
-    idxHeads: 'i32', dI: 'i32', idxRope: 'i32', ropeInterleave: 'i32', idxRopeInterleave: 'i32',
+    idxHeads: 'i32', dI: 'i32', idxRope: 'i32', ropeInterleave: 'i32', idxRopeInterleave: 'i32', qbDtype: 'i32',
   },
   cuda: { module: appendModule, symbol: 'dsa_q_rope' },
   cpu: qRopeCpu,
@@ -83,7 +84,7 @@ export const indexScoreKernel = defineKernel({
     qb: 'ptr', xa: 'ptr', keys: 'ptr', keyScales: 'ptr', scores: 'ptr',
     ...TABLES,
     batch: 'i32', rowBase: 'i32', rowCount: 'i32', qbWidth: 'i32', qIOff: 'i32', xaWidth: 'i32', wOff: 'i32',
-    idxHeads: 'i32', dI: 'i32', kpool: 'i32', keyCapacity: 'i32', scoreStride: 'i32', idxDtype: 'i32',
+    idxHeads: 'i32', dI: 'i32', kpool: 'i32', keyCapacity: 'i32', scoreStride: 'i32', idxDtype: 'i32', qbDtype: 'i32',
     scale: 'f32',
   },
   cuda: { module: indexModule, symbol: 'dsa_index_score' },
@@ -108,7 +109,7 @@ export const sparseAttnKernel = defineKernel({
   params: {
     qlat: 'ptr', kvCache: 'ptr', sel: 'ptr', selCount: 'ptr', olat: 'ptr',
     ...TABLES,
-    batch: 'i32', heads: 'i32', kvLora: 'i32', rope: 'i32', selWidth: 'i32', capacity: 'i32', kvDtype: 'i32',
+    batch: 'i32', heads: 'i32', kvLora: 'i32', rope: 'i32', selWidth: 'i32', capacity: 'i32', kvDtype: 'i32', olatDtype: 'i32',
     scale: 'f32',
   },
   cuda: { module: attnModule, symbol: 'dsa_sparse_attn' },

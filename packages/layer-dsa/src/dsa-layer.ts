@@ -1,13 +1,20 @@
 import {
+  F32_PRECISION,
+  FLOAT_DTYPE_CODE,
   InvalidArgumentError,
   ReplayRoomError,
   ReplaySyncError,
+  floatBytes,
+  runLinear,
+  uploadLinear,
   type CreateLayerContext,
   type DevicePtr,
   type GpuBackend,
   type LayerLimits,
   type LayerState,
   type LayerStep,
+  type LinearWeight,
+  type Precision,
   type StepTables,
   type TransformerLayer,
 } from '@metrale/core';
@@ -16,6 +23,7 @@ import {
   indexAppendKernel, indexScoreKernel, mlaAppendKernel, poolAppendKernel, qRopeKernel, ringStoreKernel, sparseAttnKernel, topkKernel,
 } from './dsa-kernels.js';
 import { indexScoreLaunch, rowLaunch, sparseAttnLaunch, topkLaunch } from './dsa-launch.js';
+import { runSegments, uploadSegments, type LinearSegment } from './dsa-linear-segments.js';
 import { elementBytes, ropeInvFreq } from './dsa-numerics.js';
 import { loadDsaWeights } from './dsa-weights.js';
 
@@ -40,10 +48,11 @@ export interface DsaSelection {
 }
 
 interface Buffers {
-  readonly wa: DevicePtr;
-  readonly wb: DevicePtr;
-  readonly kvb: DevicePtr;
-  readonly wo: DevicePtr;
+  readonly wa: readonly LinearSegment[];
+  readonly wb: readonly LinearSegment[];
+  /** kv_b_proj in the rows' type (read per head by the absorbed GEMMs). */
+  readonly kvb: LinearWeight;
+  readonly wo: LinearWeight;
   readonly qaNorm: DevicePtr;
   readonly kvaNorm: DevicePtr;
   readonly kNormWeight: DevicePtr;
@@ -85,9 +94,10 @@ export interface DsaLayerOptions {
 /**
  * One attention layer of GLM-5 (`glm_moe_dsa`) or GLM-5.3 (`glm5_next`): MLA with a per-sequence
  * latent cache, attention restricted to the lightning indexer's top-k, the indexer's key (or pool)
- * cache, and host-tracked cache lengths with the room check and the replay sync. Rows of f32
- * [hidden] in and out. A 'shared' layer has no indexer: it reuses the selection its full layer
- * computed earlier in the same step. Buffers and kernels: KERNELS.md.
+ * cache, and host-tracked cache lengths with the room check and the replay sync. Rows of
+ * [hidden] in and out in `precision.rows` (f32 without a precision). A 'shared' layer has no
+ * indexer: it reuses the selection its full layer computed earlier in the same step. Buffers and
+ * kernels: KERNELS.md.
  */
 export class DsaLayer implements TransformerLayer<DsaState> {
   readonly type = 'dsa';
@@ -96,6 +106,8 @@ export class DsaLayer implements TransformerLayer<DsaState> {
   readonly config: DsaConfig;
   readonly geometry: DsaGeometry;
   readonly limits: LayerLimits;
+  /** The data path: rows and row-typed scratch in `rows`, Linear weights in `rows` or FP8. */
+  readonly precision: Precision;
   /** Positions per slot in the caches (limits.maxSeqLen). */
   readonly capacity: number;
   /** Key rows per slot in the indexer cache: capacity (tokens) or ⌊capacity / kpool⌋ (pools). */
@@ -114,7 +126,12 @@ export class DsaLayer implements TransformerLayer<DsaState> {
 
   constructor(context: CreateLayerContext, options: DsaLayerOptions = {}) {
     // Config, limits and every tensor are checked before anything touches the device.
-    const cfg = readDsaConfig(context.config, context.layerIndex);
+    const precision = context.precision ?? F32_PRECISION;
+    if (!Object.hasOwn(FLOAT_DTYPE_CODE, precision.rows)) throw new InvalidArgumentError(`dsa: precision.rows must be 'f32', 'bf16' or 'f16', got ${String(precision.rows)}`);
+    if (precision.fp8Weights && precision.rows === 'f32') {
+      throw new InvalidArgumentError(`dsa: FP8 weights multiply bf16 or f16 rows; use precision { rows: 'bf16', fp8Weights: true } or dequantized weights with f32 rows`);
+    }
+    const cfg = readDsaConfig(context.config, context.layerIndex, precision.rows);
     const limits = context.limits;
     for (const key of ['maxSeqs', 'maxSeqLen', 'maxBatch', 'maxK', 'maxRows'] as const) {
       if (!Number.isSafeInteger(limits[key]) || limits[key] < 1) throw new InvalidArgumentError(`dsa: limits.${key} must be a positive integer, got ${limits[key]}`);
@@ -137,8 +154,9 @@ export class DsaLayer implements TransformerLayer<DsaState> {
       }
       source.#checkSource(cfg, limits);
     }
-    const w = loadDsaWeights(context.weights, cfg);
+    const w = loadDsaWeights(context.weights, cfg, precision);
     this.config = cfg;
+    this.precision = precision;
     this.geometry = geo;
     this.limits = limits;
     this.capacity = limits.maxSeqLen;
@@ -147,7 +165,8 @@ export class DsaLayer implements TransformerLayer<DsaState> {
     this.scoreRows = Math.min(limits.maxRows, Math.max(limits.maxBatch * limits.maxK, PREFILL_SCORE_ROWS));
     this.#gpu = context.gpu;
     this.#source = source;
-    this.inputRowBytes = this.outputRowBytes = 4 * cfg.hidden;
+    const rb = floatBytes(precision.rows);
+    this.inputRowBytes = this.outputRowBytes = rb * cfg.hidden;
 
     const gpu = this.#gpu;
     const { maxSeqs, maxRows } = limits;
@@ -160,8 +179,10 @@ export class DsaLayer implements TransformerLayer<DsaState> {
         return p;
       };
       const full = geo.full;
+      const alloc = (bytes: number): DevicePtr => this.#alloc(bytes);
       this.#b = {
-        wa: upload(w.wa), wb: upload(w.wb), kvb: upload(w.kvb), wo: upload(w.wo),
+        wa: uploadSegments(gpu, alloc, w.wa), wb: uploadSegments(gpu, alloc, w.wb),
+        kvb: uploadLinear(gpu, alloc, w.kvb), wo: uploadLinear(gpu, alloc, w.wo),
         qaNorm: upload(w.qaNorm), kvaNorm: upload(w.kvaNorm),
         kNormWeight: upload(w.kNormWeight), kNormBias: upload(w.kNormBias), ape: upload(w.ape),
         invFreq: upload(cfg.rope > 0 ? ropeInvFreq(cfg.ropeTheta, cfg.rope) : new Float32Array(0)),
@@ -169,12 +190,14 @@ export class DsaLayer implements TransformerLayer<DsaState> {
         keys: full ? this.#alloc(maxSeqs * this.keyCapacity * cfg.dI * idxBytes) : 0n,
         keyScales: full && cfg.indexCacheDtype === 'fp8' ? this.#alloc(maxSeqs * this.keyCapacity * 4) : 0n,
         ring: full && geo.pooled ? this.#alloc(maxSeqs * this.ringLen * 2 * cfg.dI * 4) : 0n,
+        // xa (read by the norms, the key LayerNorm, the pool softmax and as head weights) and qlat
+        // (the logits' queries) are f32; the rest is in the rows' type, as the GEMMs read it.
         xa: this.#alloc(4 * maxRows * geo.xaWidth),
-        qr: this.#alloc(4 * maxRows * cfg.qLora),
-        qb: this.#alloc(4 * maxRows * geo.qbWidth),
+        qr: this.#alloc(rb * maxRows * cfg.qLora),
+        qb: this.#alloc(rb * maxRows * geo.qbWidth),
         qlat: this.#alloc(4 * maxRows * cfg.heads * geo.latWidth),
-        olat: this.#alloc(4 * maxRows * cfg.heads * cfg.kvLora),
-        ov: this.#alloc(4 * maxRows * cfg.heads * cfg.v),
+        olat: this.#alloc(rb * maxRows * cfg.heads * cfg.kvLora),
+        ov: this.#alloc(rb * maxRows * cfg.heads * cfg.v),
         scores: full ? this.#alloc(4 * this.scoreRows * this.keyCapacity) : 0n,
         sel: full ? this.#alloc(4 * maxRows * geo.selWidth) : 0n,
         selCount: full ? this.#alloc(4 * maxRows) : 0n,
@@ -321,15 +344,19 @@ export class DsaLayer implements TransformerLayer<DsaState> {
     const lat = geo.latWidth;
     const kvDtype = KV_DTYPE_CODE[cfg.kvCacheDtype];
     const idxDtype = INDEX_DTYPE_CODE[cfg.indexCacheDtype];
+    const dt = this.precision.rows;
+    const rowCode = FLOAT_DTYPE_CODE[dt];
+    const rb = floatBytes(dt);
     const t = { slots: tables.slots, rowStarts: tables.rowStarts, positions: tables.positions };
     const perRow = rowLaunch(rows, stream);
 
-    // 1. Every projection of x in one GEMM: xa = x · Waᵀ.
-    gpu.gemm({ m: rows, n: geo.xaWidth, k: cfg.hidden, a: step.input, b: b.wa, c: b.xa, transB: true, dtype: 'f32', stream });
-    // 2. Latent norms, RoPE of k_rope, MLA cache append.
+    // 1. Every projection of x: xa = x · Waᵀ, in f32 (the norms, the indexer key and its head weights read it).
+    runSegments(gpu, { m: rows, x: step.input, segments: b.wa, y: b.xa, width: geo.xaWidth, xDtype: dt, yDtype: 'f32', stream });
+    // 2. Latent norms (qr in the rows' type), RoPE of k_rope, MLA cache append.
     gpu.launch(mlaAppendKernel, perRow, {
       xa: b.xa, qr: b.qr, kvCache: b.kvCache, qaNorm: b.qaNorm, kvaNorm: b.kvaNorm, invFreq: b.invFreq, ...t,
-      batch, xaWidth: geo.xaWidth, qLora, kvLora, rope, ropeInterleave: cfg.ropeInterleave ? 1 : 0, kvDtype, capacity: this.capacity, eps: cfg.mlaEps,
+      batch, xaWidth: geo.xaWidth, qLora, kvLora, rope, ropeInterleave: cfg.ropeInterleave ? 1 : 0, kvDtype, qrDtype: rowCode,
+      capacity: this.capacity, eps: cfg.mlaEps,
     });
     // 3. Indexer keys (full layers): token keys into the cache, or pool keys via xa and the ring.
     if (geo.full) {
@@ -349,15 +376,15 @@ export class DsaLayer implements TransformerLayer<DsaState> {
         gpu.launch(ringStoreKernel, perRow, { ...pool, ...t, batch });
       }
     }
-    // 4. Queries: qb = qr · Wbᵀ (MLA heads, then indexer heads).
-    gpu.gemm({ m: rows, n: geo.qbWidth, k: qLora, a: b.qr, b: b.wb, c: b.qb, transB: true, dtype: 'f32', stream });
-    // 5. Absorb W_UK into the MLA query: qlat[r][h][0:kvLora] = q_nope[r][h] · W_UK[h] (per head).
+    // 4. Queries: qb = qr · Wbᵀ (MLA heads, then indexer heads), in the rows' type.
+    runSegments(gpu, { m: rows, x: b.qr, segments: b.wb, y: b.qb, width: geo.qbWidth, xDtype: dt, yDtype: dt, stream });
+    // 5. Absorb W_UK into the MLA query: qlat[r][h][0:kvLora] = q_nope[r][h] · W_UK[h] (per head, f32 out).
     if (nope > 0) {
       for (let h = 0; h < H; h++) {
         gpu.gemm({
-          m: rows, n: kvLora, k: nope, dtype: 'f32', stream,
-          a: b.qb + BigInt(4 * h * (nope + rope)), lda: geo.qbWidth,
-          b: b.kvb + BigInt(4 * h * (nope + v) * kvLora), ldb: kvLora,
+          m: rows, n: kvLora, k: nope, dtype: dt, outDtype: 'f32', stream,
+          a: b.qb + BigInt(rb * h * (nope + rope)), lda: geo.qbWidth,
+          b: b.kvb.data + BigInt(rb * h * (nope + v) * kvLora), ldb: kvLora,
           c: b.qlat + BigInt(4 * h * lat), ldc: H * lat,
         });
       }
@@ -370,7 +397,7 @@ export class DsaLayer implements TransformerLayer<DsaState> {
         qb: b.qb, qlat: b.qlat, invFreq: b.invFreq, ...t,
         batch, qbWidth: geo.qbWidth, heads: H, nope, rope, kvLora,
         idxHeads: geo.full ? idxHeads : 0, dI, idxRope: geo.full ? rope : 0,
-        ropeInterleave: cfg.ropeInterleave ? 1 : 0, idxRopeInterleave: cfg.indexerRopeInterleave ? 1 : 0,
+        ropeInterleave: cfg.ropeInterleave ? 1 : 0, idxRopeInterleave: cfg.indexerRopeInterleave ? 1 : 0, qbDtype: rowCode,
       });
     }
     // 7. Selection (full layers): score every candidate once per sequence, then top-k per row.
@@ -381,7 +408,8 @@ export class DsaLayer implements TransformerLayer<DsaState> {
         gpu.launch(indexScoreKernel, indexScoreLaunch(this.keyCapacity, batch, { dI, idxHeads, idxDtype, multiprocessors: gpu.device.multiprocessors }, stream), {
           qb: b.qb, xa: b.xa, keys: b.keys, keyScales: b.keyScales, scores: b.scores, ...t,
           batch, rowBase, rowCount, qbWidth: geo.qbWidth, qIOff: geo.qIOff, xaWidth: geo.xaWidth, wOff: geo.wOff,
-          idxHeads, dI, kpool: cfg.kpool, keyCapacity: this.keyCapacity, scoreStride: this.keyCapacity, idxDtype, scale: cfg.indexScale,
+          idxHeads, dI, kpool: cfg.kpool, keyCapacity: this.keyCapacity, scoreStride: this.keyCapacity, idxDtype, qbDtype: rowCode,
+          scale: cfg.indexScale,
         });
         gpu.launch(topkKernel, topkLaunch(rowCount, this.keyCapacity, stream), {
           scores: b.scores, sel: b.sel, selCount: b.selCount, ...t,
@@ -394,18 +422,18 @@ export class DsaLayer implements TransformerLayer<DsaState> {
     const attnShape = { heads: H, kvLora, rope, selWidth: selection.selWidth, kvDtype };
     gpu.launch(sparseAttnKernel, sparseAttnLaunch(rows, attnShape, stream, gpu.device.computeCapability), {
       qlat: b.qlat, kvCache: b.kvCache, sel: selection.sel, selCount: selection.selCount, olat: b.olat, ...t,
-      batch, heads: H, kvLora, rope, selWidth: selection.selWidth, capacity: this.capacity, kvDtype, scale: cfg.softmaxScale,
+      batch, heads: H, kvLora, rope, selWidth: selection.selWidth, capacity: this.capacity, kvDtype, olatDtype: rowCode, scale: cfg.softmaxScale,
     });
-    // 9. Values: ov[r][h] = olat[r][h] · W_UV[h]ᵀ (per head), then the output projection.
+    // 9. Values: ov[r][h] = olat[r][h] · W_UV[h]ᵀ (per head), then the output projection, all in the rows' type.
     for (let h = 0; h < H; h++) {
       gpu.gemm({
-        m: rows, n: v, k: kvLora, dtype: 'f32', stream, transB: true,
-        a: b.olat + BigInt(4 * h * kvLora), lda: H * kvLora,
-        b: b.kvb + BigInt(4 * (h * (nope + v) + nope) * kvLora), ldb: kvLora,
-        c: b.ov + BigInt(4 * h * v), ldc: H * v,
+        m: rows, n: v, k: kvLora, dtype: dt, stream, transB: true,
+        a: b.olat + BigInt(rb * h * kvLora), lda: H * kvLora,
+        b: b.kvb.data + BigInt(rb * (h * (nope + v) + nope) * kvLora), ldb: kvLora,
+        c: b.ov + BigInt(rb * h * v), ldc: H * v,
       });
     }
-    gpu.gemm({ m: rows, n: cfg.hidden, k: H * v, a: b.ov, b: b.wo, c: step.output, transB: true, dtype: 'f32', stream });
+    runLinear(gpu, { m: rows, x: b.ov, w: b.wo, y: step.output, xDtype: dt, yDtype: dt, stream });
   }
 
   dispose(): void {

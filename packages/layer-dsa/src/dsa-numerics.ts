@@ -1,10 +1,10 @@
-import { bf16BitsToF32, f32ToBf16Bits, type DeviceMemoryView, type DevicePtr } from '@metrale/core';
+import { E4M3_MAX, E4M3_VALUES, bf16BitsToF32, f32ToBf16Bits, type DeviceMemoryView, type DevicePtr } from '@metrale/core';
 
 // Element formats and small functions shared by the CPU twins (KERNELS.md, "Numerics"). The CUDA
-// kernels implement the same definitions.
+// kernels implement the same definitions. E4M3 decoding is core's (the weights' FP8 is the same
+// format); core has no encoder, so the fp8 indexer cache's is here.
 
-/** Largest finite FP8 E4M3 (fn) value. */
-export const E4M3_MAX = 448;
+export { E4M3_MAX, e4m3ToF32 } from '@metrale/core';
 
 function roundHalfEven(v: number): number {
   const f = Math.floor(v);
@@ -35,19 +35,6 @@ export function f32ToE4m3(x: number): number {
   if (e > 8 || (e === 8 && m > 6)) return sign | 0x7e;
   return sign | ((e + 7) << 3) | m;
 }
-
-/** FP8 E4M3 (fn) → value. */
-export function e4m3ToF32(b: number): number {
-  const sign = b & 0x80 ? -1 : 1;
-  const e = (b >>> 3) & 0xf;
-  const m = b & 7;
-  if (e === 15 && m === 7) return Number.NaN;
-  if (e === 0) return sign * m * 2 ** -9;
-  return sign * (1 + m / 8) * 2 ** (e - 7);
-}
-
-/** The 256 E4M3 codes decoded once. */
-export const E4M3_TABLE: Float64Array = Float64Array.from({ length: 256 }, (_, b) => e4m3ToF32(b));
 
 /** Per-token FP8 scale of a key row: amax / 448 in f32 (1 for an all-zero row). */
 export function fp8Scale(row: ArrayLike<number>, off: number, n: number): number {
@@ -91,7 +78,7 @@ export function loadRow(mem: DeviceMemoryView, code: number, base: DevicePtr, sc
   } else {
     const scale = mem.f32(scales + BigInt(rowIndex * 4), 1)[0]!;
     const src = mem.u8(base + BigInt(rowIndex * n), n);
-    for (let i = 0; i < n; i++) out[i] = E4M3_TABLE[src[i]!]! * scale;
+    for (let i = 0; i < n; i++) out[i] = E4M3_VALUES[src[i]!]! * scale;
   }
   return out;
 }

@@ -3,10 +3,12 @@ export { plugin, plugin as default } from './plugin.js';
 export { DsaLayer, PREFILL_SCORE_ROWS, type DsaState, type DsaSelection, type DsaLayerOptions } from './dsa-layer.js';
 export { createDsaLayer } from './dsa-links.js';
 export {
-  readDsaConfig, dsaGeometry, KV_DTYPE_CODE, INDEX_DTYPE_CODE,
+  readDsaConfig, dsaGeometry, defaultKvCacheDtype, KV_DTYPE_CODE, INDEX_DTYPE_CODE,
   type DsaConfig, type DsaGeometry, type DsaVariant, type IndexCacheDtype, type KvCacheDtype, type IndexerType,
 } from './dsa-config.js';
 export { loadDsaWeights, dsaWeightShapes, type DsaHostWeights } from './dsa-weights.js';
+export { segmentLinears, uploadSegments, runSegments, type HostLinearSegment, type LinearSegment, type SegmentsCall } from './dsa-linear-segments.js';
+export { loadRowElements, storeRowElements, rowElementBytes } from './dsa-row-elements.js';
 export {
   mlaAppendKernel, indexAppendKernel, poolAppendKernel, ringStoreKernel, qRopeKernel, indexScoreKernel, topkKernel, sparseAttnKernel,
 } from './dsa-kernels.js';

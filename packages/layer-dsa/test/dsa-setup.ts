@@ -1,7 +1,7 @@
 import { CpuBackend } from '@metrale/cpu-backend';
 import {
-  MemoryWeightSource, SeededRandom, StepDriver, tensorOf,
-  type GpuBackend, type HostTensor, type LayerLimits, type Sequence, type StepResult, type TransformerLayer,
+  F32_PRECISION, MemoryWeightSource, SeededRandom, StepDriver, definePlugin, fromBf16, tensorOf, toBf16,
+  type GpuBackend, type HostTensor, type LayerLimits, type MetralePlugin, type Precision, type Sequence, type StepResult, type TransformerLayer,
 } from '@metrale/core';
 import plugin from '@metrale/layer-dsa';
 import type { RefShape } from './dsa-reference.js';
@@ -17,6 +17,20 @@ export const GLM5: Shape = {
 export const GLM53: Shape = {
   variant: 'glm5_next', hidden: 24, heads: 2, qLora: 12, kvLora: 10, nope: 8, rope: 0, v: 5, idxHeads: 8, dI: 8, topk: 8, kpool: 4,
 };
+
+/**
+ * GLM-5 at a size where FP8 blocks stack and split: q_a_proj is one whole 128-row block (it stacks
+ * with kv_a_proj_with_mqa), kv_a (48 rows) and q_b_proj (48) end inside a block (the next part is
+ * a GEMM of its own), hidden 160 is one whole and one partial column block.
+ */
+export const GLM5_MID: Shape = {
+  variant: 'glm_moe_dsa', hidden: 160, heads: 2, qLora: 128, kvLora: 40, nope: 16, rope: 8, v: 12, idxHeads: 4, dI: 16, topk: 8, kpool: 1,
+};
+
+/** The plugin with every layer created in `precision` (what a model adapter passes as context.precision). */
+export function pluginIn(precision: Precision): MetralePlugin {
+  return definePlugin({ ...plugin, create: (context) => plugin.create({ ...context, precision }) });
+}
 
 /** A Hugging Face config of the given shape (two layers: 'full' then 'shared'), as config.to_dict() writes the fields DSA reads. */
 export function configOf(s: Shape, extra: Record<string, unknown> = {}): Record<string, unknown> {
@@ -86,38 +100,52 @@ export function relErr(a: ArrayLike<number>, b: ArrayLike<number>): number {
 
 export const pack = (rows: readonly ArrayLike<number>[]): Float32Array => Float32Array.from(rows.flatMap((r) => Array.from(r)));
 
-/** A stack of layers of the plugin on one CPU backend, driven by a StepDriver. */
+/** A stack of layers of the plugin on one CPU backend, driven by a StepDriver. Rows go in and come out as f32 values (bf16 rows converted). */
 export class Rig {
   readonly gpu: GpuBackend;
   readonly driver: StepDriver;
   readonly layers: TransformerLayer[];
   readonly width: number;
+  readonly #bf16: boolean;
   constructor(
     config: Record<string, unknown>, layerWeights: HostTensor[][], limits: LayerLimits,
-    options: { graphs?: boolean; gpu?: GpuBackend } = {},
+    options: { graphs?: boolean; gpu?: GpuBackend; precision?: Precision } = {},
   ) {
     this.gpu = options.gpu ?? new CpuBackend();
+    const precision = options.precision ?? F32_PRECISION;
+    if (precision.rows === 'f16') throw new Error('Rig: f16 rows are not a row format the tests convert');
+    this.#bf16 = precision.rows === 'bf16';
     this.layers = layerWeights.map((tensors, layerIndex) =>
-      plugin.create({ gpu: this.gpu, layerType: 'dsa', config, layerIndex, weights: weightsOf(tensors), limits }),
+      plugin.create({ gpu: this.gpu, layerType: 'dsa', config, layerIndex, weights: weightsOf(tensors), limits, precision }),
     );
     this.driver = new StepDriver({ gpu: this.gpu, layers: this.layers, limits, graphs: options.graphs ?? true });
-    this.width = this.layers[0]!.inputRowBytes / 4;
+    this.width = this.layers[0]!.inputRowBytes / (this.#bf16 ? 2 : 4);
+  }
+
+  #in(values: Float32Array): Float32Array | Uint16Array {
+    return this.#bf16 ? toBf16(values) : values;
+  }
+
+  #out(r: StepResult): Float32Array {
+    if (!this.#bf16) return this.driver.readOutputF32(r).slice();
+    const bytes = this.driver.readOutput(r).slice();
+    return fromBf16(new Uint16Array(bytes.buffer));
   }
 
   prefill(seqs: Sequence[], lengths: number[], input: Float32Array): Float32Array {
     const out = new Float32Array(input.length);
-    this.driver.prefill({ seqs, lengths, input }, (r: StepResult, first: number) => out.set(this.driver.readOutputF32(r), first * this.width));
+    this.driver.prefill({ seqs, lengths, input: this.#in(input) }, (r: StepResult, first: number) => out.set(this.#out(r), first * this.width));
     return out;
   }
 
   decode(seqs: Sequence[], input: Float32Array): { out: Float32Array; path: string } {
-    const r = this.driver.decode({ seqs, input });
-    return { out: this.driver.readOutputF32(r).slice(), path: r.path };
+    const r = this.driver.decode({ seqs, input: this.#in(input) });
+    return { out: this.#out(r), path: r.path };
   }
 
   verify(seqs: Sequence[], k: number, input: Float32Array, accepted: number[]): { out: Float32Array; path: string } {
-    const r = this.driver.verify({ seqs, k, input });
-    const out = this.driver.readOutputF32(r).slice();
+    const r = this.driver.verify({ seqs, k, input: this.#in(input) });
+    const out = this.#out(r);
     this.driver.accept(accepted);
     return { out, path: r.path };
   }

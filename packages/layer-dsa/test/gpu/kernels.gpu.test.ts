@@ -10,6 +10,8 @@
 // path rounds operands to bf16 (q_I in dsa.index_score; q, the cache and p in dsa.sparse_attn),
 // the exactness cases feed inputs that are already bf16 values, so both sides compute the same
 // function; the other sparse-attention cases use plain f32 data at a bf16-level bound.
+// Row-typed buffers (qr, qb, olat: core's FLOAT_DTYPE_CODE) run in f32, bf16 and f16; a bf16 or
+// f16 output both sides round from (nearly) the same f32 value is held to about one rounding.
 //
 // Run: node ../../node_modules/vitest/vitest.mjs run --config vitest.gpu.config.ts
 // Without a GPU it skips and says why. METRALE_DSA_SEED=n repeats a run's random inputs.
@@ -17,10 +19,14 @@
 // CPU emulator instead (smaller sizes).
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { defineKernelModule, type DevicePtr, type GpuBackend, type Kernel, type KernelParams, type LaunchConfig } from '@metrale/core';
+import {
+  FLOAT_DTYPE_CODE, defineKernelModule, f16BitsToF32, toF16, type DevicePtr, type FloatDtype, type GpuBackend, type Kernel, type KernelParams,
+  type LaunchConfig,
+} from '@metrale/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chooseDevice } from './device.js';
 
@@ -50,8 +56,11 @@ function withFatbin(k: AnyKernel, file: string): AnyKernel {
     const dir = join(tmpdir(), `metrale-dsa-kernels-${process.pid}`);
     mkdirSync(dir, { recursive: true });
     path = join(dir, `${file}.fatbin`);
-    execFileSync(nvcc, ['-fatbin', '-O3', '-std=c++17', '-gencode=arch=compute_80,code=sm_80', '-gencode=arch=compute_90a,code=sm_90a',
-      '-gencode=arch=compute_90,code=compute_90', '-o', path, join(pkgDir, 'kernels', `${file}.cu`)], { stdio: 'inherit' });
+    // <metrale/elements.cuh> is core's (metrale-build-kernels passes the same include path).
+    const coreInclude = join(dirname(createRequire(import.meta.url).resolve('@metrale/core/package.json')), 'include');
+    execFileSync(nvcc, ['-fatbin', '-O3', '-std=c++17', '--expt-relaxed-constexpr', '-gencode=arch=compute_80,code=sm_80',
+      '-gencode=arch=compute_90a,code=sm_90a', '-gencode=arch=compute_90,code=compute_90', `-I${join(pkgDir, 'kernels')}`, `-I${coreInclude}`,
+      '-o', path, join(pkgDir, 'kernels', `${file}.cu`)], { stdio: 'inherit' });
   }
   return Object.freeze({ ...k, cuda: { module: defineKernelModule(cuda.module.name, path), symbol: cuda.symbol } });
 }
@@ -108,11 +117,18 @@ function bf16ToF32(b: number): number {
 /** The values rounded to bf16 (as f32). */
 const roundBf16 = (a: Float32Array): Float32Array => Float32Array.from(a, (x) => bf16ToF32(bf16(x)));
 const toBf16 = (a: Float32Array): Uint16Array => Uint16Array.from(a, (x) => bf16(x));
+/** Values as a row-typed buffer of `dtype` (bf16 / f16 rounded to nearest even). */
+const asRows = (a: Float32Array, dtype: FloatDtype): Host => (dtype === 'f32' ? a : dtype === 'bf16' ? toBf16(a) : toF16(a));
+/** A row-typed output buffer of n elements, poisoned (NaN in every type). */
+const poisonRows = (n: number, dtype: FloatDtype): Host => (dtype === 'f32' ? nanF32(n) : new Uint16Array(n).fill(dtype === 'bf16' ? 0xffff : 0x7fff));
+const ROW_DTYPES: readonly FloatDtype[] = ['f32', 'bf16', 'f16'];
+/** A row-typed output's bound: `f32` where both sides store the same f32 computation, about one rounding otherwise. */
+const rowTol = (dtype: FloatDtype, f32: number): number => (dtype === 'f32' ? f32 : Math.max(f32, dtype === 'bf16' ? 2e-3 : 3e-4));
 
 // ---- one launch on both backends ----------------------------------------------------------------
 
 type Host = Float32Array | Int32Array | Uint16Array | Uint8Array;
-type Kind = 'f32' | 'i32' | 'bf16' | 'fp8';
+type Kind = 'f32' | 'i32' | 'bf16' | 'f16' | 'fp8';
 interface Case {
   readonly name: string;
   readonly kernel: AnyKernel;
@@ -163,6 +179,7 @@ function decode(kind: Kind, bytes: Uint8Array, scales?: Float32Array, rowLen?: n
   if (kind === 'f32') return Float64Array.from(new Float32Array(buf));
   if (kind === 'i32') return Float64Array.from(new Int32Array(buf));
   if (kind === 'bf16') return Float64Array.from(new Uint16Array(buf), (b) => bf16ToF32(b));
+  if (kind === 'f16') return Float64Array.from(new Uint16Array(buf), (b) => f16BitsToF32(b));
   const u8 = new Uint8Array(buf);
   return Float64Array.from(u8, (b, i) => E4M3[b]! * (scales && rowLen ? scales[Math.floor(i / rowLen)]! : 1));
 }
@@ -265,20 +282,22 @@ function appendCases(): Case[] {
     const kOff = s.qL + s.kL + s.rope;
     const xaWidth = kOff + s.dI + 5;
     const invFreq = pkg.ropeInvFreq(s.theta, s.rope);
-    for (const kvDtype of [0, 1]) {
-      for (const inter of [1, 0]) {
-        out.push({
-          name: `mla_append ${s.name} ${DT[kvDtype]} ${inter ? 'interleaved' : 'half-split'}`,
-          kernel: pkg.mlaAppendKernel as AnyKernel,
-          build: (R) => ({
-            xa: R.normals(tb.rows * xaWidth), qr: nanF32(tb.rows * s.qL), kvCache: cacheOf(kvDtype, maxSeqs * s.cap * lat),
-            qaNorm: R.uniform(s.qL, 0.5, 1.5), kvaNorm: R.uniform(s.kL, 0.5, 1.5), invFreq, ...tb.buffers,
-          }),
-          scalars: { batch: tb.batch, xaWidth, qLora: s.qL, kvLora: s.kL, rope: s.rope, ropeInterleave: inter, kvDtype, capacity: s.cap, eps: 1e-6 },
-          outputs: { qr: { kind: 'f32', tol: 1e-6 }, kvCache: { kind: cacheKind(kvDtype), tol: kvDtype ? 1e-3 : 1e-6 } },
-          launch: (gpu) => pkg.rowLaunch(tb.rows, gpu.defaultStream),
-        });
-      }
+    const mlaVariants: [number, number, FloatDtype][] = [[0, 1, 'f32'], [0, 0, 'f32'], [1, 1, 'f32'], [1, 0, 'f32'], [1, 1, 'bf16'], [0, 0, 'f16']];
+    for (const [kvDtype, inter, qrType] of mlaVariants) {
+      out.push({
+        name: `mla_append ${s.name} ${DT[kvDtype]} ${inter ? 'interleaved' : 'half-split'} qr ${qrType}`,
+        kernel: pkg.mlaAppendKernel as AnyKernel,
+        build: (R) => ({
+          xa: R.normals(tb.rows * xaWidth), qr: poisonRows(tb.rows * s.qL, qrType), kvCache: cacheOf(kvDtype, maxSeqs * s.cap * lat),
+          qaNorm: R.uniform(s.qL, 0.5, 1.5), kvaNorm: R.uniform(s.kL, 0.5, 1.5), invFreq, ...tb.buffers,
+        }),
+        scalars: {
+          batch: tb.batch, xaWidth, qLora: s.qL, kvLora: s.kL, rope: s.rope, ropeInterleave: inter, kvDtype, qrDtype: FLOAT_DTYPE_CODE[qrType],
+          capacity: s.cap, eps: 1e-6,
+        },
+        outputs: { qr: { kind: qrType, tol: rowTol(qrType, 1e-6) }, kvCache: { kind: cacheKind(kvDtype), tol: kvDtype ? 1e-3 : 1e-6 } },
+        launch: (gpu) => pkg.rowLaunch(tb.rows, gpu.defaultStream),
+      });
     }
     for (const idxDtype of [0, 1, 2]) {
       for (const mode of idxDtype === 0 ? [0, 1] : [0]) {
@@ -301,17 +320,19 @@ function appendCases(): Case[] {
       }
     }
     const qbWidth = s.H * (s.nope + s.rope) + s.idxHeads * s.dI + 3;
-    out.push({
-      name: `q_rope ${s.name}`,
-      kernel: pkg.qRopeKernel as AnyKernel,
-      build: (R) => ({ qb: R.normals(tb.rows * qbWidth), qlat: nanF32(tb.rows * s.H * lat), invFreq, ...tb.buffers }),
-      scalars: {
-        batch: tb.batch, qbWidth, heads: s.H, nope: s.nope, rope: s.rope, kvLora: s.kL, idxHeads: s.idxHeads, dI: s.dI, idxRope: s.rope,
-        ropeInterleave: 1, idxRopeInterleave: 0,
-      },
-      outputs: { qb: { kind: 'f32', tol: 1e-6 }, qlat: { kind: 'f32', tol: 1e-6 } },
-      launch: (gpu) => pkg.rowLaunch(tb.rows, gpu.defaultStream),
-    });
+    for (const qbType of ROW_DTYPES) {
+      out.push({
+        name: `q_rope ${s.name} qb ${qbType}`,
+        kernel: pkg.qRopeKernel as AnyKernel,
+        build: (R) => ({ qb: asRows(R.normals(tb.rows * qbWidth), qbType), qlat: nanF32(tb.rows * s.H * lat), invFreq, ...tb.buffers }),
+        scalars: {
+          batch: tb.batch, qbWidth, heads: s.H, nope: s.nope, rope: s.rope, kvLora: s.kL, idxHeads: s.idxHeads, dI: s.dI, idxRope: s.rope,
+          ropeInterleave: 1, idxRopeInterleave: 0, qbDtype: FLOAT_DTYPE_CODE[qbType],
+        },
+        outputs: { qb: { kind: qbType, tol: rowTol(qbType, 1e-6) }, qlat: { kind: 'f32', tol: 1e-6 } },
+        launch: (gpu) => pkg.rowLaunch(tb.rows, gpu.defaultStream),
+      });
+    }
   }
   // GLM-5.3: pool keys from rows of the step and from the ring, then the ring store.
   for (const s of [{ name: 'mini', dI: 8, P: 4, maxK: 4 }, { name: 'GLM-5.3', dI: 128, P: 16, maxK: 4 }]) {
@@ -388,27 +409,30 @@ function scoreCases(): Case[] {
         ['verify k=4', [{ slot: 1, len: L - 4, rows: 4 }, { slot: 0, len: 5, rows: 4 }], 0, 8],
         ['prefill block', [{ slot: 0, len: 0, rows: 3 }, { slot: 2, len: Math.floor(L / 2), rows: 14 }], 2, 12],
       ];
-      for (const [lname, seqs, rowBase, rowCount] of layouts) {
+      // qb in each row type: f32 for every layout; bf16 (what the bf16 data path writes) and f16 for the decode layout.
+      const variants = layouts.flatMap((l): [typeof l, FloatDtype][] => (l[0] === 'decode' ? ROW_DTYPES.map((d) => [l, d]) : [[l, 'f32']]));
+      for (const [[lname, seqs, rowBase, rowCount], qbType] of variants) {
         const tb = tables(seqs);
         const qIOff = 5;
         const qbWidth = qIOff + s.heads * s.dI + 2;
         const wOff = 3;
         const xaWidth = wOff + s.heads + 4;
         out.push({
-          name: `index_score ${s.name} ${DT[idxDtype]} ${lname}`,
+          name: `index_score ${s.name} ${DT[idxDtype]} ${lname} qb ${qbType}`,
           kernel: pkg.indexScoreKernel as AnyKernel,
           build: (R) => {
             const q = R.normals(tb.rows * qbWidth);
             const { keys, scales } = randomKeys(R, idxDtype, maxSeqs * s.cap, s.dI);
-            return {
-              qb: fast ? roundBf16(q) : q, xa: R.normals(tb.rows * xaWidth), keys, keyScales: scales, scores: nanF32(rowCount * s.cap), ...tb.buffers,
-            };
+            // The fast path rounds q_I to bf16: f32 inputs are bf16 values there so both sides compute the same scores.
+            const qb = qbType === 'f32' ? (fast ? roundBf16(q) : q) : asRows(q, qbType);
+            return { qb, xa: R.normals(tb.rows * xaWidth), keys, keyScales: scales, scores: nanF32(rowCount * s.cap), ...tb.buffers };
           },
           scalars: {
             batch: tb.batch, rowBase, rowCount, qbWidth, qIOff, xaWidth, wOff, idxHeads: s.heads, dI: s.dI, kpool: s.kpool,
-            keyCapacity: s.cap, scoreStride: s.cap, idxDtype, scale: 1 / Math.sqrt(s.dI * s.heads),
+            keyCapacity: s.cap, scoreStride: s.cap, idxDtype, qbDtype: FLOAT_DTYPE_CODE[qbType], scale: 1 / Math.sqrt(s.dI * s.heads),
           },
-          outputs: { scores: { kind: 'f32', tol: 1e-5 } },
+          // f16 queries on the fast path are rounded once more, to bf16, for the tensor cores.
+          outputs: { scores: { kind: 'f32', tol: fast && qbType === 'f16' ? 5e-3 : 1e-5 } },
           launch: (gpu) => pkg.indexScoreLaunch(s.cap, tb.batch, { dI: s.dI, idxHeads: s.heads, idxDtype, multiprocessors: gpu.device.multiprocessors }, gpu.defaultStream),
         });
       }
@@ -486,10 +510,15 @@ function attnCases(): Case[] {
     const counts = fast ? (small ? [0, 1, 3, 70, 300] : [W, 1, 3, 37, 700]) : [0, 1, 6, 5];
     const seqs: Seq[] = counts.map((n, i) => ({ slot: n === 0 ? -1 : i % maxSeqs, len: cap - 1 - i, rows: 1 }));
     const tb = tables(seqs);
-    for (const kvDtype of [0, 1]) {
-      for (const exact of fast ? [true, false] : [true]) {
+    const attnVariants: [number, boolean, FloatDtype][] = [];
+    for (const kvDtype of [0, 1]) for (const exact of fast ? [true, false] : [true]) attnVariants.push([kvDtype, exact, 'f32']);
+    // olat in the bf16 data path's type (bf16 cache), and f16 on the generic path.
+    attnVariants.push([1, true, 'bf16']);
+    if (!fast) attnVariants.push([0, true, 'f16']);
+    for (const [kvDtype, exact, olatType] of attnVariants) {
+      {
         out.push({
-          name: `sparse_attn ${s.name} ${DT[kvDtype]} cache${fast ? (exact ? ', bf16-valued inputs' : ', f32 inputs') : ''}`,
+          name: `sparse_attn ${s.name} ${DT[kvDtype]} cache${fast ? (exact ? ', bf16-valued inputs' : ', f32 inputs') : ''}, olat ${olatType}`,
           kernel: pkg.sparseAttnKernel as AnyKernel,
           build: (R) => {
             const sel = poisonI32(tb.rows * W);
@@ -507,10 +536,13 @@ function attnCases(): Case[] {
               q = roundBf16(q);
               kv = roundBf16(kv);
             }
-            return { qlat: q, kvCache: kvDtype ? toBf16(kv) : kv, sel, selCount, olat: nanF32(tb.rows * s.H * s.kL), ...tb.buffers };
+            return { qlat: q, kvCache: kvDtype ? toBf16(kv) : kv, sel, selCount, olat: poisonRows(tb.rows * s.H * s.kL, olatType), ...tb.buffers };
           },
-          scalars: { batch: tb.batch, heads: s.H, kvLora: s.kL, rope: s.rope, selWidth: W, capacity: cap, kvDtype, scale: 1 / Math.sqrt(s.qk) },
-          outputs: { olat: { kind: 'f32', tol: !fast ? 1e-5 : exact ? 6e-3 : 2e-2 } },
+          scalars: {
+            batch: tb.batch, heads: s.H, kvLora: s.kL, rope: s.rope, selWidth: W, capacity: cap, kvDtype, olatDtype: FLOAT_DTYPE_CODE[olatType],
+            scale: 1 / Math.sqrt(s.qk),
+          },
+          outputs: { olat: { kind: olatType, tol: rowTol(olatType, !fast ? 1e-5 : exact ? 6e-3 : 2e-2) } },
           launch: (gpu) => pkg.sparseAttnLaunch(tb.rows, { heads: s.H, kvLora: s.kL, rope: s.rope, selWidth: W, kvDtype }, gpu.defaultStream, gpu.device.computeCapability),
         });
       }

@@ -373,3 +373,56 @@ inline uint8_t f32_to_e4m3(float x) {
 }
 
 }  // namespace dsa
+
+// Host versions of core's <metrale/elements.cuh> (FLOAT_DTYPE_CODE: 0 f32, 1 bf16, 2 f16; round to
+// nearest even on store), for the row-typed buffers.
+namespace metrale {
+
+enum ElementCode : int { kF32 = 0, kBF16 = 1, kF16 = 2 };
+
+inline float f16_bits_to_f32(uint16_t h) {
+  const int s = (h >> 15) & 1, e = (h >> 10) & 31, m = h & 1023;
+  float v;
+  if (e == 0) v = std::ldexp((float)m, -24);
+  else if (e == 31) v = m ? NAN : INFINITY;
+  else v = std::ldexp(1.f + m / 1024.f, e - 15);
+  return s ? -v : v;
+}
+
+/** f32 → f16 bits, round to nearest even, overflow to ±Inf (as __float2half_rn). */
+inline uint16_t f32_to_f16_bits(float x) {
+  const uint32_t u = __float_as_uint(x);
+  const uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+  const int exp = (int)((u >> 23) & 0xFF);
+  const uint32_t frac = u & 0x7FFFFFu;
+  if (exp == 0xFF) return sign | 0x7C00u | (frac ? 0x200u : 0u);
+  const int e = exp - 127 + 15;
+  if (e >= 31) return sign | 0x7C00u;
+  if (e <= 0) {
+    if (e < -10) return sign;
+    const uint32_t m = frac | 0x800000u;
+    const int shift = 14 - e;
+    const uint32_t half = 1u << (shift - 1), rest = m & ((1u << shift) - 1);
+    uint32_t v = m >> shift;
+    if (rest > half || (rest == half && (v & 1u))) v++;
+    return (uint16_t)(sign | v);
+  }
+  uint32_t v = ((uint32_t)e << 10) | (frac >> 13);
+  const uint32_t rest = frac & 0x1FFFu;
+  if (rest > 0x1000u || (rest == 0x1000u && (v & 1u))) v++;
+  return (uint16_t)(sign | v);
+}
+
+inline float load_element(const void* base, size_t i, int code) {
+  if (code == kBF16) return emu::bf16f(static_cast<const uint16_t*>(base)[i]);
+  if (code == kF16) return f16_bits_to_f32(static_cast<const uint16_t*>(base)[i]);
+  return static_cast<const float*>(base)[i];
+}
+
+inline void store_element(void* base, size_t i, float v, int code) {
+  if (code == kBF16) static_cast<uint16_t*>(base)[i] = dsa::f32_to_bf16_bits(v);
+  else if (code == kF16) static_cast<uint16_t*>(base)[i] = f32_to_f16_bits(v);
+  else static_cast<float*>(base)[i] = v;
+}
+
+}  // namespace metrale
