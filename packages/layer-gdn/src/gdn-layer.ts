@@ -189,20 +189,20 @@ export class GdnLayer implements TransformerLayer<GdnState> {
       // The chunked WY form (kernels/gdn-chunk.cu): the exact build for short steps, bf16 operands
       // for long ones (gdn-prefill-launch.ts); the exact build's scan fuses the norm where clusters run.
       const plan = prefillPlan(shape, batch, rows, stream, { clusters, sms: gpu.device.multiprocessors });
-      launchPrefill(gpu, prefillKernels, shape, { ...common, scratch: b.scratch }, batch, rows, cfg.eps, plan);
+      launchPrefill(gpu, prefillKernels, shape, { ...common, scratch: b.scratch, o: b.y, yDtype: 0 }, batch, rows, cfg.eps, plan);
     } else if (phase === 'decode' && decodePath(shape, batch, clusters) === 'two-kernel') {
       // Large decode steps: the row's conv, gates and norms first, then the state pass
       // (kernels/gdn-decode.cu; gdn-decode-launch.ts says from which batch and why).
-      launchTwoKernelDecode(gpu, twoKernelDecodeKernels, cfg, stream, { ...common, prep: b.scratch, batch, ...shape, eps: cfg.eps });
+      launchTwoKernelDecode(gpu, twoKernelDecodeKernels, cfg, stream, { ...common, prep: b.scratch, batch, ...shape, eps: cfg.eps, yDtype: 0 });
     } else if (phase === 'verify' && verifyPath(shape, batch, k, clusters) === 'two-kernel') {
       // Large verify steps of k ≤ 4 rows: the same split (kernels/gdn-verify.cu; gdn-verify-launch.ts).
-      launchTwoKernelVerify(gpu, twoKernelVerifyKernels, cfg, stream, { ...common, prep: b.scratch, batch, k, ...shape, eps: cfg.eps });
+      launchTwoKernelVerify(gpu, twoKernelVerifyKernels, cfg, stream, { ...common, prep: b.scratch, batch, k, ...shape, eps: cfg.eps, yDtype: 0 });
     } else {
       // Which entry point: gdn-launch.ts recurrentVariant (pipe or split for decode steps, where they fit).
       const mode = phase === 'verify' ? 1 : 0;
       const variant = recurrentVariant(shape, mode, k, batch, clusters);
       gpu.launch(recurrentVariantKernels[variant], recurrentLaunch(cfg, batch, stream, shape.maxK, variant, gpu.device.multiprocessors), {
-        ...common, mode, batch, k, ...shape, eps: cfg.eps,
+        ...common, mode, batch, k, ...shape, eps: cfg.eps, yDtype: 0,
       });
     }
     gpu.gemm({ m: rows, n: cfg.hidden, k: cfg.valueDim, a: b.y, b: b.wOut, c: step.output, transB: true, dtype: 'f32', stream });
