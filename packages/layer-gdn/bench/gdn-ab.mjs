@@ -178,17 +178,17 @@ async function main() {
       gpu.launch(state, { ...l.state, earlyStart: !K.serial }, args);
     };
     const two = (t, batch, carried) => {
-      const args = { ...tables(t, carried), prep: prepBuf, batch, ...SHAPE, eps: EPS };
+      const args = { ...tables(t, carried), prep: prepBuf, batch, ...SHAPE, eps: EPS, yDtype: 0 };
       both(K.two.prep, pkg.decodeStateFor(K.two, args.pending), pkg.twoKernelDecodeLaunches(SHAPE, batch, stream, SHAPE.maxK), args);
     };
     const rec = (t, batch, mode, k, carried) => {
       const decode = mode === 0 && k === 1;
       if (K.two && decode) return two(t, batch, carried);
       if (K.twoVerify && mode === 1 && k <= pkg.VERIFY_ROWS) {
-        return both(K.twoVerify.prep, K.twoVerify.state, pkg.twoKernelVerifyLaunches(SHAPE, batch, stream, SHAPE.maxK), { ...tables(t, carried), prep: prepBuf, batch, k, ...SHAPE, eps: EPS });
+        return both(K.twoVerify.prep, K.twoVerify.state, pkg.twoKernelVerifyLaunches(SHAPE, batch, stream, SHAPE.maxK), { ...tables(t, carried), prep: prepBuf, batch, k, ...SHAPE, eps: EPS, yDtype: 0 });
       }
       const launch = { ...launchOf(decode ? K.variant : K.multiVariant, K.tag, batch), stream };
-      return gpu.launch(decode ? K.recurrent : K.recurrentMulti, launch, { ...tables(t, carried), mode, batch, k, ...SHAPE, eps: EPS });
+      return gpu.launch(decode ? K.recurrent : K.recurrentMulti, launch, { ...tables(t, carried), mode, batch, k, ...SHAPE, eps: EPS, yDtype: 0 });
     };
     const fold = (t, batch, k) => {
       const args = { qkvz: L.qkvz, slots: t.slots, seqLens: t.seqLens, naTab: t.naTab, state: L.state, convRing: L.convRing, stash: L.stash, batch, k, ...SHAPE };

@@ -169,13 +169,13 @@ async function main() {
         stash: mode === 1 || carried ? L.stash : 0n, convStash: carried ? L.convStash : 0n, pending: carried ? L.pending : 0n,
       };
       if (mode === 0 && k === 1 && pkg.decodePath(SHAPE, batch, clusters) === 'two-kernel') {
-        return pkg.launchTwoKernelDecode(gpu, kernels.twoKernel, SHAPE, stream, { ...args, prep: prepBuf, batch, ...shapeArgs, eps: EPS });
+        return pkg.launchTwoKernelDecode(gpu, kernels.twoKernel, SHAPE, stream, { ...args, prep: prepBuf, batch, ...shapeArgs, eps: EPS, yDtype: 0 });
       }
       if (mode === 1 && pkg.verifyPath(SHAPE, batch, k, clusters) === 'two-kernel') {
-        return pkg.launchTwoKernelVerify(gpu, kernels.twoKernelVerify, SHAPE, stream, { ...args, prep: prepBuf, batch, k, ...shapeArgs, eps: EPS });
+        return pkg.launchTwoKernelVerify(gpu, kernels.twoKernelVerify, SHAPE, stream, { ...args, prep: prepBuf, batch, k, ...shapeArgs, eps: EPS, yDtype: 0 });
       }
       const v = pkg.recurrentVariant(SHAPE, mode, k, batch, clusters);
-      return gpu.launch(kernels.recurrentOf(v), pkg.recurrentLaunch(SHAPE, batch, stream, SHAPE.maxK, v, dev.multiprocessors), { ...args, mode, batch, k, ...shapeArgs, eps: EPS });
+      return gpu.launch(kernels.recurrentOf(v), pkg.recurrentLaunch(SHAPE, batch, stream, SHAPE.maxK, v, dev.multiprocessors), { ...args, mode, batch, k, ...shapeArgs, eps: EPS, yDtype: 0 });
     };
     const decodeAt = (batch) => pkg.decodePath(SHAPE, batch, clusters);
     log(`launched as the layer does: decode ${decodeAt(1)} at batch 1, ${decodeAt(32)} at 32, ${decodeAt(256)} at 256; verify ${pkg.verifyPath(SHAPE, 1, 4, clusters)} at batch 1, ${pkg.verifyPath(SHAPE, 32, 4, clusters)} at 32, ${pkg.verifyPath(SHAPE, 256, 4, clusters)} at 256; fold ${pkg.foldPath(SHAPE)}`);
@@ -319,7 +319,7 @@ async function main() {
       convWeight: L.convWeight, aLog: L.aLog, dtBias: L.dtBias, normWeight: L.normWeight, stash: 0n, convStash: 0n, pending: 0n, scratch,
     });
     const prefillArgs = (t, batch, rows, plan) => ({
-      ...prefillBufs(t), batch, rows, ...SHAPE, eps: EPS, fuseNorm: plan.fuseNorm ? 1 : 0, chunk0: 0, chunkEnd: pkg.PREFILL_ALL_CHUNKS,
+      ...prefillBufs(t), batch, rows, ...SHAPE, eps: EPS, fuseNorm: plan.fuseNorm ? 1 : 0, chunk0: 0, chunkEnd: pkg.PREFILL_ALL_CHUNKS, o: L.y, yDtype: 0,
     });
     const prefillExtra = (rows, seqs, plan, label) => ({
       recurrentFlop: recurrentFlops(rows), flaMs: 1.08, bar: '≥ 0.40 of bf16 GEMM rate', build: label, fuseNorm: plan.fuseNorm,

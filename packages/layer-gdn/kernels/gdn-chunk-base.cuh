@@ -34,7 +34,13 @@ struct Args : gdn_step::Buffers<const float> {
   float eps;
   int fuseNorm;
   int chunk0, chunkEnd;  // this launch's chunks of each sequence: [chunk0, min(chunkEnd, its chunks))
+  // o: the unfused scan's raw O rows (f32, [rows][H_v·d_v]), which gdn_prefill_norm reads; y takes
+  // the gated norm in the row type yDtype (gdn_step::store_y). With an f32 y, o may be y (in place).
+  float* o;
+  int yDtype;
 };
+
+using gdn_step::store_y;
 
 // ---- small helpers ---------------------------------------------------------------------------
 

@@ -1,5 +1,6 @@
 // Kernel 3 of the chunked prefill (gdn_prefill_norm, entry point in gdn-chunk.cu): the gated
-// RMSNorm of y in place, where the scan did not fuse it; one CTA per step row.
+// RMSNorm of the scan's raw O rows (A.o, f32) into y in the row type, where the scan did not fuse
+// it; one CTA per step row. With an f32 y, o is y and the norm runs in place.
 #pragma once
 #include "gdn-chunk-seq.cuh"
 
@@ -46,11 +47,12 @@ __device__ __forceinline__ void norm_row(const Args& A) {
   if (!(whole ? row_position(A, row, b) : piece_row(A, blockIdx.x, row, b)) || A.slots[b] < 0) return;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   const int dk = A.dk, dv = A.dv;
-  float* yrow = A.y + (size_t)row * A.hv * dv;
+  const size_t y0 = (size_t)row * A.hv * dv;
+  const float* orow = A.o + y0;
   const float* zrow = A.qkvz + (size_t)row * G.width;  // + z_col(h): z of head h
   if (dv == 128 && dk % 2 == 0 && G.width % 4 == 0 && G.grp % 4 == 0) {
-    // A float4 of y and z per lane and head; a warp loads its heads NH at a time before any store
-    // (y is read and written in place: the compiler cannot hoist the next head's loads itself).
+    // A float4 of o and z per lane and head; a warp loads its heads NH at a time before any store
+    // (o may be y, read and written in place: the compiler cannot hoist the next head's loads itself).
     constexpr int NH = 4;
     const float4 w4 = reinterpret_cast<const float4*>(A.normWeight)[lane];
     for (int h0 = warp; h0 < A.hv; h0 += NH * nw) {
@@ -59,7 +61,7 @@ __device__ __forceinline__ void norm_row(const Args& A) {
       for (int u = 0; u < NH; ++u) {
         const int h = h0 + u * nw;
         if (h < A.hv) {
-          yv[u] = reinterpret_cast<const float4*>(yrow + (size_t)h * dv)[lane];
+          yv[u] = reinterpret_cast<const float4*>(orow + (size_t)h * dv)[lane];
           zv[u] = reinterpret_cast<const float4*>(zrow + z_col(A, G, h))[lane];
         }
       }
@@ -72,22 +74,27 @@ __device__ __forceinline__ void norm_row(const Args& A) {
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
         const float inv = 1.0f / sqrtf(ss / (float)dv + A.eps);
-        reinterpret_cast<float4*>(yrow + (size_t)h * dv)[lane] =
-            make_float4(w4.x * v.x * inv * siluf_(z.x), w4.y * v.y * inv * siluf_(z.y), w4.z * v.z * inv * siluf_(z.z),
-                        w4.w * v.w * inv * siluf_(z.w));
+        const float4 out = make_float4(w4.x * v.x * inv * siluf_(z.x), w4.y * v.y * inv * siluf_(z.y), w4.z * v.z * inv * siluf_(z.z),
+                                       w4.w * v.w * inv * siluf_(z.w));
+        const size_t at = y0 + (size_t)h * dv + 4 * lane;
+        if (A.yDtype == 0) {
+          reinterpret_cast<float4*>(A.y + at)[0] = out;
+        } else {
+          store_y(A, at, out.x), store_y(A, at + 1, out.y), store_y(A, at + 2, out.z), store_y(A, at + 3, out.w);
+        }
       }
     }
     return;
   }
   for (int h = warp; h < A.hv; h += nw) {
-    float* yr = yrow + (size_t)h * dv;
+    const float* orh = orow + (size_t)h * dv;
     float ss = 0.f;
-    for (int j = lane; j < dv; j += 32) ss += yr[j] * yr[j];
+    for (int j = lane; j < dv; j += 32) ss += orh[j] * orh[j];
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     const float inv = 1.0f / sqrtf(ss / (float)dv + A.eps);
     const float* zr = zrow + z_col(A, G, h);
-    for (int j = lane; j < dv; j += 32) yr[j] = A.normWeight[j] * yr[j] * inv * siluf_(zr[j]);
+    for (int j = lane; j < dv; j += 32) store_y(A, y0 + (size_t)h * dv + j, A.normWeight[j] * orh[j] * inv * siluf_(zr[j]));
   }
 }
 

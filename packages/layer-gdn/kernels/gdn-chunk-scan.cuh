@@ -163,9 +163,9 @@ __device__ __forceinline__ void finalize_rows(const Args& A, const float (&op)[4
         const float inv = 1.0f / sqrtf(ss / (float)dv + A.eps);
         const size_t row = (size_t)(prevRow + rr);
         const float* zr = zt + rr * ztStride + cl0;  // z of columns j0 + g8 (+8), from shared memory
-        float* yr = A.y + row * (size_t)A.hv * dv + (size_t)h * dv;
-        if (j0 + g8 < dv) yr[j0 + g8] = nw0 * op[q][e2] * inv * siluf_(zr[0]);
-        if (j0 + g8 + 8 < dv) yr[j0 + g8 + 8] = nw1 * op[q][2 + e2] * inv * siluf_(zr[8]);
+        const size_t yr = row * (size_t)A.hv * dv + (size_t)h * dv;
+        if (j0 + g8 < dv) store_y(A, yr + j0 + g8, nw0 * op[q][e2] * inv * siluf_(zr[0]));
+        if (j0 + g8 + 8 < dv) store_y(A, yr + j0 + g8 + 8, nw1 * op[q][2 + e2] * inv * siluf_(zr[8]));
       }
     }
 }
@@ -316,7 +316,7 @@ __device__ __forceinline__ void scan_seq(const Args& A) {
   float* ostage = ztile;
   const int ocols = min(16 * mpc, dv - colU0);  // this CTA's columns of y
   auto flush_o = [&]() {
-    float* ybase = A.y + (size_t)prevRow * yStride + (size_t)h * dv + colU0;
+    float* ybase = A.o + (size_t)prevRow * yStride + (size_t)h * dv + colU0;  // raw O, f32: gdn_prefill_norm reads it
     if ((dv & 3) == 0) {
       // Thread: piece f = tid & 15 of rows tid >> 4 + k·nthr/16 (one pointer, advanced by rows).
       const int per = (ocols + 3) >> 2, f = tid & 15, rstep = nthr >> 4;  // float4 pieces of a row
@@ -532,7 +532,7 @@ __device__ __forceinline__ void scan_seq(const Args& A) {
         for (int e2 = 0; e2 < 2; ++e2) {
           const int rr = 32 * hh + 8 * q + 2 * t4 + e2;
           if (rr < n) {
-            float* yr = A.y + (size_t)(rowc + rr) * yStride + (size_t)h * dv;
+            float* yr = A.o + (size_t)(rowc + rr) * yStride + (size_t)h * dv;
             if (j0 + g8 < dv) yr[j0 + g8] = o[q][e2];
             if (j0 + g8 + 8 < dv) yr[j0 + g8 + 8] = o[q][2 + e2];
           }

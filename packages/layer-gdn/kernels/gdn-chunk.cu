@@ -24,7 +24,8 @@
 //    and writes whole rows. The state is read once and written once; pending carried
 //    rows are folded first; the ring takes the step's last K positions.
 // 3. gdn_prefill_norm (only when the scan ran with fuseNorm = 0: sm_80, or a head's d_v spread
-//    over more than one cluster): the gated RMSNorm of y in place, one CTA per row.
+//    over more than one cluster): the gated RMSNorm of the scan's raw O rows (`o`, f32) into y, in
+//    the row type (in place where y is f32 and o is y), one CTA per row.
 // Each WY and scan launch takes the chunks [chunk0, chunkEnd) of every sequence: a pipelined
 // prefill runs them in pieces, each WY after the first beside the scan before it (piece_done,
 // KERNELS.md "Pieces").
@@ -64,11 +65,11 @@ __device__ __forceinline__ void check_shape(const Args& A) {
   const float *qkvz, const float *ba, float *y, const int32_t *slots, const int32_t *rowStarts, const int32_t *seqLens, float *state, \
       float *convRing, const float *convWeight, const float *aLog, const float *dtBias, const float *normWeight, const float *stash,  \
       const float *convStash, const uint32_t *pending, unsigned char *scratch, int batch, int rows, int hk, int hv, int dk, int dv,   \
-      int convK, int maxK, float eps, int fuseNorm, int chunk0, int chunkEnd
+      int convK, int maxK, float eps, int fuseNorm, int chunk0, int chunkEnd, float *o, int yDtype
 #define GDNP_ARGS                                                                                                                     \
   gdnp::Args A {                                                                                                                      \
     qkvz, ba, y, slots, rowStarts, seqLens, state, convRing, convWeight, aLog, dtBias, normWeight, stash, convStash, pending, scratch, \
-        batch, rows, hk, hv, dk, dv, convK, maxK, eps, fuseNorm, chunk0, chunkEnd                                                     \
+        batch, rows, hk, hv, dk, dv, convK, maxK, eps, fuseNorm, chunk0, chunkEnd, o, yDtype                                          \
   }
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

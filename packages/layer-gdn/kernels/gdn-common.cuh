@@ -33,7 +33,10 @@ namespace gdn {
 struct Args : gdn_step::Buffers<float> {
   int hk, hv, dk, dv, K, maxK;
   float eps;
+  int yDtype;  // the row type y is stored in (gdn_step::store_y); 0 (f32) where a kernel has no such parameter
 };
+
+using gdn_step::store_y;
 
 // What one CTA does for one batch position.
 struct Task {

@@ -237,7 +237,7 @@ __device__ __forceinline__ void run_row(const Args& A, const Task& T, const SLay
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) tot += Q.osq[w];
     const float inv = 1.0f / sqrtf(tot / (float)dv + A.eps);
-    A.y[(size_t)T.row0 * A.hv * dv + (size_t)h * dv + j] = nw * o * inv * siluf_(z);
+    store_y(A, (size_t)T.row0 * A.hv * dv + (size_t)h * dv + j, nw * o * inv * siluf_(z));
   }
 }
 

@@ -211,7 +211,7 @@ __device__ __forceinline__ void row_block(Src& src, const HeadCtx<Cl>& X, int t0
         float ss = 0.0f;
         for (int w = 0; w < nw; ++w) ss += sc[kRed + t * 32 + w];
         const float inv = 1.0f / sqrtf(ss / (float)dv + A.eps);
-        A.y[(size_t)(T.row0 + t0 + t) * A.hv * dv + (size_t)h * dv + C.j] = nwj * o[t] * inv * siluf_(zt[t]);
+        store_y(A, (size_t)(T.row0 + t0 + t) * A.hv * dv + (size_t)h * dv + C.j, nwj * o[t] * inv * siluf_(zt[t]));
       }
     }
   }

@@ -68,7 +68,7 @@ struct __align__(16) Smem {
   float qs[GDN_RB][DK];  // raw (conv + SiLU) q of the row block, zero past d_k
   float ks[GDN_RB][DK];  // raw k
   float pk[GDN_RB][DK];  // keys of the pending (stash) rows being folded
-  float vs[GDN_RB][GDN_MAX_DV];  // v of the block's rows (conv + SiLU), column j at [u][j]
+  float vs[GDN_RB][GDN_MAX_DV];  // v of the block's rows (conv + SiLU), column j at [u][j]; then their raw o
   float gates[GDN_RB][3];        // β, α = e^g, g of the block's rows
   float red[3 * GDN_RB * 32];  // per row of the block: warp partials of Σq², Σk², Σqk
   float ored[GDN_RB * 32];     // per row of the block: warp partials of Σo²
@@ -267,12 +267,12 @@ __device__ __forceinline__ void run_head(const Args& A, const Geo& G, const Task
       load_col<DK>(s, Scol, &sm.dvStride, active);
       if (!T.commit) fold_rows<DK>(s, stashH, t0, A, G, sm, j, active);
     }
-    // Rolled over the rows (register pressure): each row's raw o goes to y, its Σo² warp
-    // partials to sm.ored; the gated RMSNorm rescales y after one barrier.
+    // Rolled over the rows (register pressure): each row's raw o goes to sm.vs (the thread's own
+    // v, read just before), its Σo² warp partials to sm.ored; the gated RMSNorm writes y from them
+    // after one barrier (y may be a 16-bit row type: o stays f32 until then).
 #pragma unroll 1
     for (int u = 0; u < nb; ++u) {
       const int t = t0 + u;
-      const int row = T.row0 + t;
       float fq, fk, kq;
       qk_factors(sm.red, u, dk, fq, fk, kq);
       const float beta = sm.gates[u][0];
@@ -299,8 +299,7 @@ __device__ __forceinline__ void run_head(const Args& A, const Geo& G, const Task
       const float bq = ((b0 + b1) + (b2 + b3)) * fq;
       const float uu = active ? beta * (v - alpha * a) : 0.0f;
       const float o = active ? alpha * bq + uu * kq : 0.0f;
-      float* yp = A.y + (size_t)row * A.hv * dv + (size_t)h * dv + j;
-      if (active) *yp = o;
+      if (active) sm.vs[u][j] = o;
       const float osq = warp_sum_to_lane0(o * o);
       if ((tid & 31) == 0) sm.ored[u * 32 + (tid >> 5)] = osq;
       // S ← α S + k̂ uᵀ (not needed after the last row of a verify).
@@ -323,7 +322,7 @@ __device__ __forceinline__ void run_head(const Args& A, const Geo& G, const Task
         if (tid == 0) srow[dk + dv] = gam;
       }
     }
-    // Gated RMSNorm over d_v of each row of the block (y holds this thread's own raw o).
+    // Gated RMSNorm over d_v of each row of the block (sm.vs holds this thread's own raw o).
     __syncthreads();
     if (active) {
       const int nw = (nthreads() + 31) >> 5;
@@ -334,8 +333,7 @@ __device__ __forceinline__ void run_head(const Args& A, const Geo& G, const Task
         for (int w = 0; w < nw; ++w) ss += sm.ored[u * 32 + w];
         const float inv = 1.0f / sqrtf(ss / (float)dv + A.eps);
         const float z = A.qkvz[(size_t)row * G.width + zcol];
-        float* yp = A.y + (size_t)row * A.hv * dv + (size_t)h * dv + j;
-        *yp = nw_j * (*yp) * inv * siluf_(z);
+        store_y(A, (size_t)row * A.hv * dv + (size_t)h * dv + j, nw_j * sm.vs[u][j] * inv * siluf_(z));
       }
     }
   }

@@ -358,7 +358,7 @@ __device__ __forceinline__ float osm_sumsq(const PLay& P, int j0, int j1) {
 // The gated RMSNorm of the row: y = w ⊙ o · inv ⊙ SiLU(z).
 __device__ __forceinline__ void write_y(const Args& A, const Task& T, const PLay& P, int h, float inv) {
   for (int j = tid_lin(); j < A.dv; j += kThreads)
-    A.y[(size_t)T.row0 * A.hv * A.dv + (size_t)h * A.dv + j] = A.normWeight[j] * P.osm[j] * inv * siluf_(P.zsm[j]);
+    store_y(A, (size_t)T.row0 * A.hv * A.dv + (size_t)h * A.dv + j, A.normWeight[j] * P.osm[j] * inv * siluf_(P.zsm[j]));
 }
 
 // One head whose blocks are s0 .. s0 + nblk − 1 of a sequence streaming through NB buffers

@@ -79,7 +79,7 @@ __device__ __forceinline__ void run_columns(const Args& A, const Geo& G, const T
 #pragma unroll
   for (int p = 0; p < kCluster; ++p) tot += P.clu[p];
   const float inv = 1.0f / sqrtf(tot / (float)A.dv + A.eps);
-  if (part == 0 && act) A.y[(size_t)T.row0 * A.hv * A.dv + (size_t)h * A.dv + j] = A.normWeight[j] * P.osm[j] * inv * siluf_(P.zsm[j]);
+  if (part == 0 && act) store_y(A, (size_t)T.row0 * A.hv * A.dv + (size_t)h * A.dv + j, A.normWeight[j] * P.osm[j] * inv * siluf_(P.zsm[j]));
 }
 
 __device__ __forceinline__ void run_task(const Args& A, const Geo& G, const Task& T, const PLay& P, int rank) {

@@ -1,9 +1,14 @@
 // What every GDN kernel's arguments share: the buffers and tables of a step, the head of each
 // kernel's parameter list (src/gdn-kernels.ts: the first 15), which the decode / verify / fold
 // kernels' gdn::Args and the prefill's gdnp::Args begin with (Stash: float, or const float for the
-// prefill, which only reads the stash and the conv stash); and the geometry derived from the shape.
+// prefill, which only reads the stash and the conv stash); the geometry derived from the shape; and
+// the store of the gated-norm output y in the layer's row type.
 #pragma once
+#include <stddef.h>
 #include <stdint.h>
+#if defined(__CUDACC__)
+#include <metrale/elements.cuh>
+#endif
 
 namespace gdn_step {
 
@@ -44,6 +49,28 @@ __host__ __device__ __forceinline__ Geo geo_of(const Args& A) {
   G.stashRow = A.dk + A.dv + 1;
   G.stashSeq = (long long)A.hv * A.maxK * G.stashRow;
   return G;
+}
+
+#if defined(__CUDACC__)
+// A 16-bit element of y, out of line: inlined into the kernels' unrolled row loops, the conversion
+// and store paths raised the register pressure of the 128- and 168-register kernels into spills
+// (gdn_verify_state, gdn_recurrent_smem / _stream); as a call they add none.
+__device__ __noinline__ void store_y16(void* y, size_t i, float v, int code) { metrale::store_element(y, i, v, code); }
+#endif
+
+// Element i of y, the gated-norm output that out_proj reads, stored in the row type A.yDtype
+// (FLOAT_DTYPE_CODE: 0 f32, 1 bf16, 2 f16; rounded to nearest even). f32 is the plain store.
+template <class Args>
+__device__ __forceinline__ void store_y(const Args& A, size_t i, float v) {
+  if (A.yDtype == 0) {
+    A.y[i] = v;
+    return;
+  }
+#if defined(__CUDACC__)
+  store_y16(A.y, i, v, A.yDtype);
+#else
+  store_y_emulated(A.y, i, v, A.yDtype);  // dev/emu: the CPU thread emulator (cuda_emu2.h)
+#endif
 }
 
 }  // namespace gdn_step

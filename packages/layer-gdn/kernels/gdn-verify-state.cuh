@@ -221,7 +221,7 @@ __device__ __forceinline__ void vrun_head(const Args& A, const Geo& G, const Tas
 #pragma unroll
       for (int w = 0; w < kVWarps; ++w) tot += Q.osq[t * kVWarps + w];
       const float inv = 1.0f / sqrtf(tot / (float)dv + A.eps);
-      A.y[(size_t)(I.row0 + t) * A.hv * dv + (size_t)h * dv + j] = nw * o[t] * inv * siluf_(z[t]);
+      store_y(A, (size_t)(I.row0 + t) * A.hv * dv + (size_t)h * dv + j, nw * o[t] * inv * siluf_(z[t]));
     }
   }
 }

@@ -1,8 +1,5 @@
 import { WeightsError } from '@metrale/core';
 
-/** Element type of the projection weights on the device. */
-export type GdnWeightDtype = 'f32';
-
 /** The shape of one Gated DeltaNet layer, read from a Qwen3-Next or Qwen3.5 config. */
 export interface GdnConfig {
   /** `hidden_size` (D). */
@@ -27,7 +24,6 @@ export interface GdnConfig {
   readonly qkvzDim: number;
   /** H_v·d_v: width of the gated-norm output, the input of `out_proj`. */
   readonly valueDim: number;
-  readonly weightDtype: GdnWeightDtype;
 }
 
 const MODEL_TYPES = ['qwen3_next', 'qwen3_5', 'qwen3_5_text', 'qwen3_5_moe', 'qwen3_5_moe_text'];
@@ -79,10 +75,11 @@ export function readGdnConfig(config: Readonly<Record<string, unknown>>, layerIn
   if (act !== 'silu' && act !== 'swish') {
     throw new WeightsError(`${where}.hidden_act is ${JSON.stringify(act)}; the Gated DeltaNet conv activation must be 'silu' (or 'swish')`);
   }
-  const dtype = c.metrale_weight_dtype ?? config.metrale_weight_dtype ?? 'f32';
-  if (dtype !== 'f32') {
+  const dtype = c.metrale_weight_dtype ?? config.metrale_weight_dtype;
+  if (dtype !== undefined) {
     throw new WeightsError(
-      `${where}.metrale_weight_dtype is ${JSON.stringify(dtype)}; this version of @metrale/layer-gdn keeps its projection weights in 'f32' only`,
+      `${where}.metrale_weight_dtype is ${JSON.stringify(dtype)}: no longer read; the layer's weights and rows follow the model's precision ` +
+        `(--dtype, the layer context's precision); remove the field`,
     );
   }
   if (layerIndex !== undefined && Array.isArray(c.layer_types)) {
@@ -98,6 +95,5 @@ export function readGdnConfig(config: Readonly<Record<string, unknown>>, layerIn
     convDim: 2 * keyDim + valueDim,
     qkvzDim: 2 * keyDim + 2 * valueDim,
     valueDim,
-    weightDtype: 'f32',
   };
 }

@@ -14,6 +14,8 @@ export interface DecodeArgs extends GdnStepPointers, GdnShapeArgs {
   readonly prep: DevicePtr;
   readonly batch: number;
   readonly eps: number;
+  /** The element type y is stored in (FLOAT_DTYPE_CODE). */
+  readonly yDtype: number;
 }
 
 
@@ -114,7 +116,7 @@ function runDecodeState(name: string, a: DecodeArgs, { mem }: CpuKernelContext):
   if (a.batch === 0) return;
   const prep = prepView(name, a, mem);
   const pos = stepPositions(name, a, mem);
-  const cpu = new GdnCpu(mem, a, a, a.eps);
+  const cpu = new GdnCpu(mem, a, a, a.eps, a.yDtype);
   const { hv, dk, dv } = cpu;
   const stride = decodePrepStride(a);
   const dkp = pad4(dk);
@@ -127,7 +129,8 @@ function runDecodeState(name: string, a: DecodeArgs, { mem }: CpuKernelContext):
     if (n > 0) cpu.foldStash(slot, n);
     const state = cpu.state(slot);
     const row = cpu.qkvzRows(row0, 1);
-    const y = mem.f32(a.y + BigInt(4 * row0 * hv * dv), hv * dv);
+    const out = cpu.yRows(row0, 1);
+    const y = out.values;
     for (let h = 0; h < hv; h++) {
       const rec = prep.subarray((p * hv + h) * stride, (p * hv + h + 1) * stride);
       const sc = 2 * dkp + dvp;
@@ -136,5 +139,6 @@ function runDecodeState(name: string, a: DecodeArgs, { mem }: CpuKernelContext):
       state.set(S, h * dk * dv);
       cpu.gatedNorm(o, row, cpu.zColumn(h), normW, y.subarray(h * dv, (h + 1) * dv));
     }
+    out.store();
   }
 }

@@ -24,13 +24,19 @@ const STEP_BUFFERS = {
   stash: 'ptr', convStash: 'ptr', pending: 'ptr',
 } as const;
 
-const RECURRENT_PARAMS = { ...STEP_BUFFERS, mode: 'i32', batch: 'i32', k: 'i32', ...SHAPE, eps: 'f32' } as const;
+/**
+ * The last parameter of the kernels that write y: the element type y is stored in, as a
+ * FLOAT_DTYPE_CODE (0 f32, 1 bf16, 2 f16; the layer's row type, which out_proj reads).
+ */
+const Y_DTYPE = { yDtype: 'i32' } as const;
+
+const RECURRENT_PARAMS = { ...STEP_BUFFERS, mode: 'i32', batch: 'i32', k: 'i32', ...SHAPE, eps: 'f32', ...Y_DTYPE } as const;
 
 /** The two-kernel decode: a decode step's buffers (one row per batch position) and the prep buffer. */
-const DECODE_PARAMS = { ...STEP_BUFFERS, prep: 'ptr', batch: 'i32', ...SHAPE, eps: 'f32' } as const;
+const DECODE_PARAMS = { ...STEP_BUFFERS, prep: 'ptr', batch: 'i32', ...SHAPE, eps: 'f32', ...Y_DTYPE } as const;
 
 /** The two-kernel verify: a verify step's buffers (k rows per batch position) and the prep buffer. */
-const VERIFY_PARAMS = { ...STEP_BUFFERS, prep: 'ptr', batch: 'i32', k: 'i32', ...SHAPE, eps: 'f32' } as const;
+const VERIFY_PARAMS = { ...STEP_BUFFERS, prep: 'ptr', batch: 'i32', k: 'i32', ...SHAPE, eps: 'f32', ...Y_DTYPE } as const;
 
 const FOLD_PARAMS = {
   qkvz: 'ptr', slots: 'ptr', seqLens: 'ptr', naTab: 'ptr',
@@ -122,7 +128,8 @@ export const foldVariantKernels: Readonly<Record<GdnKernelVariant, typeof foldKe
 /**
  * Prefill of ragged rows from each slot's state, committing state and ring, row by row
  * (kernels/gdn-chunk-rowwise.cu). The layer prefills with the chunked WY form
- * (gdn-prefill-kernels.ts); this one stays as the GPU-side correctness oracle of it.
+ * (gdn-prefill-kernels.ts); this one stays as the GPU-side correctness oracle of it, and writes
+ * y in f32.
  */
 export const chunkKernel = defineKernel({
   name: 'gdn.chunk',

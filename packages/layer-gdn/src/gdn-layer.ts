@@ -1,5 +1,11 @@
 import {
+  F32_PRECISION,
+  FLOAT_DTYPE_CODE,
   InvalidArgumentError,
+  describePrecision,
+  floatBytes,
+  runLinear,
+  uploadLinear,
   type CreateLayerContext,
   type DevicePtr,
   type GdnCarryBinding,
@@ -7,7 +13,10 @@ import {
   type GpuBackend,
   type LayerLimits,
   type LayerState,
+  type HostLinear,
   type LayerStep,
+  type LinearWeight,
+  type Precision,
   type Stream,
   type TransformerLayer,
 } from '@metrale/core';
@@ -28,18 +37,22 @@ export interface GdnState extends LayerState {
 
 /** The layer's device buffers (KERNELS.md). */
 interface Buffers {
-  readonly wQkvz: DevicePtr;
-  readonly wBa: DevicePtr;
-  readonly wOut: DevicePtr;
+  readonly wQkvz: LinearWeight;
+  readonly wBa: LinearWeight;
+  readonly wOut: LinearWeight;
   readonly convWeight: DevicePtr;
   readonly aLog: DevicePtr;
   readonly dtBias: DevicePtr;
   readonly normWeight: DevicePtr;
   readonly state: DevicePtr;
   readonly convRing: DevicePtr;
+  /** The input projections' outputs, f32 (the recurrence reads f32). */
   readonly qkvz: DevicePtr;
   readonly ba: DevicePtr;
+  /** The gated-norm output in the row type: out_proj's input. */
   readonly y: DevicePtr;
+  /** An unfused prefill norm's input, the scan's raw O rows (f32): `y` itself when the rows are f32. */
+  readonly o: DevicePtr;
   /**
    * Scratch of the chunked prefill (gdn-prefill-launch.ts prefillScratchLayout) and of the
    * two-kernel decode and verify (their prep records, for limits.maxBatch positions); a step uses one of them.
@@ -48,7 +61,10 @@ interface Buffers {
 }
 
 /**
- * A Gated DeltaNet layer (Qwen3-Next `linear_attention`): rows of f32 [hidden] in and out.
+ * A Gated DeltaNet layer (Qwen3-Next `linear_attention`): rows of [hidden] in and out, in the
+ * precision's row type (f32 without one). The projections run in that type (block-FP8 weights
+ * stay FP8), the input projections writing f32, so the recurrence reads f32 and keeps its state,
+ * conv ring and stash in f32; the gated norm stores y in the row type for out_proj.
  * Prefill runs the chunked WY form (`gdn.prefill-wy`, `gdn.prefill-scan`); decode runs `gdn.decode-prep` then
  * `gdn.decode-state` (gdn-decode-launch.ts runsTwoKernelDecode; else `gdn.recurrent` in mode 0); verify of k ≤ 4 rows
  * runs `gdn.verify-prep` then `gdn.verify-state` (else `gdn.recurrent` in mode 1),
@@ -64,6 +80,8 @@ export class GdnLayer implements TransformerLayer<GdnState> {
   readonly limits: LayerLimits;
   /** How the checkpoint stored the input projections (both run the same kernels). */
   readonly weightLayout: 'qwen3_next' | 'qwen3_5';
+  /** The data path: the rows' type and whether block-FP8 weights stay FP8. */
+  readonly precision: Precision;
   readonly #gpu: GpuBackend;
   readonly #allocations: DevicePtr[] = [];
   readonly #b: Buffers;
@@ -76,7 +94,13 @@ export class GdnLayer implements TransformerLayer<GdnState> {
   constructor(context: CreateLayerContext) {
     // Config and every tensor are checked before anything touches the device.
     const cfg = readGdnConfig(context.config, context.layerIndex);
-    const w = loadGdnWeights(context.weights, cfg);
+    const precision = context.precision ?? F32_PRECISION;
+    if (precision.fp8Weights && precision.rows === 'f32') {
+      throw new InvalidArgumentError(
+        `gdn: precision '${describePrecision(precision)}': FP8 weights multiply bf16 or f16 rows; run the model with bf16 rows, or with FP8 weights dequantized (fp8Weights false)`,
+      );
+    }
+    const w = loadGdnWeights(context.weights, cfg, precision);
     const limits = context.limits;
     for (const key of ['maxSeqs', 'maxBatch', 'maxK', 'maxRows'] as const) {
       if (!Number.isSafeInteger(limits[key]) || limits[key] < 1) throw new InvalidArgumentError(`gdn: limits.${key} must be a positive integer, got ${limits[key]}`);
@@ -84,8 +108,9 @@ export class GdnLayer implements TransformerLayer<GdnState> {
     this.config = cfg;
     this.limits = limits;
     this.weightLayout = w.layout;
+    this.precision = precision;
     this.#gpu = context.gpu;
-    this.inputRowBytes = this.outputRowBytes = 4 * cfg.hidden;
+    this.inputRowBytes = this.outputRowBytes = cfg.hidden * floatBytes(precision.rows);
     const { hv, dk, dv, convK, convDim, qkvzDim, valueDim } = cfg;
     const gpu = this.#gpu;
     try {
@@ -99,14 +124,18 @@ export class GdnLayer implements TransformerLayer<GdnState> {
         gpu.memsetAsync(p, 0, bytes, gpu.defaultStream);
         return p;
       };
+      const linear = (host: HostLinear): LinearWeight => uploadLinear(gpu, (bytes) => this.#alloc(bytes), host);
+      const y = zeroed(floatBytes(precision.rows) * limits.maxRows * valueDim);
       this.#b = {
-        wQkvz: upload(w.qkvz), wBa: upload(w.ba), wOut: upload(w.outProj), convWeight: upload(w.convWeight),
+        wQkvz: linear(w.qkvz), wBa: linear(w.ba), wOut: linear(w.outProj), convWeight: upload(w.convWeight),
         aLog: upload(w.aLog), dtBias: upload(w.dtBias), normWeight: upload(w.normWeight),
         state: zeroed(4 * limits.maxSeqs * hv * dk * dv),
         convRing: zeroed(4 * limits.maxSeqs * convK * convDim),
         qkvz: zeroed(4 * limits.maxRows * qkvzDim),
         ba: zeroed(4 * limits.maxRows * 2 * hv),
-        y: zeroed(4 * limits.maxRows * valueDim),
+        y,
+        // A 16-bit y cannot take the unfused norm in place: the raw O rows need their own f32 rows.
+        o: precision.rows === 'f32' ? y : zeroed(4 * limits.maxRows * valueDim),
         scratch: zeroed(Math.max(prefillScratchBytes({ hk: cfg.hk, hv, dk, dv, convK, maxK: limits.maxK }, limits.maxRows), decodePrepBytes(cfg, limits.maxBatch), verifyPrepBytes(cfg, limits.maxBatch))),
       };
       gpu.synchronize(gpu.defaultStream);
@@ -173,8 +202,11 @@ export class GdnLayer implements TransformerLayer<GdnState> {
     const b = this.#b;
     const gpu = step.gpu;
     const shape = this.#shape();
-    gpu.gemm({ m: rows, n: cfg.qkvzDim, k: cfg.hidden, a: step.input, b: b.wQkvz, c: b.qkvz, transB: true, dtype: 'f32', stream });
-    gpu.gemm({ m: rows, n: 2 * cfg.hv, k: cfg.hidden, a: step.input, b: b.wBa, c: b.ba, transB: true, dtype: 'f32', stream });
+    const rowType = this.precision.rows;
+    // The input projections write f32: the kernels' conv, gates and recurrence read f32.
+    runLinear(gpu, { m: rows, x: step.input, w: b.wQkvz, y: b.qkvz, xDtype: rowType, yDtype: 'f32', stream });
+    runLinear(gpu, { m: rows, x: step.input, w: b.wBa, y: b.ba, xDtype: rowType, yDtype: 'f32', stream });
+    const yDtype = FLOAT_DTYPE_CODE[rowType];
     const common = {
       qkvz: b.qkvz, ba: b.ba, y: b.y,
       slots: tables.slots, rowStarts: tables.rowStarts, seqLens: tables.seqLens,
@@ -189,23 +221,23 @@ export class GdnLayer implements TransformerLayer<GdnState> {
       // The chunked WY form (kernels/gdn-chunk.cu): the exact build for short steps, bf16 operands
       // for long ones (gdn-prefill-launch.ts); the exact build's scan fuses the norm where clusters run.
       const plan = prefillPlan(shape, batch, rows, stream, { clusters, sms: gpu.device.multiprocessors });
-      launchPrefill(gpu, prefillKernels, shape, { ...common, scratch: b.scratch }, batch, rows, cfg.eps, plan);
+      launchPrefill(gpu, prefillKernels, shape, { ...common, scratch: b.scratch, o: b.o, yDtype }, batch, rows, cfg.eps, plan);
     } else if (phase === 'decode' && decodePath(shape, batch, clusters) === 'two-kernel') {
       // Large decode steps: the row's conv, gates and norms first, then the state pass
       // (kernels/gdn-decode.cu; gdn-decode-launch.ts says from which batch and why).
-      launchTwoKernelDecode(gpu, twoKernelDecodeKernels, cfg, stream, { ...common, prep: b.scratch, batch, ...shape, eps: cfg.eps });
+      launchTwoKernelDecode(gpu, twoKernelDecodeKernels, cfg, stream, { ...common, prep: b.scratch, batch, ...shape, eps: cfg.eps, yDtype });
     } else if (phase === 'verify' && verifyPath(shape, batch, k, clusters) === 'two-kernel') {
       // Large verify steps of k ≤ 4 rows: the same split (kernels/gdn-verify.cu; gdn-verify-launch.ts).
-      launchTwoKernelVerify(gpu, twoKernelVerifyKernels, cfg, stream, { ...common, prep: b.scratch, batch, k, ...shape, eps: cfg.eps });
+      launchTwoKernelVerify(gpu, twoKernelVerifyKernels, cfg, stream, { ...common, prep: b.scratch, batch, k, ...shape, eps: cfg.eps, yDtype });
     } else {
       // Which entry point: gdn-launch.ts recurrentVariant (pipe or split for decode steps, where they fit).
       const mode = phase === 'verify' ? 1 : 0;
       const variant = recurrentVariant(shape, mode, k, batch, clusters);
       gpu.launch(recurrentVariantKernels[variant], recurrentLaunch(cfg, batch, stream, shape.maxK, variant, gpu.device.multiprocessors), {
-        ...common, mode, batch, k, ...shape, eps: cfg.eps,
+        ...common, mode, batch, k, ...shape, eps: cfg.eps, yDtype,
       });
     }
-    gpu.gemm({ m: rows, n: cfg.hidden, k: cfg.valueDim, a: b.y, b: b.wOut, c: step.output, transB: true, dtype: 'f32', stream });
+    runLinear(gpu, { m: rows, x: b.y, w: b.wOut, y: step.output, xDtype: rowType, yDtype: rowType, stream });
   }
 
   #shape() {

@@ -1,4 +1,5 @@
 import { InvalidArgumentError, type DeviceMemoryView, type DevicePtr } from '@metrale/core';
+import { checkYDtype, outputRows, type OutputRows } from './gdn-rows.cpu.js';
 
 // The per-row math of KERNELS.md, shared by the CPU implementations of the three GDN kernels
 // (gdn.cpu.ts). Accumulates in f64; state, ring and stash stay f32 in device memory.
@@ -80,7 +81,10 @@ export class GdnCpu {
     shape: GdnShapeArgs,
     private readonly buf: GdnBuffers,
     private readonly eps: number,
+    /** The element type y is stored in (FLOAT_DTYPE_CODE; the kernels' `yDtype`). */
+    private readonly yDtype = 0,
   ) {
+    checkYDtype('gdn kernels', yDtype);
     const { hk, hv, dk, dv, convK, maxK } = shape;
     if (![hk, hv, dk, dv, convK, maxK].every((v) => Number.isInteger(v) && v >= 1) || hv % hk !== 0) {
       throw new InvalidArgumentError(`gdn kernels: bad shape ${JSON.stringify(shape)}`);
@@ -253,6 +257,12 @@ export class GdnCpu {
     return Math.floor(h / r) * (2 * dk + 2 * r * dv) + 2 * dk + r * dv + (h % r) * dv;
   }
 
+  /** y's rows first.. first + count − 1, in the launch's row type: write `values`, then `store()`. */
+  yRows(first: number, count: number): OutputRows {
+    const n = this.hv * this.dv;
+    return outputRows(this.mem, this.buf.y, first * n, count * n, this.yDtype);
+  }
+
   /** The gated RMSNorm of a head's o: y = w ⊙ o / √(mean(o²) + eps) ⊙ SiLU(z), z = row[z0 ..]. */
   gatedNorm(o: Float64Array, row: Float32Array, z0: number, normW: Float32Array, y: Float32Array): void {
     const { dv } = this;
@@ -295,7 +305,8 @@ export class GdnCpu {
     if (mode.record && count > this.maxK) throw new InvalidArgumentError(`gdn kernels: ${count} rows to record exceed the stash's maxK ${this.maxK}`);
     const rows = this.qkvzRows(first, count);
     const ba = this.mem.f32(this.buf.ba + BigInt(4 * first * 2 * hv), count * 2 * hv);
-    const y = this.mem.f32(this.buf.y + BigInt(4 * first * hv * dv), count * hv * dv);
+    const out = this.yRows(first, count);
+    const y = out.values;
     const convW = this.mem.f32(this.buf.convWeight, convDim * K);
     const aLog = this.mem.f32(this.buf.aLog, hv);
     const dtBias = this.mem.f32(this.buf.dtBias, hv);
@@ -333,6 +344,7 @@ export class GdnCpu {
         }
       }
     }
+    out.store();
     if (mode.commit) {
       stateMem.set(S);
       for (let t = 0; t < count; t++) ring.set(pre.subarray(t * convDim, (t + 1) * convDim), ((L + t) % K) * convDim);

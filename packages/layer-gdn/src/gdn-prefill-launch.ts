@@ -230,6 +230,7 @@ export const PREFILL_PARAMS = {
   eps: 'f32',
   fuseNorm: 'i32',
   chunk0: 'i32', chunkEnd: 'i32',
+  o: 'ptr', yDtype: 'i32',
 } as const satisfies KernelParams;
 
 export type PrefillKernel = Kernel<typeof PREFILL_PARAMS>;
@@ -248,6 +249,13 @@ export interface PrefillKernels {
 /** The buffers of a prefill launch (KERNELS.md); `scratch` holds at least plan.scratch.bytes. */
 export interface PrefillBuffers extends GdnStepPointers {
   readonly scratch: DevicePtr;
+  /**
+   * Where an unfused scan leaves its raw O rows (f32, [rows][H_v·d_v]) for gdn_prefill_norm;
+   * default `y`, which then must be f32 (the norm runs in place).
+   */
+  readonly o?: DevicePtr;
+  /** The element type y is stored in (FLOAT_DTYPE_CODE; default 0, f32). */
+  readonly yDtype?: number;
 }
 
 /**
@@ -261,12 +269,17 @@ export interface PrefillBuffers extends GdnStepPointers {
  */
 export function launchPrefill(gpu: GpuBackend, kernels: PrefillKernels, s: PrefillShape, bufs: PrefillBuffers, batch: number, rows: number, eps: number, plan: PrefillPlan): void {
   if (batch === 0) return;
+  const yDtype = bufs.yDtype ?? 0;
+  const o = bufs.o ?? bufs.y;
+  if (yDtype !== 0 && o === bufs.y && !plan.fuseNorm) {
+    throw new InvalidArgumentError('gdn prefill: an unfused norm with a 16-bit y needs its own f32 buffer `o` for the raw O rows (it cannot run in place)');
+  }
   const args = {
     qkvz: bufs.qkvz, ba: bufs.ba, y: bufs.y, slots: bufs.slots, rowStarts: bufs.rowStarts, seqLens: bufs.seqLens,
     state: bufs.state, convRing: bufs.convRing, convWeight: bufs.convWeight, aLog: bufs.aLog, dtBias: bufs.dtBias,
     normWeight: bufs.normWeight, stash: bufs.stash, convStash: bufs.convStash, pending: bufs.pending, scratch: bufs.scratch,
     batch, rows, hk: s.hk, hv: s.hv, dk: s.dk, dv: s.dv, convK: s.convK, maxK: s.maxK, eps, fuseNorm: plan.fuseNorm ? 1 : 0,
-    chunk0: 0, chunkEnd: PREFILL_ALL_CHUNKS,
+    chunk0: 0, chunkEnd: PREFILL_ALL_CHUNKS, o, yDtype,
   };
   const exact = plan.planes === 2;
   const scan = plan.cluster === 4 ? (exact ? kernels.scanC4Exact : kernels.scanC4) : exact ? kernels.scanExact : kernels.scan;

@@ -1,5 +1,6 @@
 import { InvalidArgumentError, bf16BitsToF32, f32ToBf16Bits, type CpuKernelContext, type DevicePtr, type DeviceMemoryView } from '@metrale/core';
 import { channelColumns, sigmoid, silu, softplus } from './gdn-math.cpu.js';
+import { checkYDtype, outputRows } from './gdn-rows.cpu.js';
 import { prefillScratchLayout, PREFILL_CHUNK, type PrefillBuffers, type PrefillPlanes, type PrefillScratchLayout } from './gdn-prefill-launch.js';
 
 // CPU twins of the chunked prefill kernels (kernels/gdn-chunk.cu): the same functions on the same
@@ -21,6 +22,10 @@ export interface PrefillArgs extends PrefillBuffers {
   /** The launch's chunks of each sequence: [chunk0, min(chunkEnd, its chunks)) (a pipelined prefill's piece). */
   readonly chunk0: number;
   readonly chunkEnd: number;
+  /** The unfused scan's raw O rows (f32), which gdn.prefill-norm reads; may be `y` when y is f32. */
+  readonly o: DevicePtr;
+  /** The element type y is stored in (FLOAT_DTYPE_CODE). */
+  readonly yDtype: number;
 }
 
 const C = PREFILL_CHUNK;
@@ -263,12 +268,13 @@ export function prefillWyCpu(planes: PrefillPlanes) {
 /**
  * `gdn.prefill-scan`: per real sequence and value head, from the slot's state with its pending
  * rows folded (stash): over the chunks in order, V_new = U − W S, O = diag(qs) Q S + A_qk V_new,
- * S ← e^{γ_last} S + Kᵀ diag(ks) V_new; y = O (fuseNorm = 0) or the gated RMSNorm of O; state
- * written; the ring takes positions [max(L, end − K), end).
+ * S ← e^{γ_last} S + Kᵀ diag(ks) V_new; o = O in f32 (fuseNorm = 0) or y = the gated RMSNorm of
+ * O in the row type; state written; the ring takes positions [max(L, end − K), end).
  */
 export function prefillScanCpu(planes: PrefillPlanes) {
   return (a: PrefillArgs, { mem }: CpuKernelContext): void => {
     const G = geoOf(a);
+    checkYDtype('gdn.prefill-scan', a.yDtype);
     const seqs = sequences(a, mem);
     if (seqs.length === 0) return;
     const { hv, dk, dv, convK: K } = a;
@@ -301,7 +307,11 @@ export function prefillScanCpu(planes: PrefillPlanes) {
         for (const [p, row] of vals) ring.set(row, (p % K) * G.convDim);
       }
       const state = mem.f32(a.state + BigInt(4 * s.slot * hv * dk * dv), hv * dk * dv);
-      const y = s.nrows > 0 ? mem.f32(a.y + BigInt(4 * s.row0 * hv * dv), s.nrows * hv * dv) : new Float32Array(0);
+      // Fused: y takes the gated norm in the row type; unfused: o takes the raw O (f32).
+      // The launch's rows [rowLo, rowEnd) only: a piece leaves the others' alone.
+      const span = Math.max(0, rowEnd - rowLo) * hv * dv;
+      const out = span === 0 ? undefined : outputRows(mem, a.fuseNorm ? a.y : a.o, (s.row0 + rowLo) * hv * dv, span, a.fuseNorm ? a.yDtype : 0);
+      const y = out?.values ?? new Float32Array(0);
       const z = s.nrows > 0 ? mem.f32(a.qkvz + BigInt(4 * s.row0 * G.width), s.nrows * G.width) : new Float32Array(0);
       for (let h = 0; h < hv; h++) {
         const kg = Math.floor(h / G.r);
@@ -378,7 +388,7 @@ export function prefillScanCpu(planes: PrefillPlanes) {
           }
           // Output rows.
           for (let i = 0; i < n; i++) {
-            const yo = (c0 + i) * hv * dv + h * dv;
+            const yo = (c0 - rowLo + i) * hv * dv + h * dv;
             if (a.fuseNorm) {
               let ss = 0;
               for (let j = 0; j < dv; j++) ss += o[i * dv + j]! ** 2;
@@ -392,32 +402,42 @@ export function prefillScanCpu(planes: PrefillPlanes) {
         }
         for (let e = 0; e < dk * dv; e++) state[h * dk * dv + e] = S[e]!;
       }
+      out?.store();
     }
   };
 }
 
 // ---- gdn_prefill_norm ---------------------------------------------------------------------------
 
-/** `gdn.prefill-norm`: y ← w ⊙ y / √(mean(y²) + eps) ⊙ SiLU(z) per value head, on the rows of real sequences in the launch's chunks. */
+/**
+ * `gdn.prefill-norm`: y = w ⊙ o / √(mean(o²) + eps) ⊙ SiLU(z) per value head (o: the scan's raw O,
+ * f32; y in the row type, in place where it is f32 and o is y), on the rows of real sequences in
+ * the launch's chunks.
+ */
 export function prefillNormCpu(a: PrefillArgs, { mem }: CpuKernelContext): void {
   const G = geoOf(a);
+  checkYDtype('gdn.prefill-norm', a.yDtype);
   const { hv, dk, dv } = a;
   const normW = mem.f32(a.normWeight, dv);
   for (const s of sequences(a, mem)) {
     if (s.nrows <= 0) continue;
-    const y = mem.f32(a.y + BigInt(4 * s.row0 * hv * dv), s.nrows * hv * dv);
-    const z = mem.f32(a.qkvz + BigInt(4 * s.row0 * G.width), s.nrows * G.width);
     // The launch's chunks (a piece of a pipelined prefill: its rows only).
     const [lo, hi] = launchRows(a, s);
+    if (hi <= lo) continue;
+    const o = mem.f32(a.o + BigInt(4 * (s.row0 + lo) * hv * dv), (hi - lo) * hv * dv);
+    const out = outputRows(mem, a.y, (s.row0 + lo) * hv * dv, (hi - lo) * hv * dv, a.yDtype);
+    const y = out.values;
+    const z = mem.f32(a.qkvz + BigInt(4 * s.row0 * G.width), s.nrows * G.width);
     for (let i = lo; i < hi; i++) {
       for (let h = 0; h < hv; h++) {
-        const yo = (i * hv + h) * dv;
+        const yo = ((i - lo) * hv + h) * dv;
         let ss = 0;
-        for (let j = 0; j < dv; j++) ss += y[yo + j]! ** 2;
+        for (let j = 0; j < dv; j++) ss += o[yo + j]! ** 2;
         const inv = 1 / Math.sqrt(ss / dv + a.eps);
         const z0 = i * G.width + Math.floor(h / G.r) * G.grp + 2 * dk + (G.r + (h % G.r)) * dv;
-        for (let j = 0; j < dv; j++) y[yo + j] = normW[j]! * y[yo + j]! * inv * silu(z[z0 + j]!);
+        for (let j = 0; j < dv; j++) y[yo + j] = normW[j]! * o[yo + j]! * inv * silu(z[z0 + j]!);
       }
     }
+    out.store();
   }
 }

@@ -20,6 +20,8 @@ export interface VerifyArgs extends GdnStepPointers, GdnShapeArgs {
   /** Rows per batch position: 1 .. min(VERIFY_ROWS, maxK). */
   readonly k: number;
   readonly eps: number;
+  /** The element type y is stored in (FLOAT_DTYPE_CODE). */
+  readonly yDtype: number;
 }
 
 /** Offsets of the scalars in a values record, after its v_t [VERIFY_ROWS][d_vp]. */
@@ -156,7 +158,7 @@ export function verifyStateCpu(a: VerifyArgs, { mem }: CpuKernelContext): void {
   if (a.batch === 0) return;
   const prep = prepView(name, a, mem);
   const pos = stepPositions(name, a, mem);
-  const cpu = new GdnCpu(mem, a, a, a.eps);
+  const cpu = new GdnCpu(mem, a, a, a.eps, a.yDtype);
   const { hk, hv, dk, dv, r, stashRow } = cpu;
   const { k } = a;
   const { keyStride, valueStride, keysFloats } = verifyPrepLayout(a, a.batch);
@@ -176,7 +178,8 @@ export function verifyStateCpu(a: VerifyArgs, { mem }: CpuKernelContext): void {
     const state = cpu.state(slot);
     const st = cpu.stash(slot);
     const rows = cpu.qkvzRows(row0, k);
-    const y = mem.f32(a.y + BigInt(4 * row0 * hv * dv), k * hv * dv);
+    const out = cpu.yRows(row0, k);
+    const y = out.values;
     for (let h = 0; h < hv; h++) {
       const g = Math.floor(h / r);
       const keys = prep.subarray((p * hk + g) * keyStride, (p * hk + g + 1) * keyStride);
@@ -217,5 +220,6 @@ export function verifyStateCpu(a: VerifyArgs, { mem }: CpuKernelContext): void {
         st[row + dk + dv] = vals[sc + GAMMA + t]!;
       }
     }
+    out.store();
   }
 }

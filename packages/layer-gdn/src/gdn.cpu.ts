@@ -11,6 +11,8 @@ export interface RecurrentArgs extends GdnStepPointers, GdnShapeArgs {
   readonly batch: number;
   readonly k: number;
   readonly eps: number;
+  /** The element type y is stored in (FLOAT_DTYPE_CODE). */
+  readonly yDtype: number;
 }
 
 /** Arguments of `gdn.chunk` (prefill of ragged rows). */
@@ -51,10 +53,13 @@ function foldPending(cpu: GdnCpu, mem: DeviceMemoryView, pending: DevicePtr, slo
 }
 
 /** The rows of every real batch position: decode, verify or prefill, from the step's tables. */
-function runStep(name: string, a: GdnStepPointers & GdnShapeArgs & { batch: number; eps: number }, mem: DeviceMemoryView, rowsOf: (p: number, rowStarts: Int32Array) => number, mode: { commit: boolean; record: boolean; recordConv: boolean }): void {
+function runStep(
+  name: string, a: GdnStepPointers & GdnShapeArgs & { batch: number; eps: number; yDtype?: number }, mem: DeviceMemoryView,
+  rowsOf: (p: number, rowStarts: Int32Array) => number, mode: { commit: boolean; record: boolean; recordConv: boolean },
+): void {
   checkBatch(name, a.batch);
   if (a.batch === 0) return;
-  const cpu = new GdnCpu(mem, a, a, a.eps);
+  const cpu = new GdnCpu(mem, a, a, a.eps, a.yDtype ?? 0);
   const slots = mem.i32(a.slots, a.batch);
   const seqLens = mem.i32(a.seqLens, a.batch);
   const rowStarts = mem.i32(a.rowStarts, a.batch + 1);
@@ -81,7 +86,7 @@ export function recurrentCpu(a: RecurrentArgs, { mem }: CpuKernelContext): void 
   runStep('gdn.recurrent', a, mem, () => a.k, mode);
 }
 
-/** `gdn.chunk`: the ragged rows rowStarts[p]..rowStarts[p+1] of each sequence, committed (pending rows folded first). */
+/** `gdn.chunk`: the ragged rows rowStarts[p]..rowStarts[p+1] of each sequence, committed (pending rows folded first); y in f32. */
 export function chunkCpu(a: ChunkArgs, { mem }: CpuKernelContext): void {
   runStep('gdn.chunk', a, mem, (p, rowStarts) => rowStarts[p + 1]! - rowStarts[p]!, { commit: true, record: false, recordConv: false });
 }

@@ -1,8 +1,8 @@
 // The public API of @metrale/layer-gdn.
 export { plugin, plugin as default } from './plugin.js';
 export { GdnLayer, type GdnState } from './gdn-layer.js';
-export { readGdnConfig, type GdnConfig, type GdnWeightDtype } from './gdn-config.js';
-export { loadGdnWeights, groupSplitProjections, FUSED_NAMES, SPLIT_NAMES, COMMON_NAMES, type GdnHostWeights } from './gdn-weights.js';
+export { readGdnConfig, type GdnConfig } from './gdn-config.js';
+export { loadGdnWeights, groupSplitProjections, groupSplitLinears, FUSED_NAMES, SPLIT_NAMES, COMMON_NAMES, type GdnHostWeights } from './gdn-weights.js';
 export { recurrentKernel, foldKernel, chunkKernel, recurrentVariantKernels, foldVariantKernels, RECURRENT_SYMBOLS, FOLD_SYMBOLS } from './gdn-kernels.js';
 export {
   recurrentLaunch, chunkLaunch, gdnBlock, variantBlock, variantSharedBytes, variantFor, recurrentVariant, foldVariant, fastSupported, pipeSupported, splitSupported, runsClusters, variantGrid, SPLIT_CTAS, PERSIST_STAGES, PERSIST_MAX_HEADS, PERSIST_CTAS_PER_SM,

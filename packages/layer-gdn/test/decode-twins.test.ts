@@ -64,7 +64,7 @@ describe('two-kernel decode: CPU twins ≡ gdn.recurrent (mode 0, k = 1)', () =>
     const common = {
       qkvz: d.qkvz, ba: d.ba, y: d.y, slots: d.slots, rowStarts: d.rowStarts, seqLens: d.seqLens, state: d.state, convRing: d.convRing,
       convWeight: d.convWeight, aLog: d.aLog, dtBias: d.dtBias, normWeight: d.normWeight,
-      stash: carried ? d.stash : 0n, convStash: carried ? d.convStash : 0n, pending: carried ? d.pending : 0n, batch, ...s, eps: EPS,
+      stash: carried ? d.stash : 0n, convStash: carried ? d.convStash : 0n, pending: carried ? d.pending : 0n, batch, ...s, eps: EPS, yDtype: 0,
     };
     if (two) {
       launchTwoKernelDecode(gpu, twoKernelDecodeKernels, s, stream, { ...common, prep: d.prep });
@@ -112,7 +112,7 @@ describe('two-kernel decode: CPU twins ≡ gdn.recurrent (mode 0, k = 1)', () =>
     expect(() =>
       gpu!.launch(decodeStateKernel, l.state, {
         qkvz: p, ba: p, y: p, slots: p, rowStarts: p, seqLens: p, state: p, convRing: p, convWeight: p, aLog: p, dtBias: p, normWeight: p,
-        stash: 0n, convStash: 0n, pending: 0n, prep: 0n, batch: 1, ...s, eps: EPS,
+        stash: 0n, convStash: 0n, pending: 0n, prep: 0n, batch: 1, ...s, eps: EPS, yDtype: 0,
       }),
     ).toThrow(/prep buffer/);
   });
@@ -123,7 +123,7 @@ describe('two-kernel decode: CPU twins ≡ gdn.recurrent (mode 0, k = 1)', () =>
     const names: string[] = [];
     const recorder = { launch: (k: { name: string }) => void names.push(k.name) };
     const ptrs = { qkvz: 16n, ba: 16n, y: 16n, slots: 16n, rowStarts: 16n, seqLens: 16n, state: 16n, convRing: 16n, convWeight: 16n, aLog: 16n, dtBias: 16n, normWeight: 16n };
-    const args = { ...ptrs, stash: 0n, convStash: 0n, pending: 0n, prep: 16n, batch: 1, ...s, eps: EPS };
+    const args = { ...ptrs, stash: 0n, convStash: 0n, pending: 0n, prep: 16n, batch: 1, ...s, eps: EPS, yDtype: 0 };
     launchTwoKernelDecode(recorder, twoKernelDecodeKernels, s, gpu.defaultStream, args);
     launchTwoKernelDecode(recorder, twoKernelDecodeKernels, s, gpu.defaultStream, { ...args, stash: 16n, convStash: 16n, pending: 16n });
     launchTwoKernelDecode(recorder, { prep: twoKernelDecodeKernels.prep, state: decodeStateKernel }, s, gpu.defaultStream, args);
@@ -147,7 +147,7 @@ describe('two-kernel decode: CPU twins ≡ gdn.recurrent (mode 0, k = 1)', () =>
     const args = {
       qkvz: d.qkvz, ba: d.ba, y: d.y, slots: d.slots, rowStarts: d.rowStarts, seqLens: d.seqLens, state: d.state, convRing: d.convRing,
       convWeight: d.convWeight, aLog: d.aLog, dtBias: d.dtBias, normWeight: d.normWeight,
-      stash: d.stash, convStash: d.convStash, pending: d.pending, prep: d.prep, batch: 1, ...s, eps: EPS,
+      stash: d.stash, convStash: d.convStash, pending: d.pending, prep: d.prep, batch: 1, ...s, eps: EPS, yDtype: 0,
     };
     expect(() => gpu!.launch(decodeStatePlainKernel, l.state, args)).toThrow(/gdn\.decode-state-plain: pending is set/);
     const state = gpu.download(d.state, host.state.byteLength);

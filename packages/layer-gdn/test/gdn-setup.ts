@@ -1,7 +1,7 @@
 import { CpuBackend } from '@metrale/cpu-backend';
 import {
-  MemoryWeightSource, SeededRandom, StepDriver, tensorOf,
-  type GpuBackend, type HostTensor, type LayerLimits, type Sequence, type SpeculationMode, type StepResult,
+  F32_PRECISION, MemoryWeightSource, SeededRandom, StepDriver, bf16BitsToF32, f16BitsToF32, floatBytes, linearToF32, readLinear, tensorOf, toBf16, toF16, toF32,
+  type GpuBackend, type HostTensor, type LayerLimits, type Precision, type Sequence, type SpeculationMode, type StepResult,
 } from '@metrale/core';
 import plugin from '@metrale/layer-gdn';
 import { GdnReference, type RefShape, type RefWeights } from './gdn-reference.js';
@@ -90,6 +90,27 @@ export function splitTensors(s: Shape, fused: HostTensor[]): HostTensor[] {
   ];
 }
 
+/**
+ * The reference's weights as a layer in `precision` holds them on the device: the Linears read as
+ * readLinear reads them (rounded to the row type, or FP8 codes times their scales), the conv
+ * kernel and the small vectors as stored (f32 holds any bf16 value exactly).
+ */
+export function deviceWeightsOf(s: Shape, tensors: readonly HostTensor[], precision: Precision): RefWeights {
+  const source = new MemoryWeightSource('reference weights', tensors);
+  const qkvzDim = 2 * s.hk * s.dk + 2 * s.hv * s.dv;
+  const linear = (name: string, shape: [number, number]) => Float64Array.from(linearToF32(readLinear(source, name, shape, precision)));
+  const vector = (name: string) => Float64Array.from(toF32(source.get(name)));
+  return {
+    qkvz: linear('in_proj_qkvz.weight', [qkvzDim, s.hidden]),
+    ba: linear('in_proj_ba.weight', [2 * s.hv, s.hidden]),
+    conv: vector('conv1d.weight'),
+    dtBias: vector('dt_bias'),
+    aLog: vector('A_log'),
+    norm: vector('norm.weight'),
+    out: linear('out_proj.weight', [s.hidden, s.hv * s.dv]),
+  };
+}
+
 export function referenceOf(s: Shape, ref: RefWeights): GdnReference {
   const shape: RefShape = { hidden: s.hidden, hk: s.hk, hv: s.hv, dk: s.dk, dv: s.dv, K: s.K, eps: EPS };
   return new GdnReference(shape, ref);
@@ -106,40 +127,60 @@ export function relErr(a: ArrayLike<number>, b: ArrayLike<number>): number {
   return Number.isNaN(num) ? NaN : Math.sqrt(num / den);
 }
 
-/** A layer of the plugin on a fresh CPU backend, driven by a StepDriver. */
+/**
+ * A layer of the plugin on a fresh CPU backend, driven by a StepDriver. Rows go in and come out
+ * as f32 values, stored in the precision's row type (f32 by default) on the way.
+ */
 export class Rig<G extends GpuBackend = CpuBackend> {
   readonly gpu: G;
   readonly driver: StepDriver;
   readonly layer;
   readonly width: number;
+  readonly precision: Precision;
   constructor(
     config: Record<string, unknown>, tensors: HostTensor[], limits: LayerLimits,
-    options: { speculation?: SpeculationMode; graphs?: boolean; driverLimits?: LayerLimits; gpu?: G } = {},
+    options: { speculation?: SpeculationMode; graphs?: boolean; driverLimits?: LayerLimits; gpu?: G; precision?: Precision } = {},
   ) {
     this.gpu = options.gpu ?? (new CpuBackend() as GpuBackend as G);
+    this.precision = options.precision ?? F32_PRECISION;
     const weights = new MemoryWeightSource('test weights', tensors);
-    this.layer = plugin.create({ gpu: this.gpu, layerType: 'gdn', config, layerIndex: 0, weights, limits });
+    this.layer = plugin.create({ gpu: this.gpu, layerType: 'gdn', config, layerIndex: 0, weights, limits, ...(options.precision ? { precision: options.precision } : {}) });
     this.driver = new StepDriver({
       gpu: this.gpu, layers: [this.layer], limits: options.driverLimits ?? limits,
       speculation: options.speculation ?? 'write-on-accept', graphs: options.graphs ?? true,
     });
-    this.width = this.layer.inputRowBytes / 4;
+    this.width = this.layer.inputRowBytes / floatBytes(this.precision.rows);
+  }
+
+  /** f32 values as rows of the row type. */
+  #rows(values: Float32Array): ArrayBufferView {
+    const t = this.precision.rows;
+    return t === 'f32' ? values : t === 'bf16' ? toBf16(values) : toF16(values);
+  }
+
+  /** A step's output rows as f32 values. */
+  #values(r: StepResult): Float32Array {
+    const t = this.precision.rows;
+    if (t === 'f32') return this.driver.readOutputF32(r);
+    const bytes = this.driver.readOutput(r).slice();
+    const words = new Uint16Array(bytes.buffer);
+    return Float32Array.from(words, t === 'bf16' ? bf16BitsToF32 : f16BitsToF32);
   }
 
   /** Prefill; returns every row's output (the driver may run it in several chunks). */
   prefill(seqs: Sequence[], lengths: number[], input: Float32Array): Float32Array {
     const out = new Float32Array(input.length);
-    this.driver.prefill({ seqs, lengths, input }, (r: StepResult, first: number) => out.set(this.driver.readOutputF32(r), first * this.width));
+    this.driver.prefill({ seqs, lengths, input: this.#rows(input) }, (r: StepResult, first: number) => out.set(this.#values(r), first * this.width));
     return out;
   }
 
   decode(seqs: Sequence[], input: Float32Array): Float32Array {
-    return this.driver.readOutputF32(this.driver.decode({ seqs, input })).slice();
+    return this.#values(this.driver.decode({ seqs, input: this.#rows(input) })).slice();
   }
 
   /** Verify then accept; returns the verify's outputs. */
   verify(seqs: Sequence[], k: number, input: Float32Array, accepted: number[]): Float32Array {
-    const out = this.driver.readOutputF32(this.driver.verify({ seqs, k, input })).slice();
+    const out = this.#values(this.driver.verify({ seqs, k, input: this.#rows(input) })).slice();
     this.driver.accept(accepted);
     return out;
   }

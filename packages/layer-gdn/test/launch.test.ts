@@ -178,6 +178,21 @@ describe('prefill pieces (prefillPlan: a pipelined prefill)', () => {
     // Fused (the exact build): no norm launches.
     expect(launched(prefillPlan(s, 1, 8192, stream, { clusters: true, exact: true, pieceChunks: 64 }))).toEqual(['wy-exact 0-64', 'scan-exact 0-64', 'wy-exact 64-end', 'scan-exact 64-end']);
   });
+  it('passes y\'s row type and the raw O rows to every launch; a 16-bit y needs its own o where the norm runs unfused', () => {
+    const args: { name: string; y: bigint; o: bigint; yDtype: number }[] = [];
+    const recorder = { launch: (k: { name: string }, _l: unknown, a: { y: bigint; o: bigint; yDtype: number }) => void args.push({ name: k.name, y: a.y, o: a.o, yDtype: a.yDtype }) };
+    const bufs = Object.fromEntries(['qkvz', 'ba', 'y', 'slots', 'rowStarts', 'seqLens', 'state', 'convRing', 'convWeight', 'aLog', 'dtBias', 'normWeight', 'stash', 'convStash', 'pending', 'scratch'].map((n) => [n, 16n])) as unknown as PrefillBuffers;
+    const unfused = prefillPlan(s, 1, 2048, stream, { clusters: false });
+    launchPrefill(recorder as never, prefillKernels, s, bufs, 1, 2048, 1e-6, unfused);
+    expect(args.map((a) => [a.o, a.yDtype])).toEqual(args.map(() => [16n, 0]));  // f32: o is y, the norm in place
+    args.length = 0;
+    launchPrefill(recorder as never, prefillKernels, s, { ...bufs, y: 32n, o: 48n, yDtype: 1 }, 1, 2048, 1e-6, unfused);
+    expect(args.map((a) => a.name)).toEqual(['gdn.prefill-wy', 'gdn.prefill-scan', 'gdn.prefill-norm']);
+    expect(args.every((a) => a.y === 32n && a.o === 48n && a.yDtype === 1)).toBe(true);
+    expect(() => launchPrefill(recorder as never, prefillKernels, s, { ...bufs, yDtype: 1 }, 1, 2048, 1e-6, unfused)).toThrow(/its own f32 buffer `o`/);
+    // Fused, the scan stores y itself: no o needed.
+    expect(() => launchPrefill(recorder as never, prefillKernels, s, { ...bufs, yDtype: 1 }, 1, 512, 1e-6, prefillPlan(s, 1, 512, stream, { clusters: true }))).not.toThrow();
+  });
   it('runs one piece where pipelining would not pay or cannot start early', () => {
     const one = [[0, PREFILL_ALL_CHUNKS]];
     expect(bounds(prefillPlan(s, 1, 8192, stream, { clusters: true }))).toEqual(one); // no SM count

@@ -2,7 +2,7 @@
 // launch buffers for the prefill kernels, the chunked prefill (gdn-prefill-launch.ts) and the
 // row-by-row oracle (`gdn.chunk`, gdn-chunk-rowwise.cu / chunkCpu) on any backend, and the
 // relative-L2 comparison. Inputs are random, never zero; outputs are poisoned with NaN first.
-import type { DevicePtr, GpuBackend, Kernel, KernelParams } from '@metrale/core';
+import { bf16BitsToF32, f16BitsToF32, type DevicePtr, type GpuBackend, type Kernel, type KernelParams } from '@metrale/core';
 import { launchPrefill, prefillPlan, prefillScratchBytes, type PrefillKernels } from '../src/gdn-prefill-launch.js';
 
 export interface PShape {
@@ -189,11 +189,31 @@ export interface PrefillOptions {
   readonly sms?: number;
   /** Fuse the norm (default: `clusters`); with clusters and `fuseNorm` false, the layer's fast-build plan. */
   readonly fuseNorm?: boolean;
+  /**
+   * The element type of y (FLOAT_DTYPE_CODE, default 0): 1 bf16 or 2 f16 stores y in 16 bits (the
+   * result's `y` decoded to f32, `yBits` the words) and gives the unfused norm its own f32 `o`.
+   */
+  readonly yDtype?: 0 | 1 | 2;
+}
+
+/** The 16-bit words of a y stored as bf16 or f16, decoded to f32 (0xFFFF, the poison, is NaN in both). */
+export function decodeY(bits: Uint16Array, yDtype: 1 | 2): Float32Array {
+  return Float32Array.from(bits, (b) => (yDtype === 1 ? bf16BitsToF32(b) : f16BitsToF32(b)));
 }
 
 /** The chunked prefill on `gpu`. */
-export function runChunked(gpu: GpuBackend, kernels: PrefillKernels, s: PShape, host: Host, carried: boolean, opts: PrefillOptions): Record<OutputName, Float32Array> {
+export function runChunked(
+  gpu: GpuBackend, kernels: PrefillKernels, s: PShape, host: Host, carried: boolean, opts: PrefillOptions,
+): Record<OutputName, Float32Array> & { yBits?: Uint16Array } {
   const d = toDevice(gpu, host);
+  const yDtype = opts.yDtype ?? 0;
+  // A 16-bit y: its own buffer, poisoned (0xFFFF: NaN in bf16 and f16), and an f32 o (NaN).
+  const y16 = yDtype === 0 ? 0n : gpu.alloc(Math.max(16, 2 * host.y.length));
+  const o = yDtype === 0 ? d.y : gpu.alloc(Math.max(16, host.y.byteLength));
+  if (yDtype !== 0) {
+    gpu.upload(y16, new Uint16Array(host.y.length).fill(0xffff));
+    gpu.upload(o, host.y);
+  }
   const batch = host.slots.length;
   const rows = host.rowStarts[batch]!;
   const shape = shapeArgs(s);
@@ -209,11 +229,22 @@ export function runChunked(gpu: GpuBackend, kernels: PrefillKernels, s: PShape, 
       qkvz: d.qkvz, ba: d.ba, y: d.y, slots: d.slots, rowStarts: d.rowStarts, seqLens: d.seqLens, state: d.state, convRing: d.convRing,
       convWeight: d.convWeight, aLog: d.aLog, dtBias: d.dtBias, normWeight: d.normWeight,
       stash: carried ? d.stash : 0n, convStash: carried ? d.convStash : 0n, pending: carried ? d.pending : 0n, scratch,
+      ...(yDtype === 0 ? {} : { y: y16, o, yDtype }),
     }, batch, rows, EPS, plan);
     gpu.synchronize();
-    return outputsOf(gpu, host, d);
+    const out: Record<OutputName, Float32Array> & { yBits?: Uint16Array } = outputsOf(gpu, host, d);
+    if (yDtype !== 0) {
+      const bytes = gpu.download(y16, 2 * host.y.length);
+      out.yBits = new Uint16Array(bytes.slice().buffer);
+      out.y = decodeY(out.yBits, yDtype);
+    }
+    return out;
   } finally {
     gpu.free(scratch);
+    if (yDtype !== 0) {
+      gpu.free(y16);
+      gpu.free(o);
+    }
     freeAll(gpu, d);
   }
 }

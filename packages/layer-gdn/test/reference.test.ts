@@ -1,7 +1,8 @@
-import { SeededRandom, type SpeculationMode } from '@metrale/core';
-import { describe, expect, it } from 'vitest';
+import { F32_PRECISION, roundTo, SeededRandom, type HostTensor, type Precision, type SpeculationMode } from '@metrale/core';
+import { afterAll, describe, expect, it } from 'vitest';
 import type { RefSeq } from './gdn-reference.js';
-import { configOf, randomWeights, referenceOf, relErr, Rig, rowOf, type Shape } from './gdn-setup.js';
+import { configOf, deviceWeightsOf, randomWeights, referenceOf, relErr, Rig, rowOf, type Shape } from './gdn-setup.js';
+import { BF16, F16, FP8, fp8Checkpoint } from './precision-setup.js';
 
 const SHAPES: Record<string, Shape> = {
   'H_v/H_k = 1, d_k > d_v': { hidden: 20, hk: 3, hv: 3, dk: 8, dv: 5, K: 4 },
@@ -31,11 +32,23 @@ const SCRIPT: Op[] = [
   { op: 'decode', seqs: [0, 1] },
 ];
 
-function runAgainstReference(shape: Shape, speculation: SpeculationMode, graphs: boolean, maxRows = 48): number {
-  const { tensors, ref } = randomWeights(shape, 11);
-  const reference = referenceOf(shape, ref);
+/**
+ * The layer through SCRIPT against the reference; the worst step error. With a precision: the
+ * checkpoint as `checkpoint` makes it (default the f32 weights), the reference given the weights
+ * the layer holds on the device and the inputs rounded as the layer's rows are, so the bound is
+ * the data path's own rounding (rows, y) at `tol`.
+ */
+function runAgainstReference(
+  shape: Shape, speculation: SpeculationMode, graphs: boolean, maxRows = 48,
+  opts: { precision?: Precision; checkpoint?: (t: HostTensor[]) => HostTensor[]; tol?: number } = {},
+): number {
+  const precision = opts.precision ?? F32_PRECISION;
+  const tol = opts.tol ?? TOL;
+  const { tensors: f32Tensors, ref: f32Ref } = randomWeights(shape, 11);
+  const tensors = opts.checkpoint ? opts.checkpoint(f32Tensors) : f32Tensors;
+  const reference = referenceOf(shape, opts.precision ? deviceWeightsOf(shape, tensors, precision) : f32Ref);
   const limits = { maxSeqs: 3, maxSeqLen: 256, maxBatch: 2, maxK: 4, maxRows };
-  const rig = new Rig(configOf(shape), tensors, limits, { speculation, graphs });
+  const rig = new Rig(configOf(shape), tensors, limits, { speculation, graphs, ...(opts.precision ? { precision } : {}) });
   const rnd = new SeededRandom(5);
   const W = shape.hidden;
   let worst = 0;
@@ -45,7 +58,7 @@ function runAgainstReference(shape: Shape, speculation: SpeculationMode, graphs:
     for (const [i, step] of SCRIPT.entries()) {
       const perSeq = step.op === 'prefill' ? step.lengths : step.seqs.map(() => (step.op === 'verify' ? step.k : 1));
       const total = perSeq.reduce((a, b) => a + b, 0);
-      const input = rnd.normals(total * W);
+      const input = rnd.normals(total * W).map((x) => roundTo(precision.rows, x));
       const group = step.seqs.map((s) => seqs[s]!);
       const out =
         step.op === 'prefill' ? rig.prefill(group, step.lengths, input)
@@ -60,7 +73,7 @@ function runAgainstReference(shape: Shape, speculation: SpeculationMode, graphs:
         const want = Float64Array.from(expected.flatMap((e) => [...e]));
         const rel = relErr(got, want);
         worst = Math.max(worst, rel);
-        expect(rel, `step ${i} (${step.op}), sequence ${s}: rel ${rel}`).toBeLessThanOrEqual(TOL);
+        expect(rel, `step ${i} (${step.op}), sequence ${s}: rel ${rel}`).toBeLessThanOrEqual(tol);
         row += rows.length;
       });
     }
@@ -106,4 +119,32 @@ describe('GdnLayer against an independent float64 reference of gdn.md', () => {
       expect(relErr(reference.peek(b, [next])[0]!, reference.peek(a, [next])[0]!)).toBeLessThan(1e-10);
     }
   });
+});
+
+// The data paths of the precision (rows and y stored in 16 bits, weights bf16 or block-FP8 on the
+// device): against the same reference given the device's weights and the rounded inputs, so the
+// bound is what the row type's roundings cost (measured: docs/layers/gdn.md, "Tolerances").
+const ROW_BOUNDS = { bf16: 8e-3, f16: 1e-3 } as const;
+describe('GdnLayer in 16-bit rows against the float64 reference with the weights it holds', () => {
+  const worst: Record<string, number> = {};
+  afterAll(() => console.log(`GdnLayer vs the float64 reference, worst step rel L2: ${JSON.stringify(worst)}`));
+  const cases: { name: string; precision: Precision; checkpoint?: (t: HostTensor[]) => HostTensor[]; bound: number }[] = [
+    { name: 'bf16 rows, bf16 weights', precision: BF16, bound: ROW_BOUNDS.bf16 },
+    { name: 'f16 rows, f16 weights', precision: F16, bound: ROW_BOUNDS.f16 },
+    { name: 'bf16 rows, block-FP8 in_proj_qkvz and out_proj', precision: FP8, checkpoint: fp8Checkpoint, bound: ROW_BOUNDS.bf16 },
+  ];
+  for (const c of cases) {
+    for (const [name, shape] of Object.entries(SHAPES)) {
+      for (const speculation of ['write-on-accept', 'carried'] as const) {
+        it(`${c.name} | ${name} | ${speculation}`, () => {
+          const w = runAgainstReference(shape, speculation, true, 48, { precision: c.precision, tol: c.bound, ...(c.checkpoint ? { checkpoint: c.checkpoint } : {}) });
+          worst[c.name] = Math.max(worst[c.name] ?? 0, w);
+        });
+      }
+    }
+    it(`${c.name} | a prefill of 70 + 1 rows in one chunk (maxRows 80)`, () => {
+      const w = runAgainstReference(SHAPES['H_v/H_k = 4, K = 3']!, 'write-on-accept', true, 80, { precision: c.precision, tol: c.bound, ...(c.checkpoint ? { checkpoint: c.checkpoint } : {}) });
+      worst[c.name] = Math.max(worst[c.name] ?? 0, w);
+    });
+  }
 });

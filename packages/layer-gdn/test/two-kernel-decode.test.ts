@@ -2,6 +2,7 @@ import { SeededRandom } from '@metrale/core';
 import { describe, expect, it } from 'vitest';
 import { PIPE_DECODE_FROM, TWO_KERNEL_MIN_BATCH, TWO_KERNEL_VERIFY_MIN_BATCH, runsTwoKernelDecode, runsTwoKernelVerify } from '@metrale/layer-gdn';
 import { configOf, randomWeights, Rig } from './gdn-setup.js';
+import { BF16, FP8, fp8Checkpoint } from './precision-setup.js';
 import { SHAPE, TOL, runTwoKernelScript } from './two-kernel-script.js';
 
 // The layer's large decode steps run the two-kernel decode (gdn-decode-launch.ts
@@ -70,4 +71,33 @@ describe('GdnLayer: decode steps of TWO_KERNEL_MIN_BATCH positions (the two-kern
   it('carried state (the decode after a verify folds its accepted rows)', () => {
     expect(runTwoKernelScript('carried')).toBeLessThanOrEqual(TOL);
   });
+  // bf16 rows: the reference given the weights the layer holds and the rounded inputs (reference.test.ts's bound).
+  it('bf16 rows and weights, carried state', () => {
+    expect(runTwoKernelScript('carried', undefined, { precision: BF16, tol: BF16_ROWS })).toBeLessThanOrEqual(BF16_ROWS);
+  });
+  it('bf16 rows, block-FP8 weights, write-on-accept', () => {
+    expect(runTwoKernelScript('write-on-accept', undefined, { precision: FP8, checkpoint: fp8Checkpoint, tol: BF16_ROWS })).toBeLessThanOrEqual(BF16_ROWS);
+  });
+  it('bf16 rows cost no launch: a decode step is the same two kernels and three GEMMs (y leaves the state kernel in bf16)', () => {
+    const batch = TWO_KERNEL_MIN_BATCH;
+    const { tensors } = randomWeights(SHAPE, 13);
+    for (const precision of [undefined, BF16] as const) {
+      const rig = new Rig(configOf(SHAPE), tensors, { maxSeqs: batch, maxSeqLen: 16, maxBatch: batch, maxK: 3, maxRows: 3 * batch }, { graphs: false, ...(precision ? { precision } : {}) });
+      try {
+        const rnd = new SeededRandom(2);
+        const seqs = Array.from({ length: batch }, () => rig.driver.open());
+        rig.prefill(seqs, seqs.map(() => 2), rnd.normals(2 * batch * SHAPE.hidden));
+        const before = rig.gpu.stats();
+        rig.decode(seqs, rnd.normals(batch * SHAPE.hidden));
+        const after = rig.gpu.stats();
+        expect(after.kernelsLaunched - before.kernelsLaunched).toBe(2);
+        expect(after.gemmsLaunched - before.gemmsLaunched).toBe(3);
+      } finally {
+        rig.dispose();
+      }
+    }
+  });
 });
+
+/** The bound of reference.test.ts's bf16 cases. */
+const BF16_ROWS = 8e-3;

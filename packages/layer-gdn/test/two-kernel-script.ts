@@ -1,8 +1,8 @@
-import { SeededRandom, type GpuBackend, type SpeculationMode } from '@metrale/core';
+import { roundTo, SeededRandom, type GpuBackend, type HostTensor, type Precision, type SpeculationMode } from '@metrale/core';
 import { expect } from 'vitest';
 import { TWO_KERNEL_MIN_BATCH, TWO_KERNEL_VERIFY_MIN_BATCH } from '@metrale/layer-gdn';
 import type { RefSeq } from './gdn-reference.js';
-import { configOf, randomWeights, referenceOf, relErr, Rig, rowOf, type Shape } from './gdn-setup.js';
+import { configOf, deviceWeightsOf, randomWeights, referenceOf, relErr, Rig, rowOf, type Shape } from './gdn-setup.js';
 
 // A batch of TWO_KERNEL_MIN_BATCH sequences through the layer and the driver (the layer runs the
 // two-kernel decode for its decode steps and the two-kernel verify for its verify steps), each
@@ -14,13 +14,23 @@ import { configOf, randomWeights, referenceOf, relErr, Rig, rowOf, type Shape } 
 export const SHAPE: Shape = { hidden: 16, hk: 2, hv: 4, dk: 8, dv: 8, K: 4 };
 export const TOL = 1e-4;
 
-/** Runs the script on `gpu` (default: a CpuBackend); returns the worst relative error. */
-export function runTwoKernelScript(speculation: SpeculationMode, gpu?: GpuBackend): number {
+/**
+ * Runs the script on `gpu` (default: a CpuBackend); returns the worst relative error. With a
+ * precision: the checkpoint as `checkpoint` makes it, the reference given the weights the layer
+ * holds and the inputs rounded to the row type, each output held to `tol`.
+ */
+export function runTwoKernelScript(
+  speculation: SpeculationMode, gpu?: GpuBackend,
+  opts: { precision?: Precision; checkpoint?: (t: HostTensor[]) => HostTensor[]; tol?: number } = {},
+): number {
   const batch = Math.max(TWO_KERNEL_MIN_BATCH, TWO_KERNEL_VERIFY_MIN_BATCH);
-  const { tensors, ref } = randomWeights(SHAPE, 13);
-  const reference = referenceOf(SHAPE, ref);
+  const { tensors: f32Tensors, ref } = randomWeights(SHAPE, 13);
+  const tensors = opts.checkpoint ? opts.checkpoint(f32Tensors) : f32Tensors;
+  const reference = referenceOf(SHAPE, opts.precision ? deviceWeightsOf(SHAPE, tensors, opts.precision) : ref);
+  const tol = opts.tol ?? TOL;
+  const rows = opts.precision?.rows ?? 'f32';
   const limits = { maxSeqs: batch, maxSeqLen: 64, maxBatch: batch, maxK: 3, maxRows: 3 * batch };
-  const rig = new Rig(configOf(SHAPE), tensors, limits, { speculation, graphs: true, gpu });
+  const rig = new Rig(configOf(SHAPE), tensors, limits, { speculation, graphs: true, gpu, ...(opts.precision ? { precision: opts.precision } : {}) });
   const rnd = new SeededRandom(21);
   const W = SHAPE.hidden;
   let worst = 0;
@@ -34,11 +44,11 @@ export function runTwoKernelScript(speculation: SpeculationMode, gpu?: GpuBacken
         const want = Float64Array.from(r.flatMap((x) => [...x]));
         const rel = relErr(out.subarray(row * W, (row + r.length) * W), want);
         worst = Math.max(worst, rel);
-        expect(rel, `${what}, sequence ${s}`).toBeLessThanOrEqual(TOL);
+        expect(rel, `${what}, sequence ${s}`).toBeLessThanOrEqual(tol);
         row += r.length;
       });
     };
-    const input = (n: number) => rnd.normals(n * W);
+    const input = (n: number) => rnd.normals(n * W).map((x) => roundTo(rows, x));
     // Prefill, two decodes, two verifies of 3 with 0..3 accepted, two more decodes.
     const pin = input(lengths.reduce((a, b) => a + b, 0));
     let row = 0;

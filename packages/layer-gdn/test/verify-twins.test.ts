@@ -101,7 +101,7 @@ describe('two-kernel verify: CPU twins ≡ gdn.recurrent (mode 1)', () => {
     const common = {
       qkvz: d.qkvz, ba: d.ba, y: d.y, slots: d.slots, rowStarts: d.rowStarts, seqLens: d.seqLens, state: d.state, convRing: d.convRing,
       convWeight: d.convWeight, aLog: d.aLog, dtBias: d.dtBias, normWeight: d.normWeight,
-      stash: d.stash, convStash: carried ? d.convStash : 0n, pending: carried ? d.pending : 0n, batch, k, ...s, eps: EPS,
+      stash: d.stash, convStash: carried ? d.convStash : 0n, pending: carried ? d.pending : 0n, batch, k, ...s, eps: EPS, yDtype: 0,
     };
     if (two) {
       launchTwoKernelVerify(gpu!, twoKernelVerifyKernels, s, stream, { ...common, prep: d.prep });
@@ -237,7 +237,7 @@ describe('two-kernel verify: CPU twins ≡ gdn.recurrent (mode 1)', () => {
     gpu!.launch(verifyStateKernel, twoKernelVerifyLaunches(s, SLOTS.length, stream, s.maxK).state, {
       qkvz: d.qkvz, ba: d.ba, y: d.y, slots: d.slots, rowStarts: d.rowStarts, seqLens: d.seqLens, state: d.state, convRing: d.convRing,
       convWeight: d.convWeight, aLog: d.aLog, dtBias: d.dtBias, normWeight: d.normWeight,
-      stash: d.stash, convStash: 0n, pending: 0n, prep: d.prep, batch: SLOTS.length, k, ...s, eps: EPS,
+      stash: d.stash, convStash: 0n, pending: 0n, prep: d.prep, batch: SLOTS.length, k, ...s, eps: EPS, yDtype: 0,
     });
     gpu!.synchronize();
     const b = gpu!.download(d.y, host.y.byteLength);
@@ -255,7 +255,7 @@ describe('two-kernel verify: CPU twins ≡ gdn.recurrent (mode 1)', () => {
       gpu!.launch(kernel, kernel === verifyPrepKernel ? l.prep : l.state, {
         qkvz: d.qkvz, ba: d.ba, y: d.y, slots: d.slots, rowStarts: d.rowStarts, seqLens: d.seqLens, state: d.state, convRing: d.convRing,
         convWeight: d.convWeight, aLog: d.aLog, dtBias: d.dtBias, normWeight: d.normWeight,
-        stash: d.stash, convStash: 0n, pending: 0n, prep: nullPrep ? 0n : d.prep, batch: 1, k, ...s, eps: EPS,
+        stash: d.stash, convStash: 0n, pending: 0n, prep: nullPrep ? 0n : d.prep, batch: 1, k, ...s, eps: EPS, yDtype: 0,
       });
       gpu!.synchronize();
     }

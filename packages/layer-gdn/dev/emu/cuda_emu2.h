@@ -79,6 +79,19 @@ template <typename T> inline T __shfl_xor_sync(unsigned, T v, int m) { return em
 template <typename T> inline T __shfl_sync(unsigned, T v, int s) { return emu_shfl(v, s); }
 template <typename T> inline T __shfl_up_sync(unsigned, T v, int d) { int l = emu::tid & 31; T r = emu_shfl(v, l >= d ? l - d : l); return r; }
 template <typename T> inline T __shfl_down_sync(unsigned, T v, int d) { int l = emu::tid & 31; T r = emu_shfl(v, l + d < 32 ? l + d : l); return r; }
+// The kernels' store of y in a 16-bit row type (gdn-step.cuh store_y; <metrale/elements.cuh>
+// on CUDA): bf16 (code 1) and f16 (code 2), rounded to nearest even.
+inline void store_y_emulated(void* base, size_t i, float v, int code) {
+  uint16_t bits;
+  if (code == 1) {
+    const uint32_t u = __float_as_uint(v);
+    bits = (u & 0x7f800000u) == 0x7f800000u && (u & 0x7fffffu) ? (uint16_t)((u >> 16) | 0x40) : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+  } else {
+    const _Float16 h = (_Float16)v;
+    memcpy(&bits, &h, 2);
+  }
+  static_cast<uint16_t*>(base)[i] = bits;
+}
 inline void __trap() { fprintf(stderr, "emu: __trap (block %u %u %u thread %u)\n", blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x); std::abort(); }
 
 template <typename F>

@@ -287,18 +287,18 @@ function launchOn(gpu: GpuBackend, kernels: Decls, s: Shape, batch: number, d: D
   }
   if (l.kernel === 'decode2') {
     const two = { prep: kernels.decodePrep, state: kernels.decodeState, statePlain: kernels.decodeStatePlain } as unknown as TwoKernelDecodeKernels;
-    launchTwoKernelDecode(gpu, two, { hk: s.hk, dk: s.dk, dv: s.dv, hv: s.hv, convK: s.K }, stream, { ...common, prep: d.prep, batch, ...shape, eps: EPS });
+    launchTwoKernelDecode(gpu, two, { hk: s.hk, dk: s.dk, dv: s.dv, hv: s.hv, convK: s.K }, stream, { ...common, prep: d.prep, batch, ...shape, eps: EPS, yDtype: 0 });
     return;
   }
   if (l.kernel === 'verify2') {
     const two = { prep: kernels.verifyPrep, state: kernels.verifyState } as unknown as TwoKernelVerifyKernels;
-    launchTwoKernelVerify(gpu, two, { hk: s.hk, dk: s.dk, dv: s.dv, hv: s.hv, convK: s.K }, stream, { ...common, prep: d.prep, batch, k: l.k, ...shape, eps: EPS });
+    launchTwoKernelVerify(gpu, two, { hk: s.hk, dk: s.dk, dv: s.dv, hv: s.hv, convK: s.K }, stream, { ...common, prep: d.prep, batch, k: l.k, ...shape, eps: EPS, yDtype: 0 });
     return;
   }
   const v = l.variant ?? launchVariant(launchShape, 'recurrent', l.mode, l.k, batch, runsClusters(gpu));
   // Other grid orders for the variants that take any grid of batch·H_v CTAs (not split).
   const grid = v === 'split' || v === 'persist' ? variantGrid(v, batch, s.hv, l.sms ?? gpu.device.multiprocessors) : l.gridOrder === 'head-batch' ? [s.hv, batch] : l.gridOrder === 'flat' ? [s.hv * batch] : [batch, s.hv];
-  launch(kernels.recurrent[v], v, grid, { ...common, mode: l.mode, batch, k: l.k, ...shape, eps: EPS });
+  launch(kernels.recurrent[v], v, grid, { ...common, mode: l.mode, batch, k: l.k, ...shape, eps: EPS, yDtype: 0 });
 }
 
 function mapVariants(r: Readonly<Record<GdnKernelVariant, AnyKernel>>, f: (k: AnyKernel) => AnyKernel): Record<GdnKernelVariant, AnyKernel> {
