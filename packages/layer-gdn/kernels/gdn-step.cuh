@@ -53,8 +53,8 @@ __host__ __device__ __forceinline__ Geo geo_of(const Args& A) {
 
 #if defined(__CUDACC__)
 // A 16-bit element of y, out of line: inlined into the kernels' unrolled row loops, the conversion
-// and store paths raised the register pressure of the 128- and 168-register kernels into spills
-// (gdn_verify_state, gdn_recurrent_smem / _stream); as a call they add none.
+// and store paths pushed the register-capped kernels (gdn_verify_state, gdn_recurrent_smem and
+// _stream) into spills; as a call, only on the 16-bit path, they stay about where they were.
 __device__ __noinline__ void store_y16(void* y, size_t i, float v, int code) { metrale::store_element(y, i, v, code); }
 #endif
 

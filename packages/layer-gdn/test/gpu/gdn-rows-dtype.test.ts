@@ -4,8 +4,9 @@
 // fast builds, the fused norm where clusters run, the norm kernel reading its own f32 `o`, in
 // pieces). Each case runs the same declaration on CUDA and on the CPU twin from identical random
 // buffers, y poisoned (0xFFFF, NaN in both types) first. y: every element within one unit in the
-// last place of the 16-bit type (the two sides round f32 values that differ in their last bits)
-// and a relative L2 error within Y_TOL; elements unwritten on one side only fail. State, ring,
+// last place of the 16-bit type plus the kernel family's f32 disagreement at the rows' scale (the
+// two sides round f32 values that differ in their last bits) and a relative L2 error within Y_TOL;
+// elements unwritten on one side only fail. State, ring,
 // stash and conv stash: within STATE_TOL, as in gdn-kernels.test.ts. A table prints at the end.
 //
 // Run: node ../../node_modules/vitest/vitest.mjs run --config vitest.gpu.config.ts test/gpu/gdn-rows-dtype.test.ts
@@ -31,6 +32,14 @@ const Y_TOL = { 1: 2e-3, 2: 3e-4 } as const;
 /** The f32 buffers: as gdn-kernels.test.ts (the prefill's fast build: its own bound). */
 const STATE_TOL = 1e-5;
 const PREFILL_TOL = { exact: 1e-4, fast: 3e-2 } as const;
+/**
+ * Per element of y, beyond one unit in the last place, a margin at the rows' RMS: the two sides'
+ * f32 values differ in their last bits (a kernel and its twin sum in different orders), and an
+ * element near a rounding boundary of a large value can land one unit off plus that. The relative
+ * L2 bound (Y_TOL) holds the precision; this bound catches a wrong element or type (errors of the
+ * order of the values).
+ */
+const Y_SLACK = { step: 1e-3, exact: 3e-3 } as const;
 const TYPES = [1, 2] as const;
 const typeName = (c: 1 | 2) => (c === 1 ? 'bf16' : 'f16');
 
@@ -186,11 +195,18 @@ interface Row {
 }
 const table: Row[] = [];
 
-/** y's words on both sides: written on the same elements, each within one unit in the last place, rel L2 within Y_TOL. */
-function checkY(name: string, got: Uint16Array, ref: Uint16Array, code: 1 | 2): void {
+/**
+ * y's words on both sides: written on the same elements, each within one unit in the last place
+ * plus `slack` (Y_SLACK) times the written elements' RMS, rel L2 within Y_TOL.
+ */
+function checkY(name: string, got: Uint16Array, ref: Uint16Array, code: 1 | 2, slackRel: number): void {
   const g = decodeY(got, code);
   const r = decodeY(ref, code);
   const { rel, nanMismatch } = diff(g, r);
+  let sq = 0;
+  let n = 0;
+  for (const x of r) if (!Number.isNaN(x)) (sq += x * x), n++;
+  const slack = slackRel * Math.sqrt(sq / Math.max(1, n));
   // One unit in the last place of the 16-bit type at the reference's magnitude (8 significant bits for bf16, 11 for f16).
   const ulp = (x: number) => 2 ** (Math.floor(Math.log2(Math.max(Math.abs(x), code === 1 ? 2 ** -126 : 2 ** -14))) - (code === 1 ? 7 : 10));
   let far = 0;
@@ -198,13 +214,13 @@ function checkY(name: string, got: Uint16Array, ref: Uint16Array, code: 1 | 2): 
   for (let i = 0; i < r.length; i++) {
     if (Number.isNaN(r[i]!) || Number.isNaN(g[i]!)) continue;
     written++;
-    if (Math.abs(g[i]! - r[i]!) > ulp(r[i]!)) far++;
+    if (Math.abs(g[i]! - r[i]!) > ulp(r[i]!) + slack) far++;
   }
   const ok = nanMismatch === 0 && far === 0 && rel <= Y_TOL[code] && written > 0;
-  table.push({ name, buffer: `y ${typeName(code)}`, rel, note: `${far} elements > 1 ulp, ${nanMismatch} unwritten on one side`, ok });
+  table.push({ name, buffer: `y ${typeName(code)}`, rel, note: `${far} elements beyond 1 ulp + slack, ${nanMismatch} unwritten on one side`, ok });
   expect(written, `${name}: y written`).toBeGreaterThan(0);
   expect(nanMismatch, `${name}: y elements written on one side only`).toBe(0);
-  expect(far, `${name}: y elements more than one unit apart`).toBe(0);
+  expect(far, `${name}: y elements beyond one unit in the last place (plus the f32 slack)`).toBe(0);
   expect(rel, `${name}: y relative L2 error`).toBeLessThanOrEqual(Y_TOL[code]);
 }
 
@@ -267,7 +283,7 @@ describe.skipIf(!device.available)('kernels that write y, with y in bf16 and f16
             cpu.dispose();
           }
           const got = runOn(gpu, kernels, s, launch, code, seed);
-          checkY(title, got.y, ref.y, code);
+          checkY(title, got.y, ref.y, code, Y_SLACK.step);
           for (const b of F32_BUFFERS) checkF32(title, b, got[b], ref[b], STATE_TOL);
         });
       }
@@ -295,7 +311,7 @@ describe.skipIf(!device.available)('kernels that write y, with y in bf16 and f16
             }
             const got = runChunked(gpu, kernels.prefill, s, host, true, opts);
             // The fast build's bf16 operands differ between the two sides beyond a unit of y: there, y by its own bound.
-            if (exact) checkY(title, got.yBits!, ref.yBits!, code);
+            if (exact) checkY(title, got.yBits!, ref.yBits!, code, Y_SLACK.exact);
             else checkF32(title, `y ${typeName(code)}`, got.y, ref.y, PREFILL_TOL.fast);
             for (const b of ['state', 'convRing'] as const) checkF32(title, b, got[b], ref[b], exact ? PREFILL_TOL.exact : PREFILL_TOL.fast);
           });
