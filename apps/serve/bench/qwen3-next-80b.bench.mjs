@@ -24,6 +24,8 @@ const { values: o } = parseArgs({
     prompt: { type: 'string', default: '128' },
     spec: { type: 'string', default: '4' },
     tiny: { type: 'boolean', default: false },
+    // Fewer layers at full width (timing the load on a small machine).
+    layers: { type: 'string' },
     // Also time each plain-decode row without CUDA graphs (replay must never be slower).
     eager: { type: 'boolean', default: false },
     out: { type: 'string' },
@@ -46,6 +48,7 @@ const tiny = {
   num_experts: 8, num_experts_per_tok: 2, moe_intermediate_size: 32, shared_expert_intermediate_size: 32,
 };
 const config = o.tiny ? tiny : full;
+if (o.layers) config.num_hidden_layers = Number(o.layers);
 if (!['bf16', 'fp8', 'f32'].includes(o.dtype)) throw new Error(`--dtype must be bf16, fp8 or f32, got ${o.dtype}`);
 const fp8 = o.dtype === 'fp8';
 if (fp8) config.quantization_config = { quant_method: 'fp8', fmt: 'e4m3', activation_scheme: 'dynamic', weight_block_size: [128, 128] };
@@ -81,12 +84,20 @@ const hash = (s) => [...s].reduce((h, c) => Math.imul(h ^ c.charCodeAt(0), 16777
 // expert's gate, norms, conv, embeddings or the lm head).
 const FP8_KEEP = /(in_proj_ba|mlp\.gate|shared_expert_gate|embed_tokens|lm_head)\.weight$/;
 const quantized = (t) => fp8 && t.shape.length === 2 && t.name.endsWith('.weight') && !FP8_KEEP.test(t.name) && !t.name.includes('norm');
+/** The codes of 256 evenly spaced values in [−448, 448]: a random byte picks a uniform value. */
+const UNIFORM_CODES = Uint8Array.from({ length: 256 }, (_, i) => f32ToE4m3(448 * ((2 * i + 1) / 256 - 1)));
 /** Random E4M3 codes of a uniform spread, and their scales: amax of the spread / 448 per block. */
 function randomFp8(t) {
   const [rows, cols] = t.shape;
   const codes = new Uint8Array(rows * cols);
   const amax = t.std * Math.sqrt(3);
-  for (let i = 0; i < codes.length; i++) codes[i] = f32ToE4m3(448 * (2 * next() - 1));
+  for (let i = 0; i < codes.length; i += 4) {
+    const r = Math.floor(next() * 4294967296);
+    codes[i] = UNIFORM_CODES[r & 255];
+    codes[i + 1] = UNIFORM_CODES[(r >>> 8) & 255];
+    codes[i + 2] = UNIFORM_CODES[(r >>> 16) & 255];
+    codes[i + 3] = UNIFORM_CODES[r >>> 24];
+  }
   const scales = new Float32Array(blocksOf(rows) * blocksOf(cols)).fill(amax / 448);
   return { codes, scales };
 }

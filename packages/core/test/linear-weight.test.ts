@@ -84,6 +84,26 @@ describe('readLinear', () => {
     }
   });
 
+  it('finds a non-finite value from the bits, at any position, in every float type', () => {
+    for (const [dtype, nan] of [['bf16', 0x7fc0], ['f16', 0x7c00]] as const) {
+      for (const at of [0, 5, 6]) {
+        const bits = new Uint16Array(7).fill(0x3c00);
+        bits[at] = nan;
+        const src = new MemoryWeightSource('m', [{ name: 'w', dtype, shape: [7, 1], data: new Uint8Array(bits.buffer) }]);
+        expect(() => readLinear(src, 'w', [7, 1], { rows: dtype, fp8Weights: false })).toThrow(new RegExp(`non-finite value .* at element ${at}$`));
+      }
+    }
+    const f = new Float32Array(5).fill(1);
+    f[3] = -Infinity;
+    expect(() => readLinear(new MemoryWeightSource('m', [tensorOf('w', f, [5, 1])]), 'w', [5, 1], F32_PRECISION)).toThrow(/non-finite value \(-Infinity\) at element 3/);
+    // Unaligned bytes (a view into a larger buffer) are read as well.
+    const raw = new Uint8Array(2 + 4 * 2);
+    const view = raw.subarray(2);
+    new Uint16Array(raw.buffer.slice(0)).fill(0);
+    view.set(new Uint8Array(Uint16Array.from([0x3f80, 0x3f80, 0x3f80, 0x7f80]).buffer));
+    expect(() => readLinear(new MemoryWeightSource('m', [{ name: 'w', dtype: 'bf16', shape: [4, 1], data: view }]), 'w', [4, 1], BF16)).toThrow(/at element 3/);
+  });
+
   it('refuses an integer tensor and a wrong shape', () => {
     const src = new MemoryWeightSource('m', [{ name: 'w', dtype: 'i32', shape: [2, 2], data: new Uint8Array(16) }, tensorOf('v', new Float32Array(6), [2, 3])]);
     expect(() => readLinear(src, 'w', [2, 2], BF16)).toThrow(/is i32/);

@@ -17,7 +17,7 @@ export interface HostLinear {
   readonly rows: number;
   readonly cols: number;
   readonly dtype: WeightDtype;
-  /** rows × cols elements of `dtype`, row-major, little-endian. */
+  /** rows × cols elements of `dtype`, row-major, little-endian (may alias the source tensor's bytes). */
   readonly data: Uint8Array;
   /** f8e4m3: f32 [⌈rows / 128⌉][⌈cols / 128⌉]; weight[r][c] = code value × scales[r / 128][c / 128]. */
   readonly scales?: Float32Array;
@@ -50,6 +50,49 @@ function checkFinite(values: Float32Array, full: string, file: string): void {
   for (let i = 0; i < values.length; i++) {
     if (!Number.isFinite(values[i]!)) throw new WeightsError(`tensor '${full}' holds a non-finite value (${values[i]}) at element ${i}`, file);
   }
+}
+
+/** The bytes as 32-bit words (a copy only when they are not 4-byte aligned), and the bytes left over. */
+function words(data: Uint8Array): { w: Uint32Array; tail: number } {
+  const n = data.byteLength >>> 2;
+  const src = data.byteOffset % 4 === 0 ? data : data.slice();
+  return { w: new Uint32Array(src.buffer, src.byteOffset, n), tail: n * 4 };
+}
+
+/**
+ * The index of the first element whose bits are not a finite float of `dtype` (an all-ones
+ * exponent: Inf or NaN), or −1; read from the raw bits, so that checking a checkpoint costs no
+ * conversion.
+ */
+function firstNonFinite(data: Uint8Array, dtype: FloatDtype): number {
+  const { w, tail } = words(data);
+  if (dtype === 'f32') {
+    for (let i = 0; i < w.length; i++) if ((w[i]! & 0x7f800000) === 0x7f800000) return i;
+    return -1;
+  }
+  const exp = dtype === 'bf16' ? 0x7f80 : 0x7c00;
+  const both = (exp | (exp << 16)) >>> 0;
+  for (let i = 0; i < w.length; i++) {
+    const x = (w[i]! & both) >>> 0;
+    if ((x & exp) === exp) return 2 * i;
+    if (x >>> 16 === exp) return 2 * i + 1;
+  }
+  if (tail < data.byteLength && ((data[tail]! | (data[tail + 1]! << 8)) & exp) === exp) return tail / 2;
+  return -1;
+}
+
+/** The index of the first FP8 E4M3 NaN code (0x7f or 0xff), or −1, four codes per word. */
+function firstFp8Nan(data: Uint8Array): number {
+  const { w, tail } = words(data);
+  for (let i = 0; i < w.length; i++) {
+    // A byte of y is zero exactly where the code is 0x7f or 0xff (the "has a zero byte" test).
+    const y = ((w[i]! & 0x7f7f7f7f) ^ 0x7f7f7f7f) >>> 0;
+    if (((y - 0x01010101) & ~y & 0x80808080) !== 0) {
+      for (let b = 0; b < 4; b++) if ((data[4 * i + b]! & 0x7f) === 0x7f) return 4 * i + b;
+    }
+  }
+  for (let i = tail; i < data.byteLength; i++) if ((data[i]! & 0x7f) === 0x7f) return i;
+  return -1;
 }
 
 function sameShape(t: HostTensor, shape: readonly number[]): boolean {
@@ -106,18 +149,14 @@ export function readLinear(source: WeightSource, name: string, shape: readonly [
   if (!sameShape(t, shape)) throw new WeightsError(`tensor '${full}' has shape [${t.shape.join(', ')}], expected [${rows}, ${cols}]`, file);
   if (t.dtype === 'f8e4m3') {
     const scales = readScales(source, name, rows, cols);
-    for (let i = 0; i < t.data.length; i++) {
-      if ((t.data[i]! & 0x7f) === 0x7f) throw new WeightsError(`tensor '${full}' holds an FP8 NaN (code 0x${t.data[i]!.toString(16)}) at element ${i}`, file);
-    }
-    if (precision.fp8Weights) return { name: full, rows, cols, dtype: 'f8e4m3', data: t.data.slice(), scales };
+    const nan = firstFp8Nan(t.data);
+    if (nan >= 0) throw new WeightsError(`tensor '${full}' holds an FP8 NaN (code 0x${t.data[nan]!.toString(16)}) at element ${nan}`, file);
+    if (precision.fp8Weights) return { name: full, rows, cols, dtype: 'f8e4m3', data: t.data, scales };
     const values = dequantizeFp8(t.data, scales, rows, cols);
     return { name: full, rows, cols, dtype: precision.rows, data: encodeFloats(values, precision.rows) };
   }
   if (!FLOATS.has(t.dtype)) throw new WeightsError(`tensor '${full}' is ${t.dtype}; expected bf16, f16, f32 or block-FP8 (F8_E4M3 with a _scale_inv)`, file);
-  const values = toF32(t);
-  checkFinite(values, full, file);
-  const data = t.dtype === precision.rows ? t.data.slice() : encodeFloats(values, precision.rows);
-  return { name: full, rows, cols, dtype: precision.rows, data };
+  return { name: full, rows, cols, dtype: precision.rows, data: floatsIn(t, precision.rows, full, file) };
 }
 
 /** Any float tensor (an embedding table, a conv kernel) in `dtype`; FP8 is refused (checkpoints keep these unquantized). */
@@ -128,9 +167,22 @@ export function readFloats(source: WeightSource, name: string, shape: readonly n
   const t = source.get(name);
   if (!sameShape(t, shape)) throw new WeightsError(`tensor '${full}' has shape [${t.shape.join(', ')}], expected [${shape.join(', ')}]`, file);
   if (!FLOATS.has(t.dtype)) throw new WeightsError(`tensor '${full}' is ${t.dtype}; expected bf16, f16 or f32`, file);
+  return floatsIn(t, dtype, full, file);
+}
+
+/**
+ * A float tensor's values in `dtype`, every one finite: its own bytes when it is stored in that
+ * type already (checked from the bits, not copied: they may alias the source's), else converted.
+ */
+function floatsIn(t: HostTensor, dtype: FloatDtype, full: string, file: string): Uint8Array {
+  if (t.dtype === dtype) {
+    const bad = firstNonFinite(t.data, dtype);
+    if (bad >= 0) throw new WeightsError(`tensor '${full}' holds a non-finite value (${toF32({ ...t, shape: [t.data.length], data: t.data }).at(bad)}) at element ${bad}`, file);
+    return t.data;
+  }
   const values = toF32(t);
   checkFinite(values, full, file);
-  return t.dtype === dtype ? t.data.slice() : encodeFloats(values, dtype);
+  return encodeFloats(values, dtype);
 }
 
 /**

@@ -1,0 +1,85 @@
+// The model fixtures in each data path (tools/fixtures/models.py; HF's float64 logits), on one
+// backend: the first generated token's top-5 logprobs, as `metrale generate --json --logprobs 5`
+// reports them, within 0.002 of HF's in --dtype f32 (with HF's greedy tokens), 0.05 in bf16 (the
+// checkpoint's own dtype, --dtype auto) and 0.1 for the block-FP8 fixture (its reference: the
+// dequantized weights). Shared by the CPU test and the CUDA one.
+import { describe, expect, it } from 'vitest';
+import { metrale } from './run-cli.js';
+import { fixtureNames, readModelFixture, type ModelFixture } from './model-fixtures.js';
+
+interface Logprob { token: number; logprob: number }
+
+/** HF's top-n logprobs of the first generated token: the log-softmax of the last prompt row, in f64. */
+export function referenceTop(fx: ModelFixture, n: number): Logprob[] {
+  const V = fx.vocab;
+  const row = fx.promptLogits.subarray((fx.expected.prompt_ids.length - 1) * V, fx.expected.prompt_ids.length * V);
+  let max = -Infinity;
+  for (const v of row) max = Math.max(max, v);
+  let sum = 0;
+  for (const v of row) sum += Math.exp(v - max);
+  const lse = max + Math.log(sum);
+  return Array.from(row, (v, token) => ({ token, logprob: v - lse }))
+    .sort((a, b) => b.logprob - a.logprob || a.token - b.token)
+    .slice(0, n);
+}
+
+/**
+ * The largest logprob difference between two top-n lists, by token. A token in one list only
+ * (a near-tie at the last rank) counts by how far it is from the other list's last entry.
+ */
+export function topLogprobGap(ours: readonly Logprob[], ref: readonly Logprob[]): number {
+  const mine = new Map(ours.map((e) => [e.token, e.logprob]));
+  const theirs = new Map(ref.map((e) => [e.token, e.logprob]));
+  const lastMine = ours.at(-1)!.logprob, lastRef = ref.at(-1)!.logprob;
+  let worst = 0;
+  for (const { token, logprob } of ref) {
+    const m = mine.get(token);
+    worst = Math.max(worst, m === undefined ? Math.max(0, logprob - lastMine) : Math.abs(m - logprob));
+  }
+  for (const { token, logprob } of ours) if (!theirs.has(token)) worst = Math.max(worst, Math.max(0, logprob - lastRef));
+  return worst;
+}
+
+function firstTokenTop(fx: ModelFixture, backend: string, dtype: string, extra: string[] = []): { top: Logprob[]; tokens: number[]; dtype: string } {
+  const r = metrale(['generate', '--model', fx.dir, '--prompt-ids', fx.expected.prompt_ids.join(','), '--max-tokens', String(fx.expected.max_new_tokens),
+    '--greedy', '--ignore-eos', '--backend', backend, '--json', '--dtype', dtype, '--logprobs', '5', ...extra]);
+  expect(r.code, r.stderr).toBe(0);
+  const line = JSON.parse(r.lines.at(-1)!) as { tokens: number[]; logprobs: Logprob[][]; stats: { dtype: string } };
+  expect(line.logprobs).toHaveLength(line.tokens.length);
+  for (const list of line.logprobs) {
+    expect(list).toHaveLength(5);
+    for (let i = 1; i < list.length; i++) expect(list[i]!.logprob).toBeLessThanOrEqual(list[i - 1]!.logprob);
+    expect(list[0]!.logprob).toBeLessThanOrEqual(0);
+  }
+  return { top: line.logprobs[0]!, tokens: line.tokens, dtype: line.stats.dtype };
+}
+
+/** The tests, for `backend` ('cpu' or 'cuda'). */
+export function describeModelPrecision(backend: string, skip = ''): void {
+  describe.skipIf(skip !== '')(`the model fixtures, logprobs of the first generated token against HF (${backend})${skip ? `: ${skip}` : ''}`, () => {
+    for (const name of fixtureNames()) {
+      const fx = readModelFixture(name);
+      const ref = referenceTop(fx, 5);
+      const fp8 = name.includes('fp8');
+
+      it(`${name}: --dtype f32 within 0.002 and greedy-equal`, () => {
+        const { top, tokens, dtype } = firstTokenTop(fx, backend, 'f32');
+        expect(dtype).toBe('f32');
+        const gap = topLogprobGap(top, ref);
+        console.log(`${name} ${backend} f32: top-5 logprob gap ${gap.toExponential(2)}`);
+        expect(gap).toBeLessThanOrEqual(0.002);
+        expect(tokens).toEqual(fx.expected.greedy_tokens);
+        // The greedy token is the first of its list.
+        expect(top[0]!.token).toBe(tokens[0]);
+      });
+
+      it(`${name}: --dtype auto (${fp8 ? 'FP8 weights, bf16 rows' : 'the checkpoint\'s bf16'}) within ${fp8 ? 0.1 : 0.05}`, () => {
+        const { top, dtype } = firstTokenTop(fx, backend, 'auto');
+        expect(dtype).toBe(fp8 ? 'fp8 weights, bf16 rows' : 'bf16');
+        const gap = topLogprobGap(top, ref);
+        console.log(`${name} ${backend} auto: top-5 logprob gap ${gap.toExponential(2)}`);
+        expect(gap).toBeLessThanOrEqual(fp8 ? 0.1 : 0.05);
+      });
+    }
+  });
+}
