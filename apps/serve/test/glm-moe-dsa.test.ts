@@ -63,7 +63,7 @@ describe('glm_moe_dsa: which layers are dense', () => {
 describe(`metrale generate --model ${NAME} (CPU)`, () => {
   it('prints one JSON line with HF\'s greedy tokens and the run\'s stats', () => {
     const r = metrale(['generate', '--model', fx.dir, '--prompt-ids', fx.expected.prompt_ids.join(','), '--max-tokens', String(fx.expected.max_new_tokens),
-      '--greedy', '--ignore-eos', '--backend', 'cpu', '--json']);
+      '--greedy', '--ignore-eos', '--backend', 'cpu', '--dtype', 'f32', '--json']);
     expect(r.stderr).toBe('');
     expect(r.code).toBe(0);
     expect(r.lines).toHaveLength(1);
@@ -75,7 +75,7 @@ describe(`metrale generate --model ${NAME} (CPU)`, () => {
   });
 
   it('runs a context shorter than index_topk (every key is selected there)', () => {
-    const r = metrale(['generate', '--model', fx.dir, '--prompt-ids', '5,6,7', '--max-tokens', '3', '--greedy', '--ignore-eos', '--backend', 'cpu', '--json']);
+    const r = metrale(['generate', '--model', fx.dir, '--prompt-ids', '5,6,7', '--max-tokens', '3', '--greedy', '--ignore-eos', '--backend', 'cpu', '--dtype', 'f32', '--json']);
     expect(r.stderr).toBe('');
     expect(r.code).toBe(0);
     expect((JSON.parse(r.lines.at(-1)!) as GenerateLine).tokens).toHaveLength(3);
@@ -84,7 +84,7 @@ describe(`metrale generate --model ${NAME} (CPU)`, () => {
   it('gives the same tokens with every n-gram setting, verify steps included', () => {
     for (const spec of ['ngram:k=2,min=1', 'ngram:k=5,min=1,max=3']) {
       const r = metrale(['generate', '--model', fx.dir, '--prompt-ids', fx.expected.prompt_ids.join(','), '--max-tokens', String(fx.expected.max_new_tokens),
-        '--greedy', '--ignore-eos', '--backend', 'cpu', '--json', '--spec', spec]);
+        '--greedy', '--ignore-eos', '--backend', 'cpu', '--dtype', 'f32', '--json', '--spec', spec]);
       expect(r.stderr).toBe('');
       const out = JSON.parse(r.lines.at(-1)!) as GenerateLine;
       expect(out.tokens, spec).toEqual(fx.expected.greedy_tokens);

@@ -27,7 +27,7 @@ describe('metrale generate on the Hugging Face model fixtures (CPU)', () => {
     const supported = architectures.has(fx.expected.model_type);
     const run = (extra: string[]) => {
       const r = metrale(['generate', '--model', fx.dir, '--prompt-ids', fx.expected.prompt_ids.join(','), '--max-tokens', String(fx.expected.max_new_tokens),
-        '--greedy', '--ignore-eos', '--backend', 'cpu', '--json', ...extra]);
+        '--greedy', '--ignore-eos', '--backend', 'cpu', '--dtype', 'f32', '--json', ...extra]);
       expect(r.stderr).toBe('');
       expect(r.code).toBe(0);
       return JSON.parse(r.lines.at(-1)!) as { tokens: number[]; stats: { speculative: { acceptance_rate: number; accepted: number; drafted: number } | null } };

@@ -37,7 +37,7 @@ describe.skipIf(why !== '')(`metrale generate on ${NAME} (CUDA)${why ? `: ${why}
       const fx = readModelFixture(NAME);
       const logits = join(tmp, `logits-${spec.length}.safetensors`);
       const r = metrale(['generate', '--model', fx.dir, '--prompt-ids', fx.expected.prompt_ids.join(','), '--max-tokens', String(fx.expected.max_new_tokens),
-        '--greedy', '--ignore-eos', '--backend', 'cuda', '--json', ...spec, ...(spec.length ? [] : ['--prompt-logits', logits])]);
+        '--greedy', '--ignore-eos', '--backend', 'cuda', '--dtype', 'f32', '--json', ...spec, ...(spec.length ? [] : ['--prompt-logits', logits])]);
       expect(r.code, r.stderr).toBe(0);
       const out = JSON.parse(r.lines.at(-1)!) as { tokens: number[]; stats: { backend: string } };
       expect(out.stats.backend).toBe('cuda');

@@ -23,7 +23,7 @@ describe.skipIf(!cuda.available || !stdKernels)(`metrale generate on the HF mode
       it(`${name}${spec.length ? ' with --spec ngram' : ''}: tokens agree up to the first step with a top-2 margin ≤ 0.05`, () => {
         const fx = readModelFixture(name);
         const r = metrale(['generate', '--model', fx.dir, '--prompt-ids', fx.expected.prompt_ids.join(','), '--max-tokens', String(fx.expected.max_new_tokens),
-          '--greedy', '--ignore-eos', '--backend', 'cuda', '--json', ...spec]);
+          '--greedy', '--ignore-eos', '--backend', 'cuda', '--dtype', 'f32', '--json', ...spec]);
         expect(r.code, r.stderr).toBe(0);
         const tokens = (JSON.parse(r.lines.at(-1)!) as { tokens: number[] }).tokens;
         const close = fx.expected.top2_margins.findIndex((m) => m <= 0.05);

@@ -1,13 +1,18 @@
 // The model fixtures in each data path (tools/fixtures/models.py; HF's float64 logits), on one
 // backend: the first generated token's top-5 logprobs, as `metrale generate --json --logprobs 5`
-// reports them, within 0.002 of HF's in --dtype f32 (with HF's greedy tokens), 0.05 in bf16 (the
-// checkpoint's own dtype, --dtype auto) and 0.1 for the block-FP8 fixture (its reference: the
-// dequantized weights). Shared by the CPU test and the CUDA one.
+// reports them, within 0.002 of HF's in --dtype f32 (with HF's greedy tokens) and within 0.1 in
+// bf16 (the checkpoint's own dtype, --dtype auto) and for the block-FP8 fixture (its reference: the
+// dequantized weights). The bf16 bound is not 0.05: Hugging Face's own bf16 model of these
+// fixtures is 0.028–0.11 from its float64 one (qwen3-next-real: 0.110; docs/benchmarks.md), so
+// bf16 rounding alone moves these logits by more than 0.05. Shared by the CPU and the CUDA test.
 import { describe, expect, it } from 'vitest';
 import { metrale } from './run-cli.js';
 import { fixtureNames, readModelFixture, type ModelFixture } from './model-fixtures.js';
 
 interface Logprob { token: number; logprob: number }
+
+/** The bound of the bf16 and FP8 paths' top-5 logprobs against the float64 reference (see above). */
+const AUTO_BOUND = 0.1;
 
 /** HF's top-n logprobs of the first generated token: the log-softmax of the last prompt row, in f64. */
 export function referenceTop(fx: ModelFixture, n: number): Logprob[] {
@@ -73,12 +78,12 @@ export function describeModelPrecision(backend: string, skip = ''): void {
         expect(top[0]!.token).toBe(tokens[0]);
       });
 
-      it(`${name}: --dtype auto (${fp8 ? 'FP8 weights, bf16 rows' : 'the checkpoint\'s bf16'}) within ${fp8 ? 0.1 : 0.05}`, () => {
+      it(`${name}: --dtype auto (${fp8 ? 'FP8 weights, bf16 rows' : 'the checkpoint\'s bf16'}) within ${AUTO_BOUND}`, () => {
         const { top, dtype } = firstTokenTop(fx, backend, 'auto');
         expect(dtype).toBe(fp8 ? 'fp8 weights, bf16 rows' : 'bf16');
         const gap = topLogprobGap(top, ref);
         console.log(`${name} ${backend} auto: top-5 logprob gap ${gap.toExponential(2)}`);
-        expect(gap).toBeLessThanOrEqual(fp8 ? 0.1 : 0.05);
+        expect(gap).toBeLessThanOrEqual(AUTO_BOUND);
       });
     }
   });
