@@ -31,9 +31,9 @@ export function registerChat(app: FastifyInstance, ctx: ServerContext): void {
   app.post('/v1/chat/completions', async (request, reply) => {
     const arrived = performance.now();
     const body = parseBody(chatRequest, request.body);
+    refuseUnsupported(body, 'chat');
     const served = ctx.servedOrUnavailable();
     checkModel(body.model, served);
-    refuseUnsupported(body);
     const prompt = chatPrompt(ctx, body.messages);
     const asked = body.max_completion_tokens ?? body.max_tokens;
     const field = body.max_completion_tokens != null ? 'max_completion_tokens' : 'max_tokens';

@@ -22,9 +22,9 @@ export function registerCompletions(app: FastifyInstance, ctx: ServerContext): v
   app.post('/v1/completions', async (request, reply) => {
     const arrived = performance.now();
     const body = parseBody(completionRequest, request.body);
+    refuseUnsupported(body, 'completion');
     const served = ctx.servedOrUnavailable();
     checkModel(body.model, served);
-    refuseUnsupported(body);
     const prompts = promptsOf(body.prompt, ctx);
     const sampling = samplingOf(body);
     const stop = stopStrings(body.stop);

@@ -1,4 +1,4 @@
-import Fastify, { LogController, type FastifyInstance, type FastifyServerOptions } from 'fastify';
+import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyServerOptions } from 'fastify';
 import { ApiError } from './api-error.js';
 import { registerChat } from './chat-route.js';
 import { registerCompletions } from './completions-route.js';
@@ -6,6 +6,7 @@ import type { ServerContext } from './server-context.js';
 import { registerTokenize } from './tokenize-route.js';
 
 const GENERATION_ROUTES = new Set(['/v1/completions', '/v1/chat/completions']);
+const MODEL_PATH = '/v1/models/';
 
 export interface CreateServerOptions {
   /** fastify's logger option (pino): structured JSON logs. */
@@ -28,6 +29,16 @@ export function createServer(ctx: ServerContext, options: CreateServerOptions = 
     logController: new LogController({ disableRequestLogging: true }),
     // Idle keep-alive sockets close at shutdown; busy ones finish their response.
     forceCloseConnections: 'idle',
+    // Model ids may be long checkpoint paths.
+    routerOptions: { maxParamLength: 4096 },
+    // A URL the router cannot decode never reaches a route: answer it as one would have.
+    frameworkErrors: (error, request, reply) => {
+      const path = request.url.split('?', 1)[0]!;
+      const api = path.startsWith(MODEL_PATH)
+        ? new ApiError(404, `the model '${path.slice(MODEL_PATH.length)}' does not exist (its id is not valid percent-encoding)${ctx.model ? `; this server serves '${ctx.model.name}'` : ''}`, { param: 'model', code: 'model_not_found' })
+        : new ApiError(400, `${error.message}; percent-encode the URL`, { code: 'bad_url' });
+      void (reply as FastifyReply).code(api.status).send(api.toBody());
+    },
   });
 
   app.setErrorHandler((thrown, request, reply) => {
@@ -71,9 +82,10 @@ export function createServer(ctx: ServerContext, options: CreateServerOptions = 
       data: m ? [{ id: m.name, object: 'model', created: 0, owned_by: 'metrale', max_model_len: m.maxModelLen, model_type: info?.modelType, ready: ctx.engine.state === 'ready' }] : [],
     };
   });
-  // Model names may hold slashes (metrale/embedded-qwen3-next): the id is the rest of the path.
+  // Model names may hold slashes (metrale/embedded-qwen3-next): the id is the rest of the path,
+  // which the router has already percent-decoded (decoding it again would fail on '%').
   app.get('/v1/models/*', async (request) => {
-    const id = decodeURIComponent((request.params as { '*': string })['*']);
+    const id = (request.params as { '*': string })['*'];
     const m = ctx.model;
     if (!m || m.name !== id) throw new ApiError(404, `the model '${id}' does not exist${m ? `; this server serves '${m.name}'` : ''}`, { param: 'model', code: 'model_not_found' });
     return { id: m.name, object: 'model', created: 0, owned_by: 'metrale', max_model_len: m.maxModelLen };

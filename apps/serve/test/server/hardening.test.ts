@@ -1,0 +1,94 @@
+import OpenAI from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startServer, type ServeProcess } from '../support/serve-process.js';
+
+// The server as an exposed deployment meets it: hostile URLs and fields it does not implement,
+// through the official openai client wherever a client is involved.
+const MODEL = 'metrale/embedded-qwen3-next';
+let server: ServeProcess;
+let client: OpenAI;
+
+beforeAll(async () => {
+  server = await startServer(['--max-model-len', '512']);
+  client = server.client;
+  await server.ready();
+}, 60_000);
+
+afterAll(async () => {
+  expect(await server?.stop()).toBe(0);
+});
+
+describe('unknown model ids', () => {
+  it('404 for any id the server does not serve, malformed percent-encoding included', async () => {
+    for (const id of ['gpt-9', '%zz', '%', 'a/b/../c', MODEL.toUpperCase()]) {
+      const err = await client.models.retrieve(id).catch((e: unknown) => e);
+      expect(err, id).toBeInstanceOf(OpenAI.NotFoundError);
+      expect((err as InstanceType<typeof OpenAI.NotFoundError>).code).toBe('model_not_found');
+    }
+    for (const path of ['%25zz', '%zz', '%E0%A4%A', 'x'.repeat(300)]) {
+      const r = await fetch(`${server.url}/v1/models/${path}`);
+      expect(r.status, path).toBe(404);
+      expect(((await r.json()) as any).error.code).toBe('model_not_found');
+    }
+    expect((await client.models.retrieve(MODEL)).id).toBe(MODEL);
+  });
+});
+
+describe('fields the server does not implement', () => {
+  const completion = { model: MODEL, prompt: 'hello', max_tokens: 2 };
+  const chat = { model: MODEL, messages: [{ role: 'user', content: 'hello' }], max_tokens: 2 };
+  const refused: [string, Record<string, unknown>, string][] = [
+    ['completions', { logit_bias: { 50: 5 } }, 'logit_bias'],
+    ['completions', { logprobs: 2 }, 'logprobs'],
+    ['completions', { echo: true }, 'echo'],
+    ['completions', { frequency_penalty: 0.5 }, 'frequency_penalty'],
+    ['completions', { presence_penalty: -0.5 }, 'presence_penalty'],
+    ['completions', { best_of: 3 }, 'best_of'],
+    ['completions', { suffix: 'end' }, 'suffix'],
+    ['completions', { repetition_penalty: 1.1 }, 'repetition_penalty'],
+    ['completions', { stop_token_ids: [5] }, 'stop_token_ids'],
+    ['completions', { min_tokens: 4 }, 'min_tokens'],
+    ['completions', { guided_json: { type: 'object' } }, 'guided_json'],
+    ['completions', { response_format: { type: 'json_object' } }, 'response_format'],
+    ['completions', { messages: [] }, 'messages'],
+    ['chat', { logprobs: true }, 'logprobs'],
+    ['chat', { top_logprobs: 3 }, 'top_logprobs'],
+    ['chat', { logit_bias: { 50: -100 } }, 'logit_bias'],
+    ['chat', { tools: [{ type: 'function', function: { name: 'f', parameters: {} } }] }, 'tools'],
+    ['chat', { tool_choice: 'required' }, 'tool_choice'],
+    ['chat', { response_format: { type: 'json_schema', json_schema: { name: 'x', schema: {} } } }, 'response_format'],
+    ['chat', { repetition_penalty: 1.2 }, 'repetition_penalty'],
+    ['chat', { stop_token_ids: [7, 8] }, 'stop_token_ids'],
+    ['chat', { frequency_penalty: 1 }, 'frequency_penalty'],
+    ['chat', { reasoning_effort: 'low' }, 'reasoning_effort'],
+    ['chat', { stream_options: { include_usage: true, include_obfuscation: true }, stream: true }, 'stream_options.include_obfuscation'],
+    ['chat', { messages: [{ role: 'assistant', content: null, tool_calls: [{ id: '1', type: 'function', function: { name: 'f', arguments: '{}' } }] }] }, 'messages[0].tool_calls'],
+    ['chat', { chat_template_kwargs: { enable_thinking: false } }, 'chat_template_kwargs'],
+    ['chat', { some_new_field: 1 }, 'some_new_field'],
+  ];
+
+  it('refuses each with a 400 that names it', async () => {
+    for (const [endpoint, extra, param] of refused) {
+      const create = endpoint === 'chat'
+        ? client.chat.completions.create({ ...chat, ...extra } as any)
+        : client.completions.create({ ...completion, ...extra } as any);
+      const err = await create.catch((e: unknown) => e);
+      expect(err, `${endpoint} ${param}`).toBeInstanceOf(OpenAI.BadRequestError);
+      const bad = err as InstanceType<typeof OpenAI.BadRequestError>;
+      expect(bad.param, `${endpoint} ${JSON.stringify(extra)}`).toBe(param);
+      expect(bad.code).toBe('unsupported_parameter');
+      expect(bad.message).toContain(param);
+    }
+  });
+
+  it('accepts the values that ask for nothing, as clients send them by default', async () => {
+    const inert = {
+      frequency_penalty: 0, presence_penalty: 0, logprobs: false, top_logprobs: 0, logit_bias: {}, tools: [], tool_choice: 'none', n: 1,
+      response_format: { type: 'text' }, user: 'someone', repetition_penalty: 1, stop_token_ids: [], skip_special_tokens: true, parallel_tool_calls: true,
+    };
+    const r = await client.chat.completions.create({ ...chat, ...inert, messages: [{ role: 'user', content: 'hello', name: 'me' }] } as any);
+    expect(r.choices[0]!.message.role).toBe('assistant');
+    const c = await client.completions.create({ ...completion, logprobs: null, echo: false, best_of: 1, suffix: null } as any);
+    expect(c.choices).toHaveLength(1);
+  });
+});
