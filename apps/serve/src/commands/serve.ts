@@ -152,11 +152,9 @@ async function serve(o: ServeOptions, ctx: CliContext): Promise<number> {
     bar?.update(bar.getTotal());
     bar?.stop();
     bar = undefined;
-    metrics.modelLoaded.set(1);
     log.info({ backend: r.backend, device: r.device, load_ms: Math.round(r.loadMs), max_batch: r.maxBatch, device_weight_bytes: r.deviceWeightBytes }, 'ready');
   });
   engine.on('failed', (error: Error) => {
-    metrics.modelLoaded.set(0);
     log.error({ err: error.message }, engine.ready ? 'the engine failed' : 'the model failed to load');
     void stop('engine failure', 1);
   });

@@ -44,6 +44,7 @@ export function registerChat(app: FastifyInstance, ctx: ServerContext): void {
     return runChoices({
       ctx, reply, arrived,
       params: withChoices([{ prompt, maxTokens, ...samplingOf(body), stop: stopStrings(body.stop), stopTokenIds: body.ignore_eos ? [] : served.eosTokenIds }], body.n),
+      n: body.n ?? 1,
       promptTokens: prompt.length,
       stream: body.stream ?? false,
       includeUsage: body.stream_options?.include_usage ?? false,

@@ -28,6 +28,8 @@ export interface RunChoicesOptions {
   readonly params: readonly GenerationParams[];
   /** Prompt tokens of the request, counted once per prompt whatever `n` (as OpenAI's usage does). */
   readonly promptTokens: number;
+  /** The request's `n` (each prompt's choices). */
+  readonly n: number;
   readonly stream: boolean;
   readonly includeUsage: boolean;
   readonly format: ChoiceFormat;
@@ -47,6 +49,7 @@ export async function runChoices(o: RunChoicesOptions): Promise<unknown> {
   const { ctx, reply, params, format } = o;
   const decoder = ctx.codec;
   ctx.admit(params.length);
+  for (let i = 0; i < params.length; i += o.n) ctx.metrics.requestParams(o.n);
   const raw = reply.raw;
   const sse = o.stream ? new SseWriter(raw) : undefined;
   const gens: Generation[] = [];
@@ -101,7 +104,5 @@ export async function runChoices(o: RunChoicesOptions): Promise<unknown> {
     return undefined;
   } finally {
     raw.off('close', onClose);
-    // A hijacked reply skips fastify's onResponse hook, where other answers are counted.
-    if (sse) ctx.metrics.httpRequests.inc({ route: reply.request.routeOptions.url ?? 'unknown', code: String(raw.statusCode) });
   }
 }

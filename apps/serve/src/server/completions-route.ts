@@ -41,6 +41,7 @@ export function registerCompletions(app: FastifyInstance, ctx: ServerContext): v
     return runChoices({
       ctx, reply, arrived,
       params: withChoices(params, body.n),
+      n: body.n ?? 1,
       promptTokens: prompts.reduce((a, p) => a + p.length, 0),
       stream: body.stream ?? false,
       includeUsage: body.stream_options?.include_usage ?? false,

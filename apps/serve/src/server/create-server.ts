@@ -61,8 +61,8 @@ export function createServer(ctx: ServerContext, options: CreateServerOptions = 
     reply.code(404).send(new ApiError(404, `no route ${request.method} ${request.url}; see /v1/models, /v1/completions, /v1/chat/completions, /health, /metrics, /tokenize, /detokenize`).toBody());
   });
   app.addHook('onResponse', async (request, reply) => {
-    const route = request.routeOptions.url ?? 'unmatched';
-    ctx.metrics.httpRequests.inc({ route, code: String(reply.statusCode) });
+    const route = request.routeOptions.url ?? 'none';
+    ctx.metrics.httpRequest(route, request.method, reply.statusCode);
     // Generations log their own line (choice-runner.ts); everything else logs here, at debug.
     if (!GENERATION_ROUTES.has(route) || reply.statusCode !== 200) {
       request.log.debug({ method: request.method, route, status: reply.statusCode, ms: Math.round(reply.elapsedTime) }, 'request');

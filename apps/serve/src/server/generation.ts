@@ -2,7 +2,7 @@ import type { SamplingParams } from '@metrale/core';
 import type { EngineClient } from '../engine/engine-client.js';
 import type { WireEvent } from '../engine/protocol.js';
 import { ApiError } from './api-error.js';
-import type { ServerMetrics } from './server-metrics.js';
+import type { FinishedReason, ServerMetrics } from './server-metrics.js';
 import { TextStream, type TokenDecoder } from './text-stream.js';
 
 /** One prompt's generation as a request asked for it, in token ids. */
@@ -42,6 +42,8 @@ export class Generation {
   #finished = false;
   #stream: TextStream;
   #arrived: number;
+  readonly #maxTokens: number;
+  #first = 0;
   #last = 0;
   #resolve!: (r: GenerationResult) => void;
   #reject!: (e: Error) => void;
@@ -55,6 +57,7 @@ export class Generation {
     this.#metrics = metrics;
     this.#onText = onText;
     this.#arrived = arrived;
+    this.#maxTokens = params.maxTokens;
     this.promptTokens = params.prompt.length;
     this.#stream = new TextStream(decoder ?? { decode: (ids) => ids.map((t) => `<${t}>`).join('') }, params.stop);
     this.done = new Promise((resolve, reject) => {
@@ -70,16 +73,14 @@ export class Generation {
       },
       (ev) => this.#onEvent(ev),
     );
-    metrics.inFlight.inc();
-    metrics.promptTokens.inc(params.prompt.length);
+    metrics.promptTokens(params.prompt.length);
   }
 
   /** The client went away: the engine drops the request and frees its slot before its next step. */
   abort(reason = 'the client closed the connection'): void {
     if (this.#finished) return;
     this.#engine.cancel(this.#id);
-    this.#end();
-    this.#metrics.requestsFinished.inc({ finish_reason: 'abort' });
+    this.#end('abort');
     this.#reject(new ApiError(499, reason, { code: 'client_closed_request' }));
   }
 
@@ -99,8 +100,7 @@ export class Generation {
       }
     }
     if (ev.finish === 'error') {
-      this.#end();
-      this.#metrics.requestsFinished.inc({ finish_reason: 'error' });
+      this.#end('error');
       const why = ev.error ?? 'unknown error';
       this.#reject(
         ev.rejected ? new ApiError(400, why)
@@ -123,14 +123,15 @@ export class Generation {
     const m = this.#metrics;
     let first = 0;
     if (this.#counted === 0) {
-      m.timeToFirstToken.observe((now - this.#arrived) / 1000);
+      m.firstToken((now - this.#arrived) / 1000);
+      this.#first = now;
       first = 1;
     }
     const gap = this.#counted === 0 ? 0 : (now - this.#last) / 1000 / n;
-    for (let i = first; i < n; i++) m.interTokenLatency.observe(gap);
+    for (let i = first; i < n; i++) m.interToken(gap);
     this.#counted += n;
     this.#last = now;
-    m.generationTokens.inc(n);
+    m.generationTokens(n);
   }
 
   #emit(text: string): void {
@@ -140,14 +141,15 @@ export class Generation {
   }
 
   #finish(reason: FinishReason): void {
-    this.#end();
-    this.#metrics.requestsFinished.inc({ finish_reason: reason });
-    this.#metrics.requestDuration.observe((performance.now() - this.#arrived) / 1000);
+    this.#end(reason);
     this.#resolve({ text: this.#text, tokens: this.#tokens.slice(0, this.#counted), completionTokens: this.#counted, finishReason: reason });
   }
 
-  #end(): void {
+  #end(reason: FinishedReason): void {
     this.#finished = true;
-    this.#metrics.inFlight.dec();
+    this.#metrics.finished({
+      reason, promptTokens: this.promptTokens, generationTokens: this.#counted, maxTokens: this.#maxTokens, e2e: (performance.now() - this.#arrived) / 1000,
+      ...(this.#counted > 0 ? { decode: (this.#last - this.#first) / 1000 } : {}),
+    });
   }
 }

@@ -1,4 +1,5 @@
 import type { EngineClient } from '../engine/engine-client.js';
+import type { ModelInfo } from '../engine/build-engine.js';
 import type { TextCodec } from '../generate/text-codec.js';
 import { ApiError, notReady } from './api-error.js';
 import type { ServedModel } from './request-params.js';
@@ -25,6 +26,7 @@ export class ServerContext {
     this.metrics = metrics;
     this.limits = limits;
     this.modelName = modelName;
+    engine.on('model', (info: ModelInfo) => metrics.setModel(this.modelName ?? info.name, info.maxModelLen));
   }
 
   /** The model, once its checkpoint is open (before its weights load). */

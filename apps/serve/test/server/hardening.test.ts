@@ -2,8 +2,8 @@ import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startServer, type ServeProcess } from '../support/serve-process.js';
 
-// The server as an exposed deployment meets it: hostile URLs and fields it does not implement,
-// through the official openai client wherever a client is involved.
+// The server as an exposed deployment meets it: hostile URLs, fields it does not implement, and
+// monitoring made for vLLM; through the official openai client wherever a client is involved.
 const MODEL = 'metrale/embedded-qwen3-next';
 let server: ServeProcess;
 let client: OpenAI;
@@ -90,5 +90,27 @@ describe('fields the server does not implement', () => {
     expect(r.choices[0]!.message.role).toBe('assistant');
     const c = await client.completions.create({ ...completion, logprobs: null, echo: false, best_of: 1, suffix: null } as any);
     expect(c.choices).toHaveLength(1);
+  });
+});
+
+describe('metrics', () => {
+  it("uses vLLM's names and labels", async () => {
+    await client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'count' }], max_tokens: 3, temperature: 0, ignore_eos: true } as any);
+    const text = await (await fetch(`${server.url}/metrics`)).text();
+    const labels = `model_name="${MODEL}",engine="0"`;
+    for (const name of [
+      'vllm:num_requests_running', 'vllm:num_requests_waiting', 'vllm:prompt_tokens_total', 'vllm:generation_tokens_total',
+      'vllm:request_prompt_tokens_count', 'vllm:request_generation_tokens_count', 'vllm:request_params_n_count', 'vllm:request_params_max_tokens_count',
+      'vllm:iteration_tokens_total_count', 'vllm:time_to_first_token_seconds_count', 'vllm:inter_token_latency_seconds_count',
+      'vllm:request_time_per_output_token_seconds_count', 'vllm:e2e_request_latency_seconds_count', 'vllm:request_decode_time_seconds_count',
+    ]) {
+      expect(text, name).toContain(`${name}{${labels}} `);
+    }
+    expect(text).toContain(`vllm:request_success_total{${labels},finished_reason="length"} `);
+    expect(text).toMatch(/^vllm:time_to_first_token_seconds_bucket\{le="2560",model_name=/m);
+    expect(text).toMatch(/^http_requests_total\{handler="\/v1\/chat\/completions",method="POST",status="2xx"\} \d+/m);
+    expect(text).toMatch(/^process_resident_memory_bytes \d+/m);
+    expect(text).toMatch(/^nodejs_eventloop_lag_max_seconds /m);
+    expect(text).not.toMatch(/^metrale_/m);
   });
 });
