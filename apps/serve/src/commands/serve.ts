@@ -7,10 +7,11 @@ import type { CliContext } from '../cli-context.js';
 import { EngineClient } from '../engine/engine-client.js';
 import type { EngineSetup, ModelInfo } from '../engine/build-engine.js';
 import { TextCodec } from '../generate/text-codec.js';
+import { apiKeysFrom } from '../server/api-key.js';
 import { createServer } from '../server/create-server.js';
 import { ServerContext } from '../server/server-context.js';
 import { ServerMetrics } from '../server/server-metrics.js';
-import { dtypeOption, nonNegative, positiveInt, speculationSpec } from './options.js';
+import { collect, dtypeOption, nonNegative, positiveInt, speculationSpec } from './options.js';
 
 interface ServeOptions {
   readonly model?: string;
@@ -30,7 +31,17 @@ interface ServeOptions {
   readonly shutdownTimeout: number;
   readonly loadDelayMs: number;
   readonly progress: 'auto' | 'always' | 'never';
+  readonly apiKey?: string[];
+  readonly requestTimeout: number;
+  readonly keepAliveTimeout: number;
+  readonly faultAfterSteps?: number;
 }
+
+const positiveNumber = (value: string): number => {
+  const n = nonNegative(value);
+  if (n === 0) throw new InvalidArgumentError(`expected a number > 0, got '${value}'`);
+  return n;
+};
 
 const port = (value: string): number => {
   const n = Number(value);
@@ -57,7 +68,11 @@ export function serveCommand(ctx: CliContext): Command {
     .addOption(new Option('--log-level <level>', 'log level').choices(['fatal', 'error', 'warn', 'info', 'debug', 'trace']).default('info'))
     .option('--shutdown-timeout <s>', 'on SIGINT/SIGTERM, seconds in-flight requests get to finish before they are cancelled', nonNegative, 30)
     .addOption(new Option('--progress <when>', 'progress bar on stderr while the weights load (auto: on a terminal, for checkpoints over 256 MiB)').choices(['auto', 'always', 'never']).default('auto'))
+    .option('--api-key <key>', 'require "Authorization: Bearer <key>" on every path but /health and /metrics (repeatable; default: $METRALE_API_KEY, else $VLLM_API_KEY)', collect)
+    .option('--request-timeout <s>', 'seconds a client has to send a request (headers and body); slower ones get 408', positiveNumber, 30)
+    .option('--keep-alive-timeout <s>', 'seconds an idle keep-alive connection stays open', positiveNumber, 5)
     .addOption(new Option('--load-delay-ms <ms>', 'wait before loading the weights (testing)').argParser(Number).default(0).hideHelp())
+    .addOption(new Option('--fault-after-steps <n>', 'make the device unusable after N engine steps, as a device fault would (testing)').argParser(Number).hideHelp())
     .addHelpText('after', [
       '',
       'Endpoints: GET /v1/models, POST /v1/completions, POST /v1/chat/completions (stream: true for SSE),',
@@ -81,10 +96,13 @@ async function serve(o: ServeOptions, ctx: CliContext): Promise<number> {
     prefillChunk: o.prefillChunk,
     graphs: o.graphs,
   };
-  const engine = new EngineClient(setup, { loadDelayMs: o.loadDelayMs });
+  const engine = new EngineClient(setup, { loadDelayMs: o.loadDelayMs, ...(o.faultAfterSteps !== undefined ? { faultAfterSteps: o.faultAfterSteps } : {}) });
   const metrics = new ServerMetrics();
   const server = new ServerContext(engine, metrics, { maxQueue: o.maxQueue }, o.servedModelName);
-  const app = createServer(server, { logger: { level: o.logLevel } });
+  const apiKeys = apiKeysFrom(o.apiKey, process.env);
+  const app = createServer(server, {
+    logger: { level: o.logLevel }, apiKeys, requestTimeoutMs: o.requestTimeout * 1000, keepAliveTimeoutMs: o.keepAliveTimeout * 1000,
+  });
   const log = app.log;
 
   let bar: SingleBar | undefined;
@@ -170,7 +188,7 @@ async function serve(o: ServeOptions, ctx: CliContext): Promise<number> {
   process.on('SIGTERM', onSignal);
   try {
     const url = await app.listen({ port: o.port, host: o.host });
-    log.info({ url, pid: process.pid }, 'listening');
+    log.info({ url, pid: process.pid, api_key_required: apiKeys.length > 0 }, 'listening');
   } catch (error) {
     await engine.shutdown();
     throw error;

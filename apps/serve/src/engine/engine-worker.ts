@@ -6,6 +6,7 @@ import { parentPort, workerData } from 'node:worker_threads';
 import type { GpuBackend } from '@metrale/core';
 import { selectBackend } from '../backends/select-backend.js';
 import { buildEngine, resolveModel, type Engine } from './build-engine.js';
+import { deviceFault } from './device-fault.js';
 import type { FromWorker, ToWorker, WireEvent, WorkerData } from './protocol.js';
 
 const port = parentPort;
@@ -60,6 +61,7 @@ async function main(): Promise<void> {
   }
 
   const { scheduler } = engine;
+  let steps = 0;
   for (;;) {
     const events: WireEvent[] = [];
     let changed = false;
@@ -93,9 +95,11 @@ async function main(): Promise<void> {
       if (inbox.length === 0) await new Promise<void>((resolve) => (wake = resolve));
       continue;
     }
+    let failed = false;
     try {
       const report = scheduler.step();
       events.push(...report.events);
+      failed = report.events.some((e) => e.finish === 'error');
       post({
         t: 'step', events, running: report.running, waiting: report.waiting,
         stats: { prefillRows: report.prefillRows, prefillSeqs: report.prefillSeqs, decodeSeqs: report.decodeSeqs, k: report.k, drafted: report.drafted, accepted: report.accepted, ms: report.ms },
@@ -105,6 +109,23 @@ async function main(): Promise<void> {
       const message = (error as Error).message ?? String(error);
       for (const id of scheduler.cancelAll()) events.push({ id, tokens: [], finish: 'error', error: message });
       post({ t: 'step', events, running: scheduler.running, waiting: scheduler.waiting });
+      failed = true;
+    }
+    if (data.faultAfterSteps !== undefined && ++steps === data.faultAfterSteps) gpu.dispose();
+    // Serving on is right only when the device survived the failure; a poisoned one fails the engine.
+    const fault = failed ? deviceFault(gpu) : undefined;
+    if (fault) {
+      post({ t: 'failed', message: `the device is unusable after a failed step: ${fault.message}`, ...(fault.stack ? { stack: fault.stack } : {}) });
+      scheduler.cancelAll();
+      for (const free of [() => engine.dispose(), () => gpu!.dispose()]) {
+        try {
+          free();
+        } catch {
+          // A broken device refuses to free; the process exits soon.
+        }
+      }
+      port!.close();
+      return;
     }
     // Let the messages that arrived during the step in before the next one.
     await nextTurn();

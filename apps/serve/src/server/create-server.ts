@@ -1,7 +1,9 @@
 import Fastify, { LogController, type FastifyInstance, type FastifyReply, type FastifyServerOptions } from 'fastify';
 import { ApiError } from './api-error.js';
+import { ApiKeyCheck } from './api-key.js';
 import { registerChat } from './chat-route.js';
 import { registerCompletions } from './completions-route.js';
+import { connectionErrorHandler } from './connection-errors.js';
 import type { ServerContext } from './server-context.js';
 import { registerTokenize } from './tokenize-route.js';
 
@@ -13,6 +15,12 @@ export interface CreateServerOptions {
   readonly logger?: FastifyServerOptions['logger'];
   /** Largest request body in bytes (default 8 MiB). */
   readonly bodyLimit?: number;
+  /** Bearer keys every path but /health and /metrics needs (none: open). */
+  readonly apiKeys?: readonly string[];
+  /** Headers and body of a request must arrive within this (default 30 s); else 408. */
+  readonly requestTimeoutMs?: number;
+  /** An idle keep-alive connection is closed after this (default 5 s, as vLLM's server). */
+  readonly keepAliveTimeoutMs?: number;
 }
 
 /**
@@ -22,6 +30,8 @@ export interface CreateServerOptions {
  * error object; nothing a client sends reaches the process as an uncaught exception.
  */
 export function createServer(ctx: ServerContext, options: CreateServerOptions = {}): FastifyInstance {
+  const auth = new ApiKeyCheck(options.apiKeys ?? []);
+  const requestTimeout = options.requestTimeoutMs ?? 30_000;
   const app = Fastify({
     logger: options.logger ?? false,
     bodyLimit: options.bodyLimit ?? 8 * 1024 * 1024,
@@ -29,17 +39,41 @@ export function createServer(ctx: ServerContext, options: CreateServerOptions = 
     logController: new LogController({ disableRequestLogging: true }),
     // Idle keep-alive sockets close at shutdown; busy ones finish their response.
     forceCloseConnections: 'idle',
+    // A client that sends its request slowly, or opens a connection and sends nothing, is cut off.
+    // Node applies the request timeout only with a headers timeout no longer than it, and checks
+    // both every connectionsCheckingInterval (30 s by default, too coarse for short limits).
+    requestTimeout,
+    http: { headersTimeout: requestTimeout, connectionsCheckingInterval: Math.min(1000, Math.max(50, requestTimeout / 4)) },
+    keepAliveTimeout: options.keepAliveTimeoutMs ?? 5_000,
+    clientErrorHandler: connectionErrorHandler(requestTimeout),
     // Model ids may be long checkpoint paths.
     routerOptions: { maxParamLength: 4096 },
     // A URL the router cannot decode never reaches a route: answer it as one would have.
     frameworkErrors: (error, request, reply) => {
-      const path = request.url.split('?', 1)[0]!;
-      const api = path.startsWith(MODEL_PATH)
-        ? new ApiError(404, `the model '${path.slice(MODEL_PATH.length)}' does not exist (its id is not valid percent-encoding)${ctx.model ? `; this server serves '${ctx.model.name}'` : ''}`, { param: 'model', code: 'model_not_found' })
-        : new ApiError(400, `${error.message}; percent-encode the URL`, { code: 'bad_url' });
+      let api: ApiError;
+      try {
+        auth.check(request);
+        const path = request.url.split('?', 1)[0]!;
+        api = path.startsWith(MODEL_PATH)
+          ? new ApiError(404, `the model '${path.slice(MODEL_PATH.length)}' does not exist (its id is not valid percent-encoding)${ctx.model ? `; this server serves '${ctx.model.name}'` : ''}`, { param: 'model', code: 'model_not_found' })
+          : new ApiError(400, `${error.message}; percent-encode the URL`, { code: 'bad_url' });
+      } catch (denied) {
+        api = denied as ApiError;
+      }
       void (reply as FastifyReply).code(api.status).send(api.toBody());
     },
   });
+
+  // Before anything else, even a 404: vLLM answers 401 to a wrong key on any protected path.
+  if (auth.required) {
+    app.addHook('onRequest', async (request, reply) => {
+      try {
+        auth.check(request);
+      } catch (error) {
+        return reply.code(401).header('www-authenticate', 'Bearer').send((error as ApiError).toBody());
+      }
+    });
+  }
 
   app.setErrorHandler((thrown, request, reply) => {
     const error = thrown instanceof Error ? thrown : new Error(String(thrown));
@@ -69,9 +103,12 @@ export function createServer(ctx: ServerContext, options: CreateServerOptions = 
     }
   });
 
+  // 503 unless the engine can serve: while loading, shutting down, and for good once the device
+  // failed (engine-worker.ts probes it after a failed step), so orchestrators stop sending work.
   app.get('/health', async (_request, reply) => {
     const state = ctx.draining ? 'draining' : ctx.engine.state;
-    const body = { status: state === 'ready' ? 'ok' : state, model: ctx.model?.name ?? null };
+    const failure = ctx.engine.failure;
+    const body = { status: state === 'ready' ? 'ok' : state, model: ctx.model?.name ?? null, ...(failure ? { error: failure.message } : {}) };
     return reply.code(state === 'ready' ? 200 : 503).send(body);
   });
   app.get('/v1/models', async () => {

@@ -40,7 +40,7 @@ export class ServerContext {
   servedOrUnavailable(): ServedModel {
     if (this.draining) throw new ApiError(503, 'the server is shutting down', { code: 'shutting_down' });
     const model = this.model;
-    if (this.engine.state !== 'ready' || !model) throw notReady(this.engine.state);
+    if (this.engine.state !== 'ready' || !model) throw notReady(this.engine.state, this.engine.failure);
     return model;
   }
 

@@ -9,7 +9,7 @@ import type { ServerContext } from './server-context.js';
 export function registerTokenize(app: FastifyInstance, ctx: ServerContext): void {
   const model = () => {
     const m = ctx.model;
-    if (!m) throw notReady(ctx.engine.state);
+    if (!m) throw notReady(ctx.engine.state, ctx.engine.failure);
     return m;
   };
   app.post('/tokenize', async (request) => {

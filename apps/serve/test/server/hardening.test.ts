@@ -1,21 +1,53 @@
+import { connect, type Socket } from 'node:net';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { apiKeysFrom } from '../../src/server/api-key.js';
 import { startServer, type ServeProcess } from '../support/serve-process.js';
 
-// The server as an exposed deployment meets it: hostile URLs, fields it does not implement, and
-// monitoring made for vLLM; through the official openai client wherever a client is involved.
+// The server as an exposed deployment meets it: an API key, hostile URLs, fields it does not
+// implement, slow senders and idle connections, monitoring made for vLLM; through the official
+// openai client wherever a client is involved.
 const MODEL = 'metrale/embedded-qwen3-next';
+const KEY = 'sk-metrale-test';
 let server: ServeProcess;
 let client: OpenAI;
 
 beforeAll(async () => {
-  server = await startServer(['--max-model-len', '512']);
-  client = server.client;
+  // The key from vLLM's variable: a vLLM deployment's environment works unchanged.
+  server = await startServer(['--max-model-len', '512', '--request-timeout', '2', '--keep-alive-timeout', '1'], { env: { VLLM_API_KEY: KEY, METRALE_API_KEY: '' } });
+  client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: KEY, maxRetries: 0, timeout: 60_000 });
   await server.ready();
 }, 60_000);
 
 afterAll(async () => {
   expect(await server?.stop()).toBe(0);
+});
+
+describe('--api-key', () => {
+  it('takes --api-key first, then METRALE_API_KEY, then VLLM_API_KEY', () => {
+    expect(apiKeysFrom(['a', 'b'], { METRALE_API_KEY: 'm', VLLM_API_KEY: 'v' })).toEqual(['a', 'b']);
+    expect(apiKeysFrom(undefined, { METRALE_API_KEY: 'm', VLLM_API_KEY: 'v' })).toEqual(['m']);
+    expect(apiKeysFrom([], { VLLM_API_KEY: 'v' })).toEqual(['v']);
+    expect(apiKeysFrom(undefined, {})).toEqual([]);
+  });
+
+  it('401 without the key or with a wrong one, as OpenAI answers; /health and /metrics stay open', async () => {
+    for (const apiKey of ['sk-wrong', `${KEY}x`]) {
+      const wrong = new OpenAI({ baseURL: `${server.url}/v1`, apiKey, maxRetries: 0 });
+      const err = await wrong.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 1 }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(OpenAI.AuthenticationError);
+      expect((err as InstanceType<typeof OpenAI.AuthenticationError>).code).toBe('invalid_api_key');
+      expect(await wrong.models.list().catch((e: unknown) => e)).toBeInstanceOf(OpenAI.AuthenticationError);
+    }
+    const bare = await fetch(`${server.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"prompt":"hi"}' });
+    expect(bare.status).toBe(401);
+    expect(bare.headers.get('www-authenticate')).toBe('Bearer');
+    expect(((await bare.json()) as any).error).toMatchObject({ type: 'invalid_request_error', code: 'invalid_api_key' });
+    expect((await fetch(`${server.url}/tokenize`, { method: 'POST', body: '{}' })).status).toBe(401);
+    expect((await fetch(`${server.url}/health`)).status).toBe(200);
+    expect((await fetch(`${server.url}/metrics`)).status).toBe(200);
+    expect((await client.models.list()).data.map((m) => m.id)).toEqual([MODEL]);
+  });
 });
 
 describe('unknown model ids', () => {
@@ -26,10 +58,12 @@ describe('unknown model ids', () => {
       expect((err as InstanceType<typeof OpenAI.NotFoundError>).code).toBe('model_not_found');
     }
     for (const path of ['%25zz', '%zz', '%E0%A4%A', 'x'.repeat(300)]) {
-      const r = await fetch(`${server.url}/v1/models/${path}`);
+      const r = await fetch(`${server.url}/v1/models/${path}`, { headers: { authorization: `Bearer ${KEY}` } });
       expect(r.status, path).toBe(404);
       expect(((await r.json()) as any).error.code).toBe('model_not_found');
     }
+    // Without the key, a malformed id is refused for the key first.
+    expect((await fetch(`${server.url}/v1/models/%zz`)).status).toBe(401);
     expect((await client.models.retrieve(MODEL)).id).toBe(MODEL);
   });
 });
@@ -90,6 +124,38 @@ describe('fields the server does not implement', () => {
     expect(r.choices[0]!.message.role).toBe('assistant');
     const c = await client.completions.create({ ...completion, logprobs: null, echo: false, best_of: 1, suffix: null } as any);
     expect(c.choices).toHaveLength(1);
+  });
+});
+
+describe('timeouts', () => {
+  /** A raw connection to the server, and everything it receives until it closes. */
+  function rawConnection(): { socket: Socket; received: () => string; closed: Promise<number> } {
+    const t0 = Date.now();
+    const url = new URL(server.url);
+    const socket = connect(Number(url.port), url.hostname);
+    let data = '';
+    socket.on('data', (d: Buffer) => (data += d.toString('utf8')));
+    const closed = new Promise<number>((resolve) => socket.on('close', () => resolve(Date.now() - t0)));
+    return { socket, received: () => data, closed };
+  }
+
+  it('408 for a request whose body does not arrive within --request-timeout, and the connection closes', async () => {
+    const c = rawConnection();
+    c.socket.write(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${KEY}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"prompt":`);
+    const ms = await c.closed;
+    expect(ms).toBeGreaterThanOrEqual(1900);
+    expect(ms).toBeLessThan(10_000);
+    expect(c.received()).toMatch(/^HTTP\/1\.1 408/);
+    const body = JSON.parse(c.received().slice(c.received().indexOf('\r\n\r\n') + 4));
+    expect(body.error).toMatchObject({ code: 'request_timeout', message: expect.stringMatching(/--request-timeout/) });
+  });
+
+  it('closes a keep-alive connection idle for --keep-alive-timeout', async () => {
+    const c = rawConnection();
+    c.socket.write('GET /health HTTP/1.1\r\nHost: x\r\n\r\n');
+    const ms = await c.closed;
+    expect(c.received()).toMatch(/^HTTP\/1\.1 200/);
+    expect(ms).toBeLessThan(10_000);
   });
 });
 
