@@ -1,4 +1,4 @@
-import { Checkpoint, parseNgramSpec } from '@metrale/core';
+import { parseNgramSpec } from '@metrale/core';
 import { Presets, SingleBar } from 'cli-progress';
 import type { DtypeChoice } from '@metrale/core';
 import { Command, InvalidArgumentError, Option } from 'commander';
@@ -6,7 +6,6 @@ import { BACKEND_CHOICES, type BackendChoice } from '../backends/select-backend.
 import type { CliContext } from '../cli-context.js';
 import { EngineClient } from '../engine/engine-client.js';
 import type { EngineSetup, ModelInfo } from '../engine/build-engine.js';
-import { TextCodec } from '../generate/text-codec.js';
 import { apiKeysFrom } from '../server/api-key.js';
 import { createServer } from '../server/create-server.js';
 import { ServerContext } from '../server/server-context.js';
@@ -34,6 +33,7 @@ interface ServeOptions {
   readonly apiKey?: string[];
   readonly requestTimeout: number;
   readonly keepAliveTimeout: number;
+  readonly tokenizerWorkers: number;
   readonly faultAfterSteps?: number;
 }
 
@@ -71,6 +71,7 @@ export function serveCommand(ctx: CliContext): Command {
     .option('--api-key <key>', 'require "Authorization: Bearer <key>" on every path but /health and /metrics (repeatable; default: $METRALE_API_KEY, else $VLLM_API_KEY)', collect)
     .option('--request-timeout <s>', 'seconds a client has to send a request (headers and body); slower ones get 408', positiveNumber, 30)
     .option('--keep-alive-timeout <s>', 'seconds an idle keep-alive connection stays open', positiveNumber, 5)
+    .option('--tokenizer-workers <n>', 'threads that tokenize prompts and render chat templates, off the HTTP thread', positiveInt, 1)
     .addOption(new Option('--load-delay-ms <ms>', 'wait before loading the weights (testing)').argParser(Number).default(0).hideHelp())
     .addOption(new Option('--fault-after-steps <n>', 'make the device unusable after N engine steps, as a device fault would (testing)').argParser(Number).hideHelp())
     .addHelpText('after', [
@@ -98,7 +99,8 @@ async function serve(o: ServeOptions, ctx: CliContext): Promise<number> {
   };
   const engine = new EngineClient(setup, { loadDelayMs: o.loadDelayMs, ...(o.faultAfterSteps !== undefined ? { faultAfterSteps: o.faultAfterSteps } : {}) });
   const metrics = new ServerMetrics();
-  const server = new ServerContext(engine, metrics, { maxQueue: o.maxQueue }, o.servedModelName);
+  const limits = { maxQueue: o.maxQueue, tokenizerThreads: o.tokenizerWorkers };
+  const server = new ServerContext(engine, metrics, limits, o.servedModelName);
   const apiKeys = apiKeysFrom(o.apiKey, process.env);
   const app = createServer(server, {
     logger: { level: o.logLevel }, apiKeys, requestTimeoutMs: o.requestTimeout * 1000, keepAliveTimeoutMs: o.keepAliveTimeout * 1000,
@@ -109,16 +111,11 @@ async function serve(o: ServeOptions, ctx: CliContext): Promise<number> {
   let lastLogged = -1;
   engine.on('model', (info: ModelInfo) => {
     try {
-      const checkpoint = Checkpoint.open(info.dir);
-      try {
-        server.codec = TextCodec.fromCheckpoint(checkpoint);
-      } finally {
-        checkpoint.close();
-      }
+      server.openTokenizer(info.dir);
     } catch (error) {
       log.warn({ err: (error as Error).message }, 'the tokenizer cannot be loaded: only token-id prompts will be served');
     }
-    log.info({ model: server.model?.name, dir: info.dir, model_type: info.modelType, embedded: info.embedded, created: info.created, create_ms: Math.round(info.createMs), max_model_len: info.maxModelLen, weight_bytes: info.weightBytes, dtype: info.dtype, tokenizer: server.codec !== undefined }, 'model opened');
+    log.info({ model: server.model?.name, dir: info.dir, model_type: info.modelType, embedded: info.embedded, created: info.created, create_ms: Math.round(info.createMs), max_model_len: info.maxModelLen, weight_bytes: info.weightBytes, dtype: info.dtype, tokenizer: server.tokenizer !== undefined }, 'model opened');
     // A bar for checkpoints that take a while to load, on a terminal only (logs stay JSON).
     const wanted = o.progress === 'always' || (o.progress === 'auto' && process.stderr.isTTY && info.weightBytes > 256 * 1024 * 1024);
     if (wanted) {
@@ -161,12 +158,20 @@ async function serve(o: ServeOptions, ctx: CliContext): Promise<number> {
     } finally {
       clearTimeout(deadline);
     }
+    await server.close();
     await engine.shutdown();
     log.info({ exit_code: code }, 'stopped');
     finish(code);
   };
 
   engine.on('ready', (r) => {
+    if (server.tokenizer) {
+      try {
+        server.loadDecoder();
+      } catch (error) {
+        log.warn({ err: (error as Error).message }, 'the tokenizer cannot be loaded: only token-id prompts will be served');
+      }
+    }
     bar?.update(bar.getTotal());
     bar?.stop();
     bar = undefined;

@@ -1,6 +1,8 @@
 import type { FastifyReply } from 'fastify';
+import type { AdmissionTicket } from './admission.js';
 import { ApiError } from './api-error.js';
 import { Generation, type FinishReason, type GenerationParams, type GenerationResult } from './generation.js';
+import type { RequestLifetime } from './request-lifetime.js';
 import type { ServerContext } from './server-context.js';
 import { SseWriter } from './sse.js';
 
@@ -34,6 +36,9 @@ export interface RunChoicesOptions {
   readonly includeUsage: boolean;
   readonly format: ChoiceFormat;
   readonly arrived: number;
+  readonly lifetime: RequestLifetime;
+  /** Given back once every generation has ended. */
+  readonly ticket: AdmissionTicket;
 }
 
 function usageOf(prompt: number, completion: number): Usage {
@@ -46,29 +51,26 @@ function usageOf(prompt: number, completion: number): Usage {
  * once (their engine slots are free for the next step); a failure in one aborts the others.
  */
 export async function runChoices(o: RunChoicesOptions): Promise<unknown> {
-  const { ctx, reply, params, format } = o;
-  const decoder = ctx.codec;
-  ctx.admit(params.length);
-  for (let i = 0; i < params.length; i += o.n) ctx.metrics.requestParams(o.n);
+  const { ctx, reply, params, format, lifetime } = o;
   const raw = reply.raw;
   const sse = o.stream ? new SseWriter(raw) : undefined;
   const gens: Generation[] = [];
-  const abortAll = (why?: string) => {
+  const abortAll = (why: ApiError) => {
     for (const g of gens) g.abort(why);
   };
-  // 'close' before the response finished: the client disconnected.
-  const onClose = () => {
-    if (!raw.writableFinished) abortAll();
-  };
-  raw.on('close', onClose);
+  const onEnded = () => abortAll(lifetime.ended!);
+  lifetime.signal.addEventListener('abort', onEnded);
   try {
+    // The client may have left while the prompt was tokenized.
+    lifetime.signal.throwIfAborted();
+    for (let i = 0; i < params.length; i += o.n) ctx.metrics.requestParams(o.n);
     if (sse) {
       reply.hijack();
       sse.start();
     }
     for (const [i, p] of params.entries()) {
       if (sse && format.opening) sse.send(format.opening(i));
-      gens.push(new Generation(ctx.engine, ctx.metrics, decoder, p, sse ? (text) => sse.send(format.chunk(i, text, null)) : undefined, o.arrived));
+      gens.push(new Generation(ctx.engine, ctx.metrics, ctx.codec, p, sse ? (text) => sse.send(format.chunk(i, text, null)) : undefined, o.arrived));
     }
     let results: GenerationResult[];
     try {
@@ -78,9 +80,10 @@ export async function runChoices(o: RunChoicesOptions): Promise<unknown> {
         return r;
       }));
     } catch (error) {
-      abortAll('another prompt of the same request failed');
+      abortAll(new ApiError(499, 'another prompt of the same request failed', { code: 'client_closed_request' }));
       throw error;
     }
+    o.ticket.release();
     const usage = usageOf(o.promptTokens, results.reduce((a, r) => a + r.completionTokens, 0));
     reply.log.info({
       route: reply.request.routeOptions.url, stream: o.stream, choices: results.length, ...usage,
@@ -92,7 +95,7 @@ export async function runChoices(o: RunChoicesOptions): Promise<unknown> {
     return undefined;
   } catch (error) {
     // Whatever failed, nothing of this request may keep running in the engine.
-    abortAll('the request failed');
+    abortAll(error instanceof ApiError ? error : new ApiError(500, 'the request failed'));
     if (!sse || !raw.headersSent) throw error;
     // Mid-stream: the status is already sent; the error travels as an event, then the stream ends.
     const apiError = error instanceof ApiError ? error : new ApiError(500, (error as Error).message);
@@ -103,6 +106,6 @@ export async function runChoices(o: RunChoicesOptions): Promise<unknown> {
     reply.log.warn({ err: apiError.message, status: apiError.status }, 'stream ended early');
     return undefined;
   } finally {
-    raw.off('close', onClose);
+    lifetime.signal.removeEventListener('abort', onEnded);
   }
 }

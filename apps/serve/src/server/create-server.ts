@@ -4,6 +4,7 @@ import { ApiKeyCheck } from './api-key.js';
 import { registerChat } from './chat-route.js';
 import { registerCompletions } from './completions-route.js';
 import { connectionErrorHandler } from './connection-errors.js';
+import { registerJsonBody } from './json-body.js';
 import type { ServerContext } from './server-context.js';
 import { registerTokenize } from './tokenize-route.js';
 
@@ -63,6 +64,8 @@ export function createServer(ctx: ServerContext, options: CreateServerOptions = 
       void (reply as FastifyReply).code(api.status).send(api.toBody());
     },
   });
+
+  registerJsonBody(app);
 
   // Before anything else, even a 404: vLLM answers 401 to a wrong key on any protected path.
   if (auth.required) {

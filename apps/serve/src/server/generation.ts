@@ -7,7 +7,7 @@ import { TextStream, type TokenDecoder } from './text-stream.js';
 
 /** One prompt's generation as a request asked for it, in token ids. */
 export interface GenerationParams {
-  readonly prompt: readonly number[];
+  readonly prompt: ArrayLike<number>;
   readonly maxTokens: number;
   readonly sampling?: SamplingParams;
   readonly seed?: number;
@@ -76,12 +76,14 @@ export class Generation {
     metrics.promptTokens(params.prompt.length);
   }
 
-  /** The client went away: the engine drops the request and frees its slot before its next step. */
-  abort(reason = 'the client closed the connection'): void {
+  /**
+   * The request ended early (its client went away, another of its prompts failed): the engine drops it and frees its slot before its next step; `done` rejects with `reason`.
+   */
+  abort(reason: ApiError): void {
     if (this.#finished) return;
     this.#engine.cancel(this.#id);
     this.#end('abort');
-    this.#reject(new ApiError(499, reason, { code: 'client_closed_request' }));
+    this.#reject(reason);
   }
 
   #onEvent(ev: WireEvent): void {
