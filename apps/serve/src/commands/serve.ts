@@ -33,6 +33,7 @@ interface ServeOptions {
   readonly apiKey?: string[];
   readonly requestTimeout: number;
   readonly keepAliveTimeout: number;
+  readonly generationTimeout: number;
   readonly tokenizerWorkers: number;
   readonly faultAfterSteps?: number;
 }
@@ -71,6 +72,7 @@ export function serveCommand(ctx: CliContext): Command {
     .option('--api-key <key>', 'require "Authorization: Bearer <key>" on every path but /health and /metrics (repeatable; default: $METRALE_API_KEY, else $VLLM_API_KEY)', collect)
     .option('--request-timeout <s>', 'seconds a client has to send a request (headers and body); slower ones get 408', positiveNumber, 30)
     .option('--keep-alive-timeout <s>', 'seconds an idle keep-alive connection stays open', positiveNumber, 5)
+    .option('--generation-timeout <s>', 'seconds a generation request may take from arrival to its last byte, streaming included (0: no limit)', nonNegative, 600)
     .option('--tokenizer-workers <n>', 'threads that tokenize prompts and render chat templates, off the HTTP thread', positiveInt, 1)
     .addOption(new Option('--load-delay-ms <ms>', 'wait before loading the weights (testing)').argParser(Number).default(0).hideHelp())
     .addOption(new Option('--fault-after-steps <n>', 'make the device unusable after N engine steps, as a device fault would (testing)').argParser(Number).hideHelp())
@@ -99,7 +101,7 @@ async function serve(o: ServeOptions, ctx: CliContext): Promise<number> {
   };
   const engine = new EngineClient(setup, { loadDelayMs: o.loadDelayMs, ...(o.faultAfterSteps !== undefined ? { faultAfterSteps: o.faultAfterSteps } : {}) });
   const metrics = new ServerMetrics();
-  const limits = { maxQueue: o.maxQueue, tokenizerThreads: o.tokenizerWorkers };
+  const limits = { maxQueue: o.maxQueue, generationTimeoutMs: o.generationTimeout * 1000, tokenizerThreads: o.tokenizerWorkers };
   const server = new ServerContext(engine, metrics, limits, o.servedModelName);
   const apiKeys = apiKeysFrom(o.apiKey, process.env);
   const app = createServer(server, {

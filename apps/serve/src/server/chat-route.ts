@@ -28,7 +28,7 @@ export function registerChat(app: FastifyInstance, ctx: ServerContext): void {
     const served = ctx.servedOrUnavailable();
     checkModel(body.model, served);
     const n = body.n ?? 1;
-    return runAdmitted(ctx, reply, n, async (lifetime, ticket) => {
+    return runAdmitted(ctx, reply, n, arrived, async (lifetime, ticket) => {
       const prompt = await chatPrompt(ctx, body.messages, true, lifetime.signal);
       const asked = body.max_completion_tokens ?? body.max_tokens;
       const field = body.max_completion_tokens != null ? 'max_completion_tokens' : 'max_tokens';

@@ -1,6 +1,7 @@
 import type { FastifyReply } from 'fastify';
 import type { AdmissionTicket } from './admission.js';
 import { ApiError } from './api-error.js';
+import { ChoiceStream } from './choice-stream.js';
 import { Generation, type FinishReason, type GenerationParams, type GenerationResult } from './generation.js';
 import type { RequestLifetime } from './request-lifetime.js';
 import type { ServerContext } from './server-context.js';
@@ -37,7 +38,7 @@ export interface RunChoicesOptions {
   readonly format: ChoiceFormat;
   readonly arrived: number;
   readonly lifetime: RequestLifetime;
-  /** Given back once every generation has ended. */
+  /** Given back once every generation has ended, before the answer is delivered. */
   readonly ticket: AdmissionTicket;
 }
 
@@ -47,13 +48,14 @@ function usageOf(prompt: number, completion: number): Usage {
 
 /**
  * Runs one generation per prompt and answers with all of them: as one JSON response, or as SSE
- * events while tokens arrive. A client that goes away cancels every generation of its request at
- * once (their engine slots are free for the next step); a failure in one aborts the others.
+ * events while tokens arrive (with backpressure, choice-stream.ts). A client that goes away or a
+ * deadline that passes cancels every generation of the request at once (their engine slots are
+ * free for the next step); a failure in one aborts the others.
  */
 export async function runChoices(o: RunChoicesOptions): Promise<unknown> {
   const { ctx, reply, params, format, lifetime } = o;
   const raw = reply.raw;
-  const sse = o.stream ? new SseWriter(raw) : undefined;
+  const out = o.stream ? new ChoiceStream(new SseWriter(raw), format, params.length) : undefined;
   const gens: Generation[] = [];
   const abortAll = (why: ApiError) => {
     for (const g of gens) g.abort(why);
@@ -61,22 +63,21 @@ export async function runChoices(o: RunChoicesOptions): Promise<unknown> {
   const onEnded = () => abortAll(lifetime.ended!);
   lifetime.signal.addEventListener('abort', onEnded);
   try {
-    // The client may have left while the prompt was tokenized.
+    // The client may have left, or the deadline passed, while the prompt was tokenized.
     lifetime.signal.throwIfAborted();
     for (let i = 0; i < params.length; i += o.n) ctx.metrics.requestParams(o.n);
-    if (sse) {
+    if (out) {
       reply.hijack();
-      sse.start();
+      out.start();
     }
     for (const [i, p] of params.entries()) {
-      if (sse && format.opening) sse.send(format.opening(i));
-      gens.push(new Generation(ctx.engine, ctx.metrics, ctx.codec, p, sse ? (text) => sse.send(format.chunk(i, text, null)) : undefined, o.arrived));
+      gens.push(new Generation(ctx.engine, ctx.metrics, ctx.codec, p, out ? (text) => out.text(i, text) : undefined, o.arrived));
     }
     let results: GenerationResult[];
     try {
       results = await Promise.all(gens.map(async (g, i) => {
         const r = await g.done;
-        sse?.send(format.chunk(i, null, r.finishReason));
+        out?.finish(i, r.finishReason);
         return r;
       }));
     } catch (error) {
@@ -89,20 +90,18 @@ export async function runChoices(o: RunChoicesOptions): Promise<unknown> {
       route: reply.request.routeOptions.url, stream: o.stream, choices: results.length, ...usage,
       finish: results.map((r) => r.finishReason), ms: Math.round(performance.now() - o.arrived),
     }, 'generation');
-    if (!sse) return format.response(results, usage);
-    if (o.includeUsage) sse.send(format.usageChunk(usage));
-    sse.done();
+    if (!out) return format.response(results, usage);
+    if (o.includeUsage) out.event(format.usageChunk(usage));
+    // A slow reader is waited for, up to the deadline.
+    await out.end(lifetime.signal);
     return undefined;
   } catch (error) {
     // Whatever failed, nothing of this request may keep running in the engine.
     abortAll(error instanceof ApiError ? error : new ApiError(500, 'the request failed'));
-    if (!sse || !raw.headersSent) throw error;
+    if (!out || !raw.headersSent) throw error;
     // Mid-stream: the status is already sent; the error travels as an event, then the stream ends.
     const apiError = error instanceof ApiError ? error : new ApiError(500, (error as Error).message);
-    if (apiError.status !== 499) {
-      sse.send(apiError.toBody());
-      sse.done();
-    }
+    if (apiError.status !== 499) out.fail(apiError);
     reply.log.warn({ err: apiError.message, status: apiError.status }, 'stream ended early');
     return undefined;
   } finally {

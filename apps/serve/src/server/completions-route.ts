@@ -32,7 +32,7 @@ export function registerCompletions(app: FastifyInstance, ctx: ServerContext): v
     const served = ctx.servedOrUnavailable();
     checkModel(body.model, served);
     const n = body.n ?? 1;
-    return runAdmitted(ctx, reply, promptCount(body.prompt) * n, async (lifetime, ticket) => {
+    return runAdmitted(ctx, reply, promptCount(body.prompt) * n, arrived, async (lifetime, ticket) => {
       const prompts = await promptsOf(body.prompt, ctx, lifetime.signal);
       const sampling = samplingOf(body);
       const stop = stopStrings(body.stop);

@@ -77,7 +77,8 @@ export class Generation {
   }
 
   /**
-   * The request ended early (its client went away, another of its prompts failed): the engine drops it and frees its slot before its next step; `done` rejects with `reason`.
+   * The request ended early (its client went away, its deadline passed, another of its prompts
+   * failed): the engine drops it and frees its slot before its next step; `done` rejects with `reason`.
    */
   abort(reason: ApiError): void {
     if (this.#finished) return;

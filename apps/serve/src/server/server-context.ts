@@ -11,6 +11,8 @@ import type { ServerMetrics } from './server-metrics.js';
 export interface ServerLimits {
   /** Requests waiting for a slot at most; beyond, 429. */
   readonly maxQueue: number;
+  /** How long a generation request may take, from arrival to its last byte (0: no deadline). */
+  readonly generationTimeoutMs: number;
   /** Tokenizer threads (tokenizer-pool.ts). */
   readonly tokenizerThreads: number;
 }

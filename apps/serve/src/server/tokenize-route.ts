@@ -17,8 +17,8 @@ export function registerTokenize(app: FastifyInstance, ctx: ServerContext): void
     const body = parseBody(tokenizeRequest, request.body);
     const served = model();
     checkModel(body.model, served);
-    // A long prompt stops when its client leaves.
-    const lifetime = new RequestLifetime(reply);
+    // No deadline (nothing runs in the engine), but a long prompt stops when its client leaves.
+    const lifetime = new RequestLifetime(reply, 0);
     try {
       const ids = 'prompt' in body
         ? await ctx.requireTokenizer('prompt').encode(body.prompt, body.add_special_tokens ?? true, lifetime.signal)

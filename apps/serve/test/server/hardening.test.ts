@@ -6,7 +6,8 @@ import { metric, startServer, type ServeProcess } from '../support/serve-process
 
 // The server as an exposed deployment meets it: an API key, hostile URLs, fields it does not
 // implement, huge prompts, slow senders and idle connections, monitoring made for vLLM; through
-// the official openai client wherever a client is involved.
+// the official openai client wherever a client is involved. Slow readers and the generation
+// deadline: slow-clients.test.ts.
 const MODEL = 'metrale/embedded-qwen3-next';
 const KEY = 'sk-metrale-test';
 let server: ServeProcess;

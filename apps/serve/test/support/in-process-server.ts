@@ -36,7 +36,7 @@ export async function startInProcess(
 ): Promise<InProcessServer> {
   const setup = { backend: 'cpu', maxBatch: o.engine?.maxBatch ?? 8, prefillChunk: 1, graphs: false, fake: o.engine } as EngineSetup;
   const engine = new EngineClient(setup, { workerUrl: FAKE_ENGINE, ...(o.engine?.faultAfterSteps !== undefined ? { faultAfterSteps: o.engine.faultAfterSteps } : {}) });
-  const ctx = new ServerContext(engine, new ServerMetrics({ processMetrics: false }), { maxQueue: 64, tokenizerThreads: 1, ...o.limits });
+  const ctx = new ServerContext(engine, new ServerMetrics({ processMetrics: false }), { maxQueue: 64, generationTimeoutMs: 0, tokenizerThreads: 1, ...o.limits });
   const server = createServer(ctx, o.server);
   await engine.whenReady();
   const url = await server.listen({ port: 0, host: '127.0.0.1' });
