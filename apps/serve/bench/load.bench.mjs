@@ -126,7 +126,7 @@ const result = {
   requests: done, errors, mismatches, generated_tokens: tokens, wall_s: Number(wall.toFixed(1)),
   tokens_per_s: Number((tokens / wall).toFixed(1)), requests_per_s: Number((done / wall).toFixed(2)),
   ttft_ms: { p50: q(ttfts, 0.5), p99: q(ttfts, 0.99) }, itl_ms: { p50: q(itls, 0.5), p99: q(itls, 0.99) },
-  server_generation_tokens: Number(/^metrale_generation_tokens_total (\d+)/m.exec(metrics)?.[1] ?? -1),
+  server_generation_tokens: Number(/^vllm:generation_tokens_total\{[^}]*\} (\d+)/m.exec(metrics)?.[1] ?? -1),
   server_exit: exit,
 };
 console.log(JSON.stringify(result));

@@ -1,4 +1,4 @@
-import { Checkpoint, parseNgramSpec } from '@metrale/core';
+import { parseNgramSpec } from '@metrale/core';
 import { Presets, SingleBar } from 'cli-progress';
 import type { DtypeChoice } from '@metrale/core';
 import { Command, InvalidArgumentError, Option } from 'commander';
@@ -6,12 +6,12 @@ import { BACKEND_CHOICES, type BackendChoice } from '../backends/select-backend.
 import type { CliContext } from '../cli-context.js';
 import { EngineClient } from '../engine/engine-client.js';
 import type { EngineSetup, ModelInfo } from '../engine/build-engine.js';
-import { TextCodec } from '../generate/text-codec.js';
+import { apiKeysFrom } from '../server/api-key.js';
 import { createServer } from '../server/create-server.js';
 import { ServerContext } from '../server/server-context.js';
 import { ServerMetrics } from '../server/server-metrics.js';
 import type { PluginsLoaded } from '../engine/protocol.js';
-import { dtypeOption, nonNegative, positiveInt, registrySetup, speculationSpec, withPluginOptions, type PluginOptions } from './options.js';
+import { collect, dtypeOption, nonNegative, positiveInt, registrySetup, speculationSpec, withPluginOptions, type PluginOptions } from './options.js';
 
 interface ServeOptions extends PluginOptions {
   readonly model?: string;
@@ -31,7 +31,19 @@ interface ServeOptions extends PluginOptions {
   readonly shutdownTimeout: number;
   readonly loadDelayMs: number;
   readonly progress: 'auto' | 'always' | 'never';
+  readonly apiKey?: string[];
+  readonly requestTimeout: number;
+  readonly keepAliveTimeout: number;
+  readonly generationTimeout: number;
+  readonly tokenizerWorkers: number;
+  readonly faultAfterSteps?: number;
 }
+
+const positiveNumber = (value: string): number => {
+  const n = nonNegative(value);
+  if (n === 0) throw new InvalidArgumentError(`expected a number > 0, got '${value}'`);
+  return n;
+};
 
 const port = (value: string): number => {
   const n = Number(value);
@@ -58,7 +70,13 @@ export function serveCommand(ctx: CliContext): Command {
     .addOption(new Option('--log-level <level>', 'log level').choices(['fatal', 'error', 'warn', 'info', 'debug', 'trace']).default('info'))
     .option('--shutdown-timeout <s>', 'on SIGINT/SIGTERM, seconds in-flight requests get to finish before they are cancelled', nonNegative, 30)
     .addOption(new Option('--progress <when>', 'progress bar on stderr while the weights load (auto: on a terminal, for checkpoints over 256 MiB)').choices(['auto', 'always', 'never']).default('auto'))
+    .option('--api-key <key>', 'require "Authorization: Bearer <key>" on every path but /health and /metrics (repeatable; default: $METRALE_API_KEY, else $VLLM_API_KEY)', collect)
+    .option('--request-timeout <s>', 'seconds a client has to send a request (headers and body); slower ones get 408', positiveNumber, 30)
+    .option('--keep-alive-timeout <s>', 'seconds an idle keep-alive connection stays open', positiveNumber, 5)
+    .option('--generation-timeout <s>', 'seconds a generation request may take from arrival to its last byte, streaming included (0: no limit)', nonNegative, 600)
+    .option('--tokenizer-workers <n>', 'threads that tokenize prompts and render chat templates, off the HTTP thread', positiveInt, 1)
     .addOption(new Option('--load-delay-ms <ms>', 'wait before loading the weights (testing)').argParser(Number).default(0).hideHelp())
+    .addOption(new Option('--fault-after-steps <n>', 'make the device unusable after N engine steps, as a device fault would (testing)').argParser(Number).hideHelp())
     .addHelpText('after', [
       '',
       'Endpoints: GET /v1/models, POST /v1/completions, POST /v1/chat/completions (stream: true for SSE),',
@@ -83,10 +101,14 @@ async function serve(o: ServeOptions, ctx: CliContext): Promise<number> {
     graphs: o.graphs,
     plugins: registrySetup(o, ctx),
   };
-  const engine = new EngineClient(setup, { loadDelayMs: o.loadDelayMs });
+  const engine = new EngineClient(setup, { loadDelayMs: o.loadDelayMs, ...(o.faultAfterSteps !== undefined ? { faultAfterSteps: o.faultAfterSteps } : {}) });
   const metrics = new ServerMetrics();
-  const server = new ServerContext(engine, metrics, { maxQueue: o.maxQueue }, o.servedModelName);
-  const app = createServer(server, { logger: { level: o.logLevel } });
+  const limits = { maxQueue: o.maxQueue, generationTimeoutMs: o.generationTimeout * 1000, tokenizerThreads: o.tokenizerWorkers };
+  const server = new ServerContext(engine, metrics, limits, o.servedModelName);
+  const apiKeys = apiKeysFrom(o.apiKey, process.env);
+  const app = createServer(server, {
+    logger: { level: o.logLevel }, apiKeys, requestTimeoutMs: o.requestTimeout * 1000, keepAliveTimeoutMs: o.keepAliveTimeout * 1000,
+  });
   const log = app.log;
 
   let bar: SingleBar | undefined;
@@ -99,16 +121,11 @@ async function serve(o: ServeOptions, ctx: CliContext): Promise<number> {
   });
   engine.on('model', (info: ModelInfo) => {
     try {
-      const checkpoint = Checkpoint.open(info.dir);
-      try {
-        server.codec = TextCodec.fromCheckpoint(checkpoint);
-      } finally {
-        checkpoint.close();
-      }
+      server.openTokenizer(info.dir);
     } catch (error) {
       log.warn({ err: (error as Error).message }, 'the tokenizer cannot be loaded: only token-id prompts will be served');
     }
-    log.info({ model: server.model?.name, dir: info.dir, model_type: info.modelType, architecture_provider: info.provider, embedded: info.embedded, created: info.created, create_ms: Math.round(info.createMs), max_model_len: info.maxModelLen, weight_bytes: info.weightBytes, dtype: info.dtype, tokenizer: server.codec !== undefined }, 'model opened');
+    log.info({ model: server.model?.name, dir: info.dir, model_type: info.modelType, architecture_provider: info.provider, embedded: info.embedded, created: info.created, create_ms: Math.round(info.createMs), max_model_len: info.maxModelLen, weight_bytes: info.weightBytes, dtype: info.dtype, tokenizer: server.tokenizer !== undefined }, 'model opened');
     // A bar for checkpoints that take a while to load, on a terminal only (logs stay JSON).
     const wanted = o.progress === 'always' || (o.progress === 'auto' && process.stderr.isTTY && info.weightBytes > 256 * 1024 * 1024);
     if (wanted) {
@@ -151,20 +168,26 @@ async function serve(o: ServeOptions, ctx: CliContext): Promise<number> {
     } finally {
       clearTimeout(deadline);
     }
+    await server.close();
     await engine.shutdown();
     log.info({ exit_code: code }, 'stopped');
     finish(code);
   };
 
   engine.on('ready', (r) => {
+    if (server.tokenizer) {
+      try {
+        server.loadDecoder();
+      } catch (error) {
+        log.warn({ err: (error as Error).message }, 'the tokenizer cannot be loaded: only token-id prompts will be served');
+      }
+    }
     bar?.update(bar.getTotal());
     bar?.stop();
     bar = undefined;
-    metrics.modelLoaded.set(1);
     log.info({ backend: r.backend, device: r.device, load_ms: Math.round(r.loadMs), max_batch: r.maxBatch, device_weight_bytes: r.deviceWeightBytes }, 'ready');
   });
   engine.on('failed', (error: Error) => {
-    metrics.modelLoaded.set(0);
     log.error({ err: error.message }, engine.ready ? 'the engine failed' : 'the model failed to load');
     void stop('engine failure', 1);
   });
@@ -180,7 +203,7 @@ async function serve(o: ServeOptions, ctx: CliContext): Promise<number> {
   process.on('SIGTERM', onSignal);
   try {
     const url = await app.listen({ port: o.port, host: o.host });
-    log.info({ url, pid: process.pid }, 'listening');
+    log.info({ url, pid: process.pid, api_key_required: apiKeys.length > 0 }, 'listening');
   } catch (error) {
     await engine.shutdown();
     throw error;

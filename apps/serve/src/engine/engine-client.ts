@@ -22,6 +22,8 @@ export interface EngineClientOptions {
   readonly loadDelayMs?: number;
   /** The worker script; default: engine-worker.js beside this module's bundle. */
   readonly workerUrl?: URL;
+  /** Make the device unusable after this many engine steps (tests of device faults). */
+  readonly faultAfterSteps?: number;
 }
 
 /** What one request hears from the engine: its tokens as they come, then how it ended. */
@@ -43,7 +45,7 @@ export class EngineClient extends EventEmitter {
 
   constructor(setup: EngineSetup, options: EngineClientOptions = {}) {
     super();
-    const data: WorkerData = { setup, loadDelayMs: options.loadDelayMs ?? 0 };
+    const data: WorkerData = { setup, loadDelayMs: options.loadDelayMs ?? 0, ...(options.faultAfterSteps !== undefined ? { faultAfterSteps: options.faultAfterSteps } : {}) };
     this.#worker = new Worker(options.workerUrl ?? new URL('./engine-worker.js', import.meta.url), { workerData: data });
     this.#worker.on('message', (m: FromWorker) => this.#onMessage(m));
     this.#closed = new Promise<void>((resolve) => {

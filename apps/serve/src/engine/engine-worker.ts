@@ -7,6 +7,7 @@ import type { GpuBackend } from '@metrale/core';
 import { selectBackend } from '../backends/select-backend.js';
 import { loadRegistry } from '../plugins/load-registry.js';
 import { buildEngine, resolveModel, type Engine } from './build-engine.js';
+import { deviceFault } from './device-fault.js';
 import type { FromWorker, ToWorker, WireEvent, WorkerData } from './protocol.js';
 
 const port = parentPort;
@@ -64,6 +65,7 @@ async function main(): Promise<void> {
   }
 
   const { loop } = engine;
+  let steps = 0;
   for (;;) {
     const events: WireEvent[] = [];
     let changed = false;
@@ -98,9 +100,11 @@ async function main(): Promise<void> {
       if (inbox.length === 0) await new Promise<void>((resolve) => (wake = resolve));
       continue;
     }
+    let failed = false;
     try {
       const report = loop.step();
       events.push(...report.events);
+      failed = report.events.some((e) => e.finish === 'error');
       post({
         t: 'step', events, running: report.running, waiting: report.waiting,
         stats: { prefillRows: report.prefillRows, prefillSeqs: report.prefillSeqs, decodeSeqs: report.decodeSeqs, k: report.k, drafted: report.drafted, accepted: report.accepted, ms: report.ms },
@@ -110,6 +114,23 @@ async function main(): Promise<void> {
       const message = (error as Error).message ?? String(error);
       for (const id of loop.cancelAll()) events.push({ id, tokens: [], finish: 'error', error: message });
       post({ t: 'step', events, running: loop.running, waiting: loop.waiting });
+      failed = true;
+    }
+    if (data.faultAfterSteps !== undefined && ++steps === data.faultAfterSteps) gpu.dispose();
+    // Serving on is right only when the device survived the failure; a poisoned one fails the engine.
+    const fault = failed ? deviceFault(gpu) : undefined;
+    if (fault) {
+      post({ t: 'failed', message: `the device is unusable after a failed step: ${fault.message}`, ...(fault.stack ? { stack: fault.stack } : {}) });
+      loop.cancelAll();
+      for (const free of [() => engine.dispose(), () => gpu!.dispose()]) {
+        try {
+          free();
+        } catch {
+          // A broken device refuses to free; the process exits soon.
+        }
+      }
+      port!.close();
+      return;
     }
     // Let the messages that arrived during the step in before the next one.
     await nextTurn();

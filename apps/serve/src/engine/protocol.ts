@@ -8,6 +8,8 @@ export interface WorkerData {
   readonly setup: EngineSetup;
   /** Delay before the weights load (tests of the 503-while-loading answers). */
   readonly loadDelayMs: number;
+  /** Make the device unusable after this many steps, as a device fault would (tests of /health). */
+  readonly faultAfterSteps?: number;
 }
 
 export interface AddRequest {

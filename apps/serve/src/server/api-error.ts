@@ -1,6 +1,7 @@
 /** The `type` of an OpenAI error object, by HTTP status. */
 function errorType(status: number): string {
-  if (status === 401) return 'authentication_error';
+  // OpenAI answers a missing or wrong key with an invalid_request_error (code invalid_api_key).
+  if (status === 401) return 'invalid_request_error';
   if (status === 404) return 'not_found_error';
   if (status === 429) return 'rate_limit_exceeded';
   if (status === 503) return 'service_unavailable';
@@ -30,5 +31,7 @@ export class ApiError extends Error {
   }
 }
 
-export const notReady = (state: string): ApiError =>
-  new ApiError(503, `the model is ${state === 'loading' || state === 'starting' ? 'still loading' : state}; retry when /health answers 200`, { code: 'model_not_ready' });
+export const notReady = (state: string, failure?: Error): ApiError =>
+  state === 'failed'
+    ? new ApiError(503, `the engine failed${failure ? ` (${failure.message})` : ''} and serves nothing more; restart the server`, { code: 'engine_failed' })
+    : new ApiError(503, `the model is ${state === 'loading' || state === 'starting' ? 'still loading' : state}; retry when /health answers 200`, { code: 'model_not_ready' });

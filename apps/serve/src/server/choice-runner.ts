@@ -1,6 +1,9 @@
 import type { FastifyReply } from 'fastify';
+import type { AdmissionTicket } from './admission.js';
 import { ApiError } from './api-error.js';
+import { ChoiceStream } from './choice-stream.js';
 import { Generation, type FinishReason, type GenerationParams, type GenerationResult } from './generation.js';
+import type { RequestLifetime } from './request-lifetime.js';
 import type { ServerContext } from './server-context.js';
 import { SseWriter } from './sse.js';
 
@@ -28,10 +31,15 @@ export interface RunChoicesOptions {
   readonly params: readonly GenerationParams[];
   /** Prompt tokens of the request, counted once per prompt whatever `n` (as OpenAI's usage does). */
   readonly promptTokens: number;
+  /** The request's `n` (each prompt's choices). */
+  readonly n: number;
   readonly stream: boolean;
   readonly includeUsage: boolean;
   readonly format: ChoiceFormat;
   readonly arrived: number;
+  readonly lifetime: RequestLifetime;
+  /** Given back once every generation has ended, before the answer is delivered. */
+  readonly ticket: AdmissionTicket;
 }
 
 function usageOf(prompt: number, completion: number): Usage {
@@ -40,68 +48,63 @@ function usageOf(prompt: number, completion: number): Usage {
 
 /**
  * Runs one generation per prompt and answers with all of them: as one JSON response, or as SSE
- * events while tokens arrive. A client that goes away cancels every generation of its request at
- * once (their engine slots are free for the next step); a failure in one aborts the others.
+ * events while tokens arrive (with backpressure, choice-stream.ts). A client that goes away or a
+ * deadline that passes cancels every generation of the request at once (their engine slots are
+ * free for the next step); a failure in one aborts the others.
  */
 export async function runChoices(o: RunChoicesOptions): Promise<unknown> {
-  const { ctx, reply, params, format } = o;
-  const decoder = ctx.codec;
-  ctx.admit(params.length);
+  const { ctx, reply, params, format, lifetime } = o;
   const raw = reply.raw;
-  const sse = o.stream ? new SseWriter(raw) : undefined;
+  const out = o.stream ? new ChoiceStream(new SseWriter(raw), format, params.length) : undefined;
   const gens: Generation[] = [];
-  const abortAll = (why?: string) => {
+  const abortAll = (why: ApiError) => {
     for (const g of gens) g.abort(why);
   };
-  // 'close' before the response finished: the client disconnected.
-  const onClose = () => {
-    if (!raw.writableFinished) abortAll();
-  };
-  raw.on('close', onClose);
+  const onEnded = () => abortAll(lifetime.ended!);
+  lifetime.signal.addEventListener('abort', onEnded);
   try {
-    if (sse) {
+    // The client may have left, or the deadline passed, while the prompt was tokenized.
+    lifetime.signal.throwIfAborted();
+    for (let i = 0; i < params.length; i += o.n) ctx.metrics.requestParams(o.n);
+    if (out) {
       reply.hijack();
-      sse.start();
+      out.start();
     }
     for (const [i, p] of params.entries()) {
-      if (sse && format.opening) sse.send(format.opening(i));
-      gens.push(new Generation(ctx.engine, ctx.metrics, decoder, p, sse ? (text) => sse.send(format.chunk(i, text, null)) : undefined, o.arrived));
+      gens.push(new Generation(ctx.engine, ctx.metrics, ctx.codec, p, out ? (text) => out.text(i, text) : undefined, o.arrived));
     }
     let results: GenerationResult[];
     try {
       results = await Promise.all(gens.map(async (g, i) => {
         const r = await g.done;
-        sse?.send(format.chunk(i, null, r.finishReason));
+        out?.finish(i, r.finishReason);
         return r;
       }));
     } catch (error) {
-      abortAll('another prompt of the same request failed');
+      abortAll(new ApiError(499, 'another prompt of the same request failed', { code: 'client_closed_request' }));
       throw error;
     }
+    o.ticket.release();
     const usage = usageOf(o.promptTokens, results.reduce((a, r) => a + r.completionTokens, 0));
     reply.log.info({
       route: reply.request.routeOptions.url, stream: o.stream, choices: results.length, ...usage,
       finish: results.map((r) => r.finishReason), ms: Math.round(performance.now() - o.arrived),
     }, 'generation');
-    if (!sse) return format.response(results, usage);
-    if (o.includeUsage) sse.send(format.usageChunk(usage));
-    sse.done();
+    if (!out) return format.response(results, usage);
+    if (o.includeUsage) out.event(format.usageChunk(usage));
+    // A slow reader is waited for, up to the deadline.
+    await out.end(lifetime.signal);
     return undefined;
   } catch (error) {
     // Whatever failed, nothing of this request may keep running in the engine.
-    abortAll('the request failed');
-    if (!sse || !raw.headersSent) throw error;
+    abortAll(error instanceof ApiError ? error : new ApiError(500, 'the request failed'));
+    if (!out || !raw.headersSent) throw error;
     // Mid-stream: the status is already sent; the error travels as an event, then the stream ends.
     const apiError = error instanceof ApiError ? error : new ApiError(500, (error as Error).message);
-    if (apiError.status !== 499) {
-      sse.send(apiError.toBody());
-      sse.done();
-    }
+    if (apiError.status !== 499) out.fail(apiError);
     reply.log.warn({ err: apiError.message, status: apiError.status }, 'stream ended early');
     return undefined;
   } finally {
-    raw.off('close', onClose);
-    // A hijacked reply skips fastify's onResponse hook, where other answers are counted.
-    if (sse) ctx.metrics.httpRequests.inc({ route: reply.request.routeOptions.url ?? 'unknown', code: String(raw.statusCode) });
+    lifetime.signal.removeEventListener('abort', onEnded);
   }
 }

@@ -3,12 +3,12 @@ import type { SamplingParams } from '@metrale/core';
 import type { EngineClient } from '../engine/engine-client.js';
 import type { WireEvent } from '../engine/protocol.js';
 import { ApiError } from './api-error.js';
-import type { ServerMetrics } from './server-metrics.js';
+import type { FinishedReason, ServerMetrics } from './server-metrics.js';
 import { TextStream, type TokenDecoder } from './text-stream.js';
 
 /** One prompt's generation as a request asked for it, in token ids. */
 export interface GenerationParams {
-  readonly prompt: readonly number[];
+  readonly prompt: ArrayLike<number>;
   readonly maxTokens: number;
   readonly sampling?: SamplingParams;
   readonly seed?: number;
@@ -44,6 +44,8 @@ export class Generation {
   #finished = false;
   #stream: TextStream;
   #arrived: number;
+  readonly #maxTokens: number;
+  #first = 0;
   #last = 0;
   #resolve!: (r: GenerationResult) => void;
   #reject!: (e: Error) => void;
@@ -57,6 +59,7 @@ export class Generation {
     this.#metrics = metrics;
     this.#onText = onText;
     this.#arrived = arrived;
+    this.#maxTokens = params.maxTokens;
     this.promptTokens = params.prompt.length;
     this.#stream = new TextStream(decoder ?? { decode: (ids) => ids.map((t) => `<${t}>`).join('') }, params.stop);
     this.done = new Promise((resolve, reject) => {
@@ -72,17 +75,18 @@ export class Generation {
       },
       (ev) => this.#onEvent(ev),
     );
-    metrics.inFlight.inc();
-    metrics.promptTokens.inc(params.prompt.length);
+    metrics.promptTokens(params.prompt.length);
   }
 
-  /** The client went away: the engine drops the request and frees its slot before its next step. */
-  abort(reason = 'the client closed the connection'): void {
+  /**
+   * The request ended early (its client went away, its deadline passed, another of its prompts
+   * failed): the engine drops it and frees its slot before its next step; `done` rejects with `reason`.
+   */
+  abort(reason: ApiError): void {
     if (this.#finished) return;
     this.#engine.cancel(this.#id);
-    this.#end();
-    this.#metrics.requestsFinished.inc({ finish_reason: 'abort' });
-    this.#reject(new ApiError(499, reason, { code: 'client_closed_request' }));
+    this.#end('abort');
+    this.#reject(reason);
   }
 
   #onEvent(ev: WireEvent): void {
@@ -101,8 +105,7 @@ export class Generation {
       }
     }
     if (ev.finish === 'error' || ev.finish === 'abort') {
-      this.#end();
-      this.#metrics.requestsFinished.inc({ finish_reason: 'error' });
+      this.#end('error');
       const why = ev.error ?? (ev.finish === 'abort' ? 'cancelled by the server' : 'unknown error');
       this.#reject(
         ev.rejected ? new ApiError(400, why)
@@ -125,14 +128,15 @@ export class Generation {
     const m = this.#metrics;
     let first = 0;
     if (this.#counted === 0) {
-      m.timeToFirstToken.observe((now - this.#arrived) / 1000);
+      m.firstToken((now - this.#arrived) / 1000);
+      this.#first = now;
       first = 1;
     }
     const gap = this.#counted === 0 ? 0 : (now - this.#last) / 1000 / n;
-    for (let i = first; i < n; i++) m.interTokenLatency.observe(gap);
+    for (let i = first; i < n; i++) m.interToken(gap);
     this.#counted += n;
     this.#last = now;
-    m.generationTokens.inc(n);
+    m.generationTokens(n);
   }
 
   #emit(text: string): void {
@@ -142,14 +146,15 @@ export class Generation {
   }
 
   #finish(reason: FinishReason): void {
-    this.#end();
-    this.#metrics.requestsFinished.inc({ finish_reason: reason });
-    this.#metrics.requestDuration.observe((performance.now() - this.#arrived) / 1000);
+    this.#end(reason);
     this.#resolve({ text: this.#text, tokens: this.#tokens.slice(0, this.#counted), completionTokens: this.#counted, finishReason: reason });
   }
 
-  #end(): void {
+  #end(reason: FinishedReason): void {
     this.#finished = true;
-    this.#metrics.inFlight.dec();
+    this.#metrics.finished({
+      reason, promptTokens: this.promptTokens, generationTokens: this.#counted, maxTokens: this.#maxTokens, e2e: (performance.now() - this.#arrived) / 1000,
+      ...(this.#counted > 0 ? { decode: (this.#last - this.#first) / 1000 } : {}),
+    });
   }
 }

@@ -1,7 +1,8 @@
 import type { SamplingParams } from '@metrale/core';
 import { ApiError } from './api-error.js';
 import type { GenerationParams } from './generation.js';
-import type { ChatRequest, CompletionRequest } from './request-schemas.js';
+import { refuseFields, inertValue, type FieldScope } from './refused-fields.js';
+import { chatMessage, chatRequest, completionRequest, type ChatRequest, type CompletionRequest } from './request-schemas.js';
 
 /** What a request is checked against. */
 export interface ServedModel {
@@ -20,19 +21,28 @@ export function checkModel(model: string | null | undefined, served: ServedModel
   }
 }
 
-/** Fields metrale does not implement are refused by name rather than silently ignored. */
-export function refuseUnsupported(body: Common): void {
-  const refuse = (param: string, what: string): never => {
-    throw new ApiError(400, `${param}: ${what} is not supported by this server`, { param });
-  };
-  if (body.frequency_penalty) refuse('frequency_penalty', 'a frequency penalty');
-  if (body.presence_penalty) refuse('presence_penalty', 'a presence penalty');
-  if ('echo' in body && body.echo) refuse('echo', 'echoing the prompt');
-  if ('best_of' in body && body.best_of != null && body.best_of !== 1) refuse('best_of', 'best_of');
-  if ('suffix' in body && body.suffix) refuse('suffix', 'a suffix');
-  if ('logprobs' in body && body.logprobs) refuse('logprobs', 'logprobs');
-  if ('tools' in body && body.tools && body.tools.length > 0) refuse('tools', 'tool calling');
-  if ('response_format' in body && body.response_format && body.response_format.type !== 'text') refuse('response_format', `response_format ${body.response_format.type}`);
+const keys = (shape: object): ReadonlySet<string> => new Set(Object.keys(shape));
+const { is, empty, never } = inertValue;
+
+const SCOPES = {
+  completion: { implemented: keys(completionRequest.shape), own: { add_special_tokens: is(true) } },
+  // vLLM's chat defaults: no special tokens added to the rendered template, the generation prompt on.
+  chat: { implemented: keys(chatRequest.shape), own: { add_special_tokens: is(false), add_generation_prompt: is(true), echo: is(false) } },
+  message: {
+    implemented: keys(chatMessage.shape),
+    // What OpenAI's clients send back with an assistant message of an earlier answer.
+    own: { tool_calls: empty, tool_call_id: never, refusal: never, annotations: empty, function_call: never, audio: never, reasoning_content: never },
+  },
+  streamOptions: { implemented: new Set(['include_usage']), own: { include_obfuscation: is(false), continuous_usage_stats: is(false) } },
+} satisfies Record<string, FieldScope>;
+
+/** Fields metrale does not implement are refused by name (see refused-fields.ts), nested ones too. */
+export function refuseUnsupported(body: CompletionRequest, endpoint: 'completion'): void;
+export function refuseUnsupported(body: ChatRequest, endpoint: 'chat'): void;
+export function refuseUnsupported(body: Common, endpoint: 'completion' | 'chat'): void {
+  refuseFields(body, SCOPES[endpoint]);
+  if (body.stream_options) refuseFields(body.stream_options, SCOPES.streamOptions, 'stream_options.');
+  if (endpoint === 'chat') (body as ChatRequest).messages.forEach((m, i) => refuseFields(m, SCOPES.message, `messages[${i}].`));
 }
 
 /**

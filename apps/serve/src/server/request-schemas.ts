@@ -1,9 +1,9 @@
 import { z } from 'zod';
 import { ApiError } from './api-error.js';
 
-// The request bodies the server accepts, as OpenAI documents them (plus vLLM's top_k and min_p).
-// Unknown fields are ignored, as OpenAI's own server does; fields whose behaviour metrale does not
-// implement are refused by name instead of silently ignored.
+// The request bodies the server accepts, as OpenAI documents them (plus vLLM's top_k, min_p and
+// ignore_eos). The objects keep fields they do not declare so that refused-fields.ts can refuse
+// them by name: nothing a client asks for is silently dropped.
 
 const tokenIds = z.array(z.number().int().min(0)).min(1);
 
@@ -16,53 +16,43 @@ const sampling = {
   seed: z.number().int().nullish(),
   stop: z.union([z.string(), z.array(z.string()).max(16)]).nullish(),
   stream: z.boolean().nullish(),
-  stream_options: z.object({ include_usage: z.boolean().nullish() }).nullish(),
+  stream_options: z.looseObject({ include_usage: z.boolean().nullish() }).nullish(),
   n: z.number().int().min(1).max(16).nullish(),
-  frequency_penalty: z.number().nullish(),
-  presence_penalty: z.number().nullish(),
-  user: z.string().nullish(),
   /** vLLM's extension: generate up to max_tokens whatever the model's end-of-sequence says. */
   ignore_eos: z.boolean().nullish(),
 };
 
-export const completionRequest = z.object({
+export const completionRequest = z.looseObject({
   ...sampling,
   prompt: z.union([z.string(), z.array(z.string()).min(1), tokenIds, z.array(tokenIds).min(1)]),
   max_tokens: z.number().int().min(1).nullish(),
-  echo: z.boolean().nullish(),
-  logprobs: z.number().int().nullish(),
-  best_of: z.number().int().nullish(),
-  suffix: z.string().nullish(),
 });
 
 const textPart = z.object({ type: z.literal('text'), text: z.string() });
 
-const message = z.object({
+export const chatMessage = z.looseObject({
   role: z.enum(['system', 'developer', 'user', 'assistant', 'tool']),
   content: z.union([z.string(), z.array(textPart)]).nullish(),
   name: z.string().nullish(),
 });
 
-export const chatRequest = z.object({
+export const chatRequest = z.looseObject({
   ...sampling,
-  messages: z.array(message).min(1),
+  messages: z.array(chatMessage).min(1),
   max_tokens: z.number().int().min(1).nullish(),
   max_completion_tokens: z.number().int().min(1).nullish(),
-  logprobs: z.boolean().nullish(),
-  tools: z.array(z.unknown()).nullish(),
-  response_format: z.object({ type: z.string() }).nullish(),
 });
 
 export const tokenizeRequest = z.union([
   z.object({ model: z.string().nullish(), prompt: z.string(), add_special_tokens: z.boolean().nullish() }),
-  z.object({ model: z.string().nullish(), messages: z.array(message).min(1), add_generation_prompt: z.boolean().nullish() }),
+  z.object({ model: z.string().nullish(), messages: z.array(chatMessage).min(1), add_generation_prompt: z.boolean().nullish() }),
 ]);
 
 export const detokenizeRequest = z.object({ model: z.string().nullish(), tokens: z.array(z.number().int().min(0)) });
 
 export type CompletionRequest = z.infer<typeof completionRequest>;
 export type ChatRequest = z.infer<typeof chatRequest>;
-export type ChatMessage = z.infer<typeof message>;
+export type ChatMessage = z.infer<typeof chatMessage>;
 export type TokenizeRequest = z.infer<typeof tokenizeRequest>;
 export type DetokenizeRequest = z.infer<typeof detokenizeRequest>;
 

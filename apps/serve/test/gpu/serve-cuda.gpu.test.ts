@@ -49,6 +49,6 @@ describe.skipIf(!cuda.available)('metrale serve --backend cuda', () => {
       return text;
     }));
     expect(together).toEqual(alone);
-    expect(await metric(gpuServer.url, 'metrale_requests_in_flight')).toBe(0);
+    expect(await metric(gpuServer.url, 'vllm:num_requests_running')).toBe(0);
   });
 });

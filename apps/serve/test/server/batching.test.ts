@@ -50,7 +50,7 @@ describe('continuous batching', () => {
   }, 120_000);
 
   it('a client that aborts mid-stream is cancelled and its slot freed; service goes on', async () => {
-    const finishedAbort = await metric(server.url, 'metrale_requests_finished_total{finish_reason="abort"}');
+    const finishedAbort = await metric(server.url, 'vllm:request_success_total', { finished_reason: 'abort' });
     const controller = new AbortController();
     const stream = await server.client.completions.create(
       { model: MODEL, prompt: 'an endless story', max_tokens: 1500, temperature: 0, stream: true, ignore_eos: true } as any,
@@ -70,13 +70,15 @@ describe('continuous batching', () => {
     expect(chunks).toBe(5);
     // The engine drops it before its next step: nothing stays in flight or holds a slot.
     const until = Date.now() + 5000;
-    while (Date.now() < until && (await metric(server.url, 'metrale_requests_in_flight')) !== 0) await new Promise((r) => setTimeout(r, 20));
-    expect(await metric(server.url, 'metrale_requests_in_flight')).toBe(0);
-    expect(await metric(server.url, 'metrale_requests_finished_total{finish_reason="abort"}')).toBe(finishedAbort + 1);
+    const settled = async () => (await metric(server.url, 'vllm:request_success_total', { finished_reason: 'abort' })) === finishedAbort + 1
+      && (await metric(server.url, 'vllm:num_requests_running')) + (await metric(server.url, 'vllm:num_requests_waiting')) === 0;
+    while (Date.now() < until && !(await settled())) await new Promise((r) => setTimeout(r, 20));
+    expect(await metric(server.url, 'vllm:num_requests_running')).toBe(0);
+    expect(await metric(server.url, 'vllm:request_success_total', { finished_reason: 'abort' })).toBe(finishedAbort + 1);
     // The next request is served as usual, with the same text as before the abort.
     const after = await streamChat(server.client, PROMPTS[1]!, 24);
     expect(after.tokens).toBeGreaterThan(0);
-    expect(await metric(server.url, 'metrale_requests_running')).toBe(0);
+    expect(await metric(server.url, 'vllm:num_requests_running')).toBe(0);
   }, 60_000);
 
   it('a long prompt prefills in chunks while a running stream keeps decoding', async () => {
@@ -108,27 +110,26 @@ describe('continuous batching', () => {
 
   it('metrics add up: tokens, requests, time to first token', async () => {
     const before = {
-      prompt: await metric(server.url, 'metrale_prompt_tokens_total'),
-      generated: await metric(server.url, 'metrale_generation_tokens_total'),
-      ttft: await metric(server.url, 'metrale_time_to_first_token_seconds_count'),
-      length: await metric(server.url, 'metrale_requests_finished_total{finish_reason="length"}'),
-      chat200: await metric(server.url, 'metrale_http_requests_total{route="/v1/chat/completions",code="200"}'),
+      prompt: await metric(server.url, 'vllm:prompt_tokens_total'),
+      generated: await metric(server.url, 'vllm:generation_tokens_total'),
+      ttft: await metric(server.url, 'vllm:time_to_first_token_seconds_count'),
+      length: await metric(server.url, 'vllm:request_success_total', { finished_reason: 'length' }),
+      chat2xx: await metric(server.url, 'http_requests_total', { handler: '/v1/chat/completions', status: '2xx' }),
     };
     const results = await Promise.all([6, 7, 8, 9, 10].map((n) => server.client.chat.completions.create({
       model: MODEL, messages: [{ role: 'user', content: `count to ${n}` }], max_tokens: n, temperature: 0, ignore_eos: true,
     } as any))) as OpenAI.Chat.Completions.ChatCompletion[];
     const usage = results.reduce((a, r) => ({ p: a.p + r.usage!.prompt_tokens, c: a.c + r.usage!.completion_tokens }), { p: 0, c: 0 });
     expect(usage.c).toBe(40);
-    expect(await metric(server.url, 'metrale_prompt_tokens_total')).toBe(before.prompt + usage.p);
-    expect(await metric(server.url, 'metrale_generation_tokens_total')).toBe(before.generated + usage.c);
-    expect(await metric(server.url, 'metrale_time_to_first_token_seconds_count')).toBe(before.ttft + 5);
-    expect(await metric(server.url, 'metrale_requests_finished_total{finish_reason="length"}')).toBe(before.length + 5);
-    expect(await metric(server.url, 'metrale_http_requests_total{route="/v1/chat/completions",code="200"}')).toBe(before.chat200 + 5);
+    expect(await metric(server.url, 'vllm:prompt_tokens_total')).toBe(before.prompt + usage.p);
+    expect(await metric(server.url, 'vllm:generation_tokens_total')).toBe(before.generated + usage.c);
+    expect(await metric(server.url, 'vllm:time_to_first_token_seconds_count')).toBe(before.ttft + 5);
+    expect(await metric(server.url, 'vllm:request_success_total', { finished_reason: 'length' })).toBe(before.length + 5);
+    expect(await metric(server.url, 'http_requests_total', { handler: '/v1/chat/completions', status: '2xx' })).toBe(before.chat2xx + 5);
     // Every generated token but each request's first has an inter-token latency sample.
-    const itl = await metric(server.url, 'metrale_inter_token_latency_seconds_count');
-    const ttft = await metric(server.url, 'metrale_time_to_first_token_seconds_count');
-    expect(itl).toBe((await metric(server.url, 'metrale_generation_tokens_total')) - ttft);
-    expect(await metric(server.url, 'metrale_engine_steps_total{kind="decode"}')).toBeGreaterThan(0);
-    expect(await metric(server.url, 'metrale_model_loaded')).toBe(1);
+    const itl = await metric(server.url, 'vllm:inter_token_latency_seconds_count');
+    const ttft = await metric(server.url, 'vllm:time_to_first_token_seconds_count');
+    expect(itl).toBe((await metric(server.url, 'vllm:generation_tokens_total')) - ttft);
+    expect(await metric(server.url, 'vllm:iteration_tokens_total_count')).toBeGreaterThan(0);
   }, 60_000);
 });

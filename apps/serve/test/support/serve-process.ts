@@ -76,11 +76,20 @@ export async function startServer(args: readonly string[] = [], options: { env?:
   };
 }
 
-/** The value of a Prometheus sample (`name{labels}`) in /metrics, 0 when absent. */
-export async function metric(url: string, sample: string): Promise<number> {
+/**
+ * The sum of the samples of `name` in /metrics whose labels include `labels` (0 when none):
+ * `metric(url, 'vllm:request_success_total', { finished_reason: 'abort' })`.
+ */
+export async function metric(url: string, name: string, labels: Record<string, string> = {}): Promise<number> {
   const text = await (await fetch(`${url}/metrics`)).text();
-  const line = text.split('\n').find((l) => l.startsWith(`${sample} `));
-  return line ? Number(line.slice(sample.length + 1)) : 0;
+  let sum = 0;
+  for (const line of text.split('\n')) {
+    const m = /^([^\s{]+)(?:\{(.*)\})? (\S+)$/.exec(line);
+    if (!m || m[1] !== name) continue;
+    const has = Object.fromEntries([...(m[2] ?? '').matchAll(/(\w+)="([^"]*)"/g)].map((x) => [x[1], x[2]]));
+    if (Object.entries(labels).every(([k, v]) => has[k] === v)) sum += Number(m[3]);
+  }
+  return sum;
 }
 
 /** Posts JSON (or a raw body) and returns status and parsed body. */
