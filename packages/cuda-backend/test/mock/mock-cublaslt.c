@@ -1,6 +1,6 @@
 /*
  * A stand-in for libcublasLt that computes on the host, for the mock-driver tests: column-major
- * D = alpha * op(A) * op(B) + beta * C exactly as cuBLASLt defines it, with f32 or bf16 operands.
+ * D = alpha * op(A) * op(B) + beta * C exactly as cuBLASLt defines it, with f32, bf16 or f16 operands.
  * It checks what the real library checks (attribute sizes, leading dimensions, that the layouts
  * fit m, n and k, supported type combinations), so a wrong row-major mapping in the addon fails
  * here. Work goes through the mock driver's stream (mockSubmitHost), so GEMMs can be captured.
@@ -13,7 +13,7 @@
 
 #define EXPORT __attribute__((visibility("default")))
 enum { OK = 0, NOT_INITIALIZED = 1, INVALID_VALUE = 7, NOT_SUPPORTED = 15 };
-enum { R_32F = 0, R_16BF = 14 };
+enum { R_32F = 0, R_16F = 2, R_16BF = 14 };
 
 typedef struct { int compute, scale, transa, transb; } Desc;
 typedef struct { int type; uint64_t rows, cols; int64_t ld; } Layout;
@@ -58,7 +58,7 @@ EXPORT int cublasLtMatmulDescSetAttribute(Desc* d, int attr, const void* buf, si
   return OK;
 }
 EXPORT int cublasLtMatrixLayoutCreate(Layout** l, int type, uint64_t rows, uint64_t cols, int64_t ld) {
-  if (type != R_32F && type != R_16BF) return NOT_SUPPORTED;
+  if (type != R_32F && type != R_16BF && type != R_16F) return NOT_SUPPORTED;
   if (ld < (int64_t)rows || rows == 0 || cols == 0) return INVALID_VALUE;
   *l = malloc(sizeof(Layout));
   **l = (Layout){type, rows, cols, ld};
@@ -100,7 +100,7 @@ EXPORT int cublasLtMatmulAlgoGetHeuristic(void* h, Desc* d, Layout* a, Layout* b
   if (!shape(d, a, b, c, &m, &n, &k)) return INVALID_VALUE;
   if (c->type != dl->type || c->rows != dl->rows || c->cols != dl->cols) return INVALID_VALUE;
   if (a->type != b->type) return NOT_SUPPORTED;
-  if (a->type == R_32F && c->type != R_32F) return NOT_SUPPORTED; /* no f32 x f32 -> bf16 */
+  if (a->type == R_32F && c->type != R_32F) return NOT_SUPPORTED; /* no f32 x f32 -> bf16 or f16 */
   memset(out, 0, sizeof(Heuristic));
   out[0].algo.data[0] = 42;
   out[0].state = OK;
@@ -111,6 +111,7 @@ EXPORT int cublasLtMatmulAlgoGetHeuristic(void* h, Desc* d, Layout* a, Layout* b
 
 static float load(int type, const void* base, uint64_t index) {
   if (type == R_32F) return ((const float*)base)[index];
+  if (type == R_16F) return (float)((const _Float16*)base)[index];
   uint32_t bits = (uint32_t)((const uint16_t*)base)[index] << 16;
   float f;
   memcpy(&f, &bits, 4);
@@ -119,6 +120,10 @@ static float load(int type, const void* base, uint64_t index) {
 static void store(int type, void* base, uint64_t index, float value) {
   if (type == R_32F) {
     ((float*)base)[index] = value;
+    return;
+  }
+  if (type == R_16F) {
+    ((_Float16*)base)[index] = (_Float16)value; /* round to nearest even */
     return;
   }
   uint32_t bits;

@@ -13,6 +13,7 @@
  * the plumbing (argument marshalling, handle tables, error conversion) be tested anywhere.
  */
 #define _GNU_SOURCE
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,7 +31,7 @@ enum {
 enum { MODE_GLOBAL = 0, MODE_THREAD_LOCAL = 1, MODE_RELAXED = 2 };
 
 #define EXPORT __attribute__((visibility("default")))
-#define MAX_PARAMS 8
+#define MAX_PARAMS 16
 #define MAX_PARAM_BYTES 64
 
 /* ---- recorded work ------------------------------------------------------------------------ */
@@ -220,7 +221,76 @@ static void k_copy_after(unsigned char (*p)[8], const unsigned* g, const unsigne
   memmove(dst, src, (size_t)n * 4);
 }
 
+/* The data path's kernels of kernels/convert.cu and kernels/gemm-fp8.cu, on the host: the same
+ * functions (rounding to nearest even where they store), so the GPU lane's precision suite runs
+ * its plumbing here too. */
+static uint32_t f32_bits(float v) { uint32_t u; memcpy(&u, &v, 4); return u; }
+static float bits_f32(uint32_t u) { float v; memcpy(&v, &u, 4); return v; }
+static float bf16_value(uint16_t h) { return bits_f32((uint32_t)h << 16); }
+static uint16_t bf16_bits(float v) {
+  uint32_t u = f32_bits(v);
+  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x7fffffu)) return (uint16_t)((u >> 16) | 0x40);
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+static float f16_value(uint16_t h) { return (float)*(_Float16*)&h; }
+static uint16_t f16_bits(float v) { _Float16 h = (_Float16)v; uint16_t u; memcpy(&u, &h, 2); return u; }
+static float load_el(const void* base, size_t i, int code) {
+  if (code == 1) return bf16_value(((const uint16_t*)base)[i]);
+  if (code == 2) return f16_value(((const uint16_t*)base)[i]);
+  return ((const float*)base)[i];
+}
+static void store_el(void* base, size_t i, float v, int code) {
+  if (code == 1) ((uint16_t*)base)[i] = bf16_bits(v);
+  else if (code == 2) ((uint16_t*)base)[i] = f16_bits(v);
+  else ((float*)base)[i] = v;
+}
+static float e4m3_value(uint8_t b) {
+  int e = (b >> 3) & 15, m = b & 7;
+  float sign = (b & 0x80) ? -1.0f : 1.0f;
+  if (e == 15 && m == 7) return NAN;
+  if (e == 0) return sign * (float)m * 0x1p-9f;
+  return sign * (1.0f + (float)m / 8.0f) * bits_f32((uint32_t)(e - 7 + 127) << 23);
+}
+static void k_convert(unsigned char (*p)[8], const unsigned* g, const unsigned* b, unsigned s) {
+  const void* src = ARG(void*, 0);
+  int srcCode = ARG(int, 1);
+  void* dst = ARG(void*, 2);
+  int dstCode = ARG(int, 3);
+  unsigned long long n = ARG(unsigned long long, 4);
+  (void)g; (void)b; (void)s;
+  for (unsigned long long i = 0; i < n; i++) store_el(dst, i, load_el(src, i, srcCode), dstCode);
+}
+static void k_gemm_fp8(unsigned char (*p)[8], const unsigned* g, const unsigned* b, unsigned s) {
+  const void* a = ARG(void*, 0);
+  int aCode = ARG(int, 1);
+  const uint8_t* w = ARG(uint8_t*, 2);
+  const float* scales = ARG(float*, 3);
+  void* c = ARG(void*, 4);
+  int cCode = ARG(int, 5);
+  int m = ARG(int, 6), n = ARG(int, 7), k = ARG(int, 8), lda = ARG(int, 9), ldc = ARG(int, 10);
+  float alpha = ARG(float, 11), beta = ARG(float, 12);
+  int kb = (k + 127) / 128;
+  (void)g; (void)b; (void)s;
+  for (int i = 0; i < m; i++) {
+    for (int j = 0; j < n; j++) {
+      float acc = 0.0f;
+      for (int q0 = 0; q0 < k; q0 += 128) {
+        float part = 0.0f;
+        for (int q = q0; q < q0 + 128 && q < k; q++) part += load_el(a, (size_t)i * lda + q, aCode) * e4m3_value(w[(size_t)j * k + q]);
+        acc += scales[(j / 128) * kb + q0 / 128] * part;
+      }
+      size_t at = (size_t)i * ldc + j;
+      float v = alpha * acc;
+      if (beta != 0.0f) v += beta * load_el(c, at, cCode);
+      store_el(c, at, v, cCode);
+    }
+  }
+}
+
 static const Kernel KERNELS[] = {
+    {"backend_convert", 5, {8, 4, 8, 4, 8}, k_convert},
+    {"backend_gemm_fp8_rows", 13, {8, 4, 8, 8, 8, 4, 4, 4, 4, 4, 4, 4, 4}, k_gemm_fp8},
+    {"backend_gemm_fp8_tiled", 13, {8, 4, 8, 8, 8, 4, 4, 4, 4, 4, 4, 4, 4}, k_gemm_fp8},
     {"vector_add_f32", 4, {8, 8, 8, 4}, k_vector_add},
     {"fill_u32", 3, {8, 4, 4}, k_fill},
     {"scale_inplace_f32", 3, {8, 4, 4}, k_scale},
