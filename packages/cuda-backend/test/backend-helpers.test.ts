@@ -61,7 +61,7 @@ describe('resolveGemm', () => {
 
   it('rejects short leading dimensions, unknown types and f32 -> bf16', () => {
     expect(() => resolveGemm({ m: 2, n: 3, k: 4, a: p, b: p, c: p, dtype: 'f32', lda: 3 })).toThrow(InvalidArgumentError);
-    expect(() => resolveGemm({ m: 2, n: 3, k: 4, a: p, b: p, c: p, dtype: 'f16' as 'f32' })).toThrow(InvalidArgumentError);
+    expect(() => resolveGemm({ m: 2, n: 3, k: 4, a: p, b: p, c: p, dtype: 'f8' as 'f32' })).toThrow(InvalidArgumentError);
     expect(() => resolveGemm({ m: 2, n: 3, k: 4, a: p, b: p, c: p, dtype: 'f32', outDtype: 'bf16' })).toThrow(/no f32 x f32 -> bf16/);
     expect(() => resolveGemm({ m: -1, n: 3, k: 4, a: p, b: p, c: p, dtype: 'f32' })).toThrow(InvalidArgumentError);
   });
