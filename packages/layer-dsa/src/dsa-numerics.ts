@@ -1,40 +1,10 @@
-import { E4M3_MAX, E4M3_VALUES, bf16BitsToF32, f32ToBf16Bits, type DeviceMemoryView, type DevicePtr } from '@metrale/core';
+import { E4M3_MAX, E4M3_VALUES, bf16BitsToF32, f32ToBf16Bits, f32ToE4m3, type DeviceMemoryView, type DevicePtr } from '@metrale/core';
 
 // Element formats and small functions shared by the CPU twins (KERNELS.md, "Numerics"). The CUDA
-// kernels implement the same definitions. E4M3 decoding is core's (the weights' FP8 is the same
-// format); core has no encoder, so the fp8 indexer cache's is here.
+// kernels implement the same definitions. E4M3 coding is core's: the weights' FP8 and the indexer
+// cache's are the same format.
 
-export { E4M3_MAX, e4m3ToF32 } from '@metrale/core';
-
-function roundHalfEven(v: number): number {
-  const f = Math.floor(v);
-  const d = v - f;
-  if (d > 0.5) return f + 1;
-  if (d < 0.5) return f;
-  return f % 2 === 0 ? f : f + 1;
-}
-
-/**
- * f32 → FP8 E4M3 (fn: no infinities, 0x7f/0xff NaN), round to nearest even, saturating to ±448,
- * as CUDA's `__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3)`.
- */
-export function f32ToE4m3(x: number): number {
-  if (Number.isNaN(x)) return 0x7f;
-  const sign = x < 0 || Object.is(x, -0) ? 0x80 : 0;
-  const a = Math.abs(x);
-  if (a >= E4M3_MAX) return sign | 0x7e;
-  if (a < 2 ** -6) return sign | roundHalfEven(a * 2 ** 9); // subnormals: m · 2^−9; m = 8 is 2^−6, the smallest normal
-  let e = Math.floor(Math.log2(a));
-  if (2 ** e > a) e--;
-  else if (2 ** (e + 1) <= a) e++;
-  let m = roundHalfEven((a / 2 ** e - 1) * 8);
-  if (m === 8) {
-    m = 0;
-    e++;
-  }
-  if (e > 8 || (e === 8 && m > 6)) return sign | 0x7e;
-  return sign | ((e + 7) << 3) | m;
-}
+export { E4M3_MAX, e4m3ToF32, f32ToE4m3 } from '@metrale/core';
 
 /** Per-token FP8 scale of a key row: amax / 448 in f32 (1 for an all-zero row). */
 export function fp8Scale(row: ArrayLike<number>, off: number, n: number): number {

@@ -3,7 +3,7 @@
 // bf16 ones, and the plugin created with a precision (the conformance kit and the fixture runner
 // create layers without one).
 import {
-  E4M3_MAX, E4M3_VALUES, FP8_BLOCK, WeightsError, toBf16, toF32,
+  FP8_BLOCK, WeightsError, quantizeFp8, toBf16, toF32,
   type CreateLayerContext, type HostTensor, type MetralePlugin, type Precision, type WeightSource,
 } from '@metrale/core';
 
@@ -23,51 +23,6 @@ export const FIXTURE_BOUNDS = { bf16: 2e-2, fp8: 1.5e-1 } as const;
 
 /** The Linears the published FP8 checkpoints quantize (in_proj_ba / in_proj_b / in_proj_a stay bf16). */
 export const FP8_LINEARS = ['in_proj_qkvz.weight', 'in_proj_qkv.weight', 'in_proj_z.weight', 'out_proj.weight'] as const;
-
-/** The positive E4M3 codes 0 .. 0x7e (0x7f is NaN), whose values increase with the code. */
-const POSITIVE = Array.from({ length: 0x7f }, (_, c) => E4M3_VALUES[c]!);
-
-/** The E4M3 code nearest x (|x| ≤ 448), ties to the even code, as a round-to-nearest cast does. */
-export function e4m3Code(x: number): number {
-  const sign = x < 0 || Object.is(x, -0) ? 0x80 : 0;
-  const a = Math.min(Math.abs(x), E4M3_MAX);
-  let lo = 0;
-  let hi = POSITIVE.length - 1;
-  while (hi - lo > 1) {
-    const mid = (lo + hi) >> 1;
-    if (POSITIVE[mid]! <= a) lo = mid;
-    else hi = mid;
-  }
-  const dl = a - POSITIVE[lo]!;
-  const dh = POSITIVE[hi]! - a;
-  const code = dl < dh ? lo : dh < dl ? hi : lo % 2 === 0 ? lo : hi;
-  return sign | code;
-}
-
-/**
- * A [rows, cols] weight quantized as a block-FP8 checkpoint stores it: per 128 × 128 block (the
- * last ones partial), scale = max |w| / 448, codes = e4m3(w / scale); weight ≈ code value × scale.
- */
-export function quantizeFp8(values: Float32Array, rows: number, cols: number): { codes: Uint8Array; scales: Float32Array } {
-  const br = Math.ceil(rows / FP8_BLOCK);
-  const bc = Math.ceil(cols / FP8_BLOCK);
-  const scales = new Float32Array(br * bc);
-  const codes = new Uint8Array(rows * cols);
-  for (let i = 0; i < br; i++) {
-    for (let j = 0; j < bc; j++) {
-      let max = 0;
-      for (let r = i * FP8_BLOCK; r < Math.min(rows, (i + 1) * FP8_BLOCK); r++) {
-        for (let c = j * FP8_BLOCK; c < Math.min(cols, (j + 1) * FP8_BLOCK); c++) max = Math.max(max, Math.abs(values[r * cols + c]!));
-      }
-      const s = Math.fround(max > 0 ? max / E4M3_MAX : 1);
-      scales[i * bc + j] = s;
-      for (let r = i * FP8_BLOCK; r < Math.min(rows, (i + 1) * FP8_BLOCK); r++) {
-        for (let c = j * FP8_BLOCK; c < Math.min(cols, (j + 1) * FP8_BLOCK); c++) codes[r * cols + c] = e4m3Code(values[r * cols + c]! / s);
-      }
-    }
-  }
-  return { codes, scales };
-}
 
 /** A 2-D tensor `name` as F8_E4M3 codes plus its `<name>_scale_inv`, as a block-FP8 checkpoint holds it. */
 export function fp8Tensors(t: HostTensor): HostTensor[] {
