@@ -3,7 +3,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
-  ArchitectureRegistry, Checkpoint, InvalidArgumentError, ModelRunner, NgramProposer, PluginRegistry, StepDriver, loadModel,
+  ArchitectureRegistry, Checkpoint, EngineLoop, InvalidArgumentError, NgramProposer, PluginRegistry, StepDriver, generateAll, loadModel,
 } from '@metrale/core';
 import { CpuBackend } from '@metrale/cpu-backend';
 import plugin, { TINY_CONFIG, qwen3NextSlidingAdapter, writeTinyCheckpoint } from '@metrale/layer-example';
@@ -40,8 +40,10 @@ function greedy(dir: string, prompt: number[], options: { graphs?: boolean; k?: 
   const { stack } = loadModel(dir, { gpu, limits, ...registries() });
   const driver = new StepDriver({ gpu, layers: stack.layers, limits, graphs: options.graphs ?? true });
   try {
-    const runner = new ModelRunner({ driver, vocabSize: stack.vocabSize, ...(k ? { speculation: { proposer: new NgramProposer({ k }), k } } : {}) });
-    const { outputs, stats } = runner.generate([{ prompt, maxTokens }]);
+    const loop = new EngineLoop({
+      driver, vocabSize: stack.vocabSize, prefillChunk: limits.maxRows, ...(k ? { speculation: { proposer: new NgramProposer({ k }), k } } : {}),
+    });
+    const { outputs, stats } = generateAll(loop, [{ prompt, maxTokens }], k || undefined);
     return { tokens: outputs[0]!.tokens, accepted: stats.speculation?.accepted ?? 0 };
   } finally {
     driver.dispose();
