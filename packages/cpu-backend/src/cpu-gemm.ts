@@ -99,93 +99,247 @@ export function checkGemmMemory(arena: MemoryArena, call: string, p: GemmPlan): 
   arena.check(`${call} (C)`, p.c, s.c * floatBytes(p.outDtype));
 }
 
-/** f32 values of a matrix: the device view itself for f32, a decoded copy for bf16 and f16. */
-function readMatrix(arena: MemoryArena, call: string, ptr: DevicePtr, count: number, dtype: FloatDtype): Float32Array {
-  if (dtype === 'f32') return arena.typed(call, ptr, count, Float32Array);
-  const bits = arena.typed(call, ptr, count, Uint16Array);
-  const out = new Float32Array(count);
-  if (dtype === 'f16') {
-    for (let i = 0; i < count; i++) out[i] = f16BitsToF32(bits[i]!);
-    return out;
-  }
-  const words = new Uint32Array(out.buffer);
-  for (let i = 0; i < count; i++) words[i] = bits[i]! << 16;
-  return out;
+// Scratch buffers reused across GEMMs: decoding a bf16 or FP8 weight into a fresh array on every
+// call made the garbage collector the CPU device's largest cost.
+let rowsScratch = new Float64Array(0);
+
+function f64Scratch(count: number): Float64Array {
+  if (rowsScratch.length < count) rowsScratch = new Float64Array(Math.max(count, 2 * rowsScratch.length));
+  return rowsScratch;
 }
 
-/** A packed n×k FP8 B times its block scales, as f32: the matrix the product is defined with. */
-function readFp8Matrix(arena: MemoryArena, call: string, p: GemmPlan): Float32Array {
-  const { n, k } = p;
-  const codes = arena.typed(`${call} (B)`, p.b, n * k, Uint8Array);
-  const bk = Math.ceil(k / FP8_BLOCK);
-  const scales = arena.typed(`${call} (B scales)`, p.bScales, Math.ceil(n / FP8_BLOCK) * bk, Float32Array);
-  const out = new Float32Array(n * k);
-  for (let j = 0; j < n; j++) {
-    const row = Math.floor(j / FP8_BLOCK) * bk;
-    for (let q = 0; q < k; q++) out[j * k + q] = E4M3_VALUES[codes[j * k + q]!]! * scales[row + Math.floor(q / FP8_BLOCK)]!;
+/** A growable f32 scratch with a u32 view of the same bytes (bf16 decodes by shifting into the high half). */
+class Scratch {
+  f32 = new Float32Array(0);
+  u32 = new Uint32Array(0);
+
+  get(count: number): this {
+    if (this.f32.length < count) {
+      this.f32 = new Float32Array(Math.max(count, 2 * this.f32.length));
+      this.u32 = new Uint32Array(this.f32.buffer);
+    }
+    return this;
   }
-  return out;
+}
+
+const aScratch = new Scratch();
+const bScratch = new Scratch();
+
+/** `count` 16-bit floats from bits[from..] into out.f32[at..]. */
+function decode16(bits: Uint16Array, from: number, count: number, dtype: 'bf16' | 'f16', out: Scratch, at: number): void {
+  if (dtype === 'f16') {
+    const f = out.f32;
+    for (let i = 0; i < count; i++) f[at + i] = f16BitsToF32(bits[from + i]!);
+    return;
+  }
+  const u = out.u32;
+  for (let i = 0; i < count; i++) u[at + i] = bits[from + i]! << 16;
+}
+
+/** Every 16-bit pattern's f32 value, one table per type, built on first use. */
+const valueTables = new Map<'bf16' | 'f16', Float32Array>();
+
+function valueTable(dtype: 'bf16' | 'f16'): Float32Array {
+  let t = valueTables.get(dtype);
+  if (!t) {
+    t = new Float32Array(65536);
+    const u = new Uint32Array(t.buffer);
+    for (let b = 0; b < 65536; b++) {
+      if (dtype === 'bf16') u[b] = b << 16;
+      else t[b] = f16BitsToF32(b);
+    }
+    valueTables.set(dtype, t);
+  }
+  return t;
+}
+
+/** Rows of A below which a 16-bit B is read through the value table instead of decoded per chunk. */
+const TABLE_ROWS = 8;
+
+/** Stored rows of B decoded per call: few enough that the scratch stays small beside the weights. */
+const B_CHUNK_ELEMENTS = 1 << 18;
+
+/** Stored rows of B as f32: the array, and the offset and leading dimension to index it with. */
+interface BRows { readonly data: Float32Array; readonly at: number; readonly ld: number }
+
+/**
+ * B as the GEMM reads it, some stored rows at a time: the device view itself for f32, decoded into
+ * scratch for bf16, f16 and FP8 (code value × its block's scale).
+ */
+class StoredB {
+  readonly #f32?: Float32Array;
+  /** A 16-bit B's stored bits (undefined for f32 and FP8). */
+  readonly bits?: Uint16Array;
+  readonly #codes?: Uint8Array;
+  readonly #scales?: Float32Array;
+  readonly #cols: number;
+  readonly #dtype: FloatDtype;
+  readonly ld: number;
+  /** Stored rows per `rows` call. */
+  readonly chunk: number;
+
+  constructor(arena: MemoryArena, call: string, p: GemmPlan, count: number) {
+    this.#cols = p.transB ? p.k : p.n;
+    this.#dtype = p.dtype;
+    this.ld = p.ldb;
+    const storedRows = p.transB ? p.n : p.k;
+    if (p.fp8) {
+      this.#codes = arena.typed(`${call} (B)`, p.b, count, Uint8Array);
+      this.#scales = arena.typed(`${call} (B scales)`, p.bScales, Math.ceil(p.n / FP8_BLOCK) * Math.ceil(p.k / FP8_BLOCK), Float32Array);
+    } else if (p.dtype === 'f32') {
+      this.#f32 = arena.typed(`${call} (B)`, p.b, count, Float32Array);
+    } else {
+      this.bits = arena.typed(`${call} (B)`, p.b, count, Uint16Array);
+    }
+    this.chunk = this.#f32 ? storedRows : Math.max(4, 4 * Math.floor(B_CHUNK_ELEMENTS / (4 * Math.max(1, this.#cols))));
+  }
+
+  rows(r0: number, count: number): BRows {
+    if (this.#f32) return { data: this.#f32, at: r0 * this.ld, ld: this.ld };
+    const cols = this.#cols;
+    const out = bScratch.get(count * cols);
+    if (this.#codes) {
+      // FP8 is packed n×k (ld = k): stored row r is output column r.
+      const codes = this.#codes;
+      const scales = this.#scales!;
+      const f = out.f32;
+      const bk = Math.ceil(cols / FP8_BLOCK);
+      for (let r = 0; r < count; r++) {
+        const scaleRow = Math.floor((r0 + r) / FP8_BLOCK) * bk;
+        const from = (r0 + r) * cols;
+        for (let q0 = 0; q0 < cols; q0 += FP8_BLOCK) {
+          const scale = scales[scaleRow + q0 / FP8_BLOCK]!;
+          const end = Math.min(cols, q0 + FP8_BLOCK);
+          for (let q = q0; q < end; q++) f[r * cols + q] = E4M3_VALUES[codes[from + q]!]! * scale;
+        }
+      }
+    } else {
+      const dtype = this.#dtype as 'bf16' | 'f16';
+      if (this.ld === cols) decode16(this.bits!, r0 * cols, count * cols, dtype, out, 0);
+      else for (let r = 0; r < count; r++) decode16(this.bits!, (r0 + r) * this.ld, cols, dtype, out, r * cols);
+    }
+    return { data: out.f32, at: 0, ld: cols };
+  }
+}
+
+/**
+ * op(A) as m contiguous rows of k doubles, gathered before C is written (so C may overlap A).
+ */
+function gatherA(arena: MemoryArena, call: string, p: GemmPlan, count: number): Float64Array {
+  const { m, k, lda } = p;
+  const rows = f64Scratch(m * k);
+  let f32: Float32Array;
+  if (p.dtype === 'f32') {
+    f32 = arena.typed(`${call} (A)`, p.a, count, Float32Array);
+  } else {
+    decode16(arena.typed(`${call} (A)`, p.a, count, Uint16Array), 0, count, p.dtype, aScratch.get(count), 0);
+    f32 = aScratch.f32;
+  }
+  for (let i = 0; i < m; i++) {
+    if (p.transA) for (let q = 0; q < k; q++) rows[i * k + q] = f32[q * lda + i]!;
+    else for (let q = 0, o = i * lda; q < k; q++) rows[i * k + q] = f32[o + q]!;
+  }
+  return rows;
 }
 
 /** C = alpha·op(A)·op(B) + beta·C, accumulating in doubles; with beta = 0, C is not read. */
 export function runGemm(arena: MemoryArena, call: string, p: GemmPlan): void {
-  const { m, n, k, lda, ldb, ldc, alpha, beta } = p;
+  const { m, n, k, ldc, alpha, beta } = p;
   if (m === 0 || n === 0) return;
   const s = spans(p);
-  const A = k > 0 ? readMatrix(arena, `${call} (A)`, p.a, s.a, p.dtype) : new Float32Array(0);
-  const B = k === 0 ? new Float32Array(0) : p.fp8 ? readFp8Matrix(arena, call, p) : readMatrix(arena, `${call} (B)`, p.b, s.b, p.dtype);
+  const A = k > 0 ? gatherA(arena, call, p, s.a) : new Float64Array(0);
+  const B = k > 0 ? new StoredB(arena, call, p, s.b) : undefined;
   const outF32 = p.outDtype === 'f32';
   const C32 = outF32 ? arena.typed(`${call} (C)`, p.c, s.c, Float32Array) : undefined;
   const C16 = outF32 ? undefined : arena.typed(`${call} (C)`, p.c, s.c, Uint16Array);
   const encode = p.outDtype === 'f16' ? f32ToF16Bits : f32ToBf16Bits;
   const decodeOut = p.outDtype === 'f16' ? f16BitsToF32 : bf16BitsToF32;
-  const row = new Float64Array(k);
+  const store = (i: number, j: number, sum: number): void => {
+    const o = i * ldc + j;
+    if (C32) C32[o] = beta === 0 ? alpha * sum : alpha * sum + beta * C32[o]!;
+    else C16![o] = encode(beta === 0 ? alpha * sum : alpha * sum + beta * decodeOut(C16![o]!));
+  };
+  if (!B) {
+    for (let i = 0; i < m; i++) for (let j = 0; j < n; j++) store(i, j, 0);
+    return;
+  }
+  if (p.transB && B.bits && m < TABLE_ROWS) {
+    // Few rows (decode steps): each B element is used m times, so looking its value up in a table
+    // costs less than decoding the weight into scratch first.
+    const table = valueTable(p.dtype as 'bf16' | 'f16');
+    const bits = B.bits;
+    const ld = B.ld;
+    let j = 0;
+    for (; j + 4 <= n; j += 4) {
+      const o0 = j * ld, o1 = o0 + ld, o2 = o1 + ld, o3 = o2 + ld;
+      for (let i = 0; i < m; i++) {
+        let s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        for (let q = 0, a = i * k; q < k; q++) {
+          const r = A[a + q]!;
+          s0 += r * table[bits[o0 + q]!]!;
+          s1 += r * table[bits[o1 + q]!]!;
+          s2 += r * table[bits[o2 + q]!]!;
+          s3 += r * table[bits[o3 + q]!]!;
+        }
+        store(i, j, s0);
+        store(i, j + 1, s1);
+        store(i, j + 2, s2);
+        store(i, j + 3, s3);
+      }
+    }
+    for (; j < n; j++) {
+      for (let i = 0; i < m; i++) {
+        let sum = 0;
+        for (let q = 0, a = i * k, o = j * ld; q < k; q++) sum += A[a + q]! * table[bits[o + q]!]!;
+        store(i, j, sum);
+      }
+    }
+    return;
+  }
+  if (p.transB) {
+    // B stored n×k: each output is a dot product of two contiguous rows. Four B rows at a time,
+    // decoded once for every row of A, share each load of A and break the add dependency chain.
+    for (let c0 = 0; c0 < n; c0 += B.chunk) {
+      const cn = Math.min(B.chunk, n - c0);
+      const { data: b, at, ld } = B.rows(c0, cn);
+      let c = 0;
+      for (; c + 4 <= cn; c += 4) {
+        const o0 = at + c * ld, o1 = o0 + ld, o2 = o1 + ld, o3 = o2 + ld;
+        for (let i = 0; i < m; i++) {
+          let s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+          for (let q = 0, a = i * k; q < k; q++) {
+            const r = A[a + q]!;
+            s0 += r * b[o0 + q]!;
+            s1 += r * b[o1 + q]!;
+            s2 += r * b[o2 + q]!;
+            s3 += r * b[o3 + q]!;
+          }
+          store(i, c0 + c, s0);
+          store(i, c0 + c + 1, s1);
+          store(i, c0 + c + 2, s2);
+          store(i, c0 + c + 3, s3);
+        }
+      }
+      for (; c < cn; c++) {
+        const o = at + c * ld;
+        for (let i = 0; i < m; i++) {
+          let sum = 0;
+          for (let q = 0, a = i * k; q < k; q++) sum += A[a + q]! * b[o + q]!;
+          store(i, c0 + c, sum);
+        }
+      }
+    }
+    return;
+  }
+  // B stored k×n: i-k-j order, streaming through rows of B and accumulating a whole output row.
+  const { data: b, at, ld } = B.rows(0, k);
   const acc = new Float64Array(n);
   for (let i = 0; i < m; i++) {
-    // Row i of op(A), gathered once so both loop orders below read it contiguously.
-    if (p.transA) for (let q = 0; q < k; q++) row[q] = A[q * lda + i]!;
-    else for (let q = 0, o = i * lda; q < k; q++) row[q] = A[o + q]!;
-    if (p.transB) {
-      // B stored n×k: each output is a dot product of two contiguous rows. Four at a time share
-      // each load of row[q] and break the add dependency chain (about twice as fast in V8).
-      let j = 0;
-      for (; j + 4 <= n; j += 4) {
-        let s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-        const o0 = j * ldb, o1 = o0 + ldb, o2 = o1 + ldb, o3 = o2 + ldb;
-        for (let q = 0; q < k; q++) {
-          const r = row[q]!;
-          s0 += r * B[o0 + q]!;
-          s1 += r * B[o1 + q]!;
-          s2 += r * B[o2 + q]!;
-          s3 += r * B[o3 + q]!;
-        }
-        acc[j] = s0;
-        acc[j + 1] = s1;
-        acc[j + 2] = s2;
-        acc[j + 3] = s3;
-      }
-      for (; j < n; j++) {
-        let sum = 0;
-        for (let q = 0, o = j * ldb; q < k; q++) sum += row[q]! * B[o + q]!;
-        acc[j] = sum;
-      }
-    } else {
-      // i-k-j order: stream through rows of B, accumulating a whole output row.
-      acc.fill(0);
-      for (let q = 0; q < k; q++) {
-        const av = row[q]!;
-        for (let j = 0, o = q * ldb; j < n; j++) acc[j]! += av * B[o + j]!;
-      }
+    acc.fill(0);
+    for (let q = 0; q < k; q++) {
+      const av = A[i * k + q]!;
+      for (let j = 0, o = at + q * ld; j < n; j++) acc[j]! += av * b[o + j]!;
     }
-    const o = i * ldc;
-    if (C32) {
-      for (let j = 0; j < n; j++) C32[o + j] = beta === 0 ? alpha * acc[j]! : alpha * acc[j]! + beta * C32[o + j]!;
-    } else {
-      for (let j = 0; j < n; j++) {
-        let v = alpha * acc[j]!;
-        if (beta !== 0) v += beta * decodeOut(C16![o + j]!);
-        C16![o + j] = encode(v);
-      }
-    }
+    for (let j = 0; j < n; j++) store(i, j, acc[j]!);
   }
 }

@@ -92,6 +92,17 @@ describe('gemm', () => {
     expect(run({ m: 7, n: 12, k: 40, tA, tB, pad: 3, alpha: 1.5, beta: 0.5, dtype: 'bf16', outDtype: 'bf16' })).toBeLessThan(2 ** -8);
   });
 
+  // Few rows read a 16-bit B through a value table, more rows decode it in chunks: both paths.
+  it.each([3, 7, 8, 21])('bf16 in, bf16 out, %i rows, padded, both B layouts', (m) => {
+    gpu = new CpuBackend();
+    for (const tB of [false, true]) expect(run({ m, n: 10, k: 33, tA: false, tB, pad: 2, beta: 0.25, dtype: 'bf16', outDtype: 'bf16' })).toBeLessThan(2 ** -8);
+  });
+
+  it('decodes a wide bf16 B in several chunks of rows', () => {
+    gpu = new CpuBackend();
+    expect(run({ m: 9, n: 30, k: 20_000, tA: false, tB: true, dtype: 'bf16', outDtype: 'f32' })).toBeLessThan(1e-6);
+  });
+
   it('bf16 in, f32 out is exact up to f32 accumulation', () => {
     gpu = new CpuBackend();
     expect(run({ m: 8, n: 8, k: 64, tA: false, tB: true, dtype: 'bf16', outDtype: 'f32' })).toBeLessThan(1e-6);

@@ -45,8 +45,15 @@ export function elementReader(mem: DeviceMemoryView, ptr: bigint, count: number,
 export function readElements(mem: DeviceMemoryView, ptr: bigint, count: number, dtype: FloatDtype): Float32Array {
   if (dtype === 'f32') return mem.f32(ptr, count);
   const bits = mem.u16(ptr, count);
-  const decode = dtype === 'bf16' ? bf16BitsToF32 : f16BitsToF32;
-  return Float32Array.from(bits, decode);
+  const out = new Float32Array(count);
+  if (dtype === 'f16') {
+    for (let i = 0; i < count; i++) out[i] = f16BitsToF32(bits[i]!);
+    return out;
+  }
+  // A bf16 is the high half of the f32 it stands for.
+  const words = new Uint32Array(out.buffer);
+  for (let i = 0; i < count; i++) words[i] = bits[i]! << 16;
+  return out;
 }
 
 /** A store into `count` elements of `dtype` at `ptr`: f32 as a Float32Array stores it, 16-bit types rounded to nearest even. */
