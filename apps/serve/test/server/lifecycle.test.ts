@@ -43,7 +43,7 @@ describe('metrale serve lifecycle', () => {
     } finally {
       expect(await server.stop()).toBe(0);
     }
-  }, 60_000);
+  }, 120_000);
 
   it('on SIGTERM stops accepting, cancels what outlives the deadline, and exits 0', async () => {
     const server = await startServer(['--shutdown-timeout', '0.5']);
