@@ -36,6 +36,7 @@ export { loadPlugin, resolvePackageEntry, readPluginPackage, importPlugin, impor
 
 export type { StepDriverOptions, StepResult, StepInput, StepPath } from './driver/step-driver.js';
 export { StepDriver } from './driver/step-driver.js';
+export { LayerTimer } from './driver/layer-timer.js';
 export type { Sequence } from './driver/sequence.js';
 export { BatchBuckets, defaultBuckets } from './driver/batch-buckets.js';
 export type { GraphKey } from './driver/graph-cache.js';

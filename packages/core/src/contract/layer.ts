@@ -54,6 +54,12 @@ export interface LayerStep<S extends LayerState = LayerState> {
     readonly rowStarts: Int32Array;
     readonly tokens: Int32Array;
   };
+  /**
+   * Present only when the driver times the step by layer kind (benchmarks, never during capture):
+   * a composite layer calls it with a part's kind before running that part, so the time splits by
+   * part. A plain layer ignores it.
+   */
+  readonly section?: (label: string) => void;
 }
 
 /** Capacity limits a layer is created for; it allocates its device state for all of them at once. */

@@ -6,6 +6,7 @@ import type { GpuBackend, Stream } from '../device/gpu-backend.js';
 import { CaptureError, InvalidArgumentError, MetraleError } from '../errors.js';
 import { BatchBuckets } from './batch-buckets.js';
 import { GraphCache, graphKey } from './graph-cache.js';
+import type { LayerTimer } from './layer-timer.js';
 import { SequenceRecord, type Sequence } from './sequence.js';
 import { SpeculativeBuffers } from './speculative-buffers.js';
 import { StepTableStore, type HostTables } from './step-tables.js';
@@ -23,6 +24,8 @@ export interface StepDriverOptions {
   readonly speculation?: SpeculationMode;
   /** The stream steps run on (default: a new stream). */
   readonly stream?: Stream;
+  /** Times every layer of the eager steps (prefill, and decode or verify without graphs): benchmarks only. */
+  readonly layerTimer?: LayerTimer;
 }
 
 /** How a step ran. */
@@ -87,6 +90,7 @@ export class StepDriver {
   #speculative: SpeculativeBuffers | undefined;
   #pendingVerify: { records: SequenceRecord[]; k: number; batch: number; slots: Int32Array } | undefined;
   #disposed = false;
+  readonly #timer: LayerTimer | undefined;
 
   constructor(options: StepDriverOptions) {
     const { gpu, layers, limits } = options;
@@ -100,6 +104,7 @@ export class StepDriver {
     this.#ownsStream = !options.stream;
     this.stream = options.stream ?? gpu.createStream();
     this.graphs = new GraphCache(gpu);
+    this.#timer = options.layerTimer;
     this.#layers = layers.map((layer) => {
       const { hooks, implemented } = resolveHooks(layer as TransformerLayer<LayerState>);
       return {
@@ -393,7 +398,7 @@ export class StepDriver {
     let failure: unknown;
     this.gpu.beginCapture(this.stream);
     try {
-      this.#forward(step, n);
+      this.#forward(step, n, false);
     } catch (error) {
       failure = error;
     }
@@ -417,14 +422,22 @@ export class StepDriver {
     return undefined;
   }
 
-  /** Runs every layer's forward for the step, ping-ponging between the two activation buffers. */
-  #forward(step: MutableStep, _n: number): void {
+  /**
+   * Runs every layer's forward for the step, ping-ponging between the two activation buffers;
+   * timed layer by layer when the driver has a timer and the step is not being captured.
+   */
+  #forward(step: MutableStep, _n: number, timed = true): void {
+    const timer = timed ? this.#timer : undefined;
+    step.section = timer ? (label) => timer.section(label, this.stream) : undefined;
     for (let l = 0; l < this.#layers.length; l++) {
       step.input = this.#activations[l % 2]!;
       step.output = this.#activations[(l + 1) % 2]!;
       step.layerIndex = l;
-      this.#layers[l]!.layer.forward(step.view(l));
+      const layer = this.#layers[l]!.layer;
+      timer?.layer(layer.type, this.stream);
+      layer.forward(step.view(l));
     }
+    timer?.collect(this.stream, step.phase);
   }
 
   #fillTables(host: HostTables, records: SequenceRecord[], batch: number, k: number, tokens: Int32Array | undefined): void {
@@ -449,9 +462,11 @@ export class StepDriver {
     const stream = this.stream;
     const speculation = this.speculation;
     const step: MutableStep = {
+      phase,
       input: 0n,
       output: 0n,
       layerIndex: 0,
+      section: undefined,
       view(l: number): LayerStep {
         const states: (LayerState | undefined)[] = new Array(batch);
         for (let p = 0; p < batch; p++) states[p] = records[p]?.states[l];
@@ -460,6 +475,7 @@ export class StepDriver {
           input: step.input,
           output: step.output,
           host: { states, seqLens: host.seqLens, rowStarts: host.rowStarts, tokens: host.tokens },
+          ...(step.section ? { section: step.section } : {}),
         };
       },
     };
@@ -509,9 +525,11 @@ export class StepDriver {
 }
 
 interface MutableStep {
+  readonly phase: StepPhase;
   input: DevicePtr;
   output: DevicePtr;
   layerIndex: number;
+  section: ((label: string) => void) | undefined;
   view(layerIndex: number): LayerStep;
 }
 

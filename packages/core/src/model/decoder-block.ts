@@ -117,11 +117,14 @@ export class DecoderBlock implements TransformerLayer<BlockState> {
       let src = stream;
       for (let j = 0; j < n; j++) {
         const dst = j % 2 === 0 ? s.a : s.b;
-        this.layers[first + j]!.forward(this.#subStep(step, first + j, src, dst));
+        const layer = this.layers[first + j]!;
+        step.section?.(layer.type);
+        layer.forward(this.#subStep(step, first + j, src, dst));
         src = dst;
       }
       // The last branch writes the block's output; the others the stream (in place after the first).
       const out = b === this.#branches.length - 1 ? step.output : s.residual;
+      step.section?.('residual-add');
       this.#add.add(step.gpu, step.stream, stream, src, out, count, this.#rowDtype);
       stream = out;
     });

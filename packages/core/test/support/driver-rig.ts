@@ -1,5 +1,6 @@
 import { expect } from 'vitest';
 import {
+  type LayerTimer,
   SeededRandom,
   StepDriver,
   type DevicePtr,
@@ -42,6 +43,8 @@ export interface RigOptions {
   /** The backend the rig runs on (default: a fresh CpuBackend); `owner` is disposed with the rig. */
   readonly gpu?: GpuBackend;
   readonly owner?: GpuBackend;
+  /** The driver's layer timer (the caller disposes it). */
+  readonly timer?: LayerTimer;
 }
 
 /** A backend, a stack of test layers logging to one log, a driver over them, and the host model. */
@@ -72,6 +75,7 @@ export class Rig {
     });
     try {
       this.driver = new StepDriver({
+        ...(options.timer ? { layerTimer: options.timer } : {}),
         gpu: this.gpu,
         layers: this.layers,
         limits: this.limits,
