@@ -1,0 +1,116 @@
+import { readFileSync } from 'node:fs';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { embeddedTokenizerFiles, EMBEDDED_CONFIG } from '../../src/embedded/embedded-model.js';
+import { GrammarEngine, GrammarEngineError } from '../../src/structured/grammar-engine.js';
+import type { GrammarSpec } from '../../src/structured/grammar-spec.js';
+import { readTokenizerVocabulary } from '../../src/structured/tokenizer-vocabulary.js';
+
+// xgrammar over the embedded model's vocabulary (Qwen3's tokenizer, 151 669 tokens).
+const V = EMBEDDED_CONFIG.vocab_size;
+const EOS = [...EMBEDDED_CONFIG.eos_token_id];
+const tokenizerPath = embeddedTokenizerFiles().tokenizer;
+let engine: GrammarEngine;
+let texts: string[];
+
+/** Token text as the model would write it (byte-level: Ġ is a space, Ċ a newline). */
+const plain = (s: string) => s.replace(/Ġ/g, ' ').replace(/Ċ/g, '\n');
+
+const allowed = (mask: Int32Array, t: number) => ((mask[t >> 5]! >>> (t & 31)) & 1) === 1;
+
+/**
+ * Writes `text` through a constraint, always taking the longest allowed token that continues it,
+ * and returns the time each mask took (ms). Fails when the constraint forbids the text.
+ */
+async function write(spec: GrammarSpec, text: string): Promise<{ ms: number[]; complete: boolean; endAllowsEos: boolean }> {
+  const c = await engine.constraint(spec);
+  const ms: number[] = [];
+  let at = 0;
+  try {
+    for (;;) {
+      const t0 = performance.now();
+      const mask = c.allowedTokens();
+      ms.push(performance.now() - t0);
+      if (at === text.length) return { ms, complete: c.isComplete(), endAllowsEos: EOS.some((e) => allowed(mask, e)) && c.accept(EOS[0]!) && c.isComplete() };
+      let best = -1;
+      for (let t = 0; t < V; t++) if (allowed(mask, t) && texts[t]!.length > (best < 0 ? 0 : texts[best]!.length) && text.startsWith(texts[t]!, at)) best = t;
+      if (best < 0) throw new Error(`the grammar allows no token for ${JSON.stringify(text.slice(at))}`);
+      expect(c.accept(best)).toBe(true);
+      at += texts[best]!.length;
+    }
+  } finally {
+    c.release();
+  }
+}
+
+beforeAll(() => {
+  engine = new GrammarEngine({ tokenizerPath, vocabSize: V, stopTokenIds: EOS });
+  texts = readTokenizerVocabulary(tokenizerPath, V).encoded.map(plain);
+});
+
+const SCHEMA = {
+  type: 'object',
+  properties: { color: { enum: ['red', 'green', 'blue'] }, count: { type: 'integer', minimum: 1, maximum: 12 } },
+  required: ['color', 'count'],
+  additionalProperties: false,
+};
+
+describe('xgrammar over the served vocabulary', () => {
+  it('reads Qwen3\'s tokenizer as byte-level, every id filled', () => {
+    const v = readTokenizerVocabulary(tokenizerPath, V);
+    expect(v.vocabType).toBe('byte_level');
+    expect(v.prependSpace).toBe(false);
+    expect(v.encoded).toHaveLength(V);
+    const json = JSON.parse(readFileSync(tokenizerPath, 'utf8')) as { added_tokens: { id: number; content: string }[] };
+    expect(v.encoded[json.added_tokens.find((t) => t.content === '<tool_call>')!.id]).toBe('<tool_call>');
+  });
+
+  it('a JSON schema admits valid answers, ends with end-of-sequence only, and masks a step in well under a millisecond', async () => {
+    const spec: GrammarSpec = { kind: 'json_schema', schema: JSON.stringify(SCHEMA) };
+    const t0 = performance.now();
+    await engine.prepare(spec);
+    const compileMs = performance.now() - t0;
+    const t1 = performance.now();
+    await engine.prepare(spec);
+    // Compiled once: the second time is a cache hit.
+    expect(performance.now() - t1).toBeLessThan(50);
+    const { ms, complete, endAllowsEos } = await write(spec, '{"color": "green", "count": 11}');
+    expect(complete).toBe(false);
+    expect(endAllowsEos).toBe(true);
+    const sorted = [...ms].sort((a, b) => a - b);
+    const median = sorted[sorted.length >> 1]!;
+    console.log(`json_schema: compile ${compileMs.toFixed(0)} ms (vocabulary included), ${ms.length} masks, median ${median.toFixed(3)} ms, max ${sorted.at(-1)!.toFixed(3)} ms`);
+    expect(median).toBeLessThan(2);
+  }, 120_000);
+
+  it('the schema forbids what it does not allow: a value out of range, a colour not in the enum, an extra property', async () => {
+    const spec: GrammarSpec = { kind: 'json_schema', schema: JSON.stringify(SCHEMA) };
+    for (const bad of ['{"color": "green", "count": 13}', '{"color": "pink"', '{"color": "red", "count": 1, "x"']) {
+      await expect(write(spec, bad)).rejects.toThrow(/allows no token/);
+    }
+  }, 60_000);
+
+  it('json_object admits any object and nothing else', async () => {
+    expect((await write({ kind: 'json_object' }, '{"a": [1, {"b": null}], "c": "x"}')).endAllowsEos).toBe(true);
+    await expect(write({ kind: 'json_object' }, '[1]')).rejects.toThrow(/allows no token/);
+  }, 60_000);
+
+  it('a bad schema is refused with xgrammar\'s reason, and later schemas still compile', async () => {
+    await expect(engine.prepare({ kind: 'json_schema', schema: '{"type": "foo"}' })).rejects.toThrow(GrammarEngineError);
+    await expect(engine.prepare({ kind: 'json_schema', schema: '{"type": "integer", "minimum": 5, "maximum": 1}' })).rejects.toThrow(/minimum greater than maximum/);
+    await expect(engine.prepare({ kind: 'json_schema', schema: '{"$ref": "#/nope"}' })).rejects.toThrow(/Cannot find field nope/);
+    const after: GrammarSpec = { kind: 'json_schema', schema: '{"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}' };
+    expect((await write(after, '{"n": 42}')).endAllowsEos).toBe(true);
+  }, 60_000);
+
+  it('a structural tag forces a tool call in the template\'s format, with its arguments\' schema', async () => {
+    const tag = JSON.stringify({
+      type: 'structural_tag',
+      format: {
+        type: 'tag', begin: '<tool_call>\n{"name": "get_weather", "arguments": ', end: '}\n</tool_call>',
+        content: { type: 'json_schema', json_schema: { type: 'object', properties: { days: { type: 'integer', minimum: 1, maximum: 7 } }, required: ['days'] } },
+      },
+    });
+    expect((await write({ kind: 'structural_tag', tag }, '<tool_call>\n{"name": "get_weather", "arguments": {"days": 3}}\n</tool_call>')).endAllowsEos).toBe(true);
+    await expect(write({ kind: 'structural_tag', tag }, '<tool_call>\n{"name": "get_time"')).rejects.toThrow(/allows no token/);
+  }, 60_000);
+});
