@@ -4,6 +4,7 @@ import { embeddedTokenizerFiles, EMBEDDED_CONFIG } from '../../src/embedded/embe
 import { GrammarEngine, GrammarEngineError } from '../../src/structured/grammar-engine.js';
 import type { GrammarSpec } from '../../src/structured/grammar-spec.js';
 import { readTokenizerVocabulary } from '../../src/structured/tokenizer-vocabulary.js';
+import { HERMES_FORMAT, forcedToolCalls, glmFormat, type ToolDefinition } from '../../src/tools/tool-call-format.js';
 
 // xgrammar over the embedded model's vocabulary (Qwen3's tokenizer, 151 669 tokens).
 const V = EMBEDDED_CONFIG.vocab_size;
@@ -113,4 +114,36 @@ describe('xgrammar over the served vocabulary', () => {
     expect((await write({ kind: 'structural_tag', tag }, '<tool_call>\n{"name": "get_weather", "arguments": {"days": 3}}\n</tool_call>')).endAllowsEos).toBe(true);
     await expect(write({ kind: 'structural_tag', tag }, '<tool_call>\n{"name": "get_time"')).rejects.toThrow(/allows no token/);
   }, 60_000);
+
+  const weather: ToolDefinition = {
+    name: 'get_weather',
+    parameters: { type: 'object', properties: { city: { type: 'string' }, days: { type: 'integer', minimum: 1, maximum: 7 }, units: { enum: ['c', 'f'] } }, required: ['city', 'days'] },
+  };
+  const time: ToolDefinition = { name: 'get_time', parameters: { type: 'object', properties: {} } };
+
+  it('forced Hermes calls: one or more of the offered tools, joined as the template joins them', async () => {
+    const any: GrammarSpec = { kind: 'structural_tag', tag: forcedToolCalls(HERMES_FORMAT, [weather, time], false) };
+    const one = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", "days": 2}}\n</tool_call>';
+    expect((await write(any, one)).endAllowsEos).toBe(true);
+    expect((await write(any, `${one}\n<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>`)).endAllowsEos).toBe(true);
+    // Text instead of a call, a day out of range, or a tool not offered: refused.
+    for (const bad of ['Sure', '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", "days": 9', '<tool_call>\n{"name": "get_date"']) {
+      await expect(write(any, bad)).rejects.toThrow(/allows no token/);
+    }
+    const single: GrammarSpec = { kind: 'structural_tag', tag: forcedToolCalls(HERMES_FORMAT, [weather, time], true) };
+    expect((await write(single, one)).endAllowsEos).toBe(true);
+    await expect(write(single, `${one}\n<tool_call>`)).rejects.toThrow(/allows no token/);
+  }, 120_000);
+
+  it('forced GLM calls: raw strings, JSON numbers, enum values, optional arguments, both layouts', async () => {
+    for (const spaced of [true, false]) {
+      const nl = spaced ? '\n' : '';
+      const spec: GrammarSpec = { kind: 'structural_tag', tag: forcedToolCalls(glmFormat(spaced), [weather], true) };
+      const arg = (k: string, v: string) => `<arg_key>${k}</arg_key>${nl}<arg_value>${v}</arg_value>${nl}`;
+      expect((await write(spec, `<tool_call>get_weather${nl}${arg('city', 'New York')}${arg('days', '3')}</tool_call>`)).endAllowsEos).toBe(true);
+      expect((await write(spec, `<tool_call>get_weather${nl}${arg('city', 'Oslo')}${arg('days', '7')}${arg('units', 'f')}</tool_call>`)).endAllowsEos).toBe(true);
+      await expect(write(spec, `<tool_call>get_weather${nl}${arg('city', 'Oslo')}${arg('days', '7')}${arg('units', 'k')}`)).rejects.toThrow(/allows no token/);
+      await expect(write(spec, `<tool_call>get_weather${nl}${arg('days', '3')}`)).rejects.toThrow(/allows no token/);
+    }
+  }, 120_000);
 });
