@@ -135,13 +135,14 @@ export class EngineClient extends EventEmitter {
     if (this.#state === 'ready') this.#post({ t: 'cancel', id });
   }
 
-  /** Ends every request in flight with an error (`message`) and frees their slots. */
+  /** Ends every request in flight with an error (`message`) and frees their slots; grammars still compiling are given up. */
   cancelAll(message: string): void {
     const sinks = [...this.#sinks.entries()];
     for (const [id, sink] of sinks) {
       this.cancel(id);
       sink({ id, tokens: [], finish: 'error', error: message, unavailable: true });
     }
+    this.#rejectGrammars(new Error(message));
   }
 
   /** Stops the engine (requests still in flight end with an error) and waits for the worker to exit. */
@@ -221,6 +222,12 @@ export class EngineClient extends EventEmitter {
     }
   }
 
+  #rejectGrammars(error: Error): void {
+    const waiting = [...this.#grammars.values()];
+    this.#grammars.clear();
+    for (const g of waiting) g.reject(error);
+  }
+
   #fail(error: Error): void {
     const first = this.#failure === undefined;
     if (first) this.#failure = error;
@@ -228,9 +235,7 @@ export class EngineClient extends EventEmitter {
     const sinks = [...this.#sinks.entries()];
     this.#sinks.clear();
     for (const [id, sink] of sinks) sink({ id, tokens: [], finish: 'error', error: error.message });
-    const grammars = [...this.#grammars.values()];
-    this.#grammars.clear();
-    for (const g of grammars) g.reject(error);
+    this.#rejectGrammars(error);
     if (first) this.emit('failed', error);
   }
 }

@@ -71,7 +71,8 @@ export async function prepareGrammar(engine: EngineClient, grammar: NonNullable<
   try {
     await engine.prepareGrammar(grammar.spec);
   } catch (error) {
-    if (!(error instanceof GrammarRefusedError)) throw error;
+    // The engine stopped or failed while it compiled: not the request's fault.
+    if (!(error instanceof GrammarRefusedError)) throw new ApiError(503, `the grammar could not be compiled: ${(error as Error).message}`, { code: 'shutting_down' });
     throw new ApiError(400, `${grammar.field}: the grammar engine cannot use it: ${error.message}`, { param: grammar.field });
   }
 }

@@ -90,6 +90,24 @@ describe('xgrammar over the served vocabulary', () => {
     }
   }, 60_000);
 
+  it('rolls back: after drafts are taken back, the constraint allows what it allowed before them', async () => {
+    const c = await engine.constraint({ kind: 'json_schema', schema: JSON.stringify(SCHEMA) });
+    try {
+      const id = (text: string) => texts.indexOf(text);
+      expect(c.accept(id('{"'))).toBe(true);
+      const before = c.allowedTokens();
+      for (const t of ['color', '":', ' "']) expect(c.accept(id(t))).toBe(true);
+      expect(c.allowedTokens()).not.toEqual(before);
+      c.rollback(3);
+      expect(c.allowedTokens()).toEqual(before);
+      // A token the grammar forbids is refused and moves nothing.
+      expect(c.accept(id('}'))).toBe(false);
+      expect(c.allowedTokens()).toEqual(before);
+    } finally {
+      c.release();
+    }
+  }, 60_000);
+
   it('json_object admits any object and nothing else', async () => {
     expect((await write({ kind: 'json_object' }, '{"a": [1, {"b": null}], "c": "x"}')).endAllowsEos).toBe(true);
     await expect(write({ kind: 'json_object' }, '[1]')).rejects.toThrow(/allows no token/);
