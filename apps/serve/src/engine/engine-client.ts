@@ -3,6 +3,7 @@
 // in (loading, ready, failed) so the server can answer /health and refuse work honestly.
 import { EventEmitter } from 'node:events';
 import { Worker } from 'node:worker_threads';
+import type { GrammarSpec } from '../structured/grammar-spec.js';
 import type { EngineSetup, ModelInfo } from './build-engine.js';
 import type { AddRequest, FromWorker, StepStats, ToWorker, WireEvent, WorkerData } from './protocol.js';
 
@@ -40,6 +41,8 @@ export class EngineClient extends EventEmitter {
   #failure: Error | undefined;
   #nextId = 1;
   readonly #sinks = new Map<number, RequestSink>();
+  #nextGrammar = 1;
+  readonly #grammars = new Map<number, { resolve: () => void; reject: (e: Error) => void }>();
   readonly #worker: Worker;
   readonly #closed: Promise<void>;
 
@@ -112,19 +115,34 @@ export class EngineClient extends EventEmitter {
     return id;
   }
 
+  /**
+   * Has the engine check and compile `spec` (once per distinct spec; later calls hit its cache), so
+   * that a request's grammar error is known before its answer starts. Rejects with a
+   * `GrammarRefusedError` carrying xgrammar's reason.
+   */
+  prepareGrammar(spec: GrammarSpec): Promise<void> {
+    if (this.#state !== 'ready') return Promise.reject(new Error(`the engine is ${this.#state}, not ready`));
+    const key = this.#nextGrammar++;
+    return new Promise<void>((resolve, reject) => {
+      this.#grammars.set(key, { resolve, reject });
+      this.#post({ t: 'grammar', key, spec });
+    });
+  }
+
   /** Drops a request: the engine frees its slot before its next step; its sink hears nothing more. */
   cancel(id: number): void {
     if (!this.#sinks.delete(id)) return;
     if (this.#state === 'ready') this.#post({ t: 'cancel', id });
   }
 
-  /** Ends every request in flight with an error (`message`) and frees their slots. */
+  /** Ends every request in flight with an error (`message`) and frees their slots; grammars still compiling are given up. */
   cancelAll(message: string): void {
     const sinks = [...this.#sinks.entries()];
     for (const [id, sink] of sinks) {
       this.cancel(id);
       sink({ id, tokens: [], finish: 'error', error: message, unavailable: true });
     }
+    this.#rejectGrammars(new Error(message));
   }
 
   /** Stops the engine (requests still in flight end with an error) and waits for the worker to exit. */
@@ -191,10 +209,23 @@ export class EngineClient extends EventEmitter {
         }
         this.emit('step', m.stats as StepStats | undefined, m.running, m.waiting);
         break;
+      case 'grammar': {
+        const waiter = this.#grammars.get(m.key);
+        this.#grammars.delete(m.key);
+        if (m.error === undefined) waiter?.resolve();
+        else waiter?.reject(new GrammarRefusedError(m.error));
+        break;
+      }
       case 'closed':
         this.#state = 'closed';
         break;
     }
+  }
+
+  #rejectGrammars(error: Error): void {
+    const waiting = [...this.#grammars.values()];
+    this.#grammars.clear();
+    for (const g of waiting) g.reject(error);
   }
 
   #fail(error: Error): void {
@@ -204,6 +235,12 @@ export class EngineClient extends EventEmitter {
     const sinks = [...this.#sinks.entries()];
     this.#sinks.clear();
     for (const [id, sink] of sinks) sink({ id, tokens: [], finish: 'error', error: error.message });
+    this.#rejectGrammars(error);
     if (first) this.emit('failed', error);
   }
+}
+
+/** The engine's grammar engine refused a schema or tool grammar (a client error). */
+export class GrammarRefusedError extends Error {
+  override readonly name = 'GrammarRefusedError';
 }

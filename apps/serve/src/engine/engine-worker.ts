@@ -2,11 +2,15 @@
 // thread sends requests and cancellations and gets tokens back (protocol.ts); between two steps
 // the loop takes in every message that arrived, so a request joins, and a cancelled one leaves,
 // at the next step.
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import { parentPort, workerData } from 'node:worker_threads';
-import type { GpuBackend } from '@metrale/core';
+import type { GpuBackend, TokenConstraint } from '@metrale/core';
 import { selectBackend } from '../backends/select-backend.js';
 import { loadRegistry } from '../plugins/load-registry.js';
 import { buildEngine, resolveModel, type Engine } from './build-engine.js';
+import { GrammarEngine } from '../structured/grammar-engine.js';
+import type { GrammarSpec } from '../structured/grammar-spec.js';
 import { deviceFault } from './device-fault.js';
 import type { FromWorker, ToWorker, WireEvent, WorkerData } from './protocol.js';
 
@@ -30,12 +34,16 @@ const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve));
 async function main(): Promise<void> {
   let gpu: GpuBackend | undefined;
   let engine: Engine;
+  let grammars: GrammarEngine | undefined;
   try {
     // Plugins are loaded here, where the model is built: --plugin ones too.
     const registry = await loadRegistry(data.setup.plugins);
     post({ t: 'plugins', loaded: { modelTypes: registry.modelTypes, layerTypes: registry.layerTypes, warnings: registry.warnings } });
     const { info, checkpoint } = resolveModel(data.setup, registry);
     post({ t: 'model', info });
+    const tokenizerPath = join(info.dir, 'tokenizer.json');
+    // Structured output masks tokens by their text: it needs the served tokenizer's vocabulary.
+    if (existsSync(tokenizerPath)) grammars = new GrammarEngine({ tokenizerPath, vocabSize: info.vocabSize, stopTokenIds: info.eosTokenIds });
     if (data.loadDelayMs > 0) await sleep(data.loadDelayMs);
     if (inbox.some((m) => m.t === 'shutdown')) {
       checkpoint.close();
@@ -66,6 +74,14 @@ async function main(): Promise<void> {
 
   const { loop } = engine;
   let steps = 0;
+  const noGrammars = 'structured output needs the model\'s tokenizer.json, and this checkpoint has none';
+  const prepareGrammar = (key: number, spec: GrammarSpec): void => {
+    if (!grammars) return post({ t: 'grammar', key, error: noGrammars });
+    grammars.prepare(spec).then(
+      () => post({ t: 'grammar', key }),
+      (error: unknown) => post({ t: 'grammar', key, error: (error as Error).message ?? String(error) }),
+    );
+  };
   for (;;) {
     const events: WireEvent[] = [];
     let changed = false;
@@ -75,16 +91,23 @@ async function main(): Promise<void> {
       changed = true;
       if (m.t === 'add') {
         const { req } = m;
+        let constraint: TokenConstraint | undefined;
         try {
+          if (req.grammar && !grammars) throw new Error(noGrammars);
+          // Compiled already (the HTTP thread prepared it): a new matcher over the cached grammar.
+          if (req.grammar) constraint = await grammars!.constraint(req.grammar);
           loop.add({
             id: req.id, prompt: req.prompt, maxTokens: req.maxTokens, stopTokenIds: req.stopTokenIds,
             // The request's seed seeds its sampler (the loop falls back to the id without one).
             ...(req.sampling ? { sampling: req.seed !== undefined ? { ...req.sampling, seed: req.seed } : req.sampling } : {}),
+            ...(constraint ? { constraint } : {}),
           });
         } catch (error) {
+          constraint?.release();
           events.push({ id: req.id, tokens: [], finish: 'error', error: (error as Error).message, rejected: true });
         }
       } else if (m.t === 'cancel') loop.cancel(m.id);
+      else if (m.t === 'grammar') prepareGrammar(m.key, m.spec);
       else stopping = true;
     }
     if (stopping) {

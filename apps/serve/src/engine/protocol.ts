@@ -2,6 +2,7 @@
 // Requests, tokens and cancellations cross the boundary; model code runs only in the worker.
 import type { EngineStepReport, FinishReason, SamplingParams } from '@metrale/core';
 import type { PluginWarning, Provision } from '../plugins/build-registry.js';
+import type { GrammarSpec } from '../structured/grammar-spec.js';
 import type { EngineSetup, ModelInfo } from './build-engine.js';
 
 export interface WorkerData {
@@ -19,11 +20,15 @@ export interface AddRequest {
   readonly sampling?: SamplingParams;
   readonly seed?: number;
   readonly stopTokenIds: readonly number[];
+  /** The output must follow this grammar (structured output, forced tool calls). */
+  readonly grammar?: GrammarSpec;
 }
 
 export type ToWorker =
   | { readonly t: 'add'; readonly req: AddRequest }
   | { readonly t: 'cancel'; readonly id: number }
+  /** Check and compile a grammar before a request uses it; answered by a 'grammar' message with the same key. */
+  | { readonly t: 'grammar'; readonly key: number; readonly spec: GrammarSpec }
   | { readonly t: 'shutdown' };
 
 export interface WireEvent {
@@ -54,4 +59,6 @@ export type FromWorker =
   | { readonly t: 'ready'; readonly backend: string; readonly device: string; readonly loadMs: number; readonly maxBatch: number; readonly deviceWeightBytes: number }
   | { readonly t: 'failed'; readonly message: string; readonly stack?: string }
   | { readonly t: 'step'; readonly events: WireEvent[]; readonly running: number; readonly waiting: number; readonly stats?: StepStats }
+  /** A grammar compiled (no error) or refused (xgrammar's reason). */
+  | { readonly t: 'grammar'; readonly key: number; readonly error?: string }
   | { readonly t: 'closed' };

@@ -49,6 +49,11 @@ export class TextCodec {
     return this.#template !== undefined;
   }
 
+  /** The chat template's source (how it writes tool calls decides how they are parsed). */
+  get chatTemplate(): string | undefined {
+    return this.#template;
+  }
+
   encode(text: string, addSpecialTokens = true): number[] {
     return this.#tokenizer.encode(text, { add_special_tokens: addSpecialTokens }).ids;
   }
@@ -64,8 +69,8 @@ export class TextCodec {
     return this.renderChat([{ role: 'user', content: prompt }], true);
   }
 
-  /** Messages through the chat template (throws what the template raises). */
-  renderChat(messages: readonly { role: string; content: string }[], addGenerationPrompt: boolean): string {
+  /** Messages through the chat template, with the request's tools when it has some (throws what the template raises). */
+  renderChat(messages: readonly { role: string; content: string }[], addGenerationPrompt: boolean, tools?: readonly unknown[]): string {
     if (!this.#template) throw new WeightsError('the checkpoint has no chat template (chat_template.jinja or tokenizer_config.json chat_template)');
     const token = (name: string): string | undefined => {
       const v = this.#config[name];
@@ -75,6 +80,8 @@ export class TextCodec {
     this.#compiled ??= new Template(this.#template);
     return this.#compiled.render({
       messages: messages.map((m) => ({ ...m })),
+      // Templates test `if tools`: no tools is no variable, not an empty list.
+      ...(tools && tools.length > 0 ? { tools: tools.map((t) => structuredClone(t)) } : {}),
       add_generation_prompt: addGenerationPrompt,
       bos_token: token('bos_token') ?? '',
       eos_token: token('eos_token') ?? '',

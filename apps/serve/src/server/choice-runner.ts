@@ -17,7 +17,7 @@ export interface Usage {
 export interface ChoiceFormat {
   /** Streaming: the event sent before any text of choice `index` (chat's role delta), if any. */
   readonly opening?: (index: number) => unknown;
-  /** Streaming: a piece of text of choice `index`, or its end (`text` null, `finish` set). */
+  /** Streaming: a piece of text of choice `index`, or its end (`text` null, `finish` set); undefined sends nothing for that text. */
   readonly chunk: (index: number, text: string | null, finish: FinishReason | null) => unknown;
   /** Streaming with include_usage: the last event, with usage and no choices. */
   readonly usageChunk: (usage: Usage) => unknown;

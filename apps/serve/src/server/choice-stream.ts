@@ -126,7 +126,9 @@ export class ChoiceStream {
       const text = this.#text[i]!;
       if (text) {
         this.#text[i] = '';
-        return this.#format.chunk(i, text, null);
+        const event = this.#format.chunk(i, text, null);
+        // The format may hold text back (a tool call not yet closed).
+        if (event !== undefined) return event;
       }
       const finish = this.#finish[i];
       this.#dirty.delete(i);

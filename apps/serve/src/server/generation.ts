@@ -1,6 +1,7 @@
 import type { FinishReason as CoreFinishReason } from '@metrale/core';
 import type { SamplingParams } from '@metrale/core';
 import type { EngineClient } from '../engine/engine-client.js';
+import type { GrammarSpec } from '../structured/grammar-spec.js';
 import type { WireEvent } from '../engine/protocol.js';
 import { ApiError } from './api-error.js';
 import type { FinishedReason, ServerMetrics } from './server-metrics.js';
@@ -15,6 +16,8 @@ export interface GenerationParams {
   /** Stop strings: the output ends before the first one (excluded). */
   readonly stop: readonly string[];
   readonly stopTokenIds: readonly number[];
+  /** The output follows this grammar (prepared in the engine before the request is submitted). */
+  readonly grammar?: GrammarSpec;
 }
 
 /** How an answer ended, as the OpenAI API reports it: the engine's finish reasons that complete a request. */
@@ -72,6 +75,7 @@ export class Generation {
       {
         prompt: Int32Array.from(params.prompt), maxTokens: params.maxTokens, stopTokenIds: params.stopTokenIds,
         ...(params.sampling ? { sampling: params.sampling } : {}), ...(params.seed !== undefined ? { seed: params.seed } : {}),
+        ...(params.grammar ? { grammar: params.grammar } : {}),
       },
       (ev) => this.#onEvent(ev),
     );

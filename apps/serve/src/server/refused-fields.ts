@@ -27,6 +27,7 @@ const NOT_IMPLEMENTED: Readonly<Record<string, Inert>> = {
   presence_penalty: is(0),
   best_of: is(1),
   suffix: is(''),
+  // Chat implements tools, tool_choice and response_format (its schema's keys); completions does not.
   tools: empty,
   tool_choice: is('none', 'auto'),
   functions: empty,
@@ -76,7 +77,7 @@ const NOT_IMPLEMENTED: Readonly<Record<string, Inert>> = {
 /**
  * Fields that change nothing about the answer, accepted whatever their value: identifiers and
  * hints for OpenAI's own bookkeeping (`metadata` only matters with `store`, refused above;
- * `parallel_tool_calls` only with `tools`, likewise).
+ * `parallel_tool_calls` only with `tools`, which completions refuses and chat implements).
  */
 const IGNORABLE: Readonly<Record<string, Inert>> = {
   user: any,

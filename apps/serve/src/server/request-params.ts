@@ -31,7 +31,7 @@ const SCOPES = {
   message: {
     implemented: keys(chatMessage.shape),
     // What OpenAI's clients send back with an assistant message of an earlier answer.
-    own: { tool_calls: empty, tool_call_id: never, refusal: never, annotations: empty, function_call: never, audio: never, reasoning_content: never },
+    own: { refusal: never, annotations: empty, function_call: never, audio: never, reasoning_content: never },
   },
   streamOptions: { implemented: new Set(['include_usage']), own: { include_obfuscation: is(false), continuous_usage_stats: is(false) } },
 } satisfies Record<string, FieldScope>;

@@ -30,10 +30,42 @@ export const completionRequest = z.looseObject({
 
 const textPart = z.object({ type: z.literal('text'), text: z.string() });
 
+// Structured output and tools, as OpenAI documents them; nested objects refuse keys they do not know.
+const jsonSchemaObject = z.record(z.string(), z.unknown());
+const toolName = z.string().regex(/^[A-Za-z0-9_.-]{1,64}$/, 'must be 1 to 64 letters, digits, underscores, dots or dashes');
+
+const responseFormat = z.discriminatedUnion('type', [
+  z.strictObject({ type: z.literal('text') }),
+  z.strictObject({ type: z.literal('json_object') }),
+  z.strictObject({
+    type: z.literal('json_schema'),
+    json_schema: z.strictObject({ name: toolName, description: z.string().nullish(), schema: jsonSchemaObject, strict: z.boolean().nullish() }),
+  }),
+]);
+
+const tool = z.strictObject({
+  type: z.literal('function'),
+  function: z.strictObject({ name: toolName, description: z.string().nullish(), parameters: jsonSchemaObject.nullish(), strict: z.boolean().nullish() }),
+});
+
+const toolChoice = z.union([
+  z.enum(['none', 'auto', 'required']),
+  z.strictObject({ type: z.literal('function'), function: z.strictObject({ name: z.string() }) }),
+]);
+
+/** A call in an earlier assistant message, sent back by the client. */
+const messageToolCall = z.strictObject({
+  id: z.string(),
+  type: z.literal('function'),
+  function: z.strictObject({ name: z.string(), arguments: z.string() }),
+});
+
 export const chatMessage = z.looseObject({
   role: z.enum(['system', 'developer', 'user', 'assistant', 'tool']),
   content: z.union([z.string(), z.array(textPart)]).nullish(),
   name: z.string().nullish(),
+  tool_calls: z.array(messageToolCall).nullish(),
+  tool_call_id: z.string().nullish(),
 });
 
 export const chatRequest = z.looseObject({
@@ -41,6 +73,10 @@ export const chatRequest = z.looseObject({
   messages: z.array(chatMessage).min(1),
   max_tokens: z.number().int().min(1).nullish(),
   max_completion_tokens: z.number().int().min(1).nullish(),
+  response_format: responseFormat.nullish(),
+  tools: z.array(tool).max(128).nullish(),
+  tool_choice: toolChoice.nullish(),
+  parallel_tool_calls: z.boolean().nullish(),
 });
 
 export const tokenizeRequest = z.union([
@@ -53,6 +89,7 @@ export const detokenizeRequest = z.object({ model: z.string().nullish(), tokens:
 export type CompletionRequest = z.infer<typeof completionRequest>;
 export type ChatRequest = z.infer<typeof chatRequest>;
 export type ChatMessage = z.infer<typeof chatMessage>;
+export type ChatTool = z.infer<typeof tool>;
 export type TokenizeRequest = z.infer<typeof tokenizeRequest>;
 export type DetokenizeRequest = z.infer<typeof detokenizeRequest>;
 

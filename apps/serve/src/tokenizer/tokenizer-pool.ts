@@ -51,10 +51,13 @@ export class TokenizerPool {
     return this.#ids(await this.#run({ op: 'encode', text, addSpecialTokens }, text.length, signal));
   }
 
-  /** The messages through the chat template, then tokenized; 400 naming `field` when the template refuses them. */
-  async chat(messages: readonly TemplateMessage[], addGenerationPrompt: boolean, field: string, signal?: AbortSignal): Promise<Int32Array> {
+  /**
+   * The messages (and the request's tools, OpenAI's `tools` list) through the chat template, then
+   * tokenized; 400 naming `field` when the template refuses them.
+   */
+  async chat(messages: readonly TemplateMessage[], addGenerationPrompt: boolean, field: string, signal?: AbortSignal, tools?: readonly unknown[]): Promise<Int32Array> {
     const chars = messages.reduce((a, m) => a + m.content.length, 0);
-    const result = await this.#run({ op: 'chat', messages, addGenerationPrompt }, chars, signal);
+    const result = await this.#run({ op: 'chat', messages, addGenerationPrompt, ...(tools ? { tools } : {}) }, chars, signal);
     if (!(result instanceof Int32Array) && 'templateError' in result) {
       throw new ApiError(400, `${field}: the chat template cannot render them: ${result.templateError}`, { param: field });
     }

@@ -8,11 +8,15 @@ export interface TokenizerWorkerData {
 export interface TemplateMessage {
   readonly role: string;
   readonly content: string;
+  /** An assistant message's earlier calls, arguments parsed (GLM's template iterates them). */
+  readonly tool_calls?: readonly { readonly id: string; readonly type: 'function'; readonly function: { readonly name: string; readonly arguments: unknown } }[];
+  /** A tool message's answer to this call. */
+  readonly tool_call_id?: string;
 }
 
 export type TokenizerTask =
   | { readonly op: 'encode'; readonly text: string; readonly addSpecialTokens: boolean }
-  | { readonly op: 'chat'; readonly messages: readonly TemplateMessage[]; readonly addGenerationPrompt: boolean }
+  | { readonly op: 'chat'; readonly messages: readonly TemplateMessage[]; readonly addGenerationPrompt: boolean; readonly tools?: readonly unknown[] }
   | { readonly op: 'decode'; readonly ids: readonly number[] };
 
 /**

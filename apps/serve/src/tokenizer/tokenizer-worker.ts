@@ -29,7 +29,7 @@ export default function run(task: TokenizerTask): TokenizerResult {
     case 'chat': {
       let text: string;
       try {
-        text = codec.renderChat(task.messages, task.addGenerationPrompt);
+        text = codec.renderChat(task.messages, task.addGenerationPrompt, task.tools);
       } catch (error) {
         return { templateError: (error as Error).message };
       }

@@ -8,6 +8,7 @@ import { SeededRandom } from '../random/seeded-random.js';
 import type { DraftProposer } from '../spec/ngram-proposer.js';
 import { verifyDrafts } from '../spec/verify-drafts.js';
 import type { EngineRequest, FinishReason, EngineStepReport, TokenEvent } from './engine-request.js';
+import { maskLogitsRow } from './token-constraint.js';
 
 export interface EngineLoopOptions {
   /** A driver whose stack ends in f32 logits rows of `vocabSize`. */
@@ -126,8 +127,9 @@ export class EngineLoop {
   cancel(id: number): boolean {
     const w = this.#waiting.findIndex((r) => r.id === id);
     if (w >= 0) {
-      this.#waiting.splice(w, 1);
+      const [req] = this.#waiting.splice(w, 1);
       this.#ids.delete(id);
+      req!.constraint?.release();
       return true;
     }
     const r = this.#running.findIndex((x) => x.req.id === id);
@@ -195,6 +197,7 @@ export class EngineLoop {
     this.#running.splice(index, 1);
     this.#ids.delete(r.req.id);
     if (r.promptLogits && r.finish && r.finish !== 'error') this.#promptLogits.set(r.req.id, r.promptLogits);
+    r.req.constraint?.release();
     try {
       this.driver.close(r.seq);
     } catch {
@@ -281,7 +284,10 @@ export class EngineLoop {
     const drafts = live.map((r) => proposer.propose(r.history, Math.min(maxDrafts, r.req.maxTokens - r.generated - 1)));
     const outcome = verifyDrafts(
       this.driver, this.vocab,
-      live.map((r) => ({ seq: r.seq, pending: r.pending, greedy: isGreedy(r.req.sampling), random: r.random, logprobs: r.req.logprobs ?? 0, ...(r.req.sampling ? { sampling: r.req.sampling } : {}) })),
+      live.map((r) => ({
+        seq: r.seq, pending: r.pending, greedy: isGreedy(r.req.sampling), random: r.random, logprobs: r.req.logprobs ?? 0,
+        ...(r.req.sampling ? { sampling: r.req.sampling } : {}), ...(r.req.constraint ? { constraint: r.req.constraint } : {}),
+      })),
       drafts,
     );
     if (!outcome) return undefined;
@@ -295,8 +301,16 @@ export class EngineLoop {
     return { seqs: live.length, k: outcome.k, drafted, accepted };
   }
 
-  /** Samples the token of logit row `row` (with its logprobs when asked) and emits it. */
+  /** Samples the token of logit row `row` (with its logprobs when asked; among the tokens its constraint allows) and emits it. */
   #emitRow(r: Running, logits: Float32Array, row: number, events: Map<number, TokenEvent>): void {
+    if (r.req.constraint) {
+      try {
+        maskLogitsRow(logits, this.vocab, row, r.req.constraint.allowedTokens());
+      } catch (error) {
+        this.#fail([r], error, events);
+        return;
+      }
+    }
     const token = sampleLogitsRow(logits, this.vocab, row, r.req.sampling, r.random);
     this.#emit(r, [token], r.req.logprobs ? [topLogprobs(logits, this.vocab, row, r.req.logprobs)] : undefined, events);
   }
@@ -315,7 +329,9 @@ export class EngineLoop {
       r.history.push(t);
       r.generated++;
       r.pending = t;
-      if (r.stop.has(t)) r.finish = 'stop';
+      // Sampled from masked rows, so the constraint allows it; a completed one ends the output.
+      if (r.req.constraint && !r.req.constraint.accept(t)) return this.#fail([r], new Error(`token ${t} was generated against the request's output constraint`), events);
+      if (r.stop.has(t) || r.req.constraint?.isComplete()) r.finish = 'stop';
       else if (r.generated >= r.req.maxTokens) r.finish = 'length';
       if (r.finish) ev.finish = r.finish;
     }

@@ -1,5 +1,6 @@
 import type { TokenLogprob } from '../model/logprobs.js';
 import type { SamplingParams } from '../model/sampling.js';
+import type { TokenConstraint } from './token-constraint.js';
 
 /** One generation request as the engine sees it: token ids in, token ids out. */
 export interface EngineRequest {
@@ -15,6 +16,8 @@ export interface EngineRequest {
   readonly logprobs?: number;
   /** Keep the logits of every prompt row (fixture comparisons; the lm head must compute every row). */
   readonly promptLogits?: boolean;
+  /** Only tokens this rule allows are generated (structured output); released when the request leaves. */
+  readonly constraint?: TokenConstraint;
 }
 
 /**

@@ -4,3 +4,5 @@ export type { EngineLoopOptions } from './engine-loop.js';
 export { EngineLoop } from './engine-loop.js';
 export type { GenerateRequest, GenerateOutput, GenerateStats, SpeculationStats } from './generate-all.js';
 export { generateAll } from './generate-all.js';
+export type { TokenConstraint } from './token-constraint.js';
+export { ConstraintDeadEndError, maskLogitsRow } from './token-constraint.js';

@@ -4,6 +4,7 @@ import { acceptGreedy, acceptRejection, type Acceptance } from '../driver/accept
 import { probabilityFilter, type SamplingParams } from '../model/sampling.js';
 import type { SeededRandom } from '../random/seeded-random.js';
 import { topLogprobs, type TokenLogprob } from '../model/logprobs.js';
+import { maskLogitsRow, type TokenConstraint } from '../engine/token-constraint.js';
 
 /** One sequence of a verify step: its last token (not yet fed) and how it samples. */
 export interface VerifySequence {
@@ -14,6 +15,8 @@ export interface VerifySequence {
   readonly random: SeededRandom;
   /** Report this many logprobs per emitted token (0 or absent: none). */
   readonly logprobs?: number;
+  /** Only tokens this allows are emitted: each row is masked as the rule stands after the drafts before it. */
+  readonly constraint?: TokenConstraint;
 }
 
 export interface VerifyOutcome {
@@ -46,6 +49,9 @@ export function verifyDrafts(driver: StepDriver, vocab: number, seqs: readonly V
   const tokens = Int32Array.from(seqs.flatMap((s, i) => [s.pending, ...padded[i]!]));
   const result = driver.verify({ seqs: seqs.map((s) => s.seq), k, tokens });
   const logits = driver.readOutputF32(result);
+  seqs.forEach((s, i) => {
+    if (s.constraint) maskDraftRows(s.constraint, logits.subarray(i * k * vocab, (i + 1) * k * vocab), vocab, padded[i]!);
+  });
   const acceptances: Acceptance[] = seqs.map((s, i) => {
     const rows = logits.subarray(i * k * vocab, (i + 1) * k * vocab);
     if (s.greedy) return acceptGreedy(rows, vocab, padded[i]!);
@@ -64,4 +70,22 @@ export function verifyDrafts(driver: StepDriver, vocab: number, seqs: readonly V
       return n > 0 ? Array.from({ length: a.accepted }, (_, j) => topLogprobs(logits, vocab, i * k + j, n)) : undefined;
     }),
   };
+}
+
+/**
+ * Masks the k rows of one constrained sequence: row j with the tokens allowed after drafts 0..j−1.
+ * Walks the constraint through the drafts and back, leaving it as it was. Past a draft the rule
+ * forbids, the rows stay unmasked: acceptance stops at that draft (its row gives it −∞).
+ */
+function maskDraftRows(constraint: TokenConstraint, rows: Float32Array, vocab: number, drafts: readonly number[]): void {
+  let walked = 0;
+  try {
+    for (let j = 0; j <= drafts.length; j++) {
+      maskLogitsRow(rows, vocab, j, constraint.allowedTokens());
+      if (j === drafts.length || !constraint.accept(drafts[j]!)) break;
+      walked++;
+    }
+  } finally {
+    if (walked > 0) constraint.rollback(walked);
+  }
 }
