@@ -78,8 +78,10 @@ async function main(): Promise<void> {
         try {
           loop.add({
             id: req.id, prompt: req.prompt, maxTokens: req.maxTokens, stopTokenIds: req.stopTokenIds,
-            // The request's seed seeds its sampler (the loop falls back to the id without one).
+            // The request's seed seeds its sampler (the loop draws a random one without).
             ...(req.sampling ? { sampling: req.seed !== undefined ? { ...req.sampling, seed: req.seed } : req.sampling } : {}),
+            ...(req.logprobs !== undefined ? { logprobs: req.logprobs } : {}),
+            ...(req.promptLogprobs !== undefined ? { promptLogprobs: req.promptLogprobs } : {}),
           });
         } catch (error) {
           events.push({ id: req.id, tokens: [], finish: 'error', error: (error as Error).message, rejected: true });
