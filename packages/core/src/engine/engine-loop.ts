@@ -160,7 +160,8 @@ export class EngineLoop {
   /**
    * Whether the sequence in `slot` needs the logits of every prompt row in its prefill steps (it
    * asked for its prompt logits or logprobs): a head that computes only the last row of a prefill
-   * chunk asks this.
+   * chunk asks this. (A prefix cache must not skip such a prompt's rows either: vLLM does not read
+   * its cache for a request that wants prompt logprobs.)
    */
   needsEveryPromptRow(slot: number): boolean {
     const r = this.#running.find((x) => x.seq.slot === slot);
