@@ -44,7 +44,8 @@ export { graphKey } from './driver/graph-cache.js';
 export type { Acceptance, RejectionOptions, ProbabilityTransform } from './driver/acceptance.js';
 export { acceptGreedy, acceptRejection, argmaxRow, softmaxRow, sampleFrom } from './driver/acceptance.js';
 
-export { SeededRandom } from './random/seeded-random.js';
+export type { Seed } from './random/seeded-random.js';
+export { SeededRandom, randomSeed } from './random/seeded-random.js';
 
 export type { HostTensor } from './weights/host-tensor.js';
 export { elementCount, expectShape, toF32, toI32 } from './weights/host-tensor.js';

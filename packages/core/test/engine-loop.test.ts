@@ -1,6 +1,9 @@
 import { CpuBackend } from '@metrale/cpu-backend';
 import { describe, expect, it } from 'vitest';
-import { EngineLoop, InvalidArgumentError, NgramProposer, SeededRandom, StepDriver, generateAll, type GenerateRequest, type LayerLimits } from '../src/index.js';
+import {
+  EngineLoop, InvalidArgumentError, NgramProposer, SeededRandom, StepDriver, TokenHistory, adjustLogits, generateAll, positionLogprobs,
+  type GenerateRequest, type LayerLimits, type SamplingParams,
+} from '../src/index.js';
 import { BigramLayer } from './support/bigram-layer.js';
 
 const V = 16;
@@ -119,13 +122,103 @@ describe('the engine loop, run to completion (generateAll)', () => {
       for (const spec of [undefined, 2]) {
         const out = make(spec).generate([req]).outputs[0]!;
         expect(out.logprobs).toHaveLength(out.tokens.length);
-        out.logprobs!.forEach((list, i) => {
-          expect(list).toHaveLength(3);
-          expect(list[0]!.token).toBe(out.tokens[i]);
-          expect(list[0]!.logprob).toBeLessThanOrEqual(0);
-          expect(list[1]!.logprob).toBeLessThanOrEqual(list[0]!.logprob);
+        out.logprobs!.forEach((entry, i) => {
+          expect(entry).toMatchObject({ token: out.tokens[i], rank: 1 });
+          expect(entry.top).toHaveLength(3);
+          expect(entry.top[0]).toEqual({ token: entry.token, logprob: entry.logprob });
+          expect(entry.logprob).toBeLessThanOrEqual(0);
+          expect(entry.top[1]!.logprob).toBeLessThanOrEqual(entry.logprob);
         });
       }
+      // logprobs 0: each token's own logprob, no top list.
+      const own = make().generate([{ ...req, logprobs: 0 }]).outputs[0]!;
+      expect(own.logprobs!.map((e) => e.top)).toEqual(own.tokens.map(() => []));
+    });
+  });
+
+  it("reports the prompt's logprobs (none for its first token), across prefill chunks", () => {
+    withRunner((make) => {
+      const prompt = [3, 9, 1, 0, 15, 2, 7];
+      const out = make().generate([{ prompt, maxTokens: 2, promptLogprobs: 2 }]).outputs[0]!;
+      const t = table();
+      expect(out.promptLogprobs).toHaveLength(prompt.length);
+      expect(out.promptLogprobs![0]).toBeNull();
+      for (let p = 1; p < prompt.length; p++) {
+        const logits = Float32Array.from({ length: V }, (_, j) => t[prompt[p - 1]! * V + j]! + 1e-3 * (p - 1) * (j % 3));
+        expect(out.promptLogprobs![p]!.token).toBe(prompt[p]);
+        expect(out.promptLogprobs![p]!.logprob).toBeCloseTo(positionLogprobs(logits, V, 0, prompt[p]!, 2).logprob, 5);
+        expect(out.promptLogprobs![p]!.top).toHaveLength(2);
+      }
+      expect(out.logprobs).toBeUndefined();
+    }, { maxSeqs: 1, maxSeqLen: 20, maxBatch: 1, maxK: 1, maxRows: 3 });
+  });
+});
+
+describe('logit adjustments in the engine loop', () => {
+  /** Greedy decoding of the bigram table with the adjustments applied by hand, token by token. */
+  function expected(prompt: number[], maxTokens: number, p: SamplingParams, stop: number[] = []): number[] {
+    const t = table();
+    const out: number[] = [];
+    let last = prompt[prompt.length - 1]!;
+    for (let i = 0; i < maxTokens; i++) {
+      const pos = prompt.length - 1 + i;
+      const row = Float32Array.from({ length: V }, (_, j) => t[last * V + j]! + 1e-3 * pos * (j % 3));
+      const history = new TokenHistory(prompt);
+      for (const x of out) history.push(x);
+      adjustLogits(row, p, history, stop);
+      last = row.indexOf(Math.max(...row));
+      out.push(last);
+      if (stop.includes(last)) break;
+    }
+    return out;
+  }
+
+  it('penalties and bias change greedy output as computed directly, with and without speculation', () => {
+    withRunner((make) => {
+      // A prompt that already holds the tokens the model favours next, so the repetition penalty
+      // bites; a bias that makes one token win every step, until the output penalties undo it.
+      const favour = new Map([[5, 8]]);
+      const cases: [number[], number, SamplingParams, SamplingParams][] = [
+        [[1, 8, 11, 10, 5, 12, 1, 8], 8, { repetitionPenalty: 8 }, {}],
+        [[1, 8], 12, { logitBias: favour, frequencyPenalty: 2 }, { logitBias: favour }],
+        [[1, 8], 12, { logitBias: favour, presencePenalty: 2 }, { logitBias: favour }],
+        [[1, 8], 8, { logitBias: new Map([[follow(8), -100]]) }, {}],
+      ];
+      for (const [prompt, maxTokens, p, base] of cases) {
+        const plain = make().generate([{ prompt, maxTokens, sampling: base }]).outputs[0]!.tokens;
+        const want = expected(prompt, maxTokens, p);
+        expect(want).not.toEqual(plain);
+        for (const spec of [undefined, 2]) expect(make(spec).generate([{ prompt, maxTokens, sampling: p }]).outputs[0]!.tokens).toEqual(want);
+      }
+      // A repetition penalty makes the prompt's favourite next token lose its lead.
+      expect(expected([1, 8, 11, 10, 5, 12, 1, 8], 1, { repetitionPenalty: 8 })[0]).not.toBe(follow(8));
+    });
+  });
+
+  it('min tokens holds the stop tokens back until reached', () => {
+    withRunner((make) => {
+      const stop = [follow(1)];
+      const early = make().generate([{ prompt: [1], maxTokens: 6, stopTokenIds: stop }]).outputs[0]!;
+      expect(early).toMatchObject({ tokens: stop, finishReason: 'stop' });
+      for (const spec of [undefined, 2]) {
+        const held = make(spec).generate([{ prompt: [1], maxTokens: 6, stopTokenIds: stop, sampling: { minTokens: 3 } }]).outputs[0]!;
+        expect(held.tokens).toEqual(expected([1], 6, { minTokens: 3 }, stop));
+        expect(held.tokens.length).toBeGreaterThanOrEqual(3);
+        expect(held.tokens.slice(0, 3)).not.toContain(stop[0]);
+      }
+      expect(() => make().generate([{ prompt: [1], maxTokens: 2, sampling: { minTokens: 3 } }])).toThrow(/minTokens \(3\) exceeds maxTokens \(2\)/);
+      expect(() => make().generate([{ prompt: [1], maxTokens: 2, stopTokenIds: [V] }])).toThrow(/stop token 16 is outside the vocabulary/);
+      expect(() => make().generate([{ prompt: [1], maxTokens: 2, sampling: { logitBias: new Map([[V + 3, 1]]) } }])).toThrow(/logit bias token 19/);
+    });
+  });
+
+  it('a sampled request without a seed draws a random one; with a 64-bit seed it repeats', () => {
+    withRunner((make) => {
+      const req: GenerateRequest = { prompt: [1, 8, 11], maxTokens: 16, sampling: { temperature: 3 } };
+      const runs = [0, 1, 2].map(() => make().generate([req]).outputs[0]!.tokens.join(','));
+      expect(new Set(runs).size).toBeGreaterThan(1);
+      const seeded: GenerateRequest = { ...req, sampling: { temperature: 3, seed: 2n ** 63n - 1n } };
+      for (const spec of [undefined, 2]) expect(make(spec).generate([seeded]).outputs[0]!.tokens).toEqual(make(spec).generate([seeded]).outputs[0]!.tokens);
     });
   });
 });

@@ -48,7 +48,7 @@ export function generateCommand(ctx: CliContext): Command {
     .option('--top-p <p>', 'nucleus sampling: keep the most likely tokens up to probability p', probability)
     .option('--top-k <k>', 'keep the k most likely tokens', positiveInt)
     .option('--min-p <p>', 'keep tokens at least p times as likely as the best', probability)
-    .option('--seed <s>', 'seed of the sampler', integer)
+    .option('--seed <s>', 'seed of the sampler (default: a random one)', integer)
     .option('--spec <proposer>', 'speculative decoding: ngram, or ngram:k=K[,min=N,max=N] (K draft tokens per step)', speculationSpec)
     .addOption(new Option('--backend <name>', 'device to run on').choices(BACKEND_CHOICES).default('auto'))
     .addOption(dtypeOption())
@@ -123,7 +123,7 @@ async function generate(o: GenerateOptions, ctx: CliContext): Promise<number> {
       const line = {
         tokens: out.tokens, text,
         stats: { ...statsLine(stats, out.finishReason, gpu.kind, prompt.length), dtype: describePrecision(precision), weight_bytes: weightBytes.total },
-        ...(o.logprobs !== undefined ? { logprobs: out.logprobs ?? out.tokens.map(() => []) } : {}),
+        ...(o.logprobs !== undefined ? { logprobs: out.logprobs?.map((e) => e.top) ?? out.tokens.map(() => []) } : {}),
       };
       if (o.json) ctx.out(JSON.stringify(line));
       else {

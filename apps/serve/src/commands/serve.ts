@@ -36,6 +36,7 @@ interface ServeOptions extends PluginOptions {
   readonly keepAliveTimeout: number;
   readonly generationTimeout: number;
   readonly tokenizerWorkers: number;
+  readonly generationConfig: string;
   readonly faultAfterSteps?: number;
 }
 
@@ -75,6 +76,7 @@ export function serveCommand(ctx: CliContext): Command {
     .option('--keep-alive-timeout <s>', 'seconds an idle keep-alive connection stays open', positiveNumber, 5)
     .option('--generation-timeout <s>', 'seconds a generation request may take from arrival to its last byte, streaming included (0: no limit)', nonNegative, 600)
     .option('--tokenizer-workers <n>', 'threads that tokenize prompts and render chat templates, off the HTTP thread', positiveInt, 1)
+    .option('--generation-config <auto|vllm|dir>', "sampling defaults requests override: 'auto' (the model's generation_config.json), 'vllm' (none: OpenAI's), or a folder holding a generation_config.json", 'auto')
     .addOption(new Option('--load-delay-ms <ms>', 'wait before loading the weights (testing)').argParser(Number).default(0).hideHelp())
     .addOption(new Option('--fault-after-steps <n>', 'make the device unusable after N engine steps, as a device fault would (testing)').argParser(Number).hideHelp())
     .addHelpText('after', [
@@ -100,6 +102,7 @@ async function serve(o: ServeOptions, ctx: CliContext): Promise<number> {
     prefillChunk: o.prefillChunk,
     graphs: o.graphs,
     plugins: registrySetup(o, ctx),
+    generationConfig: o.generationConfig,
   };
   const engine = new EngineClient(setup, { loadDelayMs: o.loadDelayMs, ...(o.faultAfterSteps !== undefined ? { faultAfterSteps: o.faultAfterSteps } : {}) });
   const metrics = new ServerMetrics();
@@ -125,7 +128,10 @@ async function serve(o: ServeOptions, ctx: CliContext): Promise<number> {
     } catch (error) {
       log.warn({ err: (error as Error).message }, 'the tokenizer cannot be loaded: only token-id prompts will be served');
     }
-    log.info({ model: server.model?.name, dir: info.dir, model_type: info.modelType, architecture_provider: info.provider, embedded: info.embedded, created: info.created, create_ms: Math.round(info.createMs), max_model_len: info.maxModelLen, weight_bytes: info.weightBytes, dtype: info.dtype, tokenizer: server.tokenizer !== undefined }, 'model opened');
+    log.info({ model: server.model?.name, dir: info.dir, model_type: info.modelType, architecture_provider: info.provider, embedded: info.embedded, created: info.created, create_ms: Math.round(info.createMs), max_model_len: info.maxModelLen, weight_bytes: info.weightBytes, dtype: info.dtype, tokenizer: server.tokenizer !== undefined, sampling_defaults: info.samplingDefaults }, 'model opened');
+    if (Object.keys(info.samplingDefaults).length > 0) {
+      log.info({ sampling_defaults: info.samplingDefaults }, "the model's generation_config.json sets the sampling defaults requests override; start with --generation-config vllm to use OpenAI's");
+    }
     // A bar for checkpoints that take a while to load, on a terminal only (logs stay JSON).
     const wanted = o.progress === 'always' || (o.progress === 'auto' && process.stderr.isTTY && info.weightBytes > 256 * 1024 * 1024);
     if (wanted) {

@@ -8,6 +8,7 @@ import { resolveCacheDir } from '../embedded/cache-dir.js';
 import { EMBEDDED_MODEL_NAME, ensureEmbeddedModel } from '../embedded/embedded-model.js';
 import type { ServingRegistry } from '../plugins/build-registry.js';
 import type { RegistrySetup } from '../plugins/load-registry.js';
+import { samplingDefaults, type GenerationConfigChoice, type SamplingDefaults } from './generation-defaults.js';
 import { PrefillLastRowsHead } from './prefill-head.js';
 
 /** How the engine is set up: the `metrale serve` options the worker needs. */
@@ -30,6 +31,8 @@ export interface EngineSetup {
   readonly dtype?: DtypeChoice;
   /** The plugins the model may be built from (loaded in the engine worker). */
   readonly plugins: RegistrySetup;
+  /** `--generation-config`: where the sampling defaults come from (default auto: the checkpoint's generation_config.json). */
+  readonly generationConfig?: GenerationConfigChoice;
 }
 
 /** What the server learns of the model before its weights load. */
@@ -51,6 +54,8 @@ export interface ModelInfo {
   /** The data path the model runs in, and how it reads (`bf16`, `fp8 weights, bf16 rows`). */
   readonly precision: Precision;
   readonly dtype: string;
+  /** The sampling defaults of generation_config.json that requests override (generation-defaults.ts). */
+  readonly samplingDefaults: SamplingDefaults;
 }
 
 export const DEFAULT_MAX_MODEL_LEN = 4096;
@@ -97,6 +102,7 @@ export function resolveModel(setup: EngineSetup, registry: ServingRegistry): { i
     weightBytes,
     precision,
     dtype: describePrecision(precision),
+    samplingDefaults: samplingDefaults(setup.generationConfig ?? 'auto', checkpoint.dir),
   };
   return { info, checkpoint };
 }
@@ -147,13 +153,16 @@ export function buildEngine(
   }
   let driver: StepDriver | undefined;
   try {
-    driver = new StepDriver({ gpu, layers: PrefillLastRowsHead.wrapLast(stack.layers), limits, graphs: setup.graphs });
+    // A request that asks for its prompt's logprobs needs every prompt row from the head.
+    let everyRow: (slot: number) => boolean = () => false;
+    driver = new StepDriver({ gpu, layers: PrefillLastRowsHead.wrapLast(stack.layers, (slot) => everyRow(slot)), limits, graphs: setup.graphs });
     const loop = new EngineLoop({
       driver,
       vocabSize: stack.vocabSize,
       prefillChunk: setup.prefillChunk,
       ...(setup.spec ? { speculation: { proposer: new NgramProposer(setup.spec), k: setup.spec.k } } : {}),
     });
+    everyRow = (slot) => loop.needsEveryPromptRow(slot);
     const d = driver;
     return {
       loop, stack, limits, deviceWeightBytes,

@@ -98,9 +98,11 @@ async function main(): Promise<void> {
           if (req.grammar) constraint = await grammars!.constraint(req.grammar);
           loop.add({
             id: req.id, prompt: req.prompt, maxTokens: req.maxTokens, stopTokenIds: req.stopTokenIds,
-            // The request's seed seeds its sampler (the loop falls back to the id without one).
+            // The request's seed seeds its sampler (the loop draws a random one without).
             ...(req.sampling ? { sampling: req.seed !== undefined ? { ...req.sampling, seed: req.seed } : req.sampling } : {}),
             ...(constraint ? { constraint } : {}),
+            ...(req.logprobs !== undefined ? { logprobs: req.logprobs } : {}),
+            ...(req.promptLogprobs !== undefined ? { promptLogprobs: req.promptLogprobs } : {}),
           });
         } catch (error) {
           constraint?.release();

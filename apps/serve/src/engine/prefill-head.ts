@@ -5,7 +5,9 @@ import { LmHeadLayer } from '@metrale/layer-std';
  * The lm head of a served model, computing in a prefill step only the last row of each sequence
  * (the one the server samples from); decode and verify steps go to the head unchanged. A prompt
  * of n tokens then costs one row of the [vocab × hidden] product instead of n — most of a small
- * model's prefill. The other prefill rows of the output are left as they were: nobody reads them.
+ * model's prefill. The other prefill rows of the output are left as they were: nobody reads them,
+ * except for a sequence that `everyRow` names (it asked for its prompt's logprobs), whose rows
+ * are all computed.
  *
  * Only an `LmHeadLayer` is wrapped: its rows are independent and it reads nothing but the
  * step's rows, input and output, so a one-row step at an offset is exact. Prefill runs eagerly
@@ -16,19 +18,21 @@ export class PrefillLastRowsHead implements TransformerLayer<LayerState> {
   readonly inputRowBytes: number;
   readonly outputRowBytes: number;
   readonly inner: TransformerLayer<LayerState>;
+  readonly #everyRow: (slot: number) => boolean;
 
-  private constructor(inner: TransformerLayer<LayerState>) {
+  private constructor(inner: TransformerLayer<LayerState>, everyRow: (slot: number) => boolean) {
     this.inner = inner;
+    this.#everyRow = everyRow;
     this.type = inner.type;
     this.inputRowBytes = inner.inputRowBytes;
     this.outputRowBytes = inner.outputRowBytes;
   }
 
   /** `layers` with its last layer wrapped when it is a std lm head; unchanged otherwise. */
-  static wrapLast(layers: readonly TransformerLayer<any>[]): TransformerLayer<any>[] {
+  static wrapLast(layers: readonly TransformerLayer<any>[], everyRow: (slot: number) => boolean = () => false): TransformerLayer<any>[] {
     const out = [...layers];
     const last = out[out.length - 1];
-    if (last instanceof LmHeadLayer) out[out.length - 1] = new PrefillLastRowsHead(last);
+    if (last instanceof LmHeadLayer) out[out.length - 1] = new PrefillLastRowsHead(last, everyRow);
     return out;
   }
 
@@ -49,13 +53,14 @@ export class PrefillLastRowsHead implements TransformerLayer<LayerState> {
     for (let p = 0; p < step.batch; p++) {
       const end = starts[p + 1]!;
       if (end <= starts[p]!) continue;
-      const row = end - 1;
+      const state = step.host.states[p];
+      const first = state && this.#everyRow(state.slot) ? starts[p]! : end - 1;
       this.inner.forward({
         ...step,
         batch: 1,
-        rows: 1,
-        input: offsetPtr(step.input, row * this.inputRowBytes),
-        output: offsetPtr(step.output, row * this.outputRowBytes),
+        rows: end - first,
+        input: offsetPtr(step.input, first * this.inputRowBytes),
+        output: offsetPtr(step.output, first * this.outputRowBytes),
       });
     }
   }

@@ -1,6 +1,6 @@
 // Messages between the HTTP thread (engine-client.ts) and the engine worker (engine-worker.ts).
 // Requests, tokens and cancellations cross the boundary; model code runs only in the worker.
-import type { EngineStepReport, FinishReason, SamplingParams } from '@metrale/core';
+import type { EngineStepReport, FinishReason, PositionLogprobs, SamplingParams, Seed } from '@metrale/core';
 import type { PluginWarning, Provision } from '../plugins/build-registry.js';
 import type { GrammarSpec } from '../structured/grammar-spec.js';
 import type { EngineSetup, ModelInfo } from './build-engine.js';
@@ -18,10 +18,14 @@ export interface AddRequest {
   readonly prompt: Int32Array;
   readonly maxTokens: number;
   readonly sampling?: SamplingParams;
-  readonly seed?: number;
+  readonly seed?: Seed;
   readonly stopTokenIds: readonly number[];
   /** The output must follow this grammar (structured output, forced tool calls). */
   readonly grammar?: GrammarSpec;
+  /** Each generated token's logprob with its position's top N (EngineRequest.logprobs); absent: none. */
+  readonly logprobs?: number;
+  /** The same for every prompt token (echo with logprobs); absent: none. */
+  readonly promptLogprobs?: number;
 }
 
 export type ToWorker =
@@ -34,6 +38,10 @@ export type ToWorker =
 export interface WireEvent {
   readonly id: number;
   readonly tokens: number[];
+  /** One entry per token of `tokens`, when the request asked for logprobs. */
+  readonly logprobs?: PositionLogprobs[];
+  /** With the first tokens of a request that asked for them: one per prompt token, null for the first. */
+  readonly promptLogprobs?: (PositionLogprobs | null)[];
   readonly finish?: FinishReason;
   readonly error?: string;
   /** Set when the engine refused the request (a bad token id, no room): a client error. */

@@ -3,6 +3,7 @@ import type { AdmissionTicket } from './admission.js';
 import { ApiError } from './api-error.js';
 import { ChoiceStream } from './choice-stream.js';
 import { Generation, type FinishReason, type GenerationParams, type GenerationResult } from './generation.js';
+import type { TokenLogprobs } from './logprobs-format.js';
 import type { RequestLifetime } from './request-lifetime.js';
 import type { ServerContext } from './server-context.js';
 import { SseWriter } from './sse.js';
@@ -17,8 +18,12 @@ export interface Usage {
 export interface ChoiceFormat {
   /** Streaming: the event sent before any text of choice `index` (chat's role delta), if any. */
   readonly opening?: (index: number) => unknown;
-  /** Streaming: a piece of text of choice `index`, or its end (`text` null, `finish` set); undefined sends nothing for that text. */
-  readonly chunk: (index: number, text: string | null, finish: FinishReason | null) => unknown;
+  /**
+   * Streaming: a piece of text of choice `index` with the logprobs of the tokens that came with it,
+   * or its end (`text` null, `finish` set, no logprobs); undefined sends nothing for that text (the
+   * format holds it back, and the logprobs with it).
+   */
+  readonly chunk: (index: number, text: string | null, finish: FinishReason | null, logprobs: readonly TokenLogprobs[]) => unknown;
   /** Streaming with include_usage: the last event, with usage and no choices. */
   readonly usageChunk: (usage: Usage) => unknown;
   /** Not streaming: the whole answer. */
@@ -71,7 +76,7 @@ export async function runChoices(o: RunChoicesOptions): Promise<unknown> {
       out.start();
     }
     for (const [i, p] of params.entries()) {
-      gens.push(new Generation(ctx.engine, ctx.metrics, ctx.codec, p, out ? (text) => out.text(i, text) : undefined, o.arrived));
+      gens.push(new Generation(ctx.engine, ctx.metrics, ctx.codec, p, out ? (text, logprobs) => out.text(i, text, logprobs) : undefined, o.arrived));
     }
     let results: GenerationResult[];
     try {

@@ -1,12 +1,13 @@
 import type { ApiError } from './api-error.js';
 import type { ChoiceFormat } from './choice-runner.js';
 import type { FinishReason } from './generation.js';
+import type { TokenLogprobs } from './logprobs-format.js';
 import type { SseWriter } from './sse.js';
 
 /**
  * The SSE side of a streamed request with backpressure: events are written while the socket takes
  * them; once its buffer is full, nothing more is written until 'drain', and the text that arrives
- * meanwhile is merged per choice into one event (as vLLM merges the deltas of a slow consumer).
+ * meanwhile is merged per choice into one event, logprobs too (as vLLM merges the deltas of a slow consumer).
  * What a reader that stops reading costs is then the socket's buffer plus the text not yet sent,
  * which max_tokens bounds, never an event per token.
  */
@@ -15,6 +16,7 @@ export class ChoiceStream {
   readonly #format: ChoiceFormat;
   readonly #opened: boolean[];
   readonly #text: string[];
+  readonly #logprobs: TokenLogprobs[][];
   readonly #finish: (FinishReason | null)[];
   readonly #finishSent: boolean[];
   /** Choices with something to send, first come first served. */
@@ -30,6 +32,7 @@ export class ChoiceStream {
     this.#format = format;
     this.#opened = new Array<boolean>(choices).fill(!format.opening);
     this.#text = new Array<string>(choices).fill('');
+    this.#logprobs = Array.from({ length: choices }, () => []);
     this.#finish = new Array<FinishReason | null>(choices).fill(null);
     this.#finishSent = new Array<boolean>(choices).fill(false);
   }
@@ -46,8 +49,9 @@ export class ChoiceStream {
     this.#pump();
   }
 
-  text(index: number, text: string): void {
+  text(index: number, text: string, logprobs: readonly TokenLogprobs[] = []): void {
     this.#text[index] += text;
+    this.#logprobs[index]!.push(...logprobs);
     this.#dirty.add(index);
     this.#pump();
   }
@@ -124,9 +128,11 @@ export class ChoiceStream {
         return this.#format.opening!(i);
       }
       const text = this.#text[i]!;
-      if (text) {
+      const logprobs = this.#logprobs[i]!;
+      if (text || logprobs.length > 0) {
         this.#text[i] = '';
-        const event = this.#format.chunk(i, text, null);
+        this.#logprobs[i] = [];
+        const event = this.#format.chunk(i, text, null, logprobs);
         // The format may hold text back (a tool call not yet closed).
         if (event !== undefined) return event;
       }
@@ -134,7 +140,7 @@ export class ChoiceStream {
       this.#dirty.delete(i);
       if (finish && !this.#finishSent[i]) {
         this.#finishSent[i] = true;
-        return this.#format.chunk(i, null, finish);
+        return this.#format.chunk(i, null, finish, []);
       }
     }
     return this.#tail.shift();

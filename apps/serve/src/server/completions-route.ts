@@ -4,7 +4,8 @@ import { ApiError } from './api-error.js';
 import { runAdmitted } from './admitted-request.js';
 import { runChoices } from './choice-runner.js';
 import type { GenerationParams } from './generation.js';
-import { checkModel, checkTokenIds, completionBudget, refuseUnsupported, samplingOf, stopStrings, withChoices } from './request-params.js';
+import { TokenTexts, completionLogprobs } from './logprobs-format.js';
+import { checkMinTokens, checkModel, checkTokenIds, completionBudget, refuseUnsupported, samplingOf, stopStrings, stopTokensOf, withChoices } from './request-params.js';
 import { completionRequest, parseBody, type CompletionRequest } from './request-schemas.js';
 import type { ServerContext } from './server-context.js';
 
@@ -16,11 +17,22 @@ function promptCount(prompt: CompletionRequest['prompt']): number {
   return typeof prompt === 'string' || typeof prompt[0] === 'number' ? 1 : prompt.length;
 }
 
-/** `prompt` as token-id lists; texts are tokenized on the tokenizer threads. */
-async function promptsOf(prompt: CompletionRequest['prompt'], ctx: ServerContext, signal: AbortSignal): Promise<ArrayLike<number>[]> {
-  if (typeof prompt === 'string') return [await ctx.requireTokenizer('prompt').encode(prompt, true, signal)];
+/** `prompt` as its prompts, each a text or token ids. */
+function promptList(prompt: CompletionRequest['prompt']): (string | number[])[] {
+  if (typeof prompt === 'string') return [prompt];
   if (prompt.length > 0 && typeof prompt[0] === 'number') return [prompt as number[]];
-  return Promise.all((prompt as (string | number[])[]).map((p) => (typeof p === 'string' ? ctx.requireTokenizer('prompt').encode(p, true, signal) : p)));
+  return prompt as (string | number[])[];
+}
+
+/** The prompts as token-id lists; texts are tokenized on the tokenizer threads. */
+function promptsOf(prompts: readonly (string | number[])[], ctx: ServerContext, signal: AbortSignal): Promise<ArrayLike<number>[]> {
+  return Promise.all(prompts.map((p) => (typeof p === 'string' ? ctx.requireTokenizer('prompt').encode(p, true, signal) : p)));
+}
+
+/** A prompt's text for `echo`: as given, or its token ids decoded (vLLM's too). */
+function promptText(prompt: string | number[], ctx: ServerContext): string {
+  if (typeof prompt === 'string') return prompt;
+  return ctx.codec ? ctx.codec.decode(prompt) : prompt.map((t) => `<${t}>`).join('');
 }
 
 /** POST /v1/completions. */
@@ -31,21 +43,30 @@ export function registerCompletions(app: FastifyInstance, ctx: ServerContext): v
     refuseUnsupported(body, 'completion');
     const served = ctx.servedOrUnavailable();
     checkModel(body.model, served);
+    const sampling = samplingOf(body, served);
+    const stopTokenIds = stopTokensOf(body, served);
     const n = body.n ?? 1;
     return runAdmitted(ctx, reply, promptCount(body.prompt) * n, arrived, async (lifetime, ticket) => {
-      const prompts = await promptsOf(body.prompt, ctx, lifetime.signal);
-      const sampling = samplingOf(body);
+      const given = promptList(body.prompt);
+      const prompts = await promptsOf(given, ctx, lifetime.signal);
       const stop = stopStrings(body.stop);
       const params: GenerationParams[] = prompts.map((prompt, i) => {
         const field = prompts.length > 1 ? `prompt[${i}]` : 'prompt';
         if (prompt.length === 0) throw new ApiError(400, `${field}: the prompt has no tokens`, { param: field });
         if (Array.isArray(prompt)) checkTokenIds(prompt, served, field);
         const maxTokens = completionBudget(prompt.length, body.max_tokens, DEFAULT_MAX_TOKENS, served, field, 'max_tokens');
-        return { prompt, maxTokens, ...sampling, stop, stopTokenIds: body.ignore_eos ? [] : served.eosTokenIds };
+        checkMinTokens(body, maxTokens);
+        return {
+          prompt, maxTokens, ...sampling, stop, stopTokenIds,
+          ...(body.logprobs != null ? { logprobs: body.logprobs } : {}), ...(body.echo ? { echo: promptText(given[i]!, ctx) } : {}),
+        };
       });
       const id = `cmpl-${randomUUID()}`;
       const created = Math.floor(Date.now() / 1000);
       const head = { id, object: 'text_completion', created, model: served.name };
+      const texts = new TokenTexts(ctx.codec);
+      // A stream's text offsets go on from the text each choice has sent (as vLLM counts them).
+      const sent = new Array<number>(params.length * n).fill(0);
       return runChoices({
         ctx, reply, arrived, lifetime, ticket, n,
         params: withChoices(params, n),
@@ -53,11 +74,15 @@ export function registerCompletions(app: FastifyInstance, ctx: ServerContext): v
         stream: body.stream ?? false,
         includeUsage: body.stream_options?.include_usage ?? false,
         format: {
-          chunk: (index, text, finish) => ({ ...head, choices: [{ index, text: text ?? '', logprobs: null, finish_reason: finish }] }),
+          chunk: (index, text, finish, items) => {
+            const logprobs = body.logprobs != null && items.length > 0 ? completionLogprobs(items, texts, sent[index]!) : null;
+            sent[index]! += (text ?? '').length;
+            return { ...head, choices: [{ index, text: text ?? '', logprobs, finish_reason: finish }] };
+          },
           usageChunk: (usage) => ({ ...head, choices: [], usage }),
           response: (results, usage) => ({
             ...head,
-            choices: results.map((r, index) => ({ index, text: r.text, logprobs: null, finish_reason: r.finishReason })),
+            choices: results.map((r, index) => ({ index, text: r.text, logprobs: body.logprobs != null ? completionLogprobs(r.logprobs, texts, 0) : null, finish_reason: r.finishReason })),
             usage,
           }),
         },

@@ -1,9 +1,9 @@
-import type { FinishReason as CoreFinishReason } from '@metrale/core';
-import type { SamplingParams } from '@metrale/core';
+import type { FinishReason as CoreFinishReason, SamplingParams, Seed } from '@metrale/core';
 import type { EngineClient } from '../engine/engine-client.js';
 import type { GrammarSpec } from '../structured/grammar-spec.js';
 import type { WireEvent } from '../engine/protocol.js';
 import { ApiError } from './api-error.js';
+import type { TokenLogprobs } from './logprobs-format.js';
 import type { FinishedReason, ServerMetrics } from './server-metrics.js';
 import { TextStream, type TokenDecoder } from './text-stream.js';
 
@@ -12,19 +12,26 @@ export interface GenerationParams {
   readonly prompt: ArrayLike<number>;
   readonly maxTokens: number;
   readonly sampling?: SamplingParams;
-  readonly seed?: number;
+  readonly seed?: Seed;
   /** Stop strings: the output ends before the first one (excluded). */
   readonly stop: readonly string[];
   readonly stopTokenIds: readonly number[];
   /** The output follows this grammar (prepared in the engine before the request is submitted). */
   readonly grammar?: GrammarSpec;
+  /** Each generated token's logprob with its position's top N; absent: none. */
+  readonly logprobs?: number;
+  /** Echo: the prompt's text goes first (with its tokens' logprobs, when `logprobs` is set). */
+  readonly echo?: string;
 }
 
 /** How an answer ended, as the OpenAI API reports it: the engine's finish reasons that complete a request. */
 export type FinishReason = Extract<CoreFinishReason, 'stop' | 'length'>;
 
 export interface GenerationResult {
+  /** The answer's text (the echoed prompt's first). */
   readonly text: string;
+  /** Each token of `text` with its logprobs, when asked for. */
+  readonly logprobs: TokenLogprobs[];
   readonly tokens: number[];
   readonly completionTokens: number;
   readonly finishReason: FinishReason;
@@ -32,8 +39,9 @@ export interface GenerationResult {
 
 /**
  * One prompt in the engine: tokens in, text out, with stop strings, metrics and cancellation.
- * `onText` hears each piece of text as soon as it is safe to send; `done` resolves at the end
- * (rejects with an ApiError when the engine refused or failed the request, or it was aborted).
+ * `onText` hears each piece of text as soon as it is safe to send, with the logprobs of the tokens
+ * that came with it; `done` resolves at the end (rejects with an ApiError when the engine refused
+ * or failed the request, or it was aborted).
  */
 export class Generation {
   readonly done: Promise<GenerationResult>;
@@ -42,7 +50,10 @@ export class Generation {
   #metrics: ServerMetrics;
   #id = -1;
   #text = '';
+  #logprobs: TokenLogprobs[] = [];
   #tokens: number[] = [];
+  readonly #prompt: ArrayLike<number>;
+  #echo: string | undefined;
   #counted = 0;
   #finished = false;
   #stream: TextStream;
@@ -52,11 +63,11 @@ export class Generation {
   #last = 0;
   #resolve!: (r: GenerationResult) => void;
   #reject!: (e: Error) => void;
-  #onText: (text: string) => void;
+  #onText: (text: string, logprobs: readonly TokenLogprobs[]) => void;
 
   constructor(
     engine: EngineClient, metrics: ServerMetrics, decoder: TokenDecoder | undefined, params: GenerationParams,
-    onText: (text: string) => void = () => {}, arrived = performance.now(),
+    onText: (text: string, logprobs: readonly TokenLogprobs[]) => void = () => {}, arrived = performance.now(),
   ) {
     this.#engine = engine;
     this.#metrics = metrics;
@@ -64,6 +75,8 @@ export class Generation {
     this.#arrived = arrived;
     this.#maxTokens = params.maxTokens;
     this.promptTokens = params.prompt.length;
+    this.#prompt = params.prompt;
+    this.#echo = params.echo;
     this.#stream = new TextStream(decoder ?? { decode: (ids) => ids.map((t) => `<${t}>`).join('') }, params.stop);
     this.done = new Promise((resolve, reject) => {
       this.#resolve = resolve;
@@ -76,6 +89,8 @@ export class Generation {
         prompt: Int32Array.from(params.prompt), maxTokens: params.maxTokens, stopTokenIds: params.stopTokenIds,
         ...(params.sampling ? { sampling: params.sampling } : {}), ...(params.seed !== undefined ? { seed: params.seed } : {}),
         ...(params.grammar ? { grammar: params.grammar } : {}),
+        ...(params.logprobs !== undefined ? { logprobs: params.logprobs } : {}),
+        ...(params.logprobs !== undefined && params.echo !== undefined ? { promptLogprobs: params.logprobs } : {}),
       },
       (ev) => this.#onEvent(ev),
     );
@@ -96,11 +111,20 @@ export class Generation {
   #onEvent(ev: WireEvent): void {
     if (this.#finished) return;
     const now = performance.now();
+    if (this.#echo !== undefined && ev.finish !== 'error' && ev.finish !== 'abort') {
+      // The prompt goes first, with its logprobs (which came with the first tokens).
+      const prompt = Array.from(this.#prompt, (token, i): TokenLogprobs => ev.promptLogprobs?.[i] ?? { token });
+      this.#emit(this.#echo, ev.promptLogprobs ? prompt : []);
+      this.#echo = undefined;
+    }
     if (ev.tokens.length > 0) {
       this.#tokens.push(...ev.tokens);
-      const piece = this.#stream.push(ev.tokens);
-      this.#count(piece.tokens, now);
-      this.#emit(piece.text);
+      // A stop token (end of sequence, stop_token_ids) ends the output without its text, as vLLM's
+      // detokenizer leaves it out; it still counts, and keeps its logprobs.
+      const piece = this.#stream.push(ev.finish === 'stop' ? ev.tokens.slice(0, -1) : ev.tokens);
+      const counted = piece.stopped ? piece.tokens : ev.tokens.length;
+      this.#count(counted, now);
+      this.#emit(piece.text, ev.logprobs?.slice(0, counted) ?? []);
       if (piece.stopped) {
         // The engine would go on to max_tokens; the stop string ended this output here.
         this.#engine.cancel(this.#id);
@@ -117,7 +141,7 @@ export class Generation {
             : new ApiError(500, `generation failed: ${why}`, { code: 'engine_error' }),
       );
     } else if (ev.finish) {
-      this.#emit(this.#stream.flush());
+      this.#emit(this.#stream.flush(), []);
       this.#finish(ev.finish);
     }
   }
@@ -143,15 +167,16 @@ export class Generation {
     m.generationTokens(n);
   }
 
-  #emit(text: string): void {
-    if (!text) return;
+  #emit(text: string, logprobs: readonly TokenLogprobs[]): void {
+    if (!text && logprobs.length === 0) return;
     this.#text += text;
-    this.#onText(text);
+    this.#logprobs.push(...logprobs);
+    this.#onText(text, logprobs);
   }
 
   #finish(reason: FinishReason): void {
     this.#end(reason);
-    this.#resolve({ text: this.#text, tokens: this.#tokens.slice(0, this.#counted), completionTokens: this.#counted, finishReason: reason });
+    this.#resolve({ text: this.#text, logprobs: this.#logprobs, tokens: this.#tokens.slice(0, this.#counted), completionTokens: this.#counted, finishReason: reason });
   }
 
   #end(reason: FinishedReason): void {

@@ -1,8 +1,8 @@
 import { ApiError } from './api-error.js';
 
 // A field the server does not implement is refused by name, never silently dropped: a client
-// that asks for logit_bias and gets an answer without it would trust an answer it did not get.
-// A value that asks for nothing (a penalty of 0, `logprobs: false`, an empty `tools`) is the same
+// that asks for best_of and gets an answer without it would trust an answer it did not get.
+// A value that asks for nothing (a length_penalty of 1, `use_beam_search: false`, an empty `tools`) is the same
 // request as no field at all, and clients send such defaults, so those values pass.
 
 /** True when the value asks for nothing beyond what the field's absence gives. */
@@ -19,12 +19,7 @@ const any: Inert = () => true;
  */
 const NOT_IMPLEMENTED: Readonly<Record<string, Inert>> = {
   // OpenAI
-  logit_bias: empty,
-  logprobs: is(false),
   top_logprobs: is(0),
-  echo: is(false),
-  frequency_penalty: is(0),
-  presence_penalty: is(0),
   best_of: is(1),
   suffix: is(''),
   // Chat implements tools, tool_choice and response_format (its schema's keys); completions does not.
@@ -42,10 +37,7 @@ const NOT_IMPLEMENTED: Readonly<Record<string, Inert>> = {
   store: is(false),
   service_tier: is('auto', 'default'),
   // vLLM's extensions
-  repetition_penalty: is(1),
   length_penalty: is(1),
-  stop_token_ids: empty,
-  min_tokens: is(0),
   include_stop_str_in_output: is(false),
   skip_special_tokens: is(true),
   spaces_between_special_tokens: is(true),

@@ -1,4 +1,5 @@
-import type { SamplingParams } from '@metrale/core';
+import type { SamplingParams, Seed } from '@metrale/core';
+import type { SamplingDefaults } from '../engine/generation-defaults.js';
 import { ApiError } from './api-error.js';
 import type { GenerationParams } from './generation.js';
 import { refuseFields, inertValue, type FieldScope } from './refused-fields.js';
@@ -10,6 +11,8 @@ export interface ServedModel {
   readonly maxModelLen: number;
   readonly vocabSize: number;
   readonly eosTokenIds: readonly number[];
+  /** The model's generation_config.json defaults that requests override. */
+  readonly samplingDefaults: SamplingDefaults;
 }
 
 type Common = CompletionRequest | ChatRequest;
@@ -45,21 +48,59 @@ export function refuseUnsupported(body: Common, endpoint: 'completion' | 'chat')
   if (endpoint === 'chat') (body as ChatRequest).messages.forEach((m, i) => refuseFields(m, SCOPES.message, `messages[${i}].`));
 }
 
+/** vLLM raises a temperature this close to 0 (but not 0) to this, away from overflow. */
+const MIN_TEMPERATURE = 0.01;
+
+/** A token id field's value, or a 400 naming `field` when the vocabulary has no such token. */
+function tokenInVocab(token: number, served: ServedModel, field: string): number {
+  if (token >= served.vocabSize) throw new ApiError(400, `${field}: token id ${token} is outside the vocabulary (${served.vocabSize} tokens)`, { param: field });
+  return token;
+}
+
 /**
- * OpenAI's sampling fields as the engine's: temperature defaults to 1 (OpenAI's default) and 0
- * means greedy; top_k ≤ 0 and top_p = 1 switch those filters off.
+ * OpenAI's and vLLM's sampling fields as the engine's. Each field a request leaves out takes the
+ * model's generation_config.json value (vLLM's `--generation-config auto`), else OpenAI's default:
+ * temperature 1 (0 is greedy), top_p 1, top_k and min_p off, penalties off. A seed of −1 or none
+ * asks for a random one (the engine draws it).
  */
-export function samplingOf(body: Common): { sampling?: SamplingParams; seed?: number } {
-  const temperature = body.temperature ?? 1;
-  const seed = body.seed ?? undefined;
-  if (temperature === 0) return {};
+export function samplingOf(body: Common, served: ServedModel): { sampling?: SamplingParams; seed?: Seed } {
+  const d = served.samplingDefaults;
+  let temperature = body.temperature ?? d.temperature ?? 1;
+  if (temperature > 0 && temperature < MIN_TEMPERATURE) temperature = MIN_TEMPERATURE;
+  const topP = body.top_p ?? d.top_p ?? 1;
+  const topK = body.top_k ?? d.top_k ?? 0;
+  const minP = body.min_p ?? d.min_p ?? 0;
+  const repetition = body.repetition_penalty ?? d.repetition_penalty ?? 1;
+  const presence = body.presence_penalty ?? 0;
+  const frequency = body.frequency_penalty ?? 0;
+  const bias = new Map(Object.entries(body.logit_bias ?? {}).map(([key, v]) => [tokenInVocab(Number(key), served, `logit_bias.${key}`), v]));
+  const minTokens = body.min_tokens ?? 0;
   const sampling: SamplingParams = {
-    temperature,
-    ...(body.top_p != null && body.top_p < 1 ? { topP: body.top_p } : {}),
-    ...(body.top_k != null && body.top_k > 0 ? { topK: body.top_k } : {}),
-    ...(body.min_p != null && body.min_p > 0 ? { minP: body.min_p } : {}),
+    ...(temperature > 0 ? { temperature } : {}),
+    ...(temperature > 0 && topP < 1 ? { topP } : {}),
+    ...(temperature > 0 && topK > 0 ? { topK } : {}),
+    ...(temperature > 0 && minP > 0 ? { minP } : {}),
+    ...(repetition !== 1 ? { repetitionPenalty: repetition } : {}),
+    ...(presence !== 0 ? { presencePenalty: presence } : {}),
+    ...(frequency !== 0 ? { frequencyPenalty: frequency } : {}),
+    ...(bias.size > 0 ? { logitBias: bias } : {}),
+    ...(minTokens > 0 ? { minTokens } : {}),
   };
-  return { sampling, ...(seed !== undefined ? { seed } : {}) };
+  const seed = body.seed == null || BigInt(body.seed) === -1n ? undefined : body.seed;
+  return { ...(Object.keys(sampling).length > 0 ? { sampling } : {}), ...(seed !== undefined && temperature > 0 ? { seed } : {}) };
+}
+
+/** The tokens that end a request's output: the model's end-of-sequence tokens (unless ignore_eos) and its stop_token_ids. */
+export function stopTokensOf(body: Common, served: ServedModel): number[] {
+  const own = (body.stop_token_ids ?? []).map((t, i) => tokenInVocab(t, served, `stop_token_ids[${i}]`));
+  return [...new Set([...(body.ignore_eos ? [] : served.eosTokenIds), ...own])];
+}
+
+/** 400 when min_tokens asks for more tokens than the request may generate. */
+export function checkMinTokens(body: Common, maxTokens: number): void {
+  if ((body.min_tokens ?? 0) > maxTokens) {
+    throw new ApiError(400, `min_tokens (${body.min_tokens}) must not exceed the tokens the request may generate (${maxTokens})`, { param: 'min_tokens' });
+  }
 }
 
 export function stopStrings(stop: string | readonly string[] | null | undefined): string[] {
@@ -69,7 +110,8 @@ export function stopStrings(stop: string | readonly string[] | null | undefined)
 
 /**
  * Tokens a prompt may generate: `asked` when given, else `fallback` (or what the context has left
- * when there is none); a prompt that does not fit is a 400 that names both numbers.
+ * when there is none), at most the model's generation_config max_new_tokens (as vLLM caps it); a
+ * prompt that does not fit is a 400 that names both numbers.
  */
 export function completionBudget(
   promptTokens: number, asked: number | null | undefined, fallback: number | undefined, served: ServedModel, promptField: string, maxField: string,
@@ -82,7 +124,7 @@ export function completionBudget(
   if (promptTokens + maxTokens > limit) {
     throw new ApiError(400, `This model's maximum context length is ${limit} tokens. However, you requested ${promptTokens + maxTokens} tokens (${promptTokens} in the prompt, ${maxTokens} in ${maxField}). Please reduce the length of the prompt or ${maxField}.`, { param: maxField, code: 'context_length_exceeded' });
   }
-  return maxTokens;
+  return Math.min(maxTokens, served.samplingDefaults.max_tokens ?? maxTokens);
 }
 
 /** Token-id prompts must lie inside the vocabulary. */
@@ -98,5 +140,5 @@ export function checkTokenIds(ids: readonly number[], served: ServedModel, field
  */
 export function withChoices(params: readonly GenerationParams[], n: number | null | undefined): GenerationParams[] {
   const count = n ?? 1;
-  return params.flatMap((p) => Array.from({ length: count }, (_, j) => (j > 0 && p.seed !== undefined ? { ...p, seed: p.seed + j } : p)));
+  return params.flatMap((p) => Array.from({ length: count }, (_, j) => (j > 0 && p.seed !== undefined ? { ...p, seed: BigInt(p.seed) + BigInt(j) } : p)));
 }

@@ -1,11 +1,18 @@
+import { MAX_LOGPROBS } from '@metrale/core';
 import { z } from 'zod';
 import { ApiError } from './api-error.js';
 
-// The request bodies the server accepts, as OpenAI documents them (plus vLLM's top_k, min_p and
-// ignore_eos). The objects keep fields they do not declare so that refused-fields.ts can refuse
-// them by name: nothing a client asks for is silently dropped.
+// The request bodies the server accepts, as OpenAI documents them (plus vLLM's top_k, min_p,
+// repetition_penalty, min_tokens, stop_token_ids and ignore_eos). The objects keep fields they do
+// not declare so that refused-fields.ts can refuse them by name: nothing a client asks for is
+// silently dropped.
 
 const tokenIds = z.array(z.number().int().min(0)).min(1);
+
+const INT64 = 2n ** 63n;
+/** Any 64-bit integer (exact-seed.ts reads one past 2^53 as a bigint); −1 asks for a random one, as in vLLM. */
+const seed = z.union([z.number().int(), z.bigint()]).refine((v) => BigInt(v) >= -INT64 && BigInt(v) < INT64, 'must be a 64-bit integer');
+const penalty = z.number().min(-2).max(2).nullish();
 
 const sampling = {
   model: z.string().nullish(),
@@ -13,7 +20,16 @@ const sampling = {
   top_p: z.number().gt(0).max(1).nullish(),
   top_k: z.number().int().min(-1).nullish(),
   min_p: z.number().min(0).max(1).nullish(),
-  seed: z.number().int().nullish(),
+  seed: seed.nullish(),
+  presence_penalty: penalty,
+  frequency_penalty: penalty,
+  /** vLLM's extension: > 1 makes tokens of the prompt and the output less likely. */
+  repetition_penalty: z.number().gt(0).nullish(),
+  /** Token id (as a string) → a bias in [-100, 100] added to its logit. */
+  logit_bias: z.record(z.string().regex(/^\d+$/, 'keys must be token ids'), z.number().min(-100).max(100)).nullish(),
+  /** vLLM's extensions: more tokens that end the output (it keeps them), and how many come before any stop token may. */
+  stop_token_ids: z.array(z.number().int().min(0)).nullish(),
+  min_tokens: z.number().int().min(0).nullish(),
   stop: z.union([z.string(), z.array(z.string()).max(16)]).nullish(),
   stream: z.boolean().nullish(),
   stream_options: z.looseObject({ include_usage: z.boolean().nullish() }).nullish(),
@@ -26,6 +42,10 @@ export const completionRequest = z.looseObject({
   ...sampling,
   prompt: z.union([z.string(), z.array(z.string()).min(1), tokenIds, z.array(tokenIds).min(1)]),
   max_tokens: z.number().int().min(1).nullish(),
+  /** The logprobs of each token and its position's N most likely tokens. */
+  logprobs: z.number().int().min(0).max(MAX_LOGPROBS).nullish(),
+  /** The prompt's text before the answer's (with its logprobs, when `logprobs` is set). */
+  echo: z.boolean().nullish(),
 });
 
 const textPart = z.object({ type: z.literal('text'), text: z.string() });
@@ -77,6 +97,9 @@ export const chatRequest = z.looseObject({
   tools: z.array(tool).max(128).nullish(),
   tool_choice: toolChoice.nullish(),
   parallel_tool_calls: z.boolean().nullish(),
+  logprobs: z.boolean().nullish(),
+  /** With `logprobs`: each position's N most likely tokens too. */
+  top_logprobs: z.number().int().min(0).max(MAX_LOGPROBS).nullish(),
 });
 
 export const tokenizeRequest = z.union([

@@ -46,7 +46,7 @@ export class ServerContext {
   get model(): ServedModel | undefined {
     const info = this.engine.info;
     if (!info) return undefined;
-    return { name: this.modelName ?? info.name, maxModelLen: info.maxModelLen, vocabSize: info.vocabSize, eosTokenIds: info.eosTokenIds };
+    return { name: this.modelName ?? info.name, maxModelLen: info.maxModelLen, vocabSize: info.vocabSize, eosTokenIds: info.eosTokenIds, samplingDefaults: info.samplingDefaults };
   }
 
   /**

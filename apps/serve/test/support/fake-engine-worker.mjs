@@ -20,7 +20,7 @@ port.postMessage({
   t: 'model',
   info: {
     dir: '/nonexistent/fake-model', embedded: false, created: false, createMs: 0, name: 'fake-model', modelType: 'fake', vocabSize: 1000,
-    eosTokenIds: [], maxModelLen: 10_000_000, weightBytes: 0, precision: {}, dtype: 'f32',
+    eosTokenIds: [], maxModelLen: 10_000_000, weightBytes: 0, precision: {}, dtype: 'f32', samplingDefaults: {},
   },
 });
 port.postMessage({ t: 'ready', backend: 'fake', device: 'none', loadMs: 0, maxBatch, deviceWeightBytes: 0 });

@@ -2,12 +2,12 @@ import type { Sequence } from '../driver/sequence.js';
 import type { StepDriver, StepResult } from '../driver/step-driver.js';
 import { offsetPtr } from '../device/device-ptr.js';
 import { InvalidArgumentError } from '../errors.js';
-import { MAX_LOGPROBS, topLogprobs, type TokenLogprob } from '../model/logprobs.js';
-import { checkSampling, isGreedy, sampleLogitsRow } from '../model/sampling.js';
-import { SeededRandom } from '../random/seeded-random.js';
+import { MAX_LOGPROBS, positionLogprobs, type PositionLogprobs } from '../model/logprobs.js';
+import { checkSampling } from '../model/sampling.js';
 import type { DraftProposer } from '../spec/ngram-proposer.js';
 import { verifyDrafts } from '../spec/verify-drafts.js';
 import type { EngineRequest, FinishReason, EngineStepReport, TokenEvent } from './engine-request.js';
+import { RequestSampler } from './request-sampler.js';
 import { maskLogitsRow } from './token-constraint.js';
 
 export interface EngineLoopOptions {
@@ -28,7 +28,7 @@ interface Running {
   readonly req: EngineRequest;
   readonly seq: Sequence;
   readonly stop: ReadonlySet<number>;
-  readonly random: SeededRandom;
+  readonly sampler: RequestSampler;
   /** Prompt and generated tokens (what the proposer looks up). */
   readonly history: number[];
   prefilled: number;
@@ -37,6 +37,8 @@ interface Running {
   pending: number;
   /** f32 [prompt × vocab] when the request asked for its prompt logits. */
   promptLogits?: Float32Array;
+  /** The prompt's logprobs when the request asked for them, until reported with its first token. */
+  promptLogprobs?: (PositionLogprobs | null)[];
   finish?: FinishReason;
 }
 
@@ -51,7 +53,7 @@ interface Running {
  * Results do not depend on the batch: a prompt is always cut at the same places, the driver's
  * padding rows are inert and every layer keeps per-sequence state, so a greedy request returns
  * the same tokens alone and among others. A sampled request draws from a stream seeded by its
- * `sampling.seed`, or by its id.
+ * `sampling.seed`, or by a random 64-bit seed.
  */
 export class EngineLoop {
   readonly driver: StepDriver;
@@ -116,8 +118,13 @@ export class EngineLoop {
       bad(`${req.prompt.length} prompt tokens + ${req.maxTokens} to generate exceed the ${this.maxTotalTokens} a sequence holds`);
     }
     if (req.sampling) checkSampling(req.sampling);
-    if (req.logprobs !== undefined && !(Number.isInteger(req.logprobs) && req.logprobs >= 0 && req.logprobs <= MAX_LOGPROBS)) {
-      bad(`logprobs must be an integer in 0..${MAX_LOGPROBS}, got ${req.logprobs}`);
+    const inVocab = (t: number) => Number.isInteger(t) && t >= 0 && t < this.vocab;
+    for (const t of req.stopTokenIds ?? []) if (!inVocab(t)) bad(`stop token ${t} is outside the vocabulary (${this.vocab})`);
+    for (const t of req.sampling?.logitBias?.keys() ?? []) if (!inVocab(t)) bad(`logit bias token ${t} is outside the vocabulary (${this.vocab})`);
+    if ((req.sampling?.minTokens ?? 0) > req.maxTokens) bad(`minTokens (${req.sampling!.minTokens}) exceeds maxTokens (${req.maxTokens})`);
+    for (const name of ['logprobs', 'promptLogprobs'] as const) {
+      const n = req[name];
+      if (n !== undefined && !(Number.isInteger(n) && n >= 0 && n <= MAX_LOGPROBS)) bad(`${name} must be an integer in 0..${MAX_LOGPROBS}, got ${n}`);
     }
     this.#ids.add(req.id);
     this.#waiting.push(req);
@@ -152,6 +159,17 @@ export class EngineLoop {
     return logits;
   }
 
+  /**
+   * Whether the sequence in `slot` needs the logits of every prompt row in its prefill steps (it
+   * asked for its prompt logits or logprobs): a head that computes only the last row of a prefill
+   * chunk asks this. (A prefix cache must not skip such a prompt's rows either: vLLM does not read
+   * its cache for a request that wants prompt logprobs.)
+   */
+  needsEveryPromptRow(slot: number): boolean {
+    const r = this.#running.find((x) => x.seq.slot === slot);
+    return r !== undefined && (r.promptLogits !== undefined || r.promptLogprobs !== undefined) && r.prefilled < r.req.prompt.length;
+  }
+
   /** One engine step; a no-op report when idle. */
   step(): EngineStepReport {
     const t0 = performance.now();
@@ -182,12 +200,13 @@ export class EngineLoop {
         req,
         seq: this.driver.open(),
         stop: new Set(req.stopTokenIds ?? []),
-        random: new SeededRandom(req.sampling?.seed ?? req.id),
+        sampler: new RequestSampler(req.sampling, req.prompt, req.stopTokenIds ?? []),
         history: Array.from(req.prompt),
         prefilled: 0,
         generated: 0,
         pending: -1,
         ...(req.promptLogits ? { promptLogits: new Float32Array(req.prompt.length * this.vocab) } : {}),
+        ...(req.promptLogprobs !== undefined ? { promptLogprobs: [null] } : {}),
       });
     }
   }
@@ -234,11 +253,15 @@ export class EngineLoop {
       return { rows, seqs: chunk.length };
     }
     // Every row when a request keeps its prompt logits; else only the last row of a finished prompt.
-    const all = chunk.some((r) => r.promptLogits) ? this.driver.readOutputF32(result) : undefined;
+    const all = chunk.some((r) => r.promptLogits || r.promptLogprobs) ? this.driver.readOutputF32(result) : undefined;
     let row = 0;
     const done: { r: Running; row: number }[] = [];
     chunk.forEach((r, i) => {
       if (r.promptLogits) r.promptLogits.set(all!.subarray(row * this.vocab, (row + lengths[i]!) * this.vocab), r.prefilled * this.vocab);
+      // Row j predicts prompt token j + 1; the last prompt row predicts the first generated token.
+      for (let j = 0; r.promptLogprobs && j < lengths[i]! && r.prefilled + j + 1 < r.req.prompt.length; j++) {
+        r.promptLogprobs.push(positionLogprobs(all!, this.vocab, row + j, r.req.prompt[r.prefilled + j + 1]!, r.req.promptLogprobs!));
+      }
       row += lengths[i]!;
       r.prefilled += lengths[i]!;
       if (r.prefilled === r.req.prompt.length) done.push({ r, row: row - 1 });
@@ -285,8 +308,10 @@ export class EngineLoop {
     const outcome = verifyDrafts(
       this.driver, this.vocab,
       live.map((r) => ({
-        seq: r.seq, pending: r.pending, greedy: isGreedy(r.req.sampling), random: r.random, logprobs: r.req.logprobs ?? 0,
+        seq: r.seq, pending: r.pending, greedy: r.sampler.greedy, random: r.sampler.random,
+        ...(r.req.logprobs !== undefined ? { logprobs: r.req.logprobs } : {}),
         ...(r.req.sampling ? { sampling: r.req.sampling } : {}), ...(r.req.constraint ? { constraint: r.req.constraint } : {}),
+        ...(r.sampler.adjusts ? { samplingRow: (l: Float32Array, v: number, row: number, ahead: readonly number[]) => r.sampler.row(l, v, row, ahead) } : {}),
       })),
       drafts,
     );
@@ -311,22 +336,28 @@ export class EngineLoop {
         return;
       }
     }
-    const token = sampleLogitsRow(logits, this.vocab, row, r.req.sampling, r.random);
-    this.#emit(r, [token], r.req.logprobs ? [topLogprobs(logits, this.vocab, row, r.req.logprobs)] : undefined, events);
+    const token = r.sampler.sample(logits, this.vocab, row);
+    const n = r.req.logprobs;
+    this.#emit(r, [token], n !== undefined ? [positionLogprobs(logits, this.vocab, row, token, n)] : undefined, events);
   }
 
   /** Appends generated tokens (and their logprobs) up to a stop token or the budget, and reports them. */
-  #emit(r: Running, tokens: number[], logprobs: TokenLogprob[][] | undefined, events: Map<number, TokenEvent>): void {
+  #emit(r: Running, tokens: number[], logprobs: PositionLogprobs[] | undefined, events: Map<number, TokenEvent>): void {
     let ev = events.get(r.req.id);
     if (!ev) {
-      ev = { id: r.req.id, tokens: [], ...(r.req.logprobs ? { logprobs: [] } : {}) };
+      ev = { id: r.req.id, tokens: [], ...(r.req.logprobs !== undefined ? { logprobs: [] } : {}) };
       events.set(r.req.id, ev);
+    }
+    if (r.promptLogprobs) {
+      ev.promptLogprobs = r.promptLogprobs;
+      delete r.promptLogprobs;
     }
     for (const [i, t] of tokens.entries()) {
       if (r.finish) return;
       ev.tokens.push(t);
       if (ev.logprobs && logprobs) ev.logprobs.push(logprobs[i]!);
       r.history.push(t);
+      r.sampler.accept(t);
       r.generated++;
       r.pending = t;
       // Sampled from masked rows, so the constraint allows it; a completed one ends the output.

@@ -1,4 +1,4 @@
-import type { TokenLogprob } from '../model/logprobs.js';
+import type { PositionLogprobs } from '../model/logprobs.js';
 import type { SamplingParams } from '../model/sampling.js';
 import type { TokenConstraint } from './token-constraint.js';
 
@@ -10,10 +10,16 @@ export interface EngineRequest {
   /** Tokens to generate at most (≥ 1). */
   readonly maxTokens: number;
   readonly sampling?: SamplingParams;
-  /** Generation ends after one of these; it is part of the output. */
+  /** Generation ends after one of these; it is part of the output. `sampling.minTokens` holds them back. */
   readonly stopTokenIds?: readonly number[];
-  /** Report the top-N logprobs of every generated token (0 or absent: none). */
+  /**
+   * Report every generated token's logprob and rank with its row's top N (0: its own only;
+   * absent: none). They are the model's logprobs, before the request's logit bias, penalties and
+   * temperature (vLLM's default, raw_logprobs).
+   */
   readonly logprobs?: number;
+  /** Report every prompt token's logprob (none for the first) with its row's top N, as `logprobs`; absent: none. */
+  readonly promptLogprobs?: number;
   /** Keep the logits of every prompt row (fixture comparisons; the lm head must compute every row). */
   readonly promptLogits?: boolean;
   /** Only tokens this rule allows are generated (structured output); released when the request leaves. */
@@ -30,8 +36,10 @@ export type FinishReason = 'stop' | 'length' | 'abort' | 'error';
 export interface TokenEvent {
   readonly id: number;
   readonly tokens: number[];
-  /** One list per token of `tokens`, when the request asked for logprobs. */
-  readonly logprobs?: TokenLogprob[][];
+  /** One entry per token of `tokens`, when the request asked for logprobs. */
+  readonly logprobs?: PositionLogprobs[];
+  /** With the first token of a request that asked for them: one entry per prompt token (null for the first). */
+  promptLogprobs?: (PositionLogprobs | null)[];
   finish?: FinishReason;
   error?: string;
 }

@@ -1,5 +1,5 @@
 import { InvalidArgumentError } from '../errors.js';
-import type { TokenLogprob } from '../model/logprobs.js';
+import type { PositionLogprobs } from '../model/logprobs.js';
 import type { EngineLoop } from './engine-loop.js';
 import type { EngineRequest, FinishReason } from './engine-request.js';
 
@@ -11,8 +11,10 @@ export interface GenerateOutput {
   readonly finishReason: FinishReason;
   /** f32 [prompt length × vocab], when the request asked for its prompt logits. */
   readonly promptLogits?: Float32Array;
-  /** One list per generated token when the request asked for logprobs: its row's top N, best first. */
-  readonly logprobs?: TokenLogprob[][];
+  /** One entry per generated token when the request asked for logprobs (see EngineRequest.logprobs). */
+  readonly logprobs?: PositionLogprobs[];
+  /** One entry per prompt token (null for the first) when the request asked for them. */
+  readonly promptLogprobs?: (PositionLogprobs | null)[];
   readonly error?: string;
 }
 
@@ -47,8 +49,8 @@ export interface GenerateStats {
 export function generateAll(loop: EngineLoop, requests: readonly GenerateRequest[], speculationK?: number): { outputs: GenerateOutput[]; stats: GenerateStats } {
   if (requests.length === 0) throw new InvalidArgumentError('generate: give at least one request');
   if (!loop.idle) throw new InvalidArgumentError('generate: the engine loop is busy with other requests');
-  const outputs: { tokens: number[]; logprobs?: TokenLogprob[][]; finish?: FinishReason; error?: string }[] = requests.map((r) => ({
-    tokens: [], ...(r.logprobs ? { logprobs: [] } : {}),
+  const outputs: { tokens: number[]; logprobs?: PositionLogprobs[]; promptLogprobs?: (PositionLogprobs | null)[]; finish?: FinishReason; error?: string }[] = requests.map((r) => ({
+    tokens: [], ...(r.logprobs !== undefined ? { logprobs: [] } : {}),
   }));
   const added: number[] = [];
   try {
@@ -78,6 +80,7 @@ export function generateAll(loop: EngineLoop, requests: readonly GenerateRequest
       const out = outputs[ev.id]!;
       out.tokens.push(...ev.tokens);
       if (out.logprobs && ev.logprobs) out.logprobs.push(...ev.logprobs);
+      if (ev.promptLogprobs) out.promptLogprobs = ev.promptLogprobs;
       if (report.prefillRows === 0) decodeTokens += ev.tokens.length;
       if (ev.finish) {
         out.finish = ev.finish;
@@ -91,7 +94,8 @@ export function generateAll(loop: EngineLoop, requests: readonly GenerateRequest
       const logits = loop.takePromptLogits(id);
       return {
         tokens: o.tokens, finishReason: o.finish ?? 'error',
-        ...(logits ? { promptLogits: logits } : {}), ...(o.logprobs ? { logprobs: o.logprobs } : {}), ...(o.error !== undefined ? { error: o.error } : {}),
+        ...(logits ? { promptLogits: logits } : {}), ...(o.logprobs ? { logprobs: o.logprobs } : {}),
+        ...(o.promptLogprobs ? { promptLogprobs: o.promptLogprobs } : {}), ...(o.error !== undefined ? { error: o.error } : {}),
       };
     }),
     stats: {

@@ -2,6 +2,7 @@
 export type { EngineRequest, FinishReason, TokenEvent, EngineStepReport } from './engine-request.js';
 export type { EngineLoopOptions } from './engine-loop.js';
 export { EngineLoop } from './engine-loop.js';
+export { RequestSampler } from './request-sampler.js';
 export type { GenerateRequest, GenerateOutput, GenerateStats, SpeculationStats } from './generate-all.js';
 export { generateAll } from './generate-all.js';
 export type { TokenConstraint } from './token-constraint.js';

@@ -1,8 +1,11 @@
 import { argmaxRow, sampleFrom, softmaxRow, type ProbabilityTransform } from '../driver/acceptance.js';
 import { InvalidArgumentError } from '../errors.js';
-import type { SeededRandom } from '../random/seeded-random.js';
+import type { Seed, SeededRandom } from '../random/seeded-random.js';
 
-/** How a sequence picks its next token. Temperature 0 (the default) is greedy. */
+/**
+ * How a sequence picks its next token. Temperature 0 (the default) is greedy. The logit bias, the
+ * min-tokens mask and the penalties change the logits first, greedy or not (logits-adjustment.ts).
+ */
 export interface SamplingParams {
   readonly temperature?: number;
   /** Keep the k most likely tokens; 0 or absent: off. */
@@ -11,8 +14,18 @@ export interface SamplingParams {
   readonly topP?: number;
   /** Keep tokens at least `minP` times as likely as the most likely one; 0 or absent: off. */
   readonly minP?: number;
-  /** Seed of the sequence's random stream. */
-  readonly seed?: number;
+  /** Seed of the sequence's random stream (any integer, 64 bits counted); absent: a random one. */
+  readonly seed?: Seed;
+  /** Added to a token's logit (OpenAI's logit_bias), by token id. */
+  readonly logitBias?: ReadonlyMap<number, number>;
+  /** Subtracted once from the logit of every token the output holds (OpenAI's definition), in [-2, 2]. */
+  readonly presencePenalty?: number;
+  /** Subtracted from a token's logit once per time the output holds it, in [-2, 2]. */
+  readonly frequencyPenalty?: number;
+  /** Divides the positive logits, and multiplies the others, of the tokens in the prompt or the output; > 0, 1: off. */
+  readonly repetitionPenalty?: number;
+  /** The request's stop tokens cannot be generated before this many tokens are. */
+  readonly minTokens?: number;
 }
 
 export function isGreedy(p: SamplingParams | undefined): boolean {
@@ -28,7 +41,17 @@ export function checkSampling(p: SamplingParams): void {
   if (p.topK !== undefined && !(Number.isInteger(p.topK) && p.topK >= 0)) bad('topK', p.topK, 'an integer ≥ 0');
   if (p.topP !== undefined && !(p.topP > 0 && p.topP <= 1)) bad('topP', p.topP, 'in (0, 1]');
   if (p.minP !== undefined && !(p.minP >= 0 && p.minP <= 1)) bad('minP', p.minP, 'in [0, 1]');
-  if (p.seed !== undefined && !Number.isInteger(p.seed)) bad('seed', p.seed, 'an integer');
+  if (p.seed !== undefined && !(typeof p.seed === 'bigint' || Number.isInteger(p.seed))) bad('seed', p.seed, 'an integer');
+  for (const name of ['presencePenalty', 'frequencyPenalty'] as const) {
+    const v = p[name];
+    if (v !== undefined && !(v >= -2 && v <= 2)) bad(name, v, 'in [-2, 2]');
+  }
+  if (p.repetitionPenalty !== undefined && !(Number.isFinite(p.repetitionPenalty) && p.repetitionPenalty > 0)) bad('repetitionPenalty', p.repetitionPenalty, 'a finite number > 0');
+  if (p.minTokens !== undefined && !(Number.isInteger(p.minTokens) && p.minTokens >= 0)) bad('minTokens', p.minTokens, 'an integer ≥ 0');
+  for (const [token, bias] of p.logitBias ?? []) {
+    if (!(Number.isInteger(token) && token >= 0)) bad('a logitBias token', token, 'a token id');
+    if (!Number.isFinite(bias)) bad(`logitBias of token ${token}`, bias, 'a finite number');
+  }
 }
 
 /** Largest value v such that at least `count` entries of `probs` are ≥ v. */

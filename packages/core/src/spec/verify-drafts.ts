@@ -3,8 +3,8 @@ import type { Sequence } from '../driver/sequence.js';
 import { acceptGreedy, acceptRejection, type Acceptance } from '../driver/acceptance.js';
 import { probabilityFilter, type SamplingParams } from '../model/sampling.js';
 import type { SeededRandom } from '../random/seeded-random.js';
-import { topLogprobs, type TokenLogprob } from '../model/logprobs.js';
 import { maskLogitsRow, type TokenConstraint } from '../engine/token-constraint.js';
+import { positionLogprobs, type PositionLogprobs } from '../model/logprobs.js';
 
 /** One sequence of a verify step: its last token (not yet fed) and how it samples. */
 export interface VerifySequence {
@@ -13,10 +13,15 @@ export interface VerifySequence {
   readonly greedy: boolean;
   readonly sampling?: SamplingParams;
   readonly random: SeededRandom;
-  /** Report this many logprobs per emitted token (0 or absent: none). */
+  /** Report each emitted token's logprob and its row's top N (0: its own only; absent: none). */
   readonly logprobs?: number;
   /** Only tokens this allows are emitted: each row is masked as the rule stands after the drafts before it. */
   readonly constraint?: TokenConstraint;
+  /**
+   * Row `r` as the sequence samples from it once `ahead` drafts are accepted (its logit bias,
+   * penalties, min tokens: see RequestSampler.row); absent: the model's rows as they are.
+   */
+  readonly samplingRow?: (logits: Float32Array, vocab: number, r: number, ahead: readonly number[]) => Float32Array;
 }
 
 export interface VerifyOutcome {
@@ -26,8 +31,8 @@ export interface VerifyOutcome {
   readonly emitted: number[][];
   /** Per sequence: how many of its own (unpadded) drafts were accepted. */
   readonly accepted: number[];
-  /** Per sequence asking for them: the top logprobs of each emitted token's row. */
-  readonly logprobs: (TokenLogprob[][] | undefined)[];
+  /** Per sequence asking for them: each emitted token's logprobs, of the model's row. */
+  readonly logprobs: (PositionLogprobs[] | undefined)[];
 }
 
 /**
@@ -53,21 +58,22 @@ export function verifyDrafts(driver: StepDriver, vocab: number, seqs: readonly V
     if (s.constraint) maskDraftRows(s.constraint, logits.subarray(i * k * vocab, (i + 1) * k * vocab), vocab, padded[i]!);
   });
   const acceptances: Acceptance[] = seqs.map((s, i) => {
-    const rows = logits.subarray(i * k * vocab, (i + 1) * k * vocab);
+    const rows = s.samplingRow ? samplingRows(s.samplingRow, logits, vocab, i, k, padded[i]!) : logits.subarray(i * k * vocab, (i + 1) * k * vocab);
     if (s.greedy) return acceptGreedy(rows, vocab, padded[i]!);
     const p = s.sampling!;
     const transform = probabilityFilter(p);
     return acceptRejection(rows, vocab, padded[i]!, { temperature: p.temperature!, random: s.random, ...(transform ? { transform } : {}) });
   });
   driver.accept(acceptances.map((a) => a.accepted));
+  const emitted = acceptances.map((a, i) => [...padded[i]!.slice(0, a.accepted - 1), a.next]);
   return {
     k,
-    emitted: acceptances.map((a, i) => [...padded[i]!.slice(0, a.accepted - 1), a.next]),
+    emitted,
     accepted: acceptances.map((a, i) => Math.min(a.accepted - 1, drafts[i]!.length)),
     // Emitted token j came from row j of its sequence (row j predicts the token after row j).
-    logprobs: acceptances.map((a, i) => {
-      const n = seqs[i]!.logprobs ?? 0;
-      return n > 0 ? Array.from({ length: a.accepted }, (_, j) => topLogprobs(logits, vocab, i * k + j, n)) : undefined;
+    logprobs: emitted.map((tokens, i) => {
+      const n = seqs[i]!.logprobs;
+      return n === undefined ? undefined : tokens.map((token, j) => positionLogprobs(logits, vocab, i * k + j, token, n));
     }),
   };
 }
@@ -88,4 +94,11 @@ function maskDraftRows(constraint: TokenConstraint, rows: Float32Array, vocab: n
   } finally {
     if (walked > 0) constraint.rollback(walked);
   }
+}
+
+/** The k rows of sequence `i` as it samples from them: row j as if drafts 0..j − 1 were accepted. */
+function samplingRows(row: NonNullable<VerifySequence['samplingRow']>, logits: Float32Array, vocab: number, i: number, k: number, drafts: readonly number[]): Float32Array {
+  const out = new Float32Array(k * vocab);
+  for (let j = 0; j < k; j++) out.set(row(logits, vocab, i * k + j, drafts.slice(0, j)), j * vocab);
+  return out;
 }

@@ -1,0 +1,51 @@
+import { TokenHistory, adjustLogits, adjustsLogits } from '../model/logits-adjustment.js';
+import { isGreedy, sampleLogitsRow, type SamplingParams } from '../model/sampling.js';
+import { SeededRandom, randomSeed } from '../random/seeded-random.js';
+
+/**
+ * How one request picks its tokens, step after step: its sampling parameters, its random stream
+ * (seeded by its seed, or by a random 64-bit one) and, when its logits are adjusted (logit bias,
+ * penalties, min tokens), what the adjustments read of its history.
+ */
+export class RequestSampler {
+  readonly params: SamplingParams | undefined;
+  readonly random: SeededRandom;
+  readonly greedy: boolean;
+  readonly #stop: readonly number[];
+  readonly #history: TokenHistory | undefined;
+
+  constructor(params: SamplingParams | undefined, prompt: ArrayLike<number>, stopTokenIds: readonly number[]) {
+    this.params = params;
+    this.greedy = isGreedy(params);
+    this.random = new SeededRandom(params?.seed ?? randomSeed());
+    this.#stop = stopTokenIds;
+    this.#history = adjustsLogits(params, stopTokenIds) ? new TokenHistory(prompt) : undefined;
+  }
+
+  /** Whether the rows it samples from differ from the model's. */
+  get adjusts(): boolean {
+    return this.#history !== undefined;
+  }
+
+  /**
+   * Row `r` of `logits` as this request samples from it once `ahead` more tokens follow its
+   * history (drafts under verification): an adjusted copy, or the row itself when nothing adjusts.
+   */
+  row(logits: Float32Array, vocab: number, r: number, ahead: readonly number[] = []): Float32Array {
+    const row = logits.subarray(r * vocab, (r + 1) * vocab);
+    if (!this.#history) return row;
+    const copy = Float32Array.from(row);
+    adjustLogits(copy, this.params!, this.#history.extended(ahead), this.#stop);
+    return copy;
+  }
+
+  /** The next token from logit row `r`. */
+  sample(logits: Float32Array, vocab: number, r: number): number {
+    return sampleLogitsRow(this.row(logits, vocab, r), vocab, 0, this.params, this.random);
+  }
+
+  /** A token became part of the output. */
+  accept(token: number): void {
+    this.#history?.push(token);
+  }
+}
