@@ -42,7 +42,7 @@ describe('metrale generate on a tiny random qwen3_next checkpoint (CPU)', () => 
 
   it('greedy with --spec ngram gives the same tokens as without, with drafts accepted', () => {
     const base = generate(['--model', bigram, '--prompt-ids', REPEAT, '--max-tokens', '40', '--greedy', '--ignore-eos']);
-    for (const spec of ['ngram', 'ngram:k=2', 'ngram:k=5,min=1,max=4']) {
+    for (const spec of ['ngram', 'ngram:k=2,adaptive=0', 'ngram:k=5,min=1,max=4,adaptive=0']) {
       const sped = generate(['--model', bigram, '--prompt-ids', REPEAT, '--max-tokens', '40', '--greedy', '--ignore-eos', '--spec', spec]);
       expect(sped.tokens, spec).toEqual(base.tokens);
       const s = sped.stats.speculative!;

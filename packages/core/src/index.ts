@@ -57,7 +57,9 @@ export * from './fixture/index.js';
 
 export * from './model/index.js';
 export * from './engine/index.js';
-export type { DraftProposer, NgramOptions } from './spec/ngram-proposer.js';
+export type { DraftProposer, NgramOptions, NgramSpec } from './spec/ngram-proposer.js';
 export { NgramProposer, parseNgramSpec } from './spec/ngram-proposer.js';
 export type { VerifyOutcome, VerifySequence } from './spec/verify-drafts.js';
 export { verifyDrafts } from './spec/verify-drafts.js';
+export type { SpeculationGateOptions } from './spec/speculation-gate.js';
+export { SpeculationGate } from './spec/speculation-gate.js';

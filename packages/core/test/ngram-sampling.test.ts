@@ -18,8 +18,10 @@ describe('NgramProposer (prompt lookup)', () => {
   });
 
   it('parses --spec values', () => {
-    expect(parseNgramSpec('ngram')).toEqual({ k: 4, minN: 1, maxN: 3 });
-    expect(parseNgramSpec('ngram:k=6,min=2,max=5')).toEqual({ k: 6, minN: 2, maxN: 5 });
+    expect(parseNgramSpec('ngram')).toEqual({ k: 4, minN: 1, maxN: 3, adaptive: true });
+    expect(parseNgramSpec('ngram:k=6,min=2,max=5')).toEqual({ k: 6, minN: 2, maxN: 5, adaptive: true });
+    expect(parseNgramSpec('ngram:k=2,adaptive=0')).toEqual({ k: 2, minN: 1, maxN: 3, adaptive: false });
+    expect(() => parseNgramSpec('ngram:adaptive=yes')).toThrow(/adaptive=0/);
     expect(() => parseNgramSpec('eagle')).toThrow(/unknown proposer/);
     expect(() => parseNgramSpec('ngram:k=0')).toThrow(/positive integer/);
     expect(() => parseNgramSpec('ngram:min=4,max=2')).toThrow(/must not exceed/);

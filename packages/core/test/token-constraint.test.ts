@@ -94,6 +94,26 @@ describe('token constraints in the engine loop', () => {
     }
   });
 
+  it('drafts that run past the point where the constraint completes end the output there, verified alone', () => {
+    // Without the speculation gate every step with drafts verifies, so drafts cross the end.
+    const gpu = new CpuBackend();
+    const layer = new BigramLayer(gpu, V, table());
+    const driver = new StepDriver({ gpu, layers: [layer], limits: { maxSeqs: 1, maxSeqLen: 40, maxBatch: 1, maxK: 5, maxRows: 16 } });
+    try {
+      for (const length of [7, 8, 9, 10]) {
+        const req = { prompt: [2, 4, 2, 4, 2], maxTokens: 20, constraint: new SetConstraint(EVEN, length) };
+        const loop = new EngineLoop({ driver, vocabSize: V, prefillChunk: 16, speculation: { proposer: new NgramProposer({ k: 3 }), k: 3, adaptive: false } });
+        const out = generateAll(loop, [req], 3).outputs[0]!;
+        expect(out.finishReason, `length ${length}`).toBe('stop');
+        expect(out.tokens).toEqual(Array(length).fill(2));
+      }
+    } finally {
+      driver.dispose();
+      layer.dispose();
+      gpu.dispose();
+    }
+  });
+
   it('a draft the constraint forbids is rejected even where the model would pick it', () => {
     // The prompt repeats 1 → 8, so the n-gram proposer drafts 8 after 1; the model agrees, the constraint (odd tokens only after the first) does not.
     const odd = new Set([1, 3, 5, 7, 9, 11, 13, 15]);

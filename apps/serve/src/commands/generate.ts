@@ -49,7 +49,7 @@ export function generateCommand(ctx: CliContext): Command {
     .option('--top-k <k>', 'keep the k most likely tokens', positiveInt)
     .option('--min-p <p>', 'keep tokens at least p times as likely as the best', probability)
     .option('--seed <s>', 'seed of the sampler (default: a random one)', integer)
-    .option('--spec <proposer>', 'speculative decoding: ngram, or ngram:k=K[,min=N,max=N] (K draft tokens per step)', speculationSpec)
+    .option('--spec <proposer>', 'speculative decoding: ngram, or ngram:k=K[,min=N,max=N,adaptive=0|1] (K draft tokens per step; adaptive=0 verifies whenever there are drafts, 1, the default, only where measured faster than plain decode)', speculationSpec)
     .addOption(new Option('--backend <name>', 'device to run on').choices(BACKEND_CHOICES).default('auto'))
     .addOption(dtypeOption())
     .option('--logprobs <n>', 'with --json: the n most likely tokens and their log-probabilities for every generated token (0..20)', logprobCount)
@@ -108,7 +108,7 @@ async function generate(o: GenerateOptions, ctx: CliContext): Promise<number> {
       // The loop that serves, with one request: prompt chunks of the driver's rows, then decode.
       const loop = new EngineLoop({
         driver, vocabSize: stack.vocabSize, prefillChunk: limits.maxRows,
-        ...(spec ? { speculation: { proposer: new NgramProposer(spec), k: spec.k } } : {}),
+        ...(spec ? { speculation: { proposer: new NgramProposer(spec), k: spec.k, adaptive: spec.adaptive } } : {}),
       });
       const { outputs, stats } = generateAll(loop, [{
         prompt, maxTokens: o.maxTokens, sampling, stopTokenIds: o.ignoreEos ? [] : stack.eosTokenIds,

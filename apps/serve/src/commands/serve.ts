@@ -60,7 +60,7 @@ export function serveCommand(ctx: CliContext): Command {
     .option('--host <addr>', 'address to listen on', '127.0.0.1')
     .addOption(new Option('--backend <name>', 'device to run on').choices(BACKEND_CHOICES).default('auto'))
     .addOption(dtypeOption())
-    .option('--spec <proposer>', 'speculative decoding: ngram, or ngram:k=K[,min=N,max=N]', speculationSpec)
+    .option('--spec <proposer>', 'speculative decoding: ngram, or ngram:k=K[,min=N,max=N,adaptive=0|1] (adaptive=0 verifies whenever there are drafts; 1, the default, only where measured faster than plain decode)', speculationSpec)
     .option('--max-batch <n>', 'sequences decoded together at most (each holds a cache slot)', positiveInt, 32)
     .option('--max-queue <n>', 'requests waiting for a slot at most; more get 429', (v) => Math.floor(nonNegative(v)), 256)
     .option('--max-model-len <n>', 'prompt + completion tokens per request (default: the model\'s, at most 4096)', positiveInt)

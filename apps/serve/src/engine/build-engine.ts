@@ -1,7 +1,7 @@
 import { statSync } from 'node:fs';
 import {
   Checkpoint, EngineLoop, NgramProposer, StepDriver, WeightsError, checkModelFits, describePrecision, eosTokenIds, resolvePrecision,
-  type DtypeChoice, type GpuBackend, type LayerLimits, type ModelStack, type NgramOptions, type Precision, type WeightBytes, type WeightSource,
+  type DtypeChoice, type GpuBackend, type LayerLimits, type ModelStack, type NgramSpec, type Precision, type WeightBytes, type WeightSource,
 } from '@metrale/core';
 import type { BackendChoice } from '../backends/select-backend.js';
 import { resolveCacheDir } from '../embedded/cache-dir.js';
@@ -24,7 +24,7 @@ export interface EngineSetup {
   readonly maxModelLen?: number;
   /** Prompt rows per sequence and prefill step. */
   readonly prefillChunk: number;
-  readonly spec?: Required<NgramOptions>;
+  readonly spec?: NgramSpec;
   /** Capture decode and verify steps into graphs. */
   readonly graphs: boolean;
   /** `--dtype`: the data path (default auto: the checkpoint's). */
@@ -160,7 +160,7 @@ export function buildEngine(
       driver,
       vocabSize: stack.vocabSize,
       prefillChunk: setup.prefillChunk,
-      ...(setup.spec ? { speculation: { proposer: new NgramProposer(setup.spec), k: setup.spec.k } } : {}),
+      ...(setup.spec ? { speculation: { proposer: new NgramProposer(setup.spec), k: setup.spec.k, adaptive: setup.spec.adaptive } } : {}),
     });
     everyRow = (slot) => loop.needsEveryPromptRow(slot);
     const d = driver;

@@ -12,7 +12,7 @@ let plain: ServeProcess;
 let sped: ServeProcess;
 
 beforeAll(async () => {
-  [plain, sped] = await Promise.all([startServer(['--model', dir]), startServer(['--model', dir, '--spec', 'ngram:k=3'])]);
+  [plain, sped] = await Promise.all([startServer(['--model', dir]), startServer(['--model', dir, '--spec', 'ngram:k=3,adaptive=0'])]);
   await Promise.all([plain.ready(), sped.ready()]);
 }, 60_000);
 

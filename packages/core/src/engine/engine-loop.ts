@@ -5,6 +5,7 @@ import { InvalidArgumentError } from '../errors.js';
 import { MAX_LOGPROBS, positionLogprobs, type PositionLogprobs } from '../model/logprobs.js';
 import { checkSampling } from '../model/sampling.js';
 import type { DraftProposer } from '../spec/ngram-proposer.js';
+import { SpeculationGate } from '../spec/speculation-gate.js';
 import { verifyDrafts } from '../spec/verify-drafts.js';
 import type { EngineRequest, FinishReason, EngineStepReport, TokenEvent } from './engine-request.js';
 import { RequestSampler } from './request-sampler.js';
@@ -20,8 +21,14 @@ export interface EngineLoopOptions {
    * share a step up to the driver's maxRows.
    */
   readonly prefillChunk: number;
-  /** n-gram (or any) speculation: up to `k` draft tokens per sequence and step, verified in one step. */
-  readonly speculation?: { readonly proposer: DraftProposer; readonly k: number };
+  /**
+   * n-gram (or any) speculation: up to `k` draft tokens per sequence and step, verified in one
+   * step. `adaptive` (default true): verify only where the measured costs and acceptance say it is
+   * faster than a plain decode (`SpeculationGate`) — for steps whose sequences are greedy or sample
+   * without a seed of their own, since the choice changes a seeded stream's draws; false verifies
+   * whenever there are drafts.
+   */
+  readonly speculation?: { readonly proposer: DraftProposer; readonly k: number; readonly adaptive?: boolean };
 }
 
 interface Running {
@@ -35,6 +42,8 @@ interface Running {
   generated: number;
   /** The last generated token, not yet fed to the model. */
   pending: number;
+  /** Drafts accepted per verify, smoothed (undefined before its first verify). */
+  acceptedPerVerify?: number;
   /** f32 [prompt × vocab] when the request asked for its prompt logits. */
   promptLogits?: Float32Array;
   /** The prompt's logprobs when the request asked for them, until reported with its first token. */
@@ -60,6 +69,7 @@ export class EngineLoop {
   readonly vocab: number;
   readonly prefillChunk: number;
   readonly #spec: EngineLoopOptions['speculation'];
+  readonly #gate: SpeculationGate | undefined;
   readonly #waiting: EngineRequest[] = [];
   readonly #running: Running[] = [];
   readonly #ids = new Set<number>();
@@ -71,6 +81,7 @@ export class EngineLoop {
     this.vocab = options.vocabSize;
     this.prefillChunk = options.prefillChunk;
     this.#spec = options.speculation;
+    this.#gate = options.speculation && options.speculation.adaptive !== false ? new SpeculationGate() : undefined;
     this.#logitsRow = 4 * this.vocab;
     const { limits } = this.driver;
     if (!Number.isInteger(this.vocab) || this.vocab < 1) throw new InvalidArgumentError(`engine loop: vocabSize must be a positive integer, got ${this.vocab}`);
@@ -286,12 +297,25 @@ export class EngineLoop {
     if (live.length === 0) return { seqs: 0, k: 0, drafted: 0, accepted: 0 };
     try {
       if (this.#spec) {
-        const verified = this.#verify(live, events);
-        if (verified) return verified;
+        // A sequence not yet verified is expected to accept all its drafts, so it gets tried. The
+        // gate's choice follows measured times, so it may only choose where the output does not
+        // depend on it: when no sequence samples with a seed of its own (a seeded one must repeat).
+        const expected = live.reduce((a, r) => a + (r.acceptedPerVerify ?? this.#spec!.k), 0);
+        const free = live.every((r) => r.sampler.greedy || r.req.sampling?.seed === undefined);
+        if (!this.#gate || !free || this.#gate.shouldVerify(live.length, expected)) {
+          const t = performance.now();
+          const verified = this.#verify(live, events);
+          if (verified) {
+            this.#gate?.recordVerify(live.length, performance.now() - t);
+            return verified;
+          }
+        }
       }
+      const t = performance.now();
       const result = this.driver.decode({ seqs: live.map((r) => r.seq), tokens: Int32Array.from(live, (r) => r.pending) });
       const logits = this.driver.readOutputF32(result);
       live.forEach((r, i) => this.#emitRow(r, logits, i, events));
+      this.#gate?.recordDecode(live.length, performance.now() - t);
       return { seqs: live.length, k: 1, drafted: 0, accepted: 0 };
     } catch (error) {
       this.#fail(live, error, events);
@@ -321,6 +345,7 @@ export class EngineLoop {
     live.forEach((r, i) => {
       drafted += drafts[i]!.length;
       accepted += outcome.accepted[i]!;
+      r.acceptedPerVerify = r.acceptedPerVerify === undefined ? outcome.accepted[i]! : r.acceptedPerVerify + 0.25 * (outcome.accepted[i]! - r.acceptedPerVerify);
       this.#emit(r, outcome.emitted[i]!, outcome.logprobs[i], events);
     });
     return { seqs: live.length, k: outcome.k, drafted, accepted };

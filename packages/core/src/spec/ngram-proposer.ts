@@ -63,19 +63,27 @@ export class NgramProposer implements DraftProposer {
   }
 }
 
+/** `--spec ngram[:…]` parsed: the proposer's options, and whether the engine gates speculation by its measured gain. */
+export type NgramSpec = Required<NgramOptions> & { readonly adaptive: boolean };
+
 /** Parses `ngram`, `ngram:k=4`, `ngram:k=4,min=1,max=3` (the CLI's `--spec` value). */
-export function parseNgramSpec(text: string): Required<NgramOptions> {
+export function parseNgramSpec(text: string): NgramSpec {
   const [kind, rest] = text.split(':', 2) as [string, string | undefined];
   if (kind !== 'ngram') throw new InvalidArgumentError(`--spec: unknown proposer '${kind}'; use ngram or ngram:k=K`);
-  const options: { k: number; minN: number; maxN: number } = { k: 4, minN: 1, maxN: 3 };
+  const options: { k: number; minN: number; maxN: number; adaptive: boolean } = { k: 4, minN: 1, maxN: 3, adaptive: true };
   for (const part of (rest ?? '').split(',').filter(Boolean)) {
     const [key, value] = part.split('=', 2) as [string, string | undefined];
+    if (key === 'adaptive') {
+      if (value !== '0' && value !== '1') throw new InvalidArgumentError(`--spec: '${part}' must be adaptive=0 (verify whenever there are drafts) or adaptive=1`);
+      options.adaptive = value === '1';
+      continue;
+    }
     const n = Number(value);
-    if (value === undefined || !Number.isInteger(n) || n < 1) throw new InvalidArgumentError(`--spec: '${part}' must be key=positive integer (k, min, max)`);
+    if (value === undefined || !Number.isInteger(n) || n < 1) throw new InvalidArgumentError(`--spec: '${part}' must be key=positive integer (k, min, max) or adaptive=0|1`);
     if (key === 'k') options.k = n;
     else if (key === 'min') options.minN = n;
     else if (key === 'max') options.maxN = n;
-    else throw new InvalidArgumentError(`--spec: unknown option '${key}' (use k, min, max)`);
+    else throw new InvalidArgumentError(`--spec: unknown option '${key}' (use k, min, max, adaptive)`);
   }
   new NgramProposer(options);
   return options;

@@ -81,7 +81,8 @@ export function verifyDrafts(driver: StepDriver, vocab: number, seqs: readonly V
 /**
  * Masks the k rows of one constrained sequence: row j with the tokens allowed after drafts 0..j−1.
  * Walks the constraint through the drafts and back, leaving it as it was. Past a draft the rule
- * forbids, the rows stay unmasked: acceptance stops at that draft (its row gives it −∞).
+ * forbids, the rows stay unmasked: acceptance stops at that draft (its row gives it −∞). Past a
+ * draft that completes the rule they stay unmasked too: the output ends at that draft.
  */
 function maskDraftRows(constraint: TokenConstraint, rows: Float32Array, vocab: number, drafts: readonly number[]): void {
   let walked = 0;
@@ -90,6 +91,8 @@ function maskDraftRows(constraint: TokenConstraint, rows: Float32Array, vocab: n
       maskLogitsRow(rows, vocab, j, constraint.allowedTokens());
       if (j === drafts.length || !constraint.accept(drafts[j]!)) break;
       walked++;
+      // Complete after this draft: the output ends with it, and the rule allows nothing further.
+      if (constraint.isComplete()) break;
     }
   } finally {
     if (walked > 0) constraint.rollback(walked);
