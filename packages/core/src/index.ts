@@ -24,6 +24,7 @@ export type { LayerGraphHooks } from './contract/graph-hooks.js';
 export type { LayerWriteOnAccept, GdnCarrySize } from './contract/write-on-accept.js';
 export type { GdnCarryBinding } from './contract/gdn-carry-binding.js';
 export type { TransformerLayer, LayerStep, StepTables, StepPhase, SpeculationMode, LayerLimits } from './contract/layer.js';
+export type { KvPageBinding, LayerSequenceCache } from './contract/sequence-cache.js';
 export type { ResolvedHooks } from './contract/default-hooks.js';
 export { defaultHooks, resolveHooks } from './contract/default-hooks.js';
 
@@ -34,7 +35,7 @@ export { PluginRegistry } from './plugin/registry.js';
 export type { PluginPackage } from './plugin/load-plugin.js';
 export { loadPlugin, resolvePackageEntry, readPluginPackage, importPlugin, importPluginPackage } from './plugin/load-plugin.js';
 
-export type { StepDriverOptions, StepResult, StepInput, StepPath } from './driver/step-driver.js';
+export type { StepDriverOptions, StepResult, StepInput, StepPath, KvCacheOptions, KvCacheInfo } from './driver/step-driver.js';
 export { StepDriver } from './driver/step-driver.js';
 export type { Sequence } from './driver/sequence.js';
 export { BatchBuckets, defaultBuckets } from './driver/batch-buckets.js';
@@ -55,6 +56,7 @@ export * from './fixture/index.js';
 
 export * from './model/index.js';
 export * from './engine/index.js';
+export * from './kv/index.js';
 export type { DraftProposer, NgramOptions } from './spec/ngram-proposer.js';
 export { NgramProposer, parseNgramSpec } from './spec/ngram-proposer.js';
 export type { VerifyOutcome, VerifySequence } from './spec/verify-drafts.js';
