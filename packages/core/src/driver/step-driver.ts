@@ -189,15 +189,14 @@ export class StepDriver {
     const pageBytes = this.#layers.reduce((a, e) => a + e.hooks.kvPageBytes(pageSize), 0);
     const snapshotBytes = this.#layers.reduce((a, e) => a + (e.snapshots ? e.hooks.stateSnapshotBytes() : 0), 0);
     let pages = o.pages ?? maxSeqs * pagesPerSeq;
-    let snapshots = o.snapshots ?? (snapshotBytes > 0 ? 2 * maxSeqs : 0);
+    let snapshots = snapshotBytes > 0 ? (o.snapshots ?? 2 * maxSeqs) : 0;
     if (o.memory) {
       // The block table comes out of the same memory.
       const budget = kvBudget(this.gpu, o.memory) - 4 * maxSeqs * pagesPerSeq;
-      const size = sizeKvCache({ budget, pageBytes, snapshotBytes, maxSeqs, pagesPerSeq, pageSize });
+      const size = sizeKvCache({ budget, pageBytes, snapshotBytes, maxSeqs, pagesPerSeq, pageSize, ...(o.snapshots !== undefined ? { snapshots: o.snapshots } : {}) });
       pages = o.pages ?? size.pages;
-      snapshots = o.snapshots ?? size.snapshots;
+      snapshots = size.snapshots;
     }
-    if (!this.savesState) snapshots = 0;
     const kv = new KvCache(this.gpu, { maxSeqs, maxSeqLen, pageSize, pages, snapshots });
     try {
       const binding = Object.freeze({ pageSize, pages, pagesPerSeq, blockTable: kv.table.device });

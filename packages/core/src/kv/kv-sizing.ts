@@ -43,11 +43,16 @@ export function kvBudget(gpu: GpuBackend, memory: KvMemory): number {
 
 /**
  * Pages and snapshot entries that fit `budget`: snapshots (when layers save recurrent state)
- * take up to a tenth of it, two per slot at most; pages take the rest, no more than every slot
- * at full length can use.
+ * take up to a tenth of it, two per slot at most (or the count given); pages take the rest, no
+ * more than every slot at full length can use.
  */
-export function sizeKvCache(o: { budget: number; pageBytes: number; snapshotBytes: number; maxSeqs: number; pagesPerSeq: number; pageSize: number }): KvSize {
-  const snapshots = o.snapshotBytes > 0 ? Math.min(SNAPSHOTS_PER_SLOT * o.maxSeqs, Math.floor((SNAPSHOT_SHARE * o.budget) / o.snapshotBytes)) : 0;
+export function sizeKvCache(o: {
+  budget: number; pageBytes: number; snapshotBytes: number; maxSeqs: number; pagesPerSeq: number; pageSize: number;
+  /** A fixed number of snapshot entries instead of the share. */
+  snapshots?: number;
+}): KvSize {
+  const share = o.snapshotBytes > 0 ? Math.min(SNAPSHOTS_PER_SLOT * o.maxSeqs, Math.floor((SNAPSHOT_SHARE * o.budget) / o.snapshotBytes)) : 0;
+  const snapshots = o.snapshotBytes > 0 ? (o.snapshots ?? share) : 0;
   const most = o.maxSeqs * o.pagesPerSeq;
   const pages = o.pageBytes > 0 ? Math.min(most, Math.floor((o.budget - snapshots * o.snapshotBytes) / o.pageBytes)) : most;
   if (pages < 1) {
