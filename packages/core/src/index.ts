@@ -35,7 +35,7 @@ export { PluginRegistry } from './plugin/registry.js';
 export type { PluginPackage } from './plugin/load-plugin.js';
 export { loadPlugin, resolvePackageEntry, readPluginPackage, importPlugin, importPluginPackage } from './plugin/load-plugin.js';
 
-export type { StepDriverOptions, StepResult, StepInput, StepPath, KvCacheOptions, KvCacheInfo } from './driver/step-driver.js';
+export type { StepDriverOptions, StepResult, StepInput, StepPath } from './driver/step-driver.js';
 export { StepDriver } from './driver/step-driver.js';
 export type { Sequence } from './driver/sequence.js';
 export { BatchBuckets, defaultBuckets } from './driver/batch-buckets.js';

@@ -4,8 +4,8 @@ import type { LayerState } from '../contract/layer-state.js';
 import type { DevicePtr } from '../device/device-ptr.js';
 import type { GpuBackend, Stream } from '../device/gpu-backend.js';
 import { CaptureError, InvalidArgumentError, MetraleError } from '../errors.js';
-import { KvCache } from '../kv/kv-cache.js';
-import { kvBudget, sizeKvCache, type KvMemory } from '../kv/kv-sizing.js';
+import { bindKvCache, type KvCacheInfo, type KvCacheOptions } from '../kv/kv-binding.js';
+import type { KvCache } from '../kv/kv-cache.js';
 import { BatchBuckets } from './batch-buckets.js';
 import { GraphCache, graphKey } from './graph-cache.js';
 import { SequenceRecord, type Sequence } from './sequence.js';
@@ -27,31 +27,6 @@ export interface StepDriverOptions {
   readonly stream?: Stream;
   /** The KV page pool shared by the paged layers (default: pages of 16 rows, enough for every slot at maxSeqLen). */
   readonly kvCache?: KvCacheOptions;
-}
-
-export interface KvCacheOptions {
-  /** Rows per page (default 16). */
-  readonly pageSize?: number;
-  /** Pages in the pool (default: every slot at maxSeqLen); or `memory` to size it from. */
-  readonly pages?: number;
-  /** Size the pool (and the snapshot entries) from this memory, measured once the driver's own buffers are allocated. */
-  readonly memory?: KvMemory;
-  /** Snapshot entries of recurrent state (default: two per slot, or a share of `memory`); 0 for none. */
-  readonly snapshots?: number;
-}
-
-/** How the KV cache came out: what the startup log reports. */
-export interface KvCacheInfo {
-  readonly pageSize: number;
-  readonly pages: number;
-  /** Tokens the pool holds: pages × pageSize. */
-  readonly tokens: number;
-  /** Bytes one page takes across every paged layer, and bytes of one snapshot across every recurrent layer. */
-  readonly pageBytes: number;
-  readonly snapshotBytes: number;
-  readonly snapshots: number;
-  /** Bytes of pages and snapshots together. */
-  readonly bytes: number;
 }
 
 /** How a step ran. */
@@ -169,7 +144,7 @@ export class StepDriver {
     this.canResume = this.#layers.every((e) => e.resume);
     this.savesState = this.#layers.some((e) => e.snapshots);
     try {
-      const bound = this.#bindKvCache(options.kvCache ?? {});
+      const bound = bindKvCache(gpu, this.#layers.map((e) => ({ hooks: e.hooks, savesState: e.snapshots })), limits, options.kvCache ?? {});
       this.#kv = bound.kv;
       this.kvInfo = bound.info;
     } catch (error) {
@@ -178,38 +153,6 @@ export class StepDriver {
       if (this.#ownsStream) gpu.destroyStream(this.stream);
       throw error;
     }
-  }
-
-  /** Sizes the page pool and snapshot entries, and binds every layer that keeps paged caches or saves state. */
-  #bindKvCache(o: KvCacheOptions): { kv: KvCache; info: KvCacheInfo } {
-    const pageSize = o.pageSize ?? 16;
-    if (!Number.isSafeInteger(pageSize) || pageSize < 1) throw new InvalidArgumentError(`kvCache.pageSize must be a positive integer, got ${pageSize}`);
-    const { maxSeqs, maxSeqLen } = this.limits;
-    const pagesPerSeq = Math.ceil(maxSeqLen / pageSize);
-    const pageBytes = this.#layers.reduce((a, e) => a + e.hooks.kvPageBytes(pageSize), 0);
-    const snapshotBytes = this.#layers.reduce((a, e) => a + (e.snapshots ? e.hooks.stateSnapshotBytes() : 0), 0);
-    let pages = o.pages ?? maxSeqs * pagesPerSeq;
-    let snapshots = snapshotBytes > 0 ? (o.snapshots ?? 2 * maxSeqs) : 0;
-    if (o.memory) {
-      // The block table comes out of the same memory.
-      const budget = kvBudget(this.gpu, o.memory) - 4 * maxSeqs * pagesPerSeq;
-      const size = sizeKvCache({ budget, pageBytes, snapshotBytes, maxSeqs, pagesPerSeq, pageSize, ...(o.snapshots !== undefined ? { snapshots: o.snapshots } : {}) });
-      pages = o.pages ?? size.pages;
-      snapshots = size.snapshots;
-    }
-    const kv = new KvCache(this.gpu, { maxSeqs, maxSeqLen, pageSize, pages, snapshots });
-    try {
-      const binding = Object.freeze({ pageSize, pages, pagesPerSeq, blockTable: kv.table.device });
-      for (const e of this.#layers) {
-        e.hooks.kvBind(binding);
-        if (e.snapshots) e.hooks.stateSnapshotBind(snapshots);
-      }
-    } catch (error) {
-      kv.dispose();
-      throw error;
-    }
-    const info = Object.freeze({ pageSize, pages, tokens: pages * pageSize, pageBytes, snapshotBytes, snapshots, bytes: pages * pageBytes + snapshots * snapshotBytes });
-    return { kv, info };
   }
 
   /** The KV page pool, its block table and the prefix blocks it knows (the engine loop schedules with it). */

@@ -7,4 +7,6 @@ export { blockHashes } from './block-hash.js';
 export type { KvCacheShape } from './kv-cache.js';
 export { KvCache } from './kv-cache.js';
 export type { KvMemory, KvSize } from './kv-sizing.js';
+export type { KvCacheOptions, KvCacheInfo, BindableLayer } from './kv-binding.js';
+export { bindKvCache } from './kv-binding.js';
 export { kvBudget, sizeKvCache } from './kv-sizing.js';
