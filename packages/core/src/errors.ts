@@ -145,3 +145,25 @@ export class ModelFitError extends MetraleError {
     this.deviceBytes = deviceBytes;
   }
 }
+
+/**
+ * The KV page pool has fewer free pages than a step needs; thrown before anything of the step is
+ * written. The engine loop preempts sequences so that it never sees this; a caller driving the
+ * step driver itself closes a sequence (or sizes the pool larger) and retries.
+ */
+export class KvCacheFullError extends MetraleError {
+  constructor(
+    readonly needPages: number,
+    readonly availablePages: number,
+    pages: number,
+    pageSize: number,
+  ) {
+    super(
+      `kv cache: the step needs ${needPages} more page(s) of ${pageSize} rows, but ${availablePages} of ${pages} are available; ` +
+        'close (or preempt) a sequence first, or give the cache more memory',
+    );
+  }
+}
+
+/** The memory given to the KV cache cannot hold a single page; the message names the sizes. */
+export class KvCacheSizeError extends MetraleError {}

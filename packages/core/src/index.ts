@@ -24,6 +24,7 @@ export type { LayerGraphHooks } from './contract/graph-hooks.js';
 export type { LayerWriteOnAccept, GdnCarrySize } from './contract/write-on-accept.js';
 export type { GdnCarryBinding } from './contract/gdn-carry-binding.js';
 export type { TransformerLayer, LayerStep, StepTables, StepPhase, SpeculationMode, LayerLimits } from './contract/layer.js';
+export type { KvPageBinding, LayerSequenceCache } from './contract/sequence-cache.js';
 export type { ResolvedHooks } from './contract/default-hooks.js';
 export { defaultHooks, resolveHooks } from './contract/default-hooks.js';
 
@@ -57,6 +58,7 @@ export * from './fixture/index.js';
 
 export * from './model/index.js';
 export * from './engine/index.js';
+export * from './kv/index.js';
 export type { DraftProposer, NgramOptions, NgramSpec } from './spec/ngram-proposer.js';
 export { NgramProposer, parseNgramSpec } from './spec/ngram-proposer.js';
 export type { VerifyOutcome, VerifySequence } from './spec/verify-drafts.js';

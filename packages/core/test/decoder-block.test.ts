@@ -11,7 +11,10 @@ import { testAdd } from './support/test-residual-add.js';
 const W = 8;
 
 /** A fake sub-layer: identity-shaped rows, optional hooks that record their calls. */
-function fake(name: string, calls: string[], hooks: { woa?: number; carry?: { stashSeqFloats: number; convRowElems: number }; room?: boolean; batched?: boolean; fold?: boolean } = {}): TransformerLayer {
+function fake(
+  name: string, calls: string[],
+  hooks: { woa?: number; carry?: { stashSeqFloats: number; convRowElems: number }; room?: boolean; batched?: boolean; fold?: boolean; pageBytes?: number; snapshotBytes?: number; resume?: boolean } = {},
+): TransformerLayer {
   const layer: Record<string, unknown> = {
     type: name, inputRowBytes: 4 * W, outputRowBytes: 4 * W,
     openState: (slot: number) => ({ slot, name }),
@@ -33,6 +36,16 @@ function fake(name: string, calls: string[], hooks: { woa?: number; carry?: { st
   }
   if (hooks.batched) layer.gdnVerifyRunBatched = () => name !== 'no';
   if (hooks.fold) layer.gdnFoldAccepted = () => calls.push(`${name}.fold`) > 0;
+  if (hooks.pageBytes !== undefined) {
+    layer.kvPageBytes = (pageSize: number) => hooks.pageBytes! * pageSize;
+    layer.kvBind = (b: { pages: number }) => calls.push(`${name}.kvBind ${b.pages}`);
+  }
+  if (hooks.snapshotBytes !== undefined) {
+    layer.stateSnapshotBytes = () => hooks.snapshotBytes;
+    layer.stateSnapshotBind = (count: number) => calls.push(`${name}.snapshotBind ${count}`);
+    layer.saveStateSnapshot = (s: { name: string }, index: number) => calls.push(`${s.name}.save ${index}`);
+  }
+  if (hooks.resume) layer.resumeAt = (s: { name: string }, length: number, snapshot: number | undefined) => calls.push(`${s.name}.resume ${length} ${snapshot}`);
   return layer as unknown as TransformerLayer;
 }
 
@@ -42,6 +55,26 @@ function block(gpu: CpuBackend, branches: TransformerLayer[][]): { block: Decode
 }
 
 describe('DecoderBlock: one TransformerLayer made of sub-layers', () => {
+  it('sums its parts\' page and snapshot bytes, binds each, and resumes at a prefix only when every part can', () => {
+    const gpu = new CpuBackend();
+    const calls: string[] = [];
+    const parts = () => [[fake('n', calls, { resume: true }), fake('g', calls, { snapshotBytes: 40, resume: true })], [fake('a', calls, { pageBytes: 3, resume: true })]];
+    const { block: b } = block(gpu, parts());
+    expect(b.kvPageBytes!(16)).toBe(48);
+    expect(b.stateSnapshotBytes!()).toBe(40);
+    b.kvBind!({ pageSize: 16, pages: 9, pagesPerSeq: 4, blockTable: 1n });
+    b.stateSnapshotBind!(5);
+    const state = b.openState(0);
+    b.saveStateSnapshot!(state, 2, gpu.defaultStream);
+    b.resumeAt!(state, 32, 2, gpu.defaultStream);
+    expect(calls).toEqual(['a.kvBind 9', 'g.snapshotBind 5', 'g.save 2', 'n.resume 32 2', 'g.resume 32 2', 'a.resume 32 2']);
+    // One part that cannot resume: the block cannot either.
+    const partial = block(gpu, [[fake('n', calls)], [fake('a', calls, { pageBytes: 3, resume: true })]]).block;
+    expect(resolveHooks(partial).implemented.has('resumeAt')).toBe(false);
+    expect(resolveHooks(partial).implemented.has('kvBind')).toBe(true);
+    gpu.dispose();
+  });
+
   it('exposes only the hooks some sub-layer implements', () => {
     const gpu = new CpuBackend();
     const calls: string[] = [];

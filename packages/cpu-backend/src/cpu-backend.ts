@@ -62,6 +62,11 @@ export class CpuBackend implements GpuBackend {
     this.#arena.free('free', ptr);
   }
 
+  /** The arena's limit and what it has not handed out (the device's memory is host memory). */
+  memoryInfo(): { free: number; total: number } {
+    return { free: this.#arena.limitBytes - this.#arena.liveBytes, total: this.#arena.limitBytes };
+  }
+
   allocHost(bytes: number): HostBuffer {
     this.#enter('allocHost', FORBIDDEN_IN_CAPTURE);
     return this.#host.alloc('allocHost', bytes);

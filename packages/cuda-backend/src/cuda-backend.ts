@@ -178,10 +178,14 @@ export class CudaBackend implements GpuBackend {
     return this.#native.poolStats();
   }
 
-  /** cuMemGetInfo: free and total device memory in bytes. */
+  /**
+   * cuMemGetInfo's free and total device memory in bytes, with the blocks this backend's pool
+   * keeps for reuse counted as free (an allocation takes them first).
+   */
   memoryInfo(): { free: number; total: number } {
     this.#open('memoryInfo');
-    return this.#call('memoryInfo', () => this.#native.memInfo());
+    const info = this.#call('memoryInfo', () => this.#native.memInfo());
+    return { free: info.free + this.#native.poolStats().cachedBytes, total: info.total };
   }
 
   allocHost(bytes: number): HostBuffer {

@@ -109,7 +109,7 @@ __device__ __forceinline__ void store_row(const float* vals, int n, int code, vo
 using namespace dsa;
 
 /**
- * qr = RMSNorm(q_a)·qaNorm in qrDtype; kvCache[slot][t] = [RMSNorm(kv_a)·kvaNorm | RoPE(k_rope, t)] in kvDtype.
+ * qr = RMSNorm(q_a)·qaNorm in qrDtype; the cache row of (slot, t) = [RMSNorm(kv_a)·kvaNorm | RoPE(k_rope, t)] in kvDtype.
  * (A minimum of one CTA per SM in the launch bounds lets ptxas keep the row's values in registers;
  * without it, it spills one to reach its default occupancy target.)
  */
@@ -117,7 +117,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) dsa_mla_append(
     const float* __restrict__ xa, void* __restrict__ qr, void* __restrict__ kvCache, const float* __restrict__ qaNorm,
     const float* __restrict__ kvaNorm, const float* __restrict__ invFreq, const int32_t* __restrict__ slots,
     const int32_t* __restrict__ rowStarts, const int32_t* __restrict__ positions, int batch, int xaWidth, int qLora, int kvLora,
-    int rope, int ropeInterleave, int kvDtype, int qrDtype, int capacity, float eps) {
+    int rope, int ropeInterleave, int kvDtype, int qrDtype, const int32_t* __restrict__ blockTable, int pagesPerSeq, int pageRows, float eps) {
   DSA_SHARED(double, dred, 32);
   const int rows = rowStarts[batch];
   const int lat = kvLora + rope;
@@ -141,7 +141,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) dsa_mla_append(
     for (int i = threadIdx.x; i < kvLora; i += blockDim.x) ss += (double)kv[i] * (double)kv[i];
     ss = block_sum_d(ss, dred);
     inv = 1.0 / sqrt(ss / (double)kvLora + (double)eps);
-    const size_t cacheRow = (size_t)slot * capacity + t;
+    const size_t cacheRow = paged_row(blockTable, pagesPerSeq, pageRows, slot, t);
     const int half = rope >> 1;
     if (kvDtype == kF32) {
       float* dst = static_cast<float*>(kvCache) + cacheRow * lat;
@@ -166,12 +166,12 @@ extern "C" __global__ void __launch_bounds__(256, 1) dsa_mla_append(
   }
 }
 
-/** k = LayerNorm(xa k-part)·w + b, RoPE on k[0:idxRope]; mode 0: key cache (slot, t); mode 1: back into xa (f32). */
+/** k = LayerNorm(xa k-part)·w + b, RoPE on k[0:idxRope]; mode 0: the key cache row of (slot, t); mode 1: back into xa (f32). */
 extern "C" __global__ void __launch_bounds__(256) dsa_index_append(
     float* __restrict__ xa, void* __restrict__ idxCache, float* __restrict__ idxScales, const float* __restrict__ kNormWeight,
     const float* __restrict__ kNormBias, const float* __restrict__ invFreq, const int32_t* __restrict__ slots,
     const int32_t* __restrict__ rowStarts, const int32_t* __restrict__ positions, int batch, int xaWidth, int kOff, int dI,
-    int idxRope, int ropeInterleave, int idxDtype, int capacity, int mode, float eps) {
+    int idxRope, int ropeInterleave, int idxDtype, const int32_t* __restrict__ blockTable, int pagesPerSeq, int pageRows, int mode, float eps) {
   DSA_SHARED(double, dred, 32);
   DSA_SHARED(float, fred, 32);
   DSA_SHARED(float, k, kRowScratch);
@@ -212,7 +212,7 @@ extern "C" __global__ void __launch_bounds__(256) dsa_index_append(
     if (mode == 1) {
       for (int i = threadIdx.x; i < dI; i += blockDim.x) x[i] = k[i];
     } else {
-      store_row(k, dI, idxDtype, idxCache, idxScales, (size_t)slot * capacity + t, fred);
+      store_row(k, dI, idxDtype, idxCache, idxScales, paged_row(blockTable, pagesPerSeq, pageRows, slot, t), fred);
     }
     __syncthreads();
   }
@@ -223,7 +223,7 @@ extern "C" __global__ void __launch_bounds__(256) dsa_pool_append(
     const float* __restrict__ xa, const float* __restrict__ ring, void* __restrict__ poolCache, float* __restrict__ poolScales,
     const float* __restrict__ ape, const int32_t* __restrict__ slots, const int32_t* __restrict__ seqLens,
     const int32_t* __restrict__ rowStarts, const int32_t* __restrict__ positions, int batch, int xaWidth, int kOff, int gOff, int dI,
-    int kpool, int ringLen, int idxDtype, int poolCapacity) {
+    int kpool, int ringLen, int idxDtype, const int32_t* __restrict__ blockTable, int pagesPerSeq, int pageRows) {
   DSA_SHARED(float, fred, 32);
   DSA_SHARED(float, key, kRowScratch);
   if (dI > kRowScratch) __trap();
@@ -265,7 +265,7 @@ extern "C" __global__ void __launch_bounds__(256) dsa_pool_append(
       key[c] = (float)acc;
     }
     __syncthreads();
-    store_row(key, dI, idxDtype, poolCache, poolScales, (size_t)slot * poolCapacity + j, fred);
+    store_row(key, dI, idxDtype, poolCache, poolScales, paged_row(blockTable, pagesPerSeq, pageRows, slot, j), fred);
     __syncthreads();
   }
 }

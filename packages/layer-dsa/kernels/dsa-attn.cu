@@ -1,7 +1,7 @@
 // dsa_sparse_attn: absorbed MLA attention of every row and head over the row's selected tokens.
 // Layouts and semantics: ../KERNELS.md; CPU twin: ../src/dsa-attn.cpu.ts (sparseAttnCpu).
 //
-//   logit_s = scale · qlat[r][h] · kvCache[slot][s]  (lat values),  p = softmax over s ∈ sel[r],
+//   logit_s = scale · qlat[r][h] · cache row (slot, s)  (lat values, paged),  p = softmax over s ∈ sel[r],
 //   olat[r][h] = Σ_s p_s · c_s  (the first kvLora values of the cache row); zeros for no tokens.
 //
 // Launch (src/dsa-launch.ts sparseAttnLaunch): grid [4, rows], 256 threads.
@@ -27,6 +27,13 @@
 namespace dsa {
 
 constexpr int kSaThreads = 256;
+
+/** Where the cache rows of a slot's tokens are (paged: KERNELS.md). */
+struct Pages {
+  const int32_t* blockTable;
+  int pagesPerSeq, pageRows;
+  __device__ __forceinline__ size_t row(int slot, int t) const { return paged_row(blockTable, pagesPerSeq, pageRows, slot, t); }
+};
 constexpr int kSaHeads = 64;
 constexpr int kSaKL = 512;
 constexpr int kSaOStride = kSaKL + 8;  // f32 row stride of the combine buffer
@@ -84,7 +91,7 @@ __device__ __forceinline__ int kv_chunk(int tok, int c) {
 #if DSA_HAS_CLUSTER
 template <int LAT, bool F32>
 __device__ __forceinline__ void attn_fast(const float* __restrict__ qlat, const uint8_t* __restrict__ kvCache, const int32_t* __restrict__ selRow,
-                                          int n, void* __restrict__ olat, int olatDtype, int row, int slot, int capacity, float scale,
+                                          int n, void* __restrict__ olat, int olatDtype, int row, int slot, const Pages pg, float scale,
                                           uint8_t* smem) {
   using C = SaCfg<LAT, F32>;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
@@ -99,7 +106,6 @@ __device__ __forceinline__ void attn_fast(const float* __restrict__ qlat, const 
   float* const alphaS = reinterpret_cast<float*>(smem + C::OFF_ALPHA);
   float* const ML = reinterpret_cast<float*>(smem + C::OFF_ML);
   float* const fac = reinterpret_cast<float*>(smem + C::OFF_FAC);
-  const uint8_t* const cacheSlot = kvCache + (size_t)slot * capacity * C::ROWB;
 
   // Loader: thread → (gathered row tid / TPR, chunks tid % TPR + TPR·i).
   const int ltok = tid / C::TPR, lch0 = tid % C::TPR;
@@ -107,7 +113,7 @@ __device__ __forceinline__ void attn_fast(const float* __restrict__ qlat, const 
     const int j = it * C::T + ltok;
     const bool ok = j < count;
     const int tok = ok ? selRow[start + j] : 0;
-    const uint8_t* src = cacheSlot + (size_t)tok * C::ROWB;
+    const uint8_t* src = kvCache + pg.row(slot, tok) * C::ROWB;
     uint8_t* dst = stage + s * C::TILEB + ltok * C::ROWB;
 #pragma unroll
     for (int i = 0; i < C::CHR / C::TPR; i++) {
@@ -399,14 +405,13 @@ __device__ __forceinline__ void attn_fast(const float* __restrict__ qlat, const 
 /** Any shape: CTA x takes heads x, x + gridDim.x, …; logits of the row's tokens in shared memory; f32. */
 __device__ __forceinline__ void attn_generic(const float* __restrict__ qlat, const uint8_t* __restrict__ kvCache, const int32_t* __restrict__ selRow,
                                              int n, void* __restrict__ olat, int olatDtype, int row, int slot, int heads, int kvLora, int rope,
-                                             int capacity, int kvDtype, float scale, uint8_t* smem) {
+                                             const Pages pg, int kvDtype, float scale, uint8_t* smem) {
   const int lat = kvLora + rope;
   float* q = reinterpret_cast<float*>(smem);  // [lat]
   float* red = q + lat;                       // [32]
   float* lg = red + 32;                       // [n]
-  const size_t rowBase = (size_t)slot * capacity;
   auto kv = [&](int s, int i) -> float {
-    const size_t e = (rowBase + s) * lat + i;
+    const size_t e = pg.row(slot, s) * lat + i;
     return kvDtype == kF32 ? reinterpret_cast<const float*>(kvCache)[e] : bf16_bits_to_f32(reinterpret_cast<const uint16_t*>(kvCache)[e]);
   };
   for (int h = blockIdx.x; h < heads; h += gridDim.x) {
@@ -450,7 +455,8 @@ using namespace dsa;
 extern "C" __global__ void DSA_CLUSTER_DIMS(4) __launch_bounds__(kSaThreads, 1) dsa_sparse_attn(
     const float* __restrict__ qlat, const void* __restrict__ kvCache, const int32_t* __restrict__ sel, const int32_t* __restrict__ selCount,
     void* __restrict__ olat, const int32_t* __restrict__ slots, const int32_t* __restrict__ rowStarts, const int32_t* __restrict__ positions,
-    int batch, int heads, int kvLora, int rope, int selWidth, int capacity, int kvDtype, int olatDtype, float scale) {
+    int batch, int heads, int kvLora, int rope, int selWidth, const int32_t* __restrict__ blockTable, int pagesPerSeq, int pageRows,
+    int kvDtype, int olatDtype, float scale) {
   DSA_DYNAMIC_SMEM(smem);
   const int row = blockIdx.y;
   const int rows = rowStarts[batch];
@@ -460,6 +466,7 @@ extern "C" __global__ void DSA_CLUSTER_DIMS(4) __launch_bounds__(kSaThreads, 1) 
   const int n = slot < 0 ? 0 : selCount[row];
   const int32_t* selRow = sel + (size_t)row * selWidth;
   const uint8_t* kv = static_cast<const uint8_t*>(kvCache);
+  const Pages pg{blockTable, pagesPerSeq, pageRows};
   (void)positions;
 #if DSA_HAS_CLUSTER
   const int lat = kvLora + rope;
@@ -476,15 +483,15 @@ extern "C" __global__ void DSA_CLUSTER_DIMS(4) __launch_bounds__(kSaThreads, 1) 
       return;
     }
     if (lat == 576) {
-      if (f32) attn_fast<576, true>(qlat, kv, selRow, n, olat, olatDtype, row, slot, capacity, scale, smem);
-      else attn_fast<576, false>(qlat, kv, selRow, n, olat, olatDtype, row, slot, capacity, scale, smem);
+      if (f32) attn_fast<576, true>(qlat, kv, selRow, n, olat, olatDtype, row, slot, pg, scale, smem);
+      else attn_fast<576, false>(qlat, kv, selRow, n, olat, olatDtype, row, slot, pg, scale, smem);
     } else {
-      if (f32) attn_fast<512, true>(qlat, kv, selRow, n, olat, olatDtype, row, slot, capacity, scale, smem);
-      else attn_fast<512, false>(qlat, kv, selRow, n, olat, olatDtype, row, slot, capacity, scale, smem);
+      if (f32) attn_fast<512, true>(qlat, kv, selRow, n, olat, olatDtype, row, slot, pg, scale, smem);
+      else attn_fast<512, false>(qlat, kv, selRow, n, olat, olatDtype, row, slot, pg, scale, smem);
     }
     return;
   }
 #endif
   if (dynamic_smem_bytes() < (uint32_t)((kvLora + rope + 32 + max(n, 0)) * 4)) __trap();
-  attn_generic(qlat, kv, selRow, n, olat, olatDtype, row, slot, heads, kvLora, rope, capacity, kvDtype, scale, smem);
+  attn_generic(qlat, kv, selRow, n, olat, olatDtype, row, slot, heads, kvLora, rope, pg, kvDtype, scale, smem);
 }

@@ -48,6 +48,15 @@ constexpr int kF32 = 0;
 constexpr int kBF16 = 1;
 constexpr int kFP8 = 2;
 
+/**
+ * Row of entry t (a token position, or a pool index) of `slot` in a paged cache of `pageRows` rows
+ * per page: the block table (i32 [maxSeqs][pagesPerSeq], the model's shared page pool) names the
+ * page that holds each of the slot's blocks.
+ */
+__device__ __forceinline__ size_t paged_row(const int32_t* __restrict__ blockTable, int pagesPerSeq, int pageRows, int slot, int t) {
+  return (size_t)blockTable[(size_t)slot * pagesPerSeq + t / pageRows] * (size_t)pageRows + (size_t)(t % pageRows);
+}
+
 /** Batch position of a row: the last p with rowStarts[p] <= row (rowStarts ascending). */
 __device__ __forceinline__ int batch_pos_of_row(const int32_t* __restrict__ rowStarts, int batch, int row) {
   int lo = 0, hi = batch - 1;

@@ -38,9 +38,15 @@ struct ScoreArgs {
   const uint8_t* keys;
   const float* keyScales;
   float* scores;
-  int rowBase, qbWidth, qIOff, xaWidth, wOff, idxHeads, dI, keyCapacity, scoreStride, idxDtype, qbDtype;
+  const int32_t* blockTable;
+  int rowBase, qbWidth, qIOff, xaWidth, wOff, idxHeads, dI, pagesPerSeq, pageRows, scoreStride, idxDtype, qbDtype;
   float scale;
 };
+
+/** Cache row of key j of `slot` (paged: KERNELS.md). */
+__device__ __forceinline__ size_t key_row(const ScoreArgs& A, int slot, int j) {
+  return paged_row(A.blockTable, A.pagesPerSeq, A.pageRows, slot, j);
+}
 
 /** Element i of row r's indexer queries (H_I · d_I values from qIOff) as f32. */
 __device__ __forceinline__ float query_at(const ScoreArgs& A, int r, int i) {
@@ -64,8 +70,6 @@ __device__ __forceinline__ void score_fast(const ScoreArgs& A, const int32_t* __
   const int myCount = (tiles - (int)blockIdx.x + G - 1) / G;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
 
-  const uint8_t* kbase = A.keys + (size_t)slot * A.keyCapacity * KB;
-  const float* sbase = FP8 ? A.keyScales + (size_t)slot * A.keyCapacity : nullptr;
   uint8_t* const stage0 = smem;
   float* const scl0 = reinterpret_cast<float*>(smem + kIsStages * kIsTile * KB);
   uint8_t* const conv = smem + kIsStages * kIsTile * KB + kIsStages * kIsTile * 4;
@@ -78,13 +82,13 @@ __device__ __forceinline__ void score_fast(const ScoreArgs& A, const int32_t* __
       const int c = tid + i * kIsThreads;
       const int key = c / CH, ch = c % CH;
       const bool ok = key0 + key < nmax;
-      const uint8_t* src = ok ? kbase + (size_t)(key0 + key) * KB + ch * 16 : kbase;
+      const uint8_t* src = ok ? A.keys + key_row(A, slot, key0 + key) * KB + ch * 16 : A.keys;
       const int dstOff = FP8 ? key * KB + ch * 16 : key * KB + ((ch ^ (key & 7)) << 4);
       cp_async16(smem_u32(st + dstOff), src, ok ? 16 : 0);
     }
     if (FP8 && tid < kIsTile) {
       const bool ok = key0 + tid < nmax;
-      cp_async4(smem_u32(scl0 + s * kIsTile + tid), ok ? sbase + key0 + tid : sbase, ok ? 4 : 0);
+      cp_async4(smem_u32(scl0 + s * kIsTile + tid), ok ? A.keyScales + key_row(A, slot, key0 + tid) : A.keyScales, ok ? 4 : 0);
     }
   };
 
@@ -218,7 +222,7 @@ __device__ __forceinline__ void score_generic(const ScoreArgs& A, const int32_t*
       const int j = key0 + key;
       float v = 0.f;
       if (j < nmax) {
-        const size_t row = (size_t)slot * A.keyCapacity + j;
+        const size_t row = key_row(A, slot, j);
         if (A.idxDtype == kF32) v = reinterpret_cast<const float*>(A.keys)[row * dI + i];
         else if (A.idxDtype == kBF16) v = bf16_bits_to_f32(reinterpret_cast<const uint16_t*>(A.keys)[row * dI + i]);
         else v = e4m3_to_f32(A.keys[row * dI + i]) * A.keyScales[row];
@@ -256,7 +260,8 @@ extern "C" __global__ void __launch_bounds__(kIsThreads, 1) dsa_index_score(
     const void* __restrict__ qb, const float* __restrict__ xa, const void* __restrict__ keys, const float* __restrict__ keyScales,
     float* __restrict__ scores, const int32_t* __restrict__ slots, const int32_t* __restrict__ rowStarts,
     const int32_t* __restrict__ positions, int batch, int rowBase, int rowCount, int qbWidth, int qIOff, int xaWidth, int wOff,
-    int idxHeads, int dI, int kpool, int keyCapacity, int scoreStride, int idxDtype, int qbDtype, float scale) {
+    int idxHeads, int dI, int kpool, const int32_t* __restrict__ blockTable, int pagesPerSeq, int pageRows, int scoreStride, int idxDtype,
+    int qbDtype, float scale) {
   DSA_DYNAMIC_SMEM(smem);
   const int p = blockIdx.y;
   if (p >= batch) return;
@@ -268,11 +273,11 @@ extern "C" __global__ void __launch_bounds__(kIsThreads, 1) dsa_index_score(
   if (R <= 0) return;
   int nmax = 0;
   for (int r = r0; r < r1; r++) nmax = max(nmax, (positions[r] + 1) / kpool);
-  nmax = min(nmax, keyCapacity);
+  nmax = min(nmax, pagesPerSeq * pageRows);
   if (nmax <= 0) return;
 
-  const ScoreArgs A{qb, xa, static_cast<const uint8_t*>(keys), keyScales, scores, rowBase, qbWidth, qIOff, xaWidth, wOff, idxHeads,
-                    dI, keyCapacity, scoreStride, idxDtype, qbDtype, scale};
+  const ScoreArgs A{qb, xa, static_cast<const uint8_t*>(keys), keyScales, scores, blockTable, rowBase, qbWidth, qIOff, xaWidth, wOff,
+                    idxHeads, dI, pagesPerSeq, pageRows, scoreStride, idxDtype, qbDtype, scale};
   const uint32_t dyn = dynamic_smem_bytes();
   const bool fastShape = dI == 128 && idxHeads >= 8 && idxHeads <= 32 && idxHeads % 8 == 0 && (idxDtype == kBF16 || idxDtype == kFP8);
   if (fastShape && dyn >= (uint32_t)is_fast_bytes(idxDtype == kFP8)) {

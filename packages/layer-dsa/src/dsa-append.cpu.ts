@@ -1,5 +1,6 @@
 import type { CpuKernelContext, DevicePtr } from '@metrale/core';
 import { applyRope, positionOfRow, storeRow } from './dsa-numerics.js';
+import { slotRows, type PagedCacheArgs } from './dsa-pages.js';
 import { loadRowElements, storeRowElements } from './dsa-row-elements.js';
 
 // CPU twins of kernels/dsa-append.cu: dsa.mla_append, dsa.index_append, dsa.pool_append,
@@ -28,11 +29,7 @@ export function* stepRows(mem: CpuKernelContext['mem'], t: StepTablePtrs, batch:
   }
 }
 
-function checkPosition(kernel: string, pos: number, capacity: number, slot: number): void {
-  if (pos < 0 || pos >= capacity) throw new RangeError(`${kernel}: position ${pos} of slot ${slot} is outside the cache (capacity ${capacity})`);
-}
-
-export interface MlaAppendArgs extends StepTablePtrs {
+export interface MlaAppendArgs extends StepTablePtrs, PagedCacheArgs {
   readonly xa: DevicePtr;
   readonly qr: DevicePtr;
   readonly kvCache: DevicePtr;
@@ -48,7 +45,6 @@ export interface MlaAppendArgs extends StepTablePtrs {
   readonly kvDtype: number;
   /** Element type of qr (FLOAT_DTYPE_CODE). */
   readonly qrDtype: number;
-  readonly capacity: number;
   readonly eps: number;
 }
 
@@ -65,7 +61,7 @@ export function mlaAppendCpu(a: MlaAppendArgs, { mem }: CpuKernelContext): void 
   const qr = new Float64Array(a.qLora);
   const scratch = new Float64Array(Math.max(a.rope, 1));
   for (const { row, slot, pos } of stepRows(mem, a, a.batch)) {
-    checkPosition('dsa.mla_append', pos, a.capacity, slot);
+    const cacheRow = slotRows(mem, a, 'dsa.mla_append', slot)(pos);
     const x = mem.f32(a.xa + BigInt(row * a.xaWidth * 4), a.xaWidth);
     let ss = 0;
     for (let i = 0; i < a.qLora; i++) ss += x[i]! * x[i]!;
@@ -78,11 +74,11 @@ export function mlaAppendCpu(a: MlaAppendArgs, { mem }: CpuKernelContext): void 
     for (let i = 0; i < a.kvLora; i++) rowBuf[i] = Math.fround(x[a.qLora + i]! * inv * kvaNorm[i]!);
     for (let i = 0; i < a.rope; i++) rowBuf[a.kvLora + i] = x[a.qLora + a.kvLora + i]!;
     if (a.rope > 0) applyRope(rowBuf, a.kvLora, a.rope, pos, invFreq, a.ropeInterleave !== 0, scratch);
-    storeRow(mem, a.kvDtype, a.kvCache, 0n, slot * a.capacity + pos, rowBuf, 0, lat);
+    storeRow(mem, a.kvDtype, a.kvCache, 0n, cacheRow, rowBuf, 0, lat);
   }
 }
 
-export interface IndexAppendArgs extends StepTablePtrs {
+export interface IndexAppendArgs extends StepTablePtrs, PagedCacheArgs {
   readonly xa: DevicePtr;
   readonly idxCache: DevicePtr;
   readonly idxScales: DevicePtr;
@@ -96,14 +92,13 @@ export interface IndexAppendArgs extends StepTablePtrs {
   readonly idxRope: number;
   readonly ropeInterleave: number;
   readonly idxDtype: number;
-  readonly capacity: number;
   readonly mode: number;
   readonly eps: number;
 }
 
 /**
  * Per real row: k = LayerNorm(xa[kOff : kOff + dI])·w + b, then RoPE on its first `idxRope`
- * channels. mode 0: written to the indexer key cache at (slot, pos) in `idxDtype`; mode 1
+ * channels. mode 0: written to the indexer key cache row of (slot, pos) in `idxDtype`; mode 1
  * (pooled): written back over xa[kOff : kOff + dI] as f32 for `dsa.pool_append`.
  */
 export function indexAppendCpu(a: IndexAppendArgs, { mem }: CpuKernelContext): void {
@@ -113,7 +108,7 @@ export function indexAppendCpu(a: IndexAppendArgs, { mem }: CpuKernelContext): v
   const k = new Float64Array(a.dI);
   const scratch = new Float64Array(Math.max(a.idxRope, 1));
   for (const { row, slot, pos } of stepRows(mem, a, a.batch)) {
-    checkPosition('dsa.index_append', pos, a.capacity, slot);
+    const cacheRow = a.mode === 1 ? 0 : slotRows(mem, a, 'dsa.index_append', slot)(pos);
     const x = mem.f32(a.xa + BigInt((row * a.xaWidth + a.kOff) * 4), a.dI);
     let mean = 0;
     for (let i = 0; i < a.dI; i++) mean += x[i]!;
@@ -125,11 +120,11 @@ export function indexAppendCpu(a: IndexAppendArgs, { mem }: CpuKernelContext): v
     for (let i = 0; i < a.dI; i++) k[i] = Math.fround((x[i]! - mean) * inv * w[i]! + b[i]!);
     if (a.idxRope > 0) applyRope(k, 0, a.idxRope, pos, invFreq, a.ropeInterleave !== 0, scratch);
     if (a.mode === 1) x.set(k);
-    else storeRow(mem, a.idxDtype, a.idxCache, a.idxScales, slot * a.capacity + pos, k, 0, a.dI);
+    else storeRow(mem, a.idxDtype, a.idxCache, a.idxScales, cacheRow, k, 0, a.dI);
   }
 }
 
-export interface PoolAppendArgs extends StepTablePtrs {
+export interface PoolAppendArgs extends StepTablePtrs, PagedCacheArgs {
   readonly xa: DevicePtr;
   readonly ring: DevicePtr;
   readonly poolCache: DevicePtr;
@@ -144,7 +139,6 @@ export interface PoolAppendArgs extends StepTablePtrs {
   readonly kpool: number;
   readonly ringLen: number;
   readonly idxDtype: number;
-  readonly poolCapacity: number;
 }
 
 /**
@@ -152,7 +146,7 @@ export interface PoolAppendArgs extends StepTablePtrs {
  * of members m = pos − kpool + 1 … pos. A member at m ≥ seqLen is a row of this step (row
  * rowStarts[p] + m − seqLen, its LayerNorm'd key and gate logits in xa); an earlier member is in the
  * slot's ring at m mod ringLen. Per channel c: key_j[c] = Σ_i softmax_i(gate_i[c] + ape[i][c]) · k_i[c],
- * the softmax over the kpool members in f32. Written to the pool cache at (slot, j) in `idxDtype`.
+ * the softmax over the kpool members in f32. Written to the pool cache row of (slot, j) in `idxDtype`.
  */
 export function poolAppendCpu(a: PoolAppendArgs, { mem }: CpuKernelContext): void {
   const rowStarts = mem.i32(a.rowStarts, a.batch + 1);
@@ -172,7 +166,7 @@ export function poolAppendCpu(a: PoolAppendArgs, { mem }: CpuKernelContext): voi
   for (const { p, slot, pos } of stepRows(mem, a, a.batch)) {
     if ((pos + 1) % a.kpool !== 0) continue;
     const j = (pos + 1) / a.kpool - 1;
-    if (j >= a.poolCapacity) throw new RangeError(`dsa.pool_append: pool ${j} of slot ${slot} is outside the pool cache (capacity ${a.poolCapacity})`);
+    const cacheRow = slotRows(mem, a, 'dsa.pool_append', slot)(j);
     const members = Array.from({ length: a.kpool }, (_, i) => member(p, slot, pos - a.kpool + 1 + i));
     for (let c = 0; c < a.dI; c++) {
       let max = -Infinity;
@@ -186,7 +180,7 @@ export function poolAppendCpu(a: PoolAppendArgs, { mem }: CpuKernelContext): voi
       for (let i = 0; i < a.kpool; i++) acc += Math.fround(Math.exp(logits[i]! - max) / z) * members[i]!.k[c]!;
       key[c] = acc;
     }
-    storeRow(mem, a.idxDtype, a.poolCache, a.poolScales, slot * a.poolCapacity + j, key, 0, a.dI);
+    storeRow(mem, a.idxDtype, a.poolCache, a.poolScales, cacheRow, key, 0, a.dI);
   }
 }
 

@@ -1,11 +1,12 @@
 import type { CpuKernelContext, DevicePtr } from '@metrale/core';
 import { loadRow, positionOfRow } from './dsa-numerics.js';
+import { slotRows, type PagedCacheArgs } from './dsa-pages.js';
 import { storeRowElements } from './dsa-row-elements.js';
 
 // CPU twin of kernels/dsa-attn.cu (dsa.sparse_attn): absorbed MLA attention over the selected
 // tokens only (KERNELS.md).
 
-export interface SparseAttnArgs {
+export interface SparseAttnArgs extends PagedCacheArgs {
   readonly qlat: DevicePtr;
   readonly kvCache: DevicePtr;
   readonly sel: DevicePtr;
@@ -19,7 +20,6 @@ export interface SparseAttnArgs {
   readonly kvLora: number;
   readonly rope: number;
   readonly selWidth: number;
-  readonly capacity: number;
   readonly kvDtype: number;
   /** Element type of olat (FLOAT_DTYPE_CODE); qlat is f32. */
   readonly olatDtype: number;
@@ -28,7 +28,7 @@ export interface SparseAttnArgs {
 
 /**
  * For each real row r and head h, over the selected tokens s ∈ sel[r][0 : selCount[r]] (cache rows
- * (slot, s) = [c_s (kvLora) | kr_s (rope)]): logit_s = scale · qlat[r][h] · [c_s | kr_s];
+ * of (slot, s), paged, = [c_s (kvLora) | kr_s (rope)]): logit_s = scale · qlat[r][h] · [c_s | kr_s];
  * p = softmax(logit); olat[r][h] = Σ_s p_s · c_s (kvLora values, rounded to olatDtype). Padding
  * rows, and rows that selected nothing, get zeros.
  */
@@ -54,10 +54,11 @@ export function sparseAttnCpu(a: SparseAttnArgs, { mem }: CpuKernelContext): voi
     const sel = mem.i32(a.sel + BigInt(row * a.selWidth * 4), n);
     const kv = new Float64Array(n * lat);
     const buf = new Float64Array(lat);
+    const cacheRow = slotRows(mem, a, 'dsa.sparse_attn', slot);
     for (let j = 0; j < n; j++) {
       const s = sel[j]!;
-      if (s < 0 || s > pos || s >= a.capacity) throw new RangeError(`dsa.sparse_attn: row ${row} (position ${pos}) selected token ${s}`);
-      kv.set(loadRow(mem, a.kvDtype, a.kvCache, 0n, slot * a.capacity + s, lat, buf), j * lat);
+      if (s < 0 || s > pos) throw new RangeError(`dsa.sparse_attn: row ${row} (position ${pos}) selected token ${s}`);
+      kv.set(loadRow(mem, a.kvDtype, a.kvCache, 0n, cacheRow(s), lat, buf), j * lat);
     }
     const q = mem.f32(a.qlat + BigInt(row * a.heads * lat * 4), a.heads * lat);
     const logits = new Float64Array(n);

@@ -1,12 +1,13 @@
 import type { CpuKernelContext, DevicePtr } from '@metrale/core';
 import { loadRow, positionOfRow, selectTopk } from './dsa-numerics.js';
+import { slotRows, type PagedCacheArgs } from './dsa-pages.js';
 import { loadRowElements } from './dsa-row-elements.js';
 
 // CPU twins of kernels/dsa-index.cu (dsa.index_score) and kernels/dsa-topk.cu (dsa.topk), with
 // the layouts of KERNELS.md. Candidates of a row at position t: keys 0 … ⌊(t + 1)/kpool⌋ − 1 of its
 // slot (tokens when kpool = 1, complete pools otherwise).
 
-export interface IndexScoreArgs {
+export interface IndexScoreArgs extends PagedCacheArgs {
   readonly qb: DevicePtr;
   readonly xa: DevicePtr;
   readonly keys: DevicePtr;
@@ -25,7 +26,6 @@ export interface IndexScoreArgs {
   readonly idxHeads: number;
   readonly dI: number;
   readonly kpool: number;
-  readonly keyCapacity: number;
   readonly scoreStride: number;
   readonly idxDtype: number;
   /** Element type of qb (FLOAT_DTYPE_CODE); xa is f32. */
@@ -56,12 +56,13 @@ export function indexScoreCpu(a: IndexScoreArgs, { mem }: CpuKernelContext): voi
     const slot = slots[positionOfRow(rowStarts, a.batch, row)]!;
     if (slot < 0) continue;
     const count = candidateCount(positions[row]!, a.kpool);
-    if (count > a.keyCapacity || count > a.scoreStride) throw new RangeError(`dsa.index_score: row ${row} has ${count} candidates, more than the key capacity ${a.keyCapacity}`);
+    if (count > a.scoreStride) throw new RangeError(`dsa.index_score: row ${row} has ${count} candidates, more than the score stride ${a.scoreStride}`);
+    const keyRow = slotRows(mem, a, 'dsa.index_score', slot);
     const q = loadRowElements(mem, a.qb, row * a.qbWidth + a.qIOff, a.idxHeads * a.dI, a.qbDtype);
     const w = mem.f32(a.xa + BigInt((row * a.xaWidth + a.wOff) * 4), a.idxHeads);
     const out = mem.f32(a.scores + BigInt((row - a.rowBase) * a.scoreStride * 4), Math.max(count, 1));
     for (let j = 0; j < count; j++) {
-      loadRow(mem, a.idxDtype, a.keys, a.keyScales, slot * a.keyCapacity + j, a.dI, key);
+      loadRow(mem, a.idxDtype, a.keys, a.keyScales, keyRow(j), a.dI, key);
       let s = 0;
       for (let g = 0; g < a.idxHeads; g++) {
         let dot = 0;

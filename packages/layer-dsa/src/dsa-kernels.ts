@@ -13,6 +13,8 @@ const attnModule = defineKernelModule('dsa-attn', new URL('./kernels/dsa-attn.fa
 
 /** The step tables every per-row kernel reads, in this order. */
 const TABLES = { slots: 'ptr', rowStarts: 'ptr', positions: 'ptr' } as const;
+/** A paged cache (KERNELS.md): the model's block table, its width, and cache rows per page. */
+const PAGES = { blockTable: 'ptr', pagesPerSeq: 'i32', pageRows: 'i32' } as const;
 
 /** RMSNorms of the q and kv latents (qr in the rows' type); the MLA cache row [c | RoPE(k_rope)] at (slot, pos). */
 export const mlaAppendKernel = defineKernel({
@@ -21,7 +23,7 @@ export const mlaAppendKernel = defineKernel({
     xa: 'ptr', qr: 'ptr', kvCache: 'ptr', qaNorm: 'ptr', kvaNorm: 'ptr', invFreq: 'ptr',
     ...TABLES,
     batch: 'i32', xaWidth: 'i32', qLora: 'i32', kvLora: 'i32', rope: 'i32', ropeInterleave: 'i32', kvDtype: 'i32', qrDtype: 'i32',
-    capacity: 'i32', eps: 'f32',
+    ...PAGES, eps: 'f32',
   },
   cuda: { module: appendModule, symbol: 'dsa_mla_append' },
   cpu: mlaAppendCpu,
@@ -33,7 +35,7 @@ export const indexAppendKernel = defineKernel({
   params: {
     xa: 'ptr', idxCache: 'ptr', idxScales: 'ptr', kNormWeight: 'ptr', kNormBias: 'ptr', invFreq: 'ptr',
     ...TABLES,
-    batch: 'i32', xaWidth: 'i32', kOff: 'i32', dI: 'i32', idxRope: 'i32', ropeInterleave: 'i32', idxDtype: 'i32', capacity: 'i32', mode: 'i32',
+    batch: 'i32', xaWidth: 'i32', kOff: 'i32', dI: 'i32', idxRope: 'i32', ropeInterleave: 'i32', idxDtype: 'i32', ...PAGES, mode: 'i32',
     eps: 'f32',
   },
   cuda: { module: appendModule, symbol: 'dsa_index_append' },
@@ -46,7 +48,7 @@ export const poolAppendKernel = defineKernel({
   params: {
     xa: 'ptr', ring: 'ptr', poolCache: 'ptr', poolScales: 'ptr', ape: 'ptr',
     slots: 'ptr', seqLens: 'ptr', rowStarts: 'ptr', positions: 'ptr',
-    batch: 'i32', xaWidth: 'i32', kOff: 'i32', gOff: 'i32', dI: 'i32', kpool: 'i32', ringLen: 'i32', idxDtype: 'i32', poolCapacity: 'i32',
+    batch: 'i32', xaWidth: 'i32', kOff: 'i32', gOff: 'i32', dI: 'i32', kpool: 'i32', ringLen: 'i32', idxDtype: 'i32', ...PAGES,
   },
   cuda: { module: appendModule, symbol: 'dsa_pool_append' },
   cpu: poolAppendCpu,
@@ -84,7 +86,7 @@ export const indexScoreKernel = defineKernel({
     qb: 'ptr', xa: 'ptr', keys: 'ptr', keyScales: 'ptr', scores: 'ptr',
     ...TABLES,
     batch: 'i32', rowBase: 'i32', rowCount: 'i32', qbWidth: 'i32', qIOff: 'i32', xaWidth: 'i32', wOff: 'i32',
-    idxHeads: 'i32', dI: 'i32', kpool: 'i32', keyCapacity: 'i32', scoreStride: 'i32', idxDtype: 'i32', qbDtype: 'i32',
+    idxHeads: 'i32', dI: 'i32', kpool: 'i32', ...PAGES, scoreStride: 'i32', idxDtype: 'i32', qbDtype: 'i32',
     scale: 'f32',
   },
   cuda: { module: indexModule, symbol: 'dsa_index_score' },
@@ -109,7 +111,7 @@ export const sparseAttnKernel = defineKernel({
   params: {
     qlat: 'ptr', kvCache: 'ptr', sel: 'ptr', selCount: 'ptr', olat: 'ptr',
     ...TABLES,
-    batch: 'i32', heads: 'i32', kvLora: 'i32', rope: 'i32', selWidth: 'i32', capacity: 'i32', kvDtype: 'i32', olatDtype: 'i32',
+    batch: 'i32', heads: 'i32', kvLora: 'i32', rope: 'i32', selWidth: 'i32', ...PAGES, kvDtype: 'i32', olatDtype: 'i32',
     scale: 'f32',
   },
   cuda: { module: attnModule, symbol: 'dsa_sparse_attn' },

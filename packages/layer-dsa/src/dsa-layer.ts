@@ -10,11 +10,13 @@ import {
   type CreateLayerContext,
   type DevicePtr,
   type GpuBackend,
+  type KvPageBinding,
   type LayerLimits,
   type LayerState,
   type LayerStep,
   type LinearWeight,
   type Precision,
+  type Stream,
   type StepTables,
   type TransformerLayer,
 } from '@metrale/core';
@@ -36,6 +38,12 @@ export interface DsaState extends LayerState {
 
 /** Rows of prefill scored per `dsa.index_score` / `dsa.topk` launch (bounds the score buffer). */
 export const PREFILL_SCORE_ROWS = 64;
+/**
+ * The score buffer's size at most, unless PREFILL_SCORE_ROWS rows need more: a decode or verify
+ * step scores all its rows in one launch while they fit, in blocks past that (long contexts), so
+ * the buffer never grows with batch × context.
+ */
+export const SCORE_BUFFER_BYTES = 64 * 2 ** 20;
 
 /** Where a shared layer reads its selection: the previous full layer's buffers. */
 export interface DsaSelection {
@@ -59,12 +67,6 @@ interface Buffers {
   readonly kNormBias: DevicePtr;
   readonly ape: DevicePtr;
   readonly invFreq: DevicePtr;
-  /** [maxSeqs][capacity][kvLora + rope], kvDtype. */
-  readonly kvCache: DevicePtr;
-  /** Token keys [maxSeqs][capacity][dI] (glm_moe_dsa) or pool keys [maxSeqs][poolCapacity][dI] (glm5_next), idxDtype. */
-  readonly keys: DevicePtr;
-  /** f32 per key row, fp8 only. */
-  readonly keyScales: DevicePtr;
   /** glm5_next: f32 [maxSeqs][ringLen][2·dI]. */
   readonly ring: DevicePtr;
   readonly xa: DevicePtr;
@@ -76,6 +78,19 @@ interface Buffers {
   readonly scores: DevicePtr;
   readonly sel: DevicePtr;
   readonly selCount: DevicePtr;
+}
+
+/** The caches, in pages of the model's shared pool (KERNELS.md, paged caches). */
+interface PagedCaches {
+  readonly binding: KvPageBinding;
+  /** [pages][pageSize][kvLora + rope], kvDtype. */
+  readonly kvCache: DevicePtr;
+  /** Token keys [pages][pageSize][dI] (glm_moe_dsa) or pool keys [pages][pageSize / kpool][dI] (glm5_next), idxDtype. */
+  readonly keys: DevicePtr;
+  /** f32 per key row, fp8 only. */
+  readonly keyScales: DevicePtr;
+  /** Key rows per page: pageSize, or pageSize / kpool. */
+  readonly keyPageRows: number;
 }
 
 /** What the last forward of a full layer ran, so a shared layer can check it reads this step's selection. */
@@ -121,6 +136,7 @@ export class DsaLayer implements TransformerLayer<DsaState> {
   readonly #b: Buffers;
   readonly #source: DsaLayer | undefined;
   readonly #states = new Set<DsaState>();
+  #caches: PagedCaches | undefined;
   #stamp: StepStamp | undefined;
   #disposed = false;
 
@@ -162,7 +178,8 @@ export class DsaLayer implements TransformerLayer<DsaState> {
     this.capacity = limits.maxSeqLen;
     this.keyCapacity = Math.max(1, Math.floor(this.capacity / cfg.kpool));
     this.ringLen = limits.maxK + cfg.kpool - 1;
-    this.scoreRows = Math.min(limits.maxRows, Math.max(limits.maxBatch * limits.maxK, PREFILL_SCORE_ROWS));
+    const fitting = Math.floor(SCORE_BUFFER_BYTES / (4 * this.keyCapacity));
+    this.scoreRows = Math.min(limits.maxRows, Math.max(Math.min(limits.maxBatch * limits.maxK, fitting), PREFILL_SCORE_ROWS));
     this.#gpu = context.gpu;
     this.#source = source;
     const rb = floatBytes(precision.rows);
@@ -170,8 +187,6 @@ export class DsaLayer implements TransformerLayer<DsaState> {
 
     const gpu = this.#gpu;
     const { maxSeqs, maxRows } = limits;
-    const kvBytes = elementBytes(KV_DTYPE_CODE[cfg.kvCacheDtype]);
-    const idxBytes = elementBytes(INDEX_DTYPE_CODE[cfg.indexCacheDtype]);
     try {
       const upload = (data: Float32Array): DevicePtr => {
         const p = this.#alloc(Math.max(data.byteLength, 4));
@@ -186,9 +201,6 @@ export class DsaLayer implements TransformerLayer<DsaState> {
         qaNorm: upload(w.qaNorm), kvaNorm: upload(w.kvaNorm),
         kNormWeight: upload(w.kNormWeight), kNormBias: upload(w.kNormBias), ape: upload(w.ape),
         invFreq: upload(cfg.rope > 0 ? ropeInvFreq(cfg.ropeTheta, cfg.rope) : new Float32Array(0)),
-        kvCache: this.#alloc(maxSeqs * this.capacity * geo.latWidth * kvBytes),
-        keys: full ? this.#alloc(maxSeqs * this.keyCapacity * cfg.dI * idxBytes) : 0n,
-        keyScales: full && cfg.indexCacheDtype === 'fp8' ? this.#alloc(maxSeqs * this.keyCapacity * 4) : 0n,
         ring: full && geo.pooled ? this.#alloc(maxSeqs * this.ringLen * 2 * cfg.dI * 4) : 0n,
         // xa (read by the norms, the key LayerNorm, the pool softmax and as head weights) and qlat
         // (the logits' queries) are f32; the rest is in the rows' type, as the GEMMs read it.
@@ -241,19 +253,61 @@ export class DsaLayer implements TransformerLayer<DsaState> {
   }
 
   /**
-   * Device addresses of the caches and of the last step's indexer scratch, for tests and
-   * benchmarks (layouts: KERNELS.md). Not part of the stable API.
+   * Device addresses of the caches (0n before `kvBind`) and of the last step's indexer scratch,
+   * for tests and benchmarks (layouts: KERNELS.md). Not part of the stable API.
    */
   debugBuffers(): {
     readonly kvCache: DevicePtr; readonly keys: DevicePtr; readonly keyScales: DevicePtr; readonly ring: DevicePtr;
     readonly scores: DevicePtr; readonly scoreStride: number; readonly sel: DevicePtr; readonly selCount: DevicePtr; readonly selWidth: number;
   } {
     const b = this.#b;
+    const c = this.#caches;
     const s = this.selection;
     return {
-      kvCache: b.kvCache, keys: b.keys, keyScales: b.keyScales, ring: b.ring,
+      kvCache: c?.kvCache ?? 0n, keys: c?.keys ?? 0n, keyScales: c?.keyScales ?? 0n, ring: b.ring,
       scores: b.scores, scoreStride: this.keyCapacity, sel: s.sel, selCount: s.selCount, selWidth: s.selWidth,
     };
+  }
+
+  /**
+   * Bytes of one page of `pageSize` positions: the latent cache rows, and for a full layer its
+   * indexer keys (one per position, or per pool of kpool positions) with their fp8 scales.
+   */
+  kvPageBytes(pageSize: number): number {
+    const cfg = this.config;
+    if (pageSize % cfg.kpool !== 0) {
+      throw new InvalidArgumentError(`dsa: pages of ${pageSize} positions do not hold whole pools of index_kpool = ${cfg.kpool}; use a page size that is a multiple of ${cfg.kpool}`);
+    }
+    const lat = pageSize * this.geometry.latWidth * elementBytes(KV_DTYPE_CODE[cfg.kvCacheDtype]);
+    if (!this.geometry.full) return lat;
+    const keyRows = pageSize / cfg.kpool;
+    return lat + keyRows * (cfg.dI * elementBytes(INDEX_DTYPE_CODE[cfg.indexCacheDtype]) + (cfg.indexCacheDtype === 'fp8' ? 4 : 0));
+  }
+
+  kvBind(binding: KvPageBinding): void {
+    this.#alive('kvBind');
+    if (this.#caches) throw new InvalidArgumentError(`dsa layer ${this.config.layerIndex}: kvBind was already called; a layer joins one page pool, once`);
+    this.kvPageBytes(binding.pageSize);
+    const cfg = this.config;
+    const { pages, pageSize } = binding;
+    const keyPageRows = pageSize / cfg.kpool;
+    const full = this.geometry.full;
+    this.#caches = {
+      binding, keyPageRows,
+      kvCache: this.#alloc(pages * pageSize * this.geometry.latWidth * elementBytes(KV_DTYPE_CODE[cfg.kvCacheDtype])),
+      keys: full ? this.#alloc(pages * keyPageRows * cfg.dI * elementBytes(INDEX_DTYPE_CODE[cfg.indexCacheDtype])) : 0n,
+      keyScales: full && cfg.indexCacheDtype === 'fp8' ? this.#alloc(pages * keyPageRows * 4) : 0n,
+    };
+  }
+
+  /**
+   * The sequence's first `length` positions are in shared pages already: latent rows and keys
+   * (or whole pools: `length` is a multiple of the page size, so of kpool) of the same tokens.
+   * The ring is not needed there: the next pool's members all come after `length`.
+   */
+  resumeAt(state: DsaState, length: number, _snapshot: number | undefined, _stream: Stream): void {
+    if (length % this.config.kpool !== 0) throw new InvalidArgumentError(`dsa: a sequence resumes at a whole pool (kpool ${this.config.kpool}), not at length ${length}`);
+    state.length = length;
   }
 
   openState(slot: number): DsaState {
@@ -308,6 +362,7 @@ export class DsaLayer implements TransformerLayer<DsaState> {
     if (phase !== 'prefill' && step.k > this.limits.maxK) {
       throw new InvalidArgumentError(`dsa: a ${phase} of k = ${step.k} rows per sequence exceeds limits.maxK (${this.limits.maxK})`);
     }
+    if (!this.#caches) throw new InvalidArgumentError(`dsa layer ${cfg.layerIndex}: a ${phase} step before kvBind; run the layer through a StepDriver, which binds the page pool`);
     // Refuse before launching anything, as the room check does for replays.
     for (let p = 0; p < batch; p++) {
       const state = host.states[p];
@@ -340,6 +395,9 @@ export class DsaLayer implements TransformerLayer<DsaState> {
     const cfg = this.config;
     const geo = this.geometry;
     const b = this.#b;
+    const c = this.#caches!;
+    const tokenPages = { blockTable: c.binding.blockTable, pagesPerSeq: c.binding.pagesPerSeq, pageRows: c.binding.pageSize };
+    const keyPages = { ...tokenPages, pageRows: c.keyPageRows };
     const { heads: H, qLora, kvLora, nope, rope, v, dI, idxHeads } = cfg;
     const lat = geo.latWidth;
     const kvDtype = KV_DTYPE_CODE[cfg.kvCacheDtype];
@@ -354,24 +412,24 @@ export class DsaLayer implements TransformerLayer<DsaState> {
     runSegments(gpu, { m: rows, x: step.input, segments: b.wa, y: b.xa, width: geo.xaWidth, xDtype: dt, yDtype: 'f32', stream });
     // 2. Latent norms (qr in the rows' type), RoPE of k_rope, MLA cache append.
     gpu.launch(mlaAppendKernel, perRow, {
-      xa: b.xa, qr: b.qr, kvCache: b.kvCache, qaNorm: b.qaNorm, kvaNorm: b.kvaNorm, invFreq: b.invFreq, ...t,
+      xa: b.xa, qr: b.qr, kvCache: c.kvCache, qaNorm: b.qaNorm, kvaNorm: b.kvaNorm, invFreq: b.invFreq, ...t,
       batch, xaWidth: geo.xaWidth, qLora, kvLora, rope, ropeInterleave: cfg.ropeInterleave ? 1 : 0, kvDtype, qrDtype: rowCode,
-      capacity: this.capacity, eps: cfg.mlaEps,
+      ...tokenPages, eps: cfg.mlaEps,
     });
     // 3. Indexer keys (full layers): token keys into the cache, or pool keys via xa and the ring.
     if (geo.full) {
       gpu.launch(indexAppendKernel, perRow, {
-        xa: b.xa, idxCache: geo.pooled ? 0n : b.keys, idxScales: geo.pooled ? 0n : b.keyScales,
+        xa: b.xa, idxCache: geo.pooled ? 0n : c.keys, idxScales: geo.pooled ? 0n : c.keyScales,
         kNormWeight: b.kNormWeight, kNormBias: b.kNormBias, invFreq: b.invFreq, ...t,
         batch, xaWidth: geo.xaWidth, kOff: geo.kOff, dI, idxRope: rope, ropeInterleave: cfg.indexerRopeInterleave ? 1 : 0, idxDtype,
-        capacity: this.capacity, mode: geo.pooled ? 1 : 0, eps: cfg.lnEps,
+        ...tokenPages, mode: geo.pooled ? 1 : 0, eps: cfg.lnEps,
       });
       if (geo.pooled) {
         const pool = { xa: b.xa, ring: b.ring, xaWidth: geo.xaWidth, kOff: geo.kOff, gOff: geo.gOff, dI, ringLen: this.ringLen };
         gpu.launch(poolAppendKernel, perRow, {
-          ...pool, poolCache: b.keys, poolScales: b.keyScales, ape: b.ape,
+          ...pool, poolCache: c.keys, poolScales: c.keyScales, ape: b.ape,
           slots: tables.slots, seqLens: tables.seqLens, rowStarts: tables.rowStarts, positions: tables.positions,
-          batch, kpool: cfg.kpool, idxDtype, poolCapacity: this.keyCapacity,
+          batch, kpool: cfg.kpool, idxDtype, ...keyPages,
         });
         gpu.launch(ringStoreKernel, perRow, { ...pool, ...t, batch });
       }
@@ -401,14 +459,14 @@ export class DsaLayer implements TransformerLayer<DsaState> {
       });
     }
     // 7. Selection (full layers): score every candidate once per sequence, then top-k per row.
-    //    Decode and verify run one block; prefill runs blocks of scoreRows rows (eager, never captured).
+    //    Blocks of scoreRows rows: a decode or verify step is one block unless long contexts shrank the buffer.
     if (geo.full) {
       for (let rowBase = 0; rowBase < rows; rowBase += this.scoreRows) {
         const rowCount = Math.min(this.scoreRows, rows - rowBase);
         gpu.launch(indexScoreKernel, indexScoreLaunch(this.keyCapacity, batch, { dI, idxHeads, idxDtype, multiprocessors: gpu.device.multiprocessors }, stream), {
-          qb: b.qb, xa: b.xa, keys: b.keys, keyScales: b.keyScales, scores: b.scores, ...t,
+          qb: b.qb, xa: b.xa, keys: c.keys, keyScales: c.keyScales, scores: b.scores, ...t,
           batch, rowBase, rowCount, qbWidth: geo.qbWidth, qIOff: geo.qIOff, xaWidth: geo.xaWidth, wOff: geo.wOff,
-          idxHeads, dI, kpool: cfg.kpool, keyCapacity: this.keyCapacity, scoreStride: this.keyCapacity, idxDtype, qbDtype: rowCode,
+          idxHeads, dI, kpool: cfg.kpool, ...keyPages, scoreStride: this.keyCapacity, idxDtype, qbDtype: rowCode,
           scale: cfg.indexScale,
         });
         gpu.launch(topkKernel, topkLaunch(rowCount, this.keyCapacity, stream), {
@@ -421,8 +479,8 @@ export class DsaLayer implements TransformerLayer<DsaState> {
     const selection = this.selection;
     const attnShape = { heads: H, kvLora, rope, selWidth: selection.selWidth, kvDtype };
     gpu.launch(sparseAttnKernel, sparseAttnLaunch(rows, attnShape, stream, gpu.device.computeCapability), {
-      qlat: b.qlat, kvCache: b.kvCache, sel: selection.sel, selCount: selection.selCount, olat: b.olat, ...t,
-      batch, heads: H, kvLora, rope, selWidth: selection.selWidth, capacity: this.capacity, kvDtype, olatDtype: rowCode, scale: cfg.softmaxScale,
+      qlat: b.qlat, kvCache: c.kvCache, sel: selection.sel, selCount: selection.selCount, olat: b.olat, ...t,
+      batch, heads: H, kvLora, rope, selWidth: selection.selWidth, ...tokenPages, kvDtype, olatDtype: rowCode, scale: cfg.softmaxScale,
     });
     // 9. Values: ov[r][h] = olat[r][h] · W_UV[h]ᵀ (per head), then the output projection, all in the rows' type.
     for (let h = 0; h < H; h++) {

@@ -36,7 +36,7 @@ const fp8Weights = (shape: Shape, seed: number, more: string[] = []) =>
 
 const MUST_PASS = [
   'default-hooks', 'replay-equals-eager', 'failed-capture-rearm', 'verify-accept-equals-decode',
-  'rejected-rows-leave-no-trace', 'slot-reuse-starts-clean', 'room-check-before-write',
+  'rejected-rows-leave-no-trace', 'slot-reuse-starts-clean', 'room-check-before-write', 'prefix-resume-equals-prefill',
 ];
 
 describe('@metrale/layer-dsa conformance on the CPU reference backend', () => {

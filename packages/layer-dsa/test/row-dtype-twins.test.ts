@@ -69,6 +69,8 @@ function expectClose(got: ArrayLike<number>, want: ArrayLike<number>, bound: num
 }
 
 const rnd = new SeededRandom(2024);
+/** Slot 0's cache is one page (page 0): the dense layout of these small cases. */
+const ONE_PAGE = Int32Array.of(0);
 const normals = (n: number, scale = 1) => Float32Array.from(rnd.normals(n, scale));
 
 describe('dsa.mla_append: qr in the rows type', () => {
@@ -79,9 +81,9 @@ describe('dsa.mla_append: qr in the rows type', () => {
   const run = (dtype: FloatDtype) => {
     const out = launch(mlaAppendKernel as unknown as Kernel<KernelParams>, {
       xa, qr: asRows(new Float32Array(rows * qLora).fill(Number.NaN), dtype), kvCache: new Float32Array(capacity * (kvLora + rope)),
-      qaNorm, kvaNorm, invFreq: ropeInvFreq(10000, rope), ...tables(rows, 2),
+      qaNorm, kvaNorm, invFreq: ropeInvFreq(10000, rope), ...tables(rows, 2), blockTable: ONE_PAGE,
     }, {
-      batch: 1, xaWidth, qLora, kvLora, rope, ropeInterleave: 1, kvDtype: 0, qrDtype: FLOAT_DTYPE_CODE[dtype], capacity, eps: 1e-6,
+      batch: 1, xaWidth, qLora, kvLora, rope, ropeInterleave: 1, kvDtype: 0, qrDtype: FLOAT_DTYPE_CODE[dtype], pagesPerSeq: 1, pageRows: capacity, eps: 1e-6,
     }, rows, ['qr']);
     return fromRows(out.qr!, dtype);
   };
@@ -173,9 +175,9 @@ describe('dsa.index_score: qb in the rows type', () => {
   const keys = normals(keyCapacity * dI);
   const run = (dtype: FloatDtype, qb: Buffer) => {
     const out = launch(indexScoreKernel as unknown as Kernel<KernelParams>, {
-      qb, xa, keys, scores: new Float32Array(rows * keyCapacity).fill(Number.NaN), ...tables(rows, start),
+      qb, xa, keys, scores: new Float32Array(rows * keyCapacity).fill(Number.NaN), ...tables(rows, start), blockTable: ONE_PAGE,
     }, {
-      batch: 1, rowBase: 0, rowCount: rows, qbWidth, qIOff, xaWidth, wOff, idxHeads, dI, kpool: 1, keyCapacity, scoreStride: keyCapacity,
+      batch: 1, rowBase: 0, rowCount: rows, qbWidth, qIOff, xaWidth, wOff, idxHeads, dI, kpool: 1, pagesPerSeq: 1, pageRows: keyCapacity, scoreStride: keyCapacity,
       idxDtype: 0, qbDtype: FLOAT_DTYPE_CODE[dtype], scale,
     }, rows, ['scores']);
     return new Float32Array(out.scores!.slice().buffer);
@@ -215,9 +217,9 @@ describe('dsa.sparse_attn: olat in the rows type', () => {
   const run = (dtype: FloatDtype) => {
     const out = launch(sparseAttnKernel as unknown as Kernel<KernelParams>, {
       qlat, kvCache, sel, selCount, olat: asRows(new Float32Array(rows * heads * kvLora).fill(Number.NaN), dtype),
-      slots: Int32Array.of(0), rowStarts: Int32Array.of(0, rows), positions: Int32Array.of(8, 9, 10),
+      slots: Int32Array.of(0), rowStarts: Int32Array.of(0, rows), positions: Int32Array.of(8, 9, 10), blockTable: ONE_PAGE,
     }, {
-      batch: 1, heads, kvLora, rope, selWidth, capacity, kvDtype: 0, olatDtype: FLOAT_DTYPE_CODE[dtype], scale,
+      batch: 1, heads, kvLora, rope, selWidth, pagesPerSeq: 1, pageRows: capacity, kvDtype: 0, olatDtype: FLOAT_DTYPE_CODE[dtype], scale,
     }, rows, ['olat']);
     return fromRows(out.olat!, dtype);
   };

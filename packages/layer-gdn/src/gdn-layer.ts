@@ -86,6 +86,8 @@ export class GdnLayer implements TransformerLayer<GdnState> {
   readonly #allocations: DevicePtr[] = [];
   readonly #b: Buffers;
   #woa: { readonly stash: DevicePtr } | undefined;
+  /** Saved states (state then conv ring, f32), one per snapshot entry. */
+  #snapshots: { readonly base: DevicePtr; readonly count: number } | undefined;
   #carry: GdnCarryBinding | undefined;
   /** seqLens table of each verify layout (batch, k) this layer ran or captured: gdn.fold reads it. */
   readonly #verifySeqLens = new Map<string, DevicePtr>();
@@ -169,13 +171,58 @@ export class GdnLayer implements TransformerLayer<GdnState> {
     // still touch the slot, and for the clearing itself, so every stream sees a clean slot.
     const gpu = this.#gpu;
     gpu.synchronize();
-    gpu.memsetAsync(this.#b.state + BigInt(4 * slot * this.stateSeqFloats), 0, 4 * this.stateSeqFloats, gpu.defaultStream);
-    gpu.memsetAsync(this.#b.convRing + BigInt(4 * slot * this.ringSeqFloats), 0, 4 * this.ringSeqFloats, gpu.defaultStream);
+    const { state, ring } = this.#slotState(slot);
+    gpu.memsetAsync(state, 0, 4 * this.stateSeqFloats, gpu.defaultStream);
+    gpu.memsetAsync(ring, 0, 4 * this.ringSeqFloats, gpu.defaultStream);
     gpu.synchronize(gpu.defaultStream);
     return { slot };
   }
 
   closeState(_state: GdnState): void {}
+
+  // ---- snapshots at block boundaries (prefix caching) ----
+
+  /** The slot's recurrent state and conv ring, f32. */
+  stateSnapshotBytes(): number {
+    return 4 * (this.stateSeqFloats + this.ringSeqFloats);
+  }
+
+  stateSnapshotBind(count: number): void {
+    this.#alive('stateSnapshotBind');
+    if (this.#snapshots) throw new InvalidArgumentError('gdn: stateSnapshotBind was already called');
+    if (!Number.isSafeInteger(count) || count < 0) throw new InvalidArgumentError(`gdn: stateSnapshotBind needs a non-negative count, got ${count}`);
+    this.#snapshots = { base: count > 0 ? this.#alloc(count * this.stateSnapshotBytes()) : 0n, count };
+  }
+
+  /** Two device copies: a slot's state and conv ring are committed after every step (folded, in carried mode, by the prefill). */
+  saveStateSnapshot(state: GdnState, index: number, stream: Stream): void {
+    const entry = this.#snapshotEntry(index, 'saveStateSnapshot');
+    const { state: s, ring } = this.#slotState(state.slot);
+    this.#gpu.copyDeviceAsync(entry, s, 4 * this.stateSeqFloats, stream);
+    this.#gpu.copyDeviceAsync(entry + BigInt(4 * this.stateSeqFloats), ring, 4 * this.ringSeqFloats, stream);
+  }
+
+  /** A sequence starting at a cached prefix takes the state saved at its end. */
+  resumeAt(state: GdnState, length: number, snapshot: number | undefined, stream: Stream): void {
+    if (snapshot === undefined) throw new InvalidArgumentError(`gdn: a sequence resumed at length ${length} needs the state snapshot saved there`);
+    const entry = this.#snapshotEntry(snapshot, 'resumeAt');
+    const { state: s, ring } = this.#slotState(state.slot);
+    this.#gpu.copyDeviceAsync(s, entry, 4 * this.stateSeqFloats, stream);
+    this.#gpu.copyDeviceAsync(ring, entry + BigInt(4 * this.stateSeqFloats), 4 * this.ringSeqFloats, stream);
+  }
+
+  #snapshotEntry(index: number, where: string): DevicePtr {
+    this.#alive(where);
+    const snaps = this.#snapshots;
+    if (!snaps || !Number.isInteger(index) || index < 0 || index >= snaps.count) {
+      throw new InvalidArgumentError(`gdn: ${where}: snapshot entry ${index} does not exist (${snaps ? `${snaps.count} entries bound` : 'stateSnapshotBind was not called'})`);
+    }
+    return snaps.base + BigInt(index * this.stateSnapshotBytes());
+  }
+
+  #slotState(slot: number): { state: DevicePtr; ring: DevicePtr } {
+    return { state: this.#b.state + BigInt(4 * slot * this.stateSeqFloats), ring: this.#b.convRing + BigInt(4 * slot * this.ringSeqFloats) };
+  }
 
   forward(step: LayerStep<GdnState>): void {
     this.#alive('forward');

@@ -18,7 +18,7 @@ describe('@metrale/layer-gdn conformance on the CPU reference backend', () => {
     expect(report.passed).toBe(true);
     for (const check of [
       'default-hooks', 'replay-equals-eager', 'failed-capture-rearm', 'verify-accept-equals-decode',
-      'rejected-rows-leave-no-trace', 'carried-equals-write-on-accept', 'slot-reuse-starts-clean',
+      'rejected-rows-leave-no-trace', 'carried-equals-write-on-accept', 'slot-reuse-starts-clean', 'prefix-resume-equals-prefill',
     ]) {
       expect(status[check], check).toBe('pass');
     }

@@ -20,7 +20,7 @@ const BLOCKS: Shape = { hidden: 136, hk: 2, hv: 4, dk: 16, dv: 16, K: 4 };
 
 const CONFORMANCE_CHECKS = [
   'default-hooks', 'replay-equals-eager', 'failed-capture-rearm', 'verify-accept-equals-decode',
-  'rejected-rows-leave-no-trace', 'carried-equals-write-on-accept', 'slot-reuse-starts-clean',
+  'rejected-rows-leave-no-trace', 'carried-equals-write-on-accept', 'slot-reuse-starts-clean', 'prefix-resume-equals-prefill',
 ];
 
 describe('conformance kit with bf16 rows on the CPU reference backend', () => {

@@ -15,10 +15,6 @@ export interface AttentionOptions {
   /** RoPE on the first `rotaryDim` dims of each head (`head_dim · partial_rotary_factor`), NeoX halves. */
   readonly rotaryDim: number;
   readonly ropeTheta: number;
-  /** Rows per KV page (default 16). */
-  readonly pageSize?: number;
-  /** Pages in the layer's pool (default: enough for every slot at maxSeqLen). */
-  readonly pages?: number;
   /**
    * Rows, q/k/v, the KV cache and the output in `precision.rows`, the projections' weights in that
    * type (FP8 kept when `fp8Weights`); norms, RoPE, softmax and its sums f32. Default F32_PRECISION.

@@ -1,13 +1,12 @@
 import {
   FLOAT_DTYPE_CODE, InvalidArgumentError, ReplayRoomError, ReplaySyncError, floatBytes, runLinear, uploadLinear,
-  type DevicePtr, type GpuBackend, type LayerLimits, type LayerState, type LayerStep, type LinearWeight, type Precision, type Stream, type TransformerLayer,
-  type WeightSource,
+  type DevicePtr, type GpuBackend, type KvPageBinding, type LayerLimits, type LayerState, type LayerStep, type LinearWeight, type Precision,
+  type TransformerLayer, type WeightSource,
 } from '@metrale/core';
 import { checkAttention, type AttentionOptions } from './attention-config.js';
 import { ATTENTION_KERNELS, type AttentionKernels } from './attention-kernels.js';
 import { loadAttentionWeights } from './attention-weights.js';
 import { DeviceMemory } from './device-memory.js';
-import { KvPages } from './kv-pages.js';
 import { precisionOf } from './layer-precision.js';
 import { requireKernels } from './require-kernels.js';
 import { ropeTable } from './rope-table.js';
@@ -28,6 +27,10 @@ export interface AttentionState extends LayerState {
  * cache length lives on the host, hence the room check and the replay sync. Rejected verify rows
  * leave K/V past the committed length, which the next row at that position overwrites before any
  * row reads it.
+ *
+ * The K and V caches are pages of the model's shared pool (`kvBind`): the driver gives a sequence
+ * its pages and writes the block table the kernels read. A sequence may start on pages another
+ * one filled (`resumeAt`): its rows there are exactly what it would have written.
  */
 export class AttentionLayer implements TransformerLayer<AttentionState> {
   readonly type = 'attention';
@@ -36,7 +39,6 @@ export class AttentionLayer implements TransformerLayer<AttentionState> {
   readonly options: AttentionOptions;
   readonly precision: Precision;
   readonly limits: LayerLimits;
-  readonly pages: KvPages;
   readonly #gpu: GpuBackend;
   readonly #memory: DeviceMemory;
   readonly #kernels: AttentionKernels;
@@ -44,9 +46,11 @@ export class AttentionLayer implements TransformerLayer<AttentionState> {
   readonly #oW: LinearWeight;
   readonly #b: {
     readonly qNorm: DevicePtr; readonly kNorm: DevicePtr;
-    readonly cos: DevicePtr; readonly sin: DevicePtr; readonly kCache: DevicePtr; readonly vCache: DevicePtr;
+    readonly cos: DevicePtr; readonly sin: DevicePtr;
     readonly qkv: DevicePtr; readonly q: DevicePtr; readonly attn: DevicePtr;
   };
+  /** The pool binding and this layer's K and V pages ([pages][pageSize][kvHeads][headDim] each). */
+  #cache: { readonly binding: KvPageBinding; readonly k: DevicePtr; readonly v: DevicePtr } | undefined;
   readonly #qkvWidth: number;
   #disposed = false;
 
@@ -65,47 +69,48 @@ export class AttentionLayer implements TransformerLayer<AttentionState> {
     const w = loadAttentionWeights(weights, options, precision);
     const rope = ropeTable(limits.maxSeqLen, options.rotaryDim, options.ropeTheta);
     const m = (this.#memory = new DeviceMemory(gpu));
-    let pages: KvPages | undefined;
     try {
-      pages = new KvPages(gpu, limits.maxSeqs, limits.maxSeqLen, options.pageSize ?? 16, options.pages);
-      const cacheElements = pages.pages * pages.pageSize * Hkv * d;
       const alloc = (n: number) => m.alloc(n);
       this.#qkvW = new StackedLinear(gpu, alloc, w.qkv, 'qkv_proj');
       this.#oW = uploadLinear(gpu, alloc, w.o);
       this.#b = {
         qNorm: w.qNorm ? m.upload(w.qNorm) : 0n, kNorm: w.kNorm ? m.upload(w.kNorm) : 0n,
         cos: m.upload(rope.cos), sin: m.upload(rope.sin),
-        kCache: m.alloc(bytes * cacheElements), vCache: m.alloc(bytes * cacheElements),
         qkv: m.alloc(bytes * limits.maxRows * this.#qkvWidth), q: m.alloc(bytes * limits.maxRows * H * d), attn: m.alloc(bytes * limits.maxRows * H * d),
       };
-      this.pages = pages;
     } catch (error) {
-      pages?.dispose();
       m.free();
       throw error;
     }
   }
 
+  /** K and V of `pageSize` rows, in the rows' type. */
+  kvPageBytes(pageSize: number): number {
+    return 2 * pageSize * this.options.kvHeads * this.options.headDim * floatBytes(this.precision.rows);
+  }
+
+  kvBind(binding: KvPageBinding): void {
+    this.#alive('kvBind');
+    if (this.#cache) throw new InvalidArgumentError('attention: kvBind was already called; a layer joins one page pool, once');
+    const bytes = this.kvPageBytes(binding.pageSize) / 2;
+    this.#cache = { binding, k: this.#memory.alloc(bytes * binding.pages), v: this.#memory.alloc(bytes * binding.pages) };
+  }
+
   openState(slot: number): AttentionState {
     this.#alive('openState');
     if (!Number.isInteger(slot) || slot < 0 || slot >= this.limits.maxSeqs) throw new InvalidArgumentError(`attention: slot must be in 0..${this.limits.maxSeqs - 1}, got ${slot}`);
-    // Block-table copies of the slot's last sequence may still be queued; its entries are rewritten next.
-    this.#gpu.synchronize();
-    this.pages.release(slot);
     return { slot, length: 0 };
   }
 
-  closeState(state: AttentionState): void {
-    this.pages.release(state.slot);
+  closeState(_state: AttentionState): void {}
+
+  /** The sequence's first `length` rows are in shared pages already: K/V of the same tokens at the same positions. */
+  resumeAt(state: AttentionState, length: number): void {
+    state.length = length;
   }
 
   inspectState(state: AttentionState): unknown {
     return { length: state.length };
-  }
-
-  /** Pages for the step's rows, uploaded before any capture or replay reads the block table. */
-  decodePrestage(tokens: Int32Array, state: AttentionState, _gpu: GpuBackend, stream: Stream): void {
-    this.pages.ensure(state.slot, Math.min(this.limits.maxSeqLen, state.length + tokens.length), stream);
   }
 
   checkReplayRoom(state: AttentionState, seqLen: number, k: number): void {
@@ -123,31 +128,21 @@ export class AttentionLayer implements TransformerLayer<AttentionState> {
     this.#alive('forward');
     const { host, batch, rows, stream, gpu, tables, phase } = step;
     if (rows > this.limits.maxRows) throw new InvalidArgumentError(`attention: a step of ${rows} rows exceeds limits.maxRows (${this.limits.maxRows})`);
-    // Every check before the first launch: room, then pages (decode and verify got theirs at prestage).
+    const cache = this.#cache;
+    if (!cache) throw new InvalidArgumentError(`attention: a ${phase} step before kvBind; run the layer through a StepDriver, which binds the page pool`);
+    // Every check before the first launch (the driver gave every sequence the pages of its rows).
     for (let p = 0; p < batch; p++) {
       const state = host.states[p];
-      if (!state) continue;
-      const n = host.rowStarts[p + 1]! - host.rowStarts[p]!;
-      this.checkReplayRoom(state, host.seqLens[p]!, n);
-      const need = Math.ceil((host.seqLens[p]! + n) / this.pages.pageSize);
-      if (phase !== 'prefill' && this.pages.held(state.slot) < need) {
-        throw new InvalidArgumentError(`attention: slot ${state.slot} has ${this.pages.held(state.slot)} KV pages for a ${phase} needing ${need}; decodePrestage must run first`);
-      }
-    }
-    if (phase === 'prefill') {
-      for (let p = 0; p < batch; p++) {
-        const state = host.states[p];
-        if (state) this.pages.ensure(state.slot, host.seqLens[p]! + host.rowStarts[p + 1]! - host.rowStarts[p]!, stream);
-      }
+      if (state) this.checkReplayRoom(state, host.seqLens[p]!, host.rowStarts[p + 1]! - host.rowStarts[p]!);
     }
     const o = this.options;
     const b = this.#b;
     const d = o.headDim;
     const dtype = this.precision.rows;
     const common = {
-      qkv: b.qkv, kCache: b.kCache, vCache: b.vCache, blockTable: this.pages.table,
+      qkv: b.qkv, kCache: cache.k, vCache: cache.v, blockTable: cache.binding.blockTable,
       slots: tables.slots, rowStarts: tables.rowStarts, positions: tables.positions,
-      batch, heads: o.heads, kvHeads: o.kvHeads, headDim: d, pageSize: this.pages.pageSize, maxPages: this.pages.pagesPerSeq, gated: o.gated ? 1 : 0,
+      batch, heads: o.heads, kvHeads: o.kvHeads, headDim: d, pageSize: cache.binding.pageSize, maxPages: cache.binding.pagesPerSeq, gated: o.gated ? 1 : 0,
       dtype: FLOAT_DTYPE_CODE[dtype],
     };
     this.#qkvW.run(gpu, { m: rows, x: step.input, y: b.qkv, xDtype: dtype, yDtype: dtype, stream });
@@ -168,7 +163,6 @@ export class AttentionLayer implements TransformerLayer<AttentionState> {
   dispose(): void {
     if (this.#disposed) return;
     this.#disposed = true;
-    this.pages.dispose();
     this.#memory.free();
   }
 

@@ -90,11 +90,6 @@ function rotate(v: Float64Array, cos: Float32Array, sin: Float32Array, base: num
   }
 }
 
-/** One head vector of the cache at (slot, position, kv head), decoded. */
-function cacheRow(mem: DeviceMemoryView, cache: bigint, offset: number, d: number, dtype: FloatDtype): Float32Array {
-  return readElements(mem, elementAt(cache, offset, dtype), d, dtype);
-}
-
 export function prepCpu(a: PrepArgs, { mem }: CpuKernelContext): void {
   const dtype = rowDtypeOf(a.dtype);
   const { rows, at } = places(a, mem);
@@ -146,6 +141,37 @@ export function prepCpu(a: PrepArgs, { mem }: CpuKernelContext): void {
   }
 }
 
+/**
+ * The K and V rows of each slot's positions, decoded once per launch: std.attn_core only reads the
+ * cache (std.attn_prep wrote this step's rows before it), so every row of a long prefill reads
+ * the same decoded context. Layout per slot: [position][kvHeads][headDim].
+ */
+function decodedContext(a: CoreArgs, mem: DeviceMemoryView, dtype: FloatDtype) {
+  const width = a.kvHeads * a.headDim;
+  const slots = new Map<number, { k: Float32Array; v: Float32Array; n: number }>();
+  return (slot: number, upTo: number): { k: Float32Array; v: Float32Array } => {
+    let c = slots.get(slot);
+    if (!c) slots.set(slot, (c = { k: new Float32Array(0), v: new Float32Array(0), n: 0 }));
+    if (c.n > upTo) return c;
+    if (c.k.length < (upTo + 1) * width) {
+      const size = Math.max((upTo + 1) * width, 2 * c.k.length);
+      const [k, v] = [new Float32Array(size), new Float32Array(size)];
+      k.set(c.k.subarray(0, c.n * width));
+      v.set(c.v.subarray(0, c.n * width));
+      c.k = k;
+      c.v = v;
+    }
+    const table = mem.i32(a.blockTable, (slot + 1) * a.maxPages);
+    for (let t = c.n; t <= upTo; t++) {
+      const at = cacheOffset(a, table, slot, t, 0);
+      c.k.set(readElements(mem, elementAt(a.kCache, at, dtype), width, dtype), t * width);
+      c.v.set(readElements(mem, elementAt(a.vCache, at, dtype), width, dtype), t * width);
+    }
+    c.n = upTo + 1;
+    return c;
+  };
+}
+
 export function coreCpu(a: CoreArgs, { mem }: CpuKernelContext): void {
   const dtype = rowDtypeOf(a.dtype);
   const { rows, at } = places(a, mem);
@@ -155,6 +181,8 @@ export function coreCpu(a: CoreArgs, { mem }: CpuKernelContext): void {
   const q = readElements(mem, a.q, Math.max(1, rows) * a.heads * d, dtype);
   const out = elementWriter(mem, a.out, Math.max(1, rows) * a.heads * d, dtype);
   const group = a.heads / a.kvHeads;
+  const width = a.kvHeads * d;
+  const context = decodedContext(a, mem, dtype);
   const acc = new Float64Array(d);
   for (let row = 0; row < rows; row++) {
     const { slot, pos } = at(row);
@@ -162,16 +190,16 @@ export function coreCpu(a: CoreArgs, { mem }: CpuKernelContext): void {
       for (let i = row * a.heads * d; i < (row + 1) * a.heads * d; i++) out(i, 0);
       continue;
     }
-    const table = mem.i32(a.blockTable, (slot + 1) * a.maxPages);
+    const { k, v } = context(slot, pos);
     const scores = new Float64Array(pos + 1);
     for (let h = 0; h < a.heads; h++) {
       const kvh = Math.floor(h / group);
       const qo = (row * a.heads + h) * d;
       let max = -Infinity;
       for (let t = 0; t <= pos; t++) {
-        const k = cacheRow(mem, a.kCache, cacheOffset(a, table, slot, t, kvh), d, dtype);
+        const ko = t * width + kvh * d;
         let s = 0;
-        for (let i = 0; i < d; i++) s += q[qo + i]! * k[i]!;
+        for (let i = 0; i < d; i++) s += q[qo + i]! * k[ko + i]!;
         scores[t] = s * a.scale;
         max = Math.max(max, scores[t]!);
       }
@@ -180,8 +208,8 @@ export function coreCpu(a: CoreArgs, { mem }: CpuKernelContext): void {
       for (let t = 0; t <= pos; t++) {
         const e = Math.exp(scores[t]! - max);
         denom += e;
-        const v = cacheRow(mem, a.vCache, cacheOffset(a, table, slot, t, kvh), d, dtype);
-        for (let i = 0; i < d; i++) acc[i]! += e * v[i]!;
+        const vo = t * width + kvh * d;
+        for (let i = 0; i < d; i++) acc[i]! += e * v[vo + i]!;
       }
       const gate = a.gated ? row * W + h * 2 * d + d : -1;
       for (let i = 0; i < d; i++) {

@@ -12,7 +12,6 @@ export { LmHeadLayer, type LmHeadOptions } from './lm-head-layer.js';
 export { residualAdd, requireResidualAdd } from './residual-add.js';
 export { buildPreNormDecoder, type PreNormDecoderSpec, type PreNormLayer } from './pre-norm-decoder.js';
 export { DeviceSampler } from './device-sampler.js';
-export { KvPages } from './kv-pages.js';
 export { ropeTable } from './rope-table.js';
 export { requireKernels } from './require-kernels.js';
 export { embedKernel, rmsNormKernel, layerNormKernel, addKernel, siluMulKernel, rowLaunch, flatLaunch } from './rows-kernels.js';

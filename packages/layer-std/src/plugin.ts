@@ -46,12 +46,7 @@ function create(context: CreateLayerContext): TransformerLayer<any> {
     case 'moe':
       return new MoeLayer(gpu, weights, limits, { ...(modelType === 'glm_moe_dsa' ? glmMoeOptions(config) : qwen3NextMoeOptions(config)), precision });
     case 'attention':
-      return new AttentionLayer(gpu, weights, limits, {
-        ...qwen3NextAttentionOptions(config),
-        ...(std.page_size !== undefined ? { pageSize: std.page_size as number } : {}),
-        ...(std.pages !== undefined ? { pages: std.pages as number } : {}),
-        precision,
-      });
+      return new AttentionLayer(gpu, weights, limits, { ...qwen3NextAttentionOptions(config), precision });
     case 'lm-head':
       return new LmHeadLayer(gpu, weights, limits, { hidden: f.int('hidden_size'), vocab: f.int('vocab_size'), precision });
     default:

@@ -4,7 +4,8 @@ import type { GpuBackend } from '@metrale/core';
 
 /**
  * A layer whose rows depend on nothing but themselves (norms, MLP, MoE, embedding, lm head): no
- * per-sequence state and every hook at its default, so verify rows leave no trace by design.
+ * per-sequence state and every hook at its default, so verify rows leave no trace by design, and
+ * a sequence may start at a cached prefix (`resumeAt` does nothing).
  */
 export abstract class StatelessLayer implements TransformerLayer<LayerState> {
   abstract readonly type: string;
@@ -25,6 +26,9 @@ export abstract class StatelessLayer implements TransformerLayer<LayerState> {
   }
 
   closeState(_state: LayerState): void {}
+
+  /** Nothing of earlier rows is kept: a sequence may start anywhere. */
+  resumeAt(_state: LayerState, _length: number): void {}
 
   forward(step: LayerStep<LayerState>): void {
     if (this.#disposed) throw new InvalidArgumentError(`${this.type}: forward on a disposed layer`);

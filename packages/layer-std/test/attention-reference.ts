@@ -100,7 +100,7 @@ export interface ScriptRun {
 /** The script through the layer, each step's output against the reference; returns the worst relative error. */
 export function runScript(run: ScriptRun): number {
   const { graphs, pageSize, precision, prepare } = run;
-  const o = { ...qwen3NextAttentionOptions({ ...CONFIG, ...run.config }), pageSize, ...(precision ? { precision } : {}) };
+  const o = { ...qwen3NextAttentionOptions({ ...CONFIG, ...run.config }), ...(precision ? { precision } : {}) };
   const original = attentionWeights(o);
   const w = prepare ? prepare(original) : original;
   const refWeights = run.reference === 'original' ? original : w;
@@ -108,7 +108,7 @@ export function runScript(run: ScriptRun): number {
   const limits: LayerLimits = { maxSeqs: 2, maxSeqLen: 48, maxBatch: 2, maxK: 4, maxRows: 16 };
   const gpu = new CpuBackend();
   const layer = new AttentionLayer(gpu, w.source(), limits, o);
-  const driver = new StepDriver({ gpu, layers: [layer], limits, graphs });
+  const driver = new StepDriver({ gpu, layers: [layer], limits, graphs, kvCache: { pageSize } });
   const refs = [new Reference(o, refWeights), new Reference(o, refWeights)];
   const rnd = new SeededRandom(8);
   const D = o.hidden;

@@ -1,5 +1,5 @@
 import { CpuBackend } from '@metrale/cpu-backend';
-import { InvalidArgumentError, SeededRandom, StepDriver, type LayerLimits } from '@metrale/core';
+import { InvalidArgumentError, KvCacheFullError, SeededRandom, StepDriver, type LayerLimits } from '@metrale/core';
 import { runLayerConformance } from '@metrale/core/testing';
 import plugin, { AttentionLayer, qwen3NextAttentionOptions } from '@metrale/layer-std';
 import { describe, expect, it } from 'vitest';
@@ -23,16 +23,40 @@ describe('AttentionLayer (Qwen3-Next gated attention) against a float64 referenc
   });
 
   it('refuses a step when the page pool is exhausted, before writing anything', () => {
-    const o = { ...qwen3NextAttentionOptions(CONFIG), pageSize: 4, pages: 3 };
+    const o = qwen3NextAttentionOptions(CONFIG);
     const limits: LayerLimits = { maxSeqs: 2, maxSeqLen: 48, maxBatch: 2, maxK: 4, maxRows: 16 };
     const gpu = new CpuBackend();
     const layer = new AttentionLayer(gpu, attentionWeights(o).source(), limits, o);
-    const driver = new StepDriver({ gpu, layers: [layer], limits });
+    const driver = new StepDriver({ gpu, layers: [layer], limits, kvCache: { pageSize: 4, pages: 3 }, graphs: false, speculation: 'none' });
+    expect(driver.kvInfo).toMatchObject({ pageSize: 4, pages: 3, tokens: 12, pageBytes: layer.kvPageBytes(4) });
     const seq = driver.open();
     driver.prefill({ seqs: [seq], lengths: [12], input: new SeededRandom(1).normals(12 * o.hidden) });
-    expect(() => driver.decode({ seqs: [seq], input: new Float32Array(o.hidden) })).toThrow(InvalidArgumentError);
-    expect(() => driver.decode({ seqs: [seq], input: new Float32Array(o.hidden) })).toThrow(/needs 1 more page/);
+    const before = gpu.memoryDigest();
+    expect(() => driver.decode({ seqs: [seq], input: new Float32Array(o.hidden) })).toThrow(KvCacheFullError);
+    expect(() => driver.decode({ seqs: [seq], input: new Float32Array(o.hidden) })).toThrow(/needs 1 more page\(s\) of 4 rows, but 0 of 3 are available/);
+    expect(gpu.memoryDigest()).toBe(before);
+    expect(seq.length).toBe(12);
+    // Closing the sequence gives its pages back.
+    driver.close(seq);
+    expect(driver.kv.available).toBe(3);
     driver.dispose();
+    layer.dispose();
+    gpu.dispose();
+  });
+
+  it('refuses a forward before the driver binds the page pool', () => {
+    const o = qwen3NextAttentionOptions(CONFIG);
+    const limits: LayerLimits = { maxSeqs: 1, maxSeqLen: 8, maxBatch: 1, maxK: 1, maxRows: 8 };
+    const gpu = new CpuBackend();
+    const layer = new AttentionLayer(gpu, attentionWeights(o).source(), limits, o);
+    const state = layer.openState(0);
+    const step = {
+      phase: 'prefill', gpu, stream: gpu.defaultStream, batch: 1, k: 0, rows: 1, input: 0n, output: 0n, speculation: 'none',
+      tables: { slots: 0n, seqLens: 0n, rowStarts: 0n, tokens: 0n, positions: 0n },
+      host: { states: [state], seqLens: new Int32Array([0]), rowStarts: new Int32Array([0, 1]), tokens: new Int32Array(1) },
+    } as const;
+    expect(() => layer.forward(step)).toThrow(/before kvBind; run the layer through a StepDriver/);
+    expect(() => layer.forward(step)).toThrow(InvalidArgumentError);
     layer.dispose();
     gpu.dispose();
   });
@@ -40,7 +64,7 @@ describe('AttentionLayer (Qwen3-Next gated attention) against a float64 referenc
   it('passes the conformance kit on the CPU backend (room check included)', () => {
     const o = qwen3NextAttentionOptions(CONFIG);
     const report = runLayerConformance(plugin, {
-      backend: () => new CpuBackend(), layerType: 'attention', config: { ...CONFIG, metrale_std: { page_size: 4 } },
+      backend: () => new CpuBackend(), layerType: 'attention', config: CONFIG, kvPageSize: 4,
       weights: attentionWeights(o).source(), k: 3,
     });
     const status = Object.fromEntries(report.checks.map((c) => [c.check, c.status]));
@@ -48,5 +72,6 @@ describe('AttentionLayer (Qwen3-Next gated attention) against a float64 referenc
     expect(status['room-check-before-write']).toBe('pass');
     expect(status['rejected-rows-leave-no-trace']).toBe('pass');
     expect(status['verify-accept-equals-decode']).toBe('pass');
+    expect(status['prefix-resume-equals-prefill']).toBe('pass');
   });
 });

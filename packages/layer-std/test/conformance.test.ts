@@ -66,9 +66,9 @@ describe('@metrale/layer-std layers pass the conformance kit with bf16 rows on t
         const attention = type === 'attention';
         const base = attention ? attentionWeights(qwen3NextAttentionOptions(ATTENTION_CONFIG)) : weightsFor(type);
         const w = precision.fp8Weights ? toFp8(base, linearWeights) : base;
-        const config = attention ? { ...ATTENTION_CONFIG, metrale_std: { page_size: 4 } } : CONFIG;
+        const config = attention ? ATTENTION_CONFIG : CONFIG;
         const report = runLayerConformance(withPrecision(plugin, precision), {
-          backend: () => new CpuBackend(), layerType: type, config, weights: w.source(), k: 3, rowDtype: 'bf16',
+          backend: () => new CpuBackend(), layerType: type, config, weights: w.source(), k: 3, rowDtype: 'bf16', kvPageSize: 4,
         });
         if (!report.passed) console.log(report.checks.map((c) => `${c.check}: ${c.status} — ${c.detail}`).join('\n'));
         expect(report.passed).toBe(true);
@@ -76,6 +76,8 @@ describe('@metrale/layer-std layers pass the conformance kit with bf16 rows on t
         expect(status['replay-equals-eager']).toBe('pass');
         expect(status['verify-accept-equals-decode']).toBe('pass');
         expect(status['room-check-before-write']).toBe(attention ? 'pass' : 'n/a');
+        // Every std layer can start a sequence at a cached prefix.
+        expect(status['prefix-resume-equals-prefill']).toBe('pass');
       });
     }
   }

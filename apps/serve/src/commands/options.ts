@@ -1,4 +1,5 @@
 import { DTYPE_CHOICES, MAX_LOGPROBS, parseNgramSpec } from '@metrale/core';
+import bytes from 'bytes';
 import { InvalidArgumentError, Option, type Command } from 'commander';
 import type { RegistrySetup } from '../plugins/load-registry.js';
 import type { CliContext } from '../cli-context.js';
@@ -54,6 +55,13 @@ export function integer(value: string): number {
 export function nonNegative(value: string): number {
   const n = Number(value);
   if (value.trim() === '' || !Number.isFinite(n) || n < 0) throw new InvalidArgumentError(`expected a number ≥ 0, got '${value}'`);
+  return n;
+}
+
+/** A size in bytes: a number, or with a unit (`512MiB`, `2gb`; powers of 1024). */
+export function byteSize(value: string): number {
+  const n = bytes.parse(value.replace(/ib$/i, 'b'));
+  if (n === null || !Number.isSafeInteger(n) || n < 1) throw new InvalidArgumentError(`expected a size in bytes (e.g. 2GiB, 512MiB or 1073741824), got '${value}'`);
   return n;
 }
 

@@ -11,7 +11,7 @@ import { createServer } from '../server/create-server.js';
 import { ServerContext } from '../server/server-context.js';
 import { ServerMetrics } from '../server/server-metrics.js';
 import type { PluginsLoaded } from '../engine/protocol.js';
-import { collect, dtypeOption, nonNegative, positiveInt, registrySetup, speculationSpec, withPluginOptions, type PluginOptions } from './options.js';
+import { byteSize, collect, dtypeOption, nonNegative, positiveInt, probability, registrySetup, speculationSpec, withPluginOptions, type PluginOptions } from './options.js';
 
 interface ServeOptions extends PluginOptions {
   readonly model?: string;
@@ -23,6 +23,10 @@ interface ServeOptions extends PluginOptions {
   readonly maxBatch: number;
   readonly maxQueue: number;
   readonly maxModelLen?: number;
+  readonly gpuMemoryUtilization?: number;
+  readonly kvCacheMemory?: number;
+  readonly blockSize: number;
+  readonly prefixCaching: boolean;
   readonly prefillChunk: number;
   readonly servedModelName?: string;
   readonly cacheDir?: string;
@@ -63,7 +67,11 @@ export function serveCommand(ctx: CliContext): Command {
     .option('--spec <proposer>', 'speculative decoding: ngram, or ngram:k=K[,min=N,max=N,adaptive=0|1] (adaptive=0 verifies whenever there are drafts; 1, the default, only where measured faster than plain decode)', speculationSpec)
     .option('--max-batch <n>', 'sequences decoded together at most (each holds a cache slot)', positiveInt, 32)
     .option('--max-queue <n>', 'requests waiting for a slot at most; more get 429', (v) => Math.floor(nonNegative(v)), 256)
-    .option('--max-model-len <n>', 'prompt + completion tokens per request (default: the model\'s, at most 4096)', positiveInt)
+    .option('--max-model-len <n>', "prompt + completion tokens per request (default: the model's max_position_embeddings)", positiveInt)
+    .option('--gpu-memory-utilization <u>', 'share of the device memory the server may take, in (0, 1]; the KV cache gets what the weights and buffers leave of it (default 0.9; on the CPU backend, given only to size by host memory)', probability)
+    .option('--kv-cache-memory <size>', 'KV cache size (e.g. 8GiB), instead of sizing it from --gpu-memory-utilization (default on the CPU backend: 256MiB)', byteSize)
+    .option('--block-size <n>', 'tokens per KV-cache page: the unit of allocation and of prefix sharing', positiveInt, 16)
+    .option('--no-prefix-caching', 'prefill every prompt in full instead of starting on the cached blocks a repeated prefix left')
     .option('--prefill-chunk <n>', 'prompt tokens a sequence prefills per step (long prompts take several, so decodes keep flowing)', positiveInt, 256)
     .option('--served-model-name <name>', 'the name clients pass as "model"')
     .option('--cache-dir <dir>', 'where the embedded model is written (default: $METRALE_CACHE_DIR, ~/.cache/metrale, or the temp dir)')
@@ -95,6 +103,10 @@ async function serve(o: ServeOptions, ctx: CliContext): Promise<number> {
     ...(o.model !== undefined ? { modelDir: o.model } : {}),
     ...(o.cacheDir !== undefined ? { cacheDir: o.cacheDir } : {}),
     ...(o.maxModelLen !== undefined ? { maxModelLen: o.maxModelLen } : {}),
+    ...(o.gpuMemoryUtilization !== undefined ? { gpuMemoryUtilization: o.gpuMemoryUtilization } : {}),
+    ...(o.kvCacheMemory !== undefined ? { kvCacheMemory: o.kvCacheMemory } : {}),
+    blockSize: o.blockSize,
+    prefixCaching: o.prefixCaching,
     ...(o.spec !== undefined ? { spec: parseNgramSpec(o.spec) } : {}),
     backend: o.backend,
     dtype: o.dtype,
@@ -191,6 +203,17 @@ async function serve(o: ServeOptions, ctx: CliContext): Promise<number> {
     bar?.update(bar.getTotal());
     bar?.stop();
     bar = undefined;
+    if (r.kv) {
+      const kv = r.kv;
+      const maxModelLen = engine.info?.maxModelLen;
+      log.info({
+        kv_cache_tokens: kv.tokens, kv_cache_pages: kv.pages, block_size: kv.pageSize, kv_cache_bytes: kv.bytes, state_snapshots: kv.snapshots,
+        prefix_caching: kv.prefixCaching, max_model_len: maxModelLen, max_concurrency_at_max_model_len: maxModelLen ? Number((kv.tokens / maxModelLen).toFixed(2)) : undefined,
+      }, `KV cache: ${kv.tokens} tokens fit (${kv.pages} pages of ${kv.pageSize})`);
+      if (maxModelLen && kv.tokens < maxModelLen) {
+        log.warn({ kv_cache_tokens: kv.tokens, max_model_len: maxModelLen }, 'the KV cache holds fewer tokens than --max-model-len: longer requests will be refused; give the cache more memory or lower --max-model-len');
+      }
+    }
     log.info({ backend: r.backend, device: r.device, load_ms: Math.round(r.loadMs), max_batch: r.maxBatch, device_weight_bytes: r.deviceWeightBytes }, 'ready');
   });
   engine.on('failed', (error: Error) => {

@@ -1,7 +1,8 @@
 import { statSync } from 'node:fs';
 import {
   Checkpoint, EngineLoop, NgramProposer, StepDriver, WeightsError, checkModelFits, describePrecision, eosTokenIds, resolvePrecision,
-  type DtypeChoice, type GpuBackend, type LayerLimits, type ModelStack, type NgramSpec, type Precision, type WeightBytes, type WeightSource,
+  type DtypeChoice, type GpuBackend, type KvCacheInfo, type KvMemory, type LayerLimits, type ModelStack, type NgramSpec, type Precision,
+  type WeightBytes, type WeightSource,
 } from '@metrale/core';
 import type { BackendChoice } from '../backends/select-backend.js';
 import { resolveCacheDir } from '../embedded/cache-dir.js';
@@ -20,8 +21,16 @@ export interface EngineSetup {
   readonly backend: BackendChoice;
   /** Sequences decoded together at most (each holds a cache slot). */
   readonly maxBatch: number;
-  /** Prompt + completion tokens per request; default min(max_position_embeddings, 4096). */
+  /** Prompt + completion tokens per request; default the model's max_position_embeddings. */
   readonly maxModelLen?: number;
+  /** Share of the device's memory the server may take; the KV cache gets what is left of it after the weights and buffers (default 0.9 on CUDA). */
+  readonly gpuMemoryUtilization?: number;
+  /** Bytes of KV cache, instead of sizing it from the utilization (default on the CPU backend: DEFAULT_CPU_KV_CACHE_BYTES). */
+  readonly kvCacheMemory?: number;
+  /** Tokens per KV page (vLLM's --block-size; default 16). */
+  readonly blockSize?: number;
+  /** Start requests on cached prefix blocks (default true). */
+  readonly prefixCaching?: boolean;
   /** Prompt rows per sequence and prefill step. */
   readonly prefillChunk: number;
   readonly spec?: NgramSpec;
@@ -58,7 +67,15 @@ export interface ModelInfo {
   readonly samplingDefaults: SamplingDefaults;
 }
 
+/** The context of a model whose config names no max_position_embeddings. */
 export const DEFAULT_MAX_MODEL_LEN = 4096;
+/** The share of a GPU the server takes by default (vLLM's --gpu-memory-utilization). */
+export const DEFAULT_GPU_MEMORY_UTILIZATION = 0.9;
+/**
+ * The CPU backend's device memory is the host's: unless asked for a utilization, the KV cache
+ * there takes this much, not most of the machine.
+ */
+export const DEFAULT_CPU_KV_CACHE_BYTES = 256 * 2 ** 20;
 
 /** Opens the checkpoint (writing the embedded one first when asked) and checks what can be checked without a device. */
 export function resolveModel(setup: EngineSetup, registry: ServingRegistry): { info: ModelInfo; checkpoint: Checkpoint } {
@@ -78,7 +95,7 @@ export function resolveModel(setup: EngineSetup, registry: ServingRegistry): { i
   const vocabSize = config.vocab_size;
   if (!Number.isSafeInteger(vocabSize) || (vocabSize as number) < 1) throw new WeightsError(`config.vocab_size must be a positive integer, got ${JSON.stringify(vocabSize)}`, `${checkpoint.dir}/config.json`);
   const positions = typeof config.max_position_embeddings === 'number' ? config.max_position_embeddings : undefined;
-  let maxModelLen = setup.maxModelLen ?? Math.min(positions ?? DEFAULT_MAX_MODEL_LEN, DEFAULT_MAX_MODEL_LEN);
+  let maxModelLen = setup.maxModelLen ?? positions ?? DEFAULT_MAX_MODEL_LEN;
   if (setup.maxModelLen !== undefined && positions !== undefined && setup.maxModelLen > positions) {
     throw new WeightsError(`--max-model-len ${setup.maxModelLen} exceeds the model's max_position_embeddings (${positions})`, `${checkpoint.dir}/config.json`);
   }
@@ -120,10 +137,19 @@ export function servingLimits(setup: EngineSetup, maxModelLen: number): LayerLim
   };
 }
 
+/** How much memory the KV cache may take on `gpu` for `setup`. */
+export function kvMemory(setup: EngineSetup, gpu: GpuBackend): KvMemory {
+  if (setup.kvCacheMemory !== undefined) return { bytes: setup.kvCacheMemory };
+  if (gpu.kind === 'cpu' && setup.gpuMemoryUtilization === undefined) return { bytes: DEFAULT_CPU_KV_CACHE_BYTES };
+  return { utilization: setup.gpuMemoryUtilization ?? DEFAULT_GPU_MEMORY_UTILIZATION };
+}
+
 export interface Engine {
   readonly loop: EngineLoop;
   readonly stack: ModelStack;
   readonly limits: LayerLimits;
+  /** How the KV cache came out (pages, tokens, bytes), and whether prefix caching runs. */
+  readonly kv: KvCacheInfo & { readonly prefixCaching: boolean };
   /** The weights' device bytes, from the headers, checked against the device before the upload. */
   readonly deviceWeightBytes: WeightBytes;
   dispose(): void;
@@ -155,17 +181,22 @@ export function buildEngine(
   try {
     // A request that asks for its prompt's logprobs needs every prompt row from the head.
     let everyRow: (slot: number) => boolean = () => false;
-    driver = new StepDriver({ gpu, layers: PrefillLastRowsHead.wrapLast(stack.layers, (slot) => everyRow(slot)), limits, graphs: setup.graphs });
+    driver = new StepDriver({
+      gpu, layers: PrefillLastRowsHead.wrapLast(stack.layers, (slot) => everyRow(slot)), limits, graphs: setup.graphs,
+      // Snapshots of recurrent state serve prefix caching only.
+      kvCache: { pageSize: setup.blockSize ?? 16, memory: kvMemory(setup, gpu), ...(setup.prefixCaching === false ? { snapshots: 0 } : {}) },
+    });
     const loop = new EngineLoop({
       driver,
       vocabSize: stack.vocabSize,
       prefillChunk: setup.prefillChunk,
+      prefixCaching: setup.prefixCaching ?? true,
       ...(setup.spec ? { speculation: { proposer: new NgramProposer(setup.spec), k: setup.spec.k, adaptive: setup.spec.adaptive } } : {}),
     });
     everyRow = (slot) => loop.needsEveryPromptRow(slot);
     const d = driver;
     return {
-      loop, stack, limits, deviceWeightBytes,
+      loop, stack, limits, deviceWeightBytes, kv: { ...driver.kvInfo, prefixCaching: loop.prefixCaching },
       dispose() {
         d.dispose();
         stack.dispose();

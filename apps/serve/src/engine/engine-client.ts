@@ -5,7 +5,7 @@ import { EventEmitter } from 'node:events';
 import { Worker } from 'node:worker_threads';
 import type { GrammarSpec } from '../structured/grammar-spec.js';
 import type { EngineSetup, ModelInfo } from './build-engine.js';
-import type { AddRequest, FromWorker, StepStats, ToWorker, WireEvent, WorkerData } from './protocol.js';
+import type { AddRequest, FromWorker, KvCacheReady, StepStats, ToWorker, WireEvent, WorkerData } from './protocol.js';
 
 export type EngineState = 'starting' | 'loading' | 'ready' | 'failed' | 'closed';
 
@@ -16,6 +16,8 @@ export interface EngineReady {
   readonly maxBatch: number;
   /** The weights' bytes on the device. */
   readonly deviceWeightBytes: number;
+  /** The KV cache (absent from an engine without one). */
+  readonly kv?: KvCacheReady;
 }
 
 export interface EngineClientOptions {
@@ -178,7 +180,7 @@ export class EngineClient extends EventEmitter {
         this.emit('progress', m.loaded, m.total);
         break;
       case 'ready':
-        this.#ready = { backend: m.backend, device: m.device, loadMs: m.loadMs, maxBatch: m.maxBatch, deviceWeightBytes: m.deviceWeightBytes };
+        this.#ready = { backend: m.backend, device: m.device, loadMs: m.loadMs, maxBatch: m.maxBatch, deviceWeightBytes: m.deviceWeightBytes, ...(m.kv ? { kv: m.kv } : {}) };
         this.#state = 'ready';
         this.emit('ready', this.#ready);
         break;

@@ -59,7 +59,11 @@ async function main(): Promise<void> {
       lastPost = now;
       post({ t: 'progress', loaded, total });
     });
-    post({ t: 'ready', backend: gpu.kind, device: gpu.device.name, loadMs: performance.now() - t0, maxBatch: engine.limits.maxBatch, deviceWeightBytes: engine.deviceWeightBytes.total });
+    const { kv } = engine;
+    post({
+      t: 'ready', backend: gpu.kind, device: gpu.device.name, loadMs: performance.now() - t0, maxBatch: engine.limits.maxBatch, deviceWeightBytes: engine.deviceWeightBytes.total,
+      kv: { pageSize: kv.pageSize, pages: kv.pages, tokens: kv.tokens, bytes: kv.bytes, snapshots: kv.snapshots, prefixCaching: kv.prefixCaching },
+    });
   } catch (error) {
     try {
       gpu?.dispose();
@@ -132,7 +136,10 @@ async function main(): Promise<void> {
       failed = report.events.some((e) => e.finish === 'error');
       post({
         t: 'step', events, running: report.running, waiting: report.waiting,
-        stats: { prefillRows: report.prefillRows, prefillSeqs: report.prefillSeqs, decodeSeqs: report.decodeSeqs, k: report.k, drafted: report.drafted, accepted: report.accepted, ms: report.ms },
+        stats: {
+          prefillRows: report.prefillRows, prefillSeqs: report.prefillSeqs, decodeSeqs: report.decodeSeqs, k: report.k, drafted: report.drafted, accepted: report.accepted,
+          kvUsage: report.kvUsage, prefixQueries: report.prefixQueries, prefixHits: report.prefixHits, preemptions: report.preemptions, ms: report.ms,
+        },
       });
     } catch (error) {
       // Not a step failure the loop contained: end every request in flight, keep serving.

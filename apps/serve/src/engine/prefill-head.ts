@@ -1,4 +1,4 @@
-import { offsetPtr, type LayerState, type LayerStep, type TransformerLayer } from '@metrale/core';
+import { offsetPtr, type LayerState, type LayerStep, type Stream, type TransformerLayer } from '@metrale/core';
 import { LmHeadLayer } from '@metrale/layer-std';
 
 /**
@@ -42,6 +42,11 @@ export class PrefillLastRowsHead implements TransformerLayer<LayerState> {
 
   closeState(state: LayerState): void {
     this.inner.closeState(state);
+  }
+
+  /** The head keeps nothing of earlier rows (an LmHeadLayer): a sequence may start at a cached prefix. */
+  resumeAt(state: LayerState, length: number, snapshot: number | undefined, stream: Stream): void {
+    this.inner.resumeAt?.(state, length, snapshot, stream);
   }
 
   forward(step: LayerStep<LayerState>): void {

@@ -51,7 +51,22 @@ export interface WireEvent {
 }
 
 /** What a step did, as the metrics need it (an engine step report without its events and queue sizes). */
-export type StepStats = Pick<EngineStepReport, 'prefillRows' | 'prefillSeqs' | 'decodeSeqs' | 'k' | 'drafted' | 'accepted' | 'ms'>;
+export type StepStats = Pick<
+  EngineStepReport,
+  'prefillRows' | 'prefillSeqs' | 'decodeSeqs' | 'k' | 'drafted' | 'accepted' | 'kvUsage' | 'prefixQueries' | 'prefixHits' | 'preemptions' | 'ms'
+>;
+
+/** The KV cache the engine made: what the startup log reports. */
+export interface KvCacheReady {
+  readonly pageSize: number;
+  readonly pages: number;
+  /** Tokens the pool holds (all sequences together). */
+  readonly tokens: number;
+  readonly bytes: number;
+  /** Snapshot entries of recurrent state (prefix caching of hybrid models). */
+  readonly snapshots: number;
+  readonly prefixCaching: boolean;
+}
 
 /** What the worker loaded its plugins into: who serves each architecture and layer type, and what was left out. */
 export interface PluginsLoaded {
@@ -64,7 +79,10 @@ export type FromWorker =
   | { readonly t: 'plugins'; readonly loaded: PluginsLoaded }
   | { readonly t: 'model'; readonly info: ModelInfo }
   | { readonly t: 'progress'; readonly loaded: number; readonly total: number }
-  | { readonly t: 'ready'; readonly backend: string; readonly device: string; readonly loadMs: number; readonly maxBatch: number; readonly deviceWeightBytes: number }
+  | {
+      readonly t: 'ready'; readonly backend: string; readonly device: string; readonly loadMs: number; readonly maxBatch: number; readonly deviceWeightBytes: number;
+      readonly kv?: KvCacheReady;
+    }
   | { readonly t: 'failed'; readonly message: string; readonly stack?: string }
   | { readonly t: 'step'; readonly events: WireEvent[]; readonly running: number; readonly waiting: number; readonly stats?: StepStats }
   /** A grammar compiled (no error) or refused (xgrammar's reason). */

@@ -3,7 +3,7 @@ import type { StepStats } from '../engine/protocol.js';
 
 // vLLM's metric names, labels and buckets (vllm/v1/metrics/loggers.py), so that its Grafana
 // dashboards and alerts read metrale unchanged: `vllm:` names labelled with model_name and engine.
-// Only what metrale measures is exposed: nothing about a KV block pool or prefix cache it lacks.
+// Only what metrale measures is exposed.
 
 const TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80, 160, 640, 2560];
 const TOKEN_LATENCY_BUCKETS = [0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80];
@@ -58,6 +58,10 @@ class ModelSeries {
     readonly timePerOutputToken: Histogram<keyof Labels>,
     readonly e2eLatency: Histogram<keyof Labels>,
     readonly decodeTime: Histogram<keyof Labels>,
+    readonly kvUsage: Gauge<keyof Labels>,
+    readonly prefixQueries: Counter<keyof Labels>,
+    readonly prefixHits: Counter<keyof Labels>,
+    readonly preemptions: Counter<keyof Labels>,
   ) {}
 }
 
@@ -104,6 +108,10 @@ export class ServerMetrics {
       histogram('vllm:request_time_per_output_token_seconds', 'Histogram of time_per_output_token_seconds per request.', TOKEN_LATENCY_BUCKETS),
       histogram('vllm:e2e_request_latency_seconds', 'Histogram of e2e request latency in seconds.', REQUEST_LATENCY_BUCKETS),
       histogram('vllm:request_decode_time_seconds', 'Histogram of time spent in DECODE phase for request.', REQUEST_LATENCY_BUCKETS),
+      gauge('vllm:kv_cache_usage_perc', 'KV-cache usage. 1 means 100 percent usage.'),
+      counter('vllm:prefix_cache_queries_total', 'Prefix cache queries, in terms of number of queried tokens.'),
+      counter('vllm:prefix_cache_hits_total', 'Prefix cache hits, in terms of number of cached tokens.'),
+      counter('vllm:num_preemptions_total', 'Cumulative number of preemption from the engine.'),
     );
   }
 
@@ -160,6 +168,10 @@ export class ServerMetrics {
     s.running.set(s.labels, running);
     s.waiting.set(s.labels, waiting);
     if (!stats) return;
+    s.kvUsage.set(s.labels, stats.kvUsage);
+    if (stats.prefixQueries > 0) s.prefixQueries.inc(s.labels, stats.prefixQueries);
+    if (stats.prefixHits > 0) s.prefixHits.inc(s.labels, stats.prefixHits);
+    if (stats.preemptions > 0) s.preemptions.inc(s.labels, stats.preemptions);
     // The rows the step ran through the model: prompt rows, plus k per decoding sequence.
     const rows = stats.prefillRows + stats.decodeSeqs * Math.max(1, stats.k);
     if (rows > 0) s.iterationTokens.observe(s.labels, rows);

@@ -51,4 +51,20 @@ describe.skipIf(!cuda.available)('metrale serve --backend cuda', () => {
     expect(together).toEqual(alone);
     expect(await metric(gpuServer.url, 'vllm:num_requests_running')).toBe(0);
   });
+
+  it('sizes the KV page pool from the GPU memory left under --gpu-memory-utilization, and reuses a repeated prefix', async () => {
+    const kv = gpuServer.logs.find((l) => typeof l.kv_cache_tokens === 'number')!;
+    console.log(`[serve gpu] ${String(kv.msg)}: ${kv.kv_cache_bytes} bytes, ${kv.state_snapshots} GDN snapshots`);
+    // The embedded model's K/V take 256 bytes a token: 0.9 of an H200 holds millions, capped at every slot at full length.
+    expect(kv.kv_cache_tokens).toBe(16 * 2048);
+    expect(kv.prefix_caching).toBe(true);
+    const long = `${'The sea and the ships that sail on it. '.repeat(60)}`;
+    const first = await chat(gpuServer, `${long} First question?`) as any;
+    const before = await metric(gpuServer.url, 'vllm:prefix_cache_hits_total');
+    const second = await chat(gpuServer, `${long} Second question?`) as any;
+    expect(await metric(gpuServer.url, 'vllm:prefix_cache_hits_total')).toBeGreaterThan(before);
+    const onCpu = await chat(cpuServer, `${long} Second question?`) as any;
+    expect(second.choices[0].message.content).toBe(onCpu.choices[0].message.content);
+    expect(first.choices[0].message.content.length).toBeGreaterThan(0);
+  });
 });

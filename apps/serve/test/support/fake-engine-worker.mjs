@@ -76,7 +76,7 @@ function step() {
   }
   port.postMessage({
     t: 'step', events, running: running.size, waiting: waiting.length,
-    stats: { prefillRows: 0, prefillSeqs: 0, decodeSeqs: events.length, k: 1, drafted: 0, accepted: 0, ms: 0 },
+    stats: { prefillRows: 0, prefillSeqs: 0, decodeSeqs: events.length, k: 1, drafted: 0, accepted: 0, kvUsage: 0, prefixQueries: 0, prefixHits: 0, preemptions: 0, ms: 0 },
   });
   schedule();
 }

@@ -1,13 +1,15 @@
 import type { DevicePtr } from '../device/device-ptr.js';
+import { InvalidArgumentError } from '../errors.js';
 import type { GpuBackend, Stream } from '../device/gpu-backend.js';
 import type { GdnCarryBinding } from './gdn-carry-binding.js';
 import type { LayerGraphHooks } from './graph-hooks.js';
 import type { TransformerLayer } from './layer.js';
 import type { LayerState } from './layer-state.js';
+import type { KvPageBinding, LayerSequenceCache } from './sequence-cache.js';
 import type { GdnCarrySize, LayerWriteOnAccept } from './write-on-accept.js';
 
 /** Every hook of the contract, with nothing optional. */
-export type ResolvedHooks<S extends LayerState = LayerState> = Required<LayerGraphHooks<S>> & Required<LayerWriteOnAccept<S>>;
+export type ResolvedHooks<S extends LayerState = LayerState> = Required<LayerGraphHooks<S>> & Required<LayerWriteOnAccept<S>> & Required<LayerSequenceCache<S>>;
 
 /** The contract's defaults: do nothing, pass, and answer "not supported". */
 export const defaultHooks: ResolvedHooks = Object.freeze({
@@ -28,6 +30,18 @@ export const defaultHooks: ResolvedHooks = Object.freeze({
   },
   gdnFoldAccepted(_gpu: GpuBackend, _slotTable: DevicePtr, _naTab: DevicePtr, _kRows: number, _n: number, _stream: Stream): boolean {
     return false;
+  },
+  kvPageBytes(_pageSize: number): number {
+    return 0;
+  },
+  kvBind(_binding: KvPageBinding): void {},
+  stateSnapshotBytes(): number {
+    return 0;
+  },
+  stateSnapshotBind(_count: number): void {},
+  saveStateSnapshot(_state: LayerState, _index: number, _stream: Stream): void {},
+  resumeAt(_state: LayerState, _length: number, _snapshot: number | undefined, _stream: Stream): void {
+    throw new InvalidArgumentError('resumeAt: this layer cannot start a sequence at a cached prefix (it does not implement resumeAt)');
   },
 });
 

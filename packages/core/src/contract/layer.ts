@@ -2,6 +2,7 @@ import type { DevicePtr } from '../device/device-ptr.js';
 import type { GpuBackend, Stream } from '../device/gpu-backend.js';
 import type { LayerGraphHooks } from './graph-hooks.js';
 import type { LayerState } from './layer-state.js';
+import type { LayerSequenceCache } from './sequence-cache.js';
 import type { LayerWriteOnAccept } from './write-on-accept.js';
 
 export type StepPhase = 'prefill' | 'decode' | 'verify';
@@ -82,7 +83,8 @@ export interface LayerLimits {
  */
 export interface TransformerLayer<S extends LayerState = LayerState>
   extends LayerGraphHooks<S>,
-    LayerWriteOnAccept<S> {
+    LayerWriteOnAccept<S>,
+    LayerSequenceCache<S> {
   /** The layer type as the plugin registered it (`gdn`, `sliding-window`, ...). */
   readonly type: string;
   /** Bytes of one input row and one output row. */

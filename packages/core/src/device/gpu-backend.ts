@@ -116,6 +116,12 @@ export interface GpuBackend {
 
   alloc(bytes: number): DevicePtr;
   free(ptr: DevicePtr): void;
+  /**
+   * Device memory free for new allocations and in total, in bytes (free counts what the backend
+   * keeps cached for reuse). Optional: a backend that cannot tell leaves it out, and memory-sized
+   * pools then need an explicit size.
+   */
+  memoryInfo?(): { readonly free: number; readonly total: number };
   allocHost(bytes: number): HostBuffer;
   freeHost(buffer: HostBuffer): void;
 

@@ -4,6 +4,8 @@ import type { LayerState } from '../contract/layer-state.js';
 import type { DevicePtr } from '../device/device-ptr.js';
 import type { GpuBackend, Stream } from '../device/gpu-backend.js';
 import { CaptureError, InvalidArgumentError, MetraleError } from '../errors.js';
+import { bindKvCache, type KvCacheInfo, type KvCacheOptions } from '../kv/kv-binding.js';
+import type { KvCache } from '../kv/kv-cache.js';
 import { BatchBuckets } from './batch-buckets.js';
 import { GraphCache, graphKey } from './graph-cache.js';
 import type { LayerTimer } from './layer-timer.js';
@@ -26,6 +28,8 @@ export interface StepDriverOptions {
   readonly stream?: Stream;
   /** Times every layer of the eager steps (prefill, and decode or verify without graphs): benchmarks only. */
   readonly layerTimer?: LayerTimer;
+  /** The KV page pool shared by the paged layers (default: pages of 16 rows, enough for every slot at maxSeqLen). */
+  readonly kvCache?: KvCacheOptions;
 }
 
 /** How a step ran. */
@@ -61,6 +65,8 @@ interface LayerEntry {
   readonly rearm: boolean;
   readonly roomCheck: boolean;
   readonly sync: boolean;
+  readonly resume: boolean;
+  readonly snapshots: boolean;
 }
 
 /**
@@ -91,6 +97,13 @@ export class StepDriver {
   #pendingVerify: { records: SequenceRecord[]; k: number; batch: number; slots: Int32Array } | undefined;
   #disposed = false;
   readonly #timer: LayerTimer | undefined;
+  readonly #kv: KvCache;
+  /** Whether every layer can start a sequence at a cached prefix (`open(prefix)`). */
+  readonly canResume: boolean;
+  /** Whether some layer keeps recurrent state, so a prefix needs a saved snapshot at its end. */
+  readonly savesState: boolean;
+  /** How the KV cache was sized. */
+  readonly kvInfo: KvCacheInfo;
 
   constructor(options: StepDriverOptions) {
     const { gpu, layers, limits } = options;
@@ -114,6 +127,8 @@ export class StepDriver {
         rearm: implemented.has('decodePrestageRearm'),
         roomCheck: implemented.has('checkReplayRoom'),
         sync: implemented.has('syncReplayedStep'),
+        resume: implemented.has('resumeAt'),
+        snapshots: implemented.has('saveStateSnapshot'),
       };
     });
     const having = (flag: 'prestage' | 'roomCheck' | 'sync') => this.#layers.flatMap((e, i) => (e[flag] ? [i] : []));
@@ -131,22 +146,90 @@ export class StepDriver {
     this.#tables = new StepTableStore(gpu, limits.maxBatch, limits.maxRows, layers[0]!.inputRowBytes);
     this.#activations = [gpu.alloc(rowBytes * limits.maxRows), gpu.alloc(rowBytes * limits.maxRows)];
     this.#freeSlots = Array.from({ length: limits.maxSeqs }, (_, i) => limits.maxSeqs - 1 - i);
+    this.canResume = this.#layers.every((e) => e.resume);
+    this.savesState = this.#layers.some((e) => e.snapshots);
+    try {
+      const bound = bindKvCache(gpu, this.#layers.map((e) => ({ hooks: e.hooks, savesState: e.snapshots })), limits, options.kvCache ?? {});
+      this.#kv = bound.kv;
+      this.kvInfo = bound.info;
+    } catch (error) {
+      this.#tables.dispose();
+      for (const a of this.#activations) gpu.free(a);
+      if (this.#ownsStream) gpu.destroyStream(this.stream);
+      throw error;
+    }
+  }
+
+  /** The KV page pool, its block table and the prefix blocks it knows (the engine loop schedules with it). */
+  get kv(): KvCache {
+    return this.#kv;
   }
 
   get layers(): readonly TransformerLayer[] {
     return this.#layers.map((l) => l.layer);
   }
 
-  /** Starts a sequence in a free slot; every layer opens its state for it. */
-  open(): Sequence {
+  /**
+   * Starts a sequence in a free slot; every layer opens its state for it. With `prefix` (the
+   * content hashes of full blocks the KV cache holds, `kv.match` of them), the sequence starts on
+   * those blocks' pages at length `prefix.length × pageSize`: every layer resumes there (recurrent
+   * ones from the snapshot saved at the prefix's end), and its first step computes the row after.
+   */
+  open(prefix?: readonly string[]): Sequence {
     this.#alive();
+    const hashes = prefix ?? [];
+    let snapshot: number | undefined;
+    if (hashes.length > 0) {
+      if (!this.canResume) {
+        const which = this.#layers.filter((e) => !e.resume).map((e) => e.layer.type);
+        throw new InvalidArgumentError(`open: a cached prefix needs every layer to resume there, but ${[...new Set(which)].join(', ')} cannot (no resumeAt)`);
+      }
+      if (this.#kv.match(hashes, this.savesState) < hashes.length) {
+        throw new InvalidArgumentError(`open: the KV cache does not hold the ${hashes.length} prefix blocks${this.savesState ? ' with a state snapshot at their end' : ''}; open on what kv.match counts`);
+      }
+      if (this.savesState) snapshot = this.#kv.snapshotOf(hashes[hashes.length - 1]!);
+    }
     const slot = this.#freeSlots.pop();
     if (slot === undefined) throw new InvalidArgumentError(`all ${this.limits.maxSeqs} sequence slots are in use; close a sequence first`);
-    const states = this.#layers.map((l) => l.layer.openState(slot));
-    this.#speculative?.clearSlot(slot, this.stream);
+    const states: LayerState[] = [];
+    let length = 0;
+    try {
+      // The slot's last sequence may still have steps in flight that read its block-table entries.
+      this.gpu.synchronize(this.stream);
+      for (const l of this.#layers) states.push(l.layer.openState(slot));
+      this.#speculative?.clearSlot(slot, this.stream);
+      if (hashes.length > 0) {
+        length = this.#kv.attach(slot, hashes);
+        this.#kv.flush(this.stream);
+        this.#layers.forEach((l, i) => l.hooks.resumeAt(states[i]!, length, snapshot, this.stream));
+      }
+    } catch (error) {
+      states.forEach((st, i) => this.#layers[i]!.layer.closeState(st));
+      this.#kv.release(slot);
+      this.#freeSlots.push(slot);
+      throw error;
+    }
     const record = new SequenceRecord(this.#nextId++, slot, states);
+    record.length = length;
     this.#records.set(record.id, record);
     return record;
+  }
+
+  /**
+   * Saves the recurrent state of every layer that keeps one, as of `seq`'s committed length, under
+   * `hash` (the content hash of the block that ends there), so a later sequence can start at that
+   * boundary. Does nothing when no layer keeps state.
+   */
+  saveSnapshot(seq: Sequence, hash: string): void {
+    const record = this.#record(seq, 'saveSnapshot');
+    if (!this.savesState) return;
+    if (record.awaitingAccept) throw new InvalidArgumentError(`saveSnapshot: sequence ${record.id} has a verify waiting for accept(); accept it first`);
+    if (record.length % this.#kv.pageSize !== 0) throw new InvalidArgumentError(`saveSnapshot: sequence ${record.id} is at length ${record.length}, not at a block boundary (pages of ${this.#kv.pageSize})`);
+    if (this.#kv.snapshotCount === 0) return;
+    const entry = this.#kv.snapshotEntry(hash);
+    this.#layers.forEach((l, i) => {
+      if (l.snapshots) l.hooks.saveStateSnapshot(record.states[i]!, entry, this.stream);
+    });
   }
 
   /** Ends a sequence; its slot is free again. */
@@ -160,6 +243,7 @@ export class StepDriver {
     }
     this.#layers.forEach((l, i) => l.layer.closeState(record.states[i]!));
     this.#speculative?.clearSlot(record.slot, this.stream);
+    this.#kv.release(record.slot);
     record.open = false;
     this.#records.delete(record.id);
     this.#freeSlots.push(record.slot);
@@ -220,6 +304,9 @@ export class StepDriver {
         r += chunkLengths[p]!;
       });
       host.rowStarts[chunkRecords.length] = rows;
+      // Pages for the chunk's rows, before anything of it is written (a full pool throws here).
+      this.#kv.grow(chunkRecords.map((rec) => rec.slot), chunkRecords.map((rec, p) => rec.length + chunkLengths[p]!));
+      this.#kv.flush(this.stream);
       if (inputBytes) host.input.set(inputBytes.subarray(row * rowBytes, (row + rows) * rowBytes));
       this.#tables.upload(set, host, this.stream, inputBytes ? this.#activations[0] : undefined, inputBytes ? rows * rowBytes : 0);
       const step = this.#layerStep('prefill', chunkRecords, chunkRecords.length, 0, rows, tables, host);
@@ -287,6 +374,7 @@ export class StepDriver {
     this.#disposed = true;
     this.graphs.dispose();
     this.#speculative?.dispose();
+    this.#kv.dispose();
     this.#tables.dispose();
     for (const a of this.#activations) this.gpu.free(a);
     if (this.#ownsStream) this.gpu.destroyStream(this.stream);
@@ -313,6 +401,9 @@ export class StepDriver {
 
     // Room check before anything is written: a failure leaves memory and host state untouched.
     if (replay) this.#roomCheck(records, k);
+    // Pages for the step's rows, uploaded before any prestage, capture or replay reads the table.
+    this.#kv.grow(records.map((rec) => rec.slot), records.map((rec) => rec.length + k));
+    this.#kv.flush(this.stream);
 
     // Prestage: host work per sequence and layer, while token ids are on the host.
     const tokens = input.tokens;

@@ -10,6 +10,9 @@ import { verifyDrafts } from '../spec/verify-drafts.js';
 import type { EngineRequest, FinishReason, EngineStepReport, TokenEvent } from './engine-request.js';
 import { RequestSampler } from './request-sampler.js';
 import { maskLogitsRow } from './token-constraint.js';
+import { claimPages, type PageClaim } from './page-budget.js';
+import { planPrefill, nextChunkRows, type PrefillChunk } from './prefill-plan.js';
+import { PrefixCache } from './prefix-cache.js';
 
 export interface EngineLoopOptions {
   /** A driver whose stack ends in f32 logits rows of `vocabSize`. */
@@ -29,11 +32,19 @@ export interface EngineLoopOptions {
    * whenever there are drafts.
    */
   readonly speculation?: { readonly proposer: DraftProposer; readonly k: number; readonly adaptive?: boolean };
+  /** Start requests on the cached blocks their prompt begins with (default true; a model that cannot resume gets no hits). */
+  readonly prefixCaching?: boolean;
 }
 
 interface Running {
   readonly req: EngineRequest;
-  readonly seq: Sequence;
+  seq: Sequence;
+  /** The tokens it prefills: the prompt, or after a preemption the prompt and every token generated before it. */
+  prompt: ArrayLike<number>;
+  /** Arrival order: the youngest running sequence is preempted first. */
+  readonly arrival: number;
+  /** Content hashes of its full blocks so far (prefix caching). */
+  hashes: string[];
   readonly stop: ReadonlySet<number>;
   readonly sampler: RequestSampler;
   /** Prompt and generated tokens (what the proposer looks up). */
@@ -70,8 +81,13 @@ export class EngineLoop {
   readonly prefillChunk: number;
   readonly #spec: EngineLoopOptions['speculation'];
   readonly #gate: SpeculationGate | undefined;
-  readonly #waiting: EngineRequest[] = [];
+  /** Requests waiting for a slot, and preempted sequences waiting to be recomputed (at the front). */
+  readonly #waiting: { readonly req: EngineRequest; readonly preempted?: Running }[] = [];
+  /** In arrival order. */
   readonly #running: Running[] = [];
+  readonly #prefix: PrefixCache;
+  #arrivals = 0;
+  #preemptions = 0;
   readonly #ids = new Set<number>();
   readonly #promptLogits = new Map<number, Float32Array>();
   readonly #logitsRow: number;
@@ -83,6 +99,7 @@ export class EngineLoop {
     this.#spec = options.speculation;
     this.#gate = options.speculation && options.speculation.adaptive !== false ? new SpeculationGate() : undefined;
     this.#logitsRow = 4 * this.vocab;
+    this.#prefix = new PrefixCache(this.driver, options.prefixCaching ?? true);
     const { limits } = this.driver;
     if (!Number.isInteger(this.vocab) || this.vocab < 1) throw new InvalidArgumentError(`engine loop: vocabSize must be a positive integer, got ${this.vocab}`);
     if (!Number.isInteger(this.prefillChunk) || this.prefillChunk < 1 || this.prefillChunk > limits.maxRows) {
@@ -113,6 +130,11 @@ export class EngineLoop {
     return this.#running.length === 0 && this.#waiting.length === 0;
   }
 
+  /** Whether requests start on cached prefix blocks (asked for, and every layer of the model can resume there). */
+  get prefixCaching(): boolean {
+    return this.#prefix.enabled;
+  }
+
   /** Queues a request; throws `InvalidArgumentError` (and queues nothing) when it cannot run. */
   add(req: EngineRequest): void {
     const bad = (why: string): never => {
@@ -128,6 +150,15 @@ export class EngineLoop {
     if (req.prompt.length + req.maxTokens > this.maxTotalTokens) {
       bad(`${req.prompt.length} prompt tokens + ${req.maxTokens} to generate exceed the ${this.maxTotalTokens} a sequence holds`);
     }
+    // Alone in the cache it must fit, verify overhang included, or preempting others would not help.
+    const kv = this.driver.kv;
+    const pages = kv.pagesFor(req.prompt.length + req.maxTokens + this.driver.limits.maxK - 1);
+    if (pages > kv.pages) {
+      bad(
+        `${req.prompt.length} prompt tokens + ${req.maxTokens} to generate need ${pages} KV-cache pages of ${kv.pageSize} tokens, ` +
+          `but the cache holds ${kv.pages} pages (${kv.pages * kv.pageSize} tokens); shorten the request, or give the server's KV cache more memory`,
+      );
+    }
     if (req.sampling) checkSampling(req.sampling);
     const inVocab = (t: number) => Number.isInteger(t) && t >= 0 && t < this.vocab;
     for (const t of req.stopTokenIds ?? []) if (!inVocab(t)) bad(`stop token ${t} is outside the vocabulary (${this.vocab})`);
@@ -138,16 +169,16 @@ export class EngineLoop {
       if (n !== undefined && !(Number.isInteger(n) && n >= 0 && n <= MAX_LOGPROBS)) bad(`${name} must be an integer in 0..${MAX_LOGPROBS}, got ${n}`);
     }
     this.#ids.add(req.id);
-    this.#waiting.push(req);
+    this.#waiting.push({ req });
   }
 
   /** Drops a request: from the queue, or from its slot at once (its cache is free for the next step). */
   cancel(id: number): boolean {
-    const w = this.#waiting.findIndex((r) => r.id === id);
+    const w = this.#waiting.findIndex((r) => r.req.id === id);
     if (w >= 0) {
-      const [req] = this.#waiting.splice(w, 1);
+      const [waiting] = this.#waiting.splice(w, 1);
       this.#ids.delete(id);
-      req!.constraint?.release();
+      waiting!.req.constraint?.release();
       return true;
     }
     const r = this.#running.findIndex((x) => x.req.id === id);
@@ -158,7 +189,7 @@ export class EngineLoop {
 
   /** Cancels everything (shutdown); returns the ids it dropped. */
   cancelAll(): number[] {
-    const ids = [...this.#waiting.map((r) => r.id), ...this.#running.map((r) => r.req.id)];
+    const ids = [...this.#waiting.map((r) => r.req.id), ...this.#running.map((r) => r.req.id)];
     for (const id of ids) this.cancel(id);
     return ids;
   }
@@ -185,11 +216,15 @@ export class EngineLoop {
   step(): EngineStepReport {
     const t0 = performance.now();
     const events = new Map<number, TokenEvent>();
-    this.#admit();
-    const prefill = this.#prefill(events);
+    const plan = this.#schedule();
+    const prefill = this.#prefill(plan, events);
     const decode = this.#decodeOrVerify(events);
+    for (const r of this.#running) if (r.finish !== 'error') this.#prefix.register(r);
     // Finished sequences give their slots back now, before anything else is admitted.
     for (let i = this.#running.length - 1; i >= 0; i--) if (this.#running[i]!.finish) this.#retire(i);
+    const prefix = this.#prefix.takeCounts();
+    const preemptions = this.#preemptions;
+    this.#preemptions = 0;
     return {
       events: [...events.values()],
       prefillRows: prefill.rows,
@@ -200,26 +235,99 @@ export class EngineLoop {
       accepted: decode.accepted,
       running: this.#running.length,
       waiting: this.#waiting.length,
+      kvUsage: this.driver.kv.usage,
+      prefixQueries: prefix.queries,
+      prefixHits: prefix.hits,
+      preemptions,
       ms: performance.now() - t0,
     };
   }
 
-  #admit(): void {
-    while (this.#waiting.length > 0 && this.#running.length < this.driver.limits.maxSeqs) {
-      const req = this.#waiting.shift()!;
-      this.#running.push({
-        req,
-        seq: this.driver.open(),
-        stop: new Set(req.stopTokenIds ?? []),
-        sampler: new RequestSampler(req.sampling, req.prompt, req.stopTokenIds ?? []),
-        history: Array.from(req.prompt),
-        prefilled: 0,
-        generated: 0,
-        pending: -1,
-        ...(req.promptLogits ? { promptLogits: new Float32Array(req.prompt.length * this.vocab) } : {}),
-        ...(req.promptLogprobs !== undefined ? { promptLogprobs: [null] } : {}),
-      });
+  /**
+   * Plans the step: this step's prompt chunks and decode rows get their KV pages, oldest sequence
+   * first; when the pool runs short the youngest running sequence is preempted (its pages freed,
+   * itself queued first to be recomputed). Then, unless something was preempted, waiting requests
+   * take free slots while the pool has pages for their first chunk. Returns the prefill chunks.
+   */
+  #schedule(): PrefillChunk<Running>[] {
+    const { maxRows, maxBatch, maxSeqs } = this.driver.limits;
+    const kv = this.driver.kv;
+    const planned = new Map(planPrefill(this.#running, this.prefillChunk, maxRows, maxBatch).map((c) => [c.seq, c.rows]));
+    const claims: PageClaim<Running>[] = this.#running.map((r) => ({ seq: r, slot: r.seq.slot, rows: this.#stepRows(r.seq.length, r.prefilled, r.prompt.length, planned.get(r) ?? 0) }));
+    const preempted = claimPages(kv, claims, (r) => this.#preempt(r));
+    if (preempted.length === 0) {
+      while (this.#waiting.length > 0 && this.#running.length < maxSeqs && this.#admit(this.#waiting[0]!)) this.#waiting.shift();
     }
+    // The same cut as above, now with the sequences admitted (each got the pages of its first chunk).
+    return planPrefill(this.#running, this.prefillChunk, maxRows, maxBatch).filter((c) => kv.need(c.seq.seq.slot, c.seq.prefilled + c.rows) === 0);
+  }
+
+  /**
+   * Rows a sequence at `prefilled` holds by the end of a step that prefills `chunk` of its prompt
+   * rows: a sequence past its prompt (or finishing it in the step) also runs a decode or verify.
+   */
+  #stepRows(length: number, prefilled: number, promptLength: number, chunk: number): number {
+    const end = Math.max(length, prefilled + chunk);
+    return prefilled + chunk >= promptLength ? end + (this.#spec ? this.#spec.k + 1 : 1) : end;
+  }
+
+  /**
+   * Starts a waiting request (or a preempted sequence) in a free slot when the pool has the pages
+   * of its first chunk, on the cached blocks its tokens begin with; undefined when it must wait.
+   */
+  #admit(w: { readonly req: EngineRequest; readonly preempted?: Running }): boolean {
+    const kv = this.driver.kv;
+    const tokens = w.preempted ? w.preempted.prompt : w.req.prompt;
+    // A request that keeps its prompt logits or logprobs computes every row (vLLM does not read its
+    // cache for a request that wants prompt logprobs either).
+    const everyRow = w.req.promptLogits || w.req.promptLogprobs !== undefined;
+    const { prefix, hashes } = everyRow ? { prefix: [], hashes: [] } : this.#prefix.lookup(tokens);
+    const start = prefix.length * kv.pageSize;
+    const rows = this.#stepRows(start, start, tokens.length, nextChunkRows({ prompt: tokens, prefilled: start }, this.prefillChunk));
+    if (kv.pagesFor(rows) - prefix.length + kv.idleAmong(prefix) > kv.available) return false;
+    const seq = this.driver.open(prefix);
+    kv.grow([seq.slot], [rows]);
+    this.#prefix.count(tokens.length, start);
+    const req = w.req;
+    const r: Running = w.preempted ?? {
+      req,
+      seq,
+      prompt: req.prompt,
+      arrival: this.#arrivals++,
+      hashes: [],
+      stop: new Set(req.stopTokenIds ?? []),
+      sampler: new RequestSampler(req.sampling, req.prompt, req.stopTokenIds ?? []),
+      history: Array.from(req.prompt),
+      prefilled: 0,
+      generated: 0,
+      pending: -1,
+      ...(req.promptLogits ? { promptLogits: new Float32Array(req.prompt.length * this.vocab) } : {}),
+      ...(req.promptLogprobs !== undefined ? { promptLogprobs: [null] } : {}),
+    };
+    r.seq = seq;
+    r.prefilled = start;
+    r.hashes = hashes;
+    // Running stays in arrival order (a recomputed sequence keeps its place).
+    let at = this.#running.length;
+    while (at > 0 && this.#running[at - 1]!.arrival > r.arrival) at--;
+    this.#running.splice(at, 0, r);
+    return true;
+  }
+
+  /**
+   * Frees a running sequence's slot and pages and queues it first, to be recomputed from its
+   * prompt and every token it generated: its next token comes from that prefill, so no token is
+   * lost or repeated, and a sampled request draws on from where its random stream stood.
+   */
+  #preempt(r: Running): void {
+    this.#running.splice(this.#running.indexOf(r), 1);
+    this.driver.close(r.seq);
+    r.prompt = r.history.slice();
+    // Prompt logprobs not yet reported are collected again by the recompute.
+    if (r.promptLogprobs) r.promptLogprobs = [null];
+    r.prefilled = 0;
+    this.#waiting.unshift({ req: r.req, preempted: r });
+    this.#preemptions++;
   }
 
   #retire(index: number): void {
@@ -235,25 +343,16 @@ export class EngineLoop {
     }
   }
 
-  /** Prompt chunks of the sequences still prefilling, oldest first, as many as one step holds. */
-  #prefill(events: Map<number, TokenEvent>): { rows: number; seqs: number } {
-    const { maxRows, maxBatch } = this.driver.limits;
-    const chunk: Running[] = [];
-    const lengths: number[] = [];
-    let rows = 0;
-    for (const r of this.#running) {
-      if (r.prefilled >= r.req.prompt.length) continue;
-      const n = Math.min(this.prefillChunk, r.req.prompt.length - r.prefilled);
-      if (rows + n > maxRows || chunk.length === maxBatch) break;
-      chunk.push(r);
-      lengths.push(n);
-      rows += n;
-    }
+  /** The step's prompt chunks (`#schedule` gave them their pages). */
+  #prefill(plan: readonly PrefillChunk<Running>[], events: Map<number, TokenEvent>): { rows: number; seqs: number } {
+    const chunk = plan.map((c) => c.seq);
+    const lengths = plan.map((c) => c.rows);
+    const rows = lengths.reduce((a, b) => a + b, 0);
     if (chunk.length === 0) return { rows: 0, seqs: 0 };
     const tokens = new Int32Array(rows);
     let at = 0;
     chunk.forEach((r, i) => {
-      for (let j = 0; j < lengths[i]!; j++) tokens[at++] = r.req.prompt[r.prefilled + j]!;
+      for (let j = 0; j < lengths[i]!; j++) tokens[at++] = r.prompt[r.prefilled + j]!;
     });
     let result: StepResult;
     try {
@@ -268,14 +367,17 @@ export class EngineLoop {
     let row = 0;
     const done: { r: Running; row: number }[] = [];
     chunk.forEach((r, i) => {
-      if (r.promptLogits) r.promptLogits.set(all!.subarray(row * this.vocab, (row + lengths[i]!) * this.vocab), r.prefilled * this.vocab);
+      // Rows of the request's own prompt (a recomputed sequence's later rows are generated tokens).
+      const kept = Math.min(lengths[i]!, r.req.prompt.length - r.prefilled);
+      if (r.promptLogits && kept > 0) r.promptLogits.set(all!.subarray(row * this.vocab, (row + kept) * this.vocab), r.prefilled * this.vocab);
       // Row j predicts prompt token j + 1; the last prompt row predicts the first generated token.
-      for (let j = 0; r.promptLogprobs && j < lengths[i]! && r.prefilled + j + 1 < r.req.prompt.length; j++) {
+      for (let j = 0; r.promptLogprobs && j < kept && r.prefilled + j + 1 < r.req.prompt.length; j++) {
         r.promptLogprobs.push(positionLogprobs(all!, this.vocab, row + j, r.req.prompt[r.prefilled + j + 1]!, r.req.promptLogprobs!));
       }
       row += lengths[i]!;
       r.prefilled += lengths[i]!;
-      if (r.prefilled === r.req.prompt.length) done.push({ r, row: row - 1 });
+      this.#prefix.afterPrefill(r);
+      if (r.prefilled === r.prompt.length) done.push({ r, row: row - 1 });
     });
     if (done.length > 0) {
       if (!all) this.driver.gpu.synchronize(this.driver.stream);
@@ -293,7 +395,7 @@ export class EngineLoop {
   }
 
   #decodeOrVerify(events: Map<number, TokenEvent>): { seqs: number; k: number; drafted: number; accepted: number } {
-    const live = this.#running.filter((r) => !r.finish && r.prefilled === r.req.prompt.length);
+    const live = this.#running.filter((r) => !r.finish && r.prefilled === r.prompt.length);
     if (live.length === 0) return { seqs: 0, k: 0, drafted: 0, accepted: 0 };
     try {
       if (this.#spec) {

@@ -59,5 +59,12 @@ export interface EngineStepReport {
   /** Sequences holding a slot, and requests waiting for one, after the step. */
   readonly running: number;
   readonly waiting: number;
+  /** Share of the KV page pool held by running sequences after the step (1: full). */
+  readonly kvUsage: number;
+  /** Prompt tokens of the sequences admitted in this step, and how many of them were found in the prefix cache. */
+  readonly prefixQueries: number;
+  readonly prefixHits: number;
+  /** Sequences preempted in this step (to be recomputed). */
+  readonly preemptions: number;
   readonly ms: number;
 }

@@ -3,6 +3,7 @@ import { resolveHooks } from '../contract/default-hooks.js';
 import type { GdnCarryBinding } from '../contract/gdn-carry-binding.js';
 import type { TransformerLayer } from '../contract/layer.js';
 import type { LayerState } from '../contract/layer-state.js';
+import type { KvPageBinding } from '../contract/sequence-cache.js';
 import type { GdnCarrySize } from '../contract/write-on-accept.js';
 import type { DevicePtr } from '../device/device-ptr.js';
 import type { GpuBackend, Stream } from '../device/gpu-backend.js';
@@ -124,6 +125,32 @@ export function compositeHooks(
         stashOffset += size.stashSeqFloats;
         convOffset += size.convRowElems;
       });
+    };
+  }
+
+  // Paged caches and recurrent state: each part keeps its own storage under the shared page
+  // indices and snapshot entries; the block's sizes are the sums.
+  const paged = having('kvPageBytes');
+  if (paged.length) {
+    hooks.kvPageBytes = (pageSize: number) => paged.reduce((a, s) => a + s.layer.kvPageBytes!(pageSize), 0);
+    hooks.kvBind = (binding: KvPageBinding) => {
+      for (const s of paged) s.layer.kvBind?.(binding);
+    };
+  }
+  const saving = having('saveStateSnapshot');
+  if (saving.length) {
+    hooks.stateSnapshotBytes = () => saving.reduce((a, s) => a + (s.layer.stateSnapshotBytes?.() ?? 0), 0);
+    hooks.stateSnapshotBind = (count: number) => {
+      for (const s of saving) s.layer.stateSnapshotBind?.(count);
+    };
+    hooks.saveStateSnapshot = (state: BlockState, index: number, stream: Stream) => {
+      for (const s of saving) s.layer.saveStateSnapshot!(state.parts[s.index]!, index, stream);
+    };
+  }
+  // A block resumes at a cached prefix only when every part can.
+  if (having('resumeAt').length === layers.length) {
+    hooks.resumeAt = (state: BlockState, length: number, snapshot: number | undefined, stream: Stream) => {
+      layers.forEach((l, i) => l.resumeAt!(state.parts[i]!, length, snapshot, stream));
     };
   }
 

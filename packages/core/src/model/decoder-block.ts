@@ -53,6 +53,12 @@ export class DecoderBlock implements TransformerLayer<BlockState> {
   declare gdnCarryBind?: TransformerLayer<BlockState>['gdnCarryBind'];
   declare gdnVerifyRunBatched?: TransformerLayer<BlockState>['gdnVerifyRunBatched'];
   declare gdnFoldAccepted?: TransformerLayer<BlockState>['gdnFoldAccepted'];
+  declare kvPageBytes?: TransformerLayer<BlockState>['kvPageBytes'];
+  declare kvBind?: TransformerLayer<BlockState>['kvBind'];
+  declare stateSnapshotBytes?: TransformerLayer<BlockState>['stateSnapshotBytes'];
+  declare stateSnapshotBind?: TransformerLayer<BlockState>['stateSnapshotBind'];
+  declare saveStateSnapshot?: TransformerLayer<BlockState>['saveStateSnapshot'];
+  declare resumeAt?: TransformerLayer<BlockState>['resumeAt'];
 
   constructor(options: DecoderBlockOptions) {
     const { branches, scratch } = options;

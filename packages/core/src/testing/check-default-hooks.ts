@@ -19,6 +19,14 @@ export function checkDefaultHooks(layer: TransformerLayer): Omit<CheckResult, 'c
   if (has('gdnCarryBind') !== has('gdnCarrySeqFloats')) problems.push('gdnCarryBind and gdnCarrySeqFloats come together');
   if (has('gdnFoldAccepted') && !has('gdnWoaStashSeqFloats') && !has('gdnCarrySeqFloats')) problems.push('gdnFoldAccepted without a write-on-accept or carry size');
   if (has('decodePrestageRearm') && !has('decodePrestage')) problems.push('decodePrestageRearm without decodePrestage');
+  if (has('kvBind') !== has('kvPageBytes')) problems.push('kvBind and kvPageBytes come together');
+  const snapshotHooks = ['stateSnapshotBytes', 'stateSnapshotBind', 'saveStateSnapshot'].filter(has);
+  if (snapshotHooks.length !== 0 && snapshotHooks.length !== 3) problems.push('stateSnapshotBytes, stateSnapshotBind and saveStateSnapshot come together');
+  if (snapshotHooks.length && !has('resumeAt')) problems.push('saveStateSnapshot without resumeAt (a saved state nobody restores)');
+  const pageBytes = layer.kvPageBytes?.(16);
+  if (pageBytes !== undefined && !(Number.isSafeInteger(pageBytes) && pageBytes >= 0)) problems.push(`kvPageBytes(16) must be a non-negative integer, got ${pageBytes}`);
+  const stateBytes = layer.stateSnapshotBytes?.();
+  if (stateBytes !== undefined && !(Number.isSafeInteger(stateBytes) && stateBytes > 0)) problems.push(`stateSnapshotBytes() must be a positive integer, got ${stateBytes}`);
   const woa = layer.gdnWoaStashSeqFloats?.();
   if (woa !== undefined && !(Number.isSafeInteger(woa) && woa > 0)) problems.push(`gdnWoaStashSeqFloats() must be undefined or a positive integer, got ${woa}`);
   const carry = layer.gdnCarrySeqFloats?.();

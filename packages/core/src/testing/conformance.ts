@@ -6,6 +6,7 @@ import { pluginLabel, type MetralePlugin } from '../plugin/define-plugin.js';
 import { SeededRandom } from '../random/seeded-random.js';
 import type { WeightSource } from '../weights/weight-source.js';
 import { checkDefaultHooks } from './check-default-hooks.js';
+import { prefixResumeCheck } from './prefix-resume-check.js';
 import { compareRuns } from './compare-runs.js';
 import { Harness, withHarness, type LayerSetup, type RunMode } from './harness.js';
 import { acceptedFor, mainScript, RowSource, type Script, type ScriptOp } from './script.js';
@@ -28,6 +29,8 @@ export interface ConformanceOptions {
   readonly k?: number;
   /** Longest sequence the layer is created for (default 40). */
   readonly maxSeqLen?: number;
+  /** Rows per page of the driver's KV page pool (default 16). */
+  readonly kvPageSize?: number;
   /** Token ids are drawn from [0, vocabSize) (default: config.vocab_size, else 512). */
   readonly vocabSize?: number;
   /** Scale of the random input rows (default 1). */
@@ -62,6 +65,7 @@ export const CONFORMANCE_CHECKS = [
   'carried-equals-write-on-accept',
   'slot-reuse-starts-clean',
   'room-check-before-write',
+  'prefix-resume-equals-prefill',
 ] as const;
 
 /**
@@ -77,7 +81,7 @@ export function runLayerConformance(plugin: MetralePlugin, options: ConformanceO
   const limits: LayerLimits = { maxSeqs: 4, maxSeqLen, maxBatch: 4, maxK: k, maxRows: Math.max(maxSeqLen, 4 * k) };
   const setup: LayerSetup = {
     plugin, layerType, config: options.config, layerIndex: options.layerIndex ?? 0, weights: options.weights,
-    backend: options.backend, limits, rowDtype: options.rowDtype ?? 'f32',
+    backend: options.backend, limits, rowDtype: options.rowDtype ?? 'f32', kvPageSize: options.kvPageSize ?? 16,
   };
   const tolerance = options.tolerance ?? 1e-4;
   const vocab = options.vocabSize ?? (typeof options.config.vocab_size === 'number' ? options.config.vocab_size : 512);
@@ -204,6 +208,8 @@ export function runLayerConformance(plugin: MetralePlugin, options: ConformanceO
   });
 
   check('room-check-before-write', () => roomCheck(setup, src, k, implemented.has('checkReplayRoom')));
+
+  check('prefix-resume-equals-prefill', () => prefixResumeCheck(setup, src, tolerance, implemented.has('resumeAt')));
 
   const passed = results.every((r) => r.status !== 'fail');
   const report: ConformanceReport = { plugin: pluginLabel(plugin), layerType, backend: backendKind, checks: results, passed };

@@ -17,6 +17,8 @@ export interface LayerSetup {
   readonly backend: () => GpuBackend;
   readonly limits: LayerLimits;
   readonly rowDtype: 'f32' | 'bf16';
+  /** Rows per page of the driver's KV page pool. */
+  readonly kvPageSize: number;
 }
 
 export interface RunMode {
@@ -54,7 +56,9 @@ export class Harness {
     this.layer = setup.plugin.create({
       gpu, layerType: setup.layerType, config: setup.config, layerIndex: setup.layerIndex, weights: setup.weights, limits: setup.limits,
     });
-    this.driver = new StepDriver({ gpu, layers: [this.layer], limits: setup.limits, graphs: mode.graphs, speculation: mode.speculation });
+    this.driver = new StepDriver({
+      gpu, layers: [this.layer], limits: setup.limits, graphs: mode.graphs, speculation: mode.speculation, kvCache: { pageSize: setup.kvPageSize },
+    });
   }
 
   seq(id: number): Sequence {
@@ -72,7 +76,7 @@ export class Harness {
     const d = this.driver;
     switch (op.op) {
       case 'open':
-        this.#seqs.set(op.seq, d.open());
+        this.#seqs.set(op.seq, d.open(op.prefix));
         return { index, op: op.op, snapshot: this.snapshot() };
       case 'close':
         d.close(this.seq(op.seq));

@@ -5,7 +5,7 @@ import type { SeededRandom } from '../random/seeded-random.js';
  * versus decode). Sequences are named by small integers local to the script.
  */
 export type ScriptOp =
-  | { readonly op: 'open'; readonly seq: number }
+  | { readonly op: 'open'; readonly seq: number; /** Start on these cached blocks (`StepDriver.open(prefix)`). */ readonly prefix?: readonly string[] }
   | { readonly op: 'close'; readonly seq: number }
   | { readonly op: 'prefill'; readonly seqs: readonly number[]; readonly lengths: readonly number[]; readonly input: Float32Array; readonly tokens: Int32Array }
   | { readonly op: 'decode'; readonly seqs: readonly number[]; readonly input: Float32Array; readonly tokens: Int32Array }

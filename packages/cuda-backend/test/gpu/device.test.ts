@@ -24,6 +24,11 @@ describeGpu('device and probe', () => {
     const mem = gpu().memoryInfo();
     expect(mem.total).toBeGreaterThan(0);
     expect(mem.free).toBeLessThanOrEqual(mem.total);
+    // A freed block the pool keeps for reuse still counts as free (the KV cache is sized from this).
+    const block = gpu().alloc(64 * 2 ** 20);
+    expect(gpu().memoryInfo().free).toBeLessThanOrEqual(mem.free - 64 * 2 ** 20 + 2 ** 20);
+    gpu().free(block);
+    expect(Math.abs(gpu().memoryInfo().free - mem.free)).toBeLessThanOrEqual(2 ** 20);
   });
 
   it('passes the addon self-check: its CUresult and cuBLASLt status numbers have the names the libraries give them', () => {

@@ -51,6 +51,7 @@ describe.skipIf(!cuda.available)('@metrale/layer-dsa conformance on CUDA', () =>
       console.log(report.checks.map((r) => `${r.check}: ${r.status} — ${r.detail}`).join('\n'));
       expect(report.passed).toBe(true);
       expect(report.checks.find((r) => r.check === 'room-check-before-write')?.status).toBe('pass');
+      expect(report.checks.find((r) => r.check === 'prefix-resume-equals-prefill')?.status).toBe('pass');
     });
   }
 });

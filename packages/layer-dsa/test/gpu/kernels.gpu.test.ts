@@ -253,6 +253,27 @@ function tables(seqs: readonly Seq[]) {
   };
 }
 
+/**
+ * The caches in pages of `pageRows` rows for `maxSeqs` slots of `entries` rows each, with the
+ * block table a random permutation of the pages (the model's pool hands pages out in any order).
+ */
+function paged(maxSeqs: number, entries: number, pageRows: number) {
+  const pagesPerSeq = Math.ceil(entries / pageRows);
+  const pages = maxSeqs * pagesPerSeq;
+  return {
+    rows: pages * pageRows,
+    scalars: { pagesPerSeq, pageRows },
+    table: (R: Rng): Int32Array => {
+      const t = Int32Array.from({ length: pages }, (_, i) => i);
+      for (let i = pages - 1; i > 0; i--) {
+        const j = R.int(0, i);
+        [t[i], t[j]] = [t[j]!, t[i]!];
+      }
+      return t;
+    },
+  };
+}
+
 const nanF32 = (n: number) => new Float32Array(n).fill(Number.NaN);
 const poisonI32 = (n: number) => new Int32Array(n).fill(-1234567);
 
@@ -272,6 +293,7 @@ function appendCases(): Case[] {
   for (const s of shapes) {
     const maxSeqs = 3;
     const lat = s.kL + s.rope;
+    const pg = paged(maxSeqs, s.cap, 16);
     const seqs: Seq[] = [
       { slot: 2, len: s.t0, rows: 3 },
       { slot: -1, len: 0, rows: 1 },
@@ -288,12 +310,12 @@ function appendCases(): Case[] {
         name: `mla_append ${s.name} ${DT[kvDtype]} ${inter ? 'interleaved' : 'half-split'} qr ${qrType}`,
         kernel: pkg.mlaAppendKernel as AnyKernel,
         build: (R) => ({
-          xa: R.normals(tb.rows * xaWidth), qr: poisonRows(tb.rows * s.qL, qrType), kvCache: cacheOf(kvDtype, maxSeqs * s.cap * lat),
-          qaNorm: R.uniform(s.qL, 0.5, 1.5), kvaNorm: R.uniform(s.kL, 0.5, 1.5), invFreq, ...tb.buffers,
+          xa: R.normals(tb.rows * xaWidth), qr: poisonRows(tb.rows * s.qL, qrType), kvCache: cacheOf(kvDtype, pg.rows * lat),
+          qaNorm: R.uniform(s.qL, 0.5, 1.5), kvaNorm: R.uniform(s.kL, 0.5, 1.5), invFreq, ...tb.buffers, blockTable: pg.table(R),
         }),
         scalars: {
           batch: tb.batch, xaWidth, qLora: s.qL, kvLora: s.kL, rope: s.rope, ropeInterleave: inter, kvDtype, qrDtype: FLOAT_DTYPE_CODE[qrType],
-          capacity: s.cap, eps: 1e-6,
+          ...pg.scalars, eps: 1e-6,
         },
         outputs: { qr: { kind: qrType, tol: rowTol(qrType, 1e-6) }, kvCache: { kind: cacheKind(kvDtype), tol: kvDtype ? 1e-3 : 1e-6 } },
         launch: (gpu) => pkg.rowLaunch(tb.rows, gpu.defaultStream),
@@ -309,11 +331,11 @@ function appendCases(): Case[] {
           name: `index_append ${s.name} ${DT[idxDtype]} mode ${mode}`,
           kernel: pkg.indexAppendKernel as AnyKernel,
           build: (R) => ({
-            xa: R.normals(tb.rows * xaWidth), idxCache: mode === 1 ? null : cacheOf(idxDtype, maxSeqs * s.cap * s.dI),
-            idxScales: idxDtype === 2 ? nanF32(maxSeqs * s.cap) : null,
-            kNormWeight: R.uniform(s.dI, 0.5, 1.5), kNormBias: R.normals(s.dI, 0.2), invFreq, ...tb.buffers,
+            xa: R.normals(tb.rows * xaWidth), idxCache: mode === 1 ? null : cacheOf(idxDtype, pg.rows * s.dI),
+            idxScales: idxDtype === 2 ? nanF32(pg.rows) : null,
+            kNormWeight: R.uniform(s.dI, 0.5, 1.5), kNormBias: R.normals(s.dI, 0.2), invFreq, ...tb.buffers, blockTable: pg.table(R),
           }),
-          scalars: { batch: tb.batch, xaWidth, kOff, dI: s.dI, idxRope: s.rope, ropeInterleave: mode, idxDtype, capacity: s.cap, mode, eps: 1e-6 },
+          scalars: { batch: tb.batch, xaWidth, kOff, dI: s.dI, idxRope: s.rope, ropeInterleave: mode, idxDtype, ...pg.scalars, mode, eps: 1e-6 },
           outputs,
           launch: (gpu) => pkg.rowLaunch(tb.rows, gpu.defaultStream),
         });
@@ -339,6 +361,8 @@ function appendCases(): Case[] {
     const maxSeqs = 3;
     const ringLen = s.maxK + s.P - 1;
     const poolCap = 40;
+    // Pages of 4·P positions: 4 pool rows each.
+    const pg = paged(maxSeqs, poolCap, 4);
     const seqs: Seq[] = [
       { slot: 1, len: 3 * s.P - 2, rows: 4 },   // verify: completes pool 2 from ring members and rows
       { slot: -1, len: 0, rows: 1 },
@@ -356,10 +380,10 @@ function appendCases(): Case[] {
         name: `pool_append ${s.name} P=${s.P} ${DT[idxDtype]}`,
         kernel: pkg.poolAppendKernel as AnyKernel,
         build: (R) => ({
-          xa: R.normals(tb.rows * xaWidth), ring: R.normals(maxSeqs * ringLen * 2 * s.dI), poolCache: cacheOf(idxDtype, maxSeqs * poolCap * s.dI),
-          poolScales: idxDtype === 2 ? nanF32(maxSeqs * poolCap) : null, ape: R.normals(s.P * s.dI, 0.5), ...tb.buffers,
+          xa: R.normals(tb.rows * xaWidth), ring: R.normals(maxSeqs * ringLen * 2 * s.dI), poolCache: cacheOf(idxDtype, pg.rows * s.dI),
+          poolScales: idxDtype === 2 ? nanF32(pg.rows) : null, ape: R.normals(s.P * s.dI, 0.5), ...tb.buffers, blockTable: pg.table(R),
         }),
-        scalars: { batch: tb.batch, xaWidth, kOff, gOff, dI: s.dI, kpool: s.P, ringLen, idxDtype, poolCapacity: poolCap },
+        scalars: { batch: tb.batch, xaWidth, kOff, gOff, dI: s.dI, kpool: s.P, ringLen, idxDtype, ...pg.scalars },
         outputs,
         launch: (gpu) => pkg.rowLaunch(tb.rows, gpu.defaultStream),
       });
@@ -403,6 +427,7 @@ function scoreCases(): Case[] {
     const maxSeqs = 3;
     const fast = s.dI === 128;
     const L = s.cap * s.kpool;  // positions
+    const pg = paged(maxSeqs, s.cap, 16);
     for (const idxDtype of fast ? [1, 2] : [0, 1, 2]) {
       const layouts: [string, Seq[], number, number][] = [
         ['decode', [{ slot: 2, len: L - 1, rows: 1 }, { slot: -1, len: 0, rows: 1 }, { slot: 0, len: Math.floor(L / 3), rows: 1 }], 0, 3],
@@ -422,14 +447,14 @@ function scoreCases(): Case[] {
           kernel: pkg.indexScoreKernel as AnyKernel,
           build: (R) => {
             const q = R.normals(tb.rows * qbWidth);
-            const { keys, scales } = randomKeys(R, idxDtype, maxSeqs * s.cap, s.dI);
+            const { keys, scales } = randomKeys(R, idxDtype, pg.rows, s.dI);
             // The fast path rounds q_I to bf16: f32 inputs are bf16 values there so both sides compute the same scores.
             const qb = qbType === 'f32' ? (fast ? roundBf16(q) : q) : asRows(q, qbType);
-            return { qb, xa: R.normals(tb.rows * xaWidth), keys, keyScales: scales, scores: nanF32(rowCount * s.cap), ...tb.buffers };
+            return { qb, xa: R.normals(tb.rows * xaWidth), keys, keyScales: scales, scores: nanF32(rowCount * s.cap), ...tb.buffers, blockTable: pg.table(R) };
           },
           scalars: {
             batch: tb.batch, rowBase, rowCount, qbWidth, qIOff, xaWidth, wOff, idxHeads: s.heads, dI: s.dI, kpool: s.kpool,
-            keyCapacity: s.cap, scoreStride: s.cap, idxDtype, qbDtype: FLOAT_DTYPE_CODE[qbType], scale: 1 / Math.sqrt(s.dI * s.heads),
+            ...pg.scalars, scoreStride: s.cap, idxDtype, qbDtype: FLOAT_DTYPE_CODE[qbType], scale: 1 / Math.sqrt(s.dI * s.heads),
           },
           // f16 queries on the fast path are rounded once more, to bf16, for the tensor cores.
           outputs: { scores: { kind: 'f32', tol: fast && qbType === 'f16' ? 5e-3 : 1e-5 } },
@@ -507,6 +532,7 @@ function attnCases(): Case[] {
     const W = s.K + s.P - 1;
     const cap = fast ? (small ? 400 : 3000) : 160;
     const maxSeqs = 3;
+    const pg = paged(maxSeqs, cap, 16);
     const counts = fast ? (small ? [0, 1, 3, 70, 300] : [W, 1, 3, 37, 700]) : [0, 1, 6, 5];
     const seqs: Seq[] = counts.map((n, i) => ({ slot: n === 0 ? -1 : i % maxSeqs, len: cap - 1 - i, rows: 1 }));
     const tb = tables(seqs);
@@ -531,15 +557,15 @@ function attnCases(): Case[] {
               selCount[r] = picks.size;
             });
             let q: Float32Array = R.normals(tb.rows * s.H * lat);
-            let kv: Float32Array = R.normals(maxSeqs * cap * lat);
+            let kv: Float32Array = R.normals(pg.rows * lat);
             if (fast && exact) {
               q = roundBf16(q);
               kv = roundBf16(kv);
             }
-            return { qlat: q, kvCache: kvDtype ? toBf16(kv) : kv, sel, selCount, olat: poisonRows(tb.rows * s.H * s.kL, olatType), ...tb.buffers };
+            return { qlat: q, kvCache: kvDtype ? toBf16(kv) : kv, sel, selCount, olat: poisonRows(tb.rows * s.H * s.kL, olatType), ...tb.buffers, blockTable: pg.table(R) };
           },
           scalars: {
-            batch: tb.batch, heads: s.H, kvLora: s.kL, rope: s.rope, selWidth: W, capacity: cap, kvDtype, olatDtype: FLOAT_DTYPE_CODE[olatType],
+            batch: tb.batch, heads: s.H, kvLora: s.kL, rope: s.rope, selWidth: W, ...pg.scalars, kvDtype, olatDtype: FLOAT_DTYPE_CODE[olatType],
             scale: 1 / Math.sqrt(s.qk),
           },
           outputs: { olat: { kind: olatType, tol: rowTol(olatType, !fast ? 1e-5 : exact ? 6e-3 : 2e-2) } },

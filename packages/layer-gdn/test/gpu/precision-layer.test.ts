@@ -39,6 +39,8 @@ describe.skipIf(!cuda.available)('GdnLayer with bf16 rows on CUDA: the conforman
       });
       for (const check of report.checks) console.log(`[layer-gdn gpu] ${c.name}: ${check.check} ${check.status}: ${check.detail}`);
       expect(report.checks.filter((x) => x.status === 'fail')).toEqual([]);
+      // The state snapshot saved at a block boundary restores on the device too.
+      expect(report.checks.find((x) => x.check === 'prefix-resume-equals-prefill')?.status).toBe('pass');
       expect(report.passed).toBe(true);
     });
   }

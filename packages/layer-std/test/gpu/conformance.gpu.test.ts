@@ -43,6 +43,8 @@ interface Case {
   readonly type: string;
   readonly config: Record<string, unknown>;
   readonly weights: (w: Weights) => void;
+  /** Rows per page of the driver's KV pool (default 16). */
+  readonly kvPageSize?: number;
 }
 
 function experts(w: Weights, E: number, I: number): void {
@@ -84,7 +86,7 @@ const CASES: Case[] = [
     },
   },
   {
-    label: 'attention (gated, GQA 4/2, rotary 4 of 16, pages of 4)', type: 'attention', config: { ...BASE, metrale_std: { page_size: 4 } },
+    label: 'attention (gated, GQA 4/2, rotary 4 of 16, pages of 4)', type: 'attention', config: BASE, kvPageSize: 4,
     weights: (w) => {
       w.add('q_proj.weight', [4 * 16 * 2, D], 2 / Math.sqrt(D));
       w.add('k_proj.weight', [2 * 16, D], 2 / Math.sqrt(D));
@@ -127,7 +129,7 @@ describe.skipIf(!cuda.available)('@metrale/layer-std on CUDA', () => {
     for (const c of CASES.filter((x) => x.type !== 'embedding' && path.types.includes(x.type) && (f32 || x.type !== 'lm-head'))) {
       it(`${path.label}: ${c.label} passes every check of the conformance kit`, () => {
         const report = runLayerConformance(f32 ? plugin : withPrecision(plugin, path.precision), {
-          backend: create, layerType: c.type, config: c.config, weights: weightsOf(c, path.precision).source(), k: 3,
+          backend: create, layerType: c.type, config: c.config, weights: weightsOf(c, path.precision).source(), k: 3, kvPageSize: c.kvPageSize ?? 16,
           ...(f32 ? {} : { rowDtype: 'bf16' as const, tolerance: BF16_BOUND }),
         });
         lines.push(`${path.label} ${c.label}: ${report.checks.map((x) => `${x.check} ${x.status}`).join(', ')}`);
@@ -137,6 +139,7 @@ describe.skipIf(!cuda.available)('@metrale/layer-std on CUDA', () => {
         expect(status['replay-equals-eager']).toBe('pass');
         expect(status['verify-accept-equals-decode']).toBe('pass');
         if (c.type === 'attention') expect(status['room-check-before-write']).toBe('pass');
+        expect(status['prefix-resume-equals-prefill']).toBe('pass');
       });
     }
   }
@@ -150,7 +153,7 @@ describe.skipIf(!cuda.available)('@metrale/layer-std on CUDA', () => {
           const layer = plugin.create({
             gpu, weights: weightsOf(c, path.precision).source(), limits: LIMITS, layerType: c.type, config: c.config, layerIndex: 0, precision: path.precision,
           } as never);
-          const driver = new StepDriver({ gpu, layers: [layer], limits: LIMITS });
+          const driver = new StepDriver({ gpu, layers: [layer], limits: LIMITS, kvCache: { pageSize: c.kvPageSize ?? 16 } });
           const rnd = new SeededRandom(17);
           const width = layer.inputRowBytes / floatBytes(rows);
           const outType = c.type === 'lm-head' ? 'f32' : rows;

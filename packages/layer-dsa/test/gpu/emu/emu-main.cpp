@@ -164,13 +164,15 @@ static std::map<std::string, KernelEntry> kernels() {
   const int c8 = DSA_EMU_CLUSTER ? 8 : 1, c4 = DSA_EMU_CLUSTER ? 4 : 1;
   std::map<std::string, KernelEntry> m;
   m["dsa_mla_append"] = {1, [](const std::vector<Arg>& a) {
-    dsa_mla_append(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15], a[16], a[17], a[18]);
+    dsa_mla_append(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15], a[16], a[17], a[18],
+                   a[19], a[20]);
   }};
   m["dsa_index_append"] = {1, [](const std::vector<Arg>& a) {
-    dsa_index_append(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15], a[16], a[17], a[18]);
+    dsa_index_append(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15], a[16], a[17], a[18],
+                     a[19], a[20]);
   }};
   m["dsa_pool_append"] = {1, [](const std::vector<Arg>& a) {
-    dsa_pool_append(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15], a[16], a[17]);
+    dsa_pool_append(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15], a[16], a[17], a[18], a[19]);
   }};
   m["dsa_ring_store"] = {1, [](const std::vector<Arg>& a) {
     dsa_ring_store(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10]);
@@ -180,13 +182,13 @@ static std::map<std::string, KernelEntry> kernels() {
   }};
   m["dsa_index_score"] = {1, [](const std::vector<Arg>& a) {
     dsa_index_score(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15], a[16], a[17], a[18],
-                    a[19], a[20], a[21], a[22]);
+                    a[19], a[20], a[21], a[22], a[23], a[24]);
   }};
   m["dsa_topk"] = {c8, [](const std::vector<Arg>& a) {
     dsa_topk(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12]);
   }};
   m["dsa_sparse_attn"] = {c4, [](const std::vector<Arg>& a) {
-    dsa_sparse_attn(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15], a[16]);
+    dsa_sparse_attn(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15], a[16], a[17], a[18]);
   }};
   return m;
 }

@@ -1,0 +1,107 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { CpuBackend } from '@metrale/cpu-backend';
+import { KvCacheSizeError, generateAll, type GenerateRequest } from '@metrale/core';
+import { afterAll, describe, expect, it } from 'vitest';
+import { buildEngine, resolveModel, type EngineSetup } from '../src/engine/build-engine.js';
+import { loadRegistry } from '../src/plugins/load-registry.js';
+import { writeTinyQwen3Next } from './support/tiny-qwen3-next.js';
+
+// The engine as `metrale serve` builds it (the worker's buildEngine), on the tiny hybrid
+// qwen3_next (Gated DeltaNet + attention): a KV page pool sized from memory, preemption when it
+// runs out, and prefix caching over attention pages and GDN state snapshots.
+
+const root = mkdtempSync(join(tmpdir(), 'metrale-kv-engine-'));
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+const modelDir = join(root, 'tiny');
+writeTinyQwen3Next(modelDir, { dtype: 'f32' });
+
+async function withEngine<T>(over: Partial<EngineSetup>, fn: (engine: ReturnType<typeof buildEngine>) => T): Promise<T> {
+  const setup = {
+    modelDir, backend: 'cpu', maxBatch: 4, maxModelLen: 512, prefillChunk: 32, graphs: true,
+    plugins: { cwd: process.cwd(), packageDir: process.cwd(), plugins: [], preferPlugins: [] }, ...over,
+  } as EngineSetup;
+  const registry = await loadRegistry(setup.plugins);
+  const { info, checkpoint } = resolveModel(setup, registry);
+  const gpu = new CpuBackend();
+  const engine = buildEngine(setup, info, checkpoint, gpu, registry);
+  try {
+    return fn(engine);
+  } finally {
+    engine.dispose();
+    gpu.dispose();
+  }
+}
+
+const prompt = (n: number, seed: number) => Array.from({ length: n }, (_, i) => 2 + ((i * 11 + seed * 17) % 60));
+
+describe('the serving engine over a KV page pool (tiny qwen3_next, CPU)', () => {
+  it('preempts when the pool runs out; every answer equals the same request alone', async () => {
+    const requests: GenerateRequest[] = [
+      { prompt: prompt(40, 1), maxTokens: 48 },
+      { prompt: prompt(52, 2), maxTokens: 40 },
+      { prompt: prompt(30, 3), maxTokens: 56, sampling: { temperature: 0.9, seed: 7 } },
+      { prompt: prompt(45, 4), maxTokens: 44 },
+    ];
+    const alone = await withEngine({ prefixCaching: false }, (e) => requests.map((r) => generateAll(e.loop, [r]).outputs[0]!.tokens));
+    // Two attention layers × K and V × 2 heads × 8 dims × 4 bytes: 256 bytes a token, 4 KiB a page of 16.
+    // About 13 pages (the block table and a state snapshot come out of the budget too): two of these
+    // sequences at their longest, not four.
+    const together = await withEngine({ kvCacheMemory: 14 * 4096 + 512 }, (e) => {
+      expect(e.kv.pageSize).toBe(16);
+      expect(e.kv.pages).toBeLessThan(14);
+      let preemptions = 0;
+      const loop = e.loop;
+      requests.forEach((r, id) => loop.add({ ...r, id }));
+      const out: number[][] = requests.map(() => []);
+      while (!loop.idle) {
+        const report = loop.step();
+        preemptions += report.preemptions;
+        expect(report.kvUsage).toBeLessThanOrEqual(1);
+        for (const ev of report.events) {
+          expect(ev.finish).not.toBe('error');
+          out[ev.id]!.push(...ev.tokens);
+        }
+      }
+      console.log(`kv pool of ${e.kv.pages} pages: ${preemptions} preemptions`);
+      expect(preemptions).toBeGreaterThan(1);
+      return out;
+    });
+    expect(together).toEqual(alone);
+  }, 300_000);
+
+  it('a request sharing a prefix starts on its cached blocks and GDN snapshot, with the same answer', async () => {
+    const shared = prompt(200, 5);
+    const a: GenerateRequest = { prompt: [...shared, 3, 4, 5], maxTokens: 12 };
+    const b: GenerateRequest = { prompt: [...shared, 9, 8], maxTokens: 12 };
+    const cold = await withEngine({ prefixCaching: false }, (e) => generateAll(e.loop, [b]).outputs[0]!.tokens);
+    await withEngine({}, (e) => {
+      expect(e.kv.prefixCaching).toBe(true);
+      expect(e.kv.snapshots).toBeGreaterThan(0);
+      generateAll(e.loop, [a]);
+      e.loop.add({ ...b, id: 1 });
+      let hits = 0, queries = 0, rows = 0;
+      const tokens: number[] = [];
+      while (!e.loop.idle) {
+        const r = e.loop.step();
+        hits += r.prefixHits;
+        queries += r.prefixQueries;
+        rows += r.prefillRows;
+        for (const ev of r.events) tokens.push(...ev.tokens);
+      }
+      expect(tokens).toEqual(cold);
+      // Snapshots at chunk ends of 32: the last one inside the 200 shared tokens is at 192.
+      expect(hits).toBe(192);
+      expect(queries).toBe(202);
+      expect(rows).toBe(202 - 192);
+    });
+  }, 300_000);
+
+  it('refuses, with the sizes, a request longer than the pool holds; and a budget that holds no page', async () => {
+    await withEngine({ kvCacheMemory: 8 * 4096 + 4 * 4 * 33 + 1024 }, (e) => {
+      expect(() => e.loop.add({ id: 1, prompt: prompt(120, 1), maxTokens: 20 })).toThrow(/need 9 KV-cache pages of 16 tokens, but the cache holds 8 pages \(128 tokens\)/);
+    });
+    await expect(withEngine({ kvCacheMemory: 1000 }, () => undefined)).rejects.toThrow(KvCacheSizeError);
+  }, 120_000);
+});
