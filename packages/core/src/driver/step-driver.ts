@@ -3,7 +3,7 @@ import type { LayerLimits, LayerStep, SpeculationMode, StepPhase, StepTables, Tr
 import type { LayerState } from '../contract/layer-state.js';
 import type { DevicePtr } from '../device/device-ptr.js';
 import type { GpuBackend, Stream } from '../device/gpu-backend.js';
-import { CaptureError, InvalidArgumentError, MetraleError } from '../errors.js';
+import { CaptureError, InvalidArgumentError, MetraleError, PluginError } from '../errors.js';
 import { BatchBuckets } from './batch-buckets.js';
 import { GraphCache, graphKey } from './graph-cache.js';
 import { SequenceRecord, type Sequence } from './sequence.js';
@@ -58,6 +58,7 @@ interface LayerEntry {
   readonly rearm: boolean;
   readonly roomCheck: boolean;
   readonly sync: boolean;
+  readonly runBatched: boolean;
 }
 
 /**
@@ -78,6 +79,8 @@ export class StepDriver {
   readonly #prestaging: readonly number[];
   readonly #roomChecking: readonly number[];
   readonly #syncing: readonly number[];
+  /** Indices of the layers that answer whether they verify a run of sequences batched. */
+  readonly #runBatching: readonly number[];
   readonly #tables: StepTableStore;
   readonly #activations: [DevicePtr, DevicePtr];
   readonly #ownsStream: boolean;
@@ -109,12 +112,14 @@ export class StepDriver {
         rearm: implemented.has('decodePrestageRearm'),
         roomCheck: implemented.has('checkReplayRoom'),
         sync: implemented.has('syncReplayedStep'),
+        runBatched: implemented.has('gdnVerifyRunBatched'),
       };
     });
-    const having = (flag: 'prestage' | 'roomCheck' | 'sync') => this.#layers.flatMap((e, i) => (e[flag] ? [i] : []));
+    const having = (flag: 'prestage' | 'roomCheck' | 'sync' | 'runBatched') => this.#layers.flatMap((e, i) => (e[flag] ? [i] : []));
     this.#prestaging = having('prestage');
     this.#roomChecking = having('roomCheck');
     this.#syncing = having('sync');
+    this.#runBatching = having('runBatched');
     for (let i = 1; i < layers.length; i++) {
       if (layers[i]!.inputRowBytes !== layers[i - 1]!.outputRowBytes) {
         throw new InvalidArgumentError(
@@ -302,6 +307,9 @@ export class StepDriver {
       this.#speculative = new SpeculativeBuffers(this.gpu, this.#layers, this.speculation, this.limits, this.#tables.slotTable, this.stream);
     }
 
+    // A verify runs its sequences as one batched step: every layer that answers must take the run.
+    if (phase === 'verify' && this.#speculative) this.#checkBatchedRun(records, k, batch);
+
     const key = graphKey(phase, batch, k);
     const entry = this.graphsEnabled ? this.graphs.get(key) : undefined;
     const replay = entry?.kind === 'graph';
@@ -364,6 +372,27 @@ export class StepDriver {
       this.#pendingVerify = { records, k, batch, slots: host.slots.slice(0, batch) };
     }
     return captureError === undefined ? this.#result(phase, path, batch, k, n * k) : { ...this.#result(phase, path, batch, k, n * k), captureError };
+  }
+
+  /**
+   * The verify's sequences are one run of adjacent batch positions (0..n−1, then padding up to
+   * `batch`), `k` rows each, and the driver verifies a run only batched: one step whose kernels read
+   * the step tables (`wyn` = batch positions, `wyTables` = the slot table). A layer that answers
+   * false cannot run it so; the step is refused, host-side, before anything of it is written.
+   */
+  #checkBatchedRun(records: SequenceRecord[], k: number, batch: number): void {
+    for (const l of this.#runBatching) {
+      const layer = this.#layers[l]!.layer;
+      const states = records.map((rec) => rec.states[l]!);
+      if (layer.gdnVerifyRunBatched!(states, k, batch, this.#tables.slotTable) === false) {
+        throw new PluginError(
+          layer.type,
+          `layer ${l} cannot verify sequences ${records.map((r) => r.id).join(', ')} (k = ${k}, ${batch} batch positions) in one batched step ` +
+            `(gdnVerifyRunBatched answered false), and the step driver verifies only batched; nothing of the step ran. ` +
+            'Verify within the limits the layer was created for, with the speculation mode it supports.',
+        );
+      }
+    }
   }
 
   // The two loops of the replay path run layers × sequences times per step: they call the layer's
