@@ -242,7 +242,7 @@ export class GdnLayer implements TransformerLayer<GdnState> {
       // Which entry point: gdn-launch.ts recurrentVariant (pipe or split for decode steps, where they fit).
       const mode = phase === 'verify' ? 1 : 0;
       const variant = recurrentVariant(shape, mode, k, batch, clusters);
-      gpu.launch(recurrentVariantKernels[variant], recurrentLaunch(cfg, batch, stream, shape.maxK, variant, gpu.device.multiprocessors), {
+      gpu.launch(recurrentVariantKernels[variant], recurrentLaunch(cfg, batch, stream, shape.maxK, variant), {
         ...common, mode, batch, k, ...shape, eps: cfg.eps, yDtype,
       });
     }
@@ -333,7 +333,7 @@ export class GdnLayer implements TransformerLayer<GdnState> {
     launchFold(gpu, foldKernels, this.config, stream, {
       qkvz: b.qkvz, slots: slotTable, seqLens, naTab, state: b.state, convRing: b.convRing, stash: woa.stash,
       batch: n, k: kRows, ...this.#shape(),
-    }, gpu.device.multiprocessors);
+    });
     return true;
   }
 
