@@ -1,9 +1,8 @@
 #!/usr/bin/env node
-// The GPU benchmarks: cuda-backend's bench/*.bench.mjs and every package's bench/*.gpu.bench.mjs
-// or bench/*cuda*.bench.mjs, each run with plain `node` in its package directory, its JSON going
-// to bench-results/<package>.json (<package>-<bench>.json when a package has several; override
-// the folder with METRALE_BENCH_DIR). Without a
-// GPU each benchmark says so and exits 0. Exits non-zero when any benchmark fails.
+// The GPU benchmarks: every package's `bench:gpu` script (packages/*, apps/*, examples/*), run in
+// its package directory with its JSON going to bench-results/<package directory>.json (override
+// the folder with METRALE_BENCH_DIR; the bench reads METRALE_BENCH_OUT). Without a GPU each
+// benchmark says so and exits 0. Exits non-zero when any benchmark fails.
 import { spawnSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { basename, dirname, join, relative } from 'node:path';
@@ -12,40 +11,29 @@ import { fileURLToPath } from 'node:url';
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const outDir = process.env.METRALE_BENCH_DIR ?? join(root, 'bench-results');
 
-function packageDirs() {
-  const dirs = [];
+/** Each package directory with a `bench:gpu` script, and that script. */
+function gpuBenches() {
+  const found = [];
   for (const group of ['packages', 'apps', 'examples']) {
     const parent = join(root, group);
     if (!existsSync(parent)) continue;
     for (const name of readdirSync(parent).sort()) {
-      if (existsSync(join(parent, name, 'package.json'))) dirs.push(join(parent, name));
+      const manifest = join(parent, name, 'package.json');
+      if (!existsSync(manifest)) continue;
+      const pkg = JSON.parse(readFileSync(manifest, 'utf8'));
+      const command = pkg.scripts?.['bench:gpu'];
+      if (command) found.push({ dir: join(parent, name), name: pkg.name ?? name, command });
     }
   }
-  return dirs;
-}
-
-function gpuBenches(dir) {
-  const bench = join(dir, 'bench');
-  if (!existsSync(bench)) return [];
-  const isCudaBackend = basename(dir) === 'cuda-backend';
-  return readdirSync(bench)
-    .filter((f) => f.endsWith('.bench.mjs') && (isCudaBackend || /\.gpu\.bench\.mjs$|cuda/i.test(f)))
-    .sort()
-    .map((f) => join(bench, f));
+  return found;
 }
 
 const results = [];
-for (const dir of packageDirs()) {
-  const name = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')).name ?? basename(dir);
-  const benches = gpuBenches(dir);
-  for (const file of benches) {
-    const label = `${name} ${basename(file)}`;
-    const suffix = benches.length > 1 ? `-${basename(file, '.bench.mjs').replace(/\.gpu$/, '')}` : '';
-    const out = join(outDir, `${basename(dir)}${suffix}.json`);
-    console.log(`\n=== ${label} -> ${relative(root, out)} ===`);
-    const run = spawnSync(process.execPath, [file], { cwd: dir, stdio: 'inherit', env: { ...process.env, METRALE_BENCH_OUT: out } });
-    results.push({ label, ok: !run.error && run.status === 0, status: run.error ? run.error.message : `exit ${run.status ?? run.signal}` });
-  }
+for (const { dir, name, command } of gpuBenches()) {
+  const out = join(outDir, `${basename(dir)}.json`);
+  console.log(`\n=== ${name}: ${command} -> ${relative(root, out)} ===`);
+  const run = spawnSync(command, { cwd: dir, shell: true, stdio: 'inherit', env: { ...process.env, METRALE_BENCH_OUT: out } });
+  results.push({ label: `${name} (${command})`, ok: !run.error && run.status === 0, status: run.error ? run.error.message : `exit ${run.status ?? run.signal}` });
 }
 console.log('\nGPU benchmark summary');
 for (const r of results) console.log(`  ${r.ok ? 'ok    ' : 'FAILED'}  ${r.label}${r.ok ? '' : ` (${r.status})`}`);

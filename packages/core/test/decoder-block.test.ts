@@ -28,7 +28,7 @@ function fake(
   }
   if (hooks.carry) {
     layer.gdnCarrySeqFloats = () => hooks.carry;
-    layer.gdnCarryBind = (b: GdnCarryBinding) => calls.push(`${name}.carryBind stash=${b.stash} per=${b.stashSeqFloats} conv=${b.convStash} row=${b.convRowElems} table=${b.convStateTable === 7000n ? 'given' : 'own'}`);
+    layer.gdnCarryBind = (b: GdnCarryBinding) => calls.push(`${name}.carryBind stash=${b.stash} per=${b.stashSeqFloats} conv=${b.convStash} row=${b.convRowElems}`);
   }
   if (hooks.room) {
     layer.checkReplayRoom = (s: { name: string }, len: number, k: number) => calls.push(`${s.name}.room ${len} ${k}`);
@@ -109,11 +109,11 @@ describe('DecoderBlock: one TransformerLayer made of sub-layers', () => {
     const both = block(gpu, [[fake('g1', calls, { woa: 10, carry }), fake('g2', calls, { woa: 6, carry: { stashSeqFloats: 6, convRowElems: 5 } })]]).block;
     expect(both.gdnCarrySeqFloats!()).toEqual({ stashSeqFloats: 16, convRowElems: 8 });
     both.gdnCarryBind!({
-      flag: 1n, stash: 1000n, stashSeqFloats: 16, pendingRows: 2n, slotTable: 3n, convStateTable: 7000n, convStash: 5000n, convRowElems: 8, convStashRows: 2, maxK: 2, seqs: 4, maxBatch: 2,
+      flag: 1n, stash: 1000n, stashSeqFloats: 16, pendingRows: 2n, slotTable: 3n, convStash: 5000n, convRowElems: 8, convStashRows: 2, maxK: 2, seqs: 4, maxBatch: 2,
     });
     expect(calls).toEqual([
-      'g1.carryBind stash=1000 per=10 conv=5000 row=3 table=given',
-      `g2.carryBind stash=${1000 + 4 * 4 * 10} per=6 conv=${5000 + 4 * 4 * 2 * 3} row=5 table=own`,
+      'g1.carryBind stash=1000 per=10 conv=5000 row=3',
+      `g2.carryBind stash=${1000 + 4 * 4 * 10} per=6 conv=${5000 + 4 * 4 * 2 * 3} row=5`,
     ]);
     gpu.dispose();
   });

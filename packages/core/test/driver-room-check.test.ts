@@ -65,7 +65,8 @@ describe('step driver: a failed room check', () => {
       rig.recording(0).failRoom = true;
       rig.log.clear();
       expectThrow(() => rig.driver.verify({ seqs: [b!, a!], k: 3, input: inputs.rows(6), tokens: inputs.tokens(6) }), ReplayRoomError, /L0/);
-      expect(rig.log.lines()).toEqual([`checkReplayRoom L0 s${b!.slot} len=3 k=3`]);
+      // Host-side only: the batched-run question, then the room check that refuses.
+      expect(rig.log.lines()).toEqual(['gdnVerifyRunBatched L0', 'gdnVerifyRunBatched L1', `checkReplayRoom L0 s${b!.slot} len=3 k=3`]);
       expect(snapshot(rig, [a!, b!, c!])).toEqual(before);
       expectThrow(() => rig.driver.accept([1, 1]), InvalidArgumentError, /no verify step is waiting/);
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { InvalidArgumentError, type DevicePtr, type GdnCarryBinding, type GpuBackend, type Sequence } from '../src/index.js';
+import { InvalidArgumentError, PluginError, type DevicePtr, type GdnCarryBinding, type GpuBackend, type Sequence } from '../src/index.js';
 import { expectThrow, Inputs, LIMITS, readI32, readU32, withRig, type LayerSpec, type Rig } from './support/driver-rig.js';
 
 // Two write-on-accept layers with different stash sizes, a recording layer without
@@ -65,6 +65,7 @@ describe('step driver: write-on-accept', () => {
       expect(step(rig, inputs, [a!, b!, c!], 3).path).toBe('capture');
       expect(rig.log.lines(...SPEC_HOOKS)).toEqual([
         'gdnWoaStashSeqFloats W0', 'gdnWoaStashSeqFloats W1', 'gdnWoaStashSeqFloats R', 'gdnWoaBind W0', 'gdnWoaBind W1',
+        'gdnVerifyRunBatched W0', 'gdnVerifyRunBatched W1', 'gdnVerifyRunBatched R',
       ]);
       const calls = rig.log.entries.map((e) => e.call);
       expect(calls.lastIndexOf('gdnWoaBind')).toBeLessThan(calls.indexOf('decodePrestage'));
@@ -189,6 +190,62 @@ describe('step driver: write-on-accept', () => {
   });
 });
 
+describe('step driver: the batched verify of a run of sequences', () => {
+  it('asks every answering layer before each verify, with the run in batch order, k, the batch positions and the slot table', () => {
+    withRig({ layers: WOA }, (rig) => {
+      const inputs = new Inputs(47);
+      const [a, b, c] = prefilled(rig, inputs, [3, 2, 4]);
+      rig.recording(0).runBatched = true;
+      rig.recording(1).runBatched = true;
+      step(rig, inputs, [c!, a!, b!], 2);
+      const asked = rig.log.of('gdnVerifyRunBatched');
+      expect(asked.map((e) => e.layer)).toEqual(['W0', 'W1', 'R']);
+      const slotTable = rig.log.forwards()[0]!.tables.slots;
+      for (const e of asked) expect(e.args).toEqual([[c!.slot, a!.slot, b!.slot], 2, 4, slotTable]);
+      // Host-side, before the step's first prestage and forward.
+      const calls = rig.log.entries.map((e) => e.call);
+      expect(calls.lastIndexOf('gdnVerifyRunBatched')).toBeLessThan(calls.indexOf('decodePrestage'));
+      expect(calls.lastIndexOf('gdnVerifyRunBatched')).toBeLessThan(calls.indexOf('forward'));
+      rig.driver.accept([1, 2, 0]);
+      rig.log.clear();
+      // Decode steps and replays: asked on every verify, never on a decode.
+      step(rig, inputs, [a!]);
+      step(rig, inputs, [b!, c!], 2);
+      rig.driver.accept([2, 2]);
+      step(rig, inputs, [b!, c!], 2);
+      expect(rig.log.lines('gdnVerifyRunBatched')).toEqual([
+        'gdnVerifyRunBatched W0', 'gdnVerifyRunBatched W1', 'gdnVerifyRunBatched R',
+        'gdnVerifyRunBatched W0', 'gdnVerifyRunBatched W1', 'gdnVerifyRunBatched R',
+      ]);
+      expect(rig.log.of('gdnVerifyRunBatched').at(-1)!.args.slice(0, 3)).toEqual([[b!.slot, c!.slot], 2, 2]);
+    });
+  });
+
+  it('refuses a verify that a layer will not run batched before anything of the step is written', () => {
+    withRig({ layers: WOA }, (rig) => {
+      const inputs = new Inputs(48);
+      const [a, b] = prefilled(rig, inputs, [3, 2]);
+      // A graph for the key first, so a refusal on the replay path is covered too.
+      step(rig, inputs, [a!, b!], 2);
+      rig.driver.accept([1, 1]);
+      const before = [0, 1].map((l) => [a!.slot, b!.slot].map((s) => Array.from(rig.recording(l).readState(s))));
+      rig.recording(1).runBatched = false;
+      rig.log.clear();
+      const e = expectThrow(() => rig.driver.verify({ seqs: [a!, b!], k: 2, input: inputs.rows(4), tokens: inputs.tokens(4) }), PluginError,
+        /layer 1 cannot verify sequences \d+, \d+ \(k = 2, 2 batch positions\)/, /gdnVerifyRunBatched answered false/);
+      expect(e.plugin).toBe('test-recording');
+      expect(rig.log.lines().filter((l) => !l.startsWith('gdnVerifyRunBatched'))).toEqual([]);
+      expect([0, 1].map((l) => [a!.slot, b!.slot].map((s) => Array.from(rig.recording(l).readState(s))))).toEqual(before);
+      expect([a!.length, b!.length, a!.awaitingAccept, b!.awaitingAccept]).toEqual([4, 3, false, false]);
+      // An answer of true (or none) lets the same step run.
+      rig.recording(1).runBatched = true;
+      expect(step(rig, inputs, [a!, b!], 2).path).toBe('replay');
+      rig.driver.accept([2, 0]);
+      expect([a!.length, b!.length]).toEqual([6, 3]);
+    });
+  });
+});
+
 describe('step driver: carried state', () => {
   it('binds each carried layer once, before capture, with distinct buffers of the sizes GdnCarryBinding states', () => {
     withRig({ layers: CARRIED, speculation: 'carried' }, (rig) => {
@@ -197,6 +254,7 @@ describe('step driver: carried state', () => {
       expect(step(rig, inputs, [a!, b!, c!], 2).path).toBe('capture');
       expect(rig.log.lines(...SPEC_HOOKS)).toEqual([
         'gdnCarrySeqFloats C0', 'gdnCarrySeqFloats C1', 'gdnCarrySeqFloats W', 'gdnWoaStashSeqFloats W', 'gdnWoaBind W', 'gdnCarryBind C0', 'gdnCarryBind C1',
+        'gdnVerifyRunBatched C0', 'gdnVerifyRunBatched C1', 'gdnVerifyRunBatched W',
       ]);
       const calls = rig.log.entries.map((e) => e.call);
       expect(calls.lastIndexOf('gdnCarryBind')).toBeLessThan(calls.indexOf('decodePrestage'));
@@ -216,8 +274,6 @@ describe('step driver: carried state', () => {
         expect(Object.isFrozen(binding)).toBe(true);
         expect(readU32(rig.gpu, binding.flag, 1)).toEqual([1]);
         expect(readU32(rig.gpu, binding.pendingRows, seqs)).toEqual(new Array(seqs).fill(0));
-        // The conv-state pointer table starts null; the layer fills it.
-        expect(readU32(rig.gpu, binding.convStateTable, 2 * batch)).toEqual(new Array(2 * batch).fill(0));
       }
       // Shared: flag, pending rows and the driver's slot table.
       expect(b1!.flag).toBe(b0!.flag);
@@ -227,7 +283,6 @@ describe('step driver: carried state', () => {
 
       const own = (name: string, x: GdnCarryBinding): Region[] => [
         { what: `${name} stash`, ptr: x.stash, bytes: 4 * seqs * x.stashSeqFloats },
-        { what: `${name} convStateTable`, ptr: x.convStateTable, bytes: 8 * batch },
         { what: `${name} convStash`, ptr: x.convStash, bytes: 4 * seqs * x.convStashRows * x.convRowElems },
       ];
       const woa = rig.log.of('gdnWoaBind')[0]!.args as [DevicePtr, DevicePtr, number];

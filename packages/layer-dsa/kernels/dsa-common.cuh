@@ -3,23 +3,23 @@
 // own fatbin (metrale-build-kernels), so everything here is static / inline.
 //
 // The device-specific primitives (inline PTX, CUDA's bf16 / fp8 conversions, clusters) are the
-// only code that differs under DSA_EMU, where test/gpu/emu/ supplies host versions of them to run
-// these very kernels on the CPU (a development aid; the GPU lane runs the real ones).
+// only code that differs under METRALE_CUDA_EMU, where the CPU emulator (tools/cuda-emu, which the
+// GPU lane can run on: test/gpu/emu/device.mjs) supplies host versions of them, so these very
+// kernels run on the CPU (a development aid; the GPU lane runs the real ones).
 #pragma once
 
 #include <cstdint>
 
-#ifdef DSA_EMU
-#include "dsa-emu-cuda.h"
-#define DSA_HAS_CLUSTER DSA_EMU_CLUSTER
+#ifdef METRALE_CUDA_EMU
+#define DSA_HAS_CLUSTER CUDA_EMU_CLUSTERS
 #define DSA_CLUSTER_DIMS(n)
-#define DSA_DYNAMIC_SMEM(name) uint8_t* name = ::emu::dynamic_smem()
-#define DSA_SHARED(type, name, count) type* name = ::emu::static_smem<type>((count), __LINE__)
+#define DSA_DYNAMIC_SMEM(name) uint8_t* name = ::cuda_emu::dynamic_smem()
+#define DSA_SHARED(type, name, count) type* name = ::cuda_emu::static_smem<type>((count), __LINE__)
 #else
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 // Rows and row-typed scratch (qr, qb, olat) in the precision's type: FLOAT_DTYPE_CODE, read and
-// written through metrale::load_element / store_element (the emulator supplies host versions).
+// written through metrale::load_element / store_element (the emulator has host versions).
 #include <metrale/elements.cuh>
 
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && !defined(DSA_NO_CLUSTER)
@@ -68,7 +68,7 @@ __device__ __forceinline__ int batch_pos_of_row(const int32_t* __restrict__ rowS
   return lo;
 }
 
-#ifndef DSA_EMU
+#ifndef METRALE_CUDA_EMU
 __device__ __forceinline__ uint16_t f32_to_bf16_bits(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
 
 /** f32 → E4M3 (fn), round to nearest even, saturating to ±448. */
@@ -92,6 +92,16 @@ __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
   const __nv_bfloat162 y = *reinterpret_cast<__nv_bfloat162*>(&b);
   x = __hmul2(x, y);
   return *reinterpret_cast<uint32_t*>(&x);
+}
+#else
+inline uint16_t f32_to_bf16_bits(float x) { return cuda_emu::bf16_bits(x); }
+inline uint8_t f32_to_e4m3(float x) { return cuda_emu::e4m3_code(x); }
+inline float e4m3_to_f32(uint32_t code) { return cuda_emu::e4m3_value(code); }
+inline uint32_t pack_bf16x2(float lo, float hi) { return (uint32_t)f32_to_bf16_bits(lo) | ((uint32_t)f32_to_bf16_bits(hi) << 16); }
+// The product of two bf16 is exact in f32; rounding it once is __hmul2's result.
+inline uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+  using cuda_emu::bf16_value;
+  return pack_bf16x2(bf16_value(a) * bf16_value(b), bf16_value(a >> 16) * bf16_value(b >> 16));
 }
 #endif
 
@@ -171,7 +181,7 @@ __device__ __forceinline__ float block_max_f(float v, float* scratch) {
 
 // ---- shared memory, async copies, tensor-core fragments, clusters ------------------------------
 
-#ifndef DSA_EMU
+#ifndef METRALE_CUDA_EMU
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
 __device__ __forceinline__ uint32_t dynamic_smem_bytes() {
@@ -230,17 +240,40 @@ struct Coop {
 #endif
 };
 #else
-using ::emu::smem_u32;
-using ::emu::dynamic_smem_bytes;
-using ::emu::cp_async16;
-using ::emu::cp_async4;
-using ::emu::cp_async_commit;
-using ::emu::cp_async_wait;
-using ::emu::ldmatrix_x4;
-using ::emu::ldmatrix_x4_trans;
-using ::emu::mma_bf16_16816;
-using ::emu::named_barrier;
-using Coop = ::emu::Coop;
+inline uint32_t smem_u32(const void* p) { return cuda_emu::smem_addr(p); }
+using ::cuda_emu::dynamic_smem_bytes;
+inline void cp_async16(uint32_t dst, const void* src, int src_bytes) { cuda_emu::cp_async(dst, src, 16, src_bytes); }
+inline void cp_async4(uint32_t dst, const void* src, int src_bytes) { cuda_emu::cp_async(dst, src, 4, src_bytes); }
+using ::cuda_emu::cp_async_commit;
+template <int N>
+inline void cp_async_wait() { cuda_emu::cp_async_wait(N); }
+inline void ldmatrix_x4(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+  uint32_t r[4];
+  cuda_emu::ldmatrix_x4(r, addr, false);
+  r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3];
+}
+inline void ldmatrix_x4_trans(uint32_t addr, uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3) {
+  uint32_t r[4];
+  cuda_emu::ldmatrix_x4(r, addr, true);
+  r0 = r[0], r1 = r[1], r2 = r[2], r3 = r[3];
+}
+inline void mma_bf16_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+  const uint32_t a[4] = {a0, a1, a2, a3};
+  cuda_emu::mma_bf16_m16n8k16(d, a, b0, b1);
+}
+using ::cuda_emu::named_barrier;
+struct Coop {
+  static int rank() { return cuda_emu::cluster_rank(); }
+  static int size() { return cuda_emu::cluster_size(); }
+  static void sync() {
+    if (DSA_HAS_CLUSTER) cuda_emu::cluster_sync();
+    else __syncthreads();
+  }
+  template <typename T>
+  static T* map(T* p, int r) {
+    return DSA_HAS_CLUSTER ? cuda_emu::cluster_map(p, r) : p;
+  }
+};
 #endif
 
 }  // namespace dsa

@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 // A/B of the gdn.recurrent / gdn.fold variants (kernels/gdn-recurrent.cu, gdn-fold.cu entry points
-// _smem, _stream, _legacy, _pipe, _split, plus builds with other -D knobs) at the Qwen3-Next-80B layer shape
-// (H_k 16, H_v 32, d_k = d_v = 128, conv K 4, maxK 4; f32 state 2 MiB per sequence).
+// _smem, _pipe, _split, _general, the two-kernel decode and verify, the register fold, plus builds
+// with other -D knobs) at the Qwen3-Next-80B layer shape (H_k 16, H_v 32, d_k = d_v = 128, conv K
+// 4, maxK 4; f32 state 2 MiB per sequence).
 // Run: node bench/gdn-ab.mjs (bench/gdn-tune.sh runs it): needs node, the workspace's
 // @metrale/core, @metrale/cuda-backend and this package built (dist: the launch shapes), and fatbins:
 //   METRALE_GDN_AB_BUILDS="tag=dir,tag2=dir2"  each dir holds any of gdn-recurrent, gdn-fold, gdn-decode and
@@ -9,8 +10,6 @@
 //   METRALE_GDN_AB_ROWS="tag:variant,..."      the rows of the table (default: every variant of every build)
 //   METRALE_GDN_AB_PIPE_NB="tag=4,..."         builds whose pipe kernels were compiled with another
 //                                               GDN_PIPE_NB than the package's PIPE_STAGES
-//   METRALE_GDN_AB_PERSIST="tag=6:2,..."        builds whose persist kernels were compiled with another
-//                                               GDN_PERSIST_NB (6), launched with that many CTAs per SM (2)
 //   METRALE_GDN_AB_DECODE_BATCHES="1,8,32"      the batches of the decode and carried decode sections (default 1,32,256)
 //   METRALE_GDN_AB_ONLY="decode"                the sections to run (default all)
 //   METRALE_BENCH_OUT                           the JSON (default bench-results/gdn-ab.json)
@@ -33,9 +32,11 @@
 // early start), for the early start's A/B; a `tag:two-general` row runs plain decode steps through
 // gdn_decode_state instead of gdn_decode_state_plain. METRALE_GDN_AB_VERIFY_BATCHES="1,8,32" sets the verify and carried
 // sections' batches (default 32,256 and 1,32,256).
-// A pipe or split row runs what the layer would: that variant for decode steps (mode 0, k = 1) and
-// the fold, the same build's smem entry point for the rest. Parameters, threads and shared memory come from the
-// package's dist (gdn-kernels.ts, gdn-launch.ts).
+// A pipe or split row runs what the layer would: that variant for decode steps (mode 0, k = 1), the
+// same build's smem entry points for the rest (verify, fold). Parameters, threads and shared memory
+// come from the package's dist (gdn-kernels.ts, gdn-launch.ts). Variants the layer no longer ships
+// (stream, persist, the pipe and split folds, the scan in clusters of 4) and what they measured:
+// KERNELS.md, "Removed variants".
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -66,13 +67,14 @@ async function main() {
   const declOf = (decl, module, symbol) => Object.freeze({ ...decl, name: `${decl.name}.${module.name}`, cuda: { module, symbol } });
   const builds = (process.env.METRALE_GDN_AB_BUILDS ?? `base=${join(pkgDir, 'dist', 'kernels')}`).split(',').map((s) => s.split('='));
   const kernelsOf = {};
-  const decodeOnly = (v) => v === 'pipe' || v === 'split' || v === 'persist';
+  const decodeOnly = (v) => v === 'pipe' || v === 'split';
   for (const [tag, dir] of builds) {
     // A build dir without one of the fatbins takes the package's.
     const fatbin = (f) => (existsSync(join(dir, f)) ? join(dir, f) : join(pkgDir, 'dist', 'kernels', f));
     const rm = defineKernelModule(`gdn-recurrent-${tag}`, fatbin('gdn-recurrent.fatbin'));
     const fm = defineKernelModule(`gdn-fold-${tag}`, fatbin('gdn-fold.fatbin'));
-    const rec = (v) => declOf(pkg.recurrentVariantKernels[v], rm, pkg.RECURRENT_SYMBOLS[v]);
+    const rec = (v) => declOf(pkg.recurrentVariantKernels[v], rm, pkg.recurrentVariantKernels[v].cuda.symbol);
+    const fol = (v) => declOf(pkg.foldVariantKernels[v], fm, pkg.foldVariantKernels[v].cuda.symbol);
     const dfb = fatbin('gdn-decode.fatbin');
     if (existsSync(dfb)) {
       const dm = defineKernelModule(`gdn-decode-${tag}`, dfb);
@@ -89,7 +91,7 @@ async function main() {
         twoVerify: vm && { prep: declOf(pkg.verifyPrepKernel, vm, 'gdn_verify_prep'), state: declOf(pkg.verifyStateKernel, vm, 'gdn_verify_state') },
         recurrentMulti: rec('smem'),
         multiVariant: 'smem',
-        fold: declOf(pkg.foldVariantKernels.smem, fm, pkg.FOLD_SYMBOLS.smem),
+        fold: fol('smem'),
         foldVariant: 'smem',
         foldState: declOf(pkg.foldStateKernel, dm, 'gdn_fold_state'),
       };
@@ -104,10 +106,11 @@ async function main() {
         tag,
         variant: v,
         recurrent: rec(v),
-        // pipe, split and persist run decode steps only: the layer takes smem for verify
+        // pipe and split run decode steps only: the layer takes smem for verify and the fold
         recurrentMulti: decodeOnly(v) ? rec('smem') : rec(v),
         multiVariant: decodeOnly(v) ? 'smem' : v,
-        fold: declOf(pkg.foldVariantKernels[v], fm, pkg.FOLD_SYMBOLS[v]),
+        fold: decodeOnly(v) ? fol('smem') : fol(v),
+        foldVariant: decodeOnly(v) ? 'smem' : v,
       };
     }
   }
@@ -133,21 +136,9 @@ async function main() {
 
   const pipeNb = Object.fromEntries((process.env.METRALE_GDN_AB_PIPE_NB ?? '').split(',').filter(Boolean).map((s) => s.split('=')));
   // A pipe build with other stages: the package's shared memory plus or minus those blocks of [d_k][32].
-  // A persist build with other stages and CTAs per SM: "tag=nb:perSM".
-  const persistOf = Object.fromEntries((process.env.METRALE_GDN_AB_PERSIST ?? '').split(',').filter(Boolean).map((s) => {
-    const [tag, v] = s.split('=');
-    const [nb, perSm] = v.split(':').map(Number);
-    return [tag, { nb, perSm }];
-  }));
   const launchOf = (variant, tag, batch) => {
-    const P = variant === 'persist' ? persistOf[tag] : undefined;
-    const extra =
-      variant === 'pipe' && pipeNb[tag] ? (Number(pipeNb[tag]) - PIPE_STAGES) * SHAPE.dk * 32 * 4
-      : P ? (P.nb - pkg.PERSIST_STAGES) * SHAPE.dk * 32 * 4 : 0;
-    const grid = P
-      ? [Math.min(batch * SHAPE.hv, Math.max(Math.ceil((batch * SHAPE.hv) / pkg.PERSIST_MAX_HEADS), P.perSm * dev.multiprocessors))]
-      : pkg.variantGrid(variant, batch, SHAPE.hv, dev.multiprocessors);
-    return { grid, block: variantBlock(variant, SHAPE), sharedBytes: variantSharedBytes(variant, SHAPE) + extra };
+    const extra = variant === 'pipe' && pipeNb[tag] ? (Number(pipeNb[tag]) - PIPE_STAGES) * SHAPE.dk * 32 * 4 : 0;
+    return { grid: pkg.variantGrid(variant, batch, SHAPE.hv), block: variantBlock(variant, SHAPE), sharedBytes: variantSharedBytes(variant, SHAPE) + extra };
   };
 
   const decodeBatches = (process.env.METRALE_GDN_AB_DECODE_BATCHES ?? '1,32,256').split(',').map(Number);

@@ -31,19 +31,20 @@ esac
 stamp "device: $(head -2 "$OUT/nvidia-smi.txt" | tail -1) -> sm_$ARCH"
 
 # 1. The package's JavaScript (dist/index.js, fresh), then every kernels/*.cu for this device only,
-#    in parallel, into dist/kernels (tsup cleans dist first).
+#    in parallel, into dist/kernels (tsup cleans dist first), and the GPU lane's own kernels
+#    (test/gpu/kernels/*.cu: the row-by-row oracle) into test/gpu/dist/kernels.
 cd "$PKG"
 { echo "== tsup"; "$ROOT/node_modules/.bin/tsup" --silent 2>&1; echo "tsup exit $?"; } > "$OUT/build.log"
-mkdir -p dist/kernels
+mkdir -p dist/kernels test/gpu/dist/kernels
 pids=()
-for cu in kernels/*.cu; do
+for cu in kernels/*.cu test/gpu/kernels/*.cu; do
   name="$(basename "$cu" .cu)"
-  ( nvcc -fatbin -O3 -std=c++17 --expt-relaxed-constexpr "-gencode=arch=compute_$ARCH,code=sm_$ARCH" -Xptxas -v \
-      -o "dist/kernels/$name.fatbin" "$cu" > "/tmp/gdn-build-$name.log" 2>&1; echo "exit $?" >> "/tmp/gdn-build-$name.log" ) &
+  ( nvcc -fatbin -O3 -std=c++17 --expt-relaxed-constexpr "-gencode=arch=compute_$ARCH,code=sm_$ARCH" -Xptxas -v -I"$ROOT/packages/core/include" \
+      -o "$(dirname "$cu")/../dist/kernels/$name.fatbin" "$cu" > "/tmp/gdn-build-$name.log" 2>&1; echo "exit $?" >> "/tmp/gdn-build-$name.log" ) &
   pids+=($!)
 done
 for p in "${pids[@]}"; do wait "$p"; done
-for cu in kernels/*.cu; do name="$(basename "$cu" .cu)"; echo "== $name"; cat "/tmp/gdn-build-$name.log"; done >> "$OUT/build.log"
+for cu in kernels/*.cu test/gpu/kernels/*.cu; do name="$(basename "$cu" .cu)"; echo "== $name"; cat "/tmp/gdn-build-$name.log"; done >> "$OUT/build.log"
 awk '/Compiling entry function .gdn_(prefill|chunk_rowwise)/ {name=$7} /spill stores/ && name {sp=$0} /Used [0-9]+ registers/ && name {print name, $5, "registers,", sp; name=""}' "$OUT/build.log" \
   | sed -E 's/ +/ /g' >> "$OUT/summary.txt"
 grep -E "error|exit [1-9]" "$OUT/build.log" | head -5 | tee -a "$OUT/summary.txt"

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # One GPU call that checks and times every variant of gdn.recurrent / gdn.fold (KERNELS.md,
-# kernels/gdn-fast.cuh). Needs node, nvcc (PATH or /usr/local/cuda/bin) and python3; the workspace
+# "Kernels") and builds with other -D knobs. Needs node, nvcc (PATH or /usr/local/cuda/bin) and python3; the workspace
 # built (@metrale/core, @metrale/cuda-backend) with its node_modules. Run from anywhere:
 #   OUT=/some/dir bash packages/layer-gdn/bench/gdn-tune.sh
 # Writes at most 8 files under $OUT: build.log (ptxas -v of every build), tests.log (the GPU suite
 # once per variant and build), tests-default.log (the full default run), ab.log + ab.json (the A/B
-# table), ncu.csv (a few counters of the smem and legacy variants), summary.txt. About 3 minutes.
+# table), ncu.csv (a few counters of the smem and pipe variants), summary.txt. About 3 minutes.
 set -u -o pipefail
 PKG="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 ROOT="$(cd "$PKG/../.." && pwd)"
@@ -25,10 +25,9 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noh
 # tag | extra nvcc flags | files
 # (pipe builds keep the smem entry points: a pipe row runs them for its verify launches)
 BUILDS=(
-  "base||gdn-recurrent gdn-fold gdn-chunk-rowwise"
-  "nb3|-DGDN_PIPE_NB=3|gdn-recurrent gdn-fold"
-  "r96|-DGDN_PIPE_MAXNREG=96|gdn-recurrent gdn-fold"
-  "p2|-DGDN_PERSIST_NB=2 -DGDN_PERSIST_MAXNREG=96|gdn-recurrent gdn-fold"
+  "base||gdn-recurrent gdn-fold gdn-decode gdn-verify"
+  "nb3|-DGDN_PIPE_NB=3|gdn-recurrent"
+  "r96|-DGDN_PIPE_MAXNREG=96|gdn-recurrent"
 )
 stamp "building with $NVCC" | tee -a "$SUMMARY"
 for b in "${BUILDS[@]}"; do
@@ -36,7 +35,7 @@ for b in "${BUILDS[@]}"; do
   mkdir -p "$WORK/$tag"
   for f in $files; do
     ( "$NVCC" -fatbin -O3 -std=c++17 --expt-relaxed-constexpr -gencode=arch=compute_90a,code=sm_90a -Xptxas -v $flags \
-        -o "$WORK/$tag/$f.fatbin" "$PKG/kernels/$f.cu" > "$WORK/build-$tag-$f.log" 2>&1 \
+        -I"$ROOT/packages/core/include" -o "$WORK/$tag/$f.fatbin" "$PKG/kernels/$f.cu" > "$WORK/build-$tag-$f.log" 2>&1 \
       || echo "BUILD FAILED: $tag $f" >> "$WORK/build-$tag-$f.log" ) &
   done
 done
@@ -47,7 +46,8 @@ grep -h "BUILD FAILED" "$WORK"/build-*.log >> "$SUMMARY"
     | grep -oE "entry function '[a-z_]+'|Used [0-9]+ registers|[0-9]+ bytes spill stores" | paste -sd' ' | sed "s/entry function/\n /g"; echo; } >> "$SUMMARY"
 stamp "builds done" | tee -a "$SUMMARY"
 
-# ---- the GPU suite, once per variant and build, in parallel (the 80B prefill case once) ----
+# ---- the GPU suite, once per variant, in parallel (the 80B prefill case once; the lane builds
+# its row-by-row oracle, test/gpu/kernels, when missing) ----
 cd "$PKG"
 run_suite() { # name build variant big
   local name=$1 build=$2 variant=$3 big=$4
@@ -58,11 +58,9 @@ run_suite() { # name build variant big
 }
 run_suite default base default 1
 run_suite smem base smem 0
-run_suite stream base stream 0
-run_suite legacy base legacy 0
+run_suite general base general 0
 run_suite pipe base pipe 0
 run_suite split base split 0
-run_suite persist base persist 0
 wait
 { for l in "$WORK"/test-*.log; do
     n=$(basename "$l" .log); n=${n#test-}
@@ -76,10 +74,9 @@ grep -E "^===" "$OUT/tests.log" >> "$SUMMARY"
 stamp "suites done" | tee -a "$SUMMARY"
 
 # ---- A/B timing (alone on the GPU) ----
-export METRALE_GDN_AB_BUILDS="base=$WORK/base,nb3=$WORK/nb3,r96=$WORK/r96,p2=$WORK/p2"
+export METRALE_GDN_AB_BUILDS="base=$WORK/base,nb3=$WORK/nb3,r96=$WORK/r96"
 export METRALE_GDN_AB_PIPE_NB="nb3=3"
-export METRALE_GDN_AB_PERSIST="p2=2:5"
-export METRALE_GDN_AB_ROWS="base:smem,base:pipe,nb3:pipe,r96:pipe,base:persist,p2:persist,base:split,base:legacy"
+export METRALE_GDN_AB_ROWS="base:smem,base:pipe,nb3:pipe,r96:pipe,base:split,base:general,base:two"
 METRALE_BENCH_OUT="$OUT/ab.json" timeout 100 node bench/gdn-ab.mjs > "$OUT/ab.log" 2>&1
 echo "ab exit $?" >> "$OUT/ab.log"
 sed -n '/GDN variants A\/B/,$p' "$OUT/ab.log" >> "$SUMMARY"
@@ -90,7 +87,7 @@ stamp "A/B done" | tee -a "$SUMMARY"
 NCU="$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)"
 if [ -n "$NCU" ] && [ $(( $(date +%s) - T0 )) -lt 170 ]; then
   METRICS=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,dram__bytes_write.sum,sm__warps_active.avg.pct_of_peak_sustained_active,sm__throughput.avg.pct_of_peak_sustained_elapsed,launch__registers_per_thread,launch__occupancy_limit_registers,launch__occupancy_limit_shared_mem,launch__occupancy_limit_warps,launch__shared_mem_config_size,lts__t_sector_hit_rate.pct
-  METRALE_GDN_AB_NCU=1 METRALE_GDN_AB_ROWS="base:smem,base:persist" timeout $(( 230 - ($(date +%s) - T0) )) \
+  METRALE_GDN_AB_NCU=1 METRALE_GDN_AB_ROWS="base:smem,base:pipe" timeout $(( 230 - ($(date +%s) - T0) )) \
     "$NCU" --clock-control none --target-processes all --kernel-name regex:gdn_ --metrics "$METRICS" --csv \
     node bench/gdn-ab.mjs > "$OUT/ncu.csv" 2> "$WORK/ncu.err"
   echo "ncu exit $?" >> "$SUMMARY"

@@ -1,6 +1,7 @@
 // What bandwidth an in-place read-modify-write of per-head states can reach on this GPU, with no
-// GDN math: the ceiling the decode kernels (which read a head's 64 KiB state and write it back)
-// are measured against, beside the device-to-device copy. Build and run on the GPU machine:
+// GDN math, in several patterns beside the device-to-device copy: the exploration behind the
+// ceilings gdn.bench.mjs measures in its own run (kernels/gdn-state-ceilings.cuh: head-read-256
+// and head-reg-256 here). Build and run on the GPU machine:
 //   nvcc -O3 -std=c++17 -arch=sm_90a -o /tmp/rmw bench/rmw-ceiling.cu && /tmp/rmw
 // Prints one line per (pattern, batch): µs per launch (median of 20 repetitions of 8 launches,
 // state sets rotated so each repetition touches ≥ 4 × L2) and TB/s of the bytes moved (read +
@@ -37,6 +38,7 @@
 #include <string>
 #include <vector>
 #include "../kernels/gdn-l2-ahead.cuh"  // the layer's L2 requests (head-dots-pfN asks as the decode state kernel does)
+#include "kernels/gdn-state-ceilings.cuh"  // head-read-256 and head-reg-256, as gdn.bench measures them
 
 #define CK(x)                                                                                 \
   do {                                                                                        \
@@ -83,27 +85,9 @@ __global__ void read_flat(const float4* p, long long n4, float* out) {
   out[t] = acc;
 }
 
-// Read only, a CTA per head in head-reg-256's layout; the warps' sums added through shared memory.
+// Read only, a CTA per head in head-reg-256's layout (gdn_ceiling::read_head).
 __global__ void __launch_bounds__(256) head_read256(const float4* p, const int* slots, float* out) {
-  __shared__ float part[8];
-  const float4* h = p + (size_t)slots[blockIdx.x] * (kHeadFloats / 4);
-  const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
-  float4 v[16];
-#pragma unroll
-  for (int r = 0; r < 16; ++r) v[r] = __ldcs(h + (16 * w + r) * 32 + l);
-  float acc = 0.0f;
-#pragma unroll
-  for (int r = 0; r < 16; ++r) acc += sum4(v[r]);
-#pragma unroll
-  for (int m = 16; m > 0; m >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, m);
-  if (l == 0) part[w] = acc;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float tot = 0.0f;
-#pragma unroll
-    for (int q = 0; q < 8; ++q) tot += part[q];
-    out[blockIdx.x] = tot;
-  }
+  gdn_ceiling::read_head(p + (size_t)slots[blockIdx.x] * (kHeadFloats / 4), out + blockIdx.x);
 }
 
 // parts CTAs per head, each holding kHeadFloats / parts floats in registers.
@@ -119,16 +103,9 @@ __global__ void __launch_bounds__(128) head_reg(float4* p) {
   for (int u = 0; u < per; ++u) h[u * 128 + threadIdx.x] = step(v[u]);
 }
 
-// The regs decode kernel's layout: warp w holds rows 16w .. 16w + 15, lane l columns 4l .. 4l + 3.
+// The regs decode kernel's layout: warp w holds rows 16w .. 16w + 15, lane l columns 4l .. 4l + 3 (gdn_ceiling::rmw_head).
 __global__ void __launch_bounds__(256) head_reg256(float4* p, const int* slots) {
-  float4* h = p + (size_t)slots[blockIdx.x] * (kHeadFloats / 4);
-  const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
-  float4 v[16];
-#pragma unroll
-  for (int r = 0; r < 16; ++r) v[r] = h[(16 * w + r) * 32 + l];
-  __syncthreads();
-#pragma unroll
-  for (int r = 0; r < 16; ++r) h[(16 * w + r) * 32 + l] = step(v[r]);
+  gdn_ceiling::rmw_head(p + (size_t)slots[blockIdx.x] * (kHeadFloats / 4));
 }
 
 // head-reg-256 with the decode state kernel's work between the loads and the stores (fixed k̂, q̂,

@@ -9,8 +9,8 @@
 
 #if defined(__CUDA_ARCH__)
 #define GDNP_DEV 1
-#elif defined(GDN_EMU)
-#define GDNP_EMU 1
+#elif defined(METRALE_CUDA_EMU)
+#define GDNP_EMU 1  // the CPU emulator (tools/cuda-emu)
 #endif
 
 namespace gdnp {

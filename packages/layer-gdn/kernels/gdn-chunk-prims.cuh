@@ -1,25 +1,19 @@
 // The chunked prefill's device primitives: bf16 packing, ldmatrix, mma.sync, cp.async, the
-// cluster operations and the fragment addresses — PTX on the GPU, the CPU thread emulator's
-// versions under GDN_EMU (dev/emu). Kept apart so the kernels read as math, not as PTX.
+// cluster operations and the fragment addresses — PTX on the GPU, the CPU emulator's
+// (tools/cuda-emu) under GDNP_EMU. Kept apart so the kernels read as math, not as PTX.
 #pragma once
 #include "gdn-chunk-base.cuh"
 
 namespace gdnp {
 
-// ---- device primitives (PTX on the GPU; the CPU thread emulator's versions under GDN_EMU) ----
-
-#if defined(GDNP_EMU)
-}  // namespace gdnp
-#include "gdn-emu-prims.h"  // dev/emu only (the CPU thread emulator's build)
-namespace gdnp {
-#endif
+// ---- device primitives (PTX on the GPU; the CPU emulator's under GDNP_EMU) ----
 
 __device__ __forceinline__ unsigned char* dyn_smem() {
 #if defined(GDNP_DEV)
   extern __shared__ __align__(128) unsigned char gdnp_smem[];
   return gdnp_smem;
 #elif defined(GDNP_EMU)
-  return emu_prims::smem_base();
+  return cuda_emu::dynamic_smem();
 #else
   return nullptr;
 #endif
@@ -88,7 +82,7 @@ __device__ __forceinline__ void ldsm4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
 #elif defined(GDNP_EMU)
-  emu_prims::ldsm(r, addr, false);
+  cuda_emu::ldmatrix_x4(r, addr, false);
 #endif
 }
 __device__ __forceinline__ void ldsm4t(uint32_t (&r)[4], uint32_t addr) {
@@ -96,7 +90,7 @@ __device__ __forceinline__ void ldsm4t(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
 #elif defined(GDNP_EMU)
-  emu_prims::ldsm(r, addr, true);
+  cuda_emu::ldmatrix_x4(r, addr, true);
 #endif
 }
 
@@ -107,7 +101,7 @@ __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint3
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 #elif defined(GDNP_EMU)
-  emu_prims::mma(d, a, b0, b1);
+  cuda_emu::mma_bf16_m16n8k16(d, a, b0, b1);
 #endif
 }
 
@@ -127,7 +121,7 @@ __device__ __forceinline__ void cp16(uint32_t dst, const void* src, int srcBytes
 #if defined(GDNP_DEV)
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(srcBytes) : "memory");
 #elif defined(GDNP_EMU)
-  emu_prims::cp16(dst, src, srcBytes);
+  cuda_emu::cp_async(dst, src, 16, srcBytes);
 #endif
 }
 // The same with compile-time offsets added to both addresses (one address pair serves a run of copies).
@@ -136,14 +130,14 @@ __device__ __forceinline__ void cp16i(uint32_t dst, const void* src, int srcByte
 #if defined(GDNP_DEV)
   asm volatile("cp.async.cg.shared.global [%0+%3], [%1+%4], 16, %2;" ::"r"(dst), "l"(src), "r"(srcBytes), "n"(SOFF), "n"(GOFF) : "memory");
 #elif defined(GDNP_EMU)
-  emu_prims::cp16(dst + SOFF, srcBytes ? static_cast<const unsigned char*>(src) + GOFF : src, srcBytes);
+  cuda_emu::cp_async(dst + SOFF, srcBytes ? static_cast<const unsigned char*>(src) + GOFF : src, 16, srcBytes);
 #endif
 }
 __device__ __forceinline__ void cp_commit() {
 #if defined(GDNP_DEV)
   asm volatile("cp.async.commit_group;" ::: "memory");
 #elif defined(GDNP_EMU)
-  emu_prims::cp_commit();
+  cuda_emu::cp_async_commit();
 #endif
 }
 template <int N>
@@ -151,7 +145,7 @@ __device__ __forceinline__ void cp_wait() {
 #if defined(GDNP_DEV)
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 #elif defined(GDNP_EMU)
-  emu_prims::cp_wait(N);
+  cuda_emu::cp_async_wait(N);
 #endif
 }
 

@@ -1,4 +1,4 @@
-// Kernel 2 of the chunked prefill (gdn_prefill_scan[_c4][_x3], entry points in gdn-chunk.cu): the
+// Kernel 2 of the chunked prefill (gdn_prefill_scan[_x3], entry points in gdn-chunk.cu): the
 // recurrence over a sequence's chunks, in order, with the gated RMSNorm fused where a cluster holds
 // the whole head.
 //
@@ -51,7 +51,7 @@ __host__ __device__ __forceinline__ ScanLay scan_lay(int P, int mpc, int cl) {
 }
 
 // The fast build's copies at d_k = d_v = 128 with NT threads (256: 4 column groups per CTA, the
-// clusters of 2; 128: 2 groups, the clusters of 4): a thread's piece and rows are fixed, and its
+// clusters of 2): a thread's piece and rows are fixed, and its
 // copies of a tile are immediate offsets from one address pair (cp16i). With an address register
 // per copy, every copy waited for the previous one to read its register (ncu: long-scoreboard
 // stalls on the moves between them, the scan's largest line). Padding rows copy 0 bytes.
@@ -101,9 +101,8 @@ __device__ __forceinline__ void scan_load(const Args& A, const Geo& G, const Scr
   const int up = 2 * mpc;     // pieces of the U tile row (≤ 8)
   const int dkPlane = C * DKT * 2;
   const long long kRow = (long long)kg * A.rows + rowc, hRow = (long long)h * A.rows + rowc;
-  if (P == 1 && dkp == 16 && G.dvs == 128 && ((nthr == 256 && up == 8) || (nthr == 128 && up == 4))) {
-    if (nthr == 256) scan_load_fast<256>(L, sb, X, kRow, hRow, n, colU0, tid);
-    else scan_load_fast<128>(L, sb, X, kRow, hRow, n, colU0, tid);
+  if (P == 1 && dkp == 16 && G.dvs == 128 && nthr == 256 && up == 8) {
+    scan_load_fast<256>(L, sb, X, kRow, hRow, n, colU0, tid);
     cp_commit();
     return;
   }

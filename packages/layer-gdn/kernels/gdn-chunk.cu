@@ -1,9 +1,9 @@
 // Gated DeltaNet prefill in the chunked WY form (docs/layers/gdn.md, "Chunked form"; C = 64):
-// gdn_prefill_wy[_x3], gdn_prefill_scan[_c4][_x3], gdn_prefill_norm. Buffer layouts: ../KERNELS.md
+// gdn_prefill_wy[_x3], gdn_prefill_scan[_x3], gdn_prefill_norm. Buffer layouts: ../KERNELS.md
 // ("Prefill"); launches: src/gdn-prefill-launch.ts (prefillPlan, launchPrefill); CPU twins:
 // src/gdn-prefill.cpu.ts. Its own gdn-chunk-*.cuh headers (below) and gdn-step.cuh, gdn-cluster.cuh, gdn-pdl.cuh:
 // no code of gdn-recurrent.cu (gdn-chunk-rowwise.cu keeps the row-by-row version as the oracle).
-// dev/emu runs this file in a CPU thread emulator.
+// tools/cuda-emu runs this file on the CPU (test/gpu/emu).
 //
 // Two launches (three on sm_80, or when d_v > 128), stream-ordered:
 // 1. gdn_prefill_wy: one CTA per (chunk of 64 rows of one sequence, key head g), 256 threads.
@@ -14,8 +14,8 @@
 //    whole CTA), W = T diag(β e^γ) K̂, U = T diag(β) V,
 //    A_qk = Q̂K̂ᵀ ⊙ Γ ⊙ causal (tensor cores), written to the prefill scratch with the raw q, k and
 //    per-row scales. Chunks are independent: the whole step's chunks run at once.
-// 2. gdn_prefill_scan: per (sequence, value head) a pair of CTAs (a cluster of 2 on sm_90; the
-//    _c4 build: 4 CTAs of 4 warps), each owning its share of the head's d_v columns of S (f32, in
+// 2. gdn_prefill_scan: per (sequence, value head) a pair of CTAs (a cluster of 2 on sm_90), each
+//    owning its share of the head's d_v columns of S (f32, in
 //    mma accumulator registers), walks the sequence's chunks in order: V_new = U − W S;
 //    O = diag(f_q e^γ) Q S + A_qk V_new; S ← e^{γ_C} S + Kᵀ diag(f_k e^{γ_C−γ}) V_new. The gated
 //    RMSNorm needs a row's whole d_v: the cluster's CTAs swap per-row Σo² through distributed
@@ -91,10 +91,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) gdn_prefill_wy_x3(GDNP_PARA
   gdnp::wy_chunk<2>(A);
   gdnp::piece_done();
 }
-// Launch: grid [CL·ceil(ceil(d_v/16)/(4·CL)), H_v, batch] (clusters of CL along x on sm_90: CL = 2
-// for gdn_prefill_scan[_x3], 4 for gdn_prefill_scan_c4[_x3]), 64·mpc threads (mpc =
-// ceil(ceil(d_v/16) / grid.x) ≤ 4), scan_lay(P, mpc, CL).total bytes; fuseNorm only when grid.x = CL
-// (one cluster holds the whole head).
+// Launch: grid [CL·ceil(ceil(d_v/16)/(4·CL)), H_v, batch] (clusters of CL = 2 along x on sm_90),
+// 64·mpc threads (mpc = ceil(ceil(d_v/16) / grid.x) ≤ 4), scan_lay(P, mpc, CL).total bytes;
+// fuseNorm only when grid.x = CL (one cluster holds the whole head).
 extern "C" __global__ void GDNP_CLUSTER(2) __launch_bounds__(256, 1) gdn_prefill_scan(GDNP_PARAMS) {
   const GDNP_ARGS;
   gdnp::check_shape(A);
@@ -106,18 +105,6 @@ extern "C" __global__ void GDNP_CLUSTER(2) __launch_bounds__(256, 1) gdn_prefill
   gdnp::check_shape(A);
   gdnp::let_next_kernel_start();  // the next piece's WY kernel (a pipelined prefill)
   gdnp::scan_seq<2, 2>(A);
-}
-extern "C" __global__ void GDNP_CLUSTER(4) __launch_bounds__(256, 1) gdn_prefill_scan_c4(GDNP_PARAMS) {
-  const GDNP_ARGS;
-  gdnp::check_shape(A);
-  gdnp::let_next_kernel_start();  // the next piece's WY kernel (a pipelined prefill)
-  gdnp::scan_seq<1, 4>(A);
-}
-extern "C" __global__ void GDNP_CLUSTER(4) __launch_bounds__(256, 1) gdn_prefill_scan_c4_x3(GDNP_PARAMS) {
-  const GDNP_ARGS;
-  gdnp::check_shape(A);
-  gdnp::let_next_kernel_start();  // the next piece's WY kernel (a pipelined prefill)
-  gdnp::scan_seq<2, 4>(A);
 }
 // Launch: grid [rows] (a piece: its rows), 128 threads. A piece's norm runs beside the next piece's
 // scan (an early start after it) and lets the next WY kernel start beside both; like that WY

@@ -1,13 +1,14 @@
 // Thread-block clusters (sm_90): the CTA's rank, the split cluster barrier, a store into another
-// CTA's shared memory. PTX on the GPU; the CPU thread emulator's versions (dev/emu) under
-// GDN_EMU; elsewhere (sm_80, host passes) `available()` is false and the rest does nothing —
-// kernels that need a cluster trap on that.
+// CTA's shared memory. PTX on the GPU; the CPU emulator's (tools/cuda-emu, METRALE_CUDA_EMU) in
+// its cluster builds; elsewhere (sm_80, host passes) `available()` is false and the rest does
+// nothing — kernels that need a cluster trap on that.
 #pragma once
 #include <stdint.h>
 
-#if !defined(__CUDA_ARCH__) && defined(GDN_EMU)
-#include "gdn-emu-prims.h"  // dev-only: dev/emu, not in the package
+#if !defined(__CUDA_ARCH__) && defined(METRALE_CUDA_EMU)
+#if CUDA_EMU_CLUSTERS
 #define GDN_CLUSTER_EMU 1
+#endif
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define GDN_CLUSTER_DEV 1
 #endif
@@ -28,7 +29,7 @@ __device__ __forceinline__ unsigned rank() {
   asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
   return r;
 #elif defined(GDN_CLUSTER_EMU)
-  return emu_prims::cluster_rank();
+  return (unsigned)cuda_emu::cluster_rank();
 #else
   return 0;
 #endif
@@ -41,14 +42,14 @@ __device__ __forceinline__ void arrive() {
 #if defined(GDN_CLUSTER_DEV)
   asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
 #elif defined(GDN_CLUSTER_EMU)
-  emu_prims::cluster_arrive();
+  cuda_emu::cluster_arrive();
 #endif
 }
 __device__ __forceinline__ void wait() {
 #if defined(GDN_CLUSTER_DEV)
   asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
 #elif defined(GDN_CLUSTER_EMU)
-  emu_prims::cluster_wait();
+  cuda_emu::cluster_wait();
 #endif
 }
 
@@ -56,8 +57,8 @@ __device__ __forceinline__ void wait() {
 __device__ __forceinline__ uint32_t saddr(const void* p) {
 #if defined(__CUDA_ARCH__)
   return (uint32_t)__cvta_generic_to_shared(p);
-#elif defined(GDN_CLUSTER_EMU)
-  return emu_prims::saddr(p);
+#elif defined(METRALE_CUDA_EMU)
+  return cuda_emu::smem_addr(p);
 #else
   return 0;
 #endif
@@ -70,7 +71,7 @@ __device__ __forceinline__ void st(uint32_t addr, unsigned rank, float v) {
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"(addr), "r"(rank));
   asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(ra), "f"(v) : "memory");
 #elif defined(GDN_CLUSTER_EMU)
-  emu_prims::st_cluster(addr, rank, v);
+  cuda_emu::cluster_store_f32(addr, rank, v);
 #endif
 }
 

@@ -21,13 +21,6 @@
 #include "gdn-pdl.cuh"
 #include "gdn-step.cuh"
 
-// Which variants' entry points a build of gdn-recurrent.cu / gdn-fold.cu has: all, or only
-// GDN_ONLY_VARIANT's (0 legacy, 1 smem, 2 stream, 3 pipe, 4 split, 5 persist; bench/gdn-tune.sh).
-#ifndef GDN_ONLY_VARIANT
-#define GDN_ONLY_VARIANT -1
-#endif
-#define GDN_HAS_VARIANT(v) (GDN_ONLY_VARIANT < 0 || GDN_ONLY_VARIANT == (v))
-
 namespace gdn {
 
 struct Args : gdn_step::Buffers<float> {
@@ -297,19 +290,15 @@ __device__ __forceinline__ bool make_task(const Args& A, const Geo& G, int b, in
   return task_of(A, G, h, I, nrows, commit, record, T);
 }
 
-// The fold of batch position b: its slot and na accepted rows of k (false: none).
-__device__ __forceinline__ bool fold_slot(const Args& A, const uint32_t* naTab, int k, int b, int& slot, int& na) {
+// The fold this CTA runs: batch position b, value head h, its slot and na accepted rows of k
+// (false: none).
+__device__ __forceinline__ bool fold_cta(const Args& A, const uint32_t* naTab, int batch, int k, int& b, int& h, int& slot, int& na) {
+  cta_coords(batch, A.hv, b, h);
+  if (b >= batch || h >= A.hv) return false;
   slot = A.slots[b];
   if (slot < 0) return false;
   na = (int)naTab[b];
   return na > 0 && na <= k && na <= A.maxK;
-}
-
-// The fold this CTA runs: batch position b, value head h, its slot and na accepted rows (false: none).
-__device__ __forceinline__ bool fold_cta(const Args& A, const uint32_t* naTab, int batch, int k, int& b, int& h, int& slot, int& na) {
-  cta_coords(batch, A.hv, b, h);
-  if (b >= batch || h >= A.hv) return false;
-  return fold_slot(A, naTab, k, b, slot, na);
 }
 
 // The fold of batch position b's first na verify rows (of k) into slot's state and ring, head h.

@@ -2,10 +2,10 @@
 // ring; gdn-decode-prep.cuh), then gdn_decode_state (the state pass; gdn-decode-state.cuh), or
 // gdn_decode_state_plain for a step without a pending table.
 // Layouts and semantics: ../KERNELS.md ("Two-kernel decode"). Both take one signature
-// (gdn-kernels.ts DECODE_PARAMS): a decode step's buffers as gdn_recurrent's (one row per batch
+// (gdn-kernels.ts DECODE_PARAMS): a decode step's buffers as gdn_recurrent_*'s (one row per batch
 // position, carried mode when `pending` is set) and `prep`, [batch][H_v][prep_stride] f32.
 // gdn_fold_state, the write-on-accept fold in the state kernel's layout (gdn-fold-state.cuh), takes
-// gdn_fold's signature (gdn-kernels.ts FOLD_PARAMS).
+// gdn_fold_*'s signature (gdn-kernels.ts FOLD_PARAMS).
 // Knobs (-D): GDN_STATE_MAXNREG, GDN_STATE_CS, GDN_STATE_AHEAD_EIGHTHS, GDN_PREP_MINB, GDN_PREP_FAST_SILU.
 #include "gdn-decode-prep.cuh"
 #include "gdn-decode-state.cuh"

@@ -1,4 +1,4 @@
-// The fast kernels' (gdn-fast.cuh) sizes and dynamic shared memory layout: the row and conv limits,
+// The smem kernels' (gdn-fast.cuh) sizes and dynamic shared memory layout: the row and conv limits,
 // the row block's scalar slots, Lay and fast_smem_floats (kept in step with gdn-launch.ts), and the
 // float4 and copy helpers. Its own file: every other part of the fast kernels builds on it, and so
 // do the pipe and decode kernels (gdn-pipe.cuh, gdn-decode-state.cuh).
@@ -8,9 +8,6 @@
 #ifndef GDN_FAST_NCHUNK
 #define GDN_FAST_NCHUNK 1  // one bulk copy per head's state: faster than 4 on the H200 (docs/benchmarks.md, GDN decode)
 #endif
-#ifndef GDN_STREAM_U
-#define GDN_STREAM_U 8  // rows of S in flight per thread, stream source (a multiple of 4)
-#endif
 
 namespace gdn {
 namespace fast {
@@ -19,8 +16,6 @@ constexpr int kMaxRows = 8;   // maxK ≤ 8: verify rows, pending rows
 constexpr int kBlockRows = 4; // rows per row block (a verify of more replays the earlier blocks)
 constexpr int kMaxConv = 4;   // conv kernel K ≤ 4
 constexpr int kNChunk = GDN_FAST_NCHUNK;
-constexpr int kStreamU = GDN_STREAM_U;
-static_assert(kStreamU % 4 == 0 && kStreamU >= 4, "GDN_STREAM_U: a multiple of 4");
 
 // Scalars of a row block in shared memory (floats from the small region's start).
 enum : int {
@@ -58,13 +53,13 @@ struct Lay {
 
 __host__ __device__ __forceinline__ int fast_tb_alloc(int maxK) { return rows_inst(min(kBlockRows, maxK)); }
 __host__ __device__ __forceinline__ int fast_mb_alloc(int maxK) { return maxK <= 4 ? 4 : 8; }
-__host__ __device__ __forceinline__ int fast_smem_floats(int dk, int dv, int maxK, bool withS) {
-  return (withS ? pad4(dk * dv) : 0) + (2 * fast_tb_alloc(maxK) + fast_mb_alloc(maxK)) * pad4(dk) + kSmallFloats;
+__host__ __device__ __forceinline__ int fast_smem_floats(int dk, int dv, int maxK) {
+  return pad4(dk * dv) + (2 * fast_tb_alloc(maxK) + fast_mb_alloc(maxK)) * pad4(dk) + kSmallFloats;
 }
 
 __device__ __forceinline__ float* dyn_smem() {
-#ifdef GDN_EMU
-  return gdn_emu_dyn_smem();
+#ifdef METRALE_CUDA_EMU
+  return reinterpret_cast<float*>(cuda_emu::dynamic_smem());
 #else
   extern __shared__ __align__(128) float gdn_dyn_smem_[];
   return gdn_dyn_smem_;
@@ -72,8 +67,8 @@ __device__ __forceinline__ float* dyn_smem() {
 }
 
 __device__ __forceinline__ unsigned dyn_smem_bytes() {
-#ifdef GDN_EMU
-  return gdn_emu_dyn_smem_bytes();
+#ifdef METRALE_CUDA_EMU
+  return cuda_emu::dynamic_smem_bytes();
 #else
   unsigned v;
   asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(v));
@@ -81,11 +76,11 @@ __device__ __forceinline__ unsigned dyn_smem_bytes() {
 #endif
 }
 
-__device__ __forceinline__ Lay lay_of(const Args& A, bool withS) {
+__device__ __forceinline__ Lay lay_of(const Args& A) {
   Lay L;
   float* base = dyn_smem();
   L.dkp = pad4(A.dk);
-  const int sN = withS ? pad4(A.dk * A.dv) : 0;
+  const int sN = pad4(A.dk * A.dv);
   const int tb = fast_tb_alloc(A.maxK), mb = fast_mb_alloc(A.maxK);
   L.S = base;
   L.kd = base + sN;
@@ -112,7 +107,7 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 }
 
 // One 16-byte copy global → shared memory: cp.async on sm_80+ (the caller commits and waits), a
-// plain copy before (and in the CPU thread emulator).
+// plain copy before (and in the CPU emulator, tools/cuda-emu).
 __device__ __forceinline__ void cp_async16(float* dst, const float* src) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src) : "memory");

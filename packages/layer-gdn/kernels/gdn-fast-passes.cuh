@@ -1,7 +1,6 @@
 // The passes over a column of S (the math of gdn-fast.cuh): pass A (the dot products a_t, b_t, the
-// pending fold on the way) and pass B (the commit), from the shared copy and streamed from global
-// memory (StreamSrc, here beside the passes that are all it has). Its own file: the inner loops,
-// where the registers and the time go.
+// pending fold on the way) and pass B (the commit), from the shared copy. Its own file: the inner
+// loops, where the registers and the time go.
 #pragma once
 #include "gdn-common.cuh"
 #include "gdn-fast-layout.cuh"
@@ -124,79 +123,6 @@ __device__ __forceinline__ void pass_b(SmemSrc& src, const Cl& C, const Lay& L, 
     commit_group<TB>(s, i0, L, dkp, cl, ub);
     store_rows(out, dv, i0, dk, s);
   }
-}
-
-// The column streams from global memory; kStreamU rows in flight per thread, the first chunk
-// loaded by preload() (before the prologue) for the first pass.
-struct StreamSrc {
-  static constexpr bool kHolds = false;
-  float pre[kStreamU];
-  bool havePre;
-
-  __device__ __forceinline__ void init(uint64_t*, float*) { havePre = false; }
-
-  template <class Cl>
-  __device__ __forceinline__ void load(float (&x)[kStreamU], const Cl& C, int i0) {
-    const float* p = C.g + (size_t)i0 * C.dv();
-#pragma unroll
-    for (int u = 0; u < kStreamU; ++u) x[u] = (C.active && i0 + u < C.dk()) ? p[u * C.dv()] : 0.0f;
-  }
-  template <class Cl>
-  __device__ __forceinline__ void preload(const Cl& C) {
-    load(pre, C, 0);
-    havePre = true;
-  }
-  __device__ __forceinline__ void release() { __syncthreads(); }
-};
-
-// The streaming passes' walk over the thread's d_k rows of its column: cur holds rows
-// 0 .. kStreamU − 1 (loaded); each group of 4 rows goes to fn(s, its first row) while the next
-// kStreamU rows load.
-template <class Cl, class Fn>
-__device__ __forceinline__ void stream_rows(StreamSrc& src, const Cl& C, float (&cur)[kStreamU], const Fn& fn) {
-  const int dk = C.dk();
-#pragma unroll 1
-  for (int i0 = 0; i0 < dk; i0 += kStreamU) {
-    float nxt[kStreamU];
-    src.load(nxt, C, i0 + kStreamU);  // zeros past d_k
-#pragma unroll
-    for (int q0 = 0; q0 < kStreamU; q0 += 4) {
-      float s[4] = {cur[q0], cur[q0 + 1], cur[q0 + 2], cur[q0 + 3]};
-      fn(s, i0 + q0);
-    }
-#pragma unroll
-    for (int u = 0; u < kStreamU; ++u) cur[u] = nxt[u];
-  }
-}
-
-template <int TB, int MB, class Cl>
-__device__ __forceinline__ void pass_a(StreamSrc& src, PassA<TB, MB>& P, const Cl& C, const Lay& L, bool first, bool wHold, bool wGlob) {
-  const int dk = C.dk(), dv = C.dv(), dkp = C.dkp();
-  float cur[kStreamU];
-  if (first && src.havePre) {
-#pragma unroll
-    for (int u = 0; u < kStreamU; ++u) cur[u] = src.pre[u];
-    src.havePre = false;
-  } else {
-    src.load(cur, C, 0);
-  }
-  const bool w = C.active && (wHold || wGlob);
-  stream_rows(src, C, cur, [&](float (&s)[4], int i) {
-    P.group(s, i, L, dkp);
-    if (w) store_rows(C.g, dv, i, dk, s);
-  });
-}
-
-template <int TB, class Cl>
-__device__ __forceinline__ void pass_b(StreamSrc& src, const Cl& C, const Lay& L, float cl, const float (&ub)[TB], bool) {
-  const int dk = C.dk(), dv = C.dv(), dkp = C.dkp();
-  if (!C.active) return;
-  float cur[kStreamU];
-  src.load(cur, C, 0);
-  stream_rows(src, C, cur, [&](float (&s)[4], int i) {
-    commit_group<TB>(s, i, L, dkp, cl, ub);
-    store_rows(C.g, dv, i, dk, s);
-  });
 }
 
 }  // namespace fast

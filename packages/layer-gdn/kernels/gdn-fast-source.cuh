@@ -1,7 +1,6 @@
-// Where S lives between its load and the passes, the smem source (SmemSrc): the copy of a head's
-// state into shared memory by the copy engine, and its waits (sm_90, sm_80, the emulator). Its own
-// file: the copy's PTX and barriers are apart from the math; the stream source holds nothing and
-// sits with its passes (gdn-fast-passes.cuh).
+// Where S lives between its load and the passes (SmemSrc): the copy of a head's state into shared
+// memory by the copy engine, and its waits (sm_90, sm_80, the emulator). Its own file: the copy's
+// PTX and barriers are apart from the math.
 #pragma once
 #include "gdn-common.cuh"
 #include "gdn-fast-layout.cuh"
@@ -14,7 +13,6 @@ namespace fast {
 // Shared-memory copy of the head's state. Copy modes: 0 cp.async.bulk + mbarrier (sm_90), 1 cp.async
 // 16-byte (sm_80 and later), 2 plain loads at issue time (unaligned shapes, emulation).
 struct SmemSrc {
-  static constexpr bool kHolds = true;
   float* S;
   uint64_t* bars;
   int mode;

@@ -1,10 +1,10 @@
-// Gated DeltaNet decode / verify / fold, the fast kernels (gdn_recurrent*, gdn_fold* entry points
-// in gdn-recurrent.cu and gdn-fold.cu). Layouts and semantics: ../KERNELS.md.
+// Gated DeltaNet decode / verify / fold, the smem kernels (gdn_recurrent_smem, gdn_fold_smem in
+// gdn-recurrent.cu and gdn-fold.cu). Layouts and semantics: ../KERNELS.md.
 //
 // Launch: grid [batch, H_v] (or any grid of at least batch·H_v CTAs), a block of d_v threads (at
 // least d_v), and the dynamic shared memory of fast_smem_floats() (gdn-launch.ts computes the
 // same). Supported: what check_shape() takes, plus maxK ≤ 8 and conv K ≤ 4 (else the kernel traps;
-// the layer then runs the legacy kernels).
+// the layer then runs the general kernels, gdn-general.cuh).
 //
 // The math (value head h, column j of S; everything per column is independent but the gated
 // RMSNorm of y). For the rows t < T of a block entering with state S (after any pending rows):
@@ -26,30 +26,22 @@
 // Multi-row commits (k ≥ 2 in mode 0: tests and the prefill oracle) run blocks of up to
 // min(8, maxK) rows, each committing before the next.
 //
-// Where S lives between its load and the passes is the variant (the Src classes, in
-// gdn-fast-source.cuh and gdn-fast-passes.cuh):
-//   smem    the CTA copies its head's S (64 KiB at the 80B shape) into shared memory with the
-//           copy engine right after it knows its slot: one cp.async.bulk per quarter of the rows,
-//           each completing on its own mbarrier (sm_90), or cp.async 16-byte copies (sm_80, or
-//           -DGDN_SMEM_CPASYNC); the prologue (conv over ring / conv stash / the step's rows, SiLU,
-//           gates, norms and Gram entries) runs while the copy is in flight, and the first pass
-//           starts on each quarter as it lands. 3 CTAs per SM (shared memory), few registers.
-//   stream  S is never held: each pass streams the column from global memory (GDN_STREAM_U rows
-//           in flight per thread, the first chunk loaded before the prologue); the commit pass of
-//           decode re-reads S from L2 (a CTA reads it about a microsecond before). No shared copy,
-//           so many CTAs per SM hide each other's prologue.
+// Where S lives between its load and the passes (SmemSrc, gdn-fast-source.cuh): the CTA copies
+// its head's S (64 KiB at the 80B shape) into shared memory with the copy engine right after it
+// knows its slot: cp.async.bulk on an mbarrier per chunk of rows (GDN_FAST_NCHUNK, sm_90), or
+// cp.async 16-byte copies (sm_80, or -DGDN_SMEM_CPASYNC); the prologue (conv over ring / conv
+// stash / the step's rows, SiLU, gates, norms and Gram entries) runs while the copy is in flight,
+// and the first pass starts on each chunk as it lands. 3 CTAs per SM (shared memory), few
+// registers.
 #pragma once
 #include "gdn-common.cuh"
 #include "gdn-fast-layout.cuh"    // sizes, shared memory layout, float4 and copy helpers
 #include "gdn-fast-source.cuh"    // where S lives: the shared copy (SmemSrc)
-#include "gdn-fast-passes.cuh"    // the passes over a column of S (and StreamSrc)
+#include "gdn-fast-passes.cuh"    // the passes over a column of S
 #include "gdn-fast-prologue.cuh"  // a row block's prologue: conv, gates, Gram entries, scalars
 
 #ifndef GDN_SMEM_MAXNREG
 #define GDN_SMEM_MAXNREG 168  // 3 CTAs of 128 threads per SM (shared memory allows 3 as well)
-#endif
-#ifndef GDN_STREAM_MAXNREG
-#define GDN_STREAM_MAXNREG 128  // 4 CTAs of 128 threads per SM
 #endif
 
 namespace gdn {
@@ -69,8 +61,8 @@ struct HeadCtx {
 
 // Pass A with the pending terms' instantiation picked at run time (M = 0: none); uf, c0 from
 // pending_coefs (loaded in the prologue).
-template <int TB, int MB, class Src, class Cl, int UN>
-__device__ __forceinline__ void pass_a_with(Src& src, const HeadCtx<Cl>& X, const float (&uf)[UN], float c0, bool first, bool wHold,
+template <int TB, int MB, class Cl, int UN>
+__device__ __forceinline__ void pass_a_with(SmemSrc& src, const HeadCtx<Cl>& X, const float (&uf)[UN], float c0, bool first, bool wHold,
                                             bool wGlob, float (&a)[TB > 0 ? TB : 1], float (&b)[TB > 0 ? TB : 1]) {
   PassA<TB, MB> P;
   P.zero();
@@ -84,18 +76,18 @@ __device__ __forceinline__ void pass_a_with(Src& src, const HeadCtx<Cl>& X, cons
 
 // At most 4 fold terms here (run_head_t folds more pending rows in a pass of their own first:
 // dot products and 8 terms in one pass would not fit 168 registers without spills).
-template <int TB, class Src, class Cl>
-__device__ __forceinline__ void run_pass_a(Src& src, const HeadCtx<Cl>& X, int M, const float (&uf)[4], float c0, bool first, bool wHold,
+template <int TB, class Cl>
+__device__ __forceinline__ void run_pass_a(SmemSrc& src, const HeadCtx<Cl>& X, int M, const float (&uf)[4], float c0, bool first, bool wHold,
                                            bool wGlob, float (&a)[TB > 0 ? TB : 1], float (&b)[TB > 0 ? TB : 1]) {
-  if (M == 0) pass_a_with<TB, 0, Src, Cl, 4>(src, X, uf, c0, first, false, false, a, b);
-  else pass_a_with<TB, 4, Src, Cl, 4>(src, X, uf, c0, first, wHold, wGlob, a, b);
+  if (M == 0) pass_a_with<TB, 0, Cl, 4>(src, X, uf, c0, first, false, false, a, b);
+  else pass_a_with<TB, 4, Cl, 4>(src, X, uf, c0, first, wHold, wGlob, a, b);
 }
 
 // Rows t0 .. t0+nb−1 (nb ≤ TB) of the task on value head h. Fold terms first: in the first block
 // the M pending rows (carried mode); in a later block of a verify, its own earlier rows, replayed
 // from the stash this CTA just wrote (M = t0). last: no row block follows.
-template <int TB, class Src, class Cl>
-__device__ __forceinline__ void row_block(Src& src, const HeadCtx<Cl>& X, int t0, int nb, const float* pendSh, int pendM, bool firstPass, bool last) {
+template <int TB, class Cl>
+__device__ __forceinline__ void row_block(SmemSrc& src, const HeadCtx<Cl>& X, int t0, int nb, const float* pendSh, int pendM, bool firstPass, bool last) {
   const Args& A = *X.A;
   const Geo& G = *X.G;
   const Task& T = *X.T;
@@ -173,12 +165,12 @@ __device__ __forceinline__ void row_block(Src& src, const HeadCtx<Cl>& X, int t0
 
   // ---- pass A: a_t = Sᵀk_t, b_t = Sᵀq_t (raw k, q) of the state after the fold terms ----
   // The pending fold's result: to the shared copy when it is read again (a commit pass or a
-  // later block), and to global memory when it is committed now (carried verify) or is the
-  // stream's holding. A replay writes nothing.
-  const bool wHold = realPending && Src::kHolds && (T.commit || !last);
-  const bool wGlob = realPending && (!Src::kHolds || !T.commit);
+  // later block), and to global memory when it is committed now (carried verify). A replay
+  // writes nothing.
+  const bool wHold = realPending && (T.commit || !last);
+  const bool wGlob = realPending && !T.commit;
   float a[TB], b[TB];
-  run_pass_a<TB, Src, Cl>(src, X, M, uf, c0, first && firstPass, wHold, wGlob, a, b);
+  run_pass_a<TB, Cl>(src, X, M, uf, c0, first && firstPass, wHold, wGlob, a, b);
 
   // ---- per column: u_t, o_t ----
   const float* sc = L.sc;
@@ -234,14 +226,14 @@ __device__ __forceinline__ void row_block(Src& src, const HeadCtx<Cl>& X, int t0
     float ub[TB];
 #pragma unroll
     for (int t = 0; t < TB; ++t) ub[t] = sc[kUB + t] * u[t];
-    // The last block goes to global memory; earlier ones stay in the holding (smem source).
-    pass_b<TB, Cl>(src, C, L, sc[kCLast], ub, Src::kHolds && !last);
+    // The last block goes to global memory; earlier ones stay in the shared copy.
+    pass_b<TB, Cl>(src, C, L, sc[kCLast], ub, !last);
   }
 }
 
 // One value head of a task.
-template <class Src, class Cl>
-__device__ __forceinline__ void run_head_t(Src& src, const Args& A, const Geo& G, const Task& T, int h, const Lay& L) {
+template <class Cl>
+__device__ __forceinline__ void run_head_t(SmemSrc& src, const Args& A, const Geo& G, const Task& T, int h, const Lay& L) {
   HeadCtx<Cl> X;
   X.A = &A;
   X.G = &G;
@@ -258,12 +250,8 @@ __device__ __forceinline__ void run_head_t(Src& src, const Args& A, const Geo& G
   X.C.g = headS + (X.C.active ? j : 0);
   const int M = T.nPendFold;
   if (T.nrows <= 0 && M <= 0) return;
-  // The state's copy (smem) or first chunk (stream) starts now, before the prologue.
-  if constexpr (Src::kHolds) {
-    src.issue(headS, A.dk, A.dv);
-  } else {
-    src.preload(X.C);
-  }
+  // The state's copy starts now, before the prologue.
+  src.issue(headS, A.dk, A.dv);
   const float* pendSh = T.pendK + (size_t)h * A.maxK * G.stashRow;
   if (T.nrows == 0) {
     // The fold kernel: S ← E S + Σ_m k̂_m (w_m u_m)ᵀ, one pass, to global memory.
@@ -272,21 +260,22 @@ __device__ __forceinline__ void run_head_t(Src& src, const Args& A, const Geo& G
     pending_keys(A, G, pendSh, M, fast_mb_alloc(A.maxK), L);
     __syncthreads();
     float a[1], b[1];
-    if (M <= 4) pass_a_with<0, 4, Src, Cl, kMaxRows>(src, X, uf, c0, true, false, true, a, b);
-    else pass_a_with<0, 8, Src, Cl, kMaxRows>(src, X, uf, c0, true, false, true, a, b);
+    if (M <= 4) pass_a_with<0, 4, Cl, kMaxRows>(src, X, uf, c0, true, false, true, a, b);
+    else pass_a_with<0, 8, Cl, kMaxRows>(src, X, uf, c0, true, false, true, a, b);
     return;
   }
   int pendM = M;
   bool firstPass = true;
   if (pendM > 4) {
-    // More than 4 pending rows (maxK > 4): a fold-only pass first, into the holding (and committed
-    // now where a carried verify commits them); the row blocks then start from the folded state.
+    // More than 4 pending rows (maxK > 4): a fold-only pass first, into the shared copy (and
+    // committed now where a carried verify commits them); the row blocks then start from the
+    // folded state.
     float uf[kMaxRows], c0;
     pending_coefs<kMaxRows>(A, G, pendSh, pendM, X.C, uf, c0);
     pending_keys(A, G, pendSh, pendM, fast_mb_alloc(A.maxK), L);
     __syncthreads();
     float a[1], b[1];
-    pass_a_with<0, 8, Src, Cl, kMaxRows>(src, X, uf, c0, true, Src::kHolds, !Src::kHolds || !T.commit, a, b);
+    pass_a_with<0, 8, Cl, kMaxRows>(src, X, uf, c0, true, true, !T.commit, a, b);
     pendM = 0;
     firstPass = false;
   }
@@ -294,47 +283,44 @@ __device__ __forceinline__ void run_head_t(Src& src, const Args& A, const Geo& G
   for (int t0 = 0; t0 < T.nrows; t0 += cap) {
     const int nb = min(cap, T.nrows - t0);
     const bool last = t0 + nb >= T.nrows;
-    if (nb <= 1) row_block<1, Src, Cl>(src, X, t0, nb, pendSh, pendM, firstPass, last);
-    else row_block<4, Src, Cl>(src, X, t0, nb, pendSh, pendM, firstPass, last);
+    if (nb <= 1) row_block<1, Cl>(src, X, t0, nb, pendSh, pendM, firstPass, last);
+    else row_block<4, Cl>(src, X, t0, nb, pendSh, pendM, firstPass, last);
   }
 }
 
 // The 80B head shape (d_k = d_v = 128) compiled with both known; any other shape at run time.
-template <class Src>
-__device__ __forceinline__ void run_head(Src& src, const Args& A, const Geo& G, const Task& T, int h, const Lay& L) {
+__device__ __forceinline__ void run_head(SmemSrc& src, const Args& A, const Geo& G, const Task& T, int h, const Lay& L) {
 #ifndef GDN_FAST_NO_SPECIAL
   if (A.dk == 128 && A.dv == 128) {
-    run_head_t<Src, Col<128, 128>>(src, A, G, T, h, L);
+    run_head_t<Col<128, 128>>(src, A, G, T, h, L);
     return;
   }
 #endif
-  run_head_t<Src, Col<0, 0>>(src, A, G, T, h, L);
+  run_head_t<Col<0, 0>>(src, A, G, T, h, L);
 }
 
-// What the fast kernels take beyond check_shape; anything else traps (the layer picks legacy).
-__device__ __forceinline__ void check_fast(const Args& A, bool withS) {
-  const bool ok = A.maxK <= kMaxRows && A.K <= kMaxConv && dyn_smem_bytes() >= 4u * (unsigned)fast_smem_floats(A.dk, A.dv, A.maxK, withS);
+// What the smem kernels take beyond check_shape; anything else traps (the layer picks general).
+__device__ __forceinline__ void check_fast(const Args& A) {
+  const bool ok = A.maxK <= kMaxRows && A.K <= kMaxConv && dyn_smem_bytes() >= 4u * (unsigned)fast_smem_floats(A.dk, A.dv, A.maxK);
   if (!ok) __trap();
 }
 
-template <class Src>
 __device__ __forceinline__ void run_task(const Args& A, const Geo& G, const Task& T) {
   __shared__ __align__(8) uint64_t bars[kNChunk];
-  const Lay L = lay_of(A, Src::kHolds);
-  Src src;
+  const Lay L = lay_of(A);
+  SmemSrc src;
   src.init(bars, L.S);
   if (T.nPendFold > A.maxK) __trap();  // more pending rows than the stash holds
   for (int h = T.h0; h < T.h0 + T.nh; ++h) {
-    run_head<Src>(src, A, G, T, h, L);
+    run_head(src, A, G, T, h, L);
     if (h + 1 < T.h0 + T.nh) src.release();
   }
   __syncthreads();  // every read of history by this CTA is done
   write_conv_state(A, G, T);
 }
 
-template <class Src>
 __device__ __forceinline__ void recurrent_entry(const Args& A, int mode, int batch, int k) {
-  check_fast(A, Src::kHolds);
+  check_fast(A);
   int b, h;
   cta_coords(batch, A.hv, b, h);
   if (b >= batch || h >= A.hv) return;
@@ -342,18 +328,17 @@ __device__ __forceinline__ void recurrent_entry(const Args& A, int mode, int bat
   if (k < 1 || (mode == 1 && k > A.maxK)) return;
   Task T;
   if (!make_task(A, G, b, h, A.rowStarts[b], k, mode == 0, mode == 1, T)) return;
-  run_task<Src>(A, G, T);
+  run_task(A, G, T);
 }
 
-template <class Src>
 __device__ __forceinline__ void fold_entry(const Args& A, const uint32_t* naTab, int batch, int k) {
-  check_fast(A, Src::kHolds);
+  check_fast(A);
   int b, h, slot, na;
   if (!fold_cta(A, naTab, batch, k, b, h, slot, na)) return;
   const Geo G = geo_of(A);
   Task T;
   fold_task(A, G, b, h, slot, na, k, T);
-  run_task<Src>(A, G, T);
+  run_task(A, G, T);
 }
 
 }  // namespace fast

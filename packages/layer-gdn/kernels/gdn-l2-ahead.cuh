@@ -13,7 +13,7 @@
 // head held, 4 CTAs per SM) got slower with it, and so did the same requests for the preps' and
 // the prefill WY kernel's inputs: those use none (docs/benchmarks.md, GDN decode).
 //
-// No-op below sm_90 and in the CPU thread emulator (dev/emu): the loads alone are correct, these
+// No-op below sm_90 and in the CPU emulator (tools/cuda-emu): the loads alone are correct, these
 // requests only move bytes into L2 earlier.
 #pragma once
 

@@ -1,7 +1,7 @@
 // Programmatic dependent launch (LaunchConfig.earlyStart; sm_90), shared by the decode / verify
 // kernels (gdn-common.cuh) and the prefill's (gdn-chunk.cu): a kernel launched with an early start
 // waits here for the previous kernel on its stream before it reads what that kernel wrote; a
-// kernel lets the next one start early from here. No-ops below sm_90, in the CPU thread emulator,
+// kernel lets the next one start early from here. No-ops below sm_90, in the CPU emulator (tools/cuda-emu),
 // and for a plain launch (the wait then returns at once).
 #pragma once
 

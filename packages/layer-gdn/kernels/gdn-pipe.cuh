@@ -1,7 +1,6 @@
-// Gated DeltaNet decode and write-on-accept fold, column-pipelined (the `pipe` entry points
-// gdn_recurrent_pipe, gdn_fold_pipe). Layouts and semantics: ../KERNELS.md; the math is that of
-// gdn-fast.cuh for one row (and the pending / accepted rows folded first), whose prologue helpers
-// this file reuses.
+// Gated DeltaNet decode steps, column-pipelined (the `pipe` entry point gdn_recurrent_pipe).
+// Layouts and semantics: ../KERNELS.md; the math is that of gdn-fast.cuh for one row (the pending
+// rows of a carried decode folded first), whose prologue helpers this file reuses.
 //
 // Why: the smem kernels hold a head's whole state (64 KiB at the 80B shape) from its load to its
 // last store, and the CTAs of a wave move in step (all load, then all compute, then all store),
@@ -57,7 +56,6 @@ struct PLay {
   float* clu;  // [4] the cluster's partial sums (gdn-split.cuh)
   float* vsm;  // [dv] v of the row (after the conv), loaded with q and k in the prologue
   float* zsm;  // [dv] z of the row (the gate of the norm)
-  float* end;  // past the layout (gdn-persist.cuh puts its slots there)
   Lay L;
 };
 
@@ -77,7 +75,6 @@ __device__ __forceinline__ PLay pipe_lay(const Args& A, int nb = kNB) {
   P.clu = P.osm + pad4(A.dv);
   P.vsm = P.clu + 4;
   P.zsm = P.vsm + pad4(A.dv);
-  P.end = P.zsm + pad4(A.dv);
   return P;
 }
 
@@ -111,7 +108,7 @@ __device__ __forceinline__ void issue_block(const float* headS, int cb, int nblk
 }
 
 // The pending rows' u of block cb (rows q < M ≤ 4, its 32 columns) into stage [4][32], with the
-// block's copy: a block then waits on no load of its own for the fold either. 4-byte copies: the
+// block's copy: a block then waits on no load of its own for the pending fold either. 4-byte copies: the
 // stash rows are d_k + d_v + 1 floats apart. The stage lives in the small region's floats
 // kStage.. (unused by these kernels), kNB of them.
 constexpr int kStage = 16;
@@ -148,7 +145,7 @@ struct RowCoef {
 // shared memory (so that no block waits on a load of its own but for the state), the row's
 // scalars from Σq², Σk², k·q summed on the way; the pending keys. `ring`: this CTA writes the conv
 // ring entries of the channels it owns here too, in the same round of loads (a decode step
-// commits one row, a fold its accepted rows: gdn-common.cuh write_ring_channel).
+// commits one row: gdn-common.cuh write_ring_channel).
 __device__ __forceinline__ RowCoef prologue(const Args& A, const Geo& G, const Task& T, int h, int m, const float* pendSh, int M, const PLay& P,
                                             bool ring) {
   const Lay& L = P.L;
@@ -157,16 +154,13 @@ __device__ __forceinline__ RowCoef prologue(const Args& A, const Geo& G, const T
   if (T.recordConv) __trap();  // verify steps do not come here
   // The gates' inputs, in every thread's registers: their loads go out with the conv inputs'
   // (one thread loading them and passing them through shared memory made a second round).
-  float bRaw = 0.0f, aRaw = 0.0f, aLogH = 0.0f, dtB = 0.0f;
-  if (T.nrows > 0) {
-    const float* bar = A.ba + (size_t)T.row0 * 2 * A.hv + g * 2 * G.r;
-    bRaw = bar[m], aRaw = bar[G.r + m], aLogH = A.aLog[h], dtB = A.dtBias[h];
-    fast::conv_sources(A, G, T, 0, A.K, L);
-    __syncthreads();
-  }
+  const float* bar = A.ba + (size_t)T.row0 * 2 * A.hv + g * 2 * G.r;
+  const float bRaw = bar[m], aRaw = bar[G.r + m], aLogH = A.aLog[h], dtB = A.dtBias[h];
+  fast::conv_sources(A, G, T, 0, A.K, L);
+  __syncthreads();
   // q_i, k_i of the key head, v_i, z_i of the value head and ring channel i in one loop: a
   // thread's loads issue together.
-  const int nRow = T.nrows > 0 ? max(L.dkp, dv) : 0;
+  const int nRow = max(L.dkp, dv);
   const int nRing = ring ? owned_count(A, G, T) : 0;
   float sq = 0.0f, sk = 0.0f, kq = 0.0f;
   for (int i = tid; i < max(nRow, nRing); i += nt) {
@@ -193,26 +187,20 @@ __device__ __forceinline__ RowCoef prologue(const Args& A, const Geo& G, const T
       kq = fmaf(k[0], q[0], kq);
     }
   }
-  if (T.nrows > 0) {
-    sq = warp_sum_to_lane0(sq);
-    sk = warp_sum_to_lane0(sk);
-    kq = warp_sum_to_lane0(kq);
-    if (lane == 0) P.red[warp] = sq, P.red[kParts + warp] = sk, P.red[2 * kParts + warp] = kq;
-  }
+  sq = warp_sum_to_lane0(sq);
+  sk = warp_sum_to_lane0(sk);
+  kq = warp_sum_to_lane0(kq);
+  if (lane == 0) P.red[warp] = sq, P.red[kParts + warp] = sk, P.red[2 * kParts + warp] = kq;
   if (M > 0) fast::pending_keys(A, G, pendSh, M, fast::fast_mb_alloc(A.maxK), L);
   __syncthreads();
-  RowCoef R{0.0f, 0.0f, 0.0f, 0.0f, 1.0f, 0.0f};
-  if (T.nrows > 0) {
-    // Summed in warp order: every thread gets the same bits.
-    float SQ = 0.0f, SK = 0.0f, KQ = 0.0f;
+  // Summed in warp order: every thread gets the same bits.
+  float SQ = 0.0f, SK = 0.0f, KQ = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kParts; ++w) SQ += P.red[w], SK += P.red[kParts + w], KQ += P.red[2 * kParts + w];
-    const float fk = 1.0f / sqrtf(SK + 1e-6f);
-    const float fq = (1.0f / sqrtf((float)dk)) / sqrtf(SQ + 1e-6f);
-    const float At = expf(-expf(aLogH) * softplusf_(aRaw + dtB));
-    R = {sigmoidf_(bRaw), At * fk, At * fq, fk * fq * KQ, At, fk};
-  }
-  return R;
+  for (int w = 0; w < kParts; ++w) SQ += P.red[w], SK += P.red[kParts + w], KQ += P.red[2 * kParts + w];
+  const float fk = 1.0f / sqrtf(SK + 1e-6f);
+  const float fq = (1.0f / sqrtf((float)dk)) / sqrtf(SQ + 1e-6f);
+  const float At = expf(-expf(aLogH) * softplusf_(aRaw + dtB));
+  return RowCoef{sigmoidf_(bRaw), At * fk, At * fq, fk * fq * KQ, At, fk};
 }
 
 // Per-column inputs of one block: v of the row and the pending rows' coefficients (0 past M).
@@ -260,7 +248,7 @@ __device__ __forceinline__ PendCoef<MB> pend_coef(const Args& A, const Geo& G, c
 template <int MB>
 __device__ __forceinline__ void column_inputs(const Args& A, const Geo& G, const Task& T, const PLay& P, const float* pendSh, int M,
                                               const PendCoef<MB>& PC, const float* stage, int j, bool act, ColumnIn<MB>& c) {
-  c.v[0] = T.nrows > 0 && act ? P.vsm[j] : 0.0f;
+  c.v[0] = act ? P.vsm[j] : 0.0f;
 #pragma unroll
   for (int q = 0; q < MB; ++q) {
     const float u = !(q < M && act) ? 0.0f : stage ? stage[q * kW + (j % kW)] : pendSh[(size_t)q * G.stashRow + A.dk + j];
@@ -269,9 +257,8 @@ __device__ __forceinline__ void column_inputs(const Args& A, const Geo& G, const
 }
 
 // Thread (warp `part`, lane) on column j of a block in shared memory (blk [d_kp][32], landed for
-// every thread): fold MB pending terms (uf = 0 past M), then (nrows = 1) the row's dot products,
-// u, o (→ P.osm[j]) and the commit of the new column to global memory; the fold alone (no row)
-// stores the folded column.
+// every thread): fold MB pending terms (uf = 0 past M), then the row's dot products, u, o
+// (→ P.osm[j]) and the commit of the new column to global memory.
 template <int MB>
 __device__ __forceinline__ void block_passes(const Args& A, const Task& T, const PLay& P, const RowCoef& R, const PendCoef<MB>& PC,
                                              const ColumnIn<MB>& c, float* blk, float* headS, int j, bool act) {
@@ -280,10 +267,9 @@ __device__ __forceinline__ void block_passes(const Args& A, const Task& T, const
   const int tid = tid_lin(), lane = tid & 31, part = tid >> 5;
   const int pr = min(kPartRows, pad4((dk + kParts - 1) / kParts));
   const int ib = min(dk, part * pr), ie = min(dk, ib + pr);
-  const bool row = T.nrows > 0;
   // Pass A over the part's rows (groups of 4): the pending fold and the dot products with k and
-  // q (raw). The fold alone (no row) stores its result here; a decode step writes the folded
-  // values back to the block (only this thread reads them again, in pass B).
+  // q (raw); the folded values go back to the block (only this thread reads them again, in
+  // pass B).
   float a = 0.0f, b = 0.0f;
 #pragma unroll 2
   for (int i0 = ib; i0 < ie; i0 += 4) {
@@ -301,24 +287,14 @@ __device__ __forceinline__ void block_passes(const Args& A, const Task& T, const
         x[2] = fmaf(kk.z, c.uf[q], x[2]);
         x[3] = fmaf(kk.w, c.uf[q], x[3]);
       }
-      if (row) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (i0 + e < ie) blk[(i0 + e) * kW + lane] = x[e];
-      }
-    }
-    if (!row && act) {
 #pragma unroll
       for (int e = 0; e < 4; ++e)
-        if (i0 + e < ie) headS[(size_t)(i0 + e) * dv + j] = x[e];
+        if (i0 + e < ie) blk[(i0 + e) * kW + lane] = x[e];
     }
-    if (row) {
-      const float4 kk = fast::ld4s(L.kd + i0), qq = fast::ld4s(L.qd + i0);
-      a = fmaf(x[0], kk.x, fmaf(x[1], kk.y, fmaf(x[2], kk.z, fmaf(x[3], kk.w, a))));
-      b = fmaf(x[0], qq.x, fmaf(x[1], qq.y, fmaf(x[2], qq.z, fmaf(x[3], qq.w, b))));
-    }
+    const float4 kk = fast::ld4s(L.kd + i0), qq = fast::ld4s(L.qd + i0);
+    a = fmaf(x[0], kk.x, fmaf(x[1], kk.y, fmaf(x[2], kk.z, fmaf(x[3], kk.w, a))));
+    b = fmaf(x[0], qq.x, fmaf(x[1], qq.y, fmaf(x[2], qq.z, fmaf(x[3], qq.w, b))));
   }
-  if (!row) return;
   // The row parts' sums, added in part order (every thread of a column gets the same bits).
   P.red[part * kW + lane] = a;
   P.red[(kParts + part) * kW + lane] = b;
@@ -361,40 +337,36 @@ __device__ __forceinline__ void write_y(const Args& A, const Task& T, const PLay
     store_y(A, (size_t)T.row0 * A.hv * A.dv + (size_t)h * A.dv + j, A.normWeight[j] * P.osm[j] * inv * siluf_(P.zsm[j]));
 }
 
-// One head whose blocks are s0 .. s0 + nblk − 1 of a sequence streaming through NB buffers
-// (buffer s % NB; the first NB − 1 of them already issued): each trip waits for its block,
-// issues the block NB − 1 ahead — its own (with its pending rows' u, copy_stage, when there are
-// at most 4) or, past its last, `beyond(s)` (gdn-persist.cuh: the next head's; here an empty
-// group) — and runs the column passes; then the gated RMSNorm over the whole d_v.
-template <int MB, int NB, class Beyond>
+// The head's blocks stream through kNB buffers (block cb in buffer cb % kNB; the first kNB − 1
+// already issued): each trip waits for its block, issues the block kNB − 1 ahead with its pending
+// rows' u (copy_stage, when there are at most 4), or an empty group past the last, and runs the
+// column passes; then the gated RMSNorm over the whole d_v.
+template <int MB>
 __device__ __forceinline__ void stream_head(const Args& A, const Geo& G, const Task& T, const PLay& P, const RowCoef& R, int h, const float* pendSh,
-                                            int M, float* headS, int s0, Beyond beyond) {
-  constexpr bool kStaged = can_stage<NB>() && MB > 0 && MB <= 4;
+                                            int M, float* headS) {
+  constexpr bool kStaged = can_stage<kNB>() && MB > 0 && MB <= 4;
   const int dkp = P.L.dkp, lane = tid_lin() & 31;
   const int nblk = (A.dv + kW - 1) / kW;
   const PendCoef<MB> PC = pend_coef<MB>(A, G, pendSh, M);
-  float* stage = P.L.sc + kStage;  // [NB][4][32]
+  float* stage = P.L.sc + kStage;  // [kNB][4][32]
   for (int cb = 0; cb < nblk; ++cb) {
-    const int j = cb * kW + lane, s = s0 + cb, next = s + NB - 1;
+    const int j = cb * kW + lane, next = cb + kNB - 1;
     const bool act = j < A.dv;
-    // Blocks this head issued carry their u (read after the wait); the first NB − 1, issued
+    // Blocks this head issued carry their u (read after the wait); the first kNB − 1, issued
     // before it, load theirs from the stash (before the wait, overlapping it).
-    const float* st = kStaged && cb >= NB - 1 ? stage + (s % NB) * 4 * kW : nullptr;
+    const float* st = kStaged && cb >= kNB - 1 ? stage + (cb % kNB) * 4 * kW : nullptr;
     ColumnIn<MB> c;
     if (!st) column_inputs<MB>(A, G, T, P, pendSh, M, PC, nullptr, j, act, c);
-    wait_block<NB>();
-    // Block `next` into the buffer of block s − 1, which pass B of the last trip read.
-    if (next - s0 < nblk) {
-      issue_block(headS, next - s0, nblk, P.buf + (next % NB) * dkp * kW, A.dk, A.dv, false);
-      if (kStaged) copy_stage(A, G, pendSh, M, next - s0, stage + (next % NB) * 4 * kW);
-      commit_copies();
-    } else {
-      beyond(next);
+    wait_block<kNB>();
+    // Block `next` into the buffer of block cb − 1, which pass B of the last trip read.
+    if (next < nblk) {
+      issue_block(headS, next, nblk, P.buf + (next % kNB) * dkp * kW, A.dk, A.dv, false);
+      if (kStaged) copy_stage(A, G, pendSh, M, next, stage + (next % kNB) * 4 * kW);
     }
+    commit_copies();  // past the head's last block: an empty group, so every trip commits one
     if (st) column_inputs<MB>(A, G, T, P, pendSh, M, PC, st, j, act, c);
-    block_passes<MB>(A, T, P, R, PC, c, P.buf + (s % NB) * dkp * kW, headS, j, act);
+    block_passes<MB>(A, T, P, R, PC, c, P.buf + (cb % kNB) * dkp * kW, headS, j, act);
   }
-  if (T.nrows == 0) return;
   __syncthreads();
   const float tot = osm_sumsq(P, 0, A.dv);
   write_y(A, T, P, h, 1.0f / sqrtf(tot / (float)A.dv + A.eps));
@@ -416,16 +388,15 @@ __device__ __forceinline__ void issue_first(const Args& A, const PLay& P, float*
 
 // Runs the task whose first blocks issue_first started.
 __device__ __forceinline__ void run_task(const Args& A, const Geo& G, const Task& T, const PLay& P) {
-  if (T.nh != 1 || T.nPendFold > A.maxK || T.nrows > 1) __trap();
+  if (T.nh != 1 || T.nPendFold > A.maxK || T.nrows != 1) __trap();
   const int h = T.h0, m = h - T.g * G.r;
   float* headS = head_state(A, T.slot, h);
   const float* pendSh = T.pendK + (size_t)h * A.maxK * G.stashRow;
   const int M = T.nPendFold;
   const RowCoef R = prologue(A, G, T, h, m, pendSh, M, P, true);
-  const auto none = [](int) { commit_copies(); };  // past the head's last block: an empty group
-  if (M == 0) stream_head<0, kNB>(A, G, T, P, R, h, pendSh, M, headS, 0, none);
-  else if (M <= 4) stream_head<4, kNB>(A, G, T, P, R, h, pendSh, M, headS, 0, none);
-  else stream_head<8, kNB>(A, G, T, P, R, h, pendSh, M, headS, 0, none);
+  if (M == 0) stream_head<0>(A, G, T, P, R, h, pendSh, M, headS);
+  else if (M <= 4) stream_head<4>(A, G, T, P, R, h, pendSh, M, headS);
+  else stream_head<8>(A, G, T, P, R, h, pendSh, M, headS);
 }
 
 __device__ __forceinline__ void recurrent_entry(const Args& A, int mode, int batch, int k) {
@@ -441,18 +412,6 @@ __device__ __forceinline__ void recurrent_entry(const Args& A, int mode, int bat
   const Geo G = geo_of(A);
   Task T;
   if (!task_of(A, G, h, I, 1, true, false, T)) return;
-  run_task(A, G, T, P);
-}
-
-__device__ __forceinline__ void fold_entry(const Args& A, const uint32_t* naTab, int batch, int k) {
-  check_pipe(A);
-  int b, h, slot, na;
-  if (!fold_cta(A, naTab, batch, k, b, h, slot, na)) return;
-  const PLay P = pipe_lay(A);
-  issue_first(A, P, head_state(A, slot, h));
-  const Geo G = geo_of(A);
-  Task T;
-  fold_task(A, G, b, h, slot, na, k, T);
   run_task(A, G, T, P);
 }
 

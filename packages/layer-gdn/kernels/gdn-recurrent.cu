@@ -1,47 +1,31 @@
-// Gated DeltaNet (Qwen3-Next linear attention): decode and verify (gdn_recurrent). Layouts and
+// Gated DeltaNet (Qwen3-Next linear attention): decode and verify (gdn_recurrent_*). Layouts and
 // semantics: ../KERNELS.md. The code lives in headers: gdn-common.cuh (arguments, tasks, conv
-// inputs, ring / conv stash writes), gdn-fast.cuh (the fast kernels), gdn-legacy.cuh (the first
-// version, which gdn-chunk-rowwise.cu's row loop still uses). gdn-chunk-rowwise.cu includes this file with
-// GDN_NO_RECURRENT_ENTRY, which leaves every entry point (and the fast code) out of its build.
+// inputs, ring / conv stash writes), gdn-fast.cuh (smem), gdn-pipe.cuh, gdn-split.cuh,
+// gdn-general.cuh (any shape; its row loop is also the row-by-row prefill oracle's, which the
+// tests build from test/gpu/kernels/).
 //
-// Entry points, one signature (gdn-kernels.ts), grid [batch, H_v], a block of d_v threads:
-//   gdn_recurrent          the default: the variant GDN_RECURRENT_DEFAULT names (gdn-launch.ts
-//                          gives it the dynamic shared memory that variant needs)
+// Entry points, one signature (gdn-kernels.ts), each launched as gdn-launch.ts recurrentLaunch
+// says for its variant (gdn-launch.ts recurrentVariant picks one per step):
 //   gdn_recurrent_smem     S copied into shared memory by the copy engine while the prologue runs
-//                          (dynamic shared memory: fast_smem_floats(d_k, d_v, maxK, true) floats)
+//                          (grid [batch, H_v], d_v threads, fast_smem_floats(d_k, d_v, maxK) floats)
 //   gdn_recurrent_pipe     decode steps only (mode 0, k = 1): S streamed through shared memory in
 //                          blocks of 32 columns (gdn-pipe.cuh; 128 threads, pipe_smem_floats())
 //   gdn_recurrent_split    decode steps only: a head over a cluster of 4 CTAs of 32 columns each
 //                          (gdn-split.cuh; grid [4·batch, H_v], 128 threads, sm_90)
-//   gdn_recurrent_persist  decode steps only: persistent CTAs whose heads' blocks stream through
-//                          one ring of shared buffers (gdn-persist.cuh; grid [n], 128 threads)
-//   gdn_recurrent_stream   S streamed from global memory, never held (fast_smem_floats(.., false))
-//   gdn_recurrent_legacy   the first version (S in 128 registers per thread; no dynamic shared
-//                          memory; any maxK and conv K)
-// Variant knobs (-D): GDN_SMEM_CPASYNC (smem: cp.async instead of cp.async.bulk on sm_90),
-// GDN_FAST_NCHUNK, GDN_STREAM_U, GDN_SMEM_MAXNREG, GDN_STREAM_MAXNREG, GDN_MAXNREG (legacy register cap,
-// 0 = none), GDN_ONLY_VARIANT=0/1/2/3/4/5 (only the legacy / smem / stream / pipe / split / persist
-// entry point, no default), GDN_PIPE_NB, GDN_PIPE_MAXNREG, GDN_SPLIT_MAXNREG, GDN_PERSIST_NB,
-// GDN_PERSIST_MAXNREG.
-#include "gdn-legacy.cuh"
-
-#ifndef GDN_NO_RECURRENT_ENTRY
+//   gdn_recurrent_general  any shape the layer takes: a column of S in registers per thread (no
+//                          dynamic shared memory; any maxK and conv K)
+// Knobs (-D, for bench/gdn-tune.sh): GDN_SMEM_CPASYNC (smem: cp.async instead of cp.async.bulk on
+// sm_90), GDN_FAST_NCHUNK, GDN_SMEM_MAXNREG, GDN_MAXNREG (general register cap, 0 = none),
+// GDN_PIPE_NB, GDN_PIPE_MAXNREG, GDN_SPLIT_MAXNREG.
+#include "gdn-general.cuh"
 #include "gdn-fast.cuh"
 #include "gdn-pipe.cuh"
 #include "gdn-split.cuh"
-#include "gdn-persist.cuh"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define GDN_SPLIT_CLUSTER __cluster_dims__(4, 1, 1)  // gdn::split::kCluster
 #else
 #define GDN_SPLIT_CLUSTER
-#endif
-
-#define GDN_VARIANT_LEGACY 0
-#define GDN_VARIANT_SMEM 1
-#define GDN_VARIANT_STREAM 2
-#ifndef GDN_RECURRENT_DEFAULT
-#define GDN_RECURRENT_DEFAULT GDN_VARIANT_SMEM
 #endif
 
 #define GDN_RECURRENT_PARAMS                                                                                                         \
@@ -61,9 +45,9 @@
 #define GDN_MAXNREG 168
 #endif
 #if GDN_MAXNREG > 0
-#define GDN_LEGACY_REGCAP __maxnreg__(GDN_MAXNREG)
+#define GDN_GENERAL_REGCAP __maxnreg__(GDN_MAXNREG)
 #else
-#define GDN_LEGACY_REGCAP
+#define GDN_GENERAL_REGCAP
 #endif
 
 // One entry point: its name, attributes (register cap, cluster shape) and the call.
@@ -73,32 +57,7 @@
     __VA_ARGS__;                                                 \
   }
 
-#if GDN_HAS_VARIANT(0)
-GDN_RECURRENT_ENTRY(gdn_recurrent_legacy, GDN_LEGACY_REGCAP, gdn::recurrent_entry<128>(A, mode, batch, k))  // d_k <= 128, zero-padded
-#endif
-#if GDN_HAS_VARIANT(1)
-GDN_RECURRENT_ENTRY(gdn_recurrent_smem, __maxnreg__(GDN_SMEM_MAXNREG), gdn::fast::recurrent_entry<gdn::fast::SmemSrc>(A, mode, batch, k))
-#endif
-#if GDN_HAS_VARIANT(2)
-GDN_RECURRENT_ENTRY(gdn_recurrent_stream, __maxnreg__(GDN_STREAM_MAXNREG), gdn::fast::recurrent_entry<gdn::fast::StreamSrc>(A, mode, batch, k))
-#endif
-#if GDN_HAS_VARIANT(3)
+GDN_RECURRENT_ENTRY(gdn_recurrent_smem, __maxnreg__(GDN_SMEM_MAXNREG), gdn::fast::recurrent_entry(A, mode, batch, k))
 GDN_RECURRENT_ENTRY(gdn_recurrent_pipe, __maxnreg__(GDN_PIPE_MAXNREG), gdn::pipe::recurrent_entry(A, mode, batch, k))
-#endif
-#if GDN_HAS_VARIANT(4)
 GDN_RECURRENT_ENTRY(gdn_recurrent_split, GDN_SPLIT_CLUSTER __maxnreg__(GDN_SPLIT_MAXNREG), gdn::split::recurrent_entry(A, mode, batch, k))
-#endif
-#if GDN_HAS_VARIANT(5)
-GDN_RECURRENT_ENTRY(gdn_recurrent_persist, __maxnreg__(GDN_PERSIST_MAXNREG), gdn::persist::recurrent_entry(A, mode, batch, k))
-#endif
-
-#if GDN_ONLY_VARIANT < 0  // a build of one variant (bench/gdn-tune.sh) leaves the default entry out
-#if GDN_RECURRENT_DEFAULT == GDN_VARIANT_LEGACY
-GDN_RECURRENT_ENTRY(gdn_recurrent, GDN_LEGACY_REGCAP, gdn::recurrent_entry<128>(A, mode, batch, k))
-#elif GDN_RECURRENT_DEFAULT == GDN_VARIANT_SMEM
-GDN_RECURRENT_ENTRY(gdn_recurrent, __maxnreg__(GDN_SMEM_MAXNREG), gdn::fast::recurrent_entry<gdn::fast::SmemSrc>(A, mode, batch, k))
-#else
-GDN_RECURRENT_ENTRY(gdn_recurrent, __maxnreg__(GDN_STREAM_MAXNREG), gdn::fast::recurrent_entry<gdn::fast::StreamSrc>(A, mode, batch, k))
-#endif
-#endif
-#endif  // GDN_NO_RECURRENT_ENTRY
+GDN_RECURRENT_ENTRY(gdn_recurrent_general, GDN_GENERAL_REGCAP, gdn::recurrent_entry<128>(A, mode, batch, k))  // d_k <= 128, zero-padded

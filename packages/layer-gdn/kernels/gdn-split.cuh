@@ -1,6 +1,6 @@
-// Gated DeltaNet decode steps and the write-on-accept fold with one head split over 4 CTAs of 32
-// columns each (the `split` entry points gdn_recurrent_split, gdn_fold_split). Layouts and
-// semantics: ../KERNELS.md; the per-column math is gdn-pipe.cuh's (block_passes), one block.
+// Gated DeltaNet decode steps with one head split over 4 CTAs of 32 columns each (the `split`
+// entry point gdn_recurrent_split). Layouts and semantics: ../KERNELS.md; the per-column math is
+// gdn-pipe.cuh's (block_passes), one block.
 //
 // Why: every column of S is independent but for the gated RMSNorm of the row's output over d_v.
 // The pipe kernels stream a head's 4 blocks through one CTA, so each CTA waits on its blocks one
@@ -8,8 +8,8 @@
 // block (16 KiB at the 80B shape) as soon as it knows its slot, computes its columns, stores them
 // and exits: more CTAs per SM and no chain of copies within one. The redundant part (each CTA
 // computes the row's q, k, gates and pending keys) is small next to the state. The norm needs
-// the row's Σo² over all columns: decode CTAs form a cluster of 4 (sm_90) and swap their partial
-// sums through distributed shared memory; the fold has no norm and needs no cluster. Measured on
+// the row's Σo² over all columns: the CTAs form a cluster of 4 (sm_90) and swap their partial
+// sums through distributed shared memory. Measured on
 // the H200: fastest below batch 8 (4 × the CTAs of one per head while the GPU is not full), slower
 // from 8 on, where the prologue run 4 times per head costs more than it hides; the layer runs it
 // for decode steps of fewer than 8 positions (gdn-launch.ts recurrentVariant).
@@ -17,8 +17,8 @@
 // Launch: grid [4·batch, H_v] (CTA x = 4·b + rank: columns rank·32 .. rank·32 + 31 of batch
 // position b), 128 threads (4 warps own a quarter of the d_k rows each, as in gdn-pipe.cuh), the
 // dynamic shared memory of pipe_smem_floats(d_k, d_v, maxK, 1) (gdn-launch.ts computes the same).
-// Takes what the pipe kernels take with d_v ≤ 128; decode steps only (mode 0, k = 1), and
-// gdn_recurrent_split needs clusters (sm_90); else traps.
+// Takes what the pipe kernels take with d_v ≤ 128; decode steps only (mode 0, k = 1), and needs
+// clusters (sm_90); else traps.
 #pragma once
 #include "gdn-cluster.cuh"
 #include "gdn-pipe.cuh"
@@ -35,11 +35,11 @@ using pipe::kW;
 using pipe::PLay;
 constexpr int kCluster = 4;  // CTAs per head (d_v ≤ 4·32)
 
-__device__ __forceinline__ void check_split(const Args& A, bool clustered) {
+__device__ __forceinline__ void check_split(const Args& A) {
   const bool ok = A.maxK <= fast::kMaxRows && A.K <= fast::kMaxConv && A.dk <= pipe::kParts * pipe::kPartRows && A.dv % 4 == 0 &&
                   A.dv <= kCluster * kW && nthreads() == kThreads &&
                   fast::dyn_smem_bytes() >= 4u * (unsigned)pipe::pipe_smem_floats(A.dk, A.dv, A.maxK, 1) &&
-                  (!clustered || gdn_cluster::available());
+                  gdn_cluster::available();
   if (!ok) __trap();
 }
 
@@ -51,8 +51,8 @@ __device__ __forceinline__ void coords(const Args& A, int batch, int& b, int& h,
   h = blockIdx.y;
 }
 
-// Columns rank·32 .. of the head: the pending fold, then (decode) the row; the norm's Σo² over
-// the cluster. Decode CTAs arrived on the cluster barrier at their start.
+// Columns rank·32 .. of the head: the pending fold, then the row; the norm's Σo² over the
+// cluster. The CTAs arrived on the cluster barrier at their start.
 template <int MB>
 __device__ __forceinline__ void run_columns(const Args& A, const Geo& G, const Task& T, const PLay& P, int h, int m, const float* pendSh, int M,
                                             float* headS, int rank) {
@@ -66,7 +66,6 @@ __device__ __forceinline__ void run_columns(const Args& A, const Geo& G, const T
   pipe::wait_copies<0>();
   __syncthreads();
   pipe::block_passes<MB>(A, T, P, R, PC, c, P.buf, headS, j, act);
-  if (T.nrows == 0) return;  // the fold
   __syncthreads();
   const int j0 = min(A.dv, rank * kW), j1 = min(A.dv, j0 + kW);
   const float part_ss = pipe::osm_sumsq(P, j0, j1);
@@ -83,7 +82,7 @@ __device__ __forceinline__ void run_columns(const Args& A, const Geo& G, const T
 }
 
 __device__ __forceinline__ void run_task(const Args& A, const Geo& G, const Task& T, const PLay& P, int rank) {
-  if (T.nh != 1 || T.nPendFold > A.maxK || T.nrows > 1) __trap();
+  if (T.nh != 1 || T.nPendFold > A.maxK || T.nrows != 1) __trap();
   const int h = T.h0, m = h - T.g * G.r;
   float* headS = pipe::head_state(A, T.slot, h);
   const float* pendSh = T.pendK + (size_t)h * A.maxK * G.stashRow;
@@ -99,7 +98,7 @@ __device__ __forceinline__ void issue_own(const Args& A, const PLay& P, int slot
 }
 
 __device__ __forceinline__ void recurrent_entry(const Args& A, int mode, int batch, int k) {
-  check_split(A, true);
+  check_split(A);
   if (mode != 0 || k != 1) __trap();  // decode steps only
   int b, h, rank;
   coords(A, batch, b, h, rank);
@@ -114,19 +113,6 @@ __device__ __forceinline__ void recurrent_entry(const Args& A, int mode, int bat
     gdn_cluster::wait();
     return;
   }
-  run_task(A, G, T, P, rank);
-}
-
-__device__ __forceinline__ void fold_entry(const Args& A, const uint32_t* naTab, int batch, int k) {
-  check_split(A, false);
-  int b, h, rank, slot, na;
-  coords(A, batch, b, h, rank);
-  if (!fold_slot(A, naTab, k, b, slot, na)) return;
-  const PLay P = pipe::pipe_lay(A, 1);
-  issue_own(A, P, slot, h, rank);
-  const Geo G = geo_of(A);
-  Task T;
-  fold_task(A, G, b, h, slot, na, k, T);
   run_task(A, G, T, P, rank);
 }
 

@@ -69,7 +69,7 @@ __device__ __forceinline__ void store_y(const Args& A, size_t i, float v) {
 #if defined(__CUDACC__)
   store_y16(A.y, i, v, A.yDtype);
 #else
-  store_y_emulated(A.y, i, v, A.yDtype);  // dev/emu: the CPU thread emulator (cuda_emu2.h)
+  metrale::store_element(A.y, i, v, A.yDtype);  // the CPU emulator's (tools/cuda-emu)
 #endif
 }
 

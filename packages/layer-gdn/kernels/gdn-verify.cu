@@ -2,7 +2,7 @@
 // gates; gdn-verify-prep.cuh), then gdn_verify_state (the pending fold and the rows' scores from
 // the state; gdn-verify-state.cuh). Layouts and semantics: ../KERNELS.md ("Two-kernel verify").
 // Both take one signature (gdn-kernels.ts VERIFY_PARAMS): a verify step's buffers as
-// gdn_recurrent's (mode 1, k rows per batch position; carried when `pending` is set), `prep`,
+// gdn_recurrent_*'s (mode 1, k rows per batch position; carried when `pending` is set), `prep`,
 // `batch` and `k`. Knobs (-D): GDN_VSTATE_MINB, GDN_STATE_CS, GDN_VPREP_MINB, GDN_PREP_FAST_SILU, GDN_VSTATE_STAGES.
 #include "gdn-verify-state.cuh"
 

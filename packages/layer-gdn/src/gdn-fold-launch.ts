@@ -1,8 +1,10 @@
 import type { GpuBackend, KernelArgs, LaunchConfig, Stream } from '@metrale/core';
 import type { GdnConfig } from './gdn-config.js';
 import { DECODE_STATE_THREADS, twoKernelDecodeSupported, type TwoKernelShape } from './gdn-decode-launch.js';
-import type { foldKernel, foldStateKernel } from './gdn-kernels.js';
-import { foldVariant, pad4, recurrentLaunch, type GdnKernelVariant, type GdnLaunchShape } from './gdn-launch.js';
+import type { foldStateKernel, foldVariantKernels } from './gdn-kernels.js';
+import { foldVariant, pad4, recurrentLaunch, type GdnFoldVariant, type GdnLaunchShape } from './gdn-launch.js';
+
+type FoldKernel = (typeof foldVariantKernels)[GdnFoldVariant];
 
 // What runs the write-on-accept fold (gdnFoldAccepted): gdn.fold-state, the head in registers
 // (kernels/gdn-fold-state.cuh), where the two-kernel decode takes the shape; else gdn.fold's variant.
@@ -18,30 +20,28 @@ export function foldStateLaunch(cfg: Pick<GdnConfig, 'dk' | 'dv' | 'hv' | 'convK
 }
 
 /** What runs a fold: gdn.fold-state ('register') where it takes the shape, else gdn.fold's variant (gdn-launch.ts foldVariant). */
-export function foldPath(s: TwoKernelShape): 'register' | GdnKernelVariant {
+export function foldPath(s: TwoKernelShape): 'register' | GdnFoldVariant {
   return twoKernelDecodeSupported(s) ? 'register' : foldVariant(s);
 }
 
 /** The fold's declarations (the package's, or the same bound to another fatbin). */
 export interface FoldKernels {
   readonly state: typeof foldStateKernel;
-  readonly variants: Readonly<Record<GdnKernelVariant, typeof foldKernel>>;
+  readonly variants: Readonly<Record<GdnFoldVariant, FoldKernel>>;
 }
 
 /**
  * The fold of the accepted prefix (args.naTab rows of each batch position) as the layer runs it
- * (foldPath); `sms`, the device's multiprocessors, for the persist variant's grid. The layer, the
- * benchmarks and the GPU suite launch it through here.
+ * (foldPath). The layer, the benchmarks and the GPU suite launch it through here.
  */
 export function launchFold(
   gpu: Pick<GpuBackend, 'launch'>,
   kernels: FoldKernels,
   cfg: Pick<GdnConfig, 'hk' | 'dk' | 'dv' | 'hv' | 'convK'>,
   stream: Stream,
-  args: KernelArgs<typeof foldKernel.params>,
-  sms: number,
+  args: KernelArgs<FoldKernel['params']>,
 ): void {
   const path = foldPath({ ...cfg, maxK: args.maxK });
   if (path === 'register') gpu.launch(kernels.state, foldStateLaunch(cfg, args.batch, stream, args.maxK), args);
-  else gpu.launch(kernels.variants[path], recurrentLaunch(cfg, args.batch, stream, args.maxK, path, sms), args);
+  else gpu.launch(kernels.variants[path], recurrentLaunch(cfg, args.batch, stream, args.maxK, path), args);
 }

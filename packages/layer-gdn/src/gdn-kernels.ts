@@ -1,22 +1,20 @@
 import { defineKernel, defineKernelModule } from '@metrale/core';
-import { chunkCpu, foldCpu, recurrentCpu } from './gdn.cpu.js';
+import { foldCpu, recurrentCpu } from './gdn.cpu.js';
 import { decodePrepCpu, decodeStateCpu, decodeStatePlainCpu } from './gdn-decode.cpu.js';
 import { verifyPrepCpu, verifyStateCpu } from './gdn-verify.cpu.js';
-import type { GdnKernelVariant } from './gdn-launch.js';
+import type { GdnFoldVariant, GdnKernelVariant } from './gdn-launch.js';
 
 // Fatbins built by metrale-build-kernels from kernels/*.cu into dist/kernels/. Layouts: KERNELS.md.
 const recurrentModule = defineKernelModule('gdn-recurrent', new URL('./kernels/gdn-recurrent.fatbin', import.meta.url));
 const foldModule = defineKernelModule('gdn-fold', new URL('./kernels/gdn-fold.fatbin', import.meta.url));
 const decodeModule = defineKernelModule('gdn-decode', new URL('./kernels/gdn-decode.fatbin', import.meta.url));
 const verifyModule = defineKernelModule('gdn-verify', new URL('./kernels/gdn-verify.fatbin', import.meta.url));
-// The row-by-row prefill (the oracle of the chunked prefill, gdn-prefill-kernels.ts).
-const chunkRowwiseModule = defineKernelModule('gdn-chunk-rowwise', new URL('./kernels/gdn-chunk-rowwise.fatbin', import.meta.url));
 
 /** Shape parameters every GDN kernel takes, in this order after its pointers. */
-const SHAPE = { hk: 'i32', hv: 'i32', dk: 'i32', dv: 'i32', convK: 'i32', maxK: 'i32' } as const;
+export const SHAPE = { hk: 'i32', hv: 'i32', dk: 'i32', dv: 'i32', convK: 'i32', maxK: 'i32' } as const;
 
 /** A step's buffers and tables, the first parameters of the decode / verify kernels (in this order). */
-const STEP_BUFFERS = {
+export const STEP_BUFFERS = {
   qkvz: 'ptr', ba: 'ptr', y: 'ptr',
   slots: 'ptr', rowStarts: 'ptr', seqLens: 'ptr',
   state: 'ptr', convRing: 'ptr',
@@ -45,23 +43,33 @@ const FOLD_PARAMS = {
   ...SHAPE,
 } as const;
 
+/** Decode and verify through one entry point (`gdn_recurrent_<variant>`, kernels/gdn-recurrent.cu). */
+const recurrentKernelOf = (variant: GdnKernelVariant) =>
+  defineKernel({ name: `gdn.recurrent.${variant}`, params: RECURRENT_PARAMS, cuda: { module: recurrentModule, symbol: `gdn_recurrent_${variant}` }, cpu: recurrentCpu });
+
 /**
- * Decode and verify: one CTA per (batch position, value head), launched as gdn-launch.ts
- * recurrentLaunch says (the default variant's dynamic shared memory).
+ * Decode and verify, one declaration per variant: the same parameters and CPU twin, launched as
+ * gdn-launch.ts recurrentLaunch says for the variant (recurrentVariant picks one per step). mode 0
+ * commits the k rows (state and ring written); mode 1 stashes them only.
  */
-export const recurrentKernel = defineKernel({
-  name: 'gdn.recurrent',
-  params: RECURRENT_PARAMS,
-  cuda: { module: recurrentModule, symbol: 'gdn_recurrent' },
-  cpu: recurrentCpu,
+export const recurrentVariantKernels: Readonly<Record<GdnKernelVariant, ReturnType<typeof recurrentKernelOf>>> = Object.freeze({
+  smem: recurrentKernelOf('smem'),
+  pipe: recurrentKernelOf('pipe'),
+  split: recurrentKernelOf('split'),
+  general: recurrentKernelOf('general'),
 });
 
-/** Write-on-accept fold: the first naTab[p] verify rows of each batch position into state and ring. */
-export const foldKernel = defineKernel({
-  name: 'gdn.fold',
-  params: FOLD_PARAMS,
-  cuda: { module: foldModule, symbol: 'gdn_fold' },
-  cpu: foldCpu,
+/** Write-on-accept fold through one entry point (`gdn_fold_<variant>`, kernels/gdn-fold.cu). */
+const foldKernelOf = (variant: GdnFoldVariant) =>
+  defineKernel({ name: `gdn.fold.${variant}`, params: FOLD_PARAMS, cuda: { module: foldModule, symbol: `gdn_fold_${variant}` }, cpu: foldCpu });
+
+/**
+ * Write-on-accept fold of the first naTab[p] verify rows of each batch position into state and
+ * ring, where the register fold (foldStateKernel) does not take the shape.
+ */
+export const foldVariantKernels: Readonly<Record<GdnFoldVariant, ReturnType<typeof foldKernelOf>>> = Object.freeze({
+  smem: foldKernelOf('smem'),
+  general: foldKernelOf('general'),
 });
 
 /**
@@ -96,59 +104,6 @@ export const decodeStatePlainKernel = defineKernel({
 
 /** The three, as gdn-decode-launch.ts launchTwoKernelDecode takes them. */
 export const twoKernelDecodeKernels = Object.freeze({ prep: decodePrepKernel, state: decodeStateKernel, statePlain: decodeStatePlainKernel });
-
-/** Entry points of each variant of gdn.recurrent and gdn.fold (gdn-launch.ts GdnKernelVariant). */
-export const RECURRENT_SYMBOLS: Readonly<Record<GdnKernelVariant, string>> = {
-  smem: 'gdn_recurrent_smem', stream: 'gdn_recurrent_stream', legacy: 'gdn_recurrent_legacy', pipe: 'gdn_recurrent_pipe', split: 'gdn_recurrent_split', persist: 'gdn_recurrent_persist',
-};
-export const FOLD_SYMBOLS: Readonly<Record<GdnKernelVariant, string>> = {
-  smem: 'gdn_fold_smem', stream: 'gdn_fold_stream', legacy: 'gdn_fold_legacy', pipe: 'gdn_fold_pipe', split: 'gdn_fold_split', persist: 'gdn_fold_persist',
-};
-
-/** gdn.recurrent of one variant: the same parameters and CPU twin, that variant's entry point. */
-export const recurrentVariantKernels: Readonly<Record<GdnKernelVariant, typeof recurrentKernel>> = Object.freeze({
-  smem: defineKernel({ name: 'gdn.recurrent.smem', params: RECURRENT_PARAMS, cuda: { module: recurrentModule, symbol: RECURRENT_SYMBOLS.smem }, cpu: recurrentCpu }),
-  stream: defineKernel({ name: 'gdn.recurrent.stream', params: RECURRENT_PARAMS, cuda: { module: recurrentModule, symbol: RECURRENT_SYMBOLS.stream }, cpu: recurrentCpu }),
-  legacy: defineKernel({ name: 'gdn.recurrent.legacy', params: RECURRENT_PARAMS, cuda: { module: recurrentModule, symbol: RECURRENT_SYMBOLS.legacy }, cpu: recurrentCpu }),
-  pipe: defineKernel({ name: 'gdn.recurrent.pipe', params: RECURRENT_PARAMS, cuda: { module: recurrentModule, symbol: RECURRENT_SYMBOLS.pipe }, cpu: recurrentCpu }),
-  split: defineKernel({ name: 'gdn.recurrent.split', params: RECURRENT_PARAMS, cuda: { module: recurrentModule, symbol: RECURRENT_SYMBOLS.split }, cpu: recurrentCpu }),
-  persist: defineKernel({ name: 'gdn.recurrent.persist', params: RECURRENT_PARAMS, cuda: { module: recurrentModule, symbol: RECURRENT_SYMBOLS.persist }, cpu: recurrentCpu }),
-});
-
-/** gdn.fold of one variant. */
-export const foldVariantKernels: Readonly<Record<GdnKernelVariant, typeof foldKernel>> = Object.freeze({
-  smem: defineKernel({ name: 'gdn.fold.smem', params: FOLD_PARAMS, cuda: { module: foldModule, symbol: FOLD_SYMBOLS.smem }, cpu: foldCpu }),
-  stream: defineKernel({ name: 'gdn.fold.stream', params: FOLD_PARAMS, cuda: { module: foldModule, symbol: FOLD_SYMBOLS.stream }, cpu: foldCpu }),
-  legacy: defineKernel({ name: 'gdn.fold.legacy', params: FOLD_PARAMS, cuda: { module: foldModule, symbol: FOLD_SYMBOLS.legacy }, cpu: foldCpu }),
-  pipe: defineKernel({ name: 'gdn.fold.pipe', params: FOLD_PARAMS, cuda: { module: foldModule, symbol: FOLD_SYMBOLS.pipe }, cpu: foldCpu }),
-  split: defineKernel({ name: 'gdn.fold.split', params: FOLD_PARAMS, cuda: { module: foldModule, symbol: FOLD_SYMBOLS.split }, cpu: foldCpu }),
-  persist: defineKernel({ name: 'gdn.fold.persist', params: FOLD_PARAMS, cuda: { module: foldModule, symbol: FOLD_SYMBOLS.persist }, cpu: foldCpu }),
-});
-
-/**
- * Prefill of ragged rows from each slot's state, committing state and ring, row by row
- * (kernels/gdn-chunk-rowwise.cu). The layer prefills with the chunked WY form
- * (gdn-prefill-kernels.ts); this one stays as the GPU-side correctness oracle of it, and writes
- * y in f32.
- */
-export const chunkKernel = defineKernel({
-  name: 'gdn.chunk',
-  params: {
-    qkvz: 'ptr', ba: 'ptr', y: 'ptr',
-    slots: 'ptr', rowStarts: 'ptr', seqLens: 'ptr',
-    state: 'ptr', convRing: 'ptr',
-    convWeight: 'ptr', aLog: 'ptr', dtBias: 'ptr', normWeight: 'ptr',
-    stash: 'ptr', convStash: 'ptr', pending: 'ptr',
-    batch: 'i32',
-    ...SHAPE,
-    eps: 'f32',
-  },
-  cuda: { module: chunkRowwiseModule, symbol: 'gdn_chunk_rowwise' },
-  cpu: chunkCpu,
-});
-
-/** The row-by-row prefill under its own name. */
-export const chunkRowwiseKernel = chunkKernel;
 
 /**
  * Two-kernel verify, first kernel: the k rows' conv, norms, Gram entries and gates of each

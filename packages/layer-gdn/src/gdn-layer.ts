@@ -91,6 +91,10 @@ export class GdnLayer implements TransformerLayer<GdnState> {
   #carry: GdnCarryBinding | undefined;
   /** seqLens table of each verify layout (batch, k) this layer ran or captured: gdn.fold reads it. */
   readonly #verifySeqLens = new Map<string, DevicePtr>();
+  /** 1 for each slot with an open state. */
+  readonly #open: Uint8Array;
+  /** Scratch of gdnVerifyRunBatched: the slots a run holds. */
+  readonly #runSlots: Uint8Array;
   #disposed = false;
 
   constructor(context: CreateLayerContext) {
@@ -109,6 +113,8 @@ export class GdnLayer implements TransformerLayer<GdnState> {
     }
     this.config = cfg;
     this.limits = limits;
+    this.#open = new Uint8Array(limits.maxSeqs);
+    this.#runSlots = new Uint8Array(limits.maxSeqs);
     this.weightLayout = w.layout;
     this.precision = precision;
     this.#gpu = context.gpu;
@@ -175,10 +181,13 @@ export class GdnLayer implements TransformerLayer<GdnState> {
     gpu.memsetAsync(state, 0, 4 * this.stateSeqFloats, gpu.defaultStream);
     gpu.memsetAsync(ring, 0, 4 * this.ringSeqFloats, gpu.defaultStream);
     gpu.synchronize(gpu.defaultStream);
+    this.#open[slot] = 1;
     return { slot };
   }
 
-  closeState(_state: GdnState): void {}
+  closeState(state: GdnState): void {
+    this.#open[state.slot] = 0;
+  }
 
   // ---- snapshots at block boundaries (prefix caching) ----
 
@@ -280,7 +289,7 @@ export class GdnLayer implements TransformerLayer<GdnState> {
       // Which entry point: gdn-launch.ts recurrentVariant (pipe or split for decode steps, where they fit).
       const mode = phase === 'verify' ? 1 : 0;
       const variant = recurrentVariant(shape, mode, k, batch, clusters);
-      gpu.launch(recurrentVariantKernels[variant], recurrentLaunch(cfg, batch, stream, shape.maxK, variant, gpu.device.multiprocessors), {
+      gpu.launch(recurrentVariantKernels[variant], recurrentLaunch(cfg, batch, stream, shape.maxK, variant), {
         ...common, mode, batch, k, ...shape, eps: cfg.eps, yDtype,
       });
     }
@@ -334,8 +343,27 @@ export class GdnLayer implements TransformerLayer<GdnState> {
     this.#carry = binding;
   }
 
-  /** Every verify runs batched: one kernel over all batch positions, tables in device memory. */
-  gdnVerifyRunBatched(_states: readonly GdnState[], _kk: number, _wyn: number, _wyTables: DevicePtr): boolean {
+  /**
+   * Whether the layer's verify takes this run in one batched step: kernels over the `wyn` batch
+   * positions, each finding its sequence through the slot table at `wyTables`. It does when a
+   * verify binding is there (write-on-accept or carried), `kk` is 1..maxK, the positions fit
+   * maxBatch and their rows maxRows, and the run is open states of this layer on distinct slots
+   * (the kernels run every position side by side: two positions on one slot would race).
+   */
+  gdnVerifyRunBatched(states: readonly GdnState[], kk: number, wyn: number, wyTables: DevicePtr): boolean {
+    this.#alive('gdnVerifyRunBatched');
+    const { maxK, maxBatch, maxRows, maxSeqs } = this.limits;
+    if (!this.#woa && !this.#carry) return false;
+    if (!Number.isInteger(kk) || kk < 1 || kk > maxK) return false;
+    if (states.length === 0 || !Number.isInteger(wyn) || wyn < states.length || wyn > maxBatch || wyn * kk > maxRows) return false;
+    if (wyTables === 0n) return false;
+    const seen = this.#runSlots;
+    seen.fill(0);
+    for (const state of states) {
+      const slot = state?.slot;
+      if (!Number.isInteger(slot) || slot < 0 || slot >= maxSeqs || this.#open[slot] !== 1 || seen[slot] === 1) return false;
+      seen[slot] = 1;
+    }
     return true;
   }
 
@@ -352,7 +380,7 @@ export class GdnLayer implements TransformerLayer<GdnState> {
     launchFold(gpu, foldKernels, this.config, stream, {
       qkvz: b.qkvz, slots: slotTable, seqLens, naTab, state: b.state, convRing: b.convRing, stash: woa.stash,
       batch: n, k: kRows, ...this.#shape(),
-    }, gpu.device.multiprocessors);
+    });
     return true;
   }
 

@@ -39,21 +39,6 @@ export const prefillScanExactKernel = defineKernel({
   cpu: prefillScanCpu(2),
 });
 
-/** The scan with clusters of 4 CTAs per head (a quarter of d_v each). */
-export const prefillScanC4Kernel = defineKernel({
-  name: 'gdn.prefill-scan-c4',
-  params: PARAMS,
-  cuda: { module: prefillModule, symbol: 'gdn_prefill_scan_c4' },
-  cpu: prefillScanCpu(1),
-});
-
-export const prefillScanC4ExactKernel = defineKernel({
-  name: 'gdn.prefill-scan-c4-exact',
-  params: PARAMS,
-  cuda: { module: prefillModule, symbol: 'gdn_prefill_scan_c4_x3' },
-  cpu: prefillScanCpu(2),
-});
-
 /** The gated RMSNorm of y in place, after a scan that did not fuse it (fuseNorm = 0). */
 export const prefillNormKernel = defineKernel({
   name: 'gdn.prefill-norm',
@@ -67,7 +52,5 @@ export const prefillKernels: PrefillKernels = {
   wyExact: prefillWyExactKernel,
   scan: prefillScanKernel,
   scanExact: prefillScanExactKernel,
-  scanC4: prefillScanC4Kernel,
-  scanC4Exact: prefillScanC4ExactKernel,
   norm: prefillNormKernel,
 };

@@ -15,10 +15,11 @@ export const PREFILL_CHUNK = 64;
  */
 export const PREFILL_EXACT_MAX_ROWS = 1024;
 /**
- * CTAs per cluster of the scan on sm_90 (gdn_prefill_scan: 2, each with half a head's d_v and 8
- * warps; gdn_prefill_scan_c4: 4 with a quarter and 4 warps, twice the SMs and twice the L2 reads).
+ * CTAs per cluster of the scan on sm_90: 2, each with half a head's d_v and 8 warps (clusters of
+ * 4 with a quarter and 4 warps each take twice the SMs and twice the L2 reads, and measured no
+ * faster: KERNELS.md, "Removed variants").
  */
-export const PREFILL_SCAN_CLUSTER: 2 | 4 = 2;
+export const PREFILL_SCAN_CLUSTER = 2;
 
 const C = PREFILL_CHUNK;
 const DKT = 128 + 8;
@@ -101,7 +102,8 @@ export function wySharedBytes(planes: PrefillPlanes, dv: number, r: number): num
 }
 
 /** Shared memory of gdn_prefill_scan (scan_lay) for `mpc` 16-column groups per CTA. */
-export function scanSharedBytes(planes: PrefillPlanes, mpc: number, cluster = PREFILL_SCAN_CLUSTER): number {
+export function scanSharedBytes(planes: PrefillPlanes, mpc: number): number {
+  const cluster = PREFILL_SCAN_CLUSTER;
   const ut = 16 * mpc + 8;
   const buf = planes * (3 * C * DKT * 2 + C * CT * 2 + C * ut * 2) + C * 16;
   const nbuf = planes === 1 ? 2 : 1;
@@ -136,8 +138,6 @@ export interface PrefillPiece {
 
 export interface PrefillPlan {
   readonly planes: PrefillPlanes;
-  /** CTAs per cluster of the scan (which scan kernel runs). */
-  readonly cluster: 2 | 4;
   /** The scan applies the gated RMSNorm itself (clusters of 2 CTAs); otherwise gdn_prefill_norm does. */
   readonly fuseNorm: boolean;
   /** The WY kernel over all of the step's chunks (one piece's is in `pieces`). */
@@ -152,11 +152,10 @@ export interface PrefillPlan {
  * Launch shapes of one prefill step of `rows` rows over `batch` positions. `exact`: the exact
  * build (default: steps of at most PREFILL_EXACT_MAX_ROWS rows). `clusters`: the device runs
  * thread-block clusters (sm_90+): the scan can then fuse the norm when one cluster holds a head's
- * d_v (d_v ≤ 64·cluster). `fuseNorm`: fuse where it can (true) or never (false); by default the
- * exact build fuses and the fast one does not (on the H200 the fused fast scan measured slower
- * than the fast scan and the norm kernel, docs/benchmarks.md, GDN prefill). `cluster`: CTAs per
- * cluster of the scan (default PREFILL_SCAN_CLUSTER). A pipelined prefill (KERNELS.md "Pieces"):
- * `pieceChunks` cuts the step into pieces of that many chunks (0: one piece); else `pieceRatio`
+ * d_v (d_v ≤ 64·PREFILL_SCAN_CLUSTER). `fuseNorm`: fuse where it can (true) or never (false); by
+ * default the exact build fuses and the fast one does not (on the H200 the fused fast scan
+ * measured slower than the fast scan and the norm kernel, docs/benchmarks.md, GDN prefill). A
+ * pipelined prefill (KERNELS.md "Pieces"): `pieceChunks` cuts the step into pieces of that many chunks (0: one piece); else `pieceRatio`
  * into pieces that shrink by that ratio down to PREFILL_PIECE_MIN_CHUNKS (shrinkingPieces), by
  * default PREFILL_PIECE_RATIO where it pays — the fast build on a device with clusters (sm_90+: the
  * early start), given `sms` (the device's multiprocessors), when the scan's CTAs fill at most half
@@ -164,20 +163,20 @@ export interface PrefillPlan {
  */
 export function prefillPlan(
   s: PrefillShape, batch: number, rows: number, stream: Stream,
-  opts: { clusters: boolean; exact?: boolean; cluster?: 2 | 4; fuseNorm?: boolean; sms?: number; pieceChunks?: number; pieceRatio?: number },
+  opts: { clusters: boolean; exact?: boolean; fuseNorm?: boolean; sms?: number; pieceChunks?: number; pieceRatio?: number },
 ): PrefillPlan {
   if (s.dk > 128 || s.dv > 256 || s.hv % s.hk !== 0) throw new InvalidArgumentError(`gdn prefill: unsupported shape ${JSON.stringify(s)} (d_k ≤ 128, d_v ≤ 256)`);
   const exact = opts.exact ?? rows <= PREFILL_EXACT_MAX_ROWS;
   const planes: PrefillPlanes = exact ? 2 : 1;
   const r = s.hv / s.hk;
-  const cl = opts.cluster ?? PREFILL_SCAN_CLUSTER;
+  const cl = PREFILL_SCAN_CLUSTER;
   const nm = Math.ceil(s.dv / 16);
   const ctas = cl * Math.ceil(nm / (4 * cl));
   const mpc = Math.ceil(nm / ctas);
   const canFuse = opts.clusters && ctas === cl;
   const fuseNorm = canFuse && (opts.fuseNorm ?? exact);
   const wyShared = wySharedBytes(planes, s.dv, r);
-  const scanShared = scanSharedBytes(planes, mpc, cl);
+  const scanShared = scanSharedBytes(planes, mpc);
   if (wyShared > MAX_SHARED || scanShared > MAX_SHARED) {
     throw new InvalidArgumentError(`gdn prefill: shape ${JSON.stringify(s)} needs ${Math.max(wyShared, scanShared)} bytes of shared memory (at most ${MAX_SHARED})`);
   }
@@ -208,7 +207,6 @@ export function prefillPlan(
   }
   return {
     planes,
-    cluster: cl,
     fuseNorm,
     pieces,
     wy,
@@ -235,14 +233,12 @@ export const PREFILL_PARAMS = {
 
 export type PrefillKernel = Kernel<typeof PREFILL_PARAMS>;
 
-/** The kernels of a prefill: fast and exact builds of the WY and scan kernels (clusters of 2 and 4), and the norm. */
+/** The kernels of a prefill: fast and exact builds of the WY and scan kernels, and the norm. */
 export interface PrefillKernels {
   readonly wy: PrefillKernel;
   readonly wyExact: PrefillKernel;
   readonly scan: PrefillKernel;
   readonly scanExact: PrefillKernel;
-  readonly scanC4: PrefillKernel;
-  readonly scanC4Exact: PrefillKernel;
   readonly norm: PrefillKernel;
 }
 
@@ -282,7 +278,7 @@ export function launchPrefill(gpu: GpuBackend, kernels: PrefillKernels, s: Prefi
     chunk0: 0, chunkEnd: PREFILL_ALL_CHUNKS, o, yDtype,
   };
   const exact = plan.planes === 2;
-  const scan = plan.cluster === 4 ? (exact ? kernels.scanC4Exact : kernels.scanC4) : exact ? kernels.scanExact : kernels.scan;
+  const scan = exact ? kernels.scanExact : kernels.scan;
   const P = plan.pieces;
   const pieceArgs = (i: number) => ({ ...args, chunk0: P[i]!.chunk0, chunkEnd: P[i]!.chunkEnd });
   const normOf = (i: number) => {

@@ -3,11 +3,11 @@ export { plugin, plugin as default } from './plugin.js';
 export { GdnLayer, type GdnState } from './gdn-layer.js';
 export { readGdnConfig, type GdnConfig } from './gdn-config.js';
 export { loadGdnWeights, groupSplitProjections, groupSplitLinears, FUSED_NAMES, SPLIT_NAMES, COMMON_NAMES, type GdnHostWeights } from './gdn-weights.js';
-export { recurrentKernel, foldKernel, chunkKernel, recurrentVariantKernels, foldVariantKernels, RECURRENT_SYMBOLS, FOLD_SYMBOLS } from './gdn-kernels.js';
+export { recurrentVariantKernels, foldVariantKernels } from './gdn-kernels.js';
 export {
-  recurrentLaunch, chunkLaunch, gdnBlock, variantBlock, variantSharedBytes, variantFor, recurrentVariant, foldVariant, fastSupported, pipeSupported, splitSupported, runsClusters, variantGrid, SPLIT_CTAS, PERSIST_STAGES, PERSIST_MAX_HEADS, PERSIST_CTAS_PER_SM,
-  DEFAULT_VARIANT, GDN_KERNEL_VARIANTS, PIPE_THREADS, PIPE_STAGES, PIPE_MIN_BATCH,
-  type GdnKernelVariant, type GdnLaunchShape,
+  recurrentLaunch, gdnBlock, variantBlock, variantSharedBytes, variantFor, recurrentVariant, foldVariant, fastSupported, pipeSupported, splitSupported, runsClusters, variantGrid, SPLIT_CTAS,
+  DEFAULT_VARIANT, GDN_KERNEL_VARIANTS, GDN_FOLD_VARIANTS, PIPE_THREADS, PIPE_STAGES, PIPE_MIN_BATCH,
+  type GdnKernelVariant, type GdnFoldVariant, type GdnLaunchShape,
 } from './gdn-launch.js';
 export { decodePrepKernel, decodeStateKernel, decodeStatePlainKernel, twoKernelDecodeKernels, verifyPrepKernel, verifyStateKernel, twoKernelVerifyKernels, foldStateKernel, foldKernels } from './gdn-kernels.js';
 export { foldStateSharedBytes, foldStateLaunch, foldPath, launchFold, type FoldKernels } from './gdn-fold-launch.js';
@@ -17,9 +17,8 @@ export { twoKernelDecodeLaunches, twoKernelDecodeSupported, runsTwoKernelDecode,
 export { decodePrepCpu, decodeStateCpu, type DecodeArgs } from './gdn-decode.cpu.js';
 export { recurrentCpu, foldCpu, chunkCpu, type RecurrentArgs, type FoldArgs, type ChunkArgs } from './gdn.cpu.js';
 export {
-  prefillWyKernel, prefillWyExactKernel, prefillScanKernel, prefillScanExactKernel, prefillScanC4Kernel, prefillScanC4ExactKernel, prefillNormKernel, prefillKernels,
+  prefillWyKernel, prefillWyExactKernel, prefillScanKernel, prefillScanExactKernel, prefillNormKernel, prefillKernels,
 } from './gdn-prefill-kernels.js';
-export { chunkRowwiseKernel } from './gdn-kernels.js';
 export {
   prefillPlan, launchPrefill, PREFILL_ALL_CHUNKS, PREFILL_PIECE_RATIO, PREFILL_PIECE_MIN_CHUNKS, type PrefillPiece, prefillScratchBytes, prefillScratchLayout, wySharedBytes, scanSharedBytes,
   PREFILL_CHUNK, PREFILL_EXACT_MAX_ROWS, PREFILL_SCAN_CLUSTER, PREFILL_PARAMS,

@@ -3,7 +3,7 @@ import { SeededRandom, type DevicePtr } from '@metrale/core';
 import { afterEach, describe, expect, it } from 'vitest';
 import { slotBuffers } from './twin-buffers.js';
 import {
-  decodePrepStride, decodeStateKernel, decodeStatePlainKernel, launchTwoKernelDecode, recurrentKernel, twoKernelDecodeKernels, twoKernelDecodeLaunches,
+  decodePrepStride, decodeStateKernel, decodeStatePlainKernel, launchTwoKernelDecode, recurrentVariantKernels, twoKernelDecodeKernels, twoKernelDecodeLaunches,
   type DecodeArgs,
 } from '@metrale/layer-gdn';
 
@@ -69,7 +69,7 @@ describe('two-kernel decode: CPU twins ≡ gdn.recurrent (mode 0, k = 1)', () =>
     if (two) {
       launchTwoKernelDecode(gpu, twoKernelDecodeKernels, s, stream, { ...common, prep: d.prep });
     } else {
-      gpu.launch(recurrentKernel, { grid: [batch, s.hv], block: s.dv, stream }, { ...common, mode: 0, k: 1 });
+      gpu.launch(recurrentVariantKernels.general, { grid: [batch, s.hv], block: s.dv, stream }, { ...common, mode: 0, k: 1 });
     }
     gpu.synchronize();
     const f32 = (name: 'y' | 'state' | 'convRing') => {

@@ -74,8 +74,11 @@ describe('bad weights and configs are refused before any device allocation or wr
   });
 });
 
-/** A driver whose verifies are refused by the layer: nothing launched, no layer memory touched. */
-function expectVerifyRefused(options: { speculation: 'none' | 'write-on-accept'; driverMaxK: number; k: number }, message: RegExp): void {
+/**
+ * A driver whose verifies are refused (`byDriver`: the driver's refusal, when the layer declines the
+ * run in gdnVerifyRunBatched; else the layer's own): nothing launched, no layer memory touched.
+ */
+function expectVerifyRefused(options: { speculation: 'none' | 'write-on-accept'; driverMaxK: number; k: number }, message: RegExp, byDriver: RegExp = message): void {
   const gpu = new CpuBackend();
   const layer = plugin.create({ gpu, layerType: 'gdn', config: configOf(SMALL), layerIndex: 0, weights: new MemoryWeightSource('w', good), limits });
   const driver = new StepDriver({ gpu, layers: [layer], limits: { ...limits, maxK: options.driverMaxK, maxRows: 16 }, speculation: options.speculation, graphs: false });
@@ -85,7 +88,7 @@ function expectVerifyRefused(options: { speculation: 'none' | 'write-on-accept';
     driver.decode({ seqs: [seq], input: new Float32Array(SMALL.hidden).fill(0.25) });
     gpu.synchronize();
     const before = gpu.stats();
-    expect(() => driver.verify({ seqs: [seq], k: options.k, input: new Float32Array(options.k * SMALL.hidden) })).toThrow(message);
+    expect(() => driver.verify({ seqs: [seq], k: options.k, input: new Float32Array(options.k * SMALL.hidden) })).toThrow(byDriver);
     const after = gpu.stats();
     expect(after.kernelsLaunched).toBe(before.kernelsLaunched);
     expect(after.gemmsLaunched).toBe(before.gemmsLaunched);
@@ -108,7 +111,8 @@ describe('verify that cannot be made reversible is refused before any launch', (
   });
 
   it('k larger than the bound stash', () => {
-    expectVerifyRefused({ speculation: 'write-on-accept', driverMaxK: 4, k: 3 }, /k = 3 rows does not fit the bound stash, sized for maxK = 2/);
+    expectVerifyRefused({ speculation: 'write-on-accept', driverMaxK: 4, k: 3 }, /k = 3 rows does not fit the bound stash, sized for maxK = 2/,
+      /plugin gdn: layer 0 cannot verify sequences 0 \(k = 3, 1 batch positions\) in one batched step \(gdnVerifyRunBatched answered false\)/);
   });
 
   it('bindings too small for the layer', () => {
@@ -117,7 +121,7 @@ describe('verify that cannot be made reversible is refused before any launch', (
     try {
       expect(() => layer.gdnWoaBind(8n, 16n, 1)).toThrow(/stash for 1 sequences, but the layer serves 2 slots/);
       const binding: GdnCarryBinding = {
-        flag: 8n, stash: 16n, stashSeqFloats: layer.gdnWoaStashSeqFloats(), pendingRows: 24n, slotTable: 32n, convStateTable: 40n,
+        flag: 8n, stash: 16n, stashSeqFloats: layer.gdnWoaStashSeqFloats(), pendingRows: 24n, slotTable: 32n,
         convStash: 48n, convRowElems: convDim, convStashRows: 4, maxK: 1, seqs: 2, maxBatch: 2,
       };
       expect(() => layer.gdnCarryBind(binding)).toThrow(/maxK = 1 rows per slot, but the layer verifies up to 2/);
@@ -127,6 +131,43 @@ describe('verify that cannot be made reversible is refused before any launch', (
       expect(layer.gdnFoldAccepted(gpu, 0n, 0n, 2, 1, gpu.defaultStream)).toBe(false);
     } finally {
       layer.dispose();
+      gpu.dispose();
+    }
+  });
+});
+
+describe('gdnVerifyRunBatched answers from the run it is asked about', () => {
+  it('takes a run of open states on distinct slots, k in 1..maxK, positions within maxBatch and maxRows, with a binding and a table', () => {
+    const gpu = new CpuBackend();
+    const create = (l: typeof limits) => new GdnLayer({ gpu, layerType: 'gdn', config: configOf(SMALL), layerIndex: 0, weights: new MemoryWeightSource('w', good), limits: l });
+    const layer = create(limits);
+    const tight = create({ ...limits, maxRows: 3 });
+    try {
+      const a = layer.openState(0);
+      const b = layer.openState(1);
+      expect(layer.gdnVerifyRunBatched([a, b], 2, 2, 32n), 'no verify binding yet').toBe(false);
+      layer.gdnWoaBind(8n, 16n, 2);
+      expect(layer.gdnVerifyRunBatched([a, b], 2, 2, 32n)).toBe(true);
+      expect(layer.gdnVerifyRunBatched([b, a], 1, 2, 32n)).toBe(true);
+      expect(layer.gdnVerifyRunBatched([b], 2, 2, 32n), 'one sequence, then padding').toBe(true);
+      expect(layer.gdnVerifyRunBatched([a, b], 3, 2, 32n), 'k past maxK').toBe(false);
+      expect(layer.gdnVerifyRunBatched([a, b], 0, 2, 32n)).toBe(false);
+      expect(layer.gdnVerifyRunBatched([a, b], 2, 1, 32n), 'fewer positions than sequences').toBe(false);
+      expect(layer.gdnVerifyRunBatched([a], 2, 3, 32n), 'positions past maxBatch').toBe(false);
+      expect(layer.gdnVerifyRunBatched([a, b], 2, 2, 0n), 'no slot table').toBe(false);
+      expect(layer.gdnVerifyRunBatched([a, a], 2, 2, 32n), 'one slot twice').toBe(false);
+      expect(layer.gdnVerifyRunBatched([], 2, 2, 32n)).toBe(false);
+      expect(layer.gdnVerifyRunBatched([a, { slot: 5 }], 2, 2, 32n), 'a slot the layer does not have').toBe(false);
+      layer.closeState(b);
+      expect(layer.gdnVerifyRunBatched([a, b], 2, 2, 32n), 'a closed state').toBe(false);
+      expect(layer.gdnVerifyRunBatched([a], 2, 2, 32n)).toBe(true);
+      const t = tight.openState(0);
+      tight.gdnWoaBind(8n, 16n, 2);
+      expect(tight.gdnVerifyRunBatched([t], 1, 2, 32n)).toBe(true);
+      expect(tight.gdnVerifyRunBatched([t], 2, 2, 32n), 'rows past maxRows').toBe(false);
+    } finally {
+      layer.dispose();
+      tight.dispose();
       gpu.dispose();
     }
   });

@@ -4,7 +4,7 @@
 import type { Stream } from '@metrale/core';
 import { describe, expect, it } from 'vitest';
 import {
-  PERSIST_CTAS_PER_SM, PERSIST_MAX_HEADS, PIPE_MIN_BATCH, PIPE_THREADS, SPLIT_CTAS, foldVariant, pipeSupported, recurrentLaunch, recurrentVariant,
+  PIPE_MIN_BATCH, PIPE_THREADS, SPLIT_CTAS, foldVariant, pipeSupported, recurrentLaunch, recurrentVariant,
   runsClusters, splitSupported, variantBlock, variantFor, variantGrid, variantSharedBytes,
 } from '../src/gdn-launch.js';
 import {
@@ -30,6 +30,7 @@ describe('gdn launch shapes', () => {
     expect(recurrentVariant(B80, 1, 1, 256, true)).toBe('smem'); // a verify of one row
     expect(recurrentVariant(B80, 0, 4, 256, true)).toBe('smem'); // a commit of four rows
     expect(foldVariant(B80)).toBe('smem');
+    expect(foldVariant({ ...B80, maxK: 9 })).toBe('general');
   });
 
   it('says clusters run on CUDA devices from sm_90 only', () => {
@@ -40,40 +41,42 @@ describe('gdn launch shapes', () => {
     expect(runsClusters(dev('cpu', [9, 0]))).toBe(false);
   });
 
-  it('falls back where the pipe, split or fast kernels do not take the shape', () => {
+  it('falls back where the pipe, split or smem kernels do not take the shape: to the general kernels at last', () => {
     expect(pipeSupported({ ...B80, dv: 130 })).toBe(false); // 16-byte copies need d_v % 4 = 0
     expect(splitSupported({ ...B80, dv: 160 })).toBe(false); // 4 CTAs of 32 columns
     expect(recurrentVariant({ ...B80, dv: 130 }, 0, 1, 64)).toBe('smem');
     expect(recurrentVariant({ ...B80, dv: 160 }, 0, 1, 4, true)).toBe('smem');
     expect(recurrentVariant({ ...B80, dv: 160 }, 0, 1, 64)).toBe('pipe');
-    expect(variantFor({ ...B80, dv: 130 }, 'persist')).toBe('smem');
-    expect(recurrentVariant({ ...B80, dk: 256 }, 0, 1, 64)).toBe('legacy');
-    expect(recurrentVariant({ ...B80, maxK: 9 }, 0, 1, 4, true)).toBe('legacy');
+    expect(variantFor({ ...B80, dv: 130 }, 'split')).toBe('smem');
+    expect(variantFor({ ...B80, dv: 160 }, 'split')).toBe('pipe');
+    expect(recurrentVariant({ ...B80, dk: 256 }, 0, 1, 64)).toBe('general');
+    expect(recurrentVariant({ ...B80, maxK: 9 }, 0, 1, 4, true)).toBe('general');
+    expect(recurrentVariant({ ...B80, convK: 5 }, 1, 4, 4, true)).toBe('general');
+    expect(variantFor(B80, 'general')).toBe('general');
   });
 
-  it('sizes the persist grid by the SMs, never above one CTA per head nor below 1/PERSIST_MAX_HEADS of the heads', () => {
-    expect(variantGrid('persist', 32, 32, 132)).toEqual([132 * PERSIST_CTAS_PER_SM]);
-    expect(variantGrid('persist', 1, 32, 132)).toEqual([32]);
-    expect(variantGrid('persist', 256, 32, 1)).toEqual([Math.ceil((256 * 32) / PERSIST_MAX_HEADS)]);
+  it('gives split 4 CTAs per head and every other variant one', () => {
     expect(variantGrid('split', 5, 32)).toEqual([5 * SPLIT_CTAS, 32]);
     expect(variantGrid('smem', 5, 32)).toEqual([5, 32]);
-    expect(() => variantGrid('persist', 32, 32)).toThrow(/multiprocessor count/);
+    expect(variantGrid('pipe', 5, 32)).toEqual([5, 32]);
+    expect(variantGrid('general', 5, 32)).toEqual([5, 32]);
   });
 
   it('gives the pipe kernels 128 threads and the shared memory of their blocks and tables', () => {
     // 2 blocks of [128][32], k and q, 4 pending keys, 496 scalars, [2][4][32] part sums, o [128]
-    // (and v, z [128]; the cluster's 4 partial sums; persist: the slots of its 64 heads)
+    // (and v, z [128]; the cluster's 4 partial sums)
     expect(variantSharedBytes('pipe', B80)).toBe(4 * (2 * 128 * 32 + (2 + 4) * 128 + 496 + 256 + 3 * 128 + 4));
     expect(variantSharedBytes('pipe', { ...B80, maxK: 8 })).toBe(4 * (2 * 128 * 32 + (2 + 8) * 128 + 496 + 256 + 3 * 128 + 4));
     expect(variantSharedBytes('split', B80)).toBe(4 * (1 * 128 * 32 + (2 + 4) * 128 + 496 + 256 + 3 * 128 + 4));
-    expect(variantSharedBytes('persist', B80)).toBe(4 * (3 * 128 * 32 + (2 + 4) * 128 + 496 + 256 + 3 * 128 + 4 + 64));
     expect(variantBlock('pipe', B80)).toBe(PIPE_THREADS);
     expect(variantBlock('split', B80)).toBe(PIPE_THREADS);
-    expect(variantBlock('persist', B80)).toBe(PIPE_THREADS);
     expect(recurrentLaunch(B80, 40, stream, 4, 'pipe')).toEqual({ grid: [40, 32], block: 128, sharedBytes: 40400, stream });
-    expect(recurrentLaunch(B80, 40, stream, 4, 'persist', 132)).toEqual({ grid: [528], block: 128, sharedBytes: 57040, stream });
+    expect(recurrentLaunch(B80, 40, stream, 4, 'split')).toEqual({ grid: [160, 32], block: 128, sharedBytes: 4 * (128 * 32 + 6 * 128 + 496 + 256 + 3 * 128 + 4), stream });
     // the smem kernels: the head's state, 4-row k and q, 4 pending keys, scalars; d_v threads
     expect(recurrentLaunch(B80, 40, stream, 4, 'smem')).toEqual({ grid: [40, 32], block: 128, sharedBytes: 4 * (128 * 128 + 12 * 128 + 496), stream });
+    // the general kernels: d_v threads, no dynamic shared memory
+    expect(recurrentLaunch({ ...B80, dv: 192 }, 3, stream, 12, 'general')).toEqual({ grid: [3, 32], block: 192, sharedBytes: 0, stream });
+    expect(variantBlock('general', B80)).toBe(128);
   });
 });
 

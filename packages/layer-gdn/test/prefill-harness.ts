@@ -181,8 +181,6 @@ export interface PrefillOptions {
   readonly exact: boolean;
   /** Fuse the gated norm into the scan (clusters; sm_90 on CUDA). */
   readonly clusters: boolean;
-  /** CTAs per cluster of the scan (default PREFILL_SCAN_CLUSTER). */
-  readonly cluster?: 2 | 4;
   /** Chunks per piece of a pipelined prefill (prefillPlan; default: one piece, or with `sms` the plan's own choice). */
   readonly pieceChunks?: number;
   /** The device's multiprocessors: prefillPlan then pipelines where the layer would. */
@@ -219,7 +217,7 @@ export function runChunked(
   const shape = shapeArgs(s);
   // clusters: the fused norm wherever one cluster holds a head (the layer fuses only the exact build).
   const plan = prefillPlan(shape, batch, rows, gpu.defaultStream, {
-    clusters: opts.clusters, fuseNorm: opts.fuseNorm ?? opts.clusters, exact: opts.exact, ...(opts.cluster ? { cluster: opts.cluster } : {}),
+    clusters: opts.clusters, fuseNorm: opts.fuseNorm ?? opts.clusters, exact: opts.exact,
     ...(opts.sms !== undefined ? { sms: opts.sms } : {}),
     ...(opts.pieceChunks !== undefined || opts.sms === undefined ? { pieceChunks: opts.pieceChunks ?? 0 } : {}),
   });

@@ -4,7 +4,7 @@
 // to 1e-4; the fast build (bf16 scratch) to the bf16 bound.
 import { CpuBackend } from '@metrale/cpu-backend';
 import { afterAll, describe, expect, it } from 'vitest';
-import { chunkKernel } from '../src/gdn-kernels.js';
+import { chunkKernel } from './rowwise-kernel.js';
 import { prefillKernels } from '../src/gdn-prefill-kernels.js';
 import { diff, layoutOf, OUTPUTS, randomHost, rng, runChunked, runRowwise, type PShape } from './prefill-harness.js';
 

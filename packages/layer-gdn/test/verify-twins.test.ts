@@ -3,7 +3,7 @@ import { InvalidArgumentError, SeededRandom, type DevicePtr } from '@metrale/cor
 import { afterEach, describe, expect, it } from 'vitest';
 import { slotBuffers } from './twin-buffers.js';
 import {
-  launchTwoKernelVerify, recurrentKernel, twoKernelVerifyKernels, twoKernelVerifyLaunches, verifyPrepKernel, verifyPrepLayout, verifyStateKernel,
+  launchTwoKernelVerify, recurrentVariantKernels, twoKernelVerifyKernels, twoKernelVerifyLaunches, verifyPrepKernel, verifyPrepLayout, verifyStateKernel,
   VERIFY_ROWS, VERIFY_SCALARS, type VerifyArgs,
 } from '@metrale/layer-gdn';
 // (pad4 is not part of the package's API.)
@@ -106,7 +106,7 @@ describe('two-kernel verify: CPU twins ≡ gdn.recurrent (mode 1)', () => {
     if (two) {
       launchTwoKernelVerify(gpu!, twoKernelVerifyKernels, s, stream, { ...common, prep: d.prep });
     } else {
-      gpu!.launch(recurrentKernel, { grid: [batch, s.hv], block: s.dv, stream }, { ...common, mode: 1 });
+      gpu!.launch(recurrentVariantKernels.general, { grid: [batch, s.hv], block: s.dv, stream }, { ...common, mode: 1 });
     }
     gpu!.synchronize();
     const f32 = (name: Buf) => {

@@ -8,7 +8,7 @@ import { CpuBackend } from '@metrale/cpu-backend';
 import { f32ToBf16Bits, f32ToF16Bits, InvalidArgumentError, SeededRandom, type DevicePtr, type GpuBackend } from '@metrale/core';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
-  decodePrepStride, launchTwoKernelDecode, launchTwoKernelVerify, recurrentKernel, twoKernelDecodeKernels, twoKernelVerifyKernels, verifyPrepLayout,
+  decodePrepStride, launchTwoKernelDecode, launchTwoKernelVerify, recurrentVariantKernels, twoKernelDecodeKernels, twoKernelVerifyKernels, verifyPrepLayout,
 } from '../src/index.js';
 import { prefillKernels } from '../src/gdn-prefill-kernels.js';
 import { layoutOf, randomHost, rng, runChunked, type PShape } from './prefill-harness.js';
@@ -84,7 +84,7 @@ function runStep(gpu: GpuBackend, l: Launch, code: 0 | 1 | 2, seed: number) {
     stash: l.carried || l.kind !== 'recurrent' || l.mode === 1 ? d.stash : 0n, convStash: l.carried ? d.convStash : 0n, pending: l.carried ? d.pending : 0n,
     batch, ...S, eps: EPS, yDtype: code,
   };
-  if (l.kind === 'recurrent') gpu.launch(recurrentKernel, { grid: [batch, S.hv], block: S.dv, stream }, { ...common, mode: l.mode, k: l.k });
+  if (l.kind === 'recurrent') gpu.launch(recurrentVariantKernels.general, { grid: [batch, S.hv], block: S.dv, stream }, { ...common, mode: l.mode, k: l.k });
   else if (l.kind === 'decode2') launchTwoKernelDecode(gpu, twoKernelDecodeKernels, S, stream, { ...common, prep: d.prep });
   else launchTwoKernelVerify(gpu, twoKernelVerifyKernels, S, stream, { ...common, prep: d.prep, k: l.k });
   gpu.synchronize();

@@ -19,8 +19,6 @@ export interface GdnCarryBinding {
   readonly pendingRows: DevicePtr;
   /** i32[maxBatch], shared: batch position → slot for the current step (−1 for padding). */
   readonly slotTable: DevicePtr;
-  /** u64[maxBatch], this layer's own: batch position → address of that slot's conv state; the layer fills it. */
-  readonly convStateTable: DevicePtr;
   /**
    * Conv stash of this layer: f32[seqs × convStashRows × convRowElems], the conv input rows of
    * each slot's last verify (how the rows are placed within a slot's convStashRows is the layer's).

@@ -36,8 +36,12 @@ export interface LayerWriteOnAccept<S extends LayerState = LayerState> {
   /** Bind the carried-state buffers, once, before any capture. */
   gdnCarryBind?(binding: GdnCarryBinding): void;
   /**
-   * Whether a run of adjacent sequences of `kk` rows each goes through the batched conv and the
-   * table-form WY (`wyn` sequences, tables at `wyTables`); undefined for no batched verify.
+   * Whether this layer verifies a run of adjacent sequences (`states`, batch positions 0..n−1 in
+   * that order) of `kk` rows each in one batched step: its kernels over the `wyn` batch positions
+   * of the step tables (the run, then padding), which find each sequence through the slot table at
+   * `wyTables`. Answered from the arguments; undefined for a layer without a batched verify. The
+   * driver asks before every verify, host-side, before anything of the step is written, and
+   * refuses the step when any layer answers false (it verifies only batched).
    */
   gdnVerifyRunBatched?(states: readonly S[], kk: number, wyn: number, wyTables: DevicePtr): boolean | undefined;
   /**

@@ -92,11 +92,9 @@ export class SpeculativeBuffers {
       for (const c of carry) {
         const stash = alloc(4 * stashSeqFloats * maxSeqs);
         const convStash = alloc(4 * convStashRows * convRowElems * maxSeqs);
-        const convStateTable = alloc(8 * maxBatch);
-        gpu.memsetAsync(convStateTable, 0, 8 * maxBatch, stream);
         c.l.hooks.gdnCarryBind(
           Object.freeze({
-            flag, stash, stashSeqFloats, pendingRows: this.pendingRows, slotTable, convStateTable, convStash, convRowElems, convStashRows, maxK, seqs: maxSeqs,
+            flag, stash, stashSeqFloats, pendingRows: this.pendingRows, slotTable, convStash, convRowElems, convStashRows, maxK, seqs: maxSeqs,
             maxBatch,
           }),
         );

@@ -3,7 +3,7 @@ import type { LayerLimits, LayerStep, SpeculationMode, StepPhase, StepTables, Tr
 import type { LayerState } from '../contract/layer-state.js';
 import type { DevicePtr } from '../device/device-ptr.js';
 import type { GpuBackend, Stream } from '../device/gpu-backend.js';
-import { CaptureError, InvalidArgumentError, MetraleError } from '../errors.js';
+import { CaptureError, InvalidArgumentError, MetraleError, PluginError } from '../errors.js';
 import { bindKvCache, type KvCacheInfo, type KvCacheOptions } from '../kv/kv-binding.js';
 import type { KvCache } from '../kv/kv-cache.js';
 import { BatchBuckets } from './batch-buckets.js';
@@ -67,6 +67,7 @@ interface LayerEntry {
   readonly sync: boolean;
   readonly resume: boolean;
   readonly snapshots: boolean;
+  readonly runBatched: boolean;
 }
 
 /**
@@ -87,6 +88,8 @@ export class StepDriver {
   readonly #prestaging: readonly number[];
   readonly #roomChecking: readonly number[];
   readonly #syncing: readonly number[];
+  /** Indices of the layers that answer whether they verify a run of sequences batched. */
+  readonly #runBatching: readonly number[];
   readonly #tables: StepTableStore;
   readonly #activations: [DevicePtr, DevicePtr];
   readonly #ownsStream: boolean;
@@ -129,12 +132,14 @@ export class StepDriver {
         sync: implemented.has('syncReplayedStep'),
         resume: implemented.has('resumeAt'),
         snapshots: implemented.has('saveStateSnapshot'),
+        runBatched: implemented.has('gdnVerifyRunBatched'),
       };
     });
-    const having = (flag: 'prestage' | 'roomCheck' | 'sync') => this.#layers.flatMap((e, i) => (e[flag] ? [i] : []));
+    const having = (flag: 'prestage' | 'roomCheck' | 'sync' | 'runBatched') => this.#layers.flatMap((e, i) => (e[flag] ? [i] : []));
     this.#prestaging = having('prestage');
     this.#roomChecking = having('roomCheck');
     this.#syncing = having('sync');
+    this.#runBatching = having('runBatched');
     for (let i = 1; i < layers.length; i++) {
       if (layers[i]!.inputRowBytes !== layers[i - 1]!.outputRowBytes) {
         throw new InvalidArgumentError(
@@ -395,6 +400,9 @@ export class StepDriver {
       this.#speculative = new SpeculativeBuffers(this.gpu, this.#layers, this.speculation, this.limits, this.#tables.slotTable, this.stream);
     }
 
+    // A verify runs its sequences as one batched step: every layer that answers must take the run.
+    if (phase === 'verify' && this.#speculative) this.#checkBatchedRun(records, k, batch);
+
     const key = graphKey(phase, batch, k);
     const entry = this.graphsEnabled ? this.graphs.get(key) : undefined;
     const replay = entry?.kind === 'graph';
@@ -460,6 +468,27 @@ export class StepDriver {
       this.#pendingVerify = { records, k, batch, slots: host.slots.slice(0, batch) };
     }
     return captureError === undefined ? this.#result(phase, path, batch, k, n * k) : { ...this.#result(phase, path, batch, k, n * k), captureError };
+  }
+
+  /**
+   * The verify's sequences are one run of adjacent batch positions (0..n−1, then padding up to
+   * `batch`), `k` rows each, and the driver verifies a run only batched: one step whose kernels read
+   * the step tables (`wyn` = batch positions, `wyTables` = the slot table). A layer that answers
+   * false cannot run it so; the step is refused, host-side, before anything of it is written.
+   */
+  #checkBatchedRun(records: SequenceRecord[], k: number, batch: number): void {
+    for (const l of this.#runBatching) {
+      const layer = this.#layers[l]!.layer;
+      const states = records.map((rec) => rec.states[l]!);
+      if (layer.gdnVerifyRunBatched!(states, k, batch, this.#tables.slotTable) === false) {
+        throw new PluginError(
+          layer.type,
+          `layer ${l} cannot verify sequences ${records.map((r) => r.id).join(', ')} (k = ${k}, ${batch} batch positions) in one batched step ` +
+            `(gdnVerifyRunBatched answered false), and the step driver verifies only batched; nothing of the step ran. ` +
+            'Verify within the limits the layer was created for, with the speculation mode it supports.',
+        );
+      }
+    }
   }
 
   // The two loops of the replay path run layers × sequences times per step: they call the layer's

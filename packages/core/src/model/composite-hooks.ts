@@ -17,11 +17,7 @@ type Sub = { readonly layer: TransformerLayer<LayerState>; readonly index: numbe
  * combine (sums, with each sub-layer bound to its own slice). Only hooks some sub-layer has are
  * returned, so the driver still skips a block whose parts all keep a default.
  */
-export function compositeHooks(
-  layers: readonly TransformerLayer<any>[],
-  gpu: GpuBackend,
-  allocations: DevicePtr[],
-): Partial<ResolvedHooks<BlockState>> {
+export function compositeHooks(layers: readonly TransformerLayer<any>[]): Partial<ResolvedHooks<BlockState>> {
   const implemented = layers.map((l) => resolveHooks(l as TransformerLayer<LayerState>).implemented);
   const having = (hook: keyof ResolvedHooks): Sub[] =>
     layers.flatMap((layer, index) => (implemented[index]!.has(hook) ? [{ layer: layer as TransformerLayer<LayerState>, index }] : []));
@@ -103,15 +99,7 @@ export function compositeHooks(
       const sizes = carrySizes() ?? [];
       let stashOffset = 0;
       let convOffset = 0;
-      sizes.forEach(({ sub, size }, i) => {
-        // The conv-state table is the layer's own; the binding brings one, later parts get theirs.
-        let convStateTable = binding.convStateTable;
-        if (i > 0) {
-          convStateTable = gpu.alloc(8 * binding.maxBatch);
-          allocations.push(convStateTable);
-          gpu.memsetAsync(convStateTable, 0, 8 * binding.maxBatch, gpu.defaultStream);
-          gpu.synchronize(gpu.defaultStream);
-        }
+      for (const { sub, size } of sizes) {
         sub.layer.gdnCarryBind?.(
           Object.freeze({
             ...binding,
@@ -119,12 +107,11 @@ export function compositeHooks(
             stashSeqFloats: size.stashSeqFloats,
             convStash: binding.convStash + BigInt(4 * binding.seqs * binding.convStashRows * convOffset),
             convRowElems: size.convRowElems,
-            convStateTable,
           }),
         );
         stashOffset += size.stashSeqFloats;
         convOffset += size.convRowElems;
-      });
+      }
     };
   }
 

@@ -38,9 +38,7 @@ export class DecoderBlock implements TransformerLayer<BlockState> {
   readonly #branches: readonly { readonly first: number; readonly count: number }[];
   readonly #add: ResidualAdd;
   readonly #scratch: BlockScratch;
-  readonly #gpu: GpuBackend;
   readonly #rowDtype: FloatDtype;
-  readonly #allocations: DevicePtr[] = [];
   #disposed = false;
 
   declare decodePrestage?: TransformerLayer<BlockState>['decodePrestage'];
@@ -92,8 +90,7 @@ export class DecoderBlock implements TransformerLayer<BlockState> {
     this.layers = branches.flat() as TransformerLayer<LayerState>[];
     this.#add = options.add;
     this.#scratch = scratch;
-    this.#gpu = options.gpu;
-    Object.assign(this, compositeHooks(this.layers, this.#gpu, this.#allocations));
+    Object.assign(this, compositeHooks(this.layers));
   }
 
   #mismatch(why: string): InvalidArgumentError {
@@ -146,7 +143,6 @@ export class DecoderBlock implements TransformerLayer<BlockState> {
     if (this.#disposed) return;
     this.#disposed = true;
     for (const l of this.layers) l.dispose();
-    for (const p of this.#allocations.splice(0)) this.#gpu.free(p);
   }
 
   #alive(where: string): void {

@@ -44,8 +44,13 @@ export async function gpuLaneDevice(options: GpuLaneDeviceOptions): Promise<GpuL
 }
 
 export interface EnsureFatbinsOptions {
-  /** The plugin package's directory (its kernels/ and dist/kernels/). */
+  /** The plugin package's directory (its node_modules/.bin/metrale-build-kernels; by default its kernels/ and dist/kernels/). */
   readonly packageDir: string;
+  /**
+   * The directory whose kernels/*.cu are built into its dist/kernels/ (default packageDir): e.g.
+   * a test tree's own kernels, which the package does not ship.
+   */
+  readonly buildDir?: string;
   /** The fatbins the lane's kernel declarations point at. */
   readonly fatbins: readonly string[];
   /** Prefix of the line printed when the fatbins had to be built (`[layer-std gpu]`). */
@@ -54,15 +59,18 @@ export interface EnsureFatbinsOptions {
 
 /**
  * Makes sure `fatbins` exist: when one is missing, runs the package's metrale-build-kernels (nvcc
- * on the PATH) once, and throws with what to do when they still do not.
+ * on the PATH) on `buildDir` once, and throws with what to do when they still do not.
  */
 export function ensureFatbins(options: EnsureFatbinsOptions): void {
   if (options.fatbins.every((f) => existsSync(f))) return;
+  const buildDir = options.buildDir ?? options.packageDir;
   const tool = join(options.packageDir, 'node_modules', '.bin', 'metrale-build-kernels');
-  const r = spawnSync(tool, ['--package-dir', options.packageDir], { encoding: 'utf8' });
-  console.log(`${options.label} fatbins missing; ran metrale-build-kernels: ${(r.stdout ?? '').trim()} ${(r.stderr ?? '').trim()}`);
+  const r = spawnSync(tool, ['--package-dir', buildDir], { encoding: 'utf8' });
+  console.log(`${options.label} fatbins missing; ran metrale-build-kernels on ${buildDir}: ${(r.stdout ?? '').trim()} ${(r.stderr ?? '').trim()}`);
   const missing = options.fatbins.filter((f) => !existsSync(f));
   if (missing.length) {
-    throw new Error(`kernel fatbins missing: ${missing.join(', ')}; build the package with nvcc on the PATH (npm run build in ${options.packageDir})`);
+    throw new Error(
+      `kernel fatbins missing: ${missing.join(', ')}; build them with nvcc on the PATH (npx metrale-build-kernels --package-dir ${buildDir}, in ${options.packageDir})`,
+    );
   }
 }

@@ -327,6 +327,8 @@ export class RecordingLayer extends KernelLayer {
   readonly #foldsCarried: boolean;
   /** When true, checkReplayRoom throws whatever the lengths. */
   failRoom = false;
+  /** gdnVerifyRunBatched's answer (undefined: no batched verify of its own). */
+  runBatched: boolean | undefined = undefined;
   woaBinding: { flag: DevicePtr; stash: DevicePtr; seqs: number } | undefined;
   carryBinding: GdnCarryBinding | undefined;
   /** i32[1 + 2·maxBatch]: what the last gdnFoldAccepted saw on the device, copied by a kernel in stream order. */
@@ -394,7 +396,7 @@ export class RecordingLayer extends KernelLayer {
 
   gdnVerifyRunBatched(states: readonly RecordingState[], kk: number, wyn: number, wyTables: DevicePtr): boolean | undefined {
     this.#note('gdnVerifyRunBatched', undefined, [states.map((s) => s.slot), kk, wyn, wyTables]);
-    return undefined;
+    return this.runBatched;
   }
 
   gdnFoldAccepted(gpu: GpuBackend, slotTable: DevicePtr, naTab: DevicePtr, kRows: number, n: number, stream: Stream): boolean {

@@ -1,6 +1,6 @@
 // The device the GPU lane's tests run on: CUDA (@metrale/cuda-backend), or — development only,
-// METRALE_DSA_DEVICE_MODULE=test/gpu/emu/emu-device.mjs — the emulator (test/gpu/emu/), which runs
-// kernels/*.cu on the CPU. Without either the suites skip and say why.
+// METRALE_DSA_DEVICE_MODULE=test/gpu/emu/device.mjs — the CPU emulator (tools/cuda-emu), which
+// runs kernels/*.cu on the CPU. Without either the suites skip and say why.
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { GpuBackend } from '@metrale/core';

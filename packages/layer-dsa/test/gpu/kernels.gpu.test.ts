@@ -15,8 +15,8 @@
 //
 // Run: node ../../node_modules/vitest/vitest.mjs run --config vitest.gpu.config.ts
 // Without a GPU it skips and says why. METRALE_DSA_SEED=n repeats a run's random inputs.
-// METRALE_DSA_DEVICE_MODULE=test/gpu/emu/emu-device.mjs (development only) runs the kernels on the
-// CPU emulator instead (smaller sizes).
+// METRALE_DSA_DEVICE_MODULE=test/gpu/emu/device.mjs (development only) runs the kernels on the
+// CPU emulator (tools/cuda-emu) instead (smaller sizes).
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync } from 'node:fs';
 import { createRequire } from 'node:module';

@@ -1,4 +1,5 @@
-// GPU tests of the three GDN kernels (kernels/gdn-recurrent.cu, gdn-fold.cu, gdn-chunk.cu): each
+// GPU tests of the GDN decode, verify and fold kernels (kernels/gdn-recurrent.cu, gdn-fold.cu,
+// gdn-decode.cu, gdn-verify.cu) and the row-by-row prefill oracle (test/gpu/kernels/): each
 // case runs the same `defineKernel` declaration on the CUDA backend and on the CPU backend (the
 // reference, src/gdn.cpu.ts) with identical random buffers, outputs poisoned with NaN first, and
 // compares every buffer the kernel may write by relative L2 error (NaN where one side left the
@@ -8,22 +9,23 @@
 // Without a GPU the suite skips and says why. Declarations come from src/gdn-kernels.ts; device and
 // fatbins as ./gdn-lane.ts says ($METRALE_GDN_FATBIN_DIR/<module>.fatbin, else dist/kernels/, built
 // when missing).
-// METRALE_GDN_VARIANT=smem|stream|legacy runs gdn.recurrent and gdn.fold through that variant's
-// entry points (gdn-launch.ts GdnKernelVariant; pipe, split or persist: decode steps and the fold
-// through it, the rest through smem); unset, each launch runs the variant the layer picks (gdn-launch.ts
+// METRALE_GDN_VARIANT=smem|general runs gdn.recurrent and gdn.fold through that variant's entry
+// points (gdn-launch.ts GdnKernelVariant; pipe or split: decode steps through it, the rest as the
+// layer picks); unset, each launch runs the variant the layer picks (gdn-launch.ts
 // recurrentVariant, foldVariant: pipe for decode steps of ≥ 8 positions, split below that on
-// sm_90, smem for the rest; the pipe, split and persist cases force those variants on these small
-// batches); bench/gdn-tune.sh runs the suite per variant.
+// sm_90, smem for the rest, general where smem does not take the shape; the pipe and split cases
+// force those variants on these small batches); bench/gdn-tune.sh runs the suite per variant.
 // METRALE_GDN_SEED=n repeats a run's random inputs. METRALE_GDN_DEVICE_MODULE=/path/module.mjs
 // (development only) replaces the CUDA backend by the module's createDevice(), e.g. an emulator;
 // the 80B-shape test then runs only with METRALE_GDN_BIG=1.
 import type { DevicePtr, GpuBackend, Kernel, KernelParams } from '@metrale/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { device, withFatbin } from './gdn-lane.js';
+import { device, laneDir, withFatbin } from './gdn-lane.js';
 import {
-  GDN_KERNEL_VARIANTS, foldVariant, pipeSupported, recurrentVariant, runsClusters, splitSupported, variantBlock, variantFor, variantGrid, variantSharedBytes,
-  type GdnKernelVariant, type GdnLaunchShape,
+  GDN_FOLD_VARIANTS, GDN_KERNEL_VARIANTS, foldVariant, pipeSupported, recurrentVariant, runsClusters, splitSupported, variantBlock, variantFor, variantGrid,
+  variantSharedBytes, type GdnFoldVariant, type GdnKernelVariant, type GdnLaunchShape,
 } from '../../src/gdn-launch.js';
+import { chunkKernel } from '../rowwise-kernel.js';
 import { decodePrepStride, launchTwoKernelDecode, twoKernelDecodeSupported, type TwoKernelDecodeKernels } from '../../src/gdn-decode-launch.js';
 import { foldStateLaunch } from '../../src/gdn-fold-launch.js';
 import { launchTwoKernelVerify, twoKernelVerifySupported, verifyPrepLayout, VERIFY_ROWS, type TwoKernelVerifyKernels } from '../../src/gdn-verify-launch.js';
@@ -33,7 +35,7 @@ import { launchTwoKernelVerify, twoKernelVerifySupported, verifyPrepLayout, VERI
 type AnyKernel = Kernel<KernelParams>;
 interface Decls {
   readonly recurrent: Readonly<Record<GdnKernelVariant, AnyKernel>>;
-  readonly fold: Readonly<Record<GdnKernelVariant, AnyKernel>>;
+  readonly fold: Readonly<Record<GdnFoldVariant, AnyKernel>>;
   readonly chunkKernel: AnyKernel;
   readonly decodePrep: AnyKernel;
   readonly decodeState: AnyKernel;
@@ -47,19 +49,23 @@ interface Decls {
 const VARIANT = (process.env.METRALE_GDN_VARIANT || undefined) as GdnKernelVariant | undefined;
 if (VARIANT !== undefined && !GDN_KERNEL_VARIANTS.includes(VARIANT)) throw new Error(`METRALE_GDN_VARIANT must be one of ${GDN_KERNEL_VARIANTS.join(', ')}, got ${VARIANT}`);
 
-/** The variant a launch runs: METRALE_GDN_VARIANT, else what the layer picks (`clusters`: sm_90+). */
-function launchVariant(s: GdnLaunchShape, kernel: 'recurrent' | 'fold', mode: 0 | 1, k: number, batch: number, clusters: boolean): GdnKernelVariant {
-  if (VARIANT === 'pipe' || VARIANT === 'split' || VARIANT === 'persist') return kernel === 'fold' || (mode === 0 && k === 1) ? variantFor(s, VARIANT) : variantFor(s);
-  if (VARIANT !== undefined) return VARIANT;
-  return kernel === 'fold' ? foldVariant(s) : recurrentVariant(s, mode, k, batch, clusters);
+/** The gdn.recurrent variant a launch runs: METRALE_GDN_VARIANT, else what the layer picks (`clusters`: sm_90+). */
+function launchVariant(s: GdnLaunchShape, mode: 0 | 1, k: number, batch: number, clusters: boolean): GdnKernelVariant {
+  if (VARIANT === 'pipe' || VARIANT === 'split') return mode === 0 && k === 1 ? variantFor(s, VARIANT) : recurrentVariant(s, mode, k, batch, clusters);
+  return VARIANT ?? recurrentVariant(s, mode, k, batch, clusters);
+}
+
+/** The gdn.fold variant: METRALE_GDN_VARIANT where it is a fold variant, else what the layer picks. */
+function foldLaunchVariant(s: GdnLaunchShape): GdnFoldVariant {
+  return VARIANT === 'smem' || VARIANT === 'general' ? VARIANT : foldVariant(s);
 }
 
 async function loadDecls(): Promise<{ decls: Decls; from: string }> {
   // Always the sources: a built package may be older than the kernels under test.
   const m = await import('../../src/gdn-kernels.js');
-  const decls = { recurrent: m.recurrentVariantKernels, fold: m.foldVariantKernels, chunkKernel: m.chunkKernel, decodePrep: m.decodePrepKernel, decodeState: m.decodeStateKernel, decodeStatePlain: m.decodeStatePlainKernel,
+  const decls = { recurrent: m.recurrentVariantKernels, fold: m.foldVariantKernels, chunkKernel, decodePrep: m.decodePrepKernel, decodeState: m.decodeStateKernel, decodeStatePlain: m.decodeStatePlainKernel,
     verifyPrep: m.verifyPrepKernel, verifyState: m.verifyStateKernel, foldState: m.foldStateKernel };
-  const what = VARIANT ? `variant ${VARIANT}` : 'the variant the layer picks per launch: pipe (≥ PIPE_MIN_BATCH positions) or split (sm_90) for decode steps, else smem';
+  const what = VARIANT ? `variant ${VARIANT}` : 'the variant the layer picks per launch: pipe (≥ PIPE_MIN_BATCH positions) or split (sm_90) for decode steps, else smem or general';
   return { decls: decls as unknown as Decls, from: `src/gdn-kernels.ts (${what})` };
 }
 
@@ -233,9 +239,9 @@ function freeDevice(gpu: GpuBackend, d: DeviceBuffers): void {
 type Launch =
   | {
       readonly kernel: 'recurrent'; readonly mode: 0 | 1; readonly k: number; readonly carried: boolean;
-      readonly gridOrder?: 'batch-head' | 'head-batch' | 'flat'; readonly variant?: GdnKernelVariant; readonly sms?: number;
+      readonly gridOrder?: 'batch-head' | 'head-batch' | 'flat'; readonly variant?: GdnKernelVariant;
     }
-  | { readonly kernel: 'fold'; readonly k: number; readonly variant?: GdnKernelVariant; readonly sms?: number }
+  | { readonly kernel: 'fold'; readonly k: number; readonly variant?: GdnFoldVariant }
   | { readonly kernel: 'chunk'; readonly carried: boolean }
   /** The two-kernel decode (gdn.decode-prep, then gdn.decode-state): one row per batch position. */
   | { readonly kernel: 'decode2'; readonly carried: boolean }
@@ -266,8 +272,8 @@ function launchOn(gpu: GpuBackend, kernels: Decls, s: Shape, batch: number, d: D
     return;
   }
   if (l.kernel === 'fold') {
-    const v = l.variant ?? launchVariant(launchShape, 'fold', 0, 0, batch, runsClusters(gpu));
-    launch(kernels.fold[v], v, variantGrid(v, batch, s.hv, l.sms ?? gpu.device.multiprocessors), {
+    const v = l.variant ?? foldLaunchVariant(launchShape);
+    launch(kernels.fold[v], v, variantGrid(v, batch, s.hv), {
       qkvz: d.qkvz, slots: d.slots, seqLens: d.seqLens, naTab: d.naTab, state: d.state, convRing: d.convRing, stash: d.stash,
       batch, k: l.k, ...shape,
     });
@@ -295,14 +301,14 @@ function launchOn(gpu: GpuBackend, kernels: Decls, s: Shape, batch: number, d: D
     launchTwoKernelVerify(gpu, two, { hk: s.hk, dk: s.dk, dv: s.dv, hv: s.hv, convK: s.K }, stream, { ...common, prep: d.prep, batch, k: l.k, ...shape, eps: EPS, yDtype: 0 });
     return;
   }
-  const v = l.variant ?? launchVariant(launchShape, 'recurrent', l.mode, l.k, batch, runsClusters(gpu));
+  const v = l.variant ?? launchVariant(launchShape, l.mode, l.k, batch, runsClusters(gpu));
   // Other grid orders for the variants that take any grid of batch·H_v CTAs (not split).
-  const grid = v === 'split' || v === 'persist' ? variantGrid(v, batch, s.hv, l.sms ?? gpu.device.multiprocessors) : l.gridOrder === 'head-batch' ? [s.hv, batch] : l.gridOrder === 'flat' ? [s.hv * batch] : [batch, s.hv];
+  const grid = v === 'split' ? variantGrid(v, batch, s.hv) : l.gridOrder === 'head-batch' ? [s.hv, batch] : l.gridOrder === 'flat' ? [s.hv * batch] : [batch, s.hv];
   launch(kernels.recurrent[v], v, grid, { ...common, mode: l.mode, batch, k: l.k, ...shape, eps: EPS, yDtype: 0 });
 }
 
-function mapVariants(r: Readonly<Record<GdnKernelVariant, AnyKernel>>, f: (k: AnyKernel) => AnyKernel): Record<GdnKernelVariant, AnyKernel> {
-  return Object.fromEntries(GDN_KERNEL_VARIANTS.map((v) => [v, f(r[v])])) as Record<GdnKernelVariant, AnyKernel>;
+function mapVariants<V extends string>(variants: readonly V[], r: Readonly<Record<V, AnyKernel>>, f: (k: AnyKernel) => AnyKernel): Record<V, AnyKernel> {
+  return Object.fromEntries(variants.map((v) => [v, f(r[v])])) as Record<V, AnyKernel>;
 }
 
 // ---- comparison -------------------------------------------------------------------------------
@@ -458,25 +464,32 @@ function casesFor(s: Shape, R: Rng): Case[] {
     const pos = positions(s, R, batch);
     add('fold k=2 accepted 1', { ...pos, rows: pos.slots.map(() => 2), naTab: pos.slots.map(() => 1) }, { kernel: 'fold', k: 2 });
   }
-  // The pipe, split and persist kernels on these small batches (persist on a grid for one SM: 3
-  // CTAs, so each runs a list of heads, padding among them).
+  // The pipe and split kernels on these small batches (decode steps), and the general kernels
+  // where the layer would take smem (each shape's commit, verify and fold through them too).
   const launchShape = { dk: s.dk, dv: s.dv, convK: s.K, maxK: s.maxK };
   const forced: GdnKernelVariant[] = [];
   if (VARIANT === undefined && pipeSupported(launchShape)) forced.push('pipe');
   if (VARIANT === undefined && splitSupported(launchShape)) forced.push('split');
-  if (VARIANT === undefined && pipeSupported(launchShape)) forced.push('persist');
   for (const variant of forced) {
     const pos = positions(s, R, batch);
-    const sms = variant === 'persist' ? 1 : undefined;
-    add(`decode (${variant})`, { ...pos, rows: pos.slots.map(() => 1) }, { kernel: 'recurrent', mode: 0, k: 1, carried: false, variant, sms });
+    add(`decode (${variant})`, { ...pos, rows: pos.slots.map(() => 1) }, { kernel: 'recurrent', mode: 0, k: 1, carried: false, variant });
     for (const n of [2, s.maxK]) {
       const pp = positions(s, R, batch, n);
       add(`carried decode pending ${n} (${variant})`, { ...pp, rows: pp.slots.map(() => 1), pending: pendingFor(pp.slots, pp.seqLens, s.maxK, n) }, {
-        kernel: 'recurrent', mode: 0, k: 1, carried: true, variant, sms,
+        kernel: 'recurrent', mode: 0, k: 1, carried: true, variant,
       });
     }
-    const naTab = pos.slots.map((_, p) => (p === 0 ? s.maxK : p === 1 ? 0 : R.int(1, s.maxK)));
-    add(`fold k=${s.maxK} accepted ${naTab.join('/')} (${variant})`, { ...pos, rows: pos.slots.map(() => s.maxK), naTab }, { kernel: 'fold', k: s.maxK, variant, sms });
+  }
+  if (VARIANT === undefined) {
+    const variant = 'general';
+    const pos = positions(s, R, batch, 1);
+    add(`carried verify k=${Math.min(4, s.maxK)} pending random (${variant})`, { ...pos, rows: pos.slots.map(() => Math.min(4, s.maxK)), pending: pendingFor(pos.slots, pos.seqLens, s.maxK) }, {
+      kernel: 'recurrent', mode: 1, k: Math.min(4, s.maxK), carried: true, variant,
+    });
+    const pd = positions(s, R, batch);
+    add(`decode (${variant})`, { ...pd, rows: pd.slots.map(() => 1) }, { kernel: 'recurrent', mode: 0, k: 1, carried: false, variant });
+    const naTab = pd.slots.map((_, p) => (p === 0 ? s.maxK : p === 1 ? 0 : R.int(1, s.maxK)));
+    add(`fold k=${s.maxK} accepted ${naTab.join('/')} (${variant})`, { ...pd, rows: pd.slots.map(() => s.maxK), naTab }, { kernel: 'fold', k: s.maxK, variant });
   }
   // The two-kernel decode, plain and carried (pending 2 and maxK: its 4- and 8-row fold paths).
   if (twoKernelDecodeSupported({ ...launchShape, hk: s.hk, hv: s.hv })) {
@@ -539,7 +552,8 @@ describe.skipIf(!device.available)('GDN kernels: CUDA vs CPU reference', () => {
     ({ CpuBackend } = await import('@metrale/cpu-backend'));
     gpu = device.create!();
     kernels = {
-      recurrent: mapVariants(decls.recurrent, withFatbin), fold: mapVariants(decls.fold, withFatbin), chunkKernel: withFatbin(decls.chunkKernel),
+      recurrent: mapVariants(GDN_KERNEL_VARIANTS, decls.recurrent, (k) => withFatbin(k)), fold: mapVariants(GDN_FOLD_VARIANTS, decls.fold, (k) => withFatbin(k)),
+      chunkKernel: withFatbin(decls.chunkKernel, laneDir),
       decodePrep: withFatbin(decls.decodePrep), decodeState: withFatbin(decls.decodeState), decodeStatePlain: withFatbin(decls.decodeStatePlain),
       verifyPrep: withFatbin(decls.verifyPrep), verifyState: withFatbin(decls.verifyState), foldState: withFatbin(decls.foldState),
     };
@@ -646,7 +660,7 @@ describe.skipIf(!device.available)('GDN kernels: CUDA vs CPU reference', () => {
   });
 
   // METRALE_GDN_BIG=0 leaves it out on a GPU too (bench/gdn-tune.sh: once, not per variant).
-  it.skipIf(process.env.METRALE_GDN_BIG === '0' || (device.standIn && !process.env.METRALE_GDN_BIG))('prefill at the Qwen3-Next-80B shape: gdn_chunk vs the CPU reference and vs gdn_recurrent row by row', () => {
+  it.skipIf(process.env.METRALE_GDN_BIG === '0' || (device.standIn && !process.env.METRALE_GDN_BIG))('prefill at the Qwen3-Next-80B shape: the row-by-row oracle vs the CPU reference and vs gdn.recurrent row by row', () => {
     const s: Shape = { name: '80B', hk: 16, hv: 32, dk: 128, dv: 128, K: 4, maxK: 4, maxSeqs: 2 };
     const R = rng(baseSeed + 41);
     const rows = [150, 150];
@@ -655,7 +669,7 @@ describe.skipIf(!device.available)('GDN kernels: CUDA vs CPU reference', () => {
     const c: Case = { name: '80B | chunk 2×150 rows', shape: s, layout, launch: { kernel: 'chunk', carried: false } };
     const { got, ref } = runBoth(c, host);
     for (const n of OUTPUTS) check(c.name, n, got[n], ref[n], 1e-4);
-    // The row-by-row recurrence on the GPU (gdn_recurrent mode 0, k = rows) as the oracle.
+    // The recurrence on the GPU (gdn.recurrent mode 0, k = rows) as a second oracle.
     const d = toDevice(gpu, host);
     launchOn(gpu, kernels, s, 2, d, { kernel: 'recurrent', mode: 0, k: 150, carried: false });
     gpu.synchronize();

@@ -1,7 +1,7 @@
 // GPU tests of the chunked prefill (kernels/gdn-chunk.cu: gdn_prefill_wy, gdn_prefill_scan,
 // gdn_prefill_norm, launched as gdn-prefill-launch.ts does): on random data, against the CPU
 // reference (the row-by-row `gdn.chunk`, chunkCpu, float64) and against the row-by-row CUDA
-// oracle (gdn-chunk-rowwise.cu); y, state and ring compared by relative L2 error, outputs
+// oracle (test/gpu/kernels/gdn-chunk-rowwise.cu, built here); y, state and ring compared by relative L2 error, outputs
 // poisoned with NaN first. Lengths 1, 63, 64, 65, 200, ragged batches with padding, sequences
 // continuing with history and with pending carried rows, H_v/H_k 1, 2, 3, 4, d_k ≠ d_v, d_v > 128
 // (the unfused norm), and the Qwen3-Next-80B shape at 8192 rows and 4 × 2048 rows (against the
@@ -16,12 +16,12 @@
 // METRALE_GDN_BIG=1).
 import type { GpuBackend, Kernel, KernelParams } from '@metrale/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { chunkKernel as chunkDecl } from '../../src/gdn-kernels.js';
+import { chunkKernel as chunkDecl } from '../rowwise-kernel.js';
 import { prefillKernels as prefillDecls } from '../../src/gdn-prefill-kernels.js';
 import { runsClusters } from '../../src/gdn-launch.js';
 import type { PrefillKernels } from '../../src/gdn-prefill-launch.js';
 import { diff, layoutOf, OUTPUTS, randomHost, rng, runChunked, runRowwise, type OutputName, type PShape } from '../prefill-harness.js';
-import { device, withFatbin } from './gdn-lane.js';
+import { device, laneDir, withFatbin } from './gdn-lane.js';
 
 if (!device.available) console.warn(`[layer-gdn gpu] prefill suite skipped: ${device.reason}`);
 
@@ -87,7 +87,7 @@ describe.skipIf(!device.available)('chunked prefill on CUDA vs the CPU reference
     gpu = device.create!();
     clusters = runsClusters(gpu);
     kernels = Object.fromEntries(Object.entries(prefillDecls).map(([name, k]) => [name, withFatbin(k)])) as unknown as PrefillKernels;
-    rowwise = withFatbin(chunkDecl as unknown as Kernel<KernelParams>);
+    rowwise = withFatbin(chunkDecl as unknown as Kernel<KernelParams>, laneDir);
   }, 600_000);
   afterAll(() => {
     if (table.length) {
@@ -121,16 +121,15 @@ describe.skipIf(!device.available)('chunked prefill on CUDA vs the CPU reference
         compare(`${s.name} | ${c.name} | oracle`, 'cpu', oracle, ref, 1e-4);
         // pieces of one chunk: a pipelined prefill (each WY kernel after the first with an early
         // start beside the scan before it; prefillPlan pieceChunks).
-        const variants = [
-          ...(clusters ? [{ fuse: true, cluster: 2 as const }, { fuse: true, cluster: 4 as const }, { fuse: true, cluster: 2 as const, pieceChunks: 1 }] : []),
-          { fuse: false, cluster: 2 as const },
-          { fuse: false, cluster: 4 as const },
-          { fuse: false, cluster: 2 as const, pieceChunks: 1 },
+        const variants: readonly { fuse: boolean; pieceChunks?: number }[] = [
+          ...(clusters ? [{ fuse: true }, { fuse: true, pieceChunks: 1 }] : []),
+          { fuse: false },
+          { fuse: false, pieceChunks: 1 },
         ];
         for (const exact of [true, false]) {
-          for (const { fuse, cluster, pieceChunks } of variants as readonly { fuse: boolean; cluster: 2 | 4; pieceChunks?: number }[]) {
-            const got = runChunked(gpu, kernels, s, host, carried, { exact, clusters: fuse, cluster, pieceChunks });
-            const name = `${s.name} | ${c.name} | ${exact ? 'exact' : 'fast'}${fuse ? ' fused' : ''} c${cluster}${pieceChunks ? ' pieces of 1' : ''}`;
+          for (const { fuse, pieceChunks } of variants) {
+            const got = runChunked(gpu, kernels, s, host, carried, { exact, clusters: fuse, ...(pieceChunks ? { pieceChunks } : {}) });
+            const name = `${s.name} | ${c.name} | ${exact ? 'exact' : 'fast'}${fuse ? ' fused' : ''}${pieceChunks ? ' pieces of 1' : ''}`;
             compare(name, 'cpu', got, ref, exact ? EXACT_TOL : FAST_TOL);
             compare(name, 'oracle', got, oracle, exact ? EXACT_TOL : FAST_TOL);
           }
@@ -152,9 +151,9 @@ describe.skipIf(!device.available)('chunked prefill on CUDA vs the CPU reference
       cpu.dispose();
     }
     for (const exact of [true, false]) {
-      for (const [fuse, cluster] of [[clusters, 2], [clusters, 4], [false, 2]] as const) {
-        const got = runChunked(gpu, kernels, big, host, false, { exact, clusters: fuse, cluster });
-        compare(`80B 2×150 | ${exact ? 'exact' : 'fast'}${fuse ? ' fused' : ''} c${cluster}`, 'cpu', got, ref, exact ? EXACT_TOL : FAST_TOL);
+      for (const fuse of clusters ? [true, false] : [false]) {
+        const got = runChunked(gpu, kernels, big, host, false, { exact, clusters: fuse });
+        compare(`80B 2×150 | ${exact ? 'exact' : 'fast'}${fuse ? ' fused' : ''}`, 'cpu', got, ref, exact ? EXACT_TOL : FAST_TOL);
       }
     }
   });
@@ -170,18 +169,16 @@ describe.skipIf(!device.available)('chunked prefill on CUDA vs the CPU reference
       const carried = label.includes('carried');
       const oracle = runRowwise(gpu, rowwise, big, host, carried);
       for (const exact of [true, false]) {
-        for (const [fuse, cluster] of [[clusters, 2], [clusters, 4], [false, 2]] as const) {
-          const got = runChunked(gpu, kernels, big, host, carried, { exact, clusters: fuse, cluster });
-          compare(`80B ${label} | ${exact ? 'exact' : 'fast'}${fuse ? ' fused' : ''} c${cluster}`, 'oracle', got, oracle, exact ? EXACT_TOL : FAST_TOL);
+        for (const fuse of clusters ? [true, false] : [false]) {
+          const got = runChunked(gpu, kernels, big, host, carried, { exact, clusters: fuse });
+          compare(`80B ${label} | ${exact ? 'exact' : 'fast'}${fuse ? ' fused' : ''}`, 'oracle', got, oracle, exact ? EXACT_TOL : FAST_TOL);
           // In pieces (the layer pipelines a batch of one): the same kernels on the same chunks, the
           // state through memory in f32 between pieces, so the same bits as in one piece. The
           // layer's own plan (sms: shrinking pieces for the fast build of one sequence) and pieces of 7.
-          if (cluster === 2) {
-            for (const cut of [{ sms: gpu.device.multiprocessors }, { pieceChunks: 7 }]) {
-              const piecewise = runChunked(gpu, kernels, big, host, carried, { exact, clusters, fuseNorm: fuse, cluster, ...cut });
-              const name = `80B ${label} | ${exact ? 'exact' : 'fast'}${fuse ? ' fused' : ''} c${cluster} ${cut.sms ? 'layer plan' : 'pieces of 7'}`;
-              compare(name, 'one piece', piecewise, got, 0);
-            }
+          for (const cut of [{ sms: gpu.device.multiprocessors }, { pieceChunks: 7 }]) {
+            const piecewise = runChunked(gpu, kernels, big, host, carried, { exact, clusters, fuseNorm: fuse, ...cut });
+            const name = `80B ${label} | ${exact ? 'exact' : 'fast'}${fuse ? ' fused' : ''} ${cut.sms ? 'layer plan' : 'pieces of 7'}`;
+            compare(name, 'one piece', piecewise, got, 0);
           }
         }
       }

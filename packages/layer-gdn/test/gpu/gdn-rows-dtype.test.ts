@@ -1,6 +1,6 @@
 // GPU tests of the kernels that write y with y in the layer's row type (yDtype 1 bf16, 2 f16;
-// kernels/gdn-step.cuh store_y): every gdn.recurrent variant (smem, stream, legacy; pipe, split,
-// persist for decode steps), the two-kernel decode and verify, and the chunked prefill (exact and
+// kernels/gdn-step.cuh store_y): every gdn.recurrent variant (smem, general; pipe, split for decode
+// steps), the two-kernel decode and verify, and the chunked prefill (exact and
 // fast builds, the fused norm where clusters run, the norm kernel reading its own f32 `o`, in
 // pieces). Each case runs the same declaration on CUDA and on the CPU twin from identical random
 // buffers, y poisoned (0xFFFF, NaN in both types) first. y: every element within one unit in the
@@ -59,14 +59,14 @@ type Launch =
 function launchesFor(s: Shape): { name: string; launch: Launch }[] {
   const ls = { dk: s.dk, dv: s.dv, convK: s.K, maxK: s.maxK };
   const out: { name: string; launch: Launch }[] = [];
-  for (const variant of ['smem', 'stream', 'legacy'] as const) {
+  for (const variant of ['smem', 'general'] as const) {
     out.push({ name: `${variant} decode`, launch: { kernel: 'recurrent', variant, mode: 0, k: 1, carried: false } });
     out.push({ name: `${variant} carried commit k=3`, launch: { kernel: 'recurrent', variant, mode: 0, k: 3, carried: true } });
     out.push({ name: `${variant} verify k=${s.maxK}`, launch: { kernel: 'recurrent', variant, mode: 1, k: s.maxK, carried: false } });
     out.push({ name: `${variant} carried verify k=4`, launch: { kernel: 'recurrent', variant, mode: 1, k: 4, carried: true } });
   }
   const decodeOnly: GdnKernelVariant[] = [];
-  if (pipeSupported(ls)) decodeOnly.push('pipe', 'persist');
+  if (pipeSupported(ls)) decodeOnly.push('pipe');
   if (splitSupported(ls)) decodeOnly.push('split');
   for (const variant of decodeOnly) {
     out.push({ name: `${variant} decode`, launch: { kernel: 'recurrent', variant, mode: 0, k: 1, carried: false } });
@@ -169,7 +169,7 @@ function runOn(gpu: GpuBackend, k: Kernels, s: Shape, l: Launch, code: 1 | 2, se
     else {
       const ls = { dk: s.dk, dv: s.dv, convK: s.K, maxK: s.maxK };
       gpu.launch(k.recurrent[l.variant], {
-        grid: variantGrid(l.variant, batch, s.hv, l.variant === 'persist' ? 1 : gpu.device.multiprocessors),
+        grid: variantGrid(l.variant, batch, s.hv),
         block: variantBlock(l.variant, s), sharedBytes: variantSharedBytes(l.variant, ls), stream,
       }, { ...common, mode: l.mode, k: l.k } as never);
     }

@@ -1,26 +1,22 @@
-// Gated DeltaNet prefill, row by row (gdn_chunk_rowwise): the correctness oracle of the chunked
-// prefill (gdn-chunk.cu), declared as `chunkRowwiseKernel` / `chunkKernel`. Layouts and semantics:
-// ../KERNELS.md. The recurrence row by row from the slot's state (pending carried rows folded first),
-// committing state and ring; the code of gdn_recurrent mode 0 with ragged rows, in blocks of 8 rows
-// (this build has no register cap: S stays in registers across the blocks, 255 registers).
-// (It was gdn_chunk's first version; the layer now prefills with the chunked WY form of
-// gdn-chunk.cu and keeps this one for tests, as is gdn_recurrent mode 0, k = rows.)
+// Gated DeltaNet prefill, row by row (gdn_chunk_rowwise): the GPU lane's correctness oracle of the
+// chunked prefill (kernels/gdn-chunk.cu), declared as `chunkKernel` (test/rowwise-kernel.ts). Not
+// shipped: the lane builds it (metrale-build-kernels --package-dir test/gpu; gdn-lane.ts). Layouts
+// and semantics: ../../../KERNELS.md. The recurrence row by row from the slot's state (pending
+// carried rows folded first), committing state and ring: the general kernel's row loop with ragged
+// rows, in blocks of 8 rows (this build has no register cap: S stays in registers across the
+// blocks, 255 registers).
+// (It was gdn_chunk's first version; the layer prefills with the chunked WY form of gdn-chunk.cu.)
 //
 // Launch: grid [sequences, H_v] (or any grid of ≥ batch·H_v CTAs), block of d_v threads, no
 // dynamic shared memory. A sequence that continues (its ring holds history) and has two or more
 // rows runs in group mode when H_v > H_k: the CTA of each key head's first value head runs its r
 // value heads, since its ring writes would race with the other CTAs' history reads (see
-// gdn-recurrent.cu). A fresh sequence (committed length 0) reads no ring and runs one value head
+// gdn-common.cuh). A fresh sequence (committed length 0) reads no ring and runs one value head
 // per CTA.
 //
-#define GDN_NO_RECURRENT_ENTRY
 #define GDN_RB 8               // prefill: more rows per prologue / norm barrier
 #define GDN_PROLOGUE_UNROLL 8  // and their conv loads in flight together (no register cap here)
-#if __has_include("gdn-legacy.cuh")
-#include "gdn-legacy.cuh"  // the row loop (make_task, run_task), shared with gdn_recurrent_legacy
-#else
-#include "gdn-recurrent.cu"
-#endif
+#include "../../../kernels/gdn-general.cuh"  // the row loop (make_task, run_task) of gdn_recurrent_general
 
 namespace gdn {
 

@@ -1,6 +1,7 @@
-// Gated DeltaNet: the first CUDA version of the recurrence (gdn_recurrent_legacy, gdn_fold_legacy,
-// and gdn_chunk's row loop), kept as the baseline of the A/B bench and as the general path for
-// shapes the fast kernels (gdn-fast.cuh) do not take. Layouts and semantics: ../KERNELS.md.
+// Gated DeltaNet, the general kernels (gdn_recurrent_general, gdn_fold_general, and the row loop
+// of the row-by-row prefill oracle the tests build): any shape the layer takes, where the smem,
+// pipe, split and two-kernel paths do not (maxK > 8, conv K > 4, d_v not a multiple of 4, ...).
+// The first CUDA version of the recurrence. Layouts and semantics: ../KERNELS.md.
 //
 // Launch: one CTA per (batch position, value head): grid [batch, H_v] (or any grid of at least
 // batch·H_v CTAs), a block of at least d_v threads, no dynamic shared memory. d_k ≤ 128, d_v ≤ 256.
@@ -216,7 +217,8 @@ __device__ __forceinline__ void qk_factors(const float* red, int u, int dk, floa
 // One value head of a task: state column j in registers through pending fold and rows.
 // ROWS = false: the fold kernel's build, without the row code (fewer registers).
 // RELOAD: a row block after the first runs its prologue with the state out of registers (the
-// 168-register build of gdn_recurrent); without it the state stays live (gdn_chunk, ~246).
+// 168-register build of gdn_recurrent_general); without it the state stays live (the row-by-row
+// prefill oracle, ~246).
 template <int DK, bool ROWS, bool RELOAD>
 __device__ __forceinline__ void run_head(const Args& A, const Geo& G, const Task& T, int h, Smem<DK>& sm) {
   const int tid = tid_lin();
@@ -365,7 +367,7 @@ __device__ __forceinline__ void recurrent_entry(const Args& A, int mode, int bat
   run_task<DK>(A, G, T);
 }
 
-// The write-on-accept fold of gdn_fold_legacy: S ← e^{γ_{n−1}} S + Σ_{t<n} e^{γ_{n−1}−γ_t} k_t u_tᵀ with
+// The write-on-accept fold of gdn_fold_general: S ← e^{γ_{n−1}} S + Σ_{t<n} e^{γ_{n−1}−γ_t} k_t u_tᵀ with
 // the column in registers (run_head without its row code), and the ring.
 template <int DK>
 __device__ __forceinline__ void fold_entry(const Args& A, const uint32_t* naTab, int batch, int k) {
