@@ -145,3 +145,10 @@ export class ModelFitError extends MetraleError {
     this.deviceBytes = deviceBytes;
   }
 }
+
+/**
+ * A tensor- or expert-parallel size that the model cannot be split by (a head count, an
+ * intermediate size or the vocabulary that does not divide), or a parallel setup that cannot run;
+ * the message names the config field, its value and the size.
+ */
+export class ParallelConfigError extends MetraleError {}

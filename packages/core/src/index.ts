@@ -61,3 +61,14 @@ export type { DraftProposer, NgramOptions } from './spec/ngram-proposer.js';
 export { NgramProposer, parseNgramSpec } from './spec/ngram-proposer.js';
 export type { VerifyOutcome, VerifySequence } from './spec/verify-drafts.js';
 export { verifyDrafts } from './spec/verify-drafts.js';
+
+export type { ParallelContext } from './parallel/parallel-context.js';
+export { splitEvenly } from './parallel/parallel-context.js';
+export type { ShardSpec, ShardRule } from './parallel/sharded-weights.js';
+export { shardWeights } from './parallel/sharded-weights.js';
+export type { StepRunner } from './driver/step-runner.js';
+export type { RankCommand, RankReply, RankEnvelope } from './parallel/rank-protocol.js';
+export type { RankFollowerOptions } from './parallel/rank-follower.js';
+export { serveRankCommands } from './parallel/rank-follower.js';
+export type { FollowerLink, TensorParallelDriverOptions } from './parallel/tensor-parallel-driver.js';
+export { TensorParallelDriver } from './parallel/tensor-parallel-driver.js';

@@ -9,6 +9,9 @@ export { qwen3NextMoeOptions, glmMoeOptions, checkMoe, type MoeOptions, type Moe
 export { AttentionLayer, type AttentionState } from './attention-layer.js';
 export { qwen3NextAttentionOptions, ropeOf, checkAttention, type AttentionOptions } from './attention-config.js';
 export { LmHeadLayer, type LmHeadOptions } from './lm-head-layer.js';
+export { AllReduceLayer } from './all-reduce-layer.js';
+export { VocabParallelHead, type VocabParallelHeadOptions } from './vocab-parallel-head.js';
+export { stdShardRule } from './std-shard-rule.js';
 export { residualAdd, requireResidualAdd } from './residual-add.js';
 export { buildPreNormDecoder, type PreNormDecoderSpec, type PreNormLayer } from './pre-norm-decoder.js';
 export { DeviceSampler } from './device-sampler.js';

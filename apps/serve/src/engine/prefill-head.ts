@@ -1,5 +1,5 @@
 import { offsetPtr, type LayerState, type LayerStep, type TransformerLayer } from '@metrale/core';
-import { LmHeadLayer } from '@metrale/layer-std';
+import { LmHeadLayer, VocabParallelHead } from '@metrale/layer-std';
 
 /**
  * The lm head of a served model, computing in a prefill step only the last row of each sequence
@@ -7,8 +7,9 @@ import { LmHeadLayer } from '@metrale/layer-std';
  * of n tokens then costs one row of the [vocab × hidden] product instead of n — most of a small
  * model's prefill. The other prefill rows of the output are left as they were: nobody reads them.
  *
- * Only an `LmHeadLayer` is wrapped: its rows are independent and it reads nothing but the
- * step's rows, input and output, so a one-row step at an offset is exact. Prefill runs eagerly
+ * Only an `LmHeadLayer` (or a tensor-parallel rank's `VocabParallelHead`, whose ranks all wrap
+ * theirs alike) is wrapped: its rows are independent and it reads nothing but the step's rows,
+ * input and output, so a one-row step at an offset is exact. Prefill runs eagerly
  * (never captured), so the host row table may steer it.
  */
 export class PrefillLastRowsHead implements TransformerLayer<LayerState> {
@@ -28,7 +29,7 @@ export class PrefillLastRowsHead implements TransformerLayer<LayerState> {
   static wrapLast(layers: readonly TransformerLayer<any>[]): TransformerLayer<any>[] {
     const out = [...layers];
     const last = out[out.length - 1];
-    if (last instanceof LmHeadLayer) out[out.length - 1] = new PrefillLastRowsHead(last);
+    if (last instanceof LmHeadLayer || last instanceof VocabParallelHead) out[out.length - 1] = new PrefillLastRowsHead(last);
     return out;
   }
 

@@ -2,6 +2,7 @@ import { F32_PRECISION, WeightsError, type ModelAdapter, type ModelBuildContext,
 import { plugin as gdnPlugin } from '@metrale/layer-gdn';
 import { AttentionLayer, MlpLayer, MoeLayer, buildPreNormDecoder, qwen3NextAttentionOptions, qwen3NextMoeOptions } from '@metrale/layer-std';
 import { intField } from './config-fields.js';
+import { qwen3NextRankConfig, qwen3NextShardRule } from './qwen3-next-sharding.js';
 
 export type Qwen3NextLayerType = 'linear_attention' | 'full_attention';
 
@@ -33,14 +34,18 @@ export function qwen3NextIsMoe(config: Readonly<Record<string, unknown>>, i: num
  * `x += mlp(post_attention_layernorm(x))`; the mixer is Gated DeltaNet (`linear_attn.*`, from
  * @metrale/layer-gdn or whichever plugin provides 'gdn') or gated full attention (`self_attn.*`),
  * the MLP a MoE with a gated shared expert or a dense SwiGLU. All norms are (1 + w) RMSNorms.
+ * Under tensor parallelism each rank builds its share of heads and intermediates
+ * (`qwen3NextRankConfig`) from its parts of the tensors (`qwen3NextShardRule`).
  */
 function build(ctx: ModelBuildContext): ModelStack {
   const precision = ctx.precision ?? F32_PRECISION;
-  const { gpu, config, limits } = ctx;
+  const { gpu, limits } = ctx;
+  const config = qwen3NextRankConfig(ctx.config, ctx.parallel?.size ?? 1);
   const hidden = intField(config, 'hidden_size');
   const types = qwen3NextLayerTypes(config);
   const gdn = ctx.plugins?.find('gdn') ?? gdnPlugin;
   return buildPreNormDecoder(ctx, {
+    ...((ctx.parallel?.size ?? 1) > 1 ? { shard: qwen3NextShardRule(ctx.config) } : {}),
     hidden,
     vocab: intField(config, 'vocab_size'),
     layerCount: types.length,
@@ -64,4 +69,5 @@ export const qwen3NextAdapter: ModelAdapter = {
   modelType: 'qwen3_next',
   description: 'Qwen3-Next: Gated DeltaNet and gated full attention, MoE with a gated shared expert',
   build,
+  shardRule: qwen3NextShardRule,
 };

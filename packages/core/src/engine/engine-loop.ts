@@ -1,5 +1,6 @@
 import type { Sequence } from '../driver/sequence.js';
-import type { StepDriver, StepResult } from '../driver/step-driver.js';
+import type { StepResult } from '../driver/step-driver.js';
+import type { StepRunner } from '../driver/step-runner.js';
 import { offsetPtr } from '../device/device-ptr.js';
 import { InvalidArgumentError } from '../errors.js';
 import { MAX_LOGPROBS, topLogprobs, type TokenLogprob } from '../model/logprobs.js';
@@ -10,8 +11,8 @@ import { verifyDrafts } from '../spec/verify-drafts.js';
 import type { EngineRequest, FinishReason, EngineStepReport, TokenEvent } from './engine-request.js';
 
 export interface EngineLoopOptions {
-  /** A driver whose stack ends in f32 logits rows of `vocabSize`. */
-  readonly driver: StepDriver;
+  /** A driver (one device, or a tensor-parallel group) whose stack ends in f32 logits rows of `vocabSize`. */
+  readonly driver: StepRunner;
   readonly vocabSize: number;
   /**
    * Prompt rows a sequence prefills per step. A prompt is cut at multiples of this from its start
@@ -53,7 +54,7 @@ interface Running {
  * `sampling.seed`, or by its id.
  */
 export class EngineLoop {
-  readonly driver: StepDriver;
+  readonly driver: StepRunner;
   readonly vocab: number;
   readonly prefillChunk: number;
   readonly #spec: EngineLoopOptions['speculation'];
