@@ -74,9 +74,12 @@ export function buildPreNormDecoder(ctx: ModelBuildContext, spec: PreNormDecoder
       // Each rank's mixer and MLP end in a partial sum of the full row: summed over the ranks.
       const reduce = () => new AllReduceLayer(gpu, limits, parallel!.comm, hidden, precision.rows);
       try {
-        mixer.push(norm(`${at}input_layernorm.`), layer.mixer());
+        // One push per layer made, so a failure frees everything made before it.
+        mixer.push(norm(`${at}input_layernorm.`));
+        mixer.push(layer.mixer());
         if (parallel) mixer.push(reduce());
-        mlp.push(norm(`${at}post_attention_layernorm.`), layer.mlp());
+        mlp.push(norm(`${at}post_attention_layernorm.`));
+        mlp.push(layer.mlp());
         if (parallel) mlp.push(reduce());
       } catch (error) {
         for (const p of [...mixer, ...mlp]) p.dispose();

@@ -1,0 +1,79 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { metrale } from './support/run-cli.js';
+import { readModelFixture, readPromptLogits, worstRowRel } from './support/model-fixtures.js';
+import { writeTpCheckpoint } from './support/tp-checkpoint.js';
+
+// Tensor parallelism on the CPU backend: n ranks, each a CPU backend on its own thread with its
+// shard of the model, meeting in all-reduces and the lm head's all-gather. In f32 a rank's partial
+// sums add up in another order than one device's GEMM, so logits agree to rounding and the greedy
+// tokens are the same.
+const tmp = mkdtempSync(join(tmpdir(), 'metrale-tp-'));
+afterAll(() => rmSync(tmp, { recursive: true, force: true }));
+const LOGITS_REL = 1e-4;
+
+interface Run {
+  readonly tokens: number[];
+  readonly logits: Float32Array;
+  readonly stats: { tensor_parallel_size: number; speculative: { drafted: number } | null; steps: { decode: number; verify: number } };
+}
+
+function generate(model: string, prompt: readonly number[], maxTokens: number, tp: number, extra: string[] = []): Run {
+  const file = join(tmp, `logits-${tp}-${Math.random().toString(36).slice(2)}.safetensors`);
+  const r = metrale([
+    'generate', '--model', model, '--prompt-ids', prompt.join(','), '--max-tokens', String(maxTokens), '--greedy', '--ignore-eos',
+    '--backend', 'cpu', '--dtype', 'f32', '--json', '--tensor-parallel-size', String(tp), '--prompt-logits', file, ...extra,
+  ]);
+  expect(r.stderr).toBe('');
+  expect(r.code).toBe(0);
+  const line = JSON.parse(r.lines.at(-1)!) as Omit<Run, 'logits'>;
+  return { ...line, logits: readPromptLogits(file) };
+}
+
+describe('metrale generate --tensor-parallel-size on the CPU backend', () => {
+  const fx = readModelFixture('qwen3-next-tiny');
+  const prompt = fx.expected.prompt_ids;
+
+  it("qwen3-next-tiny fixture: TP = 2 gives HF's greedy tokens, and prompt logits within 1e-4 of TP = 1", () => {
+    const one = generate(fx.dir, prompt, fx.expected.max_new_tokens, 1);
+    const two = generate(fx.dir, prompt, fx.expected.max_new_tokens, 2);
+    expect(two.stats.tensor_parallel_size).toBe(2);
+    expect(one.tokens).toEqual(fx.expected.greedy_tokens);
+    expect(two.tokens).toEqual(one.tokens);
+    const rel = worstRowRel(two.logits, one.logits, fx.vocab);
+    console.log(`qwen3-next-tiny TP=2 vs TP=1: prompt logits worst row rel ${rel.toExponential(2)}`);
+    expect(rel).toBeLessThanOrEqual(LOGITS_REL);
+    expect(worstRowRel(two.logits, fx.promptLogits, fx.vocab)).toBeLessThanOrEqual(fx.expected.tolerance.logits_rel);
+  });
+
+  it('a checkpoint whose heads divide by 4: TP = 2 and TP = 4 equal TP = 1, decoding and verifying n-gram drafts', () => {
+    const dir = writeTpCheckpoint(join(tmp, 'tp4'));
+    // 40 tokens: the continuation repeats a token, so an n-gram draft gets verified (and rejected).
+    const ids = [5, 17, 99, 3, 5, 17, 99, 3, 5, 17, 99, 3, 42, 7, 5, 17];
+    const one = generate(dir, ids, 40, 1);
+    for (const tp of [2, 4]) {
+      const run = generate(dir, ids, 40, tp);
+      expect(run.tokens, `TP=${tp}`).toEqual(one.tokens);
+      const rel = worstRowRel(run.logits, one.logits, 512);
+      console.log(`TP=${tp} vs TP=1: prompt logits worst row rel ${rel.toExponential(2)}`);
+      expect(rel).toBeLessThanOrEqual(LOGITS_REL);
+    }
+    const spec = generate(dir, ids, 40, 4, ['--spec', 'ngram:k=3']);
+    expect(spec.tokens).toEqual(one.tokens);
+    expect(spec.stats.steps.verify).toBeGreaterThan(0);
+  });
+
+  it('refuses a size that does not divide the heads, naming the field, its value and the sizes that would', () => {
+    const r = metrale(['generate', '--model', fx.dir, '--prompt-ids', '1,2,3', '--max-tokens', '2', '--backend', 'cpu', '--tensor-parallel-size', '4']);
+    expect(r.code).not.toBe(0);
+    expect(r.stderr).toMatch(/--tensor-parallel-size 4 does not divide config\.num_key_value_heads \(2\).*\(1, 2\)/);
+  });
+
+  it('--enable-expert-parallel needs a tensor-parallel size above 1', () => {
+    const r = metrale(['generate', '--model', fx.dir, '--prompt-ids', '1,2,3', '--max-tokens', '2', '--backend', 'cpu', '--enable-expert-parallel']);
+    expect(r.code).not.toBe(0);
+    expect(r.stderr).toMatch(/--enable-expert-parallel needs --tensor-parallel-size > 1/);
+  });
+});
