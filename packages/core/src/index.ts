@@ -19,7 +19,8 @@ export type {
   GpuBackend, Stream, GpuEvent, Graph, GraphExec, HostBuffer, DeviceInfo, LaunchConfig, GemmArgs, ConvertArgs, BackendProbe,
 } from './device/gpu-backend.js';
 
-export type { Communicator, CommunicatorId, CollectiveArgs } from './parallel/communicator.js';
+export type { Communicator, CommunicatorId, CollectiveArgs, CollectiveOp } from './parallel/communicator.js';
+export { collectiveExtent } from './parallel/communicator.js';
 
 export type { LayerState } from './contract/layer-state.js';
 export type { LayerGraphHooks } from './contract/graph-hooks.js';

@@ -1,6 +1,6 @@
 import {
-  InvalidArgumentError, bf16BitsToF32, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits, floatBytes,
-  type CollectiveArgs, type Communicator, type CommunicatorId, type DevicePtr, type FloatDtype, type Stream,
+  InvalidArgumentError, bf16BitsToF32, collectiveExtent, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits, floatBytes,
+  type CollectiveArgs, type CollectiveOp, type Communicator, type CommunicatorId, type DevicePtr, type FloatDtype, type Stream,
 } from '@metrale/core';
 import type { MemoryArena } from './memory-arena.js';
 import { SharedGroup } from './shared-group.js';
@@ -14,9 +14,7 @@ export interface CommunicatorHost {
   ran(): void;
 }
 
-type Op = 'allReduce' | 'allGather' | 'reduceScatter' | 'allToAll';
-
-const DTYPES = new Set<FloatDtype>(['f32', 'bf16', 'f16']);
+type Op = CollectiveOp;
 
 /**
  * A rank of a group of CPU backends, each on its own thread, meeting in shared memory: a collective
@@ -39,19 +37,19 @@ export class CpuCommunicator implements Communicator {
   }
 
   allReduce(args: CollectiveArgs): void {
-    this.#enqueue('allReduce', args, args.count, args.count);
+    this.#enqueue('allReduce', args);
   }
 
   allGather(args: CollectiveArgs): void {
-    this.#enqueue('allGather', args, args.count, args.count * this.size);
+    this.#enqueue('allGather', args);
   }
 
   reduceScatter(args: CollectiveArgs): void {
-    this.#enqueue('reduceScatter', args, args.count * this.size, args.count);
+    this.#enqueue('reduceScatter', args);
   }
 
   allToAll(args: CollectiveArgs): void {
-    this.#enqueue('allToAll', args, args.count * this.size, args.count * this.size);
+    this.#enqueue('allToAll', args);
   }
 
   abort(reason: string): void {
@@ -62,15 +60,14 @@ export class CpuCommunicator implements Communicator {
     this.#disposed = true;
   }
 
-  #enqueue(op: Op, a: CollectiveArgs, sendCount: number, recvCount: number): void {
+  #enqueue(op: Op, a: CollectiveArgs): void {
     const call = `${op} (rank ${this.rank} of ${this.size})`;
     if (this.#disposed) throw new InvalidArgumentError(`${call}: the communicator was disposed`);
-    if (!DTYPES.has(a.dtype)) throw new InvalidArgumentError(`${call}: dtype must be 'f32', 'bf16' or 'f16', got ${String(a.dtype)}`);
-    if (!Number.isSafeInteger(a.count) || a.count < 0) throw new InvalidArgumentError(`${call}: count must be a non-negative integer, got ${a.count}`);
+    const extent = collectiveExtent(call, op, a, this.size);
     const eb = floatBytes(a.dtype);
     const { arena } = this.#host;
-    arena.check(`${call} (send)`, a.send, sendCount * eb);
-    arena.check(`${call} (recv)`, a.recv, recvCount * eb);
+    arena.check(`${call} (send)`, a.send, extent.send * eb);
+    arena.check(`${call} (recv)`, a.recv, extent.recv * eb);
     const frozen = Object.freeze({ ...a });
     this.#host.submit(call, a.stream, `${op} ${a.count} ${a.dtype}`, (c) => {
       this.#run(op, c, frozen);

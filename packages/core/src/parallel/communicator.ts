@@ -1,6 +1,7 @@
 import type { DevicePtr } from '../device/device-ptr.js';
 import type { FloatDtype } from '../device/dtype.js';
 import type { Stream } from '../device/gpu-backend.js';
+import { InvalidArgumentError } from '../errors.js';
 
 /**
  * What the ranks of a group share to find each other: made once by one rank's backend
@@ -60,4 +61,25 @@ export interface Communicator {
   abort(reason: string): void;
   /** Releases the rank's resources (not the device memory it reduced into). */
   dispose(): void;
+}
+
+export type CollectiveOp = 'allReduce' | 'allGather' | 'reduceScatter' | 'allToAll';
+
+const COLLECTIVE_DTYPES: ReadonlySet<string> = new Set(['f32', 'bf16', 'f16']);
+
+/**
+ * Checks a collective's element type and count (an `InvalidArgumentError` naming `call` when
+ * wrong) and returns how many elements it reads from `send` and writes to `recv` on a rank of a
+ * group of `size`, as `CollectiveArgs.count` defines them.
+ */
+export function collectiveExtent(call: string, op: CollectiveOp, a: CollectiveArgs, size: number): { readonly send: number; readonly recv: number } {
+  if (!COLLECTIVE_DTYPES.has(a.dtype)) throw new InvalidArgumentError(`${call}: dtype must be 'f32', 'bf16' or 'f16', got ${String(a.dtype)}`);
+  if (!Number.isSafeInteger(a.count) || a.count < 0) throw new InvalidArgumentError(`${call}: count must be a non-negative integer, got ${a.count}`);
+  const all = a.count * size;
+  switch (op) {
+    case 'allReduce': return { send: a.count, recv: a.count };
+    case 'allGather': return { send: a.count, recv: all };
+    case 'reduceScatter': return { send: all, recv: a.count };
+    case 'allToAll': return { send: all, recv: all };
+  }
 }
