@@ -6,6 +6,7 @@ import { parentPort, workerData } from 'node:worker_threads';
 import type { GpuBackend } from '@metrale/core';
 import { selectBackend } from '../backends/select-backend.js';
 import { loadRegistry } from '../plugins/load-registry.js';
+import { buildParallelEngine } from '../parallel/parallel-engine.js';
 import { buildEngine, resolveModel, type Engine } from './build-engine.js';
 import { deviceFault } from './device-fault.js';
 import type { FromWorker, ToWorker, WireEvent, WorkerData } from './protocol.js';
@@ -45,12 +46,15 @@ async function main(): Promise<void> {
     gpu = await selectBackend(data.setup.backend);
     const t0 = performance.now();
     let lastPost = 0;
-    engine = buildEngine(data.setup, info, checkpoint, gpu, registry, (loaded, total) => {
+    const onProgress = (loaded: number, total: number) => {
       const now = performance.now();
       if (loaded < total && now - lastPost < 100) return;
       lastPost = now;
       post({ t: 'progress', loaded, total });
-    });
+    };
+    engine = (data.setup.tensorParallelSize ?? 1) > 1
+      ? await buildParallelEngine(data.setup, info, checkpoint, gpu, registry, onProgress)
+      : buildEngine(data.setup, info, checkpoint, gpu, registry, onProgress);
     post({ t: 'ready', backend: gpu.kind, device: gpu.device.name, loadMs: performance.now() - t0, maxBatch: engine.limits.maxBatch, deviceWeightBytes: engine.deviceWeightBytes.total });
   } catch (error) {
     try {
@@ -89,7 +93,7 @@ async function main(): Promise<void> {
     }
     if (stopping) {
       loop.cancelAll();
-      engine.dispose();
+      await engine.dispose();
       gpu.dispose();
       post({ t: 'closed' });
       port!.close();
