@@ -76,6 +76,19 @@ describe('metrale generate --tensor-parallel-size on the CPU backend', () => {
     expect(spec.stats.speculative!.accepted).toBeGreaterThan(0);
   });
 
+  it('glm-moe-dsa-real fixture (MLA heads split, the indexer whole on every rank): TP = 2 and 4 give HF\'s greedy tokens and TP = 1\'s logits', () => {
+    const glm = readModelFixture('glm-moe-dsa-real');
+    const one = generate(glm.dir, glm.expected.prompt_ids, glm.expected.max_new_tokens, 1);
+    expect(one.tokens).toEqual(glm.expected.greedy_tokens);
+    for (const tp of [2, 4]) {
+      const run = generate(glm.dir, glm.expected.prompt_ids, glm.expected.max_new_tokens, tp);
+      expect(run.tokens, `TP=${tp}`).toEqual(one.tokens);
+      const rel = worstRowRel(run.logits, one.logits, glm.vocab);
+      console.log(`glm-moe-dsa-real TP=${tp} vs TP=1: prompt logits worst row rel ${rel.toExponential(2)}`);
+      expect(rel).toBeLessThanOrEqual(LOGITS_REL);
+    }
+  });
+
   it('refuses a size that does not divide the heads, naming the field, its value and the sizes that would', () => {
     const r = metrale(['generate', '--model', fx.dir, '--prompt-ids', '1,2,3', '--max-tokens', '2', '--backend', 'cpu', '--tensor-parallel-size', '4']);
     expect(r.code).not.toBe(0);

@@ -2,6 +2,7 @@ import { F32_PRECISION, WeightsError, type ModelAdapter, type ModelBuildContext,
 import { plugin as dsaPlugin, readDsaConfig } from '@metrale/layer-dsa';
 import { MlpLayer, MoeLayer, buildPreNormDecoder, glmMoeOptions } from '@metrale/layer-std';
 import { intField } from './config-fields.js';
+import { glmMoeDsaRankConfig, glmMoeDsaShardRule } from './glm-moe-dsa-sharding.js';
 
 export type GlmMlpType = 'dense' | 'sparse';
 
@@ -34,11 +35,14 @@ export function glmMlpLayerTypes(config: Readonly<Record<string, unknown>>): Glm
  * from @metrale/layer-dsa or whichever plugin provides it; 'shared' indexer layers reuse the
  * previous full layer's selection); the feed-forward is a dense SwiGLU (`mlp.gate_proj` …) or the
  * DeepSeek-V3-routed MoE (`mlp.gate.weight`, `mlp.gate.e_score_correction_bias`, `mlp.experts.*`,
- * `mlp.shared_experts.*`). All norms are plain w · x̂ RMSNorms (eps `rms_norm_eps`).
+ * `mlp.shared_experts.*`). All norms are plain w · x̂ RMSNorms (eps `rms_norm_eps`). Under tensor
+ * parallelism each rank builds its share of MLA heads and intermediates (`glmMoeDsaRankConfig`).
  */
 function build(ctx: ModelBuildContext): ModelStack {
   const precision = ctx.precision ?? F32_PRECISION;
-  const { gpu, config, limits } = ctx;
+  const { gpu, limits } = ctx;
+  const size = ctx.parallel?.size ?? 1;
+  const config = glmMoeDsaRankConfig(ctx.config, size);
   const hidden = intField(config, 'hidden_size');
   const mlpTypes = glmMlpLayerTypes(config);
   const dsa = ctx.plugins?.find('dsa') ?? dsaPlugin;
@@ -51,6 +55,7 @@ function build(ctx: ModelBuildContext): ModelStack {
   const topk = readDsaConfig(config, 0).topk;
   const attentionLimits = topk > limits.maxSeqLen ? { ...limits, maxSeqLen: topk } : limits;
   return buildPreNormDecoder(ctx, {
+    ...(size > 1 ? { shard: glmMoeDsaShardRule(ctx.config) } : {}),
     hidden,
     vocab: intField(config, 'vocab_size'),
     layerCount: mlpTypes.length,
@@ -72,4 +77,5 @@ export const glmMoeDsaAdapter: ModelAdapter = {
   modelType: 'glm_moe_dsa',
   description: 'GLM-5: MLA with DeepSeek sparse attention (lightning indexer, top-k), dense first layers, sigmoid-routed MoE with shared experts',
   build,
+  shardRule: glmMoeDsaShardRule,
 };

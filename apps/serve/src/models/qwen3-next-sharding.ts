@@ -4,11 +4,15 @@ import { intField } from './config-fields.js';
 
 type Config = Readonly<Record<string, unknown>>;
 
-/** `config[field] / size` when the field is set, checked; undefined when absent. */
-function splitField(config: Config, field: string, size: number): number | undefined {
-  const v = config[field];
-  if (v === undefined || v === null || v === 0) return undefined;
-  return splitEvenly(intField(config, field), size, `config.${field}`);
+/** `config` with each of `fields` that is set divided by `size` (a `ParallelConfigError` naming the one that does not divide). */
+export function splitFields(config: Config, fields: readonly string[], size: number): Record<string, unknown> {
+  const out: Record<string, unknown> = { ...config };
+  for (const field of fields) {
+    const v = config[field];
+    if (v === undefined || v === null || v === 0) continue;
+    out[field] = splitEvenly(intField(config, field), size, `config.${field}`);
+  }
+  return out;
 }
 
 /**
@@ -23,15 +27,10 @@ export function qwen3NextRankConfig(config: Config, size: number): Config {
   const hidden = intField(config, 'hidden_size');
   const heads = intField(config, 'num_attention_heads');
   const headDim = config.head_dim === undefined ? Math.floor(hidden / heads) : intField(config, 'head_dim');
-  const out: Record<string, unknown> = { ...config, head_dim: headDim };
-  for (const field of [
+  return splitFields({ ...config, head_dim: headDim }, [
     'num_attention_heads', 'num_key_value_heads', 'linear_num_key_heads', 'linear_num_value_heads',
     'intermediate_size', 'moe_intermediate_size', 'shared_expert_intermediate_size',
-  ]) {
-    const part = splitField(config, field, size);
-    if (part !== undefined) out[field] = part;
-  }
-  return out;
+  ], size);
 }
 
 /**
