@@ -89,6 +89,18 @@ describe('metrale generate --tensor-parallel-size on the CPU backend', () => {
     }
   });
 
+  it('--enable-expert-parallel: whole experts per rank (qwen3-next-tiny over 2, glm-moe-dsa-real over 4) give TP = 1\'s tokens and logits', () => {
+    for (const [name, tp] of [['qwen3-next-tiny', 2], ['glm-moe-dsa-real', 4]] as const) {
+      const f = readModelFixture(name);
+      const one = generate(f.dir, f.expected.prompt_ids, f.expected.max_new_tokens, 1);
+      const ep = generate(f.dir, f.expected.prompt_ids, f.expected.max_new_tokens, tp, ['--enable-expert-parallel']);
+      expect(ep.tokens, name).toEqual(one.tokens);
+      const rel = worstRowRel(ep.logits, one.logits, f.vocab);
+      console.log(`${name} EP over ${tp} vs TP=1: prompt logits worst row rel ${rel.toExponential(2)}`);
+      expect(rel).toBeLessThanOrEqual(LOGITS_REL);
+    }
+  });
+
   it('refuses a size that does not divide the heads, naming the field, its value and the sizes that would', () => {
     const r = metrale(['generate', '--model', fx.dir, '--prompt-ids', '1,2,3', '--max-tokens', '2', '--backend', 'cpu', '--tensor-parallel-size', '4']);
     expect(r.code).not.toBe(0);

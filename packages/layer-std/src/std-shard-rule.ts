@@ -1,4 +1,4 @@
-import type { ShardSpec } from '@metrale/core';
+import type { ShardRule, ShardSpec } from '@metrale/core';
 
 const ROW_PARALLEL: readonly RegExp[] = [
   /\.self_attn\.[qkv]_proj\.weight$/,
@@ -26,4 +26,17 @@ export function stdShardRule(name: string): ShardSpec | undefined {
   if (/\.experts\.gate_up_proj$/.test(name)) return { axis: 1, runs: 2 };
   if (/\.experts\.down_proj$/.test(name)) return { axis: 2 };
   return undefined;
+}
+
+/**
+ * `rule` under expert parallelism: each rank reads its whole experts (`MoeOptions.localExperts`
+ * picks which of the per-expert tensors; the fused `experts.gate_up_proj` / `experts.down_proj`
+ * split along the expert axis), everything else as `rule` splits it.
+ */
+export function expertParallelShardRule(rule: ShardRule): ShardRule {
+  return (name) => {
+    if (/\.experts\.\d+\./.test(name)) return undefined;
+    if (/\.experts\.(gate_up_proj|down_proj)$/.test(name)) return { axis: 0 };
+    return rule(name);
+  };
 }

@@ -7,12 +7,13 @@ type Config = Readonly<Record<string, unknown>>;
 /**
  * The config one rank of a tensor-parallel group of `size` builds GLM-5's layers from: its share
  * of the MLA heads (`num_attention_heads`, and `num_key_value_heads`, which MLA keeps equal), of
- * the dense and expert intermediates (the shared experts' follow `moe_intermediate_size`). The
+ * the dense and expert intermediates (the shared experts' follow `moe_intermediate_size`; under
+ * expert parallelism the MoE is split by whole experts instead: `expertParallelMoe`). The
  * lightning indexer (`index_n_heads`) is whole on every rank: each computes the same top-k.
  */
-export function glmMoeDsaRankConfig(config: Config, size: number): Config {
+export function glmMoeDsaRankConfig(config: Config, size: number, expertParallel = false): Config {
   if (size === 1) return config;
-  return splitFields(config, ['num_attention_heads', 'num_key_value_heads', 'intermediate_size', 'moe_intermediate_size'], size);
+  return splitFields(config, ['num_attention_heads', 'num_key_value_heads', 'intermediate_size', ...(expertParallel ? [] : ['moe_intermediate_size'])], size);
 }
 
 const MLA_ROWS = /\.self_attn\.(q_b_proj|kv_b_proj)\.weight$/;

@@ -1,6 +1,6 @@
 import { F32_PRECISION, WeightsError, type ModelAdapter, type ModelBuildContext, type ModelStack } from '@metrale/core';
 import { plugin as dsaPlugin, readDsaConfig } from '@metrale/layer-dsa';
-import { MlpLayer, MoeLayer, buildPreNormDecoder, glmMoeOptions } from '@metrale/layer-std';
+import { MlpLayer, MoeLayer, buildPreNormDecoder, expertParallelMoe, expertParallelShardRule, glmMoeOptions } from '@metrale/layer-std';
 import { intField } from './config-fields.js';
 import { glmMoeDsaRankConfig, glmMoeDsaShardRule } from './glm-moe-dsa-sharding.js';
 
@@ -41,13 +41,15 @@ export function glmMlpLayerTypes(config: Readonly<Record<string, unknown>>): Glm
 function build(ctx: ModelBuildContext): ModelStack {
   const precision = ctx.precision ?? F32_PRECISION;
   const { gpu, limits } = ctx;
-  const size = ctx.parallel?.size ?? 1;
-  const config = glmMoeDsaRankConfig(ctx.config, size);
+  const parallel = ctx.parallel && ctx.parallel.size > 1 ? ctx.parallel : undefined;
+  const ep = parallel?.expertParallel === true;
+  const config = glmMoeDsaRankConfig(ctx.config, parallel?.size ?? 1, ep);
   const hidden = intField(config, 'hidden_size');
   const mlpTypes = glmMlpLayerTypes(config);
   const dsa = ctx.plugins?.find('dsa') ?? dsaPlugin;
   // Read once, before any layer allocates: a config error names its field without device work.
-  const moe = mlpTypes.includes('sparse') ? glmMoeOptions(config) : undefined;
+  const moe = !mlpTypes.includes('sparse') ? undefined
+    : ep ? expertParallelMoe(glmMoeOptions(config), parallel!.rank, parallel!.size, 'n_routed_experts') : glmMoeOptions(config);
   const denseInter = mlpTypes.includes('dense') ? intField(config, 'intermediate_size') : 0;
   // The DSA layer refuses caches shorter than index_topk (GLM-5: 2048); a short run (maxSeqLen
   // below it) gets caches of index_topk positions instead. Nothing changes but memory: a row never
@@ -55,7 +57,7 @@ function build(ctx: ModelBuildContext): ModelStack {
   const topk = readDsaConfig(config, 0).topk;
   const attentionLimits = topk > limits.maxSeqLen ? { ...limits, maxSeqLen: topk } : limits;
   return buildPreNormDecoder(ctx, {
-    ...(size > 1 ? { shard: glmMoeDsaShardRule(ctx.config) } : {}),
+    ...(parallel ? { shard: ep ? expertParallelShardRule(glmMoeDsaShardRule(ctx.config)) : glmMoeDsaShardRule(ctx.config) } : {}),
     hidden,
     vocab: intField(config, 'vocab_size'),
     layerCount: mlpTypes.length,

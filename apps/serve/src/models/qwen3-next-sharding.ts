@@ -19,17 +19,18 @@ export function splitFields(config: Config, fields: readonly string[], size: num
  * The config one rank of a tensor-parallel group of `size` builds its layers from: its share of
  * the attention query and KV heads (`head_dim` made explicit, so it is not re-derived from the
  * smaller head count), of the Gated DeltaNet key and value heads, and of the dense, expert and
- * shared-expert intermediates. A count that `size` does not divide is a `ParallelConfigError`
- * naming the field.
+ * shared-expert intermediates (under expert parallelism the MoE is split by whole experts instead:
+ * `expertParallelMoe`). A count that `size` does not divide is a `ParallelConfigError` naming the
+ * field.
  */
-export function qwen3NextRankConfig(config: Config, size: number): Config {
+export function qwen3NextRankConfig(config: Config, size: number, expertParallel = false): Config {
   if (size === 1) return config;
   const hidden = intField(config, 'hidden_size');
   const heads = intField(config, 'num_attention_heads');
   const headDim = config.head_dim === undefined ? Math.floor(hidden / heads) : intField(config, 'head_dim');
   return splitFields({ ...config, head_dim: headDim }, [
-    'num_attention_heads', 'num_key_value_heads', 'linear_num_key_heads', 'linear_num_value_heads',
-    'intermediate_size', 'moe_intermediate_size', 'shared_expert_intermediate_size',
+    'num_attention_heads', 'num_key_value_heads', 'linear_num_key_heads', 'linear_num_value_heads', 'intermediate_size',
+    ...(expertParallel ? [] : ['moe_intermediate_size', 'shared_expert_intermediate_size']),
   ], size);
 }
 
