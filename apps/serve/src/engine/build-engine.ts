@@ -126,6 +126,8 @@ export interface Engine {
   readonly deviceWeightBytes: WeightBytes;
   /** Frees the model; a tensor-parallel engine also ends its ranks' threads (the promise). */
   dispose(): void | Promise<void>;
+  /** A tensor-parallel engine whose group failed (every later step would fail): why. */
+  fault?(): Error | undefined;
 }
 
 /**

@@ -122,11 +122,11 @@ async function main(): Promise<void> {
     }
     if (data.faultAfterSteps !== undefined && ++steps === data.faultAfterSteps) gpu.dispose();
     // Serving on is right only when the device survived the failure; a poisoned one fails the engine.
-    const fault = failed ? deviceFault(gpu) : undefined;
+    const fault = failed ? (engine.fault?.() ?? deviceFault(gpu)) : undefined;
     if (fault) {
       post({ t: 'failed', message: `the device is unusable after a failed step: ${fault.message}`, ...(fault.stack ? { stack: fault.stack } : {}) });
       loop.cancelAll();
-      for (const free of [() => engine.dispose(), () => gpu!.dispose()]) {
+      for (const free of [() => void Promise.resolve(engine.dispose()).catch(() => undefined), () => gpu!.dispose()]) {
         try {
           free();
         } catch {

@@ -1,4 +1,4 @@
-import { EngineLoop, NgramProposer, checkModelFits, type Checkpoint, type GpuBackend } from '@metrale/core';
+import { DeviceError, EngineLoop, NgramProposer, checkModelFits, type Checkpoint, type GpuBackend } from '@metrale/core';
 import { countingWeights, servingLimits, type Engine, type EngineSetup, type ModelInfo } from '../engine/build-engine.js';
 import type { ServingRegistry } from '../plugins/build-registry.js';
 import { startTensorParallel } from './tensor-parallel-group.js';
@@ -27,7 +27,8 @@ export async function buildParallelEngine(
       prefillChunk: setup.prefillChunk,
       ...(setup.spec ? { speculation: { proposer: new NgramProposer(setup.spec), k: setup.spec.k } } : {}),
     });
-    return { loop, stack: group.stack, limits, deviceWeightBytes, dispose: () => group.dispose() };
+    const fault = () => (group.driver.broken ? new DeviceError('tensor-parallel group', group.driver.broken) : undefined);
+    return { loop, stack: group.stack, limits, deviceWeightBytes, dispose: () => group.dispose(), fault };
   } catch (error) {
     await group.dispose();
     throw error;

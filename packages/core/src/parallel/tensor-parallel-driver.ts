@@ -59,6 +59,8 @@ export class TensorParallelDriver implements StepRunner {
   get stream(): Stream { return this.local.stream; }
   get limits(): LayerLimits { return this.local.limits; }
   get size(): number { return this.comm.size; }
+  /** Why the group failed (it refuses every call since), or undefined while it works. */
+  get broken(): string | undefined { return this.#broken; }
 
   open(): Sequence {
     let seq: Sequence | undefined;
