@@ -28,6 +28,8 @@ export interface TensorParallelDriverOptions {
 
 /** How long ranks that failed alike before any device work get to say so before the group is aborted. */
 const IN_STEP_GRACE_MS = 5_000;
+/** How long dispose waits for the followers' answers (a follower that is gone is not waited for longer). */
+const DISPOSE_WAIT_MS = 30_000;
 
 /**
  * A tensor-parallel group driven as one `StepRunner`: each call is sent to every follower rank
@@ -116,7 +118,7 @@ export class TensorParallelDriver implements StepRunner {
     try {
       this.local.dispose();
     } finally {
-      this.#await(seq, this.#broken ? IN_STEP_GRACE_MS : this.#timeoutMs);
+      this.#await(seq, this.#broken ? IN_STEP_GRACE_MS : Math.min(this.#timeoutMs, DISPOSE_WAIT_MS));
     }
   }
 
