@@ -167,3 +167,10 @@ export class KvCacheFullError extends MetraleError {
 
 /** The memory given to the KV cache cannot hold a single page; the message names the sizes. */
 export class KvCacheSizeError extends MetraleError {}
+
+/**
+ * A tensor- or expert-parallel size that the model cannot be split by (a head count, an
+ * intermediate size or the vocabulary that does not divide), or a parallel setup that cannot run;
+ * the message names the config field, its value and the size.
+ */
+export class ParallelConfigError extends MetraleError {}

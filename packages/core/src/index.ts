@@ -19,6 +19,9 @@ export type {
   GpuBackend, Stream, GpuEvent, Graph, GraphExec, HostBuffer, DeviceInfo, LaunchConfig, GemmArgs, ConvertArgs, BackendProbe,
 } from './device/gpu-backend.js';
 
+export type { Communicator, CommunicatorId, CollectiveArgs, CollectiveOp } from './parallel/communicator.js';
+export { collectiveExtent } from './parallel/communicator.js';
+
 export type { LayerState } from './contract/layer-state.js';
 export type { LayerGraphHooks } from './contract/graph-hooks.js';
 export type { LayerWriteOnAccept, GdnCarrySize } from './contract/write-on-accept.js';
@@ -65,3 +68,14 @@ export type { VerifyOutcome, VerifySequence } from './spec/verify-drafts.js';
 export { verifyDrafts } from './spec/verify-drafts.js';
 export type { SpeculationGateOptions } from './spec/speculation-gate.js';
 export { SpeculationGate } from './spec/speculation-gate.js';
+
+export type { ParallelContext } from './parallel/parallel-context.js';
+export { splitEvenly } from './parallel/parallel-context.js';
+export type { ShardSpec, ShardRule } from './parallel/sharded-weights.js';
+export { shardWeights } from './parallel/sharded-weights.js';
+export type { StepRunner } from './driver/step-runner.js';
+export type { RankCommand, RankReply, RankEnvelope } from './parallel/rank-protocol.js';
+export type { RankFollowerOptions } from './parallel/rank-follower.js';
+export { serveRankCommands } from './parallel/rank-follower.js';
+export type { FollowerLink, TensorParallelDriverOptions } from './parallel/tensor-parallel-driver.js';
+export { TensorParallelDriver } from './parallel/tensor-parallel-driver.js';

@@ -20,6 +20,8 @@ export interface CpuBackendStats {
   readonly bytesHostToDevice: number;
   readonly bytesDeviceToHost: number;
   readonly bytesDeviceToDevice: number;
+  /** Collectives (all-reduce, all-gather, …) that ran: eagerly or replayed. */
+  readonly collectivesRun: number;
   readonly capturesBegun: number;
   /** Captures whose `endCapture` threw `CaptureError`. */
   readonly capturesFailed: number;
@@ -35,4 +37,5 @@ export class Counters {
   bytesHostToDevice = 0;
   bytesDeviceToHost = 0;
   bytesDeviceToDevice = 0;
+  collectivesRun = 0;
 }

@@ -1,6 +1,6 @@
 import {
   DeviceError, InvalidArgumentError, toDims, toEarlyStart, validateKernelArgs,
-  type ConvertArgs, type DeviceInfo, type DevicePtr, type GemmArgs, type GpuBackend, type GpuEvent, type Graph, type GraphExec,
+  type Communicator, type CommunicatorId, type ConvertArgs, type DeviceInfo, type DevicePtr, type GemmArgs, type GpuBackend, type GpuEvent, type Graph, type GraphExec,
   type HostBuffer, type Kernel, type KernelArgs, type KernelParams, type LaunchConfig, type Stream,
 } from '@metrale/core';
 import { resolveOptions, type CpuBackendOptions } from './backend-options.js';
@@ -8,12 +8,14 @@ import { Counters, type CpuBackendStats } from './backend-stats.js';
 import { CheckedMemoryView } from './checked-memory-view.js';
 import { checkConvert, runConvert } from './cpu-convert.js';
 import { checkGemmMemory, planGemm, runGemm } from './cpu-gemm.js';
+import { CpuCommunicator } from './cpu-communicator.js';
 import { cpuDeviceInfo } from './device-info.js';
 import { runNodes, type GraphNode } from './graph-node.js';
 import { HandleTable, INVALID_HANDLE } from './handles.js';
 import { HostBuffers } from './host-buffers.js';
 import { checkLaunchShape } from './launch-limits.js';
 import { MemoryArena } from './memory-arena.js';
+import { cpuCommunicatorId, type CpuGroupOptions } from './shared-group.js';
 import { StreamCaptures } from './stream-capture.js';
 
 interface EventState {
@@ -272,6 +274,31 @@ export class CpuBackend implements GpuBackend {
     const frozen = Object.freeze({ ...args });
     checkConvert(this.#arena, 'convert', frozen);
     this.#submit('convert', args.stream, `convert ${frozen.count} ${frozen.srcDtype}→${frozen.dstDtype}`, (c) => runConvert(this.#arena, c, frozen));
+  }
+
+  // Collectives -------------------------------------------------------------------------------
+
+  /**
+   * A group of `size` ranks, each a CPU backend on its own thread (worker_threads): the id carries
+   * shared memory, so it must reach the other threads by `postMessage`. `options` set the staging
+   * per round and how long a rank waits for the others.
+   */
+  createCommunicatorId(size: number, options?: CpuGroupOptions): CommunicatorId {
+    this.#enter('createCommunicatorId');
+    return cpuCommunicatorId(size, options);
+  }
+
+  /** This backend as rank `rank` of the group: its collectives run on this backend's streams. */
+  joinCommunicator(id: CommunicatorId, rank: number): Communicator {
+    this.#enter('joinCommunicator');
+    return new CpuCommunicator(id, rank, {
+      arena: this.#arena,
+      submit: (call, stream, label, run) => {
+        this.#enter(call);
+        this.#submit(call, stream, label, run);
+      },
+      ran: () => this.#counters.collectivesRun++,
+    });
   }
 
   // Introspection and teardown --------------------------------------------------------------

@@ -3,3 +3,4 @@ export { CpuBackend } from './cpu-backend.js';
 export type { CpuBackendOptions } from './backend-options.js';
 export type { CpuBackendStats } from './backend-stats.js';
 export { probe } from './probe.js';
+export type { CpuGroupOptions } from './shared-group.js';

@@ -58,7 +58,7 @@ describe('memoryDigest, stats, dispose', () => {
       liveBytes: 64, peakBytes: 64, liveAllocations: 1, liveHostBytes: 64,
       kernelsLaunched: 1, gemmsLaunched: 0, graphLaunches: 3, nodesReplayed: 6,
       hostToDeviceCopies: 5, bytesHostToDevice: 16 + 32 + 3 * 16,
-      bytesDeviceToHost: 12, bytesDeviceToDevice: 24,
+      bytesDeviceToHost: 12, bytesDeviceToDevice: 24, collectivesRun: 0,
       capturesBegun: 2, capturesFailed: 1,
     });
     gpu.dispose();

@@ -2,6 +2,7 @@
 // properties, cuBLASLt loading, the self-check, and the Device class.
 #include <napi.h>
 
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "cublaslt.h"
 #include "device.h"
 #include "driver.h"
+#include "nccl.h"
 
 namespace metrale {
 namespace {
@@ -173,6 +175,28 @@ Napi::Value SelfCheck(const Napi::CallbackInfo& info) {
   return out;
 }
 
+/** { ok, path, version, error }: whether NCCL could be opened (it is opened on first use only). */
+Napi::Value LoadNccl(const Napi::CallbackInfo& info) {
+  const NcclLoad& load = loadNccl();
+  Napi::Object out = Napi::Object::New(info.Env());
+  out.Set("ok", load.ok);
+  out.Set("path", load.path);
+  out.Set("version", load.version);
+  out.Set("error", load.error);
+  return out;
+}
+
+/** A new group's ncclUniqueId: 128 bytes that every rank passes to Device.commInit. */
+Napi::Value NcclUniqueId(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  requireNccl(env);
+  ncclUniqueId id;
+  checkNccl(env, nccl().ncclGetUniqueId(&id), "ncclGetUniqueId");
+  Napi::Uint8Array out = Napi::Uint8Array::New(env, NCCL_UNIQUE_ID_BYTES);
+  std::memcpy(out.Data(), id.internal, NCCL_UNIQUE_ID_BYTES);
+  return out;
+}
+
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("loadDriver", Napi::Function::New<LoadDriver>(env, "loadDriver"));
   exports.Set("init", Napi::Function::New<InitDriver>(env, "init"));
@@ -181,6 +205,8 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("deviceInfo", Napi::Function::New<DeviceInfo>(env, "deviceInfo"));
   exports.Set("loadCublasLt", Napi::Function::New<LoadCublasLt>(env, "loadCublasLt"));
   exports.Set("selfCheck", Napi::Function::New<SelfCheck>(env, "selfCheck"));
+  exports.Set("loadNccl", Napi::Function::New<LoadNccl>(env, "loadNccl"));
+  exports.Set("ncclUniqueId", Napi::Function::New<NcclUniqueId>(env, "ncclUniqueId"));
   exports.Set("Device", Device::Define(env));
   return exports;
 }

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "js-args.h"
+#include "nccl.h"
 
 namespace metrale {
 
@@ -53,6 +54,9 @@ Napi::Function Device::Define(Napi::Env env) {
                          InstanceMethod<&Device::Launch>("launch"),
                          InstanceMethod<&Device::GemmInit>("gemmInit"),
                          InstanceMethod<&Device::Gemm>("gemm"),
+                         InstanceMethod<&Device::CommInit>("commInit"),
+                         InstanceMethod<&Device::CommCollective>("commCollective"),
+                         InstanceMethod<&Device::CommRelease>("commRelease"),
                          InstanceMethod<&Device::Dispose>("dispose"),
                      });
 }
@@ -215,6 +219,9 @@ void Device::release(bool fromJs, Napi::Env env) {
       if (graph) d.cuGraphDestroy(graph);
     }
   });
+  // A communicator left open is destroyed (a rank disposed without dispose() on its communicator).
+  if (loadNccl().ok) comms_.forEachLive([&](uint32_t, CommEntry& c) { nccl().ncclCommDestroy(c.comm); });
+  comms_.clear();
   gemm_.reset();
   if (gemmWorkspace_) d.cuMemFree_v2(gemmWorkspace_);
   gemmWorkspace_ = 0;

@@ -13,6 +13,7 @@
 #include "device-pool.h"
 #include "driver.h"
 #include "handle-table.h"
+#include "nccl-api.h"
 
 namespace metrale {
 
@@ -40,6 +41,11 @@ class Device : public Napi::ObjectWrap<Device> {
     void* ptr = nullptr;
     size_t bytes = 0;
     std::shared_ptr<Napi::Reference<Napi::ArrayBuffer>> buffer;  // detached when freed
+  };
+  struct CommEntry {
+    ncclapi::ncclComm_t comm = nullptr;
+    int nranks = 0;
+    int rank = 0;
   };
   struct KernelEntry {
     CUfunction function = nullptr;
@@ -88,6 +94,10 @@ class Device : public Napi::ObjectWrap<Device> {
   // GEMM
   Napi::Value GemmInit(const Napi::CallbackInfo& info);
   Napi::Value Gemm(const Napi::CallbackInfo& info);
+  // Collectives (device-collectives.cc)
+  Napi::Value CommInit(const Napi::CallbackInfo& info);
+  Napi::Value CommCollective(const Napi::CallbackInfo& info);
+  Napi::Value CommRelease(const Napi::CallbackInfo& info);
   // Lifetime
   Napi::Value Dispose(const Napi::CallbackInfo& info);
 
@@ -95,6 +105,7 @@ class Device : public Napi::ObjectWrap<Device> {
   void enter(Napi::Env env);
   CUstream stream(Napi::Env env, uint32_t id);
   HostAllocation& host(Napi::Env env, uint32_t id);
+  CommEntry& comm(Napi::Env env, uint32_t id);
   void release(bool fromJs, Napi::Env env);
 
   int ordinal_ = 0;
@@ -110,6 +121,7 @@ class Device : public Napi::ObjectWrap<Device> {
   HandleTable<CUgraphExec> execs_;
   HandleTable<CUmodule> modules_;
   HandleTable<KernelEntry> kernels_;
+  HandleTable<CommEntry> comms_;
 
   std::unique_ptr<uint8_t[]> record_;
   Napi::Reference<Napi::ArrayBuffer> recordBuffer_;

@@ -75,6 +75,12 @@ export interface NativeDevice {
   /** Launches what the launch record describes. */
   launch(): void;
   gemmInit(): void;
+  /** ncclCommInitRank on this device; blocks until every rank has joined. Returns the communicator's id. */
+  commInit(uniqueId: Uint8Array, nranks: number, rank: number): number;
+  /** kind: 0 all-reduce (sum), 1 all-gather, 2 reduce-scatter (sum), 3 all-to-all; dtype: FLOAT_DTYPE_CODE. */
+  commCollective(kind: number, comm: number, send: bigint, recv: bigint, count: number, dtype: number, stream: number): void;
+  /** ncclCommAbort (abort: the other ranks' waiting collectives fail) or ncclCommDestroy. */
+  commRelease(comm: number, abort: boolean): void;
   gemm(
     abType: number, cType: number, transA: boolean, transB: boolean, m: number, n: number, k: number,
     lda: number, ldb: number, ldc: number, a: bigint, b: bigint, c: bigint, alpha: number, beta: number, stream: number,
@@ -92,6 +98,10 @@ export interface NativeAddon {
     ok: boolean; path: string; version: number; tried: { path: string; error: string }[];
   };
   selfCheck(): { ok: boolean; checked: number; problems: string[] };
+  /** Opens NCCL (once per process; NCCL_NVLS_ENABLE=0 is set first). */
+  loadNccl(): { ok: boolean; path: string; version: number; error: string };
+  /** ncclGetUniqueId: 128 bytes. Throws (with why) when NCCL cannot be opened. */
+  ncclUniqueId(): Uint8Array;
   Device: new (index: number) => NativeDevice;
 }
 

@@ -11,6 +11,8 @@ import {
   toDims,
   toEarlyStart,
   validateKernelArgs,
+  type Communicator,
+  type CommunicatorId,
   type ConvertArgs,
   type DeviceInfo,
   type DevicePtr,
@@ -36,6 +38,7 @@ import {
 } from './backend-kernels.js';
 import { GEMM_TYPE, resolveGemm } from './gemm-args.js';
 import { KernelRegistry } from './kernel-registry.js';
+import { NcclCommunicator, ncclIdBytes } from './nccl-communicator.js';
 import { probe, toDeviceInfo } from './probe.js';
 
 const BACKEND = 'cuda';
@@ -481,6 +484,42 @@ export class CudaBackend implements GpuBackend {
     const stream = args.stream ?? this.defaultStream;
     this.launch(convertKernel, convertLaunch(count, this.device.multiprocessors, stream), {
       src: args.src, srcCode: GEMM_TYPE[srcDtype], dst: args.dst, dstCode: GEMM_TYPE[dstDtype], count: BigInt(count),
+    });
+  }
+
+  // ---- collectives (NCCL) ----------------------------------------------------------------------
+
+  /**
+   * A new NCCL group of `size` ranks: its ncclUniqueId, which every rank (one device and thread
+   * each) passes to `joinCommunicator`. Opens libnccl.so.2 ($METRALE_NCCL_PATH overrides) on first
+   * use, with NCCL_NVLS_ENABLE=0; a DeviceError says how to install NCCL when it is missing.
+   */
+  createCommunicatorId(size: number): CommunicatorId {
+    this.#open('createCommunicatorId');
+    if (!Number.isSafeInteger(size) || size < 1) throw new InvalidArgumentError(`createCommunicatorId: size must be a positive integer, got ${size}`);
+    const addon = requireAddon('createCommunicatorId');
+    const payload = this.#call('ncclGetUniqueId', () => addon.ncclUniqueId());
+    return Object.freeze({ backend: BACKEND, size, payload });
+  }
+
+  /** This device as rank `rank` of the group (ncclCommInitRank: waits until every rank has joined). */
+  joinCommunicator(id: CommunicatorId, rank: number): Communicator {
+    const call = 'joinCommunicator';
+    this.#open(call);
+    const bytes = ncclIdBytes(call, id);
+    if (!Number.isSafeInteger(rank) || rank < 0 || rank >= id.size) throw new InvalidArgumentError(`${call}: rank must be an integer in 0..${id.size - 1}, got ${rank}`);
+    this.#captures.forbid(call, 'creating an NCCL communicator');
+    const native = this.#native;
+    const comm = this.#call('ncclCommInitRank', () => native.commInit(bytes, id.size, rank));
+    return new NcclCommunicator(comm, rank, id.size, {
+      checkRange: (ptr, n, c) => this.#checkRange(ptr, n, c),
+      workStream: (stream, c) => this.#workStream(stream, c),
+      call: (c, run) => {
+        this.#open(c);
+        return this.#call(c, run);
+      },
+      collective: (kind, h, send, recv, count, dtype, sid) => native.commCollective(kind, h, send, recv, count, dtype, sid),
+      release: (h, abort) => native.commRelease(h, abort),
     });
   }
 

@@ -27,7 +27,7 @@ if (why) console.warn(`[cuda-backend] mock-driver tests skipped: ${why}`);
 
 function withMock(args: string[], extraEnv: Record<string, string> = {}) {
   if (typeof mock === 'string') throw new Error(mock);
-  const env = { ...process.env, NO_COLOR: '1', FORCE_COLOR: '0', METRALE_LIBCUDA_PATH: mock.libcuda, METRALE_CUBLASLT_PATH: mock.cublasLtDir, ...extraEnv };
+  const env = { ...process.env, NO_COLOR: '1', FORCE_COLOR: '0', METRALE_LIBCUDA_PATH: mock.libcuda, METRALE_CUBLASLT_PATH: mock.cublasLtDir, METRALE_NCCL_PATH: mock.libnccl, ...extraEnv };
   return spawnSync(process.execPath, args, { cwd: packageDir, env, encoding: 'utf8', timeout: 300_000 });
 }
 

@@ -720,3 +720,18 @@ STD_MOE_EXPERT_KERNELS(_fp8_bf16, fp8, bf16)
 STD_MOE_EXPERT_KERNELS(_fp8_f16, fp8, f16)
 
 #undef STD_MOE_EXPERT_KERNELS
+
+// std_moe_localize (expert parallelism): the rank holds experts [first, first + count) and one
+// zero expert after them. Entries of its experts get local ids; the others the zero expert and
+// weight 0, so they add nothing to the rank's partial sum. One thread per (row, slot) entry.
+extern "C" __global__ void std_moe_localize(int32_t* __restrict__ ids, float* __restrict__ weights, int entries, int first, int count) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= entries) return;
+  const int local = ids[i] - first;
+  if (local >= 0 && local < count) {
+    ids[i] = local;
+  } else {
+    ids[i] = count;
+    weights[i] = 0.0f;
+  }
+}

@@ -5,10 +5,13 @@ export { RmsNormLayer, type RmsNormOptions } from './rms-norm-layer.js';
 export { LayerNormLayer, type LayerNormOptions } from './layer-norm-layer.js';
 export { MlpLayer, type MlpOptions } from './mlp-layer.js';
 export { MoeLayer } from './moe-layer.js';
-export { qwen3NextMoeOptions, glmMoeOptions, checkMoe, type MoeOptions, type MoeRouting, type SharedExpert } from './moe-config.js';
+export { qwen3NextMoeOptions, glmMoeOptions, checkMoe, expertParallelMoe, type MoeOptions, type MoeRouting, type SharedExpert } from './moe-config.js';
 export { AttentionLayer, type AttentionState } from './attention-layer.js';
 export { qwen3NextAttentionOptions, ropeOf, checkAttention, type AttentionOptions } from './attention-config.js';
 export { LmHeadLayer, type LmHeadOptions } from './lm-head-layer.js';
+export { AllReduceLayer } from './all-reduce-layer.js';
+export { VocabParallelHead, type VocabParallelHeadOptions } from './vocab-parallel-head.js';
+export { stdShardRule, expertParallelShardRule } from './std-shard-rule.js';
 export { residualAdd, requireResidualAdd } from './residual-add.js';
 export { buildPreNormDecoder, type PreNormDecoderSpec, type PreNormLayer } from './pre-norm-decoder.js';
 export { DeviceSampler } from './device-sampler.js';
@@ -16,7 +19,7 @@ export { ropeTable } from './rope-table.js';
 export { requireKernels } from './require-kernels.js';
 export { embedKernel, rmsNormKernel, layerNormKernel, addKernel, siluMulKernel, rowLaunch, flatLaunch } from './rows-kernels.js';
 export {
-  routeKernel, groupKernel, expertsUpKernel, expertsDownKernel, expertsKernel, combineKernel, groupLaunch, expertsUpLaunch, expertsDownLaunch, expertsLaunch,
+  routeKernel, localizeKernel, groupKernel, expertsUpKernel, expertsDownKernel, expertsKernel, combineKernel, groupLaunch, expertsUpLaunch, expertsDownLaunch, expertsLaunch,
   moeGroupsLength, moeGrouped, GROUPED_MIN_ENTRIES_PER_EXPERT, expertsUpRowwiseKernel, expertsRowwiseKernel, expertsUpRowwiseLaunch, expertsRowwiseLaunch,
   EXPERT_KERNELS, EXPERT_FORMATS, expertFormat, type ExpertFormat, type ExpertKernels,
 } from './moe-kernels.js';

@@ -1,4 +1,4 @@
-import { WeightsError, type Precision } from '@metrale/core';
+import { InvalidArgumentError, WeightsError, splitEvenly, type Precision } from '@metrale/core';
 import { fields, type Config } from './config-fields.js';
 
 /** How a token's experts are chosen and weighted. */
@@ -32,6 +32,11 @@ export interface MoeOptions {
   readonly inter: number;
   readonly routing: MoeRouting;
   readonly shared?: SharedExpert;
+  /**
+   * Expert parallelism: this rank holds experts [first, first + count) of `experts` whole (the
+   * router still scores all of them); the entries routed elsewhere add nothing here.
+   */
+  readonly localExperts?: { readonly first: number; readonly count: number };
   /**
    * Rows, h, y and the experts' and shared expert's weights in `precision.rows` (FP8 weights kept
    * when `fp8Weights`); router and gate logits f32 whatever it is. Default F32_PRECISION.
@@ -76,8 +81,24 @@ export function glmMoeOptions(config: Config): MoeOptions {
   return checkMoe(options);
 }
 
+/**
+ * The MoE options of rank `rank` of an expert-parallel group of `size`: `experts / size` whole
+ * experts (a `ParallelConfigError` naming `config.<expertsField>` when that does not divide), and
+ * its share of the shared expert's intermediate (its weights split like a tensor-parallel MLP's),
+ * so that the ranks' outputs sum to the whole.
+ */
+export function expertParallelMoe(o: MoeOptions, rank: number, size: number, expertsField: string): MoeOptions {
+  const count = splitEvenly(o.experts, size, `config.${expertsField}`, '--enable-expert-parallel over --tensor-parallel-size');
+  const shared = o.shared ? { ...o.shared, inter: splitEvenly(o.shared.inter, size, 'the shared expert\'s intermediate size') } : undefined;
+  return { ...o, localExperts: { first: rank * count, count }, ...(shared ? { shared } : {}) };
+}
+
 export function checkMoe(o: MoeOptions): MoeOptions {
   const { experts, topK, routing } = o;
+  const local = o.localExperts;
+  if (local && !(Number.isInteger(local.first) && Number.isInteger(local.count) && local.first >= 0 && local.count >= 1 && local.first + local.count <= experts)) {
+    throw new InvalidArgumentError(`MoE: localExperts [${local.first}, ${local.first + local.count}) must be a non-empty range of the ${experts} experts`);
+  }
   if (topK > experts) throw new WeightsError(`config: num_experts_per_tok (${topK}) exceeds the ${experts} experts`);
   if (experts % routing.nGroup !== 0) throw new WeightsError(`config: ${experts} experts do not split into n_group = ${routing.nGroup} groups`);
   if (routing.topkGroup > routing.nGroup) throw new WeightsError(`config: topk_group (${routing.topkGroup}) exceeds n_group (${routing.nGroup})`);

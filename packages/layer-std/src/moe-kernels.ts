@@ -1,5 +1,5 @@
 import { InvalidArgumentError, defineKernel, type FloatDtype, type Kernel, type LaunchConfig, type Stream, type WeightDtype } from '@metrale/core';
-import { combineCpu, expertsDownCpu, expertsRowwiseCpu, expertsSumCpu, expertsUpCpu, groupCpu, routeCpu } from './moe.cpu.js';
+import { combineCpu, expertsDownCpu, expertsRowwiseCpu, expertsSumCpu, expertsUpCpu, groupCpu, localizeCpu, routeCpu } from './moe.cpu.js';
 import { moeModule as module } from './std-modules.js';
 
 export const routeKernel = defineKernel({
@@ -162,4 +162,15 @@ export const combineKernel = defineKernel({
   params: { routed: 'ptr', shared: 'ptr', gate: 'ptr', output: 'ptr', rows: 'i32', hidden: 'i32', dtype: 'i32' },
   cuda: { module, symbol: 'std_moe_combine' },
   cpu: combineCpu,
+});
+
+/**
+ * Expert parallelism: the route's (row, slot) entries made local to a rank holding experts
+ * [first, first + count) and a zero expert after them (`count`), which the others get with weight 0.
+ */
+export const localizeKernel = defineKernel({
+  name: 'std.moe_localize',
+  params: { ids: 'ptr', weights: 'ptr', entries: 'i32', first: 'i32', count: 'i32' },
+  cuda: { module, symbol: 'std_moe_localize' },
+  cpu: localizeCpu,
 });

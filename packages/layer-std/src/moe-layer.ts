@@ -8,11 +8,11 @@ import type { MoeOptions } from './moe-config.js';
 import { checkMoe } from './moe-config.js';
 import {
   EXPERT_KERNELS, combineKernel, expertFormat, expertsDownLaunch, expertsKernel, expertsLaunch, expertsRowwiseLaunch, expertsUpLaunch, expertsUpRowwiseLaunch,
-  groupKernel, groupLaunch, moeGrouped, moeGroupsLength, routeKernel, type ExpertKernels,
+  groupKernel, groupLaunch, localizeKernel, moeGrouped, moeGroupsLength, routeKernel, type ExpertKernels,
 } from './moe-kernels.js';
 import { loadExperts, type ExpertMatrices } from './moe-weights.js';
 import { requireKernels } from './require-kernels.js';
-import { rowLaunch, siluMulKernel } from './rows-kernels.js';
+import { flatLaunch, rowLaunch, siluMulKernel } from './rows-kernels.js';
 import { StatelessLayer } from './stateless-layer.js';
 import { SwiGlu } from './swiglu.js';
 
@@ -34,6 +34,10 @@ interface DeviceExperts {
  * weights' format (`ExpertFormat`). Tensors, prefix removed: `gate.weight`,
  * `gate.e_score_correction_bias` (sigmoid routing), `experts.*`, `shared_expert.*` +
  * `shared_expert_gate.weight` (Qwen3-Next) or `shared_experts.*` (GLM-5).
+ *
+ * Expert parallelism (`localExperts`): the router scores every expert, `std.moe_localize` maps the
+ * chosen ones onto the rank's experts and sends the rest to a zero expert with weight 0, and the
+ * expert kernels run over the rank's experts; the layer's output is the rank's part of the sum.
  */
 export class MoeLayer extends StatelessLayer {
   readonly type = 'moe';
@@ -44,6 +48,8 @@ export class MoeLayer extends StatelessLayer {
   readonly #kernels: ExpertKernels;
   readonly #w: {
     router: LinearWeight; bias: DevicePtr; gateUp: DeviceExperts; down: DeviceExperts; sharedGate: LinearWeight | undefined; wDtype: number;
+    /** Experts the kernels index: all, or the rank's plus its zero expert. */
+    held: number;
   };
   readonly #shared: SwiGlu | undefined;
   /**
@@ -55,7 +61,7 @@ export class MoeLayer extends StatelessLayer {
   };
 
   constructor(gpu: GpuBackend, weights: WeightSource, limits: LayerLimits, options: MoeOptions) {
-    requireKernels(gpu, 'moe', [routeKernel, groupKernel, expertsKernel, combineKernel, siluMulKernel]);
+    requireKernels(gpu, 'moe', [routeKernel, groupKernel, expertsKernel, combineKernel, siluMulKernel, ...(options.localExperts ? [localizeKernel] : [])]);
     super(gpu, limits);
     this.options = checkMoe(options);
     const precision = (this.precision = precisionOf(options.precision, 'moe'));
@@ -82,13 +88,15 @@ export class MoeLayer extends StatelessLayer {
         down: upload(experts.down),
         sharedGate: sh?.gate ? linear(sh.gate, [1, D]) : undefined,
         wDtype: WEIGHT_DTYPE_CODE[experts.gateUp.dtype],
+        held: experts.experts,
       };
       this.#shared = sh ? new SwiGlu(m, weights, sh.prefix, D, sh.inter, R, precision) : undefined;
-      const grouped = moeGrouped(R, topK, E);
+      const held = experts.experts;
+      const grouped = moeGrouped(R, topK, held);
       this.#s = {
         logits: m.alloc(4 * R * E), ids: m.alloc(4 * R * topK), weights: m.alloc(4 * R * topK), h: m.alloc(bytes * R * topK * options.inter),
         // The grouped path's scratch, only where maxRows can reach it.
-        groups: grouped ? m.alloc(4 * moeGroupsLength(R, topK, E)) : 0n, y: grouped ? m.alloc(bytes * R * topK * D) : 0n,
+        groups: grouped ? m.alloc(4 * moeGroupsLength(R, topK, held)) : 0n, y: grouped ? m.alloc(bytes * R * topK * D) : 0n,
         routed: m.alloc(bytes * R * D), shared: m.alloc(bytes * R * D), gate: m.alloc(4 * R),
       };
     } catch (error) {
@@ -99,17 +107,22 @@ export class MoeLayer extends StatelessLayer {
 
   protected run(step: LayerStep<LayerState>): void {
     const { gpu, stream, rows, input, output } = step;
-    const { hidden: D, experts: E, topK, inter, routing } = this.options;
+    const { hidden: D, experts: all, topK, inter, routing, localExperts } = this.options;
     const w = this.#w;
+    // The experts the kernels after the route index.
+    const E = w.held;
     const s = this.#s;
     const k = this.#kernels;
     const dtype = this.precision.rows;
     const codes = { wDtype: w.wDtype, rowDtype: FLOAT_DTYPE_CODE[dtype] };
     runLinear(gpu, { m: rows, x: input, w: w.router, y: s.logits, xDtype: dtype, yDtype: 'f32', stream });
-    gpu.launch(routeKernel, rowLaunch(rows, E, stream), {
-      logits: s.logits, bias: w.bias, ids: s.ids, weights: s.weights, rows, experts: E, topK,
+    gpu.launch(routeKernel, rowLaunch(rows, all, stream), {
+      logits: s.logits, bias: w.bias, ids: s.ids, weights: s.weights, rows, experts: all, topK,
       scoring: routing.scoring === 'softmax' ? 0 : 1, normTopK: routing.normTopK ? 1 : 0, nGroup: routing.nGroup, topkGroup: routing.topkGroup, scaling: routing.scaling,
     });
+    if (localExperts) {
+      gpu.launch(localizeKernel, flatLaunch(rows * topK, stream), { ids: s.ids, weights: s.weights, entries: rows * topK, first: localExperts.first, count: localExperts.count });
+    }
     const shared = this.#shared;
     const routed = shared ? s.routed : output;
     if (moeGrouped(rows, topK, E)) {

@@ -20,6 +20,8 @@ export interface ExpertWeights {
   readonly gateUp: ExpertMatrices;
   /** [experts][hidden][inter]; FP8 scales: per expert one [⌈D/128⌉][⌈I/128⌉] grid. */
   readonly down: ExpertMatrices;
+  /** Experts held: all, or an expert-parallel rank's plus its zero expert. */
+  readonly experts: number;
 }
 
 /** Concatenates per-expert parts of one type (gate, up, gate, up, … or down, down, …). */
@@ -54,12 +56,21 @@ function concat(parts: readonly HostLinear[], what: string): ExpertMatrices {
  * `precision.rows`; FP8 ones stay FP8 when `precision.fp8Weights`, else they are dequantized.
  */
 export function loadExperts(weights: WeightSource, o: MoeOptions, precision: Precision): ExpertWeights {
-  const { experts: E, inter: I, hidden: D } = o;
+  const { inter: I, hidden: D } = o;
+  // Expert parallelism: this rank's experts only, whose fused tensors the rank's view already split.
+  const first = o.localExperts?.first ?? 0;
+  const E = o.localExperts?.count ?? o.experts;
+  const loaded = loadExpertRange(weights, first, E, I, D, precision);
+  return o.localExperts ? withZeroExpert(loaded) : loaded;
+}
+
+function loadExpertRange(weights: WeightSource, first: number, E: number, I: number, D: number, precision: Precision): ExpertWeights {
   if (weights.has('experts.gate_up_proj')) {
     const rows = precision.rows;
     return {
       gateUp: { dtype: rows, data: readFloats(weights, 'experts.gate_up_proj', [E, 2 * I, D], rows) },
       down: { dtype: rows, data: readFloats(weights, 'experts.down_proj', [E, D, I], rows) },
+      experts: E,
     };
   }
   if (!weights.has('experts.0.gate_proj.weight')) {
@@ -67,9 +78,22 @@ export function loadExperts(weights: WeightSource, o: MoeOptions, precision: Pre
   }
   const gateUp: HostLinear[] = [];
   const down: HostLinear[] = [];
-  for (let e = 0; e < E; e++) {
+  for (let e = first; e < first + E; e++) {
     gateUp.push(readLinear(weights, `experts.${e}.gate_proj.weight`, [I, D], precision), readLinear(weights, `experts.${e}.up_proj.weight`, [I, D], precision));
     down.push(readLinear(weights, `experts.${e}.down_proj.weight`, [D, I], precision));
   }
-  return { gateUp: concat(gateUp, 'gate and up'), down: concat(down, 'down') };
+  return { gateUp: concat(gateUp, 'gate and up'), down: concat(down, 'down'), experts: E };
+}
+
+/** One more expert after the others, all zeros (its scales too): where an expert-parallel rank sends the entries of other ranks' experts. */
+function withZeroExpert(w: ExpertWeights): ExpertWeights {
+  const grow = (m: ExpertMatrices, experts: number): ExpertMatrices => {
+    const data = new Uint8Array(m.data.length + m.data.length / experts);
+    data.set(m.data);
+    if (!m.scales) return { dtype: m.dtype, data };
+    const scales = new Float32Array(m.scales.length + m.scales.length / experts);
+    scales.set(m.scales);
+    return { dtype: m.dtype, data, scales };
+  };
+  return { gateUp: grow(w.gateUp, w.experts), down: grow(w.down, w.experts), experts: w.experts + 1 };
 }

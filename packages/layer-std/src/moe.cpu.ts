@@ -330,3 +330,25 @@ export function combineCpu(a: CombineArgs, { mem }: CpuKernelContext): void {
     for (let d = 0; d < a.hidden; d++) out(r * a.hidden + d, routed(r * a.hidden + d) + g * shared(r * a.hidden + d));
   }
 }
+
+export interface LocalizeArgs {
+  readonly ids: bigint;
+  readonly weights: bigint;
+  readonly entries: number;
+  readonly first: number;
+  readonly count: number;
+}
+
+/** Expert parallelism: entries of experts [first, first + count) get local ids; the others the zero expert `count` and weight 0. */
+export function localizeCpu(a: LocalizeArgs, { mem }: CpuKernelContext): void {
+  const ids = mem.i32(a.ids, a.entries);
+  const weights = mem.f32(a.weights, a.entries);
+  for (let i = 0; i < a.entries; i++) {
+    const local = ids[i]! - a.first;
+    if (local >= 0 && local < a.count) ids[i] = local;
+    else {
+      ids[i] = a.count;
+      weights[i] = 0;
+    }
+  }
+}

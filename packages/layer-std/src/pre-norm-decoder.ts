@@ -1,11 +1,14 @@
 import {
-  BlockScratch, DecoderBlock, F32_PRECISION, eosTokenIds, floatBytes, scopeWeights,
-  type ModelBuildContext, type ModelStack, type TransformerLayer, type WeightSource,
+  BlockScratch, DecoderBlock, F32_PRECISION, eosTokenIds, floatBytes, scopeWeights, shardWeights, splitEvenly,
+  type ModelBuildContext, type ModelStack, type ShardRule, type TransformerLayer, type WeightSource,
 } from '@metrale/core';
+import { AllReduceLayer } from './all-reduce-layer.js';
 import { EmbeddingLayer } from './embedding-layer.js';
 import { LmHeadLayer } from './lm-head-layer.js';
 import { requireResidualAdd, residualAdd } from './residual-add.js';
 import { RmsNormLayer } from './rms-norm-layer.js';
+import { stdShardRule } from './std-shard-rule.js';
+import { VocabParallelHead } from './vocab-parallel-head.js';
 
 /** One decoder layer of a pre-norm model: its block type and how to make its two sublayers. */
 export interface PreNormLayer {
@@ -28,6 +31,12 @@ export interface PreNormDecoderSpec {
   readonly normOffset: 0 | 1;
   /** Layer i, given its tensors (`model.layers.{i}.` removed). Sublayers are made in order: norm, mixer, norm, mlp. */
   readonly layer: (i: number, weights: (prefix: string) => WeightSource) => PreNormLayer;
+  /**
+   * Under tensor parallelism (`ctx.parallel`), how the layers' tensors split among the ranks, by
+   * full checkpoint name (default `stdShardRule`: attention, MLP, MoE); the mixer and MLP must be
+   * made for the rank's share of heads and intermediates.
+   */
+  readonly shard?: ShardRule;
 }
 
 /**
@@ -35,9 +44,17 @@ export interface PreNormDecoderSpec {
  * `x += mixer(input_layernorm(x))`, `x += mlp(post_attention_layernorm(x))` as one
  * `DecoderBlock`, then `model.norm` and `lm_head` (or the tied embedding). A failure while
  * building frees everything made so far.
+ *
+ * As rank r of a tensor-parallel group of n > 1 (`ctx.parallel`): the layers read their parts of
+ * the tensors (`spec.shard`), an `AllReduceLayer` ends the mixer's and the MLP's chain (their
+ * last projection gives each rank a partial sum), and the lm head is a `VocabParallelHead`. The
+ * embedding and the norms are whole on every rank. With one rank nothing is added.
  */
 export function buildPreNormDecoder(ctx: ModelBuildContext, spec: PreNormDecoderSpec): ModelStack {
-  const { gpu, config, weights: w, limits } = ctx;
+  const { gpu, config, limits } = ctx;
+  const parallel = ctx.parallel && ctx.parallel.size > 1 ? ctx.parallel : undefined;
+  if (parallel) splitEvenly(spec.vocab, parallel.size, 'config.vocab_size');
+  const w = parallel ? shardWeights(ctx.weights, spec.shard ?? stdShardRule, parallel.rank, parallel.size) : ctx.weights;
   const precision = ctx.precision ?? F32_PRECISION;
   const { hidden, vocab } = spec;
   requireResidualAdd(gpu);
@@ -52,21 +69,34 @@ export function buildPreNormDecoder(ctx: ModelBuildContext, spec: PreNormDecoder
     for (let i = 0; i < spec.layerCount; i++) {
       const at = `model.layers.${i}.`;
       const layer = spec.layer(i, (prefix) => scope(at + prefix));
-      const parts: TransformerLayer<any>[] = [];
+      const mixer: TransformerLayer<any>[] = [];
+      const mlp: TransformerLayer<any>[] = [];
+      // Each rank's mixer and MLP end in a partial sum of the full row: summed over the ranks.
+      const reduce = () => new AllReduceLayer(gpu, limits, parallel!.comm, hidden, precision.rows);
       try {
-        parts.push(norm(`${at}input_layernorm.`));
-        parts.push(layer.mixer());
-        parts.push(norm(`${at}post_attention_layernorm.`));
-        parts.push(layer.mlp());
+        // One push per layer made, so a failure frees everything made before it.
+        mixer.push(norm(`${at}input_layernorm.`));
+        mixer.push(layer.mixer());
+        if (parallel) mixer.push(reduce());
+        mlp.push(norm(`${at}post_attention_layernorm.`));
+        mlp.push(layer.mlp());
+        if (parallel) mlp.push(reduce());
       } catch (error) {
-        for (const p of parts) p.dispose();
+        for (const p of [...mixer, ...mlp]) p.dispose();
         throw error;
       }
-      layers.push(new DecoderBlock({ gpu, type: layer.type, branches: [parts.slice(0, 2), parts.slice(2)], add: residualAdd, scratch, rowDtype: precision.rows }));
+      layers.push(new DecoderBlock({ gpu, type: layer.type, branches: [mixer, mlp], add: residualAdd, scratch, rowDtype: precision.rows }));
     }
     layers.push(norm('model.norm.'));
     const tied = !w.has('lm_head.weight') && config.tie_word_embeddings === true;
-    layers.push(new LmHeadLayer(gpu, scope(tied ? 'model.embed_tokens.' : 'lm_head.'), limits, { hidden, vocab, precision }));
+    const head = tied ? 'model.embed_tokens.' : 'lm_head.';
+    if (parallel) {
+      // The head's own view: its weight split by vocabulary rows (the embedding, even when tied, stays whole).
+      const headWeights = shardWeights(ctx.weights, (name) => (name === `${head}weight` ? { axis: 0 } : undefined), parallel.rank, parallel.size);
+      layers.push(new VocabParallelHead(gpu, scopeWeights(headWeights, head), limits, parallel.comm, { hidden, vocab, precision }));
+    } else {
+      layers.push(new LmHeadLayer(gpu, scope(head), limits, { hidden, vocab, precision }));
+    }
   } catch (error) {
     for (const l of layers) l.dispose();
     scratch.dispose();

@@ -1,5 +1,5 @@
-import { SeededRandom, tensorOf, MemoryWeightSource } from '@metrale/core';
-import { MoeLayer, checkMoe, glmMoeOptions, qwen3NextMoeOptions, type MoeOptions } from '@metrale/layer-std';
+import { SeededRandom, tensorOf, MemoryWeightSource, shardWeights, type ShardRule } from '@metrale/core';
+import { MoeLayer, checkMoe, expertParallelMoe, glmMoeOptions, qwen3NextMoeOptions, type MoeOptions } from '@metrale/layer-std';
 import { describe, expect, it } from 'vitest';
 import { LIMITS, matvec, relErr, runRows, sigmoid, silu, Weights } from './setup.js';
 
@@ -126,5 +126,38 @@ describe('MoE against float64 references', () => {
     expect(() => qwen3NextMoeOptions({ hidden_size: D, num_experts: 2, num_experts_per_tok: 3, moe_intermediate_size: I })).toThrow(/num_experts_per_tok \(3\) exceeds the 2 experts/);
     expect(() => glmMoeOptions({ hidden_size: D, n_routed_experts: 8, num_experts_per_tok: 2, moe_intermediate_size: I, n_group: 3 })).toThrow(/n_group = 3/);
     expect(() => qwen3NextMoeOptions({ hidden_size: D, num_experts: 8, num_experts_per_tok: 2, moe_intermediate_size: I, hidden_act: 'gelu' })).toThrow(/hidden_act/);
+  });
+});
+
+describe('MoE under expert parallelism', () => {
+  // Each rank holds whole experts [r·E/n, (r+1)·E/n) and its share of the shared expert; the ranks'
+  // outputs sum (as the all-reduce after the layer sums them) to the layer that holds everything.
+  it.each([2, 4])('the outputs of %i expert-parallel ranks sum to the whole layer’s, for both routings and both expert paths', (size) => {
+    for (const shared of ['gated', 'plain'] as const) {
+      const w = new Weights(new SeededRandom(size * 10 + (shared === 'gated' ? 1 : 2)));
+      expertWeights(w, shared);
+      if (shared === 'plain') w.add('gate.e_score_correction_bias', [E], 0.3);
+      const options = shared === 'gated'
+        ? qwen3NextMoeOptions({ hidden_size: D, num_experts: E, num_experts_per_tok: 3, moe_intermediate_size: I, shared_expert_intermediate_size: 2 * I })
+        : glmMoeOptions({ hidden_size: D, n_routed_experts: E, num_experts_per_tok: 2, moe_intermediate_size: I, n_shared_experts: 2, n_group: 4, topk_group: 2, routed_scaling_factor: 2.5 });
+      // 40 rows take the grouped expert kernels (≥ 8 entries per expert), 3 rows the row-wise ones.
+      for (const rows of [3, 40]) {
+        const x = new SeededRandom(rows).normals(rows * D);
+        const whole = runRows((gpu) => new MoeLayer(gpu, w.source(), LIMITS, options), x, undefined, rows);
+        const sum = new Float64Array(rows * D);
+        for (let rank = 0; rank < size; rank++) {
+          const split: ShardRule = (name) => (/shared_experts?\.(gate|up)_proj/.test(name) ? { axis: 0 } : /shared_experts?\.down_proj/.test(name) ? { axis: 1 } : undefined);
+          const part = runRows((gpu) => new MoeLayer(gpu, shardWeights(w.source(), split, rank, size), LIMITS, expertParallelMoe(options, rank, size, 'num_experts')), x, undefined, rows);
+          part.forEach((v, i) => (sum[i]! += v));
+        }
+        expect(relErr(sum, whole), `${shared}, ${rows} rows`).toBeLessThan(1e-5);
+      }
+    }
+  });
+
+  it('refuses an expert count the group does not divide, and a range outside the experts, by name', () => {
+    const options = qwen3NextMoeOptions({ hidden_size: D, num_experts: E, num_experts_per_tok: 2, moe_intermediate_size: I });
+    expect(() => expertParallelMoe(options, 0, 3, 'num_experts')).toThrow(/--tensor-parallel-size 3 does not divide config\.num_experts \(8\)/);
+    expect(() => checkMoe({ ...options, localExperts: { first: 6, count: 4 } })).toThrow(/localExperts \[6, 10\) must be a non-empty range of the 8 experts/);
   });
 });

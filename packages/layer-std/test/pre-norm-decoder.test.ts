@@ -1,5 +1,5 @@
 import { CpuBackend } from '@metrale/cpu-backend';
-import { MemoryWeightSource, StepDriver, WeightsError, type ModelStack } from '@metrale/core';
+import { DecoderBlock, MemoryWeightSource, StepDriver, WeightsError, type CollectiveArgs, type Communicator, type ModelStack } from '@metrale/core';
 import { MlpLayer, buildPreNormDecoder, type PreNormDecoderSpec } from '@metrale/layer-std';
 import { describe, expect, it } from 'vitest';
 import { LIMITS, matvec, relErr, rmsNorm, silu, Weights } from './setup.js';
@@ -96,6 +96,59 @@ describe('buildPreNormDecoder', () => {
     expect(build).toThrow(WeightsError);
     expect(build).toThrow(`missing tensor '${missing}'`);
     expect(gpu.stats().liveAllocations).toBe(0);
+    gpu.dispose();
+  });
+
+  it('as one rank of a group of one, adds no collective: the same stack and the same logits', () => {
+    const gpu = new CpuBackend();
+    const id = gpu.createCommunicatorId(1);
+    const comm = gpu.joinCommunicator(id, 0);
+    const w = decoderWeights();
+    const stack = buildPreNormDecoder({ gpu, config: {}, weights: w.source(), limits: LIMITS, parallel: { rank: 0, size: 1, comm, expertParallel: false } }, spec(gpu, 1));
+    try {
+      expect(stack.layers.map((l) => l.type)).toEqual(['embedding', 'test layer 0', 'test layer 1', 'rms-norm', 'lm-head']);
+      expect(relErr(logits(stack, gpu, tokens), reference(w, tokens, 1, false))).toBeLessThan(1e-5);
+      expect(gpu.stats().collectivesRun).toBe(0);
+    } finally {
+      stack.dispose();
+      gpu.dispose();
+    }
+  });
+
+  it('as rank 1 of 2: an all-reduce ends each branch, and the head is split by vocabulary and all-gathered', () => {
+    const gpu = new CpuBackend();
+    const calls: string[] = [];
+    // Records the calls and keeps the rank's own part (the other rank's is not there to add).
+    const record = (op: string) => (a: CollectiveArgs) => {
+      calls.push(`${op} ${a.count} ${a.dtype}`);
+      if (op === 'allReduce') gpu.copyDeviceAsync(a.recv, a.send, 4 * a.count, a.stream);
+      else gpu.memsetAsync(a.recv, 0, 8 * a.count, a.stream);
+    };
+    const comm: Communicator = {
+      rank: 1, size: 2, allReduce: record('allReduce'), allGather: record('allGather'), reduceScatter: record('reduceScatter'), allToAll: record('allToAll'),
+      abort: () => undefined, dispose: () => undefined,
+    };
+    const stack = buildPreNormDecoder(
+      { gpu, config: {}, weights: decoderWeights().source(), limits: LIMITS, parallel: { rank: 1, size: 2, comm, expertParallel: false } },
+      { ...spec(gpu, 1), shard: () => undefined },
+    );
+    try {
+      expect(stack.layers.map((l) => l.type)).toEqual(['embedding', 'test layer 0', 'test layer 1', 'rms-norm', 'lm-head (vocab-parallel)']);
+      expect((stack.layers[1] as DecoderBlock).layers.map((l) => l.type)).toEqual(['rms-norm', 'mlp', 'all-reduce', 'rms-norm', 'mlp', 'all-reduce']);
+      logits(stack, gpu, tokens);
+      const rows = tokens.length;
+      expect(calls).toEqual([...Array(4).fill(`allReduce ${rows * D} f32`), `allGather ${rows * (V / 2)} f32`]);
+    } finally {
+      stack.dispose();
+      gpu.dispose();
+    }
+  });
+
+  it('refuses a vocabulary the group does not divide, naming it', () => {
+    const gpu = new CpuBackend();
+    const comm = gpu.joinCommunicator(gpu.createCommunicatorId(3), 0);
+    const build = () => buildPreNormDecoder({ gpu, config: {}, weights: decoderWeights().source(), limits: LIMITS, parallel: { rank: 0, size: 3, comm, expertParallel: false } }, spec(gpu, 1));
+    expect(build).toThrow('--tensor-parallel-size 3 does not divide config.vocab_size (20)');
     gpu.dispose();
   });
 });

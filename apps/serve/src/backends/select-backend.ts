@@ -36,12 +36,13 @@ export async function probeBackends(): Promise<BackendReport[]> {
 
 /**
  * The backend for `--backend`: `auto` takes CUDA when its probe says it is available and the CPU
- * otherwise; an explicit `cuda` on a machine without it fails with the probe's reason.
+ * otherwise; an explicit `cuda` on a machine without it fails with the probe's reason. `device`
+ * picks the GPU (rank r of a tensor-parallel group runs on device r).
  */
-export async function selectBackend(choice: BackendChoice): Promise<GpuBackend> {
+export async function selectBackend(choice: BackendChoice, device = 0): Promise<GpuBackend> {
   if (choice === 'cpu') return new (await loadCpu()).CpuBackend();
   const cuda = await probeBackend('cuda');
-  if (cuda.available) return (await loadCuda()).CudaBackend.create();
+  if (cuda.available) return (await loadCuda()).CudaBackend.create({ device });
   if (choice === 'cuda') throw new BackendUnavailableError('cuda', cuda.reason);
   return new (await loadCpu()).CpuBackend();
 }

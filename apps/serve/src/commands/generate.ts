@@ -1,7 +1,7 @@
 import { writeFileSync } from 'node:fs';
 import {
-  Checkpoint, EngineLoop, NgramProposer, StepDriver, describePrecision, generateAll, encodeSafetensors, gib, loadModel, parseNgramSpec, resolvePrecision, tensorOf,
-  type DtypeChoice, type GenerateStats, type GpuBackend, type Precision, type SamplingParams, type WeightBytes,
+  Checkpoint, EngineLoop, NgramProposer, StepDriver, checkModelFits, describePrecision, generateAll, encodeSafetensors, gib, loadModel, parseNgramSpec, resolvePrecision, tensorOf,
+  type DtypeChoice, type GenerateStats, type GpuBackend, type ModelStack, type Precision, type SamplingParams, type StepRunner, type WeightBytes,
 } from '@metrale/core';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { BACKEND_CHOICES, selectBackend, type BackendChoice } from '../backends/select-backend.js';
@@ -12,6 +12,7 @@ import { generateLimits } from '../generate/generate-limits.js';
 import { TextCodec } from '../generate/text-codec.js';
 import { PrefillLastRowsHead } from '../engine/prefill-head.js';
 import { loadRegistry } from '../plugins/load-registry.js';
+import { startTensorParallel } from '../parallel/tensor-parallel-group.js';
 
 interface GenerateOptions extends PluginOptions {
   readonly model: string;
@@ -33,6 +34,8 @@ interface GenerateOptions extends PluginOptions {
   readonly promptLogits?: string;
   readonly dtype: DtypeChoice;
   readonly logprobs?: number;
+  readonly tensorParallelSize: number;
+  readonly enableExpertParallel?: boolean;
 }
 
 export function generateCommand(ctx: CliContext): Command {
@@ -57,6 +60,8 @@ export function generateCommand(ctx: CliContext): Command {
     .option('--ignore-eos', "keep generating past the model's end-of-sequence token")
     .option('--no-graphs', 'run decode and verify eagerly instead of capturing graphs')
     .option('--prompt-logits <file>', 'write the prompt rows\' logits (f32 [prompt, vocab], tensor "logits") to a safetensors file')
+    .option('--tensor-parallel-size <n>', 'split the model over n devices (rank r on device r; on the cpu backend, n simulated ranks on threads)', positiveInt, 1)
+    .option('--enable-expert-parallel', 'with --tensor-parallel-size: whole experts per rank instead of every expert split')
     .addHelpText('after', [
       '',
       'With --json the last line is {"tokens": [...], "text": "..." | null, "stats": {...}}; stats carry',
@@ -96,14 +101,39 @@ async function generate(o: GenerateOptions, ctx: CliContext): Promise<number> {
   if (prompt.length === 0) throw new UsageError('the prompt has no tokens');
   const precision = resolvePrecision(o.dtype, checkpoint.config, `${checkpoint.dir}/config.json`);
 
+  if (o.enableExpertParallel && o.tensorParallelSize === 1) throw new UsageError('--enable-expert-parallel needs --tensor-parallel-size > 1');
+
   const gpu: GpuBackend = await selectBackend(o.backend);
   try {
     const limits = generateLimits(prompt.length, o.maxTokens, spec?.k ?? 0);
-    const { stack, weightBytes } = loadModel(checkpoint, { gpu, limits, architectures, plugins, precision });
-    if (!o.json) ctx.err(weightsLine(weightBytes, precision, gpu.kind));
     // Every prompt row's logits when asked for; else the head computes only the rows sampled from.
-    const layers = o.promptLogits !== undefined ? stack.layers : PrefillLastRowsHead.wrapLast(stack.layers);
-    const driver = new StepDriver({ gpu, layers, limits, graphs: o.graphs });
+    const prefillLastRows = o.promptLogits === undefined;
+    let stack: ModelStack;
+    let driver: StepRunner;
+    let weightBytes: WeightBytes;
+    let release: () => Promise<void>;
+    if (o.tensorParallelSize > 1) {
+      const adapter = architectures.forConfig(checkpoint.config, `${checkpoint.dir}/config.json`);
+      weightBytes = checkModelFits(checkpoint, gpu, precision, { size: o.tensorParallelSize, ...(adapter.shardRule ? { rule: adapter.shardRule(checkpoint.config) } : {}) });
+      const group = await startTensorParallel(o.tensorParallelSize, {
+        modelDir: checkpoint.dir, backend: gpu.kind === 'cuda' ? 'cuda' : 'cpu', precision, limits, graphs: o.graphs, prefillLastRows,
+        expertParallel: o.enableExpertParallel === true, plugins: registrySetup(o, ctx),
+      }, registry, checkpoint, gpu);
+      ({ stack, driver } = group);
+      release = () => group.dispose();
+    } else {
+      const loaded = loadModel(checkpoint, { gpu, limits, architectures, plugins, precision });
+      stack = loaded.stack;
+      weightBytes = loaded.weightBytes;
+      const single = new StepDriver({ gpu, layers: prefillLastRows ? PrefillLastRowsHead.wrapLast(stack.layers) : stack.layers, limits, graphs: o.graphs });
+      driver = single;
+      const s = stack;
+      release = async () => {
+        single.dispose();
+        s.dispose();
+      };
+    }
+    if (!o.json) ctx.err(weightsLine(weightBytes, precision, gpu.kind, o.tensorParallelSize));
     try {
       // The loop that serves, with one request: prompt chunks of the driver's rows, then decode.
       const loop = new EngineLoop({
@@ -122,7 +152,10 @@ async function generate(o: GenerateOptions, ctx: CliContext): Promise<number> {
       const text = codec ? codec.decode(out.tokens) : null;
       const line = {
         tokens: out.tokens, text,
-        stats: { ...statsLine(stats, out.finishReason, gpu.kind, prompt.length), dtype: describePrecision(precision), weight_bytes: weightBytes.total },
+        stats: {
+          ...statsLine(stats, out.finishReason, gpu.kind, prompt.length), dtype: describePrecision(precision), weight_bytes: weightBytes.total,
+          tensor_parallel_size: o.tensorParallelSize,
+        },
         ...(o.logprobs !== undefined ? { logprobs: out.logprobs?.map((e) => e.top) ?? out.tokens.map(() => []) } : {}),
       };
       if (o.json) ctx.out(JSON.stringify(line));
@@ -132,8 +165,7 @@ async function generate(o: GenerateOptions, ctx: CliContext): Promise<number> {
       }
       return 0;
     } finally {
-      driver.dispose();
-      stack.dispose();
+      await release();
     }
   } finally {
     gpu.dispose();
@@ -155,10 +187,10 @@ function statsLine(s: GenerateStats, finish: string, backend: string, promptToke
   };
 }
 
-/** The weights' device bytes, as `generate` and `serve` print them before the upload. */
-export function weightsLine(bytes: WeightBytes, precision: Precision, backend: string): string {
+/** The weights' device bytes (per device under tensor parallelism), as `generate` and `serve` print them before the upload. */
+export function weightsLine(bytes: WeightBytes, precision: Precision, backend: string, ranks = 1): string {
   const parts = bytes.fp8 ? ` (${gib(bytes.float)} float + ${gib(bytes.fp8)} FP8)` : '';
-  return `weights: ${gib(bytes.total)} on ${backend}${parts}, ${describePrecision(precision)}`;
+  return `weights: ${gib(bytes.total)} on ${ranks > 1 ? `each of ${ranks} ${backend} ranks` : backend}${parts}, ${describePrecision(precision)}`;
 }
 
 function humanStats(s: Record<string, unknown>): string {

@@ -1,3 +1,4 @@
+import { UsageError } from '../errors/cli-errors.js';
 import { parseNgramSpec } from '@metrale/core';
 import { Presets, SingleBar } from 'cli-progress';
 import type { DtypeChoice } from '@metrale/core';
@@ -42,6 +43,8 @@ interface ServeOptions extends PluginOptions {
   readonly tokenizerWorkers: number;
   readonly generationConfig: string;
   readonly faultAfterSteps?: number;
+  readonly tensorParallelSize: number;
+  readonly enableExpertParallel?: boolean;
 }
 
 const positiveNumber = (value: string): number => {
@@ -76,6 +79,8 @@ export function serveCommand(ctx: CliContext): Command {
     .option('--served-model-name <name>', 'the name clients pass as "model"')
     .option('--cache-dir <dir>', 'where the embedded model is written (default: $METRALE_CACHE_DIR, ~/.cache/metrale, or the temp dir)')
     .option('--no-graphs', 'run decode and verify eagerly instead of capturing graphs')
+    .option('--tensor-parallel-size <n>', 'split the model over n devices (rank r on device r; on the cpu backend, n simulated ranks on threads)', positiveInt, 1)
+    .option('--enable-expert-parallel', 'with --tensor-parallel-size: whole experts per rank instead of every expert split')
     .addOption(new Option('--log-level <level>', 'log level').choices(['fatal', 'error', 'warn', 'info', 'debug', 'trace']).default('info'))
     .option('--shutdown-timeout <s>', 'on SIGINT/SIGTERM, seconds in-flight requests get to finish before they are cancelled', nonNegative, 30)
     .addOption(new Option('--progress <when>', 'progress bar on stderr while the weights load (auto: on a terminal, for checkpoints over 256 MiB)').choices(['auto', 'always', 'never']).default('auto'))
@@ -99,6 +104,7 @@ export function serveCommand(ctx: CliContext): Command {
 }
 
 async function serve(o: ServeOptions, ctx: CliContext): Promise<number> {
+  if (o.enableExpertParallel && o.tensorParallelSize === 1) throw new UsageError('--enable-expert-parallel needs --tensor-parallel-size > 1');
   const setup: EngineSetup = {
     ...(o.model !== undefined ? { modelDir: o.model } : {}),
     ...(o.cacheDir !== undefined ? { cacheDir: o.cacheDir } : {}),
@@ -115,6 +121,8 @@ async function serve(o: ServeOptions, ctx: CliContext): Promise<number> {
     graphs: o.graphs,
     plugins: registrySetup(o, ctx),
     generationConfig: o.generationConfig,
+    tensorParallelSize: o.tensorParallelSize,
+    ...(o.enableExpertParallel ? { expertParallel: true } : {}),
   };
   const engine = new EngineClient(setup, { loadDelayMs: o.loadDelayMs, ...(o.faultAfterSteps !== undefined ? { faultAfterSteps: o.faultAfterSteps } : {}) });
   const metrics = new ServerMetrics();

@@ -42,6 +42,10 @@ export interface EngineSetup {
   readonly plugins: RegistrySetup;
   /** `--generation-config`: where the sampling defaults come from (default auto: the checkpoint's generation_config.json). */
   readonly generationConfig?: GenerationConfigChoice;
+  /** `--tensor-parallel-size`: ranks the model is split over (default 1: one device). */
+  readonly tensorParallelSize?: number;
+  /** `--enable-expert-parallel`: whole experts per rank. */
+  readonly expertParallel?: boolean;
 }
 
 /** What the server learns of the model before its weights load. */
@@ -150,9 +154,12 @@ export interface Engine {
   readonly limits: LayerLimits;
   /** How the KV cache came out (pages, tokens, bytes), and whether prefix caching runs. */
   readonly kv: KvCacheInfo & { readonly prefixCaching: boolean };
-  /** The weights' device bytes, from the headers, checked against the device before the upload. */
+  /** The weights' device bytes (per device under tensor parallelism), from the headers, checked against the device before the upload. */
   readonly deviceWeightBytes: WeightBytes;
-  dispose(): void;
+  /** Frees the model; a tensor-parallel engine also ends its ranks' threads (the promise). */
+  dispose(): void | Promise<void>;
+  /** A tensor-parallel engine whose group failed (every later step would fail): why. */
+  fault?(): Error | undefined;
 }
 
 /**
@@ -209,21 +216,35 @@ export function buildEngine(
   }
 }
 
-function countingWeights(source: WeightSource, total: number, onProgress?: (loaded: number, total: number) => void): WeightSource {
+/** `source`, telling `onProgress` of the bytes read (whole tensors and parts of them) against `total`. */
+export function countingWeights(source: WeightSource, total: number, onProgress?: (loaded: number, total: number) => void): WeightSource {
   if (!onProgress) return source;
   let loaded = 0;
+  const count = (bytes: number) => {
+    loaded += bytes;
+    onProgress(Math.min(loaded, total), total);
+  };
   const view: WeightSource = {
     origin: source.origin,
     names: () => source.names(),
     has: (name) => source.has(name),
     get: (name) => {
       const t = source.get(name);
-      loaded += t.data.byteLength;
-      onProgress(Math.min(loaded, total), total);
+      count(t.data.byteLength);
       return t;
     },
     ...(source.fileOf ? { fileOf: (name: string) => source.fileOf!(name) } : {}),
     ...(source.qualifiedName ? { qualifiedName: (name: string) => source.qualifiedName!(name) } : {}),
+    ...(source.info ? { info: (name: string) => source.info!(name) } : {}),
+    ...(source.readRange
+      ? {
+          readRange: (name: string, offset: number, bytes: number, into?: Uint8Array) => {
+            const part = source.readRange!(name, offset, bytes, into);
+            count(part.byteLength);
+            return part;
+          },
+        }
+      : {}),
   };
   return view;
 }

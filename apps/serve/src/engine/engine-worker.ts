@@ -8,6 +8,7 @@ import { parentPort, workerData } from 'node:worker_threads';
 import type { GpuBackend, TokenConstraint } from '@metrale/core';
 import { selectBackend } from '../backends/select-backend.js';
 import { loadRegistry } from '../plugins/load-registry.js';
+import { buildParallelEngine } from '../parallel/parallel-engine.js';
 import { buildEngine, resolveModel, type Engine } from './build-engine.js';
 import { GrammarEngine } from '../structured/grammar-engine.js';
 import type { GrammarSpec } from '../structured/grammar-spec.js';
@@ -53,12 +54,15 @@ async function main(): Promise<void> {
     gpu = await selectBackend(data.setup.backend);
     const t0 = performance.now();
     let lastPost = 0;
-    engine = buildEngine(data.setup, info, checkpoint, gpu, registry, (loaded, total) => {
+    const onProgress = (loaded: number, total: number) => {
       const now = performance.now();
       if (loaded < total && now - lastPost < 100) return;
       lastPost = now;
       post({ t: 'progress', loaded, total });
-    });
+    };
+    engine = (data.setup.tensorParallelSize ?? 1) > 1
+      ? await buildParallelEngine(data.setup, info, checkpoint, gpu, registry, onProgress)
+      : buildEngine(data.setup, info, checkpoint, gpu, registry, onProgress);
     const { kv } = engine;
     post({
       t: 'ready', backend: gpu.kind, device: gpu.device.name, loadMs: performance.now() - t0, maxBatch: engine.limits.maxBatch, deviceWeightBytes: engine.deviceWeightBytes.total,
@@ -118,7 +122,7 @@ async function main(): Promise<void> {
     }
     if (stopping) {
       loop.cancelAll();
-      engine.dispose();
+      await engine.dispose();
       gpu.dispose();
       post({ t: 'closed' });
       port!.close();
@@ -150,11 +154,11 @@ async function main(): Promise<void> {
     }
     if (data.faultAfterSteps !== undefined && ++steps === data.faultAfterSteps) gpu.dispose();
     // Serving on is right only when the device survived the failure; a poisoned one fails the engine.
-    const fault = failed ? deviceFault(gpu) : undefined;
+    const fault = failed ? (engine.fault?.() ?? deviceFault(gpu)) : undefined;
     if (fault) {
       post({ t: 'failed', message: `the device is unusable after a failed step: ${fault.message}`, ...(fault.stack ? { stack: fault.stack } : {}) });
       loop.cancelAll();
-      for (const free of [() => engine.dispose(), () => gpu!.dispose()]) {
+      for (const free of [() => void Promise.resolve(engine.dispose()).catch(() => undefined), () => gpu!.dispose()]) {
         try {
           free();
         } catch {

@@ -1,5 +1,5 @@
 import { offsetPtr, type LayerState, type LayerStep, type Stream, type TransformerLayer } from '@metrale/core';
-import { LmHeadLayer } from '@metrale/layer-std';
+import { LmHeadLayer, VocabParallelHead } from '@metrale/layer-std';
 
 /**
  * The lm head of a served model, computing in a prefill step only the last row of each sequence
@@ -9,8 +9,9 @@ import { LmHeadLayer } from '@metrale/layer-std';
  * except for a sequence that `everyRow` names (it asked for its prompt's logprobs), whose rows
  * are all computed.
  *
- * Only an `LmHeadLayer` is wrapped: its rows are independent and it reads nothing but the
- * step's rows, input and output, so a one-row step at an offset is exact. Prefill runs eagerly
+ * Only an `LmHeadLayer` (or a tensor-parallel rank's `VocabParallelHead`, whose ranks all wrap
+ * theirs alike) is wrapped: its rows are independent and it reads nothing but the step's rows,
+ * input and output, so a one-row step at an offset is exact. Prefill runs eagerly
  * (never captured), so the host row table may steer it.
  */
 export class PrefillLastRowsHead implements TransformerLayer<LayerState> {
@@ -32,7 +33,7 @@ export class PrefillLastRowsHead implements TransformerLayer<LayerState> {
   static wrapLast(layers: readonly TransformerLayer<any>[], everyRow: (slot: number) => boolean = () => false): TransformerLayer<any>[] {
     const out = [...layers];
     const last = out[out.length - 1];
-    if (last instanceof LmHeadLayer) out[out.length - 1] = new PrefillLastRowsHead(last, everyRow);
+    if (last instanceof LmHeadLayer || last instanceof VocabParallelHead) out[out.length - 1] = new PrefillLastRowsHead(last, everyRow);
     return out;
   }
 

@@ -1,7 +1,8 @@
 import { F32_PRECISION, WeightsError, type ModelAdapter, type ModelBuildContext, type ModelStack } from '@metrale/core';
 import { plugin as dsaPlugin, readDsaConfig } from '@metrale/layer-dsa';
-import { MlpLayer, MoeLayer, buildPreNormDecoder, glmMoeOptions } from '@metrale/layer-std';
+import { MlpLayer, MoeLayer, buildPreNormDecoder, expertParallelMoe, expertParallelShardRule, glmMoeOptions } from '@metrale/layer-std';
 import { intField } from './config-fields.js';
+import { glmMoeDsaRankConfig, glmMoeDsaShardRule } from './glm-moe-dsa-sharding.js';
 
 export type GlmMlpType = 'dense' | 'sparse';
 
@@ -34,16 +35,21 @@ export function glmMlpLayerTypes(config: Readonly<Record<string, unknown>>): Glm
  * from @metrale/layer-dsa or whichever plugin provides it; 'shared' indexer layers reuse the
  * previous full layer's selection); the feed-forward is a dense SwiGLU (`mlp.gate_proj` …) or the
  * DeepSeek-V3-routed MoE (`mlp.gate.weight`, `mlp.gate.e_score_correction_bias`, `mlp.experts.*`,
- * `mlp.shared_experts.*`). All norms are plain w · x̂ RMSNorms (eps `rms_norm_eps`).
+ * `mlp.shared_experts.*`). All norms are plain w · x̂ RMSNorms (eps `rms_norm_eps`). Under tensor
+ * parallelism each rank builds its share of MLA heads and intermediates (`glmMoeDsaRankConfig`).
  */
 function build(ctx: ModelBuildContext): ModelStack {
   const precision = ctx.precision ?? F32_PRECISION;
-  const { gpu, config, limits } = ctx;
+  const { gpu, limits } = ctx;
+  const parallel = ctx.parallel && ctx.parallel.size > 1 ? ctx.parallel : undefined;
+  const ep = parallel?.expertParallel === true;
+  const config = glmMoeDsaRankConfig(ctx.config, parallel?.size ?? 1, ep);
   const hidden = intField(config, 'hidden_size');
   const mlpTypes = glmMlpLayerTypes(config);
   const dsa = ctx.plugins?.find('dsa') ?? dsaPlugin;
   // Read once, before any layer allocates: a config error names its field without device work.
-  const moe = mlpTypes.includes('sparse') ? glmMoeOptions(config) : undefined;
+  const moe = !mlpTypes.includes('sparse') ? undefined
+    : ep ? expertParallelMoe(glmMoeOptions(config), parallel!.rank, parallel!.size, 'n_routed_experts') : glmMoeOptions(config);
   const denseInter = mlpTypes.includes('dense') ? intField(config, 'intermediate_size') : 0;
   // The DSA layer refuses caches shorter than index_topk (GLM-5: 2048); a short run (maxSeqLen
   // below it) gets caches of index_topk positions instead. Nothing changes but memory: a row never
@@ -51,6 +57,7 @@ function build(ctx: ModelBuildContext): ModelStack {
   const topk = readDsaConfig(config, 0).topk;
   const attentionLimits = topk > limits.maxSeqLen ? { ...limits, maxSeqLen: topk } : limits;
   return buildPreNormDecoder(ctx, {
+    ...(parallel ? { shard: ep ? expertParallelShardRule(glmMoeDsaShardRule(ctx.config)) : glmMoeDsaShardRule(ctx.config) } : {}),
     hidden,
     vocab: intField(config, 'vocab_size'),
     layerCount: mlpTypes.length,
@@ -72,4 +79,5 @@ export const glmMoeDsaAdapter: ModelAdapter = {
   modelType: 'glm_moe_dsa',
   description: 'GLM-5: MLA with DeepSeek sparse attention (lightning indexer, top-k), dense first layers, sigmoid-routed MoE with shared experts',
   build,
+  shardRule: glmMoeDsaShardRule,
 };

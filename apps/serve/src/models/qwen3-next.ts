@@ -1,7 +1,10 @@
 import { F32_PRECISION, WeightsError, type ModelAdapter, type ModelBuildContext, type ModelStack } from '@metrale/core';
 import { plugin as gdnPlugin } from '@metrale/layer-gdn';
-import { AttentionLayer, MlpLayer, MoeLayer, buildPreNormDecoder, qwen3NextAttentionOptions, qwen3NextMoeOptions } from '@metrale/layer-std';
+import {
+  AttentionLayer, MlpLayer, MoeLayer, buildPreNormDecoder, expertParallelMoe, expertParallelShardRule, qwen3NextAttentionOptions, qwen3NextMoeOptions,
+} from '@metrale/layer-std';
 import { intField } from './config-fields.js';
+import { qwen3NextRankConfig, qwen3NextShardRule } from './qwen3-next-sharding.js';
 
 export type Qwen3NextLayerType = 'linear_attention' | 'full_attention';
 
@@ -33,14 +36,23 @@ export function qwen3NextIsMoe(config: Readonly<Record<string, unknown>>, i: num
  * `x += mlp(post_attention_layernorm(x))`; the mixer is Gated DeltaNet (`linear_attn.*`, from
  * @metrale/layer-gdn or whichever plugin provides 'gdn') or gated full attention (`self_attn.*`),
  * the MLP a MoE with a gated shared expert or a dense SwiGLU. All norms are (1 + w) RMSNorms.
+ * Under tensor parallelism each rank builds its share of heads and intermediates
+ * (`qwen3NextRankConfig`) from its parts of the tensors (`qwen3NextShardRule`); with expert
+ * parallelism its MoE holds whole experts instead.
  */
 function build(ctx: ModelBuildContext): ModelStack {
   const precision = ctx.precision ?? F32_PRECISION;
-  const { gpu, config, limits } = ctx;
+  const { gpu, limits } = ctx;
+  const parallel = ctx.parallel && ctx.parallel.size > 1 ? ctx.parallel : undefined;
+  const ep = parallel?.expertParallel === true;
+  const config = qwen3NextRankConfig(ctx.config, parallel?.size ?? 1, ep);
+  const moe = () => (ep ? expertParallelMoe(qwen3NextMoeOptions(config), parallel!.rank, parallel!.size, 'num_experts') : qwen3NextMoeOptions(config));
+  const shard = parallel ? (ep ? expertParallelShardRule(qwen3NextShardRule(ctx.config)) : qwen3NextShardRule(ctx.config)) : undefined;
   const hidden = intField(config, 'hidden_size');
   const types = qwen3NextLayerTypes(config);
   const gdn = ctx.plugins?.find('gdn') ?? gdnPlugin;
   return buildPreNormDecoder(ctx, {
+    ...(shard ? { shard } : {}),
     hidden,
     vocab: intField(config, 'vocab_size'),
     layerCount: types.length,
@@ -54,7 +66,7 @@ function build(ctx: ModelBuildContext): ModelStack {
           : new AttentionLayer(gpu, scope('self_attn.'), limits, { ...qwen3NextAttentionOptions(config), precision }),
       mlp: () =>
         qwen3NextIsMoe(config, i)
-          ? new MoeLayer(gpu, scope('mlp.'), limits, { ...qwen3NextMoeOptions(config), precision })
+          ? new MoeLayer(gpu, scope('mlp.'), limits, { ...moe(), precision })
           : new MlpLayer(gpu, scope('mlp.'), limits, { hidden, inter: intField(config, 'intermediate_size'), precision }),
     }),
   });
@@ -64,4 +76,5 @@ export const qwen3NextAdapter: ModelAdapter = {
   modelType: 'qwen3_next',
   description: 'Qwen3-Next: Gated DeltaNet and gated full attention, MoE with a gated shared expert',
   build,
+  shardRule: qwen3NextShardRule,
 };

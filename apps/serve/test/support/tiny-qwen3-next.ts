@@ -1,7 +1,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { SeededRandom, encodeSafetensors, toBf16, type HostTensor } from '@metrale/core';
-import { qwen3NextTensorPlan } from '../../src/embedded/qwen3-next-tensor-plan.js';
+import { qwen3NextTensorPlan, type Qwen3NextShape } from '../../src/embedded/qwen3-next-tensor-plan.js';
 
 /**
  * A tiny random `qwen3_next` checkpoint written the way `save_pretrained` writes one (config.json,
@@ -21,6 +21,8 @@ export interface TinyQwen3NextOptions {
    * on top of the random layers, so greedy text cycles (4 5 6 7 4 …) and n-gram drafts get accepted.
    */
   readonly bigram?: boolean;
+  /** Other sizes (head counts, intermediates) in place of TINY_CONFIG's. */
+  readonly config?: Partial<Qwen3NextShape>;
 }
 
 export const TINY_CONFIG = {
@@ -56,7 +58,7 @@ export const TINY_CONFIG = {
 } as const;
 
 export function writeTinyQwen3Next(dir: string, options: TinyQwen3NextOptions = {}): Record<string, unknown> {
-  const c = TINY_CONFIG;
+  const c = { ...TINY_CONFIG, ...options.config };
   const rnd = new SeededRandom(options.seed ?? 1234);
   const tensors: HostTensor[] = [];
   const dtype = options.dtype ?? 'bf16';

@@ -1,6 +1,7 @@
 import type { DevicePtr } from './device-ptr.js';
 import type { FloatDtype } from './dtype.js';
 import type { Kernel, KernelArgs, KernelParams } from './kernel.js';
+import type { Communicator, CommunicatorId } from '../parallel/communicator.js';
 
 /** An ordered queue of device work. Opaque: only the backend that made it may use it. */
 export interface Stream {
@@ -162,6 +163,15 @@ export interface GpuBackend {
   gemm(args: GemmArgs): void;
   /** An element-wise type conversion, in stream order (capturable, like a launch). */
   convert(args: ConvertArgs): void;
+
+  /**
+   * Collectives across devices (tensor and expert parallelism), where the backend has them:
+   * `createCommunicatorId(size)` on one rank makes the id every rank of a group of `size` joins
+   * with `joinCommunicator(id, rank)`, each on its own backend (one device, one thread). Joining
+   * may wait until every rank has joined. Absent: the backend runs one device only.
+   */
+  createCommunicatorId?(size: number): CommunicatorId;
+  joinCommunicator?(id: CommunicatorId, rank: number): Communicator;
 
   /**
    * A digest of every live allocation's contents (for tests: "nothing was written").

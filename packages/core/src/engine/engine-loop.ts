@@ -1,5 +1,6 @@
 import type { Sequence } from '../driver/sequence.js';
-import type { StepDriver, StepResult } from '../driver/step-driver.js';
+import type { StepResult } from '../driver/step-driver.js';
+import type { StepRunner } from '../driver/step-runner.js';
 import { offsetPtr } from '../device/device-ptr.js';
 import { InvalidArgumentError } from '../errors.js';
 import { MAX_LOGPROBS, positionLogprobs, type PositionLogprobs } from '../model/logprobs.js';
@@ -15,8 +16,8 @@ import { planPrefill, nextChunkRows, type PrefillChunk } from './prefill-plan.js
 import { PrefixCache } from './prefix-cache.js';
 
 export interface EngineLoopOptions {
-  /** A driver whose stack ends in f32 logits rows of `vocabSize`. */
-  readonly driver: StepDriver;
+  /** A driver (one device, or a tensor-parallel group) whose stack ends in f32 logits rows of `vocabSize`. */
+  readonly driver: StepRunner;
   readonly vocabSize: number;
   /**
    * Prompt rows a sequence prefills per step. A prompt is cut at multiples of this from its start
@@ -76,7 +77,7 @@ interface Running {
  * `sampling.seed`, or by a random 64-bit seed.
  */
 export class EngineLoop {
-  readonly driver: StepDriver;
+  readonly driver: StepRunner;
   readonly vocab: number;
   readonly prefillChunk: number;
   readonly #spec: EngineLoopOptions['speculation'];

@@ -1,5 +1,5 @@
 import type { Sequence } from '../driver/sequence.js';
-import type { StepDriver } from '../driver/step-driver.js';
+import type { StepRunner } from '../driver/step-runner.js';
 import { blockHashes } from '../kv/block-hash.js';
 
 /** A sequence as prefix caching sees it: every token it has (prompt, then generated) and the hashes of its full blocks so far. */
@@ -24,7 +24,7 @@ export class PrefixCache {
   #hits = 0;
 
   constructor(
-    private readonly driver: StepDriver,
+    private readonly driver: StepRunner,
     enabled: boolean,
   ) {
     this.enabled = enabled && driver.canResume;

@@ -41,7 +41,7 @@ export function checkFp8Tensors(weights: CheckpointWeights): void {
   }
 }
 
-/** Device bytes of a checkpoint's weights in a precision, by kind, estimated from the headers. */
+/** Device bytes of a checkpoint's weights in a precision, by kind, estimated from the headers (per rank: see `weightBytes`'s `share`). */
 export interface WeightBytes {
   /** Float weights, in `precision.rows`. */
   readonly float: number;
@@ -54,15 +54,18 @@ export interface WeightBytes {
  * What the checkpoint's tensors take on the device in `precision`: float tensors in the rows
  * type, FP8 ones as codes plus scales (or in the rows type when dequantized), other tensors as
  * stored. An estimate: a layer may keep a small tensor in f32, and `skip` leaves out tensors no
- * layer reads (a vision tower, MTP heads).
+ * layer reads (a vision tower, MTP heads). `share` is the part of a tensor one device holds (1/n
+ * for a tensor split over n tensor-parallel ranks; default 1).
  */
-export function weightBytes(weights: CheckpointWeights, precision: Precision, skip: (name: string) => boolean = () => false): WeightBytes {
+export function weightBytes(
+  weights: CheckpointWeights, precision: Precision, skip: (name: string) => boolean = () => false, share: (name: string) => number = () => 1,
+): WeightBytes {
   let float = 0;
   let fp8 = 0;
   for (const name of weights.names()) {
     if (skip(name)) continue;
     const info = weights.info(name);
-    const n = elementCount(info.shape);
+    const n = elementCount(info.shape) * share(name);
     if (info.dtype === 'f8e4m3') {
       if (precision.fp8Weights) fp8 += n;
       else float += n * floatBytes(precision.rows);

@@ -66,19 +66,24 @@ export class CheckpointWeights implements WeightSource {
 
   /** A tensor's dtype and shape from its shard's header, without reading its data. */
   info(name: string): TensorInfo {
-    const path = this.#where.get(name);
-    if (!path) throw new WeightsError(`missing tensor '${name}'`, this.origin);
-    const file = this.#open(path);
-    if (!file.has(name)) throw new WeightsError(`tensor '${name}' is listed in ${this.origin} but missing from this shard`, path);
-    return file.info(name);
+    return this.#shard(name).info(name);
   }
 
   get(name: string): HostTensor {
+    return this.#shard(name).get(name);
+  }
+
+  /** Part of a tensor's bytes (see `SafetensorsFile.readRange`); the rest is not read. */
+  readRange(name: string, byteOffset: number, byteLength: number, into?: Uint8Array): Uint8Array {
+    return this.#shard(name).readRange(name, byteOffset, byteLength, into);
+  }
+
+  #shard(name: string): SafetensorsFile {
     const path = this.#where.get(name);
     if (!path) throw new WeightsError(`missing tensor '${name}'`, this.origin);
     const file = this.#open(path);
     if (!file.has(name)) throw new WeightsError(`tensor '${name}' is listed in ${this.origin} but missing from this shard`, path);
-    return file.get(name);
+    return file;
   }
 
   #open(path: string): SafetensorsFile {

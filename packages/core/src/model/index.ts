@@ -17,7 +17,7 @@ export type { WeightDtype, HostLinear, LinearWeight, LinearCall } from './linear
 export {
   blocksOf, encodeFloats, dequantizeFp8, quantizeFp8, readLinear, readFloats, linearToF32, stackLinears, linearBytes, uploadLinear, runLinear, rowBytes,
 } from './linear-weight.js';
-export type { LoadModelOptions, LoadedModel } from './load-model.js';
+export type { LoadModelOptions, LoadedModel, FitParallel } from './load-model.js';
 export { checkModelFits, loadModel } from './load-model.js';
 export type { WeightBytes } from './checkpoint-precision.js';
 export { checkFp8Tensors, weightBytes, gib } from './checkpoint-precision.js';

@@ -1,6 +1,7 @@
 import type { LayerLimits } from '../contract/layer.js';
 import type { GpuBackend } from '../device/gpu-backend.js';
 import { ModelFitError } from '../errors.js';
+import type { ShardRule } from '../parallel/sharded-weights.js';
 import type { PluginRegistry } from '../plugin/registry.js';
 import { architectures, type ArchitectureRegistry } from './architecture-registry.js';
 import { Checkpoint } from './checkpoint.js';
@@ -27,17 +28,29 @@ export interface LoadedModel {
   readonly weightBytes: WeightBytes;
 }
 
+/** A tensor-parallel group the weights are split over: its size and which tensors split (the lm head always does). */
+export interface FitParallel {
+  readonly size: number;
+  /** The adapter's `shardRule` (default: nothing but the lm head splits). */
+  readonly rule?: ShardRule;
+}
+
 /**
  * Refuses, from the headers alone, a checkpoint whose FP8 tensors are malformed or whose weights
- * cannot fit the device in `precision`; returns the bytes they take.
+ * cannot fit the device in `precision` (each device's share of them under tensor parallelism);
+ * returns the bytes one device takes.
  */
-export function checkModelFits(checkpoint: Checkpoint, gpu: GpuBackend, precision: Precision): WeightBytes {
+export function checkModelFits(checkpoint: Checkpoint, gpu: GpuBackend, precision: Precision, parallel?: FitParallel): WeightBytes {
   checkFp8Tensors(checkpoint.weights);
-  const bytes = weightBytes(checkpoint.weights, precision);
+  const size = parallel?.size ?? 1;
+  const rule = parallel?.rule ?? (() => undefined);
+  const split = (name: string): boolean => name === 'lm_head.weight' || rule(name) !== undefined;
+  const share = (name: string): number => (size > 1 && (split(name) || (name.endsWith('_scale_inv') && split(name.slice(0, -'_scale_inv'.length)))) ? 1 / size : 1);
+  const bytes = weightBytes(checkpoint.weights, precision, undefined, share);
   const device = gpu.device.totalMemory;
   if (bytes.total > device) {
     throw new ModelFitError(
-      `${checkpoint.dir}: its weights take ${gib(bytes.total)} on the device in ${describePrecision(precision)} ` +
+      `${checkpoint.dir}: its weights take ${gib(bytes.total)} on ${size > 1 ? `each of ${size} devices` : 'the device'} in ${describePrecision(precision)} ` +
         `(${gib(bytes.float)} float${bytes.fp8 ? ` + ${gib(bytes.fp8)} FP8` : ''}), more than ${gpu.device.name}'s ${gib(device)}; ` +
         `use a lower precision (--dtype bf16, or the FP8 release of the model) or a device with more memory`,
       bytes.total,

@@ -1,5 +1,7 @@
 import type { LayerLimits, TransformerLayer } from '../contract/layer.js';
 import type { GpuBackend } from '../device/gpu-backend.js';
+import type { ParallelContext } from '../parallel/parallel-context.js';
+import type { ShardRule } from '../parallel/sharded-weights.js';
 import type { PluginRegistry } from '../plugin/registry.js';
 import type { WeightSource } from '../weights/weight-source.js';
 import type { Precision } from './precision.js';
@@ -16,6 +18,12 @@ export interface ModelBuildContext {
   readonly precision?: Precision;
   /** Loaded plugins, for adapters that let a plugin provide a layer type. */
   readonly plugins?: PluginRegistry;
+  /**
+   * The tensor-parallel group this stack is one rank of (absent: one device). The adapter builds
+   * the rank's shard: its heads, intermediates and vocabulary part, read as parts of the
+   * checkpoint's tensors, and the collectives that join the ranks' partial results.
+   */
+  readonly parallel?: ParallelContext;
 }
 
 /** A built model: the driver's layer stack, token ids in, logits out. */
@@ -35,4 +43,9 @@ export interface ModelAdapter {
   /** One line for listings (`qwen3_next: Gated DeltaNet + gated attention, MoE`). */
   readonly description?: string;
   build(context: ModelBuildContext): ModelStack;
+  /**
+   * Which of the checkpoint's tensors a tensor-parallel rank holds a part of (the rest it holds
+   * whole), for the per-device size check before anything loads. Absent: only the lm head splits.
+   */
+  shardRule?(config: Readonly<Record<string, unknown>>): ShardRule;
 }

@@ -1,4 +1,4 @@
-import type { StepDriver } from '../driver/step-driver.js';
+import type { StepRunner } from '../driver/step-runner.js';
 import type { Sequence } from '../driver/sequence.js';
 import { acceptGreedy, acceptRejection, type Acceptance } from '../driver/acceptance.js';
 import { probabilityFilter, type SamplingParams } from '../model/sampling.js';
@@ -42,7 +42,7 @@ export interface VerifyOutcome {
  * accepted only when it is what the target would produce, so the output does not change.
  * Returns undefined, running nothing, when no sequence has a draft (the caller decodes).
  */
-export function verifyDrafts(driver: StepDriver, vocab: number, seqs: readonly VerifySequence[], drafts: readonly (readonly number[])[]): VerifyOutcome | undefined {
+export function verifyDrafts(driver: StepRunner, vocab: number, seqs: readonly VerifySequence[], drafts: readonly (readonly number[])[]): VerifyOutcome | undefined {
   const longest = Math.max(0, ...drafts.map((d) => d.length));
   if (longest === 0) return undefined;
   const k = 1 + longest;

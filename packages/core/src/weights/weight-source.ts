@@ -1,3 +1,4 @@
+import type { DType } from '../device/dtype.js';
 import { WeightsError } from '../errors.js';
 import type { HostTensor } from './host-tensor.js';
 
@@ -13,6 +14,13 @@ export interface WeightSource {
   fileOf?(name: string): string | undefined;
   /** A tensor's full name in its file, for a view that removed a prefix; the name itself when absent. */
   qualifiedName?(name: string): string;
+  /** A tensor's type and shape without reading its data, where the source can. */
+  info?(name: string): { readonly dtype: DType; readonly shape: readonly number[] };
+  /**
+   * `byteLength` bytes of the tensor from `byteOffset`, into `into` (a view of them is returned),
+   * where the source can read part of a tensor (a file); the rest of the tensor is not read.
+   */
+  readRange?(name: string, byteOffset: number, byteLength: number, into?: Uint8Array): Uint8Array;
 }
 
 /** Tensors held in memory, keyed by name. */

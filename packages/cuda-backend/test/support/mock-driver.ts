@@ -1,4 +1,4 @@
-// Builds the host-side stand-ins for libcuda and cuBLASLt (test/mock/*.c) with the system C
+// Builds the host-side stand-ins for libcuda, cuBLASLt and NCCL (test/mock/*.c) with the system C
 // compiler, for tests that exercise the addon where there is no GPU.
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync } from 'node:fs';
@@ -9,6 +9,8 @@ import { fileURLToPath } from 'node:url';
 export interface MockDriver {
   readonly libcuda: string;
   readonly cublasLtDir: string;
+  /** The NCCL stand-in (test/mock/mock-libnccl.c), for METRALE_NCCL_PATH. */
+  readonly libnccl: string;
 }
 
 const mockDir = fileURLToPath(new URL('../mock/', import.meta.url));
@@ -27,9 +29,10 @@ export function buildMockDriver(): MockDriver | string {
   const out = mkdtempSync(join(tmpdir(), 'metrale-mock-cuda-'));
   const libcuda = join(out, 'libcuda.so.1');
   const cublasLt = join(out, 'libcublasLt.so.13');
-  for (const [source, target, libs] of [['mock-libcuda.c', libcuda, []], ['mock-cublaslt.c', cublasLt, ['-ldl']]] as const) {
+  const libnccl = join(out, 'libnccl.so.2');
+  for (const [source, target, libs] of [['mock-libcuda.c', libcuda, []], ['mock-cublaslt.c', cublasLt, ['-ldl']], ['mock-libnccl.c', libnccl, ['-ldl']]] as const) {
     const r = spawnSync(cc, ['-std=c11', '-O1', '-shared', '-fPIC', '-fvisibility=hidden', '-o', target, join(mockDir, source), ...libs], { encoding: 'utf8' });
     if (r.status !== 0) throw new Error(`compiling ${source} failed:\n${r.stderr}`);
   }
-  return existsSync(libcuda) ? { libcuda, cublasLtDir: out } : 'mock build produced nothing';
+  return existsSync(libcuda) ? { libcuda, cublasLtDir: out, libnccl } : 'mock build produced nothing';
 }

@@ -3,7 +3,7 @@
 // random buffers (never zeros; outputs poisoned with NaN first), compared by relative L2 error of
 // the decoded values; integers (expert ids, tokens) exactly. In every row type (f32, bf16, f16) and,
 // for the experts, every weight format (f32, bf16, f16, block-FP8 over bf16 and f16 rows). Covers
-// the vector and scalar paths of the row kernels, both MoE routings (Qwen3-Next softmax top-k with
+// the vector and scalar paths of the row kernels, expert parallelism's std.moe_localize, both MoE routings (Qwen3-Next softmax top-k with
 // and without norm_topk_prob; GLM-5 sigmoid + correction bias + groups + routed scaling), ties and a
 // NaN (padding) row, ids outside the experts, expert shapes whose D and I are not multiples of 128
 // (FP8 blocks cut short), the row-wise expert kernels bit-identical to the grouped ones and each of
@@ -17,7 +17,7 @@ import { CpuBackend } from '@metrale/cpu-backend';
 import { FLOAT_DTYPE_CODE, SeededRandom, floatBytes, type FloatDtype, type GpuBackend } from '@metrale/core';
 import {
   ATTENTION_KERNELS, EXPERT_FORMATS, EXPERT_KERNELS, WEIGHT_DTYPE_CODE, addKernel, combineKernel, embedKernel, expertsDownLaunch, expertsKernel, expertsLaunch,
-  expertsRowwiseLaunch, expertsUpLaunch, expertsUpRowwiseLaunch, flatLaunch, groupKernel, groupLaunch, layerNormKernel, moeGroupsLength, rmsNormKernel,
+  expertsRowwiseLaunch, expertsUpLaunch, expertsUpRowwiseLaunch, flatLaunch, groupKernel, groupLaunch, layerNormKernel, localizeKernel, moeGroupsLength, rmsNormKernel,
   ropeTable, routeKernel, rowLaunch, siluMulKernel, type ExpertFormat,
 } from '@metrale/layer-std';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -170,6 +170,17 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
       expect(rel).toBeLessThanOrEqual(1e-6);
     });
   }
+
+  it('std.moe_localize: an expert-parallel rank\'s entries get local ids, the others the zero expert and weight 0', () => {
+    const entries = 1000, experts = 512;
+    const ids = Int32Array.from({ length: entries }, () => random.int(0, experts - 1));
+    for (const [first, count] of [[0, 128], [256, 128], [384, 128]] as const) {
+      const r = onBoth({ ids, weights: random.normals(entries) }, (gpu, p) =>
+        gpu.launch(localizeKernel, flatLaunch(entries, gpu.defaultStream), { ids: p.ids!, weights: p.weights!, entries, first, count }), ['ids', 'weights']);
+      compareI32(`moe_localize experts [${first}, ${first + count}) ids`, r.cpu.ids!, r.cuda.ids!);
+      expect(Array.from(f32(r.cuda.weights!)), 'weights').toEqual(Array.from(f32(r.cpu.weights!)));
+    }
+  });
 
   /** The kernels, row type and codes of an expert format. */
   const formatOf = (format: ExpertFormat) => {
