@@ -118,6 +118,8 @@ async function generate(o: GenerateOptions, ctx: CliContext): Promise<number> {
       const group = await startTensorParallel(o.tensorParallelSize, {
         modelDir: checkpoint.dir, backend: gpu.kind === 'cuda' ? 'cuda' : 'cpu', precision, limits, graphs: o.graphs, prefillLastRows,
         expertParallel: o.enableExpertParallel === true, plugins: registrySetup(o, ctx),
+        // Pages for every slot at its longest, as the single-device driver sizes them.
+        kvCache: {},
       }, registry, checkpoint, gpu);
       ({ stack, driver } = group);
       release = () => group.dispose();

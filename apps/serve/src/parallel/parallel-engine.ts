@@ -1,5 +1,5 @@
 import { DeviceError, EngineLoop, NgramProposer, checkModelFits, type Checkpoint, type GpuBackend } from '@metrale/core';
-import { countingWeights, servingLimits, type Engine, type EngineSetup, type ModelInfo } from '../engine/build-engine.js';
+import { countingWeights, kvMemory, servingLimits, type Engine, type EngineSetup, type ModelInfo } from '../engine/build-engine.js';
 import type { ServingRegistry } from '../plugins/build-registry.js';
 import { startTensorParallel } from './tensor-parallel-group.js';
 
@@ -19,16 +19,19 @@ export async function buildParallelEngine(
   const group = await startTensorParallel(size, {
     modelDir: checkpoint.dir, backend: gpu.kind === 'cuda' ? 'cuda' : 'cpu', precision: info.precision, limits, graphs: setup.graphs,
     prefillLastRows: true, expertParallel: setup.expertParallel === true, plugins: setup.plugins,
+    // No snapshots: prefix caching is off under tensor parallelism.
+    kvCache: { pageSize: setup.blockSize ?? 16, memory: kvMemory(setup, gpu), snapshots: 0 },
   }, registry, checkpoint, gpu, { weights: countingWeights(checkpoint.weights, info.weightBytes / size, onProgress) });
   try {
     const loop = new EngineLoop({
       driver: group.driver,
       vocabSize: group.stack.vocabSize,
       prefillChunk: setup.prefillChunk,
-      ...(setup.spec ? { speculation: { proposer: new NgramProposer(setup.spec), k: setup.spec.k } } : {}),
+      prefixCaching: false,
+      ...(setup.spec ? { speculation: { proposer: new NgramProposer(setup.spec), k: setup.spec.k, adaptive: setup.spec.adaptive } } : {}),
     });
     const fault = () => (group.driver.broken ? new DeviceError('tensor-parallel group', group.driver.broken) : undefined);
-    return { loop, stack: group.stack, limits, deviceWeightBytes, dispose: () => group.dispose(), fault };
+    return { loop, stack: group.stack, limits, deviceWeightBytes, kv: { ...group.driver.kvInfo, prefixCaching: loop.prefixCaching }, dispose: () => group.dispose(), fault };
   } catch (error) {
     await group.dispose();
     throw error;

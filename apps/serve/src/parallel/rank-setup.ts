@@ -1,5 +1,5 @@
 import {
-  Checkpoint, StepDriver, type Communicator, type GpuBackend, type LayerLimits, type ModelStack, type Precision, type WeightSource,
+  Checkpoint, StepDriver, type Communicator, type GpuBackend, type KvCacheOptions, type LayerLimits, type ModelStack, type Precision, type WeightSource,
 } from '@metrale/core';
 import { PrefillLastRowsHead } from '../engine/prefill-head.js';
 import type { ServingRegistry } from '../plugins/build-registry.js';
@@ -17,6 +17,8 @@ export interface RankSetup {
   readonly prefillLastRows: boolean;
   readonly expertParallel: boolean;
   readonly plugins: RegistrySetup;
+  /** Every rank's KV page pool: the same options on every rank, so the same calls need the same pages. */
+  readonly kvCache: KvCacheOptions;
 }
 
 export interface RankModel {
@@ -44,7 +46,7 @@ export function buildRankModel(
   }
   try {
     const layers = setup.prefillLastRows ? PrefillLastRowsHead.wrapLast(stack.layers) : stack.layers;
-    return { stack, driver: new StepDriver({ gpu, layers, limits: setup.limits, graphs: setup.graphs }) };
+    return { stack, driver: new StepDriver({ gpu, layers, limits: setup.limits, graphs: setup.graphs, kvCache: setup.kvCache }) };
   } catch (error) {
     stack.dispose();
     throw error;

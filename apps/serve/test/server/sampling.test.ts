@@ -142,7 +142,8 @@ describe('seed', () => {
     expect(c).not.toBe(a);
     const unseeded = await Promise.all([0, 1, 2].map(() => text(server, sampled)));
     expect(new Set(unseeded).size).toBeGreaterThan(1);
-    expect(new Set(await Promise.all([0, 1].map(() => text(server, { ...sampled, seed: -1 })))).size).toBe(2);
+    // Random seeds: three answers of ten tokens are not all alike (two may be, on a small model).
+    expect(new Set(await Promise.all([0, 1, 2].map(() => text(server, { ...sampled, seed: -1 })))).size).toBeGreaterThan(1);
   });
 
   it('a 64-bit seed is taken exactly: 2^63 − 1 repeats, 2^63 − 2 (the same double) differs', async () => {
