@@ -1,5 +1,5 @@
 import {
-  E4M3_VALUES, FP8_BLOCK, FLOAT_DTYPE_CODE, InvalidArgumentError, bf16BitsToF32, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits, floatBytes, roundTo,
+  E4M3_VALUES, FP8_BLOCK, FLOAT_DTYPE_CODE, InvalidArgumentError, bf16BitsToF32, fromBf16, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits, floatBytes, roundTo,
   type DeviceMemoryView, type FloatDtype, type WeightDtype,
 } from '@metrale/core';
 
@@ -45,14 +45,9 @@ export function elementReader(mem: DeviceMemoryView, ptr: bigint, count: number,
 export function readElements(mem: DeviceMemoryView, ptr: bigint, count: number, dtype: FloatDtype): Float32Array {
   if (dtype === 'f32') return mem.f32(ptr, count);
   const bits = mem.u16(ptr, count);
+  if (dtype === 'bf16') return fromBf16(bits);
   const out = new Float32Array(count);
-  if (dtype === 'f16') {
-    for (let i = 0; i < count; i++) out[i] = f16BitsToF32(bits[i]!);
-    return out;
-  }
-  // A bf16 is the high half of the f32 it stands for.
-  const words = new Uint32Array(out.buffer);
-  for (let i = 0; i < count; i++) words[i] = bits[i]! << 16;
+  for (let i = 0; i < count; i++) out[i] = f16BitsToF32(bits[i]!);
   return out;
 }
 
