@@ -38,6 +38,12 @@ describe('SpeculationGate', () => {
     expect(gate.shouldVerify(1, 1.1)).toBe(true); // 2.1 / 4 > 1 / 2
   });
 
+  it('smooths a sequence\'s accepted drafts with its own weight', () => {
+    const gate = new SpeculationGate({ smoothing: 0.5 });
+    expect(gate.smoothAccepted(undefined, 3)).toBe(3);
+    expect(gate.smoothAccepted(3, 1)).toBe(2);
+  });
+
   it('refuses options out of range', () => {
     expect(() => new SpeculationGate({ smoothing: 0 })).toThrow(InvalidArgumentError);
     expect(() => new SpeculationGate({ probeEvery: 0 })).toThrow(InvalidArgumentError);

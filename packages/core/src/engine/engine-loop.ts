@@ -448,7 +448,7 @@ export class EngineLoop {
     live.forEach((r, i) => {
       drafted += drafts[i]!.length;
       accepted += outcome.accepted[i]!;
-      r.acceptedPerVerify = r.acceptedPerVerify === undefined ? outcome.accepted[i]! : r.acceptedPerVerify + 0.25 * (outcome.accepted[i]! - r.acceptedPerVerify);
+      if (this.#gate) r.acceptedPerVerify = this.#gate.smoothAccepted(r.acceptedPerVerify, outcome.accepted[i]!);
       this.#emit(r, outcome.emitted[i]!, outcome.logprobs[i], events);
     });
     return { seqs: live.length, k: outcome.k, drafted, accepted };

@@ -48,6 +48,11 @@ export class SpeculationGate {
     return (batch + expectedAccepted) / verify > batch / decode;
   }
 
+  /** A sequence's accepted drafts per verify, smoothed as the gate smooths its times (`previous` undefined before its first verify). */
+  smoothAccepted(previous: number | undefined, accepted: number): number {
+    return previous === undefined ? accepted : previous + this.#smoothing * (accepted - previous);
+  }
+
   recordDecode(batch: number, ms: number): void {
     this.#at(this.#decodeMs, batch).add(ms);
     this.#decodedSince++;
