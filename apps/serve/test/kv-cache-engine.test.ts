@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { CpuBackend } from '@metrale/cpu-backend';
-import { KvCacheSizeError, generateAll, type GenerateRequest } from '@metrale/core';
+import { EngineLoop, KvCacheSizeError, StepDriver, generateAll, type GenerateRequest } from '@metrale/core';
 import { afterAll, describe, expect, it } from 'vitest';
 import { buildEngine, resolveModel, type EngineSetup } from '../src/engine/build-engine.js';
 import { loadRegistry } from '../src/plugins/load-registry.js';
@@ -17,7 +17,7 @@ afterAll(() => rmSync(root, { recursive: true, force: true }));
 const modelDir = join(root, 'tiny');
 writeTinyQwen3Next(modelDir, { dtype: 'f32' });
 
-async function withEngine<T>(over: Partial<EngineSetup>, fn: (engine: ReturnType<typeof buildEngine>) => T): Promise<T> {
+async function withEngine<T>(over: Partial<EngineSetup>, fn: (engine: ReturnType<typeof buildEngine>, gpu: CpuBackend) => T): Promise<T> {
   const setup = {
     modelDir, backend: 'cpu', maxBatch: 4, maxModelLen: 512, prefillChunk: 32, graphs: true,
     plugins: { cwd: process.cwd(), packageDir: process.cwd(), plugins: [], preferPlugins: [] }, ...over,
@@ -27,7 +27,7 @@ async function withEngine<T>(over: Partial<EngineSetup>, fn: (engine: ReturnType
   const gpu = new CpuBackend();
   const engine = buildEngine(setup, info, checkpoint, gpu, registry);
   try {
-    return fn(engine);
+    return fn(engine, gpu);
   } finally {
     engine.dispose();
     gpu.dispose();
@@ -69,6 +69,24 @@ describe('the serving engine over a KV page pool (tiny qwen3_next, CPU)', () => 
       return out;
     });
     expect(together).toEqual(alone);
+  }, 300_000);
+
+  it('a second step driver over the same built model binds its caches again, with the same answers', async () => {
+    const requests: GenerateRequest[] = [{ prompt: prompt(40, 6), maxTokens: 16 }, { prompt: prompt(70, 7), maxTokens: 12 }];
+    await withEngine({}, (e, gpu) => {
+      const first = generateAll(e.loop, requests).outputs.map((o) => o.tokens);
+      // A benchmark's or a test's next driver: a smaller pool, snapshots of GDN state bound again.
+      for (const pages of [24, 40]) {
+        const driver = new StepDriver({ gpu, layers: e.stack.layers, limits: e.limits, kvCache: { pageSize: 16, pages, snapshots: 3 } });
+        try {
+          expect(driver.kvInfo.pages).toBe(pages);
+          const loop = new EngineLoop({ driver, vocabSize: e.stack.vocabSize, prefillChunk: 32 });
+          expect(generateAll(loop, requests).outputs.map((o) => o.tokens)).toEqual(first);
+        } finally {
+          driver.dispose();
+        }
+      }
+    });
   }, 300_000);
 
   it('a request sharing a prefix starts on its cached blocks and GDN snapshot, with the same answer', async () => {

@@ -227,6 +227,15 @@ export class DsaLayer implements TransformerLayer<DsaState> {
     return p;
   }
 
+  #release(...ptrs: readonly DevicePtr[]): void {
+    for (const p of ptrs) {
+      const i = this.#allocations.indexOf(p);
+      if (p === 0n || i < 0) continue;
+      this.#allocations.splice(i, 1);
+      this.#gpu.free(p);
+    }
+  }
+
   /** Checks that a shared layer of config `cfg` may read this layer's selection. */
   #checkSource(cfg: DsaConfig, limits: LayerLimits): void {
     const mine = this.config;
@@ -286,8 +295,9 @@ export class DsaLayer implements TransformerLayer<DsaState> {
 
   kvBind(binding: KvPageBinding): void {
     this.#alive('kvBind');
-    if (this.#caches) throw new InvalidArgumentError(`dsa layer ${this.config.layerIndex}: kvBind was already called; a layer joins one page pool, once`);
     this.kvPageBytes(binding.pageSize);
+    // A new driver over this layer binds it again: the earlier pool's pages go with that driver.
+    if (this.#caches) this.#release(this.#caches.kvCache, this.#caches.keys, this.#caches.keyScales);
     const cfg = this.config;
     const { pages, pageSize } = binding;
     const keyPageRows = pageSize / cfg.kpool;

@@ -159,6 +159,13 @@ export class GdnLayer implements TransformerLayer<GdnState> {
     return p;
   }
 
+  #release(p: DevicePtr): void {
+    const i = this.#allocations.indexOf(p);
+    if (p === 0n || i < 0) return;
+    this.#allocations.splice(i, 1);
+    this.#gpu.free(p);
+  }
+
   /** f32 words of one slot's state and of one slot's conv ring. */
   get stateSeqFloats(): number {
     return this.config.hv * this.config.dk * this.config.dv;
@@ -198,8 +205,9 @@ export class GdnLayer implements TransformerLayer<GdnState> {
 
   stateSnapshotBind(count: number): void {
     this.#alive('stateSnapshotBind');
-    if (this.#snapshots) throw new InvalidArgumentError('gdn: stateSnapshotBind was already called');
     if (!Number.isSafeInteger(count) || count < 0) throw new InvalidArgumentError(`gdn: stateSnapshotBind needs a non-negative count, got ${count}`);
+    // A new driver over this layer binds it again: the earlier entries go with that driver.
+    if (this.#snapshots) this.#release(this.#snapshots.base);
     this.#snapshots = { base: count > 0 ? this.#alloc(count * this.stateSnapshotBytes()) : 0n, count };
   }
 

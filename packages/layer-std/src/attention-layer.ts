@@ -91,7 +91,8 @@ export class AttentionLayer implements TransformerLayer<AttentionState> {
 
   kvBind(binding: KvPageBinding): void {
     this.#alive('kvBind');
-    if (this.#cache) throw new InvalidArgumentError('attention: kvBind was already called; a layer joins one page pool, once');
+    // A new driver over this layer binds it again: the earlier pool's pages go with that driver.
+    if (this.#cache) this.#memory.release(this.#cache.k, this.#cache.v);
     const bytes = this.kvPageBytes(binding.pageSize) / 2;
     this.#cache = { binding, k: this.#memory.alloc(bytes * binding.pages), v: this.#memory.alloc(bytes * binding.pages) };
   }

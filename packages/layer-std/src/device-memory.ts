@@ -29,6 +29,16 @@ export class DeviceMemory {
     this.gpu.synchronize(this.gpu.defaultStream);
   }
 
+  /** Frees `ptrs`, which this memory allocated (storage a layer replaces, such as a re-bound page pool). */
+  release(...ptrs: readonly DevicePtr[]): void {
+    for (const p of ptrs) {
+      const i = this.#allocations.indexOf(p);
+      if (i < 0) continue;
+      this.#allocations.splice(i, 1);
+      this.gpu.free(p);
+    }
+  }
+
   free(): void {
     for (const p of this.#allocations.splice(0)) this.gpu.free(p);
   }

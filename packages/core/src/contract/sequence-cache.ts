@@ -40,11 +40,15 @@ export interface KvPageBinding {
 export interface LayerSequenceCache<S extends LayerState = LayerState> {
   /** Bytes one page of `pageSize` rows takes in this layer's paged caches. */
   kvPageBytes?(pageSize: number): number;
-  /** Allocate storage for `binding.pages` pages and read `binding.blockTable` from now on. Once, before any step. */
+  /**
+   * Allocate storage for `binding.pages` pages and read `binding.blockTable` from now on. Each step
+   * driver binds its layers once, before any step; a later driver over the same layers (the earlier
+   * one disposed) binds them again, and the layer frees the earlier pool's storage.
+   */
   kvBind?(binding: KvPageBinding): void;
   /** Bytes of one saved state of a sequence. */
   stateSnapshotBytes?(): number;
-  /** Allocate `count` snapshot entries (0: none). Once, before any step. */
+  /** Allocate `count` snapshot entries (0: none), freeing those of an earlier binding; as `kvBind`. */
   stateSnapshotBind?(count: number): void;
   /** Copy the sequence's committed state (as of its committed length) into entry `index`, on `stream`. */
   saveStateSnapshot?(state: S, index: number, stream: Stream): void;
