@@ -45,6 +45,22 @@ const chunk = Number(o.chunk);
 const repeats = Number(o.repeats);
 const cases = [...lengths.map((len) => ({ prompts: 1, length: len })), ...(batch > 0 ? [{ prompts: batch, length: batchLength }] : [])];
 
+// The peer's JSON (its last line), read before the model is built: a peer run that failed or timed
+// out leaves the bench without ratios, never without its own figures.
+function readPeer(file) {
+  if (!file) return undefined;
+  try {
+    const last = readFileSync(file, 'utf8').trim().split('\n').at(-1);
+    const peer = JSON.parse(last ?? '');
+    if (!Array.isArray(peer.prefill)) throw new Error('it has no "prefill" list');
+    return peer;
+  } catch (error) {
+    console.error(`peer not measured: ${file} is not hf_peer.py's JSON (${error.message}); no ratios`);
+    return undefined;
+  }
+}
+const peer = readPeer(o.peer);
+
 const gpu = o.backend === 'cuda' ? (await import('@metrale/cuda-backend')).CudaBackend.create() : new (await import('@metrale/cpu-backend')).CpuBackend();
 let ceilings;
 if (o.backend === 'cuda') {
@@ -76,7 +92,6 @@ function modelFlops(prompts, length) {
   return linear + attention + gdn;
 }
 
-const peer = o.peer ? JSON.parse(readFileSync(o.peer, 'utf8').trim().split('\n').at(-1)) : undefined;
 const peerMs = (c) => {
   if (!peer || c.prompts !== 1) return undefined;
   const p = peer.prefill?.find((r) => r.tokens === c.length);

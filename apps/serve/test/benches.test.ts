@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -26,12 +26,15 @@ describe('whole-model benches on the CPU device (tiny shape)', () => {
     expect(Object.keys(r.layer_times[0]!.ms_per_step_by_kind)).toEqual(expect.arrayContaining(['gdn', 'attention', 'moe', 'lm-head']));
   }, 120_000);
 
-  it('prefill: single prompts and a batch, with the time per layer kind', () => {
-    const r = bench('qwen3-next-80b-prefill.bench.mjs', ['--lengths', '64,200', '--batch', '2', '--batch-length', '48', '--chunk', '128', '--repeats', '1']) as { results: { prompts: number; length: number; best_ms: number; ms_by_kind: Record<string, number> }[] };
+  it('prefill: single prompts and a batch, with the time per layer kind; a failed peer run costs only the ratios', () => {
+    const peer = join(out, 'peer.json');
+    writeFileSync(peer, ''); // what a peer killed by its timeout leaves
+    const r = bench('qwen3-next-80b-prefill.bench.mjs', ['--lengths', '64,200', '--batch', '2', '--batch-length', '48', '--chunk', '128', '--repeats', '1', '--peer', peer]) as { results: { prompts: number; length: number; best_ms: number; ms_by_kind: Record<string, number>; peer_ms?: number }[] };
     expect(r.results.map((x) => [x.prompts, x.length])).toEqual([[1, 64], [1, 200], [2, 48]]);
     for (const x of r.results) {
       expect(x.best_ms).toBeGreaterThan(0);
       expect(x.ms_by_kind.gdn).toBeGreaterThan(0);
+      expect(x.peer_ms).toBeUndefined();
     }
   }, 120_000);
 });

@@ -1,4 +1,4 @@
-import { defineKernel, type FloatDtype, type Kernel } from '@metrale/core';
+import { defineKernel, type FloatDtype, type Kernel, type LaunchConfig, type StepPhase, type Stream } from '@metrale/core';
 import { coreCpu, prepCpu } from './attention.cpu.js';
 import { attentionModule as module } from './std-modules.js';
 
@@ -39,3 +39,13 @@ export const ATTENTION_KERNELS: Readonly<Record<FloatDtype, AttentionKernels>> =
 // The f32 kernels under their own names (the reference path).
 export const prepKernel = ATTENTION_KERNELS.f32.prep;
 export const coreKernel = ATTENTION_KERNELS.f32.core;
+
+/**
+ * `std.attn_core`'s CTAs: [rows, heads] for decode and verify (each head's keys split over the
+ * CTA's warps: enough CTAs at batch 1); [rows, kvHeads] for prefill, where rows are many: a CTA
+ * takes a whole GQA group, so each key row is read once for the group's heads instead of once per
+ * head. A row's result depends on the phase, never on the rest of the step.
+ */
+export function coreLaunch(phase: StepPhase, rows: number, heads: number, kvHeads: number, stream: Stream): LaunchConfig {
+  return { grid: [Math.max(1, rows), phase === 'prefill' ? kvHeads : heads], block: 256, stream };
+}

@@ -4,7 +4,7 @@ import {
   type TransformerLayer, type WeightSource,
 } from '@metrale/core';
 import { checkAttention, type AttentionOptions } from './attention-config.js';
-import { ATTENTION_KERNELS, type AttentionKernels } from './attention-kernels.js';
+import { ATTENTION_KERNELS, coreLaunch, type AttentionKernels } from './attention-kernels.js';
 import { loadAttentionWeights } from './attention-weights.js';
 import { DeviceMemory } from './device-memory.js';
 import { precisionOf } from './layer-precision.js';
@@ -151,7 +151,7 @@ export class AttentionLayer implements TransformerLayer<AttentionState> {
       ...common, q: b.q, qNorm: b.qNorm, kNorm: b.kNorm, cos: b.cos, sin: b.sin,
       rotaryDim: o.rotaryDim, maxPositions: this.limits.maxSeqLen, eps: o.eps, normOffset: o.normOffset,
     });
-    gpu.launch(this.#kernels.core, { grid: [Math.max(1, rows), o.heads], block: 256, stream }, {
+    gpu.launch(this.#kernels.core, coreLaunch(phase, rows, o.heads, o.kvHeads, stream), {
       ...common, q: b.q, out: b.attn, scale: 1 / Math.sqrt(d),
     });
     runLinear(gpu, { m: rows, x: b.attn, w: this.#oW, y: step.output, xDtype: dtype, yDtype: dtype, stream });

@@ -1,6 +1,6 @@
-import { InvalidArgumentError, defineKernel, type FloatDtype, type Kernel, type LaunchConfig, type Stream, type WeightDtype } from '@metrale/core';
+import { InvalidArgumentError, defineKernel, type FloatDtype, type Kernel, type LaunchConfig, type StepPhase, type Stream, type WeightDtype } from '@metrale/core';
 import { combineCpu, expertsDownCpu, expertsRowwiseCpu, expertsSumCpu, expertsUpCpu, groupCpu, localizeCpu, routeCpu } from './moe.cpu.js';
-import { moeModule as module } from './std-modules.js';
+import { moeGemmModule, moeModule as module } from './std-modules.js';
 
 export const routeKernel = defineKernel({
   name: 'std.moe_route',
@@ -119,6 +119,11 @@ export interface ExpertKernels {
   readonly upRowwise: Kernel<typeof UP_PARAMS>;
   /** `std.moe_experts_rowwise`: down and the weighted sum per row. */
   readonly rowwise: Kernel<typeof ROWWISE_PARAMS>;
+  /**
+   * `std.moe_gemm_up` / `std.moe_gemm_down` (kernels/std-moe-gemm.cu): the grouped passes on tensor
+   * cores, for prefill steps; the same arguments and outputs as `up` / `down`. None for f32 rows.
+   */
+  readonly gemm?: { readonly up: Kernel<typeof GROUPED_UP_PARAMS>; readonly down: Kernel<typeof GROUPED_DOWN_PARAMS> };
 }
 
 function expertKernelsOf(format: ExpertFormat): ExpertKernels {
@@ -129,7 +134,37 @@ function expertKernelsOf(format: ExpertFormat): ExpertKernels {
     down: defineKernel({ name: name('std.moe_experts_down'), params: GROUPED_DOWN_PARAMS, cuda: { module, symbol: symbol('std_moe_experts_down') }, cpu: expertsDownCpu }),
     upRowwise: defineKernel({ name: name('std.moe_experts_up_rowwise'), params: UP_PARAMS, cuda: { module, symbol: symbol('std_moe_experts_up_rowwise') }, cpu: expertsUpCpu }),
     rowwise: defineKernel({ name: name('std.moe_experts_rowwise'), params: ROWWISE_PARAMS, cuda: { module, symbol: symbol('std_moe_experts_rowwise') }, cpu: expertsRowwiseCpu }),
+    ...(format === 'f32'
+      ? {}
+      : {
+          gemm: {
+            up: defineKernel({ name: name('std.moe_gemm_up'), params: GROUPED_UP_PARAMS, cuda: { module: moeGemmModule, symbol: symbol('std_moe_gemm_up') }, cpu: expertsUpCpu }),
+            down: defineKernel({ name: name('std.moe_gemm_down'), params: GROUPED_DOWN_PARAMS, cuda: { module: moeGemmModule, symbol: symbol('std_moe_gemm_down') }, cpu: expertsDownCpu }),
+          },
+        }),
   };
+}
+
+/** Entries (row, slot) per CTA of the tensor-core expert GEMMs, and output columns (kernels/std-moe-gemm.cu). */
+const GEMM_TILE = 64;
+
+/**
+ * Whether a step runs the tensor-core expert GEMMs: prefill steps (a prompt's rows never share a
+ * step with decode rows, so a decode row's bits stay those of the CUDA-core kernels whatever the
+ * batch), with kernels for the format and widths they take (16-element vectors of k).
+ */
+export function moeTensorCores(kernels: ExpertKernels, phase: StepPhase, hidden: number, inter: number): boolean {
+  return phase === 'prefill' && kernels.gemm !== undefined && hidden % 16 === 0 && inter % 16 === 0;
+}
+
+/**
+ * `std.moe_gemm_up` (n = inter) and `std.moe_gemm_down` (n = hidden): CTAs (tile slot, 64 output
+ * columns). Where the entries fall is on the device, so the slots are a bound: one per 64 entries,
+ * and one more per expert that can be chosen (each expert's last tile may be partial).
+ */
+export function expertsGemmLaunch(rows: number, topK: number, n: number, experts: number, stream: Stream): LaunchConfig {
+  const entries = Math.max(1, rows * topK);
+  return { grid: [Math.ceil(entries / GEMM_TILE) + Math.min(experts, entries), Math.ceil(n / GEMM_TILE)], block: 128, stream };
 }
 
 /** The expert kernels of every format. */

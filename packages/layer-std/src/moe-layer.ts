@@ -7,8 +7,8 @@ import { precisionOf } from './layer-precision.js';
 import type { MoeOptions } from './moe-config.js';
 import { checkMoe } from './moe-config.js';
 import {
-  EXPERT_KERNELS, combineKernel, expertFormat, expertsDownLaunch, expertsKernel, expertsLaunch, expertsRowwiseLaunch, expertsUpLaunch, expertsUpRowwiseLaunch,
-  groupKernel, groupLaunch, localizeKernel, moeGrouped, moeGroupsLength, routeKernel, type ExpertKernels,
+  EXPERT_KERNELS, combineKernel, expertFormat, expertsDownLaunch, expertsGemmLaunch, expertsKernel, expertsLaunch, expertsRowwiseLaunch, expertsUpLaunch,
+  expertsUpRowwiseLaunch, groupKernel, groupLaunch, localizeKernel, moeGrouped, moeGroupsLength, moeTensorCores, routeKernel, type ExpertKernels,
 } from './moe-kernels.js';
 import { loadExperts, type ExpertMatrices } from './moe-weights.js';
 import { requireKernels } from './require-kernels.js';
@@ -30,6 +30,9 @@ interface DeviceExperts {
  * weights read once per step for all the rows that chose it) → `std.moe_experts` (Σ weight · y, in
  * slot order); below, `std.moe_experts_up_rowwise` → `std.moe_experts_rowwise` (per row and
  * expert). Both paths give a row the same bits, so its output does not depend on the batch.
+ * Prefill steps in bf16 / f16 rows take `std.moe_gemm_up` / `std.moe_gemm_down` instead of the
+ * grouped pair: the same grouping on tensor cores (`moeTensorCores`); a prefill row's result then
+ * differs from a decode row's in the order of its sums, and still depends on nothing else in the step.
  * Rows, h, y, the routed sum and the shared expert are in the row type, the expert kernels of the
  * weights' format (`ExpertFormat`). Tensors, prefix removed: `gate.weight`,
  * `gate.e_score_correction_bias` (sigmoid routing), `experts.*`, `shared_expert.*` +
@@ -77,7 +80,8 @@ export class MoeLayer extends StatelessLayer {
         throw new WeightsError(`the MoE's expert gate/up weights are ${experts.gateUp.dtype} but its down weights ${experts.down.dtype}; the expert kernels read one type`);
       }
       this.#kernels = EXPERT_KERNELS[expertFormat(experts.gateUp.dtype, rows)];
-      requireKernels(gpu, 'moe', Object.values(this.#kernels));
+      const k = this.#kernels;
+      requireKernels(gpu, 'moe', [k.up, k.down, k.upRowwise, k.rowwise, ...(k.gemm ? [k.gemm.up, k.gemm.down] : [])]);
       const upload = (host: ExpertMatrices): DeviceExperts => ({ data: m.upload(host.data), scales: host.scales ? m.upload(host.scales) : 0n });
       const linear = (name: string, shape: readonly [number, number]) => uploadLinear(gpu, (n) => m.alloc(n), readLinear(weights, name, shape, precision));
       const sh = options.shared;
@@ -92,7 +96,7 @@ export class MoeLayer extends StatelessLayer {
       };
       this.#shared = sh ? new SwiGlu(m, weights, sh.prefix, D, sh.inter, R, precision) : undefined;
       const held = experts.experts;
-      const grouped = moeGrouped(R, topK, held);
+      const grouped = moeGrouped(R, topK, held) || moeTensorCores(this.#kernels, 'prefill', D, options.inter);
       this.#s = {
         logits: m.alloc(4 * R * E), ids: m.alloc(4 * R * topK), weights: m.alloc(4 * R * topK), h: m.alloc(bytes * R * topK * options.inter),
         // The grouped path's scratch, only where maxRows can reach it.
@@ -125,12 +129,15 @@ export class MoeLayer extends StatelessLayer {
     }
     const shared = this.#shared;
     const routed = shared ? s.routed : output;
-    if (moeGrouped(rows, topK, E)) {
+    const tensorCores = moeTensorCores(k, step.phase, D, inter);
+    if (tensorCores || moeGrouped(rows, topK, E)) {
+      const up = tensorCores ? k.gemm!.up : k.up;
+      const down = tensorCores ? k.gemm!.down : k.down;
       gpu.launch(groupKernel, groupLaunch(E, stream), { ids: s.ids, groups: s.groups, rows, experts: E, topK });
-      gpu.launch(k.up, expertsUpLaunch(rows, topK, inter, E, stream), {
+      gpu.launch(up, tensorCores ? expertsGemmLaunch(rows, topK, inter, E, stream) : expertsUpLaunch(rows, topK, inter, E, stream), {
         input, ids: s.ids, groups: s.groups, gateUp: w.gateUp.data, gateUpScales: w.gateUp.scales, h: s.h, rows, hidden: D, inter, experts: E, topK, ...codes,
       });
-      gpu.launch(k.down, expertsDownLaunch(rows, topK, D, E, stream), {
+      gpu.launch(down, tensorCores ? expertsGemmLaunch(rows, topK, D, E, stream) : expertsDownLaunch(rows, topK, D, E, stream), {
         h: s.h, ids: s.ids, groups: s.groups, down: w.down.data, downScales: w.down.scales, y: s.y, rows, hidden: D, inter, experts: E, topK, ...codes,
       });
       gpu.launch(expertsKernel, expertsLaunch(rows, D, stream), {

@@ -5,7 +5,7 @@
 // blocks only. Also: the grouped expert path (many rows per expert) gives each row the bits of the
 // row-wise path, whatever the format.
 import { SeededRandom, type Precision } from '@metrale/core';
-import { MoeLayer, glmMoeOptions, moeGrouped, qwen3NextMoeOptions, type MoeOptions } from '@metrale/layer-std';
+import { EXPERT_KERNELS, MoeLayer, glmMoeOptions, moeGrouped, moeTensorCores, qwen3NextMoeOptions, type MoeOptions } from '@metrale/layer-std';
 import { afterAll, describe, expect, it } from 'vitest';
 import { linearWeights, toFp8 } from './fp8-weights.js';
 import { LIMITS, matvec, relErr, ROW_TYPE_BOUND, runRows, sigmoid, silu, Weights } from './setup.js';
@@ -148,4 +148,15 @@ describe('MoE in bf16 / f16 and with FP8 weights against float64 references', ()
       expect(Array.from(all.subarray(0, 5 * D))).toEqual(Array.from(few));
     });
   }
+
+  it('prefill steps in bf16 / f16 rows take the tensor-core expert GEMMs; decode, verify, f32 and widths off 16 do not', () => {
+    for (const format of ['bf16', 'f16', 'fp8-bf16', 'fp8-f16'] as const) {
+      expect(moeTensorCores(EXPERT_KERNELS[format], 'prefill', 2048, 512), format).toBe(true);
+      expect(moeTensorCores(EXPERT_KERNELS[format], 'decode', 2048, 512), format).toBe(false);
+      expect(moeTensorCores(EXPERT_KERNELS[format], 'verify', 2048, 512), format).toBe(false);
+      expect(moeTensorCores(EXPERT_KERNELS[format], 'prefill', 2048, 136), format).toBe(false);
+      expect(moeTensorCores(EXPERT_KERNELS[format], 'prefill', 1000, 512), format).toBe(false);
+    }
+    expect(moeTensorCores(EXPERT_KERNELS.f32, 'prefill', 2048, 512)).toBe(false);
+  });
 });

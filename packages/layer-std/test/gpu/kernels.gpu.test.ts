@@ -16,8 +16,8 @@
 import { CpuBackend } from '@metrale/cpu-backend';
 import { FLOAT_DTYPE_CODE, SeededRandom, floatBytes, type FloatDtype, type GpuBackend } from '@metrale/core';
 import {
-  ATTENTION_KERNELS, EXPERT_FORMATS, EXPERT_KERNELS, WEIGHT_DTYPE_CODE, addKernel, combineKernel, embedKernel, expertsDownLaunch, expertsKernel, expertsLaunch,
-  expertsRowwiseLaunch, expertsUpLaunch, expertsUpRowwiseLaunch, flatLaunch, groupKernel, groupLaunch, layerNormKernel, localizeKernel, moeGroupsLength, rmsNormKernel,
+  ATTENTION_KERNELS, EXPERT_FORMATS, coreLaunch, EXPERT_KERNELS, WEIGHT_DTYPE_CODE, addKernel, combineKernel, embedKernel, expertsDownLaunch, expertsKernel, expertsLaunch,
+  expertsGemmLaunch, expertsRowwiseLaunch, expertsUpLaunch, expertsUpRowwiseLaunch, flatLaunch, groupKernel, groupLaunch, layerNormKernel, localizeKernel, moeGroupsLength, rmsNormKernel,
   ropeTable, routeKernel, rowLaunch, siluMulKernel, type ExpertFormat,
 } from '@metrale/layer-std';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -189,14 +189,16 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
     return { k: EXPERT_KERNELS[format], dtype, fp8, codes: { wDtype: WEIGHT_DTYPE_CODE[fp8 ? 'f8e4m3' : dtype], rowDtype: FLOAT_DTYPE_CODE[dtype] } };
   };
   /** group → up → down → weighted sum, the grouped path the layer launches. */
-  const groupedExperts = (gpu: GpuBackend, p: Ptrs, format: ExpertFormat, rows: number, D: number, I: number, E: number, topK: number): void => {
+  const groupedExperts = (gpu: GpuBackend, p: Ptrs, format: ExpertFormat, rows: number, D: number, I: number, E: number, topK: number, tensorCores = false): void => {
     const s = gpu.defaultStream;
     const { k, fp8, codes } = formatOf(format);
+    const up = tensorCores ? k.gemm!.up : k.up;
+    const down = tensorCores ? k.gemm!.down : k.down;
     gpu.launch(groupKernel, groupLaunch(E, s), { ids: p.ids!, groups: p.groups!, rows, experts: E, topK });
-    gpu.launch(k.up, expertsUpLaunch(rows, topK, I, E, s), {
+    gpu.launch(up, tensorCores ? expertsGemmLaunch(rows, topK, I, E, s) : expertsUpLaunch(rows, topK, I, E, s), {
       input: p.x!, ids: p.ids!, groups: p.groups!, gateUp: p.gateUp!, gateUpScales: fp8 ? p.gateUpScales! : 0n, h: p.h!, rows, hidden: D, inter: I, experts: E, topK, ...codes,
     });
-    gpu.launch(k.down, expertsDownLaunch(rows, topK, D, E, s), {
+    gpu.launch(down, tensorCores ? expertsGemmLaunch(rows, topK, D, E, s) : expertsDownLaunch(rows, topK, D, E, s), {
       h: p.h!, ids: p.ids!, groups: p.groups!, down: p.down!, downScales: fp8 ? p.downScales! : 0n, y: p.y!, rows, hidden: D, inter: I, experts: E, topK, ...codes,
     });
     gpu.launch(expertsKernel, expertsLaunch(rows, D, s), { y: p.y!, ids: p.ids!, weights: p.weights!, output: p.out!, rows, hidden: D, experts: E, topK, dtype: codes.rowDtype });
@@ -222,6 +224,18 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
     };
   };
 
+  /** topK distinct random experts per row; one id below the experts and, past 3 rows, one past them. */
+  const routedIds = (rows: number, topK: number, E: number): Int32Array => {
+    const ids = new Int32Array(rows * topK);
+    for (let r = 0; r < rows; r++) {
+      const perm = Array.from({ length: E }, (_, e) => e).sort(() => random.float() - 0.5);
+      for (let j = 0; j < topK; j++) ids[r * topK + j] = perm[j]!;
+    }
+    ids[topK + 1] = -1;
+    if (rows > 3) ids[3 * topK] = E;
+    return ids;
+  };
+
   // Shapes: 3 rows at the 80B expert shape; a tiny unaligned one (scalar paths); 40 rows over 8
   // experts (~30 entries per expert: two passes of 16 through each weight tile); D and I past 128
   // but not multiples of it (FP8 blocks cut short on both axes).
@@ -230,13 +244,7 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
     for (const [D, I, E, topK, rows] of SHAPES) {
       it(`${format}: std.moe_group + std.moe_experts_up + std.moe_experts_down + std.moe_experts, D ${D}, I ${I}, ${E} experts, top-${topK}, ${rows} rows (an id outside the experts), and the row-wise kernels' bits`, () => {
         const { dtype } = formatOf(format);
-        const ids = new Int32Array(rows * topK);
-        for (let r = 0; r < rows; r++) {
-          const perm = Array.from({ length: E }, (_, e) => e).sort(() => random.float() - 0.5);
-          for (let j = 0; j < topK; j++) ids[r * topK + j] = perm[j]!;
-        }
-        ids[topK + 1] = -1;
-        if (rows > 3) ids[3 * topK] = E; // a second one, past the experts
+        const ids = routedIds(rows, topK, E);
         const bufs = expertBufs(format, rows, D, I, E, topK, ids);
         const label = `${format} D=${D} I=${I} E=${E} k=${topK} rows=${rows}`;
         const r = onBoth(bufs, (gpu, p) => groupedExperts(gpu, p, format, rows, D, I, E, topK), ['groups', 'h', 'y', 'out']);
@@ -293,6 +301,36 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
         for (const ptr of Object.values(p)) gpu.free(ptr);
       }
     });
+  }
+
+  // The tensor-core expert GEMMs of prefill steps: the 80B expert widths with 80 entries per expert
+  // (tiles of 64 cut short), widths not multiples of 64 or 128 (output columns and FP8 blocks cut
+  // short), a few rows; each against the CPU twin (kept small: the twin is most of the time), and
+  // each row's bits alone and batched.
+  const GEMM_SHAPES = [[2048, 512, 4, 2, 160], [1040, 272, 12, 4, 120], [2048, 512, 8, 6, 3]] as const;
+  for (const format of EXPERT_FORMATS.filter((f) => f !== 'f32')) {
+    for (const [D, I, E, topK, rows] of GEMM_SHAPES) {
+      it(`${format}: std.moe_gemm_up + std.moe_gemm_down (tensor cores), D ${D}, I ${I}, ${E} experts, top-${topK}, ${rows} rows (ids outside the experts)`, () => {
+        const { dtype } = formatOf(format);
+        const ids = routedIds(rows, topK, E);
+        const bufs = expertBufs(format, rows, D, I, E, topK, ids);
+        const label = `${format} D=${D} I=${I} E=${E} k=${topK} rows=${rows}`;
+        const r = onBoth(bufs, (gpu, p) => groupedExperts(gpu, p, format, rows, D, I, E, topK, true), ['h', 'y', 'out']);
+        compare(`moe_gemm_up ${label}`, dtype, r.cpu.h!, r.cuda.h!);
+        compare(`moe_gemm_down ${label}`, dtype, r.cpu.y!, r.cuda.y!);
+        compare(`moe_experts after the gemms ${label}`, dtype, r.cpu.out!, r.cuda.out!);
+        // Each row alone gives the bits it gets in the batch (no split of k, its order fixed).
+        for (const row of [0, 1, rows - 1]) {
+          const one = expertBufs(format, 1, D, I, E, topK, ids.slice(row * topK, (row + 1) * topK));
+          const bytes = floatBytes(dtype);
+          const xs = new Uint8Array(bufs.x!.buffer, bufs.x!.byteOffset + bytes * row * D, bytes * D);
+          const alone = runOn(cudaGpu!, { ...one, x: xs, gateUp: bufs.gateUp!, gateUpScales: bufs.gateUpScales!, down: bufs.down!, downScales: bufs.downScales! }, (gpu, p) => groupedExperts(gpu, p, format, 1, D, I, E, topK, true), ['h']);
+          const batched = r.cuda.h!.subarray(bytes * row * topK * I, bytes * (row + 1) * topK * I);
+          expect(sameBits(alone.h!, batched), `row ${row}: h alone vs batched`).toBe(true);
+        }
+        results.push(`${`moe gemm rows alone ≡ batched ${label}`.padEnd(84)} h bit-identical`);
+      });
+    }
   }
 
   for (const dtype of ROW_TYPES) {
@@ -363,7 +401,8 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
               ...common, q: p[`q${n}`]!, qNorm: o.norms ? p.qNorm! : 0n, kNorm: o.norms ? p.kNorm! : 0n, cos: p.cos!, sin: p.sin!,
               rotaryDim: o.rot, maxPositions: maxSeqLen, eps: 1e-6, normOffset: o.offset,
             });
-            gpu.launch(k.core, { grid: [rows, o.H], block: 256, stream }, { ...common, q: p[`q${n}`]!, out: p[`out${n}`]!, scale: 1 / Math.sqrt(o.d) });
+            // Step 1 as the layer launches a prefill (a CTA per GQA group), step 2 as a decode (a CTA per head).
+            gpu.launch(k.core, coreLaunch(n === 0 ? 'prefill' : 'decode', rows, o.H, o.Hkv, stream), { ...common, q: p[`q${n}`]!, out: p[`out${n}`]!, scale: 1 / Math.sqrt(o.d) });
           });
         }, ['q0', 'out0', 'q1', 'out1', 'kCache', 'vCache']);
         for (const name of ['q0', 'q1', 'kCache', 'vCache']) compare(`${dtype} attn_prep ${name} ${o.label}`, dtype, r.cpu[name]!, r.cuda[name]!);

@@ -1,0 +1,337 @@
+// The experts of a prefill step on tensor cores (src/moe-kernels.ts; reference src/moe.cpu.ts;
+// KERNELS.md): the grouped GEMMs of a mixture-of-experts over the entries std_moe_group sorted by
+// expert, so each expert's weights multiply a tile of 64 of its (row, slot) entries at a time.
+//   std_moe_gemm_up    h[rj] = silu(gate_e x_r) ⊙ (up_e x_r) for every entry rj = r·topK + j of
+//                      expert e (the same outputs as std_moe_experts_up)
+//   std_moe_gemm_down  y[rj] = down_e h[rj] (the same outputs as std_moe_experts_down)
+// Grid [tile slots, ⌈N / 64⌉], 128 threads. The host does not know how the entries fall on the
+// experts (they are on the device: no sync, graph-safe), so it launches an upper bound of tile
+// slots, ⌈entries / 64⌉ + min(E, entries); CTA x takes the x-th (expert, 64-entry tile) in the
+// order of the experts chosen, and those past the last tile return. Entries whose id is outside
+// the experts get zeros (CTAs of column x = 0).
+//
+// A CTA: a 64-entry × 64-column tile of the output (for up: of the gate and the up product both),
+// 4 warps of 32 × 32 (wmma 16 × 16 × 16 fragments, f32 accumulators), k in steps of 32 through
+// shared memory, the next step's tiles loaded into registers while this one multiplies. x rows are
+// gathered by entry (row rj / topK; h rows by rj). Weights: the row type (bf16 / f16) as stored, or
+// FP8 E4M3 codes converted to the row type (exact) with each 128-wide k block summed on its own and
+// multiplied by its block scale in f32, as cuda-backend's gemm-fp8 does. Products are f32 sums of
+// exact products (tensor cores), h and y rounded to the row type where stored, as the decode
+// kernels round them; the order of the sums differs from theirs, so a prefill row's result is not
+// bit-identical to a decode row's, but it depends on nothing else in the batch (no split-k, the
+// k order fixed). Needs D and I multiples of 16 (the layer checks; else it takes std-moe.cu's
+// grouped kernels).
+#include <mma.h>
+
+#include "std-common.cuh"
+
+using namespace stdk;
+
+namespace {
+
+constexpr int kBM = 64, kBN = 64, kBK = 32;
+constexpr int kLds = kBK + 8;  // shared row stride in elements: 80 bytes, fragment loads spread over the banks
+constexpr int kThreads = 128;
+constexpr int kMaxExpertsGemm = 2048;
+
+/** Layout of std_moe_group's `groups` (as Groups in std-moe.cu; KERNELS.md). */
+struct GroupsView {
+  int nActive, nInvalid, nValid;
+  const int32_t* expert;
+  const int32_t* start;
+  const int32_t* order;
+  __device__ __forceinline__ GroupsView(const int32_t* g, int E)
+      : nActive(g[0]), nInvalid(g[1]), nValid(g[2]), expert(g + 3), start(g + 3 + E), order(g + 4 + 2 * E) {}
+};
+
+/** Which (expert slot, 64-entry tile) CTA column `t` takes: warp 0 scans the experts' tile counts. */
+__device__ __forceinline__ bool find_tile(const GroupsView& gr, int t, int* shared3, int& a, int& q0, int& q1) {
+  if (warp_id() == 0) {
+    const int lane = lane_id();
+    int base = 0, found = -1, first = 0;
+    for (int a0 = 0; a0 < gr.nActive && found < 0; a0 += 32) {
+      const int i = a0 + lane;
+      const int tiles = i < gr.nActive ? (gr.start[i + 1] - gr.start[i] + kBM - 1) / kBM : 0;
+      int incl = tiles;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int v = __shfl_up_sync(kFull, incl, o);
+        if (lane >= o) incl += v;
+      }
+      const int excl = incl - tiles;
+      const bool mine = tiles > 0 && t >= base + excl && t < base + incl;
+      const unsigned who = __ballot_sync(kFull, mine);
+      if (who) {
+        const int src = __ffs(who) - 1;
+        found = a0 + src;
+        first = __shfl_sync(kFull, gr.start[min(i, gr.nActive - 1)] + (t - base - excl) * kBM, src);
+      }
+      base += __shfl_sync(kFull, incl, 31);
+    }
+    if (lane == 0) {
+      shared3[0] = found;
+      shared3[1] = first;
+      shared3[2] = found >= 0 ? min(first + kBM, gr.start[found + 1]) : 0;
+    }
+  }
+  __syncthreads();
+  a = shared3[0], q0 = shared3[1], q1 = shared3[2];
+  return a >= 0;
+}
+
+/** 16 E4M3 codes to 16 values of T (exact), as two 16-byte vectors. */
+template <typename T>
+__device__ __forceinline__ void e4m3x16_to(const uint4 codes, uint4& lo, uint4& hi) {
+  const uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
+  uint32_t out[8];
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    const float4 f = unpack_e4m3x4(w[i]);
+    out[2 * i] = pack2<T>(f.x, f.y);
+    out[2 * i + 1] = pack2<T>(f.z, f.w);
+  }
+  lo = make_uint4(out[0], out[1], out[2], out[3]);
+  hi = make_uint4(out[4], out[5], out[6], out[7]);
+}
+
+/**
+ * One weight matrix's tile rows [n0, n0 + 64) × k [k0, k0 + 32) in registers: T weights as 2
+ * 16-byte vectors a thread (8 elements each), FP8 as 1 (16 codes). Rows past N and k past K are zeros.
+ */
+template <typename T, bool FP8>
+struct WeightTile {
+  static constexpr int kVecs = FP8 ? 1 : 2;
+  uint4 v[kVecs];
+
+  __device__ __forceinline__ void load(const void* w, int n0, int N, int k0, int K) {
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int i = 0; i < kVecs; i++) {
+      const int id = tid + i * kThreads;
+      const int per = FP8 ? 2 : 4;  // vectors per row of 32
+      const int r = id / per, c = (id % per) * (FP8 ? 16 : 8);
+      const int n = n0 + r, k = k0 + c;
+      v[i] = make_uint4(0, 0, 0, 0);
+      if (n < N && k < K) {
+        if constexpr (FP8) v[i] = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(w) + (size_t)n * K + k));
+        else v[i] = __ldg(reinterpret_cast<const uint4*>(static_cast<const T*>(w) + (size_t)n * K + k));
+      }
+    }
+  }
+
+  __device__ __forceinline__ void store(T (*s)[kLds]) const {
+    const int tid = threadIdx.x;
+#pragma unroll
+    for (int i = 0; i < kVecs; i++) {
+      const int id = tid + i * kThreads;
+      if constexpr (FP8) {
+        const int r = id / 2, c = (id % 2) * 16;
+        uint4 lo, hi;
+        e4m3x16_to<T>(v[i], lo, hi);
+        *reinterpret_cast<uint4*>(&s[r][c]) = lo;
+        *reinterpret_cast<uint4*>(&s[r][c + 8]) = hi;
+      } else {
+        const int r = id / 4, c = (id % 4) * 8;
+        *reinterpret_cast<uint4*>(&s[r][c]) = v[i];
+      }
+    }
+  }
+};
+
+/** The 64 gathered input rows × k [k0, k0 + 32): 2 vectors of 8 elements a thread; entries past the tile are zeros. */
+template <typename T>
+struct RowTile {
+  const T* row[2];  // this thread's two rows (nullptr: past the tile's entries)
+  uint4 v[2];
+
+  __device__ __forceinline__ void load(int k0, int K) {
+    const int c = (threadIdx.x % 4) * 8;
+#pragma unroll
+    for (int i = 0; i < 2; i++) v[i] = (row[i] && k0 + c < K) ? __ldg(reinterpret_cast<const uint4*>(row[i] + k0 + c)) : make_uint4(0, 0, 0, 0);
+  }
+
+  __device__ __forceinline__ void store(T (*s)[kLds]) const {
+    const int c = (threadIdx.x % 4) * 8;
+#pragma unroll
+    for (int i = 0; i < 2; i++) *reinterpret_cast<uint4*>(&s[threadIdx.x / 4 + i * 32][c]) = v[i];
+  }
+};
+
+/**
+ * The shared tiles: input rows, P weight tiles (gate and up: 2; down: 1), and, reused after the k
+ * loop, the f32 results.
+ */
+template <typename T, int P>
+union GemmSmem {
+  struct {
+    T a[kBM][kLds];
+    T b[P][kBN][kLds];
+  } in;
+  float out[P][kBM][kBN + 4];
+};
+
+/**
+ * The grouped GEMM of one CTA. P = 2: gate and up (weights [E][2I][D], N = I, K = D, rows of x by
+ * rj / topK, output h[rj] = silu(g) · u); P = 1: down (weights [E][D][I], N = D, K = I, rows of h
+ * by rj, output y[rj]).
+ */
+template <typename T, bool FP8, int P>
+__device__ void grouped_gemm(unsigned char* smemRaw, const T* __restrict__ input, const int32_t* __restrict__ groups, const void* __restrict__ weights,
+                             const float* __restrict__ scales, T* __restrict__ out, int N, int K, int experts, int rowDiv) {
+  using namespace nvcuda;
+  auto& sm = *reinterpret_cast<GemmSmem<T, P>*>(smemRaw);
+  __shared__ int tileOf[3];
+  const GroupsView gr(groups, experts);
+  const int n0 = blockIdx.y * kBN;
+  const int tid = threadIdx.x;
+
+  // Entries outside the experts: zeros in this CTA's columns.
+  if (blockIdx.x == 0) {
+    for (int q = tid / kBN; q < gr.nInvalid; q += kThreads / kBN) {
+      const int n = n0 + tid % kBN;
+      if (n < N) store_value(out, (size_t)gr.order[gr.nValid + q] * N + n, 0.f);
+    }
+  }
+  int a, q0, q1;
+  if (!find_tile(gr, blockIdx.x, tileOf, a, q0, q1)) return;
+  const int e = gr.expert[a];
+
+  RowTile<T> rows;
+#pragma unroll
+  for (int i = 0; i < 2; i++) {
+    const int q = q0 + tid / 4 + i * 32;
+    rows.row[i] = q < q1 ? input + (size_t)(gr.order[q] / rowDiv) * K : nullptr;
+  }
+  const size_t elems = (size_t)P * N * K;  // one expert's stacked weights
+  const void* we[P];
+#pragma unroll
+  for (int p = 0; p < P; p++) {
+    const size_t off = (size_t)e * elems + (size_t)p * N * K;
+    if constexpr (FP8) we[p] = static_cast<const uint8_t*>(weights) + off;
+    else we[p] = static_cast<const T*>(weights) + off;
+  }
+  // FP8 block scales of the tile's rows: n0 is a multiple of 64, so one 128-row block.
+  const int kBlocks = (K + metrale::kFp8Block - 1) / metrale::kFp8Block, nBlocks = (N + metrale::kFp8Block - 1) / metrale::kFp8Block;
+  const float* srow[P];
+#pragma unroll
+  for (int p = 0; p < P; p++) srow[p] = FP8 ? scales + ((size_t)(P * e + p) * nBlocks + n0 / metrale::kFp8Block) * kBlocks : nullptr;
+
+  const int warp = warp_id(), wm = (warp >> 1) * 32, wn = (warp & 1) * 32;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[P][2][2];
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> part[FP8 ? P : 1][2][2];
+#pragma unroll
+  for (int p = 0; p < P; p++)
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+      for (int j = 0; j < 2; j++) {
+        wmma::fill_fragment(acc[p][i][j], 0.f);
+        if constexpr (FP8) wmma::fill_fragment(part[p][i][j], 0.f);
+      }
+
+  WeightTile<T, FP8> wt[P];
+  rows.load(0, K);
+#pragma unroll
+  for (int p = 0; p < P; p++) wt[p].load(we[p], n0, N, 0, K);
+  for (int k0 = 0; k0 < K; k0 += kBK) {
+    rows.store(sm.in.a);
+#pragma unroll
+    for (int p = 0; p < P; p++) wt[p].store(sm.in.b[p]);
+    __syncthreads();
+    if (k0 + kBK < K) {
+      rows.load(k0 + kBK, K);
+#pragma unroll
+      for (int p = 0; p < P; p++) wt[p].load(we[p], n0, N, k0 + kBK, K);
+    }
+#pragma unroll
+    for (int kk = 0; kk < kBK; kk += 16) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa[2];
+#pragma unroll
+      for (int i = 0; i < 2; i++) wmma::load_matrix_sync(fa[i], &sm.in.a[wm + 16 * i][kk], kLds);
+#pragma unroll
+      for (int p = 0; p < P; p++) {
+        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb[2];
+#pragma unroll
+        for (int j = 0; j < 2; j++) wmma::load_matrix_sync(fb[j], &sm.in.b[p][wn + 16 * j][kk], kLds);
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+          for (int j = 0; j < 2; j++) {
+            if constexpr (FP8) wmma::mma_sync(part[p][i][j], fa[i], fb[j], part[p][i][j]);
+            else wmma::mma_sync(acc[p][i][j], fa[i], fb[j], acc[p][i][j]);
+          }
+      }
+    }
+    if constexpr (FP8) {
+      // The end of a 128-wide k block (or of k): scale its sum into the accumulators.
+      if ((k0 + kBK) % metrale::kFp8Block == 0 || k0 + kBK >= K) {
+        const int kb = k0 / metrale::kFp8Block;
+#pragma unroll
+        for (int p = 0; p < P; p++) {
+          const float s = n0 < N ? __ldg(srow[p] + kb) : 0.f;
+#pragma unroll
+          for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+#pragma unroll
+              for (int t = 0; t < acc[p][i][j].num_elements; t++) acc[p][i][j].x[t] = fmaf(s, part[p][i][j].x[t], acc[p][i][j].x[t]);
+              wmma::fill_fragment(part[p][i][j], 0.f);
+            }
+        }
+      }
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int p = 0; p < P; p++)
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+      for (int j = 0; j < 2; j++) wmma::store_matrix_sync(&sm.out[p][wm + 16 * i][wn + 16 * j], acc[p][i][j], kBN + 4, wmma::mem_row_major);
+  __syncthreads();
+  for (int idx = tid; idx < kBM * kBN; idx += kThreads) {
+    const int m = idx / kBN, c = idx % kBN;
+    const int q = q0 + m, n = n0 + c;
+    if (q >= q1 || n >= N) continue;
+    const float v = P == 2 ? silu(sm.out[0][m][c]) * sm.out[P - 1][m][c] : sm.out[0][m][c];
+    store_value(out, (size_t)gr.order[q] * N + n, v);
+  }
+}
+
+template <typename T>
+constexpr size_t smem_bytes() {
+  return sizeof(GemmSmem<T, 2>);
+}
+
+}  // namespace
+
+// One pair of kernels per (weight type, row type): _bf16, _f16, _fp8_bf16, _fp8_f16 (the float ones
+// of std-moe.cu's formats; f32 rows stay on its CUDA-core kernels). Parameters as the grouped
+// kernels std_moe_experts_up / _down, so the layer launches either with the same arguments.
+#define STD_MOE_GEMM_KERNELS(SUFFIX, T, FP8)                                                                                                        \
+  extern "C" __global__ void __launch_bounds__(kThreads) std_moe_gemm_up##SUFFIX(                                                                   \
+      const T* __restrict__ input, const int32_t* __restrict__ ids, const int32_t* __restrict__ groups, const void* __restrict__ gateUp,            \
+      const float* __restrict__ gateUpScales, T* __restrict__ h, int rows, int hidden, int inter, int experts, int topK, int wDtype, int rowDtype) { \
+    (void)ids;                                                                                                                                    \
+    (void)rows;                                                                                                                                   \
+    if (wDtype != (FP8 ? 3 : row_code<T>) || rowDtype != row_code<T> || experts > kMaxExpertsGemm) __trap();                                      \
+    __shared__ __align__(128) unsigned char smem[smem_bytes<T>()];                                                                                \
+    grouped_gemm<T, FP8, 2>(smem, input, groups, gateUp, gateUpScales, h, inter, hidden, experts, topK);                                          \
+  }                                                                                                                                               \
+  extern "C" __global__ void __launch_bounds__(kThreads) std_moe_gemm_down##SUFFIX(                                                                 \
+      const T* __restrict__ h, const int32_t* __restrict__ ids, const int32_t* __restrict__ groups, const void* __restrict__ down,                  \
+      const float* __restrict__ downScales, T* __restrict__ y, int rows, int hidden, int inter, int experts, int topK, int wDtype, int rowDtype) {  \
+    (void)ids;                                                                                                                                    \
+    (void)rows;                                                                                                                                   \
+    (void)topK;                                                                                                                                   \
+    if (wDtype != (FP8 ? 3 : row_code<T>) || rowDtype != row_code<T> || experts > kMaxExpertsGemm) __trap();                                      \
+    __shared__ __align__(128) unsigned char smem[smem_bytes<T>()];                                                                                \
+    grouped_gemm<T, FP8, 1>(smem, h, groups, down, downScales, y, hidden, inter, experts, 1);                                                     \
+  }
+
+STD_MOE_GEMM_KERNELS(_bf16, bf16, false)
+STD_MOE_GEMM_KERNELS(_f16, f16, false)
+STD_MOE_GEMM_KERNELS(_fp8_bf16, bf16, true)
+STD_MOE_GEMM_KERNELS(_fp8_f16, f16, true)
+
+#undef STD_MOE_GEMM_KERNELS
