@@ -98,6 +98,25 @@ describe('the engine loop over a shared KV page pool', () => {
     gpu.dispose();
   });
 
+  it('maxPages caps a pool sized from memory (a tensor-parallel leader at its smallest follower), and refuses a bad cap', () => {
+    const gpu = new CpuBackend();
+    const layer = new PagedContextLayer(gpu, V, table(), 2);
+    const limits = { maxSeqs: 2, maxSeqLen: 96, maxBatch: 2, maxK: 1, maxRows: 32 };
+    const sized = new StepDriver({ gpu, layers: [layer], limits, kvCache: { pageSize: 4, memory: { bytes: 1 << 20 } } });
+    const full = sized.kvInfo.pages;
+    sized.dispose();
+    expect(full).toBeGreaterThan(7);
+    const capped = new StepDriver({ gpu, layers: [layer], limits, kvCache: { pageSize: 4, memory: { bytes: 1 << 20 }, maxPages: 7 } });
+    expect(capped.kvInfo.pages).toBe(7);
+    capped.dispose();
+    const above = new StepDriver({ gpu, layers: [layer], limits, kvCache: { pageSize: 4, memory: { bytes: 1 << 20 }, maxPages: full + 100 } });
+    expect(above.kvInfo.pages).toBe(full);
+    above.dispose();
+    expect(() => new StepDriver({ gpu, layers: [layer], limits, kvCache: { pageSize: 4, maxPages: 0 } })).toThrow(/kvCache.maxPages must be a positive integer, got 0/);
+    layer.dispose();
+    gpu.dispose();
+  });
+
   it('a request sharing a cached prefix starts on its blocks, prefills only the rest, and answers the same', () => {
     const shared = prompt(30, 4);
     const requests: GenerateRequest[] = [{ prompt: [...shared, 1, 2, 3], maxTokens: 12 }, { prompt: [...shared, 5, 6], maxTokens: 12 }];

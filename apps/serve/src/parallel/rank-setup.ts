@@ -17,7 +17,11 @@ export interface RankSetup {
   readonly prefillLastRows: boolean;
   readonly expertParallel: boolean;
   readonly plugins: RegistrySetup;
-  /** Every rank's KV page pool: the same options on every rank, so the same calls need the same pages. */
+  /**
+   * Every rank's KV page pool options: the same on every rank, so the same calls need the same pages
+   * on each; the leader's pool is then capped at the smallest follower's (its devices may have had
+   * different memory free).
+   */
   readonly kvCache: KvCacheOptions;
 }
 
@@ -27,26 +31,40 @@ export interface RankModel {
 }
 
 /**
- * Rank `comm.rank`'s shard of the model and its step driver: the adapter builds the rank's layers
- * (`ModelBuildContext.parallel`), with the same head wrapping and driver options on every rank, so
- * every rank runs the same collectives in the same order.
+ * Rank `comm.rank`'s shard of the model: the adapter builds the rank's layers
+ * (`ModelBuildContext.parallel`), with the same head wrapping on every rank, so every rank runs the
+ * same collectives in the same order.
  */
-export function buildRankModel(
+export function buildRankStack(
   setup: RankSetup, registry: ServingRegistry, checkpoint: Checkpoint, gpu: GpuBackend, comm: Communicator, weights?: WeightSource,
-): RankModel {
+): ModelStack {
   const adapter = registry.architectures.forConfig(checkpoint.config, `${checkpoint.dir}/config.json`);
-  let stack: ModelStack;
   try {
-    stack = adapter.build({
+    return adapter.build({
       gpu, config: checkpoint.config, weights: weights ?? checkpoint.weights, limits: setup.limits, precision: setup.precision, plugins: registry.layers,
       parallel: { rank: comm.rank, size: comm.size, comm, expertParallel: setup.expertParallel },
     });
   } finally {
     checkpoint.close();
   }
+}
+
+/**
+ * A rank's step driver over its stack, with the same options on every rank; `maxPages` caps its
+ * page pool (the leader's: see startTensorParallel).
+ */
+export function rankDriver(setup: RankSetup, stack: ModelStack, gpu: GpuBackend, maxPages?: number): StepDriver {
+  const layers = setup.prefillLastRows ? PrefillLastRowsHead.wrapLast(stack.layers) : stack.layers;
+  return new StepDriver({ gpu, layers, limits: setup.limits, graphs: setup.graphs, kvCache: maxPages === undefined ? setup.kvCache : { ...setup.kvCache, maxPages } });
+}
+
+/** A follower's shard and driver (`buildRankStack`, then `rankDriver` with its pool sized from its own memory). */
+export function buildRankModel(
+  setup: RankSetup, registry: ServingRegistry, checkpoint: Checkpoint, gpu: GpuBackend, comm: Communicator, weights?: WeightSource,
+): RankModel {
+  const stack = buildRankStack(setup, registry, checkpoint, gpu, comm, weights);
   try {
-    const layers = setup.prefillLastRows ? PrefillLastRowsHead.wrapLast(stack.layers) : stack.layers;
-    return { stack, driver: new StepDriver({ gpu, layers, limits: setup.limits, graphs: setup.graphs, kvCache: setup.kvCache }) };
+    return { stack, driver: rankDriver(setup, stack, gpu) };
   } catch (error) {
     stack.dispose();
     throw error;

@@ -15,7 +15,8 @@ export interface RankWorkerData {
   readonly signal: Int32Array;
 }
 
-export type RankWorkerMessage = { readonly t: 'ready' } | { readonly t: 'failed'; readonly name: string; readonly message: string };
+/** 'ready' carries the pages of the follower's KV pool (sized from its own device's memory). */
+export type RankWorkerMessage = { readonly t: 'ready'; readonly pages: number } | { readonly t: 'failed'; readonly name: string; readonly message: string };
 
 const parent = parentPort;
 if (!parent) throw new Error('rank-worker.js runs as a worker thread of a tensor-parallel leader');
@@ -39,7 +40,7 @@ async function main(): Promise<void> {
         g.dispose();
       },
     });
-    parent!.postMessage({ t: 'ready' } satisfies RankWorkerMessage);
+    parent!.postMessage({ t: 'ready', pages: driver.kvInfo.pages } satisfies RankWorkerMessage);
   } catch (error) {
     // The others may already wait in a collective for this rank.
     comm?.abort(`rank ${data.rank} failed to start: ${(error as Error).message}`);

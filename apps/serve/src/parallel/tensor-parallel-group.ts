@@ -1,9 +1,9 @@
 import { MessageChannel, Worker } from 'node:worker_threads';
 import {
-  Checkpoint, DeviceError, ParallelConfigError, TensorParallelDriver, type Communicator, type GpuBackend, type ModelStack, type WeightSource,
+  Checkpoint, DeviceError, ParallelConfigError, TensorParallelDriver, type Communicator, type GpuBackend, type ModelStack, type StepDriver, type WeightSource,
 } from '@metrale/core';
 import type { ServingRegistry } from '../plugins/build-registry.js';
-import { buildRankModel, type RankSetup } from './rank-setup.js';
+import { buildRankStack, rankDriver, type RankSetup } from './rank-setup.js';
 import type { RankWorkerData, RankWorkerMessage } from './rank-worker.js';
 
 export interface TensorParallelGroup {
@@ -43,9 +43,9 @@ export async function startTensorParallel(
     const signal = new Int32Array(new SharedArrayBuffer(4));
     const workerData: RankWorkerData = { setup, rank, commId, port: port2, signal };
     const worker = new Worker(url, { workerData, transferList: [port2] });
-    const ready = new Promise<void>((resolve, reject) => {
+    const ready = new Promise<number>((resolve, reject) => {
       worker.once('message', (m: RankWorkerMessage) => {
-        if (m.t === 'ready') resolve();
+        if (m.t === 'ready') resolve(m.pages);
         else reject(rankError(rank, m.name, m.message));
       });
       worker.once('error', (e) => reject(rankError(rank, e.name, e.message)));
@@ -60,21 +60,25 @@ export async function startTensorParallel(
     await Promise.all(followers.map((f) => f.worker.terminate()));
   };
   let comm: Communicator | undefined;
-  let local: ReturnType<typeof buildRankModel> | undefined;
+  let stack: ModelStack | undefined;
+  let local: StepDriver | undefined;
   try {
     comm = gpu.joinCommunicator(commId, 0);
-    local = buildRankModel(setup, registry, checkpoint, gpu, comm, options.weights);
-    await Promise.all(followers.map((f) => f.ready));
+    stack = buildRankStack(setup, registry, checkpoint, gpu, comm, options.weights);
+    // Each rank's pool is sized from its own device's free memory, and every rank hands out pages
+    // for the same calls: the leader's pool, which the engine loop plans with, is made no larger
+    // than the smallest follower's, so no follower runs out of pages before the leader does.
+    const followerPages = await Promise.all(followers.map((f) => f.ready));
+    local = rankDriver(setup, stack, gpu, followerPages.length > 0 ? Math.min(...followerPages) : undefined);
   } catch (error) {
     comm?.abort(`rank 0 failed to start: ${(error as Error).message}`);
-    local?.driver.dispose();
-    local?.stack.dispose();
+    local?.dispose();
+    stack?.dispose();
     comm?.dispose();
     await endThreads();
     throw error;
   }
-  const driver = new TensorParallelDriver({ local: local.driver, comm, followers: followers.map((f) => ({ port: f.port, signal: f.signal })) });
-  const stack = local.stack;
+  const driver = new TensorParallelDriver({ local, comm, followers: followers.map((f) => ({ port: f.port, signal: f.signal })) });
   const c = comm;
   return {
     driver, stack, size,

@@ -15,6 +15,11 @@ export interface KvCacheOptions {
   readonly memory?: KvMemory;
   /** Snapshot entries of recurrent state (default: two per slot, or a share of `memory`); 0 for none. */
   readonly snapshots?: number;
+  /**
+   * At most this many pages, whatever `memory` allows: a tensor-parallel leader keeps its pool no
+   * larger than any follower's, so the pool that runs out first is the one the loop plans with.
+   */
+  readonly maxPages?: number;
 }
 
 /** How the KV cache came out: what the startup log reports. */
@@ -57,6 +62,10 @@ export function bindKvCache(gpu: GpuBackend, layers: readonly BindableLayer[], l
     const size = sizeKvCache({ budget, pageBytes, snapshotBytes, maxSeqs, pagesPerSeq, pageSize, ...(o.snapshots !== undefined ? { snapshots: o.snapshots } : {}) });
     pages = o.pages ?? size.pages;
     snapshots = size.snapshots;
+  }
+  if (o.maxPages !== undefined) {
+    if (!Number.isSafeInteger(o.maxPages) || o.maxPages < 1) throw new InvalidArgumentError(`kvCache.maxPages must be a positive integer, got ${o.maxPages}`);
+    pages = Math.min(pages, o.maxPages);
   }
   const kv = new KvCache(gpu, { maxSeqs, maxSeqLen, pageSize, pages, snapshots });
   try {
