@@ -9,7 +9,7 @@ import { loadAttentionWeights } from './attention-weights.js';
 import { DeviceMemory } from './device-memory.js';
 import { precisionOf } from './layer-precision.js';
 import { requireKernels } from './require-kernels.js';
-import { ropeTable } from './rope-table.js';
+import { acquireRopeTable, type SharedRopeTable } from './rope-table.js';
 import { StackedLinear } from './stacked-linear.js';
 
 /** Host bookkeeping of a sequence: rows its cache holds (ahead of the committed length after a verify). */
@@ -41,6 +41,8 @@ export class AttentionLayer implements TransformerLayer<AttentionState> {
   readonly limits: LayerLimits;
   readonly #gpu: GpuBackend;
   readonly #memory: DeviceMemory;
+  /** cos / sin of every position, shared with the model's other attention layers of the same rotary. */
+  readonly #rope: SharedRopeTable;
   readonly #kernels: AttentionKernels;
   readonly #qkvW: StackedLinear;
   readonly #oW: LinearWeight;
@@ -67,18 +69,20 @@ export class AttentionLayer implements TransformerLayer<AttentionState> {
     this.inputRowBytes = this.outputRowBytes = bytes * D;
     this.#qkvWidth = H * d * (options.gated ? 2 : 1) + 2 * Hkv * d;
     const w = loadAttentionWeights(weights, options, precision);
-    const rope = ropeTable(limits.maxSeqLen, options.rotaryDim, options.ropeTheta);
     const m = (this.#memory = new DeviceMemory(gpu));
+    let rope: SharedRopeTable | undefined;
     try {
+      rope = this.#rope = acquireRopeTable(gpu, limits.maxSeqLen, options.rotaryDim, options.ropeTheta);
       const alloc = (n: number) => m.alloc(n);
       this.#qkvW = new StackedLinear(gpu, alloc, w.qkv, 'qkv_proj');
       this.#oW = uploadLinear(gpu, alloc, w.o);
       this.#b = {
         qNorm: w.qNorm ? m.upload(w.qNorm) : 0n, kNorm: w.kNorm ? m.upload(w.kNorm) : 0n,
-        cos: m.upload(rope.cos), sin: m.upload(rope.sin),
+        cos: rope.cos, sin: rope.sin,
         qkv: m.alloc(bytes * limits.maxRows * this.#qkvWidth), q: m.alloc(bytes * limits.maxRows * H * d), attn: m.alloc(bytes * limits.maxRows * H * d),
       };
     } catch (error) {
+      rope?.release();
       m.free();
       throw error;
     }
@@ -164,6 +168,7 @@ export class AttentionLayer implements TransformerLayer<AttentionState> {
   dispose(): void {
     if (this.#disposed) return;
     this.#disposed = true;
+    this.#rope.release();
     this.#memory.free();
   }
 

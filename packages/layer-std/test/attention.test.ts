@@ -44,6 +44,25 @@ describe('AttentionLayer (Qwen3-Next gated attention) against a float64 referenc
     gpu.dispose();
   });
 
+  it('the attention layers of a model share one device RoPE table, freed with the last of them', () => {
+    const o = qwen3NextAttentionOptions(CONFIG);
+    const limits: LayerLimits = { maxSeqs: 1, maxSeqLen: 4096, maxBatch: 1, maxK: 1, maxRows: 8 };
+    const gpu = new CpuBackend();
+    const free0 = gpu.memoryInfo().free;
+    const first = new AttentionLayer(gpu, attentionWeights(o).source(), limits, o);
+    const one = free0 - gpu.memoryInfo().free;
+    const second = new AttentionLayer(gpu, attentionWeights(o).source(), limits, o);
+    const two = free0 - gpu.memoryInfo().free;
+    // The table (cos and sin, 4096 positions × rotary / 2, f32) is held once.
+    const table = 2 * 4 * limits.maxSeqLen * (o.rotaryDim / 2);
+    expect(two - one).toBe(one - table);
+    first.dispose();
+    expect(free0 - gpu.memoryInfo().free).toBe(one);
+    second.dispose();
+    expect(gpu.memoryInfo().free).toBe(free0);
+    gpu.dispose();
+  });
+
   it('refuses a forward before the driver binds the page pool', () => {
     const o = qwen3NextAttentionOptions(CONFIG);
     const limits: LayerLimits = { maxSeqs: 1, maxSeqLen: 8, maxBatch: 1, maxK: 1, maxRows: 8 };
