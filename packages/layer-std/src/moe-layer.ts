@@ -13,8 +13,12 @@ import {
 import { loadExperts, type ExpertMatrices } from './moe-weights.js';
 import { requireKernels } from './require-kernels.js';
 import { flatLaunch, rowLaunch, siluMulKernel } from './rows-kernels.js';
+import { acquireScratch, type ScratchLease } from './shared-scratch.js';
 import { StatelessLayer } from './stateless-layer.js';
 import { SwiGlu } from './swiglu.js';
+
+const SCRATCH_PARTS = ['logits', 'ids', 'weights', 'groups', 'h', 'y', 'routed', 'shared', 'gate'] as const;
+type ScratchPart = (typeof SCRATCH_PARTS)[number];
 
 /** A stacked expert weight on the device: its elements and, for FP8, its block scales (else 0n). */
 interface DeviceExperts {
@@ -36,7 +40,8 @@ interface DeviceExperts {
  * Rows, h, y, the routed sum and the shared expert are in the row type, the expert kernels of the
  * weights' format (`ExpertFormat`). Tensors, prefix removed: `gate.weight`,
  * `gate.e_score_correction_bias` (sigmoid routing), `experts.*`, `shared_expert.*` +
- * `shared_expert_gate.weight` (Qwen3-Next) or `shared_experts.*` (GLM-5).
+ * `shared_expert_gate.weight` (Qwen3-Next) or `shared_experts.*` (GLM-5). The intermediates live in
+ * a scratch buffer the model's MoE layers share (`acquireScratch`): they run one after another.
  *
  * Expert parallelism (`localExperts`): the router scores every expert, `std.moe_localize` maps the
  * chosen ones onto the rank's experts and sends the rest to a zero expert with weight 0, and the
@@ -56,12 +61,12 @@ export class MoeLayer extends StatelessLayer {
   };
   readonly #shared: SwiGlu | undefined;
   /**
-   * Scratch: router logits (f32), ids, weights (f32), entries by expert, expert activations h,
-   * expert outputs y, routed sum, shared output (row type), shared gate logits (f32).
+   * Scratch, as offsets into the model's shared MoE scratch (`acquireScratch`: every MoE layer of
+   * the model uses it in turn): router logits (f32), ids, weights (f32), entries by expert, expert
+   * activations h, expert outputs y, routed sum, shared output (row type), shared gate logits (f32).
    */
-  readonly #s: {
-    logits: DevicePtr; ids: DevicePtr; weights: DevicePtr; groups: DevicePtr; h: DevicePtr; y: DevicePtr; routed: DevicePtr; shared: DevicePtr; gate: DevicePtr;
-  };
+  readonly #s: Readonly<Record<ScratchPart, number>>;
+  readonly #scratch: ScratchLease;
 
   constructor(gpu: GpuBackend, weights: WeightSource, limits: LayerLimits, options: MoeOptions) {
     requireKernels(gpu, 'moe', [routeKernel, groupKernel, expertsKernel, combineKernel, siluMulKernel, ...(options.localExperts ? [localizeKernel] : [])]);
@@ -97,16 +102,28 @@ export class MoeLayer extends StatelessLayer {
       this.#shared = sh ? new SwiGlu(m, weights, sh.prefix, D, sh.inter, R, precision) : undefined;
       const held = experts.experts;
       const grouped = moeGrouped(R, topK, held) || moeTensorCores(this.#kernels, 'prefill', D, options.inter);
-      this.#s = {
-        logits: m.alloc(4 * R * E), ids: m.alloc(4 * R * topK), weights: m.alloc(4 * R * topK), h: m.alloc(bytes * R * topK * options.inter),
-        // The grouped path's scratch, only where maxRows can reach it.
-        groups: grouped ? m.alloc(4 * moeGroupsLength(R, topK, held)) : 0n, y: grouped ? m.alloc(bytes * R * topK * D) : 0n,
-        routed: m.alloc(bytes * R * D), shared: m.alloc(bytes * R * D), gate: m.alloc(4 * R),
+      // The grouped path's groups and y only where maxRows can reach it.
+      const sizes = {
+        logits: 4 * R * E, ids: 4 * R * topK, weights: 4 * R * topK, groups: grouped ? 4 * moeGroupsLength(R, topK, held) : 0, h: bytes * R * topK * options.inter,
+        y: grouped ? bytes * R * topK * D : 0, routed: bytes * R * D, shared: bytes * R * D, gate: 4 * R,
       };
+      let at = 0;
+      const offsets: Record<string, number> = {};
+      for (const [name, n] of Object.entries(sizes)) {
+        offsets[name] = at;
+        at += Math.ceil(n / 256) * 256;
+      }
+      this.#s = offsets as Record<ScratchPart, number>;
+      this.#scratch = acquireScratch(gpu, 'moe', at);
     } catch (error) {
       m.free();
       throw error;
     }
+  }
+
+  override dispose(): void {
+    this.#scratch?.release();
+    super.dispose();
   }
 
   protected run(step: LayerStep<LayerState>): void {
@@ -115,7 +132,8 @@ export class MoeLayer extends StatelessLayer {
     const w = this.#w;
     // The experts the kernels after the route index.
     const E = w.held;
-    const s = this.#s;
+    const base = this.#scratch.ptr;
+    const s = Object.fromEntries(SCRATCH_PARTS.map((name) => [name, base + BigInt(this.#s[name])])) as Record<ScratchPart, DevicePtr>;
     const k = this.#kernels;
     const dtype = this.precision.rows;
     const codes = { wDtype: w.wDtype, rowDtype: FLOAT_DTYPE_CODE[dtype] };

@@ -1,4 +1,5 @@
-import { SeededRandom, tensorOf, MemoryWeightSource, shardWeights, type ShardRule } from '@metrale/core';
+import { CpuBackend } from '@metrale/cpu-backend';
+import { SeededRandom, StepDriver, tensorOf, MemoryWeightSource, shardWeights, type ShardRule } from '@metrale/core';
 import { MoeLayer, checkMoe, expertParallelMoe, glmMoeOptions, qwen3NextMoeOptions, type MoeOptions } from '@metrale/layer-std';
 import { describe, expect, it } from 'vitest';
 import { LIMITS, matvec, relErr, runRows, sigmoid, silu, Weights } from './setup.js';
@@ -159,5 +160,46 @@ describe('MoE under expert parallelism', () => {
     const options = qwen3NextMoeOptions({ hidden_size: D, num_experts: E, num_experts_per_tok: 2, moe_intermediate_size: I });
     expect(() => expertParallelMoe(options, 0, 3, 'num_experts')).toThrow(/--tensor-parallel-size 3 does not divide config\.num_experts \(8\)/);
     expect(() => checkMoe({ ...options, localExperts: { first: 6, count: 4 } })).toThrow(/localExperts \[6, 10\) must be a non-empty range of the 8 experts/);
+  });
+
+  it('the MoE layers of a model share one scratch buffer; a model built after the first ran gets its own', () => {
+    const w = new Weights(new SeededRandom(5));
+    expertWeights(w, 'gated');
+    const options = qwen3NextMoeOptions({ hidden_size: D, num_experts: E, num_experts_per_tok: 3, moe_intermediate_size: I, shared_expert_intermediate_size: 2 * I, norm_topk_prob: true });
+    const gpu = new CpuBackend();
+    const used = () => gpu.memoryInfo().total - gpu.memoryInfo().free;
+    const x = new SeededRandom(3).normals(5 * D);
+    const run = (layers: MoeLayer[]) => {
+      const driver = new StepDriver({ gpu, layers, limits: LIMITS });
+      try {
+        const seq = driver.open();
+        return driver.readOutput(driver.prefill({ seqs: [seq], lengths: [5], input: x }));
+      } finally {
+        driver.dispose();
+      }
+    };
+    const first = new MoeLayer(gpu, w.source(), LIMITS, options);
+    const one = used();
+    const second = new MoeLayer(gpu, w.source(), LIMITS, options);
+    const two = used();
+    const third = new MoeLayer(gpu, w.source(), LIMITS, options);
+    // Each later layer adds its weights, not another scratch.
+    expect(used() - two).toBe(two - one);
+    const together = run([first, second, third]);
+    const alone = new Float32Array(x);
+    let rows: Uint8Array = new Uint8Array(0);
+    for (const layer of [first, second, third]) {
+      rows = run([layer]);
+      alone.set(new Float32Array(rows.buffer, rows.byteOffset, rows.byteLength / 4));
+      x.set(alone);
+    }
+    expect(Array.from(together)).toEqual(Array.from(rows));
+    // Built after the others ran: a buffer of its own (their graphs may hold the shared pointer).
+    const before = used();
+    const late = new MoeLayer(gpu, w.source(), LIMITS, options);
+    expect(used() - before).toBeGreaterThan(two - one);
+    for (const layer of [first, second, third, late]) layer.dispose();
+    expect(used()).toBe(0);
+    gpu.dispose();
   });
 });
