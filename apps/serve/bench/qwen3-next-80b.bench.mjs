@@ -9,10 +9,12 @@
 //   node bench/qwen3-next-80b.bench.mjs [--backend cuda] [--dtype bf16|fp8|f32] [--experts 64]
 //        [--batches 1,8,64] [--steps 64] [--prompt 128] [--spec 4] [--eager] [--layer-times]
 //        [--tiny] [--out FILE]
-// --tiny: a 4-layer, narrow model of the same structure, to check the script on the CPU.
+// --tiny: a 4-layer, narrow model of the same structure, to check the script on the CPU. Greedy
+// decode picks its tokens on the device (layer-std's DeviceSampler), as `metrale serve` does.
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { EngineLoop, LayerTimer, NgramProposer, StepDriver, generateAll, describePrecision, gib } from '@metrale/core';
+import { DeviceSampler } from '@metrale/layer-std';
 import { registerModels } from '../dist/index.js';
 import { benchPrompt, random80bModel } from './random-80b-model.mjs';
 
@@ -80,12 +82,14 @@ function stepBytes(B, context) {
 }
 
 const results = [];
+// The serving loop picks greedy tokens on the device, as `metrale serve` does.
+const picker = new DeviceSampler(gpu, maxBatch);
 const modes = [{ spec: false, graphs: true }, ...(o.eager ? [{ spec: false, graphs: false }] : []), { spec: true, graphs: true }];
 for (const { spec, graphs } of modes) {
   for (const B of batches) {
     const driver = new StepDriver({ gpu, layers: stack.layers, limits, graphs });
     // The engine loop that serves: every prompt in one chunk, several prompts per prefill step.
-    const loop = new EngineLoop({ driver, vocabSize: config.vocab_size, prefillChunk: promptLen, ...(spec ? { speculation: { proposer: new NgramProposer({ k, minN: 1, maxN: 3 }), k } } : {}) });
+    const loop = new EngineLoop({ driver, vocabSize: config.vocab_size, prefillChunk: promptLen, picker, ...(spec ? { speculation: { proposer: new NgramProposer({ k, minN: 1, maxN: 3 }), k } } : {}) });
     const runner = { generate: (reqs) => generateAll(loop, reqs, spec ? k : undefined) };
     // A repetitive prompt, so n-gram drafts have something to match.
     // Each sequence has its own prompt (its own block of tokens, so routing differs across the batch).
@@ -141,5 +145,6 @@ const report = {
 };
 console.log(JSON.stringify(report));
 if (o.out) writeFileSync(o.out, `${JSON.stringify(report, null, 2)}\n`);
+picker.dispose();
 stack.dispose();
 gpu.dispose();

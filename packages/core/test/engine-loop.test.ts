@@ -39,6 +39,43 @@ function withRunner<T>(fn: (make: (spec?: number) => Runner) => T, limits: Layer
 
 const follow = (t: number) => (t * 5 + 3) % V;
 
+describe('the engine loop with a device token picker', () => {
+  it('plain greedy decode steps take their tokens from the picker; logprobs, adjustments and sampling read the logits', () => {
+    const gpu = new CpuBackend();
+    const layer = new BigramLayer(gpu, V, table(4));
+    const limits: LayerLimits = { maxSeqs: 3, maxSeqLen: 40, maxBatch: 3, maxK: 1, maxRows: 16 };
+    const driver = new StepDriver({ gpu, layers: [layer], limits });
+    const calls: number[] = [];
+    // The argmax of the device rows, read back here: what a device kernel would give.
+    const picker = {
+      maxRows: 3,
+      argmax(logits: bigint, rows: number, vocab: number) {
+        calls.push(rows);
+        const l = new Float32Array(gpu.download(logits, 4 * rows * vocab).buffer);
+        return Int32Array.from({ length: rows }, (_, r) => l.subarray(r * vocab, (r + 1) * vocab).reduce((b, v, i, a) => (v > a[b]! ? i : b), 0));
+      },
+    };
+    try {
+      const requests: GenerateRequest[] = [{ prompt: [1, 2], maxTokens: 6 }, { prompt: [7], maxTokens: 5 }, { prompt: [4, 4, 4], maxTokens: 4 }];
+      const plain = generateAll(new EngineLoop({ driver, vocabSize: V, prefillChunk: 16 }), requests).outputs.map((o) => o.tokens);
+      const picked = generateAll(new EngineLoop({ driver, vocabSize: V, prefillChunk: 16, picker }), requests).outputs.map((o) => o.tokens);
+      expect(picked).toEqual(plain);
+      expect(calls.length).toBeGreaterThan(0);
+      for (const other of [{ logprobs: 2 }, { sampling: { repetitionPenalty: 1.3 } }, { sampling: { temperature: 0.8, seed: 5 } }] as const) {
+        calls.length = 0;
+        const want = generateAll(new EngineLoop({ driver, vocabSize: V, prefillChunk: 16 }), [{ ...requests[0]!, ...other }]).outputs[0]!.tokens;
+        const got = generateAll(new EngineLoop({ driver, vocabSize: V, prefillChunk: 16, picker }), [{ ...requests[0]!, ...other }]).outputs[0]!.tokens;
+        expect(got, JSON.stringify(other)).toEqual(want);
+        expect(calls, JSON.stringify(other)).toEqual([]);
+      }
+    } finally {
+      driver.dispose();
+      layer.dispose();
+      gpu.dispose();
+    }
+  });
+});
+
 describe('the engine loop, run to completion (generateAll)', () => {
   it('greedy decoding follows the model, for more requests than slots (the third waits for one)', () => {
     withRunner((make) => {

@@ -1,13 +1,14 @@
-import { InvalidArgumentError, isGreedy, type DevicePtr, type GpuBackend, type HostBuffer, type SamplingParams, type SeededRandom, type Stream } from '@metrale/core';
+import { InvalidArgumentError, isGreedy, type DevicePtr, type DeviceTokenPicker, type GpuBackend, type HostBuffer, type SamplingParams, type SeededRandom, type Stream } from '@metrale/core';
 import { requireKernels } from './require-kernels.js';
 import { argmaxKernel, sampleKernel } from './sample-kernels.js';
 
 /**
  * Picks each logit row's token on the device, so only `rows` token ids come back instead of
  * `rows × vocab` logits. Sampling draws its uniforms from the sequence's `SeededRandom` on the host,
- * in the order the host sampler would, so both give the same tokens for the same seed.
+ * in the order the host sampler would, so both give the same tokens for the same seed. The engine
+ * loop takes it as its `DeviceTokenPicker` for plain greedy decode steps.
  */
-export class DeviceSampler {
+export class DeviceSampler implements DeviceTokenPicker {
   readonly maxRows: number;
   readonly #gpu: GpuBackend;
   readonly #tokens: DevicePtr;
@@ -48,6 +49,11 @@ export class DeviceSampler {
     gpu.copyToHostAsync(this.#host, 0, this.#tokens, 4 * rows, stream);
     gpu.synchronize(stream);
     return ids.slice();
+  }
+
+  /** Greedy tokens of `rows` logit rows (the engine loop's `DeviceTokenPicker`). */
+  argmax(logits: DevicePtr, rows: number, vocab: number, stream: Stream): Int32Array {
+    return this.pick(logits, rows, vocab, undefined, stream);
   }
 
   dispose(): void {

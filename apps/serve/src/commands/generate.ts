@@ -3,6 +3,7 @@ import {
   Checkpoint, EngineLoop, NgramProposer, StepDriver, checkModelFits, describePrecision, generateAll, encodeSafetensors, gib, loadModel, parseNgramSpec, resolvePrecision, tensorOf,
   type DtypeChoice, type GenerateStats, type GpuBackend, type ModelStack, type Precision, type SamplingParams, type StepRunner, type WeightBytes,
 } from '@metrale/core';
+import { DeviceSampler } from '@metrale/layer-std';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { BACKEND_CHOICES, selectBackend, type BackendChoice } from '../backends/select-backend.js';
 import type { CliContext } from '../cli-context.js';
@@ -112,6 +113,7 @@ async function generate(o: GenerateOptions, ctx: CliContext): Promise<number> {
     let driver: StepRunner;
     let weightBytes: WeightBytes;
     let release: () => Promise<void>;
+    let picker: DeviceSampler | undefined;
     if (o.tensorParallelSize > 1) {
       const adapter = architectures.forConfig(checkpoint.config, `${checkpoint.dir}/config.json`);
       weightBytes = checkModelFits(checkpoint, gpu, precision, { size: o.tensorParallelSize, ...(adapter.shardRule ? { rule: adapter.shardRule(checkpoint.config) } : {}) });
@@ -129,9 +131,12 @@ async function generate(o: GenerateOptions, ctx: CliContext): Promise<number> {
       weightBytes = loaded.weightBytes;
       const single = new StepDriver({ gpu, layers: prefillLastRows ? PrefillLastRowsHead.wrapLast(stack.layers) : stack.layers, limits, graphs: o.graphs });
       driver = single;
+      // Greedy decode picks its tokens on the device, as the server does.
+      const sampler = (picker = new DeviceSampler(gpu, limits.maxBatch));
       const s = stack;
       release = async () => {
         single.dispose();
+        sampler.dispose();
         s.dispose();
       };
     }
@@ -139,7 +144,7 @@ async function generate(o: GenerateOptions, ctx: CliContext): Promise<number> {
     try {
       // The loop that serves, with one request: prompt chunks of the driver's rows, then decode.
       const loop = new EngineLoop({
-        driver, vocabSize: stack.vocabSize, prefillChunk: limits.maxRows,
+        driver, vocabSize: stack.vocabSize, prefillChunk: limits.maxRows, ...(picker ? { picker } : {}),
         ...(spec ? { speculation: { proposer: new NgramProposer(spec), k: spec.k, adaptive: spec.adaptive } } : {}),
       });
       const { outputs, stats } = generateAll(loop, [{

@@ -4,6 +4,7 @@ import {
   type DtypeChoice, type GpuBackend, type KvCacheInfo, type KvMemory, type LayerLimits, type ModelStack, type NgramSpec, type Precision,
   type WeightBytes, type WeightSource,
 } from '@metrale/core';
+import { DeviceSampler } from '@metrale/layer-std';
 import type { BackendChoice } from '../backends/select-backend.js';
 import { resolveCacheDir } from '../embedded/cache-dir.js';
 import { EMBEDDED_MODEL_NAME, ensureEmbeddedModel } from '../embedded/embedded-model.js';
@@ -185,6 +186,7 @@ export function buildEngine(
     checkpoint.close();
   }
   let driver: StepDriver | undefined;
+  let picker: DeviceSampler | undefined;
   try {
     // A request that asks for its prompt's logprobs needs every prompt row from the head.
     let everyRow: (slot: number) => boolean = () => false;
@@ -193,24 +195,30 @@ export function buildEngine(
       // Snapshots of recurrent state serve prefix caching only.
       kvCache: { pageSize: setup.blockSize ?? 16, memory: kvMemory(setup, gpu), ...(setup.prefixCaching === false ? { snapshots: 0 } : {}) },
     });
+    // Greedy decode steps pick their tokens on the device: ids come back, not batch × vocab logits.
+    picker = new DeviceSampler(gpu, limits.maxBatch);
     const loop = new EngineLoop({
       driver,
       vocabSize: stack.vocabSize,
       prefillChunk: setup.prefillChunk,
       prefixCaching: setup.prefixCaching ?? true,
+      picker,
       ...(setup.spec ? { speculation: { proposer: new NgramProposer(setup.spec), k: setup.spec.k, adaptive: setup.spec.adaptive } } : {}),
     });
     everyRow = (slot) => loop.needsEveryPromptRow(slot);
     const d = driver;
+    const p = picker;
     return {
       loop, stack, limits, deviceWeightBytes, kv: { ...driver.kvInfo, prefixCaching: loop.prefixCaching },
       dispose() {
         d.dispose();
+        p.dispose();
         stack.dispose();
       },
     };
   } catch (error) {
     driver?.dispose();
+    picker?.dispose();
     stack.dispose();
     throw error;
   }

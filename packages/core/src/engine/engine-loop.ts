@@ -10,6 +10,7 @@ import { SpeculationGate } from '../spec/speculation-gate.js';
 import { verifyDrafts } from '../spec/verify-drafts.js';
 import type { EngineRequest, FinishReason, EngineStepReport, TokenEvent } from './engine-request.js';
 import { RequestSampler } from './request-sampler.js';
+import type { DeviceTokenPicker } from './device-token-picker.js';
 import { maskLogitsRow } from './token-constraint.js';
 import { claimPages, type PageClaim } from './page-budget.js';
 import { planPrefill, nextChunkRows, type PrefillChunk } from './prefill-plan.js';
@@ -35,6 +36,8 @@ export interface EngineLoopOptions {
   readonly speculation?: { readonly proposer: DraftProposer; readonly k: number; readonly adaptive?: boolean };
   /** Start requests on the cached blocks their prompt begins with (default true; a model that cannot resume gets no hits). */
   readonly prefixCaching?: boolean;
+  /** Greedy decode rows picked on the device (`DeviceTokenPicker`); without it every step reads its logits back. */
+  readonly picker?: DeviceTokenPicker;
 }
 
 interface Running {
@@ -81,6 +84,7 @@ export class EngineLoop {
   readonly vocab: number;
   readonly prefillChunk: number;
   readonly #spec: EngineLoopOptions['speculation'];
+  readonly #picker: DeviceTokenPicker | undefined;
   readonly #gate: SpeculationGate | undefined;
   /** Requests waiting for a slot, and preempted sequences waiting to be recomputed (at the front). */
   readonly #waiting: { readonly req: EngineRequest; readonly preempted?: Running }[] = [];
@@ -98,6 +102,7 @@ export class EngineLoop {
     this.vocab = options.vocabSize;
     this.prefillChunk = options.prefillChunk;
     this.#spec = options.speculation;
+    this.#picker = options.picker;
     this.#gate = options.speculation && options.speculation.adaptive !== false ? new SpeculationGate() : undefined;
     this.#logitsRow = 4 * this.vocab;
     this.#prefix = new PrefixCache(this.driver, options.prefixCaching ?? true);
@@ -416,8 +421,14 @@ export class EngineLoop {
       }
       const t = performance.now();
       const result = this.driver.decode({ seqs: live.map((r) => r.seq), tokens: Int32Array.from(live, (r) => r.pending) });
-      const logits = this.driver.readOutputF32(result);
-      live.forEach((r, i) => this.#emitRow(r, logits, i, events));
+      const picker = this.#picker;
+      if (picker && live.length <= picker.maxRows && live.every(plainGreedy)) {
+        const tokens = picker.argmax(result.output, live.length, this.vocab, this.driver.stream);
+        live.forEach((r, i) => this.#emit(r, [tokens[i]!], undefined, events));
+      } else {
+        const logits = this.driver.readOutputF32(result);
+        live.forEach((r, i) => this.#emitRow(r, logits, i, events));
+      }
       this.#gate?.recordDecode(live.length, performance.now() - t);
       return { seqs: live.length, k: 1, drafted: 0, accepted: 0 };
     } catch (error) {
@@ -512,3 +523,7 @@ export class EngineLoop {
   }
 }
 
+/** A row whose token is its logits' argmax and nothing else: no logprobs, no adjustments, no constraint. */
+function plainGreedy(r: Running): boolean {
+  return r.sampler.greedy && !r.sampler.adjusts && r.req.constraint === undefined && r.req.logprobs === undefined;
+}
