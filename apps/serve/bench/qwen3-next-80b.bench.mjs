@@ -83,7 +83,7 @@ function stepBytes(B, context) {
 
 const results = [];
 // The serving loop picks greedy tokens on the device, as `metrale serve` does.
-const picker = new DeviceSampler(gpu, maxBatch);
+const picker = new DeviceSampler(gpu, maxBatch * (k + 1));
 const modes = [{ spec: false, graphs: true }, ...(o.eager ? [{ spec: false, graphs: false }] : []), { spec: true, graphs: true }];
 for (const { spec, graphs } of modes) {
   for (const B of batches) {

@@ -45,6 +45,7 @@ describe('the engine loop with a device token picker', () => {
     const layer = new BigramLayer(gpu, V, table(4));
     const limits: LayerLimits = { maxSeqs: 3, maxSeqLen: 40, maxBatch: 3, maxK: 1, maxRows: 16 };
     const driver = new StepDriver({ gpu, layers: [layer], limits });
+    const specDriver = new StepDriver({ gpu, layers: [layer], limits: { ...limits, maxK: 4, maxRows: 16 } });
     const calls: number[] = [];
     // The argmax of the device rows, read back here: what a device kernel would give.
     const picker = {
@@ -61,6 +62,19 @@ describe('the engine loop with a device token picker', () => {
       const picked = generateAll(new EngineLoop({ driver, vocabSize: V, prefillChunk: 16, picker }), requests).outputs.map((o) => o.tokens);
       expect(picked).toEqual(plain);
       expect(calls.length).toBeGreaterThan(0);
+      // Verify steps (n-gram drafts, k = 3) accept from the picked ids: 3 sequences × 4 rows at most.
+      const long: GenerateRequest[] = [{ prompt: [1, 2], maxTokens: 24 }, { prompt: [7], maxTokens: 20 }, { prompt: [4, 4, 4], maxTokens: 18 }];
+      const want = generateAll(new EngineLoop({ driver, vocabSize: V, prefillChunk: 16 }), long).outputs.map((o) => o.tokens);
+      const spec = (picker?: typeof pickerRef) => generateAll(new EngineLoop({
+        driver: specDriver, vocabSize: V, prefillChunk: 16, speculation: { proposer: new NgramProposer({ k: 3, minN: 1 }), k: 3, adaptive: false }, ...(picker ? { picker } : {}),
+      }), long, 3);
+      const pickerRef = { maxRows: 12, argmax: picker.argmax };
+      calls.length = 0;
+      const specPicked = spec(pickerRef);
+      expect(specPicked.outputs.map((o) => o.tokens)).toEqual(want);
+      expect(spec().outputs.map((o) => o.tokens)).toEqual(want);
+      expect(specPicked.stats.steps.verify).toBeGreaterThan(0);
+      expect(calls.some((rows) => rows > 3)).toBe(true);
       for (const other of [{ logprobs: 2 }, { sampling: { repetitionPenalty: 1.3 } }, { sampling: { temperature: 0.8, seed: 5 } }] as const) {
         calls.length = 0;
         const want = generateAll(new EngineLoop({ driver, vocabSize: V, prefillChunk: 16 }), [{ ...requests[0]!, ...other }]).outputs[0]!.tokens;
@@ -70,6 +84,7 @@ describe('the engine loop with a device token picker', () => {
       }
     } finally {
       driver.dispose();
+      specDriver.dispose();
       layer.dispose();
       gpu.dispose();
     }

@@ -196,7 +196,7 @@ export function buildEngine(
       kvCache: { pageSize: setup.blockSize ?? 16, memory: kvMemory(setup, gpu), ...(setup.prefixCaching === false ? { snapshots: 0 } : {}) },
     });
     // Greedy decode steps pick their tokens on the device: ids come back, not batch × vocab logits.
-    picker = new DeviceSampler(gpu, limits.maxBatch);
+    picker = new DeviceSampler(gpu, limits.maxBatch * limits.maxK);
     const loop = new EngineLoop({
       driver,
       vocabSize: stack.vocabSize,

@@ -43,11 +43,21 @@ export function argmaxRow(logits: Float32Array, vocab: number, r: number): numbe
 /** Greedy: accept drafts while they equal the target's argmax. */
 export function acceptGreedy(logits: Float32Array, vocab: number, drafts: ArrayLike<number>): Acceptance {
   const k = checkShapes(logits, vocab, drafts);
+  return acceptGreedyTargets((i) => argmaxRow(logits, vocab, i), k, drafts);
+}
+
+/** Greedy acceptance from the k rows' argmax ids (picked on the device): the same as `acceptGreedy`. */
+export function acceptGreedyIds(targets: ArrayLike<number>, drafts: ArrayLike<number>): Acceptance {
+  if (drafts.length !== targets.length - 1) throw new InvalidArgumentError(`acceptance: ${targets.length} rows need ${targets.length - 1} draft tokens, got ${drafts.length}`);
+  return acceptGreedyTargets((i) => targets[i]!, targets.length, drafts);
+}
+
+function acceptGreedyTargets(target: (row: number) => number, k: number, drafts: ArrayLike<number>): Acceptance {
   for (let i = 0; i < k - 1; i++) {
-    const target = argmaxRow(logits, vocab, i);
-    if (target !== drafts[i]) return { accepted: i + 1, next: target };
+    const t = target(i);
+    if (t !== drafts[i]) return { accepted: i + 1, next: t };
   }
-  return { accepted: k, next: argmaxRow(logits, vocab, k - 1) };
+  return { accepted: k, next: target(k - 1) };
 }
 
 /** Turns a logit row into probabilities at `temperature`, optionally through a filter (top-k, top-p...). */

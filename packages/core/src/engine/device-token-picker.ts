@@ -2,10 +2,10 @@ import type { DevicePtr } from '../device/device-ptr.js';
 import type { Stream } from '../device/gpu-backend.js';
 
 /**
- * Picks greedy tokens where the logits are, so a decode step brings back one id per row instead of
+ * Picks greedy tokens where the logits are, so a step brings back one id per row instead of
  * rows × vocabulary f32 logits (and the host does not scan them). A plugin provides it (layer-std's
- * `DeviceSampler`); the engine loop uses it for decode steps whose every row is plain greedy (no
- * logprobs, no logit adjustments, no constraint), and reads the logits itself otherwise.
+ * `DeviceSampler`); the engine loop uses it for decode and verify steps whose every sequence is
+ * plain greedy (no logprobs, no logit adjustments, no constraint), and reads the logits otherwise.
  */
 export interface DeviceTokenPicker {
   /** The most rows one call takes. */

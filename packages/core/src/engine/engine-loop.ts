@@ -452,6 +452,7 @@ export class EngineLoop {
         ...(r.sampler.adjusts ? { samplingRow: (l: Float32Array, v: number, row: number, ahead: readonly number[]) => r.sampler.row(l, v, row, ahead) } : {}),
       })),
       drafts,
+      this.#picker,
     );
     if (!outcome) return undefined;
     let drafted = 0;

@@ -1,6 +1,7 @@
 import type { StepRunner } from '../driver/step-runner.js';
 import type { Sequence } from '../driver/sequence.js';
-import { acceptGreedy, acceptRejection, type Acceptance } from '../driver/acceptance.js';
+import { acceptGreedy, acceptGreedyIds, acceptRejection, type Acceptance } from '../driver/acceptance.js';
+import type { DeviceTokenPicker } from '../engine/device-token-picker.js';
 import { probabilityFilter, type SamplingParams } from '../model/sampling.js';
 import type { SeededRandom } from '../random/seeded-random.js';
 import { maskLogitsRow, type TokenConstraint } from '../engine/token-constraint.js';
@@ -42,7 +43,9 @@ export interface VerifyOutcome {
  * accepted only when it is what the target would produce, so the output does not change.
  * Returns undefined, running nothing, when no sequence has a draft (the caller decodes).
  */
-export function verifyDrafts(driver: StepRunner, vocab: number, seqs: readonly VerifySequence[], drafts: readonly (readonly number[])[]): VerifyOutcome | undefined {
+export function verifyDrafts(
+  driver: StepRunner, vocab: number, seqs: readonly VerifySequence[], drafts: readonly (readonly number[])[], picker?: DeviceTokenPicker,
+): VerifyOutcome | undefined {
   const longest = Math.max(0, ...drafts.map((d) => d.length));
   if (longest === 0) return undefined;
   const k = 1 + longest;
@@ -53,6 +56,11 @@ export function verifyDrafts(driver: StepRunner, vocab: number, seqs: readonly V
   });
   const tokens = Int32Array.from(seqs.flatMap((s, i) => [s.pending, ...padded[i]!]));
   const result = driver.verify({ seqs: seqs.map((s) => s.seq), k, tokens });
+  // Every sequence plain greedy: the rows' argmax ids from the device decide acceptance.
+  if (picker && seqs.length * k <= picker.maxRows && seqs.every((s) => s.greedy && !s.constraint && !s.samplingRow && s.logprobs === undefined)) {
+    const ids = picker.argmax(result.output, seqs.length * k, vocab, driver.stream);
+    return fold(driver, k, padded, drafts, seqs.map((_, i) => acceptGreedyIds(ids.subarray(i * k, (i + 1) * k), padded[i]!)), () => undefined);
+  }
   const logits = driver.readOutputF32(result);
   seqs.forEach((s, i) => {
     if (s.constraint) maskDraftRows(s.constraint, logits.subarray(i * k * vocab, (i + 1) * k * vocab), vocab, padded[i]!);
@@ -64,17 +72,25 @@ export function verifyDrafts(driver: StepRunner, vocab: number, seqs: readonly V
     const transform = probabilityFilter(p);
     return acceptRejection(rows, vocab, padded[i]!, { temperature: p.temperature!, random: s.random, ...(transform ? { transform } : {}) });
   });
+  // Emitted token j came from row j of its sequence (row j predicts the token after row j).
+  return fold(driver, k, padded, drafts, acceptances, (tokens, i) => {
+    const n = seqs[i]!.logprobs;
+    return n === undefined ? undefined : tokens.map((token, j) => positionLogprobs(logits, vocab, i * k + j, token, n));
+  });
+}
+
+/** Folds the accepted rows into the sequences and says what each emits. */
+function fold(
+  driver: StepRunner, k: number, padded: readonly number[][], drafts: readonly (readonly number[])[], acceptances: readonly Acceptance[],
+  logprobsOf: (tokens: number[], i: number) => PositionLogprobs[] | undefined,
+): VerifyOutcome {
   driver.accept(acceptances.map((a) => a.accepted));
   const emitted = acceptances.map((a, i) => [...padded[i]!.slice(0, a.accepted - 1), a.next]);
   return {
     k,
     emitted,
     accepted: acceptances.map((a, i) => Math.min(a.accepted - 1, drafts[i]!.length)),
-    // Emitted token j came from row j of its sequence (row j predicts the token after row j).
-    logprobs: emitted.map((tokens, i) => {
-      const n = seqs[i]!.logprobs;
-      return n === undefined ? undefined : tokens.map((token, j) => positionLogprobs(logits, vocab, i * k + j, token, n));
-    }),
+    logprobs: emitted.map(logprobsOf),
   };
 }
 
