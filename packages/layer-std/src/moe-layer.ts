@@ -67,6 +67,8 @@ export class MoeLayer extends StatelessLayer {
    */
   readonly #s: Readonly<Record<ScratchPart, number>>;
   readonly #scratch: ScratchLease;
+  /** The parts' pointers, resolved at the first forward (the shared buffer no longer moves once read). */
+  #parts: Readonly<Record<ScratchPart, DevicePtr>> | undefined;
 
   constructor(gpu: GpuBackend, weights: WeightSource, limits: LayerLimits, options: MoeOptions) {
     requireKernels(gpu, 'moe', [routeKernel, groupKernel, expertsKernel, combineKernel, siluMulKernel, ...(options.localExperts ? [localizeKernel] : [])]);
@@ -103,17 +105,17 @@ export class MoeLayer extends StatelessLayer {
       const held = experts.experts;
       const grouped = moeGrouped(R, topK, held) || moeTensorCores(this.#kernels, 'prefill', D, options.inter);
       // The grouped path's groups and y only where maxRows can reach it.
-      const sizes = {
+      const sizes: Record<ScratchPart, number> = {
         logits: 4 * R * E, ids: 4 * R * topK, weights: 4 * R * topK, groups: grouped ? 4 * moeGroupsLength(R, topK, held) : 0, h: bytes * R * topK * options.inter,
         y: grouped ? bytes * R * topK * D : 0, routed: bytes * R * D, shared: bytes * R * D, gate: 4 * R,
       };
       let at = 0;
-      const offsets: Record<string, number> = {};
-      for (const [name, n] of Object.entries(sizes)) {
+      const offsets = {} as Record<ScratchPart, number>;
+      for (const name of SCRATCH_PARTS) {
         offsets[name] = at;
-        at += Math.ceil(n / 256) * 256;
+        at += Math.ceil(sizes[name] / 256) * 256;
       }
-      this.#s = offsets as Record<ScratchPart, number>;
+      this.#s = offsets;
       this.#scratch = acquireScratch(gpu, 'moe', at);
     } catch (error) {
       m.free();
@@ -126,14 +128,18 @@ export class MoeLayer extends StatelessLayer {
     super.dispose();
   }
 
+  #resolveParts(): Record<ScratchPart, DevicePtr> {
+    const base = this.#scratch.ptr;
+    return Object.fromEntries(SCRATCH_PARTS.map((name) => [name, base + BigInt(this.#s[name])])) as Record<ScratchPart, DevicePtr>;
+  }
+
   protected run(step: LayerStep<LayerState>): void {
     const { gpu, stream, rows, input, output } = step;
     const { hidden: D, experts: all, topK, inter, routing, localExperts } = this.options;
     const w = this.#w;
     // The experts the kernels after the route index.
     const E = w.held;
-    const base = this.#scratch.ptr;
-    const s = Object.fromEntries(SCRATCH_PARTS.map((name) => [name, base + BigInt(this.#s[name])])) as Record<ScratchPart, DevicePtr>;
+    const s = (this.#parts ??= this.#resolveParts());
     const k = this.#kernels;
     const dtype = this.precision.rows;
     const codes = { wDtype: w.wDtype, rowDtype: FLOAT_DTYPE_CODE[dtype] };
