@@ -13,3 +13,8 @@ export interface DeviceTokenPicker {
   /** The index of each of `rows` f32 rows of `vocab` at `logits` holding its maximum (the lowest on ties), after `stream`'s work. */
   argmax(logits: DevicePtr, rows: number, vocab: number, stream: Stream): Int32Array;
 }
+
+/** Whether a sequence's next token is its row's argmax and nothing else, so a picker may choose it. */
+export function pickable(s: { readonly greedy: boolean; readonly adjusted: boolean; readonly constraint?: unknown; readonly logprobs?: number }): boolean {
+  return s.greedy && !s.adjusted && s.constraint === undefined && s.logprobs === undefined;
+}

@@ -10,7 +10,7 @@ import { SpeculationGate } from '../spec/speculation-gate.js';
 import { verifyDrafts } from '../spec/verify-drafts.js';
 import type { EngineRequest, FinishReason, EngineStepReport, TokenEvent } from './engine-request.js';
 import { RequestSampler } from './request-sampler.js';
-import type { DeviceTokenPicker } from './device-token-picker.js';
+import { pickable, type DeviceTokenPicker } from './device-token-picker.js';
 import { maskLogitsRow } from './token-constraint.js';
 import { claimPages, type PageClaim } from './page-budget.js';
 import { planPrefill, nextChunkRows, type PrefillChunk } from './prefill-plan.js';
@@ -524,7 +524,7 @@ export class EngineLoop {
   }
 }
 
-/** A row whose token is its logits' argmax and nothing else: no logprobs, no adjustments, no constraint. */
+/** A running sequence a picker may choose for (`pickable`). */
 function plainGreedy(r: Running): boolean {
-  return r.sampler.greedy && !r.sampler.adjusts && r.req.constraint === undefined && r.req.logprobs === undefined;
+  return pickable({ greedy: r.sampler.greedy, adjusted: r.sampler.adjusts, constraint: r.req.constraint, ...(r.req.logprobs !== undefined ? { logprobs: r.req.logprobs } : {}) });
 }

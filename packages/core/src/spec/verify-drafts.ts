@@ -1,7 +1,7 @@
 import type { StepRunner } from '../driver/step-runner.js';
 import type { Sequence } from '../driver/sequence.js';
 import { acceptGreedy, acceptGreedyIds, acceptRejection, type Acceptance } from '../driver/acceptance.js';
-import type { DeviceTokenPicker } from '../engine/device-token-picker.js';
+import { pickable, type DeviceTokenPicker } from '../engine/device-token-picker.js';
 import { probabilityFilter, type SamplingParams } from '../model/sampling.js';
 import type { SeededRandom } from '../random/seeded-random.js';
 import { maskLogitsRow, type TokenConstraint } from '../engine/token-constraint.js';
@@ -57,7 +57,7 @@ export function verifyDrafts(
   const tokens = Int32Array.from(seqs.flatMap((s, i) => [s.pending, ...padded[i]!]));
   const result = driver.verify({ seqs: seqs.map((s) => s.seq), k, tokens });
   // Every sequence plain greedy: the rows' argmax ids from the device decide acceptance.
-  if (picker && seqs.length * k <= picker.maxRows && seqs.every((s) => s.greedy && !s.constraint && !s.samplingRow && s.logprobs === undefined)) {
+  if (picker && seqs.length * k <= picker.maxRows && seqs.every((s) => pickable({ ...s, adjusted: s.samplingRow !== undefined }))) {
     const ids = picker.argmax(result.output, seqs.length * k, vocab, driver.stream);
     return fold(driver, k, padded, drafts, seqs.map((_, i) => acceptGreedyIds(ids.subarray(i * k, (i + 1) * k), padded[i]!)), () => undefined);
   }
