@@ -24,6 +24,7 @@
 #include <mma.h>
 
 #include "std-common.cuh"
+#include "std-moe-groups.cuh"
 
 using namespace stdk;
 
@@ -34,18 +35,8 @@ constexpr int kLds = kBK + 8;  // shared row stride in elements: 80 bytes, fragm
 constexpr int kThreads = 128;
 constexpr int kMaxExpertsGemm = 2048;
 
-/** Layout of std_moe_group's `groups` (as Groups in std-moe.cu; KERNELS.md). */
-struct GroupsView {
-  int nActive, nInvalid, nValid;
-  const int32_t* expert;
-  const int32_t* start;
-  const int32_t* order;
-  __device__ __forceinline__ GroupsView(const int32_t* g, int E)
-      : nActive(g[0]), nInvalid(g[1]), nValid(g[2]), expert(g + 3), start(g + 3 + E), order(g + 4 + 2 * E) {}
-};
-
 /** Which (expert slot, 64-entry tile) CTA column `t` takes: warp 0 scans the experts' tile counts. */
-__device__ __forceinline__ bool find_tile(const GroupsView& gr, int t, int* shared3, int& a, int& q0, int& q1) {
+__device__ __forceinline__ bool find_tile(const Groups& gr, int t, int* shared3, int& a, int& q0, int& q1) {
   if (warp_id() == 0) {
     const int lane = lane_id();
     int base = 0, found = -1, first = 0;
@@ -181,7 +172,7 @@ __device__ void grouped_gemm(unsigned char* smemRaw, const T* __restrict__ input
   using namespace nvcuda;
   auto& sm = *reinterpret_cast<GemmSmem<T, P>*>(smemRaw);
   __shared__ int tileOf[3];
-  const GroupsView gr(groups, experts);
+  const Groups gr(groups, experts);
   const int n0 = blockIdx.y * kBN;
   const int tid = threadIdx.x;
 

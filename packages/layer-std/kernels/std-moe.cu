@@ -36,6 +36,7 @@
 // 4-element step k ≡ l mod 32 in order, the same fma sequence, the xor-butterfly tree over lanes),
 // so a row's result is bit-identical whatever the batch and whichever rows share its experts.
 #include "std-common.cuh"
+#include "std-moe-groups.cuh"
 
 using namespace stdk;
 
@@ -119,16 +120,6 @@ __device__ __forceinline__ float warp_sum_32(float (&v)[32]) {
   warp_halve<1>(v, lane);
   return v[0];
 }
-
-/** Layout of the int32 `groups` buffer std_moe_group writes (moeGroupsLength ints; KERNELS.md). */
-struct Groups {
-  int nActive, nInvalid, nValid;
-  const int32_t* expert;  // [nActive] the experts chosen, ascending
-  const int32_t* start;   // [nActive + 1] start of each one's entries in `order`
-  const int32_t* order;   // [nValid] entries rj by expert then rj; then the nInvalid ids outside [0, E)
-  __device__ __forceinline__ Groups(const int32_t* g, int E)
-      : nActive(g[0]), nInvalid(g[1]), nValid(g[2]), expert(g + 3), start(g + 3 + E), order(g + 4 + 2 * E) {}
-};
 
 /** The weight-type code a kernel takes (FLOAT_DTYPE_CODE, and 3 for FP8 E4M3). */
 template <typename W>
