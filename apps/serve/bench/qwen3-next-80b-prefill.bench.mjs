@@ -102,7 +102,9 @@ const results = [];
 for (const c of cases) {
   const requests = Array.from({ length: c.prompts }, (_, b) => ({ prompt: benchPrompt(config, b, c.length), maxTokens: 1, stopTokenIds: [] }));
   const driver = new StepDriver({ gpu, layers: stack.layers, limits, graphs: false });
-  const loop = new EngineLoop({ driver, vocabSize: config.vocab_size, prefillChunk: chunk });
+  // No prefix cache: a repeat of the same prompt would otherwise reuse its blocks (and GDN states at
+  // chunk boundaries) and time only the tail.
+  const loop = new EngineLoop({ driver, vocabSize: config.vocab_size, prefillChunk: chunk, prefixCaching: false });
   generateAll(loop, requests); // warm-up
   const ms = [];
   for (let r = 0; r < repeats; r++) ms.push(generateAll(loop, requests).stats.prefillMs);
@@ -110,7 +112,7 @@ for (const c of cases) {
   // One timed pass for the split by layer kind.
   const timer = new LayerTimer(gpu);
   const timed = new StepDriver({ gpu, layers: stack.layers, limits, graphs: false, layerTimer: timer });
-  generateAll(new EngineLoop({ driver: timed, vocabSize: config.vocab_size, prefillChunk: chunk }), requests);
+  generateAll(new EngineLoop({ driver: timed, vocabSize: config.vocab_size, prefillChunk: chunk, prefixCaching: false }), requests);
   const byKind = Object.fromEntries(Object.entries(timer.totals('prefill')).map(([kind, t]) => [kind, Number(t.toFixed(2))]));
   timed.dispose();
   timer.dispose();

@@ -1,6 +1,6 @@
 import { defineKernel, type FloatDtype, type Kernel, type LaunchConfig, type StepPhase, type Stream } from '@metrale/core';
 import { coreCpu, prepCpu } from './attention.cpu.js';
-import { attentionModule as module } from './std-modules.js';
+import { attentionModule as module, attentionPrefillModule } from './std-modules.js';
 
 /** `dtype`: the row type of qkv, q, the caches and out (FLOAT_DTYPE_CODE); each kernel's symbol is of one type and checks it. */
 const COMMON = {
@@ -19,6 +19,11 @@ export interface AttentionKernels {
   readonly prep: Kernel<typeof PREP_PARAMS>;
   /** Per row and head: softmax(q·Kᵀ · scale) V over positions 0..pos of the row's sequence, times sigmoid(gate). */
   readonly core: Kernel<typeof CORE_PARAMS>;
+  /**
+   * `core` of a prefill on tensor cores (bf16 / f16 rows; kernels/std-attention-prefill.cu): the same
+   * parameters and result, P rounded to the row type before P·V. Absent for f32, the reference path.
+   */
+  readonly prefill?: Kernel<typeof CORE_PARAMS>;
 }
 
 const SUFFIX: Readonly<Record<FloatDtype, string>> = { f32: '', bf16: '_bf16', f16: '_f16' };
@@ -28,6 +33,9 @@ function attentionKernelsOf(dtype: FloatDtype): AttentionKernels {
   return {
     prep: defineKernel({ name: name('std.attn_prep'), params: PREP_PARAMS, cuda: { module, symbol: `std_attn_prep${SUFFIX[dtype]}` }, cpu: prepCpu }),
     core: defineKernel({ name: name('std.attn_core'), params: CORE_PARAMS, cuda: { module, symbol: `std_attn_core${SUFFIX[dtype]}` }, cpu: coreCpu }),
+    ...(dtype === 'f32'
+      ? {}
+      : { prefill: defineKernel({ name: name('std.attn_prefill'), params: CORE_PARAMS, cuda: { module: attentionPrefillModule, symbol: `std_attn_prefill${SUFFIX[dtype]}` }, cpu: coreCpu }) }),
   };
 }
 
@@ -48,4 +56,24 @@ export const coreKernel = ATTENTION_KERNELS.f32.core;
  */
 export function coreLaunch(phase: StepPhase, rows: number, heads: number, kvHeads: number, stream: Stream): LaunchConfig {
   return { grid: [Math.max(1, rows), phase === 'prefill' ? kvHeads : heads], block: 256, stream };
+}
+
+/** Query rows per CTA of `std.attn_prefill`, and its largest head dim (a multiple of 8). */
+const PREFILL_ROWS = 64;
+const PREFILL_MAX_HEAD_DIM = 256;
+
+/** Whether `std.attn_prefill` takes a prefill of this head dim (else `std.attn_core` does). */
+export function prefillOnTensorCores(kernels: AttentionKernels, phase: StepPhase, headDim: number): boolean {
+  return phase === 'prefill' && kernels.prefill !== undefined && headDim % 8 === 0 && headDim <= PREFILL_MAX_HEAD_DIM;
+}
+
+/**
+ * `std.attn_prefill`'s launch: a CTA per (64-row tile of a sequence, q head), ⌈rows / 64⌉ + batch
+ * tiles at most; 128 threads; shared memory for the Q tile and one K and one V tile of 64 keys (32
+ * above head dim 128) in the kernel's padded layout, at the head dim's power-of-two template.
+ */
+export function attnPrefillLaunch(rows: number, batch: number, heads: number, headDim: number, rowBytes: number, stream: Stream): LaunchConfig {
+  const D = Math.max(32, 2 ** Math.ceil(Math.log2(headDim)));
+  const keys = D > 128 ? 32 : 64;
+  return { grid: [Math.ceil(rows / PREFILL_ROWS) + batch, heads], block: 128, sharedBytes: (PREFILL_ROWS + 2 * keys) * (D + 8) * rowBytes, stream };
 }

@@ -4,7 +4,7 @@ import {
   type TransformerLayer, type WeightSource,
 } from '@metrale/core';
 import { checkAttention, type AttentionOptions } from './attention-config.js';
-import { ATTENTION_KERNELS, coreLaunch, type AttentionKernels } from './attention-kernels.js';
+import { ATTENTION_KERNELS, attnPrefillLaunch, coreLaunch, prefillOnTensorCores, type AttentionKernels } from './attention-kernels.js';
 import { loadAttentionWeights } from './attention-weights.js';
 import { DeviceMemory } from './device-memory.js';
 import { precisionOf } from './layer-precision.js';
@@ -59,7 +59,7 @@ export class AttentionLayer implements TransformerLayer<AttentionState> {
   constructor(gpu: GpuBackend, weights: WeightSource, limits: LayerLimits, options: AttentionOptions) {
     const precision = precisionOf(options.precision, 'attention');
     this.#kernels = ATTENTION_KERNELS[precision.rows];
-    requireKernels(gpu, 'attention', [this.#kernels.prep, this.#kernels.core]);
+    requireKernels(gpu, 'attention', [this.#kernels.prep, this.#kernels.core, ...(this.#kernels.prefill ? [this.#kernels.prefill] : [])]);
     this.options = checkAttention(options);
     this.precision = precision;
     this.limits = limits;
@@ -155,9 +155,12 @@ export class AttentionLayer implements TransformerLayer<AttentionState> {
       ...common, q: b.q, qNorm: b.qNorm, kNorm: b.kNorm, cos: b.cos, sin: b.sin,
       rotaryDim: o.rotaryDim, maxPositions: this.limits.maxSeqLen, eps: o.eps, normOffset: o.normOffset,
     });
-    gpu.launch(this.#kernels.core, coreLaunch(phase, rows, o.heads, o.kvHeads, stream), {
-      ...common, q: b.q, out: b.attn, scale: 1 / Math.sqrt(d),
-    });
+    const core = { ...common, q: b.q, out: b.attn, scale: 1 / Math.sqrt(d) };
+    if (prefillOnTensorCores(this.#kernels, phase, d)) {
+      gpu.launch(this.#kernels.prefill!, attnPrefillLaunch(rows, batch, o.heads, d, floatBytes(dtype), stream), core);
+    } else {
+      gpu.launch(this.#kernels.core, coreLaunch(phase, rows, o.heads, o.kvHeads, stream), core);
+    }
     runLinear(gpu, { m: rows, x: b.attn, w: this.#oW, y: step.output, xDtype: dtype, yDtype: dtype, stream });
     for (let p = 0; p < batch; p++) {
       const state = host.states[p];

@@ -7,4 +7,5 @@ export const rowsModule = defineKernelModule('std-rows', new URL('./kernels/std-
 export const moeModule = defineKernelModule('std-moe', new URL('./kernels/std-moe.fatbin', import.meta.url));
 export const moeGemmModule = defineKernelModule('std-moe-gemm', new URL('./kernels/std-moe-gemm.fatbin', import.meta.url));
 export const attentionModule = defineKernelModule('std-attention', new URL('./kernels/std-attention.fatbin', import.meta.url));
+export const attentionPrefillModule = defineKernelModule('std-attention-prefill', new URL('./kernels/std-attention-prefill.fatbin', import.meta.url));
 export const sampleModule = defineKernelModule('std-sample', new URL('./kernels/std-sample.fatbin', import.meta.url));

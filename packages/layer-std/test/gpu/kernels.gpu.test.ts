@@ -16,7 +16,7 @@
 import { CpuBackend } from '@metrale/cpu-backend';
 import { FLOAT_DTYPE_CODE, SeededRandom, floatBytes, type FloatDtype, type GpuBackend } from '@metrale/core';
 import {
-  ATTENTION_KERNELS, EXPERT_FORMATS, coreLaunch, EXPERT_KERNELS, WEIGHT_DTYPE_CODE, addKernel, combineKernel, embedKernel, expertsDownLaunch, expertsKernel, expertsLaunch,
+  ATTENTION_KERNELS, EXPERT_FORMATS, attnPrefillLaunch, coreLaunch, EXPERT_KERNELS, WEIGHT_DTYPE_CODE, addKernel, combineKernel, embedKernel, expertsDownLaunch, expertsKernel, expertsLaunch,
   expertsGemmLaunch, expertsRowwiseLaunch, expertsUpLaunch, expertsUpRowwiseLaunch, flatLaunch, groupKernel, groupLaunch, layerNormKernel, localizeKernel, moeGroupsLength, rmsNormKernel,
   ropeTable, routeKernel, rowLaunch, siluMulKernel, type ExpertFormat,
 } from '@metrale/layer-std';
@@ -412,6 +412,58 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
         compare(`${dtype} attn_core decode/verify/padding ${o.label}`, dtype, r.cpu.out1!, r.cuda.out1!, core);
         // The padding row (batch position 2 of step 2, row 5) is zeros on both.
         const pad = decodeRows(r.cuda.out1!, dtype).subarray(5 * o.H * o.d, 6 * o.H * o.d);
+        expect(pad.every((v) => v === 0)).toBe(true);
+      });
+    }
+  }
+
+  // ---- std-attention-prefill: a prefill chunk on tensor cores against the same twin ---------------------
+  // Sequences of several 64-row tiles, a chunk continuing a sequence whose earlier keys are in the
+  // cache, a padding sequence and a one-row one; head dims at each template (32: d 16 and 24, 64,
+  // 128, 256). P is rounded to the row type before P·V (flash-attention's rounding), so the bound is
+  // twice a step of the output's type.
+  const prefillShapes = [
+    { label: 'Qwen3-Next-80B heads: 16 q / 2 kv, d 256, gated, pages of 16', H: 16, Hkv: 2, d: 256, gated: 1, page: 16 },
+    { label: '8 q / 8 kv, d 128, plain, pages of 8', H: 8, Hkv: 8, d: 128, gated: 0, page: 8 },
+    { label: '4 q / 1 kv, d 64, gated, pages of 4', H: 4, Hkv: 1, d: 64, gated: 1, page: 4 },
+    { label: '6 q / 2 kv, d 24, gated, pages of 8', H: 6, Hkv: 2, d: 24, gated: 1, page: 8 },
+    { label: '4 q / 2 kv, d 16, gated, pages of 4', H: 4, Hkv: 2, d: 16, gated: 1, page: 4 },
+  ];
+  for (const dtype of ['bf16', 'f16'] as const) {
+    for (const o of prefillShapes) {
+      it(`${dtype}: std.attn_prefill (tensor cores) equals the twin over multi-tile chunks: ${o.label}`, () => {
+        const maxSeqLen = 256;
+        const maxPages = maxSeqLen / o.page;
+        const seqs = [
+          { slot: 0, start: 0, count: 150 },
+          { slot: 1, start: 90, count: 70 },
+          { slot: -1, start: 0, count: 5 },
+          { slot: 2, start: 40, count: 1 },
+        ];
+        const pool = 3 * maxPages;
+        const blockTable = Int32Array.from(Array.from({ length: pool }, (_, i) => i).sort(() => random.float() - 0.5));
+        const rowStarts = new Int32Array(seqs.length + 1);
+        seqs.forEach((q, i) => (rowStarts[i + 1] = rowStarts[i]! + q.count));
+        const rows = rowStarts[seqs.length]!;
+        const positions = new Int32Array(rows);
+        seqs.forEach((q, i) => { for (let j = 0; j < q.count; j++) positions[rowStarts[i]! + j] = q.start + j; });
+        const W = o.H * o.d * (o.gated ? 2 : 1) + 2 * o.Hkv * o.d;
+        const cacheElements = pool * o.page * o.Hkv * o.d;
+        const bufs: Bufs = {
+          blockTable, rowStarts, positions, slots: Int32Array.from(seqs.map((q) => q.slot)),
+          kCache: typed(cacheElements, dtype), vCache: typed(cacheElements, dtype), qkv: typed(rows * W, dtype, 1.5),
+          q: typed(rows * o.H * o.d, dtype, 1.5), out: poison(rows * o.H * o.d, dtype),
+        };
+        const k = ATTENTION_KERNELS[dtype];
+        const r = onBoth(bufs, (gpu, p) => {
+          gpu.launch(k.prefill!, attnPrefillLaunch(rows, seqs.length, o.H, o.d, floatBytes(dtype), gpu.defaultStream), {
+            qkv: p.qkv!, kCache: p.kCache!, vCache: p.vCache!, blockTable: p.blockTable!, slots: p.slots!, rowStarts: p.rowStarts!, positions: p.positions!,
+            batch: seqs.length, heads: o.H, kvHeads: o.Hkv, headDim: o.d, pageSize: o.page, maxPages, gated: o.gated, dtype: FLOAT_DTYPE_CODE[dtype],
+            q: p.q!, out: p.out!, scale: 1 / Math.sqrt(o.d),
+          });
+        }, ['out']);
+        compare(`${dtype} attn_prefill ${o.label}`, dtype, r.cpu.out!, r.cuda.out!, 2 * STEP[dtype]);
+        const pad = decodeRows(r.cuda.out!, dtype).subarray(rowStarts[2]! * o.H * o.d, rowStarts[3]! * o.H * o.d);
         expect(pad.every((v) => v === 0)).toBe(true);
       });
     }

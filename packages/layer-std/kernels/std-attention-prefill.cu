@@ -1,0 +1,265 @@
+// Causal attention of a prefill chunk on tensor cores (src/attention-kernels.ts; reference: the
+// same `coreCpu` as std_attn_core, src/attention.cpu.ts; KERNELS.md), after std_attn_prep has
+// written the chunk's q rows and its keys and values into the paged cache:
+//   std_attn_prefill  per (tile of 64 rows of one sequence, q head): softmax(q·k_t · scale) v_t over
+//                     t = 0..pos of each row, × sigmoid(gate) when gated; padding sequences
+//                     (slot < 0) write zeros
+//
+// Flash-attention style: 4 warps, each owning 16 query rows; the CTA walks the sequence's keys in
+// tiles of BN (64, or 32 for head dims above 128, for registers) up to the tile's largest position:
+// K and V rows are gathered from their pages into shared memory, S = Q Kᵀ by mma.sync m16n8k16
+// (row-type inputs, f32 accumulators), an online softmax per row in f32 (exp2 with log2 e folded
+// into the scale), then O += P V with P rounded to the row type (as flash-attention does), V's
+// fragments read transposed by ldmatrix. The output is O / l × gate, rounded once. Row type bf16 or
+// f16 only (the f32 reference path keeps std_attn_core); head dims multiples of 8 up to 256,
+// computed in the template of the next power of two ≥ 32 with the columns past d zero.
+//
+// Grid [⌈rows / 64⌉ + batch, heads] (an upper bound of the tiles: CTAs past the last exit), 128
+// threads, dynamic shared memory (64 + 2·BN) × (D + 8) row-type elements (attnPrefillSharedBytes);
+// the 8-element pad makes the fragment loads conflict-free.
+#include "std-common.cuh"
+
+using namespace stdk;
+
+namespace {
+
+constexpr int kRows = 64;  // query rows per CTA: 4 warps × 16
+constexpr int kThreads = 128;
+
+template <int D>
+constexpr int key_tile() { return D > 128 ? 32 : 64; }
+
+__device__ __forceinline__ size_t cache_offset(const int32_t* __restrict__ table, int pageSize, int kvHeads, int d, int pos, int h) {
+  const int pg = pos / pageSize;
+  return (((size_t)table[pg] * pageSize + (pos - pg * pageSize)) * kvHeads + h) * d;
+}
+
+/** c += a · b: one m16n8k16 tensor-core product, inputs of type T, f32 accumulators. */
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+/** Four 8 × 8 b16 matrices from shared memory, transposed: the B fragments of two n8 tiles. */
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+  const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+
+__device__ __forceinline__ uint32_t smem_word(const void* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+template <typename T, int D>
+__device__ __forceinline__ void prefill_tile(const T* __restrict__ qkv, const T* __restrict__ kCache, const T* __restrict__ vCache,
+                                             const int32_t* __restrict__ blockTable, const int32_t* __restrict__ slots,
+                                             const int32_t* __restrict__ rowStarts, const int32_t* __restrict__ positions, int batch, int heads,
+                                             int kvHeads, int d, int pageSize, int maxPages, int gated, const T* __restrict__ q, T* __restrict__ out,
+                                             float scale, unsigned char* smem, int* maxPosS) {
+  constexpr int BN = key_tile<D>();
+  constexpr int LD = D + 8;
+  constexpr int C8 = D / 8;  // 16-byte chunks of a shared row
+  T* Qs = reinterpret_cast<T*>(smem);
+  T* Ks = Qs + kRows * LD;
+  T* Vs = Ks + BN * LD;
+  unsigned dyn;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+  if (dyn < (unsigned)((kRows + 2 * BN) * LD * sizeof(T))) __trap();
+
+  // This CTA's sequence and rows: the tiles of each sequence in batch order.
+  int idx = blockIdx.x, p = 0, first = -1, count = 0;
+  for (; p < batch; p++) {
+    const int n = rowStarts[p + 1] - rowStarts[p];
+    const int tiles = (n + kRows - 1) / kRows;
+    if (idx < tiles) {
+      first = rowStarts[p] + idx * kRows;
+      count = min(kRows, n - idx * kRows);
+      break;
+    }
+    idx -= tiles;
+  }
+  if (first < 0) return;
+  const int h = blockIdx.y, kvh = h / (heads / kvHeads);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
+  const int slot = slots[p];
+  if (slot < 0) {
+    for (int i = tid; i < count * d; i += kThreads) {
+      const int r = i / d;
+      store_value(out, ((size_t)(first + r) * heads + h) * d + (i - r * d), 0.f);
+    }
+    return;
+  }
+  const int32_t* table = blockTable + (size_t)slot * maxPages;
+  const int W = heads * d * (gated ? 2 : 1) + 2 * kvHeads * d;
+
+  if (tid == 0) *maxPosS = -1;
+  __syncthreads();
+  if (tid < count) atomicMax(maxPosS, positions[first + tid]);
+  for (int i = tid; i < kRows * C8; i += kThreads) {
+    const int r = i / C8, c = (i - r * C8) * 8;
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (r < count && c < d) v = *reinterpret_cast<const uint4*>(q + ((size_t)(first + r) * heads + h) * d + c);
+    *reinterpret_cast<uint4*>(Qs + r * LD + c) = v;
+  }
+  __syncthreads();
+  const int maxPos = *maxPosS;
+  const int r0 = warp * 16 + g, r1 = r0 + 8;
+  const int pos0 = r0 < count ? positions[first + r0] : -1;
+  const int pos1 = r1 < count ? positions[first + r1] : -1;
+  int warpMax = max(pos0, pos1);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) warpMax = max(warpMax, __shfl_xor_sync(0xffffffffu, warpMax, o));
+
+  const float scale2 = scale * 1.4426950408889634f;
+  float acc[D / 8][4];
+#pragma unroll
+  for (int n = 0; n < D / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
+
+  for (int k0 = 0; k0 <= maxPos; k0 += BN) {
+    if (k0 > 0) __syncthreads();  // every warp is done with the previous tile
+    for (int i = tid; i < BN * C8; i += kThreads) {
+      const int r = i / C8, c = (i - r * C8) * 8;
+      const int t = k0 + r;
+      uint4 kv = make_uint4(0u, 0u, 0u, 0u), vv = kv;
+      if (t <= maxPos && c < d) {
+        const size_t off = cache_offset(table, pageSize, kvHeads, d, t, kvh) + c;
+        kv = *reinterpret_cast<const uint4*>(kCache + off);
+        vv = *reinterpret_cast<const uint4*>(vCache + off);
+      }
+      *reinterpret_cast<uint4*>(Ks + r * LD + c) = kv;
+      *reinterpret_cast<uint4*>(Vs + r * LD + c) = vv;
+    }
+    __syncthreads();
+    if (k0 > warpMax) continue;  // every row of this warp ends before this tile
+
+    float s[BN / 8][4];
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+      if (kk * 16 >= d) break;
+      const T* qa = Qs + (warp * 16 + g) * LD + kk * 16 + 2 * tig;
+      const uint32_t a[4] = {smem_word(qa), smem_word(qa + 8 * LD), smem_word(qa + 8), smem_word(qa + 8 * LD + 8)};
+#pragma unroll
+      for (int j = 0; j < BN / 8; j++) {
+        const T* kb = Ks + (j * 8 + g) * LD + kk * 16 + 2 * tig;
+        mma16816<T>(s[j], a, smem_word(kb), smem_word(kb + 8));
+      }
+    }
+    // Online softmax in base 2; the four lanes of a quad share rows r0 and r1.
+    float x0 = m0, x1 = m1;
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++) {
+      const int t = k0 + j * 8 + 2 * tig;
+      s[j][0] = t <= pos0 ? s[j][0] * scale2 : -INFINITY;
+      s[j][1] = t + 1 <= pos0 ? s[j][1] * scale2 : -INFINITY;
+      s[j][2] = t <= pos1 ? s[j][2] * scale2 : -INFINITY;
+      s[j][3] = t + 1 <= pos1 ? s[j][3] * scale2 : -INFINITY;
+      x0 = fmaxf(x0, fmaxf(s[j][0], s[j][1]));
+      x1 = fmaxf(x1, fmaxf(s[j][2], s[j][3]));
+    }
+#pragma unroll
+    for (int o = 1; o <= 2; o <<= 1) {
+      x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, o));
+      x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, o));
+    }
+    const float b0 = x0 == -INFINITY ? 0.f : x0, b1 = x1 == -INFINITY ? 0.f : x1;
+    const float c0 = exp2f(m0 - b0), c1 = exp2f(m1 - b1);  // 0 while a row has seen no key
+    m0 = x0, m1 = x1;
+    l0 *= c0, l1 *= c1;
+#pragma unroll
+    for (int n = 0; n < D / 8; n++) acc[n][0] *= c0, acc[n][1] *= c0, acc[n][2] *= c1, acc[n][3] *= c1;
+#pragma unroll
+    for (int j = 0; j < BN / 8; j++) {
+      s[j][0] = exp2f(s[j][0] - b0), s[j][1] = exp2f(s[j][1] - b0);
+      s[j][2] = exp2f(s[j][2] - b1), s[j][3] = exp2f(s[j][3] - b1);
+      l0 += s[j][0] + s[j][1];
+      l1 += s[j][2] + s[j][3];
+    }
+    // O += P V: two n8 tiles of S make one k16 A fragment.
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; kk++) {
+      const uint32_t a[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]), pack2<T>(s[2 * kk][2], s[2 * kk][3]), pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                             pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      const T* vrow = Vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + (lane >> 4) * 8;
+#pragma unroll
+      for (int n = 0; n < D / 16; n++) {
+        if (n * 16 >= d) break;
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, vrow + n * 16);
+        mma16816<T>(acc[2 * n], a, b[0], b[1]);
+        mma16816<T>(acc[2 * n + 1], a, b[2], b[3]);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int o = 1; o <= 2; o <<= 1) {
+    l0 += __shfl_xor_sync(0xffffffffu, l0, o);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, o);
+  }
+  const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+#pragma unroll
+  for (int n = 0; n < D / 8; n++) {
+    const int c = n * 8 + 2 * tig;
+    if (c >= d) break;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+      const int r = half ? r1 : r0;
+      if (r >= count) continue;
+      const int row = first + r;
+      const float inv = half ? inv1 : inv0;
+      float v0 = acc[n][2 * half] * inv, v1 = acc[n][2 * half + 1] * inv;
+      if (gated) {
+        const size_t gate = (size_t)row * W + (size_t)h * 2 * d + d + c;
+        v0 *= sigmoid(ldg_value(qkv, gate));
+        v1 *= sigmoid(ldg_value(qkv, gate + 1));
+      }
+      *reinterpret_cast<uint32_t*>(out + ((size_t)row * heads + h) * d + c) = pack2<T>(v0, v1);
+    }
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void prefill_rows(const T* __restrict__ qkv, const T* __restrict__ kCache, const T* __restrict__ vCache,
+                                             const int32_t* __restrict__ blockTable, const int32_t* __restrict__ slots,
+                                             const int32_t* __restrict__ rowStarts, const int32_t* __restrict__ positions, int batch, int heads,
+                                             int kvHeads, int d, int pageSize, int maxPages, int gated, const T* __restrict__ q, T* __restrict__ out,
+                                             float scale) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  __shared__ int maxPosS;
+  if (blockDim.x != kThreads || (d & 7) != 0 || d > 256 || heads % kvHeads != 0 || gridDim.y != (unsigned)heads) __trap();
+  if (!aligned16(q) || !aligned16(kCache) || !aligned16(vCache)) __trap();
+#define STD_PREFILL(D) \
+  prefill_tile<T, D>(qkv, kCache, vCache, blockTable, slots, rowStarts, positions, batch, heads, kvHeads, d, pageSize, maxPages, gated, q, out, scale, smem, &maxPosS)
+  if (d <= 32) STD_PREFILL(32);
+  else if (d <= 64) STD_PREFILL(64);
+  else if (d <= 128) STD_PREFILL(128);
+  else STD_PREFILL(256);
+#undef STD_PREFILL
+}
+
+}  // namespace
+
+// One symbol per row type (attention-kernels.ts declares them, with std_attn_core's parameters).
+#define STD_ATTENTION_PREFILL(SUFFIX, T)                                                                                                           \
+  extern "C" __global__ void __launch_bounds__(kThreads) std_attn_prefill##SUFFIX(                                                                 \
+      const T* __restrict__ qkv, const T* __restrict__ kCache, const T* __restrict__ vCache, const int32_t* __restrict__ blockTable,                \
+      const int32_t* __restrict__ slots, const int32_t* __restrict__ rowStarts, const int32_t* __restrict__ positions, int batch, int heads,       \
+      int kvHeads, int headDim, int pageSize, int maxPages, int gated, int dtype, const T* __restrict__ q, T* __restrict__ out, float scale) {     \
+    if (dtype != row_code<T>) __trap();                                                                                                            \
+    prefill_rows<T>(qkv, kCache, vCache, blockTable, slots, rowStarts, positions, batch, heads, kvHeads, headDim, pageSize, maxPages, gated, q,  \
+                    out, scale);                                                                                                                   \
+  }
+
+STD_ATTENTION_PREFILL(_bf16, bf16)
+STD_ATTENTION_PREFILL(_f16, f16)
+
+#undef STD_ATTENTION_PREFILL
