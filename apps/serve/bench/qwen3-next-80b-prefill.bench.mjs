@@ -1,13 +1,13 @@
 // Prefill (time to first token) of the Qwen3-Next-80B-shaped model of random-80b-model.mjs: one
 // prompt of each --lengths, and --batch prompts of --batch-length together, through the engine
-// loop that serves (prompts cut in --chunk rows per step). Each case reports ms, tokens/s and the
+// loop that serves (prompts cut in --chunk rows per step; a list runs every case at each). Each case reports ms, tokens/s and the
 // share of the bf16 GEMM rate measured in the same run that the model's FLOPs take, with the
 // device time by layer kind (an eager, timed pass). The peer (../shared/peers/hf_peer.py) runs in
 // the same device call; its JSON is read with --peer FILE and the ratio printed beside ours.
 //
 //   node bench/qwen3-next-80b-prefill.bench.mjs [--backend cuda] [--dtype bf16|fp8|f32]
 //        [--experts 64] [--lengths 512,4096,32768] [--batch 8] [--batch-length 2048]
-//        [--chunk 4096] [--repeats 3] [--peer FILE] [--tiny] [--out FILE]
+//        [--chunk 4096|256,1024,4096] [--repeats 3] [--peer FILE] [--tiny] [--out FILE]
 //
 // Model FLOPs counted: 2 × the weights of every projection, router and expert a token uses, the lm
 // head for the last row of each prompt, attention's QKᵀ and PV over the causal triangle, and Gated
@@ -41,9 +41,11 @@ const { config, precision, weights, plan } = model;
 const lengths = o.lengths.split(',').map(Number);
 const batch = Number(o.batch);
 const batchLength = Number(o['batch-length']);
-const chunk = Number(o.chunk);
+const chunks = o.chunk.split(',').map(Number);
+const chunk = Math.max(...chunks);
 const repeats = Number(o.repeats);
-const cases = [...lengths.map((len) => ({ prompts: 1, length: len })), ...(batch > 0 ? [{ prompts: batch, length: batchLength }] : [])];
+const shapes = [...lengths.map((len) => ({ prompts: 1, length: len })), ...(batch > 0 ? [{ prompts: batch, length: batchLength }] : [])];
+const cases = chunks.flatMap((chunk) => shapes.map((s) => ({ ...s, chunk })));
 
 // The peer's JSON (its last line), read before the model is built: a peer run that failed or timed
 // out leaves the bench without ratios, never without its own figures.
@@ -104,7 +106,7 @@ for (const c of cases) {
   const driver = new StepDriver({ gpu, layers: stack.layers, limits, graphs: false });
   // No prefix cache: a repeat of the same prompt would otherwise reuse its blocks (and GDN states at
   // chunk boundaries) and time only the tail.
-  const loop = new EngineLoop({ driver, vocabSize: config.vocab_size, prefillChunk: chunk, prefixCaching: false });
+  const loop = new EngineLoop({ driver, vocabSize: config.vocab_size, prefillChunk: c.chunk, prefixCaching: false });
   generateAll(loop, requests); // warm-up
   const ms = [];
   for (let r = 0; r < repeats; r++) ms.push(generateAll(loop, requests).stats.prefillMs);
@@ -112,7 +114,7 @@ for (const c of cases) {
   // One timed pass for the split by layer kind.
   const timer = new LayerTimer(gpu);
   const timed = new StepDriver({ gpu, layers: stack.layers, limits, graphs: false, layerTimer: timer });
-  generateAll(new EngineLoop({ driver: timed, vocabSize: config.vocab_size, prefillChunk: chunk, prefixCaching: false }), requests);
+  generateAll(new EngineLoop({ driver: timed, vocabSize: config.vocab_size, prefillChunk: c.chunk, prefixCaching: false }), requests);
   const byKind = Object.fromEntries(Object.entries(timer.totals('prefill')).map(([kind, t]) => [kind, Number(t.toFixed(2))]));
   timed.dispose();
   timer.dispose();
@@ -120,7 +122,7 @@ for (const c of cases) {
   const flops = modelFlops(c.prompts, c.length);
   const hf = peerMs(c);
   const row = {
-    prompts: c.prompts, length: c.length, chunk, ms: ms.map((m) => Number(m.toFixed(1))), best_ms: Number(best.toFixed(1)),
+    prompts: c.prompts, length: c.length, chunk: c.chunk, ms: ms.map((m) => Number(m.toFixed(1))), best_ms: Number(best.toFixed(1)),
     tokens_per_s: Math.round((c.prompts * c.length * 1000) / best), model_tflop: Number((flops / 1e12).toFixed(2)),
     of_gemm_rate: gemmFlopPerS ? Number((flops / (best / 1000) / gemmFlopPerS).toFixed(3)) : null,
     ms_by_kind: byKind,

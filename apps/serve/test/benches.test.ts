@@ -29,8 +29,9 @@ describe('whole-model benches on the CPU device (tiny shape)', () => {
   it('prefill: single prompts and a batch, with the time per layer kind; a failed peer run costs only the ratios', () => {
     const peer = join(out, 'peer.json');
     writeFileSync(peer, ''); // what a peer killed by its timeout leaves
-    const r = bench('qwen3-next-80b-prefill.bench.mjs', ['--lengths', '64,200', '--batch', '2', '--batch-length', '48', '--chunk', '128', '--repeats', '1', '--peer', peer]) as { results: { prompts: number; length: number; best_ms: number; ms_by_kind: Record<string, number>; peer_ms?: number }[] };
-    expect(r.results.map((x) => [x.prompts, x.length])).toEqual([[1, 64], [1, 200], [2, 48]]);
+    const r = bench('qwen3-next-80b-prefill.bench.mjs', ['--lengths', '64,200', '--batch', '2', '--batch-length', '48', '--chunk', '64,128', '--repeats', '1', '--peer', peer]) as { results: { prompts: number; length: number; chunk: number; best_ms: number; ms_by_kind: Record<string, number>; peer_ms?: number }[] };
+    // Every case at each chunk of the list.
+    expect(r.results.map((x) => [x.chunk, x.prompts, x.length])).toEqual([[64, 1, 64], [64, 1, 200], [64, 2, 48], [128, 1, 64], [128, 1, 200], [128, 2, 48]]);
     for (const x of r.results) {
       expect(x.best_ms).toBeGreaterThan(0);
       expect(x.ms_by_kind.gdn).toBeGreaterThan(0);

@@ -18,6 +18,7 @@
 // threads, dynamic shared memory (64 + 2·BN) × (D + 8) row-type elements (attnPrefillSharedBytes);
 // the 8-element pad makes the fragment loads conflict-free.
 #include "std-common.cuh"
+#include "std-mma.cuh"
 
 using namespace stdk;
 
@@ -34,26 +35,6 @@ __device__ __forceinline__ size_t cache_offset(const int32_t* __restrict__ table
   return (((size_t)table[pg] * pageSize + (pos - pg * pageSize)) * kvHeads + h) * d;
 }
 
-/** c += a · b: one m16n8k16 tensor-core product, inputs of type T, f32 accumulators. */
-template <typename T>
-__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if constexpr (std::is_same_v<T, bf16>) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
-/** Four 8 × 8 b16 matrices from shared memory, transposed: the B fragments of two n8 tiles. */
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
-  const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
-}
-
 __device__ __forceinline__ uint32_t smem_word(const void* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
 template <typename T, int D>
@@ -68,9 +49,7 @@ __device__ __forceinline__ void prefill_tile(const T* __restrict__ qkv, const T*
   T* Qs = reinterpret_cast<T*>(smem);
   T* Ks = Qs + kRows * LD;
   T* Vs = Ks + BN * LD;
-  unsigned dyn;
-  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
-  if (dyn < (unsigned)((kRows + 2 * BN) * LD * sizeof(T))) __trap();
+  if (dynamic_smem_bytes() < (unsigned)((kRows + 2 * BN) * LD * sizeof(T))) __trap();
 
   // This CTA's sequence and rows: the tiles of each sequence in batch order.
   int idx = blockIdx.x, p = 0, first = -1, count = 0;

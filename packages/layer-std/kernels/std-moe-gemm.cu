@@ -1,5 +1,5 @@
-// The experts of a prefill step on tensor cores (src/moe-kernels.ts; reference src/moe.cpu.ts;
-// KERNELS.md): the grouped GEMMs of a mixture-of-experts over the entries std_moe_group sorted by
+// The experts of a prefill step on tensor cores, for block-FP8 weights (src/moe-kernels.ts; reference
+// src/moe.cpu.ts; KERNELS.md; bf16 and f16 weights take std-moe-gemm-16bit.cu): the grouped GEMMs of a mixture-of-experts over the entries std_moe_group sorted by
 // expert, so each expert's weights multiply a tile of 64 of its (row, slot) entries at a time.
 //   std_moe_gemm_up    h[rj] = silu(gate_e x_r) ⊙ (up_e x_r) for every entry rj = r·topK + j of
 //                      expert e (the same outputs as std_moe_experts_up)
@@ -34,41 +34,6 @@ constexpr int kBM = 64, kBN = 64, kBK = 32;
 constexpr int kLds = kBK + 8;  // shared row stride in elements: 80 bytes, fragment loads spread over the banks
 constexpr int kThreads = 128;
 constexpr int kMaxExpertsGemm = 2048;
-
-/** Which (expert slot, 64-entry tile) CTA column `t` takes: warp 0 scans the experts' tile counts. */
-__device__ __forceinline__ bool find_tile(const Groups& gr, int t, int* shared3, int& a, int& q0, int& q1) {
-  if (warp_id() == 0) {
-    const int lane = lane_id();
-    int base = 0, found = -1, first = 0;
-    for (int a0 = 0; a0 < gr.nActive && found < 0; a0 += 32) {
-      const int i = a0 + lane;
-      const int tiles = i < gr.nActive ? (gr.start[i + 1] - gr.start[i] + kBM - 1) / kBM : 0;
-      int incl = tiles;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const int v = __shfl_up_sync(kFull, incl, o);
-        if (lane >= o) incl += v;
-      }
-      const int excl = incl - tiles;
-      const bool mine = tiles > 0 && t >= base + excl && t < base + incl;
-      const unsigned who = __ballot_sync(kFull, mine);
-      if (who) {
-        const int src = __ffs(who) - 1;
-        found = a0 + src;
-        first = __shfl_sync(kFull, gr.start[min(i, gr.nActive - 1)] + (t - base - excl) * kBM, src);
-      }
-      base += __shfl_sync(kFull, incl, 31);
-    }
-    if (lane == 0) {
-      shared3[0] = found;
-      shared3[1] = first;
-      shared3[2] = found >= 0 ? min(first + kBM, gr.start[found + 1]) : 0;
-    }
-  }
-  __syncthreads();
-  a = shared3[0], q0 = shared3[1], q1 = shared3[2];
-  return a >= 0;
-}
 
 /** 16 E4M3 codes to 16 values of T (exact), as two 16-byte vectors. */
 template <typename T>
@@ -184,7 +149,7 @@ __device__ void grouped_gemm(unsigned char* smemRaw, const T* __restrict__ input
     }
   }
   int a, q0, q1;
-  if (!find_tile(gr, blockIdx.x, tileOf, a, q0, q1)) return;
+  if (!find_tile<kBM>(gr, blockIdx.x, tileOf, a, q0, q1)) return;
   const int e = gr.expert[a];
 
   RowTile<T> rows;
@@ -296,8 +261,8 @@ constexpr size_t smem_bytes() {
 
 }  // namespace
 
-// One pair of kernels per (weight type, row type): _bf16, _f16, _fp8_bf16, _fp8_f16 (the float ones
-// of std-moe.cu's formats; f32 rows stay on its CUDA-core kernels). Parameters as the grouped
+// One pair of kernels per row type over FP8 weights: _fp8_bf16, _fp8_f16 (f32 rows stay on
+// std-moe.cu's CUDA-core kernels; bf16 / f16 weights take std-moe-gemm-16bit.cu). Parameters as the grouped
 // kernels std_moe_experts_up / _down, so the layer launches either with the same arguments.
 #define STD_MOE_GEMM_KERNELS(SUFFIX, T, FP8)                                                                                                        \
   extern "C" __global__ void __launch_bounds__(kThreads) std_moe_gemm_up##SUFFIX(                                                                   \
@@ -320,8 +285,6 @@ constexpr size_t smem_bytes() {
     grouped_gemm<T, FP8, 1>(smem, h, groups, down, downScales, y, hidden, inter, experts, 1);                                                     \
   }
 
-STD_MOE_GEMM_KERNELS(_bf16, bf16, false)
-STD_MOE_GEMM_KERNELS(_f16, f16, false)
 STD_MOE_GEMM_KERNELS(_fp8_bf16, bf16, true)
 STD_MOE_GEMM_KERNELS(_fp8_f16, f16, true)
 

@@ -1,8 +1,11 @@
 // The int32 `groups` buffer std_moe_group writes (moeGroupsLength ints; KERNELS.md), as the expert
-// kernels of std-moe.cu and std-moe-gemm.cu read it.
+// kernels of std-moe.cu, std-moe-gemm.cu and std-moe-gemm-16bit.cu read it, and the tile a grouped
+// GEMM's CTA takes.
 #pragma once
 
 #include <cstdint>
+
+#include "std-common.cuh"
 
 namespace stdk {
 
@@ -14,5 +17,44 @@ struct Groups {
   __device__ __forceinline__ Groups(const int32_t* g, int E)
       : nActive(g[0]), nInvalid(g[1]), nValid(g[2]), expert(g + 3), start(g + 3 + E), order(g + 4 + 2 * E) {}
 };
+
+/**
+ * Which (expert slot, BM-entry tile) the CTA of grid column `t` takes (the tiles of the experts in
+ * the order chosen): warp 0 scans the experts' tile counts. False past the last tile.
+ */
+template <int BM>
+__device__ __forceinline__ bool find_tile(const Groups& gr, int t, int* shared3, int& a, int& q0, int& q1) {
+  if (warp_id() == 0) {
+    const int lane = lane_id();
+    int base = 0, found = -1, first = 0;
+    for (int a0 = 0; a0 < gr.nActive && found < 0; a0 += 32) {
+      const int i = a0 + lane;
+      const int tiles = i < gr.nActive ? (gr.start[i + 1] - gr.start[i] + BM - 1) / BM : 0;
+      int incl = tiles;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int v = __shfl_up_sync(kFull, incl, o);
+        if (lane >= o) incl += v;
+      }
+      const int excl = incl - tiles;
+      const bool mine = tiles > 0 && t >= base + excl && t < base + incl;
+      const unsigned who = __ballot_sync(kFull, mine);
+      if (who) {
+        const int src = __ffs(who) - 1;
+        found = a0 + src;
+        first = __shfl_sync(kFull, gr.start[min(i, gr.nActive - 1)] + (t - base - excl) * BM, src);
+      }
+      base += __shfl_sync(kFull, incl, 31);
+    }
+    if (lane == 0) {
+      shared3[0] = found;
+      shared3[1] = first;
+      shared3[2] = found >= 0 ? min(first + BM, gr.start[found + 1]) : 0;
+    }
+  }
+  __syncthreads();
+  a = shared3[0], q0 = shared3[1], q1 = shared3[2];
+  return a >= 0;
+}
 
 }  // namespace stdk

@@ -1,6 +1,6 @@
 import { InvalidArgumentError, defineKernel, type FloatDtype, type Kernel, type LaunchConfig, type StepPhase, type Stream, type WeightDtype } from '@metrale/core';
 import { combineCpu, expertsDownCpu, expertsRowwiseCpu, expertsSumCpu, expertsUpCpu, groupCpu, localizeCpu, routeCpu } from './moe.cpu.js';
-import { moeGemmModule, moeModule as module } from './std-modules.js';
+import { moeGemm16Module, moeGemmModule, moeModule as module } from './std-modules.js';
 
 export const routeKernel = defineKernel({
   name: 'std.moe_route',
@@ -123,8 +123,25 @@ export interface ExpertKernels {
    * `std.moe_gemm_up` / `std.moe_gemm_down` (kernels/std-moe-gemm.cu): the grouped passes on tensor
    * cores, for prefill steps; the same arguments and outputs as `up` / `down`. None for f32 rows.
    */
-  readonly gemm?: { readonly up: Kernel<typeof GROUPED_UP_PARAMS>; readonly down: Kernel<typeof GROUPED_DOWN_PARAMS> };
+  readonly gemm?: { readonly up: Kernel<typeof GROUPED_UP_PARAMS>; readonly down: Kernel<typeof GROUPED_DOWN_PARAMS>; readonly tiles: GemmTiles };
 }
+
+/** The CTA shape of a format's tensor-core expert GEMMs (its kernel file's constants). */
+interface GemmTiles {
+  /** Entries (row, slot) per CTA. */
+  readonly entries: number;
+  /** Output columns per CTA of the up pass (of I) and of the down pass (of D). */
+  readonly upColumns: number;
+  readonly downColumns: number;
+  readonly threads: number;
+  /** Dynamic shared memory (0: the kernel's is static). */
+  readonly sharedBytes: number;
+}
+
+/** kernels/std-moe-gemm-16bit.cu: 128 entries × 128 weight rows, 3 stages of 32-wide k tiles (rows of 40 elements). */
+const TILES_16BIT: GemmTiles = { entries: 128, upColumns: 64, downColumns: 128, threads: 256, sharedBytes: 3 * 2 * 128 * 40 * 2 };
+/** kernels/std-moe-gemm.cu (FP8 weights): 64 entries × 64 columns. */
+const TILES_FP8: GemmTiles = { entries: 64, upColumns: 64, downColumns: 64, threads: 128, sharedBytes: 0 };
 
 function expertKernelsOf(format: ExpertFormat): ExpertKernels {
   const name = (base: string) => (format === 'f32' ? base : `${base}.${format}`);
@@ -137,16 +154,18 @@ function expertKernelsOf(format: ExpertFormat): ExpertKernels {
     ...(format === 'f32'
       ? {}
       : {
-          gemm: {
-            up: defineKernel({ name: name('std.moe_gemm_up'), params: GROUPED_UP_PARAMS, cuda: { module: moeGemmModule, symbol: symbol('std_moe_gemm_up') }, cpu: expertsUpCpu }),
-            down: defineKernel({ name: name('std.moe_gemm_down'), params: GROUPED_DOWN_PARAMS, cuda: { module: moeGemmModule, symbol: symbol('std_moe_gemm_down') }, cpu: expertsDownCpu }),
-          },
+          gemm: (() => {
+            const fp8 = format.startsWith('fp8');
+            const gemmModule = fp8 ? moeGemmModule : moeGemm16Module;
+            return {
+              up: defineKernel({ name: name('std.moe_gemm_up'), params: GROUPED_UP_PARAMS, cuda: { module: gemmModule, symbol: symbol('std_moe_gemm_up') }, cpu: expertsUpCpu }),
+              down: defineKernel({ name: name('std.moe_gemm_down'), params: GROUPED_DOWN_PARAMS, cuda: { module: gemmModule, symbol: symbol('std_moe_gemm_down') }, cpu: expertsDownCpu }),
+              tiles: fp8 ? TILES_FP8 : TILES_16BIT,
+            };
+          })(),
         }),
   };
 }
-
-/** Entries (row, slot) per CTA of the tensor-core expert GEMMs, and output columns (kernels/std-moe-gemm.cu). */
-const GEMM_TILE = 64;
 
 /**
  * Whether a step runs the tensor-core expert GEMMs: prefill steps (a prompt's rows never share a
@@ -158,13 +177,20 @@ export function moeTensorCores(kernels: ExpertKernels, phase: StepPhase, hidden:
 }
 
 /**
- * `std.moe_gemm_up` (n = inter) and `std.moe_gemm_down` (n = hidden): CTAs (tile slot, 64 output
- * columns). Where the entries fall is on the device, so the slots are a bound: one per 64 entries,
- * and one more per expert that can be chosen (each expert's last tile may be partial).
+ * `std.moe_gemm_up` (n = inter) and `std.moe_gemm_down` (n = hidden) of `kernels`' format: CTAs
+ * (tile slot, output columns), tile slots the fastest. Where the entries fall is on the device, so
+ * the slots are a bound: one per tile of entries, and one more per expert that can be chosen (each
+ * expert's last tile may be partial).
  */
-export function expertsGemmLaunch(rows: number, topK: number, n: number, experts: number, stream: Stream): LaunchConfig {
+export function expertsGemmLaunch(kernels: ExpertKernels, pass: 'up' | 'down', rows: number, topK: number, n: number, experts: number, stream: Stream): LaunchConfig {
+  const t = kernels.gemm?.tiles;
+  if (!t) throw new InvalidArgumentError('expertsGemmLaunch: this expert format has no tensor-core GEMMs (f32 rows); check moeTensorCores first');
   const entries = Math.max(1, rows * topK);
-  return { grid: [Math.ceil(entries / GEMM_TILE) + Math.min(experts, entries), Math.ceil(n / GEMM_TILE)], block: 128, stream };
+  const columns = pass === 'up' ? t.upColumns : t.downColumns;
+  return {
+    grid: [Math.ceil(entries / t.entries) + Math.min(experts, entries), Math.ceil(n / columns)], block: t.threads, stream,
+    ...(t.sharedBytes > 0 ? { sharedBytes: t.sharedBytes } : {}),
+  };
 }
 
 /** The expert kernels of every format. */

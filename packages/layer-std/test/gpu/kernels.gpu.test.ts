@@ -195,10 +195,10 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
     const up = tensorCores ? k.gemm!.up : k.up;
     const down = tensorCores ? k.gemm!.down : k.down;
     gpu.launch(groupKernel, groupLaunch(E, s), { ids: p.ids!, groups: p.groups!, rows, experts: E, topK });
-    gpu.launch(up, tensorCores ? expertsGemmLaunch(rows, topK, I, E, s) : expertsUpLaunch(rows, topK, I, E, s), {
+    gpu.launch(up, tensorCores ? expertsGemmLaunch(k, 'up', rows, topK, I, E, s) : expertsUpLaunch(rows, topK, I, E, s), {
       input: p.x!, ids: p.ids!, groups: p.groups!, gateUp: p.gateUp!, gateUpScales: fp8 ? p.gateUpScales! : 0n, h: p.h!, rows, hidden: D, inter: I, experts: E, topK, ...codes,
     });
-    gpu.launch(down, tensorCores ? expertsGemmLaunch(rows, topK, D, E, s) : expertsDownLaunch(rows, topK, D, E, s), {
+    gpu.launch(down, tensorCores ? expertsGemmLaunch(k, 'down', rows, topK, D, E, s) : expertsDownLaunch(rows, topK, D, E, s), {
       h: p.h!, ids: p.ids!, groups: p.groups!, down: p.down!, downScales: fp8 ? p.downScales! : 0n, y: p.y!, rows, hidden: D, inter: I, experts: E, topK, ...codes,
     });
     gpu.launch(expertsKernel, expertsLaunch(rows, D, s), { y: p.y!, ids: p.ids!, weights: p.weights!, output: p.out!, rows, hidden: D, experts: E, topK, dtype: codes.rowDtype });
@@ -304,10 +304,10 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
   }
 
   // The tensor-core expert GEMMs of prefill steps: the 80B expert widths with 80 entries per expert
-  // (tiles of 64 cut short), widths not multiples of 64 or 128 (output columns and FP8 blocks cut
-  // short), a few rows; each against the CPU twin (kept small: the twin is most of the time), and
-  // each row's bits alone and batched.
-  const GEMM_SHAPES = [[2048, 512, 4, 2, 160], [1040, 272, 12, 4, 120], [2048, 512, 8, 6, 3]] as const;
+  // (tiles cut short), 300 entries per expert (several tiles each), widths not multiples of 64 or
+  // 128 (output columns, 32-wide k steps and FP8 blocks cut short), a few rows; each against the CPU
+  // twin (kept small: the twin is most of the time), and each row's bits alone and batched.
+  const GEMM_SHAPES = [[2048, 512, 4, 2, 160], [512, 256, 2, 2, 300], [1040, 272, 12, 4, 120], [2048, 512, 8, 6, 3]] as const;
   for (const format of EXPERT_FORMATS.filter((f) => f !== 'f32')) {
     for (const [D, I, E, topK, rows] of GEMM_SHAPES) {
       it(`${format}: std.moe_gemm_up + std.moe_gemm_down (tensor cores), D ${D}, I ${I}, ${E} experts, top-${topK}, ${rows} rows (ids outside the experts)`, () => {
