@@ -30,6 +30,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { BYTES, deviceBuffers } from './device-buffers.mjs';
 
 const pkgDir = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const outPath = resolve(pkgDir, process.env.METRALE_BENCH_OUT ?? 'bench-results/std.json');
@@ -42,7 +43,6 @@ const FORMAT = process.env.METRALE_BENCH_FORMAT ?? 'f32';
 /** The row type of the format, and its weights' type. */
 const ROWS = FORMAT.startsWith('fp8-') ? FORMAT.slice(4) : FORMAT;
 const WEIGHTS = FORMAT.startsWith('fp8-') ? 'f8e4m3' : FORMAT;
-const BYTES = { f32: 4, bf16: 2, f16: 2, f8e4m3: 1 };
 
 async function main() {
   let cb;
@@ -79,39 +79,7 @@ async function main() {
     result.ceilings = { copyBytesPerS: c.copy?.bytesPerS, copy: c.copy, gemmFlopPerS: c.gemm?.flopPerS, gemm: c.gemm, errors: c.errors };
     const copyBW = c.copy?.bytesPerS ?? NaN;
 
-    const seed = { s: 0x2545f491 };
-    const rand = () => {
-      seed.s ^= seed.s << 13; seed.s ^= seed.s >>> 17; seed.s ^= seed.s << 5;
-      return (seed.s >>> 0) / 2 ** 32;
-    };
-    const normals = (n, scale = 1) => Float32Array.from({ length: n }, () => scale * (rand() + rand() + rand() - 1.5) * 2 || 0.25 * scale);
-    const allocs = [];
-    const alloc = (bytes) => {
-      const p = gpu.alloc(Math.max(4, bytes));
-      allocs.push(p);
-      return p;
-    };
-    const upload = (data) => {
-      const p = alloc(data.byteLength);
-      gpu.upload(p, data);
-      return p;
-    };
-    /** Random values of type `dtype` stored on the host: f32 as is, bf16 / f16 encoded, FP8 random finite codes. */
-    const encoded = (n, scale, dtype) => {
-      if (dtype === 'f8e4m3') return Uint8Array.from({ length: n }, () => ((rand() * 0x7e) | 0) | (rand() < 0.5 ? 0x80 : 0));
-      const v = normals(n, scale);
-      return dtype === 'f32' ? v : dtype === 'bf16' ? core.toBf16(v) : core.toF16(v);
-    };
-    /** Random `count` elements of `dtype` (default f32): one random block uploaded, repeated on the device (never periodic zeros). */
-    const randomBuffer = (count, scale = 1, dtype = 'f32') => {
-      const bytes = BYTES[dtype];
-      const p = alloc(bytes * count);
-      const block = Math.min(count, 16 * MiB);
-      gpu.upload(p, encoded(block, scale, dtype));
-      for (let off = block; off < count; off += block) gpu.copyDeviceAsync(p + BigInt(bytes * off), p, bytes * Math.min(block, count - off), stream);
-      gpu.synchronize(stream);
-      return p;
-    };
+    const { rand, normals, alloc, upload, encoded, randomBuffer, allocs, freeFrom } = deviceBuffers(gpu, core, stream);
     /** A [rows, cols] weight of the format's weight type: its elements and, for FP8, block scales (as [⌈rows/128⌉][⌈cols/128⌉] grids, `grids` of them). */
     const weightBuffer = (rows, cols, scale, grids = 1) => {
       const data = randomBuffer(rows * cols * grids, scale, WEIGHTS);
@@ -123,10 +91,7 @@ async function main() {
     const linear = (m, x, w, n, k, c, outDtype = ROWS) => gpu.gemm({
       m, n, k, a: x, b: w.data, c, transB: true, dtype: ROWS, outDtype, ...(WEIGHTS === 'f8e4m3' ? { bDtype: 'f8e4m3', bScales: w.scales } : {}), stream,
     });
-    const freeAll = () => {
-      gpu.synchronize();
-      for (const p of allocs.splice(0)) gpu.free(p);
-    };
+    const freeAll = () => freeFrom(0);
 
     // ---- attention decode -------------------------------------------------------------------
     const { heads: H, kvHeads: Hkv, d, rot, page } = S;
