@@ -7,7 +7,8 @@
 //
 // Flash-attention style: 4 warps, each owning 16 query rows; the CTA walks the sequence's keys in
 // tiles of BN (64, or 32 for head dims above 128, for registers) up to the tile's largest position:
-// K and V rows are gathered from their pages into shared memory, S = Q Kᵀ by mma.sync m16n8k16
+// K and V rows are gathered from their pages into shared memory by cp.async, two buffers so the next
+// tile lands while this one is used; S = Q Kᵀ by mma.sync m16n8k16
 // (row-type inputs, f32 accumulators), an online softmax per row in f32 (exp2 with log2 e folded
 // into the scale), then O += P V with P rounded to the row type (as flash-attention does), V's
 // fragments read transposed by ldmatrix. The output is O / l × gate, rounded once. Row type bf16 or
@@ -15,7 +16,7 @@
 // computed in the template of the next power of two ≥ 32 with the columns past d zero.
 //
 // Grid [⌈rows / 64⌉ + batch, heads] (an upper bound of the tiles: CTAs past the last exit), 128
-// threads, dynamic shared memory (64 + 2·BN) × (D + 8) row-type elements (attnPrefillSharedBytes);
+// threads, dynamic shared memory (64 + 4·BN) × (D + 8) row-type elements (attnPrefillLaunch);
 // the 8-element pad makes the fragment loads conflict-free.
 #include "std-common.cuh"
 #include "std-mma.cuh"
@@ -46,10 +47,10 @@ __device__ __forceinline__ void prefill_tile(const T* __restrict__ qkv, const T*
   constexpr int BN = key_tile<D>();
   constexpr int LD = D + 8;
   constexpr int C8 = D / 8;  // 16-byte chunks of a shared row
+  // Q, then two (K, V) buffers: the next key tile lands by cp.async while this one is used.
   T* Qs = reinterpret_cast<T*>(smem);
-  T* Ks = Qs + kRows * LD;
-  T* Vs = Ks + BN * LD;
-  if (dynamic_smem_bytes() < (unsigned)((kRows + 2 * BN) * LD * sizeof(T))) __trap();
+  T* KV = Qs + kRows * LD;
+  if (dynamic_smem_bytes() < (unsigned)((kRows + 4 * BN) * LD * sizeof(T))) __trap();
 
   // This CTA's sequence and rows: the tiles of each sequence in batch order.
   int idx = blockIdx.x, p = 0, first = -1, count = 0;
@@ -101,83 +102,92 @@ __device__ __forceinline__ void prefill_tile(const T* __restrict__ qkv, const T*
   for (int n = 0; n < D / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;
 
-  for (int k0 = 0; k0 <= maxPos; k0 += BN) {
-    if (k0 > 0) __syncthreads();  // every warp is done with the previous tile
+  auto load_keys = [&](int buf, int k0) {
+    T* Kb = KV + buf * 2 * BN * LD;
     for (int i = tid; i < BN * C8; i += kThreads) {
       const int r = i / C8, c = (i - r * C8) * 8;
       const int t = k0 + r;
-      uint4 kv = make_uint4(0u, 0u, 0u, 0u), vv = kv;
-      if (t <= maxPos && c < d) {
-        const size_t off = cache_offset(table, pageSize, kvHeads, d, t, kvh) + c;
-        kv = *reinterpret_cast<const uint4*>(kCache + off);
-        vv = *reinterpret_cast<const uint4*>(vCache + off);
-      }
-      *reinterpret_cast<uint4*>(Ks + r * LD + c) = kv;
-      *reinterpret_cast<uint4*>(Vs + r * LD + c) = vv;
+      const bool valid = t <= maxPos && c < d;  // zeros past the tile's last key (their P is 0) and past d
+      const size_t off = valid ? cache_offset(table, pageSize, kvHeads, d, t, kvh) + c : 0;
+      cp_async16(Kb + r * LD + c, kCache + off, valid);
+      cp_async16(Kb + BN * LD + r * LD + c, vCache + off, valid);
     }
-    __syncthreads();
-    if (k0 > warpMax) continue;  // every row of this warp ends before this tile
-
-    float s[BN / 8][4];
+  };
+  const int keyTiles = maxPos < 0 ? 0 : maxPos / BN + 1;
+  if (keyTiles > 0) load_keys(0, 0);
+  cp_async_commit();
+  for (int kt = 0; kt < keyTiles; kt++) {
+    if (kt + 1 < keyTiles) load_keys((kt + 1) & 1, (kt + 1) * BN);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();  // tile kt is in shared memory for every thread
+    const int k0 = kt * BN;
+    const T* Ks = KV + (kt & 1) * 2 * BN * LD;
+    const T* Vs = Ks + BN * LD;
+    if (k0 <= warpMax) {  // else every row of this warp ends before this tile
+      float s[BN / 8][4];
 #pragma unroll
-    for (int j = 0; j < BN / 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+      for (int j = 0; j < BN / 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
 #pragma unroll
-    for (int kk = 0; kk < D / 16; kk++) {
-      if (kk * 16 >= d) break;
-      const T* qa = Qs + (warp * 16 + g) * LD + kk * 16 + 2 * tig;
-      const uint32_t a[4] = {smem_word(qa), smem_word(qa + 8 * LD), smem_word(qa + 8), smem_word(qa + 8 * LD + 8)};
+      for (int kk = 0; kk < D / 16; kk++) {
+        if (kk * 16 >= d) break;
+        const T* qa = Qs + (warp * 16 + g) * LD + kk * 16 + 2 * tig;
+        const uint32_t a[4] = {smem_word(qa), smem_word(qa + 8 * LD), smem_word(qa + 8), smem_word(qa + 8 * LD + 8)};
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++) {
+          const T* kb = Ks + (j * 8 + g) * LD + kk * 16 + 2 * tig;
+          mma16816<T>(s[j], a, smem_word(kb), smem_word(kb + 8));
+        }
+      }
+      // Online softmax in base 2; the four lanes of a quad share rows r0 and r1.
+      float x0 = m0, x1 = m1;
 #pragma unroll
       for (int j = 0; j < BN / 8; j++) {
-        const T* kb = Ks + (j * 8 + g) * LD + kk * 16 + 2 * tig;
-        mma16816<T>(s[j], a, smem_word(kb), smem_word(kb + 8));
+        const int t = k0 + j * 8 + 2 * tig;
+        s[j][0] = t <= pos0 ? s[j][0] * scale2 : -INFINITY;
+        s[j][1] = t + 1 <= pos0 ? s[j][1] * scale2 : -INFINITY;
+        s[j][2] = t <= pos1 ? s[j][2] * scale2 : -INFINITY;
+        s[j][3] = t + 1 <= pos1 ? s[j][3] * scale2 : -INFINITY;
+        x0 = fmaxf(x0, fmaxf(s[j][0], s[j][1]));
+        x1 = fmaxf(x1, fmaxf(s[j][2], s[j][3]));
+      }
+#pragma unroll
+      for (int o = 1; o <= 2; o <<= 1) {
+        x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, o));
+        x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, o));
+      }
+      const float b0 = x0 == -INFINITY ? 0.f : x0, b1 = x1 == -INFINITY ? 0.f : x1;
+      const float c0 = exp2f(m0 - b0), c1 = exp2f(m1 - b1);  // 0 while a row has seen no key
+      m0 = x0, m1 = x1;
+      l0 *= c0, l1 *= c1;
+#pragma unroll
+      for (int n = 0; n < D / 8; n++) acc[n][0] *= c0, acc[n][1] *= c0, acc[n][2] *= c1, acc[n][3] *= c1;
+#pragma unroll
+      for (int j = 0; j < BN / 8; j++) {
+        s[j][0] = exp2f(s[j][0] - b0), s[j][1] = exp2f(s[j][1] - b0);
+        s[j][2] = exp2f(s[j][2] - b1), s[j][3] = exp2f(s[j][3] - b1);
+        l0 += s[j][0] + s[j][1];
+        l1 += s[j][2] + s[j][3];
+      }
+      // O += P V: two n8 tiles of S make one k16 A fragment.
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; kk++) {
+        const uint32_t a[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]), pack2<T>(s[2 * kk][2], s[2 * kk][3]), pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                               pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+        const T* vrow = Vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + (lane >> 4) * 8;
+#pragma unroll
+        for (int n = 0; n < D / 16; n++) {
+          if (n * 16 >= d) break;
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, vrow + n * 16);
+          mma16816<T>(acc[2 * n], a, b[0], b[1]);
+          mma16816<T>(acc[2 * n + 1], a, b[2], b[3]);
+        }
       }
     }
-    // Online softmax in base 2; the four lanes of a quad share rows r0 and r1.
-    float x0 = m0, x1 = m1;
-#pragma unroll
-    for (int j = 0; j < BN / 8; j++) {
-      const int t = k0 + j * 8 + 2 * tig;
-      s[j][0] = t <= pos0 ? s[j][0] * scale2 : -INFINITY;
-      s[j][1] = t + 1 <= pos0 ? s[j][1] * scale2 : -INFINITY;
-      s[j][2] = t <= pos1 ? s[j][2] * scale2 : -INFINITY;
-      s[j][3] = t + 1 <= pos1 ? s[j][3] * scale2 : -INFINITY;
-      x0 = fmaxf(x0, fmaxf(s[j][0], s[j][1]));
-      x1 = fmaxf(x1, fmaxf(s[j][2], s[j][3]));
-    }
-#pragma unroll
-    for (int o = 1; o <= 2; o <<= 1) {
-      x0 = fmaxf(x0, __shfl_xor_sync(0xffffffffu, x0, o));
-      x1 = fmaxf(x1, __shfl_xor_sync(0xffffffffu, x1, o));
-    }
-    const float b0 = x0 == -INFINITY ? 0.f : x0, b1 = x1 == -INFINITY ? 0.f : x1;
-    const float c0 = exp2f(m0 - b0), c1 = exp2f(m1 - b1);  // 0 while a row has seen no key
-    m0 = x0, m1 = x1;
-    l0 *= c0, l1 *= c1;
-#pragma unroll
-    for (int n = 0; n < D / 8; n++) acc[n][0] *= c0, acc[n][1] *= c0, acc[n][2] *= c1, acc[n][3] *= c1;
-#pragma unroll
-    for (int j = 0; j < BN / 8; j++) {
-      s[j][0] = exp2f(s[j][0] - b0), s[j][1] = exp2f(s[j][1] - b0);
-      s[j][2] = exp2f(s[j][2] - b1), s[j][3] = exp2f(s[j][3] - b1);
-      l0 += s[j][0] + s[j][1];
-      l1 += s[j][2] + s[j][3];
-    }
-    // O += P V: two n8 tiles of S make one k16 A fragment.
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; kk++) {
-      const uint32_t a[4] = {pack2<T>(s[2 * kk][0], s[2 * kk][1]), pack2<T>(s[2 * kk][2], s[2 * kk][3]), pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                             pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-      const T* vrow = Vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + (lane >> 4) * 8;
-#pragma unroll
-      for (int n = 0; n < D / 16; n++) {
-        if (n * 16 >= d) break;
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, vrow + n * 16);
-        mma16816<T>(acc[2 * n], a, b[0], b[1]);
-        mma16816<T>(acc[2 * n + 1], a, b[2], b[3]);
-      }
-    }
+    __syncthreads();  // every warp is done with buffer kt & 1 before the load two tiles on
   }
+  cp_async_wait<0>();
 
 #pragma unroll
   for (int o = 1; o <= 2; o <<= 1) {

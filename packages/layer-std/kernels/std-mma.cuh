@@ -1,6 +1,7 @@
 // Tensor-core fragments shared by the mma.sync kernels (std-attention-prefill.cu,
 // std-moe-gemm-16bit.cu): the m16n8k16 product of 16-bit inputs with f32 accumulators and the
-// ldmatrix loads of its fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16"). sm_80 and later.
+// ldmatrix loads of its fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16"), and cp.async
+// copies into shared memory. sm_80 and later.
 #pragma once
 
 #include "std-common.cuh"
@@ -32,6 +33,16 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
   const unsigned a = (unsigned)__cvta_generic_to_shared(p);
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
 }
+
+/** 16 bytes global → shared without registers (zeros when !valid; `gmem` must still be a mapped address). */
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+  const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+/** Waits until at most N of this thread's committed groups are still in flight. */
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 /** The size of the launch's dynamic shared memory. */
 __device__ __forceinline__ unsigned dynamic_smem_bytes() {

@@ -39,14 +39,6 @@ struct Stage {
 template <typename T>
 constexpr size_t smem_bytes() { return kStages * sizeof(Stage<T>); }
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-  const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
 /**
  * The grouped GEMM of one CTA. P = 2: gate and up (weights [E][2I][D], N = I, K = D, rows of x by
  * rj / topK, output h[rj] = silu(g) · u; 64 columns a CTA); P = 1: down (weights [E][D][I], N = D,

@@ -69,11 +69,12 @@ export function prefillOnTensorCores(kernels: AttentionKernels, phase: StepPhase
 
 /**
  * `std.attn_prefill`'s launch: a CTA per (64-row tile of a sequence, q head), ⌈rows / 64⌉ + batch
- * tiles at most; 128 threads; shared memory for the Q tile and one K and one V tile of 64 keys (32
- * above head dim 128) in the kernel's padded layout, at the head dim's power-of-two template.
+ * tiles at most; 128 threads; shared memory for the Q tile and two K and V tiles of 64 keys (32
+ * above head dim 128; double-buffered) in the kernel's padded layout, at the head dim's power-of-two
+ * template.
  */
 export function attnPrefillLaunch(rows: number, batch: number, heads: number, headDim: number, rowBytes: number, stream: Stream): LaunchConfig {
   const D = Math.max(32, 2 ** Math.ceil(Math.log2(headDim)));
   const keys = D > 128 ? 32 : 64;
-  return { grid: [Math.ceil(rows / PREFILL_ROWS) + batch, heads], block: 128, sharedBytes: (PREFILL_ROWS + 2 * keys) * (D + 8) * rowBytes, stream };
+  return { grid: [Math.ceil(rows / PREFILL_ROWS) + batch, heads], block: 128, sharedBytes: (PREFILL_ROWS + 4 * keys) * (D + 8) * rowBytes, stream };
 }
