@@ -1,5 +1,5 @@
 import { defineKernel, type FloatDtype, type Kernel, type LaunchConfig, type StepPhase, type Stream } from '@metrale/core';
-import { coreCpu, prepCpu } from './attention.cpu.js';
+import { coreCpu, prefillCpu, prepCpu } from './attention.cpu.js';
 import { attentionModule as module, attentionPrefillModule } from './std-modules.js';
 
 /** `dtype`: the row type of qkv, q, the caches and out (FLOAT_DTYPE_CODE); each kernel's symbol is of one type and checks it. */
@@ -21,7 +21,8 @@ export interface AttentionKernels {
   readonly core: Kernel<typeof CORE_PARAMS>;
   /**
    * `core` of a prefill on tensor cores (bf16 / f16 rows; kernels/std-attention-prefill.cu): the same
-   * parameters and result, P rounded to the row type before P·V. Absent for f32, the reference path.
+   * parameters and result, with P rounded to the row type before P·V per key tile (its twin,
+   * `prefillCpu`, rounds the same way). Absent for f32, the reference path.
    */
   readonly prefill?: Kernel<typeof CORE_PARAMS>;
 }
@@ -35,7 +36,7 @@ function attentionKernelsOf(dtype: FloatDtype): AttentionKernels {
     core: defineKernel({ name: name('std.attn_core'), params: CORE_PARAMS, cuda: { module, symbol: `std_attn_core${SUFFIX[dtype]}` }, cpu: coreCpu }),
     ...(dtype === 'f32'
       ? {}
-      : { prefill: defineKernel({ name: name('std.attn_prefill'), params: CORE_PARAMS, cuda: { module: attentionPrefillModule, symbol: `std_attn_prefill${SUFFIX[dtype]}` }, cpu: coreCpu }) }),
+      : { prefill: defineKernel({ name: name('std.attn_prefill'), params: CORE_PARAMS, cuda: { module: attentionPrefillModule, symbol: `std_attn_prefill${SUFFIX[dtype]}` }, cpu: prefillCpu }) }),
   };
 }
 

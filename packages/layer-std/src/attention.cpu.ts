@@ -173,6 +173,22 @@ function decodedContext(a: CoreArgs, mem: DeviceMemoryView, dtype: FloatDtype) {
 }
 
 export function coreCpu(a: CoreArgs, { mem }: CpuKernelContext): void {
+  attend(a, mem, 0);
+}
+
+/**
+ * `std.attn_prefill` (kernels/std-attention-prefill.cu): `std.attn_core`'s result with the kernel's
+ * one extra rounding. It walks each row's keys in tiles (64 keys, 32 above head dim 128, from key 0)
+ * with a running max m over the keys so far; each e^(s − m) enters P·V rounded to the row type (the
+ * sum l takes it unrounded), and the sums are rescaled by e^(m_old − m_new) when m grows.
+ */
+export function prefillCpu(a: CoreArgs, { mem }: CpuKernelContext): void {
+  const D = Math.max(32, 2 ** Math.ceil(Math.log2(a.headDim)));
+  attend(a, mem, D > 128 ? 32 : 64);
+}
+
+/** Causal attention of every row; `keyTile` > 0: P rounded per tile as std.attn_prefill does. */
+function attend(a: CoreArgs, mem: DeviceMemoryView, keyTile: number): void {
   const dtype = rowDtypeOf(a.dtype);
   const { rows, at } = places(a, mem);
   const d = a.headDim;
@@ -205,11 +221,31 @@ export function coreCpu(a: CoreArgs, { mem }: CpuKernelContext): void {
       }
       let denom = 0;
       acc.fill(0);
-      for (let t = 0; t <= pos; t++) {
-        const e = Math.exp(scores[t]! - max);
-        denom += e;
-        const vo = t * width + kvh * d;
-        for (let i = 0; i < d; i++) acc[i]! += e * v[vo + i]!;
+      if (keyTile > 0) {
+        let m = -Infinity;
+        for (let t0 = 0; t0 <= pos; t0 += keyTile) {
+          const t1 = Math.min(pos, t0 + keyTile - 1);
+          let mt = m;
+          for (let t = t0; t <= t1; t++) mt = Math.max(mt, scores[t]!);
+          const c = m === -Infinity ? 0 : Math.exp(m - mt);
+          denom *= c;
+          for (let i = 0; i < d; i++) acc[i]! *= c;
+          for (let t = t0; t <= t1; t++) {
+            const e = Math.exp(scores[t]! - mt);
+            denom += e;
+            const p = roundRows(dtype, e);
+            const vo = t * width + kvh * d;
+            for (let i = 0; i < d; i++) acc[i]! += p * v[vo + i]!;
+          }
+          m = mt;
+        }
+      } else {
+        for (let t = 0; t <= pos; t++) {
+          const e = Math.exp(scores[t]! - max);
+          denom += e;
+          const vo = t * width + kvh * d;
+          for (let i = 0; i < d; i++) acc[i]! += e * v[vo + i]!;
+        }
       }
       const gate = a.gated ? row * W + h * 2 * d + d : -1;
       for (let i = 0; i < d; i++) {

@@ -420,8 +420,9 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
   // ---- std-attention-prefill: a prefill chunk on tensor cores against the same twin ---------------------
   // Sequences of several 64-row tiles, a chunk continuing a sequence whose earlier keys are in the
   // cache, a padding sequence and a one-row one; head dims at each template (32: d 16 and 24, 64,
-  // 128, 256). P is rounded to the row type before P·V (flash-attention's rounding), so the bound is
-  // twice a step of the output's type.
+  // 128, 256). P is rounded to the row type before P·V (flash-attention's rounding); the twin
+  // (prefillCpu) rounds it per key tile too, but its sums and exponentials are f64: two steps of the
+  // output's type.
   const prefillShapes = [
     { label: 'Qwen3-Next-80B heads: 16 q / 2 kv, d 256, gated, pages of 16', H: 16, Hkv: 2, d: 256, gated: 1, page: 16 },
     { label: '8 q / 8 kv, d 128, plain, pages of 8', H: 8, Hkv: 8, d: 128, gated: 0, page: 8 },
