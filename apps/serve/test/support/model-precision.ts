@@ -1,10 +1,12 @@
 // The model fixtures in each data path (tools/fixtures/models.py; HF's float64 logits), on one
 // backend: the first generated token's top-5 logprobs, as `metrale generate --json --logprobs 5`
-// reports them, within 0.002 of HF's in --dtype f32 (with HF's greedy tokens) and within 0.1 in
-// bf16 (the checkpoint's own dtype, --dtype auto) and for the block-FP8 fixture (its reference: the
-// dequantized weights). The bf16 bound is not 0.05: Hugging Face's own bf16 model of these
-// fixtures is 0.028–0.11 from its float64 one (qwen3-next-real: 0.110; docs/benchmarks.md), so
-// bf16 rounding alone moves these logits by more than 0.05. Shared by the CPU and the CUDA test.
+// reports them, within 0.002 of HF's in --dtype f32 (with HF's greedy tokens) and within
+// 0.12 in bf16 (the checkpoint's own dtype, --dtype auto) and for the block-FP8 fixture (its
+// reference: the dequantized weights). The bf16 bound is not 0.05: Hugging Face's own bf16 model of
+// these fixtures is 0.028–0.110 from its float64 one (qwen3-next-real: 0.110; docs/benchmarks.md),
+// and the roundings the precision rule requires alone (bf16 residual stream and GEMM inputs) put
+// three of five fixtures above 0.05 on this one-row figure, which moves by ±0.03 with the order of
+// f32 sums (CPU against CUDA). 0.12: HF's worst, plus a tenth. Shared by the CPU and the CUDA test.
 import { describe, expect, it } from 'vitest';
 import { metrale } from './run-cli.js';
 import { fixtureNames, readModelFixture, type ModelFixture } from './model-fixtures.js';
@@ -12,7 +14,7 @@ import { fixtureNames, readModelFixture, type ModelFixture } from './model-fixtu
 interface Logprob { token: number; logprob: number }
 
 /** The bound of the bf16 and FP8 paths' top-5 logprobs against the float64 reference (see above). */
-const AUTO_BOUND = 0.1;
+const AUTO_BOUND = 0.12;
 
 /** HF's top-n logprobs of the first generated token: the log-softmax of the last prompt row, in f64. */
 export function referenceTop(fx: ModelFixture, n: number): Logprob[] {
