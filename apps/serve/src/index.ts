@@ -13,7 +13,10 @@ export type { RegistrySetup } from './plugins/load-registry.js';
 export { loadRegistry } from './plugins/load-registry.js';
 export { BackendUnavailableError, UsageError } from './errors/cli-errors.js';
 export { EXIT_FAILURE, EXIT_USAGE, reportError } from './errors/report-error.js';
-export { registerModels, ADAPTERS, qwen3NextAdapter, qwen3NextLayerTypes, qwen3NextIsMoe, glmMoeDsaAdapter, glmMlpLayerTypes } from './models/index.js';
+export {
+  registerModels, ADAPTERS, qwen3NextAdapter, qwen3NextLayerTypes, qwen3NextIsMoe, glmMoeDsaAdapter, glmMlpLayerTypes,
+  qwen35Adapter, qwen35TextAdapter, qwen35MoeAdapter, qwen35MoeTextAdapter, textConfigOf,
+} from './models/index.js';
 export { TextCodec } from './generate/text-codec.js';
 export { generateLimits } from './generate/generate-limits.js';
 export type { PlannedTensor, Qwen3NextShape } from './embedded/qwen3-next-tensor-plan.js';

@@ -79,6 +79,23 @@ describe('loadModel refuses a model that cannot fit, before any upload', () => {
     expect(small.memoryDigest()).toBe(before);
     small.dispose();
   });
+
+  it("leaves out the tensors the adapter never reads (unreadTensors: a vision tower, MTP layers)", () => {
+    // 64 × 64 bf16 text weights (8 KiB in bf16) beside a 128 × 128 vision tower: only the text counts.
+    const dir = write('vl', [bf16('w.weight', [64, 64]), bf16('model.visual.w.weight', [128, 128])], { model_type: 'toy_vl' });
+    const small = cpuBackend();
+    const gpu = new Proxy(small, { get: (t, p) => (p === 'device' ? { ...t.device, totalMemory: 10_000 } : Reflect.get(t, p)) }) as GpuBackend;
+    const registry = new ArchitectureRegistry();
+    const limits = { maxSeqs: 1, maxSeqLen: 4, maxBatch: 1, maxK: 1, maxRows: 4 };
+    const build = () => ({ layers: [], vocabSize: 1, eosTokenIds: [], dispose() {} });
+    registry.register('toy_vl', { modelType: 'toy_vl', build, unreadTensors: () => (name: string) => name.startsWith('model.visual.') });
+    const loaded = loadModel(dir, { gpu, limits, architectures: registry, precision: { rows: 'bf16', fp8Weights: false } });
+    expect(loaded.weightBytes.total).toBe(2 * 64 * 64);
+    const counted = new ArchitectureRegistry();
+    counted.register('toy_vl', { modelType: 'toy_vl', build });
+    expect(() => loadModel(dir, { gpu, limits, architectures: counted, precision: { rows: 'bf16', fp8Weights: false } })).toThrow(ModelFitError);
+    small.dispose();
+  });
 });
 
 describe('topLogprobs', () => {

@@ -10,6 +10,7 @@ import type { CliContext } from '../cli-context.js';
 import { UsageError } from '../errors/cli-errors.js';
 import { dtypeOption, integer, logprobCount, nonNegative, positiveInt, probability, registrySetup, speculationSpec, withPluginOptions, type PluginOptions } from './options.js';
 import { generateLimits } from '../generate/generate-limits.js';
+import { textOnlyNotice } from '../models/text-config.js';
 import { TextCodec } from '../generate/text-codec.js';
 import { PrefillLastRowsHead } from '../engine/prefill-head.js';
 import { loadRegistry } from '../plugins/load-registry.js';
@@ -68,6 +69,7 @@ export function generateCommand(ctx: CliContext): Command {
       'With --json the last line is {"tokens": [...], "text": "..." | null, "stats": {...}}; stats carry',
       'tokens_per_s, steps, the dtype and the weights\' device bytes and, with --spec, the speculative acceptance.',
       'With --logprobs N it also has "logprobs": one list per generated token of {"token", "logprob"}, best first.',
+      'For a multimodal checkpoint (Qwen3.5 as published) it has "notice": the model is served as text only.',
     ].join('\n'))
     .action(async (options: GenerateOptions) => {
       ctx.exitCode = await generate(options, ctx);
@@ -116,7 +118,10 @@ async function generate(o: GenerateOptions, ctx: CliContext): Promise<number> {
     let picker: DeviceSampler | undefined;
     if (o.tensorParallelSize > 1) {
       const adapter = architectures.forConfig(checkpoint.config, `${checkpoint.dir}/config.json`);
-      weightBytes = checkModelFits(checkpoint, gpu, precision, { size: o.tensorParallelSize, ...(adapter.shardRule ? { rule: adapter.shardRule(checkpoint.config) } : {}) });
+      weightBytes = checkModelFits(
+        checkpoint, gpu, precision, { size: o.tensorParallelSize, ...(adapter.shardRule ? { rule: adapter.shardRule(checkpoint.config) } : {}) },
+        adapter.unreadTensors?.(checkpoint.config),
+      );
       const group = await startTensorParallel(o.tensorParallelSize, {
         modelDir: checkpoint.dir, backend: gpu.kind === 'cuda' ? 'cuda' : 'cpu', precision, limits, graphs: o.graphs, prefillLastRows,
         expertParallel: o.enableExpertParallel === true, plugins: registrySetup(o, ctx),
@@ -140,7 +145,12 @@ async function generate(o: GenerateOptions, ctx: CliContext): Promise<number> {
         s.dispose();
       };
     }
-    if (!o.json) ctx.err(weightsLine(weightBytes, precision, gpu.kind, o.tensorParallelSize));
+    // A multimodal checkpoint is served as text only: said on stderr, or in the JSON line.
+    const notice = textOnlyNotice(checkpoint.config);
+    if (!o.json) {
+      if (notice) ctx.err(`note: ${notice}`);
+      ctx.err(weightsLine(weightBytes, precision, gpu.kind, o.tensorParallelSize));
+    }
     try {
       // The loop that serves, with one request: prompt chunks of the driver's rows, then decode.
       const loop = new EngineLoop({
@@ -164,6 +174,7 @@ async function generate(o: GenerateOptions, ctx: CliContext): Promise<number> {
           tensor_parallel_size: o.tensorParallelSize,
         },
         ...(o.logprobs !== undefined ? { logprobs: out.logprobs?.map((e) => e.top) ?? out.tokens.map(() => []) } : {}),
+        ...(notice ? { notice } : {}),
       };
       if (o.json) ctx.out(JSON.stringify(line));
       else {

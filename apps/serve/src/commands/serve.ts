@@ -149,6 +149,7 @@ async function serve(o: ServeOptions, ctx: CliContext): Promise<number> {
       log.warn({ err: (error as Error).message }, 'the tokenizer cannot be loaded: only token-id prompts will be served');
     }
     log.info({ model: server.model?.name, dir: info.dir, model_type: info.modelType, architecture_provider: info.provider, embedded: info.embedded, created: info.created, create_ms: Math.round(info.createMs), max_model_len: info.maxModelLen, weight_bytes: info.weightBytes, dtype: info.dtype, tokenizer: server.tokenizer !== undefined, sampling_defaults: info.samplingDefaults }, 'model opened');
+    if (info.notice) log.info({ model_type: info.modelType }, info.notice);
     if (Object.keys(info.samplingDefaults).length > 0) {
       log.info({ sampling_defaults: info.samplingDefaults }, "the model's generation_config.json sets the sampling defaults requests override; start with --generation-config vllm to use OpenAI's");
     }

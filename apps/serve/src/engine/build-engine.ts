@@ -10,6 +10,7 @@ import { resolveCacheDir } from '../embedded/cache-dir.js';
 import { EMBEDDED_MODEL_NAME, ensureEmbeddedModel } from '../embedded/embedded-model.js';
 import type { ServingRegistry } from '../plugins/build-registry.js';
 import type { RegistrySetup } from '../plugins/load-registry.js';
+import { textConfigOf, textConfigWhere, textOnlyNotice } from '../models/text-config.js';
 import { samplingDefaults, type GenerationConfigChoice, type SamplingDefaults } from './generation-defaults.js';
 import { PrefillLastRowsHead } from './prefill-head.js';
 
@@ -70,6 +71,8 @@ export interface ModelInfo {
   readonly dtype: string;
   /** The sampling defaults of generation_config.json that requests override (generation-defaults.ts). */
   readonly samplingDefaults: SamplingDefaults;
+  /** A line to show at load: a multimodal checkpoint is served as text only (`textOnlyNotice`). */
+  readonly notice?: string;
 }
 
 /** The context of a model whose config names no max_position_embeddings. */
@@ -97,18 +100,23 @@ export function resolveModel(setup: EngineSetup, registry: ServingRegistry): { i
   const config = checkpoint.config;
   registry.architectures.forConfig(config, `${checkpoint.dir}/config.json`);
   const modelType = String(config.model_type);
-  const vocabSize = config.vocab_size;
-  if (!Number.isSafeInteger(vocabSize) || (vocabSize as number) < 1) throw new WeightsError(`config.vocab_size must be a positive integer, got ${JSON.stringify(vocabSize)}`, `${checkpoint.dir}/config.json`);
-  const positions = typeof config.max_position_embeddings === 'number' ? config.max_position_embeddings : undefined;
+  // A multimodal checkpoint's language model: its text_config.
+  const text = textConfigOf(config);
+  const vocabSize = text.vocab_size;
+  if (!Number.isSafeInteger(vocabSize) || (vocabSize as number) < 1) {
+    throw new WeightsError(`${textConfigWhere(config)}.vocab_size must be a positive integer, got ${JSON.stringify(vocabSize)}`, `${checkpoint.dir}/config.json`);
+  }
+  const positions = typeof text.max_position_embeddings === 'number' ? text.max_position_embeddings : undefined;
   let maxModelLen = setup.maxModelLen ?? positions ?? DEFAULT_MAX_MODEL_LEN;
   if (setup.maxModelLen !== undefined && positions !== undefined && setup.maxModelLen > positions) {
     throw new WeightsError(`--max-model-len ${setup.maxModelLen} exceeds the model's max_position_embeddings (${positions})`, `${checkpoint.dir}/config.json`);
   }
   maxModelLen = Math.max(2, maxModelLen);
   const generation = checkpoint.json('generation_config.json');
-  const eos = [...new Set([...eosTokenIds(config), ...(generation ? eosTokenIds(generation) : [])])];
+  const eos = [...new Set([...eosTokenIds(text), ...(generation ? eosTokenIds(generation) : [])])];
   const weightBytes = checkpoint.weights.files().reduce((a, f) => a + statSync(f).size, 0);
   const precision = resolvePrecision(setup.dtype ?? 'auto', config, `${checkpoint.dir}/config.json`);
+  const notice = textOnlyNotice(config);
   const info: ModelInfo = {
     dir: checkpoint.dir,
     embedded: setup.modelDir === undefined,
@@ -125,6 +133,7 @@ export function resolveModel(setup: EngineSetup, registry: ServingRegistry): { i
     precision,
     dtype: describePrecision(precision),
     samplingDefaults: samplingDefaults(setup.generationConfig ?? 'auto', checkpoint.dir),
+    ...(notice ? { notice } : {}),
   };
   return { info, checkpoint };
 }
@@ -177,7 +186,7 @@ export function buildEngine(
   let stack: ModelStack;
   let deviceWeightBytes: WeightBytes;
   try {
-    deviceWeightBytes = checkModelFits(checkpoint, gpu, info.precision);
+    deviceWeightBytes = checkModelFits(checkpoint, gpu, info.precision, undefined, adapter.unreadTensors?.(checkpoint.config));
     stack = adapter.build({
       gpu, config: checkpoint.config, weights: countingWeights(checkpoint.weights, info.weightBytes, onProgress), limits,
       precision: info.precision, plugins: registry.layers,

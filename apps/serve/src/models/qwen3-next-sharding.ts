@@ -4,13 +4,16 @@ import { intField } from './config-fields.js';
 
 type Config = Readonly<Record<string, unknown>>;
 
-/** `config` with each of `fields` that is set divided by `size` (a `ParallelConfigError` naming the one that does not divide). */
-export function splitFields(config: Config, fields: readonly string[], size: number): Record<string, unknown> {
+/**
+ * `config` with each of `fields` that is set divided by `size` (a `ParallelConfigError` naming the
+ * one that does not divide, as `${where}.<field>`).
+ */
+export function splitFields(config: Config, fields: readonly string[], size: number, where = 'config'): Record<string, unknown> {
   const out: Record<string, unknown> = { ...config };
   for (const field of fields) {
     const v = config[field];
     if (v === undefined || v === null || v === 0) continue;
-    out[field] = splitEvenly(intField(config, field), size, `config.${field}`);
+    out[field] = splitEvenly(intField(config, field), size, `${where}.${field}`);
   }
   return out;
 }
@@ -21,9 +24,9 @@ export function splitFields(config: Config, fields: readonly string[], size: num
  * smaller head count), of the Gated DeltaNet key and value heads, and of the dense, expert and
  * shared-expert intermediates (under expert parallelism the MoE is split by whole experts instead:
  * `expertParallelMoe`). A count that `size` does not divide is a `ParallelConfigError` naming the
- * field.
+ * field (`where`: the config it sits in, `config.text_config` for a multimodal checkpoint's text model).
  */
-export function qwen3NextRankConfig(config: Config, size: number, expertParallel = false): Config {
+export function qwen3NextRankConfig(config: Config, size: number, expertParallel = false, where = 'config'): Config {
   if (size === 1) return config;
   const hidden = intField(config, 'hidden_size');
   const heads = intField(config, 'num_attention_heads');
@@ -31,7 +34,7 @@ export function qwen3NextRankConfig(config: Config, size: number, expertParallel
   return splitFields({ ...config, head_dim: headDim }, [
     'num_attention_heads', 'num_key_value_heads', 'linear_num_key_heads', 'linear_num_value_heads', 'intermediate_size',
     ...(expertParallel ? [] : ['moe_intermediate_size', 'shared_expert_intermediate_size']),
-  ], size);
+  ], size, where);
 }
 
 /**

@@ -1,9 +1,9 @@
-import { F32_PRECISION, WeightsError, type ModelAdapter, type ModelBuildContext, type ModelStack } from '@metrale/core';
-import { plugin as gdnPlugin } from '@metrale/layer-gdn';
+import { WeightsError, type ModelAdapter, type ModelBuildContext, type ModelStack } from '@metrale/core';
 import {
-  AttentionLayer, MlpLayer, MoeLayer, buildPreNormDecoder, expertParallelMoe, expertParallelShardRule, qwen3NextAttentionOptions, qwen3NextMoeOptions,
+  buildPreNormDecoder, expertParallelMoe, expertParallelShardRule, qwen3NextAttentionOptions, qwen3NextMoeOptions,
 } from '@metrale/layer-std';
 import { intField } from './config-fields.js';
+import { qwenHybridLayer } from './qwen-hybrid-layer.js';
 import { qwen3NextRankConfig, qwen3NextShardRule } from './qwen3-next-sharding.js';
 
 export type Qwen3NextLayerType = 'linear_attention' | 'full_attention';
@@ -41,8 +41,6 @@ export function qwen3NextIsMoe(config: Readonly<Record<string, unknown>>, i: num
  * parallelism its MoE holds whole experts instead.
  */
 function build(ctx: ModelBuildContext): ModelStack {
-  const precision = ctx.precision ?? F32_PRECISION;
-  const { gpu, limits } = ctx;
   const parallel = ctx.parallel && ctx.parallel.size > 1 ? ctx.parallel : undefined;
   const ep = parallel?.expertParallel === true;
   const config = qwen3NextRankConfig(ctx.config, parallel?.size ?? 1, ep);
@@ -50,7 +48,6 @@ function build(ctx: ModelBuildContext): ModelStack {
   const shard = parallel ? (ep ? expertParallelShardRule(qwen3NextShardRule(ctx.config)) : qwen3NextShardRule(ctx.config)) : undefined;
   const hidden = intField(config, 'hidden_size');
   const types = qwen3NextLayerTypes(config);
-  const gdn = ctx.plugins?.find('gdn') ?? gdnPlugin;
   return buildPreNormDecoder(ctx, {
     ...(shard ? { shard } : {}),
     hidden,
@@ -58,17 +55,8 @@ function build(ctx: ModelBuildContext): ModelStack {
     layerCount: types.length,
     eps: (config.rms_norm_eps as number | undefined) ?? 1e-6,
     normOffset: 1,
-    layer: (i, scope) => ({
-      type: `qwen3_next layer ${i} (${types[i]})`,
-      mixer: () =>
-        types[i] === 'linear_attention'
-          ? gdn.create({ gpu, layerType: 'gdn', config, layerIndex: i, weights: scope('linear_attn.'), limits, precision })
-          : new AttentionLayer(gpu, scope('self_attn.'), limits, { ...qwen3NextAttentionOptions(config), precision }),
-      mlp: () =>
-        qwen3NextIsMoe(config, i)
-          ? new MoeLayer(gpu, scope('mlp.'), limits, { ...moe(), precision })
-          : new MlpLayer(gpu, scope('mlp.'), limits, { hidden, inter: intField(config, 'intermediate_size'), precision }),
-    }),
+    layer: qwenHybridLayer(ctx, config, types, qwen3NextAttentionOptions(config), hidden,
+      (i) => (qwen3NextIsMoe(config, i) ? { moe: moe() } : { inter: intField(config, 'intermediate_size') }), 'qwen3_next'),
   });
 }
 

@@ -15,7 +15,9 @@ export async function buildParallelEngine(
   const size = setup.tensorParallelSize ?? 1;
   const limits = servingLimits(setup, info.maxModelLen);
   const adapter = registry.architectures.forConfig(checkpoint.config, `${checkpoint.dir}/config.json`);
-  const deviceWeightBytes = checkModelFits(checkpoint, gpu, info.precision, { size, ...(adapter.shardRule ? { rule: adapter.shardRule(checkpoint.config) } : {}) });
+  const deviceWeightBytes = checkModelFits(
+    checkpoint, gpu, info.precision, { size, ...(adapter.shardRule ? { rule: adapter.shardRule(checkpoint.config) } : {}) }, adapter.unreadTensors?.(checkpoint.config),
+  );
   const group = await startTensorParallel(size, {
     modelDir: checkpoint.dir, backend: gpu.kind === 'cuda' ? 'cuda' : 'cpu', precision: info.precision, limits, graphs: setup.graphs,
     prefillLastRows: true, expertParallel: setup.expertParallel === true, plugins: setup.plugins,

@@ -38,15 +38,16 @@ export interface FitParallel {
 /**
  * Refuses, from the headers alone, a checkpoint whose FP8 tensors are malformed or whose weights
  * cannot fit the device in `precision` (each device's share of them under tensor parallelism);
- * returns the bytes one device takes.
+ * returns the bytes one device takes. `unread` (the adapter's `unreadTensors`) names tensors no
+ * layer reads: they take no device memory.
  */
-export function checkModelFits(checkpoint: Checkpoint, gpu: GpuBackend, precision: Precision, parallel?: FitParallel): WeightBytes {
+export function checkModelFits(checkpoint: Checkpoint, gpu: GpuBackend, precision: Precision, parallel?: FitParallel, unread?: (name: string) => boolean): WeightBytes {
   checkFp8Tensors(checkpoint.weights);
   const size = parallel?.size ?? 1;
   const rule = parallel?.rule ?? (() => undefined);
   const split = (name: string): boolean => name === 'lm_head.weight' || rule(name) !== undefined;
   const share = (name: string): number => (size > 1 && (split(name) || (name.endsWith('_scale_inv') && split(name.slice(0, -'_scale_inv'.length)))) ? 1 / size : 1);
-  const bytes = weightBytes(checkpoint.weights, precision, undefined, share);
+  const bytes = weightBytes(checkpoint.weights, precision, unread, share);
   const device = gpu.device.totalMemory;
   if (bytes.total > device) {
     throw new ModelFitError(
@@ -71,7 +72,7 @@ export function loadModel(dirOrCheckpoint: string | Checkpoint, options: LoadMod
   const precision = options.precision ?? F32_PRECISION;
   try {
     const adapter = (options.architectures ?? architectures).forConfig(checkpoint.config, `${checkpoint.dir}/config.json`);
-    const bytes = checkModelFits(checkpoint, options.gpu, precision);
+    const bytes = checkModelFits(checkpoint, options.gpu, precision, undefined, adapter.unreadTensors?.(checkpoint.config));
     const stack = adapter.build({
       gpu: options.gpu,
       config: checkpoint.config,

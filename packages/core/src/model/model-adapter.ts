@@ -48,4 +48,9 @@ export interface ModelAdapter {
    * whole), for the per-device size check before anything loads. Absent: only the lm head splits.
    */
   shardRule?(config: Readonly<Record<string, unknown>>): ShardRule;
+  /**
+   * The checkpoint's tensors the model never reads (a vision tower, multi-token-prediction
+   * layers), by full name: left out of the device-size check. Absent: every tensor counts.
+   */
+  unreadTensors?(config: Readonly<Record<string, unknown>>): (name: string) => boolean;
 }
