@@ -75,7 +75,9 @@ export function serveCommand(ctx: CliContext): Command {
     .option('--kv-cache-memory <size>', 'KV cache size (e.g. 8GiB), instead of sizing it from --gpu-memory-utilization (default on the CPU backend: 256MiB)', byteSize)
     .option('--block-size <n>', 'tokens per KV-cache page: the unit of allocation and of prefix sharing', positiveInt, 16)
     .option('--no-prefix-caching', 'prefill every prompt in full instead of starting on the cached blocks a repeated prefix left')
-    .option('--prefill-chunk <n>', 'prompt tokens a sequence prefills per step (long prompts take several, so decodes keep flowing)', positiveInt, 256)
+    // The default by measurement (docs/benchmarks.md, 80B-shaped prefill): long prompts near their
+    // best rate, while a decode beside one waits a single step of this many rows.
+    .option('--prefill-chunk <n>', 'prompt tokens a sequence prefills per step (long prompts take several, so decodes keep flowing)', positiveInt, 1024)
     .option('--served-model-name <name>', 'the name clients pass as "model"')
     .option('--cache-dir <dir>', 'where the embedded model is written (default: $METRALE_CACHE_DIR, ~/.cache/metrale, or the temp dir)')
     .option('--no-graphs', 'run decode and verify eagerly instead of capturing graphs')
