@@ -102,9 +102,30 @@ describe('metrale generate --tensor-parallel-size on the CPU backend', () => {
   });
 
   it('refuses a size that does not divide the heads, naming the field, its value and the sizes that would', () => {
+    // 4 ranks over 2 KV heads is allowed (each KV head on two ranks); the fixture's 2 GDN key heads are not.
     const r = metrale(['generate', '--model', fx.dir, '--prompt-ids', '1,2,3', '--max-tokens', '2', '--backend', 'cpu', '--tensor-parallel-size', '4']);
     expect(r.code).not.toBe(0);
-    expect(r.stderr).toMatch(/--tensor-parallel-size 4 does not divide config\.num_key_value_heads \(2\).*\(1, 2\)/);
+    expect(r.stderr).toMatch(/--tensor-parallel-size 4 does not divide config\.linear_num_key_heads \(2\).*\(1, 2\)/);
+    const dir = join(tmp, 'kv3');
+    writeTinyQwen3Next(dir, { dtype: 'f32', config: { num_attention_heads: 6, num_key_value_heads: 2, linear_num_key_heads: 3, linear_num_value_heads: 6 } });
+    const three = metrale(['generate', '--model', dir, '--prompt-ids', '1,2,3', '--max-tokens', '2', '--backend', 'cpu', '--tensor-parallel-size', '3']);
+    expect(three.code).not.toBe(0);
+    expect(three.stderr).toMatch(/--tensor-parallel-size 3 is more than config\.num_key_value_heads \(2\) but not a multiple of it/);
+  });
+
+  it('more ranks than KV heads: each KV head is kept by several ranks (2 KV heads over 4 ranks, 1 over 2 and 4), and the tokens and logits are TP = 1\'s', () => {
+    for (const [name, kv, sizes] of [['kv2', 2, [2, 4]], ['kv1', 1, [2, 4]]] as const) {
+      const dir = join(tmp, name);
+      writeTinyQwen3Next(dir, { dtype: 'f32', config: { ...divisible, num_key_value_heads: kv } });
+      const one = generate(dir, ids, 16, 1);
+      for (const tp of sizes) {
+        const run = generate(dir, ids, 16, tp);
+        expect(run.tokens, `${name} TP=${tp}`).toEqual(one.tokens);
+        const rel = worstRowRel(run.logits, one.logits, 64);
+        console.log(`${name} TP=${tp} vs TP=1: prompt logits worst row rel ${rel.toExponential(2)}`);
+        expect(rel).toBeLessThanOrEqual(LOGITS_REL);
+      }
+    }
   });
 
   it('--enable-expert-parallel needs a tensor-parallel size above 1', () => {

@@ -59,6 +59,21 @@ describe('shardWeights: one rank’s part of each tensor', () => {
     }
   });
 
+  it('maxParts: with more ranks than parts, consecutive ranks share one part (KV heads kept whole); at or under it, one part per rank', () => {
+    const kv: ShardRule = (name) => (name.endsWith('q_proj.weight') ? { axis: 0, maxParts: 2 } : undefined);
+    for (const size of [4, 8]) {
+      for (let rank = 0; rank < size; rank++) {
+        const part = Math.floor((rank * 2) / size);
+        const got = shardWeights(source, kv, rank, size).get('layer.q_proj.weight');
+        expect(got.shape).toEqual([4, 3]);
+        expect(values(got), `rank ${rank} of ${size}`).toEqual(slice(q, 0, [[part * 4, 4]]));
+      }
+    }
+    for (let rank = 0; rank < 2; rank++) expect(values(shardWeights(source, kv, rank, 2).get('layer.q_proj.weight'))).toEqual(slice(q, 0, [[rank * 4, 4]]));
+    expect(() => shardWeights(source, (n) => (n.endsWith('q_proj.weight') ? { axis: 0, maxParts: 4 } : undefined), 0, 6).get('layer.q_proj.weight'))
+      .toThrow(/'layer\.q_proj\.weight' has 4 parts to share among 6 ranks; the tensor-parallel size must be a multiple of 4/);
+  });
+
   it('size 1 is the source itself', () => {
     expect(shardWeights(source, rule, 0, 1)).toBe(source);
   });

@@ -1,4 +1,4 @@
-import { splitEvenly, type ShardRule } from '@metrale/core';
+import { ParallelConfigError, splitEvenly, type ShardRule } from '@metrale/core';
 import { stdShardRule } from '@metrale/layer-std';
 import { intField } from './config-fields.js';
 
@@ -31,10 +31,28 @@ export function qwen3NextRankConfig(config: Config, size: number, expertParallel
   const hidden = intField(config, 'hidden_size');
   const heads = intField(config, 'num_attention_heads');
   const headDim = config.head_dim === undefined ? Math.floor(hidden / heads) : intField(config, 'head_dim');
-  return splitFields({ ...config, head_dim: headDim }, [
-    'num_attention_heads', 'num_key_value_heads', 'linear_num_key_heads', 'linear_num_value_heads', 'intermediate_size',
+  const kvHeads = config.num_key_value_heads === undefined ? heads : intField(config, 'num_key_value_heads');
+  const replicated = size > kvHeads;
+  if (replicated && size % kvHeads !== 0) {
+    throw new ParallelConfigError(
+      `--tensor-parallel-size ${size} is more than ${where}.num_key_value_heads (${kvHeads}) but not a multiple of it: each KV head is kept by size / heads ranks; use a size that divides it or a multiple of it`,
+    );
+  }
+  const rank = splitFields({ ...config, head_dim: headDim }, [
+    'num_attention_heads', ...(replicated ? [] : ['num_key_value_heads']), 'linear_num_key_heads', 'linear_num_value_heads', 'intermediate_size',
     ...(expertParallel ? [] : ['moe_intermediate_size', 'shared_expert_intermediate_size']),
   ], size, where);
+  return replicated ? { ...rank, num_key_value_heads: 1 } : rank;
+}
+
+/**
+ * Attention's K and V projections when the ranks outnumber the KV heads: one whole KV head per
+ * rank, each kept by size / heads consecutive ranks (their query heads are that KV head's group).
+ */
+export function replicatedKvShardRule(config: Config, rule: ShardRule): ShardRule {
+  const heads = intField(config, 'num_attention_heads');
+  const kvHeads = config.num_key_value_heads === undefined ? heads : intField(config, 'num_key_value_heads');
+  return (name) => (/\.self_attn\.[kv]_proj\.weight$/.test(name) ? { axis: 0, maxParts: kvHeads } : rule(name));
 }
 
 /**
@@ -50,9 +68,10 @@ export function qwen3NextShardRule(config: Config): ShardRule {
   const hv = intField(config, 'linear_num_value_heads');
   const dv = intField(config, 'linear_value_head_dim');
   const conv = [hk * dk, hk * dk, hv * dv];
+  const attention = replicatedKvShardRule(config, stdShardRule);
   return (name) => {
     const m = /\.linear_attn\.(.+)$/.exec(name);
-    if (!m) return stdShardRule(name);
+    if (!m) return attention(name);
     switch (m[1]) {
       case 'in_proj_qkvz.weight':
       case 'in_proj_ba.weight':

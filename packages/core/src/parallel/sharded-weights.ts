@@ -16,6 +16,23 @@ export interface ShardSpec {
   readonly segments?: readonly number[];
   /** Instead of `segments`: the axis is this many equal runs (2 for a fused [gate; up]). */
   readonly runs?: number;
+  /**
+   * At most this many parts (default: one per rank). With more ranks than that (a multiple of it),
+   * consecutive ranks share a part: rank r keeps part ⌊r · maxParts / size⌋. Attention's K and V
+   * projections when the ranks outnumber the KV heads: each KV head is kept whole by size / heads
+   * ranks, as vLLM replicates them.
+   */
+  readonly maxParts?: number;
+}
+
+/** How many parts a spec cuts its runs into among `size` ranks, and which one `rank` keeps. */
+function partOf(spec: ShardSpec, rank: number, size: number, tensor: string, file: string): { parts: number; part: number } {
+  const max = spec.maxParts;
+  if (max === undefined || max >= size) return { parts: size, part: rank };
+  if (!Number.isInteger(max) || max < 1 || size % max !== 0) {
+    throw new WeightsError(`tensor '${tensor}' has ${max} parts to share among ${size} ranks; the tensor-parallel size must be a multiple of ${max}`, file);
+  }
+  return { parts: max, part: Math.floor((rank * max) / size) };
 }
 
 /** A tensor's spec by its checkpoint name; undefined: every rank keeps the whole tensor. */
@@ -62,16 +79,17 @@ function scaleSpec(spec: ShardSpec, weightShape: readonly number[], weight: stri
   const length = weightShape[spec.axis] ?? 0;
   const runs = spec.runs ?? 1;
   const segments = spec.segments ?? Array.from({ length: runs }, () => length / runs);
+  const { parts } = partOf(spec, 0, size, weight, file);
   for (const s of segments) {
-    if (s % (FP8_BLOCK * size) !== 0) {
+    if (s % (FP8_BLOCK * parts) !== 0) {
       throw new WeightsError(
-        `FP8 tensor '${weight}': a run of ${s} along dimension ${spec.axis} split ${size} ways is not whole ${FP8_BLOCK}-blocks, so its block scales cannot be split; ` +
+        `FP8 tensor '${weight}': a run of ${s} along dimension ${spec.axis} split ${parts} ways is not whole ${FP8_BLOCK}-blocks, so its block scales cannot be split; ` +
           `use a tensor-parallel size whose parts are multiples of ${FP8_BLOCK}, or a bf16 checkpoint`,
         file,
       );
     }
   }
-  return { axis: spec.axis, segments: segments.map((s) => s / FP8_BLOCK) };
+  return { axis: spec.axis, segments: segments.map((s) => s / FP8_BLOCK), ...(spec.maxParts !== undefined ? { maxParts: spec.maxParts } : {}) };
 }
 
 function readPart(source: WeightSource, name: string, spec: ShardSpec, rank: number, size: number): HostTensor {
@@ -92,18 +110,19 @@ function readPart(source: WeightSource, name: string, spec: ShardSpec, rank: num
     throw new WeightsError(`tensor '${qualified}' has ${length} along dimension ${axis}, which is not ${runs} equal runs`, file);
   }
   const segments = spec.segments ?? Array.from({ length: runs }, () => length / runs);
+  const { parts, part: share } = partOf(spec, rank, size, qualified, file);
   const total = segments.reduce((a, b) => a + b, 0);
   if (total !== length) {
     throw new WeightsError(`tensor '${qualified}' has ${length} along dimension ${axis}, but its parts for the ranks add up to ${total} (${segments.join(' + ')})`, file);
   }
   for (const s of segments) {
-    if (s % size !== 0) {
-      throw new WeightsError(`tensor '${qualified}' (shape [${shape.join(', ')}]): a run of ${s} along dimension ${axis} does not split into ${size} equal parts, one per rank`, file);
+    if (s % parts !== 0) {
+      throw new WeightsError(`tensor '${qualified}' (shape [${shape.join(', ')}]): a run of ${s} along dimension ${axis} does not split into ${parts} equal parts for the ranks`, file);
     }
   }
   const outer = elementCount(shape.slice(0, axis));
   const innerBytes = elementCount(shape.slice(axis + 1)) * DTYPE_BYTES[dtype];
-  const partLength = segments.reduce((a, s) => a + s / size, 0);
+  const partLength = segments.reduce((a, s) => a + s / parts, 0);
   const data = new Uint8Array(outer * partLength * innerBytes);
   // Each (outer index, run) contributes one contiguous piece of the part.
   let at = 0;
@@ -111,8 +130,8 @@ function readPart(source: WeightSource, name: string, spec: ShardSpec, rank: num
   for (let o = 0; o < outer; o++) {
     let start = 0;
     for (const s of segments) {
-      const part = s / size;
-      pieces.push({ from: (o * length + start + rank * part) * innerBytes, bytes: part * innerBytes });
+      const part = s / parts;
+      pieces.push({ from: (o * length + start + share * part) * innerBytes, bytes: part * innerBytes });
       start += s;
     }
   }
