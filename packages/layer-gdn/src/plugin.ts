@@ -7,6 +7,6 @@ export const plugin = definePlugin({
   // The contract version this package was written against; core checks it.
   specificationVersion: '1.0.0',
   layerTypes: ['gdn'],
-  modelTypes: ['qwen3_next', 'qwen3_5'],
+  modelTypes: ['qwen3_next', 'qwen3_5', 'qwen3_5_text', 'qwen3_5_moe', 'qwen3_5_moe_text'],
   create: (context) => new GdnLayer(context),
 });

@@ -13,7 +13,7 @@ import { RmsNormLayer } from './rms-norm-layer.js';
 export const STD_LAYER_TYPES = ['embedding', 'rms-norm', 'layer-norm', 'mlp', 'moe', 'attention', 'lm-head'] as const;
 
 /** Model types whose norms store w centred on 0 (y = (1 + w) · x̂). */
-const UNIT_OFFSET_NORMS = new Set(['qwen3_next', 'gemma3n_text', 'gemma3_text', 'gemma2']);
+const UNIT_OFFSET_NORMS = new Set(['qwen3_next', 'qwen3_5', 'qwen3_5_text', 'qwen3_5_moe', 'qwen3_5_moe_text', 'gemma3n_text', 'gemma3_text', 'gemma2']);
 
 /**
  * A std layer from a Hugging Face config, for the plugin path (conformance kit, check-layer):
@@ -59,6 +59,6 @@ export const plugin = definePlugin({
   name: '@metrale/layer-std',
   specificationVersion: '1.0.0',
   layerTypes: [...STD_LAYER_TYPES],
-  modelTypes: ['qwen3_next', 'glm_moe_dsa'],
+  modelTypes: ['qwen3_next', 'glm_moe_dsa', 'qwen3_5', 'qwen3_5_text', 'qwen3_5_moe', 'qwen3_5_moe_text'],
   create,
 });
