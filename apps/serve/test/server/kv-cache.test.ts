@@ -59,8 +59,8 @@ describe('the KV cache of metrale serve', () => {
     expect(second.status).toBe(200);
     expect(second.tokens).toBe(8);
     expect(second.text).toBe(cold.text);
-    // GDN state is saved at chunk ends (multiples of 256 tokens): the second request starts at 2816.
-    expect(await metric(big.url, 'vllm:prefix_cache_hits_total')).toBe(2816);
+    // GDN state is saved at chunk ends (multiples of the default --prefill-chunk, 1024 tokens): the second request starts at 2048.
+    expect(await metric(big.url, 'vllm:prefix_cache_hits_total')).toBe(2048);
     expect(await metric(big.url, 'vllm:prefix_cache_queries_total')).toBe(3003 + 3002);
     expect(await metric(plain.url, 'vllm:prefix_cache_hits_total')).toBe(0);
     const usage = await metric(big.url, 'vllm:kv_cache_usage_perc');
