@@ -437,6 +437,12 @@ inline T __shfl_down_sync(unsigned, T v, int d) {
   return cuda_emu::shfl(v, l + d < 32 ? l + d : l);
 }
 inline unsigned __ballot_sync(unsigned, bool p) { return cuda_emu::ballot(p); }
+/** The lanes of the warp whose `v` equals this lane's (every lane takes part). */
+inline unsigned __match_any_sync(unsigned, int v) {
+  unsigned m = 0;
+  for (int src = 0; src < 32; src++) m |= (cuda_emu::shfl(v, src) == v ? 1u : 0u) << src;
+  return m;
+}
 
 using std::max;
 using std::min;

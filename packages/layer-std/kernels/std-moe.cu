@@ -2,8 +2,7 @@
 // KERNELS.md):
 //   std_moe_route    one CTA per row: scores (softmax, or sigmoid + correction bias), the kept
 //                    groups, the top-k experts and their weights, in f64 as the reference
-//   std_moe_group    one CTA: the (row, slot) entries of the step grouped by expert (counting sort
-//                    of ids, on the device: no host sync, graph-safe), the experts chosen listed
+//   (std_moe_group, which groups the entries by expert for the grouped kernels: std-moe-group.cu)
 //   std_moe_experts_up    h[rj] = silu(gate_e x_r) ⊙ (up_e x_r) for every entry rj = r·topK + j of
 //                         expert e; grid [min(E, rows·topK) expert slots, ⌈I / 8⌉], 128 threads,
 //                         a warp per 2 intermediate rows, the expert's entries 16 at a time
@@ -273,73 +272,6 @@ extern "C" __global__ void __launch_bounds__(1024) std_moe_route(const float* __
       weights[(size_t)r * topK + j] = (float)(w * (double)scaling);
     }
     __syncthreads();
-  }
-}
-extern "C" __global__ void __launch_bounds__(1024) std_moe_group(const int32_t* __restrict__ ids, int32_t* __restrict__ groups, int rows, int experts,
-                                                                 int topK) {
-  STD_SHARED(int, cursor, kMaxExperts);
-  STD_SHARED(unsigned long long, red, 32);
-  const int E = experts;
-  if (E > kMaxExperts || E < 1) __trap();
-  if (blockIdx.x != 0) return;  // one CTA does it all
-  const int n = rows * topK, tid = threadIdx.x, B = blockDim.x, lane = lane_id(), warp = warp_id();
-  for (int e = tid; e < E; e += B) cursor[e] = 0;
-  __syncthreads();
-  for (int rj = tid; rj < n; rj += B) {
-    const int e = ids[rj];
-    if (e >= 0 && e < E) atomicAdd(&cursor[e], 1);
-  }
-  __syncthreads();
-  // Exclusive scan over the experts of (entries << 32 | chosen): thread t owns experts [t·c, t·c + c).
-  const int c = (E + B - 1) / B;
-  const int e0 = min(E, tid * c), e1 = min(E, e0 + c);
-  unsigned long long local = 0;
-  for (int e = e0; e < e1; e++) local += ((unsigned long long)cursor[e] << 32) | (cursor[e] > 0 ? 1ull : 0ull);
-  unsigned long long incl = local;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const unsigned long long v = __shfl_up_sync(kFull, incl, o);
-    if (lane >= o) incl += v;
-  }
-  if (lane == 31) red[warp] = incl;
-  __syncthreads();
-  unsigned long long run = incl - local, total = 0;
-  for (int w = 0; w < num_warps(); w++) {
-    if (w < warp) run += red[w];
-    total += red[w];
-  }
-  int32_t* expertOf = groups + 3;
-  int32_t* start = groups + 3 + E;
-  for (int e = e0; e < e1; e++) {
-    const int cnt = cursor[e];
-    if (cnt > 0) expertOf[(int)(run & 0xffffffffu)] = e, start[(int)(run & 0xffffffffu)] = (int)(run >> 32);
-    cursor[e] = (int)(run >> 32);
-    run += ((unsigned long long)cnt << 32) | (cnt > 0 ? 1ull : 0ull);
-  }
-  const int nActive = (int)(total & 0xffffffffu), nValid = (int)(total >> 32);
-  if (tid == 0) groups[0] = nActive, groups[2] = nValid, start[nActive] = nValid;
-  __syncthreads();
-  // Placement by warp 0 in order of rj (each expert's entries ascending, then the ids outside the
-  // experts): deterministic, whatever the scheduling.
-  if (warp == 0) {
-    int32_t* order = groups + 4 + 2 * E;
-    int invalid = 0;
-    for (int base = 0; base < n; base += 32) {
-      const int rj = base + lane;
-      const bool in = rj < n;
-      const int e = in ? ids[rj] : -1;
-      const bool valid = in && e >= 0 && e < E;
-      const unsigned peers = __match_any_sync(kFull, !in ? -2 : valid ? e : -1);
-      const int rank = __popc(peers & ((1u << lane) - 1u));
-      const unsigned outside = __ballot_sync(kFull, in && !valid);
-      if (valid) order[cursor[e] + rank] = rj;
-      else if (in) order[nValid + invalid + rank] = rj;
-      __syncwarp();
-      if (valid && rank == __popc(peers) - 1) cursor[e] += __popc(peers);
-      invalid += __popc(outside);
-      __syncwarp();
-    }
-    if (lane == 0) groups[1] = invalid;
   }
 }
 namespace {

@@ -1,6 +1,6 @@
 import { InvalidArgumentError, defineKernel, type FloatDtype, type Kernel, type LaunchConfig, type StepPhase, type Stream, type WeightDtype } from '@metrale/core';
 import { combineCpu, expertsDownCpu, expertsRowwiseCpu, expertsSumCpu, expertsUpCpu, groupCpu, localizeCpu, routeCpu } from './moe.cpu.js';
-import { moeGemm16Module, moeGemmModule, moeModule as module } from './std-modules.js';
+import { moeGemm16Module, moeGemmModule, moeGroupModule, moeModule as module } from './std-modules.js';
 
 export const routeKernel = defineKernel({
   name: 'std.moe_route',
@@ -17,9 +17,9 @@ export function moeGroupsLength(rows: number, topK: number, experts: number): nu
   return 4 + 2 * experts + rows * topK;
 }
 
-/** `std.moe_group`: one CTA, a thread per expert (at most 1024). */
-export function groupLaunch(experts: number, stream: Stream): LaunchConfig {
-  return { grid: 1, block: Math.min(1024, 32 * Math.ceil(Math.max(1, experts) / 32)), stream };
+/** `std.moe_group` (kernels/std-moe-group.cu): one CTA of 1024 threads, its warps taking a segment of the entries each. */
+export function groupLaunch(_experts: number, stream: Stream): LaunchConfig {
+  return { grid: 1, block: 1024, stream };
 }
 
 /**
@@ -62,7 +62,7 @@ export function expertsLaunch(rows: number, hidden: number, stream: Stream): Lau
 export const groupKernel = defineKernel({
   name: 'std.moe_group',
   params: { ids: 'ptr', groups: 'ptr', rows: 'i32', experts: 'i32', topK: 'i32' },
-  cuda: { module, symbol: 'std_moe_group' },
+  cuda: { module: moeGroupModule, symbol: 'std_moe_group' },
   cpu: groupCpu,
 });
 

@@ -237,6 +237,28 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
     return ids;
   };
 
+  // std.moe_group alone at a prefill's size: 4 096 rows of top-10 over 64, 512 and 2 048 experts (its
+  // warps take 32, 16 and 4 segments of the entries), ids outside the experts scattered through.
+  for (const E of [64, 512, 2048]) {
+    it(`std.moe_group: 4 096 rows, top-10 of ${E} experts, ids outside the experts: the twin's buffer exactly`, () => {
+      const rows = 4096, topK = 10;
+      const ids = new Int32Array(rows * topK);
+      for (let r = 0; r < rows; r++) {
+        const taken = new Set<number>();
+        for (let j = 0; j < topK; j++) {
+          let e: number;
+          do e = Math.floor(random.float() * E); while (taken.has(e));
+          taken.add(e);
+          ids[r * topK + j] = e;
+        }
+      }
+      for (let i = 7; i < ids.length; i += 997) ids[i] = i % 2 ? -3 : E + 5;
+      const r = onBoth({ ids, groups: poisonI32(moeGroupsLength(rows, topK, E)) }, (gpu, p) =>
+        gpu.launch(groupKernel, groupLaunch(E, gpu.defaultStream), { ids: p.ids!, groups: p.groups!, rows, experts: E, topK }), ['groups']);
+      compareI32(`moe_group ${rows} rows top-${topK} of ${E}`, r.cpu.groups!, r.cuda.groups!);
+    });
+  }
+
   // Shapes: 3 rows at the 80B expert shape; a tiny unaligned one (scalar paths); 40 rows over 8
   // experts (~30 entries per expert: two passes of 16 through each weight tile); D and I past 128
   // but not multiples of it (FP8 blocks cut short on both axes).

@@ -1,0 +1,20 @@
+// The GPU lane's stand-in device without a GPU (development only): the CPU backend, with the
+// layer-std kernels written against the CPU emulator (tools/cuda-emu) run as their CUDA sources;
+// the others run as their TypeScript twins. Use:
+//   METRALE_STD_DEVICE_MODULE=test/gpu/emu/device.mjs node ../../node_modules/vitest/vitest.mjs run --config vitest.gpu.config.ts test/gpu/kernels.gpu.test.ts -t moe_group
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { CpuBackend } from '@metrale/cpu-backend';
+import { emulatedDevice } from '../../../../../tools/cuda-emu/device.mjs';
+
+const kernels = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..', 'kernels');
+
+// The modules the emulator runs (src/std-modules.ts), every entry point with its CTAs per cluster.
+export const { reason, createDevice } = emulatedDevice({
+  label: 'layer-std',
+  dependsOn: [kernels],
+  createBackend: () => new CpuBackend({ memoryLimit: 2 ** 33 }),
+  modules: {
+    'std-moe-group': { source: join(kernels, 'std-moe-group.cu'), kernels: { std_moe_group: 1 } },
+  },
+});
