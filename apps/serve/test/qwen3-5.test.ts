@@ -248,11 +248,16 @@ describe('qwen3_5 under tensor and expert parallelism (CPU ranks)', () => {
     expect((JSON.parse(r.lines.at(-1)!) as Line).tokens).toEqual(fx.expected.greedy_tokens);
   });
 
-  it('refuses a size that does not divide a head count, naming the field in text_config', () => {
-    // qwen3-5-moe-tiny has one KV head.
-    const r = metrale(['generate', '--model', readModelFixture('qwen3-5-moe-tiny').dir, '--prompt-ids', '1,2,3', '--max-tokens', '2', '--backend', 'cpu', '--tensor-parallel-size', '2']);
+  it('refuses a size that does not divide a head count, naming the field in text_config; its one KV head is kept by every rank', () => {
+    const fx = readModelFixture('qwen3-5-moe-tiny');
+    const r = metrale(['generate', '--model', fx.dir, '--prompt-ids', '1,2,3', '--max-tokens', '2', '--backend', 'cpu', '--tensor-parallel-size', '3']);
     expect(r.code).not.toBe(0);
-    expect(r.stderr).toMatch(/--tensor-parallel-size 2 does not divide config\.text_config\.num_key_value_heads \(1\)/);
+    expect(r.stderr).toMatch(/--tensor-parallel-size 3 does not divide config\.text_config\.num_attention_heads \(4\)/);
+    // One KV head over 2 ranks: both keep it, and the tokens are HF's.
+    const two = metrale(['generate', '--model', fx.dir, '--prompt-ids', fx.expected.prompt_ids.join(','), '--max-tokens', String(fx.expected.max_new_tokens),
+      '--greedy', '--ignore-eos', '--backend', 'cpu', '--dtype', 'f32', '--json', '--tensor-parallel-size', '2']);
+    expect(two.code, two.stderr).toBe(0);
+    expect((JSON.parse(two.lines.at(-1)!) as { tokens: number[] }).tokens).toEqual(fx.expected.greedy_tokens);
   });
 
   for (const family of ['dense', 'moe'] as const) {
