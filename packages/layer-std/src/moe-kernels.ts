@@ -18,7 +18,7 @@ export function moeGroupsLength(rows: number, topK: number, experts: number): nu
 }
 
 /** `std.moe_group` (kernels/std-moe-group.cu): one CTA of 1024 threads, its warps taking a segment of the entries each. */
-export function groupLaunch(_experts: number, stream: Stream): LaunchConfig {
+export function groupLaunch(stream: Stream): LaunchConfig {
   return { grid: 1, block: 1024, stream };
 }
 

@@ -157,7 +157,7 @@ export class MoeLayer extends StatelessLayer {
     if (tensorCores || moeGrouped(rows, topK, E)) {
       const up = tensorCores ? k.gemm!.up : k.up;
       const down = tensorCores ? k.gemm!.down : k.down;
-      gpu.launch(groupKernel, groupLaunch(E, stream), { ids: s.ids, groups: s.groups, rows, experts: E, topK });
+      gpu.launch(groupKernel, groupLaunch(stream), { ids: s.ids, groups: s.groups, rows, experts: E, topK });
       gpu.launch(up, tensorCores ? expertsGemmLaunch(k, 'up', rows, topK, inter, E, stream) : expertsUpLaunch(rows, topK, inter, E, stream), {
         input, ids: s.ids, groups: s.groups, gateUp: w.gateUp.data, gateUpScales: w.gateUp.scales, h: s.h, rows, hidden: D, inter, experts: E, topK, ...codes,
       });

@@ -194,7 +194,7 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
     const { k, fp8, codes } = formatOf(format);
     const up = tensorCores ? k.gemm!.up : k.up;
     const down = tensorCores ? k.gemm!.down : k.down;
-    gpu.launch(groupKernel, groupLaunch(E, s), { ids: p.ids!, groups: p.groups!, rows, experts: E, topK });
+    gpu.launch(groupKernel, groupLaunch(s), { ids: p.ids!, groups: p.groups!, rows, experts: E, topK });
     gpu.launch(up, tensorCores ? expertsGemmLaunch(k, 'up', rows, topK, I, E, s) : expertsUpLaunch(rows, topK, I, E, s), {
       input: p.x!, ids: p.ids!, groups: p.groups!, gateUp: p.gateUp!, gateUpScales: fp8 ? p.gateUpScales! : 0n, h: p.h!, rows, hidden: D, inter: I, experts: E, topK, ...codes,
     });
@@ -254,7 +254,7 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
       }
       for (let i = 7; i < ids.length; i += 997) ids[i] = i % 2 ? -3 : E + 5;
       const r = onBoth({ ids, groups: poisonI32(moeGroupsLength(rows, topK, E)) }, (gpu, p) =>
-        gpu.launch(groupKernel, groupLaunch(E, gpu.defaultStream), { ids: p.ids!, groups: p.groups!, rows, experts: E, topK }), ['groups']);
+        gpu.launch(groupKernel, groupLaunch(gpu.defaultStream), { ids: p.ids!, groups: p.groups!, rows, experts: E, topK }), ['groups']);
       compareI32(`moe_group ${rows} rows top-${topK} of ${E}`, r.cpu.groups!, r.cuda.groups!);
     });
   }
