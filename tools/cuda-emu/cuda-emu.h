@@ -273,6 +273,9 @@ inline void mma_bf16_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0
   }
 }
 
+/** d += A·B, m16n8k16 as mma_bf16_m16n8k16, f16 inputs. */
+inline void mma_f16_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+
 // ---- barriers and clusters ---------------------------------------------------------------------------
 
 void syncthreads();
@@ -410,6 +413,89 @@ inline void store_element(void* base, size_t i, float v, int code) {
 
 }  // namespace metrale
 
+// CUDA's 16- and 8-bit element types and their conversions (cuda_bf16.h, cuda_fp16.h, cuda_fp8.h),
+// as kernels that template on the element type use them: the bits, converted by the functions above.
+struct __nv_bfloat16 {
+  uint16_t __x;
+};
+struct __half {
+  uint16_t __x;
+};
+struct __nv_fp8_e4m3 {
+  uint8_t __x;
+  explicit operator float() const { return cuda_emu::e4m3_value(__x); }
+};
+inline float __bfloat162float(__nv_bfloat16 v) { return cuda_emu::bf16_value(v.__x); }
+inline __nv_bfloat16 __float2bfloat16_rn(float v) { return {cuda_emu::bf16_bits(v)}; }
+inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 v) { return v.__x; }
+inline float __half2float(__half v) { return cuda_emu::f16_value(v.__x); }
+inline __half __float2half_rn(float v) { return {cuda_emu::f16_bits(v)}; }
+inline unsigned short __half_as_ushort(__half v) { return v.__x; }
+inline __half __ushort_as_half(unsigned short x) { return {x}; }
+template <typename T>
+inline T __ldg(const T* p) { return *p; }
+
+// The typed half of core's <metrale/elements.cuh>.
+namespace metrale {
+
+constexpr int kFp8Block = 128;
+
+inline float e4m3_value(uint8_t code) { return cuda_emu::e4m3_value(code); }
+
+template <typename T>
+struct Element;
+template <>
+struct Element<float> {
+  static constexpr int code = kF32;
+  static float load(const float* p, size_t i) { return p[i]; }
+  static void store(float* p, size_t i, float v) { p[i] = v; }
+};
+template <>
+struct Element<__nv_bfloat16> {
+  static constexpr int code = kBF16;
+  static float load(const __nv_bfloat16* p, size_t i) { return __bfloat162float(p[i]); }
+  static void store(__nv_bfloat16* p, size_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+};
+template <>
+struct Element<__half> {
+  static constexpr int code = kF16;
+  static float load(const __half* p, size_t i) { return __half2float(p[i]); }
+  static void store(__half* p, size_t i, float v) { p[i] = __float2half_rn(v); }
+};
+
+}  // namespace metrale
+
+/** d += A·B, m16n8k16, f16 A and B, f32 accumulators (products summed in double). */
+inline void cuda_emu::mma_f16_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  Warp& w = warp();
+  const int l = lane();
+  for (int i = 0; i < 4; i++) w.x[l][i] = a[i];
+  w.x[l][4] = b0, w.x[l][5] = b1;
+  warp_sync();
+  float A[16][16], B[16][8];
+  for (int ln = 0; ln < 32; ln++) {
+    const int g = ln >> 2, t = ln & 3;
+    const uint32_t* v = w.x[ln];
+    for (int h = 0; h < 2; h++) {
+      const int sh = 16 * h;
+      A[g][2 * t + h] = f16_value((uint16_t)(v[0] >> sh));
+      A[g + 8][2 * t + h] = f16_value((uint16_t)(v[1] >> sh));
+      A[g][2 * t + 8 + h] = f16_value((uint16_t)(v[2] >> sh));
+      A[g + 8][2 * t + 8 + h] = f16_value((uint16_t)(v[3] >> sh));
+      B[2 * t + h][g] = f16_value((uint16_t)(v[4] >> sh));
+      B[2 * t + 8 + h][g] = f16_value((uint16_t)(v[5] >> sh));
+    }
+  }
+  warp_sync();
+  const int g = l >> 2, t = l & 3;
+  for (int e = 0; e < 4; e++) {
+    const int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
+    double sum = d[e];
+    for (int k = 0; k < 16; k++) sum += (double)A[row][k] * (double)B[k][col];
+    d[e] = (float)sum;
+  }
+}
+
 // ---- the CUDA C++ the kernels use outside PTX ------------------------------------------------------
 
 #define threadIdx (::cuda_emu::g_cur->tid)
@@ -451,6 +537,12 @@ inline int min(int a, int b) { return a < b ? a : b; }
 inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
 inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __ffs(unsigned x) { return __builtin_ffs((int)x); }
+inline int atomicMax(int* p, int v) {
+  const int old = *p;
+  if (v > old) *p = v;
+  return old;
+}
 // One thread runs at a time, so plain read-modify-writes are atomic.
 inline unsigned atomicAdd(unsigned* p, unsigned v) {
   const unsigned old = *p;

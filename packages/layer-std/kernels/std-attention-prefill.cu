@@ -222,7 +222,7 @@ __device__ __forceinline__ void prefill_rows(const T* __restrict__ qkv, const T*
                                              const int32_t* __restrict__ rowStarts, const int32_t* __restrict__ positions, int batch, int heads,
                                              int kvHeads, int d, int pageSize, int maxPages, int gated, const T* __restrict__ q, T* __restrict__ out,
                                              float scale) {
-  extern __shared__ __align__(16) unsigned char smem[];
+  STD_DYNAMIC_SMEM(smem);
   __shared__ int maxPosS;
   if (blockDim.x != kThreads || (d & 7) != 0 || d > 256 || heads % kvHeads != 0 || gridDim.y != (unsigned)heads) __trap();
   if (!aligned16(q) || !aligned16(kCache) || !aligned16(vCache)) __trap();

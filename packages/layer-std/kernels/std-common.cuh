@@ -13,12 +13,21 @@
 // pointers allow them.
 #pragma once
 
+// Under the CPU emulator (tools/cuda-emu, METRALE_CUDA_EMU; test/gpu/emu/device.mjs) the element
+// types, their conversions and core's elements.cuh come from the emulator's header.
+#ifndef METRALE_CUDA_EMU
 #include <metrale/elements.cuh>
+#endif
 
 #include <cstdint>
 #include <type_traits>
 
 #define STD_SHARED(type, name, count) __shared__ __align__(16) type name[count]
+#ifdef METRALE_CUDA_EMU
+#define STD_DYNAMIC_SMEM(name) unsigned char* name = ::cuda_emu::dynamic_smem()
+#else
+#define STD_DYNAMIC_SMEM(name) extern __shared__ __align__(16) unsigned char name[]
+#endif
 
 namespace stdk {
 
@@ -138,10 +147,14 @@ __device__ __forceinline__ float4 unpack4(uint2 u) {
 
 /** Four E4M3 codes (little-endian in w) as their values. */
 __device__ __forceinline__ float4 unpack_e4m3x4(uint32_t w) {
+#ifdef METRALE_CUDA_EMU
+  return make_float4(metrale::e4m3_value(w & 0xffu), metrale::e4m3_value((w >> 8) & 0xffu), metrale::e4m3_value((w >> 16) & 0xffu), metrale::e4m3_value(w >> 24));
+#else
   const __half2 lo(__nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w & 0xffffu), __NV_E4M3));
   const __half2 hi(__nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w >> 16), __NV_E4M3));
   const float2 a = __half22float2(lo), b = __half22float2(hi);
   return make_float4(a.x, a.y, b.x, b.y);
+#endif
 }
 
 /**

@@ -165,7 +165,7 @@ __device__ __forceinline__ void check_launch(int wDtype, int rowDtype, int exper
       const T* __restrict__ input, const int32_t* __restrict__ ids, const int32_t* __restrict__ groups, const void* __restrict__ gateUp,            \
       const float* __restrict__ gateUpScales, T* __restrict__ h, int rows, int hidden, int inter, int experts, int topK, int wDtype, int rowDtype) { \
     (void)ids, (void)rows, (void)gateUpScales;                                                                                                    \
-    extern __shared__ __align__(16) unsigned char smem[];                                                                                         \
+    STD_DYNAMIC_SMEM(smem);                                                                                         \
     check_launch<T>(wDtype, rowDtype, experts, hidden, inter);                                                                                    \
     grouped_gemm<T, 2>(smem, input, groups, static_cast<const T*>(gateUp), h, inter, hidden, experts, topK);                                     \
   }                                                                                                                                               \
@@ -173,7 +173,7 @@ __device__ __forceinline__ void check_launch(int wDtype, int rowDtype, int exper
       const T* __restrict__ h, const int32_t* __restrict__ ids, const int32_t* __restrict__ groups, const void* __restrict__ down,                  \
       const float* __restrict__ downScales, T* __restrict__ y, int rows, int hidden, int inter, int experts, int topK, int wDtype, int rowDtype) {  \
     (void)ids, (void)rows, (void)topK, (void)downScales;                                                                                          \
-    extern __shared__ __align__(16) unsigned char smem[];                                                                                         \
+    STD_DYNAMIC_SMEM(smem);                                                                                         \
     check_launch<T>(wDtype, rowDtype, experts, hidden, inter);                                                                                    \
     grouped_gemm<T, 1>(smem, h, groups, static_cast<const T*>(down), y, hidden, inter, experts, 1);                                              \
   }

@@ -1,5 +1,5 @@
 // The GPU lane's stand-in device without a GPU (development only): the CPU backend, with the
-// layer-std kernels written against the CPU emulator (tools/cuda-emu) run as their CUDA sources;
+// layer-std kernels listed below run as their CUDA sources in the CPU emulator (tools/cuda-emu);
 // the others run as their TypeScript twins. Use:
 //   METRALE_STD_DEVICE_MODULE=test/gpu/emu/device.mjs node ../../node_modules/vitest/vitest.mjs run --config vitest.gpu.config.ts test/gpu/kernels.gpu.test.ts -t moe_group
 import { dirname, join } from 'node:path';
@@ -16,5 +16,10 @@ export const { reason, createDevice } = emulatedDevice({
   createBackend: () => new CpuBackend({ memoryLimit: 2 ** 33 }),
   modules: {
     'std-moe-group': { source: join(kernels, 'std-moe-group.cu'), kernels: { std_moe_group: 1 } },
+    'std-attention-prefill': { source: join(kernels, 'std-attention-prefill.cu'), kernels: { std_attn_prefill_bf16: 1, std_attn_prefill_f16: 1 } },
+    'std-moe-gemm-16bit': {
+      source: join(kernels, 'std-moe-gemm-16bit.cu'),
+      kernels: { std_moe_gemm_up_bf16: 1, std_moe_gemm_down_bf16: 1, std_moe_gemm_up_f16: 1, std_moe_gemm_down_f16: 1 },
+    },
   },
 });
