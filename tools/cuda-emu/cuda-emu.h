@@ -242,8 +242,12 @@ inline float bf16_value(uint32_t bits16) {
   return f;
 }
 
-/** d += A·B, m16n8k16, bf16 A (row-major 16 × 16) and B (col-major 16 × 8), f32 accumulators (products summed in double). */
-inline void mma_bf16_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+/**
+ * d += A·B, m16n8k16: A (row-major 16 × 16) and B (col-major 16 × 8) of 16-bit elements that
+ * `value` decodes, f32 accumulators (products summed in double).
+ */
+template <typename Value>
+inline void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, Value value) {
   Warp& w = warp();
   const int l = lane();
   for (int i = 0; i < 4; i++) w.x[l][i] = a[i];
@@ -255,22 +259,27 @@ inline void mma_bf16_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0
     const uint32_t* v = w.x[ln];
     for (int h = 0; h < 2; h++) {
       const int sh = 16 * h;
-      A[g][2 * t + h] = bf16_value(v[0] >> sh);
-      A[g + 8][2 * t + h] = bf16_value(v[1] >> sh);
-      A[g][2 * t + 8 + h] = bf16_value(v[2] >> sh);
-      A[g + 8][2 * t + 8 + h] = bf16_value(v[3] >> sh);
-      B[2 * t + h][g] = bf16_value(v[4] >> sh);
-      B[2 * t + 8 + h][g] = bf16_value(v[5] >> sh);
+      A[g][2 * t + h] = value((uint16_t)(v[0] >> sh));
+      A[g + 8][2 * t + h] = value((uint16_t)(v[1] >> sh));
+      A[g][2 * t + 8 + h] = value((uint16_t)(v[2] >> sh));
+      A[g + 8][2 * t + 8 + h] = value((uint16_t)(v[3] >> sh));
+      B[2 * t + h][g] = value((uint16_t)(v[4] >> sh));
+      B[2 * t + 8 + h][g] = value((uint16_t)(v[5] >> sh));
     }
   }
   warp_sync();
   const int g = l >> 2, t = l & 3;
   for (int e = 0; e < 4; e++) {
     const int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
-    double s = d[e];
-    for (int k = 0; k < 16; k++) s += (double)A[row][k] * (double)B[k][col];
-    d[e] = (float)s;
+    double sum = d[e];
+    for (int k = 0; k < 16; k++) sum += (double)A[row][k] * (double)B[k][col];
+    d[e] = (float)sum;
   }
+}
+
+/** d += A·B, m16n8k16, bf16 inputs. */
+inline void mma_bf16_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  mma_m16n8k16(d, a, b0, b1, [](uint16_t x) { return bf16_value(x); });
 }
 
 /** d += A·B, m16n8k16 as mma_bf16_m16n8k16, f16 inputs. */
@@ -465,35 +474,9 @@ struct Element<__half> {
 
 }  // namespace metrale
 
-/** d += A·B, m16n8k16, f16 A and B, f32 accumulators (products summed in double). */
+/** d += A·B, m16n8k16, f16 inputs. */
 inline void cuda_emu::mma_f16_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  Warp& w = warp();
-  const int l = lane();
-  for (int i = 0; i < 4; i++) w.x[l][i] = a[i];
-  w.x[l][4] = b0, w.x[l][5] = b1;
-  warp_sync();
-  float A[16][16], B[16][8];
-  for (int ln = 0; ln < 32; ln++) {
-    const int g = ln >> 2, t = ln & 3;
-    const uint32_t* v = w.x[ln];
-    for (int h = 0; h < 2; h++) {
-      const int sh = 16 * h;
-      A[g][2 * t + h] = f16_value((uint16_t)(v[0] >> sh));
-      A[g + 8][2 * t + h] = f16_value((uint16_t)(v[1] >> sh));
-      A[g][2 * t + 8 + h] = f16_value((uint16_t)(v[2] >> sh));
-      A[g + 8][2 * t + 8 + h] = f16_value((uint16_t)(v[3] >> sh));
-      B[2 * t + h][g] = f16_value((uint16_t)(v[4] >> sh));
-      B[2 * t + 8 + h][g] = f16_value((uint16_t)(v[5] >> sh));
-    }
-  }
-  warp_sync();
-  const int g = l >> 2, t = l & 3;
-  for (int e = 0; e < 4; e++) {
-    const int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
-    double sum = d[e];
-    for (int k = 0; k < 16; k++) sum += (double)A[row][k] * (double)B[k][col];
-    d[e] = (float)sum;
-  }
+  mma_m16n8k16(d, a, b0, b1, [](uint16_t x) { return f16_value(x); });
 }
 
 // ---- the CUDA C++ the kernels use outside PTX ------------------------------------------------------
