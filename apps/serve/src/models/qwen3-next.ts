@@ -1,10 +1,7 @@
 import { WeightsError, type ModelAdapter, type ModelBuildContext, type ModelStack } from '@metrale/core';
-import {
-  buildPreNormDecoder, expertParallelMoe, expertParallelShardRule, qwen3NextAttentionOptions, qwen3NextMoeOptions,
-} from '@metrale/layer-std';
 import { intField } from './config-fields.js';
-import { qwenHybridLayer } from './qwen-hybrid-layer.js';
-import { qwen3NextRankConfig, qwen3NextShardRule } from './qwen3-next-sharding.js';
+import { buildQwenHybridDecoder } from './qwen-hybrid-decoder.js';
+import { qwen3NextShardRule } from './qwen3-next-sharding.js';
 
 export type Qwen3NextLayerType = 'linear_attention' | 'full_attention';
 
@@ -41,23 +38,7 @@ export function qwen3NextIsMoe(config: Readonly<Record<string, unknown>>, i: num
  * parallelism its MoE holds whole experts instead.
  */
 function build(ctx: ModelBuildContext): ModelStack {
-  const parallel = ctx.parallel && ctx.parallel.size > 1 ? ctx.parallel : undefined;
-  const ep = parallel?.expertParallel === true;
-  const config = qwen3NextRankConfig(ctx.config, parallel?.size ?? 1, ep);
-  const moe = () => (ep ? expertParallelMoe(qwen3NextMoeOptions(config), parallel!.rank, parallel!.size, 'num_experts') : qwen3NextMoeOptions(config));
-  const shard = parallel ? (ep ? expertParallelShardRule(qwen3NextShardRule(ctx.config)) : qwen3NextShardRule(ctx.config)) : undefined;
-  const hidden = intField(config, 'hidden_size');
-  const types = qwen3NextLayerTypes(config);
-  return buildPreNormDecoder(ctx, {
-    ...(shard ? { shard } : {}),
-    hidden,
-    vocab: intField(config, 'vocab_size'),
-    layerCount: types.length,
-    eps: (config.rms_norm_eps as number | undefined) ?? 1e-6,
-    normOffset: 1,
-    layer: qwenHybridLayer(ctx, config, types, qwen3NextAttentionOptions(config), hidden,
-      (i) => (qwen3NextIsMoe(config, i) ? { moe: moe() } : { inter: intField(config, 'intermediate_size') }), 'qwen3_next'),
-  });
+  return buildQwenHybridDecoder(ctx, { text: ctx.config, shardRule: qwen3NextShardRule(ctx.config), types: qwen3NextLayerTypes, isMoe: qwen3NextIsMoe, label: 'qwen3_next' });
 }
 
 export const qwen3NextAdapter: ModelAdapter = {
