@@ -31,11 +31,6 @@ constexpr int kThreads = 128;
 template <int D>
 constexpr int key_tile() { return D > 128 ? 32 : 64; }
 
-__device__ __forceinline__ size_t cache_offset(const int32_t* __restrict__ table, int pageSize, int kvHeads, int d, int pos, int h) {
-  const int pg = pos / pageSize;
-  return (((size_t)table[pg] * pageSize + (pos - pg * pageSize)) * kvHeads + h) * d;
-}
-
 __device__ __forceinline__ uint32_t smem_word(const void* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
 template <typename T, int D>

@@ -37,13 +37,6 @@ constexpr int kComb = 4096;
 
 __device__ __forceinline__ int qkv_width(int heads, int kvHeads, int d, int gated) { return heads * d * (gated ? 2 : 1) + 2 * kvHeads * d; }
 
-/** Element offset of (position, kv head) of a slot whose block-table row is `table`. */
-__device__ __forceinline__ size_t cache_offset(const int32_t* __restrict__ table, int pageSize, int kvHeads, int d, int pos, int h) {
-  const int pg = pos / pageSize;
-  const int page = table[pg];
-  return (((size_t)page * pageSize + (pos - pg * pageSize)) * kvHeads + h) * d;
-}
-
 /**
  * A warp's slice of a d-vector: E values per lane. V4 (d a multiple of 4): lane l holds the groups
  * of 4 elements l, l + 32, … (zero past d); otherwise elements l, l + 32, … (zero past d).

@@ -80,6 +80,16 @@ __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
+/**
+ * Element offset of (position, kv head) in a paged K or V cache [pages][pageSize][kvHeads][d], for a
+ * slot whose block-table row is `table` (std-attention.cu, std-attention-prefill.cu).
+ */
+__device__ __forceinline__ size_t cache_offset(const int32_t* __restrict__ table, int pageSize, int kvHeads, int d, int pos, int h) {
+  const int pg = pos / pageSize;
+  const int page = table[pg];
+  return (((size_t)page * pageSize + (pos - pg * pageSize)) * kvHeads + h) * d;
+}
+
 /** Batch position of a row: the last p in [0, batch) with rowStarts[p] <= row (rowStarts ascending). */
 __device__ __forceinline__ int batch_pos_of_row(const int32_t* __restrict__ rowStarts, int batch, int row) {
   int lo = 0, hi = batch - 1;
