@@ -49,6 +49,11 @@ export class GrammarEngine {
     await this.#compiled(spec);
   }
 
+  /** Whether `spec` is compiled and cached here (a constraint over it starts without compiling). */
+  isCompiled(spec: GrammarSpec): boolean {
+    return this.#cache.has(grammarKey(spec));
+  }
+
   /** A new constraint for one request, at the start of `spec`. */
   async constraint(spec: GrammarSpec): Promise<TokenConstraint> {
     const compiled = await this.#compiled(spec);
