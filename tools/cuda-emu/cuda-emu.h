@@ -526,6 +526,11 @@ inline int atomicMax(int* p, int v) {
   if (v > old) *p = v;
   return old;
 }
+inline int atomicMin(int* p, int v) {
+  const int old = *p;
+  if (v < old) *p = v;
+  return old;
+}
 // One thread runs at a time, so plain read-modify-writes are atomic.
 inline unsigned atomicAdd(unsigned* p, unsigned v) {
   const unsigned old = *p;

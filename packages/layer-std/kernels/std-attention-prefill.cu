@@ -2,8 +2,8 @@
 // same `coreCpu` as std_attn_core, src/attention.cpu.ts; KERNELS.md), after std_attn_prep has
 // written the chunk's q rows and its keys and values into the paged cache:
 //   std_attn_prefill  per (tile of 64 rows of one sequence, q head): softmax(q·k_t · scale) v_t over
-//                     t = 0..pos of each row, × sigmoid(gate) when gated; padding sequences
-//                     (slot < 0) write zeros
+//                     t = lo..pos of each row (lo = pos − window + 1 with a sliding window, else 0),
+//                     × sigmoid(gate) when gated; padding sequences (slot < 0) write zeros
 //
 // Flash-attention style: 4 warps, each owning 16 query rows; the CTA walks the sequence's keys in
 // tiles of BN (64, or 32 for head dims above 128, for registers) up to the tile's largest position:
@@ -37,8 +37,8 @@ template <typename T, int D>
 __device__ __forceinline__ void prefill_tile(const T* __restrict__ qkv, const T* __restrict__ kCache, const T* __restrict__ vCache,
                                              const int32_t* __restrict__ blockTable, const int32_t* __restrict__ slots,
                                              const int32_t* __restrict__ rowStarts, const int32_t* __restrict__ positions, int batch, int heads,
-                                             int kvHeads, int d, int pageSize, int maxPages, int gated, const T* __restrict__ q, T* __restrict__ out,
-                                             float scale, unsigned char* smem, int* maxPosS) {
+                                             int kvHeads, int d, int pageSize, int maxPages, int gated, int ownKv, const T* __restrict__ q,
+                                             T* __restrict__ out, float scale, int window, unsigned char* smem, int* maxPosS, int* minPosS) {
   constexpr int BN = key_tile<D>();
   constexpr int LD = D + 8;
   constexpr int C8 = D / 8;  // 16-byte chunks of a shared row
@@ -71,11 +71,11 @@ __device__ __forceinline__ void prefill_tile(const T* __restrict__ qkv, const T*
     return;
   }
   const int32_t* table = blockTable + (size_t)slot * maxPages;
-  const int W = heads * d * (gated ? 2 : 1) + 2 * kvHeads * d;
+  const int W = heads * d * (gated ? 2 : 1) + (ownKv ? 2 * kvHeads * d : 0);
 
-  if (tid == 0) *maxPosS = -1;
+  if (tid == 0) *maxPosS = -1, *minPosS = 0x7fffffff;
   __syncthreads();
-  if (tid < count) atomicMax(maxPosS, positions[first + tid]);
+  if (tid < count) atomicMax(maxPosS, positions[first + tid]), atomicMin(minPosS, positions[first + tid]);
   for (int i = tid; i < kRows * C8; i += kThreads) {
     const int r = i / C8, c = (i - r * C8) * 8;
     uint4 v = make_uint4(0u, 0u, 0u, 0u);
@@ -84,9 +84,13 @@ __device__ __forceinline__ void prefill_tile(const T* __restrict__ qkv, const T*
   }
   __syncthreads();
   const int maxPos = *maxPosS;
+  // The tile's first key: the window's start of its earliest row (key tiles stay aligned to key 0).
+  const int firstTile = window > 0 ? max(0, *minPosS - window + 1) / BN : 0;
   const int r0 = warp * 16 + g, r1 = r0 + 8;
   const int pos0 = r0 < count ? positions[first + r0] : -1;
   const int pos1 = r1 < count ? positions[first + r1] : -1;
+  // Keys before lo0 / lo1 are outside rows r0 / r1's window.
+  const int lo0 = window > 0 ? pos0 - window + 1 : 0, lo1 = window > 0 ? pos1 - window + 1 : 0;
   int warpMax = max(pos0, pos1);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) warpMax = max(warpMax, __shfl_xor_sync(0xffffffffu, warpMax, o));
@@ -109,9 +113,9 @@ __device__ __forceinline__ void prefill_tile(const T* __restrict__ qkv, const T*
     }
   };
   const int keyTiles = maxPos < 0 ? 0 : maxPos / BN + 1;
-  if (keyTiles > 0) load_keys(0, 0);
+  if (firstTile < keyTiles) load_keys(firstTile & 1, firstTile * BN);
   cp_async_commit();
-  for (int kt = 0; kt < keyTiles; kt++) {
+  for (int kt = firstTile; kt < keyTiles; kt++) {
     if (kt + 1 < keyTiles) load_keys((kt + 1) & 1, (kt + 1) * BN);
     cp_async_commit();
     cp_async_wait<1>();
@@ -139,10 +143,10 @@ __device__ __forceinline__ void prefill_tile(const T* __restrict__ qkv, const T*
 #pragma unroll
       for (int j = 0; j < BN / 8; j++) {
         const int t = k0 + j * 8 + 2 * tig;
-        s[j][0] = t <= pos0 ? s[j][0] * scale2 : -INFINITY;
-        s[j][1] = t + 1 <= pos0 ? s[j][1] * scale2 : -INFINITY;
-        s[j][2] = t <= pos1 ? s[j][2] * scale2 : -INFINITY;
-        s[j][3] = t + 1 <= pos1 ? s[j][3] * scale2 : -INFINITY;
+        s[j][0] = t >= lo0 && t <= pos0 ? s[j][0] * scale2 : -INFINITY;
+        s[j][1] = t + 1 >= lo0 && t + 1 <= pos0 ? s[j][1] * scale2 : -INFINITY;
+        s[j][2] = t >= lo1 && t <= pos1 ? s[j][2] * scale2 : -INFINITY;
+        s[j][3] = t + 1 >= lo1 && t + 1 <= pos1 ? s[j][3] * scale2 : -INFINITY;
         x0 = fmaxf(x0, fmaxf(s[j][0], s[j][1]));
         x1 = fmaxf(x1, fmaxf(s[j][2], s[j][3]));
       }
@@ -215,14 +219,15 @@ template <typename T>
 __device__ __forceinline__ void prefill_rows(const T* __restrict__ qkv, const T* __restrict__ kCache, const T* __restrict__ vCache,
                                              const int32_t* __restrict__ blockTable, const int32_t* __restrict__ slots,
                                              const int32_t* __restrict__ rowStarts, const int32_t* __restrict__ positions, int batch, int heads,
-                                             int kvHeads, int d, int pageSize, int maxPages, int gated, const T* __restrict__ q, T* __restrict__ out,
-                                             float scale) {
+                                             int kvHeads, int d, int pageSize, int maxPages, int gated, int ownKv, const T* __restrict__ q,
+                                             T* __restrict__ out, float scale, int window) {
   STD_DYNAMIC_SMEM(smem);
-  __shared__ int maxPosS;
+  __shared__ int maxPosS, minPosS;
   if (blockDim.x != kThreads || (d & 7) != 0 || d > 256 || heads % kvHeads != 0 || gridDim.y != (unsigned)heads) __trap();
   if (!aligned16(q) || !aligned16(kCache) || !aligned16(vCache)) __trap();
 #define STD_PREFILL(D) \
-  prefill_tile<T, D>(qkv, kCache, vCache, blockTable, slots, rowStarts, positions, batch, heads, kvHeads, d, pageSize, maxPages, gated, q, out, scale, smem, &maxPosS)
+  prefill_tile<T, D>(qkv, kCache, vCache, blockTable, slots, rowStarts, positions, batch, heads, kvHeads, d, pageSize, maxPages, gated, ownKv, q, out, scale, \
+                     window, smem, &maxPosS, &minPosS)
   if (d <= 32) STD_PREFILL(32);
   else if (d <= 64) STD_PREFILL(64);
   else if (d <= 128) STD_PREFILL(128);
@@ -237,10 +242,11 @@ __device__ __forceinline__ void prefill_rows(const T* __restrict__ qkv, const T*
   extern "C" __global__ void __launch_bounds__(kThreads) std_attn_prefill##SUFFIX(                                                                 \
       const T* __restrict__ qkv, const T* __restrict__ kCache, const T* __restrict__ vCache, const int32_t* __restrict__ blockTable,                \
       const int32_t* __restrict__ slots, const int32_t* __restrict__ rowStarts, const int32_t* __restrict__ positions, int batch, int heads,       \
-      int kvHeads, int headDim, int pageSize, int maxPages, int gated, int dtype, const T* __restrict__ q, T* __restrict__ out, float scale) {     \
+      int kvHeads, int headDim, int pageSize, int maxPages, int gated, int dtype, int ownKv, const T* __restrict__ q, T* __restrict__ out,      \
+      float scale, int window) {                                                                                                                   \
     if (dtype != row_code<T>) __trap();                                                                                                            \
-    prefill_rows<T>(qkv, kCache, vCache, blockTable, slots, rowStarts, positions, batch, heads, kvHeads, headDim, pageSize, maxPages, gated, q,  \
-                    out, scale);                                                                                                                   \
+    prefill_rows<T>(qkv, kCache, vCache, blockTable, slots, rowStarts, positions, batch, heads, kvHeads, headDim, pageSize, maxPages, gated,     \
+                    ownKv, q, out, scale, window);                                                                                                 \
   }
 
 STD_ATTENTION_PREFILL(_bf16, bf16)

@@ -1,10 +1,12 @@
 // Full causal attention over the paged KV cache (src/attention-kernels.ts; reference
 // src/attention.cpu.ts; KERNELS.md):
 //   std_attn_prep  per row: q heads RMS-normed ((offset + w), optional) and rotated (NeoX halves on
-//                  the first rotaryDim dims) into q [rows][H][d]; k likewise, and v as is, into the
-//                  cache at the row's (slot, position); padding rows (slot < 0) zero their q row
-//   std_attn_core  per (row, head): softmax(q·k_t · scale) v_t over t = 0..pos of the row's
-//                  sequence, × sigmoid(gate) when gated; padding rows write zeros
+//                  the first rotaryDim dims) into q [rows][H][d]; when the layer owns its KV
+//                  (ownKv), k likewise, and v as is (or RMS-normalised without a weight: vNorm), into
+//                  the cache at the row's (slot, position); padding rows (slot < 0) zero their q row
+//   std_attn_core  per (row, head): softmax(q·k_t · scale) v_t over t = lo..pos of the row's
+//                  sequence (lo = pos − window + 1 with a sliding window, else 0), × sigmoid(gate)
+//                  when gated; padding rows write zeros
 //
 // Types: qkv, q, the K and V caches and out are of the row type T (f32, bf16, f16), one symbol per
 // type (std_attn_prep / std_attn_core for f32, suffixed _bf16 and _f16; each checks its dtype
@@ -35,7 +37,12 @@ constexpr int kMaxCoreHeadDim = 512;   // std_attn_core
 /** Floats of the cross-warp combine buffer (heads processed at once × d). */
 constexpr int kComb = 4096;
 
-__device__ __forceinline__ int qkv_width(int heads, int kvHeads, int d, int gated) { return heads * d * (gated ? 2 : 1) + 2 * kvHeads * d; }
+__device__ __forceinline__ int qkv_width(int heads, int kvHeads, int d, int gated, int ownKv) {
+  return heads * d * (gated ? 2 : 1) + (ownKv ? 2 * kvHeads * d : 0);
+}
+
+/** The first key a row at `pos` sees: the window's start, or 0. */
+__device__ __forceinline__ int first_key(int pos, int window) { return window > 0 ? max(0, pos - window + 1) : 0; }
 
 /**
  * A warp's slice of a d-vector: E values per lane. V4 (d a multiple of 4): lane l holds the groups
@@ -71,7 +78,7 @@ __device__ __forceinline__ void load_frag(float (&f)[E], const T* __restrict__ p
  */
 template <int E, bool V4, typename T>
 __device__ __forceinline__ void attend(const T* __restrict__ qv, const T* __restrict__ kCache, const T* __restrict__ vCache,
-                                       const int32_t* __restrict__ table, int pageSize, int kvHeads, int kvh, int d, int pos, int slice,
+                                       const int32_t* __restrict__ table, int pageSize, int kvHeads, int kvh, int d, int lo, int pos, int slice,
                                        int slices, float scale, float (&acc)[E], float& m, float& l) {
   // Keys per warp step: K and V rows of KPI keys are loaded before any is used (registers allow).
   constexpr int KPI = V4 ? (E >= 16 ? 1 : (E >= 8 ? 2 : 4)) : (E >= 8 ? 1 : (E >= 4 ? 2 : 4));
@@ -82,12 +89,14 @@ __device__ __forceinline__ void attend(const T* __restrict__ qv, const T* __rest
   for (int k = 0; k < E; k++) acc[k] = 0.f;
   m = -INFINITY;
   l = 0.f;
-  for (int t0 = slice * KPI; t0 <= pos; t0 += slices * KPI) {
+  // Whole rounds of the warps' key groups before the window's first key are skipped.
+  const int round = slices * KPI;
+  for (int t0 = (lo / round) * round + slice * KPI; t0 <= pos; t0 += round) {
     float kf[KPI][E], vf[KPI][E], s[KPI];
 #pragma unroll
     for (int u = 0; u < KPI; u++) {
       const int t = t0 + u;
-      if (t <= pos) {
+      if (t >= lo && t <= pos) {
         const size_t off = cache_offset(table, pageSize, kvHeads, d, t, kvh);
         load_frag<E, V4, T>(kf[u], kCache + off, d, lane);
         load_frag<E, V4, T>(vf[u], vCache + off, d, lane);
@@ -111,9 +120,10 @@ __device__ __forceinline__ void attend(const T* __restrict__ qv, const T* __rest
     float mn = m;
 #pragma unroll
     for (int u = 0; u < KPI; u++) {
-      s[u] = t0 + u <= pos ? s[u] * scale : -INFINITY;
+      s[u] = t0 + u >= lo && t0 + u <= pos ? s[u] * scale : -INFINITY;
       mn = fmaxf(mn, s[u]);
     }
+    if (mn == -INFINITY) continue;  // every key of this group is before the window (and none seen yet)
     const float corr = expf(m - mn);
     l *= corr;
 #pragma unroll
@@ -133,12 +143,12 @@ template <int E, bool V4, typename T>
 __device__ __forceinline__ void core_body(const T* __restrict__ qkv, const T* __restrict__ kCache, const T* __restrict__ vCache,
                                           const int32_t* __restrict__ blockTable, const int32_t* __restrict__ slots, const int32_t* __restrict__ rowStarts,
                                           const int32_t* __restrict__ positions, int batch, int heads, int kvHeads, int d, int pageSize, int maxPages,
-                                          int gated, const T* __restrict__ q, T* __restrict__ out, float scale, float* comb, float* mS,
-                                          float* lS, float* LA) {
+                                          int gated, int ownKv, const T* __restrict__ q, T* __restrict__ out, float scale, int window,
+                                          float* comb, float* mS, float* lS, float* LA) {
   const int rows = rowStarts[batch];
   const int hpc = heads / (int)gridDim.y;  // heads per CTA: 1, or the GQA group
   const int group = heads / kvHeads;
-  const int W = qkv_width(heads, kvHeads, d, gated);
+  const int W = qkv_width(heads, kvHeads, d, gated, ownKv);
   const int lane = lane_id(), warp = warp_id(), nw = num_warps(), tid = threadIdx.x;
   const int A = min(min(hpc, nw), max(1, kComb / d));  // heads at once
   const int slices = nw / A;
@@ -159,7 +169,8 @@ __device__ __forceinline__ void core_body(const T* __restrict__ qkv, const T* __
       float acc[E];
       float m = -INFINITY, l = 0.f;
       if (active) {
-        attend<E, V4, T>(q + ((size_t)row * heads + h) * d, kCache, vCache, table, pageSize, kvHeads, h / group, d, pos, sl, slices, scale, acc, m, l);
+        attend<E, V4, T>(q + ((size_t)row * heads + h) * d, kCache, vCache, table, pageSize, kvHeads, h / group, d, first_key(pos, window), pos, sl, slices,
+                         scale, acc, m, l);
       } else {
 #pragma unroll
         for (int k = 0; k < E; k++) acc[k] = 0.f;
@@ -207,15 +218,16 @@ __device__ __forceinline__ void core_body(const T* __restrict__ qkv, const T* __
 template <typename T>
 __device__ __forceinline__ void prep_rows(const T* __restrict__ qkv, T* __restrict__ kCache, T* __restrict__ vCache, const int32_t* __restrict__ blockTable,
                                           const int32_t* __restrict__ slots, const int32_t* __restrict__ rowStarts, const int32_t* __restrict__ positions,
-                                          int batch, int heads, int kvHeads, int headDim, int pageSize, int maxPages, int gated, T* __restrict__ q,
-                                          const float* __restrict__ qNorm, const float* __restrict__ kNorm, const float* __restrict__ cos,
-                                          const float* __restrict__ sin, int rotaryDim, int maxPositions, float eps, float normOffset) {
+                                          int batch, int heads, int kvHeads, int headDim, int pageSize, int maxPages, int gated, int ownKv,
+                                          T* __restrict__ q, const float* __restrict__ qNorm, const float* __restrict__ kNorm,
+                                          const float* __restrict__ cos, const float* __restrict__ sin, int rotaryDim, int maxPositions, float eps,
+                                          float normOffset, int vNorm) {
   STD_SHARED(float, buf, kMaxHeadDim);
   STD_SHARED(float, red, 32);
   const int d = headDim;
   if (d > kMaxHeadDim) __trap();
   const int rows = rowStarts[batch];
-  const int W = qkv_width(heads, kvHeads, d, gated);
+  const int W = qkv_width(heads, kvHeads, d, gated, ownKv);
   const int half = rotaryDim / 2;
   const int qStride = gated ? 2 * d : d;
   const int kBase = heads * qStride, vBase = kBase + kvHeads * d;
@@ -234,7 +246,7 @@ __device__ __forceinline__ void prep_rows(const T* __restrict__ qkv, T* __restri
     const float* cs = cos + (size_t)pc * half;
     const float* sn = sin + (size_t)pc * half;
     const T* src = qkv + (size_t)row * W;
-    for (int hd = 0; hd < heads + kvHeads; hd++) {
+    for (int hd = 0; hd < heads + (ownKv ? kvHeads : 0); hd++) {
       const bool isK = hd >= heads;
       const int kh = hd - heads;
       const T* x = src + (isK ? kBase + kh * d : hd * qStride);
@@ -259,9 +271,21 @@ __device__ __forceinline__ void prep_rows(const T* __restrict__ qkv, T* __restri
         else if (i < rotaryDim) o = v * cs[i - half] + buf[i - half] * sn[i - half];
         store_value(dst, i, o);
       }
-      if (isK) {
+      if (isK && !vNorm) {
         const T* vs = src + vBase + kh * d;
         for (int i = tid; i < d; i += B) vCache[off + i] = vs[i];
+      } else if (isK) {
+        // v / sqrt(mean(v²) + eps), no weight (Gemma 3n's v_norm), rounded once into the cache.
+        __syncthreads();  // buf is reused
+        const T* vs = src + vBase + kh * d;
+        float vs2 = 0.f;
+        for (int i = tid; i < d; i += B) {
+          const float v = ldg_value(vs, i);
+          buf[i] = v;
+          vs2 += v * v;
+        }
+        const float inv = 1.0f / sqrtf(block_sum(vs2, red) / (float)d + eps);
+        for (int i = tid; i < d; i += B) store_value(vCache + off, i, buf[i] * inv);
       }
       __syncthreads();
     }
@@ -272,7 +296,8 @@ template <typename T>
 __device__ __forceinline__ void core_rows(const T* __restrict__ qkv, const T* __restrict__ kCache, const T* __restrict__ vCache,
                                           const int32_t* __restrict__ blockTable, const int32_t* __restrict__ slots, const int32_t* __restrict__ rowStarts,
                                           const int32_t* __restrict__ positions, int batch, int heads, int kvHeads, int headDim, int pageSize,
-                                          int maxPages, int gated, const T* __restrict__ q, T* __restrict__ out, float scale) {
+                                          int maxPages, int gated, int ownKv, const T* __restrict__ q, T* __restrict__ out, float scale,
+                                          int window) {
   STD_SHARED(float, comb, kComb);  // one buffer for every instantiation of core_body
   STD_SHARED(float, mS, 32);
   STD_SHARED(float, lS, 32);
@@ -280,7 +305,8 @@ __device__ __forceinline__ void core_rows(const T* __restrict__ qkv, const T* __
   const int d = headDim;
   if (heads % (int)gridDim.y != 0 || (gridDim.y != (unsigned)heads && gridDim.y != (unsigned)kvHeads)) __trap();
 #define STD_CORE(E, V4) \
-  core_body<E, V4, T>(qkv, kCache, vCache, blockTable, slots, rowStarts, positions, batch, heads, kvHeads, d, pageSize, maxPages, gated, q, out, scale, comb, mS, lS, LA)
+  core_body<E, V4, T>(qkv, kCache, vCache, blockTable, slots, rowStarts, positions, batch, heads, kvHeads, d, pageSize, maxPages, gated, ownKv, q, out, scale, \
+                      window, comb, mS, lS, LA)
   // Slices of d / 32 values per lane: 4-element loads from d = 65 on (d a multiple of 4), scalar below.
   const bool v4 = (d & 3) == 0 && aligned16(q) && aligned16(kCache) && aligned16(vCache);
   if (d <= 32) STD_CORE(1, false);
@@ -301,20 +327,21 @@ __device__ __forceinline__ void core_rows(const T* __restrict__ qkv, const T* __
   extern "C" __global__ void __launch_bounds__(1024) std_attn_prep##SUFFIX(                                                                        \
       const T* __restrict__ qkv, T* __restrict__ kCache, T* __restrict__ vCache, const int32_t* __restrict__ blockTable,                           \
       const int32_t* __restrict__ slots, const int32_t* __restrict__ rowStarts, const int32_t* __restrict__ positions, int batch, int heads,       \
-      int kvHeads, int headDim, int pageSize, int maxPages, int gated, int dtype, T* __restrict__ q, const float* __restrict__ qNorm,             \
-      const float* __restrict__ kNorm, const float* __restrict__ cos, const float* __restrict__ sin, int rotaryDim, int maxPositions, float eps, \
-      float normOffset) {                                                                                                                          \
+      int kvHeads, int headDim, int pageSize, int maxPages, int gated, int dtype, int ownKv, T* __restrict__ q,                                \
+      const float* __restrict__ qNorm, const float* __restrict__ kNorm, const float* __restrict__ cos, const float* __restrict__ sin,             \
+      int rotaryDim, int maxPositions, float eps, float normOffset, int vNorm) {                                                                   \
     if (dtype != row_code<T>) __trap();                                                                                                            \
-    prep_rows<T>(qkv, kCache, vCache, blockTable, slots, rowStarts, positions, batch, heads, kvHeads, headDim, pageSize, maxPages, gated, q, qNorm, \
-                 kNorm, cos, sin, rotaryDim, maxPositions, eps, normOffset);                                                                       \
+    prep_rows<T>(qkv, kCache, vCache, blockTable, slots, rowStarts, positions, batch, heads, kvHeads, headDim, pageSize, maxPages, gated, ownKv,  \
+                 q, qNorm, kNorm, cos, sin, rotaryDim, maxPositions, eps, normOffset, vNorm);                                                      \
   }                                                                                                                                                \
   extern "C" __global__ void __launch_bounds__(256, 2) std_attn_core##SUFFIX(                                                                      \
       const T* __restrict__ qkv, const T* __restrict__ kCache, const T* __restrict__ vCache, const int32_t* __restrict__ blockTable,                \
       const int32_t* __restrict__ slots, const int32_t* __restrict__ rowStarts, const int32_t* __restrict__ positions, int batch, int heads,       \
-      int kvHeads, int headDim, int pageSize, int maxPages, int gated, int dtype, const T* __restrict__ q, T* __restrict__ out, float scale) {     \
+      int kvHeads, int headDim, int pageSize, int maxPages, int gated, int dtype, int ownKv, const T* __restrict__ q, T* __restrict__ out,      \
+      float scale, int window) {                                                                                                                   \
     if (dtype != row_code<T>) __trap();                                                                                                            \
-    core_rows<T>(qkv, kCache, vCache, blockTable, slots, rowStarts, positions, batch, heads, kvHeads, headDim, pageSize, maxPages, gated, q, out, \
-                 scale);                                                                                                                           \
+    core_rows<T>(qkv, kCache, vCache, blockTable, slots, rowStarts, positions, batch, heads, kvHeads, headDim, pageSize, maxPages, gated, ownKv,  \
+                 q, out, scale, window);                                                                                                           \
   }
 
 STD_ATTENTION_KERNELS(, float)

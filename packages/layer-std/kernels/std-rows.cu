@@ -154,6 +154,46 @@ __device__ __forceinline__ void silu_mul_rows(const T* __restrict__ gateUp, T* _
   }
 }
 
+/** GELU with the tanh approximation (PyTorch's `gelu(x, approximate="tanh")`), in f32. */
+__device__ __forceinline__ float gelu_tanh(float x) {
+  return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+
+/**
+ * out = gelu_tanh(g') · up with g' = relu(g − (mean(g) + std(g) · cutoff)) when `sparse` (Gemma 3n's
+ * activation sparsity: population std over the row's gate), else g' = g. One CTA per row; the row's
+ * statistics in f32; g' rounded to the row type, as Hugging Face holds it, before the activation.
+ */
+template <typename T>
+__device__ __forceinline__ void gelu_mul_rows(const T* __restrict__ gateUp, T* __restrict__ out, int rows, int inter, float cutoff, int sparse, float* red) {
+  for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T* g = gateUp + (size_t)r * 2 * inter;
+    T* o = out + (size_t)r * inter;
+    float shift = 0.f;
+    if (sparse) {
+      float s = 0.f;
+      for (int i = threadIdx.x; i < inter; i += blockDim.x) s += ldg_value(g, i);
+      const float mean = block_sum(s, red) / (float)inter;
+      float ss = 0.f;
+      for (int i = threadIdx.x; i < inter; i += blockDim.x) {
+        const float d = ldg_value(g, i) - mean;
+        ss += d * d;
+      }
+      shift = mean + sqrtf(block_sum(ss, red) / (float)inter) * cutoff;
+    }
+    for (int i = threadIdx.x; i < inter; i += blockDim.x) {
+      const float x = sparse ? round_to<T>(fmaxf(ldg_value(g, i) - shift, 0.f)) : ldg_value(g, i);
+      store_value(o, i, gelu_tanh(x) * ldg_value(g, inter + i));
+    }
+  }
+}
+
+/** x = cap · tanh(x / cap) over f32 values (final logit soft-capping), in place. */
+__device__ __forceinline__ void softcap_values(float* x, int count, float cap) {
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)count; i += stride) x[i] = cap * tanhf(x[i] / cap);
+}
+
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(1024) std_embed(const int32_t* __restrict__ tokens, const void* __restrict__ table, void* __restrict__ out,
@@ -180,3 +220,11 @@ extern "C" __global__ void __launch_bounds__(1024) std_add(const void* a, const 
 extern "C" __global__ void __launch_bounds__(1024) std_silu_mul(const void* __restrict__ gateUp, void* __restrict__ out, int rows, int inter, int dtype) {
   STD_BY_ROW_TYPE(dtype, silu_mul_rows, static_cast<const T*>(gateUp), static_cast<T*>(out), rows, inter);
 }
+
+extern "C" __global__ void __launch_bounds__(1024) std_gelu_mul(const void* __restrict__ gateUp, void* __restrict__ out, int rows, int inter, float cutoff,
+                                                                int sparse, int dtype) {
+  STD_SHARED(float, red, 32);
+  STD_BY_ROW_TYPE(dtype, gelu_mul_rows, static_cast<const T*>(gateUp), static_cast<T*>(out), rows, inter, cutoff, sparse, red);
+}
+
+extern "C" __global__ void __launch_bounds__(1024) std_softcap(float* __restrict__ x, int count, float cap) { softcap_values(x, count, cap); }

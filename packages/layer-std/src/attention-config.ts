@@ -1,5 +1,12 @@
-import { WeightsError, type Precision } from '@metrale/core';
+import { WeightsError, type DevicePtr, type KvPageBinding, type Precision } from '@metrale/core';
 import { fields, type Config } from './config-fields.js';
+
+/** What a KV-sharing layer needs of the layer whose cache it reads (an `AttentionLayer`). */
+export interface KvSource {
+  readonly options: AttentionOptions;
+  /** The pool binding and the source's K and V pages, once bound (`kvBind`). */
+  kvCache(): { readonly binding: KvPageBinding; readonly k: DevicePtr; readonly v: DevicePtr } | undefined;
+}
 
 export interface AttentionOptions {
   readonly hidden: number;
@@ -15,6 +22,21 @@ export interface AttentionOptions {
   /** RoPE on the first `rotaryDim` dims of each head (`head_dim · partial_rotary_factor`), NeoX halves. */
   readonly rotaryDim: number;
   readonly ropeTheta: number;
+  /** Softmax scale of q·k (default 1/sqrt(headDim); Gemma 3n: 1.0, its norms set the scale). */
+  readonly scale?: number;
+  /**
+   * Sliding window w (HF `sliding_window`): a row at position p sees keys p − w + 1 … p, itself
+   * included. Absent or 0: full causal attention. The cache still holds every key.
+   */
+  readonly window?: number;
+  /** RMS-normalise v over each head without a weight before it enters the cache (Gemma 3n's `v_norm`). */
+  readonly vNorm?: boolean;
+  /**
+   * KV sharing (Gemma 3n's last `num_kv_shared_layers`): read the K/V cache of this earlier layer
+   * of the same stack instead of owning one. The layer then has no k/v projections or norms, and
+   * must run after its source in every step.
+   */
+  readonly kvSource?: KvSource;
   /**
    * Rows, q/k/v, the KV cache and the output in `precision.rows`, the projections' weights in that
    * type (FP8 kept when `fp8Weights`); norms, RoPE, softmax and its sums f32. Default F32_PRECISION.
@@ -50,6 +72,17 @@ export function qwen3NextAttentionOptions(config: Config): AttentionOptions {
 }
 
 export function checkAttention(o: AttentionOptions): AttentionOptions {
+  if (o.window !== undefined && (!Number.isSafeInteger(o.window) || o.window < 0)) throw new WeightsError(`config: sliding_window must be a non-negative integer, got ${o.window}`);
+  if (o.scale !== undefined && !(o.scale > 0 && Number.isFinite(o.scale))) throw new WeightsError(`attention: the softmax scale must be a positive number, got ${o.scale}`);
+  const src = o.kvSource?.options;
+  if (src && (src.kvHeads !== o.kvHeads || src.headDim !== o.headDim || src.kvSource)) {
+    throw new WeightsError(
+      `attention: a KV-sharing layer (${o.kvHeads} KV heads × ${o.headDim}) must read a layer that owns a cache of the same shape (it has ${src.kvHeads} × ${src.headDim}${src.kvSource ? ', and shares another layer\'s' : ''})`,
+    );
+  }
+  if (src && (src.precision?.rows ?? 'f32') !== (o.precision?.rows ?? 'f32')) {
+    throw new WeightsError(`attention: a KV-sharing layer must have its source's row type (${src.precision?.rows ?? 'f32'}), got ${o.precision?.rows ?? 'f32'}`);
+  }
   if (o.heads % o.kvHeads !== 0) throw new WeightsError(`config: num_attention_heads (${o.heads}) must be a multiple of num_key_value_heads (${o.kvHeads})`);
   if (o.rotaryDim % 2 !== 0 || o.rotaryDim > o.headDim) throw new WeightsError(`config: the rotary dimension ${o.rotaryDim} must be even and at most head_dim (${o.headDim})`);
   return o;

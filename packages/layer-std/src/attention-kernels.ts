@@ -5,19 +5,19 @@ import { attentionModule as module, attentionPrefillModule } from './std-modules
 /** `dtype`: the row type of qkv, q, the caches and out (FLOAT_DTYPE_CODE); each kernel's symbol is of one type and checks it. */
 const COMMON = {
   qkv: 'ptr', kCache: 'ptr', vCache: 'ptr', blockTable: 'ptr', slots: 'ptr', rowStarts: 'ptr', positions: 'ptr',
-  batch: 'i32', heads: 'i32', kvHeads: 'i32', headDim: 'i32', pageSize: 'i32', maxPages: 'i32', gated: 'i32', dtype: 'i32',
+  batch: 'i32', heads: 'i32', kvHeads: 'i32', headDim: 'i32', pageSize: 'i32', maxPages: 'i32', gated: 'i32', dtype: 'i32', ownKv: 'i32',
 } as const;
 
 const PREP_PARAMS = {
-  ...COMMON, q: 'ptr', qNorm: 'ptr', kNorm: 'ptr', cos: 'ptr', sin: 'ptr', rotaryDim: 'i32', maxPositions: 'i32', eps: 'f32', normOffset: 'f32',
+  ...COMMON, q: 'ptr', qNorm: 'ptr', kNorm: 'ptr', cos: 'ptr', sin: 'ptr', rotaryDim: 'i32', maxPositions: 'i32', eps: 'f32', normOffset: 'f32', vNorm: 'i32',
 } as const;
-const CORE_PARAMS = { ...COMMON, q: 'ptr', out: 'ptr', scale: 'f32' } as const;
+const CORE_PARAMS = { ...COMMON, q: 'ptr', out: 'ptr', scale: 'f32', window: 'i32' } as const;
 
 /** The two attention kernels of one row type. */
 export interface AttentionKernels {
-  /** Per row: q heads normed and rotated into `q`; k (normed, rotated) and v into the paged cache. */
+  /** Per row: q heads normed and rotated into `q`; with `ownKv`, k (normed, rotated) and v (RMS-normalised when `vNorm`) into the paged cache. */
   readonly prep: Kernel<typeof PREP_PARAMS>;
-  /** Per row and head: softmax(q·Kᵀ · scale) V over positions 0..pos of the row's sequence, times sigmoid(gate). */
+  /** Per row and head: softmax(q·Kᵀ · scale) V over positions 0..pos (pos − window + 1..pos with a window) of the row's sequence, times sigmoid(gate). */
   readonly core: Kernel<typeof CORE_PARAMS>;
   /**
    * `core` of a prefill on tensor cores (bf16 / f16 rows; kernels/std-attention-prefill.cu): the same

@@ -3,7 +3,7 @@ import {
   type DevicePtr, type GpuBackend, type KvPageBinding, type LayerLimits, type LayerState, type LayerStep, type LinearWeight, type Precision,
   type TransformerLayer, type WeightSource,
 } from '@metrale/core';
-import { checkAttention, type AttentionOptions } from './attention-config.js';
+import { checkAttention, type AttentionOptions, type KvSource } from './attention-config.js';
 import { ATTENTION_KERNELS, attnPrefillLaunch, coreLaunch, prefillOnTensorCores, type AttentionKernels } from './attention-kernels.js';
 import { loadAttentionWeights } from './attention-weights.js';
 import { DeviceMemory } from './device-memory.js';
@@ -18,8 +18,9 @@ export interface AttentionState extends LayerState {
 }
 
 /**
- * Full causal attention over a paged KV cache (Qwen3-Next's gated attention; plain GQA with
- * `gated: false`): one GEMM for q, k, v (or one per projection when FP8 scales cannot be stacked);
+ * Causal attention over a paged KV cache (Qwen3-Next's gated attention; plain GQA with
+ * `gated: false`; Gemma 3n's with a sliding window, unweighted `v_norm`, scale 1 and KV sharing,
+ * where a layer with `kvSource` reads that layer's pages and owns none): one GEMM for q, k, v (or one per projection when FP8 scales cannot be stacked);
  * `std.attn_prep` (q/k norms, partial RoPE, cache write); `std.attn_core` (causal softmax over the
  * cache, output gate); the `o_proj` GEMM. q/k/v, the cache and the output are of the row type,
  * norms, softmax and its sums f32. Every per-step
@@ -32,7 +33,7 @@ export interface AttentionState extends LayerState {
  * its pages and writes the block table the kernels read. A sequence may start on pages another
  * one filled (`resumeAt`): its rows there are exactly what it would have written.
  */
-export class AttentionLayer implements TransformerLayer<AttentionState> {
+export class AttentionLayer implements TransformerLayer<AttentionState>, KvSource {
   readonly type = 'attention';
   readonly inputRowBytes: number;
   readonly outputRowBytes: number;
@@ -67,7 +68,7 @@ export class AttentionLayer implements TransformerLayer<AttentionState> {
     const { hidden: D, heads: H, kvHeads: Hkv, headDim: d } = options;
     const bytes = floatBytes(precision.rows);
     this.inputRowBytes = this.outputRowBytes = bytes * D;
-    this.#qkvWidth = H * d * (options.gated ? 2 : 1) + 2 * Hkv * d;
+    this.#qkvWidth = H * d * (options.gated ? 2 : 1) + (options.kvSource ? 0 : 2 * Hkv * d);
     const w = loadAttentionWeights(weights, options, precision);
     const m = (this.#memory = new DeviceMemory(gpu));
     let rope: SharedRopeTable | undefined;
@@ -88,17 +89,24 @@ export class AttentionLayer implements TransformerLayer<AttentionState> {
     }
   }
 
-  /** K and V of `pageSize` rows, in the rows' type. */
+  /** K and V of `pageSize` rows, in the rows' type; nothing for a layer that reads another's cache. */
   kvPageBytes(pageSize: number): number {
+    if (this.options.kvSource) return 0;
     return 2 * pageSize * this.options.kvHeads * this.options.headDim * floatBytes(this.precision.rows);
   }
 
   kvBind(binding: KvPageBinding): void {
     this.#alive('kvBind');
+    if (this.options.kvSource) return;
     // A new driver over this layer binds it again: the earlier pool's pages go with that driver.
     if (this.#cache) this.#memory.release(this.#cache.k, this.#cache.v);
     const bytes = this.kvPageBytes(binding.pageSize) / 2;
     this.#cache = { binding, k: this.#memory.alloc(bytes * binding.pages), v: this.#memory.alloc(bytes * binding.pages) };
+  }
+
+  /** The cache this layer reads: its own, or its KV source's. */
+  kvCache(): { readonly binding: KvPageBinding; readonly k: DevicePtr; readonly v: DevicePtr } | undefined {
+    return this.options.kvSource ? this.options.kvSource.kvCache() : this.#cache;
   }
 
   openState(slot: number): AttentionState {
@@ -133,7 +141,7 @@ export class AttentionLayer implements TransformerLayer<AttentionState> {
     this.#alive('forward');
     const { host, batch, rows, stream, gpu, tables, phase } = step;
     if (rows > this.limits.maxRows) throw new InvalidArgumentError(`attention: a step of ${rows} rows exceeds limits.maxRows (${this.limits.maxRows})`);
-    const cache = this.#cache;
+    const cache = this.kvCache();
     if (!cache) throw new InvalidArgumentError(`attention: a ${phase} step before kvBind; run the layer through a StepDriver, which binds the page pool`);
     // Every check before the first launch (the driver gave every sequence the pages of its rows).
     for (let p = 0; p < batch; p++) {
@@ -148,14 +156,14 @@ export class AttentionLayer implements TransformerLayer<AttentionState> {
       qkv: b.qkv, kCache: cache.k, vCache: cache.v, blockTable: cache.binding.blockTable,
       slots: tables.slots, rowStarts: tables.rowStarts, positions: tables.positions,
       batch, heads: o.heads, kvHeads: o.kvHeads, headDim: d, pageSize: cache.binding.pageSize, maxPages: cache.binding.pagesPerSeq, gated: o.gated ? 1 : 0,
-      dtype: FLOAT_DTYPE_CODE[dtype],
+      dtype: FLOAT_DTYPE_CODE[dtype], ownKv: o.kvSource ? 0 : 1,
     };
     this.#qkvW.run(gpu, { m: rows, x: step.input, y: b.qkv, xDtype: dtype, yDtype: dtype, stream });
     gpu.launch(this.#kernels.prep, { grid: Math.max(1, rows), block: Math.min(1024, 32 * Math.ceil(d / 32)), stream }, {
       ...common, q: b.q, qNorm: b.qNorm, kNorm: b.kNorm, cos: b.cos, sin: b.sin,
-      rotaryDim: o.rotaryDim, maxPositions: this.limits.maxSeqLen, eps: o.eps, normOffset: o.normOffset,
+      rotaryDim: o.rotaryDim, maxPositions: this.limits.maxSeqLen, eps: o.eps, normOffset: o.normOffset, vNorm: o.vNorm ? 1 : 0,
     });
-    const core = { ...common, q: b.q, out: b.attn, scale: 1 / Math.sqrt(d) };
+    const core = { ...common, q: b.q, out: b.attn, scale: o.scale ?? 1 / Math.sqrt(d), window: o.window ?? 0 };
     if (prefillOnTensorCores(this.#kernels, phase, d)) {
       gpu.launch(this.#kernels.prefill!, attnPrefillLaunch(rows, batch, o.heads, d, floatBytes(dtype), stream), core);
     } else {

@@ -26,6 +26,8 @@ interface Common {
   readonly gated: number;
   /** FLOAT_DTYPE_CODE of qkv, q, the caches and out. */
   readonly dtype: number;
+  /** 1: qkv rows hold k and v after q, and prep writes them into the cache; 0: q only (a KV-shared layer reads another layer's cache). */
+  readonly ownKv: number;
 }
 
 export interface PrepArgs extends Common {
@@ -40,12 +42,16 @@ export interface PrepArgs extends Common {
   readonly maxPositions: number;
   readonly eps: number;
   readonly normOffset: number;
+  /** 1: v is RMS-normalised without a weight (Gemma 3n's `v_norm`) before it enters the cache. */
+  readonly vNorm: number;
 }
 
 export interface CoreArgs extends Common {
   readonly q: bigint;
   readonly out: bigint;
   readonly scale: number;
+  /** Sliding window w > 0: a row at position p sees keys p − w + 1 … p only; 0: every key up to p. */
+  readonly window: number;
 }
 
 /** Where one row of the step lives: batch position, slot, sequence position. */
@@ -76,7 +82,12 @@ function cacheOffset(a: Common, table: Int32Array, slot: number, pos: number, h:
 }
 
 function qkvWidth(a: Common): number {
-  return a.heads * a.headDim * (a.gated ? 2 : 1) + 2 * a.kvHeads * a.headDim;
+  return a.heads * a.headDim * (a.gated ? 2 : 1) + (a.ownKv ? 2 * a.kvHeads * a.headDim : 0);
+}
+
+/** The first key a row at `pos` sees. */
+export function firstKey(pos: number, window: number): number {
+  return window > 0 ? Math.max(0, pos - window + 1) : 0;
 }
 
 function rotate(v: Float64Array, cos: Float32Array, sin: Float32Array, base: number, half: number): void {
@@ -128,14 +139,22 @@ export function prepCpu(a: PrepArgs, { mem }: CpuKernelContext): void {
       normed(src + h * qStride, qNorm);
       for (let i = 0; i < d; i++) q((row * a.heads + h) * d + i, v[i]!);
     }
+    if (!a.ownKv) continue;
     for (let h = 0; h < a.kvHeads; h++) {
       normed(src + kBase + h * d, kNorm);
       const c = cacheOffset(a, table, slot, pos, h);
       const kc = elementWriter(mem, elementAt(a.kCache, c, dtype), d, dtype);
       const vc = elementWriter(mem, elementAt(a.vCache, c, dtype), d, dtype);
+      const vo = src + vBase + h * d;
+      let inv = 1;
+      if (a.vNorm) {
+        let ss = 0;
+        for (let i = 0; i < d; i++) ss += qkv[vo + i]! * qkv[vo + i]!;
+        inv = 1 / Math.sqrt(ss / d + a.eps);
+      }
       for (let i = 0; i < d; i++) {
         kc(i, v[i]!);
-        vc(i, qkv[src + vBase + h * d + i]!);
+        vc(i, qkv[vo + i]! * inv);
       }
     }
   }
@@ -207,12 +226,13 @@ function attend(a: CoreArgs, mem: DeviceMemoryView, keyTile: number): void {
       continue;
     }
     const { k, v } = context(slot, pos);
+    const lo = firstKey(pos, a.window);
     const scores = new Float64Array(pos + 1);
     for (let h = 0; h < a.heads; h++) {
       const kvh = Math.floor(h / group);
       const qo = (row * a.heads + h) * d;
       let max = -Infinity;
-      for (let t = 0; t <= pos; t++) {
+      for (let t = lo; t <= pos; t++) {
         const ko = t * width + kvh * d;
         let s = 0;
         for (let i = 0; i < d; i++) s += q[qo + i]! * k[ko + i]!;
@@ -223,14 +243,15 @@ function attend(a: CoreArgs, mem: DeviceMemoryView, keyTile: number): void {
       acc.fill(0);
       if (keyTile > 0) {
         let m = -Infinity;
-        for (let t0 = 0; t0 <= pos; t0 += keyTile) {
+        // Tiles stay aligned to key 0, as the kernel's; keys before the window are not in any sum.
+        for (let t0 = lo - (lo % keyTile); t0 <= pos; t0 += keyTile) {
           const t1 = Math.min(pos, t0 + keyTile - 1);
           let mt = m;
-          for (let t = t0; t <= t1; t++) mt = Math.max(mt, scores[t]!);
+          for (let t = Math.max(t0, lo); t <= t1; t++) mt = Math.max(mt, scores[t]!);
           const c = m === -Infinity ? 0 : Math.exp(m - mt);
           denom *= c;
           for (let i = 0; i < d; i++) acc[i]! *= c;
-          for (let t = t0; t <= t1; t++) {
+          for (let t = Math.max(t0, lo); t <= t1; t++) {
             const e = Math.exp(scores[t]! - mt);
             denom += e;
             const p = roundRows(dtype, e);
@@ -240,7 +261,7 @@ function attend(a: CoreArgs, mem: DeviceMemoryView, keyTile: number): void {
           m = mt;
         }
       } else {
-        for (let t = 0; t <= pos; t++) {
+        for (let t = lo; t <= pos; t++) {
           const e = Math.exp(scores[t]! - max);
           denom += e;
           const vo = t * width + kvh * d;

@@ -7,7 +7,7 @@ export { MlpLayer, type MlpOptions } from './mlp-layer.js';
 export { MoeLayer } from './moe-layer.js';
 export { qwen3NextMoeOptions, glmMoeOptions, checkMoe, expertParallelMoe, type MoeOptions, type MoeRouting, type SharedExpert } from './moe-config.js';
 export { AttentionLayer, type AttentionState } from './attention-layer.js';
-export { qwen3NextAttentionOptions, ropeOf, checkAttention, type AttentionOptions } from './attention-config.js';
+export { qwen3NextAttentionOptions, ropeOf, checkAttention, type AttentionOptions, type KvSource } from './attention-config.js';
 export { LmHeadLayer, type LmHeadOptions } from './lm-head-layer.js';
 export { AllReduceLayer } from './all-reduce-layer.js';
 export { VocabParallelHead, type VocabParallelHeadOptions } from './vocab-parallel-head.js';
@@ -17,7 +17,10 @@ export { buildPreNormDecoder, type PreNormDecoderSpec, type PreNormLayer } from 
 export { DeviceSampler } from './device-sampler.js';
 export { ropeTable } from './rope-table.js';
 export { requireKernels } from './require-kernels.js';
-export { embedKernel, rmsNormKernel, layerNormKernel, addKernel, siluMulKernel, rowLaunch, flatLaunch } from './rows-kernels.js';
+export { embedKernel, rmsNormKernel, layerNormKernel, addKernel, siluMulKernel, geluMulKernel, softcapKernel, rowLaunch, flatLaunch } from './rows-kernels.js';
+export { sparsityCutoff, normalQuantile } from './activation-sparsity.js';
+export type { GateActivation } from './swiglu.js';
+export { geluTanh } from './rows.cpu.js';
 export {
   routeKernel, localizeKernel, groupKernel, expertsUpKernel, expertsDownKernel, expertsKernel, combineKernel, groupLaunch, expertsUpLaunch, expertsDownLaunch, expertsLaunch,
   moeGroupsLength, moeGrouped, GROUPED_MIN_ENTRIES_PER_EXPERT, expertsUpRowwiseKernel, expertsRowwiseKernel, expertsUpRowwiseLaunch, expertsRowwiseLaunch,

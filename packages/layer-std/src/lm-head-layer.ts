@@ -1,7 +1,9 @@
 import {
-  floatBytes, readLinear, runLinear, uploadLinear, type GpuBackend, type LayerLimits, type LayerState, type LayerStep, type LinearWeight, type Precision, type WeightSource,
+  InvalidArgumentError, floatBytes, readLinear, runLinear, uploadLinear, type GpuBackend, type LayerLimits, type LayerState, type LayerStep, type LinearWeight, type Precision, type WeightSource,
 } from '@metrale/core';
 import { precisionOf } from './layer-precision.js';
+import { requireKernels } from './require-kernels.js';
+import { flatLaunch, softcapKernel } from './rows-kernels.js';
 import { StatelessLayer } from './stateless-layer.js';
 
 export interface LmHeadOptions {
@@ -9,12 +11,14 @@ export interface LmHeadOptions {
   readonly vocab: number;
   /** Tensor name (default `weight`): `lm_head.weight`, or `model.embed_tokens.weight` for tied embeddings. */
   readonly tensor?: string;
+  /** Final logit soft-capping: logits = cap · tanh(logits / cap) (Gemma's `final_logit_softcapping`); absent: none. */
+  readonly softcap?: number;
   /** Rows in `precision.rows`, the weight in that type (or FP8 if the checkpoint has it so); default F32_PRECISION. */
   readonly precision?: Precision;
 }
 
 /**
- * Rows → logits: `x · Wᵀ` with W [vocab][hidden]; the last layer of a model. The logits are f32
+ * Rows → logits: `x · Wᵀ` with W [vocab][hidden] (then soft-capped, with `softcap`); the last layer of a model. The logits are f32
  * whatever the row type (the sampler's softmax reads them): one GEMM of row-typed x and W with an
  * f32 output, accumulated in f32.
  */
@@ -27,6 +31,10 @@ export class LmHeadLayer extends StatelessLayer {
   readonly #weight: LinearWeight;
 
   constructor(gpu: GpuBackend, weights: WeightSource, limits: LayerLimits, options: LmHeadOptions) {
+    if (options.softcap !== undefined) {
+      if (!(options.softcap > 0 && Number.isFinite(options.softcap))) throw new InvalidArgumentError(`lm-head: softcap must be a positive number, got ${options.softcap}`);
+      requireKernels(gpu, 'lm-head', [softcapKernel]);
+    }
     super(gpu, limits);
     const { precision, ...rest } = options;
     this.options = rest;
@@ -44,5 +52,10 @@ export class LmHeadLayer extends StatelessLayer {
 
   protected run(step: LayerStep<LayerState>): void {
     runLinear(step.gpu, { m: step.rows, x: step.input, w: this.#weight, y: step.output, xDtype: this.precision.rows, yDtype: 'f32', stream: step.stream });
+    const cap = this.options.softcap;
+    if (cap !== undefined) {
+      const count = step.rows * this.options.vocab;
+      step.gpu.launch(softcapKernel, flatLaunch(count, step.stream), { x: step.output, count, cap });
+    }
   }
 }

@@ -13,7 +13,8 @@ import { RmsNormLayer } from './rms-norm-layer.js';
 export const STD_LAYER_TYPES = ['embedding', 'rms-norm', 'layer-norm', 'mlp', 'moe', 'attention', 'lm-head'] as const;
 
 /** Model types whose norms store w centred on 0 (y = (1 + w) · x̂). */
-const UNIT_OFFSET_NORMS = new Set(['qwen3_next', 'qwen3_5', 'qwen3_5_text', 'qwen3_5_moe', 'qwen3_5_moe_text', 'gemma3n_text', 'gemma3_text', 'gemma2']);
+// (Not Gemma 3n: its `Gemma3nRMSNorm` multiplies by w itself.)
+const UNIT_OFFSET_NORMS = new Set(['qwen3_next', 'qwen3_5', 'qwen3_5_text', 'qwen3_5_moe', 'qwen3_5_moe_text', 'gemma3_text', 'gemma2']);
 
 /**
  * A std layer from a Hugging Face config, for the plugin path (conformance kit, check-layer):

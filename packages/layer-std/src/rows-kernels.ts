@@ -1,5 +1,5 @@
 import { defineKernel, type LaunchConfig, type Stream } from '@metrale/core';
-import { addCpu, embedCpu, layerNormCpu, rmsNormCpu, siluMulCpu } from './rows.cpu.js';
+import { addCpu, embedCpu, geluMulCpu, layerNormCpu, rmsNormCpu, siluMulCpu, softcapCpu } from './rows.cpu.js';
 import { rowsModule as module } from './std-modules.js';
 
 /** One CTA per row, up to 1024 threads over its elements (the launch shape the .cu kernels use). */
@@ -48,4 +48,20 @@ export const siluMulKernel = defineKernel({
   params: { gateUp: 'ptr', out: 'ptr', rows: 'i32', inter: 'i32', dtype: 'i32' },
   cuda: { module, symbol: 'std_silu_mul' },
   cpu: siluMulCpu,
+});
+
+/** `out = gelu_tanh(g') · up`, g' the gate after Gemma 3n's activation sparsity when `sparse` (cutoff: Φ⁻¹(sparsity)). */
+export const geluMulKernel = defineKernel({
+  name: 'std.gelu_mul',
+  params: { gateUp: 'ptr', out: 'ptr', rows: 'i32', inter: 'i32', cutoff: 'f32', sparse: 'i32', dtype: 'i32' },
+  cuda: { module, symbol: 'std_gelu_mul' },
+  cpu: geluMulCpu,
+});
+
+/** f32 logits `x = cap · tanh(x / cap)`, in place (flatLaunch). */
+export const softcapKernel = defineKernel({
+  name: 'std.softcap',
+  params: { x: 'ptr', count: 'i32', cap: 'f32' },
+  cuda: { module, symbol: 'std_softcap' },
+  cpu: softcapCpu,
 });

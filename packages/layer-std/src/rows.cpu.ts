@@ -150,3 +150,54 @@ export function siluMulCpu(a: SiluMulArgs, { mem }: CpuKernelContext): void {
     for (let i = 0; i < a.inter; i++) out(r * a.inter + i, silu(gu(g + i)) * gu(g + a.inter + i));
   }
 }
+
+export interface GeluMulArgs extends SiluMulArgs {
+  /** Φ⁻¹(sparsity) as f32 (Gemma 3n's `std_multiplier`); read when `sparse` is 1. */
+  readonly cutoff: number;
+  readonly sparse: number;
+}
+
+/** GELU with the tanh approximation (`gelu_pytorch_tanh`). */
+export function geluTanh(x: number): number {
+  return 0.5 * x * (1 + Math.tanh(Math.sqrt(2 / Math.PI) * (x + 0.044715 * x * x * x)));
+}
+
+/**
+ * out[r][i] = gelu_tanh(g'_i) · up_i over rows of [gate | up]; with `sparse`, g' = relu(g − (mean(g) +
+ * std(g) · cutoff)) (population std over the row, Gemma 3n's `_gaussian_topk`), rounded to the row
+ * type before the activation, else g' = g.
+ */
+export function geluMulCpu(a: GeluMulArgs, { mem }: CpuKernelContext): void {
+  const dtype = rowDtypeOf(a.dtype);
+  const I = a.inter;
+  const gu = readElements(mem, a.gateUp, a.rows * 2 * I, dtype);
+  const out = elementWriter(mem, a.out, a.rows * I, dtype);
+  for (let r = 0; r < a.rows; r++) {
+    const g = r * 2 * I;
+    let shift = 0;
+    if (a.sparse) {
+      let mean = 0;
+      for (let i = 0; i < I; i++) mean += gu[g + i]!;
+      mean /= I;
+      let v = 0;
+      for (let i = 0; i < I; i++) v += (gu[g + i]! - mean) ** 2;
+      shift = mean + Math.sqrt(v / I) * a.cutoff;
+    }
+    for (let i = 0; i < I; i++) {
+      const x = a.sparse ? roundRows(dtype, Math.max(gu[g + i]! - shift, 0)) : gu[g + i]!;
+      out(r * I + i, geluTanh(x) * gu[g + I + i]!);
+    }
+  }
+}
+
+export interface SoftcapArgs {
+  readonly x: bigint;
+  readonly count: number;
+  readonly cap: number;
+}
+
+/** x = cap · tanh(x / cap) over f32 values, in place (final logit soft-capping). */
+export function softcapCpu(a: SoftcapArgs, { mem }: CpuKernelContext): void {
+  const x = mem.f32(a.x, a.count);
+  for (let i = 0; i < a.count; i++) x[i] = a.cap * Math.tanh(x[i]! / a.cap);
+}

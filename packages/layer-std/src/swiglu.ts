@@ -3,20 +3,29 @@ import {
   type Stream, type WeightSource,
 } from '@metrale/core';
 import type { DeviceMemory } from './device-memory.js';
-import { rowLaunch, siluMulKernel } from './rows-kernels.js';
+import { geluMulKernel, rowLaunch, siluMulKernel } from './rows-kernels.js';
 import { StackedLinear } from './stacked-linear.js';
 
 /**
- * The SwiGLU feed-forward `down(silu(gate(x)) · up(x))` on the device, in the row type: gate and
+ * How the gate is activated: SiLU (SwiGLU, the default), or GELU with the tanh approximation
+ * (`gelu_pytorch_tanh`, Gemma), optionally after activation sparsity: `cutoff` Φ⁻¹(s)
+ * (`sparsityCutoff`), the gate becoming relu(g − (mean + std · cutoff)) per row.
+ */
+export type GateActivation = { readonly kind: 'silu' } | { readonly kind: 'gelu_tanh'; readonly cutoff?: number };
+
+/**
+ * The gated feed-forward `down(act(gate(x)) · up(x))` on the device, in the row type (SwiGLU, or
+ * GELU-tanh with `activation`): gate and
  * up into one [rows][2I] buffer (one GEMM of the stacked [2I, D] weight; for FP8 weights whose I is
  * not a whole number of 128-row blocks, whose scales cannot be stacked, two GEMMs writing the two
- * halves of each row), the gate on `std.silu_mul` (f32 inside), then `down`. Used by the MLP layer
+ * halves of each row), the gate on `std.silu_mul` or `std.gelu_mul` (f32 inside), then `down`. Used by the MLP layer
  * and by the MoE's shared expert.
  */
 export class SwiGlu {
   readonly hidden: number;
   readonly inter: number;
   readonly rows: FloatDtype;
+  readonly activation: GateActivation;
   /** Gate then up: [2I, D] stacked, or apart (StackedLinear). */
   readonly #gateUp: StackedLinear;
   readonly #down: LinearWeight;
@@ -24,7 +33,11 @@ export class SwiGlu {
   readonly #gu: DevicePtr;
   readonly #h: DevicePtr;
 
-  constructor(memory: DeviceMemory, weights: WeightSource, prefix: string, hidden: number, inter: number, maxRows: number, precision: Precision) {
+  constructor(
+    memory: DeviceMemory, weights: WeightSource, prefix: string, hidden: number, inter: number, maxRows: number, precision: Precision,
+    activation: GateActivation = { kind: 'silu' },
+  ) {
+    this.activation = activation;
     this.hidden = hidden;
     this.inter = inter;
     this.rows = precision.rows;
@@ -42,7 +55,10 @@ export class SwiGlu {
   run(gpu: GpuBackend, stream: Stream, input: DevicePtr, output: DevicePtr, rows: number): void {
     const { inter: I, rows: dtype } = this;
     this.#gateUp.run(gpu, { m: rows, x: input, y: this.#gu, xDtype: dtype, yDtype: dtype, stream });
-    gpu.launch(siluMulKernel, rowLaunch(rows, I, stream), { gateUp: this.#gu, out: this.#h, rows, inter: I, dtype: FLOAT_DTYPE_CODE[dtype] });
+    const act = this.activation;
+    const rowArgs = { gateUp: this.#gu, out: this.#h, rows, inter: I, dtype: FLOAT_DTYPE_CODE[dtype] };
+    if (act.kind === 'silu') gpu.launch(siluMulKernel, rowLaunch(rows, I, stream), rowArgs);
+    else gpu.launch(geluMulKernel, rowLaunch(rows, I, stream), { ...rowArgs, cutoff: act.cutoff ?? 0, sparse: act.cutoff === undefined ? 0 : 1 });
     runLinear(gpu, { m: rows, x: this.#h, w: this.#down, y: output, xDtype: dtype, yDtype: dtype, stream });
   }
 }

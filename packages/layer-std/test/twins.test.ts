@@ -203,12 +203,12 @@ describe('CPU twins of the attention kernels against a float64 reference, bf16 a
       }, (p) => {
         const common = {
           qkv: p.qkv!, kCache: p.kCache!, vCache: p.vCache!, blockTable: p.blockTable!, slots: p.slots!, rowStarts: p.rowStarts!, positions: p.positions!,
-          batch: 1, heads: H, kvHeads: Hkv, headDim: d, pageSize: page, maxPages, gated: 1, dtype: code,
+          batch: 1, heads: H, kvHeads: Hkv, headDim: d, pageSize: page, maxPages, gated: 1, dtype: code, ownKv: 1,
         };
         cpu.launch(k.prep, { grid: rows, block: 32, stream: cpu.defaultStream }, {
-          ...common, q: p.q!, qNorm: p.qNorm!, kNorm: p.kNorm!, cos: p.cos!, sin: p.sin!, rotaryDim: rot, maxPositions: maxSeqLen, eps: 1e-6, normOffset: 1,
+          ...common, q: p.q!, qNorm: p.qNorm!, kNorm: p.kNorm!, cos: p.cos!, sin: p.sin!, rotaryDim: rot, maxPositions: maxSeqLen, eps: 1e-6, normOffset: 1, vNorm: 0,
         });
-        cpu.launch(k.core, { grid: [rows, H], block: 256, stream: cpu.defaultStream }, { ...common, q: p.q!, out: p.out!, scale: 1 / Math.sqrt(d) });
+        cpu.launch(k.core, { grid: [rows, H], block: 256, stream: cpu.defaultStream }, { ...common, q: p.q!, out: p.out!, scale: 1 / Math.sqrt(d), window: 0 });
       }, ['q', 'kCache', 'vCache', 'out']);
       // Reference: x̂·(1 + w) rounded (Qwen3NextRMSNorm's output), rotated in f64, rounded where stored.
       const half = rot / 2;

@@ -16,7 +16,7 @@
 import { CpuBackend } from '@metrale/cpu-backend';
 import { FLOAT_DTYPE_CODE, SeededRandom, floatBytes, type FloatDtype, type GpuBackend } from '@metrale/core';
 import {
-  ATTENTION_KERNELS, EXPERT_FORMATS, attnPrefillLaunch, coreLaunch, EXPERT_KERNELS, WEIGHT_DTYPE_CODE, addKernel, combineKernel, embedKernel, expertsDownLaunch, expertsKernel, expertsLaunch,
+  ATTENTION_KERNELS, EXPERT_FORMATS, geluMulKernel, softcapKernel, attnPrefillLaunch, coreLaunch, EXPERT_KERNELS, WEIGHT_DTYPE_CODE, addKernel, combineKernel, embedKernel, expertsDownLaunch, expertsKernel, expertsLaunch,
   expertsGemmLaunch, expertsRowwiseLaunch, expertsUpLaunch, expertsUpRowwiseLaunch, flatLaunch, groupKernel, groupLaunch, layerNormKernel, localizeKernel, moeGroupsLength, rmsNormKernel,
   ropeTable, routeKernel, rowLaunch, siluMulKernel, type ExpertFormat,
 } from '@metrale/layer-std';
@@ -138,6 +138,23 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
           gpu.launch(siluMulKernel, rowLaunch(rows, I, gpu.defaultStream), { gateUp: p.gu!, out: p.out!, rows, inter: I, dtype: code }), ['out']);
         compare(`${dtype} silu_mul I=${I}`, dtype, s.cpu.out!, s.cuda.out!);
       }
+    });
+
+    it(`${dtype}: std.gelu_mul with and without Gemma 3n's activation sparsity (inter 512 and 13), std.softcap`, () => {
+      for (const I of [512, 13]) {
+        const rows = 5;
+        for (const sparse of [0, 1]) {
+          const s = onBoth({ gu: typed(rows * 2 * I, dtype, 4), out: poison(rows * I, dtype) }, (gpu, p) =>
+            gpu.launch(geluMulKernel, rowLaunch(rows, I, gpu.defaultStream), {
+              gateUp: p.gu!, out: p.out!, rows, inter: I, cutoff: 1.6448535919189453, sparse, dtype: code,
+            }), ['out']);
+          compare(`${dtype} gelu_mul I=${I} sparse=${sparse}`, dtype, s.cpu.out!, s.cuda.out!);
+        }
+      }
+      const count = 3001;
+      const c = onBoth({ x: random.normals(count, 40) }, (gpu, p) =>
+        gpu.launch(softcapKernel, flatLaunch(count, gpu.defaultStream), { x: p.x!, count, cap: 30 }), ['x']);
+      compare(`${dtype} softcap`, 'f32', c.cpu.x!, c.cuda.x!);
     });
   }
 
@@ -377,7 +394,11 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
     { label: '8 q / 8 kv, d 128, rotary 128, gated, norms w, pages of 8', H: 8, Hkv: 8, d: 128, rot: 128, gated: 1, norms: true, offset: 0, page: 8, hist: [33, 9, 17] },
     { label: '4 q / 1 kv, d 64, rotary 16, plain, no norms, pages of 4', H: 4, Hkv: 1, d: 64, rot: 16, gated: 0, norms: false, offset: 0, page: 4, hist: [13, 22, 5] },
     { label: '4 q / 2 kv, d 8, rotary 4, gated, norms 1 + w, pages of 4', H: 4, Hkv: 2, d: 8, rot: 4, gated: 1, norms: true, offset: 1, page: 4, hist: [10, 3, 18] },
-  ];
+    {
+      label: 'Gemma 3n: 2 q / 1 kv, d 48, full rotary, norms w, v_norm, window 7, scale 1, pages of 4', H: 2, Hkv: 1, d: 48, rot: 48, gated: 0, norms: true, offset: 0,
+      page: 4, hist: [13, 22, 5], window: 7, vNorm: 1, scale: 1,
+    },
+  ] as { label: string; H: number; Hkv: number; d: number; rot: number; gated: number; norms: boolean; offset: number; page: number; hist: number[]; window?: number; vNorm?: number; scale?: number }[];
   for (const dtype of ROW_TYPES) {
     for (const o of shapes) {
       it(`${dtype}: std.attn_prep + std.attn_core over several pages: ${o.label}`, () => {
@@ -417,15 +438,17 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
             const common = {
               qkv: p[`qkv${n}`]!, kCache: p.kCache!, vCache: p.vCache!, blockTable: p.blockTable!, slots: p[`slots${n}`]!, rowStarts: p[`rowStarts${n}`]!,
               positions: p[`positions${n}`]!, batch: s.counts.length, heads: o.H, kvHeads: o.Hkv, headDim: o.d, pageSize: o.page, maxPages, gated: o.gated,
-              dtype: FLOAT_DTYPE_CODE[dtype],
+              dtype: FLOAT_DTYPE_CODE[dtype], ownKv: 1,
             };
             const stream = gpu.defaultStream;
             gpu.launch(k.prep, { grid: rows, block: Math.min(1024, 32 * Math.ceil(o.d / 32)), stream }, {
               ...common, q: p[`q${n}`]!, qNorm: o.norms ? p.qNorm! : 0n, kNorm: o.norms ? p.kNorm! : 0n, cos: p.cos!, sin: p.sin!,
-              rotaryDim: o.rot, maxPositions: maxSeqLen, eps: 1e-6, normOffset: o.offset,
+              rotaryDim: o.rot, maxPositions: maxSeqLen, eps: 1e-6, normOffset: o.offset, vNorm: o.vNorm ?? 0,
             });
             // Step 1 as the layer launches a prefill (a CTA per GQA group), step 2 as a decode (a CTA per head).
-            gpu.launch(k.core, coreLaunch(n === 0 ? 'prefill' : 'decode', rows, o.H, o.Hkv, stream), { ...common, q: p[`q${n}`]!, out: p[`out${n}`]!, scale: 1 / Math.sqrt(o.d) });
+            gpu.launch(k.core, coreLaunch(n === 0 ? 'prefill' : 'decode', rows, o.H, o.Hkv, stream), {
+              ...common, q: p[`q${n}`]!, out: p[`out${n}`]!, scale: o.scale ?? 1 / Math.sqrt(o.d), window: o.window ?? 0,
+            });
           });
         }, ['q0', 'out0', 'q1', 'out1', 'kCache', 'vCache']);
         for (const name of ['q0', 'q1', 'kCache', 'vCache']) compare(`${dtype} attn_prep ${name} ${o.label}`, dtype, r.cpu[name]!, r.cuda[name]!);
@@ -452,7 +475,8 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
     { label: '4 q / 1 kv, d 64, gated, pages of 4', H: 4, Hkv: 1, d: 64, gated: 1, page: 4 },
     { label: '6 q / 2 kv, d 24, gated, pages of 8', H: 6, Hkv: 2, d: 24, gated: 1, page: 8 },
     { label: '4 q / 2 kv, d 16, gated, pages of 4', H: 4, Hkv: 2, d: 16, gated: 1, page: 4 },
-  ];
+    { label: 'Gemma 3n sliding: 2 q / 1 kv, d 48, plain, window 37, pages of 8', H: 2, Hkv: 1, d: 48, gated: 0, page: 8, window: 37 },
+  ] as { label: string; H: number; Hkv: number; d: number; gated: number; page: number; window?: number }[];
   for (const dtype of ['bf16', 'f16'] as const) {
     for (const o of prefillShapes) {
       it(`${dtype}: std.attn_prefill (tensor cores) equals the twin over multi-tile chunks: ${o.label}`, () => {
@@ -482,8 +506,8 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
         const r = onBoth(bufs, (gpu, p) => {
           gpu.launch(k.prefill!, attnPrefillLaunch(rows, seqs.length, o.H, o.d, floatBytes(dtype), gpu.defaultStream), {
             qkv: p.qkv!, kCache: p.kCache!, vCache: p.vCache!, blockTable: p.blockTable!, slots: p.slots!, rowStarts: p.rowStarts!, positions: p.positions!,
-            batch: seqs.length, heads: o.H, kvHeads: o.Hkv, headDim: o.d, pageSize: o.page, maxPages, gated: o.gated, dtype: FLOAT_DTYPE_CODE[dtype],
-            q: p.q!, out: p.out!, scale: 1 / Math.sqrt(o.d),
+            batch: seqs.length, heads: o.H, kvHeads: o.Hkv, headDim: o.d, pageSize: o.page, maxPages, gated: o.gated, dtype: FLOAT_DTYPE_CODE[dtype], ownKv: 1,
+            q: p.q!, out: p.out!, scale: 1 / Math.sqrt(o.d), window: o.window ?? 0,
           });
         }, ['out']);
         compare(`${dtype} attn_prefill ${o.label}`, dtype, r.cpu.out!, r.cuda.out!, 2 * STEP[dtype]);
