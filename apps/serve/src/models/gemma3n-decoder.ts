@@ -1,0 +1,104 @@
+import {
+  F32_PRECISION, InvalidArgumentError, eosTokenIds, readF32, roundTo, scopeWeights, type ModelBuildContext, type ModelStack, type TransformerLayer, type WeightSource,
+} from '@metrale/core';
+import {
+  AltUpCorrectLayer, AltUpPredictLayer, AltUpStreamsIn, AltUpStreamsOut, Gemma3nDecoderLayer, Gemma3nScratch, LaurelLayer, asRowValues, plugin as plePlugin,
+  type Gemma3nDecoderParts,
+} from '@metrale/layer-ple';
+import { AttentionLayer, EmbeddingLayer, LmHeadLayer, MlpLayer, RmsNormLayer, sparsityCutoff, type AttentionOptions } from '@metrale/layer-std';
+import { gemma3nText, kvSourceOf, type Gemma3nText } from './gemma3n-config.js';
+import { gemma3nTextWeights } from './gemma3n-weights.js';
+import { isMultimodalConfig } from './text-config.js';
+
+/**
+ * A Gemma 3n text model (`Gemma3nForCausalLM`, or the text path of `Gemma3nForConditionalGeneration`),
+ * docs/models/gemma3n-text.md: the embedding × sqrt(H); the AltUp streams (layer-ple's
+ * `AltUpStreamsIn`); per layer a `Gemma3nDecoderLayer` of AltUp predict/correct, Laurel, attention
+ * (q/k norms with plain w, v_norm without weight, scale 1, a sliding window on sliding layers, each
+ * type its own RoPE θ, KV sharing for the last `num_kv_shared_layers`), the GELU-tanh MLP of the
+ * layer's width with its activation sparsity, and the per-layer input path (layer-ple's PLE, or
+ * whichever plugin provides 'ple'); the streams' mean (`AltUpStreamsOut`), the final norm, and the
+ * tied head with final logit soft-capping. One device: no tensor parallelism.
+ */
+export function buildGemma3n(ctx: ModelBuildContext): ModelStack {
+  const t = gemma3nText(ctx.config);
+  if (ctx.parallel && ctx.parallel.size > 1) {
+    throw new InvalidArgumentError(`${String(ctx.config.model_type)}: tensor parallelism is not supported for Gemma 3n yet; serve it on one device (--tensor-parallel 1)`);
+  }
+  const { gpu, limits } = ctx;
+  const precision = ctx.precision ?? F32_PRECISION;
+  const rows = precision.rows;
+  const weights = gemma3nTextWeights(ctx.weights, isMultimodalConfig(ctx.config));
+  const model = scopeWeights(weights, 'model.');
+  const H = t.hidden;
+  const layers: TransformerLayer<any>[] = [];
+  const scratch = new Gemma3nScratch(gpu, H, t.streams, limits.maxRows, rows);
+  const norm = (w: WeightSource) => new RmsNormLayer(gpu, w, limits, { hidden: H, eps: t.eps, offset: 0, precision });
+  const ple = ctx.plugins?.find('ple') ?? plePlugin;
+  const altup = { hidden: H, streams: t.streams, active: t.active, eps: t.eps, precision };
+  try {
+    // HF holds sqrt(H) as f32 and casts it to the weights' type.
+    const embedScale = roundTo(rows === 'f32' ? 'f32' : rows, Math.sqrt(H));
+    layers.push(new EmbeddingLayer(gpu, scopeWeights(model, 'embed_tokens.'), limits, { vocab: t.vocab, hidden: H, scale: embedScale, precision }));
+    layers.push(new AltUpStreamsIn(gpu, model, limits, { hidden: H, streams: t.streams, precision }));
+    const attention: AttentionLayer[] = [];
+    for (let l = 0; l < t.layers; l++) {
+      const lw = scopeWeights(model, `layers.${l}.`);
+      const source = kvSourceOf(t, l);
+      const parts: Partial<Record<string, TransformerLayer<any>>> = {};
+      try {
+        parts.predict = new AltUpPredictLayer(gpu, scopeWeights(lw, 'altup.'), limits, altup);
+        parts.inputNorm = norm(scopeWeights(lw, 'input_layernorm.'));
+        parts.laurel = new LaurelLayer(gpu, scopeWeights(lw, 'laurel.'), limits, { hidden: H, rank: t.laurelRank, eps: t.eps, precision });
+        const a = new AttentionLayer(gpu, scopeWeights(lw, 'self_attn.'), limits, attentionOptions(t, l, source === l ? undefined : attention[source], precision));
+        parts.attention = a;
+        attention.push(a);
+        parts.postAttentionNorm = norm(scopeWeights(lw, 'post_attention_layernorm.'));
+        parts.preFeedforwardNorm = norm(scopeWeights(lw, 'pre_feedforward_layernorm.'));
+        const cutoff = sparsityCutoff(t.sparsity[l]!, `${t.where}.activation_sparsity_pattern[${l}]`);
+        parts.mlp = new MlpLayer(gpu, scopeWeights(lw, 'mlp.'), limits, {
+          hidden: H, inter: t.inter[l]!, activation: { kind: 'gelu_tanh', ...(cutoff !== undefined ? { cutoff } : {}) }, precision,
+        });
+        parts.postFeedforwardNorm = norm(scopeWeights(lw, 'post_feedforward_layernorm.'));
+        parts.correct = new AltUpCorrectLayer(gpu, scopeWeights(lw, 'altup.'), limits, altup);
+        parts.ple = ple.create({ gpu, layerType: 'ple', config: t.config, layerIndex: l, weights: model, limits, precision: F32_PRECISION });
+        const scale = t.correctScale ? asRowValues(readF32(lw, 'altup.correct_output_scale', [H]), rows) : undefined;
+        layers.push(
+          new Gemma3nDecoderLayer(parts as unknown as Gemma3nDecoderParts, {
+            type: `${String(ctx.config.model_type)} layer ${l} (${t.types[l]})`, limits, scratch, ...(scale ? { correctOutputScale: scale } : {}),
+          }),
+        );
+      } catch (error) {
+        for (const p of Object.values(parts)) p?.dispose();
+        throw error;
+      }
+    }
+    layers.push(new AltUpStreamsOut(gpu, model, limits, { hidden: H, streams: t.streams, precision }));
+    layers.push(norm(scopeWeights(model, 'norm.')));
+    const head = weights.has('lm_head.weight') ? scopeWeights(weights, 'lm_head.') : scopeWeights(model, 'embed_tokens.');
+    layers.push(new LmHeadLayer(gpu, head, limits, { hidden: H, vocab: t.vocab, precision, ...(t.softcap !== undefined ? { softcap: t.softcap } : {}) }));
+  } catch (error) {
+    for (const l of layers) l.dispose();
+    scratch.dispose();
+    throw error;
+  }
+  return {
+    layers,
+    vocabSize: t.vocab,
+    eosTokenIds: eosTokenIds(t.config),
+    dispose() {
+      for (const l of layers) l.dispose();
+      scratch.dispose();
+    },
+  };
+}
+
+/** Layer l's attention: Gemma3nTextAttention's options, reading `kvSource`'s cache when shared. */
+function attentionOptions(t: Gemma3nText, l: number, kvSource: AttentionLayer | undefined, precision: AttentionOptions['precision']): AttentionOptions {
+  const type = t.types[l]!;
+  return {
+    hidden: t.hidden, heads: t.heads, kvHeads: t.kvHeads, headDim: t.headDim, gated: false, qkNorm: true, normOffset: 0, eps: t.eps,
+    rotaryDim: t.headDim, ropeTheta: t.thetas[type], scale: 1, vNorm: true, ...(type === 'sliding_attention' ? { window: t.window } : {}),
+    ...(kvSource ? { kvSource } : {}), ...(precision ? { precision } : {}),
+  };
+}
