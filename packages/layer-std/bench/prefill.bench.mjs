@@ -70,7 +70,7 @@ try {
       qkv: upload(encoded(rows * W, 1, ROWS)), kCache: randomBuffer(cacheElements, 1, ROWS), vCache: randomBuffer(cacheElements, 1, ROWS),
       blockTable: upload(Int32Array.from({ length: pages }, (_, i) => i)), slots: upload(Int32Array.of(0)), rowStarts: upload(Int32Array.of(0, rows)),
       positions: upload(Int32Array.from({ length: rows }, (_, i) => start + i)), batch: 1, heads: H, kvHeads: Hkv, headDim: d, pageSize: page, maxPages: pages,
-      gated: 1, dtype: rowCode, q: randomBuffer(rows * H * d, 1, ROWS), out: alloc(rb * rows * H * d), scale: 1 / Math.sqrt(d),
+      gated: 1, dtype: rowCode, ownKv: 1, q: randomBuffer(rows * H * d, 1, ROWS), out: alloc(rb * rows * H * d), scale: 1 / Math.sqrt(d), window: 0,
     };
     const k = std.ATTENTION_KERNELS[ROWS];
     let keys = 0;

@@ -117,13 +117,13 @@ async function main() {
         const out = alloc(BYTES[ROWS] * batch * H * d);
         const common = {
           qkv, kCache, vCache, blockTable: table, slots, rowStarts, positions, batch, heads: H, kvHeads: Hkv, headDim: d, pageSize: page, maxPages: pagesPer, gated: 1,
-          dtype: rowCode,
+          dtype: rowCode, ownKv: 1,
         };
         const kernels = std.ATTENTION_KERNELS[ROWS];
         const prep = () => gpu.launch(kernels.prep, { grid: batch, block: d, stream }, {
-          ...common, q, qNorm, kNorm, cos, sin, rotaryDim: rot, maxPositions: ctx, eps: 1e-6, normOffset: 1,
+          ...common, q, qNorm, kNorm, cos, sin, rotaryDim: rot, maxPositions: ctx, eps: 1e-6, normOffset: 1, vNorm: 0,
         });
-        const attend = () => gpu.launch(kernels.core, { grid: [batch, H], block: 256, stream }, { ...common, q, out, scale: 1 / Math.sqrt(d) });
+        const attend = () => gpu.launch(kernels.core, { grid: [batch, H], block: 256, stream }, { ...common, q, out, scale: 1 / Math.sqrt(d), window: 0 });
         const tPrep = cb.timeOnDevice(gpu, prep, { reps: REPS });
         const tCore = cb.timeOnDevice(gpu, attend, { reps: REPS });
         const bytes = batch * ctx * Hkv * d * BYTES[ROWS] * 2;

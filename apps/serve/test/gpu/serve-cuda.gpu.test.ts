@@ -58,7 +58,7 @@ describe.skipIf(!cuda.available)('metrale serve --backend cuda', () => {
     // The embedded model's K/V take 256 bytes a token: 0.9 of an H200 holds millions, capped at every slot at full length.
     expect(kv.kv_cache_tokens).toBe(16 * 2048);
     expect(kv.prefix_caching).toBe(true);
-    const long = `${'The sea and the ships that sail on it. '.repeat(60)}`;
+    const long = `${'The sea and the ships that sail on it. '.repeat(150)}`; // past one 1024-token prefill chunk: a hybrid model's prefix hit starts at a chunk end
     const first = await chat(gpuServer, `${long} First question?`) as any;
     const before = await metric(gpuServer.url, 'vllm:prefix_cache_hits_total');
     const second = await chat(gpuServer, `${long} Second question?`) as any;
