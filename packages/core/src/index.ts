@@ -15,6 +15,7 @@ export type {
   Kernel, KernelArgs, KernelDefinition, KernelModule, KernelParam, KernelParams, KernelParamType, CpuKernelContext, Dims,
 } from './device/kernel.js';
 export { defineKernel, defineKernelModule, validateKernelArgs, toDims, toEarlyStart } from './device/kernel.js';
+export { requireKernels } from './device/require-kernels.js';
 export type {
   GpuBackend, Stream, GpuEvent, Graph, GraphExec, HostBuffer, DeviceInfo, LaunchConfig, GemmArgs, ConvertArgs, BackendProbe,
 } from './device/gpu-backend.js';

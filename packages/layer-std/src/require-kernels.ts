@@ -1,20 +1,9 @@
-import { existsSync } from 'node:fs';
-import { PluginError, type GpuBackend, type Kernel } from '@metrale/core';
-
-const PACKAGE = '@metrale/layer-std';
+import { requireKernels as requirePackageKernels, type GpuBackend, type Kernel } from '@metrale/core';
 
 /**
- * Checks, before a layer allocates anything, that the backend can run every kernel it launches:
- * the CPU backend runs the CPU twins; any other needs each kernel's fatbin to exist.
+ * Checks, before a layer allocates anything, that the backend can run every kernel it launches
+ * (core's `requireKernels`, naming this package's fatbins when some are missing).
  */
 export function requireKernels(gpu: GpuBackend, layer: string, kernels: readonly Kernel<any>[]): void {
-  if (gpu.kind === 'cpu') return;
-  const missing = kernels.filter((k) => !k.cuda || !existsSync(k.cuda.module.fatbin));
-  if (missing.length === 0) return;
-  const modules = [...new Set(missing.map((k) => (k.cuda ? k.cuda.module.fatbin : `${k.name} (no CUDA entry)`)))];
-  throw new PluginError(
-    PACKAGE,
-    `the ${layer} layer has no ${gpu.kind} kernels in this build (${modules.join(', ')} missing: ${missing.map((k) => k.name).join(', ')}); ` +
-      `run it on the CPU backend (--backend cpu) or build the package's kernels with nvcc`,
-  );
+  requirePackageKernels(gpu, '@metrale/layer-std', layer, kernels);
 }

@@ -1,12 +1,10 @@
 import type { LayerStep, TransformerLayer } from '../contract/layer.js';
-import type { LayerState } from '../contract/layer-state.js';
-import type { DevicePtr } from '../device/device-ptr.js';
 import { floatBytes, type FloatDtype } from '../device/dtype.js';
 import type { GpuBackend } from '../device/gpu-backend.js';
 import { InvalidArgumentError } from '../errors.js';
 import type { BlockScratch } from './block-scratch.js';
 import type { BlockState } from './block-state.js';
-import { compositeHooks } from './composite-hooks.js';
+import { CompositeLayer } from './composite-layer.js';
 import type { ResidualAdd } from './residual-add.js';
 
 export interface DecoderBlockOptions {
@@ -29,37 +27,19 @@ export interface DecoderBlockOptions {
  * Sub-layers and residual adds presented to the driver as one `TransformerLayer` (README.md). The
  * block owns its sub-layers (dispose frees them) but not the shared scratch.
  */
-export class DecoderBlock implements TransformerLayer<BlockState> {
+export class DecoderBlock extends CompositeLayer {
   readonly type: string;
   readonly inputRowBytes: number;
   readonly outputRowBytes: number;
-  /** Sub-layers in branch order, flattened: the order of `BlockState.parts`. */
-  readonly layers: readonly TransformerLayer<LayerState>[];
   readonly #branches: readonly { readonly first: number; readonly count: number }[];
   readonly #add: ResidualAdd;
   readonly #scratch: BlockScratch;
   readonly #rowDtype: FloatDtype;
-  #disposed = false;
-
-  declare decodePrestage?: TransformerLayer<BlockState>['decodePrestage'];
-  declare decodePrestageRearm?: TransformerLayer<BlockState>['decodePrestageRearm'];
-  declare checkReplayRoom?: TransformerLayer<BlockState>['checkReplayRoom'];
-  declare syncReplayedStep?: TransformerLayer<BlockState>['syncReplayedStep'];
-  declare gdnWoaStashSeqFloats?: TransformerLayer<BlockState>['gdnWoaStashSeqFloats'];
-  declare gdnWoaBind?: TransformerLayer<BlockState>['gdnWoaBind'];
-  declare gdnCarrySeqFloats?: TransformerLayer<BlockState>['gdnCarrySeqFloats'];
-  declare gdnCarryBind?: TransformerLayer<BlockState>['gdnCarryBind'];
-  declare gdnVerifyRunBatched?: TransformerLayer<BlockState>['gdnVerifyRunBatched'];
-  declare gdnFoldAccepted?: TransformerLayer<BlockState>['gdnFoldAccepted'];
-  declare kvPageBytes?: TransformerLayer<BlockState>['kvPageBytes'];
-  declare kvBind?: TransformerLayer<BlockState>['kvBind'];
-  declare stateSnapshotBytes?: TransformerLayer<BlockState>['stateSnapshotBytes'];
-  declare stateSnapshotBind?: TransformerLayer<BlockState>['stateSnapshotBind'];
-  declare saveStateSnapshot?: TransformerLayer<BlockState>['saveStateSnapshot'];
-  declare resumeAt?: TransformerLayer<BlockState>['resumeAt'];
 
   constructor(options: DecoderBlockOptions) {
     const { branches, scratch } = options;
+    // Sub-layers in branch order, flattened: the order of `BlockState.parts`.
+    super(branches.flat());
     this.type = options.type ?? 'decoder-block';
     if (branches.length === 0 || branches.some((b) => b.length === 0)) {
       throw new InvalidArgumentError(`${this.type}: a decoder block needs at least one branch, and every branch at least one layer`);
@@ -87,31 +67,16 @@ export class DecoderBlock implements TransformerLayer<BlockState> {
     if (width % element !== 0 || width > scratch.rowBytes) {
       throw this.#mismatch(`the residual stream's ${width}-byte rows must be whole ${this.#rowDtype} values and fit the scratch rows (${scratch.rowBytes} bytes)`);
     }
-    this.layers = branches.flat() as TransformerLayer<LayerState>[];
     this.#add = options.add;
     this.#scratch = scratch;
-    Object.assign(this, compositeHooks(this.layers));
   }
 
   #mismatch(why: string): InvalidArgumentError {
     return new InvalidArgumentError(`${this.type}: ${why}`);
   }
 
-  openState(slot: number): BlockState {
-    this.#alive('openState');
-    return { slot, parts: this.layers.map((l) => l.openState(slot)) };
-  }
-
-  closeState(state: BlockState): void {
-    this.layers.forEach((l, i) => l.closeState(state.parts[i]!));
-  }
-
-  inspectState(state: BlockState): unknown {
-    return this.layers.map((l, i) => l.inspectState?.(state.parts[i]!) ?? null);
-  }
-
   forward(step: LayerStep<BlockState>): void {
-    this.#alive('forward');
+    this.alive('forward', 'block');
     if (step.rows > this.#scratch.maxRows) throw new InvalidArgumentError(`${this.type}: a step of ${step.rows} rows exceeds the scratch's ${this.#scratch.maxRows} rows`);
     const s = this.#scratch;
     const count = (step.rows * this.inputRowBytes) / floatBytes(this.#rowDtype);
@@ -120,9 +85,7 @@ export class DecoderBlock implements TransformerLayer<BlockState> {
       let src = stream;
       for (let j = 0; j < n; j++) {
         const dst = j % 2 === 0 ? s.a : s.b;
-        const layer = this.layers[first + j]!;
-        step.section?.(layer.type);
-        layer.forward(this.#subStep(step, first + j, src, dst));
+        this.runPart(step, first + j, src, dst);
         src = dst;
       }
       // The last branch writes the block's output; the others the stream (in place after the first).
@@ -131,21 +94,5 @@ export class DecoderBlock implements TransformerLayer<BlockState> {
       this.#add.add(step.gpu, step.stream, stream, src, out, count, this.#rowDtype);
       stream = out;
     });
-  }
-
-  /** The step as sub-layer `i` sees it: its own states, the buffers the block chose. */
-  #subStep(step: LayerStep<BlockState>, i: number, input: DevicePtr, output: DevicePtr): LayerStep<LayerState> {
-    const states = step.host.states.map((st) => st?.parts[i]);
-    return { ...step, input, output, host: { ...step.host, states } };
-  }
-
-  dispose(): void {
-    if (this.#disposed) return;
-    this.#disposed = true;
-    for (const l of this.layers) l.dispose();
-  }
-
-  #alive(where: string): void {
-    if (this.#disposed) throw new InvalidArgumentError(`${this.type}: ${where} on a disposed block`);
   }
 }
