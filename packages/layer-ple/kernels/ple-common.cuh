@@ -1,8 +1,15 @@
-// Helpers shared by the PLE kernels (kernels/ple-project.cu, kernels/ple-gate.cu).
+// Helpers shared by layer-ple's kernels (ple-project.cu, ple-gate.cu, altup.cu, gemma3n-rows.cu).
 // Layouts and the math: ../KERNELS.md.
 #pragma once
+
+// Under the CPU emulator (tools/cuda-emu, METRALE_CUDA_EMU; test/gpu/emu/device.mjs) the element
+// types, their conversions and core's elements.cuh come from the emulator's header.
+#ifndef METRALE_CUDA_EMU
+#include <metrale/elements.cuh>
+#endif
+
 #include <cstdint>
-#include <cuda_fp16.h>
+#include <type_traits>
 
 namespace ple {
 
@@ -45,4 +52,52 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   return total;
 }
 
+// ---- rows of a row type (the Gemma 3n kernels) -------------------------------------------------
+
+using bf16 = __nv_bfloat16;
+using f16 = __half;
+
+/** v as stored in T and read back: the rounding a kernel applies where Hugging Face holds a value in T. */
+template <typename T>
+__device__ __forceinline__ float round_to(float v) {
+  if constexpr (std::is_same_v<T, float>) return v;
+  else if constexpr (std::is_same_v<T, bf16>) return __bfloat162float(__float2bfloat16_rn(v));
+  else return __half2float(__float2half_rn(v));
+}
+
+/** Element i of a T array as f32. */
+template <typename T>
+__device__ __forceinline__ float load(const T* p, size_t i) {
+  return metrale::Element<T>::load(p, i);
+}
+
+/** Stores v as element i of a T array (round to nearest even). */
+template <typename T>
+__device__ __forceinline__ void store(T* p, size_t i, float v) {
+  metrale::Element<T>::store(p, i, v);
+}
+
 }  // namespace ple
+
+/**
+ * Calls fn<T>(args…) with T the row type of dtype code `code` (0 f32, 1 bf16, 2 f16; the arguments
+ * may name T); traps on any other code, as the CPU twins throw.
+ */
+#define PLE_BY_ROW_TYPE(code, fn, ...)   \
+  do {                                   \
+    switch (code) {                      \
+      case metrale::kF32: {              \
+        using T = float;                 \
+        fn<T>(__VA_ARGS__);              \
+      } break;                           \
+      case metrale::kBF16: {             \
+        using T = ::ple::bf16;           \
+        fn<T>(__VA_ARGS__);              \
+      } break;                           \
+      case metrale::kF16: {              \
+        using T = ::ple::f16;            \
+        fn<T>(__VA_ARGS__);              \
+      } break;                           \
+      default: __trap();                 \
+    }                                    \
+  } while (0)

@@ -1,7 +1,7 @@
 import type { CpuKernelContext } from '@metrale/core';
 import { rowAccess, roundRows, rowDtypeOf } from './gemma3n-elements.cpu.js';
 
-// CPU twins of kernels/gemma3n.cu's AltUp kernels (Gemma3nTextAltUp; docs/models/gemma3n-text.md,
+// CPU twins of kernels/altup.cu's kernels (Gemma3nTextAltUp; docs/models/gemma3n-text.md,
 // steps 3, 5 and 7). Rows hold n streams of H values ([rows][n][H]) in the row type; router and
 // coefficient weights are f32 (holding row-type values). f64 inside, rounded where the kernel stores
 // and where Hugging Face holds a value in the row type (the router's input and the modalities).
@@ -133,5 +133,29 @@ export function magnitudeCpu(a: MagnitudeArgs, { mem }: CpuKernelContext): void 
     }
     const scale = roundRows(dtype, Math.sqrt(tt / H)) / roundRows(dtype, Math.sqrt(Math.max(roundRows(dtype, yy / H), 1e-5)));
     for (let i = 0; i < H; i++) o.set(r * a.outStride + i, y.get(r * H + i) * roundRows(dtype, scale));
+  }
+}
+
+export interface StreamsMeanArgs {
+  readonly streams: bigint;
+  readonly out: bigint;
+  readonly rows: number;
+  readonly hidden: number;
+  readonly n: number;
+  readonly dtype: number;
+}
+
+/** out = mean over the n streams of each row. */
+export function streamsMeanCpu(a: StreamsMeanArgs, { mem }: CpuKernelContext): void {
+  const [H, n] = [a.hidden, a.n];
+  const dtype = rowDtypeOf(a.dtype);
+  const s = rowAccess(mem, a.streams, a.rows * n * H, dtype);
+  const o = rowAccess(mem, a.out, a.rows * H, dtype);
+  for (let r = 0; r < a.rows; r++) {
+    for (let i = 0; i < H; i++) {
+      let v = 0;
+      for (let j = 0; j < n; j++) v += s.get((r * n + j) * H + i);
+      o.set(r * H + i, v / n);
+    }
   }
 }

@@ -1,10 +1,8 @@
-import {
-  FLOAT_DTYPE_CODE, InvalidArgumentError, compositeHooks, floatBytes,
-  type BlockState, type DevicePtr, type LayerLimits, type LayerState, type LayerStep, type TransformerLayer,
-} from '@metrale/core';
+import { CompositeLayer, FLOAT_DTYPE_CODE, InvalidArgumentError, floatBytes, type BlockState, type DevicePtr, type LayerLimits, type LayerStep, type TransformerLayer } from '@metrale/core';
 import type { AltUpCorrectLayer, AltUpPredictLayer } from './altup-layers.js';
 import { copyKernel, pleAddKernel, rowLaunch, sum3Kernel, flatLaunch } from './gemma3n-kernels.js';
 import type { Gemma3nScratch } from './gemma3n-scratch.js';
+import { requireGemma3nKernels } from './gemma3n-stateless.js';
 import type { LaurelLayer } from './laurel-layer.js';
 
 /** The parts of one Gemma 3n decoder layer; the model's builder makes them (std layers for norms, attention and MLP). */
@@ -44,27 +42,19 @@ const ORDER = ['predict', 'inputNorm', 'laurel', 'attention', 'postAttentionNorm
  * The layer owns its parts (dispose frees them), not the shared scratch. Its hooks are its parts'
  * (the attention's cache and room checks, the PLE's prestage), each with its own sub-state.
  */
-export class Gemma3nDecoderLayer implements TransformerLayer<BlockState> {
+export class Gemma3nDecoderLayer extends CompositeLayer {
   readonly type: string;
   readonly inputRowBytes: number;
   readonly outputRowBytes: number;
-  readonly layers: readonly TransformerLayer<LayerState>[];
   readonly #parts: Gemma3nDecoderParts;
   readonly #o: Gemma3nDecoderOptions;
   /** The device copy of correct_output_scale, or 0n. */
   readonly #scale: DevicePtr;
-  #disposed = false;
-
-  declare decodePrestage?: TransformerLayer<BlockState>['decodePrestage'];
-  declare decodePrestageRearm?: TransformerLayer<BlockState>['decodePrestageRearm'];
-  declare checkReplayRoom?: TransformerLayer<BlockState>['checkReplayRoom'];
-  declare syncReplayedStep?: TransformerLayer<BlockState>['syncReplayedStep'];
-  declare kvPageBytes?: TransformerLayer<BlockState>['kvPageBytes'];
-  declare kvBind?: TransformerLayer<BlockState>['kvBind'];
-  declare resumeAt?: TransformerLayer<BlockState>['resumeAt'];
 
   constructor(parts: Gemma3nDecoderParts, options: Gemma3nDecoderOptions) {
+    super(ORDER.map((k) => parts[k]));
     this.type = options.type;
+    requireGemma3nKernels(options.scratch.gpu, this.type, [copyKernel, sum3Kernel, pleAddKernel]);
     this.#parts = parts;
     this.#o = options;
     const s = options.scratch;
@@ -77,28 +67,13 @@ export class Gemma3nDecoderLayer implements TransformerLayer<BlockState> {
     if (options.correctOutputScale && options.correctOutputScale.length !== s.hidden) {
       throw new InvalidArgumentError(`${this.type}: correct_output_scale has ${options.correctOutputScale.length} values, not hidden_size ${s.hidden}`);
     }
-    this.layers = ORDER.map((k) => parts[k]) as TransformerLayer<LayerState>[];
     const gpu = s.gpu;
     this.#scale = options.correctOutputScale ? gpu.alloc(4 * s.hidden) : 0n;
     if (options.correctOutputScale) gpu.upload(this.#scale, options.correctOutputScale);
-    Object.assign(this, compositeHooks(this.layers));
-  }
-
-  openState(slot: number): BlockState {
-    this.#alive('openState');
-    return { slot, parts: this.layers.map((l) => l.openState(slot)) };
-  }
-
-  closeState(state: BlockState): void {
-    this.layers.forEach((l, i) => l.closeState(state.parts[i]!));
-  }
-
-  inspectState(state: BlockState): unknown {
-    return this.layers.map((l, i) => l.inspectState?.(state.parts[i]!) ?? null);
   }
 
   forward(step: LayerStep<BlockState>): void {
-    this.#alive('forward');
+    this.alive('forward');
     const s = this.#o.scratch;
     const { rows, gpu, stream } = step;
     if (rows > s.maxRows) throw new InvalidArgumentError(`${this.type}: a step of ${rows} rows exceeds the scratch's ${s.maxRows} rows`);
@@ -106,12 +81,7 @@ export class Gemma3nDecoderLayer implements TransformerLayer<BlockState> {
     const k = this.#parts.predict.options.active;
     const dtype = FLOAT_DTYPE_CODE[s.rows];
     const bytes = floatBytes(s.rows);
-    const run = (name: (typeof ORDER)[number], input: DevicePtr, output: DevicePtr) => {
-      const i = ORDER.indexOf(name);
-      const layer = this.layers[i]!;
-      step.section?.(layer.type);
-      layer.forward({ ...step, input, output, host: { ...step.host, states: step.host.states.map((st) => st?.parts[i]) } } as LayerStep<LayerState>);
-    };
+    const run = (name: (typeof ORDER)[number], input: DevicePtr, output: DevicePtr) => this.runPart(step, ORDER.indexOf(name), input, output);
     const copy = (src: DevicePtr, srcStride: number, dst: DevicePtr, dstStride: number, width: number, dstDtype = dtype, scale: DevicePtr = 0n) =>
       gpu.launch(copyKernel, rowLaunch(rows, width, stream), { src, srcStride, dst, dstStride, scale, rows, hidden: width, srcDtype: dtype, dstDtype });
     const sum = (a: DevicePtr, b: DevicePtr, c: DevicePtr, out: DevicePtr, scale: number) =>
@@ -137,14 +107,7 @@ export class Gemma3nDecoderLayer implements TransformerLayer<BlockState> {
     gpu.launch(pleAddKernel, rowLaunch(rows, H, stream), { streams: step.output, y: s.pleOut, rows, hidden: H, n, dtype });
   }
 
-  dispose(): void {
-    if (this.#disposed) return;
-    this.#disposed = true;
-    for (const l of this.layers) l.dispose();
+  protected override disposeOwn(): void {
     if (this.#scale !== 0n) this.#o.scratch.gpu.free(this.#scale);
-  }
-
-  #alive(where: string): void {
-    if (this.#disposed) throw new InvalidArgumentError(`${this.type}: ${where} on a disposed layer`);
   }
 }

@@ -2,8 +2,9 @@ import {
   FLOAT_DTYPE_CODE, InvalidArgumentError, bf16BitsToF32, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits, roundTo, type DeviceMemoryView, type FloatDtype,
 } from '@metrale/core';
 
-// How the CPU twins of kernels/gemma3n.cu read and write rows of a row type (a dtype code: 0 f32,
-// 1 bf16, 2 f16): values as f64, each stored value rounded once (nearest even), as the kernels do.
+// How the CPU twins of kernels/altup.cu and kernels/gemma3n-rows.cu read and write rows of a row
+// type (a dtype code: 0 f32, 1 bf16, 2 f16): values as f64, each stored value rounded once
+// (nearest even), as the kernels do.
 
 const ROW_DTYPES: readonly FloatDtype[] = ['f32', 'bf16', 'f16'];
 

@@ -1,7 +1,7 @@
 import type { CpuKernelContext } from '@metrale/core';
 import { rowAccess, roundRows, rowDtypeOf } from './gemma3n-elements.cpu.js';
 
-// CPU twins of kernels/gemma3n.cu's row kernels: the data movement and residual arithmetic of a
+// CPU twins of kernels/gemma3n-rows.cu's kernels: the data movement and residual arithmetic of a
 // Gemma 3n decoder layer (docs/models/gemma3n-text.md, step 5). f64 inside, one rounding per store.
 
 export interface CopyArgs {
@@ -65,30 +65,6 @@ export function pleAddCpu(a: PleAddArgs, { mem }: CpuKernelContext): void {
   const y = mem.f32(a.y, a.rows * H);
   for (let r = 0; r < a.rows; r++) {
     for (let j = 1; j < n; j++) for (let i = 0; i < H; i++) s.set((r * n + j) * H + i, s.get((r * n + j) * H + i) + y[r * H + i]!);
-  }
-}
-
-export interface StreamsMeanArgs {
-  readonly streams: bigint;
-  readonly out: bigint;
-  readonly rows: number;
-  readonly hidden: number;
-  readonly n: number;
-  readonly dtype: number;
-}
-
-/** out = mean over the n streams of each row. */
-export function streamsMeanCpu(a: StreamsMeanArgs, { mem }: CpuKernelContext): void {
-  const [H, n] = [a.hidden, a.n];
-  const dtype = rowDtypeOf(a.dtype);
-  const s = rowAccess(mem, a.streams, a.rows * n * H, dtype);
-  const o = rowAccess(mem, a.out, a.rows * H, dtype);
-  for (let r = 0; r < a.rows; r++) {
-    for (let i = 0; i < H; i++) {
-      let v = 0;
-      for (let j = 0; j < n; j++) v += s.get((r * n + j) * H + i);
-      o.set(r * H + i, v / n);
-    }
   }
 }
 

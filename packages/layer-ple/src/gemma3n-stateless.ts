@@ -1,22 +1,14 @@
-import { existsSync } from 'node:fs';
 import {
-  F32_PRECISION, InvalidArgumentError, PluginError, floatBytes, roundTo,
-  type DevicePtr, type FloatDtype, type GpuBackend, type Kernel, type LayerLimits, type LayerState, type LayerStep, type Precision, type TransformerLayer,
+  F32_PRECISION, InvalidArgumentError, StatelessLayer, floatBytes, requireKernels, roundTo,
+  type FloatDtype, type GpuBackend, type Kernel, type LayerLimits, type Precision,
 } from '@metrale/core';
-import { GEMMA3N_KERNELS } from './gemma3n-kernels.js';
 
 /**
- * Checks, before a layer allocates anything, that the backend can run the Gemma 3n kernels: the
- * CPU backend runs the twins; any other needs the package's fatbin.
+ * Checks, before a layer allocates anything, that the backend can run the kernels it launches:
+ * the CPU backend runs the twins; any other needs the package's fatbins (built with nvcc).
  */
-export function requireGemma3nKernels(gpu: GpuBackend, layer: string, kernels: readonly Kernel<any>[] = GEMMA3N_KERNELS): void {
-  if (gpu.kind === 'cpu') return;
-  const missing = kernels.filter((k) => !k.cuda || !existsSync(k.cuda.module.fatbin));
-  if (missing.length === 0) return;
-  throw new PluginError(
-    '@metrale/layer-ple',
-    `the ${layer} layer has no ${gpu.kind} kernels in this build (${missing.map((k) => k.name).join(', ')}); run it on the CPU backend (--backend cpu) or build the package's kernels with nvcc`,
-  );
+export function requireGemma3nKernels(gpu: GpuBackend, layer: string, kernels: readonly Kernel<any>[]): void {
+  requireKernels(gpu, '@metrale/layer-ple', layer, kernels);
 }
 
 /** The row type of a precision; Gemma 3n's layers take f32, bf16 or f16 rows and no FP8 weights. */
@@ -32,64 +24,30 @@ export function asRowValues(v: Float32Array, rows: FloatDtype): Float32Array {
   return v;
 }
 
-/** A layer's device allocations, freed together. */
-export class Allocations {
-  readonly #ptrs: DevicePtr[] = [];
-  constructor(readonly gpu: GpuBackend) {}
-  alloc(bytes: number): DevicePtr {
-    const p = this.gpu.alloc(Math.max(4, bytes));
-    this.#ptrs.push(p);
-    return p;
-  }
-  upload(data: ArrayBufferView): DevicePtr {
-    const p = this.alloc(data.byteLength);
-    this.gpu.upload(p, data);
-    return p;
-  }
-  free(): void {
-    for (const p of this.#ptrs.splice(0)) this.gpu.free(p);
-  }
-}
-
 /**
  * A Gemma 3n layer whose rows depend on nothing but themselves (AltUp's predict, correct, stream
- * init and unembedding, Laurel): no per-sequence state, every hook at its default, so verify rows
- * leave no trace and a sequence may start at a cached prefix.
+ * init and unembedding, Laurel: core's `StatelessLayer`), with rows of `inWidth` and `outWidth`
+ * values of the row type `rows`.
  */
-export abstract class Gemma3nRowLayer implements TransformerLayer<LayerState> {
-  abstract readonly type: string;
+export abstract class Gemma3nRowLayer extends StatelessLayer {
   readonly inputRowBytes: number;
   readonly outputRowBytes: number;
   readonly rows: FloatDtype;
-  protected readonly memory: Allocations;
-  #disposed = false;
 
-  constructor(protected readonly gpu: GpuBackend, readonly limits: LayerLimits, rows: FloatDtype, inWidth: number, outWidth: number) {
+  constructor(gpu: GpuBackend, limits: LayerLimits, rows: FloatDtype, inWidth: number, outWidth: number) {
+    super(gpu, limits);
     this.rows = rows;
     this.inputRowBytes = floatBytes(rows) * inWidth;
     this.outputRowBytes = floatBytes(rows) * outWidth;
-    this.memory = new Allocations(gpu);
   }
 
-  openState(slot: number): LayerState {
-    return { slot };
-  }
-
-  closeState(_state: LayerState): void {}
-
-  resumeAt(_state: LayerState, _length: number): void {}
-
-  forward(step: LayerStep<LayerState>): void {
-    if (this.#disposed) throw new InvalidArgumentError(`${this.type}: forward on a disposed layer`);
-    if (step.rows > this.limits.maxRows) throw new InvalidArgumentError(`${this.type}: a step of ${step.rows} rows exceeds limits.maxRows (${this.limits.maxRows})`);
-    this.run(step);
-  }
-
-  protected abstract run(step: LayerStep<LayerState>): void;
-
-  dispose(): void {
-    if (this.#disposed) return;
-    this.#disposed = true;
-    this.memory.free();
+  /** Makes the layer's device buffers; frees what it allocated when one fails. */
+  protected allocate<T>(make: () => T): T {
+    try {
+      return make();
+    } catch (error) {
+      this.memory.free();
+      throw error;
+    }
   }
 }

@@ -12,6 +12,5 @@ export { LaurelLayer, type LaurelOptions } from './laurel-layer.js';
 export { Gemma3nDecoderLayer, type Gemma3nDecoderParts, type Gemma3nDecoderOptions } from './gemma3n-decoder-layer.js';
 export { Gemma3nScratch } from './gemma3n-scratch.js';
 export { asRowValues } from './gemma3n-stateless.js';
-export {
-  altupPredictKernel, altupCorrectKernel, magnitudeKernel, copyKernel, sum3Kernel, pleAddKernel, streamsMeanKernel, normAddKernel, GEMMA3N_KERNELS,
-} from './gemma3n-kernels.js';
+export { altupPredictKernel, altupCorrectKernel, magnitudeKernel, streamsMeanKernel, ALTUP_MAX_STREAMS } from './altup-kernels.js';
+export { copyKernel, sum3Kernel, pleAddKernel, normAddKernel, rowLaunch, flatLaunch, GEMMA3N_KERNELS } from './gemma3n-kernels.js';

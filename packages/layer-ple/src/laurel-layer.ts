@@ -36,16 +36,14 @@ export class LaurelLayer extends Gemma3nRowLayer {
     const { hidden: H, rank: r } = options;
     const precision = options.precision ?? F32_PRECISION;
     const alloc = (b: number) => this.memory.alloc(b);
-    try {
-      this.#left = uploadLinear(gpu, alloc, readLinear(weights, 'linear_left.weight', [r, H], precision));
-      this.#right = uploadLinear(gpu, alloc, readLinear(weights, 'linear_right.weight', [H, r], precision));
-      this.#norm = this.memory.upload(asRowValues(readF32(weights, 'post_laurel_norm.weight', [H]), rows));
-      this.#r = alloc(floatBytes(rows) * limits.maxRows * r);
-      this.#t = alloc(floatBytes(rows) * limits.maxRows * H);
-    } catch (error) {
-      this.memory.free();
-      throw error;
-    }
+    const made = this.allocate(() => ({
+      left: uploadLinear(gpu, alloc, readLinear(weights, 'linear_left.weight', [r, H], precision)),
+      right: uploadLinear(gpu, alloc, readLinear(weights, 'linear_right.weight', [H, r], precision)),
+      norm: this.memory.upload(asRowValues(readF32(weights, 'post_laurel_norm.weight', [H]), rows)),
+      r: alloc(floatBytes(rows) * limits.maxRows * r),
+      t: alloc(floatBytes(rows) * limits.maxRows * H),
+    }));
+    [this.#left, this.#right, this.#norm, this.#r, this.#t] = [made.left, made.right, made.norm, made.r, made.t];
   }
 
   protected run(step: LayerStep<LayerState>): void {

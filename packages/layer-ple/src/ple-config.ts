@@ -26,16 +26,23 @@ export interface PleConfig {
 }
 
 /**
+ * The text config of a Gemma 3n config: its `text_config` for a whole `gemma3n` config (one without
+ * `hidden_size_per_layer_input` of its own), else the config itself; `where` names it in errors.
+ */
+export function gemma3nTextConfig(config: Readonly<Record<string, unknown>>): { readonly c: Readonly<Record<string, unknown>>; readonly where: string } {
+  const text = config.text_config;
+  if (typeof text === 'object' && text !== null && !Array.isArray(text) && config.hidden_size_per_layer_input === undefined) {
+    return { c: text as Record<string, unknown>, where: 'config.text_config' };
+  }
+  return { c: config, where: 'config' };
+}
+
+/**
  * Reads a Gemma 3n text config (or a whole `gemma3n` config, whose `text_config` it descends
  * into), naming the field on every error.
  */
 export function readPleConfig(config: Readonly<Record<string, unknown>>, layerIndex: number): PleConfig {
-  let c = config;
-  const text = config.text_config;
-  if (typeof text === 'object' && text !== null && !Array.isArray(text) && config.hidden_size_per_layer_input === undefined) {
-    c = text as Record<string, unknown>;
-  }
-  const where = c === config ? 'config' : 'config.text_config';
+  const { c, where } = gemma3nTextConfig(config);
   const int = (name: string): number => {
     const v = c[name];
     if (!Number.isSafeInteger(v) || (v as number) < 1) throw new InvalidArgumentError(`ple: ${where}.${name} must be a positive integer, got ${JSON.stringify(v)}`);

@@ -1,5 +1,6 @@
 import {
-  F32_PRECISION, InvalidArgumentError, eosTokenIds, readF32, roundTo, scopeWeights, type ModelBuildContext, type ModelStack, type TransformerLayer, type WeightSource,
+  F32_PRECISION, InvalidArgumentError, eosTokenIds, readF32, roundTo, scopeWeights,
+  type GpuBackend, type LayerLimits, type MetralePlugin, type ModelBuildContext, type ModelStack, type Precision, type TransformerLayer, type WeightSource,
 } from '@metrale/core';
 import {
   AltUpCorrectLayer, AltUpPredictLayer, AltUpStreamsIn, AltUpStreamsOut, Gemma3nDecoderLayer, Gemma3nScratch, LaurelLayer, asRowValues, plugin as plePlugin,
@@ -35,44 +36,14 @@ export function buildGemma3n(ctx: ModelBuildContext): ModelStack {
   const scratch = new Gemma3nScratch(gpu, H, t.streams, limits.maxRows, rows);
   const norm = (w: WeightSource) => new RmsNormLayer(gpu, w, limits, { hidden: H, eps: t.eps, offset: 0, precision });
   const ple = ctx.plugins?.find('ple') ?? plePlugin;
-  const altup = { hidden: H, streams: t.streams, active: t.active, eps: t.eps, precision };
   try {
     // HF holds sqrt(H) as f32 and casts it to the weights' type.
     const embedScale = roundTo(rows === 'f32' ? 'f32' : rows, Math.sqrt(H));
     layers.push(new EmbeddingLayer(gpu, scopeWeights(model, 'embed_tokens.'), limits, { vocab: t.vocab, hidden: H, scale: embedScale, precision }));
     layers.push(new AltUpStreamsIn(gpu, model, limits, { hidden: H, streams: t.streams, precision }));
     const attention: AttentionLayer[] = [];
-    for (let l = 0; l < t.layers; l++) {
-      const lw = scopeWeights(model, `layers.${l}.`);
-      const source = kvSourceOf(t, l);
-      const parts: Partial<Record<string, TransformerLayer<any>>> = {};
-      try {
-        parts.predict = new AltUpPredictLayer(gpu, scopeWeights(lw, 'altup.'), limits, altup);
-        parts.inputNorm = norm(scopeWeights(lw, 'input_layernorm.'));
-        parts.laurel = new LaurelLayer(gpu, scopeWeights(lw, 'laurel.'), limits, { hidden: H, rank: t.laurelRank, eps: t.eps, precision });
-        const a = new AttentionLayer(gpu, scopeWeights(lw, 'self_attn.'), limits, attentionOptions(t, l, source === l ? undefined : attention[source], precision));
-        parts.attention = a;
-        attention.push(a);
-        parts.postAttentionNorm = norm(scopeWeights(lw, 'post_attention_layernorm.'));
-        parts.preFeedforwardNorm = norm(scopeWeights(lw, 'pre_feedforward_layernorm.'));
-        const cutoff = sparsityCutoff(t.sparsity[l]!, `${t.where}.activation_sparsity_pattern[${l}]`);
-        parts.mlp = new MlpLayer(gpu, scopeWeights(lw, 'mlp.'), limits, {
-          hidden: H, inter: t.inter[l]!, activation: { kind: 'gelu_tanh', ...(cutoff !== undefined ? { cutoff } : {}) }, precision,
-        });
-        parts.postFeedforwardNorm = norm(scopeWeights(lw, 'post_feedforward_layernorm.'));
-        parts.correct = new AltUpCorrectLayer(gpu, scopeWeights(lw, 'altup.'), limits, altup);
-        parts.ple = ple.create({ gpu, layerType: 'ple', config: t.config, layerIndex: l, weights: model, limits, precision: F32_PRECISION });
-        const scale = t.correctScale ? asRowValues(readF32(lw, 'altup.correct_output_scale', [H]), rows) : undefined;
-        layers.push(
-          new Gemma3nDecoderLayer(parts as unknown as Gemma3nDecoderParts, {
-            type: `${String(ctx.config.model_type)} layer ${l} (${t.types[l]})`, limits, scratch, ...(scale ? { correctOutputScale: scale } : {}),
-          }),
-        );
-      } catch (error) {
-        for (const p of Object.values(parts)) p?.dispose();
-        throw error;
-      }
-    }
+    const parts = { gpu, model, t, limits, precision, scratch, ple, modelType: String(ctx.config.model_type) };
+    for (let l = 0; l < t.layers; l++) layers.push(buildGemma3nDecoderLayer(parts, l, attention));
     layers.push(new AltUpStreamsOut(gpu, model, limits, { hidden: H, streams: t.streams, precision }));
     layers.push(norm(scopeWeights(model, 'norm.')));
     const head = weights.has('lm_head.weight') ? scopeWeights(weights, 'lm_head.') : scopeWeights(model, 'embed_tokens.');
@@ -91,6 +62,58 @@ export function buildGemma3n(ctx: ModelBuildContext): ModelStack {
       scratch.dispose();
     },
   };
+}
+
+/** What decoder layer l is built from: the model's tensors (`model.` removed), its config, the shared scratch and the 'ple' provider. */
+export interface Gemma3nLayerParts {
+  readonly gpu: GpuBackend;
+  readonly model: WeightSource;
+  readonly t: Gemma3nText;
+  readonly limits: LayerLimits;
+  readonly precision: Precision;
+  readonly scratch: Gemma3nScratch;
+  readonly ple: MetralePlugin;
+  /** Shown in the layer's type (`gemma3n_text layer 3 (sliding_attention)`). */
+  readonly modelType: string;
+}
+
+/**
+ * Decoder layer l (`Gemma3nTextDecoderLayer`) from its parts. `attention` holds layers 0 … l − 1's
+ * attention (a KV-shared layer reads its source's cache); layer l's is appended to it.
+ */
+export function buildGemma3nDecoderLayer(p: Gemma3nLayerParts, l: number, attention: AttentionLayer[]): Gemma3nDecoderLayer {
+  const { gpu, model, t, limits, precision } = p;
+  const H = t.hidden;
+  const lw = scopeWeights(model, `layers.${l}.`);
+  const norm = (w: WeightSource) => new RmsNormLayer(gpu, w, limits, { hidden: H, eps: t.eps, offset: 0, precision });
+  const altup = { hidden: H, streams: t.streams, active: t.active, eps: t.eps, precision };
+  const source = kvSourceOf(t, l);
+  const parts: Partial<Record<string, TransformerLayer<any>>> = {};
+  try {
+    parts.predict = new AltUpPredictLayer(gpu, scopeWeights(lw, 'altup.'), limits, altup);
+    parts.inputNorm = norm(scopeWeights(lw, 'input_layernorm.'));
+    parts.laurel = new LaurelLayer(gpu, scopeWeights(lw, 'laurel.'), limits, { hidden: H, rank: t.laurelRank, eps: t.eps, precision });
+    const a = new AttentionLayer(gpu, scopeWeights(lw, 'self_attn.'), limits, attentionOptions(t, l, source === l ? undefined : attention[source], precision));
+    parts.attention = a;
+    parts.postAttentionNorm = norm(scopeWeights(lw, 'post_attention_layernorm.'));
+    parts.preFeedforwardNorm = norm(scopeWeights(lw, 'pre_feedforward_layernorm.'));
+    const cutoff = sparsityCutoff(t.sparsity[l]!, `${t.where}.activation_sparsity_pattern[${l}]`);
+    parts.mlp = new MlpLayer(gpu, scopeWeights(lw, 'mlp.'), limits, {
+      hidden: H, inter: t.inter[l]!, activation: { kind: 'gelu_tanh', ...(cutoff !== undefined ? { cutoff } : {}) }, precision,
+    });
+    parts.postFeedforwardNorm = norm(scopeWeights(lw, 'post_feedforward_layernorm.'));
+    parts.correct = new AltUpCorrectLayer(gpu, scopeWeights(lw, 'altup.'), limits, altup);
+    parts.ple = p.ple.create({ gpu, layerType: 'ple', config: t.config, layerIndex: l, weights: model, limits, precision: F32_PRECISION });
+    const scale = t.correctScale ? asRowValues(readF32(lw, 'altup.correct_output_scale', [H]), precision.rows) : undefined;
+    const layer = new Gemma3nDecoderLayer(parts as unknown as Gemma3nDecoderParts, {
+      type: `${p.modelType} layer ${l} (${t.types[l]})`, limits, scratch: p.scratch, ...(scale ? { correctOutputScale: scale } : {}),
+    });
+    attention.push(a);
+    return layer;
+  } catch (error) {
+    for (const part of Object.values(parts)) part?.dispose();
+    throw error;
+  }
 }
 
 /** Layer l's attention: Gemma3nTextAttention's options, reading `kvSource`'s cache when shared. */

@@ -7,27 +7,29 @@ import { fileURLToPath } from 'node:url';
 import { CpuBackend } from '@metrale/cpu-backend';
 import { emulatedDevice } from '../../../../../tools/cuda-emu/device.mjs';
 
-const kernels = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..', 'kernels');
+export const stdKernels = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..', 'kernels');
 
-// The modules the emulator runs (src/std-modules.ts), every entry point with its CTAs per cluster.
+/** The modules the emulator runs (src/std-modules.ts), every entry point with its CTAs per cluster. */
+export const stdModules = {
+  'std-moe-group': { source: join(stdKernels, 'std-moe-group.cu'), kernels: { std_moe_group: 1 } },
+  'std-attention-prefill': { source: join(stdKernels, 'std-attention-prefill.cu'), kernels: { std_attn_prefill_bf16: 1, std_attn_prefill_f16: 1 } },
+  'std-attention': {
+    source: join(stdKernels, 'std-attention.cu'),
+    kernels: { std_attn_prep: 1, std_attn_core: 1, std_attn_prep_bf16: 1, std_attn_core_bf16: 1, std_attn_prep_f16: 1, std_attn_core_f16: 1 },
+  },
+  'std-rows': {
+    source: join(stdKernels, 'std-rows.cu'),
+    kernels: { std_embed: 1, std_rms_norm: 1, std_layer_norm: 1, std_add: 1, std_silu_mul: 1, std_gelu_mul: 1, std_softcap: 1 },
+  },
+  'std-moe-gemm-16bit': {
+    source: join(stdKernels, 'std-moe-gemm-16bit.cu'),
+    kernels: { std_moe_gemm_up_bf16: 1, std_moe_gemm_down_bf16: 1, std_moe_gemm_up_f16: 1, std_moe_gemm_down_f16: 1 },
+  },
+};
+
 export const { reason, createDevice } = emulatedDevice({
   label: 'layer-std',
-  dependsOn: [kernels],
+  dependsOn: [stdKernels],
   createBackend: () => new CpuBackend({ memoryLimit: 2 ** 33 }),
-  modules: {
-    'std-moe-group': { source: join(kernels, 'std-moe-group.cu'), kernels: { std_moe_group: 1 } },
-    'std-attention-prefill': { source: join(kernels, 'std-attention-prefill.cu'), kernels: { std_attn_prefill_bf16: 1, std_attn_prefill_f16: 1 } },
-    'std-attention': {
-      source: join(kernels, 'std-attention.cu'),
-      kernels: { std_attn_prep: 1, std_attn_core: 1, std_attn_prep_bf16: 1, std_attn_core_bf16: 1, std_attn_prep_f16: 1, std_attn_core_f16: 1 },
-    },
-    'std-rows': {
-      source: join(kernels, 'std-rows.cu'),
-      kernels: { std_embed: 1, std_rms_norm: 1, std_layer_norm: 1, std_add: 1, std_silu_mul: 1, std_gelu_mul: 1, std_softcap: 1 },
-    },
-    'std-moe-gemm-16bit': {
-      source: join(kernels, 'std-moe-gemm-16bit.cu'),
-      kernels: { std_moe_gemm_up_bf16: 1, std_moe_gemm_down_bf16: 1, std_moe_gemm_up_f16: 1, std_moe_gemm_down_f16: 1 },
-    },
-  },
+  modules: stdModules,
 });
