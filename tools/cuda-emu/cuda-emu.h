@@ -285,6 +285,43 @@ inline void mma_bf16_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0
 /** d += A·B, m16n8k16 as mma_bf16_m16n8k16, f16 inputs. */
 inline void mma_f16_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
 
+// ---- wgmma (sm_90a): a warpgroup's m64nNk16 product from shared-memory descriptors -------------------
+//
+// Computed at the instruction (the emulator does not model its asynchrony: a kernel that overwrites an
+// operand before wgmma.wait_group passes here and fails on the GPU). Operands: K-major tiles with the
+// 128-byte swizzle (descriptor layout 1), 8-row core groups `stride byte offset` apart; byte address
+// a of the tile reads at a ^ ((a >> 7) & 7) << 4, as the GPU's swizzle of a 1024-byte-aligned tile.
+
+/** Element (row, k) of a K-major, 128-byte-swizzled operand that `desc` describes (16-bit elements). */
+inline uint16_t wgmma_operand(uint64_t desc, int row, int k) {
+  const uint32_t start = (uint32_t)(desc & 0x3FFFu) << 4;
+  const uint32_t sbo = (uint32_t)((desc >> 32) & 0x3FFFu) << 4;
+  if ((desc >> 62) != 1) fail("wgmma: only the 128-byte swizzled K-major layout is emulated");
+  const uint32_t logical = start + (uint32_t)(row / 8) * sbo + (uint32_t)(row % 8) * 128u + (uint32_t)k * 2u;
+  const uint32_t phys = logical ^ (((logical >> 7) & 7u) << 4);
+  uint16_t e;
+  std::memcpy(&e, smem_at(phys, 2), 2);
+  return e;
+}
+
+/**
+ * d += A·Bᵀ for this thread's part of a warpgroup's m64nNk16 (A 64 × 16, B N × 16, both K-major):
+ * warp w of the warpgroup holds rows 16w + g (+ 8), columns 8j + 2t (+ 1) at d[4j + …], as mma.sync's
+ * accumulators per n8 tile.
+ */
+template <typename Value>
+inline void wgmma_m64k16(float* d, int n, uint64_t descA, uint64_t descB, Value value) {
+  if (g_blockDim.x % 128) fail("wgmma in a CTA whose threads are not whole warpgroups");
+  const int t = current().linear % 128, w = t >> 5, l = t & 31, g = l >> 2, tig = l & 3;
+  for (int j = 0; j < n / 8; j++)
+    for (int e = 0; e < 4; e++) {
+      const int row = 16 * w + g + 8 * (e >> 1), col = 8 * j + 2 * tig + (e & 1);
+      double sum = d[4 * j + e];
+      for (int k = 0; k < 16; k++) sum += (double)value(wgmma_operand(descA, row, k)) * (double)value(wgmma_operand(descB, col, k));
+      d[4 * j + e] = (float)sum;
+    }
+}
+
 // ---- barriers and clusters ---------------------------------------------------------------------------
 
 void syncthreads();

@@ -2,10 +2,15 @@
 // std-moe-gemm-16bit.cu): the m16n8k16 product of 16-bit inputs with f32 accumulators and the
 // ldmatrix loads of its fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16"), and cp.async
 // copies into shared memory. sm_80 and later; under the CPU emulator (METRALE_CUDA_EMU) its
-// versions of the same.
+// versions of the same. Where STD_WGMMA is defined (sm_90a, or the emulator's sm_90 build), the
+// warpgroup products (wgmma) on shared-memory operands too.
 #pragma once
 
 #include "std-common.cuh"
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || (defined(METRALE_CUDA_EMU) && CUDA_EMU_CLUSTERS)
+#define STD_WGMMA 1
+#endif
 
 namespace stdk {
 
@@ -74,5 +79,74 @@ __device__ __forceinline__ unsigned dynamic_smem_bytes() {
   return n;
 }
 #endif
+
+#ifdef STD_WGMMA
+// ---- wgmma: one warpgroup's m64n128k16, both operands K-major in shared memory, 128-byte swizzle ----
+
+/** The shared-memory address of p, as descriptors and bulk copies take it. */
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+#ifdef METRALE_CUDA_EMU
+  return ::cuda_emu::smem_addr(p);
+#else
+  return (uint32_t)__cvta_generic_to_shared(p);
+#endif
+}
+
+/**
+ * The descriptor of a K-major tile at shared address `addr` (1024-byte aligned at its row 0, plus a
+ * k offset below 128 bytes) whose rows are 128 bytes (64 16-bit elements), swizzled by 128 bytes,
+ * 8-row groups 1024 bytes apart.
+ */
+__device__ __forceinline__ uint64_t smem_desc_sw128(uint32_t addr) {
+  return (uint64_t)((addr & 0x3FFFFu) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
+
+/** Byte offset of 16-byte chunk c (0…7) of row r in a 128-byte-swizzled tile of 128-byte rows. */
+__device__ __forceinline__ uint32_t sw128_offset(int r, int c) { return (uint32_t)r * 128u + (uint32_t)((c ^ (r & 7)) << 4); }
+
+#ifdef METRALE_CUDA_EMU
+__device__ __forceinline__ void wgmma_fence() {}
+__device__ __forceinline__ void wgmma_commit() {}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {}
+/** Orders this thread's generic-proxy writes to shared memory (cp.async, stores) before async-proxy reads (wgmma). */
+__device__ __forceinline__ void fence_proxy_async() {}
+template <typename T>
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t a, uint64_t b) {
+  if constexpr (std::is_same_v<T, bf16>) ::cuda_emu::wgmma_m64k16(d, 128, a, b, [](uint16_t x) { return ::cuda_emu::bf16_value(x); });
+  else ::cuda_emu::wgmma_m64k16(d, 128, a, b, [](uint16_t x) { return ::cuda_emu::f16_value(x); });
+}
+#else
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+/** Until at most N of this warpgroup's committed wgmma groups are in flight. */
+template <int N>
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+#define STD_WGMMA_N128(TYPE)                                                                                                              \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                                                                 \
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE " "                                                              \
+               "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"    \
+               "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,"   \
+               "%62,%63}, %64, %65, p, 1, 1, 0, 0;\n}\n"                                                                                     \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]),     \
+                 "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]),         \
+                 "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),         \
+                 "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]),         \
+                 "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]),         \
+                 "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]),         \
+                 "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])          \
+               : "l"(a), "l"(b))
+
+/** d += A · Bᵀ: A 64 × 16 and B 128 × 16 from their descriptors, f32 accumulators in mma.sync's n8-tile order. */
+template <typename T>
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t a, uint64_t b) {
+  if constexpr (std::is_same_v<T, bf16>) STD_WGMMA_N128("bf16");
+  else STD_WGMMA_N128("f16");
+}
+#undef STD_WGMMA_N128
+#endif
+#endif  // STD_WGMMA
 
 }  // namespace stdk

@@ -25,7 +25,8 @@ using namespace stdk;
 
 namespace {
 
-constexpr int kBM = 128, kBW = 128, kBK = 32, kStages = 3;
+constexpr int kBM = 128, kBW = 128, kBK = 32;
+[[maybe_unused]] constexpr int kStages = 3;  // the mma.sync path (sm_80)
 constexpr int kLds = kBK + 8;  // shared row stride in elements: 80 bytes, so ldmatrix's 8 rows fall on distinct banks
 constexpr int kThreads = 256;
 constexpr int kMaxExpertsGemm = 2048;
@@ -38,6 +39,15 @@ struct Stage {
 
 template <typename T>
 constexpr size_t smem_bytes() { return kStages * sizeof(Stage<T>); }
+
+/** CTAs of tile slot 0: zeros for the entries whose expert id is outside the experts, columns n0 … n0 + NC − 1. */
+template <int NC, typename T>
+__device__ __forceinline__ void zero_invalid(const Groups& gr, T* __restrict__ out, int N, int n0) {
+  for (int q = threadIdx.x / NC; q < gr.nInvalid; q += kThreads / NC) {
+    const int n = n0 + threadIdx.x % NC;
+    if (n < N) store_value(out, (size_t)gr.order[gr.nValid + q] * N + n, 0.f);
+  }
+}
 
 /**
  * The grouped GEMM of one CTA. P = 2: gate and up (weights [E][2I][D], N = I, K = D, rows of x by
@@ -54,12 +64,7 @@ __device__ void grouped_gemm(unsigned char* smemRaw, const T* __restrict__ input
   const int n0 = blockIdx.y * NC;
   const int tid = threadIdx.x, lane = lane_id(), warp = warp_id(), g = lane >> 2, tig = lane & 3;
 
-  if (blockIdx.x == 0) {
-    for (int q = tid / NC; q < gr.nInvalid; q += kThreads / NC) {
-      const int n = n0 + tid % NC;
-      if (n < N) store_value(out, (size_t)gr.order[gr.nValid + q] * N + n, 0.f);
-    }
-  }
+  if (blockIdx.x == 0) zero_invalid<NC>(gr, out, N, n0);
   int a, q0, q1;
   if (!find_tile<kBM>(gr, blockIdx.x, tileOf, a, q0, q1)) return;
   const T* we = weights + (size_t)gr.expert[a] * P * N * K;
@@ -148,10 +153,123 @@ __device__ void grouped_gemm(unsigned char* smemRaw, const T* __restrict__ input
   }
 }
 
+#ifdef STD_WGMMA
+// sm_90a: the same CTA tile on wgmma. Each of the two warpgroups owns 64 entries × the 128 weight
+// rows (m64n128k16, both operands K-major in shared memory with the 128-byte swizzle); k in steps
+// of 64 through S stages filled by cp.async from every thread, S − 1 − F ahead, where F wgmma
+// groups stay in flight across a step: the stage a load overwrites was read F + 1 steps back, which
+// each warpgroup has waited for (wgmma.wait_group F) before the barrier the load follows. Up
+// (K = D, long): 4 stages, F = 1, one CTA an SM. Down (K = I, a few steps): 3 stages, F = 0, two
+// CTAs an SM, so one's prologue and epilogue overlap the other's products.
+constexpr int kWgBK = 64;
+constexpr int kWgTileBytes = kBM * kWgBK * 2;  // 128 rows of 128 bytes
+constexpr int kWgStageBytes = 2 * kWgTileBytes;
+template <int S>
+constexpr unsigned kWgSmemBytes = S * kWgStageBytes + 1024;  // + the 1024-byte alignment of the swizzle
+constexpr int kUpStages = 4, kUpInFlight = 1, kDownStages = 3, kDownInFlight = 0;
+
+template <typename T, int P, int S, int F>
+__device__ void grouped_gemm_wg(unsigned char* smemRaw, const T* __restrict__ input, const int32_t* __restrict__ groups, const T* __restrict__ weights,
+                                T* __restrict__ out, int N, int K, int experts, int rowDiv) {
+  constexpr int NC = kBW / P;
+  __shared__ int tileOf[3];
+  const Groups gr(groups, experts);
+  const int n0 = blockIdx.y * NC;
+  const int tid = threadIdx.x;
+  if (blockIdx.x == 0) zero_invalid<NC>(gr, out, N, n0);
+  int a, q0, q1;
+  if (!find_tile<kBM>(gr, blockIdx.x, tileOf, a, q0, q1)) return;
+  const T* we = weights + (size_t)gr.expert[a] * P * N * K;
+  unsigned char* smem = smemRaw + ((1024u - (smem_u32(smemRaw) & 1023u)) & 1023u);
+  const uint32_t base = smem_u32(smem);
+
+  // This thread's 16-byte chunk c of rows tid / 8 + 32 i (i < 4) of each stage's A and B tiles.
+  const int c = tid & 7;
+  const T* arow[4];
+  const T* brow[4];
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    const int r = (tid >> 3) + 32 * i;
+    arow[i] = q0 + r < q1 ? input + (size_t)(gr.order[q0 + r] / rowDiv) * K : nullptr;
+    const int n = P == 2 ? n0 + (r & 63) : n0 + r;
+    brow[i] = n < N ? we + ((P == 2 && r >= 64) ? (size_t)N * K : 0) + (size_t)n * K : nullptr;
+  }
+  auto load_stage = [&](int s, int k0) {
+    unsigned char* st = smem + s * kWgStageBytes;
+    const bool kin = k0 + c * 8 < K;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const int r = (tid >> 3) + 32 * i;
+      cp_async16(st + sw128_offset(r, c), arow[i] && kin ? arow[i] + k0 + c * 8 : input, arow[i] && kin);
+      cp_async16(st + kWgTileBytes + sw128_offset(r, c), brow[i] && kin ? brow[i] + k0 + c * 8 : weights, brow[i] && kin);
+    }
+  };
+
+  const int wg = tid >> 7;
+  float acc[64];
+#pragma unroll
+  for (int i = 0; i < 64; i++) acc[i] = 0.f;
+  const int kTiles = (K + kWgBK - 1) / kWgBK;
+  constexpr int ahead = S - 1 - F;
+  static_assert(ahead >= 1, "no stage left to load ahead");
+#pragma unroll
+  for (int s = 0; s < ahead; s++) {
+    if (s < kTiles) load_stage(s, s * kWgBK);
+    cp_async_commit();
+  }
+  for (int kt = 0; kt < kTiles; kt++) {
+    cp_async_wait<ahead - 1>();  // this thread's copies of stage kt have landed
+    fence_proxy_async();         // and are visible to the tensor cores' reads
+    __syncthreads();             // every thread's, and both warpgroups are past step kt − 1 − F's products
+    const int next = kt + ahead;
+    if (next < kTiles) load_stage(next % S, next * kWgBK);
+    cp_async_commit();
+    const uint32_t st = base + (uint32_t)((kt % S) * kWgStageBytes);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kWgBK / 16; kk++)
+      wgmma_m64n128k16<T>(acc, smem_desc_sw128(st + (uint32_t)(wg * 64 * 128 + kk * 32)), smem_desc_sw128(st + (uint32_t)(kWgTileBytes + kk * 32)));
+    wgmma_commit();
+    wgmma_wait<F>();
+  }
+  wgmma_wait<0>();
+  cp_async_wait<0>();
+
+  // Accumulator 4j + e: entry wg·64 + 16·(warp % 4) + g (+ 8 for e ≥ 2), weight row 8j + 2·tig (+ 1 for odd e).
+  const int lane = lane_id(), g = lane >> 2, tig = lane & 3, wr = wg * 64 + (warp_id() & 3) * 16 + g;
+#pragma unroll
+  for (int half = 0; half < 2; half++) {
+    const int q = q0 + wr + half * 8;
+    if (q >= q1) continue;
+    T* orow = out + (size_t)gr.order[q] * N;
+#pragma unroll
+    for (int j = 0; j < (P == 2 ? 8 : 16); j++) {
+      const int n = n0 + j * 8 + 2 * tig;
+      if (n >= N) continue;
+      float v0 = acc[4 * j + 2 * half], v1 = acc[4 * j + 2 * half + 1];
+      if constexpr (P == 2) v0 = silu(v0) * acc[4 * (j + 8) + 2 * half], v1 = silu(v1) * acc[4 * (j + 8) + 2 * half + 1];
+      *reinterpret_cast<uint32_t*>(orow + n) = pack2<T>(v0, v1);
+    }
+  }
+}
+#endif  // STD_WGMMA
+
+#ifdef STD_WGMMA
+template <typename T, int P>
+constexpr unsigned kSmemBytes = kWgSmemBytes<P == 2 ? kUpStages : kDownStages>;
+constexpr int kUpBlocks = 1, kDownBlocks = 2;
+#define STD_MOE_GEMM(T, P) grouped_gemm_wg<T, P, P == 2 ? kUpStages : kDownStages, P == 2 ? kUpInFlight : kDownInFlight>
+#else
+template <typename T, int P>
+constexpr unsigned kSmemBytes = (unsigned)smem_bytes<T>();
+constexpr int kUpBlocks = 2, kDownBlocks = 2;
+#define STD_MOE_GEMM(T, P) grouped_gemm<T, P>
+#endif
+
 /** Traps on arguments or a launch the kernels do not take (the layer never makes one). */
-template <typename T>
+template <typename T, int P>
 __device__ __forceinline__ void check_launch(int wDtype, int rowDtype, int experts, int hidden, int inter) {
-  if (wDtype != row_code<T> || rowDtype != row_code<T> || experts > kMaxExpertsGemm || dynamic_smem_bytes() < smem_bytes<T>() ||
+  if (wDtype != row_code<T> || rowDtype != row_code<T> || experts > kMaxExpertsGemm || dynamic_smem_bytes() < kSmemBytes<T, P> ||
       blockDim.x != kThreads || (hidden & 15) || (inter & 15))
     __trap();
 }
@@ -161,24 +279,25 @@ __device__ __forceinline__ void check_launch(int wDtype, int rowDtype, int exper
 // One pair of kernels per row type, the weights of the same type: _bf16, _f16. Parameters as the
 // grouped kernels std_moe_experts_up / _down, so the layer launches either with the same arguments.
 #define STD_MOE_GEMM_KERNELS(SUFFIX, T)                                                                                                             \
-  extern "C" __global__ void __launch_bounds__(kThreads, 2) std_moe_gemm_up##SUFFIX(                                                               \
+  extern "C" __global__ void __launch_bounds__(kThreads, kUpBlocks) std_moe_gemm_up##SUFFIX(                                                               \
       const T* __restrict__ input, const int32_t* __restrict__ ids, const int32_t* __restrict__ groups, const void* __restrict__ gateUp,            \
       const float* __restrict__ gateUpScales, T* __restrict__ h, int rows, int hidden, int inter, int experts, int topK, int wDtype, int rowDtype) { \
     (void)ids, (void)rows, (void)gateUpScales;                                                                                                    \
     STD_DYNAMIC_SMEM(smem);                                                                                         \
-    check_launch<T>(wDtype, rowDtype, experts, hidden, inter);                                                                                    \
-    grouped_gemm<T, 2>(smem, input, groups, static_cast<const T*>(gateUp), h, inter, hidden, experts, topK);                                     \
+    check_launch<T, 2>(wDtype, rowDtype, experts, hidden, inter);                                                                                    \
+    STD_MOE_GEMM(T, 2)(smem, input, groups, static_cast<const T*>(gateUp), h, inter, hidden, experts, topK);                                     \
   }                                                                                                                                               \
-  extern "C" __global__ void __launch_bounds__(kThreads, 2) std_moe_gemm_down##SUFFIX(                                                             \
+  extern "C" __global__ void __launch_bounds__(kThreads, kDownBlocks) std_moe_gemm_down##SUFFIX(                                                             \
       const T* __restrict__ h, const int32_t* __restrict__ ids, const int32_t* __restrict__ groups, const void* __restrict__ down,                  \
       const float* __restrict__ downScales, T* __restrict__ y, int rows, int hidden, int inter, int experts, int topK, int wDtype, int rowDtype) {  \
     (void)ids, (void)rows, (void)topK, (void)downScales;                                                                                          \
     STD_DYNAMIC_SMEM(smem);                                                                                         \
-    check_launch<T>(wDtype, rowDtype, experts, hidden, inter);                                                                                    \
-    grouped_gemm<T, 1>(smem, h, groups, static_cast<const T*>(down), y, hidden, inter, experts, 1);                                              \
+    check_launch<T, 1>(wDtype, rowDtype, experts, hidden, inter);                                                                                    \
+    STD_MOE_GEMM(T, 1)(smem, h, groups, static_cast<const T*>(down), y, hidden, inter, experts, 1);                                              \
   }
 
 STD_MOE_GEMM_KERNELS(_bf16, bf16)
 STD_MOE_GEMM_KERNELS(_f16, f16)
 
 #undef STD_MOE_GEMM_KERNELS
+#undef STD_MOE_GEMM

@@ -136,10 +136,20 @@ interface GemmTiles {
   readonly threads: number;
   /** Dynamic shared memory (0: the kernel's is static). */
   readonly sharedBytes: number;
+  /** Dynamic shared memory of the sm_90a build's up and down passes (compute capability 9.0), where they take wgmma; else `sharedBytes`. */
+  readonly sharedBytesWgmma?: { readonly up: number; readonly down: number };
 }
 
-/** kernels/std-moe-gemm-16bit.cu: 128 entries × 128 weight rows, 3 stages of 32-wide k tiles (rows of 40 elements). */
-const TILES_16BIT: GemmTiles = { entries: 128, upColumns: 64, downColumns: 128, threads: 256, sharedBytes: 3 * 2 * 128 * 40 * 2 };
+/**
+ * kernels/std-moe-gemm-16bit.cu: 128 entries × 128 weight rows; mma.sync with 3 stages of 32-wide k
+ * tiles (rows of 40 elements), or on sm_90a wgmma with 4 (up) or 3 (down) stages of 64-wide ones
+ * (+ 1 KiB to align).
+ */
+const WGMMA_STAGE_BYTES = 2 * 128 * 64 * 2;
+const TILES_16BIT: GemmTiles = {
+  entries: 128, upColumns: 64, downColumns: 128, threads: 256, sharedBytes: 3 * 2 * 128 * 40 * 2,
+  sharedBytesWgmma: { up: 4 * WGMMA_STAGE_BYTES + 1024, down: 3 * WGMMA_STAGE_BYTES + 1024 },
+};
 /** kernels/std-moe-gemm.cu (FP8 weights): 64 entries × 64 columns. */
 const TILES_FP8: GemmTiles = { entries: 64, upColumns: 64, downColumns: 64, threads: 128, sharedBytes: 0 };
 
@@ -182,14 +192,18 @@ export function moeTensorCores(kernels: ExpertKernels, phase: StepPhase, hidden:
  * the slots are a bound: one per tile of entries, and one more per expert that can be chosen (each
  * expert's last tile may be partial).
  */
-export function expertsGemmLaunch(kernels: ExpertKernels, pass: 'up' | 'down', rows: number, topK: number, n: number, experts: number, stream: Stream): LaunchConfig {
+export function expertsGemmLaunch(
+  kernels: ExpertKernels, pass: 'up' | 'down', rows: number, topK: number, n: number, experts: number, capability: readonly [number, number], stream: Stream,
+): LaunchConfig {
   const t = kernels.gemm?.tiles;
   if (!t) throw new InvalidArgumentError('expertsGemmLaunch: this expert format has no tensor-core GEMMs (f32 rows); check moeTensorCores first');
   const entries = Math.max(1, rows * topK);
   const columns = pass === 'up' ? t.upColumns : t.downColumns;
+  // The fatbin's sm_90a code runs only on compute capability 9.0; elsewhere the sm_80 code (or its PTX).
+  const shared = capability[0] === 9 && capability[1] === 0 && t.sharedBytesWgmma !== undefined ? t.sharedBytesWgmma[pass] : t.sharedBytes;
   return {
     grid: [Math.ceil(entries / t.entries) + Math.min(experts, entries), Math.ceil(n / columns)], block: t.threads, stream,
-    ...(t.sharedBytes > 0 ? { sharedBytes: t.sharedBytes } : {}),
+    ...(shared > 0 ? { sharedBytes: shared } : {}),
   };
 }
 

@@ -158,10 +158,10 @@ export class MoeLayer extends StatelessLayer {
       const up = tensorCores ? k.gemm!.up : k.up;
       const down = tensorCores ? k.gemm!.down : k.down;
       gpu.launch(groupKernel, groupLaunch(stream), { ids: s.ids, groups: s.groups, rows, experts: E, topK });
-      gpu.launch(up, tensorCores ? expertsGemmLaunch(k, 'up', rows, topK, inter, E, stream) : expertsUpLaunch(rows, topK, inter, E, stream), {
+      gpu.launch(up, tensorCores ? expertsGemmLaunch(k, 'up', rows, topK, inter, E, gpu.device.computeCapability, stream) : expertsUpLaunch(rows, topK, inter, E, stream), {
         input, ids: s.ids, groups: s.groups, gateUp: w.gateUp.data, gateUpScales: w.gateUp.scales, h: s.h, rows, hidden: D, inter, experts: E, topK, ...codes,
       });
-      gpu.launch(down, tensorCores ? expertsGemmLaunch(k, 'down', rows, topK, D, E, stream) : expertsDownLaunch(rows, topK, D, E, stream), {
+      gpu.launch(down, tensorCores ? expertsGemmLaunch(k, 'down', rows, topK, D, E, gpu.device.computeCapability, stream) : expertsDownLaunch(rows, topK, D, E, stream), {
         h: s.h, ids: s.ids, groups: s.groups, down: w.down.data, downScales: w.down.scales, y: s.y, rows, hidden: D, inter, experts: E, topK, ...codes,
       });
       gpu.launch(expertsKernel, expertsLaunch(rows, D, stream), {

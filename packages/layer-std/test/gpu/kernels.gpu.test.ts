@@ -212,10 +212,10 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
     const up = tensorCores ? k.gemm!.up : k.up;
     const down = tensorCores ? k.gemm!.down : k.down;
     gpu.launch(groupKernel, groupLaunch(s), { ids: p.ids!, groups: p.groups!, rows, experts: E, topK });
-    gpu.launch(up, tensorCores ? expertsGemmLaunch(k, 'up', rows, topK, I, E, s) : expertsUpLaunch(rows, topK, I, E, s), {
+    gpu.launch(up, tensorCores ? expertsGemmLaunch(k, 'up', rows, topK, I, E, gpu.device.computeCapability, s) : expertsUpLaunch(rows, topK, I, E, s), {
       input: p.x!, ids: p.ids!, groups: p.groups!, gateUp: p.gateUp!, gateUpScales: fp8 ? p.gateUpScales! : 0n, h: p.h!, rows, hidden: D, inter: I, experts: E, topK, ...codes,
     });
-    gpu.launch(down, tensorCores ? expertsGemmLaunch(k, 'down', rows, topK, D, E, s) : expertsDownLaunch(rows, topK, D, E, s), {
+    gpu.launch(down, tensorCores ? expertsGemmLaunch(k, 'down', rows, topK, D, E, gpu.device.computeCapability, s) : expertsDownLaunch(rows, topK, D, E, s), {
       h: p.h!, ids: p.ids!, groups: p.groups!, down: p.down!, downScales: fp8 ? p.downScales! : 0n, y: p.y!, rows, hidden: D, inter: I, experts: E, topK, ...codes,
     });
     gpu.launch(expertsKernel, expertsLaunch(rows, D, s), { y: p.y!, ids: p.ids!, weights: p.weights!, output: p.out!, rows, hidden: D, experts: E, topK, dtype: codes.rowDtype });
