@@ -16,7 +16,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { EngineLoop, LayerTimer, StepDriver, describePrecision, generateAll, gib } from '@metrale/core';
-import { registerModels } from '../dist/index.js';
+import { PrefillLastRowsHead, registerModels } from '../dist/index.js';
 import { benchPrompt, random80bModel } from './random-80b-model.mjs';
 
 const { values: o } = parseArgs({
@@ -75,6 +75,8 @@ const maxSeqs = Math.max(...cases.map((c) => c.prompts));
 const limits = { maxSeqs, maxBatch: maxSeqs, maxK: 1, maxSeqLen: Math.max(...cases.map((c) => c.length)) + 8, maxRows: Math.max(chunk, maxSeqs) };
 const t0 = performance.now();
 const stack = registerModels().forConfig(config, 'bench config').build({ gpu, config, weights, limits, precision });
+// The served head: a prefill step computes logits only for each prompt's last row, as metrale serve does.
+const servedLayers = PrefillLastRowsHead.wrapLast(stack.layers);
 const buildS = (performance.now() - t0) / 1000;
 console.error(`built ${config.num_hidden_layers} layers in ${buildS.toFixed(1)} s (${describePrecision(precision)})`);
 model.release();
@@ -103,7 +105,7 @@ const peerMs = (c) => {
 const results = [];
 for (const c of cases) {
   const requests = Array.from({ length: c.prompts }, (_, b) => ({ prompt: benchPrompt(config, b, c.length), maxTokens: 1, stopTokenIds: [] }));
-  const driver = new StepDriver({ gpu, layers: stack.layers, limits, graphs: false });
+  const driver = new StepDriver({ gpu, layers: servedLayers, limits, graphs: false });
   // No prefix cache: a repeat of the same prompt would otherwise reuse its blocks (and GDN states at
   // chunk boundaries) and time only the tail.
   const loop = new EngineLoop({ driver, vocabSize: config.vocab_size, prefillChunk: c.chunk, prefixCaching: false });
@@ -113,7 +115,7 @@ for (const c of cases) {
   driver.dispose();
   // One timed pass for the split by layer kind.
   const timer = new LayerTimer(gpu);
-  const timed = new StepDriver({ gpu, layers: stack.layers, limits, graphs: false, layerTimer: timer });
+  const timed = new StepDriver({ gpu, layers: servedLayers, limits, graphs: false, layerTimer: timer });
   generateAll(new EngineLoop({ driver: timed, vocabSize: config.vocab_size, prefillChunk: c.chunk, prefixCaching: false }), requests);
   const byKind = Object.fromEntries(Object.entries(timer.totals('prefill')).map(([kind, t]) => [kind, Number(t.toFixed(2))]));
   timed.dispose();

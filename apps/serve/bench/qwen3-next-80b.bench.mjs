@@ -15,7 +15,7 @@ import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { EngineLoop, LayerTimer, NgramProposer, StepDriver, generateAll, describePrecision, gib } from '@metrale/core';
 import { DeviceSampler } from '@metrale/layer-std';
-import { registerModels } from '../dist/index.js';
+import { PrefillLastRowsHead, registerModels } from '../dist/index.js';
 import { benchPrompt, random80bModel } from './random-80b-model.mjs';
 
 const { values: o } = parseArgs({
@@ -57,6 +57,8 @@ const k = Number(o.spec);
 const limits = { maxSeqs: maxBatch, maxBatch, maxK: k + 1, maxSeqLen: promptLen + steps + k + 8, maxRows: Math.max(maxBatch * (k + 1), promptLen * Math.min(maxBatch, 8)) };
 const t0 = performance.now();
 const stack = registerModels().forConfig(config, 'bench config').build({ gpu, config, weights, limits, precision });
+// The served head: a prefill step computes logits only for each prompt's last row, as metrale serve does.
+const servedLayers = PrefillLastRowsHead.wrapLast(stack.layers);
 const buildS = (performance.now() - t0) / 1000;
 console.error(`built ${config.num_hidden_layers} layers in ${buildS.toFixed(1)} s (${describePrecision(precision)})`);
 model.release();
@@ -87,7 +89,7 @@ const picker = new DeviceSampler(gpu, maxBatch * (k + 1));
 const modes = [{ spec: false, graphs: true }, ...(o.eager ? [{ spec: false, graphs: false }] : []), { spec: true, graphs: true }];
 for (const { spec, graphs } of modes) {
   for (const B of batches) {
-    const driver = new StepDriver({ gpu, layers: stack.layers, limits, graphs });
+    const driver = new StepDriver({ gpu, layers: servedLayers, limits, graphs });
     // The engine loop that serves: every prompt in one chunk, several prompts per prefill step.
     const loop = new EngineLoop({ driver, vocabSize: config.vocab_size, prefillChunk: promptLen, picker, ...(spec ? { speculation: { proposer: new NgramProposer({ k, minN: 1, maxN: 3 }), k } } : {}) });
     const runner = { generate: (reqs) => generateAll(loop, reqs, spec ? k : undefined) };
@@ -117,7 +119,7 @@ const layerTimes = [];
 if (o['layer-times']) {
   for (const B of batches) {
     const timer = new LayerTimer(gpu);
-    const driver = new StepDriver({ gpu, layers: stack.layers, limits, graphs: false, layerTimer: timer });
+    const driver = new StepDriver({ gpu, layers: servedLayers, limits, graphs: false, layerTimer: timer });
     const loop = new EngineLoop({ driver, vocabSize: config.vocab_size, prefillChunk: promptLen });
     const requests = Array.from({ length: B }, (_, b) => ({ prompt: benchPrompt(config, b, promptLen), stopTokenIds: [] }));
     generateAll(loop, requests.map((r) => ({ ...r, maxTokens: 2 }))); // warm-up

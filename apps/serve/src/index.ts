@@ -19,6 +19,7 @@ export {
 } from './models/index.js';
 export { TextCodec } from './generate/text-codec.js';
 export { generateLimits } from './generate/generate-limits.js';
+export { PrefillLastRowsHead } from './engine/prefill-head.js';
 export type { PlannedTensor, Qwen3NextShape } from './embedded/qwen3-next-tensor-plan.js';
 export { qwen3NextTensorPlan } from './embedded/qwen3-next-tensor-plan.js';
 export { EMBEDDED_MODEL_NAME, ensureEmbeddedModel } from './embedded/embedded-model.js';

@@ -59,12 +59,13 @@ describe.skipIf(!cuda.available)('metrale serve --backend cuda', () => {
     expect(kv.kv_cache_tokens).toBe(16 * 2048);
     expect(kv.prefix_caching).toBe(true);
     const long = `${'The sea and the ships that sail on it. '.repeat(150)}`; // past one 1024-token prefill chunk: a hybrid model's prefix hit starts at a chunk end
-    const first = await chat(gpuServer, `${long} First question?`) as any;
+    // The same prompt twice: the first computes every block, the second starts from the cached ones
+    // and must answer alike (a long random-model prompt leaves too thin margins to compare with the CPU).
+    const first = await chat(gpuServer, `${long} A question?`) as any;
     const before = await metric(gpuServer.url, 'vllm:prefix_cache_hits_total');
-    const second = await chat(gpuServer, `${long} Second question?`) as any;
+    const second = await chat(gpuServer, `${long} A question?`) as any;
     expect(await metric(gpuServer.url, 'vllm:prefix_cache_hits_total')).toBeGreaterThan(before);
-    const onCpu = await chat(cpuServer, `${long} Second question?`) as any;
-    expect(second.choices[0].message.content).toBe(onCpu.choices[0].message.content);
+    expect(second.choices[0].message.content).toBe(first.choices[0].message.content);
     expect(first.choices[0].message.content.length).toBeGreaterThan(0);
   });
 });
