@@ -24,7 +24,7 @@ import { isMultimodalConfig } from './text-config.js';
 export function buildGemma3n(ctx: ModelBuildContext): ModelStack {
   const t = gemma3nText(ctx.config);
   if (ctx.parallel && ctx.parallel.size > 1) {
-    throw new InvalidArgumentError(`${String(ctx.config.model_type)}: tensor parallelism is not supported for Gemma 3n yet; serve it on one device (--tensor-parallel 1)`);
+    throw new InvalidArgumentError(`${String(ctx.config.model_type)}: tensor parallelism is not supported for Gemma 3n yet; serve it on one device (--tensor-parallel-size 1)`);
   }
   const { gpu, limits } = ctx;
   const precision = ctx.precision ?? F32_PRECISION;
