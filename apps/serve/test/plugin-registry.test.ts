@@ -25,7 +25,7 @@ const provider = (r: ServingRegistry, kind: 'layerTypes' | 'modelTypes', name: s
 describe('the serving registry: the shipped adapters and the plugins, with precedence', () => {
   it("serves the shipped adapters and a plugin's own architectures and layer types", () => {
     const r = buildRegistry([gdn, std, found('acme-swa', { layerTypes: ['swa'], architectures: ['mistral_swa'] })], { adapters: ADAPTERS });
-    expect(r.architectures.modelTypes()).toEqual(['glm_moe_dsa', 'mistral_swa', 'qwen3_5', 'qwen3_5_moe', 'qwen3_5_moe_text', 'qwen3_5_text', 'qwen3_next']);
+    expect(r.architectures.modelTypes()).toEqual(['gemma3n', 'gemma3n_text', 'glm_moe_dsa', 'mistral_swa', 'qwen3_5', 'qwen3_5_moe', 'qwen3_5_moe_text', 'qwen3_5_text', 'qwen3_next']);
     expect(provider(r, 'modelTypes', 'qwen3_next')).toEqual({ name: 'qwen3_next', provider: BUNDLED_ADAPTERS_PROVIDER, bundled: true, shadowed: [] });
     expect(provider(r, 'modelTypes', 'mistral_swa')).toEqual({ name: 'mistral_swa', provider: 'acme-swa', bundled: false, shadowed: [] });
     expect(r.layers.get('swa').name).toBe('acme-swa');
