@@ -1,4 +1,5 @@
 import { WeightsError } from '@metrale/core';
+import { intField } from './config-fields.js';
 import { textConfigOf, textConfigWhere } from './text-config.js';
 
 type Config = Readonly<Record<string, unknown>>;
@@ -47,12 +48,8 @@ const SIZES = [
 export function gemma3nText(config: Config): Gemma3nText {
   const c = textConfigOf(config);
   const where = textConfigWhere(config);
-  const int = (name: string, fallback?: number, min = 1): number => {
-    const v = c[name] ?? fallback;
-    if (v === undefined || v === null) throw new WeightsError(`${where}.${name} is missing; a Gemma 3n config.json must give it`);
-    if (!Number.isSafeInteger(v) || (v as number) < min) throw new WeightsError(`${where}.${name} must be an integer ≥ ${min}, got ${JSON.stringify(v)}`);
-    return v as number;
-  };
+  const int = (name: string, fallback?: number, min = 1): number =>
+    intField(c, name, { where, min, missing: 'a Gemma 3n config.json must give it', ...(fallback !== undefined ? { fallback } : {}) });
   for (const name of SIZES) int(name);
   const layers = int('num_hidden_layers');
   const perLayer = <T>(name: string, fallback: T, ok: (v: unknown) => v is T): T[] => {

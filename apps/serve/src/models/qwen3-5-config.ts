@@ -1,4 +1,5 @@
 import { WeightsError } from '@metrale/core';
+import { intField } from './config-fields.js';
 import { textConfigOf, textConfigWhere } from './text-config.js';
 
 type Config = Readonly<Record<string, unknown>>;
@@ -36,9 +37,8 @@ export function qwen35LayerTypes(text: Config, where = 'config'): Qwen35LayerTyp
       return t;
     });
   }
-  const interval = text.full_attention_interval ?? 4;
-  if (!Number.isSafeInteger(interval) || (interval as number) < 1) throw new WeightsError(`${where}.full_attention_interval must be a positive integer, got ${JSON.stringify(interval)}`);
-  return Array.from({ length: n }, (_, i) => ((i + 1) % (interval as number) === 0 ? 'full_attention' : 'linear_attention'));
+  const interval = intField(text, 'full_attention_interval', { where, fallback: 4 });
+  return Array.from({ length: n }, (_, i) => ((i + 1) % interval === 0 ? 'full_attention' : 'linear_attention'));
 }
 
 /**
@@ -53,13 +53,8 @@ export function qwen35TextConfig(config: Config, family: Qwen35Family): Config {
   const text = textConfigOf(config);
   const where = textConfigWhere(config);
   const modelType = String(config.model_type);
-  for (const name of [...SIZES, ...FEED_FORWARD[family]]) {
-    const v = text[name];
-    if (v === undefined || v === null) {
-      throw new WeightsError(`${where}.${name} is missing; a ${modelType} checkpoint's config.json must give it (as the published Qwen3.5 configs do)`);
-    }
-    if (!Number.isSafeInteger(v) || (v as number) < 1) throw new WeightsError(`${where}.${name} must be a positive integer, got ${JSON.stringify(v)}`);
-  }
+  const missing = `a ${modelType} checkpoint's config.json must give it (as the published Qwen3.5 configs do)`;
+  for (const name of [...SIZES, ...FEED_FORWARD[family]]) intField(text, name, { where, missing });
   const act = text.hidden_act ?? 'silu';
   if (act !== 'silu' && act !== 'swish') throw new WeightsError(`${where}.hidden_act is ${JSON.stringify(act)}; Qwen3.5's MLPs and Gated DeltaNet conv compute 'silu' only`);
   return {
