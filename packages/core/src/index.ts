@@ -11,11 +11,14 @@ export {
   roundTo, toBf16, fromBf16, toF16,
 } from './device/dtype.js';
 export type { DeviceMemoryView } from './device/memory-view.js';
+export type { ElementRead, ElementWrite, ElementAccess } from './device/row-elements.js';
+export { rowDtypeOf, elementReader, elementWriter, elementAccess, readElements, elementAt, roundRows } from './device/row-elements.js';
 export type {
   Kernel, KernelArgs, KernelDefinition, KernelModule, KernelParam, KernelParams, KernelParamType, CpuKernelContext, Dims,
 } from './device/kernel.js';
 export { defineKernel, defineKernelModule, validateKernelArgs, toDims, toEarlyStart } from './device/kernel.js';
 export { requireKernels } from './device/require-kernels.js';
+export { rowLaunch, flatLaunch } from './device/launch-shapes.js';
 export type {
   GpuBackend, Stream, GpuEvent, Graph, GraphExec, HostBuffer, DeviceInfo, LaunchConfig, GemmArgs, ConvertArgs, BackendProbe,
 } from './device/gpu-backend.js';

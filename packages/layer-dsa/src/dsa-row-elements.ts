@@ -1,12 +1,17 @@
-import { bf16BitsToF32, f16BitsToF32, f32ToBf16Bits, f32ToF16Bits, type DeviceMemoryView, type DevicePtr } from '@metrale/core';
+import { elementAt, elementWriter, floatBytes, readElements, type DeviceMemoryView, type DevicePtr, type FloatDtype } from '@metrale/core';
 
 // Row-typed buffers of the CPU twins (qr, qb, olat): elements of core's FLOAT_DTYPE_CODE (0 f32,
 // 1 bf16, 2 f16), read as f32 values and stored with one rounding, as the kernels'
-// metrale::load_element / store_element do.
+// metrale::load_element / store_element do (core's row-element helpers, by code and element offset).
+
+/** Kept beside core's rowDtypeOf because DSA's twins never rejected a code: any code but 0 and 1 reads as f16. */
+function rowTypeOfCode(code: number): FloatDtype {
+  return code === 0 ? 'f32' : code === 1 ? 'bf16' : 'f16';
+}
 
 /** Bytes of one element of FLOAT_DTYPE_CODE `code`. */
 export function rowElementBytes(code: number): number {
-  return code === 0 ? 4 : 2;
+  return floatBytes(rowTypeOfCode(code));
 }
 
 /**
@@ -14,12 +19,8 @@ export function rowElementBytes(code: number): number {
  * the memory itself (a view: do not write through it); bf16 and f16 are decoded into a copy.
  */
 export function loadRowElements(mem: DeviceMemoryView, base: DevicePtr, start: number, count: number, code: number): Float32Array {
-  if (code === 0) return mem.f32(base + BigInt(start * 4), count);
-  const bits = mem.u16(base + BigInt(start * 2), count);
-  const out = new Float32Array(count);
-  const decode = code === 1 ? bf16BitsToF32 : f16BitsToF32;
-  for (let i = 0; i < count; i++) out[i] = decode(bits[i]!);
-  return out;
+  const dtype = rowTypeOfCode(code);
+  return readElements(mem, elementAt(base, start, dtype), count, dtype);
 }
 
 /**
@@ -30,12 +31,7 @@ export function loadRowElements(mem: DeviceMemoryView, base: DevicePtr, start: n
 export function storeRowElements(
   mem: DeviceMemoryView, base: DevicePtr, start: number, values: ArrayLike<number>, off: number, count: number, code: number,
 ): void {
-  if (code === 0) {
-    const dst = mem.f32(base + BigInt(start * 4), count);
-    for (let i = 0; i < count; i++) dst[i] = values[off + i]!;
-    return;
-  }
-  const dst = mem.u16(base + BigInt(start * 2), count);
-  const encode = code === 1 ? f32ToBf16Bits : f32ToF16Bits;
-  for (let i = 0; i < count; i++) dst[i] = encode(Math.fround(values[off + i]!));
+  const dtype = rowTypeOfCode(code);
+  const store = elementWriter(mem, elementAt(base, start, dtype), count, dtype);
+  for (let i = 0; i < count; i++) store(i, values[off + i]!);
 }

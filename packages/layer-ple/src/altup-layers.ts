@@ -1,8 +1,7 @@
 import {
-  FLOAT_DTYPE_CODE, WeightsError, readF32, type GpuBackend, type Kernel, type LayerLimits, type LayerState, type LayerStep, type Precision, type WeightSource,
+  FLOAT_DTYPE_CODE, WeightsError, readF32, rowLaunch, type GpuBackend, type Kernel, type LayerLimits, type LayerState, type LayerStep, type Precision, type WeightSource,
 } from '@metrale/core';
 import { ALTUP_MAX_STREAMS, altupCorrectKernel, altupPredictKernel } from './altup-kernels.js';
-import { rowLaunch } from './gemma3n-kernels.js';
 import { asRowValues, Gemma3nRowLayer, requireGemma3nKernels, rowTypeOf } from './gemma3n-stateless.js';
 
 /** A decoder layer's AltUp (`Gemma3nTextAltUp`): n streams of `hidden`, the active one `active`. */

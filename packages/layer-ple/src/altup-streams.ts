@@ -1,9 +1,9 @@
 import {
   F32_PRECISION, FLOAT_DTYPE_CODE, floatBytes, readLinear, runLinear, uploadLinear,
-  type DevicePtr, type GpuBackend, type Kernel, type LayerLimits, type LayerState, type LayerStep, type LinearWeight, type Precision, type WeightSource,
+  rowLaunch, type DevicePtr, type GpuBackend, type Kernel, type LayerLimits, type LayerState, type LayerStep, type LinearWeight, type Precision, type WeightSource,
 } from '@metrale/core';
 import { magnitudeKernel, streamsMeanKernel } from './altup-kernels.js';
-import { copyKernel, rowLaunch } from './gemma3n-kernels.js';
+import { copyKernel } from './gemma3n-kernels.js';
 import { Gemma3nRowLayer, requireGemma3nKernels, rowTypeOf } from './gemma3n-stateless.js';
 
 export interface AltUpStreamsOptions {

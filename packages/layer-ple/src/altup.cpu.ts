@@ -1,5 +1,4 @@
-import type { CpuKernelContext } from '@metrale/core';
-import { rowAccess, roundRows, rowDtypeOf } from './gemma3n-elements.cpu.js';
+import { elementAccess, roundRows, rowDtypeOf, type CpuKernelContext } from '@metrale/core';
 
 // CPU twins of kernels/altup.cu's kernels (Gemma3nTextAltUp; docs/models/gemma3n-text.md,
 // steps 3, 5 and 7). Rows hold n streams of H values ([rows][n][H]) in the row type; router and
@@ -55,8 +54,8 @@ function modalities(a: Router, x: (i: number) => number, mem: CpuKernelContext['
 export function predictCpu(a: PredictArgs, { mem }: CpuKernelContext): void {
   const dtype = rowDtypeOf(a.dtype);
   const [H, n] = [a.hidden, a.n];
-  const s = rowAccess(mem, a.streams, a.rows * n * H, dtype);
-  const p = rowAccess(mem, a.pred, a.rows * n * H, dtype);
+  const s = elementAccess(mem, a.streams, a.rows * n * H, dtype);
+  const p = elementAccess(mem, a.pred, a.rows * n * H, dtype);
   const c = mem.f32(a.coefs, n * n * n);
   for (let r = 0; r < a.rows; r++) {
     const base = r * n * H;
@@ -83,8 +82,8 @@ export function predictCpu(a: PredictArgs, { mem }: CpuKernelContext): void {
 export function correctCpu(a: CorrectArgs, { mem }: CpuKernelContext): void {
   const dtype = rowDtypeOf(a.dtype);
   const [H, n] = [a.hidden, a.n];
-  const x = rowAccess(mem, a.input, a.rows * (n + 1) * H, dtype);
-  const out = rowAccess(mem, a.corr, a.rows * n * H, dtype);
+  const x = elementAccess(mem, a.input, a.rows * (n + 1) * H, dtype);
+  const out = elementAccess(mem, a.corr, a.rows * n * H, dtype);
   const c = mem.f32(a.coefs, n * n);
   for (let r = 0; r < a.rows; r++) {
     const base = r * (n + 1) * H;
@@ -121,9 +120,9 @@ export interface MagnitudeArgs {
 export function magnitudeCpu(a: MagnitudeArgs, { mem }: CpuKernelContext): void {
   const dtype = rowDtypeOf(a.dtype);
   const H = a.hidden;
-  const t = rowAccess(mem, a.target, (a.rows - 1) * a.targetStride + H, dtype);
-  const y = rowAccess(mem, a.y, a.rows * H, dtype);
-  const o = rowAccess(mem, a.out, (a.rows - 1) * a.outStride + H, dtype);
+  const t = elementAccess(mem, a.target, (a.rows - 1) * a.targetStride + H, dtype);
+  const y = elementAccess(mem, a.y, a.rows * H, dtype);
+  const o = elementAccess(mem, a.out, (a.rows - 1) * a.outStride + H, dtype);
   for (let r = 0; r < a.rows; r++) {
     let tt = 0;
     let yy = 0;
@@ -149,8 +148,8 @@ export interface StreamsMeanArgs {
 export function streamsMeanCpu(a: StreamsMeanArgs, { mem }: CpuKernelContext): void {
   const [H, n] = [a.hidden, a.n];
   const dtype = rowDtypeOf(a.dtype);
-  const s = rowAccess(mem, a.streams, a.rows * n * H, dtype);
-  const o = rowAccess(mem, a.out, a.rows * H, dtype);
+  const s = elementAccess(mem, a.streams, a.rows * n * H, dtype);
+  const o = elementAccess(mem, a.out, a.rows * H, dtype);
   for (let r = 0; r < a.rows; r++) {
     for (let i = 0; i < H; i++) {
       let v = 0;

@@ -1,6 +1,6 @@
-import { CompositeLayer, FLOAT_DTYPE_CODE, InvalidArgumentError, floatBytes, type BlockState, type DevicePtr, type LayerLimits, type LayerStep, type TransformerLayer } from '@metrale/core';
+import { CompositeLayer, FLOAT_DTYPE_CODE, InvalidArgumentError, floatBytes, flatLaunch, rowLaunch, type BlockState, type DevicePtr, type LayerLimits, type LayerStep, type TransformerLayer } from '@metrale/core';
 import type { AltUpCorrectLayer, AltUpPredictLayer } from './altup-layers.js';
-import { copyKernel, pleAddKernel, rowLaunch, sum3Kernel, flatLaunch } from './gemma3n-kernels.js';
+import { copyKernel, pleAddKernel, sum3Kernel } from './gemma3n-kernels.js';
 import type { Gemma3nScratch } from './gemma3n-scratch.js';
 import { requireGemma3nKernels } from './gemma3n-stateless.js';
 import type { LaurelLayer } from './laurel-layer.js';

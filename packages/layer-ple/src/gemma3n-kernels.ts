@@ -1,21 +1,12 @@
-import { defineKernel, defineKernelModule, type LaunchConfig, type Stream } from '@metrale/core';
+import { defineKernel, defineKernelModule } from '@metrale/core';
 import { altupCorrectKernel, altupPredictKernel, magnitudeKernel, streamsMeanKernel } from './altup-kernels.js';
 import { copyCpu, normAddCpu, pleAddCpu, sum3Cpu } from './gemma3n-rows.cpu.js';
 
 // The row arithmetic of a Gemma 3n decoder layer around the std layers (kernels/gemma3n-rows.cu;
 // KERNELS.md, "Gemma 3n"): data movement, residual sums, the per-layer input's add and Laurel's
-// end. Rows are of the row type `dtype` (0 f32, 1 bf16, 2 f16); scales and norm weights f32.
+// end, launched with core's rowLaunch / flatLaunch. Rows are of the row type `dtype` (0 f32,
+// 1 bf16, 2 f16); scales and norm weights f32.
 const module = defineKernelModule('gemma3n-rows', new URL('./kernels/gemma3n-rows.fatbin', import.meta.url));
-
-/** One CTA per row over `width` elements (≤ 1024 threads). */
-export function rowLaunch(rows: number, width: number, stream: Stream): LaunchConfig {
-  return { grid: Math.max(1, rows), block: Math.min(1024, 32 * Math.ceil(Math.max(1, width) / 32)), stream };
-}
-
-/** Elementwise kernels: 256 threads per CTA. */
-export function flatLaunch(count: number, stream: Stream): LaunchConfig {
-  return { grid: Math.max(1, Math.ceil(count / 256)), block: 256, stream };
-}
 
 /** dst = src (· scale) row by row at their strides, between row types. */
 export const copyKernel = defineKernel({

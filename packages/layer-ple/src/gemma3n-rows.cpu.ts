@@ -1,5 +1,4 @@
-import type { CpuKernelContext } from '@metrale/core';
-import { rowAccess, roundRows, rowDtypeOf } from './gemma3n-elements.cpu.js';
+import { elementAccess, roundRows, rowDtypeOf, type CpuKernelContext } from '@metrale/core';
 
 // CPU twins of kernels/gemma3n-rows.cu's kernels: the data movement and residual arithmetic of a
 // Gemma 3n decoder layer (docs/models/gemma3n-text.md, step 5). f64 inside, one rounding per store.
@@ -20,8 +19,8 @@ export interface CopyArgs {
 /** dst[r][0..H) = src[r][0..H) (· scale), rows at their strides, converted between row types. */
 export function copyCpu(a: CopyArgs, { mem }: CpuKernelContext): void {
   const H = a.hidden;
-  const s = rowAccess(mem, a.src, (a.rows - 1) * a.srcStride + H, rowDtypeOf(a.srcDtype));
-  const d = rowAccess(mem, a.dst, (a.rows - 1) * a.dstStride + H, rowDtypeOf(a.dstDtype));
+  const s = elementAccess(mem, a.src, (a.rows - 1) * a.srcStride + H, rowDtypeOf(a.srcDtype));
+  const d = elementAccess(mem, a.dst, (a.rows - 1) * a.dstStride + H, rowDtypeOf(a.dstDtype));
   const w = a.scale === 0n ? undefined : mem.f32(a.scale, H);
   for (let r = 0; r < a.rows; r++) {
     for (let i = 0; i < H; i++) d.set(r * a.dstStride + i, s.get(r * a.srcStride + i) * (w ? w[i]! : 1));
@@ -42,8 +41,8 @@ export interface Sum3Args {
 /** out = ((a + b) + c) · scale elementwise; out may alias an input (the attention residual with Laurel, and o2 = h + mlp). */
 export function sum3Cpu(x: Sum3Args, { mem }: CpuKernelContext): void {
   const dtype = rowDtypeOf(x.dtype);
-  const [a, b, o] = [rowAccess(mem, x.a, x.count, dtype), rowAccess(mem, x.b, x.count, dtype), rowAccess(mem, x.out, x.count, dtype)];
-  const c = x.c === 0n ? undefined : rowAccess(mem, x.c, x.count, dtype);
+  const [a, b, o] = [elementAccess(mem, x.a, x.count, dtype), elementAccess(mem, x.b, x.count, dtype), elementAccess(mem, x.out, x.count, dtype)];
+  const c = x.c === 0n ? undefined : elementAccess(mem, x.c, x.count, dtype);
   for (let i = 0; i < x.count; i++) o.set(i, (a.get(i) + b.get(i) + (c ? c.get(i) : 0)) * x.scale);
 }
 
@@ -61,7 +60,7 @@ export interface PleAddArgs {
 /** streams_i += y for i = 1 … n − 1 (HF adds the per-layer input to corrected_predictions[1:], whatever the active index). */
 export function pleAddCpu(a: PleAddArgs, { mem }: CpuKernelContext): void {
   const [H, n] = [a.hidden, a.n];
-  const s = rowAccess(mem, a.streams, a.rows * n * H, rowDtypeOf(a.dtype));
+  const s = elementAccess(mem, a.streams, a.rows * n * H, rowDtypeOf(a.dtype));
   const y = mem.f32(a.y, a.rows * H);
   for (let r = 0; r < a.rows; r++) {
     for (let j = 1; j < n; j++) for (let i = 0; i < H; i++) s.set((r * n + j) * H + i, s.get((r * n + j) * H + i) + y[r * H + i]!);
@@ -83,7 +82,7 @@ export interface NormAddArgs {
 export function normAddCpu(a: NormAddArgs, { mem }: CpuKernelContext): void {
   const H = a.hidden;
   const dtype = rowDtypeOf(a.dtype);
-  const [x, t, o] = [rowAccess(mem, a.x, a.rows * H, dtype), rowAccess(mem, a.t, a.rows * H, dtype), rowAccess(mem, a.out, a.rows * H, dtype)];
+  const [x, t, o] = [elementAccess(mem, a.x, a.rows * H, dtype), elementAccess(mem, a.t, a.rows * H, dtype), elementAccess(mem, a.out, a.rows * H, dtype)];
   const w = mem.f32(a.weight, H);
   for (let r = 0; r < a.rows; r++) {
     let ss = 0;

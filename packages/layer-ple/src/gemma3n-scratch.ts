@@ -1,4 +1,4 @@
-import { floatBytes, type DevicePtr, type FloatDtype, type GpuBackend } from '@metrale/core';
+import { DeviceMemory, floatBytes, type DevicePtr, type FloatDtype, type GpuBackend } from '@metrale/core';
 
 /**
  * The transient rows of a Gemma 3n decoder layer between its parts (docs/models/gemma3n-text.md,
@@ -20,15 +20,12 @@ export class Gemma3nScratch {
   /** [maxRows][H] f32: the per-layer input path's input and output (PLE takes f32 rows). */
   readonly pleIn: DevicePtr;
   readonly pleOut: DevicePtr;
-  readonly #ptrs: DevicePtr[] = [];
+  readonly #memory: DeviceMemory;
 
   constructor(readonly gpu: GpuBackend, readonly hidden: number, readonly streams: number, readonly maxRows: number, readonly rows: FloatDtype) {
     const row = floatBytes(rows) * hidden * maxRows;
-    const alloc = (bytes: number) => {
-      const p = gpu.alloc(Math.max(4, bytes));
-      this.#ptrs.push(p);
-      return p;
-    };
+    this.#memory = new DeviceMemory(gpu);
+    const alloc = (bytes: number) => this.#memory.alloc(bytes);
     this.pred = alloc(row * streams);
     this.correctIn = alloc(row * (streams + 1));
     this.active = alloc(row);
@@ -42,6 +39,6 @@ export class Gemma3nScratch {
   }
 
   dispose(): void {
-    for (const p of this.#ptrs.splice(0)) this.gpu.free(p);
+    this.#memory.free();
   }
 }

@@ -13,4 +13,5 @@ export { Gemma3nDecoderLayer, type Gemma3nDecoderParts, type Gemma3nDecoderOptio
 export { Gemma3nScratch } from './gemma3n-scratch.js';
 export { asRowValues } from './gemma3n-stateless.js';
 export { altupPredictKernel, altupCorrectKernel, magnitudeKernel, streamsMeanKernel, ALTUP_MAX_STREAMS } from './altup-kernels.js';
-export { copyKernel, sum3Kernel, pleAddKernel, normAddKernel, rowLaunch, flatLaunch, GEMMA3N_KERNELS } from './gemma3n-kernels.js';
+export { copyKernel, sum3Kernel, pleAddKernel, normAddKernel, GEMMA3N_KERNELS } from './gemma3n-kernels.js';
+export { rowLaunch, flatLaunch } from '@metrale/core';

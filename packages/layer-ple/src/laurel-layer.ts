@@ -1,8 +1,8 @@
 import {
   F32_PRECISION, FLOAT_DTYPE_CODE, floatBytes, readF32, readLinear, runLinear, uploadLinear,
-  type DevicePtr, type GpuBackend, type LayerLimits, type LayerState, type LayerStep, type LinearWeight, type Precision, type WeightSource,
+  rowLaunch, type DevicePtr, type GpuBackend, type LayerLimits, type LayerState, type LayerStep, type LinearWeight, type Precision, type WeightSource,
 } from '@metrale/core';
-import { normAddKernel, rowLaunch } from './gemma3n-kernels.js';
+import { normAddKernel } from './gemma3n-kernels.js';
 import { asRowValues, Gemma3nRowLayer, requireGemma3nKernels, rowTypeOf } from './gemma3n-stateless.js';
 
 export interface LaurelOptions {

@@ -1,5 +1,6 @@
-import type { CpuKernelContext, DeviceMemoryView, FloatDtype } from '@metrale/core';
-import { elementAt, elementReader, elementWriter, readElements, roundRows, rowDtypeOf } from './elements.cpu.js';
+import {
+  elementAt, elementReader, elementWriter, readElements, roundRows, rowDtypeOf, type CpuKernelContext, type DeviceMemoryView, type FloatDtype,
+} from '@metrale/core';
 import { rmsNormRow } from './rows.cpu.js';
 
 // CPU reference of kernels/std-attention.cu (KERNELS.md): `std.attn_prep` writes each row's

@@ -1,7 +1,7 @@
-import { FLOAT_DTYPE_CODE, floatBytes, readFloats, type DevicePtr, type GpuBackend, type LayerLimits, type LayerState, type LayerStep, type Precision, type WeightSource } from '@metrale/core';
+import { FLOAT_DTYPE_CODE, floatBytes, readFloats, rowLaunch, type DevicePtr, type GpuBackend, type LayerLimits, type LayerState, type LayerStep, type Precision, type WeightSource } from '@metrale/core';
 import { precisionOf } from './layer-precision.js';
 import { requireKernels } from './require-kernels.js';
-import { embedKernel, rowLaunch } from './rows-kernels.js';
+import { embedKernel } from './rows-kernels.js';
 import { StatelessLayer } from './stateless-layer.js';
 
 export interface EmbeddingOptions {

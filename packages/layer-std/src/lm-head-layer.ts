@@ -1,9 +1,9 @@
 import {
-  InvalidArgumentError, floatBytes, readLinear, runLinear, uploadLinear, type GpuBackend, type LayerLimits, type LayerState, type LayerStep, type LinearWeight, type Precision, type WeightSource,
+  InvalidArgumentError, floatBytes, readLinear, runLinear, uploadLinear, flatLaunch, type GpuBackend, type LayerLimits, type LayerState, type LayerStep, type LinearWeight, type Precision, type WeightSource,
 } from '@metrale/core';
 import { precisionOf } from './layer-precision.js';
 import { requireKernels } from './require-kernels.js';
-import { flatLaunch, softcapKernel } from './rows-kernels.js';
+import { softcapKernel } from './rows-kernels.js';
 import { StatelessLayer } from './stateless-layer.js';
 
 export interface LmHeadOptions {

@@ -1,5 +1,5 @@
 import {
-  FLOAT_DTYPE_CODE, WeightsError, floatBytes, readF32, readLinear, runLinear, uploadLinear, type DevicePtr, type GpuBackend, type LayerLimits, type LayerState, type LayerStep,
+  FLOAT_DTYPE_CODE, WeightsError, floatBytes, readF32, readLinear, runLinear, uploadLinear, flatLaunch, rowLaunch, type DevicePtr, type GpuBackend, type LayerLimits, type LayerState, type LayerStep,
   type LinearWeight, type Precision, type WeightSource,
 } from '@metrale/core';
 import { WEIGHT_DTYPE_CODE } from './elements.cpu.js';
@@ -12,7 +12,7 @@ import {
 } from './moe-kernels.js';
 import { loadExperts, type ExpertMatrices } from './moe-weights.js';
 import { requireKernels } from './require-kernels.js';
-import { flatLaunch, rowLaunch, siluMulKernel } from './rows-kernels.js';
+import { siluMulKernel } from './rows-kernels.js';
 import { acquireScratch, type ScratchLease } from './shared-scratch.js';
 import { StatelessLayer } from './stateless-layer.js';
 import { SwiGlu } from './swiglu.js';

@@ -1,5 +1,5 @@
-import { roundTo, type CpuKernelContext } from '@metrale/core';
-import { elementReader, elementWriter, readElements, rowDtypeOf, weightDtypeOf, weightMatrix, type ScaleGrid } from './elements.cpu.js';
+import { elementReader, elementWriter, readElements, roundTo, rowDtypeOf, type CpuKernelContext } from '@metrale/core';
+import { weightDtypeOf, weightMatrix, type ScaleGrid } from './elements.cpu.js';
 import { silu } from './rows.cpu.js';
 
 // CPU reference of kernels/std-moe.cu (KERNELS.md): routing, the routed experts (gate and up, then

@@ -1,5 +1,5 @@
-import { FLOAT_DTYPE_CODE, type DevicePtr, type FloatDtype, type GpuBackend, type ResidualAdd, type Stream } from '@metrale/core';
-import { addKernel, flatLaunch } from './rows-kernels.js';
+import { FLOAT_DTYPE_CODE, flatLaunch, type DevicePtr, type FloatDtype, type GpuBackend, type ResidualAdd, type Stream } from '@metrale/core';
+import { addKernel } from './rows-kernels.js';
 import { requireKernels } from './require-kernels.js';
 
 /** The residual add of core's `DecoderBlock`, as the `std.add` kernel: the f32 sum of the two stored values, rounded once to `dtype`. */

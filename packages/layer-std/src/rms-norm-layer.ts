@@ -1,7 +1,7 @@
-import { FLOAT_DTYPE_CODE, floatBytes, type DevicePtr, type GpuBackend, type LayerLimits, type LayerState, type LayerStep, type Precision, type WeightSource } from '@metrale/core';
+import { FLOAT_DTYPE_CODE, floatBytes, rowLaunch, type DevicePtr, type GpuBackend, type LayerLimits, type LayerState, type LayerStep, type Precision, type WeightSource } from '@metrale/core';
 import { precisionOf, readRowVector } from './layer-precision.js';
 import { requireKernels } from './require-kernels.js';
-import { rmsNormKernel, rowLaunch } from './rows-kernels.js';
+import { rmsNormKernel } from './rows-kernels.js';
 import { StatelessLayer } from './stateless-layer.js';
 
 export interface RmsNormOptions {

@@ -1,18 +1,8 @@
-import { defineKernel, type LaunchConfig, type Stream } from '@metrale/core';
+import { defineKernel } from '@metrale/core';
 import { addCpu, embedCpu, geluMulCpu, layerNormCpu, rmsNormCpu, siluMulCpu, softcapCpu } from './rows.cpu.js';
 import { rowsModule as module } from './std-modules.js';
 
-/** One CTA per row, up to 1024 threads over its elements (the launch shape the .cu kernels use). */
-export function rowLaunch(rows: number, width: number, stream: Stream): LaunchConfig {
-  return { grid: Math.max(1, rows), block: Math.min(1024, 32 * Math.ceil(Math.max(1, width) / 32)), stream };
-}
-
-/** Elementwise kernels: 256 threads per CTA. */
-export function flatLaunch(count: number, stream: Stream): LaunchConfig {
-  return { grid: Math.max(1, Math.ceil(count / 256)), block: 256, stream };
-}
-
-// Every row kernel takes the row type as `dtype` (FLOAT_DTYPE_CODE: 0 f32, 1 bf16, 2 f16); norm
+// Launched with core's rowLaunch (one CTA per row) or flatLaunch (elementwise). Every row kernel takes the row type as `dtype` (FLOAT_DTYPE_CODE: 0 f32, 1 bf16, 2 f16); norm
 // weights and biases are f32.
 
 export const embedKernel = defineKernel({

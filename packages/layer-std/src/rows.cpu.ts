@@ -1,5 +1,4 @@
-import type { CpuKernelContext, FloatDtype } from '@metrale/core';
-import { elementReader, elementWriter, readElements, roundRows, rowDtypeOf } from './elements.cpu.js';
+import { elementReader, elementWriter, readElements, roundRows, rowDtypeOf, type CpuKernelContext, type FloatDtype } from '@metrale/core';
 
 // CPU reference of kernels/std-rows.cu: row-wise kernels over rows of the row type `dtype` (a code:
 // 0 f32, 1 bf16, 2 f16), each row computed in f64 and rounded once where the kernel stores. Layouts:

@@ -1,9 +1,9 @@
 import {
-  FLOAT_DTYPE_CODE, floatBytes, readLinear, runLinear, uploadLinear, type DevicePtr, type FloatDtype, type GpuBackend, type LinearWeight, type Precision,
+  FLOAT_DTYPE_CODE, floatBytes, readLinear, runLinear, uploadLinear, rowLaunch, type DevicePtr, type FloatDtype, type GpuBackend, type LinearWeight, type Precision,
   type Stream, type WeightSource,
 } from '@metrale/core';
 import type { DeviceMemory } from './device-memory.js';
-import { geluMulKernel, rowLaunch, siluMulKernel } from './rows-kernels.js';
+import { geluMulKernel, siluMulKernel } from './rows-kernels.js';
 import { StackedLinear } from './stacked-linear.js';
 
 /**

@@ -1,8 +1,9 @@
 import { CpuBackend } from '@metrale/cpu-backend';
 import {
-  MemoryWeightSource, SeededRandom, StepDriver, f16BitsToF32, floatBytes, fromBf16, roundTo, tensorOf, toBf16, toF16,
+  MemoryWeightSource, SeededRandom, StepDriver, floatBytes, roundTo, tensorOf,
   type FloatDtype, type HostTensor, type LayerLimits, type MetralePlugin, type Precision, type TransformerLayer,
 } from '@metrale/core';
+import { decodeRows, encodeRows } from '@metrale/core/testing';
 
 export const LIMITS: LayerLimits = { maxSeqs: 3, maxSeqLen: 64, maxBatch: 2, maxK: 4, maxRows: 48 };
 
@@ -65,18 +66,8 @@ export function relErr(a: ArrayLike<number>, b: ArrayLike<number>): number {
   return Math.sqrt(num / den);
 }
 
-/** f32 values stored as `dtype` (rounded to nearest even), as a layer's input rows. */
-export function encodeRows(values: Float32Array, dtype: FloatDtype): ArrayBufferView {
-  return dtype === 'f32' ? values : dtype === 'bf16' ? toBf16(values) : toF16(values);
-}
-
-/** Rows of `dtype` read back as f32 values. */
-export function decodeRows(bytes: Uint8Array, dtype: FloatDtype): Float32Array {
-  const copy = bytes.slice();
-  if (dtype === 'f32') return new Float32Array(copy.buffer);
-  const bits = new Uint16Array(copy.buffer);
-  return dtype === 'bf16' ? fromBf16(bits) : Float32Array.from(bits, f16BitsToF32);
-}
+// f32 values stored as a row type and read back: core's testing helpers, which the layer tests take from here.
+export { encodeRows, decodeRows };
 
 /** The values a layer of row type `dtype` reads for f32 input rows. */
 export function asRows(values: Float32Array, dtype: FloatDtype): Float32Array {

@@ -5,13 +5,13 @@
 // twins agree with the references to float64 noise (bound 1e-6, far below one bf16 or f16 step).
 import { CpuBackend } from '@metrale/cpu-backend';
 import { FLOAT_DTYPE_CODE, SeededRandom, floatBytes, roundTo, type FloatDtype } from '@metrale/core';
+import { runKernelOn, type KernelBuffers as Bufs, type KernelPointers as Ptrs } from '@metrale/core/testing';
 import {
   ATTENTION_KERNELS, EXPERT_FORMATS, EXPERT_KERNELS, WEIGHT_DTYPE_CODE, addKernel, combineKernel, embedKernel, expertsKernel, expertsLaunch, expertsRowwiseLaunch,
   expertsUpRowwiseLaunch, flatLaunch, layerNormKernel, rmsNormKernel, ropeTable, rowLaunch, siluMulKernel, type ExpertFormat,
 } from '@metrale/layer-std';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { expertSet, rowTypeOf } from './expert-weights.js';
-import { runOn, type Bufs, type Ptrs } from './kernel-runner.js';
 import { decodeRows, encodeRows, relErr, sigmoid, silu } from './setup.js';
 
 const random = new SeededRandom(77);
@@ -29,7 +29,7 @@ function stored(n: number, dtype: FloatDtype, scale = 1): { bytes: ArrayBufferVi
   return { bytes, values: decodeRows(new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength), dtype) };
 }
 const poison = (n: number, dtype: FloatDtype): ArrayBufferView => encodeRows(new Float32Array(n).fill(Number.NaN), dtype);
-const run = (bufs: Bufs, launch: (p: Ptrs) => void, outputs: string[]) => runOn(cpu, bufs, (_gpu, p) => launch(p), outputs);
+const run = (bufs: Bufs, launch: (p: Ptrs) => void, outputs: string[]) => runKernelOn(cpu, bufs, (_gpu, p) => launch(p), outputs);
 const rounded = (dtype: FloatDtype, values: ArrayLike<number>): Float64Array => Float64Array.from(values, (v) => roundTo(dtype, v));
 
 describe('CPU twins of the row kernels against float64 references, bf16 and f16', () => {

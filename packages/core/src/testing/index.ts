@@ -10,3 +10,5 @@ export type {
 export { checkLayerFixture, fixtureDirectories } from './layer-fixtures.js';
 export type { EnsureFatbinsOptions, GpuLaneDevice, GpuLaneDeviceOptions } from './gpu-lane.js';
 export { ensureFatbins, gpuLaneDevice } from './gpu-lane.js';
+export type { KernelBuffers, KernelLaunch, KernelOutputs, KernelPointers } from './kernel-buffers.js';
+export { runKernelOn, runKernelOnBoth, encodeRows, decodeRows } from './kernel-buffers.js';

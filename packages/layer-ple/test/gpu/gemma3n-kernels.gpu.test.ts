@@ -9,14 +9,17 @@
 // round the other way by one step of its type. ROW_STEP: AltUp rounds row-wide scalars to the row
 // type (the modalities, the coefficients, the RMS ratio), and one of those rounding the other way
 // moves a whole row by up to one step. Without a GPU it skips and says why.
-import { FLOAT_DTYPE_CODE, SeededRandom, fromBf16, f16BitsToF32, roundTo, toBf16, toF16, type FloatDtype, type GpuBackend } from '@metrale/core';
+import { CpuBackend } from '@metrale/cpu-backend';
+import { FLOAT_DTYPE_CODE, SeededRandom, roundTo, type FloatDtype, type GpuBackend } from '@metrale/core';
+import {
+  decodeRows as decode, encodeRows as encode, runKernelOnBoth, type KernelBuffers as Bufs, type KernelOutputs as Outputs, type KernelPointers as Ptrs,
+} from '@metrale/core/testing';
 import {
   altupCorrectKernel, altupPredictKernel, copyKernel, flatLaunch, magnitudeKernel, normAddKernel, pleAddKernel, rowLaunch, streamsMeanKernel, sum3Kernel,
 } from '@metrale/layer-ple';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { relError } from '../ple-reference.js';
 import { cudaAvailable, ensureFatbins } from './cuda-setup.js';
-import { onBoth, type Bufs, type Outputs, type Ptrs } from './kernel-pair.js';
 
 const cuda = await cudaAvailable();
 if (!cuda.available) console.warn(`[layer-ple gpu] Gemma 3n kernel tests skipped: ${cuda.reason}`);
@@ -32,13 +35,6 @@ let cudaGpu: GpuBackend | undefined;
 const results: string[] = [];
 const random = new SeededRandom(Number(process.env.METRALE_PLE_SEED ?? 2026));
 
-const encode = (v: Float32Array, dtype: FloatDtype): ArrayBufferView => (dtype === 'f32' ? v : dtype === 'bf16' ? toBf16(v) : toF16(v));
-function decode(bytes: Uint8Array, dtype: FloatDtype): Float32Array {
-  const copy = bytes.slice();
-  if (dtype === 'f32') return new Float32Array(copy.buffer);
-  const bits = new Uint16Array(copy.buffer);
-  return dtype === 'bf16' ? fromBf16(bits) : Float32Array.from(bits, f16BitsToF32);
-}
 /** Random rows stored as `dtype`. */
 const rows = (n: number, dtype: FloatDtype, scale = 1): ArrayBufferView => encode(random.normals(n, scale), dtype);
 const poison = (n: number, dtype: FloatDtype): ArrayBufferView => encode(new Float32Array(n).fill(Number.NaN), dtype);
@@ -57,7 +53,7 @@ function compare(label: string, dtype: FloatDtype, out: { cpu: Outputs; cuda: Ou
   expect(rel, label).toBeLessThanOrEqual(bound);
 }
 
-const run = (bufs: Bufs, launch: (gpu: GpuBackend, p: Ptrs) => void, outputs: string[]) => onBoth(cudaGpu!, bufs, launch, outputs);
+const run = (bufs: Bufs, launch: (gpu: GpuBackend, p: Ptrs) => void, outputs: string[]) => runKernelOnBoth(() => new CpuBackend(), cudaGpu!, bufs, launch, outputs);
 
 describe.skipIf(!cuda.available)('Gemma 3n kernels on CUDA match their CPU twins', () => {
   beforeAll(() => {

@@ -4,12 +4,13 @@
 // relative L2 error; integers exactly. Covers f32/bf16/f16 storage, padding positions, ids outside
 // the vocabulary and past the table, map and row-slot modes, sub-ranges (firstRow > 0), and the
 // Gemma 3n E4B widths (D = 2048, P = 256). Without a GPU the suite skips and says why.
+import { CpuBackend } from '@metrale/cpu-backend';
 import { SeededRandom, toBf16, type DevicePtr, type GpuBackend, type Kernel, type KernelArgs, type KernelParams, type LaunchConfig } from '@metrale/core';
+import { runKernelOnBoth } from '@metrale/core/testing';
 import { combineKernel, embedGatherKernel, f32ToF16Bits, gateMulKernel, mapSetKernel, outNormKernel, threadsFor } from '@metrale/layer-ple';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { relError } from '../ple-reference.js';
 import { cudaAvailable, ensureFatbins } from './cuda-setup.js';
-import { onBoth as onBothBackends } from './kernel-pair.js';
 
 const cuda = await cudaAvailable();
 if (!cuda.available) console.warn(`[layer-ple gpu] kernel tests skipped: ${cuda.reason}`);
@@ -25,7 +26,7 @@ const results: string[] = [];
 function onBoth<P extends KernelParams>(
   kernel: Kernel<P>, bufs: Bufs, config: Omit<LaunchConfig, 'stream'>, args: (ptr: Record<string, DevicePtr>) => KernelArgs<P>, outputs: string[],
 ): { cpu: Bufs; cuda: Bufs } {
-  return onBothBackends(cudaGpu!, bufs, (gpu, p) => gpu.launch(kernel, { ...config, stream: gpu.defaultStream }, args(p)), outputs);
+  return runKernelOnBoth(() => new CpuBackend(), cudaGpu!, bufs, (gpu, p) => gpu.launch(kernel, { ...config, stream: gpu.defaultStream }, args(p)), outputs);
 }
 
 function compareF32(label: string, a: Uint8Array, b: Uint8Array, bound = 1e-5): void {

@@ -15,6 +15,7 @@
 // STEP. Without a GPU it skips and says why.
 import { CpuBackend } from '@metrale/cpu-backend';
 import { FLOAT_DTYPE_CODE, SeededRandom, floatBytes, type FloatDtype, type GpuBackend } from '@metrale/core';
+import { runKernelOn, runKernelOnBoth, type KernelBuffers as Bufs, type KernelLaunch, type KernelOutputs, type KernelPointers as Ptrs } from '@metrale/core/testing';
 import {
   ATTENTION_KERNELS, EXPERT_FORMATS, geluMulKernel, softcapKernel, attnPrefillLaunch, coreLaunch, EXPERT_KERNELS, WEIGHT_DTYPE_CODE, addKernel, combineKernel, embedKernel, expertsDownLaunch, expertsKernel, expertsLaunch,
   expertsGemmLaunch, expertsRowwiseLaunch, expertsUpLaunch, expertsUpRowwiseLaunch, flatLaunch, groupKernel, groupLaunch, layerNormKernel, localizeKernel, moeGroupsLength, rmsNormKernel,
@@ -22,7 +23,6 @@ import {
 } from '@metrale/layer-std';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { expertSet, rowTypeOf } from '../expert-weights.js';
-import { runOn, type Bufs, type Ptrs } from '../kernel-runner.js';
 import { decodeRows, encodeRows, relErr } from '../setup.js';
 import { cudaAvailable, ensureFatbins } from './cuda-setup.js';
 
@@ -42,13 +42,8 @@ const poison = (n: number, dtype: FloatDtype): ArrayBufferView => encodeRows(poi
 /** Random values stored as `dtype`. */
 const typed = (n: number, dtype: FloatDtype, scale = 1): ArrayBufferView => encodeRows(random.normals(n, scale), dtype);
 
-function onBoth(bufs: Bufs, launch: (gpu: GpuBackend, p: Ptrs) => void, outputs: string[]): { cpu: Record<string, Uint8Array>; cuda: Record<string, Uint8Array> } {
-  const cpu = new CpuBackend();
-  try {
-    return { cpu: runOn(cpu, bufs, launch, outputs), cuda: runOn(cudaGpu!, bufs, launch, outputs) };
-  } finally {
-    cpu.dispose();
-  }
+function onBoth(bufs: Bufs, launch: KernelLaunch, outputs: string[]): { cpu: KernelOutputs; cuda: KernelOutputs } {
+  return runKernelOnBoth(() => new CpuBackend(), cudaGpu!, bufs, launch, outputs);
 }
 
 const f32 = (b: Uint8Array): Float32Array => new Float32Array(b.buffer, b.byteOffset, b.byteLength / 4);
@@ -293,7 +288,7 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
         compare(`moe_experts_down ${label}`, dtype, r.cpu.y!, r.cuda.y!);
         compare(`moe_experts ${label}`, dtype, r.cpu.out!, r.cuda.out!);
         // The row-wise kernels (each row re-reads its experts) on CUDA: the grouped ones give the same bits.
-        const rw = runOn(cudaGpu!, bufs, (gpu, p) => rowwiseExperts(gpu, p, format, rows, D, I, E, topK), ['h', 'out']);
+        const rw = runKernelOn(cudaGpu!, bufs, (gpu, p) => rowwiseExperts(gpu, p, format, rows, D, I, E, topK), ['h', 'out']);
         results.push(`${`moe grouped ≡ row-wise ${label}`.padEnd(84)} h ${sameBits(rw.h!, r.cuda.h!) ? 'bit-identical' : 'DIFFERS'}, out ${sameBits(rw.out!, r.cuda.out!) ? 'bit-identical' : 'DIFFERS'}`);
         expect(sameBits(rw.h!, r.cuda.h!), 'h: grouped vs row-wise bits').toBe(true);
         expect(sameBits(rw.out!, r.cuda.out!), 'out: grouped vs row-wise bits').toBe(true);
@@ -364,7 +359,7 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
           const one = expertBufs(format, 1, D, I, E, topK, ids.slice(row * topK, (row + 1) * topK), bufs);
           const bytes = floatBytes(dtype);
           const xs = new Uint8Array(bufs.x!.buffer, bufs.x!.byteOffset + bytes * row * D, bytes * D);
-          const alone = runOn(cudaGpu!, { ...one, x: xs }, (gpu, p) => groupedExperts(gpu, p, format, 1, D, I, E, topK, true), ['h']);
+          const alone = runKernelOn(cudaGpu!, { ...one, x: xs }, (gpu, p) => groupedExperts(gpu, p, format, 1, D, I, E, topK, true), ['h']);
           const batched = r.cuda.h!.subarray(bytes * row * topK * I, bytes * (row + 1) * topK * I);
           expect(sameBits(alone.h!, batched), `row ${row}: h alone vs batched`).toBe(true);
         }
