@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <type_traits>
 #include <vector>
 
 #define METRALE_CUDA_EMU 1
@@ -509,7 +510,45 @@ struct Element<__half> {
   static void store(__half* p, size_t i, float v) { p[i] = __float2half_rn(v); }
 };
 
+using bf16 = __nv_bfloat16;
+using f16 = __half;
+
+template <typename T>
+inline float round_to(float v) {
+  if constexpr (std::is_same_v<T, float>) return v;
+  else if constexpr (std::is_same_v<T, bf16>) return __bfloat162float(__float2bfloat16_rn(v));
+  else return __half2float(__float2half_rn(v));
+}
+template <typename T>
+inline float load_value(const T* p, size_t i) {
+  return Element<T>::load(p, i);
+}
+template <typename T>
+inline void store_value(T* p, size_t i, float v) {
+  Element<T>::store(p, i, v);
+}
+
 }  // namespace metrale
+
+// As in <metrale/elements.cuh>.
+#define METRALE_BY_ROW_TYPE(code, fn, ...) \
+  do {                                     \
+    switch (code) {                        \
+      case ::metrale::kF32: {              \
+        using T = float;                   \
+        fn<T>(__VA_ARGS__);                \
+      } break;                             \
+      case ::metrale::kBF16: {             \
+        using T = ::metrale::bf16;         \
+        fn<T>(__VA_ARGS__);                \
+      } break;                             \
+      case ::metrale::kF16: {              \
+        using T = ::metrale::f16;          \
+        fn<T>(__VA_ARGS__);                \
+      } break;                             \
+      default: __trap();                   \
+    }                                      \
+  } while (0)
 
 /** d += A·B, m16n8k16, f16 inputs. */
 inline void cuda_emu::mma_f16_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {

@@ -15,9 +15,9 @@
 #include "ple-common.cuh"
 
 using ple::block_sum;
-using ple::load;
+using ple::load_value;
 using ple::round_to;
-using ple::store;
+using ple::store_value;
 
 namespace {
 
@@ -32,13 +32,13 @@ __device__ __forceinline__ void modalities(const T* x, const float* __restrict__
                                            float eps, float* m, float* red) {
   float ss = 0.f;
   for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
-    const float v = load(x, i);
+    const float v = load_value(x, i);
     ss += v * v;
   }
   const float inv = 1.f / sqrtf(block_sum(ss, red) / (float)hidden + eps);
   for (int j = 0; j < n; ++j) {
     float s = 0.f;
-    for (int i = threadIdx.x; i < hidden; i += blockDim.x) s += round_to<T>(load(x, i) * inv * routerNorm[i] / (float)hidden) * router[(size_t)j * hidden + i];
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x) s += round_to<T>(load_value(x, i) * inv * routerNorm[i] / (float)hidden) * router[(size_t)j * hidden + i];
     const float total = block_sum(s, red);
     if (threadIdx.x == 0) m[j] = round_to<T>(tanhf(total));
   }
@@ -62,11 +62,11 @@ __device__ __forceinline__ void predict_rows(const T* streams, T* pred, const fl
     // Each thread reads the n streams at its h before writing any prediction there (in place is safe).
     for (int h = threadIdx.x; h < hidden; h += blockDim.x) {
       float x[kMaxStreams];
-      for (int i = 0; i < n; ++i) x[i] = load(s, (size_t)i * hidden + h);
+      for (int i = 0; i < n; ++i) x[i] = load_value(s, (size_t)i * hidden + h);
       for (int j = 0; j < n; ++j) {
         float v = x[j];
         for (int i = 0; i < n; ++i) v += R[j * n + i] * x[i];
-        store(p, (size_t)j * hidden + h, v);
+        store_value(p, (size_t)j * hidden + h, v);
       }
     }
     __syncthreads();  // m and R are rewritten for the next row
@@ -89,8 +89,8 @@ __device__ __forceinline__ void correct_rows(const T* input, T* corr, const floa
     }
     __syncthreads();
     for (int h = threadIdx.x; h < hidden; h += blockDim.x) {
-      const float innovation = round_to<T>(load(o, h) - load(x, (size_t)active * hidden + h));
-      for (int j = 0; j < n; ++j) store(out, (size_t)j * hidden + h, load(x, (size_t)j * hidden + h) + c[j] * innovation);
+      const float innovation = round_to<T>(load_value(o, h) - load_value(x, (size_t)active * hidden + h));
+      for (int j = 0; j < n; ++j) store_value(out, (size_t)j * hidden + h, load_value(x, (size_t)j * hidden + h) + c[j] * innovation);
     }
     __syncthreads();  // m and c are rewritten for the next row
   }
@@ -104,7 +104,7 @@ __device__ __forceinline__ void magnitude_rows(const T* target, int targetStride
     T* o = out + (size_t)r * outStride;
     float tt = 0.f, yy = 0.f;
     for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
-      const float a = load(t, i), b = load(yr, i);
+      const float a = load_value(t, i), b = load_value(yr, i);
       tt += a * a;
       yy += b * b;
     }
@@ -112,7 +112,7 @@ __device__ __forceinline__ void magnitude_rows(const T* target, int targetStride
     yy = block_sum(yy, red);
     const float ratio = round_to<T>(sqrtf(tt / (float)hidden)) / round_to<T>(sqrtf(fmaxf(round_to<T>(yy / (float)hidden), 1e-5f)));
     const float scale = round_to<T>(ratio);
-    for (int i = threadIdx.x; i < hidden; i += blockDim.x) store(o, i, load(yr, i) * scale);
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x) store_value(o, i, load_value(yr, i) * scale);
   }
 }
 
@@ -122,8 +122,8 @@ __device__ __forceinline__ void streams_mean_rows(const T* streams, T* out, int 
     const T* s = streams + (size_t)r * n * hidden;
     for (int h = threadIdx.x; h < hidden; h += blockDim.x) {
       float v = 0.f;
-      for (int j = 0; j < n; ++j) v += load(s, (size_t)j * hidden + h);
-      store(out, (size_t)r * hidden + h, v / (float)n);
+      for (int j = 0; j < n; ++j) v += load_value(s, (size_t)j * hidden + h);
+      store_value(out, (size_t)r * hidden + h, v / (float)n);
     }
   }
 }
@@ -137,7 +137,7 @@ extern "C" __global__ void __launch_bounds__(1024) gemma3n_altup_predict(const v
   __shared__ float m[kMaxStreams];
   __shared__ float R[kMaxStreams * kMaxStreams];
   if (n > kMaxStreams || active < 0 || active >= n) __trap();
-  PLE_BY_ROW_TYPE(dtype, predict_rows, static_cast<const T*>(streams), static_cast<T*>(pred), coefs, routerNorm, router, rows, hidden, n, active, eps, m, R, red);
+  METRALE_BY_ROW_TYPE(dtype, predict_rows, static_cast<const T*>(streams), static_cast<T*>(pred), coefs, routerNorm, router, rows, hidden, n, active, eps, m, R, red);
 }
 
 extern "C" __global__ void __launch_bounds__(1024) gemma3n_altup_correct(const void* input, void* corr, const float* __restrict__ coefs,
@@ -147,15 +147,15 @@ extern "C" __global__ void __launch_bounds__(1024) gemma3n_altup_correct(const v
   __shared__ float m[kMaxStreams];
   __shared__ float c[kMaxStreams];
   if (n > kMaxStreams || active < 0 || active >= n) __trap();
-  PLE_BY_ROW_TYPE(dtype, correct_rows, static_cast<const T*>(input), static_cast<T*>(corr), coefs, routerNorm, router, rows, hidden, n, active, eps, m, c, red);
+  METRALE_BY_ROW_TYPE(dtype, correct_rows, static_cast<const T*>(input), static_cast<T*>(corr), coefs, routerNorm, router, rows, hidden, n, active, eps, m, c, red);
 }
 
 extern "C" __global__ void __launch_bounds__(1024) gemma3n_magnitude(const void* target, int targetStride, const void* y, void* out, int outStride,
                                                                      int rows, int hidden, int dtype) {
   __shared__ float red[32];
-  PLE_BY_ROW_TYPE(dtype, magnitude_rows, static_cast<const T*>(target), targetStride, static_cast<const T*>(y), static_cast<T*>(out), outStride, rows, hidden, red);
+  METRALE_BY_ROW_TYPE(dtype, magnitude_rows, static_cast<const T*>(target), targetStride, static_cast<const T*>(y), static_cast<T*>(out), outStride, rows, hidden, red);
 }
 
 extern "C" __global__ void __launch_bounds__(1024) gemma3n_streams_mean(const void* streams, void* out, int rows, int hidden, int n, int dtype) {
-  PLE_BY_ROW_TYPE(dtype, streams_mean_rows, static_cast<const T*>(streams), static_cast<T*>(out), rows, hidden, n);
+  METRALE_BY_ROW_TYPE(dtype, streams_mean_rows, static_cast<const T*>(streams), static_cast<T*>(out), rows, hidden, n);
 }

@@ -12,9 +12,9 @@
 #include "ple-common.cuh"
 
 using ple::block_sum;
-using ple::load;
+using ple::load_value;
 using ple::round_to;
-using ple::store;
+using ple::store_value;
 
 namespace {
 
@@ -22,7 +22,7 @@ template <typename T>
 __device__ __forceinline__ void sum3_values(const T* a, const T* b, const T* c, T* out, int count, float scale) {
   const size_t stride = (size_t)gridDim.x * blockDim.x;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (size_t)count; i += stride) {
-    store(out, i, (load(a, i) + load(b, i) + (c ? load(c, i) : 0.f)) * scale);
+    store_value(out, i, (load_value(a, i) + load_value(b, i) + (c ? load_value(c, i) : 0.f)) * scale);
   }
 }
 
@@ -33,7 +33,7 @@ __device__ __forceinline__ void ple_add_rows(T* streams, const float* __restrict
       const float v = y[(size_t)r * hidden + h];
       for (int j = 1; j < n; ++j) {
         const size_t at = ((size_t)r * n + j) * hidden + h;
-        store(streams, at, load(streams, at) + v);
+        store_value(streams, at, load_value(streams, at) + v);
       }
     }
   }
@@ -46,11 +46,11 @@ __device__ __forceinline__ void norm_add_rows(const T* x, const T* t, const floa
     const size_t base = (size_t)r * hidden;
     float ss = 0.f;
     for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
-      const float v = load(t, base + i);
+      const float v = load_value(t, base + i);
       ss += v * v;
     }
     const float inv = 1.f / sqrtf(block_sum(ss, red) / (float)hidden + eps);
-    for (int i = threadIdx.x; i < hidden; i += blockDim.x) store(out, base + i, load(x, base + i) + round_to<T>(load(t, base + i) * inv * weight[i]));
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x) store_value(out, base + i, load_value(x, base + i) + round_to<T>(load_value(t, base + i) * inv * weight[i]));
   }
 }
 
@@ -68,15 +68,15 @@ extern "C" __global__ void __launch_bounds__(1024) gemma3n_copy(const void* src,
 }
 
 extern "C" __global__ void __launch_bounds__(1024) gemma3n_sum3(const void* a, const void* b, const void* c, void* out, int count, float scale, int dtype) {
-  PLE_BY_ROW_TYPE(dtype, sum3_values, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<const T*>(c), static_cast<T*>(out), count, scale);
+  METRALE_BY_ROW_TYPE(dtype, sum3_values, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<const T*>(c), static_cast<T*>(out), count, scale);
 }
 
 extern "C" __global__ void __launch_bounds__(1024) gemma3n_ple_add(void* streams, const float* __restrict__ y, int rows, int hidden, int n, int dtype) {
-  PLE_BY_ROW_TYPE(dtype, ple_add_rows, static_cast<T*>(streams), y, rows, hidden, n);
+  METRALE_BY_ROW_TYPE(dtype, ple_add_rows, static_cast<T*>(streams), y, rows, hidden, n);
 }
 
 extern "C" __global__ void __launch_bounds__(1024) gemma3n_norm_add(const void* x, const void* t, const float* __restrict__ weight, void* out, int rows,
                                                                     int hidden, float eps, int dtype) {
   __shared__ float red[32];
-  PLE_BY_ROW_TYPE(dtype, norm_add_rows, static_cast<const T*>(x), static_cast<const T*>(t), weight, static_cast<T*>(out), rows, hidden, eps, red);
+  METRALE_BY_ROW_TYPE(dtype, norm_add_rows, static_cast<const T*>(x), static_cast<const T*>(t), weight, static_cast<T*>(out), rows, hidden, eps, red);
 }

@@ -9,7 +9,6 @@
 #endif
 
 #include <cstdint>
-#include <type_traits>
 
 namespace ple {
 
@@ -54,50 +53,11 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
 
 // ---- rows of a row type (the Gemma 3n kernels) -------------------------------------------------
 
-using bf16 = __nv_bfloat16;
-using f16 = __half;
-
-/** v as stored in T and read back: the rounding a kernel applies where Hugging Face holds a value in T. */
-template <typename T>
-__device__ __forceinline__ float round_to(float v) {
-  if constexpr (std::is_same_v<T, float>) return v;
-  else if constexpr (std::is_same_v<T, bf16>) return __bfloat162float(__float2bfloat16_rn(v));
-  else return __half2float(__float2half_rn(v));
-}
-
-/** Element i of a T array as f32. */
-template <typename T>
-__device__ __forceinline__ float load(const T* p, size_t i) {
-  return metrale::Element<T>::load(p, i);
-}
-
-/** Stores v as element i of a T array (round to nearest even). */
-template <typename T>
-__device__ __forceinline__ void store(T* p, size_t i, float v) {
-  metrale::Element<T>::store(p, i, v);
-}
+// Row types, their rounding and typed loads / stores: core's <metrale/elements.cuh>.
+using metrale::bf16;
+using metrale::f16;
+using metrale::load_value;
+using metrale::round_to;
+using metrale::store_value;
 
 }  // namespace ple
-
-/**
- * Calls fn<T>(args…) with T the row type of dtype code `code` (0 f32, 1 bf16, 2 f16; the arguments
- * may name T); traps on any other code, as the CPU twins throw.
- */
-#define PLE_BY_ROW_TYPE(code, fn, ...)   \
-  do {                                   \
-    switch (code) {                      \
-      case metrale::kF32: {              \
-        using T = float;                 \
-        fn<T>(__VA_ARGS__);              \
-      } break;                           \
-      case metrale::kBF16: {             \
-        using T = ::ple::bf16;           \
-        fn<T>(__VA_ARGS__);              \
-      } break;                           \
-      case metrale::kF16: {              \
-        using T = ::ple::f16;            \
-        fn<T>(__VA_ARGS__);              \
-      } break;                           \
-      default: __trap();                 \
-    }                                    \
-  } while (0)

@@ -103,8 +103,12 @@ __device__ __forceinline__ int batch_pos_of_row(const int32_t* __restrict__ rowS
 
 // ---- element types --------------------------------------------------------------------------------
 
-using bf16 = __nv_bfloat16;
-using f16 = __half;
+// Row types, their rounding and typed loads / stores: core's <metrale/elements.cuh>.
+using metrale::bf16;
+using metrale::f16;
+using metrale::load_value;
+using metrale::round_to;
+using metrale::store_value;
 /** FP8 E4M3 weight codes (their values times a per-128 × 128-block f32 scale). */
 using fp8 = __nv_fp8_e4m3;
 
@@ -115,14 +119,6 @@ constexpr bool is_fp8 = std::is_same_v<T, fp8>;
 template <typename T>
 constexpr int row_code = metrale::Element<T>::code;
 
-/** v as stored in T and read back: the one rounding a kernel applies where it stores to T. */
-template <typename T>
-__device__ __forceinline__ float round_to(float v) {
-  if constexpr (std::is_same_v<T, float>) return v;
-  else if constexpr (std::is_same_v<T, bf16>) return __bfloat162float(__float2bfloat16_rn(v));
-  else return __half2float(__float2half_rn(v));
-}
-
 /** Element i of a T array as f32, read-only path (FP8: the code's value, unscaled). */
 template <typename T>
 __device__ __forceinline__ float ldg_value(const T* p, size_t i) {
@@ -130,18 +126,6 @@ __device__ __forceinline__ float ldg_value(const T* p, size_t i) {
   else if constexpr (std::is_same_v<T, bf16>) return __bfloat162float(__ldg(p + i));
   else if constexpr (std::is_same_v<T, f16>) return __half2float(__ldg(p + i));
   else return metrale::e4m3_value(__ldg(reinterpret_cast<const uint8_t*>(p) + i));
-}
-
-/** Element i of a T array as f32, coherent path (for a buffer the launch may also write). */
-template <typename T>
-__device__ __forceinline__ float load_value(const T* p, size_t i) {
-  return metrale::Element<T>::load(p, i);
-}
-
-/** Stores v as element i of a T array (round to nearest even). */
-template <typename T>
-__device__ __forceinline__ void store_value(T* p, size_t i, float v) {
-  metrale::Element<T>::store(p, i, v);
 }
 
 __device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
@@ -213,27 +197,3 @@ __device__ __forceinline__ float rms_out(float xh, float w, float offset) {
 }
 
 }  // namespace stdk
-
-/**
- * Calls fn<T>(args…) with T the row type of dtype code `code` (0 f32, 1 bf16, 2 f16; the arguments
- * may name T); traps on any other code. For the kernels that pick their row type per launch (light
- * on registers, so one symbol serves every type).
- */
-#define STD_BY_ROW_TYPE(code, fn, ...)                     \
-  do {                                                     \
-    switch (code) {                                        \
-      case metrale::kF32: {                                \
-        using T = float;                                   \
-        fn<T>(__VA_ARGS__);                                \
-      } break;                                             \
-      case metrale::kBF16: {                               \
-        using T = stdk::bf16;                              \
-        fn<T>(__VA_ARGS__);                                \
-      } break;                                             \
-      case metrale::kF16: {                                \
-        using T = stdk::f16;                               \
-        fn<T>(__VA_ARGS__);                                \
-      } break;                                             \
-      default: __trap();                                   \
-    }                                                      \
-  } while (0)

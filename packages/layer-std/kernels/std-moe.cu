@@ -591,13 +591,13 @@ __device__ __forceinline__ void combine_rows(const T* __restrict__ routed, const
 extern "C" __global__ void __launch_bounds__(256) std_moe_experts(const void* __restrict__ y, const int32_t* __restrict__ ids,
                                                                   const float* __restrict__ weights, void* __restrict__ output, int rows, int hidden,
                                                                   int experts, int topK, int dtype) {
-  STD_BY_ROW_TYPE(dtype, experts_sum, static_cast<const T*>(y), ids, weights, static_cast<T*>(output), rows, hidden, experts, topK);
+  METRALE_BY_ROW_TYPE(dtype, experts_sum, static_cast<const T*>(y), ids, weights, static_cast<T*>(output), rows, hidden, experts, topK);
 }
 
 extern "C" __global__ void __launch_bounds__(1024) std_moe_combine(const void* __restrict__ routed, const void* __restrict__ shared,
                                                                    const float* __restrict__ gate, void* __restrict__ output, int rows, int hidden,
                                                                    int dtype) {
-  STD_BY_ROW_TYPE(dtype, combine_rows, static_cast<const T*>(routed), static_cast<const T*>(shared), gate, static_cast<T*>(output), rows, hidden);
+  METRALE_BY_ROW_TYPE(dtype, combine_rows, static_cast<const T*>(routed), static_cast<const T*>(shared), gate, static_cast<T*>(output), rows, hidden);
 }
 
 // The four expert kernels for one (weight type W, row type R): NAME##SUFFIX symbols (moe-kernels.ts

@@ -198,33 +198,33 @@ __device__ __forceinline__ void softcap_values(float* x, int count, float cap) {
 
 extern "C" __global__ void __launch_bounds__(1024) std_embed(const int32_t* __restrict__ tokens, const void* __restrict__ table, void* __restrict__ out,
                                                              int rows, int hidden, int vocab, float scale, int dtype) {
-  STD_BY_ROW_TYPE(dtype, embed_rows, tokens, static_cast<const T*>(table), static_cast<T*>(out), rows, hidden, vocab, scale);
+  METRALE_BY_ROW_TYPE(dtype, embed_rows, tokens, static_cast<const T*>(table), static_cast<T*>(out), rows, hidden, vocab, scale);
 }
 
 extern "C" __global__ void __launch_bounds__(1024) std_rms_norm(const void* input, void* output, const float* __restrict__ weight, int rows, int hidden,
                                                                 float eps, float offset, int dtype) {
   STD_SHARED(float, red, 32);
-  STD_BY_ROW_TYPE(dtype, rms_norm_rows, static_cast<const T*>(input), static_cast<T*>(output), weight, rows, hidden, eps, offset, red);
+  METRALE_BY_ROW_TYPE(dtype, rms_norm_rows, static_cast<const T*>(input), static_cast<T*>(output), weight, rows, hidden, eps, offset, red);
 }
 
 extern "C" __global__ void __launch_bounds__(1024) std_layer_norm(const void* input, void* output, const float* __restrict__ weight,
                                                                   const float* __restrict__ bias, int rows, int hidden, float eps, int dtype) {
   STD_SHARED(float, red, 32);
-  STD_BY_ROW_TYPE(dtype, layer_norm_rows, static_cast<const T*>(input), static_cast<T*>(output), weight, bias, rows, hidden, eps, red);
+  METRALE_BY_ROW_TYPE(dtype, layer_norm_rows, static_cast<const T*>(input), static_cast<T*>(output), weight, bias, rows, hidden, eps, red);
 }
 
 extern "C" __global__ void __launch_bounds__(1024) std_add(const void* a, const void* b, void* out, int count, int dtype) {
-  STD_BY_ROW_TYPE(dtype, add_values, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out), count);
+  METRALE_BY_ROW_TYPE(dtype, add_values, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out), count);
 }
 
 extern "C" __global__ void __launch_bounds__(1024) std_silu_mul(const void* __restrict__ gateUp, void* __restrict__ out, int rows, int inter, int dtype) {
-  STD_BY_ROW_TYPE(dtype, silu_mul_rows, static_cast<const T*>(gateUp), static_cast<T*>(out), rows, inter);
+  METRALE_BY_ROW_TYPE(dtype, silu_mul_rows, static_cast<const T*>(gateUp), static_cast<T*>(out), rows, inter);
 }
 
 extern "C" __global__ void __launch_bounds__(1024) std_gelu_mul(const void* __restrict__ gateUp, void* __restrict__ out, int rows, int inter, float cutoff,
                                                                 int sparse, int dtype) {
   STD_SHARED(float, red, 32);
-  STD_BY_ROW_TYPE(dtype, gelu_mul_rows, static_cast<const T*>(gateUp), static_cast<T*>(out), rows, inter, cutoff, sparse, red);
+  METRALE_BY_ROW_TYPE(dtype, gelu_mul_rows, static_cast<const T*>(gateUp), static_cast<T*>(out), rows, inter, cutoff, sparse, red);
 }
 
 extern "C" __global__ void __launch_bounds__(1024) std_softcap(float* __restrict__ x, int count, float cap) { softcap_values(x, count, cap); }

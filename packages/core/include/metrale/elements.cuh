@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 namespace metrale {
 
@@ -67,4 +68,55 @@ struct Element<__half> {
   __device__ __forceinline__ static void store(__half* p, size_t i, float v) { p[i] = __float2half_rn(v); }
 };
 
+/** The 16-bit row types by their short names. */
+using bf16 = __nv_bfloat16;
+using f16 = __half;
+
+/**
+ * v as stored in T (f32, bf16 or f16) and read back: the rounding a kernel applies where it stores
+ * to T, or where Hugging Face holds a value in T.
+ */
+template <typename T>
+__device__ __forceinline__ float round_to(float v) {
+  if constexpr (std::is_same_v<T, float>) return v;
+  else if constexpr (std::is_same_v<T, bf16>) return __bfloat162float(__float2bfloat16_rn(v));
+  else return __half2float(__float2half_rn(v));
+}
+
+/** Element i of a T array as f32 (coherent path: the launch may also write the buffer). */
+template <typename T>
+__device__ __forceinline__ float load_value(const T* p, size_t i) {
+  return Element<T>::load(p, i);
+}
+
+/** Stores v as element i of a T array (rounded to nearest even for bf16 and f16). */
+template <typename T>
+__device__ __forceinline__ void store_value(T* p, size_t i, float v) {
+  Element<T>::store(p, i, v);
+}
+
 }  // namespace metrale
+
+/**
+ * Calls fn<T>(args…) with T the row type of dtype code `code` (0 f32, 1 bf16, 2 f16; the arguments
+ * may name T); traps on any other code, as the CPU twins throw. For kernels that pick their row
+ * type per launch (one symbol serves every type).
+ */
+#define METRALE_BY_ROW_TYPE(code, fn, ...) \
+  do {                                     \
+    switch (code) {                        \
+      case ::metrale::kF32: {              \
+        using T = float;                   \
+        fn<T>(__VA_ARGS__);                \
+      } break;                             \
+      case ::metrale::kBF16: {             \
+        using T = ::metrale::bf16;         \
+        fn<T>(__VA_ARGS__);                \
+      } break;                             \
+      case ::metrale::kF16: {              \
+        using T = ::metrale::f16;          \
+        fn<T>(__VA_ARGS__);                \
+      } break;                             \
+      default: __trap();                   \
+    }                                      \
+  } while (0)
