@@ -38,7 +38,7 @@ export function buildGemma3n(ctx: ModelBuildContext): ModelStack {
   const ple = ctx.plugins?.find('ple') ?? plePlugin;
   try {
     // HF holds sqrt(H) as f32 and casts it to the weights' type.
-    const embedScale = roundTo(rows === 'f32' ? 'f32' : rows, Math.sqrt(H));
+    const embedScale = roundTo(rows, Math.sqrt(H));
     layers.push(new EmbeddingLayer(gpu, scopeWeights(model, 'embed_tokens.'), limits, { vocab: t.vocab, hidden: H, scale: embedScale, precision }));
     layers.push(new AltUpStreamsIn(gpu, model, limits, { hidden: H, streams: t.streams, precision }));
     const attention: AttentionLayer[] = [];
