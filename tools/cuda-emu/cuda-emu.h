@@ -243,6 +243,22 @@ inline float bf16_value(uint32_t bits16) {
   return f;
 }
 
+/** The 16 × 16 A operand of an m16n8k16 product from the warp's exchanged fragments (x[lane][0 … 3]). */
+template <typename Value>
+inline void a_fragment(const Warp& w, float (&A)[16][16], Value value) {
+  for (int ln = 0; ln < 32; ln++) {
+    const int g = ln >> 2, t = ln & 3;
+    const uint32_t* v = w.x[ln];
+    for (int h = 0; h < 2; h++) {
+      const int sh = 16 * h;
+      A[g][2 * t + h] = value((uint16_t)(v[0] >> sh));
+      A[g + 8][2 * t + h] = value((uint16_t)(v[1] >> sh));
+      A[g][2 * t + 8 + h] = value((uint16_t)(v[2] >> sh));
+      A[g + 8][2 * t + 8 + h] = value((uint16_t)(v[3] >> sh));
+    }
+  }
+}
+
 /**
  * d += A·B, m16n8k16: A (row-major 16 × 16) and B (col-major 16 × 8) of 16-bit elements that
  * `value` decodes, f32 accumulators (products summed in double).
@@ -255,17 +271,13 @@ inline void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uin
   w.x[l][4] = b0, w.x[l][5] = b1;
   warp_sync();
   float A[16][16], B[16][8];
+  a_fragment(w, A, value);
   for (int ln = 0; ln < 32; ln++) {
     const int g = ln >> 2, t = ln & 3;
     const uint32_t* v = w.x[ln];
     for (int h = 0; h < 2; h++) {
-      const int sh = 16 * h;
-      A[g][2 * t + h] = value((uint16_t)(v[0] >> sh));
-      A[g + 8][2 * t + h] = value((uint16_t)(v[1] >> sh));
-      A[g][2 * t + 8 + h] = value((uint16_t)(v[2] >> sh));
-      A[g + 8][2 * t + 8 + h] = value((uint16_t)(v[3] >> sh));
-      B[2 * t + h][g] = value((uint16_t)(v[4] >> sh));
-      B[2 * t + 8 + h][g] = value((uint16_t)(v[5] >> sh));
+      B[2 * t + h][g] = value((uint16_t)(v[4] >> (16 * h)));
+      B[2 * t + 8 + h][g] = value((uint16_t)(v[5] >> (16 * h)));
     }
   }
   warp_sync();
@@ -289,16 +301,20 @@ inline void mma_f16_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
 // ---- wgmma (sm_90a): a warpgroup's m64nNk16 product from shared-memory descriptors -------------------
 //
 // Computed at the instruction (the emulator does not model its asynchrony: a kernel that overwrites an
-// operand before wgmma.wait_group passes here and fails on the GPU). Operands: K-major tiles with the
-// 128-byte swizzle (descriptor layout 1), 8-row core groups `stride byte offset` apart; byte address
-// a of the tile reads at a ^ ((a >> 7) & 7) << 4, as the GPU's swizzle of a 1024-byte-aligned tile.
+// operand before wgmma.wait_group passes here and fails on the GPU). Shared-memory operands use the
+// 128-byte swizzle (descriptor layout 1): K-major, 8-row core groups `stride byte offset` (SBO) apart;
+// or MN-major (a B operand with imm-trans-b = 1), 64 MN-contiguous elements a 128-byte row, 8 k rows
+// an atom, atoms SBO apart along k and `leading byte offset` (LBO) apart along MN. Byte address a of
+// the tile reads at a ^ ((a >> 7) & 7) << 4, as the GPU's swizzle of a 1024-byte-aligned tile.
 
-/** Element (row, k) of a K-major, 128-byte-swizzled operand that `desc` describes (16-bit elements). */
-inline uint16_t wgmma_operand(uint64_t desc, int row, int k) {
+/** Element (row, k) of a 128-byte-swizzled operand that `desc` describes (16-bit elements); `mnMajor`: row runs along the 128-byte rows. */
+inline uint16_t wgmma_operand(uint64_t desc, int row, int k, bool mnMajor = false) {
   const uint32_t start = (uint32_t)(desc & 0x3FFFu) << 4;
+  const uint32_t lbo = (uint32_t)((desc >> 16) & 0x3FFFu) << 4;
   const uint32_t sbo = (uint32_t)((desc >> 32) & 0x3FFFu) << 4;
-  if ((desc >> 62) != 1) fail("wgmma: only the 128-byte swizzled K-major layout is emulated");
-  const uint32_t logical = start + (uint32_t)(row / 8) * sbo + (uint32_t)(row % 8) * 128u + (uint32_t)k * 2u;
+  if ((desc >> 62) != 1) fail("wgmma: only the 128-byte swizzled layouts are emulated");
+  const uint32_t logical = mnMajor ? start + (uint32_t)(row / 64) * lbo + (uint32_t)(k / 8) * sbo + (uint32_t)(k % 8) * 128u + (uint32_t)(row % 64) * 2u
+                                   : start + (uint32_t)(row / 8) * sbo + (uint32_t)(row % 8) * 128u + (uint32_t)k * 2u;
   const uint32_t phys = logical ^ (((logical >> 7) & 7u) << 4);
   uint16_t e;
   std::memcpy(&e, smem_at(phys, 2), 2);
@@ -319,6 +335,30 @@ inline void wgmma_m64k16(float* d, int n, uint64_t descA, uint64_t descB, Value 
       const int row = 16 * w + g + 8 * (e >> 1), col = 8 * j + 2 * tig + (e & 1);
       double sum = d[4 * j + e];
       for (int k = 0; k < 16; k++) sum += (double)value(wgmma_operand(descA, row, k)) * (double)value(wgmma_operand(descB, col, k));
+      d[4 * j + e] = (float)sum;
+    }
+}
+
+/**
+ * The same with A from registers: warp w's 16 rows of A as mma.sync m16n8k16's A fragment (a[0]: row
+ * g, k 2t, 2t + 1; a[1]: row g + 8; a[2], a[3]: k + 8); B from its descriptor, MN-major when transB.
+ */
+template <typename Value>
+inline void wgmma_m64k16_rs(float* d, int n, const uint32_t (&a)[4], uint64_t descB, bool transB, Value value) {
+  if (g_blockDim.x % 128) fail("wgmma in a CTA whose threads are not whole warpgroups");
+  Warp& w = warp();
+  const int l = lane();
+  for (int i = 0; i < 4; i++) w.x[l][i] = a[i];
+  warp_sync();
+  float A[16][16];
+  a_fragment(w, A, value);
+  warp_sync();
+  const int g = l >> 2, tig = l & 3;
+  for (int j = 0; j < n / 8; j++)
+    for (int e = 0; e < 4; e++) {
+      const int row = g + 8 * (e >> 1), col = 8 * j + 2 * tig + (e & 1);
+      double sum = d[4 * j + e];
+      for (int k = 0; k < 16; k++) sum += (double)A[row][k] * (double)value(wgmma_operand(descB, col, k, transB));
       d[4 * j + e] = (float)sum;
     }
 }

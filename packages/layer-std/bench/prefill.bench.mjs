@@ -76,7 +76,7 @@ try {
     let keys = 0;
     for (let r = 0; r < rows; r++) keys += start + r + 1;
     const flop = 4 * H * d * keys;
-    const ms = time(() => gpu.launch(k.prefill, std.attnPrefillLaunch(rows, 1, H, d, rb, stream), common));
+    const ms = time(() => gpu.launch(k.prefill, std.attnPrefillLaunch(rows, 1, H, d, rb, gpu.device.computeCapability, stream), common));
     const row = { ctx, rows, flop, prefillMs: ms, ofGemmRate: share(flop, ms) };
     if (ctx === 4096) row.coreMs = time(() => gpu.launch(k.core, std.coreLaunch('prefill', rows, H, Hkv, stream), common));
     result.attention.push(row);

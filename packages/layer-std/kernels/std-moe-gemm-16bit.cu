@@ -158,15 +158,15 @@ __device__ void grouped_gemm(unsigned char* smemRaw, const T* __restrict__ input
 // rows (m64n128k16, both operands K-major in shared memory with the 128-byte swizzle); k in steps
 // of 64 through S stages filled by cp.async from every thread, S − 1 − F ahead, where F wgmma
 // groups stay in flight across a step: the stage a load overwrites was read F + 1 steps back, which
-// each warpgroup has waited for (wgmma.wait_group F) before the barrier the load follows. Up
-// (K = D, long): 4 stages, F = 1, one CTA an SM. Down (K = I, a few steps): 3 stages, F = 0, two
-// CTAs an SM, so one's prologue and epilogue overlap the other's products.
+// each warpgroup has waited for (wgmma.wait_group F) before the barrier the load follows. Both
+// passes: 3 stages, F = 0, two CTAs an SM, so one's prologue, barriers and epilogue overlap the
+// other's products.
 constexpr int kWgBK = 64;
 constexpr int kWgTileBytes = kBM * kWgBK * 2;  // 128 rows of 128 bytes
 constexpr int kWgStageBytes = 2 * kWgTileBytes;
 template <int S>
 constexpr unsigned kWgSmemBytes = S * kWgStageBytes + 1024;  // + the 1024-byte alignment of the swizzle
-constexpr int kUpStages = 4, kUpInFlight = 1, kDownStages = 3, kDownInFlight = 0;
+constexpr int kUpStages = 3, kUpInFlight = 0, kDownStages = 3, kDownInFlight = 0;
 
 template <typename T, int P, int S, int F>
 __device__ void grouped_gemm_wg(unsigned char* smemRaw, const T* __restrict__ input, const int32_t* __restrict__ groups, const T* __restrict__ weights,
@@ -257,7 +257,7 @@ __device__ void grouped_gemm_wg(unsigned char* smemRaw, const T* __restrict__ in
 #ifdef STD_WGMMA
 template <typename T, int P>
 constexpr unsigned kSmemBytes = kWgSmemBytes<P == 2 ? kUpStages : kDownStages>;
-constexpr int kUpBlocks = 1, kDownBlocks = 2;
+constexpr int kUpBlocks = 2, kDownBlocks = 2;
 #define STD_MOE_GEMM(T, P) grouped_gemm_wg<T, P, P == 2 ? kUpStages : kDownStages, P == 2 ? kUpInFlight : kDownInFlight>
 #else
 template <typename T, int P>

@@ -68,13 +68,25 @@ export function prefillOnTensorCores(kernels: AttentionKernels, phase: StepPhase
   return phase === 'prefill' && kernels.prefill !== undefined && headDim % 8 === 0 && headDim <= PREFILL_MAX_HEAD_DIM;
 }
 
+/** Rows per CTA and keys per tile of the sm_90a (wgmma) launch; it takes head dims 128 and 256. */
+const WGMMA_ROWS = 128;
+const WGMMA_KEYS = 64;
+
 /**
- * `std.attn_prefill`'s launch: a CTA per (64-row tile of a sequence, q head), ⌈rows / 64⌉ + batch
- * tiles at most; 128 threads; shared memory for the Q tile and two K and V tiles of 64 keys (32
- * above head dim 128; double-buffered) in the kernel's padded layout, at the head dim's power-of-two
- * template.
+ * `std.attn_prefill`'s launch. On compute capability 9.0 (the fatbin's sm_90a code) at head dims 128
+ * and 256: a CTA of 256 threads (two warpgroups on wgmma) per (q head, 128-row tile of a sequence),
+ * grid [heads, ⌈rows / 128⌉ + batch]; shared memory for the Q tile and two K and V tiles of 64 keys
+ * in the 128-byte-swizzled layout (+ 1 KiB to align it). Elsewhere: a CTA of 128 threads
+ * (mma.sync) per (64-row tile, q head), ⌈rows / 64⌉ + batch tiles at most; shared memory for the Q
+ * tile and two K and V tiles of 64 keys (32 above head dim 128; double-buffered) in the kernel's
+ * padded layout, at the head dim's power-of-two template.
  */
-export function attnPrefillLaunch(rows: number, batch: number, heads: number, headDim: number, rowBytes: number, stream: Stream): LaunchConfig {
+export function attnPrefillLaunch(
+  rows: number, batch: number, heads: number, headDim: number, rowBytes: number, capability: readonly [number, number], stream: Stream,
+): LaunchConfig {
+  if (capability[0] === 9 && capability[1] === 0 && rowBytes === 2 && (headDim === 128 || headDim === 256)) {
+    return { grid: [heads, Math.ceil(rows / WGMMA_ROWS) + batch], block: 256, sharedBytes: (WGMMA_ROWS + 4 * WGMMA_KEYS) * headDim * 2 + 1024, stream };
+  }
   const D = Math.max(32, 2 ** Math.ceil(Math.log2(headDim)));
   const keys = D > 128 ? 32 : 64;
   return { grid: [Math.ceil(rows / PREFILL_ROWS) + batch, heads], block: 128, sharedBytes: (PREFILL_ROWS + 4 * keys) * (D + 8) * rowBytes, stream };

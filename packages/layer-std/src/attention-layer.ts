@@ -165,7 +165,7 @@ export class AttentionLayer implements TransformerLayer<AttentionState>, KvSourc
     });
     const core = { ...common, q: b.q, out: b.attn, scale: o.scale ?? 1 / Math.sqrt(d), window: o.window ?? 0 };
     if (prefillOnTensorCores(this.#kernels, phase, d)) {
-      gpu.launch(this.#kernels.prefill!, attnPrefillLaunch(rows, batch, o.heads, d, floatBytes(dtype), stream), core);
+      gpu.launch(this.#kernels.prefill!, attnPrefillLaunch(rows, batch, o.heads, d, floatBytes(dtype), gpu.device.computeCapability, stream), core);
     } else {
       gpu.launch(this.#kernels.core, coreLaunch(phase, rows, o.heads, o.kvHeads, stream), core);
     }

@@ -142,13 +142,13 @@ interface GemmTiles {
 
 /**
  * kernels/std-moe-gemm-16bit.cu: 128 entries × 128 weight rows; mma.sync with 3 stages of 32-wide k
- * tiles (rows of 40 elements), or on sm_90a wgmma with 4 (up) or 3 (down) stages of 64-wide ones
+ * tiles (rows of 40 elements), or on sm_90a wgmma with 3 stages of 64-wide ones
  * (+ 1 KiB to align).
  */
 const WGMMA_STAGE_BYTES = 2 * 128 * 64 * 2;
 const TILES_16BIT: GemmTiles = {
   entries: 128, upColumns: 64, downColumns: 128, threads: 256, sharedBytes: 3 * 2 * 128 * 40 * 2,
-  sharedBytesWgmma: { up: 4 * WGMMA_STAGE_BYTES + 1024, down: 3 * WGMMA_STAGE_BYTES + 1024 },
+  sharedBytesWgmma: { up: 3 * WGMMA_STAGE_BYTES + 1024, down: 3 * WGMMA_STAGE_BYTES + 1024 },
 };
 /** kernels/std-moe-gemm.cu (FP8 weights): 64 entries × 64 columns. */
 const TILES_FP8: GemmTiles = { entries: 64, upColumns: 64, downColumns: 64, threads: 128, sharedBytes: 0 };

@@ -471,6 +471,7 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
     { label: '6 q / 2 kv, d 24, gated, pages of 8', H: 6, Hkv: 2, d: 24, gated: 1, page: 8 },
     { label: '4 q / 2 kv, d 16, gated, pages of 4', H: 4, Hkv: 2, d: 16, gated: 1, page: 4 },
     { label: 'Gemma 3n sliding: 2 q / 1 kv, d 48, plain, window 37, pages of 8', H: 2, Hkv: 1, d: 48, gated: 0, page: 8, window: 37 },
+    { label: 'Gemma 3n E4B sliding heads: 8 q / 2 kv, d 256, plain, window 70, pages of 16', H: 8, Hkv: 2, d: 256, gated: 0, page: 16, window: 70 },
   ] as { label: string; H: number; Hkv: number; d: number; gated: number; page: number; window?: number }[];
   for (const dtype of ['bf16', 'f16'] as const) {
     for (const o of prefillShapes) {
@@ -499,7 +500,7 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
         };
         const k = ATTENTION_KERNELS[dtype];
         const r = onBoth(bufs, (gpu, p) => {
-          gpu.launch(k.prefill!, attnPrefillLaunch(rows, seqs.length, o.H, o.d, floatBytes(dtype), gpu.defaultStream), {
+          gpu.launch(k.prefill!, attnPrefillLaunch(rows, seqs.length, o.H, o.d, floatBytes(dtype), gpu.device.computeCapability, gpu.defaultStream), {
             qkv: p.qkv!, kCache: p.kCache!, vCache: p.vCache!, blockTable: p.blockTable!, slots: p.slots!, rowStarts: p.rowStarts!, positions: p.positions!,
             batch: seqs.length, heads: o.H, kvHeads: o.Hkv, headDim: o.d, pageSize: o.page, maxPages, gated: o.gated, dtype: FLOAT_DTYPE_CODE[dtype], ownKv: 1,
             q: p.q!, out: p.out!, scale: 1 / Math.sqrt(o.d), window: o.window ?? 0,
