@@ -2,9 +2,9 @@
 // src/gemma3n-kernels.ts, reference src/gemma3n-rows.cpu.ts; layouts: ../KERNELS.md, "Gemma 3n"):
 //   gemma3n_copy      dst[r] = src[r] (· scale), rows at their strides, between row types
 //   gemma3n_sum3      out = (a + b + c) · scale elementwise (c may be null; out may alias a, b or c)
-//   gemma3n_ple_add   streams_j += y (f32) for j = 1 … n − 1 (HF: corrected_predictions[1:] += per-layer input)
+//   gemma3n_ple_add   streams_j += y for j = 1 … n − 1 (HF: corrected_predictions[1:] += per-layer input)
 //   gemma3n_norm_add  out = x + RMSNorm(t) · w (plain w: Laurel's end, an + post_laurel_norm(t))
-// Rows of the row type T (dtype code: 0 f32, 1 bf16, 2 f16); scale, norm weights and y are f32.
+// Rows of the row type T (dtype code: 0 f32, 1 bf16, 2 f16), y included; scale and norm weights are f32.
 // Arithmetic in f32, each output rounded once where it is stored (norm_add also rounds the normed
 // value to T first, as Hugging Face holds it). One CTA per row (rowLaunch: up to 1024 threads, the
 // row loop strides by gridDim.x), gemma3n_sum3 one element per thread (flatLaunch, grid-stride).
@@ -27,10 +27,10 @@ __device__ __forceinline__ void sum3_values(const T* a, const T* b, const T* c, 
 }
 
 template <typename T>
-__device__ __forceinline__ void ple_add_rows(T* streams, const float* __restrict__ y, int rows, int hidden, int n) {
+__device__ __forceinline__ void ple_add_rows(T* streams, const T* __restrict__ y, int rows, int hidden, int n) {
   for (int r = blockIdx.x; r < rows; r += gridDim.x) {
     for (int h = threadIdx.x; h < hidden; h += blockDim.x) {
-      const float v = y[(size_t)r * hidden + h];
+      const float v = load_value(y, (size_t)r * hidden + h);
       for (int j = 1; j < n; ++j) {
         const size_t at = ((size_t)r * n + j) * hidden + h;
         store_value(streams, at, load_value(streams, at) + v);
@@ -71,8 +71,8 @@ extern "C" __global__ void __launch_bounds__(1024) gemma3n_sum3(const void* a, c
   METRALE_BY_ROW_TYPE(dtype, sum3_values, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<const T*>(c), static_cast<T*>(out), count, scale);
 }
 
-extern "C" __global__ void __launch_bounds__(1024) gemma3n_ple_add(void* streams, const float* __restrict__ y, int rows, int hidden, int n, int dtype) {
-  METRALE_BY_ROW_TYPE(dtype, ple_add_rows, static_cast<T*>(streams), y, rows, hidden, n);
+extern "C" __global__ void __launch_bounds__(1024) gemma3n_ple_add(void* streams, const void* __restrict__ y, int rows, int hidden, int n, int dtype) {
+  METRALE_BY_ROW_TYPE(dtype, ple_add_rows, static_cast<T*>(streams), static_cast<const T*>(y), rows, hidden, n);
 }
 
 extern "C" __global__ void __launch_bounds__(1024) gemma3n_norm_add(const void* x, const void* t, const float* __restrict__ weight, void* out, int rows,

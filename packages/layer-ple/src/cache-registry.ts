@@ -1,4 +1,4 @@
-import type { GpuBackend, LayerLimits, WeightSource } from '@metrale/core';
+import type { FloatDtype, GpuBackend, LayerLimits, WeightSource } from '@metrale/core';
 import type { PleConfig } from './ple-config.js';
 import { PLE_TENSORS } from './ple-weights.js';
 import type { PleCacheOptions, PleSlotCache } from './slot-cache.js';
@@ -28,14 +28,14 @@ function tensorIdentity(source: WeightSource, name: string): string {
 
 /**
  * The key under which layers share a slot cache: the same table and embedding (by file, or by the
- * very same memory), the same shapes, limits and cache options.
+ * very same memory), the same shapes, row type, limits and cache options.
  */
-export function cacheKey(source: WeightSource, cfg: PleConfig, limits: LayerLimits, options: PleCacheOptions): string {
+export function cacheKey(source: WeightSource, cfg: PleConfig, limits: LayerLimits, rows: FloatDtype, options: PleCacheOptions): string {
   return [
     tensorIdentity(source, PLE_TENSORS.table),
     tensorIdentity(source, PLE_TENSORS.embed),
     tensorIdentity(source, PLE_TENSORS.projectionNorm),
-    `D${cfg.hidden} P${cfg.perLayer} L${cfg.layers} V${cfg.vocab} Vp${cfg.tableVocab} eps${cfg.eps}`,
+    `D${cfg.hidden} P${cfg.perLayer} L${cfg.layers} V${cfg.vocab} Vp${cfg.tableVocab} eps${cfg.eps} rows ${rows}`,
     `seqs${limits.maxSeqs} batch${limits.maxBatch} k${limits.maxK} rows${limits.maxRows}`,
     `cap${options.slotCapacity ?? 'default'} staging${options.stagingChunks ?? 'default'}`,
   ].join(' | ');

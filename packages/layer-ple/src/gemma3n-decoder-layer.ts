@@ -17,7 +17,7 @@ export interface Gemma3nDecoderParts {
   readonly mlp: TransformerLayer<any>;
   readonly postFeedforwardNorm: TransformerLayer<any>;
   readonly correct: AltUpCorrectLayer;
-  /** The per-layer input path (layer-ple's `PleLayer`): f32 rows of H in and out. */
+  /** The per-layer input path (layer-ple's `PleLayer`): rows of H in and out, of the scratch's row type. */
   readonly ple: TransformerLayer<any>;
 }
 
@@ -59,9 +59,18 @@ export class Gemma3nDecoderLayer extends CompositeLayer {
     this.#o = options;
     const s = options.scratch;
     const row = floatBytes(s.rows) * s.hidden;
-    const wrong = ORDER.filter((k) => k !== 'predict' && k !== 'correct' && k !== 'ple' && (parts[k].inputRowBytes !== row || parts[k].outputRowBytes !== row));
-    if (wrong.length || parts.predict.inputRowBytes !== row * s.streams || parts.ple.inputRowBytes !== 4 * s.hidden || parts.ple.outputRowBytes !== 4 * s.hidden) {
-      throw new InvalidArgumentError(`${this.type}: its parts' rows do not match the scratch's (${s.streams} streams of ${s.hidden} ${s.rows}; PLE rows f32)${wrong.length ? `: ${wrong.join(', ')}` : ''}`);
+    // Rows in and out, in rows of H: predict n → n, correct n + 1 → n, every other part (the PLE's included) 1 → 1.
+    const widths = (k: (typeof ORDER)[number]) => (k === 'predict' ? [s.streams, s.streams] : k === 'correct' ? [s.streams + 1, s.streams] : [1, 1]);
+    const wrong = ORDER.flatMap((k) => {
+      const [i, o] = widths(k).map((w) => w * row) as [number, number];
+      const p = parts[k];
+      return p.inputRowBytes === i && p.outputRowBytes === o ? [] : [`${k} has ${p.inputRowBytes} → ${p.outputRowBytes}, not ${i} → ${o}`];
+    });
+    if (wrong.length) {
+      throw new InvalidArgumentError(
+        `${this.type}: its parts' rows do not match the scratch's (${s.streams} streams of ${s.hidden} ${s.rows} values; bytes per row in → out): ` +
+          `${wrong.join('; ')}. Build every part, the 'ple' layer included, with the model's precision (rows ${s.rows})`,
+      );
     }
     this.inputRowBytes = this.outputRowBytes = row * s.streams;
     if (options.correctOutputScale && options.correctOutputScale.length !== s.hidden) {
@@ -101,7 +110,7 @@ export class Gemma3nDecoderLayer extends CompositeLayer {
     copy(s.pred, n * H, s.correctIn, (n + 1) * H, n * H);
     copy(s.b, H, s.correctIn + BigInt(n * H * bytes), (n + 1) * H, H);
     run('correct', s.correctIn, step.output);
-    copy(step.output + BigInt(k * H * bytes), n * H, s.pleIn, H, H, FLOAT_DTYPE_CODE.f32, this.#scale);
+    copy(step.output + BigInt(k * H * bytes), n * H, s.pleIn, H, H, dtype, this.#scale);
     run('ple', s.pleIn, s.pleOut);
     step.section?.('ple-add');
     gpu.launch(pleAddKernel, rowLaunch(rows, H, stream), { streams: step.output, y: s.pleOut, rows, hidden: H, n, dtype });

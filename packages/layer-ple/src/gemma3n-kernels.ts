@@ -5,7 +5,7 @@ import { copyCpu, normAddCpu, pleAddCpu, sum3Cpu } from './gemma3n-rows.cpu.js';
 // The row arithmetic of a Gemma 3n decoder layer around the std layers (kernels/gemma3n-rows.cu;
 // KERNELS.md, "Gemma 3n"): data movement, residual sums, the per-layer input's add and Laurel's
 // end, launched with core's rowLaunch / flatLaunch. Rows are of the row type `dtype` (0 f32,
-// 1 bf16, 2 f16); scales and norm weights f32.
+// 1 bf16, 2 f16), the PLE path's output included; scales and norm weights f32.
 const module = defineKernelModule('gemma3n-rows', new URL('./kernels/gemma3n-rows.fatbin', import.meta.url));
 
 /** dst = src (· scale) row by row at their strides, between row types. */
@@ -24,7 +24,7 @@ export const sum3Kernel = defineKernel({
   cpu: sum3Cpu,
 });
 
-/** streams_i += y (f32) for i ≥ 1. */
+/** streams_i += y for i ≥ 1 (y: the PLE path's output rows). */
 export const pleAddKernel = defineKernel({
   name: 'gemma3n.ple_add',
   params: { streams: 'ptr', y: 'ptr', rows: 'i32', hidden: 'i32', n: 'i32', dtype: 'i32' },

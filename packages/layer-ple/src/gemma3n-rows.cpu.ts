@@ -1,4 +1,4 @@
-import { elementAccess, roundRows, rowDtypeOf, type CpuKernelContext } from '@metrale/core';
+import { elementAccess, elementReader, roundRows, rowDtypeOf, type CpuKernelContext } from '@metrale/core';
 
 // CPU twins of kernels/gemma3n-rows.cu's kernels: the data movement and residual arithmetic of a
 // Gemma 3n decoder layer (docs/models/gemma3n-text.md, step 5). f64 inside, one rounding per store.
@@ -49,7 +49,7 @@ export function sum3Cpu(x: Sum3Args, { mem }: CpuKernelContext): void {
 export interface PleAddArgs {
   /** [rows][n][H] in the row type. */
   readonly streams: bigint;
-  /** f32 [rows][H]: the PLE layer's output. */
+  /** [rows][H] in the row type: the PLE layer's output. */
   readonly y: bigint;
   readonly rows: number;
   readonly hidden: number;
@@ -60,10 +60,11 @@ export interface PleAddArgs {
 /** streams_i += y for i = 1 … n − 1 (HF adds the per-layer input to corrected_predictions[1:], whatever the active index). */
 export function pleAddCpu(a: PleAddArgs, { mem }: CpuKernelContext): void {
   const [H, n] = [a.hidden, a.n];
-  const s = elementAccess(mem, a.streams, a.rows * n * H, rowDtypeOf(a.dtype));
-  const y = mem.f32(a.y, a.rows * H);
+  const dtype = rowDtypeOf(a.dtype);
+  const s = elementAccess(mem, a.streams, a.rows * n * H, dtype);
+  const y = elementReader(mem, a.y, a.rows * H, dtype);
   for (let r = 0; r < a.rows; r++) {
-    for (let j = 1; j < n; j++) for (let i = 0; i < H; i++) s.set((r * n + j) * H + i, s.get((r * n + j) * H + i) + y[r * H + i]!);
+    for (let j = 1; j < n; j++) for (let i = 0; i < H; i++) s.set((r * n + j) * H + i, s.get((r * n + j) * H + i) + y(r * H + i));
   }
 }
 

@@ -17,7 +17,7 @@ export class Gemma3nScratch {
   readonly a: DevicePtr;
   readonly b: DevicePtr;
   readonly residual: DevicePtr;
-  /** [maxRows][H] f32: the per-layer input path's input and output (PLE takes f32 rows). */
+  /** [maxRows][H] each, in the row type: the per-layer input path's input and output. */
   readonly pleIn: DevicePtr;
   readonly pleOut: DevicePtr;
   readonly #memory: DeviceMemory;
@@ -34,8 +34,8 @@ export class Gemma3nScratch {
     this.a = alloc(row);
     this.b = alloc(row);
     this.residual = alloc(row);
-    this.pleIn = alloc(4 * hidden * maxRows);
-    this.pleOut = alloc(4 * hidden * maxRows);
+    this.pleIn = alloc(row);
+    this.pleOut = alloc(row);
   }
 
   dispose(): void {

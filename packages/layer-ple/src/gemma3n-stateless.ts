@@ -11,9 +11,10 @@ export function requireGemma3nKernels(gpu: GpuBackend, layer: string, kernels: r
   requireKernels(gpu, '@metrale/layer-ple', layer, kernels);
 }
 
-/** The row type of a precision; Gemma 3n's layers take f32, bf16 or f16 rows and no FP8 weights. */
+/** The row type of a precision; Gemma 3n's layers (and 'ple') take f32, bf16 or f16 rows and no FP8 weights. */
 export function rowTypeOf(precision: Precision | undefined, layer: string): FloatDtype {
   const p = precision ?? F32_PRECISION;
+  if (p.rows !== 'f32' && p.rows !== 'bf16' && p.rows !== 'f16') throw new InvalidArgumentError(`${layer}: precision.rows must be f32, bf16 or f16, got ${String(p.rows)}`);
   if (p.fp8Weights) throw new InvalidArgumentError(`${layer}: FP8 weights are not supported for Gemma 3n's layers; load the checkpoint in bf16 (--dtype bf16) or f32`);
   return p.rows;
 }

@@ -9,10 +9,13 @@ const gateModule = defineKernelModule('ple-gate', new URL('./kernels/ple-gate.fa
 /** Rows [firstRow, firstRow + count) of the step, located through the driver's tables. */
 const ROWS = { slots: 'ptr', rowStarts: 'ptr', batch: 'i32', firstRow: 'i32', count: 'i32' } as const;
 
+// Rows (e, q, ple, g, h, y) are of the row type `dtype` (0 f32, 1 bf16, 2 f16; core's
+// FLOAT_DTYPE_CODE); norm weights f32; the embedding and the table in their storage dtype.
+
 /** e = embed_tokens[token] · scale, one block per row (padding and ids outside the vocabulary give zeros). */
 export const embedGatherKernel = defineKernel({
   name: 'ple.embed-gather',
-  params: { out: 'ptr', embed: 'ptr', embedDtype: 'i32', tokens: 'ptr', ...ROWS, hidden: 'i32', vocab: 'i32', scale: 'f32' },
+  params: { out: 'ptr', embed: 'ptr', embedDtype: 'i32', tokens: 'ptr', ...ROWS, hidden: 'i32', vocab: 'i32', scale: 'f32', dtype: 'i32' },
   cuda: { module: projectModule, symbol: 'ple_embed_gather' },
   cpu: embedGatherCpu,
 });
@@ -24,7 +27,7 @@ export const combineKernel = defineKernel({
     ple: 'ptr', q: 'ptr', normWeight: 'ptr', slotRows: 'ptr', tableDtype: 'i32', rowSlots: 'ptr', map: 'ptr', tokens: 'ptr',
     ...ROWS,
     perLayer: 'i32', rowElems: 'i32', layerOffset: 'i32', tableVocab: 'i32',
-    projScale: 'f32', tableScale: 'f32', inputScale: 'f32', eps: 'f32',
+    projScale: 'f32', tableScale: 'f32', inputScale: 'f32', eps: 'f32', dtype: 'i32',
   },
   cuda: { module: projectModule, symbol: 'ple_combine' },
   cpu: combineCpu,
@@ -41,7 +44,7 @@ export const mapSetKernel = defineKernel({
 /** h = gelu_tanh(g) ⊙ ple, one block per row. */
 export const gateMulKernel = defineKernel({
   name: 'ple.gate-mul',
-  params: { h: 'ptr', g: 'ptr', ple: 'ptr', ...ROWS, perLayer: 'i32' },
+  params: { h: 'ptr', g: 'ptr', ple: 'ptr', ...ROWS, perLayer: 'i32', dtype: 'i32' },
   cuda: { module: gateModule, symbol: 'ple_gate_mul' },
   cpu: gateMulCpu,
 });
@@ -49,7 +52,7 @@ export const gateMulKernel = defineKernel({
 /** v = RMSNorm_D(y) · w, in place, one block per row. */
 export const outNormKernel = defineKernel({
   name: 'ple.out-norm',
-  params: { y: 'ptr', weight: 'ptr', ...ROWS, hidden: 'i32', eps: 'f32' },
+  params: { y: 'ptr', weight: 'ptr', ...ROWS, hidden: 'i32', eps: 'f32', dtype: 'i32' },
   cuda: { module: gateModule, symbol: 'ple_out_norm' },
   cpu: outNormCpu,
 });

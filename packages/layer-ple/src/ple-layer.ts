@@ -1,19 +1,27 @@
 import {
+  FLOAT_DTYPE_CODE,
   InvalidArgumentError,
   ReplaySyncError,
+  encodeFloats,
+  floatBytes,
+  runLinear,
+  uploadLinear,
   type CreateLayerContext,
   type DevicePtr,
+  type FloatDtype,
   type GpuBackend,
   type LayerLimits,
   type LayerState,
   type LayerStep,
+  type LinearWeight,
   type Stream,
   type TransformerLayer,
 } from '@metrale/core';
 import { cacheKey, sharedCache } from './cache-registry.js';
+import { asRowValues, rowTypeOf } from './gemma3n-stateless.js';
 import { readPleConfig, type PleConfig } from './ple-config.js';
 import { combineKernel, embedGatherKernel, gateMulKernel, outNormKernel, threadsFor } from './ple-kernels.js';
-import { describePleTensors, readLayerWeights, scalarAs } from './ple-weights.js';
+import { PLE_TENSORS, describePleTensors, readLayerWeights, scalarAs, type StorageDtype } from './ple-weights.js';
 import { dtypeCodes, PleSlotCache, type PleCacheOptions, type PleCacheStats, type PrestageClaim } from './slot-cache.js';
 import { TensorReader } from './tensor-reader.js';
 
@@ -32,23 +40,30 @@ export interface PleState extends LayerState, PrestageClaim {
   readonly slot: number;
 }
 
-/** The scalars of the math, rounded as Hugging Face holds them (see README.md, "Hugging Face semantics"). */
+/**
+ * The scalars of the math, rounded as Hugging Face holds them (see README.md, "Hugging Face
+ * semantics"): to the row type for bf16 / f16 rows (the model's dtype); for f32 rows, to the
+ * dtype the checkpoint stores the embedding (or the table) in.
+ */
 export interface PleScales {
-  /** sqrt(D) as embed_tokens' dtype: `Gemma3nTextScaledWordEmbedding.embed_scale`. */
+  /** sqrt(D): `Gemma3nTextScaledWordEmbedding.embed_scale`. */
   readonly embed: number;
-  /** D^−0.5 as the model dtype: `per_layer_projection_scale`. */
+  /** D^−0.5: `per_layer_projection_scale`. */
   readonly projection: number;
-  /** sqrt(P) as the table's dtype: `embed_tokens_per_layer.embed_scale`. */
+  /** sqrt(P): `embed_tokens_per_layer.embed_scale`. */
   readonly table: number;
-  /** 2^−0.5 as the model dtype: `per_layer_input_scale`. */
+  /** 2^−0.5: `per_layer_input_scale`. */
   readonly input: number;
 }
 
 /**
  * The per-layer input path of Gemma 3n decoder layer l (`gemma3n_text`): an input row is the
- * vector fed to `per_layer_input_gate` (f32 [D]); the output row is
- * v = RMSNorm_D(per_layer_projection(gelu_tanh(per_layer_input_gate(a)) ⊙ ple[l])), with ple
- * computed from the row's token id (docs: README.md and KERNELS.md).
+ * vector fed to `per_layer_input_gate` ([D] of the row type, `precision.rows`: f32, bf16 or f16);
+ * the output row is v = RMSNorm_D(per_layer_projection(gelu_tanh(per_layer_input_gate(a)) ⊙ ple[l])),
+ * of the row type, with ple computed from the row's token id (docs: README.md and KERNELS.md). The
+ * layer's GEMM weights live on the device in the row type (a bf16 checkpoint's stay bf16), the
+ * GEMMs accumulate in f32, and the kernels compute in f32 with values held in the row type where
+ * Hugging Face holds them there; f32 rows are the reference path.
  *
  * The per-layer table stays on the host; the rows of the tokens in flight live in a device slot
  * cache (`PleSlotCache`) that `decodePrestage` fills. Decode and verify kernels find a row's slot
@@ -59,17 +74,21 @@ export class PleLayer implements TransformerLayer<PleState> {
   readonly type = 'ple';
   readonly inputRowBytes: number;
   readonly outputRowBytes: number;
+  /** The row type of inputs, outputs, intermediates and GEMM weights. */
+  readonly rows: FloatDtype;
   readonly config: PleConfig;
   readonly limits: LayerLimits;
   readonly cache: PleSlotCache;
   readonly scales: PleScales;
   readonly #gpu: GpuBackend;
-  readonly #own: { readonly projection: DevicePtr; readonly gate: DevicePtr; readonly projectionOut: DevicePtr; readonly postNorm: DevicePtr };
+  /** The GEMM weights in the row type; the post norm's weight f32 holding row-type values. */
+  readonly #own: { readonly projection: LinearWeight; readonly gate: LinearWeight; readonly projectionOut: LinearWeight; readonly postNorm: DevicePtr };
   readonly #allocations: DevicePtr[] = [];
   #disposed = false;
 
   constructor(context: CreateLayerContext, options: PleLayerOptions = {}) {
     const cfg = readPleConfig(context.config, context.layerIndex);
+    const rows = rowTypeOf(context.precision, 'ple');
     const limits = context.limits;
     for (const key of ['maxSeqs', 'maxBatch', 'maxK', 'maxRows'] as const) {
       if (!Number.isSafeInteger(limits[key]) || limits[key] < 1) throw new InvalidArgumentError(`ple: limits.${key} must be a positive integer, got ${limits[key]}`);
@@ -83,12 +102,12 @@ export class PleLayer implements TransformerLayer<PleState> {
       ...(options.slotCapacity !== undefined ? { slotCapacity: options.slotCapacity } : {}),
       ...(options.stagingChunks !== undefined ? { stagingChunks: options.stagingChunks } : {}),
     };
-    const make = (onDispose?: () => void, key?: string) => new PleSlotCache(gpu, cfg, limits, reader, tensors, cacheOptions, key, onDispose);
+    const make = (onDispose?: () => void, key?: string) => new PleSlotCache(gpu, cfg, limits, reader, tensors, rows, cacheOptions, key, onDispose);
     let cache: PleSlotCache;
     if (options.share === false) {
       cache = make();
     } else {
-      const key = cacheKey(context.weights, cfg, limits, cacheOptions);
+      const key = cacheKey(context.weights, cfg, limits, rows, cacheOptions);
       cache = sharedCache(gpu, key, (onDispose) => make(onDispose, key));
     }
     cache.attach();
@@ -96,26 +115,33 @@ export class PleLayer implements TransformerLayer<PleState> {
     this.config = cfg;
     this.limits = limits;
     this.#gpu = gpu;
-    this.inputRowBytes = this.outputRowBytes = 4 * cfg.hidden;
+    this.rows = rows;
+    this.inputRowBytes = this.outputRowBytes = floatBytes(rows) * cfg.hidden;
+    // HF casts each scalar to the dtype of the tensor it multiplies: the model's, for a model held in bf16 / f16.
+    const scalar = (x: number, stored: StorageDtype) => scalarAs(x, rows === 'f32' ? stored : rows);
     this.scales = {
-      embed: scalarAs(Math.sqrt(cfg.hidden), cache.embedDtype),
-      projection: scalarAs(cfg.hidden ** -0.5, cache.embedDtype),
-      table: scalarAs(Math.sqrt(cfg.perLayer), cache.tableDtype),
-      input: scalarAs(Math.SQRT1_2, cache.embedDtype),
+      embed: scalar(Math.sqrt(cfg.hidden), cache.embedDtype),
+      projection: scalar(cfg.hidden ** -0.5, cache.embedDtype),
+      table: scalar(Math.sqrt(cfg.perLayer), cache.tableDtype),
+      input: scalar(Math.SQRT1_2, cache.embedDtype),
     };
     try {
-      const upload = (data: Float32Array): DevicePtr => {
-        const p = gpu.alloc(data.byteLength);
+      const alloc = (bytes: number): DevicePtr => {
+        const p = gpu.alloc(bytes);
         this.#allocations.push(p);
-        gpu.upload(p, data);
         return p;
       };
+      const [D, P, l] = [cfg.hidden, cfg.perLayer, cfg.layerIndex];
+      const linear = (name: string, values: Float32Array, outFeatures: number, inFeatures: number): LinearWeight =>
+        uploadLinear(gpu, alloc, { name, rows: outFeatures, cols: inFeatures, dtype: rows, data: encodeFloats(values, rows) });
+      const postNorm = asRowValues(own.postNorm, rows);
       this.#own = {
-        projection: upload(own.projection),
-        gate: upload(own.gate),
-        projectionOut: upload(own.projectionOut),
-        postNorm: upload(own.postNorm),
+        projection: linear(PLE_TENSORS.projection, own.projection, P, D),
+        gate: linear(PLE_TENSORS.gate(l), own.gate, P, D),
+        projectionOut: linear(PLE_TENSORS.projectionOut(l), own.projectionOut, D, P),
+        postNorm: alloc(postNorm.byteLength),
       };
+      gpu.upload(this.#own.postNorm, postNorm);
     } catch (error) {
       this.dispose();
       throw error;
@@ -211,21 +237,25 @@ export class PleLayer implements TransformerLayer<PleState> {
     const P = cfg.perLayer;
     const dev = this.cache.device;
     const codes = dtypeCodes(this.cache);
-    const rowsAt = { slots: tables.slots, rowStarts: tables.rowStarts, batch, firstRow: first, count };
-    const input = step.input + BigInt(first * D * 4);
-    const output = step.output + BigInt(first * D * 4);
+    const rows = this.rows;
+    const dtype = FLOAT_DTYPE_CODE[rows];
+    const rowsAt = { slots: tables.slots, rowStarts: tables.rowStarts, batch, firstRow: first, count, dtype };
+    const input = step.input + BigInt(first * this.inputRowBytes);
+    const output = step.output + BigInt(first * this.outputRowBytes);
+    // x · Wᵀ in the row type, accumulated in f32.
+    const linear = (x: DevicePtr, w: LinearWeight, y: DevicePtr) => runLinear(gpu, { m: count, x, w, y, xDtype: rows, yDtype: rows, stream });
     gpu.launch(embedGatherKernel, { grid: count, block: threadsFor(D), stream }, {
       out: dev.e, embed: dev.embed, embedDtype: codes.embed, tokens: tables.tokens, ...rowsAt, hidden: D, vocab: cfg.vocab, scale: this.scales.embed,
     });
-    gpu.gemm({ m: count, n: P, k: D, a: dev.e, b: this.#own.projection, c: dev.q, transB: true, dtype: 'f32', stream });
+    linear(dev.e, this.#own.projection, dev.q);
     gpu.launch(combineKernel, { grid: count, block: threadsFor(P), stream }, {
       ple: dev.ple, q: dev.q, normWeight: dev.projectionNorm, slotRows: dev.slotRows, tableDtype: codes.table, rowSlots, map: dev.map,
       tokens: tables.tokens, ...rowsAt, perLayer: P, rowElems: cfg.rowElems, layerOffset: cfg.layerIndex * P, tableVocab: cfg.tableVocab,
       projScale: this.scales.projection, tableScale: this.scales.table, inputScale: this.scales.input, eps: cfg.eps,
     });
-    gpu.gemm({ m: count, n: P, k: D, a: input, b: this.#own.gate, c: dev.g, transB: true, dtype: 'f32', stream });
+    linear(input, this.#own.gate, dev.g);
     gpu.launch(gateMulKernel, { grid: count, block: threadsFor(P), stream }, { h: dev.h, g: dev.g, ple: dev.ple, ...rowsAt, perLayer: P });
-    gpu.gemm({ m: count, n: D, k: P, a: dev.h, b: this.#own.projectionOut, c: output, transB: true, dtype: 'f32', stream });
+    linear(dev.h, this.#own.projectionOut, output);
     gpu.launch(outNormKernel, { grid: count, block: threadsFor(D), stream }, { y: output, weight: this.#own.postNorm, ...rowsAt, hidden: D, eps: cfg.eps });
   }
 

@@ -1,6 +1,7 @@
-import type { CpuKernelContext, DeviceMemoryView } from '@metrale/core';
+import { elementAt, elementReader, elementWriter, readElements, roundRows, rowDtypeOf, type CpuKernelContext, type DeviceMemoryView } from '@metrale/core';
 
-// CPU reference of kernels/ple-project.cu: the same functions, computed in f64 per row.
+// CPU reference of kernels/ple-project.cu: the same functions, computed in f64 per row, rows of the
+// row type `dtype` rounded where the kernel rounds them (roundRows: not at all in f32).
 
 /** Batch position of a row: the last p with rowStarts[p] <= row. */
 export function positionOfRow(rowStarts: Int32Array, batch: number, row: number): number {
@@ -21,29 +22,10 @@ export function isPadding(mem: DeviceMemoryView, slots: bigint, rowStarts: bigin
   return mem.i32(slots, batch)[positionOfRow(starts, batch, row)]! < 0;
 }
 
-/** `count` elements of a storage dtype (0 f32, 1 bf16, 2 f16) starting at element `first`, as numbers. */
-export function loadElems(mem: DeviceMemoryView, base: bigint, dtype: number, first: number, count: number): Float64Array {
-  const out = new Float64Array(count);
-  if (dtype === 0) {
-    out.set(mem.f32(base + BigInt(first * 4), count));
-    return out;
-  }
-  const bits = mem.u16(base + BigInt(first * 2), count);
-  const box = new Float32Array(1);
-  const u32 = new Uint32Array(box.buffer);
-  for (let i = 0; i < count; i++) {
-    const b = bits[i]!;
-    if (dtype === 1) {
-      u32[0] = b << 16;
-      out[i] = box[0]!;
-    } else {
-      const sign = b & 0x8000 ? -1 : 1;
-      const exp = (b >>> 10) & 0x1f;
-      const frac = b & 0x3ff;
-      out[i] = exp === 0 ? sign * frac * 2 ** -24 : exp === 0x1f ? (frac ? Number.NaN : sign * Infinity) : sign * (1 + frac / 1024) * 2 ** (exp - 15);
-    }
-  }
-  return out;
+/** `count` elements of a storage dtype (0 f32, 1 bf16, 2 f16) starting at element `first`, as values. */
+export function loadElems(mem: DeviceMemoryView, base: bigint, code: number, first: number, count: number): Float32Array {
+  const dtype = rowDtypeOf(code);
+  return readElements(mem, elementAt(base, first, dtype), count, dtype);
 }
 
 export interface EmbedGatherArgs {
@@ -59,20 +41,23 @@ export interface EmbedGatherArgs {
   readonly hidden: number;
   readonly vocab: number;
   readonly scale: number;
+  /** The row type of `out`. */
+  readonly dtype: number;
 }
 
 export function embedGatherCpu(a: EmbedGatherArgs, { mem }: CpuKernelContext): void {
-  const out = mem.f32(a.out, a.count * a.hidden);
+  const D = a.hidden;
+  const dtype = rowDtypeOf(a.dtype);
+  const out = elementWriter(mem, a.out, a.count * D, dtype);
   for (let local = 0; local < a.count; local++) {
     const row = a.firstRow + local;
     const token = mem.i32(a.tokens + BigInt(row * 4), 1)[0]!;
-    const dst = out.subarray(local * a.hidden, (local + 1) * a.hidden);
     if (isPadding(mem, a.slots, a.rowStarts, a.batch, row) || token < 0 || token >= a.vocab) {
-      dst.fill(0);
+      for (let i = 0; i < D; i++) out(local * D + i, 0);
       continue;
     }
-    const e = loadElems(mem, a.embed, a.embedDtype, token * a.hidden, a.hidden);
-    for (let i = 0; i < a.hidden; i++) dst[i] = e[i]! * a.scale;
+    const e = loadElems(mem, a.embed, a.embedDtype, token * D, D);
+    for (let i = 0; i < D; i++) out(local * D + i, roundRows(dtype, e[i]!) * a.scale);
   }
 }
 
@@ -98,16 +83,20 @@ export interface CombineArgs {
   readonly tableScale: number;
   readonly inputScale: number;
   readonly eps: number;
+  /** The row type of `ple` and `q`. */
+  readonly dtype: number;
 }
 
 export function combineCpu(a: CombineArgs, { mem }: CpuKernelContext): void {
   const P = a.perLayer;
-  const out = mem.f32(a.ple, a.count * P);
-  const q = mem.f32(a.q, a.count * P);
+  const dtype = rowDtypeOf(a.dtype);
+  const r = (x: number): number => roundRows(dtype, x);
+  const out = elementWriter(mem, a.ple, a.count * P, dtype);
+  const q = elementReader(mem, a.q, a.count * P, dtype);
   const w = mem.f32(a.normWeight, P);
   for (let local = 0; local < a.count; local++) {
     const row = a.firstRow + local;
-    const dst = out.subarray(local * P, (local + 1) * P);
+    const at = local * P;
     let slot = -1;
     if (!isPadding(mem, a.slots, a.rowStarts, a.batch, row)) {
       if (a.rowSlots !== 0n) {
@@ -118,18 +107,18 @@ export function combineCpu(a: CombineArgs, { mem }: CpuKernelContext): void {
       }
     }
     if (slot < 0) {
-      dst.fill(0);
+      for (let i = 0; i < P; i++) out(at + i, 0);
       continue;
     }
+    // q · projScale, held in the row type (HF: `per_layer_projection *= per_layer_projection_scale`).
+    const scaled = Float64Array.from({ length: P }, (_, i) => r(q(at + i) * a.projScale));
     let ss = 0;
-    for (let i = 0; i < P; i++) {
-      const v = q[local * P + i]! * a.projScale;
-      ss += v * v;
-    }
+    for (const v of scaled) ss += v * v;
     const inv = 1 / Math.sqrt(ss / P + a.eps);
     const t = loadElems(mem, a.slotRows, a.tableDtype, slot * a.rowElems + a.layerOffset, P);
     for (let i = 0; i < P; i++) {
-      dst[i] = (q[local * P + i]! * a.projScale * inv * w[i]! + t[i]! * a.tableScale) * a.inputScale;
+      // The norm's output, the scaled table row and their sum are each held in the row type.
+      out(at + i, r(r(scaled[i]! * inv * w[i]!) + r(r(t[i]!) * a.tableScale)) * a.inputScale);
     }
   }
 }

@@ -1,11 +1,14 @@
 import {
   InvalidArgumentError,
   WeightsError,
+  floatBytes,
   type DevicePtr,
+  type FloatDtype,
   type GpuBackend,
   type LayerLimits,
   type Stream,
 } from '@metrale/core';
+import { asRowValues } from './gemma3n-stateless.js';
 import type { PleConfig } from './ple-config.js';
 import { mapSetKernel } from './ple-kernels.js';
 import { DTYPE_CODE, PLE_TENSORS, STORAGE_BYTES, readProjectionNorm, type PleModelTensors, type StorageDtype } from './ple-weights.js';
@@ -65,11 +68,11 @@ export interface PleDeviceBuffers {
   readonly map: DevicePtr;
   /** [vocab_size][D] embed_tokens in its dtype. */
   readonly embed: DevicePtr;
-  /** f32[P]: per_layer_projection_norm.weight. */
+  /** f32[P]: per_layer_projection_norm.weight, its values rounded to the row type. */
   readonly projectionNorm: DevicePtr;
-  /** Scratch shared by the layers (they run one after another on one stream): f32[maxRows][D]. */
+  /** Scratch shared by the layers (they run one after another on one stream), in the row type: [maxRows][D]. */
   readonly e: DevicePtr;
-  /** f32[maxRows][P] each. */
+  /** [maxRows][P] each, in the row type. */
   readonly q: DevicePtr;
   readonly g: DevicePtr;
   readonly ple: DevicePtr;
@@ -109,6 +112,8 @@ export class PleSlotCache {
   readonly capacity: number;
   readonly tableDtype: StorageDtype;
   readonly embedDtype: StorageDtype;
+  /** The layers' row type: of the scratch rows, and what the projection norm's values are rounded to. */
+  readonly rows: FloatDtype;
   readonly rowBytes: number;
   readonly device: PleDeviceBuffers;
   readonly key: string | undefined;
@@ -169,6 +174,7 @@ export class PleSlotCache {
     limits: LayerLimits,
     reader: TensorReader,
     tensors: PleModelTensors,
+    rows: FloatDtype,
     options: PleCacheOptions = {},
     key?: string,
     onDispose?: () => void,
@@ -176,6 +182,7 @@ export class PleSlotCache {
     this.gpu = gpu;
     this.cfg = cfg;
     this.limits = limits;
+    this.rows = rows;
     this.key = key;
     this.#onDispose = onDispose;
     this.tableDtype = tensors.table.dtype;
@@ -232,7 +239,7 @@ export class PleSlotCache {
       const embedPtr = alloc(embed.data.byteLength);
       gpu.upload(embedPtr, embed.data);
       const normPtr = alloc(P * 4);
-      gpu.upload(normPtr, readProjectionNorm(reader, tensors));
+      gpu.upload(normPtr, asRowValues(readProjectionNorm(reader, tensors), rows));
       const map = alloc(Vp * 4);
       gpu.memsetAsync(map, 0xff, Vp * 4, gpu.defaultStream);
       this.device = Object.freeze({
@@ -240,11 +247,11 @@ export class PleSlotCache {
         map,
         embed: embedPtr,
         projectionNorm: normPtr,
-        e: alloc(maxRows * D * 4),
-        q: alloc(maxRows * P * 4),
-        g: alloc(maxRows * P * 4),
-        ple: alloc(maxRows * P * 4),
-        h: alloc(maxRows * P * 4),
+        e: alloc(maxRows * D * floatBytes(rows)),
+        q: alloc(maxRows * P * floatBytes(rows)),
+        g: alloc(maxRows * P * floatBytes(rows)),
+        ple: alloc(maxRows * P * floatBytes(rows)),
+        h: alloc(maxRows * P * floatBytes(rows)),
         rowSlots: alloc(maxRows * 4),
       });
       staging = new StagingRing(gpu, chunks, this.#chunkRows * this.rowBytes);

@@ -3,7 +3,10 @@
 // per-layer part of Gemma3nTextDecoderLayer.forward, Gemma3nRMSNorm: x / sqrt(mean(x²) + eps) · w),
 // not from the layer's kernels. Token ids at or past vocab_size_per_layer_input read table row 0
 // (Gemma3nModel.forward's mask). Scalars are float32 tensors cast to the weights' dtype, as HF holds them.
-import { fromBf16, toBf16, toF32, type HostTensor, type WeightSource } from '@metrale/core';
+// With `rows` bf16 or f16, it is HF's model held in that dtype (`model.to(dtype)`): every parameter
+// and every tensor a module returns is of that dtype, while RMSNorm and GELU compute in float32
+// (here: float64) and round once, and a matmul accumulates and rounds its output once.
+import { fromBf16, roundTo, toBf16, toF32, type FloatDtype, type HostTensor, type WeightSource } from '@metrale/core';
 import type { PleDims } from './ple-setup.js';
 
 const f64 = (t: HostTensor): Float64Array => Float64Array.from(toF32(t));
@@ -31,57 +34,73 @@ function rmsNorm(x: Float64Array, w: Float64Array, eps: number): Float64Array {
   return x.map((v, i) => v * inv * w[i]!);
 }
 
-/** Expected output rows for input rows `a` ([rows][D]) and their token ids. */
-export function referenceRows(weights: WeightSource, d: PleDims, a: Float32Array, tokens: Int32Array, prefix = ''): Float64Array {
+/**
+ * Expected output rows for input rows `a` ([rows][D]) and their token ids: in float64 (`rows`
+ * f32, the default), or as HF's model held in `rows` computes them (see above).
+ */
+export function referenceRows(weights: WeightSource, d: PleDims, a: Float32Array, tokens: Int32Array, prefix = '', rows: FloatDtype = 'f32'): Float64Array {
   const { hidden: D, perLayer: P, layers: L, tableVocab: Vp, layerIndex: l } = d;
   const eps = d.eps ?? 1e-6;
+  // A value held in the model's dtype: none is rounded in the float64 reference.
+  const h16 = (x: number): number => (rows === 'f32' ? x : roundTo(rows, x));
+  const param = (name: string): Float64Array => f64(weights.get(`${prefix}${name}`)).map(h16);
   const embedT = weights.get(`${prefix}embed_tokens.weight`);
   const tableT = weights.get(`${prefix}embed_tokens_per_layer.weight`);
-  const embed = f64(embedT);
-  const table = f64(tableT);
-  const W = f64(weights.get(`${prefix}per_layer_model_projection.weight`));
-  const normP = f64(weights.get(`${prefix}per_layer_projection_norm.weight`));
-  const gate = f64(weights.get(`${prefix}layers.${l}.per_layer_input_gate.weight`));
-  const proj = f64(weights.get(`${prefix}layers.${l}.per_layer_projection.weight`));
-  const post = f64(weights.get(`${prefix}layers.${l}.post_per_layer_input_norm.weight`));
-  const embedScale = hfScalar(Math.sqrt(D), embedT.dtype);
-  const projScale = hfScalar(D ** -0.5, embedT.dtype);
-  const tableScale = hfScalar(Math.sqrt(P), tableT.dtype);
-  const inputScale = hfScalar(1 / Math.sqrt(2), embedT.dtype);
-  const rows = tokens.length;
-  const out = new Float64Array(rows * D);
-  for (let r = 0; r < rows; r++) {
+  const embed = param('embed_tokens.weight');
+  const table = param('embed_tokens_per_layer.weight');
+  const W = param('per_layer_model_projection.weight');
+  const normP = param('per_layer_projection_norm.weight');
+  const gate = param(`layers.${l}.per_layer_input_gate.weight`);
+  const proj = param(`layers.${l}.per_layer_projection.weight`);
+  const post = param(`layers.${l}.post_per_layer_input_norm.weight`);
+  // The scalars take the dtype of what they multiply: the checkpoint's, or the model's when it is held in 16 bits.
+  const [embedDtype, tableDtype] = rows === 'f32' ? [embedT.dtype, tableT.dtype] : [rows, rows];
+  const embedScale = hfScalar(Math.sqrt(D), embedDtype);
+  const projScale = hfScalar(D ** -0.5, embedDtype);
+  const tableScale = hfScalar(Math.sqrt(P), tableDtype);
+  const inputScale = hfScalar(1 / Math.sqrt(2), embedDtype);
+  const count = tokens.length;
+  const out = new Float64Array(count * D);
+  for (let r = 0; r < count; r++) {
     const t = tokens[r]!;
     const id = t >= 0 && t < Vp ? t : 0;
     // get_per_layer_inputs: the table row, scaled by sqrt(P), reshaped [L, P]; take layer l.
-    const tableRow = table.subarray(id * L * P + l * P, id * L * P + (l + 1) * P).map((v) => v * tableScale);
+    const tableRow = table.subarray(id * L * P + l * P, id * L * P + (l + 1) * P).map((v) => h16(v * tableScale));
     // project_per_layer_inputs on inputs_embeds = embed_tokens(id) · sqrt(D).
-    const e = embed.subarray(t * D, (t + 1) * D).map((v) => v * embedScale);
+    const e = embed.subarray(t * D, (t + 1) * D).map((v) => h16(v * embedScale));
     const proj_l = new Float64Array(P);
     for (let i = 0; i < P; i++) {
       let s = 0;
       for (let j = 0; j < D; j++) s += W[(l * P + i) * D + j]! * e[j]!;
-      proj_l[i] = s * projScale;
+      proj_l[i] = h16(h16(s) * projScale);
     }
-    const normed = rmsNorm(proj_l, normP, eps);
-    const ple = normed.map((v, i) => (v + tableRow[i]!) * inputScale);
+    const normed = rmsNorm(proj_l, normP, eps).map(h16);
+    const ple = normed.map((v, i) => h16(h16(v + tableRow[i]!) * inputScale));
     // Decoder layer: gate, gelu_tanh, multiply, projection, post norm.
     const h = new Float64Array(P);
     for (let i = 0; i < P; i++) {
       let s = 0;
       for (let j = 0; j < D; j++) s += gate[i * D + j]! * a[r * D + j]!;
-      h[i] = gelu(s) * ple[i]!;
+      h[i] = h16(h16(gelu(h16(s))) * ple[i]!);
     }
     const y = new Float64Array(D);
     for (let i = 0; i < D; i++) {
       let s = 0;
       for (let j = 0; j < P; j++) s += proj[i * P + j]! * h[j]!;
-      y[i] = s;
+      y[i] = h16(s);
     }
-    out.set(rmsNorm(y, post, eps), r * D);
+    out.set(rmsNorm(y, post, eps).map(h16), r * D);
   }
   return out;
 }
+
+/**
+ * Bound of the layer with 16-bit rows against `referenceRows` in that dtype: the same values are
+ * rounded at the same points. The CPU backend reproduces it exactly (its twins and GEMM sum in
+ * f64, as the reference does); a device sums in f32 in another order, so now and then a value
+ * rounds the other way by one step of its type (bf16: 2^−8 relative) and the steps after carry it.
+ */
+export const SAME_DTYPE: Readonly<Record<'bf16' | 'f16', number>> = { bf16: 4e-3, f16: 5e-4 };
 
 /** ‖a − b‖ / ‖b‖ in float64. */
 export function relError(a: ArrayLike<number>, b: ArrayLike<number>): number {

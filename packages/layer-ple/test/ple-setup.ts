@@ -58,24 +58,26 @@ export function pleConfig(d: PleDims): Record<string, unknown> {
 
 /**
  * Random weights for decoder layer `d.layerIndex` (and, with `allLayers`, for every layer, so
- * several layers can share one cache), with the table and the embedding in the given dtypes.
+ * several layers can share one cache), with the table, the embedding and the other weights (the
+ * projections and norms: `weights`) in the given dtypes.
  */
-export function pleSetup(seed = 1, d: PleDims = SMALL, opts: { table?: Dtype; embed?: Dtype; allLayers?: boolean; prefix?: string } = {}): PleSetup {
+export function pleSetup(seed = 1, d: PleDims = SMALL, opts: { table?: Dtype; embed?: Dtype; weights?: Dtype; allLayers?: boolean; prefix?: string } = {}): PleSetup {
   const r = new SeededRandom(seed);
   const { hidden: D, perLayer: P, layers: L, vocab: V, tableVocab: Vp } = d;
   const pre = opts.prefix ?? '';
+  const w = opts.weights ?? 'f32';
   const tensors: HostTensor[] = [
     encode(r.normals(V * D, 0.5), [V, D], `${pre}embed_tokens.weight`, opts.embed ?? 'f32'),
     encode(r.normals(Vp * L * P, 1 / Math.sqrt(P)), [Vp, L * P], `${pre}embed_tokens_per_layer.weight`, opts.table ?? 'f32'),
-    tensorOf(`${pre}per_layer_model_projection.weight`, r.normals(L * P * D, 1 / Math.sqrt(D)), [L * P, D]),
-    tensorOf(`${pre}per_layer_projection_norm.weight`, Float32Array.from({ length: P }, () => 0.5 + r.float()), [P]),
+    encode(r.normals(L * P * D, 1 / Math.sqrt(D)), [L * P, D], `${pre}per_layer_model_projection.weight`, w),
+    encode(Float32Array.from({ length: P }, () => 0.5 + r.float()), [P], `${pre}per_layer_projection_norm.weight`, w),
   ];
   const layers = opts.allLayers ? Array.from({ length: L }, (_, i) => i) : [d.layerIndex];
   for (const l of layers) {
     tensors.push(
-      tensorOf(`${pre}layers.${l}.per_layer_input_gate.weight`, r.normals(P * D, 1 / Math.sqrt(D)), [P, D]),
-      tensorOf(`${pre}layers.${l}.per_layer_projection.weight`, r.normals(D * P, 1 / Math.sqrt(P)), [D, P]),
-      tensorOf(`${pre}layers.${l}.post_per_layer_input_norm.weight`, Float32Array.from({ length: D }, () => 0.5 + r.float()), [D]),
+      encode(r.normals(P * D, 1 / Math.sqrt(D)), [P, D], `${pre}layers.${l}.per_layer_input_gate.weight`, w),
+      encode(r.normals(D * P, 1 / Math.sqrt(P)), [D, P], `${pre}layers.${l}.per_layer_projection.weight`, w),
+      encode(Float32Array.from({ length: D }, () => 0.5 + r.float()), [D], `${pre}layers.${l}.post_per_layer_input_norm.weight`, w),
     );
   }
   return { dims: d, config: pleConfig(d), tensors, weights: new MemoryWeightSource('ple test weights', tensors), layerIndex: d.layerIndex };

@@ -1,6 +1,7 @@
 // Drives a PLE layer through the step driver and checks every step against the float64 reference.
 import { CpuBackend } from '@metrale/cpu-backend';
-import { SeededRandom, StepDriver, type GpuBackend, type LayerLimits, type Sequence, type StepPath, type TransformerLayer, type WeightSource } from '@metrale/core';
+import { F32_PRECISION, SeededRandom, StepDriver, type GpuBackend, type LayerLimits, type Precision, type Sequence, type StepPath, type TransformerLayer, type WeightSource } from '@metrale/core';
+import { decodeRows, encodeRows } from '@metrale/core/testing';
 import { plePlugin, type PleLayer, type PleLayerOptions } from '@metrale/layer-ple';
 import { referenceRows, relError } from './ple-reference.js';
 import { LIMITS, type PleSetup } from './ple-setup.js';
@@ -29,6 +30,11 @@ export interface RunOptions {
   readonly layerWeights?: WeightSource;
   /** Called after each step with the layer. */
   readonly after?: (layer: PleLayer, index: number) => void;
+  /**
+   * The layer's data path (default f32). With 16-bit rows the input rows are random values of that
+   * type, and the reference is HF's model held in that type (referenceRows' `rows`).
+   */
+  readonly precision?: Precision;
 }
 
 /** Runs `ops` on `sequences` sequences; returns per-step errors against the reference. */
@@ -36,7 +42,11 @@ export function runAgainstReference(setup: PleSetup, sequences: number, ops: rea
   const gpu = (options.gpu ?? (() => new CpuBackend()))();
   const limits = options.limits ?? LIMITS;
   const plugin = plePlugin(options.layerOptions ?? {});
-  const layer = plugin.create({ gpu, layerType: 'ple', config: setup.config, layerIndex: setup.layerIndex, weights: options.layerWeights ?? setup.weights, limits }) as PleLayer;
+  const precision = options.precision ?? F32_PRECISION;
+  const rowType = precision.rows;
+  const layer = plugin.create({
+    gpu, layerType: 'ple', config: setup.config, layerIndex: setup.layerIndex, weights: options.layerWeights ?? setup.weights, limits, precision,
+  }) as PleLayer;
   const driver = new StepDriver({ gpu, layers: [layer as TransformerLayer], limits, graphs: options.graphs ?? true });
   const random = new SeededRandom(options.seed ?? 5);
   const pool = options.pool ?? Array.from({ length: setup.dims.vocab }, (_, i) => i);
@@ -46,13 +56,15 @@ export function runAgainstReference(setup: PleSetup, sequences: number, ops: rea
   try {
     ops.forEach((op, index) => {
       const rows = op.op === 'prefill' ? op.lengths.reduce((a, b) => a + b, 0) : op.op === 'decode' ? op.seqs.length : op.seqs.length * op.k;
-      const input = random.normals(rows * D);
+      const stored = encodeRows(random.normals(rows * D), rowType);
+      // The values the layer reads: the random rows as stored in the row type.
+      const input = decodeRows(new Uint8Array(stored.buffer, stored.byteOffset, stored.byteLength), rowType);
       const tokens = Int32Array.from({ length: rows }, () => pool[random.int(0, pool.length - 1)]!);
-      const base = { seqs: op.seqs.map((s) => seqs[s]!), input, tokens };
+      const base = { seqs: op.seqs.map((s) => seqs[s]!), input: stored, tokens };
       const result = op.op === 'prefill' ? driver.prefill({ ...base, lengths: op.lengths }) : op.op === 'decode' ? driver.decode(base) : driver.verify({ ...base, k: op.k });
-      const got = driver.readOutputF32(result);
+      const got = decodeRows(driver.readOutput(result), rowType);
       if (op.op === 'verify') driver.accept(op.accepted);
-      const expected = referenceRows(setup.weights, setup.dims, input, tokens);
+      const expected = referenceRows(setup.weights, setup.dims, input, tokens, '', rowType);
       out.push({ op: op.op, path: result.path, rel: relError(got, expected), tokens });
       options.after?.(layer, index);
     });

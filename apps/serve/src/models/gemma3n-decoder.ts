@@ -3,8 +3,8 @@ import {
   type GpuBackend, type LayerLimits, type MetralePlugin, type ModelBuildContext, type ModelStack, type Precision, type TransformerLayer, type WeightSource,
 } from '@metrale/core';
 import {
-  AltUpCorrectLayer, AltUpPredictLayer, AltUpStreamsIn, AltUpStreamsOut, Gemma3nDecoderLayer, Gemma3nScratch, LaurelLayer, asRowValues, plugin as plePlugin,
-  type Gemma3nDecoderParts,
+  AltUpCorrectLayer, AltUpPredictLayer, AltUpStreamsIn, AltUpStreamsOut, Gemma3nDecoderLayer, Gemma3nScratch, LaurelLayer, asRowValues, isRanged, plugin as plePlugin,
+  rangedPrefix, type Gemma3nDecoderParts,
 } from '@metrale/layer-ple';
 import { AttentionLayer, EmbeddingLayer, LmHeadLayer, MlpLayer, RmsNormLayer, sparsityCutoff, type AttentionOptions } from '@metrale/layer-std';
 import { gemma3nText, kvSourceOf, type Gemma3nText } from './gemma3n-config.js';
@@ -31,6 +31,10 @@ export function buildGemma3n(ctx: ModelBuildContext): ModelStack {
   const rows = precision.rows;
   const weights = gemma3nTextWeights(ctx.weights, isMultimodalConfig(ctx.config));
   const model = scopeWeights(weights, 'model.');
+  // The per-layer input path reads the per-layer table a row at a time where the checkpoint can
+  // (`rangedPrefix` keeps `info` / `readRange`, which `scopeWeights` drops): at E4B the table is
+  // 262 144 × 8 960 bf16 = 4.7 GB, more than one buffer holds, and it stays on the host.
+  const pleWeights = isRanged(weights) ? rangedPrefix(weights, 'model.') : model;
   const H = t.hidden;
   const layers: TransformerLayer<any>[] = [];
   const scratch = new Gemma3nScratch(gpu, H, t.streams, limits.maxRows, rows);
@@ -42,7 +46,7 @@ export function buildGemma3n(ctx: ModelBuildContext): ModelStack {
     layers.push(new EmbeddingLayer(gpu, scopeWeights(model, 'embed_tokens.'), limits, { vocab: t.vocab, hidden: H, scale: embedScale, precision }));
     layers.push(new AltUpStreamsIn(gpu, model, limits, { hidden: H, streams: t.streams, precision }));
     const attention: AttentionLayer[] = [];
-    const parts = { gpu, model, t, limits, precision, scratch, ple, modelType: String(ctx.config.model_type) };
+    const parts = { gpu, model, pleWeights, t, limits, precision, scratch, ple, modelType: String(ctx.config.model_type) };
     for (let l = 0; l < t.layers; l++) layers.push(buildGemma3nDecoderLayer(parts, l, attention));
     layers.push(new AltUpStreamsOut(gpu, model, limits, { hidden: H, streams: t.streams, precision }));
     layers.push(norm(scopeWeights(model, 'norm.')));
@@ -68,6 +72,8 @@ export function buildGemma3n(ctx: ModelBuildContext): ModelStack {
 export interface Gemma3nLayerParts {
   readonly gpu: GpuBackend;
   readonly model: WeightSource;
+  /** The same tensors for the 'ple' layer, with ranged reads where the checkpoint has them (default `model`). */
+  readonly pleWeights?: WeightSource;
   readonly t: Gemma3nText;
   readonly limits: LayerLimits;
   readonly precision: Precision;
@@ -103,7 +109,7 @@ export function buildGemma3nDecoderLayer(p: Gemma3nLayerParts, l: number, attent
     });
     parts.postFeedforwardNorm = norm(scopeWeights(lw, 'post_feedforward_layernorm.'));
     parts.correct = new AltUpCorrectLayer(gpu, scopeWeights(lw, 'altup.'), limits, altup);
-    parts.ple = p.ple.create({ gpu, layerType: 'ple', config: t.config, layerIndex: l, weights: model, limits, precision: F32_PRECISION });
+    parts.ple = p.ple.create({ gpu, layerType: 'ple', config: t.config, layerIndex: l, weights: p.pleWeights ?? model, limits, precision });
     const scale = t.correctScale ? asRowValues(readF32(lw, 'altup.correct_output_scale', [H]), precision.rows) : undefined;
     const layer = new Gemma3nDecoderLayer(parts as unknown as Gemma3nDecoderParts, {
       type: `${p.modelType} layer ${l} (${t.types[l]})`, limits, scratch: p.scratch, ...(scale ? { correctOutputScale: scale } : {}),

@@ -1,12 +1,14 @@
 // The layer on CUDA (the GPU lane): the conformance kit (default slot cache and a 12-slot cache
-// that evicts), a capture failing in the middle of a run with misses (counters and host → device
-// bytes advance exactly once, as eagerly), and a table far larger than the slot cache staying
-// within 1e-5 of the float64 reference. Without a GPU the suite skips and says why.
+// that evicts, and bf16 rows), a capture failing in the middle of a run with misses (counters and
+// host → device bytes advance exactly once, as eagerly), a table far larger than the slot cache
+// staying within 1e-5 of the float64 reference, and bf16 rows against Hugging Face's model held in
+// bf16. Without a GPU the suite skips and says why.
 import { runLayerConformance } from '@metrale/core/testing';
-import type { GpuBackend } from '@metrale/core';
+import type { GpuBackend, MetralePlugin, Precision } from '@metrale/core';
 import plugin, { plePlugin, type PleCacheStats } from '@metrale/layer-ple';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { FAIL_AT, run, STEPS } from '../failed-capture.js';
+import { SAME_DTYPE } from '../ple-reference.js';
 import { pleSetup } from '../ple-setup.js';
 import { runAgainstReference, SCENARIO, type Op } from '../run-steps.js';
 import { cudaAvailable, ensureFatbins } from './cuda-setup.js';
@@ -31,6 +33,24 @@ describe.skipIf(!cuda.available)('@metrale/layer-ple on CUDA', () => {
       expect(report.checks.find((c) => c.check === 'failed-capture-rearm')!.status).toBe('pass');
     });
   }
+
+  const BF16: Precision = { rows: 'bf16', fp8Weights: false };
+  const dims = { hidden: 64, perLayer: 32, layers: 4, vocab: 48, tableVocab: 40, layerIndex: 2 };
+
+  it('passes every check of the conformance kit with bf16 rows', () => {
+    const setup = pleSetup(7, dims, { table: 'bf16', embed: 'bf16', weights: 'bf16' });
+    const bf16: MetralePlugin = { ...plugin, create: (context) => plugin.create({ ...context, precision: BF16 }) };
+    const report = runLayerConformance(bf16, { backend: create, config: setup.config, layerIndex: setup.layerIndex, weights: setup.weights, rowDtype: 'bf16' });
+    console.log(report.checks.map((c) => `${c.check}: ${c.status} — ${c.detail}`).join('\n'));
+    expect(report.passed).toBe(true);
+  });
+
+  it(`bf16 rows stay within ${SAME_DTYPE.bf16} of Hugging Face's model held in bf16, graphs on`, () => {
+    const steps = runAgainstReference(pleSetup(3, dims, { table: 'bf16', embed: 'bf16', weights: 'bf16' }), 3, SCENARIO, { gpu: create, precision: BF16 });
+    console.log(`[layer-ple gpu] bf16 rows against HF held in bf16: worst step ${Math.max(...steps.map((s) => s.rel)).toExponential(2)}`);
+    for (const [i, s] of steps.entries()) expect(s.rel, `step ${i} (${s.op}, ${s.path})`).toBeLessThan(SAME_DTYPE.bf16);
+    expect(steps.some((s) => s.path === 'replay')).toBe(true);
+  });
 
   it('re-arms a capture that failed mid-run with misses without a second lookup or upload', () => {
     const setup = pleSetup(11);

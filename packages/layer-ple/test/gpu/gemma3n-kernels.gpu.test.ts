@@ -105,7 +105,7 @@ describe.skipIf(!cuda.available)('Gemma 3n kernels on CUDA match their CPU twins
 
       it(`${tag}: gemma3n.ple_add and gemma3n.norm_add (Laurel's end)`, () => {
         const bufs = {
-          streams: rows(ROWS * n * H, dtype), y: random.normals(ROWS * H), x: rows(ROWS * H, dtype), t: rows(ROWS * H, dtype, 3),
+          streams: rows(ROWS * n * H, dtype), y: rows(ROWS * H, dtype), x: rows(ROWS * H, dtype), t: rows(ROWS * H, dtype, 3),
           w: weights(H, dtype, 0.3, 1), out: poison(ROWS * H, dtype),
         };
         const r = run(bufs, (gpu, p) => {
