@@ -42,10 +42,12 @@ using namespace stdk;
 namespace {
 
 constexpr int kMaxExperts = 2048;
-/** Intermediate rows of one (row, expert) per CTA of std_moe_experts_up_rowwise (expertsUpRowwiseLaunch). */
-constexpr int kUpRows = 32;
-/** Output values of one row per CTA of std_moe_experts_rowwise (expertsRowwiseLaunch). */
-constexpr int kDownRows = 16;
+/** Intermediate rows of one (row, expert) per CTA of std_moe_experts_up_rowwise (expertsUpRowwiseLaunch): two a warp. */
+constexpr int kUpRows = 16;
+/** Output values of one row per CTA of std_moe_experts_rowwise (expertsRowwiseLaunch): one a warp. */
+constexpr int kDownRows = 8;
+/** Experts of a row whose down rows a warp of std_moe_experts_rowwise reads at once (more loads in flight). */
+constexpr int kDownExperts = 4;
 /** Weight rows per warp of the grouped kernels (tile of a CTA: 2 · warps; launches: src/moe-kernels.ts). */
 constexpr int kRowsPerWarp = 2;
 /** Entries (row, slot) of one expert run through a warp's weight rows at a time. */
@@ -304,7 +306,7 @@ __device__ __forceinline__ void experts_up_rowwise(const R* __restrict__ input, 
         const float* us = gate_up_scales<W>(scales, ev, 1, i, I, D);
         float sg = 0.f, su = 0.f;
         if (vec) {
-#pragma unroll 4
+#pragma unroll 8
           for (int k = lane; k < (D >> 2); k += 32) {
             const float4 xv = ldg4(x, k);
             sg = dot_step4<W>(sg, ldg4(g, k), xv, block_scale<W>(gs, k >> 5));
@@ -336,21 +338,41 @@ __device__ __forceinline__ void experts_rowwise(const R* __restrict__ h, const i
     for (int d0 = blockIdx.y * kDownRows; d0 < D; d0 += gridDim.y * kDownRows) {
       for (int d = d0 + warp_id(); d < min(D, d0 + kDownRows); d += nw) {
         float acc = 0.f;
-        for (int j = 0; j < topK; j++) {
-          const int e = ids[(size_t)r * topK + j];
-          if (e < 0 || e >= experts) continue;
-          const W* dn = down + ((size_t)e * D + d) * I;
-          const R* hj = h + ((size_t)r * topK + j) * I;
-          const float* ds = down_scales<W>(scales, e, d, D, I);
-          float s = 0.f;
+        // kDownExperts of the row's experts at a time, their loads interleaved; each expert's sum
+        // is the same sequence as one at a time, and acc takes them in order j.
+        for (int j0 = 0; j0 < topK; j0 += kDownExperts) {
+          const W* dn[kDownExperts];
+          const R* hj[kDownExperts];
+          const float* ds[kDownExperts];
+          float s[kDownExperts];
+#pragma unroll
+          for (int q = 0; q < kDownExperts; q++) {
+            const int j = j0 + q;
+            const int e = j < topK ? ids[(size_t)r * topK + j] : -1;
+            const bool use = e >= 0 && e < experts;
+            dn[q] = use ? down + ((size_t)e * D + d) * I : nullptr;
+            hj[q] = h + ((size_t)r * topK + (use ? j : 0)) * I;
+            ds[q] = down_scales<W>(scales, use ? e : 0, d, D, I);
+            s[q] = 0.f;
+          }
           if (vec) {
 #pragma unroll 4
-            for (int k = lane; k < (I >> 2); k += 32) s = dot_step4<W>(s, ldg4(dn, k), ldg4(hj, k), block_scale<W>(ds, k >> 5));
+            for (int k = lane; k < (I >> 2); k += 32)
+#pragma unroll
+              for (int q = 0; q < kDownExperts; q++)
+                if (dn[q]) s[q] = dot_step4<W>(s[q], ldg4(dn[q], k), ldg4(hj[q], k), block_scale<W>(ds[q], k >> 5));
           } else {
-            for (int k = lane; k < I; k += 32) s = dot_step1<W>(s, ldg_value(dn, k), ldg_value(hj, k), block_scale<W>(ds, k >> 7));
+            for (int k = lane; k < I; k += 32)
+#pragma unroll
+              for (int q = 0; q < kDownExperts; q++)
+                if (dn[q]) s[q] = dot_step1<W>(s[q], ldg_value(dn[q], k), ldg_value(hj[q], k), block_scale<W>(ds[q], k >> 7));
           }
-          // The expert's output rounded to R, as the grouped down kernel stores it in y.
-          acc = __fmaf_rn(weights[(size_t)r * topK + j], round_to<R>(warp_sum(s)), acc);
+#pragma unroll
+          for (int q = 0; q < kDownExperts; q++) {
+            // The expert's output rounded to R, as the grouped down kernel stores it in y.
+            const float y = round_to<R>(warp_sum(s[q]));
+            if (dn[q]) acc = __fmaf_rn(weights[(size_t)r * topK + j0 + q], y, acc);
+          }
         }
         if (lane == 0) store_value(output, (size_t)r * D + d, acc);
       }

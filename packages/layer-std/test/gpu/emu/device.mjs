@@ -21,6 +21,15 @@ export const stdModules = {
     source: join(stdKernels, 'std-rows.cu'),
     kernels: { std_embed: 1, std_rms_norm: 1, std_layer_norm: 1, std_add: 1, std_silu_mul: 1, std_gelu_mul: 1, std_softcap: 1 },
   },
+  'std-moe': {
+    source: join(stdKernels, 'std-moe.cu'),
+    kernels: Object.fromEntries(
+      [
+        'std_moe_route', 'std_moe_experts', 'std_moe_combine', 'std_moe_localize',
+        ...['', '_bf16', '_f16', '_fp8_bf16', '_fp8_f16'].flatMap((s) => ['up', 'down', 'up_rowwise', 'rowwise'].map((k) => `std_moe_experts_${k}${s}`)),
+      ].map((k) => [k, 1]),
+    ),
+  },
   'std-moe-gemm-16bit': {
     source: join(stdKernels, 'std-moe-gemm-16bit.cu'),
     kernels: { std_moe_gemm_up_bf16: 1, std_moe_gemm_down_bf16: 1, std_moe_gemm_up_f16: 1, std_moe_gemm_down_f16: 1 },
