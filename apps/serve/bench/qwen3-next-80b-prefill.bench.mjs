@@ -1,6 +1,7 @@
-// Prefill (time to first token) of the Qwen3-Next-80B-shaped model of random-80b-model.mjs: one
-// prompt of each --lengths, and --batch prompts of --batch-length together, through the engine
-// loop that serves (prompts cut in --chunk rows per step; a list runs every case at each). Each case reports ms, tokens/s and the
+// Prefill (time to first token) of the Qwen3-Next-80B-shaped model of
+// random-models/qwen3-next-80b.mjs: one prompt of each --lengths, and --batch prompts of
+// --batch-length together, through the engine loop that serves (prompts cut in --chunk rows per
+// step; a list runs every case at each). Each case reports ms, tokens/s and the
 // share of the bf16 GEMM rate measured in the same run that the model's FLOPs take, with the
 // device time by layer kind (an eager, timed pass). The peer (../shared/peers/hf_peer.py) runs in
 // the same device call; its JSON is read with --peer FILE and the ratio printed beside ours.
@@ -17,7 +18,8 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { EngineLoop, LayerTimer, StepDriver, describePrecision, generateAll, gib } from '@metrale/core';
 import { PrefillLastRowsHead, registerModels } from '../dist/index.js';
-import { benchPrompt, random80bModel } from './random-80b-model.mjs';
+import { benchDevice } from './device.mjs';
+import { benchPrompt, random80bModel } from './random-models/qwen3-next-80b.mjs';
 
 const { values: o } = parseArgs({
   options: {
@@ -63,12 +65,7 @@ function readPeer(file) {
 }
 const peer = readPeer(o.peer);
 
-const gpu = o.backend === 'cuda' ? (await import('@metrale/cuda-backend')).CudaBackend.create() : new (await import('@metrale/cpu-backend')).CpuBackend();
-let ceilings;
-if (o.backend === 'cuda') {
-  const { measureCeilings } = await import('@metrale/cuda-backend');
-  ceilings = measureCeilings(gpu, { log: (l) => console.error(l) });
-}
+const { gpu, ceilings } = await benchDevice(o.backend);
 const gemmFlopPerS = ceilings?.gemm?.flopPerS;
 
 const maxSeqs = Math.max(...cases.map((c) => c.prompts));

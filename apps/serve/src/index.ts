@@ -20,6 +20,8 @@ export {
 export { TextCodec } from './generate/text-codec.js';
 export { generateLimits } from './generate/generate-limits.js';
 export { PrefillLastRowsHead } from './engine/prefill-head.js';
+export type { Engine, EngineSetup } from './engine/build-engine.js';
+export { kvMemory, servedModelLen, servingLimits, startEngine } from './engine/build-engine.js';
 export type { PlannedTensor, Qwen3NextShape } from './embedded/qwen3-next-tensor-plan.js';
 export { qwen3NextTensorPlan } from './embedded/qwen3-next-tensor-plan.js';
 export { EMBEDDED_MODEL_NAME, ensureEmbeddedModel } from './embedded/embedded-model.js';

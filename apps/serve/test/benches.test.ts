@@ -11,19 +11,67 @@ import { afterAll, describe, expect, it } from 'vitest';
 const out = mkdtempSync(join(tmpdir(), 'metrale-benches-'));
 afterAll(() => rmSync(out, { recursive: true, force: true }));
 
+let runs = 0;
 function bench(script: string, args: string[]): Record<string, unknown> {
-  const file = join(out, `${script}.json`);
+  const file = join(out, `${script}.${++runs}.json`);
   const run = spawnSync(process.execPath, [join('bench', script), '--backend', 'cpu', '--tiny', ...args, '--out', file], { encoding: 'utf8', timeout: 120_000 });
   expect(run.status, `${script}: ${run.stderr}`).toBe(0);
   return JSON.parse(readFileSync(file, 'utf8')) as Record<string, unknown>;
 }
 
+interface DecodeReport {
+  model: string;
+  adapter: string;
+  results: { batch: number; tokens_per_s: number }[];
+  floor: { step_bytes: Record<string, number> };
+  layer_times: { ms_per_step_by_kind: Record<string, number> }[];
+}
+
+interface RequestFigures {
+  prompt_tokens: number;
+  decode_tokens: number;
+  ttft_ms: number;
+  decode_ms_per_token: number;
+}
+
+interface PrefixFigures {
+  prefix_cache_queries: number;
+  prefix_cache_hits: number;
+  prefilled_rows: number;
+  tokens: number[][];
+}
+
+interface LongContextReport {
+  adapter: string;
+  startup: Record<string, unknown> & { kv_cache_tokens: number; state_snapshots: number };
+  startup_no_prefix_caching: Record<string, unknown>;
+  prompt: RequestFigures;
+  long: RequestFigures;
+  prefix: { repeated: PrefixFigures; fresh: PrefixFigures; repeated_no_prefix_caching: PrefixFigures; same_tokens: boolean };
+}
+
 describe('whole-model benches on the CPU device (tiny shape)', () => {
   it('decode: every batch with and without speculation, and the time per layer kind', () => {
-    const r = bench('qwen3-next-80b.bench.mjs', ['--batches', '1,2', '--steps', '4', '--layer-times']) as { results: { batch: number; tokens_per_s: number }[]; layer_times: { ms_per_step_by_kind: Record<string, number> }[] };
+    // The 80B bench by the name the records cite: decode.bench.mjs's default model.
+    const r = bench('qwen3-next-80b.bench.mjs', ['--batches', '1,2', '--steps', '4', '--layer-times']) as unknown as DecodeReport;
+    expect([r.model, r.adapter]).toEqual(['qwen3-next-80b', 'qwen3_next']);
     expect(r.results.map((x) => x.batch)).toEqual([1, 2, 1, 2]);
     for (const x of r.results) expect(x.tokens_per_s).toBeGreaterThan(0);
     expect(Object.keys(r.layer_times[0]!.ms_per_step_by_kind)).toEqual(expect.arrayContaining(['gdn', 'attention', 'moe', 'lm-head']));
+  }, 120_000);
+
+  // The other shapes, each built by the adapter `metrale serve` picks for its config (the published
+  // qwen3_5_moe layout; gemma3n_text, whose per-layer table the source serves in row ranges only).
+  it.each([
+    ['qwen3.5-moe', 'qwen3_5_moe', ['gdn', 'attention', 'moe', 'rms-norm', 'lm-head']],
+    ['gemma3n-e4b', 'gemma3n_text', ['attention', 'mlp', 'altup', 'laurel', 'ple', 'rms-norm', 'lm-head']],
+  ])('decode of the %s shape through its adapter (%s): every batch, its floor and the time per layer kind', (model, adapter, kinds) => {
+    const r = bench('decode.bench.mjs', ['--model', model, '--batches', '1,2', '--steps', '4', '--layer-times']) as unknown as DecodeReport;
+    expect([r.model, r.adapter]).toEqual([model, adapter]);
+    expect(r.results.map((x) => x.batch)).toEqual([1, 2, 1, 2]);
+    for (const x of r.results) expect(x.tokens_per_s).toBeGreaterThan(0);
+    expect(r.floor.step_bytes['2']).toBeGreaterThan(r.floor.step_bytes['1']!);
+    for (const row of r.layer_times) expect(Object.keys(row.ms_per_step_by_kind)).toEqual(expect.arrayContaining(kinds));
   }, 120_000);
 
   it('prefill: single prompts and a batch, with the time per layer kind; a failed peer run costs only the ratios', () => {
@@ -37,5 +85,31 @@ describe('whole-model benches on the CPU device (tiny shape)', () => {
       expect(x.ms_by_kind.gdn).toBeGreaterThan(0);
       expect(x.peer_ms).toBeUndefined();
     }
+  }, 120_000);
+
+  it('long context through the serving engine: a repeated prefix starts on its cached blocks and answers as without prefix caching', () => {
+    // Prompt 600, shared 512, decode 8, chunks of 64: the GDN snapshot at 512 is where the repeated request starts.
+    const r = bench('long-context.bench.mjs', ['--repeats', '2', '--long', '1024']) as unknown as LongContextReport;
+    expect(r.adapter).toBe('qwen3_next');
+    // metrale serve's startup: the model's full context, the pool and the tokens that fit.
+    expect(r.startup).toMatchObject({ prefix_caching: true, max_model_len: 262_144, block_size: 16 });
+    expect(r.startup.kv_cache_tokens).toBeGreaterThan(262_144);
+    expect(r.startup.state_snapshots).toBeGreaterThan(0);
+    expect(r.startup_no_prefix_caching).toMatchObject({ prefix_caching: false, state_snapshots: 0 });
+    for (const row of [r.prompt, r.long]) {
+      expect(row.decode_tokens).toBe(8);
+      expect(row.ttft_ms).toBeGreaterThan(0);
+      expect(row.decode_ms_per_token).toBeGreaterThan(0);
+    }
+    expect(r.long.prompt_tokens).toBe(1024);
+    const { repeated, fresh, repeated_no_prefix_caching: off } = r.prefix;
+    expect([repeated.prefix_cache_queries, repeated.prefix_cache_hits, repeated.prefilled_rows]).toEqual([2 * 600, 2 * 512, 88]);
+    expect([fresh.prefix_cache_hits, fresh.prefilled_rows]).toEqual([0, 600]);
+    expect([off.prefix_cache_hits, off.prefilled_rows]).toEqual([0, 600]);
+    // The same greedy tokens with and without the cache, and not the same for every prompt.
+    expect(repeated.tokens).toHaveLength(2);
+    expect(repeated.tokens).toEqual(off.tokens);
+    expect(repeated.tokens[0]).not.toEqual(repeated.tokens[1]);
+    expect(r.prefix.same_tokens).toBe(true);
   }, 120_000);
 });

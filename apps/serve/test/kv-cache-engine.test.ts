@@ -2,9 +2,9 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { CpuBackend } from '@metrale/cpu-backend';
-import { EngineLoop, KvCacheSizeError, StepDriver, generateAll, type GenerateRequest } from '@metrale/core';
+import { Checkpoint, EngineLoop, KvCacheSizeError, StepDriver, WeightsError, generateAll, resolvePrecision, type GenerateRequest } from '@metrale/core';
 import { afterAll, describe, expect, it } from 'vitest';
-import { buildEngine, resolveModel, type EngineSetup } from '../src/engine/build-engine.js';
+import { DEFAULT_MAX_MODEL_LEN, buildEngine, resolveModel, servedModelLen, servingLimits, startEngine, type EngineSetup } from '../src/engine/build-engine.js';
 import { loadRegistry } from '../src/plugins/load-registry.js';
 import { writeTinyQwen3Next } from './support/tiny-qwen3-next.js';
 
@@ -115,6 +115,38 @@ describe('the serving engine over a KV page pool (tiny qwen3_next, CPU)', () => 
       expect(rows).toBe(202 - 192);
     });
   }, 300_000);
+
+  it('startEngine serves a stack built from a config and weights (the benches\' path) as buildEngine serves the checkpoint', async () => {
+    const requests: GenerateRequest[] = [{ prompt: prompt(70, 8), maxTokens: 10 }, { prompt: prompt(33, 9), maxTokens: 6 }];
+    const expected = await withEngine({}, (e) => generateAll(e.loop, requests).outputs.map((o) => o.tokens));
+    const setup = { backend: 'cpu', maxBatch: 4, maxModelLen: 512, prefillChunk: 32, graphs: true } as EngineSetup;
+    const registry = await loadRegistry({ cwd: process.cwd(), packageDir: process.cwd(), plugins: [], preferPlugins: [] });
+    const checkpoint = Checkpoint.open(modelDir);
+    const limits = servingLimits(setup, servedModelLen(setup, checkpoint.config, modelDir));
+    const gpu = new CpuBackend();
+    const stack = registry.architectures.forConfig(checkpoint.config, modelDir).build({
+      gpu, config: checkpoint.config, weights: checkpoint.weights, limits, precision: resolvePrecision('auto', checkpoint.config), plugins: registry.layers,
+    });
+    checkpoint.close();
+    const engine = startEngine(setup, gpu, stack, limits, { float: 1, fp8: 0, total: 1 });
+    try {
+      expect(engine.kv).toMatchObject({ prefixCaching: true, pageSize: 16 });
+      expect(engine.deviceWeightBytes.total).toBe(1);
+      expect(generateAll(engine.loop, requests).outputs.map((o) => o.tokens)).toEqual(expected);
+    } finally {
+      engine.dispose();
+      gpu.dispose();
+    }
+  }, 300_000);
+
+  it('serves --max-model-len, else the model\'s max_position_embeddings, never more than it', () => {
+    const config = { max_position_embeddings: 1000 };
+    expect(servedModelLen({}, config, 'c')).toBe(1000);
+    expect(servedModelLen({ maxModelLen: 500 }, config, 'c')).toBe(500);
+    expect(servedModelLen({}, {}, 'c')).toBe(DEFAULT_MAX_MODEL_LEN);
+    expect(() => servedModelLen({ maxModelLen: 2000 }, config, 'c')).toThrow(WeightsError);
+    expect(() => servedModelLen({ maxModelLen: 2000 }, config, 'c')).toThrow(/--max-model-len 2000 exceeds the model's max_position_embeddings \(1000\)/);
+  });
 
   it('refuses, with the sizes, a request longer than the pool holds; and a budget that holds no page', async () => {
     await withEngine({ kvCacheMemory: 8 * 4096 + 4 * 4 * 33 + 1024 }, (e) => {

@@ -106,12 +106,7 @@ export function resolveModel(setup: EngineSetup, registry: ServingRegistry): { i
   if (!Number.isSafeInteger(vocabSize) || (vocabSize as number) < 1) {
     throw new WeightsError(`${textConfigWhere(config)}.vocab_size must be a positive integer, got ${JSON.stringify(vocabSize)}`, `${checkpoint.dir}/config.json`);
   }
-  const positions = typeof text.max_position_embeddings === 'number' ? text.max_position_embeddings : undefined;
-  let maxModelLen = setup.maxModelLen ?? positions ?? DEFAULT_MAX_MODEL_LEN;
-  if (setup.maxModelLen !== undefined && positions !== undefined && setup.maxModelLen > positions) {
-    throw new WeightsError(`--max-model-len ${setup.maxModelLen} exceeds the model's max_position_embeddings (${positions})`, `${checkpoint.dir}/config.json`);
-  }
-  maxModelLen = Math.max(2, maxModelLen);
+  const maxModelLen = servedModelLen(setup, text, `${checkpoint.dir}/config.json`);
   const generation = checkpoint.json('generation_config.json');
   const eos = [...new Set([...eosTokenIds(text), ...(generation ? eosTokenIds(generation) : [])])];
   const weightBytes = checkpoint.weights.files().reduce((a, f) => a + statSync(f).size, 0);
@@ -136,6 +131,19 @@ export function resolveModel(setup: EngineSetup, registry: ServingRegistry): { i
     ...(notice ? { notice } : {}),
   };
   return { info, checkpoint };
+}
+
+/**
+ * Prompt + completion tokens per request: `--max-model-len` (no more than the text config's
+ * max_position_embeddings), else max_position_embeddings, else DEFAULT_MAX_MODEL_LEN. `where`
+ * names the config for the error.
+ */
+export function servedModelLen(setup: Pick<EngineSetup, 'maxModelLen'>, text: Readonly<Record<string, unknown>>, where: string): number {
+  const positions = typeof text.max_position_embeddings === 'number' ? text.max_position_embeddings : undefined;
+  if (setup.maxModelLen !== undefined && positions !== undefined && setup.maxModelLen > positions) {
+    throw new WeightsError(`--max-model-len ${setup.maxModelLen} exceeds the model's max_position_embeddings (${positions})`, where);
+  }
+  return Math.max(2, setup.maxModelLen ?? positions ?? DEFAULT_MAX_MODEL_LEN);
 }
 
 /** The driver's limits for serving `setup` with contexts of `maxModelLen` tokens. */
@@ -175,7 +183,7 @@ export interface Engine {
 /**
  * Builds the model on `gpu` with the registry's adapter and layer plugins (tensors read one at a
  * time; `onProgress` sees the bytes read so far against the weight files' size), wraps its lm
- * head for prefill, and starts the engine loop.
+ * head for prefill, and starts the engine loop (`startEngine`).
  */
 export function buildEngine(
   setup: EngineSetup, info: ModelInfo, checkpoint: Checkpoint, gpu: GpuBackend, registry: ServingRegistry,
@@ -194,6 +202,16 @@ export function buildEngine(
   } finally {
     checkpoint.close();
   }
+  return startEngine(setup, gpu, stack, limits, deviceWeightBytes);
+}
+
+/**
+ * The serving engine over a built model (`stack`, built for `limits`: `servingLimits`): the step
+ * driver with the served prefill head, its KV page pool sized now from `kvMemory` (so after the
+ * weights), state snapshots and prefix caching as `setup` asks, the device sampler and the engine
+ * loop. The engine owns `stack` from here: its `dispose` (or a failure here) frees it.
+ */
+export function startEngine(setup: EngineSetup, gpu: GpuBackend, stack: ModelStack, limits: LayerLimits, deviceWeightBytes: WeightBytes): Engine {
   let driver: StepDriver | undefined;
   let picker: DeviceSampler | undefined;
   try {

@@ -1,0 +1,160 @@
+// Decode throughput of a model with random weights in the layout of a real checkpoint, at its full
+// widths, through the served model registry (`registerModels().forConfig`: the adapter `metrale
+// serve` builds) and the engine loop that serves, against the floor of the bytes a decode step must
+// move (each model's module says what it counts) at the copy bandwidth measured in the same run.
+// --model (random-models/index.mjs):
+// - qwen3-next-80b (default): 48 layers (36 Gated DeltaNet, 12 gated attention). --dtype bf16
+//   (Qwen3-Next-80B-A3B-Instruct) or fp8 (the -FP8 release: block-FP8 Linear weights with 128 × 128
+//   f32 scales, router, in_proj_ba, norms, conv, embeddings and lm head in bf16), or f32 (the
+//   reference path). Experts reduced from 512 to --experts (default 64, top-10 kept) so a bf16
+//   model fits one GPU; the report says so.
+// - qwen3.5-moe: Qwen3.5-35B-A3B's text model in the published `qwen3_5_moe` layout, 40 layers
+//   (30 Gated DeltaNet, 10 gated attention), all 256 experts (top-8) by default; --dtype bf16 or f32.
+// - gemma3n-e4b: Gemma 3n E4B's text model (`gemma3n_text`), 35 layers with AltUp, Laurel, the
+//   per-layer inputs (table on the host), sliding and full attention with KV sharing; --dtype bf16
+//   or f32. --layer-times splits its step into attention, mlp, altup, laurel, ple, rms-norm (with
+//   the residual sums after the norms), embedding and lm-head.
+//
+//   node bench/decode.bench.mjs [--model qwen3-next-80b|qwen3.5-moe|gemma3n-e4b] [--backend cuda]
+//        [--dtype bf16|fp8|f32] [--experts N] [--batches 1,8,64] [--steps 64] [--prompt 128]
+//        [--spec 4] [--eager] [--layer-times] [--tiny] [--layers N] [--out FILE]
+// --tiny: a few-layer, narrow model of the same structure, to check the script on the CPU. Greedy
+// decode picks its tokens on the device (layer-std's DeviceSampler), as `metrale serve` does.
+// bench/qwen3-next-80b.bench.mjs is this bench (its default model), by the name the records cite.
+import { writeFileSync } from 'node:fs';
+import { parseArgs } from 'node:util';
+import { EngineLoop, LayerTimer, NgramProposer, StepDriver, generateAll, describePrecision, gib } from '@metrale/core';
+import { DeviceSampler } from '@metrale/layer-std';
+import { PrefillLastRowsHead, registerModels } from '../dist/index.js';
+import { benchDevice } from './device.mjs';
+import { benchPrompt, randomModel } from './random-models/index.mjs';
+
+const { values: o } = parseArgs({
+  options: {
+    model: { type: 'string', default: 'qwen3-next-80b' },
+    backend: { type: 'string', default: 'cuda' },
+    dtype: { type: 'string', default: 'bf16' },
+    // Routed experts kept (MoE shapes; default: the model's, see random-models/index.mjs).
+    experts: { type: 'string' },
+    batches: { type: 'string', default: '1,8,64' },
+    steps: { type: 'string', default: '64' },
+    prompt: { type: 'string', default: '128' },
+    spec: { type: 'string', default: '4' },
+    tiny: { type: 'boolean', default: false },
+    // Fewer layers at full width (timing the load on a small machine).
+    layers: { type: 'string' },
+    // Also time each plain-decode row without CUDA graphs (replay must never be slower).
+    eager: { type: 'boolean', default: false },
+    // Also split an eager decode step's device time by layer kind (attention, GDN, MoE, MLP, norms, lm head, …).
+    'layer-times': { type: 'boolean', default: false },
+    out: { type: 'string' },
+  },
+});
+
+const model = randomModel(o.model, { dtype: o.dtype, tiny: o.tiny, ...(o.experts ? { experts: Number(o.experts) } : {}), ...(o.layers ? { layers: Number(o.layers) } : {}) });
+const { config, text, precision, weights, plan, bytesOf, floor } = model;
+
+const { gpu, ceilings } = await benchDevice(o.backend);
+const copyBps = ceilings?.copy?.bytesPerS;
+
+const batches = o.batches.split(',').map(Number);
+const maxBatch = Math.max(...batches);
+const steps = Number(o.steps);
+const promptLen = Number(o.prompt);
+const k = Number(o.spec);
+const limits = { maxSeqs: maxBatch, maxBatch, maxK: k + 1, maxSeqLen: promptLen + steps + k + 8, maxRows: Math.max(maxBatch * (k + 1), promptLen * Math.min(maxBatch, 8)) };
+const t0 = performance.now();
+// The adapter `metrale serve` picks for this config.json (its model_type).
+const adapter = registerModels().forConfig(config, 'bench config');
+const stack = adapter.build({ gpu, config, weights, limits, precision });
+// The served head: a prefill step computes logits only for each prompt's last row, as metrale serve does.
+const servedLayers = PrefillLastRowsHead.wrapLast(stack.layers);
+const buildS = (performance.now() - t0) / 1000;
+console.error(`built ${model.layers.total} layers of ${adapter.modelType} in ${buildS.toFixed(1)} s (${describePrecision(precision)})`);
+model.release();
+
+// Bytes a decode step must move at batch B (context C): the model's floor (its `counts` say what).
+// A weight takes its device bytes: 4 (f32), 2 (bf16) or 1 + its block scales (FP8); rows and the
+// KV cache are in the rows type (f32 or bf16).
+const deviceWeightBytes = plan.reduce((a, t) => a + bytesOf(t), 0);
+const context = promptLen + steps / 2;
+
+const results = [];
+// The serving loop picks greedy tokens on the device, as `metrale serve` does.
+const picker = new DeviceSampler(gpu, maxBatch * (k + 1));
+const modes = [{ spec: false, graphs: true }, ...(o.eager ? [{ spec: false, graphs: false }] : []), { spec: true, graphs: true }];
+for (const { spec, graphs } of modes) {
+  for (const B of batches) {
+    const driver = new StepDriver({ gpu, layers: servedLayers, limits, graphs });
+    // The engine loop that serves: every prompt in one chunk, several prompts per prefill step.
+    const loop = new EngineLoop({ driver, vocabSize: text.vocab_size, prefillChunk: promptLen, picker, ...(spec ? { speculation: { proposer: new NgramProposer({ k, minN: 1, maxN: 3 }), k } } : {}) });
+    const runner = { generate: (reqs) => generateAll(loop, reqs, spec ? k : undefined) };
+    // A repetitive prompt, so n-gram drafts have something to match.
+    // Each sequence has its own prompt (its own block of tokens, so routing differs across the batch).
+    const requests = Array.from({ length: B }, (_, b) => ({ prompt: benchPrompt(config, b, promptLen), maxTokens: steps, stopTokenIds: [] }));
+    runner.generate(requests.map((r) => ({ ...r, maxTokens: 4 }))); // warm-up: graphs captured
+    const { stats } = runner.generate(requests);
+    driver.dispose();
+    const decodeTokens = stats.generatedTokens - B;
+    const tokPerS = decodeTokens / (stats.decodeMs / 1000);
+    const stepMs = stats.decodeMs / Math.max(1, stats.steps.decode + stats.steps.verify);
+    const floorMs = copyBps ? (floor.stepBytes(B, context) / copyBps) * 1000 : undefined;
+    const row = {
+      batch: B, spec: spec ? `ngram:k=${k}` : null, graphs, tokens_per_s: Number(tokPerS.toFixed(1)), step_ms: Number(stepMs.toFixed(3)),
+      steps: stats.steps, acceptance: stats.speculation ? Number(stats.speculation.acceptanceRate.toFixed(3)) : null,
+      roofline_step_ms: floorMs === undefined ? null : Number(floorMs.toFixed(3)),
+      of_roofline: floorMs === undefined || spec || !graphs ? null : Number((floorMs / stepMs).toFixed(3)),
+    };
+    results.push(row);
+    console.error(JSON.stringify(row));
+  }
+}
+// Device time of an eager decode step by layer kind (the timer waits after every step, so these are
+// eager figures beside the replayed steps above).
+const layerTimes = [];
+if (o['layer-times']) {
+  for (const B of batches) {
+    const timer = new LayerTimer(gpu);
+    const driver = new StepDriver({ gpu, layers: servedLayers, limits, graphs: false, layerTimer: timer });
+    const loop = new EngineLoop({ driver, vocabSize: text.vocab_size, prefillChunk: promptLen });
+    const requests = Array.from({ length: B }, (_, b) => ({ prompt: benchPrompt(config, b, promptLen), stopTokenIds: [] }));
+    generateAll(loop, requests.map((r) => ({ ...r, maxTokens: 2 }))); // warm-up
+    timer.reset();
+    generateAll(loop, requests.map((r) => ({ ...r, maxTokens: steps })));
+    const decodeSteps = timer.steps('decode');
+    const perStep = (totals) => Object.fromEntries(Object.entries(totals).map(([kind, ms]) => [kind, Number((ms / decodeSteps).toFixed(4))]));
+    // The timer's labels, grouped into the model's layer kinds (most are their own).
+    const byKind = {};
+    for (const [label, ms] of Object.entries(timer.totals('decode'))) {
+      const kind = model.kinds?.[label] ?? label;
+      byKind[kind] = (byKind[kind] ?? 0) + ms;
+    }
+    const kinds = perStep(byKind);
+    const row = {
+      batch: B, eager_step_ms: Number(Object.values(kinds).reduce((a, b) => a + b, 0).toFixed(3)), ms_per_step_by_kind: kinds,
+      ...(model.kinds ? { ms_per_step_by_label: perStep(timer.totals('decode')) } : {}),
+    };
+    layerTimes.push(row);
+    console.error(JSON.stringify(row));
+    driver.dispose();
+    timer.dispose();
+  }
+}
+
+const report = {
+  bench: model.bench, model: model.name, adapter: adapter.modelType, backend: gpu.kind, device: gpu.device.name, tiny: o.tiny, dtype: describePrecision(precision),
+  device_weight_bytes: deviceWeightBytes, device_weight_gib: gib(deviceWeightBytes),
+  layers: model.layers, ...model.notes,
+  build_s: Number(buildS.toFixed(1)), prompt_tokens: promptLen, decode_tokens: steps,
+  ceilings: ceilings ? { copy: ceilings.copy, gemm: ceilings.gemm, errors: ceilings.errors } : null,
+  ...floor.report,
+  floor: { counts: floor.counts, context_tokens: context, step_bytes: Object.fromEntries(batches.map((B) => [B, Math.round(floor.stepBytes(B, context))])) },
+  config,
+  results,
+  ...(layerTimes.length ? { layer_times: layerTimes } : {}),
+};
+console.log(JSON.stringify(report));
+if (o.out) writeFileSync(o.out, `${JSON.stringify(report, null, 2)}\n`);
+picker.dispose();
+stack.dispose();
+gpu.dispose();
