@@ -42,12 +42,14 @@ using namespace stdk;
 namespace {
 
 constexpr int kMaxExperts = 2048;
-/** Intermediate rows of one (row, expert) per CTA of std_moe_experts_up_rowwise (expertsUpRowwiseLaunch): two a warp. */
+/** Intermediate rows of one (row, expert) per CTA tile of std_moe_experts_up_rowwise (expertsUpRowwiseLaunch): two a warp. */
 constexpr int kUpRows = 16;
-/** Output values of one row per CTA of std_moe_experts_rowwise (expertsRowwiseLaunch): one a warp. */
+/** Output values of one row per CTA tile of std_moe_experts_rowwise (expertsRowwiseLaunch): one a warp. */
 constexpr int kDownRows = 8;
-/** Experts of a row whose down rows a warp of std_moe_experts_rowwise reads at once (more loads in flight). */
-constexpr int kDownExperts = 4;
+// One row (decode at batch 1) takes more loads in flight per warp: the up pass unrolled by 8, the
+// down pass reading 4 of the row's experts at once (and the launches give its CTAs half the rows
+// or values); several rows keep unroll 4 and one expert at a time, which measured faster there
+// (docs/benchmarks.md). The sums are the same sequences either way, so the bits are too.
 /** Weight rows per warp of the grouped kernels (tile of a CTA: 2 · warps; launches: src/moe-kernels.ts). */
 constexpr int kRowsPerWarp = 2;
 /** Entries (row, slot) of one expert run through a warp's weight rows at a time. */
@@ -278,6 +280,18 @@ extern "C" __global__ void __launch_bounds__(1024) std_moe_route(const float* __
 }
 namespace {
 
+/** Lane sums of gate and up rows g, u against x (the vector path), U steps of 4 unrolled. */
+template <int U, typename W, typename R>
+__device__ __forceinline__ void up_dots4(const R* __restrict__ x, const W* __restrict__ g, const W* __restrict__ u, const float* gs, const float* us, int D,
+                                         int lane, float& sg, float& su) {
+#pragma unroll U
+  for (int k = lane; k < (D >> 2); k += 32) {
+    const float4 xv = ldg4(x, k);
+    sg = dot_step4<W>(sg, ldg4(g, k), xv, block_scale<W>(gs, k >> 5));
+    su = dot_step4<W>(su, ldg4(u, k), xv, block_scale<W>(us, k >> 5));
+  }
+}
+
 template <typename W, typename R>
 __device__ __forceinline__ void experts_up_rowwise(const R* __restrict__ input, const int32_t* __restrict__ ids, const W* __restrict__ gateUp,
                                                    const float* __restrict__ scales, R* __restrict__ h, int rows, int hidden, int inter, int experts,
@@ -306,12 +320,8 @@ __device__ __forceinline__ void experts_up_rowwise(const R* __restrict__ input, 
         const float* us = gate_up_scales<W>(scales, ev, 1, i, I, D);
         float sg = 0.f, su = 0.f;
         if (vec) {
-#pragma unroll 8
-          for (int k = lane; k < (D >> 2); k += 32) {
-            const float4 xv = ldg4(x, k);
-            sg = dot_step4<W>(sg, ldg4(g, k), xv, block_scale<W>(gs, k >> 5));
-            su = dot_step4<W>(su, ldg4(u, k), xv, block_scale<W>(us, k >> 5));
-          }
+          if (rows == 1) up_dots4<8, W, R>(x, g, u, gs, us, D, lane, sg, su);
+          else up_dots4<4, W, R>(x, g, u, gs, us, D, lane, sg, su);
         } else {
           for (int k = lane; k < D; k += 32) {
             const float xv = ldg_value(x, k);
@@ -327,6 +337,52 @@ __device__ __forceinline__ void experts_up_rowwise(const R* __restrict__ input, 
   }
 }
 
+/**
+ * Output value d of row r: Σ_j w_rj · round_R(down_e[d] · h[rj]) in order j, the row's experts read
+ * Q at a time (their loads interleaved; each expert's sum the same sequence as alone).
+ */
+template <int Q, typename W, typename R>
+__device__ __forceinline__ float down_value(const R* __restrict__ h, const int32_t* __restrict__ ids, const float* __restrict__ weights,
+                                            const W* __restrict__ down, const float* __restrict__ scales, int r, int d, int D, int I, int experts,
+                                            int topK, bool vec, int lane) {
+  float acc = 0.f;
+  for (int j0 = 0; j0 < topK; j0 += Q) {
+    const W* dn[Q];
+    const R* hj[Q];
+    const float* ds[Q];
+    float s[Q];
+#pragma unroll
+    for (int q = 0; q < Q; q++) {
+      const int j = j0 + q;
+      const int e = j < topK ? ids[(size_t)r * topK + j] : -1;
+      const bool use = e >= 0 && e < experts;
+      dn[q] = use ? down + ((size_t)e * D + d) * I : nullptr;
+      hj[q] = h + ((size_t)r * topK + (use ? j : 0)) * I;
+      ds[q] = down_scales<W>(scales, use ? e : 0, d, D, I);
+      s[q] = 0.f;
+    }
+    if (vec) {
+#pragma unroll 4
+      for (int k = lane; k < (I >> 2); k += 32)
+#pragma unroll
+        for (int q = 0; q < Q; q++)
+          if (dn[q]) s[q] = dot_step4<W>(s[q], ldg4(dn[q], k), ldg4(hj[q], k), block_scale<W>(ds[q], k >> 5));
+    } else {
+      for (int k = lane; k < I; k += 32)
+#pragma unroll
+        for (int q = 0; q < Q; q++)
+          if (dn[q]) s[q] = dot_step1<W>(s[q], ldg_value(dn[q], k), ldg_value(hj[q], k), block_scale<W>(ds[q], k >> 7));
+    }
+#pragma unroll
+    for (int q = 0; q < Q; q++) {
+      // The expert's output rounded to R, as the grouped down kernel stores it in y.
+      const float y = round_to<R>(warp_sum(s[q]));
+      if (dn[q]) acc = __fmaf_rn(weights[(size_t)r * topK + j0 + q], y, acc);
+    }
+  }
+  return acc;
+}
+
 template <typename W, typename R>
 __device__ __forceinline__ void experts_rowwise(const R* __restrict__ h, const int32_t* __restrict__ ids, const float* __restrict__ weights,
                                                 const W* __restrict__ down, const float* __restrict__ scales, R* __restrict__ output, int rows,
@@ -337,43 +393,8 @@ __device__ __forceinline__ void experts_rowwise(const R* __restrict__ h, const i
   for (int r = blockIdx.x; r < rows; r += gridDim.x) {
     for (int d0 = blockIdx.y * kDownRows; d0 < D; d0 += gridDim.y * kDownRows) {
       for (int d = d0 + warp_id(); d < min(D, d0 + kDownRows); d += nw) {
-        float acc = 0.f;
-        // kDownExperts of the row's experts at a time, their loads interleaved; each expert's sum
-        // is the same sequence as one at a time, and acc takes them in order j.
-        for (int j0 = 0; j0 < topK; j0 += kDownExperts) {
-          const W* dn[kDownExperts];
-          const R* hj[kDownExperts];
-          const float* ds[kDownExperts];
-          float s[kDownExperts];
-#pragma unroll
-          for (int q = 0; q < kDownExperts; q++) {
-            const int j = j0 + q;
-            const int e = j < topK ? ids[(size_t)r * topK + j] : -1;
-            const bool use = e >= 0 && e < experts;
-            dn[q] = use ? down + ((size_t)e * D + d) * I : nullptr;
-            hj[q] = h + ((size_t)r * topK + (use ? j : 0)) * I;
-            ds[q] = down_scales<W>(scales, use ? e : 0, d, D, I);
-            s[q] = 0.f;
-          }
-          if (vec) {
-#pragma unroll 4
-            for (int k = lane; k < (I >> 2); k += 32)
-#pragma unroll
-              for (int q = 0; q < kDownExperts; q++)
-                if (dn[q]) s[q] = dot_step4<W>(s[q], ldg4(dn[q], k), ldg4(hj[q], k), block_scale<W>(ds[q], k >> 5));
-          } else {
-            for (int k = lane; k < I; k += 32)
-#pragma unroll
-              for (int q = 0; q < kDownExperts; q++)
-                if (dn[q]) s[q] = dot_step1<W>(s[q], ldg_value(dn[q], k), ldg_value(hj[q], k), block_scale<W>(ds[q], k >> 7));
-          }
-#pragma unroll
-          for (int q = 0; q < kDownExperts; q++) {
-            // The expert's output rounded to R, as the grouped down kernel stores it in y.
-            const float y = round_to<R>(warp_sum(s[q]));
-            if (dn[q]) acc = __fmaf_rn(weights[(size_t)r * topK + j0 + q], y, acc);
-          }
-        }
+        const float acc = rows == 1 ? down_value<4, W, R>(h, ids, weights, down, scales, r, d, D, I, experts, topK, vec, lane)
+                                    : down_value<1, W, R>(h, ids, weights, down, scales, r, d, D, I, experts, topK, vec, lane);
         if (lane == 0) store_value(output, (size_t)r * D + d, acc);
       }
     }

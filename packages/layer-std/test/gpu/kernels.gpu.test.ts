@@ -271,10 +271,12 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
     });
   }
 
-  // Shapes: 3 rows at the 80B expert shape; a tiny unaligned one (scalar paths); 40 rows over 8
-  // experts (~30 entries per expert: two passes of 16 through each weight tile); D and I past 128
-  // but not multiples of it (FP8 blocks cut short on both axes).
-  const SHAPES = [[2048, 512, 8, 6, 3], [30, 7, 5, 2, 4], [2048, 512, 8, 6, 40], [1000, 136, 6, 4, 24]] as const;
+  // Shapes: 3 rows at the 80B expert shape; one row at Qwen3-Next's top-10 (the row-wise kernels'
+  // one-row path: 4 experts a warp in the down pass, 10 not a multiple of 4), and one tiny
+  // unaligned (scalar paths); 40 rows over 8 experts (~30 entries per expert: two passes of 16
+  // through each weight tile); D and I past 128 but not multiples of it (FP8 blocks cut short on
+  // both axes).
+  const SHAPES = [[2048, 512, 8, 6, 3], [2048, 512, 16, 10, 1], [30, 7, 5, 2, 4], [30, 7, 5, 3, 1], [2048, 512, 8, 6, 40], [1000, 136, 6, 4, 24]] as const;
   for (const format of EXPERT_FORMATS) {
     for (const [D, I, E, topK, rows] of SHAPES) {
       it(`${format}: std.moe_group + std.moe_experts_up + std.moe_experts_down + std.moe_experts, D ${D}, I ${I}, ${E} experts, top-${topK}, ${rows} rows (an id outside the experts), and the row-wise kernels' bits`, () => {
