@@ -21,7 +21,7 @@ import { cacheKey, sharedCache } from './cache-registry.js';
 import { asRowValues, rowTypeOf } from './gemma3n-stateless.js';
 import { readPleConfig, type PleConfig } from './ple-config.js';
 import { combineKernel, embedGatherKernel, gateMulKernel, outNormKernel, threadsFor } from './ple-kernels.js';
-import { PLE_TENSORS, describePleTensors, readLayerWeights, scalarAs, type StorageDtype } from './ple-weights.js';
+import { PLE_TENSORS, describePleTensors, readLayerWeights, scalarAs } from './ple-weights.js';
 import { dtypeCodes, PleSlotCache, type PleCacheOptions, type PleCacheStats, type PrestageClaim } from './slot-cache.js';
 import { TensorReader } from './tensor-reader.js';
 
@@ -42,8 +42,8 @@ export interface PleState extends LayerState, PrestageClaim {
 
 /**
  * The scalars of the math, rounded as Hugging Face holds them (see README.md, "Hugging Face
- * semantics"): to the row type for bf16 / f16 rows (the model's dtype); for f32 rows, to the
- * dtype the checkpoint stores the embedding (or the table) in.
+ * semantics"): float32, then the model's dtype, which is the row type (f32, bf16 or f16), whatever
+ * dtype the checkpoint stores the embedding and the table in.
  */
 export interface PleScales {
   /** sqrt(D): `Gemma3nTextScaledWordEmbedding.embed_scale`. */
@@ -117,13 +117,15 @@ export class PleLayer implements TransformerLayer<PleState> {
     this.#gpu = gpu;
     this.rows = rows;
     this.inputRowBytes = this.outputRowBytes = floatBytes(rows) * cfg.hidden;
-    // HF casts each scalar to the dtype of the tensor it multiplies: the model's, for a model held in bf16 / f16.
-    const scalar = (x: number, stored: StorageDtype) => scalarAs(x, rows === 'f32' ? stored : rows);
+    // HF casts each scalar to the dtype of the tensor it multiplies, which is the model's: a model
+    // held in f32 (or f64) has upcast a bf16 checkpoint's embedding and table on load, so sqrt(P)
+    // is not rounded to bf16 there (P = 10: 3.1623, not 3.15625). The row type is the model's dtype.
+    const scalar = (x: number) => scalarAs(x, rows);
     this.scales = {
-      embed: scalar(Math.sqrt(cfg.hidden), cache.embedDtype),
-      projection: scalar(cfg.hidden ** -0.5, cache.embedDtype),
-      table: scalar(Math.sqrt(cfg.perLayer), cache.tableDtype),
-      input: scalar(Math.SQRT1_2, cache.embedDtype),
+      embed: scalar(Math.sqrt(cfg.hidden)),
+      projection: scalar(cfg.hidden ** -0.5),
+      table: scalar(Math.sqrt(cfg.perLayer)),
+      input: scalar(Math.SQRT1_2),
     };
     try {
       const alloc = (bytes: number): DevicePtr => {

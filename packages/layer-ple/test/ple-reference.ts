@@ -2,7 +2,7 @@
 // Gemma 3n modules (Gemma3nTextModel.get_per_layer_inputs / project_per_layer_inputs, the
 // per-layer part of Gemma3nTextDecoderLayer.forward, Gemma3nRMSNorm: x / sqrt(mean(x²) + eps) · w),
 // not from the layer's kernels. Token ids at or past vocab_size_per_layer_input read table row 0
-// (Gemma3nModel.forward's mask). Scalars are float32 tensors cast to the weights' dtype, as HF holds them.
+// (Gemma3nModel.forward's mask). Scalars are float32 tensors cast to the model's dtype, as HF holds them.
 // With `rows` bf16 or f16, it is HF's model held in that dtype (`model.to(dtype)`): every parameter
 // and every tensor a module returns is of that dtype, while RMSNorm and GELU compute in float32
 // (here: float64) and round once, and a matmul accumulates and rounds its output once.
@@ -44,8 +44,6 @@ export function referenceRows(weights: WeightSource, d: PleDims, a: Float32Array
   // A value held in the model's dtype: none is rounded in the float64 reference.
   const h16 = (x: number): number => (rows === 'f32' ? x : roundTo(rows, x));
   const param = (name: string): Float64Array => f64(weights.get(`${prefix}${name}`)).map(h16);
-  const embedT = weights.get(`${prefix}embed_tokens.weight`);
-  const tableT = weights.get(`${prefix}embed_tokens_per_layer.weight`);
   const embed = param('embed_tokens.weight');
   const table = param('embed_tokens_per_layer.weight');
   const W = param('per_layer_model_projection.weight');
@@ -53,12 +51,12 @@ export function referenceRows(weights: WeightSource, d: PleDims, a: Float32Array
   const gate = param(`layers.${l}.per_layer_input_gate.weight`);
   const proj = param(`layers.${l}.per_layer_projection.weight`);
   const post = param(`layers.${l}.post_per_layer_input_norm.weight`);
-  // The scalars take the dtype of what they multiply: the checkpoint's, or the model's when it is held in 16 bits.
-  const [embedDtype, tableDtype] = rows === 'f32' ? [embedT.dtype, tableT.dtype] : [rows, rows];
-  const embedScale = hfScalar(Math.sqrt(D), embedDtype);
-  const projScale = hfScalar(D ** -0.5, embedDtype);
-  const tableScale = hfScalar(Math.sqrt(P), tableDtype);
-  const inputScale = hfScalar(1 / Math.sqrt(2), embedDtype);
+  // The scalars take the dtype of what they multiply, the model's: a model held in f32 has upcast
+  // a bf16 / f16 checkpoint's embedding and table, so its scalars are float32 whatever those were stored in.
+  const embedScale = hfScalar(Math.sqrt(D), rows);
+  const projScale = hfScalar(D ** -0.5, rows);
+  const tableScale = hfScalar(Math.sqrt(P), rows);
+  const inputScale = hfScalar(1 / Math.sqrt(2), rows);
   const count = tokens.length;
   const out = new Float64Array(count * D);
   for (let r = 0; r < count; r++) {
