@@ -139,6 +139,48 @@ describe('the serving engine over a KV page pool (tiny qwen3_next, CPU)', () => 
     }
   }, 300_000);
 
+  it('engines started in turn over one stack (the long-context bench) size their pools from the same free memory', async () => {
+    const setup = { backend: 'cpu', maxBatch: 4, maxModelLen: 512, prefillChunk: 32, graphs: true } as EngineSetup;
+    const registry = await loadRegistry({ cwd: process.cwd(), packageDir: process.cwd(), plugins: [], preferPlugins: [] });
+    const checkpoint = Checkpoint.open(modelDir);
+    const limits = servingLimits(setup, servedModelLen(setup, checkpoint.config, modelDir));
+    const gpu = new CpuBackend({ memoryLimit: 64 << 20 });
+    const stack = registry.architectures.forConfig(checkpoint.config, modelDir).build({
+      gpu, config: checkpoint.config, weights: checkpoint.weights, limits, precision: resolvePrecision('auto', checkpoint.config), plugins: registry.layers,
+    });
+    checkpoint.close();
+    // A utilization that leaves the pool about 256 KiB past the weights: memory bounds it, not the slots.
+    const { free, total } = gpu.memoryInfo();
+    const sized = { ...setup, gpuMemoryUtilization: (total - free + (256 << 10)) / total };
+    const kept = { ...stack, dispose() {} };
+    const requests: GenerateRequest[] = [{ prompt: prompt(70, 8), maxTokens: 10 }, { prompt: prompt(33, 9), maxTokens: 6 }];
+    const serve = (over: Partial<EngineSetup>) => {
+      const engine = startEngine({ ...sized, ...over }, gpu, kept, limits, { float: 1, fp8: 0, total: 1 });
+      try {
+        return { kv: engine.kv, tokens: generateAll(engine.loop, requests).outputs.map((o) => o.tokens) };
+      } finally {
+        engine.dispose();
+      }
+    };
+    try {
+      const first = serve({});
+      expect(first.kv.pages).toBeLessThan(limits.maxSeqs * Math.ceil(limits.maxSeqLen / first.kv.pageSize));
+      expect(first.kv.snapshots).toBeGreaterThan(0);
+      // The first engine's pages and snapshot entries went with it.
+      expect(gpu.memoryInfo().free).toBe(free);
+      const again = serve({});
+      expect(again).toEqual(first);
+      // Without prefix caching no snapshots are kept: their share goes to pages.
+      const uncached = serve({ prefixCaching: false });
+      expect(uncached.kv.pages).toBeGreaterThanOrEqual(first.kv.pages);
+      expect(uncached.tokens).toEqual(first.tokens);
+      expect(gpu.memoryInfo().free).toBe(free);
+    } finally {
+      stack.dispose();
+      gpu.dispose();
+    }
+  }, 300_000);
+
   it('serves --max-model-len, else the model\'s max_position_embeddings, never more than it', () => {
     const config = { max_position_embeddings: 1000 };
     expect(servedModelLen({}, config, 'c')).toBe(1000);

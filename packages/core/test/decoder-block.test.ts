@@ -39,6 +39,7 @@ function fake(
   if (hooks.pageBytes !== undefined) {
     layer.kvPageBytes = (pageSize: number) => hooks.pageBytes! * pageSize;
     layer.kvBind = (b: { pages: number }) => calls.push(`${name}.kvBind ${b.pages}`);
+    layer.kvUnbind = () => calls.push(`${name}.kvUnbind`);
   }
   if (hooks.snapshotBytes !== undefined) {
     layer.stateSnapshotBytes = () => hooks.snapshotBytes;
@@ -67,11 +68,14 @@ describe('DecoderBlock: one TransformerLayer made of sub-layers', () => {
     const state = b.openState(0);
     b.saveStateSnapshot!(state, 2, gpu.defaultStream);
     b.resumeAt!(state, 32, 2, gpu.defaultStream);
-    expect(calls).toEqual(['a.kvBind 9', 'g.snapshotBind 5', 'g.save 2', 'n.resume 32 2', 'g.resume 32 2', 'a.resume 32 2']);
+    b.kvUnbind!();
+    b.stateSnapshotBind!(0);
+    expect(calls).toEqual(['a.kvBind 9', 'g.snapshotBind 5', 'g.save 2', 'n.resume 32 2', 'g.resume 32 2', 'a.resume 32 2', 'a.kvUnbind', 'g.snapshotBind 0']);
     // One part that cannot resume: the block cannot either.
     const partial = block(gpu, [[fake('n', calls)], [fake('a', calls, { pageBytes: 3, resume: true })]]).block;
     expect(resolveHooks(partial).implemented.has('resumeAt')).toBe(false);
     expect(resolveHooks(partial).implemented.has('kvBind')).toBe(true);
+    expect(resolveHooks(partial).implemented.has('kvUnbind')).toBe(true);
     gpu.dispose();
   });
 

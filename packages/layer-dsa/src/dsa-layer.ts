@@ -296,18 +296,37 @@ export class DsaLayer implements TransformerLayer<DsaState> {
   kvBind(binding: KvPageBinding): void {
     this.#alive('kvBind');
     this.kvPageBytes(binding.pageSize);
-    // A new driver over this layer binds it again: the earlier pool's pages go with that driver.
-    if (this.#caches) this.#release(this.#caches.kvCache, this.#caches.keys, this.#caches.keyScales);
+    // Pages of an earlier binding still here (its driver not disposed) go first.
+    this.kvUnbind();
     const cfg = this.config;
     const { pages, pageSize } = binding;
     const keyPageRows = pageSize / cfg.kpool;
     const full = this.geometry.full;
-    this.#caches = {
-      binding, keyPageRows,
-      kvCache: this.#alloc(pages * pageSize * this.geometry.latWidth * elementBytes(KV_DTYPE_CODE[cfg.kvCacheDtype])),
-      keys: full ? this.#alloc(pages * keyPageRows * cfg.dI * elementBytes(INDEX_DTYPE_CODE[cfg.indexCacheDtype])) : 0n,
-      keyScales: full && cfg.indexCacheDtype === 'fp8' ? this.#alloc(pages * keyPageRows * 4) : 0n,
+    const taken: DevicePtr[] = [];
+    const alloc = (bytes: number): DevicePtr => {
+      const p = this.#alloc(bytes);
+      taken.push(p);
+      return p;
     };
+    try {
+      this.#caches = {
+        binding, keyPageRows,
+        kvCache: alloc(pages * pageSize * this.geometry.latWidth * elementBytes(KV_DTYPE_CODE[cfg.kvCacheDtype])),
+        keys: full ? alloc(pages * keyPageRows * cfg.dI * elementBytes(INDEX_DTYPE_CODE[cfg.indexCacheDtype])) : 0n,
+        keyScales: full && cfg.indexCacheDtype === 'fp8' ? alloc(pages * keyPageRows * 4) : 0n,
+      };
+    } catch (error) {
+      this.#release(...taken);
+      throw error;
+    }
+  }
+
+  /** The driver that bound the pool is gone: its pages go back; a later `kvBind` binds afresh. */
+  kvUnbind(): void {
+    const c = this.#caches;
+    if (!c || this.#disposed) return;
+    this.#caches = undefined;
+    this.#release(c.kvCache, c.keys, c.keyScales);
   }
 
   /**

@@ -203,11 +203,14 @@ export class GdnLayer implements TransformerLayer<GdnState> {
     return 4 * (this.stateSeqFloats + this.ringSeqFloats);
   }
 
+  /** Entries of an earlier binding go first; 0 only frees them (the driver's unbind: a no-op once disposed, dispose freed them). */
   stateSnapshotBind(count: number): void {
+    if (count === 0 && this.#disposed) return;
     this.#alive('stateSnapshotBind');
     if (!Number.isSafeInteger(count) || count < 0) throw new InvalidArgumentError(`gdn: stateSnapshotBind needs a non-negative count, got ${count}`);
-    // A new driver over this layer binds it again: the earlier entries go with that driver.
-    if (this.#snapshots) this.#release(this.#snapshots.base);
+    const earlier = this.#snapshots;
+    this.#snapshots = undefined;
+    if (earlier) this.#release(earlier.base);
     this.#snapshots = { base: count > 0 ? this.#alloc(count * this.stateSnapshotBytes()) : 0n, count };
   }
 

@@ -29,8 +29,8 @@ export interface AttentionState extends LayerState {
  * leave K/V past the committed length, which the next row at that position overwrites before any
  * row reads it.
  *
- * The K and V caches are pages of the model's shared pool (`kvBind`): the driver gives a sequence
- * its pages and writes the block table the kernels read. A sequence may start on pages another
+ * The K and V caches are pages of the model's shared pool (`kvBind`, freed by `kvUnbind` when the
+ * driver is disposed): the driver gives a sequence its pages and writes the block table the kernels read. A sequence may start on pages another
  * one filled (`resumeAt`): its rows there are exactly what it would have written.
  */
 export class AttentionLayer implements TransformerLayer<AttentionState>, KvSource {
@@ -98,10 +98,26 @@ export class AttentionLayer implements TransformerLayer<AttentionState>, KvSourc
   kvBind(binding: KvPageBinding): void {
     this.#alive('kvBind');
     if (this.options.kvSource) return;
-    // A new driver over this layer binds it again: the earlier pool's pages go with that driver.
-    if (this.#cache) this.#memory.release(this.#cache.k, this.#cache.v);
+    // Pages of an earlier binding still here (its driver not disposed) go first.
+    this.kvUnbind();
     const bytes = this.kvPageBytes(binding.pageSize) / 2;
-    this.#cache = { binding, k: this.#memory.alloc(bytes * binding.pages), v: this.#memory.alloc(bytes * binding.pages) };
+    const k = this.#memory.alloc(bytes * binding.pages);
+    let v: DevicePtr;
+    try {
+      v = this.#memory.alloc(bytes * binding.pages);
+    } catch (error) {
+      this.#memory.release(k);
+      throw error;
+    }
+    this.#cache = { binding, k, v };
+  }
+
+  /** The driver that bound the pool is gone: its pages go back; a later `kvBind` binds afresh. */
+  kvUnbind(): void {
+    const cache = this.#cache;
+    if (!cache || this.#disposed) return;
+    this.#cache = undefined;
+    this.#memory.release(cache.k, cache.v);
   }
 
   /** The cache this layer reads: its own, or its KV source's. */

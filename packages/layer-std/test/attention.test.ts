@@ -80,6 +80,53 @@ describe('AttentionLayer (Qwen3-Next gated attention) against a float64 referenc
     gpu.dispose();
   });
 
+  it('kvUnbind gives the pages back; the layer binds afresh after it, and a disposed driver unbinds it', () => {
+    const o = qwen3NextAttentionOptions(CONFIG);
+    const limits: LayerLimits = { maxSeqs: 2, maxSeqLen: 48, maxBatch: 2, maxK: 1, maxRows: 16 };
+    const gpu = new CpuBackend();
+    const layer = new AttentionLayer(gpu, attentionWeights(o).source(), limits, o);
+    const taken = (() => {
+      const free0 = gpu.memoryInfo().free;
+      return () => free0 - gpu.memoryInfo().free;
+    })();
+    const page = layer.kvPageBytes(4);
+    const table = gpu.alloc(4 * 2 * 12);
+    const binding = { pageSize: 4, pages: 10, pagesPerSeq: 12, blockTable: table };
+    layer.kvBind(binding);
+    expect(taken()).toBe(4 * 2 * 12 + 10 * page);
+    layer.kvUnbind();
+    expect(taken()).toBe(4 * 2 * 12);
+    expect(layer.kvCache()).toBeUndefined();
+    // Nothing bound: nothing to free.
+    layer.kvUnbind();
+    expect(taken()).toBe(4 * 2 * 12);
+    layer.kvBind(binding);
+    expect(layer.kvCache()?.binding).toBe(binding);
+    // A bind over a binding nobody unbound frees it first.
+    layer.kvBind({ ...binding, pages: 6 });
+    expect(taken()).toBe(4 * 2 * 12 + 6 * page);
+    gpu.free(table);
+
+    // Through drivers, one after the other: each runs as the first, and gives everything back.
+    const input = new SeededRandom(2).normals(6 * o.hidden);
+    const prefill = () => {
+      const driver = new StepDriver({ gpu, layers: [layer], limits, kvCache: { pageSize: 4, pages: 8 }, graphs: false, speculation: 'none' });
+      const seq = driver.open();
+      const out = driver.readOutputF32(driver.prefill({ seqs: [seq], lengths: [6], input }));
+      driver.dispose();
+      return out;
+    };
+    const first = prefill();
+    expect(taken()).toBe(0);
+    expect(layer.kvCache()).toBeUndefined();
+    expect(prefill()).toEqual(first);
+    expect(taken()).toBe(0);
+    layer.dispose();
+    // Disposed: the pages went with the layer, and unbinding does nothing.
+    layer.kvUnbind();
+    gpu.dispose();
+  });
+
   it('passes the conformance kit on the CPU backend (room check included)', () => {
     const o = qwen3NextAttentionOptions(CONFIG);
     const report = runLayerConformance(plugin, {

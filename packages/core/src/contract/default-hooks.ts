@@ -35,6 +35,7 @@ export const defaultHooks: ResolvedHooks = Object.freeze({
     return 0;
   },
   kvBind(_binding: KvPageBinding): void {},
+  kvUnbind(): void {},
   stateSnapshotBytes(): number {
     return 0;
   },

@@ -27,8 +27,10 @@ export interface KvPageBinding {
  * between layers and start a sequence at a cached prefix (prefix caching). Every method is
  * optional; a layer that implements none keeps its own caches and never starts at a prefix.
  *
- * - Paged caches (attention's K/V, DSA's latent and indexer caches): `kvPageBytes` + `kvBind`.
- *   The driver sizes one pool from memory and binds every such layer once, before any step.
+ * - Paged caches (attention's K/V, DSA's latent and indexer caches): `kvPageBytes` + `kvBind`
+ *   (+ `kvUnbind`). The driver sizes one pool from memory and binds every such layer once, before
+ *   any step; disposed, it unbinds them, so a later driver over the same layers sizes its pool from
+ *   the same free memory.
  * - Recurrent state (GDN's state and conv ring): `stateSnapshotBytes` + `stateSnapshotBind` +
  *   `saveStateSnapshot`. The driver saves a sequence's state at block boundaries it chooses, into
  *   numbered entries the layer allocates at bind time.
@@ -42,13 +44,25 @@ export interface LayerSequenceCache<S extends LayerState = LayerState> {
   kvPageBytes?(pageSize: number): number;
   /**
    * Allocate storage for `binding.pages` pages and read `binding.blockTable` from now on. Each step
-   * driver binds its layers once, before any step; a later driver over the same layers (the earlier
-   * one disposed) binds them again, and the layer frees the earlier pool's storage.
+   * driver binds its layers once, before any step; a later driver over the same layers binds them
+   * again. A layer still holding an earlier binding's storage frees it first.
    */
   kvBind?(binding: KvPageBinding): void;
+  /**
+   * Free the pages of the current binding: the driver that bound them is gone (disposed, or its
+   * construction failed). The layer stays usable: a later `kvBind` binds afresh, and a step before
+   * it fails as one before any bind. Does nothing when nothing is bound or the layer was disposed.
+   * A layer that leaves it out keeps its pages until the next `kvBind` or its `dispose`, and a later
+   * driver sizing its pool from free memory sees them as used.
+   */
+  kvUnbind?(): void;
   /** Bytes of one saved state of a sequence. */
   stateSnapshotBytes?(): number;
-  /** Allocate `count` snapshot entries (0: none), freeing those of an earlier binding; as `kvBind`. */
+  /**
+   * Allocate `count` snapshot entries, freeing those of an earlier binding first; as `kvBind`.
+   * `stateSnapshotBind(0)` frees them and allocates none: the driver's unbind (as `kvUnbind`), a
+   * no-op on a disposed layer.
+   */
   stateSnapshotBind?(count: number): void;
   /** Copy the sequence's committed state (as of its committed length) into entry `index`, on `stream`. */
   saveStateSnapshot?(state: S, index: number, stream: Stream): void;

@@ -101,6 +101,8 @@ export class StepDriver {
   #disposed = false;
   readonly #timer: LayerTimer | undefined;
   readonly #kv: KvCache;
+  /** Gives back the layers' pages and snapshot entries of this driver's binding (dispose). */
+  readonly #unbindLayers: () => void;
   /** Whether every layer can start a sequence at a cached prefix (`open(prefix)`). */
   readonly canResume: boolean;
   /** Whether some layer keeps recurrent state, so a prefix needs a saved snapshot at its end. */
@@ -154,9 +156,10 @@ export class StepDriver {
     this.canResume = this.#layers.every((e) => e.resume);
     this.savesState = this.#layers.some((e) => e.snapshots);
     try {
-      const bound = bindKvCache(gpu, this.#layers.map((e) => ({ hooks: e.hooks, savesState: e.snapshots })), limits, options.kvCache ?? {});
+      const bound = bindKvCache(gpu, this.#layers.map((e) => ({ hooks: e.hooks, savesState: e.snapshots, layer: e.layer })), limits, options.kvCache ?? {});
       this.#kv = bound.kv;
       this.kvInfo = bound.info;
+      this.#unbindLayers = bound.unbind;
     } catch (error) {
       this.#tables.dispose();
       for (const a of this.#activations) gpu.free(a);
@@ -373,16 +376,25 @@ export class StepDriver {
     return new Float32Array(bytes.buffer, bytes.byteOffset, bytes.byteLength / 4);
   }
 
+  /**
+   * Frees the driver's buffers, and the layers give back the pages and snapshot entries it bound
+   * (`kvUnbind`, `stateSnapshotBind(0)`; not those of a later driver that bound them since): a
+   * later driver over the same layers sizes its pool from the same free memory.
+   */
   dispose(): void {
     if (this.#disposed) return;
     this.gpu.synchronize(this.stream);
     this.#disposed = true;
-    this.graphs.dispose();
-    this.#speculative?.dispose();
-    this.#kv.dispose();
-    this.#tables.dispose();
-    for (const a of this.#activations) this.gpu.free(a);
-    if (this.#ownsStream) this.gpu.destroyStream(this.stream);
+    try {
+      this.graphs.dispose();
+      this.#speculative?.dispose();
+      this.#unbindLayers();
+    } finally {
+      this.#kv.dispose();
+      this.#tables.dispose();
+      for (const a of this.#activations) this.gpu.free(a);
+      if (this.#ownsStream) this.gpu.destroyStream(this.stream);
+    }
   }
 
   // ---- one decode or verify step ----

@@ -124,6 +124,12 @@ export function compositeHooks(layers: readonly TransformerLayer<any>[]): Partia
       for (const s of paged) s.layer.kvBind?.(binding);
     };
   }
+  const unbinding = having('kvUnbind');
+  if (unbinding.length) {
+    hooks.kvUnbind = () => {
+      for (const s of unbinding) s.layer.kvUnbind!();
+    };
+  }
   const saving = having('saveStateSnapshot');
   if (saving.length) {
     hooks.stateSnapshotBytes = () => saving.reduce((a, s) => a + (s.layer.stateSnapshotBytes?.() ?? 0), 0);

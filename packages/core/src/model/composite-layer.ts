@@ -31,6 +31,7 @@ export abstract class CompositeLayer implements TransformerLayer<BlockState> {
   declare gdnFoldAccepted?: TransformerLayer<BlockState>['gdnFoldAccepted'];
   declare kvPageBytes?: TransformerLayer<BlockState>['kvPageBytes'];
   declare kvBind?: TransformerLayer<BlockState>['kvBind'];
+  declare kvUnbind?: TransformerLayer<BlockState>['kvUnbind'];
   declare stateSnapshotBytes?: TransformerLayer<BlockState>['stateSnapshotBytes'];
   declare stateSnapshotBind?: TransformerLayer<BlockState>['stateSnapshotBind'];
   declare saveStateSnapshot?: TransformerLayer<BlockState>['saveStateSnapshot'];

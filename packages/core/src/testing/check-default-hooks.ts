@@ -20,6 +20,7 @@ export function checkDefaultHooks(layer: TransformerLayer): Omit<CheckResult, 'c
   if (has('gdnFoldAccepted') && !has('gdnWoaStashSeqFloats') && !has('gdnCarrySeqFloats')) problems.push('gdnFoldAccepted without a write-on-accept or carry size');
   if (has('decodePrestageRearm') && !has('decodePrestage')) problems.push('decodePrestageRearm without decodePrestage');
   if (has('kvBind') !== has('kvPageBytes')) problems.push('kvBind and kvPageBytes come together');
+  if (has('kvUnbind') && !has('kvBind')) problems.push('kvUnbind without kvBind (nothing bound to free)');
   const snapshotHooks = ['stateSnapshotBytes', 'stateSnapshotBind', 'saveStateSnapshot'].filter(has);
   if (snapshotHooks.length !== 0 && snapshotHooks.length !== 3) problems.push('stateSnapshotBytes, stateSnapshotBind and saveStateSnapshot come together');
   if (snapshotHooks.length && !has('resumeAt')) problems.push('saveStateSnapshot without resumeAt (a saved state nobody restores)');

@@ -79,7 +79,8 @@ export class PagedContextLayer implements TransformerLayer<LayerState> {
     if (recurrent) {
       this.stateSnapshotBytes = () => 4;
       this.stateSnapshotBind = (count: number) => {
-        this.#snapshots = gpu.alloc(4 * Math.max(1, count));
+        if (this.#snapshots) gpu.free(this.#snapshots);
+        this.#snapshots = count > 0 ? gpu.alloc(4 * count) : 0n;
       };
       this.saveStateSnapshot = (state: LayerState, index: number, stream: Stream) => {
         this.gpu.copyDeviceAsync(this.#snapshots + BigInt(4 * index), this.#state + BigInt(4 * state.slot), 4, stream);
@@ -92,7 +93,13 @@ export class PagedContextLayer implements TransformerLayer<LayerState> {
   }
 
   kvBind(binding: KvPageBinding): void {
+    this.kvUnbind();
     this.#cache = { binding, ptr: this.gpu.alloc(4 * binding.pages * binding.pageSize) };
+  }
+
+  kvUnbind(): void {
+    if (this.#cache) this.gpu.free(this.#cache.ptr);
+    this.#cache = undefined;
   }
 
   openState(slot: number): LayerState {
@@ -125,7 +132,8 @@ export class PagedContextLayer implements TransformerLayer<LayerState> {
   dispose(): void {
     this.gpu.free(this.#table);
     this.gpu.free(this.#state);
-    if (this.#cache) this.gpu.free(this.#cache.ptr);
+    this.kvUnbind();
     if (this.#snapshots) this.gpu.free(this.#snapshots);
+    this.#snapshots = 0n;
   }
 }
