@@ -19,6 +19,8 @@ export interface ModelExpectation {
   /** Per generated token: HF's logit gap between its best and second-best token at that step. */
   readonly top2_margins: number[];
   readonly tolerance: { readonly logits_rel: number };
+  /** What the generator checked; `bf16_conditioned` false: HF's own bf16 model is further from float64 than the bf16 bound, on average over the prompt rows. */
+  readonly checks?: { readonly bf16_conditioned?: boolean; readonly hf_bf16_mean_top5_gap?: number; readonly hf_bf16_first_token_top5_gap?: number };
 }
 
 export interface ModelFixture {

@@ -6,7 +6,10 @@
 // these fixtures is 0.028–0.110 from its float64 one (qwen3-next-real: 0.110; docs/benchmarks.md),
 // and the roundings the precision rule requires alone (bf16 residual stream and GEMM inputs) put
 // three of five fixtures above 0.05 on this one-row figure, which moves by ±0.03 with the order of
-// f32 sums (CPU against CUDA). 0.12: HF's worst, plus a tenth. Shared by the CPU and the CUDA test.
+// f32 sums (CPU against CUDA). 0.12: HF's worst, plus a tenth. A fixture whose HF bf16 model is
+// on average over its prompt rows more than 4 × that from float64 (`checks.bf16_conditioned` false,
+// tools/fixtures/models.py: the multimodal gemma3n-tiny, ~1.0) is not bounded in bf16, where one
+// row's figure is a lottery; the test's name says so. Shared by the CPU and the CUDA test.
 import { describe, expect, it } from 'vitest';
 import { metrale } from './run-cli.js';
 import { fixtureNames, readModelFixture, type ModelFixture } from './model-fixtures.js';
@@ -80,7 +83,11 @@ export function describeModelPrecision(backend: string, skip = ''): void {
         expect(top[0]!.token).toBe(tokens[0]);
       });
 
-      it(`${name}: --dtype auto (${fp8 ? 'FP8 weights, bf16 rows' : 'the checkpoint\'s bf16'}) within ${AUTO_BOUND}`, () => {
+      // A fixture whose HF bf16 model is itself further than the bound from float64 on average over
+      // the prompt rows (tools/fixtures/models.py records it) cannot tell a bug from bf16: said, not bounded.
+      const ill = fx.expected.checks?.bf16_conditioned === false;
+      const reason = ill ? `: not bounded, HF's own bf16 model is ${fx.expected.checks!.hf_bf16_mean_top5_gap!.toFixed(2)} from float64 on average over the prompt rows` : '';
+      it.skipIf(ill)(`${name}: --dtype auto (${fp8 ? 'FP8 weights, bf16 rows' : 'the checkpoint\'s bf16'}) within ${AUTO_BOUND}${reason}`, () => {
         const { top, dtype } = firstTokenTop(fx, backend, 'auto');
         expect(dtype).toBe(fp8 ? 'fp8 weights, bf16 rows' : 'bf16');
         const gap = topLogprobGap(top, ref);
