@@ -4,12 +4,13 @@
 //   gemma3n_altup_correct  corr_j = pred_j + (c_j + 1) · (o − pred_k), c = correction_coefs · m', m' those of o
 //   gemma3n_magnitude      out = y · rms(target) / sqrt(max(mean(y²), 1e−5))   (rms without ε)
 //   gemma3n_streams_mean   out = the mean of a row's n streams
-// The modalities of a vector x: m = tanh(modality_router(router_norm(x) / H)).
+// The modalities of a vector x: m = tanh(modality_router(router_norm(x) · router_input_scale)),
+// router_input_scale = 1 / H (in bf16 / f16 the row type's value, as HF holds the buffer).
 //
 // Rows hold n streams of H values ([rows][n][H]) of the row type T (dtype code: 0 f32, 1 bf16,
 // 2 f16); router, norm and coefficient weights are f32 holding row-type values. Arithmetic in f32;
-// values Hugging Face holds in T (the router's input, the modalities, the coefficients, the
-// innovation, the RMS ratios) are rounded to T where the twin rounds them, every output once where
+// values Hugging Face holds in T (the router's normed input and its scale, the router's output, the
+// modalities, the coefficients, the innovation, the RMS ratios) are rounded to T where the twin rounds them, every output once where
 // it is stored. One CTA per row (rowLaunch: up to 1024 threads, the row loop strides by gridDim.x);
 // n ≤ kMaxStreams (the layers check it; the kernels trap past it).
 #include "ple-common.cuh"
@@ -24,8 +25,12 @@ namespace {
 constexpr int kMaxStreams = 16;
 
 /**
- * The n modalities of the H-vector x into m (shared): m_j = round(tanh(Σ_i round(x_i · inv · w_i / H) ·
- * router[j][i])), inv = 1 / sqrt(mean(x²) + eps). Ends with a barrier: m is visible to every thread.
+ * The n modalities of the H-vector x into m (shared): m_j = round(tanh(round(Σ_i r_i · router[j][i]))),
+ * inv = 1 / sqrt(mean(x²) + eps), r_i the router's input as Hugging Face holds it in the row type:
+ * `router_norm(x) * router_input_scale`, the norm's output x_i · inv · w_i rounded once
+ * (Gemma3nRMSNorm), times the row type's 1 / H (a bf16 buffer there), rounded; the router's output
+ * (a bf16 Linear) rounded before the tanh. In f32 (the reference path): r_i = x_i · inv · w_i / H.
+ * Ends with a barrier: m is visible to every thread.
  */
 template <typename T>
 __device__ __forceinline__ void modalities(const T* x, const float* __restrict__ routerNorm, const float* __restrict__ router, int hidden, int n,
@@ -36,11 +41,17 @@ __device__ __forceinline__ void modalities(const T* x, const float* __restrict__
     ss += v * v;
   }
   const float inv = 1.f / sqrtf(block_sum(ss, red) / (float)hidden + eps);
+  [[maybe_unused]] const float scale = round_to<T>(1.f / (float)hidden);  // router_input_scale in T
   for (int j = 0; j < n; ++j) {
     float s = 0.f;
-    for (int i = threadIdx.x; i < hidden; i += blockDim.x) s += round_to<T>(load_value(x, i) * inv * routerNorm[i] / (float)hidden) * router[(size_t)j * hidden + i];
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
+      float r;
+      if constexpr (std::is_same_v<T, float>) r = load_value(x, i) * inv * routerNorm[i] / (float)hidden;
+      else r = round_to<T>(round_to<T>(load_value(x, i) * inv * routerNorm[i]) * scale);
+      s += r * router[(size_t)j * hidden + i];
+    }
     const float total = block_sum(s, red);
-    if (threadIdx.x == 0) m[j] = round_to<T>(tanhf(total));
+    if (threadIdx.x == 0) m[j] = round_to<T>(tanhf(round_to<T>(total)));
   }
   __syncthreads();
 }

@@ -3,7 +3,7 @@ import { elementAccess, roundRows, rowDtypeOf, type CpuKernelContext } from '@me
 // CPU twins of kernels/altup.cu's kernels (Gemma3nTextAltUp; docs/models/gemma3n-text.md,
 // steps 3, 5 and 7). Rows hold n streams of H values ([rows][n][H]) in the row type; router and
 // coefficient weights are f32 (holding row-type values). f64 inside, rounded where the kernel stores
-// and where Hugging Face holds a value in the row type (the router's input and the modalities).
+// and where Hugging Face holds a value in the row type (the router's input and output, the modalities).
 
 interface Router {
   readonly routerNorm: bigint;
@@ -32,7 +32,12 @@ export interface CorrectArgs extends Router {
   readonly coefs: bigint;
 }
 
-/** tanh(modality_router(router_norm(x) / H)): the n modalities of one row's vector x (offset `at`). */
+/**
+ * tanh(modality_router(router_norm(x) · router_input_scale)): the n modalities of one row's vector x.
+ * In bf16 / f16 as Hugging Face holds each step in the row type: the norm's output (rounded once,
+ * Gemma3nRMSNorm), router_input_scale (the row type's 1 / H), their product, and the router's output
+ * before the tanh. In f32 (the reference path) the input is x̂ · w / H.
+ */
 function modalities(a: Router, x: (i: number) => number, mem: CpuKernelContext['mem']): Float64Array {
   const dtype = rowDtypeOf(a.dtype);
   const H = a.hidden;
@@ -41,11 +46,13 @@ function modalities(a: Router, x: (i: number) => number, mem: CpuKernelContext['
   let ss = 0;
   for (let i = 0; i < H; i++) ss += x(i) * x(i);
   const inv = 1 / Math.sqrt(ss / H + a.eps);
+  const scale = roundRows(dtype, Math.fround(1 / H));
+  const input = (i: number): number => (dtype === 'f32' ? (x(i) * inv * w[i]!) / H : roundRows(dtype, roundRows(dtype, x(i) * inv * w[i]!) * scale));
   const m = new Float64Array(a.n);
   for (let j = 0; j < a.n; j++) {
     let s = 0;
-    for (let i = 0; i < H; i++) s += roundRows(dtype, (x(i) * inv * w[i]!) / H) * r[j * H + i]!;
-    m[j] = roundRows(dtype, Math.tanh(s));
+    for (let i = 0; i < H; i++) s += input(i) * r[j * H + i]!;
+    m[j] = roundRows(dtype, Math.tanh(roundRows(dtype, s)));
   }
   return m;
 }

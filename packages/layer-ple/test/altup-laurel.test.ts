@@ -2,8 +2,9 @@
 // references written from Hugging Face's Gemma3nTextAltUp / Gemma3nTextLaurelBlock / Gemma3nTextModel
 // (docs/models/gemma3n-text.md, steps 3, 5 and 7), through a one-layer driver on the CPU backend.
 import { CpuBackend } from '@metrale/cpu-backend';
-import { MemoryWeightSource, SeededRandom, StepDriver, tensorOf, type LayerLimits, type TransformerLayer } from '@metrale/core';
-import { AltUpCorrectLayer, AltUpPredictLayer, AltUpStreamsIn, AltUpStreamsOut, LaurelLayer } from '@metrale/layer-ple';
+import { FLOAT_DTYPE_CODE, MemoryWeightSource, SeededRandom, StepDriver, roundTo, tensorOf, type FloatDtype, type LayerLimits, type TransformerLayer } from '@metrale/core';
+import { decodeRows, encodeRows, runKernelOn } from '@metrale/core/testing';
+import { AltUpCorrectLayer, AltUpPredictLayer, AltUpStreamsIn, AltUpStreamsOut, LaurelLayer, altupPredictKernel, rowLaunch } from '@metrale/layer-ple';
 import { describe, expect, it } from 'vitest';
 
 const [H, N, K, R, ROWS, EPS] = [12, 4, 1, 5, 3, 1e-6];
@@ -117,4 +118,37 @@ describe('AltUp and Laurel layers against float64 references', () => {
   it('refuses an active index outside the streams, naming the field', () => {
     expect(() => run((gpu) => new AltUpPredictLayer(gpu, weights, LIMITS, { ...altup, active: N }), new Float32Array(ROWS * N * H))).toThrow(/altup_active_idx/);
   });
+});
+
+describe('AltUp\'s router in bf16 / f16 rounds where Hugging Face holds the row type', () => {
+  // H = 12: 1 / H is not a row-type value, so router_input_scale (a bf16 buffer in HF) differs from it.
+  for (const dtype of ['bf16', 'f16'] as const satisfies readonly FloatDtype[]) {
+    it(`${dtype}: router_norm(x) rounded once, × the row type's 1 / H, rounded; the router's output rounded before the tanh`, () => {
+      const R = (v: number) => roundTo(dtype, v);
+      expect(R(1 / H)).not.toBe(Math.fround(1 / H));
+      const rv = (name: string) => Float32Array.from(w(name), R);
+      const [norm, router, coefs] = [rv('router_norm.weight'), rv('modality_router.weight'), rv('prediction_coefs.weight')];
+      const s = Float32Array.from(rnd.normals(ROWS * N * H), R);
+      const cpu = new CpuBackend();
+      try {
+        const out = runKernelOn(cpu, { streams: encodeRows(s, dtype), pred: encodeRows(new Float32Array(ROWS * N * H), dtype), coefs, norm, router }, (gpu, p) =>
+          gpu.launch(altupPredictKernel, rowLaunch(ROWS, H, gpu.defaultStream), {
+            streams: p.streams!, pred: p.pred!, coefs: p.coefs!, routerNorm: p.norm!, router: p.router!, rows: ROWS, hidden: H, n: N, active: K, eps: EPS, dtype: FLOAT_DTYPE_CODE[dtype],
+          }), ['pred']);
+        const want = new Float64Array(ROWS * N * H);
+        for (let r = 0; r < ROWS; r++) {
+          const st = (j: number) => s.subarray((r * N + j) * H, (r * N + j + 1) * H);
+          const input = normed(st(K), norm).map((v) => R(R(v) * R(1 / H)));
+          const m = matvec(router, input, N, H).map((v) => R(Math.tanh(R(v))));
+          const c = matvec(coefs, m, N * N, N).map(R);
+          for (let j = 0; j < N; j++) for (let h = 0; h < H; h++) {
+            want[(r * N + j) * H + h] = R(st(j)[h]! + Array.from({ length: N }, (_, i) => c[j * N + i]! * st(i)[h]!).reduce((a, b) => a + b, 0));
+          }
+        }
+        expect(relErr(decodeRows(out.pred!, dtype), want)).toBeLessThan(1e-6);
+      } finally {
+        cpu.dispose();
+      }
+    });
+  }
 });

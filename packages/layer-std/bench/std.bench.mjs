@@ -121,7 +121,7 @@ async function main() {
         };
         const kernels = std.ATTENTION_KERNELS[ROWS];
         const prep = () => gpu.launch(kernels.prep, { grid: batch, block: d, stream }, {
-          ...common, q, qNorm, kNorm, cos, sin, rotaryDim: rot, maxPositions: ctx, eps: 1e-6, normOffset: 1, vNorm: 0,
+          ...common, q, qNorm, kNorm, cos, sin, rotaryDim: rot, maxPositions: ctx, eps: 1e-6, normOffset: 1, roundNormalized: 0, vNorm: 0,
         });
         const attend = () => gpu.launch(kernels.core, { grid: [batch, H], block: 256, stream }, { ...common, q, out, scale: 1 / Math.sqrt(d), window: 0 });
         const tPrep = cb.timeOnDevice(gpu, prep, { reps: REPS });

@@ -1,6 +1,7 @@
 // Full causal attention over the paged KV cache (src/attention-kernels.ts; reference
 // src/attention.cpu.ts; KERNELS.md):
-//   std_attn_prep  per row: q heads RMS-normed ((offset + w), optional) and rotated (NeoX halves on
+//   std_attn_prep  per row: q heads RMS-normed ((offset + w), optional; x̂ rounded to the row type
+//                  before the weight when roundNormalized) and rotated (NeoX halves on
 //                  the first rotaryDim dims) into q [rows][H][d]; when the layer owns its KV
 //                  (ownKv), k likewise, and v as is (or RMS-normalised without a weight: vNorm), into
 //                  the cache at the row's (slot, position); padding rows (slot < 0) zero their q row
@@ -221,7 +222,7 @@ __device__ __forceinline__ void prep_rows(const T* __restrict__ qkv, T* __restri
                                           int batch, int heads, int kvHeads, int headDim, int pageSize, int maxPages, int gated, int ownKv,
                                           T* __restrict__ q, const float* __restrict__ qNorm, const float* __restrict__ kNorm,
                                           const float* __restrict__ cos, const float* __restrict__ sin, int rotaryDim, int maxPositions, float eps,
-                                          float normOffset, int vNorm) {
+                                          float normOffset, int roundNormalized, int vNorm) {
   STD_SHARED(float, buf, kMaxHeadDim);
   STD_SHARED(float, red, 32);
   const int d = headDim;
@@ -259,7 +260,7 @@ __device__ __forceinline__ void prep_rows(const T* __restrict__ qkv, T* __restri
       }
       if (w) {
         const float inv = 1.0f / sqrtf(block_sum(ss, red) / (float)d + eps);
-        for (int i = tid; i < d; i += B) buf[i] = round_to<T>(rms_out<T>(buf[i] * inv, w[i], normOffset));
+        for (int i = tid; i < d; i += B) buf[i] = round_to<T>(rms_out<T>(buf[i] * inv, w[i], normOffset, roundNormalized));
       }
       __syncthreads();
       const size_t off = isK ? cache_offset(table, pageSize, kvHeads, d, pos, kh) : 0;
@@ -329,10 +330,10 @@ __device__ __forceinline__ void core_rows(const T* __restrict__ qkv, const T* __
       const int32_t* __restrict__ slots, const int32_t* __restrict__ rowStarts, const int32_t* __restrict__ positions, int batch, int heads,       \
       int kvHeads, int headDim, int pageSize, int maxPages, int gated, int dtype, int ownKv, T* __restrict__ q,                                \
       const float* __restrict__ qNorm, const float* __restrict__ kNorm, const float* __restrict__ cos, const float* __restrict__ sin,             \
-      int rotaryDim, int maxPositions, float eps, float normOffset, int vNorm) {                                                                   \
+      int rotaryDim, int maxPositions, float eps, float normOffset, int roundNormalized, int vNorm) {                                              \
     if (dtype != row_code<T>) __trap();                                                                                                            \
     prep_rows<T>(qkv, kCache, vCache, blockTable, slots, rowStarts, positions, batch, heads, kvHeads, headDim, pageSize, maxPages, gated, ownKv,  \
-                 q, qNorm, kNorm, cos, sin, rotaryDim, maxPositions, eps, normOffset, vNorm);                                                      \
+                 q, qNorm, kNorm, cos, sin, rotaryDim, maxPositions, eps, normOffset, roundNormalized, vNorm);                                     \
   }                                                                                                                                                \
   extern "C" __global__ void __launch_bounds__(256, 2) std_attn_core##SUFFIX(                                                                      \
       const T* __restrict__ qkv, const T* __restrict__ kCache, const T* __restrict__ vCache, const int32_t* __restrict__ blockTable,                \

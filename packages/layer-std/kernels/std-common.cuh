@@ -187,13 +187,13 @@ __device__ __forceinline__ void store4(T* p, size_t q, float4 v) {
 
 /**
  * RMSNorm's output element as Hugging Face rounds it in the row type, from x̂ = x · rsqrt(mean(x²) +
- * eps) in f32: offset 0 (Llama, GLM: `w · x̂.to(dtype)`) rounds x̂ first; an offset (Qwen3-Next,
- * Gemma: `(x̂ · (1 + w)).to(dtype)`) multiplies in f32. Either way the result is stored in T after.
- * In f32 both are x̂ · (offset + w).
+ * eps) in f32: with `roundNormalized` (Llama, GLM: `w · x̂.to(dtype)`) x̂ is rounded first; without
+ * (Qwen3-Next: `(x̂ · (1 + w)).to(dtype)`, Gemma 3n: `(x̂ · w).type_as(x)`) the product is f32.
+ * Either way the result is stored in T after. In f32 both are x̂ · (offset + w).
  */
 template <typename T>
-__device__ __forceinline__ float rms_out(float xh, float w, float offset) {
-  return (offset == 0.f ? round_to<T>(xh) : xh) * (offset + w);
+__device__ __forceinline__ float rms_out(float xh, float w, float offset, int roundNormalized) {
+  return (roundNormalized ? round_to<T>(xh) : xh) * (offset + w);
 }
 
 }  // namespace stdk

@@ -4,11 +4,13 @@
 //   std_layer_norm  y = (x − mean) · 1/sqrt(var + eps) · w (+ b), biased variance, in place allowed
 //   std_add         out = a + b, out may alias a or b
 //   std_silu_mul    out[r][i] = silu(gateUp[r][i]) · gateUp[r][inter + i]
+//   std_gelu_mul    out[r][i] = gelu_tanh(g'[r][i]) · up[r][i], g' the gate after activation sparsity
 //
 // Every kernel takes the row type as a dtype code (0 f32, 1 bf16, 2 f16; the table, rows and
 // outputs are of that type; norm weights and biases f32) and dispatches once per launch to its
 // template; sums and products are f32, each output rounded once where it is stored. RMSNorm rounds
-// as Hugging Face does in the row type (rms_out in std-common.cuh).
+// as Hugging Face does in the row type (rms_out in std-common.cuh: x̂ rounded before the weight
+// when roundNormalized), and gelu_mul's activation sparsity rounds its statistics as HF does.
 //
 // Launch: one CTA per row (rowLaunch: min(1024, width rounded up to 32) threads; the row loop
 // strides by gridDim.x), std_add one element per thread (flatLaunch, 256 per CTA, grid-stride).
@@ -48,7 +50,7 @@ __device__ __forceinline__ void embed_rows(const int32_t* __restrict__ tokens, c
 
 template <typename T>
 __device__ __forceinline__ void rms_norm_rows(const T* input, T* output, const float* __restrict__ weight, int rows, int hidden, float eps,
-                                              float offset, float* red) {
+                                              float offset, int roundNormalized, float* red) {
   const bool vec = (hidden & 3) == 0 && aligned16(input) && aligned16(output) && aligned16(weight);
   for (int r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* x = input + (size_t)r * hidden;
@@ -70,12 +72,12 @@ __device__ __forceinline__ void rms_norm_rows(const T* input, T* output, const f
       for (int i = threadIdx.x; i < (hidden >> 2); i += blockDim.x) {
         float4 v = load4(x, i);
         const float4 w = __ldg(reinterpret_cast<const float4*>(weight) + i);
-        v.x = rms_out<T>(v.x * inv, w.x, offset), v.y = rms_out<T>(v.y * inv, w.y, offset);
-        v.z = rms_out<T>(v.z * inv, w.z, offset), v.w = rms_out<T>(v.w * inv, w.w, offset);
+        v.x = rms_out<T>(v.x * inv, w.x, offset, roundNormalized), v.y = rms_out<T>(v.y * inv, w.y, offset, roundNormalized);
+        v.z = rms_out<T>(v.z * inv, w.z, offset, roundNormalized), v.w = rms_out<T>(v.w * inv, w.w, offset, roundNormalized);
         store4(y, i, v);
       }
     } else {
-      for (int i = threadIdx.x; i < hidden; i += blockDim.x) store_value(y, i, rms_out<T>(load_value(x, i) * inv, __ldg(weight + i), offset));
+      for (int i = threadIdx.x; i < hidden; i += blockDim.x) store_value(y, i, rms_out<T>(load_value(x, i) * inv, __ldg(weight + i), offset, roundNormalized));
     }
   }
 }
@@ -162,7 +164,11 @@ __device__ __forceinline__ float gelu_tanh(float x) {
 /**
  * out = gelu_tanh(g') · up with g' = relu(g − (mean(g) + std(g) · cutoff)) when `sparse` (Gemma 3n's
  * activation sparsity: population std over the row's gate), else g' = g. One CTA per row; the row's
- * statistics in f32; g' rounded to the row type, as Hugging Face holds it, before the activation.
+ * sums in f32; g' rounded to the row type, as Hugging Face holds it, before the activation. In bf16 /
+ * f16, `Gemma3nTextMLP._gaussian_topk` holds each step in the row type: the multiplier
+ * (`std_multiplier.type(inputs.dtype)`: 1.6484375 for 0.95 in bf16), the mean and the std (each
+ * rounded from f32; the std's own mean unrounded), their product, the cut-off and g − cut-off; so
+ * does the kernel. In f32 those roundings are nothing and the f32 expression is kept as it was.
  */
 template <typename T>
 __device__ __forceinline__ void gelu_mul_rows(const T* __restrict__ gateUp, T* __restrict__ out, int rows, int inter, float cutoff, int sparse, float* red) {
@@ -179,7 +185,9 @@ __device__ __forceinline__ void gelu_mul_rows(const T* __restrict__ gateUp, T* _
         const float d = ldg_value(g, i) - mean;
         ss += d * d;
       }
-      shift = mean + sqrtf(block_sum(ss, red) / (float)inter) * cutoff;
+      const float sd = sqrtf(block_sum(ss, red) / (float)inter);
+      if constexpr (std::is_same_v<T, float>) shift = mean + sd * cutoff;
+      else shift = round_to<T>(round_to<T>(mean) + round_to<T>(round_to<T>(sd) * round_to<T>(cutoff)));
     }
     for (int i = threadIdx.x; i < inter; i += blockDim.x) {
       const float x = sparse ? round_to<T>(fmaxf(ldg_value(g, i) - shift, 0.f)) : ldg_value(g, i);
@@ -202,9 +210,9 @@ extern "C" __global__ void __launch_bounds__(1024) std_embed(const int32_t* __re
 }
 
 extern "C" __global__ void __launch_bounds__(1024) std_rms_norm(const void* input, void* output, const float* __restrict__ weight, int rows, int hidden,
-                                                                float eps, float offset, int dtype) {
+                                                                float eps, float offset, int roundNormalized, int dtype) {
   STD_SHARED(float, red, 32);
-  METRALE_BY_ROW_TYPE(dtype, rms_norm_rows, static_cast<const T*>(input), static_cast<T*>(output), weight, rows, hidden, eps, offset, red);
+  METRALE_BY_ROW_TYPE(dtype, rms_norm_rows, static_cast<const T*>(input), static_cast<T*>(output), weight, rows, hidden, eps, offset, roundNormalized, red);
 }
 
 extern "C" __global__ void __launch_bounds__(1024) std_layer_norm(const void* input, void* output, const float* __restrict__ weight,

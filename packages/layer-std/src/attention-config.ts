@@ -18,6 +18,12 @@ export interface AttentionOptions {
   /** `q_norm` / `k_norm` RMSNorm over each head, with w or 1 + w (`normOffset`). */
   readonly qkNorm: boolean;
   readonly normOffset: 0 | 1;
+  /**
+   * Whether the q/k norms round x̂ to the row type before the weight, as Hugging Face's Llama-style
+   * norms do (`w · x̂.to(dtype)`: GLM), or multiply in f32 and round once (`Qwen3NextRMSNorm`,
+   * `Gemma3nRMSNorm`). Default: `normOffset === 0`. Nothing in f32.
+   */
+  readonly roundNormalized?: boolean;
   readonly eps: number;
   /** RoPE on the first `rotaryDim` dims of each head (`head_dim · partial_rotary_factor`), NeoX halves. */
   readonly rotaryDim: number;

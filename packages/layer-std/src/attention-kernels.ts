@@ -9,7 +9,8 @@ const COMMON = {
 } as const;
 
 const PREP_PARAMS = {
-  ...COMMON, q: 'ptr', qNorm: 'ptr', kNorm: 'ptr', cos: 'ptr', sin: 'ptr', rotaryDim: 'i32', maxPositions: 'i32', eps: 'f32', normOffset: 'f32', vNorm: 'i32',
+  ...COMMON, q: 'ptr', qNorm: 'ptr', kNorm: 'ptr', cos: 'ptr', sin: 'ptr', rotaryDim: 'i32', maxPositions: 'i32', eps: 'f32', normOffset: 'f32',
+  roundNormalized: 'i32', vNorm: 'i32',
 } as const;
 const CORE_PARAMS = { ...COMMON, q: 'ptr', out: 'ptr', scale: 'f32', window: 'i32' } as const;
 

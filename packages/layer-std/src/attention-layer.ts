@@ -177,7 +177,8 @@ export class AttentionLayer implements TransformerLayer<AttentionState>, KvSourc
     this.#qkvW.run(gpu, { m: rows, x: step.input, y: b.qkv, xDtype: dtype, yDtype: dtype, stream });
     gpu.launch(this.#kernels.prep, { grid: Math.max(1, rows), block: Math.min(1024, 32 * Math.ceil(d / 32)), stream }, {
       ...common, q: b.q, qNorm: b.qNorm, kNorm: b.kNorm, cos: b.cos, sin: b.sin,
-      rotaryDim: o.rotaryDim, maxPositions: this.limits.maxSeqLen, eps: o.eps, normOffset: o.normOffset, vNorm: o.vNorm ? 1 : 0,
+      rotaryDim: o.rotaryDim, maxPositions: this.limits.maxSeqLen, eps: o.eps, normOffset: o.normOffset,
+      roundNormalized: (o.roundNormalized ?? o.normOffset === 0) ? 1 : 0, vNorm: o.vNorm ? 1 : 0,
     });
     const core = { ...common, q: b.q, out: b.attn, scale: o.scale ?? 1 / Math.sqrt(d), window: o.window ?? 0 };
     if (prefillOnTensorCores(this.#kernels, phase, d)) {

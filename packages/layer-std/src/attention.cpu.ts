@@ -43,6 +43,8 @@ export interface PrepArgs extends Common {
   readonly maxPositions: number;
   readonly eps: number;
   readonly normOffset: number;
+  /** 1: the q/k norms round x̂ to the row type before the weight (`w · x̂.to(dtype)`); 0: once, after it. */
+  readonly roundNormalized: number;
   /** 1: v is RMS-normalised without a weight (Gemma 3n's `v_norm`) before it enters the cache. */
   readonly vNorm: number;
 }
@@ -129,7 +131,7 @@ export function prepCpu(a: PrepArgs, { mem }: CpuKernelContext): void {
     // The normed head rounded to the row type (the norm's output), then rotated in f64.
     const normed = (o: number, w: Float32Array | undefined): void => {
       if (w) {
-        rmsNormRow(qkv, o, w, v, 0, d, a.eps, a.normOffset, dtype);
+        rmsNormRow(qkv, o, w, v, 0, d, a.eps, a.normOffset, a.roundNormalized, dtype);
         for (let i = 0; i < d; i++) v[i] = roundRows(dtype, v[i]!);
       } else {
         for (let i = 0; i < d; i++) v[i] = qkv[o + i]!;

@@ -12,6 +12,12 @@ export interface RmsNormOptions {
    * `Qwen3NextRMSNorm`, Gemma), whose checkpoints store w centred on 0.
    */
   readonly offset: 0 | 1;
+  /**
+   * Whether x̂ is rounded to the row type before the weight, as Hugging Face's Llama-style norms do
+   * (`w · x̂.to(dtype)`: Llama, GLM), or the product is f32 and rounded once (`Qwen3NextRMSNorm`,
+   * `Gemma3nRMSNorm`: `(x̂ · w).type_as(x)`). Default: `offset === 0`. Nothing in f32.
+   */
+  readonly roundNormalized?: boolean;
   readonly tensor?: string;
   /** Rows in and out in `precision.rows` (default F32_PRECISION); the sums are f32. */
   readonly precision?: Precision;
@@ -19,8 +25,9 @@ export interface RmsNormOptions {
 
 /**
  * RMSNorm: x / sqrt(mean(x²) + eps), times w or 1 + w, in f32 and rounded as Hugging Face rounds in
- * the row type: offset 0 (`GlmMoeDsaRMSNorm`, Llama) rounds x̂ before the weight, offset 1
- * (`Qwen3NextRMSNorm`) multiplies in f32 and rounds once.
+ * the row type: `roundNormalized` (default with offset 0: `GlmMoeDsaRMSNorm`, Llama) rounds x̂
+ * before the weight; without it (default with offset 1: `Qwen3NextRMSNorm`; the Gemma 3n adapter
+ * turns it off for `Gemma3nRMSNorm`, offset 0) the product is f32 and rounded once.
  */
 export class RmsNormLayer extends StatelessLayer {
   readonly type = 'rms-norm';
@@ -34,7 +41,7 @@ export class RmsNormLayer extends StatelessLayer {
     requireKernels(gpu, 'rms-norm', [rmsNormKernel]);
     super(gpu, limits);
     const { precision, ...rest } = options;
-    this.options = { tensor: 'weight', ...rest };
+    this.options = { tensor: 'weight', ...rest, roundNormalized: rest.roundNormalized ?? rest.offset === 0 };
     this.precision = precisionOf(precision, 'rms-norm');
     this.inputRowBytes = this.outputRowBytes = floatBytes(this.precision.rows) * options.hidden;
     try {
@@ -46,9 +53,10 @@ export class RmsNormLayer extends StatelessLayer {
   }
 
   protected run(step: LayerStep<LayerState>): void {
-    const { hidden, eps, offset } = this.options;
+    const { hidden, eps, offset, roundNormalized } = this.options;
     step.gpu.launch(rmsNormKernel, rowLaunch(step.rows, hidden, step.stream), {
-      input: step.input, output: step.output, weight: this.#weight, rows: step.rows, hidden, eps, offset, dtype: FLOAT_DTYPE_CODE[this.precision.rows],
+      input: step.input, output: step.output, weight: this.#weight, rows: step.rows, hidden, eps, offset, roundNormalized: roundNormalized ? 1 : 0,
+      dtype: FLOAT_DTYPE_CODE[this.precision.rows],
     });
   }
 }

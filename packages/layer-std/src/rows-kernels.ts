@@ -12,9 +12,10 @@ export const embedKernel = defineKernel({
   cpu: embedCpu,
 });
 
+/** RMSNorm `y = x̂ · (offset + w)`; `roundNormalized` 1 rounds x̂ to the row type before the weight (Llama, GLM), 0 rounds once (Qwen3-Next, Gemma 3n). */
 export const rmsNormKernel = defineKernel({
   name: 'std.rms_norm',
-  params: { input: 'ptr', output: 'ptr', weight: 'ptr', rows: 'i32', hidden: 'i32', eps: 'f32', offset: 'f32', dtype: 'i32' },
+  params: { input: 'ptr', output: 'ptr', weight: 'ptr', rows: 'i32', hidden: 'i32', eps: 'f32', offset: 'f32', roundNormalized: 'i32', dtype: 'i32' },
   cuda: { module, symbol: 'std_rms_norm' },
   cpu: rmsNormCpu,
 });
@@ -40,7 +41,7 @@ export const siluMulKernel = defineKernel({
   cpu: siluMulCpu,
 });
 
-/** `out = gelu_tanh(g') · up`, g' the gate after Gemma 3n's activation sparsity when `sparse` (cutoff: Φ⁻¹(sparsity)). */
+/** `out = gelu_tanh(g') · up`, g' the gate after Gemma 3n's activation sparsity when `sparse` (cutoff: Φ⁻¹(sparsity) in f32; the kernel rounds it to the row type). */
 export const geluMulKernel = defineKernel({
   name: 'std.gelu_mul',
   params: { gateUp: 'ptr', out: 'ptr', rows: 'i32', inter: 'i32', cutoff: 'f32', sparse: 'i32', dtype: 'i32' },

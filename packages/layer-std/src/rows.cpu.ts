@@ -36,25 +36,28 @@ export interface RmsNormArgs {
   readonly rows: number;
   readonly hidden: number;
   readonly eps: number;
-  /** 0: y = w · x̂ (Llama, GLM); 1: y = (1 + w) · x̂ (Qwen3-Next, Gemma). */
+  /** 0: y = w · x̂ (Llama, GLM, Gemma 3n); 1: y = (1 + w) · x̂ (Qwen3-Next, Gemma). */
   readonly offset: number;
+  /** 1: x̂ rounded to the row type before the weight (Llama, GLM: `w · x̂.to(dtype)`); 0: rounded once at the end. */
+  readonly roundNormalized: number;
   readonly dtype: number;
 }
 
 /**
  * One row of RMSNorm: `x̂ · (offset + w)`, x̂ = x / sqrt(mean(x²) + eps), into `out` (f64; the caller
  * stores it). Rounded as Hugging Face rounds in the row type (rms_out in kernels/std-common.cuh):
- * offset 0 rounds x̂ to the row type before the weight. Shared with the attention's q/k norms.
+ * `roundNormalized` rounds x̂ to the row type before the weight. Shared with the attention's q/k norms.
  */
 export function rmsNormRow(
-  x: ArrayLike<number>, xOff: number, w: ArrayLike<number>, out: { [i: number]: number }, oOff: number, n: number, eps: number, offset: number, dtype: FloatDtype = 'f32',
+  x: ArrayLike<number>, xOff: number, w: ArrayLike<number>, out: { [i: number]: number }, oOff: number, n: number, eps: number, offset: number,
+  roundNormalized: number, dtype: FloatDtype = 'f32',
 ): void {
   let ss = 0;
   for (let i = 0; i < n; i++) ss += x[xOff + i]! * x[xOff + i]!;
   const inv = 1 / Math.sqrt(ss / n + eps);
   for (let i = 0; i < n; i++) {
     const xh = x[xOff + i]! * inv;
-    out[oOff + i] = (offset === 0 ? roundRows(dtype, xh) : xh) * (offset + w[i]!);
+    out[oOff + i] = (roundNormalized ? roundRows(dtype, xh) : xh) * (offset + w[i]!);
   }
 }
 
@@ -66,11 +69,11 @@ export function rmsNormCpu(a: RmsNormArgs, { mem }: CpuKernelContext): void {
   const w = mem.f32(a.weight, a.hidden);
   if (dtype === 'f32') {
     const y = mem.f32(a.output, n);
-    for (let r = 0; r < a.rows; r++) rmsNormRow(x, r * a.hidden, w, y, r * a.hidden, a.hidden, a.eps, a.offset);
+    for (let r = 0; r < a.rows; r++) rmsNormRow(x, r * a.hidden, w, y, r * a.hidden, a.hidden, a.eps, a.offset, a.roundNormalized);
     return;
   }
   const y = new Float64Array(n);
-  for (let r = 0; r < a.rows; r++) rmsNormRow(x, r * a.hidden, w, y, r * a.hidden, a.hidden, a.eps, a.offset, dtype);
+  for (let r = 0; r < a.rows; r++) rmsNormRow(x, r * a.hidden, w, y, r * a.hidden, a.hidden, a.eps, a.offset, a.roundNormalized, dtype);
   const store = elementWriter(mem, a.output, n, dtype);
   for (let i = 0; i < n; i++) store(i, y[i]!);
 }
@@ -151,7 +154,7 @@ export function siluMulCpu(a: SiluMulArgs, { mem }: CpuKernelContext): void {
 }
 
 export interface GeluMulArgs extends SiluMulArgs {
-  /** Φ⁻¹(sparsity) as f32 (Gemma 3n's `std_multiplier`); read when `sparse` is 1. */
+  /** Φ⁻¹(sparsity) as f32 (Gemma 3n's `std_multiplier`), rounded to the row type by the kernel; read when `sparse` is 1. */
   readonly cutoff: number;
   readonly sparse: number;
 }
@@ -164,7 +167,9 @@ export function geluTanh(x: number): number {
 /**
  * out[r][i] = gelu_tanh(g'_i) · up_i over rows of [gate | up]; with `sparse`, g' = relu(g − (mean(g) +
  * std(g) · cutoff)) (population std over the row, Gemma 3n's `_gaussian_topk`), rounded to the row
- * type before the activation, else g' = g.
+ * type before the activation, else g' = g. In bf16 / f16 each step is rounded to the row type as
+ * Hugging Face holds it: the multiplier (`.type(inputs.dtype)`), the mean, the std (its own mean
+ * unrounded), their product and the cut-off.
  */
 export function geluMulCpu(a: GeluMulArgs, { mem }: CpuKernelContext): void {
   const dtype = rowDtypeOf(a.dtype);
@@ -180,7 +185,8 @@ export function geluMulCpu(a: GeluMulArgs, { mem }: CpuKernelContext): void {
       mean /= I;
       let v = 0;
       for (let i = 0; i < I; i++) v += (gu[g + i]! - mean) ** 2;
-      shift = mean + Math.sqrt(v / I) * a.cutoff;
+      const sd = Math.sqrt(v / I);
+      shift = dtype === 'f32' ? mean + sd * a.cutoff : roundRows(dtype, roundRows(dtype, mean) + roundRows(dtype, roundRows(dtype, sd) * roundRows(dtype, a.cutoff)));
     }
     for (let i = 0; i < I; i++) {
       const x = a.sparse ? roundRows(dtype, Math.max(gu[g + i]! - shift, 0)) : gu[g + i]!;

@@ -3,7 +3,7 @@
 // f32 path). Each bound is stated below and the measured errors are printed; FP8 runs are held to
 // the row type's bound against the reference with the dequantized weights (what the FP8 model is),
 // and their distance to the unquantized weights' output is printed.
-import { F32_PRECISION, SeededRandom, type Precision } from '@metrale/core';
+import { F32_PRECISION, SeededRandom, roundTo, type Precision } from '@metrale/core';
 import { EmbeddingLayer, LayerNormLayer, LmHeadLayer, MlpLayer, RmsNormLayer } from '@metrale/layer-std';
 import { afterAll, describe, expect, it } from 'vitest';
 import { linearWeights, toFp8 } from './fp8-weights.js';
@@ -46,6 +46,26 @@ describe('row layers in bf16 / f16 against the f32 path’s float64 references',
         const out = runRows((gpu) => new RmsNormLayer(gpu, w.source(), LIMITS, { hidden: D, eps: 1e-6, offset, precision }), x, undefined, undefined, types);
         const want = Float64Array.from({ length: 6 * D }, (_, i) => rmsNorm(x.subarray(Math.floor(i / D) * D, (Math.floor(i / D) + 1) * D), weight, 1e-6, offset)[i % D]!);
         expect(record(`${label} rms-norm offset ${offset}`, relErr(out, want))).toBeLessThan(bound);
+      });
+    }
+
+    // HF's norms in the row type, from row-type inputs and weights: Llama / GLM `w · x̂.to(dtype)` (the
+    // default with offset 0), Gemma3nRMSNorm `(x̂ · w).type_as(x)` (roundNormalized: false), exactly.
+    for (const roundNormalized of [true, false]) {
+      it(`${label}: RMSNorm with w, ${roundNormalized ? 'x̂ rounded before the weight (Llama, GLM)' : 'rounded once (Gemma 3n)'}, to the bit`, () => {
+        const R = (v: number) => roundTo(precision.rows, v);
+        const w = new Weights();
+        const weight = w.add('weight', [D], 0.3, 1).map(R);
+        const x = rows(6).map(R);
+        const out = runRows((gpu) => new RmsNormLayer(gpu, w.source(), LIMITS, { hidden: D, eps: 1e-6, offset: 0, ...(roundNormalized ? {} : { roundNormalized }), precision }), x, undefined, undefined, types);
+        const want = Float64Array.from({ length: 6 * D }, (_, i) => {
+          const row = x.subarray(Math.floor(i / D) * D, (Math.floor(i / D) + 1) * D);
+          const xh = row[i % D]! / Math.sqrt(row.reduce((a, v) => a + v * v, 0) / D + 1e-6);
+          return R((roundNormalized ? R(xh) : xh) * weight[i % D]!);
+        });
+        const rel = relErr(out, want);
+        record(`${label} rms-norm w, roundNormalized ${roundNormalized}`, rel);
+        expect(rel).toBeLessThan(1e-6);
       });
     }
 

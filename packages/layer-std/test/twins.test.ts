@@ -8,7 +8,7 @@ import { FLOAT_DTYPE_CODE, SeededRandom, floatBytes, roundTo, type FloatDtype } 
 import { runKernelOn, type KernelBuffers as Bufs, type KernelPointers as Ptrs } from '@metrale/core/testing';
 import {
   ATTENTION_KERNELS, EXPERT_FORMATS, EXPERT_KERNELS, WEIGHT_DTYPE_CODE, addKernel, combineKernel, embedKernel, expertsKernel, expertsLaunch, expertsRowwiseLaunch,
-  expertsUpRowwiseLaunch, flatLaunch, layerNormKernel, rmsNormKernel, ropeTable, rowLaunch, siluMulKernel, type ExpertFormat,
+  expertsUpRowwiseLaunch, flatLaunch, geluMulKernel, geluTanh, layerNormKernel, rmsNormKernel, ropeTable, rowLaunch, siluMulKernel, sparsityCutoff, type ExpertFormat,
 } from '@metrale/layer-std';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { expertSet, rowTypeOf } from './expert-weights.js';
@@ -49,21 +49,22 @@ describe('CPU twins of the row kernels against float64 references, bf16 and f16'
       expect(relErr(decodeRows(out.out!, dtype), want)).toBeLessThan(BOUND);
     });
 
-    for (const offset of [0, 1]) {
-      it(`${dtype}: std.rms_norm, offset ${offset}, and in place`, () => {
+    // GlmMoeDsaRMSNorm: w · x̂.to(dtype); Qwen3NextRMSNorm: (x̂ · (1 + w)).to(dtype); Gemma3nRMSNorm: (x̂ · w).type_as(x).
+    for (const [offset, roundNormalized, label] of [[0, 1, 'GLM'], [1, 0, 'Qwen3-Next'], [0, 0, 'Gemma 3n']] as const) {
+      it(`${dtype}: std.rms_norm, offset ${offset}, roundNormalized ${roundNormalized} (${label}), and in place`, () => {
         const [D, rows] = [40, 5];
         const x = stored(rows * D, dtype, 3);
         const w = random.normals(D, 0.3).map((v) => roundTo(dtype, v + (offset ? 0 : 1)));
         const out = run({ x: x.bytes, y: poison(rows * D, dtype), w }, (p) => {
-          cpu.launch(rmsNormKernel, rowLaunch(rows, D, cpu.defaultStream), { input: p.x!, output: p.y!, weight: p.w!, rows, hidden: D, eps: 1e-6, offset, dtype: code });
-          cpu.launch(rmsNormKernel, rowLaunch(rows, D, cpu.defaultStream), { input: p.x!, output: p.x!, weight: p.w!, rows, hidden: D, eps: 1e-6, offset, dtype: code });
+          const args = { weight: p.w!, rows, hidden: D, eps: 1e-6, offset, roundNormalized, dtype: code };
+          cpu.launch(rmsNormKernel, rowLaunch(rows, D, cpu.defaultStream), { ...args, input: p.x!, output: p.y! });
+          cpu.launch(rmsNormKernel, rowLaunch(rows, D, cpu.defaultStream), { ...args, input: p.x!, output: p.x! });
         }, ['y', 'x']);
         const want = new Float64Array(rows * D);
         for (let r = 0; r < rows; r++) {
           const row = x.values.subarray(r * D, (r + 1) * D);
           const inv = 1 / Math.sqrt(row.reduce((a, v) => a + v * v, 0) / D + 1e-6);
-          // GlmMoeDsaRMSNorm: w · x̂.to(dtype); Qwen3NextRMSNorm: (x̂ · (1 + w)).to(dtype).
-          row.forEach((v, i) => (want[r * D + i] = roundTo(dtype, offset ? v * inv * (1 + w[i]!) : w[i]! * roundTo(dtype, v * inv))));
+          row.forEach((v, i) => (want[r * D + i] = roundTo(dtype, (roundNormalized ? roundTo(dtype, v * inv) : v * inv) * (offset + w[i]!))));
         }
         expect(relErr(decodeRows(out.y!, dtype), want)).toBeLessThan(BOUND);
         expect(relErr(decodeRows(out.x!, dtype), want)).toBeLessThan(BOUND);
@@ -107,6 +108,27 @@ describe('CPU twins of the row kernels against float64 references, bf16 and f16'
         return silu(gu.values[r * 2 * I + (i % I)]!) * gu.values[r * 2 * I + I + (i % I)]!;
       }));
       expect(relErr(decodeRows(h.out!, dtype), hw)).toBeLessThan(BOUND);
+    });
+
+    it(`${dtype}: std.gelu_mul with activation sparsity, each step rounded as Gemma3nTextMLP._gaussian_topk holds it`, () => {
+      const [I, rows] = [37, 4];
+      const cutoff = sparsityCutoff(0.95)!;
+      // HF's `std_multiplier.type(inputs.dtype)`.
+      expect(roundTo(dtype, cutoff)).toBe(dtype === 'bf16' ? 1.6484375 : 1.64453125);
+      const gu = stored(rows * 2 * I, dtype, 3);
+      const h = run({ gu: gu.bytes, out: poison(rows * I, dtype) }, (p) =>
+        cpu.launch(geluMulKernel, rowLaunch(rows, I, cpu.defaultStream), { gateUp: p.gu!, out: p.out!, rows, inter: I, cutoff, sparse: 1, dtype: code }), ['out']);
+      const R = (v: number) => roundTo(dtype, v);
+      const want = new Float64Array(rows * I);
+      for (let r = 0; r < rows; r++) {
+        const g = gu.values.subarray(r * 2 * I, r * 2 * I + I);
+        const mean = g.reduce((a, v) => a + v, 0) / I;
+        const std = Math.sqrt(g.reduce((a, v) => a + (v - mean) ** 2, 0) / I);
+        // mean and std in the row type, std · multiplier, mean + that, g − cut-off: each a row-type tensor.
+        const cut = R(R(mean) + R(R(std) * R(cutoff)));
+        for (let i = 0; i < I; i++) want[r * I + i] = R(geluTanh(Math.max(0, R(g[i]! - cut))) * gu.values[r * 2 * I + I + i]!);
+      }
+      expect(relErr(decodeRows(h.out!, dtype), want)).toBeLessThan(BOUND);
     });
   }
 });
@@ -181,8 +203,9 @@ describe('CPU twins of the expert kernels against float64 references, every weig
 });
 
 describe('CPU twins of the attention kernels against a float64 reference, bf16 and f16', () => {
-  for (const dtype of ROW_TYPES) {
-    it(`${dtype}: std.attn_prep (q/k norms 1 + w rounded, partial RoPE, the cache) and std.attn_core (GQA, gate)`, () => {
+  // q/k norms: Qwen3NextRMSNorm ((x̂ · (1 + w)) rounded once), Gemma3nRMSNorm ((x̂ · w) once), GLM (w · x̂ rounded first).
+  for (const dtype of ROW_TYPES) for (const [normOffset, roundNormalized] of [[1, 0], [0, 0], [0, 1]] as const) {
+    it(`${dtype}: std.attn_prep (q/k norms ${normOffset ? '1 + w' : 'w'}${roundNormalized ? ' after x̂ rounded' : ''}, rounded, partial RoPE, the cache) and std.attn_core (GQA, gate)`, () => {
       const [H, Hkv, d, rot, page, maxSeqLen] = [4, 2, 16, 8, 4, 16];
       const code = FLOAT_DTYPE_CODE[dtype];
       const bytes = floatBytes(dtype);
@@ -206,16 +229,16 @@ describe('CPU twins of the attention kernels against a float64 reference, bf16 a
           batch: 1, heads: H, kvHeads: Hkv, headDim: d, pageSize: page, maxPages, gated: 1, dtype: code, ownKv: 1,
         };
         cpu.launch(k.prep, { grid: rows, block: 32, stream: cpu.defaultStream }, {
-          ...common, q: p.q!, qNorm: p.qNorm!, kNorm: p.kNorm!, cos: p.cos!, sin: p.sin!, rotaryDim: rot, maxPositions: maxSeqLen, eps: 1e-6, normOffset: 1, vNorm: 0,
+          ...common, q: p.q!, qNorm: p.qNorm!, kNorm: p.kNorm!, cos: p.cos!, sin: p.sin!, rotaryDim: rot, maxPositions: maxSeqLen, eps: 1e-6, normOffset, roundNormalized, vNorm: 0,
         });
         cpu.launch(k.core, { grid: [rows, H], block: 256, stream: cpu.defaultStream }, { ...common, q: p.q!, out: p.out!, scale: 1 / Math.sqrt(d), window: 0 });
       }, ['q', 'kCache', 'vCache', 'out']);
-      // Reference: x̂·(1 + w) rounded (Qwen3NextRMSNorm's output), rotated in f64, rounded where stored.
+      // Reference: the norm's output rounded (x̂ first with roundNormalized), rotated in f64, rounded where stored.
       const half = rot / 2;
       const prep = (row: number, at: number, w: Float32Array): Float64Array => {
         const x = qkv.values.subarray(row * W + at, row * W + at + d);
         const inv = 1 / Math.sqrt(x.reduce((a, v) => a + v * v, 0) / d + 1e-6);
-        const n = Float64Array.from(x, (v, i) => roundTo(dtype, v * inv * (1 + w[i]!)));
+        const n = Float64Array.from(x, (v, i) => roundTo(dtype, (roundNormalized ? roundTo(dtype, v * inv) : v * inv) * (normOffset + w[i]!)));
         const o = Float64Array.from(n);
         for (let i = 0; i < half; i++) {
           const c = rope.cos[row * half + i]!;

@@ -38,7 +38,7 @@ export function buildGemma3n(ctx: ModelBuildContext): ModelStack {
   const H = t.hidden;
   const layers: TransformerLayer<any>[] = [];
   const scratch = new Gemma3nScratch(gpu, H, t.streams, limits.maxRows, rows);
-  const norm = (w: WeightSource) => new RmsNormLayer(gpu, w, limits, { hidden: H, eps: t.eps, offset: 0, precision });
+  const norm = (w: WeightSource) => gemma3nNorm(gpu, w, limits, H, t.eps, precision);
   const ple = ctx.plugins?.find('ple') ?? plePlugin;
   try {
     // HF holds sqrt(H) as f32 and casts it to the weights' type.
@@ -68,6 +68,14 @@ export function buildGemma3n(ctx: ModelBuildContext): ModelStack {
   };
 }
 
+/**
+ * A `Gemma3nRMSNorm` with its weight (plain w): `(x̂ · w).type_as(x)`, the product f32 and rounded
+ * once to the row type (not x̂ first, as Llama's norm does).
+ */
+function gemma3nNorm(gpu: GpuBackend, w: WeightSource, limits: LayerLimits, hidden: number, eps: number, precision: Precision): RmsNormLayer {
+  return new RmsNormLayer(gpu, w, limits, { hidden, eps, offset: 0, roundNormalized: false, precision });
+}
+
 /** What decoder layer l is built from: the model's tensors (`model.` removed), its config, the shared scratch and the 'ple' provider. */
 export interface Gemma3nLayerParts {
   readonly gpu: GpuBackend;
@@ -91,7 +99,7 @@ export function buildGemma3nDecoderLayer(p: Gemma3nLayerParts, l: number, attent
   const { gpu, model, t, limits, precision } = p;
   const H = t.hidden;
   const lw = scopeWeights(model, `layers.${l}.`);
-  const norm = (w: WeightSource) => new RmsNormLayer(gpu, w, limits, { hidden: H, eps: t.eps, offset: 0, precision });
+  const norm = (w: WeightSource) => gemma3nNorm(gpu, w, limits, H, t.eps, precision);
   const altup = { hidden: H, streams: t.streams, active: t.active, eps: t.eps, precision };
   const source = kvSourceOf(t, l);
   const parts: Partial<Record<string, TransformerLayer<any>>> = {};
@@ -122,11 +130,11 @@ export function buildGemma3nDecoderLayer(p: Gemma3nLayerParts, l: number, attent
   }
 }
 
-/** Layer l's attention: Gemma3nTextAttention's options, reading `kvSource`'s cache when shared. */
+/** Layer l's attention: Gemma3nTextAttention's options (q/k norms Gemma3nRMSNorm, rounded once), reading `kvSource`'s cache when shared. */
 function attentionOptions(t: Gemma3nText, l: number, kvSource: AttentionLayer | undefined, precision: AttentionOptions['precision']): AttentionOptions {
   const type = t.types[l]!;
   return {
-    hidden: t.hidden, heads: t.heads, kvHeads: t.kvHeads, headDim: t.headDim, gated: false, qkNorm: true, normOffset: 0, eps: t.eps,
+    hidden: t.hidden, heads: t.heads, kvHeads: t.kvHeads, headDim: t.headDim, gated: false, qkNorm: true, normOffset: 0, roundNormalized: false, eps: t.eps,
     rotaryDim: t.headDim, ropeTheta: t.thetas[type], scale: 1, vNorm: true, ...(type === 'sliding_attention' ? { window: t.window } : {}),
     ...(kvSource ? { kvSource } : {}), ...(precision ? { precision } : {}),
   };

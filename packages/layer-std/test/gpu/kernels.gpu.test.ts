@@ -96,17 +96,19 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
         }
       });
 
-      it(`${dtype}: std.rms_norm (offset 0 and 1, in place) and std.layer_norm (with and without bias), hidden ${D}`, () => {
+      it(`${dtype}: std.rms_norm (offset 0 and 1, x̂ rounded first or not, in place) and std.layer_norm (with and without bias), hidden ${D}`, () => {
         const rows = 7;
         const x = random.normals(rows * D, 3);
-        for (const offset of [0, 1]) {
+        // GLM (w · x̂.to(dtype)), Qwen3-Next ((1 + w) · x̂ once), Gemma 3n (w · x̂ once).
+        for (const [offset, roundNormalized] of [[0, 1], [1, 0], [0, 0]] as const) {
           const w = random.normals(D, 0.3);
           const r = onBoth({ x: encodeRows(x, dtype), y: poison(rows * D, dtype), w }, (gpu, p) => {
-            gpu.launch(rmsNormKernel, rowLaunch(rows, D, gpu.defaultStream), { input: p.x!, output: p.y!, weight: p.w!, rows, hidden: D, eps: 1e-6, offset, dtype: code });
-            gpu.launch(rmsNormKernel, rowLaunch(rows, D, gpu.defaultStream), { input: p.x!, output: p.x!, weight: p.w!, rows, hidden: D, eps: 1e-6, offset, dtype: code });
+            const args = { weight: p.w!, rows, hidden: D, eps: 1e-6, offset, roundNormalized, dtype: code };
+            gpu.launch(rmsNormKernel, rowLaunch(rows, D, gpu.defaultStream), { ...args, input: p.x!, output: p.y! });
+            gpu.launch(rmsNormKernel, rowLaunch(rows, D, gpu.defaultStream), { ...args, input: p.x!, output: p.x! });
           }, ['y', 'x']);
-          compare(`${dtype} rms_norm D=${D} offset=${offset}`, dtype, r.cpu.y!, r.cuda.y!);
-          compare(`${dtype} rms_norm D=${D} offset=${offset} in place`, dtype, r.cpu.x!, r.cuda.x!);
+          compare(`${dtype} rms_norm D=${D} offset=${offset} roundNormalized=${roundNormalized}`, dtype, r.cpu.y!, r.cuda.y!);
+          compare(`${dtype} rms_norm D=${D} offset=${offset} roundNormalized=${roundNormalized} in place`, dtype, r.cpu.x!, r.cuda.x!);
         }
         const shifted = encodeRows(x.map((v) => v + 5), dtype);
         for (const bias of [true, false]) {
@@ -388,14 +390,17 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
   // ---- std-attention -----------------------------------------------------------------------------------
   const shapes = [
     { label: 'Qwen3-Next-80B heads: 16 q / 2 kv, d 256, rotary 64, gated, norms 1 + w, pages of 16', H: 16, Hkv: 2, d: 256, rot: 64, gated: 1, norms: true, offset: 1, page: 16, hist: [45, 70, 20] },
-    { label: '8 q / 8 kv, d 128, rotary 128, gated, norms w, pages of 8', H: 8, Hkv: 8, d: 128, rot: 128, gated: 1, norms: true, offset: 0, page: 8, hist: [33, 9, 17] },
+    { label: '8 q / 8 kv, d 128, rotary 128, gated, norms w (x̂ rounded first), pages of 8', H: 8, Hkv: 8, d: 128, rot: 128, gated: 1, norms: true, offset: 0, round: 1, page: 8, hist: [33, 9, 17] },
     { label: '4 q / 1 kv, d 64, rotary 16, plain, no norms, pages of 4', H: 4, Hkv: 1, d: 64, rot: 16, gated: 0, norms: false, offset: 0, page: 4, hist: [13, 22, 5] },
     { label: '4 q / 2 kv, d 8, rotary 4, gated, norms 1 + w, pages of 4', H: 4, Hkv: 2, d: 8, rot: 4, gated: 1, norms: true, offset: 1, page: 4, hist: [10, 3, 18] },
     {
-      label: 'Gemma 3n: 2 q / 1 kv, d 48, full rotary, norms w, v_norm, window 7, scale 1, pages of 4', H: 2, Hkv: 1, d: 48, rot: 48, gated: 0, norms: true, offset: 0,
+      label: 'Gemma 3n: 2 q / 1 kv, d 48, full rotary, norms w (rounded once), v_norm, window 7, scale 1, pages of 4', H: 2, Hkv: 1, d: 48, rot: 48, gated: 0, norms: true, offset: 0, round: 0,
       page: 4, hist: [13, 22, 5], window: 7, vNorm: 1, scale: 1,
     },
-  ] as { label: string; H: number; Hkv: number; d: number; rot: number; gated: number; norms: boolean; offset: number; page: number; hist: number[]; window?: number; vNorm?: number; scale?: number }[];
+  ] as {
+    label: string; H: number; Hkv: number; d: number; rot: number; gated: number; norms: boolean; offset: number; round?: number; page: number; hist: number[]; window?: number;
+    vNorm?: number; scale?: number;
+  }[];
   for (const dtype of ROW_TYPES) {
     for (const o of shapes) {
       it(`${dtype}: std.attn_prep + std.attn_core over several pages: ${o.label}`, () => {
@@ -440,7 +445,7 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
             const stream = gpu.defaultStream;
             gpu.launch(k.prep, { grid: rows, block: Math.min(1024, 32 * Math.ceil(o.d / 32)), stream }, {
               ...common, q: p[`q${n}`]!, qNorm: o.norms ? p.qNorm! : 0n, kNorm: o.norms ? p.kNorm! : 0n, cos: p.cos!, sin: p.sin!,
-              rotaryDim: o.rot, maxPositions: maxSeqLen, eps: 1e-6, normOffset: o.offset, vNorm: o.vNorm ?? 0,
+              rotaryDim: o.rot, maxPositions: maxSeqLen, eps: 1e-6, normOffset: o.offset, roundNormalized: o.round ?? (o.offset === 0 ? 1 : 0), vNorm: o.vNorm ?? 0,
             });
             // Step 1 as the layer launches a prefill (a CTA per GQA group), step 2 as a decode (a CTA per head).
             gpu.launch(k.core, coreLaunch(n === 0 ? 'prefill' : 'decode', rows, o.H, o.Hkv, stream), {
