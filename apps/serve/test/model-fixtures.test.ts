@@ -15,7 +15,7 @@ registerModels();
 const names = fixtureNames();
 
 describe('metrale generate on the Hugging Face model fixtures (CPU)', () => {
-  for (const modelType of ['qwen3_next', 'glm_moe_dsa', 'qwen3_5', 'qwen3_5_moe', 'qwen3_5_text', 'gemma3n_text']) {
+  for (const modelType of ['qwen3_next', 'glm_moe_dsa', 'qwen3_5', 'qwen3_5_moe', 'qwen3_5_text', 'gemma3n_text', 'gemma3n']) {
     it(`finds the ${modelType} fixture, and its adapter`, () => {
       expect(names.some((n) => readModelFixture(n).expected.model_type === modelType), `no ${modelType} fixture in ${MODEL_FIXTURES}; make it with ${HOW_TO_MAKE}`).toBe(true);
       expect(architectures.has(modelType)).toBe(true);
