@@ -570,25 +570,7 @@ inline void store_value(T* p, size_t i, float v) {
 
 }  // namespace metrale
 
-// As in <metrale/elements.cuh>.
-#define METRALE_BY_ROW_TYPE(code, fn, ...) \
-  do {                                     \
-    switch (code) {                        \
-      case ::metrale::kF32: {              \
-        using T = float;                   \
-        fn<T>(__VA_ARGS__);                \
-      } break;                             \
-      case ::metrale::kBF16: {             \
-        using T = ::metrale::bf16;         \
-        fn<T>(__VA_ARGS__);                \
-      } break;                             \
-      case ::metrale::kF16: {              \
-        using T = ::metrale::f16;          \
-        fn<T>(__VA_ARGS__);                \
-      } break;                             \
-      default: __trap();                   \
-    }                                      \
-  } while (0)
+#include "../../packages/core/include/metrale/by-row-type.h"
 
 /** d += A·B, m16n8k16, f16 inputs. */
 inline void cuda_emu::mma_f16_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {

@@ -18,7 +18,8 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const toolDir = dirname(fileURLToPath(import.meta.url));
-const TOOL_FILES = ['cuda-emu.h', 'cuda-emu-main.h'].map((f) => join(toolDir, f));
+// The emulator's sources, and core's header it shares with the kernels (their binaries' hash).
+const TOOL_FILES = [...['cuda-emu.h', 'cuda-emu-main.h'].map((f) => join(toolDir, f)), join(toolDir, '..', '..', 'packages', 'core', 'include', 'metrale', 'by-row-type.h')];
 const CXX_FLAGS = ['-std=c++20', '-O2', '-ffp-contract=off', '-Wno-unknown-pragmas'];
 
 /**

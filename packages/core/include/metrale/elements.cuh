@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "by-row-type.h"
+
 namespace metrale {
 
 enum ElementCode : int { kF32 = 0, kBF16 = 1, kF16 = 2 };
@@ -97,26 +99,3 @@ __device__ __forceinline__ void store_value(T* p, size_t i, float v) {
 
 }  // namespace metrale
 
-/**
- * Calls fn<T>(args…) with T the row type of dtype code `code` (0 f32, 1 bf16, 2 f16; the arguments
- * may name T); traps on any other code, as the CPU twins throw. For kernels that pick their row
- * type per launch (one symbol serves every type).
- */
-#define METRALE_BY_ROW_TYPE(code, fn, ...) \
-  do {                                     \
-    switch (code) {                        \
-      case ::metrale::kF32: {              \
-        using T = float;                   \
-        fn<T>(__VA_ARGS__);                \
-      } break;                             \
-      case ::metrale::kBF16: {             \
-        using T = ::metrale::bf16;         \
-        fn<T>(__VA_ARGS__);                \
-      } break;                             \
-      case ::metrale::kF16: {              \
-        using T = ::metrale::f16;          \
-        fn<T>(__VA_ARGS__);                \
-      } break;                             \
-      default: __trap();                   \
-    }                                      \
-  } while (0)
