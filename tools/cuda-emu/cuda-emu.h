@@ -585,6 +585,11 @@ inline void cuda_emu::mma_f16_m16n8k16(float (&d)[4], const uint32_t (&a)[4], ui
 #define gridDim (::cuda_emu::g_gridDim)
 
 inline void __syncthreads() { cuda_emu::syncthreads(); }
+// One thread runs at a time and memory has no caches here: a fence orders nothing more, and an
+// L2-only load (a value another CTA of the launch wrote) is a plain load.
+inline void __threadfence() {}
+template <typename T>
+inline T __ldcg(const T* p) { return *p; }
 inline void __syncwarp(unsigned = 0xFFFFFFFFu) { cuda_emu::warp_sync(); }
 inline unsigned __activemask() { return 0xFFFFFFFFu; }
 [[noreturn]] inline void __trap() { cuda_emu::fail("__trap()"); }

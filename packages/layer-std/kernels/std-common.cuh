@@ -48,6 +48,33 @@ __device__ __forceinline__ T warp_sum(T v) {
 }
 
 /**
+ * 32 warp sums at once: lane L gets Σ over the lanes of v[L]. Halving exchanges (31 shuffles, not
+ * 160) that add the same pairs in the same tree as warp_sum's xor butterfly (bit 4 first, then 3 …
+ * 0; a + b = b + a exactly), so each sum is bit-identical to warp_sum(v[i]). v is clobbered.
+ */
+template <int O, typename T>
+__device__ __forceinline__ void warp_halve(T (&v)[32], int lane) {
+  const bool hi = (lane & O) != 0;
+#pragma unroll
+  for (int i = 0; i < O; i++) {
+    const T keep = hi ? v[i + O] : v[i];
+    const T send = hi ? v[i] : v[i + O];
+    v[i] = keep + __shfl_xor_sync(kFull, send, O);
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ T warp_sum_32(T (&v)[32]) {
+  const int lane = lane_id();
+  warp_halve<16>(v, lane);
+  warp_halve<8>(v, lane);
+  warp_halve<4>(v, lane);
+  warp_halve<2>(v, lane);
+  warp_halve<1>(v, lane);
+  return v[0];
+}
+
+/**
  * Reduction over the CTA with `op` (warp shuffles, then the warp results in warp order, so the
  * result is deterministic), returned to every thread; `red` is 32 words of shared memory. Barriers
  * before and after: `red` may be reused at once.

@@ -1,8 +1,7 @@
 // Mixture-of-experts kernels of layer-std (src/moe-kernels.ts; reference src/moe.cpu.ts;
 // KERNELS.md):
-//   std_moe_route    one CTA per row: scores (softmax, or sigmoid + correction bias), the kept
-//                    groups, the top-k experts and their weights, in f64 as the reference
-//   (std_moe_group, which groups the entries by expert for the grouped kernels: std-moe-group.cu)
+//   (std_moe_route and the few-row route kernels: std-moe-route.cu; std_moe_group, which groups
+//   the entries by expert for the grouped kernels: std-moe-group.cu)
 //   std_moe_experts_up    h[rj] = silu(gate_e x_r) ⊙ (up_e x_r) for every entry rj = r·topK + j of
 //                         expert e; grid [min(E, rows·topK) expert slots, ⌈I / 8⌉], 128 threads,
 //                         a warp per 2 intermediate rows, the expert's entries 16 at a time
@@ -41,7 +40,6 @@ using namespace stdk;
 
 namespace {
 
-constexpr int kMaxExperts = 2048;
 /** Intermediate rows of one (row, expert) per CTA tile of std_moe_experts_up_rowwise (expertsUpRowwiseLaunch): two a warp. */
 constexpr int kUpRows = 16;
 /** Output values of one row per CTA tile of std_moe_experts_rowwise (expertsRowwiseLaunch): one a warp. */
@@ -56,39 +54,6 @@ constexpr int kRowsPerWarp = 2;
 constexpr int kEntries = 16;
 static_assert(kRowsPerWarp * kEntries == 32, "one value per lane after warp_sum_32");
 
-__device__ __forceinline__ double finite_or_neg_inf(double v) { return isfinite(v) ? v : -INFINITY; }
-
-/** (v1, i1) ranks before (v2, i2): a real candidate (i ≥ 0) before none, the larger value, then the lower index. */
-__device__ __forceinline__ bool better(double v1, int i1, double v2, int i2) {
-  if (i2 < 0) return i1 >= 0;
-  if (i1 < 0) return false;
-  return v1 > v2 || (v1 == v2 && i1 < i2);
-}
-
-/** The best (value, index) of the CTA, returned to every thread (values already finite or −∞). */
-__device__ __forceinline__ void block_best(double& v, int& i, double* redV, int* redI) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const double ov = __shfl_xor_sync(kFull, v, o);
-    const int oi = __shfl_xor_sync(kFull, i, o);
-    if (better(ov, oi, v, i)) v = ov, i = oi;
-  }
-  __syncthreads();
-  if (lane_id() == 0) redV[warp_id()] = v, redI[warp_id()] = i;
-  __syncthreads();
-  // Every warp reduces the warps' bests with a second butterfly (not a serial loop over them):
-  // `better` is a strict total order on real candidates (values never NaN), so the best is unique.
-  const bool has = lane_id() < num_warps();
-  v = has ? redV[lane_id()] : 0.0;
-  i = has ? redI[lane_id()] : -1;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const double ov = __shfl_xor_sync(kFull, v, o);
-    const int oi = __shfl_xor_sync(kFull, i, o);
-    if (better(ov, oi, v, i)) v = ov, i = oi;
-  }
-}
-
 /**
  * The dot product of 4 elements as the expert kernels round it (mul y, fma x, fma z, fma w: the
  * order nvcc gave the plain expression in the f32 kernels, kept so their results are unchanged),
@@ -98,31 +63,6 @@ __device__ __forceinline__ float dot4_rn(const float4 a, const float4 b) {
   return __fmaf_rn(a.w, b.w, __fmaf_rn(a.z, b.z, __fmaf_rn(a.x, b.x, __fmul_rn(a.y, b.y))));
 }
 
-/**
- * 32 warp sums at once: lane L gets Σ over the lanes of v[L]. Halving exchanges (31 shuffles, not
- * 160) that add the same pairs in the same tree as warp_sum's xor butterfly (bit 4 first, then 3 …
- * 0; a + b = b + a exactly), so each sum is bit-identical to warp_sum(v[i]). v is clobbered.
- */
-template <int O>
-__device__ __forceinline__ void warp_halve(float (&v)[32], int lane) {
-  const bool hi = (lane & O) != 0;
-#pragma unroll
-  for (int i = 0; i < O; i++) {
-    const float keep = hi ? v[i + O] : v[i];
-    const float send = hi ? v[i] : v[i + O];
-    v[i] = keep + __shfl_xor_sync(kFull, send, O);
-  }
-}
-
-__device__ __forceinline__ float warp_sum_32(float (&v)[32]) {
-  const int lane = lane_id();
-  warp_halve<16>(v, lane);
-  warp_halve<8>(v, lane);
-  warp_halve<4>(v, lane);
-  warp_halve<2>(v, lane);
-  warp_halve<1>(v, lane);
-  return v[0];
-}
 
 /** The weight-type code a kernel takes (FLOAT_DTYPE_CODE, and 3 for FP8 E4M3). */
 template <typename W>
@@ -179,106 +119,6 @@ __device__ __forceinline__ float dot_step1(float acc, float w, float x, float sc
   if constexpr (is_fp8<W>) return __fmaf_rn(__fmul_rn(w, scale), x, acc);
   else return __fmaf_rn(w, x, acc);
 }
-
-}  // namespace
-extern "C" __global__ void __launch_bounds__(1024) std_moe_route(const float* __restrict__ logits, const float* __restrict__ bias, int32_t* __restrict__ ids,
-                                                                 float* __restrict__ weights, int rows, int experts, int topK, int scoring, int normTopK,
-                                                                 int nGroup, int topkGroup, float scaling) {
-  STD_SHARED(double, score, kMaxExperts);
-  STD_SHARED(double, gscore, kMaxExperts);
-  STD_SHARED(unsigned char, taken, kMaxExperts);
-  STD_SHARED(unsigned char, gkept, kMaxExperts);
-  STD_SHARED(double, redD, 32);
-  STD_SHARED(int, redI, 32);
-  STD_SHARED(float, redF, 32);
-  const int E = experts;
-  if (E > kMaxExperts || E < 1) __trap();
-  const int tid = threadIdx.x, B = blockDim.x;
-  const int size = nGroup > 1 ? E / nGroup : E;
-  for (int r = blockIdx.x; r < rows; r += gridDim.x) {
-    const float* l = logits + (size_t)r * E;
-    // Scores, f64 as the reference: softmax over the finite logits, or sigmoid.
-    if (scoring == 0) {
-      float mx = -INFINITY;
-      for (int e = tid; e < E; e += B) {
-        const float v = l[e];
-        if (isfinite(v)) mx = fmaxf(mx, v);
-      }
-      mx = block_max(mx, redF);
-      double s = 0.0;
-      for (int e = tid; e < E; e += B) {
-        const float v = l[e];
-        const double sc = isfinite(v) ? exp((double)v - (double)mx) : 0.0;
-        score[e] = sc;
-        s += sc;
-      }
-      s = block_sum(s, redD);
-      const double sum = s != 0.0 ? s : 1.0;
-      for (int e = tid; e < E; e += B) score[e] /= sum;
-    } else {
-      for (int e = tid; e < E; e += B) score[e] = 1.0 / (1.0 + exp(-(double)l[e]));
-    }
-    // Only thread e mod B touches expert e's entries in score and taken until the barrier below.
-    for (int e = tid; e < E; e += B) taken[e] = 0;
-    // Groups: each scored by the sum of its two best choices; the topkGroup best are kept.
-    if (nGroup > 1) {
-      __syncthreads();  // every score written
-      for (int g = tid; g < nGroup; g += B) {
-        double v1 = 0.0, v2 = 0.0;
-        int i1 = -1, i2 = -1;
-        for (int e = g * size; e < (g + 1) * size; e++) {
-          const double c = finite_or_neg_inf(score[e] + (bias ? (double)bias[e] : 0.0));
-          if (better(c, e, v1, i1)) v2 = v1, i2 = i1, v1 = c, i1 = e;
-          else if (better(c, e, v2, i2)) v2 = c, i2 = e;
-        }
-        double gs = 0.0 + v1;
-        if (i2 >= 0) gs += v2;
-        gscore[g] = finite_or_neg_inf(gs);
-        gkept[g] = 0;
-      }
-      __syncthreads();
-      if (tid == 0) {
-        for (int k = 0; k < topkGroup; k++) {
-          double bv = 0.0;
-          int bi = -1;
-          for (int g = 0; g < nGroup; g++)
-            if (!gkept[g] && better(gscore[g], g, bv, bi)) bv = gscore[g], bi = g;
-          if (bi < 0) break;
-          gkept[bi] = 1;
-        }
-      }
-      __syncthreads();
-      for (int e = tid; e < E; e += B) taken[e] = gkept[e / size] ? 0 : 2;
-    }
-    // Top-k of the choices among the kept experts, one block-wide pick at a time.
-    for (int j = 0; j < topK; j++) {
-      double bv = 0.0;
-      int bi = -1;
-      for (int e = tid; e < E; e += B) {
-        if (taken[e]) continue;
-        const double c = finite_or_neg_inf(score[e] + (bias ? (double)bias[e] : 0.0));
-        if (better(c, e, bv, bi)) bv = c, bi = e;
-      }
-      block_best(bv, bi, redD, redI);
-      if (bi < 0) break;  // fewer kept experts than topK (checkMoe rules that out)
-      if (bi % B == tid) taken[bi] = 1;
-      if (tid == 0) ids[(size_t)r * topK + j] = bi;
-    }
-    __syncthreads();
-    // The weights, one thread per slot; each computes the same sum in order j (as the reference).
-    for (int j = tid; j < topK; j += B) {
-      const int32_t* id = ids + (size_t)r * topK;
-      double sum = 0.0;
-      for (int t = 0; t < topK; t++) sum += score[id[t]];
-      if (scoring == 1) sum += 1e-20;
-      double w = score[id[j]];
-      if (normTopK) w /= sum;
-      weights[(size_t)r * topK + j] = (float)(w * (double)scaling);
-    }
-    __syncthreads();
-  }
-}
-namespace {
 
 /** Lane sums of gate and up rows g, u against x (the vector path), U steps of 4 unrolled. */
 template <int U, typename W, typename R>

@@ -1,16 +1,86 @@
 import { InvalidArgumentError, defineKernel, type FloatDtype, type Kernel, type LaunchConfig, type StepPhase, type Stream, type WeightDtype } from '@metrale/core';
-import { combineCpu, expertsDownCpu, expertsRowwiseCpu, expertsSumCpu, expertsUpCpu, groupCpu, localizeCpu, routeCpu } from './moe.cpu.js';
-import { moeGemm16Module, moeGemmModule, moeGroupModule, moeModule as module } from './std-modules.js';
+import { combineCpu, expertsDownCpu, expertsRowwiseCpu, expertsSumCpu, expertsUpCpu, groupCpu, localizeCpu, routeCpu, routerGemvCpu } from './moe.cpu.js';
+import { moeGemm16Module, moeGemmModule, moeGroupModule, moeModule as module, moeRouteModule } from './std-modules.js';
 
+const ROUTE_PARAMS = {
+  logits: 'ptr', bias: 'ptr', ids: 'ptr', weights: 'ptr',
+  rows: 'i32', experts: 'i32', topK: 'i32', scoring: 'i32', normTopK: 'i32', nGroup: 'i32', topkGroup: 'i32', scaling: 'f32',
+} as const;
+
+/** `std.moe_route` (kernels/std-moe-route.cu): one CTA per row, launched with `rowLaunch(rows, experts)` (its softmax sum's order depends on that block). */
 export const routeKernel = defineKernel({
   name: 'std.moe_route',
-  params: {
-    logits: 'ptr', bias: 'ptr', ids: 'ptr', weights: 'ptr',
-    rows: 'i32', experts: 'i32', topK: 'i32', scoring: 'i32', normTopK: 'i32', nGroup: 'i32', topkGroup: 'i32', scaling: 'f32',
-  },
-  cuda: { module, symbol: 'std_moe_route' },
+  params: ROUTE_PARAMS,
+  cuda: { module: moeRouteModule, symbol: 'std_moe_route' },
   cpu: routeCpu,
 });
+
+/**
+ * `std.moe_route_few`: `std.moe_route`'s ids and weights, bit for bit, from one CTA of 256 threads
+ * (a warp per row for the reductions and picks); for a few rows (`routeForm`), launched with
+ * `routeFewLaunch`.
+ */
+export const routeFewKernel = defineKernel({
+  name: 'std.moe_route_few',
+  params: ROUTE_PARAMS,
+  cuda: { module: moeRouteModule, symbol: 'std_moe_route_few' },
+  cpu: routeCpu,
+});
+
+/**
+ * `std.moe_router_gemv`: the router's f32 logits `x · Wᵀ` for a few rows (x and W of the row type
+ * `dtype`, FLOAT_DTYPE_CODE), then, in the last of its CTAs to finish, `std.moe_route_few` over them:
+ * router and route in one launch. `counter`: a u32 that is zero before the launch and after it (the
+ * last CTA resets it), one per layer. Launched with `routerGemvLaunch`.
+ */
+export const routerGemvKernel = defineKernel({
+  name: 'std.moe_router_gemv',
+  params: {
+    x: 'ptr', w: 'ptr', logits: 'ptr', counter: 'ptr', bias: 'ptr', ids: 'ptr', weights: 'ptr',
+    rows: 'i32', hidden: 'i32', experts: 'i32', topK: 'i32', scoring: 'i32', normTopK: 'i32', nGroup: 'i32', topkGroup: 'i32', scaling: 'f32', dtype: 'i32',
+  },
+  cuda: { module: moeRouteModule, symbol: 'std_moe_router_gemv' },
+  cpu: routerGemvCpu,
+});
+
+/** Rows up to which a step routes with the few-row kernels (`routeForm`): the GEMV's accumulators hold 8 rows. */
+export const FEW_ROUTE_ROWS = 8;
+/** Slots the few-row route kernels take: slot j lives in lane j of the row's warp. */
+export const FEW_ROUTE_MAX_TOP_K = 32;
+
+/**
+ * How a step computes its router logits and routes them. 'fused': `std.moe_router_gemv`, router
+ * and route in one launch; 'few': the router GEMM (`runLinear`), then `std.moe_route_few` (an FP8
+ * router weight, which the GEMV does not read); 'block': the router GEMM, then `std.moe_route`.
+ * Every form gives `std.moe_route`'s ids and weights over the logits it computed (the forms' logits
+ * differ by f32 rounding: the GEMV sums in another order than the GEMM).
+ */
+export type RouteForm = 'fused' | 'few' | 'block';
+
+/**
+ * The one place that picks the form, from the step's rows (the layer and the bench ask it): few
+ * rows spend their time in launches, barriers and the GEMM's fixed cost, not in bytes, so they take
+ * the one-warp-per-row route and, with a float router, the fused GEMV.
+ */
+export function routeForm(rows: number, topK: number, routerDtype: WeightDtype): RouteForm {
+  if (rows > FEW_ROUTE_ROWS || topK > FEW_ROUTE_MAX_TOP_K) return 'block';
+  return routerDtype === 'f8e4m3' ? 'few' : 'fused';
+}
+
+/** Threads of `std.moe_route_few` and `std.moe_router_gemv` (kernels/std-moe-route.cu: kFewThreads). */
+const FEW_THREADS = 256;
+/** Experts per CTA of `std.moe_router_gemv` (kGemvExperts). */
+const GEMV_EXPERTS = 4;
+
+/** `std.moe_route_few`: one CTA for every row. */
+export function routeFewLaunch(stream: Stream): LaunchConfig {
+  return { grid: 1, block: FEW_THREADS, stream };
+}
+
+/** `std.moe_router_gemv`: a CTA per 4 experts. */
+export function routerGemvLaunch(experts: number, stream: Stream): LaunchConfig {
+  return { grid: Math.max(1, Math.ceil(experts / GEMV_EXPERTS)), block: FEW_THREADS, stream };
+}
 
 /** Ints of the `groups` buffer of `std.moe_group` (header 3, experts chosen E, starts E + 1, entries rows·topK; KERNELS.md). */
 export function moeGroupsLength(rows: number, topK: number, experts: number): number {

@@ -8,7 +8,8 @@ import type { MoeOptions } from './moe-config.js';
 import { checkMoe } from './moe-config.js';
 import {
   EXPERT_KERNELS, combineKernel, expertFormat, expertsDownLaunch, expertsGemmLaunch, expertsKernel, expertsLaunch, expertsRowwiseLaunch, expertsUpLaunch,
-  expertsUpRowwiseLaunch, groupKernel, groupLaunch, localizeKernel, moeGrouped, moeGroupsLength, moeTensorCores, routeKernel, type ExpertKernels,
+  expertsUpRowwiseLaunch, groupKernel, groupLaunch, localizeKernel, moeGrouped, moeGroupsLength, moeTensorCores, routeFewKernel, routeFewLaunch, routeForm, routeKernel,
+  routerGemvKernel, routerGemvLaunch, type ExpertKernels, type RouteForm,
 } from './moe-kernels.js';
 import { loadExperts, type ExpertMatrices } from './moe-weights.js';
 import { requireKernels } from './require-kernels.js';
@@ -28,12 +29,14 @@ interface DeviceExperts {
 
 /**
  * A mixture-of-experts feed-forward: router GEMM (f32 logits) → `std.moe_route` (ids and weights per
- * row) → experts → plus the shared expert, gated or not (`std.moe_combine`). Experts: from
- * GROUPED_MIN_ENTRIES_PER_EXPERT (row, slot) entries per expert, `std.moe_group` (the entries by
- * expert, on the device) → `std.moe_experts_up` → `std.moe_experts_down` (each chosen expert's
- * weights read once per step for all the rows that chose it) → `std.moe_experts` (Σ weight · y, in
- * slot order); below, `std.moe_experts_up_rowwise` → `std.moe_experts_rowwise` (per row and
- * expert). Both paths give a row the same bits, so its output does not depend on the batch.
+ * row; up to FEW_ROUTE_ROWS rows `std.moe_router_gemv`, both in one launch, or for an FP8 router the
+ * GEMM then `std.moe_route_few`, as `routeForm` decides) → experts → plus the shared expert, gated
+ * or not (`std.moe_combine`). Experts: from GROUPED_MIN_ENTRIES_PER_EXPERT (row, slot) entries per
+ * expert, `std.moe_group` (the entries by expert, on the device) → `std.moe_experts_up` →
+ * `std.moe_experts_down` (each chosen expert's weights read once per step for all the rows that
+ * chose it) → `std.moe_experts` (Σ weight · y, in slot order); below, `std.moe_experts_up_rowwise`
+ * → `std.moe_experts_rowwise` (per row and expert). Both paths give a row the same bits, so its
+ * output does not depend on the batch.
  * Prefill steps in bf16 / f16 rows take `std.moe_gemm_up` / `std.moe_gemm_down` instead of the
  * grouped pair: the same grouping on tensor cores (`moeTensorCores`); a prefill row's result then
  * differs from a decode row's in the order of its sums, and still depends on nothing else in the step.
@@ -55,7 +58,10 @@ export class MoeLayer extends StatelessLayer {
   readonly precision: Precision;
   readonly #kernels: ExpertKernels;
   readonly #w: {
-    router: LinearWeight; bias: DevicePtr; gateUp: DeviceExperts; down: DeviceExperts; sharedGate: LinearWeight | undefined; wDtype: number;
+    router: LinearWeight; bias: DevicePtr;
+    /** `std.moe_router_gemv`'s count of finished CTAs: zero between launches (its last CTA resets it); this layer's own. */
+    routeCounter: DevicePtr;
+    gateUp: DeviceExperts; down: DeviceExperts; sharedGate: LinearWeight | undefined; wDtype: number;
     /** Experts the kernels index: all, or the rank's plus its zero expert. */
     held: number;
   };
@@ -71,7 +77,7 @@ export class MoeLayer extends StatelessLayer {
   #parts: Readonly<Record<ScratchPart, DevicePtr>> | undefined;
 
   constructor(gpu: GpuBackend, weights: WeightSource, limits: LayerLimits, options: MoeOptions) {
-    requireKernels(gpu, 'moe', [routeKernel, groupKernel, expertsKernel, combineKernel, siluMulKernel, ...(options.localExperts ? [localizeKernel] : [])]);
+    requireKernels(gpu, 'moe', [routeKernel, routeFewKernel, routerGemvKernel, groupKernel, expertsKernel, combineKernel, siluMulKernel, ...(options.localExperts ? [localizeKernel] : [])]);
     super(gpu, limits);
     this.options = checkMoe(options);
     const precision = (this.precision = precisionOf(options.precision, 'moe'));
@@ -95,6 +101,7 @@ export class MoeLayer extends StatelessLayer {
       this.#w = {
         router: linear('gate.weight', [E, D]),
         bias: options.routing.scoreBias ? m.upload(readF32(weights, 'gate.e_score_correction_bias', [E])) : 0n,
+        routeCounter: m.upload(new Uint32Array(1)),
         gateUp: upload(experts.gateUp),
         down: upload(experts.down),
         sharedGate: sh?.gate ? linear(sh.gate, [1, D]) : undefined,
@@ -133,9 +140,30 @@ export class MoeLayer extends StatelessLayer {
     return Object.fromEntries(SCRATCH_PARTS.map((name) => [name, base + BigInt(this.#s[name])])) as Record<ScratchPart, DevicePtr>;
   }
 
+  /** Router logits, then ids and weights per row into the scratch, in the form `routeForm` chose for the step. */
+  #route(step: LayerStep<LayerState>, form: RouteForm, s: Readonly<Record<ScratchPart, DevicePtr>>): void {
+    const { gpu, stream, rows, input } = step;
+    const { hidden: D, experts, topK, routing } = this.options;
+    const w = this.#w;
+    const dtype = this.precision.rows;
+    const route = {
+      bias: w.bias, ids: s.ids, weights: s.weights, rows, experts, topK,
+      scoring: routing.scoring === 'softmax' ? 0 : 1, normTopK: routing.normTopK ? 1 : 0, nGroup: routing.nGroup, topkGroup: routing.topkGroup, scaling: routing.scaling,
+    };
+    if (form === 'fused') {
+      gpu.launch(routerGemvKernel, routerGemvLaunch(experts, stream), {
+        x: input, w: w.router.data, logits: s.logits, counter: w.routeCounter, ...route, hidden: D, dtype: FLOAT_DTYPE_CODE[dtype],
+      });
+      return;
+    }
+    runLinear(gpu, { m: rows, x: input, w: w.router, y: s.logits, xDtype: dtype, yDtype: 'f32', stream });
+    if (form === 'few') gpu.launch(routeFewKernel, routeFewLaunch(stream), { logits: s.logits, ...route });
+    else gpu.launch(routeKernel, rowLaunch(rows, experts, stream), { logits: s.logits, ...route });
+  }
+
   protected run(step: LayerStep<LayerState>): void {
     const { gpu, stream, rows, input, output } = step;
-    const { hidden: D, experts: all, topK, inter, routing, localExperts } = this.options;
+    const { hidden: D, topK, inter, localExperts } = this.options;
     const w = this.#w;
     // The experts the kernels after the route index.
     const E = w.held;
@@ -143,11 +171,7 @@ export class MoeLayer extends StatelessLayer {
     const k = this.#kernels;
     const dtype = this.precision.rows;
     const codes = { wDtype: w.wDtype, rowDtype: FLOAT_DTYPE_CODE[dtype] };
-    runLinear(gpu, { m: rows, x: input, w: w.router, y: s.logits, xDtype: dtype, yDtype: 'f32', stream });
-    gpu.launch(routeKernel, rowLaunch(rows, all, stream), {
-      logits: s.logits, bias: w.bias, ids: s.ids, weights: s.weights, rows, experts: all, topK,
-      scoring: routing.scoring === 'softmax' ? 0 : 1, normTopK: routing.normTopK ? 1 : 0, nGroup: routing.nGroup, topkGroup: routing.topkGroup, scaling: routing.scaling,
-    });
+    this.#route(step, routeForm(rows, topK, w.router.dtype), s);
     if (localExperts) {
       gpu.launch(localizeKernel, flatLaunch(rows * topK, stream), { ids: s.ids, weights: s.weights, entries: rows * topK, first: localExperts.first, count: localExperts.count });
     }

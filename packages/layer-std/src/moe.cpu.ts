@@ -1,4 +1,4 @@
-import { elementReader, elementWriter, readElements, roundTo, rowDtypeOf, type CpuKernelContext } from '@metrale/core';
+import { bf16BitsToF32, elementReader, elementWriter, f16BitsToF32, readElements, roundTo, rowDtypeOf, type CpuKernelContext } from '@metrale/core';
 import { weightDtypeOf, weightMatrix, type ScaleGrid } from './elements.cpu.js';
 import { silu } from './rows.cpu.js';
 
@@ -82,6 +82,59 @@ export function routeCpu(a: RouteArgs, { mem }: CpuKernelContext): void {
     ids.set(row.ids, r * a.topK);
     weights.set(row.weights, r * a.topK);
   }
+}
+
+export interface RouterGemvArgs extends RouteArgs {
+  /** [rows][hidden] of the row type `dtype`. */
+  readonly x: bigint;
+  /** The router weight [experts][hidden], of the row type. */
+  readonly w: bigint;
+  /** u32, zero before and after the launch (the CUDA kernel's count of finished CTAs). */
+  readonly counter: bigint;
+  readonly hidden: number;
+  /** FLOAT_DTYPE_CODE of x and w. */
+  readonly dtype: number;
+}
+
+/** Every 16-bit pattern's value, per type, built on first use (the weight is read through it, not decoded per launch). */
+const valueTables = new Map<'bf16' | 'f16', Float32Array>();
+
+function valueTable(dtype: 'bf16' | 'f16'): Float32Array {
+  let t = valueTables.get(dtype);
+  if (!t) {
+    t = new Float32Array(65536);
+    const decode = dtype === 'bf16' ? bf16BitsToF32 : f16BitsToF32;
+    for (let b = 0; b < 65536; b++) t[b] = decode(b);
+    valueTables.set(dtype, t);
+  }
+  return t;
+}
+
+/**
+ * `std.moe_router_gemv`: logits[r][e] = Σ_d x[r][d] · w[e][d], summed in f64 in order d and rounded
+ * once to f32, as the CPU backend's GEMM computes `runLinear`'s (so on that backend every route form
+ * gives the same bits), then `routeCpu` over them. The counter stays zero.
+ */
+export function routerGemvCpu(a: RouterGemvArgs, ctx: CpuKernelContext): void {
+  const { mem } = ctx;
+  const dtype = rowDtypeOf(a.dtype);
+  const D = a.hidden;
+  const E = a.experts;
+  const x = readElements(mem, a.x, a.rows * D, dtype);
+  const logits = mem.f32(a.logits, a.rows * E);
+  const f32 = dtype === 'f32' ? mem.f32(a.w, E * D) : undefined;
+  const bits = dtype === 'f32' ? undefined : mem.u16(a.w, E * D);
+  const table = dtype === 'f32' ? undefined : valueTable(dtype);
+  for (let e = 0; e < E; e++) {
+    const o = e * D;
+    for (let r = 0; r < a.rows; r++) {
+      let sum = 0;
+      if (f32) for (let d = 0; d < D; d++) sum += x[r * D + d]! * f32[o + d]!;
+      else for (let d = 0; d < D; d++) sum += x[r * D + d]! * table![bits![o + d]!]!;
+      logits[r * E + e] = sum;
+    }
+  }
+  routeCpu(a, ctx);
 }
 
 /** What the expert kernels take: the rows' expert ids, the activations h between them, the shapes, the types. */

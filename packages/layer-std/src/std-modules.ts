@@ -5,6 +5,7 @@ import { defineKernelModule } from '@metrale/core';
 // CPU backend only and refuse CUDA with an error that says so (require-kernels.ts).
 export const rowsModule = defineKernelModule('std-rows', new URL('./kernels/std-rows.fatbin', import.meta.url));
 export const moeModule = defineKernelModule('std-moe', new URL('./kernels/std-moe.fatbin', import.meta.url));
+export const moeRouteModule = defineKernelModule('std-moe-route', new URL('./kernels/std-moe-route.fatbin', import.meta.url));
 export const moeGroupModule = defineKernelModule('std-moe-group', new URL('./kernels/std-moe-group.fatbin', import.meta.url));
 export const moeGemmModule = defineKernelModule('std-moe-gemm', new URL('./kernels/std-moe-gemm.fatbin', import.meta.url));
 export const moeGemm16Module = defineKernelModule('std-moe-gemm-16bit', new URL('./kernels/std-moe-gemm-16bit.fatbin', import.meta.url));

@@ -1,8 +1,11 @@
 import { CpuBackend } from '@metrale/cpu-backend';
-import { SeededRandom, StepDriver, tensorOf, MemoryWeightSource, shardWeights, type ShardRule } from '@metrale/core';
-import { MoeLayer, checkMoe, expertParallelMoe, glmMoeOptions, qwen3NextMoeOptions, type MoeOptions } from '@metrale/layer-std';
+import { FLOAT_DTYPE_CODE, SeededRandom, StepDriver, tensorOf, MemoryWeightSource, shardWeights, type ShardRule } from '@metrale/core';
+import {
+  FEW_ROUTE_MAX_TOP_K, FEW_ROUTE_ROWS, MoeLayer, checkMoe, expertParallelMoe, glmMoeOptions, qwen3NextMoeOptions, routeFewKernel, routeFewLaunch, routeForm, routeKernel,
+  routerGemvKernel, routerGemvLaunch, rowLaunch, type MoeOptions,
+} from '@metrale/layer-std';
 import { describe, expect, it } from 'vitest';
-import { LIMITS, matvec, relErr, runRows, sigmoid, silu, Weights } from './setup.js';
+import { encodeRows, LIMITS, matvec, relErr, runRows, sigmoid, silu, Weights } from './setup.js';
 
 const D = 16;
 const E = 8;
@@ -202,4 +205,58 @@ describe('MoE under expert parallelism', () => {
     expect(used()).toBe(0);
     gpu.dispose();
   });
+});
+
+describe('MoE router forms (routeForm)', () => {
+  it('few rows take the fused router GEMV (an FP8 router the GEMM then the few-row route), more rows or slots the block route', () => {
+    expect(routeForm(1, 10, 'bf16')).toBe('fused');
+    expect(routeForm(FEW_ROUTE_ROWS, 10, 'f32')).toBe('fused');
+    expect(routeForm(FEW_ROUTE_ROWS + 1, 10, 'bf16')).toBe('block');
+    expect(routeForm(1, 10, 'f8e4m3')).toBe('few');
+    expect(routeForm(1, FEW_ROUTE_MAX_TOP_K + 1, 'bf16')).toBe('block');
+  });
+
+  // On the CPU backend the GEMV's twin sums as the backend's GEMM does, so a layer's few-row steps
+  // keep the bits they had through runLinear and std.moe_route.
+  const routings = [
+    { scoring: 0, normTopK: 1, nGroup: 1, topkGroup: 1, scaling: 1, bias: false },
+    { scoring: 1, normTopK: 1, nGroup: 8, topkGroup: 4, scaling: 2.5, bias: true },
+  ];
+  for (const dtype of ['f32', 'bf16', 'f16'] as const) {
+    it(`${dtype}: on the CPU backend std.moe_router_gemv and the GEMM + std.moe_route_few give the bits of the GEMM + std.moe_route`, () => {
+      const [rows, experts, hidden, topK] = [5, 64, 96, 6];
+      const rnd = new SeededRandom(11);
+      const gpu = new CpuBackend();
+      try {
+        const put = (data: ArrayBufferView) => {
+          const p = gpu.alloc(data.byteLength);
+          gpu.upload(p, data);
+          return p;
+        };
+        const x = put(encodeRows(rnd.normals(rows * hidden), dtype));
+        const w = put(encodeRows(rnd.normals(experts * hidden, 2 / Math.sqrt(hidden)), dtype));
+        const bias = put(rnd.normals(experts, 0.1));
+        const counter = put(new Uint32Array(1));
+        const out = () => ({ logits: gpu.alloc(4 * rows * experts), ids: gpu.alloc(4 * rows * topK), weights: gpu.alloc(4 * rows * topK) });
+        const read = (o: ReturnType<typeof out>) => [o.logits, o.ids, o.weights].map((p, i) => Array.from(gpu.download(p, 4 * rows * (i === 0 ? experts : topK))));
+        for (const r of routings) {
+          const args = (o: ReturnType<typeof out>) => ({
+            logits: o.logits, bias: r.bias ? bias : 0n, ids: o.ids, weights: o.weights, rows, experts, topK,
+            scoring: r.scoring, normTopK: r.normTopK, nGroup: r.nGroup, topkGroup: r.topkGroup, scaling: r.scaling,
+          });
+          const [block, few, fused] = [out(), out(), out()];
+          for (const o of [block, few]) gpu.gemm({ m: rows, n: experts, k: hidden, a: x, b: w, c: o.logits, transB: true, dtype, outDtype: 'f32' });
+          gpu.launch(routeKernel, rowLaunch(rows, experts, gpu.defaultStream), args(block));
+          gpu.launch(routeFewKernel, routeFewLaunch(gpu.defaultStream), args(few));
+          gpu.launch(routerGemvKernel, routerGemvLaunch(experts, gpu.defaultStream), { ...args(fused), x, w, counter, hidden, dtype: FLOAT_DTYPE_CODE[dtype] });
+          gpu.synchronize();
+          expect(read(few)).toEqual(read(block));
+          expect(read(fused)).toEqual(read(block));
+          expect(Array.from(gpu.download(counter, 4))).toEqual([0, 0, 0, 0]);
+        }
+      } finally {
+        gpu.dispose();
+      }
+    });
+  }
 });

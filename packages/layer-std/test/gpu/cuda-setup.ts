@@ -4,7 +4,7 @@
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ensureFatbins as ensurePackageFatbins, gpuLaneDevice, type GpuLaneDevice } from '@metrale/core/testing';
-import { addKernel, argmaxKernel, coreKernel, routeKernel } from '@metrale/layer-std';
+import { addKernel, argmaxKernel, coreKernel, expertsKernel, routeKernel } from '@metrale/layer-std';
 
 const pkgDir = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 
@@ -17,5 +17,5 @@ export function cudaAvailable(): Promise<CudaChoice> {
 /** Makes sure the fatbins the kernel declarations point at exist; throws with what to do when they cannot. */
 export function ensureFatbins(): void {
   if (process.env.METRALE_STD_DEVICE_MODULE) return;
-  ensurePackageFatbins({ packageDir: pkgDir, fatbins: [addKernel, routeKernel, coreKernel, argmaxKernel].map((k) => k.cuda!.module.fatbin), label: '[layer-std gpu]' });
+  ensurePackageFatbins({ packageDir: pkgDir, fatbins: [addKernel, routeKernel, expertsKernel, coreKernel, argmaxKernel].map((k) => k.cuda!.module.fatbin), label: '[layer-std gpu]' });
 }

@@ -5,7 +5,9 @@
 // for the experts, every weight format (f32, bf16, f16, block-FP8 over bf16 and f16 rows). Covers
 // the vector and scalar paths of the row kernels, expert parallelism's std.moe_localize, both MoE routings (Qwen3-Next softmax top-k with
 // and without norm_topk_prob; GLM-5 sigmoid + correction bias + groups + routed scaling), ties and a
-// NaN (padding) row, ids outside the experts, expert shapes whose D and I are not multiples of 128
+// NaN (padding) row, the few-row route forms (std.moe_route_few bit-identical to std.moe_route;
+// std.moe_router_gemv's logits, and its last CTA's route bit-identical to std.moe_route over them,
+// at 1, 3 and 8 rows), ids outside the experts, expert shapes whose D and I are not multiples of 128
 // (FP8 blocks cut short), the row-wise expert kernels bit-identical to the grouped ones and each of
 // 48 rows bit-identical to its result alone (batch invariance), and attention over several pages of
 // a shuffled block table with GQA, partial RoPE, q/k norms, the output gate, verify rows and a
@@ -19,7 +21,7 @@ import { runKernelOn, runKernelOnBoth, type KernelBuffers as Bufs, type KernelLa
 import {
   ATTENTION_KERNELS, EXPERT_FORMATS, geluMulKernel, softcapKernel, attnPrefillLaunch, coreLaunch, EXPERT_KERNELS, WEIGHT_DTYPE_CODE, addKernel, combineKernel, embedKernel, expertsDownLaunch, expertsKernel, expertsLaunch,
   expertsGemmLaunch, expertsRowwiseLaunch, expertsUpLaunch, expertsUpRowwiseLaunch, flatLaunch, groupKernel, groupLaunch, layerNormKernel, localizeKernel, moeGroupsLength, rmsNormKernel,
-  ropeTable, routeKernel, rowLaunch, siluMulKernel, type ExpertFormat,
+  ropeTable, routeFewKernel, routeFewLaunch, routeKernel, routerGemvKernel, routerGemvLaunch, rowLaunch, siluMulKernel, type ExpertFormat,
 } from '@metrale/layer-std';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { expertSet, rowTypeOf } from '../expert-weights.js';
@@ -162,18 +164,21 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
     { label: 'sigmoid + bias, 8 groups keep 4, top-8 of 256, scaling 2.5', E: 256, topK: 8, scoring: 1, normTopK: 1, nGroup: 8, topkGroup: 4, scaling: 2.5, bias: true },
     { label: 'sigmoid + bias, no groups, top-3 of 12, no norm', E: 12, topK: 3, scoring: 1, normTopK: 0, nGroup: 1, topkGroup: 1, scaling: 1, bias: true },
   ];
+  /** The route arguments of a routing case. */
+  const routeArgs = (o: (typeof routings)[number], rows: number, p: Ptrs) => ({
+    bias: o.bias ? p.bias! : 0n, ids: p.ids!, weights: p.weights!, rows, experts: o.E, topK: o.topK,
+    scoring: o.scoring, normTopK: o.normTopK, nGroup: o.nGroup, topkGroup: o.topkGroup, scaling: o.scaling,
+  });
   for (const o of routings) {
-    it(`std.moe_route: ${o.label} (a tied row, a NaN padding row)`, () => {
+    it(`std.moe_route and std.moe_route_few: ${o.label} (a tied row, a NaN padding row)`, () => {
       const rows = 9;
       const logits = random.normals(rows * o.E, 2);
       logits.fill(0.25, 3 * o.E, 4 * o.E); // every expert tied: ids by index
       for (let e = 0; e < o.E; e += 3) logits[5 * o.E + e] = 1.5; // partial ties
       logits.fill(Number.NaN, 7 * o.E, 8 * o.E); // a padding row holding garbage
-      const r = onBoth({ logits, bias: random.normals(o.E, 0.1), ids: poisonI32(rows * o.topK), weights: poisonF32(rows * o.topK) }, (gpu, p) =>
-        gpu.launch(routeKernel, rowLaunch(rows, o.E, gpu.defaultStream), {
-          logits: p.logits!, bias: o.bias ? p.bias! : 0n, ids: p.ids!, weights: p.weights!, rows, experts: o.E, topK: o.topK,
-          scoring: o.scoring, normTopK: o.normTopK, nGroup: o.nGroup, topkGroup: o.topkGroup, scaling: o.scaling,
-        }), ['ids', 'weights']);
+      const bufs = { logits, bias: random.normals(o.E, 0.1), ids: poisonI32(rows * o.topK), weights: poisonF32(rows * o.topK) };
+      const r = onBoth(bufs, (gpu, p) =>
+        gpu.launch(routeKernel, rowLaunch(rows, o.E, gpu.defaultStream), { logits: p.logits!, ...routeArgs(o, rows, p) }), ['ids', 'weights']);
       compareI32(`moe_route ${o.label} ids`, r.cpu.ids!, r.cuda.ids!);
       const w = (b: Uint8Array) => f32(b).map((v) => (Number.isNaN(v) ? 0 : v));
       const pad = (b: Uint8Array) => f32(b).subarray(7 * o.topK, 8 * o.topK);
@@ -182,7 +187,67 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
       const rel = relErr(w(r.cuda.weights!), w(r.cpu.weights!));
       results.push(`${`moe_route ${o.label} weights`.padEnd(84)} rel ${rel.toExponential(2)}`);
       expect(rel).toBeLessThanOrEqual(1e-6);
+      // The few-row form (here 9 rows: two batches of rows in its one CTA) gives the same bits.
+      const few = runKernelOn(cudaGpu!, bufs, (gpu, p) =>
+        gpu.launch(routeFewKernel, routeFewLaunch(gpu.defaultStream), { logits: p.logits!, ...routeArgs(o, rows, p) }), ['ids', 'weights']);
+      const same = sameBits(few.ids!, r.cuda.ids!) && sameBits(few.weights!, r.cuda.weights!);
+      results.push(`${`moe_route_few ≡ moe_route ${o.label}`.padEnd(84)} ${same ? 'bit-identical' : 'DIFFERS'}`);
+      expect(Array.from(i32(few.ids!)), 'route_few ids').toEqual(Array.from(i32(r.cuda.ids!)));
+      expect(sameBits(few.weights!, r.cuda.weights!), 'route_few weights: bits of std.moe_route').toBe(true);
     });
+  }
+
+  // The fused router of few rows: the GEMV's logits against the twin's (f32 sums against f64), and
+  // the ids and weights of its last CTA bit-identical to std.moe_route's over those same logits,
+  // whose ids the twin gives (the route tests above). Launched twice: the last CTA resets the
+  // counter, so the second launch (as a graph replay) routes again. Rows 1 and 3 are the first
+  // rows of the 8-row case: a row's logits do not depend on the other rows.
+  const gemvCases = [
+    { ...routings[0]!, label: 'softmax top-10 of 512, norm_topk_prob, hidden 2048', D: 2048 },
+    { ...routings[1]!, label: 'softmax top-8 of 64, no norm, hidden 100 (the scalar path)', E: 64, topK: 8, D: 100 },
+    { ...routings[2]!, label: 'sigmoid + bias, 8 groups keep 4, top-8 of 64, scaling 2.5, hidden 512', E: 64, D: 512 },
+    { ...routings[2]!, label: 'sigmoid + bias, 8 groups keep 4, top-10 of 512, scaling 2.5, hidden 2048', E: 512, topK: 10, D: 2048 },
+  ];
+  for (const o of gemvCases) {
+    for (const dtype of ROW_TYPES) {
+      it(`${dtype}: std.moe_router_gemv (router GEMV + route in its last CTA): ${o.label}, rows 1, 3, 8`, () => {
+        const { E, D, topK } = o;
+        const x8 = random.normals(8 * D, 1);
+        const w = typed(E * D, dtype, 2 / Math.sqrt(D));
+        const bias = random.normals(E, 0.1);
+        let logits8: Uint8Array | undefined;
+        for (const rows of [8, 3, 1]) {
+          const label = `${dtype} moe_router_gemv ${o.label} rows ${rows}`;
+          const bufs = {
+            x: encodeRows(x8.subarray(0, rows * D), dtype), w, logits: poisonF32(rows * E), counter: new Uint32Array(1), bias,
+            ids: poisonI32(rows * topK), weights: poisonF32(rows * topK),
+          };
+          const r = onBoth(bufs, (gpu, p) => {
+            for (let i = 0; i < 2; i++) {
+              gpu.launch(routerGemvKernel, routerGemvLaunch(E, gpu.defaultStream), {
+                x: p.x!, w: p.w!, logits: p.logits!, counter: p.counter!, ...routeArgs(o, rows, p), hidden: D, dtype: FLOAT_DTYPE_CODE[dtype],
+              });
+            }
+          }, ['logits', 'ids', 'weights', 'counter']);
+          compare(`${label} logits`, 'f32', r.cpu.logits!, r.cuda.logits!);
+          expect(Array.from(i32(r.cuda.counter!)), 'the counter is back at zero').toEqual([0]);
+          if (logits8) {
+            const alone = sameBits(r.cuda.logits!, logits8.subarray(0, 4 * rows * E));
+            expect(alone, `${label}: logits bit-identical to the same rows of 8`).toBe(true);
+          } else logits8 = r.cuda.logits!;
+          // The route over CUDA's own logits: std.moe_route on CUDA (bits) and the twin (ids).
+          const ref = onBoth({ logits: r.cuda.logits!, bias, ids: poisonI32(rows * topK), weights: poisonF32(rows * topK) }, (gpu, p) =>
+            gpu.launch(routeKernel, rowLaunch(rows, E, gpu.defaultStream), { logits: p.logits!, ...routeArgs(o, rows, p) }), ['ids', 'weights']);
+          compareI32(`${label} ids vs the twin over its logits`, ref.cpu.ids!, r.cuda.ids!);
+          const rel = relErr(f32(r.cuda.weights!), f32(ref.cpu.weights!));
+          const same = sameBits(r.cuda.ids!, ref.cuda.ids!) && sameBits(r.cuda.weights!, ref.cuda.weights!);
+          results.push(`${`${label} weights`.padEnd(84)} rel ${rel.toExponential(2)} vs the twin, ${same ? 'bit-identical to' : 'DIFFER from'} std.moe_route`);
+          expect(rel).toBeLessThanOrEqual(1e-6);
+          expect(Array.from(i32(r.cuda.ids!)), `${label}: ids of std.moe_route`).toEqual(Array.from(i32(ref.cuda.ids!)));
+          expect(sameBits(r.cuda.weights!, ref.cuda.weights!), `${label}: weights, bits of std.moe_route`).toBe(true);
+        }
+      });
+    }
   }
 
   it('std.moe_localize: an expert-parallel rank\'s entries get local ids, the others the zero expert and weight 0', () => {

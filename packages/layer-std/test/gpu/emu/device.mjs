@@ -21,11 +21,12 @@ export const stdModules = {
     source: join(stdKernels, 'std-rows.cu'),
     kernels: { std_embed: 1, std_rms_norm: 1, std_layer_norm: 1, std_add: 1, std_silu_mul: 1, std_gelu_mul: 1, std_softcap: 1 },
   },
+  'std-moe-route': { source: join(stdKernels, 'std-moe-route.cu'), kernels: { std_moe_route: 1, std_moe_route_few: 1, std_moe_router_gemv: 1 } },
   'std-moe': {
     source: join(stdKernels, 'std-moe.cu'),
     kernels: Object.fromEntries(
       [
-        'std_moe_route', 'std_moe_experts', 'std_moe_combine', 'std_moe_localize',
+        'std_moe_experts', 'std_moe_combine', 'std_moe_localize',
         ...['', '_bf16', '_f16', '_fp8_bf16', '_fp8_f16'].flatMap((s) => ['up', 'down', 'up_rowwise', 'rowwise'].map((k) => `std_moe_experts_${k}${s}`)),
       ].map((k) => [k, 1]),
     ),
