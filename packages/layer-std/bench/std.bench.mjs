@@ -11,9 +11,9 @@
 // bandwidth, bytes read + written, 1 GiB buffers; bf16 GEMM rate, 8192³). Times are device events
 // around each repetition (timeOnDevice: warm-up first, the median of 20), random data, inputs
 // rotated where a repetition would otherwise hit the L2:
-//   attention decode   std.attn_prep + std.attn_core for one row per sequence at position ctx − 1,
+//   attention decode   std.attn_prep + std.attn_core (+ std.attn_combine) for one row per sequence at position ctx − 1,
 //                      contexts 4 K and 32 K, batch 1 and 32; floor: the K and V rows read once,
-//                      batch · ctx · 2 · 2 · 256 · 4 B at the copy rate.
+//                      batch · ctx · 2 (K, V) · 2 kv heads · 256 · the row bytes at the copy rate.
 //   moe                router GEMM + std.moe_route + experts + shared expert (2 GEMMs, std.silu_mul,
 //                      gate GEMM) + std.moe_combine; experts grouped (std.moe_group +
 //                      std.moe_experts_up + std.moe_experts_down + std.moe_experts: each chosen
@@ -128,7 +128,14 @@ async function main() {
         const prep = () => gpu.launch(kernels.prep, { grid: batch, block: d, stream }, {
           ...common, q, qNorm, kNorm, cos, sin, rotaryDim: rot, maxPositions: ctx, eps: 1e-6, normOffset: 1, roundNormalized: 0, vNorm: 0,
         });
-        const attend = () => gpu.launch(kernels.core, { grid: [batch, H], block: 256, stream }, { ...common, q, out, scale: 1 / Math.sqrt(d), window: 0 });
+        // As a served model's layer launches it: chunks from serve's longest sequence (the config's 262 144).
+        const chunks = std.keyChunks('decode', 262144);
+        const partials = alloc(std.partialsBytes(batch, H, d, chunks));
+        const coreArgs = { ...common, q, out, scale: 1 / Math.sqrt(d), window: 0, chunks, partials };
+        const attend = () => {
+          gpu.launch(kernels.core, std.coreLaunch(batch, Hkv, d, BYTES[ROWS], chunks, gpu.device.multiprocessors, stream), coreArgs);
+          gpu.launch(kernels.combine, std.combineLaunch(batch, H, stream), coreArgs);
+        };
         const tPrep = cb.timeOnDevice(gpu, prep, { reps: REPS });
         const tCore = cb.timeOnDevice(gpu, attend, { reps: REPS });
         const bytes = batch * ctx * Hkv * d * BYTES[ROWS] * 2;

@@ -5,29 +5,35 @@
 //                  the first rotaryDim dims) into q [rows][H][d]; when the layer owns its KV
 //                  (ownKv), k likewise, and v as is (or RMS-normalised without a weight: vNorm), into
 //                  the cache at the row's (slot, position); padding rows (slot < 0) zero their q row
-//   std_attn_core  per (row, head): softmax(q·k_t · scale) v_t over t = lo..pos of the row's
-//                  sequence (lo = pos − window + 1 with a sliding window, else 0), × sigmoid(gate)
-//                  when gated; padding rows write zeros
+//   std_attn_core  per (row, kv head, chunk of keys): softmax(q·k_t · scale) v_t for the GQA group's
+//                  query heads over t = lo..pos of the row's sequence (lo = pos − window + 1 with a
+//                  sliding window, else 0), × sigmoid(gate) when gated; padding rows write zeros.
+//                  A row whose keys make several chunks leaves one partial record per (head, chunk)
+//   std_attn_combine  per (row, head) of several chunks: the records merged into the output
 //
 // Types: qkv, q, the K and V caches and out are of the row type T (f32, bf16, f16), one symbol per
-// type (std_attn_prep / std_attn_core for f32, suffixed _bf16 and _f16; each checks its dtype
-// argument); norm weights, cos and sin f32. Norms, RoPE, scores, softmax and the weighted sum of V
-// are f32. The normed q and k are rounded to T before RoPE, as Hugging Face's q_norm / k_norm
-// return the row type (rms_out in std-common.cuh); each stored value is rounded once.
+// type (std_attn_prep / _core / _combine for f32, suffixed _bf16 and _f16; each checks its dtype
+// argument); norm weights, cos, sin and the partial records f32. Norms, RoPE, scores, softmax and
+// the weighted sum of V are f32. The normed q and k are rounded to T before RoPE, as Hugging Face's
+// q_norm / k_norm return the row type (rms_out in std-common.cuh); each stored value is rounded once.
 //
 // std_attn_prep: one CTA per row (min(1024, d rounded up to 32) threads), the heads one after
 // another, a thread per element; the row's slot and position come from the step tables.
 //
-// std_attn_core: grid [rows, heads] (the layer's launch; grid [rows, kvHeads] also works: a CTA then
-// takes the whole GQA group and reads each key once for all its heads), 256 threads. Split-K
-// inside the CTA, flash-decoding style: the CTA's warps share the keys 0..pos (warp s takes key
-// groups s, s + S, … of KPI consecutive keys), each warp keeps an online softmax (running max,
-// sum, and its lanes' slice of the output, d / 32 values per lane in registers, 4-element loads
-// when d is a multiple of 4 and above 64) and loads the K and V rows of KPI keys before using any, so 8 warps ×
-// KPI rows are in flight per CTA; then the warps' partial results are rescaled to the common max
-// and summed in warp order in shared memory (deterministic), and the CTA writes the normalised,
-// gated output. Keys past pos are never read (their cache rows may hold anything).
+// std_attn_core (split-KV, flash-decoding): grid [rows, kvHeads, splits], 256 threads. A CTA takes a
+// whole GQA group, so each key row is read once for all the group's query heads. A row's keys are
+// cut into chunks by key_chunks, from the row's key count and the launch's `chunks` (the most a row
+// is cut into) only, so a row's result never depends on the batch or the grid; CTA z takes chunks
+// z, z + splits, …. In a chunk, K and V tiles of kStageBytes stream into shared memory by cp.async,
+// kStages in flight; each warp takes a tile's keys warp, warp + 8, …, with every head's q and its
+// online softmax (running max in log2 units, sum, d / 32 output values a lane) in registers; then
+// the warps' sums are rescaled to the common max and added in warp order (deterministic). A row of
+// one chunk gets its normalised, gated output at once; otherwise each (head, chunk) writes its
+// record to `partials` ([rows][heads][chunks] × (max, sum, d sums), f32) and std_attn_combine
+// (grid [rows, heads]) merges the row's records in chunk order. Keys past pos are never read
+// (their cache rows may hold anything).
 #include "std-common.cuh"
+#include "std-mma.cuh"
 
 using namespace stdk;
 
@@ -35,8 +41,17 @@ namespace {
 
 constexpr int kMaxHeadDim = 1024;      // std_attn_prep
 constexpr int kMaxCoreHeadDim = 512;   // std_attn_core
-/** Floats of the cross-warp combine buffer (heads processed at once × d). */
-constexpr int kComb = 4096;
+/** Query heads std_attn_core attends at once (fewer where a lane's slices would pass 64 values). */
+constexpr int kMaxHeadsAtOnce = 8;
+constexpr int kMaxWarps = 8;
+/** Floats of the cross-warp combine buffer (heads at once × d: at most 64 values a lane × 32 lanes). */
+constexpr int kComb = 2048;
+/** A row's keys are cut into chunks of at least kMinChunk keys, at most kMaxChunks (attention-kernels.ts has both). */
+constexpr int kMinChunk = 256;
+constexpr int kMaxChunks = 64;
+/** K and V tiles in flight, and the bytes of one tile's K and V rows (attention-kernels.ts sizes the launch's shared memory from both). */
+constexpr int kStages = 4;
+constexpr int kStageBytes = 32768;
 
 __device__ __forceinline__ int qkv_width(int heads, int kvHeads, int d, int gated, int ownKv) {
   return heads * d * (gated ? 2 : 1) + (ownKv ? 2 * kvHeads * d : 0);
@@ -73,145 +88,245 @@ __device__ __forceinline__ void load_frag(float (&f)[E], const T* __restrict__ p
   }
 }
 
+/** The cut of a row's `len` keys: `n` chunks of `size` keys (a multiple of 32; the last shorter). */
+struct KeyChunks {
+  int n;
+  int size;
+};
+
 /**
- * One warp's share of one head: keys t0 = slice·KPI, (slice + slices)·KPI, … (KPI consecutive keys
- * each) up to pos; returns the running max m, the sum l of e^(s − m) and acc = Σ e^(s − m) v.
+ * Chunks of at least kMinChunk keys, at most `maxChunks` (the launch's `chunks`): a function of the
+ * row's key count only, so a row's result never depends on the batch or the grid.
  */
+__device__ __forceinline__ KeyChunks key_chunks(int len, int maxChunks) {
+  const int want = max(1, min(maxChunks, (len + kMinChunk - 1) / kMinChunk));
+  const int size = ((len + want - 1) / want + 31) & ~31;
+  return {(len + size - 1) / size, size};
+}
+
+/** Keys of one shared-memory tile: its K and V rows take kStageBytes (at least 8 keys). */
+__device__ __forceinline__ int tile_keys(int d, int bytes) { return max(8, kStageBytes / (2 * d * bytes)); }
+
+/** One partial record of (row, head, chunk) in `partials`: max score m (log2 units: s · scale · log2 e), Σ 2^(s − m), then d sums of 2^(s − m)·v. */
+__device__ __forceinline__ size_t partial_offset(int row, int heads, int h, int maxChunks, int c, int d) {
+  return (((size_t)row * heads + h) * maxChunks + c) * (size_t)(d + 2);
+}
+
+/**
+ * Keys t0 … t0 + n − 1 of one kv head into a tile: K rows [kt][d], then V rows [kt][d]. 16-byte
+ * cp.async pieces when rows are whole pieces (rows n … kt − 1 zero-filled), else element copies.
+ */
+template <typename T>
+__device__ __forceinline__ void load_tile(T* __restrict__ tile, const T* __restrict__ kCache, const T* __restrict__ vCache, const int32_t* __restrict__ table,
+                                          int pageSize, int kvHeads, int kvh, int d, int t0, int n, int kt, bool pieces) {
+  const int tid = threadIdx.x, B = blockDim.x;
+  T* vTile = tile + (size_t)kt * d;
+  if (pieces) {
+    const int per = d * (int)sizeof(T) / 16;
+    for (int i = tid; i < kt * per; i += B) {
+      const int r = i / per, c = i - r * per;
+      const bool valid = r < n;
+      const size_t off = valid ? cache_offset(table, pageSize, kvHeads, d, t0 + r, kvh) : 0;
+      cp_async16(reinterpret_cast<char*>(tile + (size_t)r * d) + 16 * c, reinterpret_cast<const char*>(kCache + off) + 16 * c, valid);
+      cp_async16(reinterpret_cast<char*>(vTile + (size_t)r * d) + 16 * c, reinterpret_cast<const char*>(vCache + off) + 16 * c, valid);
+    }
+  } else {
+    for (int i = tid; i < n * d; i += B) {
+      const int r = i / d, c = i - r * d;
+      const size_t off = cache_offset(table, pageSize, kvHeads, d, t0 + r, kvh);
+      tile[(size_t)r * d + c] = kCache[off + c];
+      vTile[(size_t)r * d + c] = vCache[off + c];
+    }
+  }
+}
+
+/** A lane's slice of a d-vector in shared memory (the layout of load_frag). */
 template <int E, bool V4, typename T>
-__device__ __forceinline__ void attend(const T* __restrict__ qv, const T* __restrict__ kCache, const T* __restrict__ vCache,
-                                       const int32_t* __restrict__ table, int pageSize, int kvHeads, int kvh, int d, int lo, int pos, int slice,
-                                       int slices, float scale, float (&acc)[E], float& m, float& l) {
-  // Keys per warp step: K and V rows of KPI keys are loaded before any is used (registers allow).
-  constexpr int KPI = V4 ? (E >= 16 ? 1 : (E >= 8 ? 2 : 4)) : (E >= 8 ? 1 : (E >= 4 ? 2 : 4));
-  const int lane = lane_id();
-  float qf[E];
-  load_frag<E, V4, T>(qf, qv, d, lane);
+__device__ __forceinline__ void smem_frag(float (&f)[E], const T* __restrict__ p, int d, int lane) {
+  if constexpr (V4) {
 #pragma unroll
-  for (int k = 0; k < E; k++) acc[k] = 0.f;
-  m = -INFINITY;
-  l = 0.f;
-  // Whole rounds of the warps' key groups before the window's first key are skipped.
-  const int round = slices * KPI;
-  for (int t0 = (lo / round) * round + slice * KPI; t0 <= pos; t0 += round) {
-    float kf[KPI][E], vf[KPI][E], s[KPI];
+    for (int c = 0; c < E / 4; c++) {
+      const int i = c * 32 + lane;
+      const float4 t = 4 * i < d ? load4(p, i) : make_float4(0.f, 0.f, 0.f, 0.f);
+      f[4 * c] = t.x, f[4 * c + 1] = t.y, f[4 * c + 2] = t.z, f[4 * c + 3] = t.w;
+    }
+  } else {
 #pragma unroll
-    for (int u = 0; u < KPI; u++) {
-      const int t = t0 + u;
-      if (t >= lo && t <= pos) {
-        const size_t off = cache_offset(table, pageSize, kvHeads, d, t, kvh);
-        load_frag<E, V4, T>(kf[u], kCache + off, d, lane);
-        load_frag<E, V4, T>(vf[u], vCache + off, d, lane);
-      } else {
+    for (int c = 0; c < E; c++) {
+      const int i = c * 32 + lane;
+      f[c] = i < d ? load_value(p, i) : 0.f;
+    }
+  }
+}
+
+/** Shared memory of std_attn_core outside its tiles. */
+struct CoreShared {
+  float* comb;  // [heads at once][d]: the warps' sums, added in warp order
+  float* mS;    // [warps][heads at once]
+  float* lS;
+  float* MA;  // [heads at once]: common max and sum
+  float* LA;
+};
+
+/**
+ * One CTA's chunk c of one row for `ng` query heads h0 … of kv head kvh: keys a … a + nkeys − 1
+ * through kStages tiles in flight; each warp takes a tile's keys warp, warp + warps, … and keeps an
+ * online softmax per head (q of every head in registers); then the warps' sums are rescaled to the
+ * common max and added in warp order (deterministic). Writes the normalised, gated output when the
+ * row has one chunk, else the chunk's partial record.
+ */
+template <int E, bool V4, int HG, typename T>
+__device__ __forceinline__ void attend_chunk(const T* __restrict__ qkv, const T* __restrict__ kCache, const T* __restrict__ vCache,
+                                             const int32_t* __restrict__ table, int pageSize, int heads, int kvHeads, int kvh, int d, int W, int gated,
+                                             const T* __restrict__ q, T* __restrict__ out, float* __restrict__ partials, float scale, int row, int h0, int ng,
+                                             int a, int nkeys, int c, int nChunks, int maxChunks, T* tiles, const CoreShared& sh) {
+  const int lane = lane_id(), warp = warp_id(), nw = num_warps(), tid = threadIdx.x, B = blockDim.x;
+  const int kt = tile_keys(d, (int)sizeof(T));
+  const bool pieces = (d * (int)sizeof(T)) % 16 == 0 && aligned16(kCache) && aligned16(vCache);
+  const size_t tileElems = 2 * (size_t)kt * d;
+  // Scores in log2 units: e^(x · scale) = 2^(x · scale · log2 e).
+  const float scale2 = scale * 1.4426950408889634f;
+  float qf[HG][E], acc[HG][E], m[HG], l[HG];
 #pragma unroll
-        for (int k = 0; k < E; k++) kf[u][k] = 0.f, vf[u][k] = 0.f;
+  for (int g = 0; g < HG; g++) {
+    if (g < ng) load_frag<E, V4, T>(qf[g], q + ((size_t)row * heads + h0 + g) * d, d, lane);
+    else {
+#pragma unroll
+      for (int k = 0; k < E; k++) qf[g][k] = 0.f;
+    }
+#pragma unroll
+    for (int k = 0; k < E; k++) acc[g][k] = 0.f;
+    m[g] = -INFINITY, l[g] = 0.f;
+  }
+  const int nt = (nkeys + kt - 1) / kt;
+#pragma unroll
+  for (int s = 0; s < kStages - 1; s++) {
+    if (s < nt) load_tile<T>(tiles + s * tileElems, kCache, vCache, table, pageSize, kvHeads, kvh, d, a + s * kt, min(kt, nkeys - s * kt), kt, pieces);
+    cp_async_commit();
+  }
+  for (int i = 0; i < nt; i++) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // tile i is in; every warp is done with tile i − 1, whose stage is refilled next
+    const int j = i + kStages - 1;
+    if (j < nt) load_tile<T>(tiles + (j % kStages) * tileElems, kCache, vCache, table, pageSize, kvHeads, kvh, d, a + j * kt, min(kt, nkeys - j * kt), kt, pieces);
+    cp_async_commit();
+    const T* kTile = tiles + (i % kStages) * tileElems;
+    const T* vTile = kTile + (size_t)kt * d;
+    const int n = min(kt, nkeys - i * kt);
+    for (int u = warp; u < n; u += nw) {
+      float kf[E], vf[E], s[HG];
+      smem_frag<E, V4, T>(kf, kTile + (size_t)u * d, d, lane);
+      smem_frag<E, V4, T>(vf, vTile + (size_t)u * d, d, lane);
+#pragma unroll
+      for (int g = 0; g < HG; g++) {
+        float x = 0.f;
+#pragma unroll
+        for (int k = 0; k < E; k++) x += qf[g][k] * kf[k];
+        s[g] = x;
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+#pragma unroll
+        for (int g = 0; g < HG; g++) s[g] += __shfl_xor_sync(kFull, s[g], o);
+      }
+#pragma unroll
+      for (int g = 0; g < HG; g++) {
+        if (g >= ng) continue;
+        const float sc = s[g] * scale2;
+        const float mn = fmaxf(m[g], sc);
+        const float corr = exp2f(m[g] - mn);  // 0 at the first key (m = −∞)
+        const float p = exp2f(sc - mn);
+        l[g] = l[g] * corr + p;
+#pragma unroll
+        for (int k = 0; k < E; k++) acc[g][k] = acc[g][k] * corr + p * vf[k];
+        m[g] = mn;
       }
     }
-#pragma unroll
-    for (int u = 0; u < KPI; u++) {
-      float a = 0.f;
-#pragma unroll
-      for (int k = 0; k < E; k++) a += qf[k] * kf[u][k];
-      s[u] = a;
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-#pragma unroll
-      for (int u = 0; u < KPI; u++) s[u] += __shfl_xor_sync(kFull, s[u], o);
-    }
-    float mn = m;
-#pragma unroll
-    for (int u = 0; u < KPI; u++) {
-      s[u] = t0 + u >= lo && t0 + u <= pos ? s[u] * scale : -INFINITY;
-      mn = fmaxf(mn, s[u]);
-    }
-    if (mn == -INFINITY) continue;  // every key of this group is before the window (and none seen yet)
-    const float corr = expf(m - mn);
-    l *= corr;
-#pragma unroll
-    for (int k = 0; k < E; k++) acc[k] *= corr;
-#pragma unroll
-    for (int u = 0; u < KPI; u++) {
-      const float p = expf(s[u] - mn);
-      l += p;
-#pragma unroll
-      for (int k = 0; k < E; k++) acc[k] += p * vf[u][k];
-    }
-    m = mn;
   }
+  cp_async_wait<0>();
+  // The warps' results: each head's common max, every warp's sum rescaled to it, added in warp order.
+  if (lane == 0) {
+#pragma unroll
+    for (int g = 0; g < HG; g++) sh.mS[warp * HG + g] = m[g], sh.lS[warp * HG + g] = l[g];
+  }
+  __syncthreads();
+  float f[HG];
+#pragma unroll
+  for (int g = 0; g < HG; g++) {
+    float M = -INFINITY;
+    for (int w = 0; w < nw; w++) M = fmaxf(M, sh.mS[w * HG + g]);
+    f[g] = m[g] == -INFINITY ? 0.f : exp2f(m[g] - M);
+  }
+  if (tid < ng) {
+    float M = -INFINITY, L = 0.f;
+    for (int w = 0; w < nw; w++) M = fmaxf(M, sh.mS[w * HG + tid]);
+    for (int w = 0; w < nw; w++) {
+      const float mw = sh.mS[w * HG + tid];
+      if (mw != -INFINITY) L += sh.lS[w * HG + tid] * exp2f(mw - M);
+    }
+    sh.MA[tid] = M, sh.LA[tid] = L;
+  }
+  for (int w = 0; w < nw; w++) {
+    if (warp == w) {
+#pragma unroll
+      for (int g = 0; g < HG; g++) {
+        if (g >= ng) continue;
+#pragma unroll
+        for (int k = 0; k < E; k++) {
+          const int idx = frag_index<E, V4>(k, lane);
+          if (idx < d) sh.comb[g * d + idx] = (w == 0 ? 0.f : sh.comb[g * d + idx]) + acc[g][k] * f[g];
+        }
+      }
+    }
+    __syncthreads();
+  }
+  for (int i = tid; i < ng * d; i += B) {
+    const int g = i / d, e = i - g * d;
+    const int h = h0 + g;
+    if (nChunks == 1) {
+      const float gate = gated ? sigmoid(ldg_value(qkv, (size_t)row * W + (size_t)h * 2 * d + d + e)) : 1.f;
+      store_value(out, ((size_t)row * heads + h) * d + e, sh.comb[i] / sh.LA[g] * gate);
+    } else {
+      float* rec = partials + partial_offset(row, heads, h, maxChunks, c, d);
+      if (e == 0) rec[0] = sh.MA[g], rec[1] = sh.LA[g];
+      rec[2 + e] = sh.comb[i];
+    }
+  }
+  __syncthreads();  // comb, MA, LA and the tiles are reused by the CTA's next chunk or heads
 }
 
 template <int E, bool V4, typename T>
 __device__ __forceinline__ void core_body(const T* __restrict__ qkv, const T* __restrict__ kCache, const T* __restrict__ vCache,
                                           const int32_t* __restrict__ blockTable, const int32_t* __restrict__ slots, const int32_t* __restrict__ rowStarts,
                                           const int32_t* __restrict__ positions, int batch, int heads, int kvHeads, int d, int pageSize, int maxPages,
-                                          int gated, int ownKv, const T* __restrict__ q, T* __restrict__ out, float scale, int window,
-                                          float* comb, float* mS, float* lS, float* LA) {
+                                          int gated, int ownKv, const T* __restrict__ q, T* __restrict__ out, float scale, int window, int maxChunks,
+                                          float* __restrict__ partials, T* tiles, const CoreShared& sh) {
+  // Query heads at once: their q and sums stay in registers (64 values a lane).
+  constexpr int HG = 64 / E < kMaxHeadsAtOnce ? 64 / E : kMaxHeadsAtOnce;
   const int rows = rowStarts[batch];
-  const int hpc = heads / (int)gridDim.y;  // heads per CTA: 1, or the GQA group
   const int group = heads / kvHeads;
+  const int kvh = blockIdx.y;
   const int W = qkv_width(heads, kvHeads, d, gated, ownKv);
-  const int lane = lane_id(), warp = warp_id(), nw = num_warps(), tid = threadIdx.x;
-  const int A = min(min(hpc, nw), max(1, kComb / d));  // heads at once
-  const int slices = nw / A;
   for (int row = blockIdx.x; row < rows; row += gridDim.x) {
     const int p = batch_pos_of_row(rowStarts, batch, row);
     const int slot = slots[p];
     const int pos = positions[row];
-    const int hBase = blockIdx.y * hpc;
     if (slot < 0) {
-      for (int i = tid; i < hpc * d; i += blockDim.x) store_value(out, ((size_t)row * heads + hBase) * d + i, 0.f);
+      if (blockIdx.z == 0) {
+        for (int i = threadIdx.x; i < group * d; i += blockDim.x) store_value(out, ((size_t)row * heads + kvh * group) * d + i, 0.f);
+      }
       continue;
     }
     const int32_t* table = blockTable + (size_t)slot * maxPages;
-    for (int h0 = 0; h0 < hpc; h0 += A) {
-      const int a = warp % A, sl = warp / A;
-      const int h = hBase + h0 + a;
-      const bool active = warp < A * slices && h0 + a < hpc;
-      float acc[E];
-      float m = -INFINITY, l = 0.f;
-      if (active) {
-        attend<E, V4, T>(q + ((size_t)row * heads + h) * d, kCache, vCache, table, pageSize, kvHeads, h / group, d, first_key(pos, window), pos, sl, slices,
-                         scale, acc, m, l);
-      } else {
-#pragma unroll
-        for (int k = 0; k < E; k++) acc[k] = 0.f;
+    const int lo = first_key(pos, window);
+    const KeyChunks ch = key_chunks(pos - lo + 1, maxChunks);
+    for (int c = blockIdx.z; c < ch.n; c += gridDim.z) {
+      const int a = lo + c * ch.size;
+      const int nkeys = min(ch.size, pos + 1 - a);
+      for (int g0 = 0; g0 < group; g0 += HG) {
+        attend_chunk<E, V4, HG, T>(qkv, kCache, vCache, table, pageSize, heads, kvHeads, kvh, d, W, gated, q, out, partials, scale, row,
+                                   kvh * group + g0, min(HG, group - g0), a, nkeys, c, ch.n, maxChunks, tiles, sh);
       }
-      if (lane == 0) mS[warp] = m, lS[warp] = l;
-      __syncthreads();
-      // Each head's common max; the warps rescale to it and add up in warp order.
-      float f = 0.f;
-      if (active) {
-        float M = -INFINITY;
-        for (int s = 0; s < slices; s++) M = fmaxf(M, mS[s * A + a]);
-        f = m == -INFINITY ? 0.f : expf(m - M);
-      }
-      if (tid < A && h0 + tid < hpc) {
-        float M = -INFINITY, L = 0.f;
-        for (int s = 0; s < slices; s++) M = fmaxf(M, mS[s * A + tid]);
-        for (int s = 0; s < slices; s++) {
-          const float ms = mS[s * A + tid];
-          if (ms != -INFINITY) L += lS[s * A + tid] * expf(ms - M);
-        }
-        LA[tid] = L;
-      }
-      for (int s = 0; s < slices; s++) {
-        if (active && sl == s) {
-#pragma unroll
-          for (int k = 0; k < E; k++) {
-            const int idx = frag_index<E, V4>(k, lane);
-            if (idx < d) comb[a * d + idx] = (s == 0 ? 0.f : comb[a * d + idx]) + acc[k] * f;
-          }
-        }
-        __syncthreads();
-      }
-      const int nA = min(A, hpc - h0);
-      for (int i = tid; i < nA * d; i += blockDim.x) {
-        const int a2 = i / d, c = i - a2 * d;
-        const int h2 = hBase + h0 + a2;
-        const float g = gated ? sigmoid(ldg_value(qkv, (size_t)row * W + (size_t)h2 * 2 * d + d + c)) : 1.f;
-        store_value(out, ((size_t)row * heads + h2) * d + c, comb[i] / LA[a2] * g);
-      }
-      __syncthreads();
     }
   }
 }
@@ -298,16 +413,21 @@ __device__ __forceinline__ void core_rows(const T* __restrict__ qkv, const T* __
                                           const int32_t* __restrict__ blockTable, const int32_t* __restrict__ slots, const int32_t* __restrict__ rowStarts,
                                           const int32_t* __restrict__ positions, int batch, int heads, int kvHeads, int headDim, int pageSize,
                                           int maxPages, int gated, int ownKv, const T* __restrict__ q, T* __restrict__ out, float scale,
-                                          int window) {
+                                          int window, int maxChunks, float* __restrict__ partials) {
   STD_SHARED(float, comb, kComb);  // one buffer for every instantiation of core_body
-  STD_SHARED(float, mS, 32);
-  STD_SHARED(float, lS, 32);
-  STD_SHARED(float, LA, 32);
+  STD_SHARED(float, mS, kMaxWarps * kMaxHeadsAtOnce);
+  STD_SHARED(float, lS, kMaxWarps * kMaxHeadsAtOnce);
+  STD_SHARED(float, MA, kMaxHeadsAtOnce);
+  STD_SHARED(float, LA, kMaxHeadsAtOnce);
+  STD_DYNAMIC_SMEM(smem);
   const int d = headDim;
-  if (heads % (int)gridDim.y != 0 || (gridDim.y != (unsigned)heads && gridDim.y != (unsigned)kvHeads)) __trap();
+  if (gridDim.y != (unsigned)kvHeads || heads % kvHeads != 0 || num_warps() > kMaxWarps || maxChunks < 1 || maxChunks > kMaxChunks) __trap();
+  if (dynamic_smem_bytes() < (unsigned)(kStages * 2 * tile_keys(d, (int)sizeof(T)) * d * (int)sizeof(T))) __trap();
+  const CoreShared sh{comb, mS, lS, MA, LA};
+  T* tiles = reinterpret_cast<T*>(smem);
 #define STD_CORE(E, V4) \
   core_body<E, V4, T>(qkv, kCache, vCache, blockTable, slots, rowStarts, positions, batch, heads, kvHeads, d, pageSize, maxPages, gated, ownKv, q, out, scale, \
-                      window, comb, mS, lS, LA)
+                      window, maxChunks, partials, tiles, sh)
   // Slices of d / 32 values per lane: 4-element loads from d = 65 on (d a multiple of 4), scalar below.
   const bool v4 = (d & 3) == 0 && aligned16(q) && aligned16(kCache) && aligned16(vCache);
   if (d <= 32) STD_CORE(1, false);
@@ -321,9 +441,48 @@ __device__ __forceinline__ void core_rows(const T* __restrict__ qkv, const T* __
 #undef STD_CORE
 }
 
+/** The chunks of each (row, head) with more than one: their partial records merged, normalised and gated into out. */
+template <typename T>
+__device__ __forceinline__ void combine_rows(const T* __restrict__ qkv, const int32_t* __restrict__ slots, const int32_t* __restrict__ rowStarts,
+                                             const int32_t* __restrict__ positions, int batch, int heads, int kvHeads, int d, int gated, int ownKv,
+                                             T* __restrict__ out, int window, int maxChunks, const float* __restrict__ partials) {
+  STD_SHARED(float, weight, kMaxChunks);
+  STD_SHARED(float, red, 32);
+  if (maxChunks < 1 || maxChunks > kMaxChunks || gridDim.y != (unsigned)heads) __trap();
+  const int rows = rowStarts[batch];
+  const int W = qkv_width(heads, kvHeads, d, gated, ownKv);
+  const int h = blockIdx.y, tid = threadIdx.x;
+  for (int row = blockIdx.x; row < rows; row += gridDim.x) {
+    const int p = batch_pos_of_row(rowStarts, batch, row);
+    if (slots[p] < 0) continue;  // std_attn_core wrote its zeros
+    const int pos = positions[row];
+    const KeyChunks ch = key_chunks(pos - first_key(pos, window) + 1, maxChunks);
+    if (ch.n == 1) continue;  // std_attn_core wrote the output
+    const float* rec = partials + partial_offset(row, heads, h, maxChunks, 0, d);
+    const size_t R = (size_t)d + 2;
+    float M = -INFINITY;
+    for (int c = tid; c < ch.n; c += blockDim.x) M = fmaxf(M, rec[c * R]);
+    M = block_max(M, red);
+    float L = 0.f;
+    for (int c = tid; c < ch.n; c += blockDim.x) {
+      const float w = exp2f(rec[c * R] - M);
+      weight[c] = w;
+      L += rec[c * R + 1] * w;
+    }
+    L = block_sum(L, red);  // its barrier also publishes `weight`
+    for (int e = tid; e < d; e += blockDim.x) {
+      float o = 0.f;
+      for (int c = 0; c < ch.n; c++) o += rec[c * R + 2 + e] * weight[c];
+      const float gate = gated ? sigmoid(ldg_value(qkv, (size_t)row * W + (size_t)h * 2 * d + d + e)) : 1.f;
+      store_value(out, ((size_t)row * heads + h) * d + e, o / L * gate);
+    }
+    __syncthreads();  // weight is rewritten by the CTA's next row
+  }
+}
+
 }  // namespace
 
-// One prep and one core symbol per row type (attention-kernels.ts declares them).
+// One prep, core and combine symbol per row type (attention-kernels.ts declares them).
 #define STD_ATTENTION_KERNELS(SUFFIX, T)                                                                                                            \
   extern "C" __global__ void __launch_bounds__(1024) std_attn_prep##SUFFIX(                                                                        \
       const T* __restrict__ qkv, T* __restrict__ kCache, T* __restrict__ vCache, const int32_t* __restrict__ blockTable,                           \
@@ -335,14 +494,22 @@ __device__ __forceinline__ void core_rows(const T* __restrict__ qkv, const T* __
     prep_rows<T>(qkv, kCache, vCache, blockTable, slots, rowStarts, positions, batch, heads, kvHeads, headDim, pageSize, maxPages, gated, ownKv,  \
                  q, qNorm, kNorm, cos, sin, rotaryDim, maxPositions, eps, normOffset, roundNormalized, vNorm);                                     \
   }                                                                                                                                                \
-  extern "C" __global__ void __launch_bounds__(256, 2) std_attn_core##SUFFIX(                                                                      \
+  extern "C" __global__ void __launch_bounds__(256, 1) std_attn_core##SUFFIX(                                                                      \
       const T* __restrict__ qkv, const T* __restrict__ kCache, const T* __restrict__ vCache, const int32_t* __restrict__ blockTable,                \
       const int32_t* __restrict__ slots, const int32_t* __restrict__ rowStarts, const int32_t* __restrict__ positions, int batch, int heads,       \
       int kvHeads, int headDim, int pageSize, int maxPages, int gated, int dtype, int ownKv, const T* __restrict__ q, T* __restrict__ out,      \
-      float scale, int window) {                                                                                                                   \
+      float scale, int window, int chunks, float* __restrict__ partials) {                                                                        \
     if (dtype != row_code<T>) __trap();                                                                                                            \
     core_rows<T>(qkv, kCache, vCache, blockTable, slots, rowStarts, positions, batch, heads, kvHeads, headDim, pageSize, maxPages, gated, ownKv,  \
-                 q, out, scale, window);                                                                                                           \
+                 q, out, scale, window, chunks, partials);                                                                                         \
+  }                                                                                                                                                \
+  extern "C" __global__ void __launch_bounds__(256) std_attn_combine##SUFFIX(                                                                      \
+      const T* __restrict__ qkv, const T* __restrict__ kCache, const T* __restrict__ vCache, const int32_t* __restrict__ blockTable,                \
+      const int32_t* __restrict__ slots, const int32_t* __restrict__ rowStarts, const int32_t* __restrict__ positions, int batch, int heads,       \
+      int kvHeads, int headDim, int pageSize, int maxPages, int gated, int dtype, int ownKv, const T* __restrict__ q, T* __restrict__ out,      \
+      float scale, int window, int chunks, float* __restrict__ partials) {                                                                        \
+    if (dtype != row_code<T>) __trap();                                                                                                            \
+    combine_rows<T>(qkv, slots, rowStarts, positions, batch, heads, kvHeads, headDim, gated, ownKv, out, window, chunks, partials);              \
   }
 
 STD_ATTENTION_KERNELS(, float)

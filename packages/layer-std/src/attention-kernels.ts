@@ -1,5 +1,5 @@
 import { defineKernel, type FloatDtype, type Kernel, type LaunchConfig, type StepPhase, type Stream } from '@metrale/core';
-import { coreCpu, prefillCpu, prepCpu } from './attention.cpu.js';
+import { combineCpu, coreCpu, prefillCpu, prepCpu } from './attention.cpu.js';
 import { attentionModule as module, attentionPrefillModule } from './std-modules.js';
 
 /** `dtype`: the row type of qkv, q, the caches and out (FLOAT_DTYPE_CODE); each kernel's symbol is of one type and checks it. */
@@ -12,20 +12,28 @@ const PREP_PARAMS = {
   ...COMMON, q: 'ptr', qNorm: 'ptr', kNorm: 'ptr', cos: 'ptr', sin: 'ptr', rotaryDim: 'i32', maxPositions: 'i32', eps: 'f32', normOffset: 'f32',
   roundNormalized: 'i32', vNorm: 'i32',
 } as const;
-const CORE_PARAMS = { ...COMMON, q: 'ptr', out: 'ptr', scale: 'f32', window: 'i32' } as const;
+const PREFILL_PARAMS = { ...COMMON, q: 'ptr', out: 'ptr', scale: 'f32', window: 'i32' } as const;
+/** `chunks`: the most chunks a row's keys are cut into (1: none); `partials`: their f32 records (`partialsBytes`). */
+const CORE_PARAMS = { ...PREFILL_PARAMS, chunks: 'i32', partials: 'ptr' } as const;
 
-/** The two attention kernels of one row type. */
+/** The attention kernels of one row type. */
 export interface AttentionKernels {
   /** Per row: q heads normed and rotated into `q`; with `ownKv`, k (normed, rotated) and v (RMS-normalised when `vNorm`) into the paged cache. */
   readonly prep: Kernel<typeof PREP_PARAMS>;
-  /** Per row and head: softmax(q·Kᵀ · scale) V over positions 0..pos (pos − window + 1..pos with a window) of the row's sequence, times sigmoid(gate). */
+  /**
+   * Per row, kv head and chunk of keys: softmax(q·Kᵀ · scale) V over positions 0..pos (pos − window
+   * + 1..pos with a window) of the row's sequence for the GQA group's heads, times sigmoid(gate); a
+   * row of several chunks leaves their partial records for `combine`.
+   */
   readonly core: Kernel<typeof CORE_PARAMS>;
+  /** Per row and head of several chunks: the chunks' records merged into the output (the same arguments as `core`). */
+  readonly combine: Kernel<typeof CORE_PARAMS>;
   /**
    * `core` of a prefill on tensor cores (bf16 / f16 rows; kernels/std-attention-prefill.cu): the same
    * parameters and result, with P rounded to the row type before P·V per key tile (its twin,
    * `prefillCpu`, rounds the same way). Absent for f32, the reference path.
    */
-  readonly prefill?: Kernel<typeof CORE_PARAMS>;
+  readonly prefill?: Kernel<typeof PREFILL_PARAMS>;
 }
 
 const SUFFIX: Readonly<Record<FloatDtype, string>> = { f32: '', bf16: '_bf16', f16: '_f16' };
@@ -35,9 +43,10 @@ function attentionKernelsOf(dtype: FloatDtype): AttentionKernels {
   return {
     prep: defineKernel({ name: name('std.attn_prep'), params: PREP_PARAMS, cuda: { module, symbol: `std_attn_prep${SUFFIX[dtype]}` }, cpu: prepCpu }),
     core: defineKernel({ name: name('std.attn_core'), params: CORE_PARAMS, cuda: { module, symbol: `std_attn_core${SUFFIX[dtype]}` }, cpu: coreCpu }),
+    combine: defineKernel({ name: name('std.attn_combine'), params: CORE_PARAMS, cuda: { module, symbol: `std_attn_combine${SUFFIX[dtype]}` }, cpu: combineCpu }),
     ...(dtype === 'f32'
       ? {}
-      : { prefill: defineKernel({ name: name('std.attn_prefill'), params: CORE_PARAMS, cuda: { module: attentionPrefillModule, symbol: `std_attn_prefill${SUFFIX[dtype]}` }, cpu: prefillCpu }) }),
+      : { prefill: defineKernel({ name: name('std.attn_prefill'), params: PREFILL_PARAMS, cuda: { module: attentionPrefillModule, symbol: `std_attn_prefill${SUFFIX[dtype]}` }, cpu: prefillCpu }) }),
   };
 }
 
@@ -50,14 +59,43 @@ export const ATTENTION_KERNELS: Readonly<Record<FloatDtype, AttentionKernels>> =
 export const prepKernel = ATTENTION_KERNELS.f32.prep;
 export const coreKernel = ATTENTION_KERNELS.f32.core;
 
+/** A row's keys are cut into chunks of at least this many keys, at most MAX_KEY_CHUNKS (kernels/std-attention.cu's kMinChunk, kMaxChunks). */
+export const MIN_KEY_CHUNK = 256;
+export const MAX_KEY_CHUNKS = 64;
+/** K and V tiles `std.attn_core` keeps in flight, and the bytes of one tile's K and V rows (kStages, kStageBytes). */
+const CORE_STAGES = 4;
+const CORE_STAGE_BYTES = 32768;
+
 /**
- * `std.attn_core`'s CTAs: [rows, heads] for decode and verify (each head's keys split over the
- * CTA's warps: enough CTAs at batch 1); [rows, kvHeads] for prefill, where rows are many: a CTA
- * takes a whole GQA group, so each key row is read once for the group's heads instead of once per
- * head. A row's result depends on the phase, never on the rest of the step.
+ * The `chunks` argument of `std.attn_core`: for decode and verify rows, as many as a sequence of
+ * `maxSeqLen` keys can use (each row's cut then depends on its own key count only); 1 for prefill
+ * rows, which are many (a CTA per row and kv head is enough) and would need records for every row.
  */
-export function coreLaunch(phase: StepPhase, rows: number, heads: number, kvHeads: number, stream: Stream): LaunchConfig {
-  return { grid: [Math.max(1, rows), phase === 'prefill' ? kvHeads : heads], block: 256, stream };
+export function keyChunks(phase: StepPhase, maxSeqLen: number): number {
+  return phase === 'prefill' ? 1 : Math.max(1, Math.min(MAX_KEY_CHUNKS, Math.ceil(maxSeqLen / MIN_KEY_CHUNK)));
+}
+
+/** Bytes of `std.attn_core`'s partial records for `rows` rows at `chunks`: [rows][heads][chunks] × (2 + headDim) f32; 0 at one chunk. */
+export function partialsBytes(rows: number, heads: number, headDim: number, chunks: number): number {
+  return chunks > 1 ? 4 * rows * heads * chunks * (headDim + 2) : 0;
+}
+
+/**
+ * `std.attn_core`'s CTAs: [rows, kvHeads, splits] of 256 threads, each CTA a whole GQA group (every
+ * key row read once for the group's heads) and chunks z, z + splits, … of its row. Splits (at most
+ * `chunks`) fill about two CTAs per multiprocessor; they change which CTA takes a chunk, never the
+ * result. Shared memory: CORE_STAGES tiles of K and V rows.
+ */
+export function coreLaunch(rows: number, kvHeads: number, headDim: number, rowBytes: number, chunks: number, multiprocessors: number, stream: Stream): LaunchConfig {
+  const ctas = Math.max(1, rows) * kvHeads;
+  const splits = Math.max(1, Math.min(chunks, Math.ceil((2 * multiprocessors) / ctas)));
+  const tileKeys = Math.max(8, Math.floor(CORE_STAGE_BYTES / (2 * headDim * rowBytes)));
+  return { grid: [Math.max(1, rows), kvHeads, splits], block: 256, sharedBytes: CORE_STAGES * 2 * tileKeys * headDim * rowBytes, stream };
+}
+
+/** `std.attn_combine`'s CTAs: one per (row, head), 128 threads over the head dim. */
+export function combineLaunch(rows: number, heads: number, stream: Stream): LaunchConfig {
+  return { grid: [Math.max(1, rows), heads], block: 128, stream };
 }
 
 /** Query rows per CTA of `std.attn_prefill`, and its largest head dim (a multiple of 8). */

@@ -4,11 +4,14 @@ import {
   type TransformerLayer, type WeightSource,
 } from '@metrale/core';
 import { checkAttention, type AttentionOptions, type KvSource } from './attention-config.js';
-import { ATTENTION_KERNELS, attnPrefillLaunch, coreLaunch, prefillOnTensorCores, type AttentionKernels } from './attention-kernels.js';
+import {
+  ATTENTION_KERNELS, attnPrefillLaunch, combineLaunch, coreLaunch, keyChunks, partialsBytes, prefillOnTensorCores, type AttentionKernels,
+} from './attention-kernels.js';
 import { loadAttentionWeights } from './attention-weights.js';
 import { DeviceMemory } from './device-memory.js';
 import { precisionOf } from './layer-precision.js';
 import { requireKernels } from './require-kernels.js';
+import { acquireScratch, type ScratchLease } from './shared-scratch.js';
 import { acquireRopeTable, type SharedRopeTable } from './rope-table.js';
 import { StackedLinear } from './stacked-linear.js';
 
@@ -22,7 +25,8 @@ export interface AttentionState extends LayerState {
  * `gated: false`; Gemma 3n's with a sliding window, unweighted `v_norm`, scale 1 and KV sharing,
  * where a layer with `kvSource` reads that layer's pages and owns none): one GEMM for q, k, v (or one per projection when FP8 scales cannot be stacked);
  * `std.attn_prep` (q/k norms, partial RoPE, cache write); `std.attn_core` (causal softmax over the
- * cache, output gate); the `o_proj` GEMM. q/k/v, the cache and the output are of the row type,
+ * cache, output gate; split-KV for decode and verify rows, whose chunks `std.attn_combine` merges;
+ * `std.attn_prefill` on tensor cores for a bf16 / f16 prefill); the `o_proj` GEMM. q/k/v, the cache and the output are of the row type,
  * norms, softmax and its sums f32. Every per-step
  * value the kernels need comes from the step tables, so a captured step replays correctly; the
  * cache length lives on the host, hence the room check and the replay sync. Rejected verify rows
@@ -55,12 +59,16 @@ export class AttentionLayer implements TransformerLayer<AttentionState>, KvSourc
   /** The pool binding and this layer's K and V pages ([pages][pageSize][kvHeads][headDim] each). */
   #cache: { readonly binding: KvPageBinding; readonly k: DevicePtr; readonly v: DevicePtr } | undefined;
   readonly #qkvWidth: number;
+  /** `std.attn_core`'s partial records of decode and verify rows (shared by the model's attention layers); none when rows are never cut. */
+  readonly #partials: ScratchLease | undefined;
+  /** The most decode or verify rows a step has (the records are sized for them). */
+  readonly #decodeRows: number;
   #disposed = false;
 
   constructor(gpu: GpuBackend, weights: WeightSource, limits: LayerLimits, options: AttentionOptions) {
     const precision = precisionOf(options.precision, 'attention');
     this.#kernels = ATTENTION_KERNELS[precision.rows];
-    requireKernels(gpu, 'attention', [this.#kernels.prep, this.#kernels.core, ...(this.#kernels.prefill ? [this.#kernels.prefill] : [])]);
+    requireKernels(gpu, 'attention', [this.#kernels.prep, this.#kernels.core, this.#kernels.combine, ...(this.#kernels.prefill ? [this.#kernels.prefill] : [])]);
     this.options = checkAttention(options);
     this.precision = precision;
     this.limits = limits;
@@ -82,6 +90,9 @@ export class AttentionLayer implements TransformerLayer<AttentionState>, KvSourc
         cos: rope.cos, sin: rope.sin,
         qkv: m.alloc(bytes * limits.maxRows * this.#qkvWidth), q: m.alloc(bytes * limits.maxRows * H * d), attn: m.alloc(bytes * limits.maxRows * H * d),
       };
+      const decodeRows = (this.#decodeRows = Math.min(limits.maxRows, limits.maxBatch * limits.maxK));
+      const partials = partialsBytes(decodeRows, H, d, keyChunks('decode', limits.maxSeqLen));
+      this.#partials = partials > 0 ? acquireScratch(gpu, 'attention-partials', partials) : undefined;
     } catch (error) {
       rope?.release();
       m.free();
@@ -159,6 +170,9 @@ export class AttentionLayer implements TransformerLayer<AttentionState>, KvSourc
     if (rows > this.limits.maxRows) throw new InvalidArgumentError(`attention: a step of ${rows} rows exceeds limits.maxRows (${this.limits.maxRows})`);
     const cache = this.kvCache();
     if (!cache) throw new InvalidArgumentError(`attention: a ${phase} step before kvBind; run the layer through a StepDriver, which binds the page pool`);
+    if (phase !== 'prefill' && rows > this.#decodeRows) {
+      throw new InvalidArgumentError(`attention: a ${phase} step of ${rows} rows exceeds limits.maxBatch × limits.maxK (${this.#decodeRows})`);
+    }
     // Every check before the first launch (the driver gave every sequence the pages of its rows).
     for (let p = 0; p < batch; p++) {
       const state = host.states[p];
@@ -180,11 +194,14 @@ export class AttentionLayer implements TransformerLayer<AttentionState>, KvSourc
       rotaryDim: o.rotaryDim, maxPositions: this.limits.maxSeqLen, eps: o.eps, normOffset: o.normOffset,
       roundNormalized: (o.roundNormalized ?? o.normOffset === 0) ? 1 : 0, vNorm: o.vNorm ? 1 : 0,
     });
-    const core = { ...common, q: b.q, out: b.attn, scale: o.scale ?? 1 / Math.sqrt(d), window: o.window ?? 0 };
+    const attend = { ...common, q: b.q, out: b.attn, scale: o.scale ?? 1 / Math.sqrt(d), window: o.window ?? 0 };
     if (prefillOnTensorCores(this.#kernels, phase, d)) {
-      gpu.launch(this.#kernels.prefill!, attnPrefillLaunch(rows, batch, o.heads, d, floatBytes(dtype), gpu.device.computeCapability, stream), core);
+      gpu.launch(this.#kernels.prefill!, attnPrefillLaunch(rows, batch, o.heads, d, floatBytes(dtype), gpu.device.computeCapability, stream), attend);
     } else {
-      gpu.launch(this.#kernels.core, coreLaunch(phase, rows, o.heads, o.kvHeads, stream), core);
+      const chunks = this.#partials ? keyChunks(phase, this.limits.maxSeqLen) : 1;
+      const core = { ...attend, chunks, partials: chunks > 1 ? this.#partials!.ptr : 0n };
+      gpu.launch(this.#kernels.core, coreLaunch(rows, o.kvHeads, d, floatBytes(dtype), chunks, gpu.device.multiprocessors, stream), core);
+      if (chunks > 1) gpu.launch(this.#kernels.combine, combineLaunch(rows, o.heads, stream), core);
     }
     runLinear(gpu, { m: rows, x: b.attn, w: this.#oW, y: step.output, xDtype: dtype, yDtype: dtype, stream });
     for (let p = 0; p < batch; p++) {
@@ -196,6 +213,7 @@ export class AttentionLayer implements TransformerLayer<AttentionState>, KvSourc
   dispose(): void {
     if (this.#disposed) return;
     this.#disposed = true;
+    this.#partials?.release();
     this.#rope.release();
     this.#memory.free();
   }

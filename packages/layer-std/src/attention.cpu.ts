@@ -49,12 +49,19 @@ export interface PrepArgs extends Common {
   readonly vNorm: number;
 }
 
-export interface CoreArgs extends Common {
+export interface PrefillArgs extends Common {
   readonly q: bigint;
   readonly out: bigint;
   readonly scale: number;
   /** Sliding window w > 0: a row at position p sees keys p − w + 1 … p only; 0: every key up to p. */
   readonly window: number;
+}
+
+export interface CoreArgs extends PrefillArgs {
+  /** The most chunks a row's keys are cut into (1: none). */
+  readonly chunks: number;
+  /** f32 records [rows][heads][chunks] × (max, sum, headDim sums) of rows of several chunks. */
+  readonly partials: bigint;
 }
 
 /** Where one row of the step lives: batch position, slot, sequence position. */
@@ -168,7 +175,7 @@ export function prepCpu(a: PrepArgs, { mem }: CpuKernelContext): void {
  * cache (std.attn_prep wrote this step's rows before it), so every row of a long prefill reads
  * the same decoded context. Layout per slot: [position][kvHeads][headDim].
  */
-function decodedContext(a: CoreArgs, mem: DeviceMemoryView, dtype: FloatDtype) {
+function decodedContext(a: PrefillArgs, mem: DeviceMemoryView, dtype: FloatDtype) {
   const width = a.kvHeads * a.headDim;
   const slots = new Map<number, { k: Float32Array; v: Float32Array; n: number }>();
   return (slot: number, upTo: number): { k: Float32Array; v: Float32Array } => {
@@ -194,8 +201,50 @@ function decodedContext(a: CoreArgs, mem: DeviceMemoryView, dtype: FloatDtype) {
   };
 }
 
+/** kernels/std-attention.cu's key_chunks: chunks of at least 256 keys (a multiple of 32), at most `maxChunks`. */
+export function keyChunksOf(len: number, maxChunks: number): { readonly n: number; readonly size: number } {
+  const want = Math.max(1, Math.min(maxChunks, Math.ceil(len / 256)));
+  const size = Math.ceil(Math.ceil(len / want) / 32) * 32;
+  return { n: Math.ceil(len / size), size };
+}
+
+/**
+ * `std.attn_core`: the output of each row of one chunk; each (head, chunk) record of a row of
+ * several (max and sum of the chunk's e^(s − max) and its weighted sum of V, exact, stored in f32).
+ */
 export function coreCpu(a: CoreArgs, { mem }: CpuKernelContext): void {
-  attend(a, mem, 0);
+  attend(a, mem, 0, a.chunks, a.partials);
+}
+
+/** `std.attn_combine`: the records of each row of several chunks merged (f64), normalised and gated into out. */
+export function combineCpu(a: CoreArgs, { mem }: CpuKernelContext): void {
+  const dtype = rowDtypeOf(a.dtype);
+  const { rows, at } = places(a, mem);
+  const d = a.headDim;
+  const W = qkvWidth(a);
+  const qkv = elementReader(mem, a.qkv, Math.max(1, rows) * W, dtype);
+  const out = elementWriter(mem, a.out, Math.max(1, rows) * a.heads * d, dtype);
+  for (let row = 0; row < rows; row++) {
+    const { slot, pos } = at(row);
+    if (slot < 0) continue;
+    const ch = keyChunksOf(pos - firstKey(pos, a.window) + 1, a.chunks);
+    if (ch.n === 1) continue;
+    for (let h = 0; h < a.heads; h++) {
+      const rec = mem.f32(a.partials + BigInt(4 * (row * a.heads + h) * a.chunks * (d + 2)), ch.n * (d + 2));
+      let M = -Infinity;
+      for (let c = 0; c < ch.n; c++) M = Math.max(M, rec[c * (d + 2)]!);
+      const w = Array.from({ length: ch.n }, (_, c) => 2 ** (rec[c * (d + 2)]! - M));
+      let L = 0;
+      for (let c = 0; c < ch.n; c++) L += rec[c * (d + 2) + 1]! * w[c]!;
+      const gate = a.gated ? row * W + h * 2 * d + d : -1;
+      for (let i = 0; i < d; i++) {
+        let o = 0;
+        for (let c = 0; c < ch.n; c++) o += rec[c * (d + 2) + 2 + i]! * w[c]!;
+        const g = gate >= 0 ? 1 / (1 + Math.exp(-qkv(gate + i))) : 1;
+        out((row * a.heads + h) * d + i, (o / L) * g);
+      }
+    }
+  }
 }
 
 /**
@@ -204,13 +253,16 @@ export function coreCpu(a: CoreArgs, { mem }: CpuKernelContext): void {
  * with a running max m over the keys so far; each e^(s − m) enters P·V rounded to the row type (the
  * sum l takes it unrounded), and the sums are rescaled by e^(m_old − m_new) when m grows.
  */
-export function prefillCpu(a: CoreArgs, { mem }: CpuKernelContext): void {
+export function prefillCpu(a: PrefillArgs, { mem }: CpuKernelContext): void {
   const D = Math.max(32, 2 ** Math.ceil(Math.log2(a.headDim)));
-  attend(a, mem, D > 128 ? 32 : 64);
+  attend(a, mem, D > 128 ? 32 : 64, 1, 0n);
 }
 
-/** Causal attention of every row; `keyTile` > 0: P rounded per tile as std.attn_prefill does. */
-function attend(a: CoreArgs, mem: DeviceMemoryView, keyTile: number): void {
+/**
+ * Causal attention of every row; `keyTile` > 0: P rounded per tile as std.attn_prefill does;
+ * `chunks` > 1: rows of several chunks write their records instead of the output.
+ */
+function attend(a: PrefillArgs, mem: DeviceMemoryView, keyTile: number, chunks: number, partials: bigint): void {
   const dtype = rowDtypeOf(a.dtype);
   const { rows, at } = places(a, mem);
   const d = a.headDim;
@@ -241,6 +293,11 @@ function attend(a: CoreArgs, mem: DeviceMemoryView, keyTile: number): void {
         for (let i = 0; i < d; i++) s += q[qo + i]! * k[ko + i]!;
         scores[t] = s * a.scale;
         max = Math.max(max, scores[t]!);
+      }
+      const ch = keyChunksOf(pos - lo + 1, chunks);
+      if (ch.n > 1) {
+        writeRecords(mem, partials, (row * a.heads + h) * chunks * (d + 2), ch, lo, pos, scores, v, width, kvh * d, d);
+        continue;
       }
       let denom = 0;
       acc.fill(0);
@@ -277,5 +334,32 @@ function attend(a: CoreArgs, mem: DeviceMemoryView, keyTile: number): void {
         out(qo + i, (acc[i]! / denom) * g);
       }
     }
+  }
+}
+
+/** One record per chunk at f32 offset `base`: the chunk's max score in log2 units (as the kernel keeps it), Σ e^(s − max), Σ e^(s − max) v (f64, stored in f32). */
+function writeRecords(
+  mem: DeviceMemoryView, partials: bigint, base: number, ch: { n: number; size: number }, lo: number, pos: number,
+  scores: Float64Array, v: Float32Array, width: number, vOffset: number, d: number,
+): void {
+  const rec = mem.f32(partials + BigInt(4 * base), ch.n * (d + 2));
+  const acc = new Float64Array(d);
+  for (let c = 0; c < ch.n; c++) {
+    const t0 = lo + c * ch.size;
+    const t1 = Math.min(pos, t0 + ch.size - 1);
+    let max = -Infinity;
+    for (let t = t0; t <= t1; t++) max = Math.max(max, scores[t]!);
+    let sum = 0;
+    acc.fill(0);
+    for (let t = t0; t <= t1; t++) {
+      const e = Math.exp(scores[t]! - max);
+      sum += e;
+      const vo = t * width + vOffset;
+      for (let i = 0; i < d; i++) acc[i]! += e * v[vo + i]!;
+    }
+    const r = c * (d + 2);
+    rec[r] = max * Math.LOG2E;
+    rec[r + 1] = sum;
+    for (let i = 0; i < d; i++) rec[r + 2 + i] = acc[i]!;
   }
 }

@@ -28,8 +28,12 @@ export {
   moeGroupsLength, moeGrouped, GROUPED_MIN_ENTRIES_PER_EXPERT, expertsUpRowwiseKernel, expertsRowwiseKernel, expertsUpRowwiseLaunch, expertsRowwiseLaunch,
   EXPERT_KERNELS, EXPERT_FORMATS, expertFormat, expertsGemmLaunch, moeTensorCores, type ExpertFormat, type ExpertKernels,
 } from './moe-kernels.js';
-export { prepKernel, coreKernel, coreLaunch, attnPrefillLaunch, prefillOnTensorCores, ATTENTION_KERNELS, type AttentionKernels } from './attention-kernels.js';
+export {
+  prepKernel, coreKernel, coreLaunch, combineLaunch, keyChunks, partialsBytes, MIN_KEY_CHUNK, MAX_KEY_CHUNKS, attnPrefillLaunch, prefillOnTensorCores, ATTENTION_KERNELS,
+  type AttentionKernels,
+} from './attention-kernels.js';
 export { WEIGHT_DTYPE_CODE } from './elements.cpu.js';
 export { argmaxKernel, sampleKernel } from './sample-kernels.js';
 export { routeRow, topIndices } from './moe.cpu.js';
+export { keyChunksOf } from './attention.cpu.js';
 export { filteredProbs, pickWithUniform } from './sample.cpu.js';

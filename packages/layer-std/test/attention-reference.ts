@@ -95,7 +95,13 @@ export interface ScriptRun {
   readonly reference?: 'prepared' | 'original';
   /** Config fields over CONFIG. */
   readonly config?: Record<string, unknown>;
+  /** Sequences of 600 and 290 rows (decode and verify rows then span several key chunks), limits to match. */
+  readonly long?: boolean;
 }
+
+const LONG_SCRIPT: Op[] = [
+  { op: 'prefill', lengths: [600, 290] }, { op: 'decode' }, { op: 'verify', k: 3, accepted: [2, 1] }, { op: 'decode' }, { op: 'verify', k: 4, accepted: [4, 0] },
+];
 
 /** The script through the layer, each step's output against the reference; returns the worst relative error. */
 export function runScript(run: ScriptRun): number {
@@ -105,7 +111,7 @@ export function runScript(run: ScriptRun): number {
   const w = prepare ? prepare(original) : original;
   const refWeights = run.reference === 'original' ? original : w;
   const rows = precision?.rows ?? 'f32';
-  const limits: LayerLimits = { maxSeqs: 2, maxSeqLen: 48, maxBatch: 2, maxK: 4, maxRows: 16 };
+  const limits: LayerLimits = run.long ? { maxSeqs: 2, maxSeqLen: 1024, maxBatch: 2, maxK: 4, maxRows: 128 } : { maxSeqs: 2, maxSeqLen: 48, maxBatch: 2, maxK: 4, maxRows: 16 };
   const gpu = new CpuBackend();
   const layer = new AttentionLayer(gpu, w.source(), limits, o);
   const driver = new StepDriver({ gpu, layers: [layer], limits, graphs, kvCache: { pageSize } });
@@ -115,7 +121,7 @@ export function runScript(run: ScriptRun): number {
   let worst = 0;
   try {
     const seqs = [driver.open(), driver.open()];
-    for (const step of SCRIPT) {
+    for (const step of run.long ? LONG_SCRIPT : SCRIPT) {
       const per = step.op === 'prefill' ? step.lengths : step.op === 'decode' ? [1, 1] : [step.k, step.k];
       const input = rnd.normals(per.reduce((a, b) => a + b, 0) * D);
       const rowsOf = (s: number, start: number) => Array.from({ length: per[s]! }, (_, j) => input.subarray((start + j) * D, (start + j + 1) * D));

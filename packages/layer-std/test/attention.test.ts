@@ -1,7 +1,7 @@
 import { CpuBackend } from '@metrale/cpu-backend';
 import { InvalidArgumentError, KvCacheFullError, SeededRandom, StepDriver, type LayerLimits } from '@metrale/core';
 import { runLayerConformance } from '@metrale/core/testing';
-import plugin, { AttentionLayer, qwen3NextAttentionOptions } from '@metrale/layer-std';
+import plugin, { AttentionLayer, coreLaunch, keyChunks, partialsBytes, qwen3NextAttentionOptions } from '@metrale/layer-std';
 import { describe, expect, it } from 'vitest';
 import { attentionWeights, CONFIG, runScript } from './attention-reference.js';
 
@@ -11,6 +11,9 @@ describe('AttentionLayer (Qwen3-Next gated attention) against a float64 referenc
   });
   it('eager, pages of 16 rows', () => {
     expect(runScript({ graphs: false, pageSize: 16 })).toBeLessThan(1e-5);
+  });
+  it('sequences of 600 and 290 rows: decode and verify rows over several key chunks (std.attn_combine), graphs replayed', () => {
+    expect(runScript({ graphs: true, pageSize: 16, long: true })).toBeLessThan(1e-5);
   });
 
   it('reads partial_rotary_factor and rope_theta from rope_parameters or the top level', () => {
@@ -44,7 +47,7 @@ describe('AttentionLayer (Qwen3-Next gated attention) against a float64 referenc
     gpu.dispose();
   });
 
-  it('the attention layers of a model share one device RoPE table, freed with the last of them', () => {
+  it('the attention layers of a model share one device RoPE table and one buffer of split-KV records, freed with the last of them', () => {
     const o = qwen3NextAttentionOptions(CONFIG);
     const limits: LayerLimits = { maxSeqs: 1, maxSeqLen: 4096, maxBatch: 1, maxK: 1, maxRows: 8 };
     const gpu = new CpuBackend();
@@ -53,14 +56,31 @@ describe('AttentionLayer (Qwen3-Next gated attention) against a float64 referenc
     const one = free0 - gpu.memoryInfo().free;
     const second = new AttentionLayer(gpu, attentionWeights(o).source(), limits, o);
     const two = free0 - gpu.memoryInfo().free;
-    // The table (cos and sin, 4096 positions × rotary / 2, f32) is held once.
+    // The table (cos and sin, 4096 positions × rotary / 2, f32) and the records (one decode row, 16 chunks) are held once.
     const table = 2 * 4 * limits.maxSeqLen * (o.rotaryDim / 2);
-    expect(two - one).toBe(one - table);
+    const records = partialsBytes(1, o.heads, o.headDim, keyChunks('decode', limits.maxSeqLen));
+    expect(records).toBe(4 * o.heads * 16 * (o.headDim + 2));
+    expect(two - one).toBe(one - table - records);
     first.dispose();
     expect(free0 - gpu.memoryInfo().free).toBe(one);
     second.dispose();
     expect(gpu.memoryInfo().free).toBe(free0);
     gpu.dispose();
+  });
+
+  it('cuts decode and verify rows into key chunks from the longest sequence, never prefill rows; splits fill the device, at most one per chunk', () => {
+    expect(keyChunks('prefill', 262144)).toBe(1);
+    expect(keyChunks('decode', 262144)).toBe(64);
+    expect(keyChunks('verify', 1000)).toBe(4);
+    expect(keyChunks('decode', 256)).toBe(1);
+    // The 80B shape (2 kv heads, d 256, bf16) on 132 multiprocessors: batch 1 takes every chunk's split, batch 64 three.
+    const stream = new CpuBackend().defaultStream;
+    expect(coreLaunch(1, 2, 256, 2, 64, 132, stream)).toMatchObject({ grid: [1, 2, 64], block: 256, sharedBytes: 4 * 32768 });
+    expect(coreLaunch(64, 2, 256, 2, 64, 132, stream).grid).toEqual([64, 2, 3]);
+    expect(coreLaunch(64, 2, 256, 2, 1, 132, stream).grid).toEqual([64, 2, 1]);
+    // f32 at d 20: tiles of ⌊32768 / 160⌋ = 204 keys.
+    expect(coreLaunch(3, 2, 20, 4, 1, 132, stream).sharedBytes).toBe(4 * 2 * 204 * 20 * 4);
+    expect(partialsBytes(5, 16, 256, 1)).toBe(0);
   });
 
   it('refuses a forward before the driver binds the page pool', () => {

@@ -7,7 +7,7 @@ import { CpuBackend } from '@metrale/cpu-backend';
 import { FLOAT_DTYPE_CODE, SeededRandom, floatBytes, roundTo, type FloatDtype } from '@metrale/core';
 import { runKernelOn, type KernelBuffers as Bufs, type KernelPointers as Ptrs } from '@metrale/core/testing';
 import {
-  ATTENTION_KERNELS, EXPERT_FORMATS, EXPERT_KERNELS, WEIGHT_DTYPE_CODE, addKernel, combineKernel, embedKernel, expertsKernel, expertsLaunch, expertsRowwiseLaunch,
+  ATTENTION_KERNELS, EXPERT_FORMATS, EXPERT_KERNELS, keyChunks, keyChunksOf, partialsBytes, WEIGHT_DTYPE_CODE, addKernel, combineKernel, embedKernel, expertsKernel, expertsLaunch, expertsRowwiseLaunch,
   expertsUpRowwiseLaunch, flatLaunch, geluMulKernel, geluTanh, layerNormKernel, rmsNormKernel, ropeTable, rowLaunch, siluMulKernel, sparsityCutoff, type ExpertFormat,
 } from '@metrale/layer-std';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -231,7 +231,7 @@ describe('CPU twins of the attention kernels against a float64 reference, bf16 a
         cpu.launch(k.prep, { grid: rows, block: 32, stream: cpu.defaultStream }, {
           ...common, q: p.q!, qNorm: p.qNorm!, kNorm: p.kNorm!, cos: p.cos!, sin: p.sin!, rotaryDim: rot, maxPositions: maxSeqLen, eps: 1e-6, normOffset, roundNormalized, vNorm: 0,
         });
-        cpu.launch(k.core, { grid: [rows, H], block: 256, stream: cpu.defaultStream }, { ...common, q: p.q!, out: p.out!, scale: 1 / Math.sqrt(d), window: 0 });
+        cpu.launch(k.core, { grid: [rows, Hkv], block: 256, stream: cpu.defaultStream }, { ...common, q: p.q!, out: p.out!, scale: 1 / Math.sqrt(d), window: 0, chunks: 1, partials: 0n });
       }, ['q', 'kCache', 'vCache', 'out']);
       // Reference: the norm's output rounded (x̂ first with roundNormalized), rotated in f64, rounded where stored.
       const half = rot / 2;
@@ -283,6 +283,49 @@ describe('CPU twins of the attention kernels against a float64 reference, bf16 a
       }
       expect(relErr(decodeRows(r.out!, dtype), outWant)).toBeLessThan(BOUND);
       expect(bytes * cacheElements).toBe(r.kCache!.byteLength);
+    });
+  }
+  // Split-KV: rows of 300 to 1 100 keys cut into chunks (records of f32 sums), merged by std.attn_combine.
+  for (const dtype of ROW_TYPES) {
+    it(`${dtype}: std.attn_core over key chunks + std.attn_combine equal the one-chunk result (f32 records), a window too`, () => {
+      const [H, Hkv, d, page, maxSeqLen] = [6, 2, 24, 16, 1152];
+      const code = FLOAT_DTYPE_CODE[dtype];
+      const maxPages = maxSeqLen / page;
+      const positions = Int32Array.from([1100, 299, 700, 255]);
+      const rows = positions.length;
+      const W = H * d * 2 + 2 * Hkv * d;
+      const cacheElements = rows * maxPages * page * Hkv * d;
+      const chunks = keyChunks('decode', maxSeqLen);
+      expect(chunks).toBe(5);
+      // Rows of 1 101, 300, 701 and 256 keys: 5, 2, 3 chunks and one (key_chunks' sizes: 224, 160, 256, 256).
+      expect(Array.from(positions, (p) => keyChunksOf(p + 1, chunks).n)).toEqual([5, 2, 3, 1]);
+      for (const window of [0, 400]) {
+        const bufs = {
+          qkv: stored(rows * W, dtype, 1.5).bytes, q: stored(rows * H * d, dtype, 1.5).bytes,
+          kCache: stored(cacheElements, dtype).bytes, vCache: stored(cacheElements, dtype).bytes,
+          blockTable: Int32Array.from({ length: rows * maxPages }, (_, i) => (i * 7 + 3) % (rows * maxPages)),
+          slots: Int32Array.from({ length: rows }, (_, i) => i), rowStarts: Int32Array.from({ length: rows + 1 }, (_, i) => i), positions,
+          out: poison(rows * H * d, dtype), whole: poison(rows * H * d, dtype), partials: new Float32Array(partialsBytes(rows, H, d, chunks) / 4),
+        };
+        const r = run(bufs, (p) => {
+          const args = {
+            qkv: p.qkv!, kCache: p.kCache!, vCache: p.vCache!, blockTable: p.blockTable!, slots: p.slots!, rowStarts: p.rowStarts!, positions: p.positions!,
+            batch: rows, heads: H, kvHeads: Hkv, headDim: d, pageSize: page, maxPages, gated: 1, dtype: code, ownKv: 1, q: p.q!, scale: 1 / Math.sqrt(d), window,
+          };
+          const k = ATTENTION_KERNELS[dtype];
+          const split = { ...args, out: p.out!, chunks, partials: p.partials! };
+          cpu.launch(k.core, { grid: [rows, Hkv, 2], block: 256, stream: cpu.defaultStream }, split);
+          cpu.launch(k.combine, { grid: [rows, H], block: 128, stream: cpu.defaultStream }, split);
+          cpu.launch(k.core, { grid: [rows, Hkv], block: 256, stream: cpu.defaultStream }, { ...args, out: p.whole!, chunks: 1, partials: 0n });
+        }, ['out', 'whole']);
+        // The records' f32 sums and the merge's exponentials: within a rounding step of the row type, most values equal.
+        const got = decodeRows(r.out!, dtype);
+        const want = decodeRows(r.whole!, dtype);
+        expect(got.some((v) => Number.isNaN(v))).toBe(false);
+        expect(relErr(got, want)).toBeLessThan(dtype === 'bf16' ? 8e-3 : 1e-3);
+        // The last row (256 keys) is one chunk: written by std.attn_core directly, the same bits.
+        expect(Array.from(got.subarray(3 * H * d))).toEqual(Array.from(want.subarray(3 * H * d)));
+      }
     });
   }
 });

@@ -19,7 +19,7 @@ import { CpuBackend } from '@metrale/cpu-backend';
 import { FLOAT_DTYPE_CODE, SeededRandom, floatBytes, type FloatDtype, type GpuBackend } from '@metrale/core';
 import { runKernelOn, runKernelOnBoth, type KernelBuffers as Bufs, type KernelLaunch, type KernelOutputs, type KernelPointers as Ptrs } from '@metrale/core/testing';
 import {
-  ATTENTION_KERNELS, EXPERT_FORMATS, geluMulKernel, softcapKernel, attnPrefillLaunch, coreLaunch, EXPERT_KERNELS, WEIGHT_DTYPE_CODE, addKernel, combineKernel, embedKernel, expertsDownLaunch, expertsKernel, expertsLaunch,
+  ATTENTION_KERNELS, EXPERT_FORMATS, geluMulKernel, softcapKernel, attnPrefillLaunch, coreLaunch, combineLaunch, keyChunks, partialsBytes, EXPERT_KERNELS, WEIGHT_DTYPE_CODE, addKernel, combineKernel, embedKernel, expertsDownLaunch, expertsKernel, expertsLaunch,
   expertsGemmLaunch, expertsRowwiseLaunch, expertsUpLaunch, expertsUpRowwiseLaunch, flatLaunch, groupKernel, groupLaunch, layerNormKernel, localizeKernel, moeGroupsLength, rmsNormKernel,
   ropeTable, routeFewKernel, routeFewLaunch, routeKernel, routerGemvKernel, routerGemvLaunch, rowLaunch, siluMulKernel, type ExpertFormat,
 } from '@metrale/layer-std';
@@ -512,9 +512,11 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
               ...common, q: p[`q${n}`]!, qNorm: o.norms ? p.qNorm! : 0n, kNorm: o.norms ? p.kNorm! : 0n, cos: p.cos!, sin: p.sin!,
               rotaryDim: o.rot, maxPositions: maxSeqLen, eps: 1e-6, normOffset: o.offset, roundNormalized: o.round ?? (o.offset === 0 ? 1 : 0), vNorm: o.vNorm ?? 0,
             });
-            // Step 1 as the layer launches a prefill (a CTA per GQA group), step 2 as a decode (a CTA per head).
-            gpu.launch(k.core, coreLaunch(n === 0 ? 'prefill' : 'decode', rows, o.H, o.Hkv, stream), {
-              ...common, q: p[`q${n}`]!, out: p[`out${n}`]!, scale: o.scale ?? 1 / Math.sqrt(o.d), window: o.window ?? 0,
+            // Step 1 as the layer launches a prefill, step 2 as a decode (sequences this short are one chunk either way).
+            const chunks = keyChunks(n === 0 ? 'prefill' : 'decode', maxSeqLen);
+            expect(chunks).toBe(1);
+            gpu.launch(k.core, coreLaunch(rows, o.Hkv, o.d, floatBytes(dtype), chunks, gpu.device.multiprocessors, stream), {
+              ...common, q: p[`q${n}`]!, out: p[`out${n}`]!, scale: o.scale ?? 1 / Math.sqrt(o.d), window: o.window ?? 0, chunks, partials: 0n,
             });
           });
         }, ['q0', 'out0', 'q1', 'out1', 'kCache', 'vCache']);
@@ -525,6 +527,73 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
         compare(`${dtype} attn_core decode/verify/padding ${o.label}`, dtype, r.cpu.out1!, r.cuda.out1!, core);
         // The padding row (batch position 2 of step 2, row 5) is zeros on both.
         const pad = decodeRows(r.cuda.out1!, dtype).subarray(5 * o.H * o.d, 6 * o.H * o.d);
+        expect(pad.every((v) => v === 0)).toBe(true);
+      });
+    }
+  }
+
+  // ---- std-attention split-KV: rows of several key chunks, records merged by std.attn_combine ------------
+  // The cache is filled directly (no prefill): decode rows at 1 501 keys, a verify of 4 rows at ~700,
+  // a padding row, rows at exactly 256 keys (one chunk) and 257 (two). Each row's cut depends on its
+  // key count and `chunks` only: the layer's launch and one of a single split (a CTA takes every
+  // chunk of its row) give the same bits.
+  const splitShapes = [
+    { label: 'Qwen3-Next-80B heads: 16 q / 2 kv, d 256, gated, pages of 16', H: 16, Hkv: 2, d: 256, gated: 1, page: 16 },
+    { label: 'Gemma 3n E4B sliding heads: 8 q / 2 kv, d 256, window 512, pages of 16', H: 8, Hkv: 2, d: 256, gated: 0, page: 16, window: 512 },
+    { label: 'group of 16 (two passes of 8 heads): 32 q / 2 kv, d 128, pages of 8', H: 32, Hkv: 2, d: 128, gated: 0, page: 8 },
+    { label: 'group of 12 (8 heads, then 4): 12 q / 1 kv, d 256, gated, pages of 16', H: 12, Hkv: 1, d: 256, gated: 1, page: 16 },
+    { label: '6 q / 2 kv, d 20 (rows not whole 16-byte pieces in 16-bit types), pages of 4', H: 6, Hkv: 2, d: 20, gated: 1, page: 4 },
+  ] as { label: string; H: number; Hkv: number; d: number; gated: number; page: number; window?: number }[];
+  for (const dtype of ROW_TYPES) {
+    for (const o of splitShapes) {
+      it(`${dtype}: std.attn_core + std.attn_combine over key chunks, the same bits at any split: ${o.label}`, () => {
+        const maxSeqLen = 2048;
+        const maxPages = maxSeqLen / o.page;
+        const chunks = keyChunks('decode', maxSeqLen);
+        expect(chunks).toBe(8);
+        const seqs = [
+          { slot: 0, start: 1500, count: 1 },
+          { slot: 1, start: 700, count: 4 },
+          { slot: -1, start: 0, count: 1 },
+          { slot: 2, start: 255, count: 1 },
+          { slot: 3, start: 256, count: 1 },
+        ];
+        const pool = 4 * maxPages;
+        const blockTable = Int32Array.from(Array.from({ length: pool }, (_, i) => i).sort(() => random.float() - 0.5));
+        const rowStarts = new Int32Array(seqs.length + 1);
+        seqs.forEach((q, i) => (rowStarts[i + 1] = rowStarts[i]! + q.count));
+        const rows = rowStarts[seqs.length]!;
+        const positions = new Int32Array(rows);
+        seqs.forEach((q, i) => { for (let j = 0; j < q.count; j++) positions[rowStarts[i]! + j] = q.start + j; });
+        const W = o.H * o.d * (o.gated ? 2 : 1) + 2 * o.Hkv * o.d;
+        const cacheElements = pool * o.page * o.Hkv * o.d;
+        const bufs: Bufs = {
+          blockTable, rowStarts, positions, slots: Int32Array.from(seqs.map((q) => q.slot)),
+          kCache: typed(cacheElements, dtype), vCache: typed(cacheElements, dtype), qkv: typed(rows * W, dtype, 1.5),
+          q: typed(rows * o.H * o.d, dtype, 1.5), out: poison(rows * o.H * o.d, dtype), outOneSplit: poison(rows * o.H * o.d, dtype),
+          outLayer: poison(rows * o.H * o.d, dtype),
+          partials: new Float32Array(partialsBytes(rows, o.H, o.d, chunks) / 4),
+        };
+        const k = ATTENTION_KERNELS[dtype];
+        const r = onBoth(bufs, (gpu, p) => {
+          const stream = gpu.defaultStream;
+          const args = (out: bigint) => ({
+            qkv: p.qkv!, kCache: p.kCache!, vCache: p.vCache!, blockTable: p.blockTable!, slots: p.slots!, rowStarts: p.rowStarts!, positions: p.positions!,
+            batch: seqs.length, heads: o.H, kvHeads: o.Hkv, headDim: o.d, pageSize: o.page, maxPages, gated: o.gated, dtype: FLOAT_DTYPE_CODE[dtype], ownKv: 1,
+            q: p.q!, out, scale: 1 / Math.sqrt(o.d), window: o.window ?? 0, chunks, partials: p.partials!,
+          });
+          // Three splits (CTA z takes chunks z, z + 3, …) and one; the layer's count depends on the device.
+          const launch = coreLaunch(rows, o.Hkv, o.d, floatBytes(dtype), chunks, gpu.device.multiprocessors, stream);
+          for (const [out, grid] of [[p.out!, [rows, o.Hkv, 3]], [p.outOneSplit!, [rows, o.Hkv, 1]], [p.outLayer!, launch.grid]] as const) {
+            gpu.launch(k.core, { ...launch, grid }, args(out));
+            gpu.launch(k.combine, combineLaunch(rows, o.H, stream), args(out));
+          }
+        }, ['out', 'outOneSplit', 'outLayer']);
+        const core = dtype === 'f32' ? 2e-5 : STEP[dtype];
+        compare(`${dtype} attn_core split ${o.label}`, dtype, r.cpu.out!, r.cuda.out!, core);
+        expect(sameBits(r.cuda.outOneSplit!, r.cuda.out!), `${dtype} attn_core: one split and three differ`).toBe(true);
+        expect(sameBits(r.cuda.outLayer!, r.cuda.out!), `${dtype} attn_core: the layer's splits and three differ`).toBe(true);
+        const pad = decodeRows(r.cuda.out!, dtype).subarray(rowStarts[2]! * o.H * o.d, rowStarts[3]! * o.H * o.d);
         expect(pad.every((v) => v === 0)).toBe(true);
       });
     }

@@ -15,7 +15,10 @@ export const stdModules = {
   'std-attention-prefill': { source: join(stdKernels, 'std-attention-prefill.cu'), kernels: { std_attn_prefill_bf16: 1, std_attn_prefill_f16: 1 } },
   'std-attention': {
     source: join(stdKernels, 'std-attention.cu'),
-    kernels: { std_attn_prep: 1, std_attn_core: 1, std_attn_prep_bf16: 1, std_attn_core_bf16: 1, std_attn_prep_f16: 1, std_attn_core_f16: 1 },
+    kernels: {
+      std_attn_prep: 1, std_attn_core: 1, std_attn_combine: 1, std_attn_prep_bf16: 1, std_attn_core_bf16: 1, std_attn_combine_bf16: 1, std_attn_prep_f16: 1, std_attn_core_f16: 1,
+      std_attn_combine_f16: 1,
+    },
   },
   'std-rows': {
     source: join(stdKernels, 'std-rows.cu'),
