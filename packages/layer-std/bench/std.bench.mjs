@@ -133,7 +133,7 @@ async function main() {
         const partials = alloc(std.partialsBytes(batch, H, d, chunks));
         const coreArgs = { ...common, q, out, scale: 1 / Math.sqrt(d), window: 0, chunks, partials };
         const attend = () => {
-          gpu.launch(kernels.core, std.coreLaunch(batch, Hkv, d, BYTES[ROWS], chunks, gpu.device.multiprocessors, stream), coreArgs);
+          gpu.launch(kernels.core, std.coreLaunch(batch, H, Hkv, d, BYTES[ROWS], chunks, gpu.device.multiprocessors, stream), coreArgs);
           gpu.launch(kernels.combine, std.combineLaunch(batch, H, stream), coreArgs);
         };
         const tPrep = cb.timeOnDevice(gpu, prep, { reps: REPS });
@@ -185,7 +185,7 @@ async function main() {
         const tBlock = time(block);
         const bytes = Eq * D * rb;
         const floorMs = (bytes / copyBW) * 1e3;
-        const form = std.routeForm(batch, topK, ROWS);
+        const form = std.routeForm(batch, topK, Eq, ROWS);
         result.router.push({ experts: Eq, batch, form, routerBytes: bytes, floorMs, fusedMs: tFused, gemmRouteFewMs: tFew, gemmRouteMs: tBlock, routeKernelsBitIdentical: same });
         const us = (ms) => `${(ms * 1e3).toFixed(1)} µs (${(ms / floorMs).toFixed(1)} × floor)`;
         log(`router + route, ${Eq} experts, batch ${batch} (the layer's form: ${form}): std.moe_router_gemv ${us(tFused)}; GEMM + std.moe_route_few ${us(tFew)}; GEMM + std.moe_route ${us(tBlock)}; floor ${(floorMs * 1e3).toFixed(2)} µs; route kernels ${same ? 'bit-identical' : 'DIFFER'}`);

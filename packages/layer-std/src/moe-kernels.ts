@@ -57,13 +57,17 @@ export const FEW_ROUTE_MAX_TOP_K = 32;
  */
 export type RouteForm = 'fused' | 'few' | 'block';
 
+/** Scores (rows · experts) up to which the one-CTA route forms beat `std.moe_route`'s CTA per row (docs/benchmarks.md). */
+export const FEW_ROUTE_SCORES = 1024;
+
 /**
- * The one place that picks the form, from the step's rows (the layer and the bench ask it): few
- * rows spend their time in launches, barriers and the GEMM's fixed cost, not in bytes, so they take
- * the one-warp-per-row route and, with a float router, the fused GEMV.
+ * The one place that picks the form, from the step's rows and experts (the layer and the benches ask
+ * it): few scores spend their time in launches, barriers and the GEMM's fixed cost, not in bytes, so
+ * they take the one-warp-per-row route and, with a float router, the fused GEMV. Past
+ * FEW_ROUTE_SCORES the one CTA of the few-row route is slower than a CTA per row.
  */
-export function routeForm(rows: number, topK: number, routerDtype: WeightDtype): RouteForm {
-  if (rows > FEW_ROUTE_ROWS || topK > FEW_ROUTE_MAX_TOP_K) return 'block';
+export function routeForm(rows: number, topK: number, experts: number, routerDtype: WeightDtype): RouteForm {
+  if (rows > FEW_ROUTE_ROWS || topK > FEW_ROUTE_MAX_TOP_K || rows * experts > FEW_ROUTE_SCORES) return 'block';
   return routerDtype === 'f8e4m3' ? 'few' : 'fused';
 }
 

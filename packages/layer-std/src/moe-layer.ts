@@ -171,7 +171,7 @@ export class MoeLayer extends StatelessLayer {
     const k = this.#kernels;
     const dtype = this.precision.rows;
     const codes = { wDtype: w.wDtype, rowDtype: FLOAT_DTYPE_CODE[dtype] };
-    this.#route(step, routeForm(rows, topK, w.router.dtype), s);
+    this.#route(step, routeForm(rows, topK, this.options.experts, w.router.dtype), s);
     if (localExperts) {
       gpu.launch(localizeKernel, flatLaunch(rows * topK, stream), { ids: s.ids, weights: s.weights, entries: rows * topK, first: localExperts.first, count: localExperts.count });
     }

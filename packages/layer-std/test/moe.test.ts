@@ -209,11 +209,14 @@ describe('MoE under expert parallelism', () => {
 
 describe('MoE router forms (routeForm)', () => {
   it('few rows take the fused router GEMV (an FP8 router the GEMM then the few-row route), more rows or slots the block route', () => {
-    expect(routeForm(1, 10, 'bf16')).toBe('fused');
-    expect(routeForm(FEW_ROUTE_ROWS, 10, 'f32')).toBe('fused');
-    expect(routeForm(FEW_ROUTE_ROWS + 1, 10, 'bf16')).toBe('block');
-    expect(routeForm(1, 10, 'f8e4m3')).toBe('few');
-    expect(routeForm(1, FEW_ROUTE_MAX_TOP_K + 1, 'bf16')).toBe('block');
+    expect(routeForm(1, 10, 512, 'bf16')).toBe('fused');
+    expect(routeForm(FEW_ROUTE_ROWS, 10, 64, 'f32')).toBe('fused');
+    expect(routeForm(FEW_ROUTE_ROWS + 1, 10, 64, 'bf16')).toBe('block');
+    expect(routeForm(1, 10, 512, 'f8e4m3')).toBe('few');
+    expect(routeForm(1, FEW_ROUTE_MAX_TOP_K + 1, 64, 'bf16')).toBe('block');
+    // 8 rows of 512 experts: a CTA per row is faster than the one CTA of the few-row route.
+    expect(routeForm(8, 10, 512, 'bf16')).toBe('block');
+    expect(routeForm(2, 10, 512, 'bf16')).toBe('fused');
   });
 
   // On the CPU backend the GEMV's twin sums as the backend's GEMM does, so a layer's few-row steps
