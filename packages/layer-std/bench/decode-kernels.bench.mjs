@@ -4,9 +4,8 @@
 // of 10 replays), the time per run. Eager timings of kernels this short measure the host's
 // launches, not the device (std.bench.mjs's µs-scale figures do). Qwen3-Next-80B shapes, bf16:
 //   attention decode   std.attn_core + std.attn_combine as the layer launches them (chunks from a
-//                      262 144-token limit), one row per sequence at position ctx − 1, contexts 256,
-//                      4 K, 32 K and 128 K, beside whole GQA groups a CTA (headParts 1); floor: the
-//                      K and V rows read once at the copy rate.
+//                      262 144-token limit), one row per sequence at position ctx − 1, contexts 4 K,
+//                      32 K and 128 K; floor: the K and V rows read once at the copy rate.
 //   router + route     the three forms (routeForm) at 1 and 8 rows, 512 and 64 experts, top-10:
 //                      std.moe_router_gemv; the router GEMM + std.moe_route_few; the GEMM +
 //                      std.moe_route; floor: the router weight read once.
@@ -58,7 +57,7 @@ try {
   const H = 16, Hkv = 2, d = 256, page = 16;
   const W = H * d * 2 + 2 * Hkv * d;
   const chunks = std.keyChunks('decode', 262144);
-  for (const [ctx, batch] of [[256, 1], [256, 64], [4096, 1], [4096, 8], [4096, 32], [4096, 64], [32768, 1], [32768, 8], [32768, 32], [131072, 1]]) {
+  for (const [ctx, batch] of [[4096, 1], [4096, 8], [4096, 32], [4096, 64], [32768, 1], [32768, 8], [32768, 32], [131072, 1]]) {
     const pagesPer = Math.ceil(ctx / page);
     const pool = batch * pagesPer;
     const cacheElements = pool * page * Hkv * d;
@@ -70,18 +69,14 @@ try {
       out: alloc(BYTES[ROWS] * batch * H * d), scale: 1 / Math.sqrt(d), window: 0, chunks, partials: alloc(std.partialsBytes(batch, H, d, chunks)),
     };
     const k = std.ATTENTION_KERNELS[ROWS];
-    // The layer's launch (headParts), and whole groups a CTA (parts 1) beside it.
-    const parts = std.headParts(batch, H, Hkv, gpu.device.multiprocessors);
-    const timed = (p) => graphMs(() => {
-      gpu.launch(k.core, std.coreLaunch(batch, H, Hkv, d, BYTES[ROWS], chunks, gpu.device.multiprocessors, stream, p), args);
+    const ms = graphMs(() => {
+      gpu.launch(k.core, std.coreLaunch(batch, Hkv, d, BYTES[ROWS], chunks, gpu.device.multiprocessors, stream), args);
       gpu.launch(k.combine, std.combineLaunch(batch, H, stream), args);
     });
-    const ms = timed(parts);
-    const wholeGroupMs = parts > 1 ? timed(1) : ms;
     const bytes = batch * ctx * Hkv * d * BYTES[ROWS] * 2;
     const floorMs = (bytes / copyBW) * 1e3;
-    result.attention.push({ ctx, batch, parts, kvBytes: bytes, floorMs, ms, wholeGroupMs, ofCopy: floorMs / ms });
-    log(`attention decode ctx ${ctx} batch ${batch}: ${(ms * 1e3).toFixed(1)} µs at ${parts} part(s) a group (whole groups: ${(wholeGroupMs * 1e3).toFixed(1)} µs), floor ${(floorMs * 1e3).toFixed(1)} µs (${((100 * floorMs) / ms).toFixed(1)} % of copy)`);
+    result.attention.push({ ctx, batch, kvBytes: bytes, floorMs, ms, ofCopy: floorMs / ms });
+    log(`attention decode ctx ${ctx} batch ${batch}: ${(ms * 1e3).toFixed(1)} µs, floor ${(floorMs * 1e3).toFixed(1)} µs (${((100 * floorMs) / ms).toFixed(1)} % of copy)`);
     freeFrom(0);
   }
 

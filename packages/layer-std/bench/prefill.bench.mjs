@@ -78,7 +78,7 @@ try {
     const flop = 4 * H * d * keys;
     const ms = time(() => gpu.launch(k.prefill, std.attnPrefillLaunch(rows, 1, H, d, rb, gpu.device.computeCapability, stream), common));
     const row = { ctx, rows, flop, prefillMs: ms, ofGemmRate: share(flop, ms) };
-    if (ctx === 4096) row.coreMs = time(() => gpu.launch(k.core, std.coreLaunch(rows, H, Hkv, d, rb, 1, gpu.device.multiprocessors, stream), { ...common, chunks: 1, partials: 0n }));
+    if (ctx === 4096) row.coreMs = time(() => gpu.launch(k.core, std.coreLaunch(rows, Hkv, d, rb, 1, gpu.device.multiprocessors, stream), { ...common, chunks: 1, partials: 0n }));
     result.attention.push(row);
     log(`attention prefill, ${rows} rows at positions ${start}…${ctx - 1}: ${fmt(flop, ms)}${row.coreMs ? `; std.attn_core ${row.coreMs.toFixed(2)} ms` : ''}`);
     freeFrom(keep);

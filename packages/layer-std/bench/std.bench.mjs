@@ -133,7 +133,7 @@ async function main() {
         const partials = alloc(std.partialsBytes(batch, H, d, chunks));
         const coreArgs = { ...common, q, out, scale: 1 / Math.sqrt(d), window: 0, chunks, partials };
         const attend = () => {
-          gpu.launch(kernels.core, std.coreLaunch(batch, H, Hkv, d, BYTES[ROWS], chunks, gpu.device.multiprocessors, stream), coreArgs);
+          gpu.launch(kernels.core, std.coreLaunch(batch, Hkv, d, BYTES[ROWS], chunks, gpu.device.multiprocessors, stream), coreArgs);
           gpu.launch(kernels.combine, std.combineLaunch(batch, H, stream), coreArgs);
         };
         const tPrep = cb.timeOnDevice(gpu, prep, { reps: REPS });

@@ -20,19 +20,18 @@
 // std_attn_prep: one CTA per row (min(1024, d rounded up to 32) threads), the heads one after
 // another, a thread per element; the row's slot and position come from the step tables.
 //
-// std_attn_core (split-KV, flash-decoding): grid [rows, kvHeads · parts, splits], 256 threads. A CTA
-// takes a part of a GQA group (the whole group at parts = 1: each key row read once for all its
-// query heads; more parts give more CTAs where rows are few, the key rows then read from L2). A
-// row's keys are cut into chunks by key_chunks, from the row's key count and the launch's `chunks`
-// (the most a row is cut into) only, so a row's result never depends on the batch or the grid; CTA
-// z takes chunks z, z + splits, …. In a chunk, K and V tiles of kStageBytes stream into shared
-// memory by cp.async, kStages in flight; each warp takes a tile's keys warp, warp + 8, …, with every
-// head's q and its online softmax (running max in log2 units, sum, d / 32 output values a lane) in
-// registers; then the warps' sums are rescaled to the common max and added in warp order
-// (deterministic). A row of one chunk gets its normalised, gated output at once; otherwise each
-// (head, chunk) writes its record to `partials` ([rows][heads][chunks] × (max, sum, d sums), f32)
-// and std_attn_combine (grid [rows, heads]) merges the row's records in chunk order. Keys past pos
-// are never read (their cache rows may hold anything).
+// std_attn_core (split-KV, flash-decoding): grid [rows, kvHeads, splits], 256 threads. A CTA takes a
+// whole GQA group, so each key row is read once for all the group's query heads. A row's keys are
+// cut into chunks by key_chunks, from the row's key count and the launch's `chunks` (the most a row
+// is cut into) only, so a row's result never depends on the batch or the grid; CTA z takes chunks
+// z, z + splits, …. In a chunk, K and V tiles of kStageBytes stream into shared memory by cp.async,
+// kStages in flight; each warp takes a tile's keys warp, warp + 8, …, with every head's q and its
+// online softmax (running max in log2 units, sum, d / 32 output values a lane) in registers; then
+// the warps' sums are rescaled to the common max and added in warp order (deterministic). A row of
+// one chunk gets its normalised, gated output at once; otherwise each (head, chunk) writes its
+// record to `partials` ([rows][heads][chunks] × (max, sum, d sums), f32) and std_attn_combine
+// (grid [rows, heads]) merges the row's records in chunk order. Keys past pos are never read
+// (their cache rows may hold anything).
 #include "std-common.cuh"
 #include "std-mma.cuh"
 
@@ -306,12 +305,7 @@ __device__ __forceinline__ void core_body(const T* __restrict__ qkv, const T* __
   constexpr int HG = 64 / E < kMaxHeadsAtOnce ? 64 / E : kMaxHeadsAtOnce;
   const int rows = rowStarts[batch];
   const int group = heads / kvHeads;
-  // grid.y: kv heads × head parts; part j of a group takes its query heads j · per … (each head's sums
-  // depend on its keys and the warps only, so the parts change no bits).
-  const int parts = (int)gridDim.y / kvHeads;
-  const int kvh = (int)blockIdx.y / parts;
-  const int per = group / parts;
-  const int hFirst = kvh * group + ((int)blockIdx.y - kvh * parts) * per;
+  const int kvh = blockIdx.y;
   const int W = qkv_width(heads, kvHeads, d, gated, ownKv);
   for (int row = blockIdx.x; row < rows; row += gridDim.x) {
     const int p = batch_pos_of_row(rowStarts, batch, row);
@@ -319,7 +313,7 @@ __device__ __forceinline__ void core_body(const T* __restrict__ qkv, const T* __
     const int pos = positions[row];
     if (slot < 0) {
       if (blockIdx.z == 0) {
-        for (int i = threadIdx.x; i < per * d; i += blockDim.x) store_value(out, ((size_t)row * heads + hFirst) * d + i, 0.f);
+        for (int i = threadIdx.x; i < group * d; i += blockDim.x) store_value(out, ((size_t)row * heads + kvh * group) * d + i, 0.f);
       }
       continue;
     }
@@ -329,9 +323,9 @@ __device__ __forceinline__ void core_body(const T* __restrict__ qkv, const T* __
     for (int c = blockIdx.z; c < ch.n; c += gridDim.z) {
       const int a = lo + c * ch.size;
       const int nkeys = min(ch.size, pos + 1 - a);
-      for (int g0 = 0; g0 < per; g0 += HG) {
+      for (int g0 = 0; g0 < group; g0 += HG) {
         attend_chunk<E, V4, HG, T>(qkv, kCache, vCache, table, pageSize, heads, kvHeads, kvh, d, W, gated, q, out, partials, scale, row,
-                                   hFirst + g0, min(HG, per - g0), a, nkeys, c, ch.n, maxChunks, tiles, sh);
+                                   kvh * group + g0, min(HG, group - g0), a, nkeys, c, ch.n, maxChunks, tiles, sh);
       }
     }
   }
@@ -427,10 +421,7 @@ __device__ __forceinline__ void core_rows(const T* __restrict__ qkv, const T* __
   STD_SHARED(float, LA, kMaxHeadsAtOnce);
   STD_DYNAMIC_SMEM(smem);
   const int d = headDim;
-  if (heads % kvHeads != 0 || gridDim.y % (unsigned)kvHeads != 0 || (heads / kvHeads) % (int)(gridDim.y / kvHeads) != 0 || num_warps() > kMaxWarps ||
-      maxChunks < 1 || maxChunks > kMaxChunks) {
-    __trap();
-  }
+  if (gridDim.y != (unsigned)kvHeads || heads % kvHeads != 0 || num_warps() > kMaxWarps || maxChunks < 1 || maxChunks > kMaxChunks) __trap();
   if (dynamic_smem_bytes() < (unsigned)(kStages * 2 * tile_keys(d, (int)sizeof(T)) * d * (int)sizeof(T))) __trap();
   const CoreShared sh{comb, mS, lS, MA, LA};
   T* tiles = reinterpret_cast<T*>(smem);

@@ -81,31 +81,16 @@ export function partialsBytes(rows: number, heads: number, headDim: number, chun
 }
 
 /**
- * Parts of a GQA group `std.attn_core` gives separate CTAs: the most (a divisor of the group) that
- * keep rows · kvHeads · parts within two CTAs per multiprocessor. Few rows then still fill the
- * device (the parts read the same key rows, from L2); many rows take whole groups.
+ * `std.attn_core`'s CTAs: [rows, kvHeads, splits] of 256 threads, each CTA a whole GQA group (every
+ * key row read once for the group's heads) and chunks z, z + splits, … of its row. Splits (at most
+ * `chunks`) fill about two CTAs per multiprocessor; they change which CTA takes a chunk, never the
+ * result. Shared memory: CORE_STAGES tiles of K and V rows.
  */
-export function headParts(rows: number, heads: number, kvHeads: number, multiprocessors: number): number {
-  const group = heads / kvHeads;
-  let parts = 1;
-  for (let p = 1; p <= group; p++) if (group % p === 0 && Math.max(1, rows) * kvHeads * p <= 2 * multiprocessors) parts = p;
-  return parts;
-}
-
-/**
- * `std.attn_core`'s CTAs: [rows, kvHeads · parts, splits] of 256 threads, each CTA a part of a GQA
- * group (`headParts`, or `parts` given) and chunks z, z + splits, … of its row. Splits (at most
- * `chunks`) fill about two CTAs per multiprocessor. Neither changes a result. Shared memory:
- * CORE_STAGES tiles of K and V rows.
- */
-export function coreLaunch(
-  rows: number, heads: number, kvHeads: number, headDim: number, rowBytes: number, chunks: number, multiprocessors: number, stream: Stream, parts?: number,
-): LaunchConfig {
-  const p = parts ?? headParts(rows, heads, kvHeads, multiprocessors);
-  const ctas = Math.max(1, rows) * kvHeads * p;
+export function coreLaunch(rows: number, kvHeads: number, headDim: number, rowBytes: number, chunks: number, multiprocessors: number, stream: Stream): LaunchConfig {
+  const ctas = Math.max(1, rows) * kvHeads;
   const splits = Math.max(1, Math.min(chunks, Math.ceil((2 * multiprocessors) / ctas)));
   const tileKeys = Math.max(8, Math.floor(CORE_STAGE_BYTES / (2 * headDim * rowBytes)));
-  return { grid: [Math.max(1, rows), kvHeads * p, splits], block: 256, sharedBytes: CORE_STAGES * 2 * tileKeys * headDim * rowBytes, stream };
+  return { grid: [Math.max(1, rows), kvHeads, splits], block: 256, sharedBytes: CORE_STAGES * 2 * tileKeys * headDim * rowBytes, stream };
 }
 
 /** `std.attn_combine`'s CTAs: one per (row, head), 128 threads over the head dim. */

@@ -200,7 +200,7 @@ export class AttentionLayer implements TransformerLayer<AttentionState>, KvSourc
     } else {
       const chunks = this.#partials ? keyChunks(phase, this.limits.maxSeqLen) : 1;
       const core = { ...attend, chunks, partials: chunks > 1 ? this.#partials!.ptr : 0n };
-      gpu.launch(this.#kernels.core, coreLaunch(rows, o.heads, o.kvHeads, d, floatBytes(dtype), chunks, gpu.device.multiprocessors, stream), core);
+      gpu.launch(this.#kernels.core, coreLaunch(rows, o.kvHeads, d, floatBytes(dtype), chunks, gpu.device.multiprocessors, stream), core);
       if (chunks > 1) gpu.launch(this.#kernels.combine, combineLaunch(rows, o.heads, stream), core);
     }
     runLinear(gpu, { m: rows, x: b.attn, w: this.#oW, y: step.output, xDtype: dtype, yDtype: dtype, stream });

@@ -1,7 +1,7 @@
 import { CpuBackend } from '@metrale/cpu-backend';
 import { InvalidArgumentError, KvCacheFullError, SeededRandom, StepDriver, type LayerLimits } from '@metrale/core';
 import { runLayerConformance } from '@metrale/core/testing';
-import plugin, { AttentionLayer, coreLaunch, headParts, keyChunks, partialsBytes, qwen3NextAttentionOptions } from '@metrale/layer-std';
+import plugin, { AttentionLayer, coreLaunch, keyChunks, partialsBytes, qwen3NextAttentionOptions } from '@metrale/layer-std';
 import { describe, expect, it } from 'vitest';
 import { attentionWeights, CONFIG, runScript } from './attention-reference.js';
 
@@ -68,23 +68,18 @@ describe('AttentionLayer (Qwen3-Next gated attention) against a float64 referenc
     gpu.dispose();
   });
 
-  it('cuts decode and verify rows into key chunks from the longest sequence, never prefill rows; head parts and splits fill the device', () => {
+  it('cuts decode and verify rows into key chunks from the longest sequence, never prefill rows; splits fill the device, at most one per chunk', () => {
     expect(keyChunks('prefill', 262144)).toBe(1);
     expect(keyChunks('decode', 262144)).toBe(64);
     expect(keyChunks('verify', 1000)).toBe(4);
     expect(keyChunks('decode', 256)).toBe(1);
-    // The 80B shape (16 q / 2 kv heads, d 256, bf16) on 132 multiprocessors: batch 1 and 8 give each
-    // query head its CTAs (parts 8), batch 32 half groups, batch 64 whole groups at two splits.
+    // The 80B shape (2 kv heads, d 256, bf16) on 132 multiprocessors: batch 1 takes every chunk's split, batch 64 three.
     const stream = new CpuBackend().defaultStream;
-    expect(headParts(1, 16, 2, 132)).toBe(8);
-    expect(headParts(32, 16, 2, 132)).toBe(4);
-    expect(headParts(200, 16, 2, 132)).toBe(1);
-    expect(coreLaunch(1, 16, 2, 256, 2, 64, 132, stream)).toMatchObject({ grid: [1, 16, 17], block: 256, sharedBytes: 4 * 32768 });
-    expect(coreLaunch(64, 16, 2, 256, 2, 64, 132, stream).grid).toEqual([64, 4, 2]);
-    expect(coreLaunch(64, 16, 2, 256, 2, 1, 132, stream).grid).toEqual([64, 4, 1]);
-    expect(coreLaunch(1, 16, 2, 256, 2, 64, 132, stream, 1).grid).toEqual([1, 2, 64]);
+    expect(coreLaunch(1, 2, 256, 2, 64, 132, stream)).toMatchObject({ grid: [1, 2, 64], block: 256, sharedBytes: 4 * 32768 });
+    expect(coreLaunch(64, 2, 256, 2, 64, 132, stream).grid).toEqual([64, 2, 3]);
+    expect(coreLaunch(64, 2, 256, 2, 1, 132, stream).grid).toEqual([64, 2, 1]);
     // f32 at d 20: tiles of ⌊32768 / 160⌋ = 204 keys.
-    expect(coreLaunch(3, 6, 2, 20, 4, 1, 132, stream).sharedBytes).toBe(4 * 2 * 204 * 20 * 4);
+    expect(coreLaunch(3, 2, 20, 4, 1, 132, stream).sharedBytes).toBe(4 * 2 * 204 * 20 * 4);
     expect(partialsBytes(5, 16, 256, 1)).toBe(0);
   });
 

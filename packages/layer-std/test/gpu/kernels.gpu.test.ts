@@ -515,7 +515,7 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
             // Step 1 as the layer launches a prefill, step 2 as a decode (sequences this short are one chunk either way).
             const chunks = keyChunks(n === 0 ? 'prefill' : 'decode', maxSeqLen);
             expect(chunks).toBe(1);
-            gpu.launch(k.core, coreLaunch(rows, o.H, o.Hkv, o.d, floatBytes(dtype), chunks, gpu.device.multiprocessors, stream), {
+            gpu.launch(k.core, coreLaunch(rows, o.Hkv, o.d, floatBytes(dtype), chunks, gpu.device.multiprocessors, stream), {
               ...common, q: p[`q${n}`]!, out: p[`out${n}`]!, scale: o.scale ?? 1 / Math.sqrt(o.d), window: o.window ?? 0, chunks, partials: 0n,
             });
           });
@@ -535,8 +535,8 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
   // ---- std-attention split-KV: rows of several key chunks, records merged by std.attn_combine ------------
   // The cache is filled directly (no prefill): decode rows at 1 501 keys, a verify of 4 rows at ~700,
   // a padding row, rows at exactly 256 keys (one chunk) and 257 (two). Each row's cut depends on its
-  // key count and `chunks` only: the layer's launch, one of a single split (a CTA takes every chunk
-  // of its row) and one of a CTA per query head give the same bits.
+  // key count and `chunks` only: the layer's launch and one of a single split (a CTA takes every
+  // chunk of its row) give the same bits.
   const splitShapes = [
     { label: 'Qwen3-Next-80B heads: 16 q / 2 kv, d 256, gated, pages of 16', H: 16, Hkv: 2, d: 256, gated: 1, page: 16 },
     { label: 'Gemma 3n E4B sliding heads: 8 q / 2 kv, d 256, window 512, pages of 16', H: 8, Hkv: 2, d: 256, gated: 0, page: 16, window: 512 },
@@ -571,7 +571,7 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
           blockTable, rowStarts, positions, slots: Int32Array.from(seqs.map((q) => q.slot)),
           kCache: typed(cacheElements, dtype), vCache: typed(cacheElements, dtype), qkv: typed(rows * W, dtype, 1.5),
           q: typed(rows * o.H * o.d, dtype, 1.5), out: poison(rows * o.H * o.d, dtype), outOneSplit: poison(rows * o.H * o.d, dtype),
-          outLayer: poison(rows * o.H * o.d, dtype), outPerHead: poison(rows * o.H * o.d, dtype),
+          outLayer: poison(rows * o.H * o.d, dtype),
           partials: new Float32Array(partialsBytes(rows, o.H, o.d, chunks) / 4),
         };
         const k = ATTENTION_KERNELS[dtype];
@@ -582,19 +582,17 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
             batch: seqs.length, heads: o.H, kvHeads: o.Hkv, headDim: o.d, pageSize: o.page, maxPages, gated: o.gated, dtype: FLOAT_DTYPE_CODE[dtype], ownKv: 1,
             q: p.q!, out, scale: 1 / Math.sqrt(o.d), window: o.window ?? 0, chunks, partials: p.partials!,
           });
-          // Three splits (CTA z takes chunks z, z + 3, …) and one, whole groups; a CTA per query head; the layer's launch (device-dependent).
-          const launch = coreLaunch(rows, o.H, o.Hkv, o.d, floatBytes(dtype), chunks, gpu.device.multiprocessors, stream);
-          const grids = [[p.out!, [rows, o.Hkv, 3]], [p.outOneSplit!, [rows, o.Hkv, 1]], [p.outPerHead!, [rows, o.H, 2]], [p.outLayer!, launch.grid]] as const;
-          for (const [out, grid] of grids) {
+          // Three splits (CTA z takes chunks z, z + 3, …) and one; the layer's count depends on the device.
+          const launch = coreLaunch(rows, o.Hkv, o.d, floatBytes(dtype), chunks, gpu.device.multiprocessors, stream);
+          for (const [out, grid] of [[p.out!, [rows, o.Hkv, 3]], [p.outOneSplit!, [rows, o.Hkv, 1]], [p.outLayer!, launch.grid]] as const) {
             gpu.launch(k.core, { ...launch, grid }, args(out));
             gpu.launch(k.combine, combineLaunch(rows, o.H, stream), args(out));
           }
-        }, ['out', 'outOneSplit', 'outPerHead', 'outLayer']);
+        }, ['out', 'outOneSplit', 'outLayer']);
         const core = dtype === 'f32' ? 2e-5 : STEP[dtype];
         compare(`${dtype} attn_core split ${o.label}`, dtype, r.cpu.out!, r.cuda.out!, core);
         expect(sameBits(r.cuda.outOneSplit!, r.cuda.out!), `${dtype} attn_core: one split and three differ`).toBe(true);
-        expect(sameBits(r.cuda.outPerHead!, r.cuda.out!), `${dtype} attn_core: a CTA per query head and whole groups differ`).toBe(true);
-        expect(sameBits(r.cuda.outLayer!, r.cuda.out!), `${dtype} attn_core: the layer's launch and three splits differ`).toBe(true);
+        expect(sameBits(r.cuda.outLayer!, r.cuda.out!), `${dtype} attn_core: the layer's splits and three differ`).toBe(true);
         const pad = decodeRows(r.cuda.out!, dtype).subarray(rowStarts[2]! * o.H * o.d, rowStarts[3]! * o.H * o.d);
         expect(pad.every((v) => v === 0)).toBe(true);
       });
