@@ -101,7 +101,7 @@ try {
     gpu.launch(std.routeKernel, std.rowLaunch(rows, E, stream), {
       logits, bias: 0n, ids, weights, rows, experts: E, topK, scoring: 0, normTopK: 1, nGroup: 1, topkGroup: 1, scaling: 1,
     });
-    const group = () => gpu.launch(std.groupKernel, std.groupLaunch(stream), { ids, groups, rows, experts: E, topK });
+    const group = () => gpu.launch(std.groupKernel, std.groupLaunch(rows, topK, stream), { ids, groups, rows, experts: E, topK });
     group();
     const args = { ids, groups, rows, hidden: D, inter: I, experts: E, topK, ...codes };
     const entries = rows * topK;

@@ -224,7 +224,7 @@ async function main() {
         const route = (x) => (gemm(x), routeKernel());
         // After: the grouped kernels (each chosen expert's weights read once per step).
         const experts = (x) => {
-          gpu.launch(std.groupKernel, std.groupLaunch(stream), { ids, groups, rows: batch, experts: Eq, topK });
+          gpu.launch(std.groupKernel, std.groupLaunch(batch, topK, stream), { ids, groups, rows: batch, experts: Eq, topK });
           gpu.launch(k.up, std.expertsUpLaunch(batch, topK, I, Eq, stream), {
             input: x, ids, groups, gateUp: gateUp.data, gateUpScales: gateUp.scales, h, rows: batch, hidden: D, inter: I, experts: Eq, topK, ...codes,
           });

@@ -1,4 +1,4 @@
-import { InvalidArgumentError, defineKernel, type FloatDtype, type Kernel, type LaunchConfig, type StepPhase, type Stream, type WeightDtype } from '@metrale/core';
+import { InvalidArgumentError, defineKernel, type FloatDtype, type Kernel, type LaunchConfig, type Stream, type WeightDtype } from '@metrale/core';
 import { combineCpu, expertsDownCpu, expertsRowwiseCpu, expertsSumCpu, expertsUpCpu, groupCpu, localizeCpu, routeCpu, routerGemvCpu } from './moe.cpu.js';
 import { moeGemm16Module, moeGemmModule, moeGroupModule, moeModule as module, moeRouteModule } from './std-modules.js';
 
@@ -91,9 +91,13 @@ export function moeGroupsLength(rows: number, topK: number, experts: number): nu
   return 4 + 2 * experts + rows * topK;
 }
 
-/** `std.moe_group` (kernels/std-moe-group.cu): one CTA of 1024 threads, its warps taking a segment of the entries each. */
-export function groupLaunch(stream: Stream): LaunchConfig {
-  return { grid: 1, block: 1024, stream };
+/**
+ * `std.moe_group` (kernels/std-moe-group.cu): one CTA, its warps taking a segment of the entries
+ * each: a warp per 64 entries, up to 32 (a decode step's few entries are not worth the barriers of
+ * 1024 threads). The result does not depend on the count.
+ */
+export function groupLaunch(rows: number, topK: number, stream: Stream): LaunchConfig {
+  return { grid: 1, block: 32 * Math.max(1, Math.min(32, Math.ceil((rows * topK) / 64))), stream };
 }
 
 /**
@@ -195,7 +199,7 @@ export interface ExpertKernels {
   readonly rowwise: Kernel<typeof ROWWISE_PARAMS>;
   /**
    * `std.moe_gemm_up` / `std.moe_gemm_down` (kernels/std-moe-gemm.cu): the grouped passes on tensor
-   * cores, for prefill steps; the same arguments and outputs as `up` / `down`. None for f32 rows.
+   * cores; the same arguments and outputs as `up` / `down`. None for f32 rows.
    */
   readonly gemm?: { readonly up: Kernel<typeof GROUPED_UP_PARAMS>; readonly down: Kernel<typeof GROUPED_DOWN_PARAMS>; readonly tiles: GemmTiles };
 }
@@ -252,12 +256,13 @@ function expertKernelsOf(format: ExpertFormat): ExpertKernels {
 }
 
 /**
- * Whether a step runs the tensor-core expert GEMMs: prefill steps (a prompt's rows never share a
- * step with decode rows, so a decode row's bits stay those of the CUDA-core kernels whatever the
- * batch), with kernels for the format and widths they take (16-element vectors of k).
+ * Whether the layer runs the tensor-core expert GEMMs: in every step, prefill, decode and verify
+ * alike, where the format has them and the widths suit them (16-element vectors of k). One kernel
+ * pair at every batch keeps a row's bits independent of the step it is in: the GEMMs never split k
+ * and sum it in a fixed order, so a row alone and in any batch gets the same result.
  */
-export function moeTensorCores(kernels: ExpertKernels, phase: StepPhase, hidden: number, inter: number): boolean {
-  return phase === 'prefill' && kernels.gemm !== undefined && hidden % 16 === 0 && inter % 16 === 0;
+export function moeTensorCores(kernels: ExpertKernels, hidden: number, inter: number): boolean {
+  return kernels.gemm !== undefined && hidden % 16 === 0 && inter % 16 === 0;
 }
 
 /**

@@ -37,9 +37,9 @@ interface DeviceExperts {
  * chose it) → `std.moe_experts` (Σ weight · y, in slot order); below, `std.moe_experts_up_rowwise`
  * → `std.moe_experts_rowwise` (per row and expert). Both paths give a row the same bits, so its
  * output does not depend on the batch.
- * Prefill steps in bf16 / f16 rows take `std.moe_gemm_up` / `std.moe_gemm_down` instead of the
- * grouped pair: the same grouping on tensor cores (`moeTensorCores`); a prefill row's result then
- * differs from a decode row's in the order of its sums, and still depends on nothing else in the step.
+ * With bf16 / f16 rows every step takes `std.moe_gemm_up` / `std.moe_gemm_down` instead of either
+ * path: the same grouping on tensor cores (`moeTensorCores`), at any batch, so a row's result still
+ * depends on nothing else in the step.
  * Rows, h, y, the routed sum and the shared expert are in the row type, the expert kernels of the
  * weights' format (`ExpertFormat`). Tensors, prefix removed: `gate.weight`,
  * `gate.e_score_correction_bias` (sigmoid routing), `experts.*`, `shared_expert.*` +
@@ -110,7 +110,7 @@ export class MoeLayer extends StatelessLayer {
       };
       this.#shared = sh ? new SwiGlu(m, weights, sh.prefix, D, sh.inter, R, precision) : undefined;
       const held = experts.experts;
-      const grouped = moeGrouped(R, topK, held) || moeTensorCores(this.#kernels, 'prefill', D, options.inter);
+      const grouped = moeGrouped(R, topK, held) || moeTensorCores(this.#kernels, D, options.inter);
       // The grouped path's groups and y only where maxRows can reach it.
       const sizes: Record<ScratchPart, number> = {
         logits: 4 * R * E, ids: 4 * R * topK, weights: 4 * R * topK, groups: grouped ? 4 * moeGroupsLength(R, topK, held) : 0, h: bytes * R * topK * options.inter,
@@ -177,11 +177,11 @@ export class MoeLayer extends StatelessLayer {
     }
     const shared = this.#shared;
     const routed = shared ? s.routed : output;
-    const tensorCores = moeTensorCores(k, step.phase, D, inter);
+    const tensorCores = moeTensorCores(k, D, inter);
     if (tensorCores || moeGrouped(rows, topK, E)) {
       const up = tensorCores ? k.gemm!.up : k.up;
       const down = tensorCores ? k.gemm!.down : k.down;
-      gpu.launch(groupKernel, groupLaunch(stream), { ids: s.ids, groups: s.groups, rows, experts: E, topK });
+      gpu.launch(groupKernel, groupLaunch(rows, topK, stream), { ids: s.ids, groups: s.groups, rows, experts: E, topK });
       gpu.launch(up, tensorCores ? expertsGemmLaunch(k, 'up', rows, topK, inter, E, gpu.device.computeCapability, stream) : expertsUpLaunch(rows, topK, inter, E, stream), {
         input, ids: s.ids, groups: s.groups, gateUp: w.gateUp.data, gateUpScales: w.gateUp.scales, h: s.h, rows, hidden: D, inter, experts: E, topK, ...codes,
       });

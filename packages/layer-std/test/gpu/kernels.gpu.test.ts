@@ -273,7 +273,7 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
     const { k, fp8, codes } = formatOf(format);
     const up = tensorCores ? k.gemm!.up : k.up;
     const down = tensorCores ? k.gemm!.down : k.down;
-    gpu.launch(groupKernel, groupLaunch(s), { ids: p.ids!, groups: p.groups!, rows, experts: E, topK });
+    gpu.launch(groupKernel, groupLaunch(rows, topK, s), { ids: p.ids!, groups: p.groups!, rows, experts: E, topK });
     gpu.launch(up, tensorCores ? expertsGemmLaunch(k, 'up', rows, topK, I, E, gpu.device.computeCapability, s) : expertsUpLaunch(rows, topK, I, E, s), {
       input: p.x!, ids: p.ids!, groups: p.groups!, gateUp: p.gateUp!, gateUpScales: fp8 ? p.gateUpScales! : 0n, h: p.h!, rows, hidden: D, inter: I, experts: E, topK, ...codes,
     });
@@ -333,7 +333,7 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
       }
       for (let i = 7; i < ids.length; i += 997) ids[i] = i % 2 ? -3 : E + 5;
       const r = onBoth({ ids, groups: poisonI32(moeGroupsLength(rows, topK, E)) }, (gpu, p) =>
-        gpu.launch(groupKernel, groupLaunch(gpu.defaultStream), { ids: p.ids!, groups: p.groups!, rows, experts: E, topK }), ['groups']);
+        gpu.launch(groupKernel, groupLaunch(rows, topK, gpu.defaultStream), { ids: p.ids!, groups: p.groups!, rows, experts: E, topK }), ['groups']);
       compareI32(`moe_group ${rows} rows top-${topK} of ${E}`, r.cpu.groups!, r.cuda.groups!);
     });
   }
@@ -364,7 +364,8 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
       });
     }
 
-    it(`${format}: batch invariance: route + grouped experts give each of 48 rows sharing 8 experts exactly its result alone`, () => {
+    // The CUDA-core grouped kernels (f32 rows, widths off 16) and the tensor-core GEMMs (every step of bf16 / f16 rows).
+    for (const tensorCores of format === 'f32' ? [false] : [false, true]) it(`${format}: batch invariance: route + ${tensorCores ? 'tensor-core' : 'grouped'} experts give each of 48 rows sharing 8 experts exactly its result alone`, () => {
       const [D, I, E, topK, rows] = [2048, 512, 8, 4, 48];
       const { dtype } = formatOf(format);
       const bytes = floatBytes(dtype);
@@ -384,7 +385,7 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
         gpu.launch(routeKernel, rowLaunch(n, E, gpu.defaultStream), {
           logits: p.logits!, bias: 0n, ids: p.ids!, weights: p.weights!, rows: n, experts: E, topK, scoring: 0, normTopK: 1, nGroup: 1, topkGroup: 1, scaling: 1,
         });
-        groupedExperts(gpu, p, format, n, D, I, E, topK);
+        groupedExperts(gpu, p, format, n, D, I, E, topK, tensorCores);
         gpu.synchronize();
         return { ids: i32(gpu.download(p.ids!, 4 * n * topK)).slice(), out: gpu.download(p.out!, bytes * n * D), h: gpu.download(p.h!, bytes * n * topK * I) };
       };
@@ -399,7 +400,7 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
           const rowH = all.h.subarray(bytes * r * topK * I, bytes * (r + 1) * topK * I);
           if (sameBits(one.out, rowOut) && sameBits(one.h, rowH)) same++;
         }
-        results.push(`${`${format} batch invariance: ${rows} rows over ${shared} experts, top-${topK}, vs each row alone`.padEnd(84)} ${same}/${rows} bit-identical`);
+        results.push(`${`${format}${tensorCores ? ' gemm' : ''} batch invariance: ${rows} rows over ${shared} experts, top-${topK}, vs each row alone`.padEnd(84)} ${same}/${rows} bit-identical`);
         expect(same).toBe(rows);
       } finally {
         for (const ptr of Object.values(p)) gpu.free(ptr);
@@ -407,7 +408,7 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
     });
   }
 
-  // The tensor-core expert GEMMs of prefill steps: the 80B expert widths with 80 entries per expert
+  // The tensor-core expert GEMMs (every step of bf16 / f16 rows): the 80B expert widths with 80 entries per expert
   // (tiles cut short), 300 entries per expert (several tiles each), widths not multiples of 64 or
   // 128 (output columns, 32-wide k steps and FP8 blocks cut short), a few rows; each against the CPU
   // twin (kept small: the twin is most of the time), and each row's bits alone and batched.
@@ -423,16 +424,18 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
         compare(`moe_gemm_up ${label}`, dtype, r.cpu.h!, r.cuda.h!);
         compare(`moe_gemm_down ${label}`, dtype, r.cpu.y!, r.cuda.y!);
         compare(`moe_experts after the gemms ${label}`, dtype, r.cpu.out!, r.cuda.out!);
-        // Each row alone gives the bits it gets in the batch (no split of k, its order fixed).
+        // Each row alone (as a decode step runs it) gives the bits it gets in the batch (no split of k, its order fixed).
+        const bytes = floatBytes(dtype);
+        const weights = bufs.weights as Float32Array;
         for (const row of [0, 1, rows - 1]) {
           const one = expertBufs(format, 1, D, I, E, topK, ids.slice(row * topK, (row + 1) * topK), bufs);
-          const bytes = floatBytes(dtype);
           const xs = new Uint8Array(bufs.x!.buffer, bufs.x!.byteOffset + bytes * row * D, bytes * D);
-          const alone = runKernelOn(cudaGpu!, { ...one, x: xs }, (gpu, p) => groupedExperts(gpu, p, format, 1, D, I, E, topK, true), ['h']);
-          const batched = r.cuda.h!.subarray(bytes * row * topK * I, bytes * (row + 1) * topK * I);
-          expect(sameBits(alone.h!, batched), `row ${row}: h alone vs batched`).toBe(true);
+          const alone = runKernelOn(cudaGpu!, { ...one, x: xs, weights: weights.slice(row * topK, (row + 1) * topK) }, (gpu, p) => groupedExperts(gpu, p, format, 1, D, I, E, topK, true), ['h', 'y', 'out']);
+          expect(sameBits(alone.h!, r.cuda.h!.subarray(bytes * row * topK * I, bytes * (row + 1) * topK * I)), `row ${row}: h alone vs batched`).toBe(true);
+          expect(sameBits(alone.y!, r.cuda.y!.subarray(bytes * row * topK * D, bytes * (row + 1) * topK * D)), `row ${row}: y alone vs batched`).toBe(true);
+          expect(sameBits(alone.out!, r.cuda.out!.subarray(bytes * row * D, bytes * (row + 1) * D)), `row ${row}: out alone vs batched`).toBe(true);
         }
-        results.push(`${`moe gemm rows alone ≡ batched ${label}`.padEnd(84)} h bit-identical`);
+        results.push(`${`moe gemm rows alone ≡ batched ${label}`.padEnd(84)} h, y, out bit-identical`);
       });
     }
   }
