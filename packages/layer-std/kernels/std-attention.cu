@@ -17,8 +17,9 @@
 // the weighted sum of V are f32. The normed q and k are rounded to T before RoPE, as Hugging Face's
 // q_norm / k_norm return the row type (rms_out in std-common.cuh); each stored value is rounded once.
 //
-// std_attn_prep: one CTA per row (min(1024, d rounded up to 32) threads), the heads one after
-// another, a thread per element; the row's slot and position come from the step tables.
+// std_attn_prep: CTAs (row, head slot) (min(1024, d rounded up to 32) threads); slot y takes the
+// row's heads y, y + gridDim.y, … (q heads, then the k heads that write the cache), a thread per
+// element; the row's slot and position come from the step tables.
 //
 // std_attn_core (split-KV, flash-decoding): grid [rows, kvHeads, splits], 256 threads. A CTA takes a
 // whole GQA group, so each key row is read once for all the group's query heads. A row's keys are
@@ -354,7 +355,9 @@ __device__ __forceinline__ void prep_rows(const T* __restrict__ qkv, T* __restri
     const int pos = positions[row];
     T* qrow = q + (size_t)row * heads * d;
     if (slot < 0) {
-      for (int i = tid; i < heads * d; i += B) store_value(qrow, i, 0.f);
+      for (int hd = blockIdx.y; hd < heads; hd += gridDim.y) {
+        for (int i = tid; i < d; i += B) store_value(qrow, (size_t)hd * d + i, 0.f);
+      }
       continue;
     }
     const int32_t* table = blockTable + (size_t)slot * maxPages;
@@ -362,7 +365,7 @@ __device__ __forceinline__ void prep_rows(const T* __restrict__ qkv, T* __restri
     const float* cs = cos + (size_t)pc * half;
     const float* sn = sin + (size_t)pc * half;
     const T* src = qkv + (size_t)row * W;
-    for (int hd = 0; hd < heads + (ownKv ? kvHeads : 0); hd++) {
+    for (int hd = blockIdx.y; hd < heads + (ownKv ? kvHeads : 0); hd += gridDim.y) {
       const bool isK = hd >= heads;
       const int kh = hd - heads;
       const T* x = src + (isK ? kBase + kh * d : hd * qStride);

@@ -93,6 +93,11 @@ export function coreLaunch(rows: number, kvHeads: number, headDim: number, rowBy
   return { grid: [Math.max(1, rows), kvHeads, splits], block: 256, sharedBytes: CORE_STAGES * 2 * tileKeys * headDim * rowBytes, stream };
 }
 
+/** `std.attn_prep`'s CTAs: one per (row, head it writes: the q heads, then the k heads when the layer owns its KV), a thread per element of the head. */
+export function prepLaunch(rows: number, heads: number, kvHeads: number, headDim: number, ownKv: boolean, stream: Stream): LaunchConfig {
+  return { grid: [Math.max(1, rows), heads + (ownKv ? kvHeads : 0)], block: Math.min(1024, 32 * Math.ceil(headDim / 32)), stream };
+}
+
 /** `std.attn_combine`'s CTAs: one per (row, head), 128 threads over the head dim. */
 export function combineLaunch(rows: number, heads: number, stream: Stream): LaunchConfig {
   return { grid: [Math.max(1, rows), heads], block: 128, stream };

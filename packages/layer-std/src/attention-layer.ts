@@ -5,7 +5,7 @@ import {
 } from '@metrale/core';
 import { checkAttention, type AttentionOptions, type KvSource } from './attention-config.js';
 import {
-  ATTENTION_KERNELS, attnPrefillLaunch, combineLaunch, coreLaunch, keyChunks, partialsBytes, prefillOnTensorCores, type AttentionKernels,
+  ATTENTION_KERNELS, attnPrefillLaunch, combineLaunch, coreLaunch, keyChunks, partialsBytes, prefillOnTensorCores, prepLaunch, type AttentionKernels,
 } from './attention-kernels.js';
 import { loadAttentionWeights } from './attention-weights.js';
 import { DeviceMemory } from './device-memory.js';
@@ -189,7 +189,7 @@ export class AttentionLayer implements TransformerLayer<AttentionState>, KvSourc
       dtype: FLOAT_DTYPE_CODE[dtype], ownKv: o.kvSource ? 0 : 1,
     };
     this.#qkvW.run(gpu, { m: rows, x: step.input, y: b.qkv, xDtype: dtype, yDtype: dtype, stream });
-    gpu.launch(this.#kernels.prep, { grid: Math.max(1, rows), block: Math.min(1024, 32 * Math.ceil(d / 32)), stream }, {
+    gpu.launch(this.#kernels.prep, prepLaunch(rows, o.heads, o.kvHeads, d, !o.kvSource, stream), {
       ...common, q: b.q, qNorm: b.qNorm, kNorm: b.kNorm, cos: b.cos, sin: b.sin,
       rotaryDim: o.rotaryDim, maxPositions: this.limits.maxSeqLen, eps: o.eps, normOffset: o.normOffset,
       roundNormalized: (o.roundNormalized ?? o.normOffset === 0) ? 1 : 0, vNorm: o.vNorm ? 1 : 0,

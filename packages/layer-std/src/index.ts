@@ -29,7 +29,7 @@ export {
   EXPERT_KERNELS, EXPERT_FORMATS, expertFormat, expertsGemmLaunch, moeTensorCores, type ExpertFormat, type ExpertKernels,
 } from './moe-kernels.js';
 export {
-  prepKernel, coreKernel, coreLaunch, combineLaunch, keyChunks, partialsBytes, MIN_KEY_CHUNK, MAX_KEY_CHUNKS, attnPrefillLaunch, prefillOnTensorCores, ATTENTION_KERNELS,
+  prepKernel, prepLaunch, coreKernel, coreLaunch, combineLaunch, keyChunks, partialsBytes, MIN_KEY_CHUNK, MAX_KEY_CHUNKS, attnPrefillLaunch, prefillOnTensorCores, ATTENTION_KERNELS,
   type AttentionKernels,
 } from './attention-kernels.js';
 export { WEIGHT_DTYPE_CODE } from './elements.cpu.js';

@@ -19,7 +19,7 @@ import { CpuBackend } from '@metrale/cpu-backend';
 import { FLOAT_DTYPE_CODE, SeededRandom, floatBytes, type FloatDtype, type GpuBackend } from '@metrale/core';
 import { runKernelOn, runKernelOnBoth, type KernelBuffers as Bufs, type KernelLaunch, type KernelOutputs, type KernelPointers as Ptrs } from '@metrale/core/testing';
 import {
-  ATTENTION_KERNELS, EXPERT_FORMATS, geluMulKernel, softcapKernel, attnPrefillLaunch, coreLaunch, combineLaunch, keyChunks, partialsBytes, EXPERT_KERNELS, WEIGHT_DTYPE_CODE, addKernel, combineKernel, embedKernel, expertsDownLaunch, expertsKernel, expertsLaunch,
+  ATTENTION_KERNELS, EXPERT_FORMATS, geluMulKernel, softcapKernel, attnPrefillLaunch, prepLaunch, coreLaunch, combineLaunch, keyChunks, partialsBytes, EXPERT_KERNELS, WEIGHT_DTYPE_CODE, addKernel, combineKernel, embedKernel, expertsDownLaunch, expertsKernel, expertsLaunch,
   expertsGemmLaunch, expertsRowwiseLaunch, expertsUpLaunch, expertsUpRowwiseLaunch, flatLaunch, groupKernel, groupLaunch, layerNormKernel, localizeKernel, moeGroupsLength, rmsNormKernel,
   ropeTable, routeFewKernel, routeFewLaunch, routeKernel, routerGemvKernel, routerGemvLaunch, rowLaunch, siluMulKernel, type ExpertFormat,
 } from '@metrale/layer-std';
@@ -511,7 +511,7 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
               dtype: FLOAT_DTYPE_CODE[dtype], ownKv: 1,
             };
             const stream = gpu.defaultStream;
-            gpu.launch(k.prep, { grid: rows, block: Math.min(1024, 32 * Math.ceil(o.d / 32)), stream }, {
+            gpu.launch(k.prep, prepLaunch(rows, o.H, o.Hkv, o.d, true, stream), {
               ...common, q: p[`q${n}`]!, qNorm: o.norms ? p.qNorm! : 0n, kNorm: o.norms ? p.kNorm! : 0n, cos: p.cos!, sin: p.sin!,
               rotaryDim: o.rot, maxPositions: maxSeqLen, eps: 1e-6, normOffset: o.offset, roundNormalized: o.round ?? (o.offset === 0 ? 1 : 0), vNorm: o.vNorm ?? 0,
             });
