@@ -73,6 +73,21 @@ function compareI32(label: string, cpuOut: Uint8Array, cudaOut: Uint8Array): voi
 
 const sameBits = (a: Uint8Array, b: Uint8Array): boolean => a.length === b.length && a.every((v, i) => v === b[i]);
 
+// ---- paged attention steps ---------------------------------------------------------------------
+/** A block table over `pool` pages in shuffled order, so a sequence's pages are never adjacent. */
+const shuffledPages = (pool: number): Int32Array => Int32Array.from(Array.from({ length: pool }, (_, i) => i).sort(() => random.float() - 0.5));
+/** A step's row layout: each sequence's rows from `start` on, `count` of them. */
+function stepRows(seqs: readonly { start: number; count: number }[]): { rowStarts: Int32Array; rows: number; positions: Int32Array } {
+  const rowStarts = new Int32Array(seqs.length + 1);
+  seqs.forEach((q, i) => (rowStarts[i + 1] = rowStarts[i]! + q.count));
+  const rows = rowStarts[seqs.length]!;
+  const positions = new Int32Array(rows);
+  seqs.forEach((q, i) => { for (let j = 0; j < q.count; j++) positions[rowStarts[i]! + j] = q.start + j; });
+  return { rowStarts, rows, positions };
+}
+/** The fused qkv row: the query heads (each followed by its gate when gated), then K and V. */
+const qkvWidth = (o: { H: number; Hkv: number; d: number; gated: number }): number => o.H * o.d * (o.gated ? 2 : 1) + 2 * o.Hkv * o.d;
+
 describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twins', () => {
   beforeAll(() => {
     ensureFatbins();
@@ -476,9 +491,8 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
         const maxPages = Math.ceil(maxSeqLen / o.page);
         const seqs = o.hist.length;
         const pool = seqs * maxPages;
-        const perm = Array.from({ length: pool }, (_, i) => i).sort(() => random.float() - 0.5);
-        const blockTable = Int32Array.from(perm);
-        const W = o.H * o.d * (o.gated ? 2 : 1) + 2 * o.Hkv * o.d;
+        const blockTable = shuffledPages(pool);
+        const W = qkvWidth(o);
         const cacheElements = pool * o.page * o.Hkv * o.d;
         const rope = ropeTable(maxSeqLen, o.rot, 1e7);
         // Step 1: every sequence's history as one prefill; step 2: decode, verify (4 rows), a padding row, decode.
@@ -491,11 +505,7 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
           qNorm: random.normals(o.d, 0.3), kNorm: random.normals(o.d, 0.3),
         };
         steps.forEach((s, n) => {
-          const rowStarts = new Int32Array(s.counts.length + 1);
-          s.counts.forEach((c, i) => (rowStarts[i + 1] = rowStarts[i]! + c));
-          const rows = rowStarts[s.counts.length]!;
-          const positions = new Int32Array(rows);
-          s.counts.forEach((c, i) => { for (let j = 0; j < c; j++) positions[rowStarts[i]! + j] = s.starts[i]! + j; });
+          const { rowStarts, rows, positions } = stepRows(s.counts.map((count, i) => ({ start: s.starts[i]!, count })));
           Object.assign(bufs, {
             [`rowStarts${n}`]: rowStarts, [`slots${n}`]: Int32Array.from(s.slots), [`positions${n}`]: positions,
             [`qkv${n}`]: typed(rows * W, dtype, 1.5), [`q${n}`]: poison(rows * o.H * o.d, dtype), [`out${n}`]: poison(rows * o.H * o.d, dtype),
@@ -562,13 +572,9 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
           { slot: 3, start: 256, count: 1 },
         ];
         const pool = 4 * maxPages;
-        const blockTable = Int32Array.from(Array.from({ length: pool }, (_, i) => i).sort(() => random.float() - 0.5));
-        const rowStarts = new Int32Array(seqs.length + 1);
-        seqs.forEach((q, i) => (rowStarts[i + 1] = rowStarts[i]! + q.count));
-        const rows = rowStarts[seqs.length]!;
-        const positions = new Int32Array(rows);
-        seqs.forEach((q, i) => { for (let j = 0; j < q.count; j++) positions[rowStarts[i]! + j] = q.start + j; });
-        const W = o.H * o.d * (o.gated ? 2 : 1) + 2 * o.Hkv * o.d;
+        const blockTable = shuffledPages(pool);
+        const { rowStarts, rows, positions } = stepRows(seqs);
+        const W = qkvWidth(o);
         const cacheElements = pool * o.page * o.Hkv * o.d;
         const bufs: Bufs = {
           blockTable, rowStarts, positions, slots: Int32Array.from(seqs.map((q) => q.slot)),
@@ -629,13 +635,9 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
           { slot: 2, start: 40, count: 1 },
         ];
         const pool = 3 * maxPages;
-        const blockTable = Int32Array.from(Array.from({ length: pool }, (_, i) => i).sort(() => random.float() - 0.5));
-        const rowStarts = new Int32Array(seqs.length + 1);
-        seqs.forEach((q, i) => (rowStarts[i + 1] = rowStarts[i]! + q.count));
-        const rows = rowStarts[seqs.length]!;
-        const positions = new Int32Array(rows);
-        seqs.forEach((q, i) => { for (let j = 0; j < q.count; j++) positions[rowStarts[i]! + j] = q.start + j; });
-        const W = o.H * o.d * (o.gated ? 2 : 1) + 2 * o.Hkv * o.d;
+        const blockTable = shuffledPages(pool);
+        const { rowStarts, rows, positions } = stepRows(seqs);
+        const W = qkvWidth(o);
         const cacheElements = pool * o.page * o.Hkv * o.d;
         const bufs: Bufs = {
           blockTable, rowStarts, positions, slots: Int32Array.from(seqs.map((q) => q.slot)),
