@@ -1,4 +1,4 @@
-import { InvalidArgumentError, defineKernel, type FloatDtype, type Kernel, type LaunchConfig, type Stream, type WeightDtype } from '@metrale/core';
+import { InvalidArgumentError, defineKernel, type FloatDtype, type Kernel, type LaunchConfig, type StepPhase, type Stream, type WeightDtype } from '@metrale/core';
 import { combineCpu, expertsDownCpu, expertsRowwiseCpu, expertsSumCpu, expertsUpCpu, groupCpu, localizeCpu, routeCpu, routerGemvCpu } from './moe.cpu.js';
 import { moeGemm16Module, moeGemmModule, moeGroupModule, moeModule as module, moeRouteModule } from './std-modules.js';
 
@@ -199,9 +199,10 @@ export interface ExpertKernels {
   readonly rowwise: Kernel<typeof ROWWISE_PARAMS>;
   /**
    * `std.moe_gemm_up` / `std.moe_gemm_down` (kernels/std-moe-gemm.cu): the grouped passes on tensor
-   * cores; the same arguments and outputs as `up` / `down`. None for f32 rows.
+   * cores; the same arguments and outputs as `up` / `down`. None for f32 rows. `everyStep`: the
+   * layer takes them in decode and verify steps too (else in prefill steps only).
    */
-  readonly gemm?: { readonly up: Kernel<typeof GROUPED_UP_PARAMS>; readonly down: Kernel<typeof GROUPED_DOWN_PARAMS>; readonly tiles: GemmTiles };
+  readonly gemm?: { readonly up: Kernel<typeof GROUPED_UP_PARAMS>; readonly down: Kernel<typeof GROUPED_DOWN_PARAMS>; readonly tiles: GemmTiles; readonly everyStep: boolean };
 }
 
 /** The CTA shape of a format's tensor-core expert GEMMs (its kernel file's constants). */
@@ -249,6 +250,9 @@ function expertKernelsOf(format: ExpertFormat): ExpertKernels {
               up: defineKernel({ name: name('std.moe_gemm_up'), params: GROUPED_UP_PARAMS, cuda: { module: gemmModule, symbol: symbol('std_moe_gemm_up') }, cpu: expertsUpCpu }),
               down: defineKernel({ name: name('std.moe_gemm_down'), params: GROUPED_DOWN_PARAMS, cuda: { module: gemmModule, symbol: symbol('std_moe_gemm_down') }, cpu: expertsDownCpu }),
               tiles: fp8 ? TILES_FP8 : TILES_16BIT,
+              // The FP8 GEMM's 64-entry tiles (no cp.async pipeline) read few rows' experts slower
+              // than the CUDA-core kernels (docs/benchmarks.md: the 80B FP8 decode rows).
+              everyStep: !fp8,
             };
           })(),
         }),
@@ -256,13 +260,16 @@ function expertKernelsOf(format: ExpertFormat): ExpertKernels {
 }
 
 /**
- * Whether the layer runs the tensor-core expert GEMMs: in every step, prefill, decode and verify
- * alike, where the format has them and the widths suit them (16-element vectors of k). One kernel
- * pair at every batch keeps a row's bits independent of the step it is in: the GEMMs never split k
- * and sum it in a fixed order, so a row alone and in any batch gets the same result.
+ * Whether a step runs the tensor-core expert GEMMs: where the format has them and the widths suit
+ * them (16-element vectors of k), in prefill steps, and in decode and verify steps too where the
+ * format takes them in every step (16-bit weights). One kernel pair at every batch keeps a row's
+ * bits independent of the step it is in: the GEMMs never split k and sum it in a fixed order, so a
+ * row alone and in any batch gets the same result. FP8 decode rows keep the CUDA-core kernels,
+ * which give a row the same bits at any batch too (a prompt's rows never share a step with them).
  */
-export function moeTensorCores(kernels: ExpertKernels, hidden: number, inter: number): boolean {
-  return kernels.gemm !== undefined && hidden % 16 === 0 && inter % 16 === 0;
+export function moeTensorCores(kernels: ExpertKernels, phase: StepPhase, hidden: number, inter: number): boolean {
+  const g = kernels.gemm;
+  return g !== undefined && (phase === 'prefill' || g.everyStep) && hidden % 16 === 0 && inter % 16 === 0;
 }
 
 /**

@@ -37,9 +37,9 @@ interface DeviceExperts {
  * chose it) → `std.moe_experts` (Σ weight · y, in slot order); below, `std.moe_experts_up_rowwise`
  * → `std.moe_experts_rowwise` (per row and expert). Both paths give a row the same bits, so its
  * output does not depend on the batch.
- * With bf16 / f16 rows every step takes `std.moe_gemm_up` / `std.moe_gemm_down` instead of either
- * path: the same grouping on tensor cores (`moeTensorCores`), at any batch, so a row's result still
- * depends on nothing else in the step.
+ * With bf16 / f16 rows, steps take `std.moe_gemm_up` / `std.moe_gemm_down` instead of either path
+ * (`moeTensorCores`: every step with 16-bit weights, prefill steps with FP8 ones): the same grouping
+ * on tensor cores, at any batch, so a row's result still depends on nothing else in the step.
  * Rows, h, y, the routed sum and the shared expert are in the row type, the expert kernels of the
  * weights' format (`ExpertFormat`). Tensors, prefix removed: `gate.weight`,
  * `gate.e_score_correction_bias` (sigmoid routing), `experts.*`, `shared_expert.*` +
@@ -110,7 +110,7 @@ export class MoeLayer extends StatelessLayer {
       };
       this.#shared = sh ? new SwiGlu(m, weights, sh.prefix, D, sh.inter, R, precision) : undefined;
       const held = experts.experts;
-      const grouped = moeGrouped(R, topK, held) || moeTensorCores(this.#kernels, D, options.inter);
+      const grouped = moeGrouped(R, topK, held) || moeTensorCores(this.#kernels, 'prefill', D, options.inter);
       // The grouped path's groups and y only where maxRows can reach it.
       const sizes: Record<ScratchPart, number> = {
         logits: 4 * R * E, ids: 4 * R * topK, weights: 4 * R * topK, groups: grouped ? 4 * moeGroupsLength(R, topK, held) : 0, h: bytes * R * topK * options.inter,
@@ -177,7 +177,7 @@ export class MoeLayer extends StatelessLayer {
     }
     const shared = this.#shared;
     const routed = shared ? s.routed : output;
-    const tensorCores = moeTensorCores(k, D, inter);
+    const tensorCores = moeTensorCores(k, step.phase, D, inter);
     if (tensorCores || moeGrouped(rows, topK, E)) {
       const up = tensorCores ? k.gemm!.up : k.up;
       const down = tensorCores ? k.gemm!.down : k.down;

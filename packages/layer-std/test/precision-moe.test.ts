@@ -149,12 +149,15 @@ describe('MoE in bf16 / f16 and with FP8 weights against float64 references', ()
     });
   }
 
-  it('bf16 / f16 rows take the tensor-core expert GEMMs in every step; f32 rows and widths off 16 do not', () => {
+  it('16-bit expert weights take the tensor-core GEMMs in every step, FP8 ones in prefill steps; f32 rows and widths off 16 never', () => {
     for (const format of ['bf16', 'f16', 'fp8-bf16', 'fp8-f16'] as const) {
-      expect(moeTensorCores(EXPERT_KERNELS[format], 2048, 512), format).toBe(true);
-      expect(moeTensorCores(EXPERT_KERNELS[format], 2048, 136), format).toBe(false);
-      expect(moeTensorCores(EXPERT_KERNELS[format], 1000, 512), format).toBe(false);
+      const everyStep = !format.startsWith('fp8');
+      expect(moeTensorCores(EXPERT_KERNELS[format], 'prefill', 2048, 512), format).toBe(true);
+      expect(moeTensorCores(EXPERT_KERNELS[format], 'decode', 2048, 512), format).toBe(everyStep);
+      expect(moeTensorCores(EXPERT_KERNELS[format], 'verify', 2048, 512), format).toBe(everyStep);
+      expect(moeTensorCores(EXPERT_KERNELS[format], 'prefill', 2048, 136), format).toBe(false);
+      expect(moeTensorCores(EXPERT_KERNELS[format], 'prefill', 1000, 512), format).toBe(false);
     }
-    expect(moeTensorCores(EXPERT_KERNELS.f32, 2048, 512)).toBe(false);
+    expect(moeTensorCores(EXPERT_KERNELS.f32, 'prefill', 2048, 512)).toBe(false);
   });
 });
