@@ -24,11 +24,8 @@
 //                      Floors: the weights of the distinct experts chosen (3 · 512 · 2048 elements of
 //                      the weight type each, with FP8's block scales) + router (+ shared expert for
 //                      the whole layer), read once at the copy rate.
-//   router + route     at 1 and 8 rows (512 and 64 experts, top-10, softmax): the form the layer
-//                      takes there (routeForm: std.moe_router_gemv, GEMV and route in one launch),
-//                      against the router GEMM + std.moe_route_few and the GEMM + std.moe_route;
-//                      floor: the router weight (E · 2048 elements of the row type) read once at the
-//                      copy rate. Also checks that the two route kernels give the same bits.
+// Kernels of a few µs are timed here with eager launches, which measure the host: the router forms
+// and attention decode as a step replays them are bench/decode-kernels.bench.mjs's.
 // METRALE_BENCH_ONLY=moe skips the attention cases.
 // Results print as a table and go to $METRALE_BENCH_OUT (default bench-results/std.json) as JSON.
 // METRALE_BENCH_QUICK=1 runs small sizes only (a smoke test of the program).
@@ -77,7 +74,7 @@ async function main() {
   const gpu = cb.CudaBackend.create();
   const stream = gpu.defaultStream;
   log(`std bench: ${found.reason}; format ${FORMAT}`);
-  const result = { device: found.reason, shape: S, format: FORMAT, quick, ceilings: {}, attention: [], moe: [], router: [] };
+  const result = { device: found.reason, shape: S, format: FORMAT, quick, ceilings: {}, attention: [], moe: [] };
   const rowCode = core.FLOAT_DTYPE_CODE[ROWS];
   try {
     const c = cb.measureCeilings(gpu, { log: (l) => log(`  ${l}`), ...(quick ? { copyBytes: 256 * MiB, gemmSize: 2048 } : {}) });
@@ -125,7 +122,7 @@ async function main() {
           dtype: rowCode, ownKv: 1,
         };
         const kernels = std.ATTENTION_KERNELS[ROWS];
-        const prep = () => gpu.launch(kernels.prep, { grid: batch, block: d, stream }, {
+        const prep = () => gpu.launch(kernels.prep, std.prepLaunch(batch, H, Hkv, d, true, stream), {
           ...common, q, qNorm, kNorm, cos, sin, rotaryDim: rot, maxPositions: ctx, eps: 1e-6, normOffset: 1, roundNormalized: 0, vNorm: 0,
         });
         // As a served model's layer launches it: chunks from serve's longest sequence (the config's 262 144).
@@ -155,44 +152,6 @@ async function main() {
     const k = std.EXPERT_KERNELS[FORMAT];
     const codes = { wDtype: std.WEIGHT_DTYPE_CODE[WEIGHTS], rowDtype: rowCode };
     const rb = BYTES[ROWS];
-    // Router + route at decode batches: the few-row form against the GEMM and either route kernel.
-    for (const Eq of quick ? [64] : [S.experts, 64]) {
-      const keep = allocs.length;
-      const router = randomBuffer(Eq * D, 1 / Math.sqrt(D), ROWS);
-      const counter = upload(new Uint32Array(1));
-      for (const batch of [1, 8]) {
-        const sets = 8;
-        const xs = Array.from({ length: sets }, () => upload(encoded(batch * D, 1, ROWS)));
-        const x = (i) => xs[i % sets];
-        const logits = alloc(4 * batch * Eq);
-        const ids = alloc(4 * batch * topK);
-        const weights = alloc(4 * batch * topK);
-        const args = { bias: 0n, ids, weights, rows: batch, experts: Eq, topK, scoring: 0, normTopK: 1, nGroup: 1, topkGroup: 1, scaling: 1 };
-        const gemm = (xi) => gpu.gemm({ m: batch, n: Eq, k: D, a: xi, b: router, c: logits, transB: true, dtype: ROWS, outDtype: 'f32', stream });
-        const fused = (xi) => gpu.launch(std.routerGemvKernel, std.routerGemvLaunch(Eq, stream), { x: xi, w: router, logits, counter, ...args, hidden: D, dtype: rowCode });
-        const few = (xi) => (gemm(xi), gpu.launch(std.routeFewKernel, std.routeFewLaunch(stream), { logits, ...args }));
-        const block = (xi) => (gemm(xi), gpu.launch(std.routeKernel, std.rowLaunch(batch, Eq, stream), { logits, ...args }));
-        // The two route kernels over the same logits: the same bits.
-        let same = true;
-        for (const xi of xs) {
-          const outputs = (f) => (f(xi), [ids, weights].map((p) => gpu.download(p, 4 * batch * topK)));
-          const [a, b] = [outputs(block), outputs(few)];
-          same &&= a.every((v, i) => v.every((byte, j) => byte === b[i][j]));
-        }
-        const time = (f) => cb.timeOnDevice(gpu, (i) => f(x(i)), { reps: REPS }).ms;
-        const tFused = time(fused);
-        const tFew = time(few);
-        const tBlock = time(block);
-        const bytes = Eq * D * rb;
-        const floorMs = (bytes / copyBW) * 1e3;
-        const form = std.routeForm(batch, topK, Eq, ROWS);
-        result.router.push({ experts: Eq, batch, form, routerBytes: bytes, floorMs, fusedMs: tFused, gemmRouteFewMs: tFew, gemmRouteMs: tBlock, routeKernelsBitIdentical: same });
-        const us = (ms) => `${(ms * 1e3).toFixed(1)} µs (${(ms / floorMs).toFixed(1)} × floor)`;
-        log(`router + route, ${Eq} experts, batch ${batch} (the layer's form: ${form}): std.moe_router_gemv ${us(tFused)}; GEMM + std.moe_route_few ${us(tFew)}; GEMM + std.moe_route ${us(tBlock)}; floor ${(floorMs * 1e3).toFixed(2)} µs; route kernels ${same ? 'bit-identical' : 'DIFFER'}`);
-      }
-      freeFrom(keep);
-    }
-
     const moeCases = quick ? [{ experts: 64, batches: [1, 4] }] : [{ experts: S.experts, batches: [1, 32] }, { experts: 64, batches: [1, 8, 64] }];
     for (const { experts: Eq, batches } of moeCases) {
       const caseAllocs = allocs.length;
