@@ -6,27 +6,60 @@ import { BigramLayer } from './support/bigram-layer.js';
 describe('SpeculationGate', () => {
   it('verifies to measure a verify, decodes to measure a decode, then picks the faster by tokens per millisecond', () => {
     const gate = new SpeculationGate({ probeEvery: 4 });
-    expect(gate.shouldVerify(4, 0)).toBe(true);
+    expect(gate.shouldVerify(4, 4, 0)).toBe(true);
     gate.recordVerify(4, 10);
-    expect(gate.shouldVerify(4, 0)).toBe(false);
+    expect(gate.shouldVerify(4, 4, 0)).toBe(false);
     gate.recordDecode(4, 5);
     // Plain: 4 tokens / 5 ms. Verify: (4 + accepted) / 10 ms.
-    expect(gate.shouldVerify(4, 3)).toBe(false);
-    expect(gate.shouldVerify(4, 5)).toBe(true);
-    // Another batch size has its own measurements.
-    expect(gate.shouldVerify(8, 0)).toBe(true);
+    expect(gate.shouldVerify(4, 4, 3)).toBe(false);
+    expect(gate.shouldVerify(4, 4, 5)).toBe(true);
+    // Three sequences in the same bucket: (3 + accepted) / 10 against 3 / 5.
+    expect(gate.shouldVerify(4, 3, 2.9)).toBe(false);
+    expect(gate.shouldVerify(4, 3, 3.1)).toBe(true);
   });
 
-  it('probes with a verify after probeEvery decodes in a row', () => {
+  it('takes the nearest measured bucket\'s ratio for a bucket not yet measured both ways, and keeps each bucket\'s own', () => {
+    const gate = new SpeculationGate({ smoothing: 1 });
+    gate.recordVerify(8, 12);
+    gate.recordDecode(8, 10); // ratio 1.2 at bucket 8
+    // Bucket 16, unmeasured: 1 + accepted / 16 against 1.2, no verify to measure it first.
+    expect(gate.shouldVerify(16, 16, 3)).toBe(false);
+    expect(gate.shouldVerify(16, 16, 4)).toBe(true);
+    gate.recordVerify(32, 30);
+    gate.recordDecode(32, 20); // ratio 1.5 at bucket 32
+    // Bucket 16 is as far from 8 as from 32 (by size ratio): the larger's ratio, 1.5.
+    expect(gate.shouldVerify(16, 16, 7.9)).toBe(false);
+    expect(gate.shouldVerify(16, 16, 8.1)).toBe(true);
+    // Bucket 64 takes 32's, bucket 2 takes 8's.
+    expect(gate.shouldVerify(64, 64, 31)).toBe(false);
+    expect(gate.shouldVerify(64, 64, 33)).toBe(true);
+    expect(gate.shouldVerify(2, 2, 0.3)).toBe(false);
+    expect(gate.shouldVerify(2, 2, 0.5)).toBe(true);
+    // A bucket with one measurement of its own still takes a neighbour's ratio until it has both.
+    gate.recordDecode(16, 1);
+    expect(gate.shouldVerify(16, 16, 8.1)).toBe(true);
+    gate.recordVerify(16, 2); // its own: 2
+    expect(gate.shouldVerify(16, 16, 8.1)).toBe(false);
+    expect(gate.shouldVerify(16, 16, 17)).toBe(true);
+  });
+
+  it('probes with a verify after probeEvery decodes in a row, and with a decode after probeEvery verifies', () => {
     const gate = new SpeculationGate({ probeEvery: 3, smoothing: 1 });
     gate.recordVerify(2, 10);
     gate.recordDecode(2, 1);
-    expect(gate.shouldVerify(2, 0)).toBe(false);
+    expect(gate.shouldVerify(2, 2, 0)).toBe(false);
     gate.recordDecode(2, 1);
     gate.recordDecode(2, 1);
-    expect(gate.shouldVerify(2, 0)).toBe(true);
+    expect(gate.shouldVerify(2, 2, 0)).toBe(true);
     gate.recordVerify(2, 10);
-    expect(gate.shouldVerify(2, 0)).toBe(false);
+    expect(gate.shouldVerify(2, 2, 0)).toBe(false);
+    // Verifying wins (20 accepted), until three verifies in a row: then one decode.
+    expect(gate.shouldVerify(2, 2, 20)).toBe(true);
+    gate.recordVerify(2, 10);
+    gate.recordVerify(2, 10);
+    expect(gate.shouldVerify(2, 2, 20)).toBe(false);
+    gate.recordDecode(2, 1);
+    expect(gate.shouldVerify(2, 2, 20)).toBe(true);
   });
 
   it('smooths its measurements', () => {
@@ -34,8 +67,8 @@ describe('SpeculationGate', () => {
     gate.recordVerify(1, 4);
     gate.recordDecode(1, 1);
     gate.recordDecode(1, 3); // smoothed decode: 2 ms
-    expect(gate.shouldVerify(1, 0.9)).toBe(false); // 1.9 / 4 < 1 / 2
-    expect(gate.shouldVerify(1, 1.1)).toBe(true); // 2.1 / 4 > 1 / 2
+    expect(gate.shouldVerify(1, 1, 0.9)).toBe(false); // 1.9 / 4 < 1 / 2
+    expect(gate.shouldVerify(1, 1, 1.1)).toBe(true); // 2.1 / 4 > 1 / 2
   });
 
   it('smooths a sequence\'s accepted drafts with its own weight', () => {

@@ -2,6 +2,7 @@ import type { LayerLimits } from '../contract/layer.js';
 import type { GpuBackend, Stream } from '../device/gpu-backend.js';
 import type { KvCacheInfo } from '../kv/kv-binding.js';
 import type { KvCache } from '../kv/kv-cache.js';
+import type { BatchBuckets } from './batch-buckets.js';
 import type { Sequence } from './sequence.js';
 import type { StepInput, StepResult } from './step-driver.js';
 
@@ -14,6 +15,8 @@ export interface StepRunner {
   readonly gpu: GpuBackend;
   readonly stream: Stream;
   readonly limits: LayerLimits;
+  /** The padded batch sizes decode and verify steps run at (their graphs' keys). */
+  readonly buckets: BatchBuckets;
   /** The KV page pool the engine loop claims pages from (rank 0's under tensor parallelism). */
   readonly kv: KvCache;
   readonly kvInfo: KvCacheInfo;

@@ -1,5 +1,5 @@
 import type { Sequence } from '../driver/sequence.js';
-import type { StepResult } from '../driver/step-driver.js';
+import type { StepPath, StepResult } from '../driver/step-driver.js';
 import type { StepRunner } from '../driver/step-runner.js';
 import { offsetPtr } from '../device/device-ptr.js';
 import { InvalidArgumentError } from '../errors.js';
@@ -410,12 +410,13 @@ export class EngineLoop {
         // depend on it: when no sequence samples with a seed of its own (a seeded one must repeat).
         const expected = live.reduce((a, r) => a + (r.acceptedPerVerify ?? this.#spec!.k), 0);
         const free = live.every((r) => r.sampler.greedy || r.req.sampling?.seed === undefined);
-        if (!this.#gate || !free || this.#gate.shouldVerify(live.length, expected)) {
+        const bucket = this.driver.buckets.bucketFor(live.length);
+        if (!this.#gate || !free || this.#gate.shouldVerify(bucket, live.length, expected)) {
           const t = performance.now();
           const verified = this.#verify(live, events);
           if (verified) {
-            this.#gate?.recordVerify(live.length, performance.now() - t);
-            return verified;
+            if (timedPath(verified.path)) this.#gate?.recordVerify(bucket, performance.now() - t);
+            return { seqs: verified.seqs, k: verified.k, drafted: verified.drafted, accepted: verified.accepted };
           }
         }
       }
@@ -429,7 +430,7 @@ export class EngineLoop {
         const logits = this.driver.readOutputF32(result);
         live.forEach((r, i) => this.#emitRow(r, logits, i, events));
       }
-      this.#gate?.recordDecode(live.length, performance.now() - t);
+      if (timedPath(result.path)) this.#gate?.recordDecode(result.batch, performance.now() - t);
       return { seqs: live.length, k: 1, drafted: 0, accepted: 0 };
     } catch (error) {
       this.#fail(live, error, events);
@@ -437,8 +438,8 @@ export class EngineLoop {
     }
   }
 
-  /** One verify step over `live`; undefined when no sequence has a draft (the caller decodes). */
-  #verify(live: Running[], events: Map<number, TokenEvent>): { seqs: number; k: number; drafted: number; accepted: number } | undefined {
+  /** One verify step over `live` and how the driver ran it; undefined when no sequence has a draft (the caller decodes). */
+  #verify(live: Running[], events: Map<number, TokenEvent>): { seqs: number; k: number; drafted: number; accepted: number; path: StepPath } | undefined {
     const { proposer, k: maxDrafts } = this.#spec!;
     // A sequence's drafts never run past its token budget, so every verify row lies inside the room
     // `add` checked (prompt + maxTokens ≤ maxSeqLen − maxK + 1).
@@ -463,7 +464,7 @@ export class EngineLoop {
       if (this.#gate) r.acceptedPerVerify = this.#gate.smoothAccepted(r.acceptedPerVerify, outcome.accepted[i]!);
       this.#emit(r, outcome.emitted[i]!, outcome.logprobs[i], events);
     });
-    return { seqs: live.length, k: outcome.k, drafted, accepted };
+    return { seqs: live.length, k: outcome.k, drafted, accepted, path: outcome.path };
   }
 
   /** Samples the token of logit row `row` (with its logprobs when asked; among the tokens its constraint allows) and emits it. */
@@ -525,6 +526,11 @@ export class EngineLoop {
 }
 
 /** A running sequence a picker may choose for (`pickable`). */
+/** Whether a step's time tells the gate what the next such step costs: a replay or an eager step, not a graph capture. */
+function timedPath(path: StepPath): boolean {
+  return path === 'replay' || path === 'eager';
+}
+
 function plainGreedy(r: Running): boolean {
   return pickable({ greedy: r.sampler.greedy, adjusted: r.sampler.adjusts, constraint: r.req.constraint, ...(r.req.logprobs !== undefined ? { logprobs: r.req.logprobs } : {}) });
 }

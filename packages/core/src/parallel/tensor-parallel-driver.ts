@@ -1,6 +1,7 @@
 import { receiveMessageOnPort, type MessagePort } from 'node:worker_threads';
 import type { LayerLimits } from '../contract/layer.js';
 import type { GpuBackend, Stream } from '../device/gpu-backend.js';
+import type { BatchBuckets } from '../driver/batch-buckets.js';
 import type { Sequence } from '../driver/sequence.js';
 import type { StepDriver, StepInput, StepResult } from '../driver/step-driver.js';
 import type { StepRunner } from '../driver/step-runner.js';
@@ -62,6 +63,7 @@ export class TensorParallelDriver implements StepRunner {
   get gpu(): GpuBackend { return this.local.gpu; }
   get stream(): Stream { return this.local.stream; }
   get limits(): LayerLimits { return this.local.limits; }
+  get buckets(): BatchBuckets { return this.local.buckets; }
   get size(): number { return this.comm.size; }
   get kv(): KvCache { return this.local.kv; }
   get kvInfo(): KvCacheInfo { return this.local.kvInfo; }

@@ -12,17 +12,24 @@ class Smoothed {
 export interface SpeculationGateOptions {
   /** Weight of a new measurement in the running averages (default 0.25). */
   readonly smoothing?: number;
-  /** While decoding, verify once every this many steps anyway, so acceptance and cost stay measured (default 16). */
+  /**
+   * After this many steps of one kind in a row, run the other once (default 16): a verify while
+   * decoding, a decode while verifying, so both times and the acceptance stay measured.
+   */
   readonly probeEvery?: number;
 }
 
 /**
  * Whether a step should verify drafts or decode plainly: speculation only where it is faster.
- * It keeps the measured time of decode and of verify steps per batch size, and the engine keeps each sequence's accepted drafts per verify; a step verifies when the
- * tokens it expects per millisecond (one per sequence plus the drafts expected to be accepted,
- * over the verify's time) beat a plain decode's (one per sequence over the decode's time). A step
- * whose cost is not yet measured runs to measure it, and while the gate decodes it still verifies
- * once every `probeEvery` steps, so a sequence whose text turns repetitive is noticed.
+ * It keeps the measured time of decode and of verify steps per bucket (the padded batch a step runs
+ * at, whose graphs it replays), and the engine keeps each sequence's accepted drafts per verify; a
+ * step of n sequences verifies when the tokens it expects per millisecond (n plus the drafts
+ * expected to be accepted, over the verify's time) beat a plain decode's (n over the decode's
+ * time), that is when 1 + accepted / n exceeds the bucket's verify-to-decode time ratio. A bucket
+ * not yet measured both ways takes the ratio of the nearest bucket that is, so a batch that grows
+ * or shrinks does not have to verify to find out; only the first bucket measures (a verify first).
+ * After `probeEvery` steps of one kind the other runs once, so a sequence whose text turns
+ * repetitive is noticed and a decode time never goes stale.
  */
 export class SpeculationGate {
   readonly #smoothing: number;
@@ -30,6 +37,7 @@ export class SpeculationGate {
   readonly #decodeMs = new Map<number, Smoothed>();
   readonly #verifyMs = new Map<number, Smoothed>();
   #decodedSince = 0;
+  #verifiedSince = 0;
 
   constructor(options: SpeculationGateOptions = {}) {
     this.#smoothing = options.smoothing ?? 0.25;
@@ -38,14 +46,17 @@ export class SpeculationGate {
     if (!Number.isInteger(this.#probeEvery) || this.#probeEvery < 1) throw new InvalidArgumentError(`speculation gate: probeEvery must be a positive integer, got ${this.#probeEvery}`);
   }
 
-  /** Verify (true) or decode (false) a batch of `batch` sequences expected to accept `expectedAccepted` drafts in all. */
-  shouldVerify(batch: number, expectedAccepted: number): boolean {
-    const verify = this.#verifyMs.get(batch)?.value;
-    if (verify === undefined) return true;
-    const decode = this.#decodeMs.get(batch)?.value;
-    if (decode === undefined) return false;
+  /**
+   * Verify (true) or decode (false) a step of `sequences` sequences that runs at `bucket`, expected
+   * to accept `expectedAccepted` drafts in all.
+   */
+  shouldVerify(bucket: number, sequences: number, expectedAccepted: number): boolean {
+    const ratio = this.#ratio(bucket);
+    // Nothing to compare with yet: measure what is missing, a verify first.
+    if (ratio === undefined) return this.#verifyMs.get(bucket)?.value === undefined;
     if (this.#decodedSince >= this.#probeEvery) return true;
-    return (batch + expectedAccepted) / verify > batch / decode;
+    if (this.#verifiedSince >= this.#probeEvery) return false;
+    return 1 + expectedAccepted / Math.max(1, sequences) > ratio;
   }
 
   /** A sequence's accepted drafts per verify, smoothed as the gate smooths its times (`previous` undefined before its first verify). */
@@ -53,14 +64,36 @@ export class SpeculationGate {
     return previous === undefined ? accepted : previous + this.#smoothing * (accepted - previous);
   }
 
-  recordDecode(batch: number, ms: number): void {
-    this.#at(this.#decodeMs, batch).add(ms);
+  /** A decode step's time at `bucket` (a replayed or eager step: a capture's time says nothing of the next). */
+  recordDecode(bucket: number, ms: number): void {
+    this.#at(this.#decodeMs, bucket).add(ms);
     this.#decodedSince++;
+    this.#verifiedSince = 0;
   }
 
-  recordVerify(batch: number, ms: number): void {
-    this.#at(this.#verifyMs, batch).add(ms);
+  /** A verify step's time at `bucket`, as `recordDecode`. */
+  recordVerify(bucket: number, ms: number): void {
+    this.#at(this.#verifyMs, bucket).add(ms);
+    this.#verifiedSince++;
     this.#decodedSince = 0;
+  }
+
+  /** Verify over decode time at `bucket`, or where it lacks either, at the nearest bucket that has both (by size ratio; the larger on a tie). */
+  #ratio(bucket: number): number | undefined {
+    let best: number | undefined;
+    let bestDistance = Infinity;
+    let bestBucket = 0;
+    for (const [b, verify] of this.#verifyMs) {
+      const decode = this.#decodeMs.get(b)?.value;
+      if (verify.value === undefined || decode === undefined) continue;
+      const distance = Math.abs(Math.log2(b / bucket));
+      if (distance < bestDistance || (distance === bestDistance && b > bestBucket)) {
+        best = verify.value / decode;
+        bestDistance = distance;
+        bestBucket = b;
+      }
+    }
+    return best;
   }
 
   #at<K>(map: Map<K, Smoothed>, key: K): Smoothed {

@@ -1,4 +1,5 @@
 import type { StepRunner } from '../driver/step-runner.js';
+import type { StepPath } from '../driver/step-driver.js';
 import type { Sequence } from '../driver/sequence.js';
 import { acceptGreedy, acceptGreedyIds, acceptRejection, type Acceptance } from '../driver/acceptance.js';
 import { pickable, type DeviceTokenPicker } from '../engine/device-token-picker.js';
@@ -28,6 +29,8 @@ export interface VerifySequence {
 export interface VerifyOutcome {
   /** Rows per sequence in the step (1 + the longest draft). */
   readonly k: number;
+  /** How the driver ran the step (a capture's time is not a replay's). */
+  readonly path: StepPath;
   /** Per sequence: the tokens it emits (accepted drafts, then the target's next token). */
   readonly emitted: number[][];
   /** Per sequence: how many of its own (unpadded) drafts were accepted. */
@@ -59,7 +62,7 @@ export function verifyDrafts(
   // Every sequence plain greedy: the rows' argmax ids from the device decide acceptance.
   if (picker && seqs.length * k <= picker.maxRows && seqs.every((s) => pickable({ ...s, adjusted: s.samplingRow !== undefined }))) {
     const ids = picker.argmax(result.output, seqs.length * k, vocab, driver.stream);
-    return fold(driver, k, padded, drafts, seqs.map((_, i) => acceptGreedyIds(ids.subarray(i * k, (i + 1) * k), padded[i]!)), () => undefined);
+    return fold(driver, result.path, k, padded, drafts, seqs.map((_, i) => acceptGreedyIds(ids.subarray(i * k, (i + 1) * k), padded[i]!)), () => undefined);
   }
   const logits = driver.readOutputF32(result);
   seqs.forEach((s, i) => {
@@ -73,7 +76,7 @@ export function verifyDrafts(
     return acceptRejection(rows, vocab, padded[i]!, { temperature: p.temperature!, random: s.random, ...(transform ? { transform } : {}) });
   });
   // Emitted token j came from row j of its sequence (row j predicts the token after row j).
-  return fold(driver, k, padded, drafts, acceptances, (tokens, i) => {
+  return fold(driver, result.path, k, padded, drafts, acceptances, (tokens, i) => {
     const n = seqs[i]!.logprobs;
     return n === undefined ? undefined : tokens.map((token, j) => positionLogprobs(logits, vocab, i * k + j, token, n));
   });
@@ -81,13 +84,14 @@ export function verifyDrafts(
 
 /** Folds the accepted rows into the sequences and says what each emits. */
 function fold(
-  driver: StepRunner, k: number, padded: readonly number[][], drafts: readonly (readonly number[])[], acceptances: readonly Acceptance[],
+  driver: StepRunner, path: StepPath, k: number, padded: readonly number[][], drafts: readonly (readonly number[])[], acceptances: readonly Acceptance[],
   logprobsOf: (tokens: number[], i: number) => PositionLogprobs[] | undefined,
 ): VerifyOutcome {
   driver.accept(acceptances.map((a) => a.accepted));
   const emitted = acceptances.map((a, i) => [...padded[i]!.slice(0, a.accepted - 1), a.next]);
   return {
     k,
+    path,
     emitted,
     accepted: acceptances.map((a, i) => Math.min(a.accepted - 1, drafts[i]!.length)),
     logprobs: emitted.map(logprobsOf),
