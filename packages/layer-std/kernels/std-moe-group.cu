@@ -8,11 +8,12 @@
 // Nothing else of the buffer is written.
 //
 // One CTA of up to 1024 threads (groupLaunch: a warp per 64 entries). The entries are cut into W
-// contiguous segments, one per warp (W = the warps, or fewer where the per-warp counts of E experts would not fit: W · E ≤ 8192): each warp counts its
-// segment's entries per expert, the counts are turned into each (warp, expert)'s first place
-// (experts in order, warps in order within an expert), and each warp places its segment 32 entries
-// at a time (lanes with the same expert found by __match_any_sync, ranked by lane). The result is
-// the one order above whatever the scheduling, and the same as one warp walking every entry.
+// contiguous segments, one per warp (W = the warps, or fewer where the per-warp counts of E
+// experts would not fit: W · E ≤ 8192): each warp counts its segment's entries per expert, the
+// counts are turned into each (warp, expert)'s first place (experts in order, warps in order within
+// an expert), and each warp places its segment 32 entries at a time (lanes with the same expert
+// found by __match_any_sync, ranked by lane). The result is the one order above whatever the
+// scheduling, and the same as one warp walking every entry.
 //
 // Written against the CPU emulator too (tools/cuda-emu, METRALE_CUDA_EMU: test/gpu/emu/device.mjs),
 // so it needs nothing of std-common.cuh.

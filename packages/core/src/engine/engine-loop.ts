@@ -416,7 +416,7 @@ export class EngineLoop {
           const verified = this.#verify(live, events);
           if (verified) {
             if (timedPath(verified.path)) this.#gate?.recordVerify(bucket, performance.now() - t);
-            return { seqs: verified.seqs, k: verified.k, drafted: verified.drafted, accepted: verified.accepted };
+            return verified;
           }
         }
       }
@@ -525,12 +525,12 @@ export class EngineLoop {
   }
 }
 
-/** A running sequence a picker may choose for (`pickable`). */
 /** Whether a step's time tells the gate what the next such step costs: a replay or an eager step, not a graph capture. */
 function timedPath(path: StepPath): boolean {
   return path === 'replay' || path === 'eager';
 }
 
+/** A running sequence a picker may choose for (`pickable`). */
 function plainGreedy(r: Running): boolean {
   return pickable({ greedy: r.sampler.greedy, adjusted: r.sampler.adjusts, constraint: r.req.constraint, ...(r.req.logprobs !== undefined ? { logprobs: r.req.logprobs } : {}) });
 }
