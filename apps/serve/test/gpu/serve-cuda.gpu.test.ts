@@ -31,7 +31,7 @@ describe.skipIf(!cuda.available)('metrale serve --backend cuda', () => {
   it('serves on the GPU and matches the CPU server token for token', async () => {
     const health = await (await fetch(`${gpuServer.url}/health`)).json() as { status: string };
     expect(health.status).toBe('ok');
-    expect(gpuServer.logs.find((l) => l.msg === 'ready')).toMatchObject({ backend: 'cuda' });
+    expect(await gpuServer.logLine((l) => l.msg === 'ready')).toMatchObject({ backend: 'cuda' });
     const onGpu = await Promise.all(PROMPTS.map((p) => chat(gpuServer, p)));
     const onCpu = await Promise.all(PROMPTS.map((p) => chat(cpuServer, p)));
     const texts = (rs: any[]) => rs.map((r) => r.choices[0].message.content);
@@ -53,7 +53,7 @@ describe.skipIf(!cuda.available)('metrale serve --backend cuda', () => {
   });
 
   it('sizes the KV page pool from the GPU memory left under --gpu-memory-utilization, and reuses a repeated prefix', async () => {
-    const kv = gpuServer.logs.find((l) => typeof l.kv_cache_tokens === 'number')!;
+    const kv = await gpuServer.logLine((l) => typeof l.kv_cache_tokens === 'number');
     console.log(`[serve gpu] ${String(kv.msg)}: ${kv.kv_cache_bytes} bytes, ${kv.state_snapshots} GDN snapshots`);
     // The embedded model's K/V take 256 bytes a token: 0.9 of an H200 holds millions, capped at every slot at full length.
     expect(kv.kv_cache_tokens).toBe(16 * 2048);

@@ -73,13 +73,10 @@ describe('chat completions', () => {
   it('logs one structured line per generation, with its usage', async () => {
     const r = await server.client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'log me, please, 7 times' }], max_tokens: 7, temperature: 0, ignore_eos: true } as any);
     // Log lines travel through the child's stdout pipe: they may arrive after the response.
-    const mine = (l: Record<string, unknown>) => l.msg === 'generation' && l.completion_tokens === 7 && l.prompt_tokens === r.usage!.prompt_tokens;
-    const until = Date.now() + 5000;
-    while (!server.logs.some(mine) && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 20));
-    const line = server.logs.find(mine);
+    const line = await server.logLine((l) => l.msg === 'generation' && l.completion_tokens === 7 && l.prompt_tokens === r.usage!.prompt_tokens);
     expect(line).toMatchObject({ route: '/v1/chat/completions', stream: false, choices: 1, finish: ['length'] });
-    expect(typeof line!.reqId).toBe('string');
-    expect(typeof line!.ms).toBe('number');
+    expect(typeof line.reqId).toBe('string');
+    expect(typeof line.ms).toBe('number');
   });
 
   it('ends the stream with data: [DONE]', async () => {

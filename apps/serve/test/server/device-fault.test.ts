@@ -42,8 +42,8 @@ describe('a device fault after the model is ready', () => {
       expect(err).toBeInstanceOf(OpenAI.InternalServerError);
       expect((err as Error).message).toMatch(/disposed|device/);
       expect(await server.exited).toBe(1);
-      const failed = server.logs.find((l) => l.msg === 'the engine failed');
-      expect(failed?.err).toMatch(/the device is unusable after a failed step/);
+      const failed = await server.logLine((l) => l.msg === 'the engine failed');
+      expect(failed.err).toMatch(/the device is unusable after a failed step/);
     } finally {
       await server.stop();
     }

@@ -38,9 +38,8 @@ async function complete(server: ServeProcess, prompt: number[]): Promise<{ statu
 }
 
 describe('the KV cache of metrale serve', () => {
-  it('starts with --max-batch 256 --max-model-len 262144 and says how many tokens fit', () => {
-    const kv = big.logs.find((l) => typeof l.kv_cache_tokens === 'number')!;
-    expect(kv).toBeDefined();
+  it('starts with --max-batch 256 --max-model-len 262144 and says how many tokens fit', async () => {
+    const kv = await big.logLine((l) => typeof l.kv_cache_tokens === 'number');
     expect(kv.max_model_len).toBe(262144);
     expect(kv.block_size).toBe(16);
     expect(kv.prefix_caching).toBe(true);
@@ -70,9 +69,9 @@ describe('the KV cache of metrale serve', () => {
   }, 240_000);
 
   it('a request longer than the cache can ever hold gets a 400 naming the sizes; the log warned of it', async () => {
-    const kv = plain.logs.find((l) => typeof l.kv_cache_tokens === 'number')!;
+    const kv = await plain.logLine((l) => typeof l.kv_cache_tokens === 'number');
     expect(kv).toMatchObject({ kv_cache_pages: 240, kv_cache_tokens: 3840, prefix_caching: false, state_snapshots: 0 });
-    expect(plain.logs.some((l) => /holds fewer tokens than --max-model-len/.test(String(l.msg)))).toBe(true);
+    await plain.logLine((l) => /holds fewer tokens than --max-model-len/.test(String(l.msg)));
     const r = await post(plain.url, '/v1/completions', { model, prompt: [5, 6, 7], max_tokens: 4000, temperature: 0 });
     expect(r.status).toBe(400);
     expect(r.body.error.message).toMatch(/3 prompt tokens \+ 4000 to generate need 251 KV-cache pages of 16 tokens, but the cache holds 240 pages \(3840 tokens\)/);

@@ -18,6 +18,11 @@ export interface ServeProcess {
   stderr(): string;
   /** Resolves with the exit code. */
   readonly exited: Promise<number | null>;
+  /**
+   * The first log line `match` accepts, waiting for it: /health can answer before the server's
+   * stdout has reached this process, so a line logged at startup may not be in `logs` yet.
+   */
+  logLine(match: (line: Record<string, unknown>) => boolean, timeoutMs?: number): Promise<Record<string, unknown>>;
   /** Waits until /health answers 200. */
   ready(timeoutMs?: number): Promise<void>;
   /** SIGTERM, then waits for the exit (SIGKILL after `timeoutMs`). */
@@ -57,6 +62,15 @@ export async function startServer(args: readonly string[] = [], options: { env?:
   return {
     child, url, client, logs, exited,
     stderr: () => stderr,
+    async logLine(match, timeoutMs = 10_000) {
+      const until = Date.now() + timeoutMs;
+      for (;;) {
+        const line = logs.find(match);
+        if (line) return line;
+        if (Date.now() >= until) throw new Error(`no log line matched ${match} within ${timeoutMs} ms; stdout so far:\n${logs.map((l) => JSON.stringify(l)).join('\n')}`);
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+    },
     async ready(timeoutMs = 30_000) {
       const until = Date.now() + timeoutMs;
       while (Date.now() < until) {
