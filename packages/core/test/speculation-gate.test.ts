@@ -77,6 +77,18 @@ describe('SpeculationGate', () => {
     expect(gate.smoothAccepted(3, 1)).toBe(2);
   });
 
+  it('expects a sequence not yet verified to accept what verifies accepted per sequence of late, or all k before any verify', () => {
+    const gate = new SpeculationGate({ smoothing: 0.5 });
+    expect(gate.expectedAccepted(undefined, 4)).toBe(4);
+    gate.recordAccepted(0);
+    expect(gate.expectedAccepted(undefined, 4)).toBe(0);
+    gate.recordAccepted(2);
+    expect(gate.expectedAccepted(undefined, 4)).toBe(1);
+    // A sequence's own count wins over the others'.
+    expect(gate.expectedAccepted(3, 4)).toBe(3);
+    expect(gate.expectedAccepted(0, 4)).toBe(0);
+  });
+
   it('refuses options out of range', () => {
     expect(() => new SpeculationGate({ smoothing: 0 })).toThrow(InvalidArgumentError);
     expect(() => new SpeculationGate({ probeEvery: 0 })).toThrow(InvalidArgumentError);

@@ -405,13 +405,13 @@ export class EngineLoop {
     if (live.length === 0) return { seqs: 0, k: 0, drafted: 0, accepted: 0 };
     try {
       if (this.#spec) {
-        // A sequence not yet verified is expected to accept all its drafts, so it gets tried. The
-        // gate's choice follows measured times, so it may only choose where the output does not
+        // The gate's choice follows measured times, so it may only choose where the output does not
         // depend on it: when no sequence samples with a seed of its own (a seeded one must repeat).
-        const expected = live.reduce((a, r) => a + (r.acceptedPerVerify ?? this.#spec!.k), 0);
+        const gate = this.#gate;
+        const expected = gate ? live.reduce((a, r) => a + gate.expectedAccepted(r.acceptedPerVerify, this.#spec!.k), 0) : 0;
         const free = live.every((r) => r.sampler.greedy || r.req.sampling?.seed === undefined);
         const bucket = this.driver.buckets.bucketFor(live.length);
-        if (!this.#gate || !free || this.#gate.shouldVerify(bucket, live.length, expected)) {
+        if (!gate || !free || gate.shouldVerify(bucket, live.length, expected)) {
           const t = performance.now();
           const verified = this.#verify(live, events);
           if (verified) {
@@ -464,6 +464,7 @@ export class EngineLoop {
       if (this.#gate) r.acceptedPerVerify = this.#gate.smoothAccepted(r.acceptedPerVerify, outcome.accepted[i]!);
       this.#emit(r, outcome.emitted[i]!, outcome.logprobs[i], events);
     });
+    this.#gate?.recordAccepted(accepted / live.length);
     return { seqs: live.length, k: outcome.k, drafted, accepted, path: outcome.path };
   }
 

@@ -25,7 +25,8 @@ export interface SpeculationGateOptions {
  * at, whose graphs it replays), and the engine keeps each sequence's accepted drafts per verify; a
  * step of n sequences verifies when the tokens it expects per millisecond (n plus the drafts
  * expected to be accepted, over the verify's time) beat a plain decode's (n over the decode's
- * time), that is when 1 + accepted / n exceeds the bucket's verify-to-decode time ratio. A bucket
+ * time), that is when 1 + accepted / n exceeds the bucket's verify-to-decode time ratio (a sequence
+ * not yet verified is expected to accept what the others have of late). A bucket
  * not yet measured both ways takes the ratio of the nearest bucket that is, so a batch that grows
  * or shrinks does not have to verify to find out; only the first bucket measures (a verify first).
  * After `probeEvery` steps of one kind the other runs once, so a sequence whose text turns
@@ -36,12 +37,14 @@ export class SpeculationGate {
   readonly #probeEvery: number;
   readonly #decodeMs = new Map<number, Smoothed>();
   readonly #verifyMs = new Map<number, Smoothed>();
+  readonly #acceptedBySequences: Smoothed;
   #decodedSince = 0;
   #verifiedSince = 0;
 
   constructor(options: SpeculationGateOptions = {}) {
     this.#smoothing = options.smoothing ?? 0.25;
     this.#probeEvery = options.probeEvery ?? 16;
+    this.#acceptedBySequences = new Smoothed(this.#smoothing);
     if (!(this.#smoothing > 0 && this.#smoothing <= 1)) throw new InvalidArgumentError(`speculation gate: smoothing must be in (0, 1], got ${this.#smoothing}`);
     if (!Number.isInteger(this.#probeEvery) || this.#probeEvery < 1) throw new InvalidArgumentError(`speculation gate: probeEvery must be a positive integer, got ${this.#probeEvery}`);
   }
@@ -62,6 +65,21 @@ export class SpeculationGate {
   /** A sequence's accepted drafts per verify, smoothed as the gate smooths its times (`previous` undefined before its first verify). */
   smoothAccepted(previous: number | undefined, accepted: number): number {
     return previous === undefined ? accepted : previous + this.#smoothing * (accepted - previous);
+  }
+
+  /** A verify's accepted drafts per sequence, over its batch: the expectation of sequences not yet verified. */
+  recordAccepted(perSequence: number): void {
+    this.#acceptedBySequences.add(perSequence);
+  }
+
+  /**
+   * The drafts a sequence is expected to accept per verify: its own smoothed count, or before its
+   * first verify what verifies have accepted per sequence of late, or before any verify all `k`. A
+   * batch that grows as prompts finish prefilling then does not verify for each newcomer's sake
+   * where drafts have not been accepted.
+   */
+  expectedAccepted(own: number | undefined, k: number): number {
+    return own ?? this.#acceptedBySequences.value ?? k;
   }
 
   /** A decode step's time at `bucket` (a replayed or eager step: a capture's time says nothing of the next). */
