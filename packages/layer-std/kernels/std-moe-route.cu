@@ -8,6 +8,9 @@
 //                        top-k in one warp (shuffles, no barriers between the picks)
 //   std_moe_router_gemv  few rows: logits = x · Wᵀ (f32 sums) over CTAs of 4 experts, and the last
 //                        CTA to finish routes them as std_moe_route_few does (no second launch)
+//   std_moe_shared_slots the shared expert as one more chosen expert: each row's topK (id, weight)
+//                        copied to topK + 1 slots, the shared expert (stacked after the routed
+//                        experts) last with weight sigmoid(x · g), or 1 without a gate
 //
 // Bits: the two route forms agree on every input. Their choices follow `better`, a strict total
 // order (ties to the lower index), so the picks do not depend on the order of the reduction; the
@@ -483,4 +486,44 @@ extern "C" __global__ void __launch_bounds__(kFewThreads) std_moe_router_gemv(co
   if (!last[0]) return;
   __threadfence();
   route_few(logits, bias, ids, weights, rows, experts, topK, scoring, normTopK, nGroup, topkGroup, scaling, s[0]);
+}
+
+// ---- the shared expert as one more slot ----------------------------------------------------------
+
+namespace {
+
+/**
+ * Row r of std_moe_shared_slots (a CTA of any multiple of 32 threads): slots [r][0, topK) are the
+ * route's, slot topK the shared expert's, weight sigmoid(Σ_d x[r][d] · g[d]) (each thread sums its
+ * d ≡ t (mod B) in order by fma, then block_sum's tree), or 1 where g is null. A row's slots do not
+ * depend on the other rows.
+ */
+template <typename T>
+__device__ __forceinline__ void shared_slots(const T* __restrict__ x, const float* __restrict__ gate, const int32_t* __restrict__ ids,
+                                             const float* __restrict__ weights, int32_t* __restrict__ slotIds, float* __restrict__ slotWeights,
+                                             int rows, int D, int topK, int sharedId, float* red) {
+  const int tid = threadIdx.x, B = blockDim.x, S = topK + 1;
+  for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+    for (int j = tid; j < topK; j += B) {
+      slotIds[(size_t)r * S + j] = ids[(size_t)r * topK + j];
+      slotWeights[(size_t)r * S + j] = weights[(size_t)r * topK + j];
+    }
+    float g = 1.f;
+    if (gate) {
+      float acc = 0.f;
+      for (int d = tid; d < D; d += B) acc = __fmaf_rn(ldg_value(x, (size_t)r * D + d), gate[d], acc);
+      g = sigmoid(block_sum(acc, red));
+    }
+    if (tid == 0) slotIds[(size_t)r * S + topK] = sharedId, slotWeights[(size_t)r * S + topK] = g;
+  }
+}
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(256) std_moe_shared_slots(const void* __restrict__ x, const float* __restrict__ gate, const int32_t* __restrict__ ids,
+                                                                      const float* __restrict__ weights, int32_t* __restrict__ slotIds,
+                                                                      float* __restrict__ slotWeights, int rows, int hidden, int topK, int sharedId, int dtype) {
+  STD_SHARED(float, red, 32);
+  if ((blockDim.x & 31) != 0) __trap();
+  METRALE_BY_ROW_TYPE(dtype, shared_slots, static_cast<const T*>(x), gate, ids, weights, slotIds, slotWeights, rows, hidden, topK, sharedId, red);
 }

@@ -23,7 +23,7 @@ export { sparsityCutoff, normalQuantile } from './activation-sparsity.js';
 export type { GateActivation } from './swiglu.js';
 export { geluTanh } from './rows.cpu.js';
 export {
-  routeKernel, routeFewKernel, routerGemvKernel, routeForm, routeFewLaunch, routerGemvLaunch, FEW_ROUTE_ROWS, FEW_ROUTE_MAX_TOP_K, type RouteForm,
+  routeKernel, routeFewKernel, routerGemvKernel, sharedSlotsKernel, sharedSlotsLaunch, routeForm, routeFewLaunch, routerGemvLaunch, FEW_ROUTE_ROWS, FEW_ROUTE_MAX_TOP_K, type RouteForm,
   localizeKernel, groupKernel, expertsUpKernel, expertsDownKernel, expertsKernel, combineKernel, groupLaunch, expertsUpLaunch, expertsDownLaunch, expertsLaunch,
   moeGroupsLength, moeGrouped, GROUPED_MIN_ENTRIES_PER_EXPERT, expertsUpRowwiseKernel, expertsRowwiseKernel, expertsUpRowwiseLaunch, expertsRowwiseLaunch,
   EXPERT_KERNELS, EXPERT_FORMATS, expertFormat, expertsGemmLaunch, moeTensorCores, type ExpertFormat, type ExpertKernels,

@@ -1,5 +1,5 @@
 import { InvalidArgumentError, defineKernel, type FloatDtype, type Kernel, type LaunchConfig, type StepPhase, type Stream, type WeightDtype } from '@metrale/core';
-import { combineCpu, expertsDownCpu, expertsRowwiseCpu, expertsSumCpu, expertsUpCpu, groupCpu, localizeCpu, routeCpu, routerGemvCpu } from './moe.cpu.js';
+import { combineCpu, expertsDownCpu, expertsRowwiseCpu, expertsSumCpu, expertsUpCpu, groupCpu, localizeCpu, routeCpu, routerGemvCpu, sharedSlotsCpu } from './moe.cpu.js';
 import { moeGemm16Module, moeGemmModule, moeGroupModule, moeModule as module, moeRouteModule } from './std-modules.js';
 
 const ROUTE_PARAMS = {
@@ -84,6 +84,27 @@ export function routeFewLaunch(stream: Stream): LaunchConfig {
 /** `std.moe_router_gemv`: a CTA per 4 experts. */
 export function routerGemvLaunch(experts: number, stream: Stream): LaunchConfig {
   return { grid: Math.max(1, Math.ceil(experts / GEMV_EXPERTS)), block: FEW_THREADS, stream };
+}
+
+/**
+ * `std.moe_shared_slots`: the shared expert as one more chosen expert. Each row's topK route slots
+ * (ids, weights) are copied to topK + 1 slots (`slotIds`, `slotWeights`), the last the shared expert
+ * (`sharedId`, whose weights the layer stacks after the routed experts') with weight
+ * sigmoid(x · gate) (`gate` f32 [hidden]), or 1 where `gate` is 0n; x of the row type `dtype`.
+ * Launched with `sharedSlotsLaunch`.
+ */
+export const sharedSlotsKernel = defineKernel({
+  name: 'std.moe_shared_slots',
+  params: {
+    x: 'ptr', gate: 'ptr', ids: 'ptr', weights: 'ptr', slotIds: 'ptr', slotWeights: 'ptr', rows: 'i32', hidden: 'i32', topK: 'i32', sharedId: 'i32', dtype: 'i32',
+  },
+  cuda: { module: moeRouteModule, symbol: 'std_moe_shared_slots' },
+  cpu: sharedSlotsCpu,
+});
+
+/** `std.moe_shared_slots`: a CTA of 256 threads per row (the gate's dot product is the work). */
+export function sharedSlotsLaunch(rows: number, stream: Stream): LaunchConfig {
+  return { grid: Math.max(1, rows), block: 256, stream };
 }
 
 /** Ints of the `groups` buffer of `std.moe_group` (header 3, experts chosen E, starts E + 1, entries rows·topK; KERNELS.md). */

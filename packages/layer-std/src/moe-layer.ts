@@ -9,16 +9,16 @@ import { checkMoe } from './moe-config.js';
 import {
   EXPERT_KERNELS, combineKernel, expertFormat, expertsDownLaunch, expertsGemmLaunch, expertsKernel, expertsLaunch, expertsRowwiseLaunch, expertsUpLaunch,
   expertsUpRowwiseLaunch, groupKernel, groupLaunch, localizeKernel, moeGrouped, moeGroupsLength, moeTensorCores, routeFewKernel, routeFewLaunch, routeForm, routeKernel,
-  routerGemvKernel, routerGemvLaunch, type ExpertKernels, type RouteForm,
+  routerGemvKernel, routerGemvLaunch, sharedSlotsKernel, sharedSlotsLaunch, type ExpertKernels, type RouteForm,
 } from './moe-kernels.js';
-import { loadExperts, type ExpertMatrices } from './moe-weights.js';
+import { loadExperts, withSharedExpert, type ExpertMatrices } from './moe-weights.js';
 import { requireKernels } from './require-kernels.js';
 import { siluMulKernel } from './rows-kernels.js';
 import { acquireScratch, type ScratchLease } from './shared-scratch.js';
 import { StatelessLayer } from './stateless-layer.js';
 import { SwiGlu } from './swiglu.js';
 
-const SCRATCH_PARTS = ['logits', 'ids', 'weights', 'groups', 'h', 'y', 'routed', 'shared', 'gate'] as const;
+const SCRATCH_PARTS = ['logits', 'ids', 'weights', 'slotIds', 'slotWeights', 'groups', 'h', 'y', 'routed', 'shared', 'gate'] as const;
 type ScratchPart = (typeof SCRATCH_PARTS)[number];
 
 /** A stacked expert weight on the device: its elements and, for FP8, its block scales (else 0n). */
@@ -30,8 +30,11 @@ interface DeviceExperts {
 /**
  * A mixture-of-experts feed-forward: router GEMM (f32 logits) → `std.moe_route` (ids and weights per
  * row; up to FEW_ROUTE_ROWS rows `std.moe_router_gemv`, both in one launch, or for an FP8 router the
- * GEMM then `std.moe_route_few`, as `routeForm` decides) → experts → plus the shared expert, gated
- * or not (`std.moe_combine`). Experts: from GROUPED_MIN_ENTRIES_PER_EXPERT (row, slot) entries per
+ * GEMM then `std.moe_route_few`, as `routeForm` decides) → experts, the shared expert among them
+ * (gated or not): where it has the routed experts' width and type and every rank holds it whole,
+ * its weights are stacked after theirs and `std.moe_shared_slots` adds it to each row's slots with
+ * weight sigmoid(gate · x) or 1, so one pass of the expert kernels sums routed and shared experts
+ * in f32; else it runs apart (SwiGLU) and `std.moe_combine` adds it. Experts: from GROUPED_MIN_ENTRIES_PER_EXPERT (row, slot) entries per
  * expert, `std.moe_group` (the entries by expert, on the device) → `std.moe_experts_up` →
  * `std.moe_experts_down` (each chosen expert's weights read once per step for all the rows that
  * chose it) → `std.moe_experts` (Σ weight · y, in slot order); below, `std.moe_experts_up_rowwise`
@@ -56,20 +59,26 @@ export class MoeLayer extends StatelessLayer {
   readonly outputRowBytes: number;
   readonly options: MoeOptions;
   readonly precision: Precision;
+  /** How the shared expert runs: 'slot' (one more expert of the routed kernels), 'apart' (SwiGLU + combine), or undefined (none). */
+  readonly sharedExpert: 'slot' | 'apart' | undefined;
   readonly #kernels: ExpertKernels;
   readonly #w: {
     router: LinearWeight; bias: DevicePtr;
     /** `std.moe_router_gemv`'s count of finished CTAs: zero between launches (its last CTA resets it); this layer's own. */
     routeCounter: DevicePtr;
     gateUp: DeviceExperts; down: DeviceExperts; sharedGate: LinearWeight | undefined; wDtype: number;
-    /** Experts the kernels index: all, or the rank's plus its zero expert. */
+    /** Experts the kernels index: all, or the rank's plus its zero expert, or all plus the shared expert. */
     held: number;
+    /** The shared expert as the expert kernels' last expert (`std.moe_shared_slots`): its gate (f32 [hidden], or 0n ungated). */
+    sharedSlot: { gate: DevicePtr } | undefined;
   };
+  /** The shared expert run apart (cuBLAS SwiGLU, then `std.moe_combine`) where it cannot be a slot. */
   readonly #shared: SwiGlu | undefined;
   /**
    * Scratch, as offsets into the model's shared MoE scratch (`acquireScratch`: every MoE layer of
-   * the model uses it in turn): router logits (f32), ids, weights (f32), entries by expert, expert
-   * activations h, expert outputs y, routed sum, shared output (row type), shared gate logits (f32).
+   * the model uses it in turn): router logits (f32), ids, weights (f32), the slots with the shared
+   * expert (ids, f32 weights), entries by expert, expert activations h, expert outputs y, routed
+   * sum, shared output (row type), shared gate logits (f32).
    */
   readonly #s: Readonly<Record<ScratchPart, number>>;
   readonly #scratch: ScratchLease;
@@ -77,7 +86,7 @@ export class MoeLayer extends StatelessLayer {
   #parts: Readonly<Record<ScratchPart, DevicePtr>> | undefined;
 
   constructor(gpu: GpuBackend, weights: WeightSource, limits: LayerLimits, options: MoeOptions) {
-    requireKernels(gpu, 'moe', [routeKernel, routeFewKernel, routerGemvKernel, groupKernel, expertsKernel, combineKernel, siluMulKernel, ...(options.localExperts ? [localizeKernel] : [])]);
+    requireKernels(gpu, 'moe', [routeKernel, routeFewKernel, routerGemvKernel, sharedSlotsKernel, groupKernel, expertsKernel, combineKernel, siluMulKernel, ...(options.localExperts ? [localizeKernel] : [])]);
     super(gpu, limits);
     this.options = checkMoe(options);
     const precision = (this.precision = precisionOf(options.precision, 'moe'));
@@ -88,7 +97,12 @@ export class MoeLayer extends StatelessLayer {
     const m = this.memory;
     const R = limits.maxRows;
     try {
-      const experts = loadExperts(weights, options, precision);
+      const routedOnly = loadExperts(weights, options, precision);
+      const sh = options.shared;
+      // The shared expert as one more expert of the routed kernels, where it has their width and
+      // every rank holds it whole (not split by expert parallelism).
+      const stacked = sh && !options.localExperts && sh.inter === options.inter ? withSharedExpert(routedOnly, weights, sh.prefix, sh.inter, D, precision) : undefined;
+      const experts = stacked ?? routedOnly;
       if (experts.gateUp.dtype !== experts.down.dtype) {
         throw new WeightsError(`the MoE's expert gate/up weights are ${experts.gateUp.dtype} but its down weights ${experts.down.dtype}; the expert kernels read one type`);
       }
@@ -97,24 +111,29 @@ export class MoeLayer extends StatelessLayer {
       requireKernels(gpu, 'moe', [k.up, k.down, k.upRowwise, k.rowwise, ...(k.gemm ? [k.gemm.up, k.gemm.down] : [])]);
       const upload = (host: ExpertMatrices): DeviceExperts => ({ data: m.upload(host.data), scales: host.scales ? m.upload(host.scales) : 0n });
       const linear = (name: string, shape: readonly [number, number]) => uploadLinear(gpu, (n) => m.alloc(n), readLinear(weights, name, shape, precision));
-      const sh = options.shared;
       this.#w = {
         router: linear('gate.weight', [E, D]),
         bias: options.routing.scoreBias ? m.upload(readF32(weights, 'gate.e_score_correction_bias', [E])) : 0n,
         routeCounter: m.upload(new Uint32Array(1)),
         gateUp: upload(experts.gateUp),
         down: upload(experts.down),
-        sharedGate: sh?.gate ? linear(sh.gate, [1, D]) : undefined,
+        sharedGate: sh?.gate && !stacked ? linear(sh.gate, [1, D]) : undefined,
         wDtype: WEIGHT_DTYPE_CODE[experts.gateUp.dtype],
         held: experts.experts,
+        sharedSlot: stacked ? { gate: sh?.gate ? m.upload(readF32(weights, sh.gate, [D])) : 0n } : undefined,
       };
-      this.#shared = sh ? new SwiGlu(m, weights, sh.prefix, D, sh.inter, R, precision) : undefined;
+      const apart = sh && !stacked;
+      this.sharedExpert = stacked ? 'slot' : apart ? 'apart' : undefined;
+      this.#shared = apart ? new SwiGlu(m, weights, sh.prefix, D, sh.inter, R, precision) : undefined;
       const held = experts.experts;
-      const grouped = moeGrouped(R, topK, held) || moeTensorCores(this.#kernels, 'prefill', D, options.inter);
-      // The grouped path's groups and y only where maxRows can reach it.
+      // Slots per row the expert kernels take: the route's, and the shared expert's.
+      const slots = topK + (stacked ? 1 : 0);
+      const grouped = moeGrouped(R, slots, held) || moeTensorCores(this.#kernels, 'prefill', D, options.inter);
+      // The grouped path's groups and y only where maxRows can reach it; the shared expert's buffers only where it runs apart.
       const sizes: Record<ScratchPart, number> = {
-        logits: 4 * R * E, ids: 4 * R * topK, weights: 4 * R * topK, groups: grouped ? 4 * moeGroupsLength(R, topK, held) : 0, h: bytes * R * topK * options.inter,
-        y: grouped ? bytes * R * topK * D : 0, routed: bytes * R * D, shared: bytes * R * D, gate: 4 * R,
+        logits: 4 * R * E, ids: 4 * R * topK, weights: 4 * R * topK, slotIds: stacked ? 4 * R * slots : 0, slotWeights: stacked ? 4 * R * slots : 0,
+        groups: grouped ? 4 * moeGroupsLength(R, slots, held) : 0, h: bytes * R * slots * options.inter, y: grouped ? bytes * R * slots * D : 0,
+        routed: apart ? bytes * R * D : 0, shared: apart ? bytes * R * D : 0, gate: apart ? 4 * R : 0,
       };
       let at = 0;
       const offsets = {} as Record<ScratchPart, number>;
@@ -175,28 +194,39 @@ export class MoeLayer extends StatelessLayer {
     if (localExperts) {
       gpu.launch(localizeKernel, flatLaunch(rows * topK, stream), { ids: s.ids, weights: s.weights, entries: rows * topK, first: localExperts.first, count: localExperts.count });
     }
+    // The slots the expert kernels take: the route's, or those plus the shared expert's (the last expert held).
+    const slot = w.sharedSlot;
+    if (slot) {
+      gpu.launch(sharedSlotsKernel, sharedSlotsLaunch(rows, stream), {
+        x: input, gate: slot.gate, ids: s.ids, weights: s.weights, slotIds: s.slotIds, slotWeights: s.slotWeights, rows, hidden: D, topK, sharedId: E - 1, dtype: codes.rowDtype,
+      });
+    }
+    const slots = slot ? topK + 1 : topK;
+    const ids = slot ? s.slotIds : s.ids;
+    const weights = slot ? s.slotWeights : s.weights;
     const shared = this.#shared;
     const routed = shared ? s.routed : output;
     const tensorCores = moeTensorCores(k, step.phase, D, inter);
-    if (tensorCores || moeGrouped(rows, topK, E)) {
+    const pass = { rows, hidden: D, inter, experts: E, topK: slots, ...codes };
+    if (tensorCores || moeGrouped(rows, slots, E)) {
       const up = tensorCores ? k.gemm!.up : k.up;
       const down = tensorCores ? k.gemm!.down : k.down;
-      gpu.launch(groupKernel, groupLaunch(rows, topK, stream), { ids: s.ids, groups: s.groups, rows, experts: E, topK });
-      gpu.launch(up, tensorCores ? expertsGemmLaunch(k, 'up', rows, topK, inter, E, gpu.device.computeCapability, stream) : expertsUpLaunch(rows, topK, inter, E, stream), {
-        input, ids: s.ids, groups: s.groups, gateUp: w.gateUp.data, gateUpScales: w.gateUp.scales, h: s.h, rows, hidden: D, inter, experts: E, topK, ...codes,
+      gpu.launch(groupKernel, groupLaunch(rows, slots, stream), { ids, groups: s.groups, rows, experts: E, topK: slots });
+      gpu.launch(up, tensorCores ? expertsGemmLaunch(k, 'up', rows, slots, inter, E, gpu.device.computeCapability, stream) : expertsUpLaunch(rows, slots, inter, E, stream), {
+        input, ids, groups: s.groups, gateUp: w.gateUp.data, gateUpScales: w.gateUp.scales, h: s.h, ...pass,
       });
-      gpu.launch(down, tensorCores ? expertsGemmLaunch(k, 'down', rows, topK, D, E, gpu.device.computeCapability, stream) : expertsDownLaunch(rows, topK, D, E, stream), {
-        h: s.h, ids: s.ids, groups: s.groups, down: w.down.data, downScales: w.down.scales, y: s.y, rows, hidden: D, inter, experts: E, topK, ...codes,
+      gpu.launch(down, tensorCores ? expertsGemmLaunch(k, 'down', rows, slots, D, E, gpu.device.computeCapability, stream) : expertsDownLaunch(rows, slots, D, E, stream), {
+        h: s.h, ids, groups: s.groups, down: w.down.data, downScales: w.down.scales, y: s.y, ...pass,
       });
       gpu.launch(expertsKernel, expertsLaunch(rows, D, stream), {
-        y: s.y, ids: s.ids, weights: s.weights, output: routed, rows, hidden: D, experts: E, topK, dtype: codes.rowDtype,
+        y: s.y, ids, weights, output: routed, rows, hidden: D, experts: E, topK: slots, dtype: codes.rowDtype,
       });
     } else {
-      gpu.launch(k.upRowwise, expertsUpRowwiseLaunch(rows, topK, inter, stream), {
-        input, ids: s.ids, gateUp: w.gateUp.data, gateUpScales: w.gateUp.scales, h: s.h, rows, hidden: D, inter, experts: E, topK, ...codes,
+      gpu.launch(k.upRowwise, expertsUpRowwiseLaunch(rows, slots, inter, stream), {
+        input, ids, gateUp: w.gateUp.data, gateUpScales: w.gateUp.scales, h: s.h, ...pass,
       });
       gpu.launch(k.rowwise, expertsRowwiseLaunch(rows, D, stream), {
-        h: s.h, ids: s.ids, weights: s.weights, down: w.down.data, downScales: w.down.scales, output: routed, rows, hidden: D, inter, experts: E, topK, ...codes,
+        h: s.h, ids, weights, down: w.down.data, downScales: w.down.scales, output: routed, ...pass,
       });
     }
     if (!shared) return;

@@ -85,6 +85,32 @@ function loadExpertRange(weights: WeightSource, first: number, E: number, I: num
   return { gateUp: concat(gateUp, 'gate and up'), down: concat(down, 'down'), experts: E };
 }
 
+/**
+ * The shared expert (`{prefix}gate_proj`, `up_proj`, `down_proj`, of width `inter`, the routed
+ * experts' own) stacked after the routed experts as one more expert, so the expert kernels run it
+ * as a chosen expert of every row (`std.moe_shared_slots`); undefined where its weights load in
+ * another type than the routed experts' (one FP8, the other not).
+ */
+export function withSharedExpert(w: ExpertWeights, weights: WeightSource, prefix: string, inter: number, hidden: number, precision: Precision): ExpertWeights | undefined {
+  const gateUp = [
+    readLinear(weights, `${prefix}gate_proj.weight`, [inter, hidden], precision), readLinear(weights, `${prefix}up_proj.weight`, [inter, hidden], precision),
+  ];
+  const down = readLinear(weights, `${prefix}down_proj.weight`, [hidden, inter], precision);
+  const expert = { gateUp: concat(gateUp, 'shared expert gate and up'), down: concat([down], 'shared expert down') };
+  if (expert.gateUp.dtype !== w.gateUp.dtype || expert.down.dtype !== w.down.dtype) return undefined;
+  const append = (m: ExpertMatrices, more: ExpertMatrices): ExpertMatrices => {
+    const data = new Uint8Array(m.data.length + more.data.length);
+    data.set(m.data);
+    data.set(more.data, m.data.length);
+    if (!m.scales) return { dtype: m.dtype, data };
+    const scales = new Float32Array(m.scales.length + more.scales!.length);
+    scales.set(m.scales);
+    scales.set(more.scales!, m.scales.length);
+    return { dtype: m.dtype, data, scales };
+  };
+  return { gateUp: append(w.gateUp, expert.gateUp), down: append(w.down, expert.down), experts: w.experts + 1 };
+}
+
 /** One more expert after the others, all zeros (its scales too): where an expert-parallel rank sends the entries of other ranks' experts. */
 function withZeroExpert(w: ExpertWeights): ExpertWeights {
   const grow = (m: ExpertMatrices, experts: number): ExpertMatrices => {

@@ -384,6 +384,53 @@ export function combineCpu(a: CombineArgs, { mem }: CpuKernelContext): void {
   }
 }
 
+export interface SharedSlotsArgs {
+  /** [rows][hidden] of the row type `dtype`. */
+  readonly x: bigint;
+  /** f32 [hidden] shared expert gate, or 0n (weight 1). */
+  readonly gate: bigint;
+  readonly ids: bigint;
+  readonly weights: bigint;
+  /** [rows][topK + 1]: the route's slots, then the shared expert's. */
+  readonly slotIds: bigint;
+  readonly slotWeights: bigint;
+  readonly rows: number;
+  readonly hidden: number;
+  readonly topK: number;
+  readonly sharedId: number;
+  readonly dtype: number;
+}
+
+/**
+ * `std.moe_shared_slots`: each row's route slots, then the shared expert `sharedId` with weight
+ * sigmoid(Σ_d x[r][d] · gate[d]) (f64 sum in order d, rounded to f32 as the kernel's sum is, the
+ * sigmoid in f64) or 1.
+ */
+export function sharedSlotsCpu(a: SharedSlotsArgs, { mem }: CpuKernelContext): void {
+  const K = a.topK;
+  const S = K + 1;
+  const ids = mem.i32(a.ids, a.rows * K);
+  const weights = mem.f32(a.weights, a.rows * K);
+  const slotIds = mem.i32(a.slotIds, a.rows * S);
+  const slotWeights = mem.f32(a.slotWeights, a.rows * S);
+  const x = a.gate === 0n ? undefined : readElements(mem, a.x, a.rows * a.hidden, rowDtypeOf(a.dtype));
+  const gate = a.gate === 0n ? undefined : mem.f32(a.gate, a.hidden);
+  for (let r = 0; r < a.rows; r++) {
+    for (let j = 0; j < K; j++) {
+      slotIds[r * S + j] = ids[r * K + j]!;
+      slotWeights[r * S + j] = weights[r * K + j]!;
+    }
+    let g = 1;
+    if (x && gate) {
+      let sum = 0;
+      for (let d = 0; d < a.hidden; d++) sum += x[r * a.hidden + d]! * gate[d]!;
+      g = 1 / (1 + Math.exp(-Math.fround(sum)));
+    }
+    slotIds[r * S + K] = a.sharedId;
+    slotWeights[r * S + K] = g;
+  }
+}
+
 export interface LocalizeArgs {
   readonly ids: bigint;
   readonly weights: bigint;

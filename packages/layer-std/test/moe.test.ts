@@ -11,7 +11,10 @@ const D = 16;
 const E = 8;
 const I = 12;
 
-function expertWeights(w: Weights, shared: 'gated' | 'plain' | 'none', router = 3) {
+/** Shared expert widths as multiples of I: 1 (the published checkpoints: stacked as a slot of the routed kernels) and 2 (run apart). */
+const SHARED_WIDTHS = [1, 2] as const;
+
+function expertWeights(w: Weights, shared: 'gated' | 'plain' | 'none', router = 3, sharedWidth = 2) {
   const gate = w.add('gate.weight', [E, D], router / Math.sqrt(D));
   const experts = Array.from({ length: E }, (_, e) => ({
     g: w.add(`experts.${e}.gate_proj.weight`, [I, D], 1 / Math.sqrt(D)),
@@ -20,9 +23,9 @@ function expertWeights(w: Weights, shared: 'gated' | 'plain' | 'none', router = 
   }));
   const prefix = shared === 'gated' ? 'shared_expert.' : 'shared_experts.';
   const sh = shared === 'none' ? undefined : {
-    g: w.add(`${prefix}gate_proj.weight`, [2 * I, D], 1 / Math.sqrt(D)),
-    u: w.add(`${prefix}up_proj.weight`, [2 * I, D], 1 / Math.sqrt(D)),
-    d: w.add(`${prefix}down_proj.weight`, [D, 2 * I], 1 / Math.sqrt(2 * I)),
+    g: w.add(`${prefix}gate_proj.weight`, [sharedWidth * I, D], 1 / Math.sqrt(D)),
+    u: w.add(`${prefix}up_proj.weight`, [sharedWidth * I, D], 1 / Math.sqrt(D)),
+    d: w.add(`${prefix}down_proj.weight`, [D, sharedWidth * I], 1 / Math.sqrt(sharedWidth * I)),
     gate: shared === 'gated' ? w.add('shared_expert_gate.weight', [1, D], 1) : undefined,
   };
   return { gate, experts, sh };
@@ -46,13 +49,17 @@ function topk(v: ArrayLike<number>, k: number, allowed: (i: number) => boolean =
 }
 
 describe('MoE against float64 references', () => {
-  it("Qwen3-Next: softmax top-k, norm_topk_prob, shared expert gated by sigmoid", () => {
+  it.each(SHARED_WIDTHS)("Qwen3-Next: softmax top-k, norm_topk_prob, shared expert gated by sigmoid (shared width %i · I)", (width) => {
     for (const normTopK of [true, false]) {
       const w = new Weights(new SeededRandom(normTopK ? 1 : 2));
-      const { gate, experts, sh } = expertWeights(w, 'gated');
-      const options = qwen3NextMoeOptions({ hidden_size: D, num_experts: E, num_experts_per_tok: 3, moe_intermediate_size: I, shared_expert_intermediate_size: 2 * I, norm_topk_prob: normTopK });
+      const { gate, experts, sh } = expertWeights(w, 'gated', 3, width);
+      const options = qwen3NextMoeOptions({ hidden_size: D, num_experts: E, num_experts_per_tok: 3, moe_intermediate_size: I, shared_expert_intermediate_size: width * I, norm_topk_prob: normTopK });
       const x = new SeededRandom(9).normals(5 * D);
-      const out = runRows((gpu) => new MoeLayer(gpu, w.source(), LIMITS, options), x);
+      const out = runRows((gpu) => {
+        const layer = new MoeLayer(gpu, w.source(), LIMITS, options);
+        expect(layer.sharedExpert).toBe(width === 1 ? 'slot' : 'apart');
+        return layer;
+      }, x);
       for (let r = 0; r < 5; r++) {
         const logits = matvec(gate, x, E, D, r * D);
         const m = Math.max(...logits);
@@ -67,7 +74,7 @@ describe('MoE against float64 references', () => {
           const wt = normTopK ? probs[e]! / sum : probs[e]!;
           y.forEach((v, i) => (want[i]! += wt * v));
         }
-        const shared = swiglu(sh!, x, r * D, 2 * I);
+        const shared = swiglu(sh!, x, r * D, width * I);
         const g = sigmoid(matvec(sh!.gate!, x, 1, D, r * D)[0]!);
         shared.forEach((v, i) => (want[i]! += g * v));
         expect(relErr(out.subarray(r * D, (r + 1) * D), want)).toBeLessThan(1e-5);
@@ -75,17 +82,21 @@ describe('MoE against float64 references', () => {
     }
   });
 
-  it('GLM-5: sigmoid scores + e_score_correction_bias, groups, routed_scaling_factor, ungated shared experts', () => {
+  it.each(SHARED_WIDTHS)('GLM-5: sigmoid scores + e_score_correction_bias, groups, routed_scaling_factor, ungated shared experts (n_shared_experts %i)', (width) => {
     const w = new Weights(new SeededRandom(4));
-    const { gate, experts, sh } = expertWeights(w, 'plain');
+    const { gate, experts, sh } = expertWeights(w, 'plain', 3, width);
     const bias = w.add('gate.e_score_correction_bias', [E], 0.3);
     const options = glmMoeOptions({
-      hidden_size: D, n_routed_experts: E, num_experts_per_tok: 2, moe_intermediate_size: I, n_shared_experts: 2,
+      hidden_size: D, n_routed_experts: E, num_experts_per_tok: 2, moe_intermediate_size: I, n_shared_experts: width,
       n_group: 4, topk_group: 2, routed_scaling_factor: 2.5, norm_topk_prob: true,
     });
-    expect(options.shared).toMatchObject({ prefix: 'shared_experts.', inter: 2 * I });
+    expect(options.shared).toMatchObject({ prefix: 'shared_experts.', inter: width * I });
     const x = new SeededRandom(11).normals(6 * D);
-    const out = runRows((gpu) => new MoeLayer(gpu, w.source(), LIMITS, options), x);
+    const out = runRows((gpu) => {
+      const layer = new MoeLayer(gpu, w.source(), LIMITS, options);
+      expect(layer.sharedExpert).toBe(width === 1 ? 'slot' : 'apart');
+      return layer;
+    }, x);
     for (let r = 0; r < 6; r++) {
       const s = matvec(gate, x, E, D, r * D).map(sigmoid);
       const choice = s.map((v, e) => v + bias[e]!);
@@ -99,7 +110,7 @@ describe('MoE against float64 references', () => {
       const denom = ids.reduce((a, e) => a + s[e]!, 0) + 1e-20;
       const want = new Float64Array(D);
       for (const e of ids) swiglu(experts[e]!, x, r * D, I).forEach((v, i) => (want[i]! += (2.5 * s[e]!) / denom * v));
-      swiglu(sh!, x, r * D, 2 * I).forEach((v, i) => (want[i]! += v));
+      swiglu(sh!, x, r * D, width * I).forEach((v, i) => (want[i]! += v));
       expect(relErr(out.subarray(r * D, (r + 1) * D), want)).toBeLessThan(1e-5);
     }
   });

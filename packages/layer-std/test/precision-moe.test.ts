@@ -12,7 +12,8 @@ import { LIMITS, matvec, relErr, ROW_TYPE_BOUND, runRows, sigmoid, silu, Weights
 
 const E = 8;
 
-function moeWeights(D: number, I: number, shared: 'gated' | 'plain', seed: number): Weights {
+/** The shared expert `width` · I wide: 1 as in the published checkpoints (a slot of the routed kernels), 2 (run apart). */
+function moeWeights(D: number, I: number, shared: 'gated' | 'plain', seed: number, width = 1): Weights {
   const w = new Weights(new SeededRandom(seed));
   w.add('gate.weight', [E, D], 3 / Math.sqrt(D));
   for (let e = 0; e < E; e++) {
@@ -21,9 +22,9 @@ function moeWeights(D: number, I: number, shared: 'gated' | 'plain', seed: numbe
     w.add(`experts.${e}.down_proj.weight`, [D, I], 1 / Math.sqrt(I));
   }
   const prefix = shared === 'gated' ? 'shared_expert.' : 'shared_experts.';
-  w.add(`${prefix}gate_proj.weight`, [2 * I, D], 1 / Math.sqrt(D));
-  w.add(`${prefix}up_proj.weight`, [2 * I, D], 1 / Math.sqrt(D));
-  w.add(`${prefix}down_proj.weight`, [D, 2 * I], 1 / Math.sqrt(2 * I));
+  w.add(`${prefix}gate_proj.weight`, [width * I, D], 1 / Math.sqrt(D));
+  w.add(`${prefix}up_proj.weight`, [width * I, D], 1 / Math.sqrt(D));
+  w.add(`${prefix}down_proj.weight`, [D, width * I], 1 / Math.sqrt(width * I));
   if (shared === 'gated') w.add('shared_expert_gate.weight', [1, D], 1);
   else w.add('gate.e_score_correction_bias', [E], 0.3);
   return w;
@@ -96,12 +97,12 @@ const PRECISIONS: readonly { label: string; precision: Precision }[] = [
 const ROUTINGS = [
   {
     label: 'Qwen3-Next (softmax, gated shared expert)', shared: 'gated' as const,
-    options: (D: number, I: number) => qwen3NextMoeOptions({ hidden_size: D, num_experts: E, num_experts_per_tok: 3, moe_intermediate_size: I, shared_expert_intermediate_size: 2 * I }),
+    options: (D: number, I: number, width = 1) => qwen3NextMoeOptions({ hidden_size: D, num_experts: E, num_experts_per_tok: 3, moe_intermediate_size: I, shared_expert_intermediate_size: width * I }),
   },
   {
     label: 'GLM-5 (sigmoid + bias, groups, scaling)', shared: 'plain' as const,
-    options: (D: number, I: number) => glmMoeOptions({
-      hidden_size: D, n_routed_experts: E, num_experts_per_tok: 2, moe_intermediate_size: I, n_shared_experts: 2, n_group: 4, topk_group: 2, routed_scaling_factor: 2.5,
+    options: (D: number, I: number, width = 1) => glmMoeOptions({
+      hidden_size: D, n_routed_experts: E, num_experts_per_tok: 2, moe_intermediate_size: I, n_shared_experts: width, n_group: 4, topk_group: 2, routed_scaling_factor: 2.5,
     }),
   },
 ];
@@ -113,22 +114,24 @@ afterAll(() => console.log(`[layer-std] MoE against the f32 path's f64 reference
 describe('MoE in bf16 / f16 and with FP8 weights against float64 references', () => {
   for (const [D, I] of [[16, 12], [160, 136]] as const) {
     for (const routing of ROUTINGS) {
-      const w = moeWeights(D, I, routing.shared, D + I);
-      const options = routing.options(D, I);
-      const x = new SeededRandom(9).normals(5 * D);
-      const want = moeReference(w, options, x, 5);
-      for (const { label, precision } of PRECISIONS) {
-        it(`${label}: ${routing.label}, D ${D}, I ${I}`, () => {
-          const src = precision.fp8Weights ? toFp8(w, linearWeights) : w;
-          const out = runRows((gpu) => new MoeLayer(gpu, src.source(), LIMITS, { ...options, precision }), x, undefined, undefined, { rows: precision.rows });
-          const name = `${label} ${routing.label.split(' ')[0]} D=${D} I=${I}`;
-          if (precision.fp8Weights) {
-            record(`${name} vs the unquantized weights`, relErr(out, want));
-            expect(record(`${name} vs the dequantized weights`, relErr(out, moeReference(src, options, x, 5)))).toBeLessThan(ROW_TYPE_BOUND[precision.rows]);
-          } else {
-            expect(record(name, relErr(out, want))).toBeLessThan(ROW_TYPE_BOUND[precision.rows]);
-          }
-        });
+      for (const width of [1, 2]) {
+        const w = moeWeights(D, I, routing.shared, D + I, width);
+        const options = routing.options(D, I, width);
+        const x = new SeededRandom(9).normals(5 * D);
+        const want = moeReference(w, options, x, 5);
+        for (const { label, precision } of PRECISIONS) {
+          it(`${label}: ${routing.label}, D ${D}, I ${I}, shared expert ${width} · I`, () => {
+            const src = precision.fp8Weights ? toFp8(w, linearWeights) : w;
+            const out = runRows((gpu) => new MoeLayer(gpu, src.source(), LIMITS, { ...options, precision }), x, undefined, undefined, { rows: precision.rows });
+            const name = `${label} ${routing.label.split(' ')[0]} D=${D} I=${I} shared ${width}·I`;
+            if (precision.fp8Weights) {
+              record(`${name} vs the unquantized weights`, relErr(out, want));
+              expect(record(`${name} vs the dequantized weights`, relErr(out, moeReference(src, options, x, 5)))).toBeLessThan(ROW_TYPE_BOUND[precision.rows]);
+            } else {
+              expect(record(name, relErr(out, want))).toBeLessThan(ROW_TYPE_BOUND[precision.rows]);
+            }
+          });
+        }
       }
     }
   }
@@ -140,8 +143,9 @@ describe('MoE in bf16 / f16 and with FP8 weights against float64 references', ()
       const w = moeWeights(D, I, 'gated', 3);
       const src = precision.fp8Weights ? toFp8(w, linearWeights) : w;
       const options = { ...ROUTINGS[0]!.options(D, I), precision };
-      expect(moeGrouped(24, options.topK, E)).toBe(true);
-      expect(moeGrouped(5, options.topK, E)).toBe(false);
+      // The shared expert is one more slot and one more expert of the expert kernels.
+      expect(moeGrouped(24, options.topK + 1, E + 1)).toBe(true);
+      expect(moeGrouped(5, options.topK + 1, E + 1)).toBe(false);
       const x = new SeededRandom(12).normals(24 * D);
       const all = runRows((gpu) => new MoeLayer(gpu, src.source(), LIMITS, options), x, undefined, undefined, { rows: precision.rows });
       const few = runRows((gpu) => new MoeLayer(gpu, src.source(), LIMITS, options), x.subarray(0, 5 * D), undefined, undefined, { rows: precision.rows });

@@ -21,7 +21,7 @@ import { runKernelOn, runKernelOnBoth, type KernelBuffers as Bufs, type KernelLa
 import {
   ATTENTION_KERNELS, EXPERT_FORMATS, geluMulKernel, softcapKernel, attnPrefillLaunch, prepLaunch, coreLaunch, combineLaunch, keyChunks, partialsBytes, EXPERT_KERNELS, WEIGHT_DTYPE_CODE, addKernel, combineKernel, embedKernel, expertsDownLaunch, expertsKernel, expertsLaunch,
   expertsGemmLaunch, expertsRowwiseLaunch, expertsUpLaunch, expertsUpRowwiseLaunch, flatLaunch, groupKernel, groupLaunch, layerNormKernel, localizeKernel, moeGroupsLength, rmsNormKernel,
-  ropeTable, routeFewKernel, routeFewLaunch, routeKernel, routerGemvKernel, routerGemvLaunch, rowLaunch, siluMulKernel, type ExpertFormat,
+  ropeTable, routeFewKernel, routeFewLaunch, routeKernel, routerGemvKernel, routerGemvLaunch, rowLaunch, sharedSlotsKernel, sharedSlotsLaunch, siluMulKernel, type ExpertFormat,
 } from '@metrale/layer-std';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { expertSet, rowTypeOf } from '../expert-weights.js';
@@ -263,6 +263,49 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
         }
       });
     }
+  }
+
+  // The shared expert as the last slot of each row: the route's slots copied, its weight
+  // sigmoid(x · gate) (f32 sums) or 1; rows 1, 5 and 64 (a row's slots the same in each), hidden
+  // 2 048 (Qwen3-Next) and 30 (not a multiple of the CTA).
+  for (const dtype of ROW_TYPES) {
+    it(`${dtype}: std.moe_shared_slots, gated and ungated, hidden 2048 and 30, each row's slots alone and batched`, () => {
+      const topK = 10, sharedId = 64;
+      for (const D of [2048, 30]) {
+        const x64 = random.normals(64 * D);
+        const gate = random.normals(D, 1 / Math.sqrt(D));
+        const ids64 = Int32Array.from({ length: 64 * topK }, () => random.int(0, sharedId - 1));
+        const weights64 = Float32Array.from({ length: 64 * topK }, () => random.float());
+        let batched: { ids: Uint8Array; weights: Uint8Array } | undefined;
+        for (const rows of [64, 5, 1]) {
+          for (const gated of [true, false]) {
+            const bufs = {
+              x: encodeRows(x64.subarray(0, rows * D), dtype), gate, ids: ids64.slice(0, rows * topK), weights: weights64.slice(0, rows * topK),
+              slotIds: poisonI32(rows * (topK + 1)), slotWeights: poisonF32(rows * (topK + 1)),
+            };
+            const r = onBoth(bufs, (gpu, p) =>
+              gpu.launch(sharedSlotsKernel, sharedSlotsLaunch(rows, gpu.defaultStream), {
+                x: p.x!, gate: gated ? p.gate! : 0n, ids: p.ids!, weights: p.weights!, slotIds: p.slotIds!, slotWeights: p.slotWeights!, rows, hidden: D, topK, sharedId,
+                dtype: FLOAT_DTYPE_CODE[dtype],
+              }), ['slotIds', 'slotWeights']);
+            const label = `${dtype} moe_shared_slots D=${D} rows=${rows} ${gated ? 'gated' : 'ungated'}`;
+            compareI32(`${label} ids`, r.cpu.slotIds!, r.cuda.slotIds!);
+            const rel = relErr(f32(r.cuda.slotWeights!), f32(r.cpu.slotWeights!));
+            results.push(`${`${label} weights`.padEnd(84)} rel ${rel.toExponential(2)}`);
+            expect(rel).toBeLessThanOrEqual(1e-6);
+            if (!gated) {
+              expect(Array.from(f32(r.cuda.slotWeights!)).filter((_, i) => i % (topK + 1) === topK).every((v) => v === 1), `${label}: weight 1`).toBe(true);
+              continue;
+            }
+            if (!batched) batched = { ids: r.cuda.slotIds!, weights: r.cuda.slotWeights! };
+            else {
+              expect(sameBits(r.cuda.slotIds!, batched.ids.subarray(0, 4 * rows * (topK + 1))), `${label}: ids as batched`).toBe(true);
+              expect(sameBits(r.cuda.slotWeights!, batched.weights.subarray(0, 4 * rows * (topK + 1))), `${label}: weights as batched`).toBe(true);
+            }
+          }
+        }
+      }
+    });
   }
 
   it('std.moe_localize: an expert-parallel rank\'s entries get local ids, the others the zero expert and weight 0', () => {
