@@ -159,7 +159,7 @@ async function main() {
     const K = kernelsOf[rowName];
     const sh = K.two ? pkg.decodeStateSharedBytes(SHAPE) : variantSharedBytes(K.variant, SHAPE);
     const tables = (t, carried) => ({
-      qkvz: L.qkvz, ba: L.ba, y: L.y, slots: t.slots, rowStarts: t.rowStarts, seqLens: t.seqLens, state: L.state, convRing: L.convRing,
+      qkvz: L.qkvz, y: L.y, slots: t.slots, rowStarts: t.rowStarts, seqLens: t.seqLens, state: L.state, convRing: L.convRing,
       convWeight: L.convWeight, aLog: L.aLog, dtBias: L.dtBias, normWeight: L.normWeight,
       stash: L.stash, convStash: carried ? L.convStash : 0n, pending: carried ? L.pending : 0n,
     });

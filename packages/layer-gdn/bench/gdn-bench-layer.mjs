@@ -6,7 +6,8 @@ export const SHAPE = { hk: 16, hv: 32, dk: 128, dv: 128, convK: 4, maxK: 4 };
 export const EPS = 1e-6;
 export const MiB = 2 ** 20;
 export const convDim = 2 * SHAPE.hk * SHAPE.dk + SHAPE.hv * SHAPE.dv;
-export const width = 2 * SHAPE.hk * SHAPE.dk + 2 * SHAPE.hv * SHAPE.dv;
+/** A row of the input projections' output: in_proj_qkvz's columns, then in_proj_ba's (projectionRow; 2·H_v is a multiple of 4 here). */
+export const width = 2 * SHAPE.hk * SHAPE.dk + 2 * SHAPE.hv * SHAPE.dv + 2 * SHAPE.hv;
 /** f32 state of one sequence: H_v · d_k · d_v · 4 bytes (2 MiB). */
 export const stateSeqBytes = SHAPE.hv * SHAPE.dk * SHAPE.dv * 4;
 export const stashSeqFloats = SHAPE.hv * SHAPE.maxK * (SHAPE.dk + SHAPE.dv + 1);
@@ -24,7 +25,6 @@ export function allocLayer(gpu, maxSlots, maxRows) {
     dtBias: SHAPE.hv * 4,
     normWeight: SHAPE.dv * 4,
     qkvz: maxRows * width * 4,
-    ba: maxRows * 2 * SHAPE.hv * 4,
     y: maxRows * SHAPE.hv * SHAPE.dv * 4,
     stash: maxSlots * stashSeqFloats * 4,
     convStash: maxSlots * convStashRows * convDim * 4,
@@ -39,7 +39,6 @@ export function allocLayer(gpu, maxSlots, maxRows) {
     fillRandomF32(gpu, L.dtBias, SHAPE.hv);
     gpu.upload(L.normWeight, Float32Array.from({ length: SHAPE.dv }, () => 0.5 + Math.random()));
     fillRandomF32(gpu, L.qkvz, sizes.qkvz / 4);
-    fillRandomF32(gpu, L.ba, sizes.ba / 4, 2);
     fillRandomF32(gpu, L.stash, sizes.stash / 4, 0.1);
     fillRandomF32(gpu, L.convStash, sizes.convStash / 4);
     gpu.upload(L.pending, new Uint32Array(maxSlots));

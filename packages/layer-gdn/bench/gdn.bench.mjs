@@ -186,7 +186,7 @@ async function main() {
     const ceilingOut = gpu.alloc(4 * maxSlots * SHAPE.hv);
     const recurrent = (t, batch, mode, k, carried) => {
       const args = {
-        qkvz: L.qkvz, ba: L.ba, y: L.y, slots: t.slots, rowStarts: t.rowStarts, seqLens: t.seqLens, state: L.state, convRing: L.convRing,
+        qkvz: L.qkvz, y: L.y, slots: t.slots, rowStarts: t.rowStarts, seqLens: t.seqLens, state: L.state, convRing: L.convRing,
         convWeight: L.convWeight, aLog: L.aLog, dtBias: L.dtBias, normWeight: L.normWeight,
         stash: mode === 1 || carried ? L.stash : 0n, convStash: carried ? L.convStash : 0n, pending: carried ? L.pending : 0n,
       };
@@ -339,7 +339,7 @@ async function main() {
       return t;
     };
     const prefillBufs = (t) => ({
-      qkvz: L.qkvz, ba: L.ba, y: L.y, slots: t.slots, rowStarts: t.rowStarts, seqLens: t.seqLens, state: L.state, convRing: L.convRing,
+      qkvz: L.qkvz, y: L.y, slots: t.slots, rowStarts: t.rowStarts, seqLens: t.seqLens, state: L.state, convRing: L.convRing,
       convWeight: L.convWeight, aLog: L.aLog, dtBias: L.dtBias, normWeight: L.normWeight, stash: 0n, convStash: 0n, pending: 0n, scratch,
     });
     const prefillArgs = (t, batch, rows, plan) => ({

@@ -98,7 +98,7 @@ __device__ __forceinline__ float softplusf_(float x) { return x > 20.0f ? x : lo
 // step's (gdn_step::geo_of, gdn-step.cuh) and the tiles'. A struct of its own rather than
 // one derived from gdn_step::Geo: with that layout the compiled prefill kernels changed.
 struct Geo {
-  int r, grp, width, keyDim, convDim, stashRow;
+  int r, grp, width, keyDim, convDim, stashRow, baCol;
   int dks, dvs, dvp;      // d_k, d_v rounded up to 8 (scratch rows), d_v rounded up to 16 (tiles)
   long long stashSeq;
   int csRows;             // conv stash rows per slot (a ring by position: 2·maxK)
@@ -107,7 +107,7 @@ struct Geo {
 __device__ __forceinline__ Geo geo_of(const Args& A) {
   const gdn_step::Geo S = gdn_step::geo_of(A);
   Geo G;
-  G.r = S.r, G.grp = S.grp, G.width = S.width, G.keyDim = S.keyDim, G.convDim = S.convDim, G.stashRow = S.stashRow;
+  G.r = S.r, G.grp = S.grp, G.width = S.width, G.keyDim = S.keyDim, G.convDim = S.convDim, G.stashRow = S.stashRow, G.baCol = S.baCol;
   G.stashSeq = S.stashSeq;
   G.dks = round_up(A.dk, 8);
   G.dvs = round_up(A.dv, 8);

@@ -171,7 +171,7 @@ __device__ __forceinline__ void wy_gates(const Args& A, const WyCta& W) {
       bt[q] = 0.f;
       gt[q] = 0.f;
       if (i < W.n) {
-        const float* bar = A.ba + (size_t)(W.rowc + i) * 2 * A.hv + g * 2 * r;
+        const float* bar = A.qkvz + (size_t)(W.rowc + i) * W.G.width + W.G.baCol + g * 2 * r;
         bt[q] = sigmoidf_(bar[hl]);
         gt[q] = -aL * softplusf_(bar[r + hl] + dtb);
       }

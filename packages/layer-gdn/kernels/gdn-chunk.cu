@@ -62,13 +62,13 @@ __device__ __forceinline__ void check_shape(const Args& A) {
 }  // namespace gdnp
 
 #define GDNP_PARAMS                                                                                                              \
-  const float *qkvz, const float *ba, float *y, const int32_t *slots, const int32_t *rowStarts, const int32_t *seqLens, float *state, \
+  const float *qkvz, float *y, const int32_t *slots, const int32_t *rowStarts, const int32_t *seqLens, float *state,             \
       float *convRing, const float *convWeight, const float *aLog, const float *dtBias, const float *normWeight, const float *stash,  \
       const float *convStash, const uint32_t *pending, unsigned char *scratch, int batch, int rows, int hk, int hv, int dk, int dv,   \
       int convK, int maxK, float eps, int fuseNorm, int chunk0, int chunkEnd, float *o, int yDtype
 #define GDNP_ARGS                                                                                                                     \
   gdnp::Args A {                                                                                                                      \
-    qkvz, ba, y, slots, rowStarts, seqLens, state, convRing, convWeight, aLog, dtBias, normWeight, stash, convStash, pending, scratch, \
+    qkvz, y, slots, rowStarts, seqLens, state, convRing, convWeight, aLog, dtBias, normWeight, stash, convStash, pending, scratch,    \
         batch, rows, hk, hv, dk, dv, convK, maxK, eps, fuseNorm, chunk0, chunkEnd, o, yDtype                                          \
   }
 

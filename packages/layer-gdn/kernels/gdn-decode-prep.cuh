@@ -73,7 +73,7 @@ __device__ __forceinline__ void prep_keys(const Args& A, const Geo& G, const Tap
   // The gates' inputs load with the conv inputs: lane m < r takes value head g·r + m.
   float bRaw = 0.0f, aRaw = 0.0f, aLogH = 0.0f, dtB = 0.0f;
   if (lane < G.r) {
-    const float* bar = A.ba + (size_t)I.row0 * 2 * A.hv + g * 2 * G.r;
+    const float* bar = A.qkvz + (size_t)I.row0 * G.width + G.baCol + g * 2 * G.r;
     bRaw = bar[lane], aRaw = bar[G.r + lane], aLogH = A.aLog[g * G.r + lane], dtB = A.dtBias[g * G.r + lane];
   }
   const bool act = l < A.dk;

@@ -12,12 +12,12 @@
 #include "gdn-fold-state.cuh"
 
 #define GDN_DECODE_PARAMS                                                                                                            \
-  const float *qkvz, const float *ba, float *y, const int32_t *slots, const int32_t *rowStarts, const int32_t *seqLens, float *state, \
+  const float *qkvz, float *y, const int32_t *slots, const int32_t *rowStarts, const int32_t *seqLens, float *state,                 \
       float *convRing, const float *convWeight, const float *aLog, const float *dtBias, const float *normWeight, float *stash,       \
       float *convStash, const uint32_t *pending, float *prep, int batch, int hk, int hv, int dk, int dv, int convK, int maxK,        \
       float eps, int yDtype
 #define GDN_DECODE_ARGS                                                                                                             \
-  const gdn::Args A{qkvz, ba, y, slots, rowStarts, seqLens, state, convRing, convWeight, aLog, dtBias, normWeight, stash, convStash, \
+  const gdn::Args A{qkvz, y, slots, rowStarts, seqLens, state, convRing, convWeight, aLog, dtBias, normWeight, stash, convStash,    \
                     pending, hk, hv, dk, dv, convK, maxK, eps, yDtype};                                                             \
   gdn::check_dims(A);
 
@@ -39,7 +39,7 @@ extern "C" __global__ void __maxnreg__(GDN_STATE_MAXNREG) gdn_decode_state_plain
 extern "C" __global__ void __maxnreg__(GDN_STATE_MAXNREG) gdn_fold_state(const float* qkvz, const int32_t* slots, const int32_t* seqLens,
                                                                          const uint32_t* naTab, float* state, float* convRing, float* stash,
                                                                          int batch, int k, int hk, int hv, int dk, int dv, int convK, int maxK) {
-  const gdn::Args A{qkvz, nullptr, nullptr, slots, nullptr, seqLens, state, convRing, nullptr, nullptr, nullptr, nullptr, stash, nullptr,
+  const gdn::Args A{qkvz, nullptr, slots, nullptr, seqLens, state, convRing, nullptr, nullptr, nullptr, nullptr, stash, nullptr,
                     nullptr, hk, hv, dk, dv, convK, maxK, 0.0f};
   gdn::check_dims(A);
   gdn::decode::fold_state_entry(A, naTab, batch, k);

@@ -122,7 +122,7 @@ __device__ __forceinline__ void row_block(SmemSrc& src, const HeadCtx<Cl>& X, in
   for (int t = tid; t < 8; t += nt) {
     float beta = 0.0f, gg = 0.0f;
     if (t < nb) {
-      const float* bar = A.ba + (size_t)(T.row0 + t0 + t) * 2 * A.hv + g * 2 * G.r;
+      const float* bar = A.qkvz + (size_t)(T.row0 + t0 + t) * G.width + G.baCol + g * 2 * G.r;
       gg = -expf(A.aLog[h]) * softplusf_(bar[G.r + X.m] + A.dtBias[h]);
       beta = sigmoidf_(bar[X.m]);
     }

@@ -21,7 +21,7 @@
   const float *qkvz, const int32_t *slots, const int32_t *seqLens, const uint32_t *naTab, float *state, float *convRing, float *stash, \
       int batch, int k, int hk, int hv, int dk, int dv, int convK, int maxK
 #define GDN_FOLD_ARGS                                                                                                                 \
-  const gdn::Args A{qkvz, nullptr, nullptr, slots, nullptr, seqLens, state, convRing, nullptr, nullptr, nullptr, nullptr, stash, nullptr, \
+  const gdn::Args A{qkvz, nullptr, slots, nullptr, seqLens, state, convRing, nullptr, nullptr, nullptr, nullptr, stash, nullptr,      \
                     nullptr, hk, hv, dk, dv, convK, maxK, 0.0f};                                                                      \
   gdn::check_shape(A);
 

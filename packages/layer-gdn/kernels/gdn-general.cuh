@@ -164,7 +164,7 @@ __device__ __forceinline__ void qk_prologue(const Args& A, const Geo& G, const T
       if (u < nb) sm.vs[u][tid] = conv_silu(A, G, T, vc, vcol, T.P0 + t0 + u);
   }
   for (int u = tid; u < nb; u += nt) {
-    const float* bar = A.ba + (size_t)(T.row0 + t0 + u) * 2 * A.hv + T.g * 2 * G.r;
+    const float* bar = A.qkvz + (size_t)(T.row0 + t0 + u) * G.width + G.baCol + T.g * 2 * G.r;
     const float gate = -expf(A.aLog[h]) * softplusf_(bar[G.r + m] + A.dtBias[h]);
     sm.gates[u][0] = sigmoidf_(bar[m]);
     sm.gates[u][1] = expf(gate);

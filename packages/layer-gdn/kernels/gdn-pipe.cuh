@@ -154,7 +154,7 @@ __device__ __forceinline__ RowCoef prologue(const Args& A, const Geo& G, const T
   if (T.recordConv) __trap();  // verify steps do not come here
   // The gates' inputs, in every thread's registers: their loads go out with the conv inputs'
   // (one thread loading them and passing them through shared memory made a second round).
-  const float* bar = A.ba + (size_t)T.row0 * 2 * A.hv + g * 2 * G.r;
+  const float* bar = A.qkvz + (size_t)T.row0 * G.width + G.baCol + g * 2 * G.r;
   const float bRaw = bar[m], aRaw = bar[G.r + m], aLogH = A.aLog[h], dtB = A.dtBias[h];
   fast::conv_sources(A, G, T, 0, A.K, L);
   __syncthreads();

@@ -1,5 +1,5 @@
 // What every GDN kernel's arguments share: the buffers and tables of a step, the head of each
-// kernel's parameter list (src/gdn-kernels.ts: the first 15), which the decode / verify / fold
+// kernel's parameter list (src/gdn-kernels.ts: the first 14), which the decode / verify / fold
 // kernels' gdn::Args and the prefill's gdnp::Args begin with (Stash: float, or const float for the
 // prefill, which only reads the stash and the conv stash); the geometry derived from the shape; and
 // the store of the gated-norm output y in the layer's row type.
@@ -14,8 +14,7 @@ namespace gdn_step {
 
 template <class Stash>
 struct Buffers {
-  const float* qkvz;
-  const float* ba;
+  const float* qkvz;  // the input projections' rows: in_proj_qkvz's columns, then in_proj_ba's (Geo)
   float* y;
   const int32_t* slots;
   const int32_t* rowStarts;
@@ -32,10 +31,13 @@ struct Buffers {
 };
 
 // The row geometry every GDN kernel derives from the shape (Args: hk, hv, dk, dv, maxK): value
-// heads per key head, a key head's group of qkvz columns (q, k, r × v, r × z) and the row's width,
-// the conv channels, a stash row (k, u, γ) and a slot's stash.
+// heads per key head, a key head's group of qkvz columns (q, k, r × v, r × z), the row's width,
+// the conv channels, a stash row (k, u, γ) and a slot's stash. A row of `qkvz` is one GEMM's
+// output over the stacked input projections: in_proj_qkvz's columns, then in_proj_ba's 2·H_v
+// from baCol (per key head g: [b r, a r]), the width rounded up to 4 floats so that rows stay
+// 16-byte aligned for the vector loads (src/gdn-config.ts projectionRow).
 struct Geo {
-  int r, grp, width, keyDim, convDim, stashRow;
+  int r, grp, width, keyDim, convDim, stashRow, baCol;
   long long stashSeq;
 };
 template <class Args>
@@ -43,7 +45,8 @@ __host__ __device__ __forceinline__ Geo geo_of(const Args& A) {
   Geo G;
   G.r = A.hv / A.hk;
   G.grp = 2 * A.dk + 2 * G.r * A.dv;
-  G.width = A.hk * G.grp;
+  G.baCol = A.hk * G.grp;
+  G.width = G.baCol + (2 * A.hv + 3) / 4 * 4;
   G.keyDim = A.hk * A.dk;
   G.convDim = 2 * G.keyDim + A.hv * A.dv;
   G.stashRow = A.dk + A.dv + 1;

@@ -84,7 +84,7 @@ __device__ __forceinline__ void keys_warp(const Args& A, const Geo& G, const Win
   float bRaw = 0.0f, aRaw = 0.0f, aLogH = 0.0f, dtB = 0.0f;
   if (lane < G.r * k) {
     const int m = lane / k, t = lane - m * k;
-    const float* bar = A.ba + (size_t)(I.row0 + t) * 2 * A.hv + g * 2 * G.r;
+    const float* bar = A.qkvz + (size_t)(I.row0 + t) * G.width + G.baCol + g * 2 * G.r;
     bRaw = bar[m], aRaw = bar[G.r + m], aLogH = A.aLog[g * G.r + m], dtB = A.dtBias[g * G.r + m];
   }
   float4 q[kVRows], kk[kVRows];

@@ -7,12 +7,12 @@
 #include "gdn-verify-state.cuh"
 
 #define GDN_VERIFY_PARAMS                                                                                                            \
-  const float *qkvz, const float *ba, float *y, const int32_t *slots, const int32_t *rowStarts, const int32_t *seqLens, float *state, \
+  const float *qkvz, float *y, const int32_t *slots, const int32_t *rowStarts, const int32_t *seqLens, float *state,                 \
       float *convRing, const float *convWeight, const float *aLog, const float *dtBias, const float *normWeight, float *stash,       \
       float *convStash, const uint32_t *pending, float *prep, int batch, int k, int hk, int hv, int dk, int dv, int convK, int maxK,  \
       float eps, int yDtype
 #define GDN_VERIFY_ARGS                                                                                                             \
-  const gdn::Args A{qkvz, ba, y, slots, rowStarts, seqLens, state, convRing, convWeight, aLog, dtBias, normWeight, stash, convStash, \
+  const gdn::Args A{qkvz, y, slots, rowStarts, seqLens, state, convRing, convWeight, aLog, dtBias, normWeight, stash, convStash,    \
                     pending, hk, hv, dk, dv, convK, maxK, eps, yDtype};                                                             \
   gdn::check_dims(A);
 

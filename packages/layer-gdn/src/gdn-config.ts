@@ -22,8 +22,21 @@ export interface GdnConfig {
   readonly convDim: number;
   /** 2·H_k·d_k + 2·H_v·d_v: width of an `in_proj_qkvz` output row. */
   readonly qkvzDim: number;
+  /** Width of a row of the input projections' output, `in_proj_qkvz`'s then `in_proj_ba`'s columns (projectionRow). */
+  readonly projDim: number;
   /** H_v·d_v: width of the gated-norm output, the input of `out_proj`. */
   readonly valueDim: number;
+}
+
+/**
+ * A row of the input projections' output as every kernel reads it (one GEMM over the stacked
+ * weights [in_proj_qkvz; in_proj_ba]): in_proj_qkvz's 2·H_k·d_k + 2·H_v·d_v columns, then
+ * in_proj_ba's 2·H_v from column `baCol`, the width rounded up to 4 floats so that rows stay
+ * 16-byte aligned for the kernels' vector loads (kernels/gdn-step.cuh geo_of).
+ */
+export function projectionRow(s: { readonly hk: number; readonly hv: number; readonly dk: number; readonly dv: number }): { baCol: number; width: number } {
+  const baCol = 2 * s.hk * s.dk + 2 * s.hv * s.dv;
+  return { baCol, width: baCol + Math.ceil((2 * s.hv) / 4) * 4 };
 }
 
 const MODEL_TYPES = ['qwen3_next', 'qwen3_5', 'qwen3_5_text', 'qwen3_5_moe', 'qwen3_5_moe_text'];
@@ -94,6 +107,7 @@ export function readGdnConfig(config: Readonly<Record<string, unknown>>, layerIn
     hidden, hk, hv, dk, dv, convK, eps, r: hv / hk,
     convDim: 2 * keyDim + valueDim,
     qkvzDim: 2 * keyDim + 2 * valueDim,
+    projDim: projectionRow({ hk, hv, dk, dv }).width,
     valueDim,
   };
 }

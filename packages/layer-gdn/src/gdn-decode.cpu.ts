@@ -74,10 +74,11 @@ export function decodePrepCpu(a: DecodeArgs, { mem }: CpuKernelContext): void {
     // The ring takes the pending rows' inputs first (as gdn.recurrent's reference folds them), then
     // the conv of position P0 reads them there; the ring takes the row's own inputs last.
     cpu.writePendingRing(slot, P0, n);
-    cpu.preConv(cpu.qkvzRows(row0, 1), 0, pre);
+    const row = cpu.qkvzRows(row0, 1);
+    cpu.preConv(row, 0, pre);
     cpu.convRow(convW, cpu.ring(slot), pre, P0, P0, mixed);
     cpu.normalizeQK(mixed, qn, kn);
-    const ba = mem.f32(a.ba + BigInt(4 * row0 * 2 * hv), 2 * hv);
+    const ba = cpu.baOf(row, 0);
     for (let h = 0; h < hv; h++) {
       const g = Math.floor(h / r);
       const rec = prep.subarray((p * hv + h) * stride, (p * hv + h + 1) * stride);

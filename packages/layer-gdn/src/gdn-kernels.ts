@@ -13,9 +13,13 @@ const verifyModule = defineKernelModule('gdn-verify', new URL('./kernels/gdn-ver
 /** Shape parameters every GDN kernel takes, in this order after its pointers. */
 export const SHAPE = { hk: 'i32', hv: 'i32', dk: 'i32', dv: 'i32', convK: 'i32', maxK: 'i32' } as const;
 
-/** A step's buffers and tables, the first parameters of the decode / verify kernels (in this order). */
+/**
+ * A step's buffers and tables, the first parameters of the decode / verify kernels (in this order).
+ * `qkvz` holds the rows of both input projections (gdn-config.ts projectionRow: in_proj_ba's
+ * columns after in_proj_qkvz's).
+ */
 export const STEP_BUFFERS = {
-  qkvz: 'ptr', ba: 'ptr', y: 'ptr',
+  qkvz: 'ptr', y: 'ptr',
   slots: 'ptr', rowStarts: 'ptr', seqLens: 'ptr',
   state: 'ptr', convRing: 'ptr',
   convWeight: 'ptr', aLog: 'ptr', dtBias: 'ptr', normWeight: 'ptr',

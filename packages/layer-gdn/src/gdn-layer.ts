@@ -28,7 +28,7 @@ import { launchFold } from './gdn-fold-launch.js';
 import { recurrentLaunch, recurrentVariant, runsClusters } from './gdn-launch.js';
 import { prefillKernels } from './gdn-prefill-kernels.js';
 import { launchPrefill, prefillPlan, prefillScratchBytes } from './gdn-prefill-launch.js';
-import { loadGdnWeights } from './gdn-weights.js';
+import { inputProjections, loadGdnWeights } from './gdn-weights.js';
 
 /** A sequence's GDN state lives entirely on the device (state and conv ring of its slot). */
 export interface GdnState extends LayerState {
@@ -37,8 +37,8 @@ export interface GdnState extends LayerState {
 
 /** The layer's device buffers (KERNELS.md). */
 interface Buffers {
-  readonly wQkvz: LinearWeight;
-  readonly wBa: LinearWeight;
+  /** The input projections' GEMMs (gdn-weights.ts inputProjections): one, or two where they cannot stack. */
+  readonly wIn: readonly { readonly w: LinearWeight; readonly col: number }[];
   readonly wOut: LinearWeight;
   readonly convWeight: DevicePtr;
   readonly aLog: DevicePtr;
@@ -46,9 +46,8 @@ interface Buffers {
   readonly normWeight: DevicePtr;
   readonly state: DevicePtr;
   readonly convRing: DevicePtr;
-  /** The input projections' outputs, f32 (the recurrence reads f32). */
+  /** The input projections' output, f32 (the recurrence reads f32): rows of in_proj_qkvz's then in_proj_ba's columns. */
   readonly qkvz: DevicePtr;
-  readonly ba: DevicePtr;
   /** The gated-norm output in the row type: out_proj's input. */
   readonly y: DevicePtr;
   /** An unfused prefill norm's input, the scan's raw O rows (f32): `y` itself when the rows are f32. */
@@ -119,7 +118,7 @@ export class GdnLayer implements TransformerLayer<GdnState> {
     this.precision = precision;
     this.#gpu = context.gpu;
     this.inputRowBytes = this.outputRowBytes = cfg.hidden * floatBytes(precision.rows);
-    const { hv, dk, dv, convK, convDim, qkvzDim, valueDim } = cfg;
+    const { hv, dk, dv, convK, convDim, projDim, valueDim } = cfg;
     const gpu = this.#gpu;
     try {
       const upload = (data: Float32Array): DevicePtr => {
@@ -135,12 +134,12 @@ export class GdnLayer implements TransformerLayer<GdnState> {
       const linear = (host: HostLinear): LinearWeight => uploadLinear(gpu, (bytes) => this.#alloc(bytes), host);
       const y = zeroed(floatBytes(precision.rows) * limits.maxRows * valueDim);
       this.#b = {
-        wQkvz: linear(w.qkvz), wBa: linear(w.ba), wOut: linear(w.outProj), convWeight: upload(w.convWeight),
+        wIn: inputProjections(w).map(({ weight, col }) => ({ w: linear(weight), col })),
+        wOut: linear(w.outProj), convWeight: upload(w.convWeight),
         aLog: upload(w.aLog), dtBias: upload(w.dtBias), normWeight: upload(w.normWeight),
         state: zeroed(4 * limits.maxSeqs * hv * dk * dv),
         convRing: zeroed(4 * limits.maxSeqs * convK * convDim),
-        qkvz: zeroed(4 * limits.maxRows * qkvzDim),
-        ba: zeroed(4 * limits.maxRows * 2 * hv),
+        qkvz: zeroed(4 * limits.maxRows * projDim),
         y,
         // A 16-bit y cannot take the unfused norm in place: the raw O rows need their own f32 rows.
         o: precision.rows === 'f32' ? y : zeroed(4 * limits.maxRows * valueDim),
@@ -270,12 +269,13 @@ export class GdnLayer implements TransformerLayer<GdnState> {
     const gpu = step.gpu;
     const shape = this.#shape();
     const rowType = this.precision.rows;
-    // The input projections write f32: the kernels' conv, gates and recurrence read f32.
-    runLinear(gpu, { m: rows, x: step.input, w: b.wQkvz, y: b.qkvz, xDtype: rowType, yDtype: 'f32', stream });
-    runLinear(gpu, { m: rows, x: step.input, w: b.wBa, y: b.ba, xDtype: rowType, yDtype: 'f32', stream });
+    // The input projections write f32 (the kernels' conv, gates and recurrence read f32), each GEMM its columns of the rows.
+    for (const { w, col } of b.wIn) {
+      runLinear(gpu, { m: rows, x: step.input, w, y: b.qkvz + BigInt(4 * col), ldy: cfg.projDim, xDtype: rowType, yDtype: 'f32', stream });
+    }
     const yDtype = FLOAT_DTYPE_CODE[rowType];
     const common = {
-      qkvz: b.qkvz, ba: b.ba, y: b.y,
+      qkvz: b.qkvz, y: b.y,
       slots: tables.slots, rowStarts: tables.rowStarts, seqLens: tables.seqLens,
       state: b.state, convRing: b.convRing,
       convWeight: b.convWeight, aLog: b.aLog, dtBias: b.dtBias, normWeight: b.normWeight,

@@ -1,4 +1,5 @@
 import { InvalidArgumentError, type DeviceMemoryView, type DevicePtr } from '@metrale/core';
+import { projectionRow } from './gdn-config.js';
 import { checkYDtype, outputRows, type OutputRows } from './gdn-rows.cpu.js';
 
 // The per-row math of KERNELS.md, shared by the CPU implementations of the three GDN kernels
@@ -16,8 +17,8 @@ export interface GdnShapeArgs {
 
 /** The pointers a launch may use; 0n where the kernel has no such buffer or the mode needs none. */
 export interface GdnBuffers {
+  /** Rows of both input projections: in_proj_qkvz's columns, then in_proj_ba's (projectionRow). */
   readonly qkvz: DevicePtr;
-  readonly ba: DevicePtr;
   readonly y: DevicePtr;
   readonly state: DevicePtr;
   readonly convRing: DevicePtr;
@@ -69,8 +70,9 @@ export class GdnCpu {
   readonly r: number;
   readonly keyDim: number;
   readonly convDim: number;
-  /** Width of a `qkvz` row. */
+  /** Width of a `qkvz` row, and the column of its `ba` part (projectionRow). */
   readonly width: number;
+  readonly baCol: number;
   /** f32 words of one slot's stash, and of one row of it per value head. */
   readonly stashSeq: number;
   readonly stashRow: number;
@@ -98,7 +100,7 @@ export class GdnCpu {
     this.r = hv / hk;
     this.keyDim = hk * dk;
     this.convDim = 2 * hk * dk + hv * dv;
-    this.width = 2 * hk * dk + 2 * hv * dv;
+    ({ width: this.width, baCol: this.baCol } = projectionRow(shape));
     this.stashRow = dk + dv + 1;
     this.stashSeq = hv * maxK * this.stashRow;
     this.cols = channelColumns(shape);
@@ -145,6 +147,12 @@ export class GdnCpu {
   /** `rows` rows of `qkvz` from `first`. */
   qkvzRows(first: number, rows: number): Float32Array {
     return this.mem.f32(this.buf.qkvz + BigInt(4 * first * this.width), rows * this.width);
+  }
+
+  /** The `ba` part of row `t` of `rows` (per key head [b r, a r]). */
+  baOf(rows: Float32Array, t: number): Float32Array {
+    const base = t * this.width + this.baCol;
+    return rows.subarray(base, base + 2 * this.hv);
   }
 
   /** The pre-conv inputs (conv channel order) of row `t` of `rows`, into `out`. */
@@ -294,7 +302,7 @@ export class GdnCpu {
   }
 
   /**
-   * Runs `count` rows of one sequence, at positions L.. and `qkvz`/`ba`/`y` rows first.., from the
+   * Runs `count` rows of one sequence, at positions L.. and `qkvz`/`y` rows first.., from the
    * slot's state. `commit`: state and ring take the rows; otherwise they are untouched and, with
    * `record`, each row's k, u and cumulative gate go to the slot's stash (and, with `recordConv`,
    * its pre-conv inputs to the conv stash, at the rows of positions L.. in its ring).
@@ -304,7 +312,6 @@ export class GdnCpu {
     const { hv, dk, dv, K, r, keyDim, convDim, stashRow } = this;
     if (mode.record && count > this.maxK) throw new InvalidArgumentError(`gdn kernels: ${count} rows to record exceed the stash's maxK ${this.maxK}`);
     const rows = this.qkvzRows(first, count);
-    const ba = this.mem.f32(this.buf.ba + BigInt(4 * first * 2 * hv), count * 2 * hv);
     const out = this.yRows(first, count);
     const y = out.values;
     const convW = this.mem.f32(this.buf.convWeight, convDim * K);
@@ -329,7 +336,7 @@ export class GdnCpu {
       this.normalizeQK(mixed, qn, kn);
       for (let h = 0; h < hv; h++) {
         const g = Math.floor(h / r);
-        const { beta, gate } = this.gates(ba.subarray(t * 2 * hv, (t + 1) * 2 * hv), h, aLog, dtBias);
+        const { beta, gate } = this.gates(this.baOf(rows, t), h, aLog, dtBias);
         const alpha = Math.exp(gate);
         gamma[h]! += gate;
         const head = S.subarray(h * dk * dv, (h + 1) * dk * dv);

@@ -217,7 +217,7 @@ export function prefillPlan(
 
 /** The parameters of every prefill kernel, in the order of the CUDA signatures. */
 export const PREFILL_PARAMS = {
-  qkvz: 'ptr', ba: 'ptr', y: 'ptr',
+  qkvz: 'ptr', y: 'ptr',
   slots: 'ptr', rowStarts: 'ptr', seqLens: 'ptr',
   state: 'ptr', convRing: 'ptr',
   convWeight: 'ptr', aLog: 'ptr', dtBias: 'ptr', normWeight: 'ptr',
@@ -271,7 +271,7 @@ export function launchPrefill(gpu: GpuBackend, kernels: PrefillKernels, s: Prefi
     throw new InvalidArgumentError('gdn prefill: an unfused norm with a 16-bit y needs its own f32 buffer `o` for the raw O rows (it cannot run in place)');
   }
   const args = {
-    qkvz: bufs.qkvz, ba: bufs.ba, y: bufs.y, slots: bufs.slots, rowStarts: bufs.rowStarts, seqLens: bufs.seqLens,
+    qkvz: bufs.qkvz, y: bufs.y, slots: bufs.slots, rowStarts: bufs.rowStarts, seqLens: bufs.seqLens,
     state: bufs.state, convRing: bufs.convRing, convWeight: bufs.convWeight, aLog: bufs.aLog, dtBias: bufs.dtBias,
     normWeight: bufs.normWeight, stash: bufs.stash, convStash: bufs.convStash, pending: bufs.pending, scratch: bufs.scratch,
     batch, rows, hk: s.hk, hv: s.hv, dk: s.dk, dv: s.dv, convK: s.convK, maxK: s.maxK, eps, fuseNorm: plan.fuseNorm ? 1 : 0,

@@ -1,4 +1,5 @@
 import { InvalidArgumentError, bf16BitsToF32, f32ToBf16Bits, type CpuKernelContext, type DevicePtr, type DeviceMemoryView } from '@metrale/core';
+import { projectionRow } from './gdn-config.js';
 import { channelColumns, sigmoid, silu, softplus } from './gdn-math.cpu.js';
 import { checkYDtype, outputRows } from './gdn-rows.cpu.js';
 import { prefillScratchLayout, PREFILL_CHUNK, type PrefillBuffers, type PrefillPlanes, type PrefillScratchLayout } from './gdn-prefill-launch.js';
@@ -49,6 +50,7 @@ interface Geo {
   readonly r: number;
   readonly grp: number;
   readonly width: number;
+  readonly baCol: number;
   readonly keyDim: number;
   readonly convDim: number;
   readonly stashRow: number;
@@ -70,8 +72,9 @@ function geoOf(a: PrefillArgs): Geo {
   const r = hv / hk;
   const keyDim = hk * dk;
   const stashRow = dk + dv + 1;
+  const { width, baCol } = projectionRow({ hk, hv, dk, dv });
   return {
-    r, grp: 2 * dk + 2 * r * dv, width: 2 * keyDim + 2 * hv * dv, keyDim, convDim: 2 * keyDim + hv * dv,
+    r, grp: 2 * dk + 2 * r * dv, width, baCol, keyDim, convDim: 2 * keyDim + hv * dv,
     stashRow, stashSeq: hv * maxK * stashRow, csRows: 2 * maxK, cols: channelColumns({ hk, hv, dk, dv, convK, maxK }),
   };
 }
@@ -154,7 +157,7 @@ export function prefillWyCpu(planes: PrefillPlanes) {
     const convW = mem.f32(a.convWeight, G.convDim * K);
     const aLog = mem.f32(a.aLog, a.hv);
     const dtBias = mem.f32(a.dtBias, a.hv);
-    const ba = mem.f32(a.ba, Math.max(1, a.rows) * 2 * a.hv);
+    const proj = mem.f32(a.qkvz, Math.max(1, a.rows) * G.width);
     const q = new Float64Array(C * dk);
     const k = new Float64Array(C * dk);
     const v = new Float64Array(C * dv);
@@ -210,9 +213,9 @@ export function prefillWyCpu(planes: PrefillPlanes) {
             const h = g * G.r + hl;
             let run = 0;
             for (let i = 0; i < n; i++) {
-              const bar = (rowc + i) * 2 * a.hv + g * 2 * G.r;
-              beta[i] = sigmoid(ba[bar + hl]!);
-              run += -Math.exp(aLog[h]!) * softplus(ba[bar + G.r + hl]! + dtBias[h]!);
+              const bar = (rowc + i) * G.width + G.baCol + g * 2 * G.r;
+              beta[i] = sigmoid(proj[bar + hl]!);
+              run += -Math.exp(aLog[h]!) * softplus(proj[bar + G.r + hl]! + dtBias[h]!);
               gam[i] = run;
             }
             const gLast = gam[n - 1]!;

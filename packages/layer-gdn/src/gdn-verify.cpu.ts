@@ -105,7 +105,6 @@ export function verifyPrepCpu(a: VerifyArgs, { mem }: CpuKernelContext): void {
         }
       }
     }
-    const ba = mem.f32(a.ba + BigInt(4 * row0 * 2 * hv), k * 2 * hv);
     for (let h = 0; h < hv; h++) {
       const g = Math.floor(h / r);
       // The Gram entries of key head g (from the f64 norms, as the reference's rows see them).
@@ -129,7 +128,7 @@ export function verifyPrepCpu(a: VerifyArgs, { mem }: CpuKernelContext): void {
       let acc = 0;
       for (let t = 0; t < k; t++) {
         for (let j = 0; j < dv; j++) rec[t * dvp + j] = mixed[t]![2 * keyDim + h * dv + j]!;
-        const { beta, gate } = cpu.gates(ba.subarray(t * 2 * hv, (t + 1) * 2 * hv), h, aLog, dtBias);
+        const { beta, gate } = cpu.gates(cpu.baOf(rows, t), h, aLog, dtBias);
         acc += gate;
         gam[t] = acc;
         rec[sc + BETA + t] = beta;

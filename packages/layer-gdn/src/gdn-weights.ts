@@ -1,5 +1,5 @@
 import {
-  F32_PRECISION, FP8_BLOCK, WeightsError, blocksOf, encodeFloats, expectShape, floatBytes, linearToF32, readLinear, toF32,
+  F32_PRECISION, FP8_BLOCK, WeightsError, blocksOf, encodeFloats, expectShape, floatBytes, linearToF32, readLinear, stackLinears, toF32,
   type HostLinear, type HostTensor, type Precision, type WeightSource,
 } from '@metrale/core';
 import type { GdnConfig } from './gdn-config.js';
@@ -98,6 +98,29 @@ export function loadGdnWeights(source: WeightSource, cfg: GdnConfig, precision: 
     outProj: linear('out_proj.weight'),
     layout: split ? 'qwen3_5' : 'qwen3_next',
   };
+}
+
+/** One GEMM of the input projections: its weight, and the column of a `qkvz` row its output starts at. */
+export interface InputProjection {
+  readonly weight: HostLinear;
+  readonly col: number;
+}
+
+/**
+ * The GEMMs that write a row of the input projections' output (gdn-config.ts projectionRow): one
+ * over [in_proj_qkvz; in_proj_ba] stacked by rows where both are of one type, since each output
+ * column is the same dot product as in its own GEMM and a launch is saved. Both apart, each
+ * writing its columns of the row, where block-FP8 keeps them in different types (the published
+ * FP8 checkpoints leave in_proj_ba in bf16) or FP8 in_proj_qkvz's rows end inside a 128-row block
+ * (its block scales could not take in_proj_ba's under them). Under tensor parallelism both are
+ * the rank's parts already (the layer's weight source shards each), so the stack holds the rank's
+ * qkvz rows then its ba rows, as the rank's kernels read them.
+ */
+export function inputProjections(w: Pick<GdnHostWeights, 'qkvz' | 'ba'>): readonly InputProjection[] {
+  const { qkvz, ba } = w;
+  const stackable = qkvz.dtype === ba.dtype && qkvz.cols === ba.cols && (qkvz.dtype !== 'f8e4m3' || qkvz.rows % FP8_BLOCK === 0);
+  if (stackable) return [{ weight: stackLinears([qkvz, ba], `${qkvz.name} + ${ba.name}`), col: 0 }];
+  return [{ weight: qkvz, col: 0 }, { weight: ba, col: qkvz.rows }];
 }
 
 /** The Qwen3.5 split projections. */

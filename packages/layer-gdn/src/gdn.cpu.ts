@@ -98,7 +98,7 @@ export function chunkCpu(a: ChunkArgs, { mem }: CpuKernelContext): void {
 export function foldCpu(a: FoldArgs, { mem }: CpuKernelContext): void {
   checkBatch('gdn.fold', a.batch);
   if (a.batch === 0) return;
-  const cpu = new GdnCpu(mem, a, { ...a, ba: 0n, y: 0n, convWeight: 0n, aLog: 0n, dtBias: 0n, normWeight: 0n, convStash: 0n }, 0);
+  const cpu = new GdnCpu(mem, a, { ...a, y: 0n, convWeight: 0n, aLog: 0n, dtBias: 0n, normWeight: 0n, convStash: 0n }, 0);
   const slots = mem.i32(a.slots, a.batch);
   const seqLens = mem.i32(a.seqLens, a.batch);
   const naTab = mem.u32(a.naTab, a.batch);

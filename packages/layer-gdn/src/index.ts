@@ -1,8 +1,8 @@
 // The public API of @metrale/layer-gdn.
 export { plugin, plugin as default } from './plugin.js';
 export { GdnLayer, type GdnState } from './gdn-layer.js';
-export { readGdnConfig, type GdnConfig } from './gdn-config.js';
-export { loadGdnWeights, groupSplitProjections, groupSplitLinears, FUSED_NAMES, SPLIT_NAMES, COMMON_NAMES, type GdnHostWeights } from './gdn-weights.js';
+export { readGdnConfig, projectionRow, type GdnConfig } from './gdn-config.js';
+export { loadGdnWeights, inputProjections, type InputProjection, groupSplitProjections, groupSplitLinears, FUSED_NAMES, SPLIT_NAMES, COMMON_NAMES, type GdnHostWeights } from './gdn-weights.js';
 export { recurrentVariantKernels, foldVariantKernels } from './gdn-kernels.js';
 export {
   recurrentLaunch, gdnBlock, variantBlock, variantSharedBytes, variantFor, recurrentVariant, foldVariant, fastSupported, pipeSupported, splitSupported, runsClusters, variantGrid, SPLIT_CTAS,

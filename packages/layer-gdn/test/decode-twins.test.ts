@@ -1,7 +1,7 @@
 import { CpuBackend } from '@metrale/cpu-backend';
 import { SeededRandom, type DevicePtr } from '@metrale/core';
 import { afterEach, describe, expect, it } from 'vitest';
-import { slotBuffers } from './twin-buffers.js';
+import { projectionRows, slotBuffers } from './twin-buffers.js';
 import {
   decodePrepStride, decodeStateKernel, decodeStatePlainKernel, launchTwoKernelDecode, recurrentVariantKernels, twoKernelDecodeKernels, twoKernelDecodeLaunches,
   type DecodeArgs,
@@ -31,12 +31,9 @@ function relErr(got: Float32Array, ref: Float32Array): number {
 }
 
 function hostBuffers(s: Shape, slots: number[], seqLens: number[], pending: number[] | undefined, rnd: SeededRandom) {
-  const width = 2 * s.hk * s.dk + 2 * s.hv * s.dv;
   const batch = slots.length;
-  const uni = (n: number, lo: number, hi: number) => Float32Array.from({ length: n }, () => lo + (hi - lo) * rnd.float());
   return {
-    qkvz: uni(batch * width, -1, 1),
-    ba: uni(batch * 2 * s.hv, -2, 2),
+    qkvz: projectionRows(s, batch, rnd),
     y: new Float32Array(batch * s.hv * s.dv),
     slots: Int32Array.from(slots),
     rowStarts: Int32Array.from({ length: batch + 1 }, (_, p) => p),
@@ -62,7 +59,7 @@ describe('two-kernel decode: CPU twins ≡ gdn.recurrent (mode 0, k = 1)', () =>
     const batch = host.slots.length;
     const stream = gpu.defaultStream;
     const common = {
-      qkvz: d.qkvz, ba: d.ba, y: d.y, slots: d.slots, rowStarts: d.rowStarts, seqLens: d.seqLens, state: d.state, convRing: d.convRing,
+      qkvz: d.qkvz, y: d.y, slots: d.slots, rowStarts: d.rowStarts, seqLens: d.seqLens, state: d.state, convRing: d.convRing,
       convWeight: d.convWeight, aLog: d.aLog, dtBias: d.dtBias, normWeight: d.normWeight,
       stash: carried ? d.stash : 0n, convStash: carried ? d.convStash : 0n, pending: carried ? d.pending : 0n, batch, ...s, eps: EPS, yDtype: 0,
     };
@@ -111,7 +108,7 @@ describe('two-kernel decode: CPU twins ≡ gdn.recurrent (mode 0, k = 1)', () =>
     gpu.upload(p, new Int32Array(16));
     expect(() =>
       gpu!.launch(decodeStateKernel, l.state, {
-        qkvz: p, ba: p, y: p, slots: p, rowStarts: p, seqLens: p, state: p, convRing: p, convWeight: p, aLog: p, dtBias: p, normWeight: p,
+        qkvz: p, y: p, slots: p, rowStarts: p, seqLens: p, state: p, convRing: p, convWeight: p, aLog: p, dtBias: p, normWeight: p,
         stash: 0n, convStash: 0n, pending: 0n, prep: 0n, batch: 1, ...s, eps: EPS, yDtype: 0,
       }),
     ).toThrow(/prep buffer/);
@@ -122,7 +119,7 @@ describe('two-kernel decode: CPU twins ≡ gdn.recurrent (mode 0, k = 1)', () =>
     gpu = new CpuBackend();
     const names: string[] = [];
     const recorder = { launch: (k: { name: string }) => void names.push(k.name) };
-    const ptrs = { qkvz: 16n, ba: 16n, y: 16n, slots: 16n, rowStarts: 16n, seqLens: 16n, state: 16n, convRing: 16n, convWeight: 16n, aLog: 16n, dtBias: 16n, normWeight: 16n };
+    const ptrs = { qkvz: 16n, y: 16n, slots: 16n, rowStarts: 16n, seqLens: 16n, state: 16n, convRing: 16n, convWeight: 16n, aLog: 16n, dtBias: 16n, normWeight: 16n };
     const args = { ...ptrs, stash: 0n, convStash: 0n, pending: 0n, prep: 16n, batch: 1, ...s, eps: EPS, yDtype: 0 };
     launchTwoKernelDecode(recorder, twoKernelDecodeKernels, s, gpu.defaultStream, args);
     launchTwoKernelDecode(recorder, twoKernelDecodeKernels, s, gpu.defaultStream, { ...args, stash: 16n, convStash: 16n, pending: 16n });
@@ -145,7 +142,7 @@ describe('two-kernel decode: CPU twins ≡ gdn.recurrent (mode 0, k = 1)', () =>
     }
     const l = twoKernelDecodeLaunches(s, 1, gpu.defaultStream, s.maxK);
     const args = {
-      qkvz: d.qkvz, ba: d.ba, y: d.y, slots: d.slots, rowStarts: d.rowStarts, seqLens: d.seqLens, state: d.state, convRing: d.convRing,
+      qkvz: d.qkvz, y: d.y, slots: d.slots, rowStarts: d.rowStarts, seqLens: d.seqLens, state: d.state, convRing: d.convRing,
       convWeight: d.convWeight, aLog: d.aLog, dtBias: d.dtBias, normWeight: d.normWeight,
       stash: d.stash, convStash: d.convStash, pending: d.pending, prep: d.prep, batch: 1, ...s, eps: EPS, yDtype: 0,
     };

@@ -168,7 +168,7 @@ describe('prefill pieces (prefillPlan: a pipelined prefill)', () => {
     const launched = (plan: ReturnType<typeof prefillPlan>) => {
       const out: string[] = [];
       const recorder = { launch: (k: { name: string }, _l: unknown, a: { chunk0: number; chunkEnd: number }) => void out.push(`${k.name.replace('gdn.prefill-', '')} ${a.chunk0}-${a.chunkEnd === PREFILL_ALL_CHUNKS ? 'end' : a.chunkEnd}`) };
-      const bufs = Object.fromEntries(['qkvz', 'ba', 'y', 'slots', 'rowStarts', 'seqLens', 'state', 'convRing', 'convWeight', 'aLog', 'dtBias', 'normWeight', 'stash', 'convStash', 'pending', 'scratch'].map((n) => [n, 16n])) as unknown as PrefillBuffers;
+      const bufs = Object.fromEntries(['qkvz', 'y', 'slots', 'rowStarts', 'seqLens', 'state', 'convRing', 'convWeight', 'aLog', 'dtBias', 'normWeight', 'stash', 'convStash', 'pending', 'scratch'].map((n) => [n, 16n])) as unknown as PrefillBuffers;
       launchPrefill(recorder as never, prefillKernels, s, bufs, 1, 8192, 1e-6, plan);
       return out;
     };
@@ -184,7 +184,7 @@ describe('prefill pieces (prefillPlan: a pipelined prefill)', () => {
   it('passes y\'s row type and the raw O rows to every launch; a 16-bit y needs its own o where the norm runs unfused', () => {
     const args: { name: string; y: bigint; o: bigint; yDtype: number }[] = [];
     const recorder = { launch: (k: { name: string }, _l: unknown, a: { y: bigint; o: bigint; yDtype: number }) => void args.push({ name: k.name, y: a.y, o: a.o, yDtype: a.yDtype }) };
-    const bufs = Object.fromEntries(['qkvz', 'ba', 'y', 'slots', 'rowStarts', 'seqLens', 'state', 'convRing', 'convWeight', 'aLog', 'dtBias', 'normWeight', 'stash', 'convStash', 'pending', 'scratch'].map((n) => [n, 16n])) as unknown as PrefillBuffers;
+    const bufs = Object.fromEntries(['qkvz', 'y', 'slots', 'rowStarts', 'seqLens', 'state', 'convRing', 'convWeight', 'aLog', 'dtBias', 'normWeight', 'stash', 'convStash', 'pending', 'scratch'].map((n) => [n, 16n])) as unknown as PrefillBuffers;
     const unfused = prefillPlan(s, 1, 2048, stream, { clusters: false });
     launchPrefill(recorder as never, prefillKernels, s, bufs, 1, 2048, 1e-6, unfused);
     expect(args.map((a) => [a.o, a.yDtype])).toEqual(args.map(() => [16n, 0]));  // f32: o is y, the norm in place

@@ -4,18 +4,23 @@
 // FP8 projections regrouped block by block.
 import { basename } from 'node:path';
 import {
-  F32_PRECISION, InvalidArgumentError, MemoryWeightSource, linearBytes, linearToF32, readLinear, toF32,
-  type HostTensor, type Precision,
+  F32_PRECISION, InvalidArgumentError, MemoryWeightSource, SeededRandom, encodeFloats, floatBytes, linearBytes, linearToF32, readLinear, runLinear, toF32, uploadLinear,
+  type DevicePtr, type HostLinear, type HostTensor, type Precision,
 } from '@metrale/core';
 import { checkLayerFixture, fixtureDirectories, runLayerConformance } from '@metrale/core/testing';
 import { CpuBackend } from '@metrale/cpu-backend';
-import plugin, { GdnLayer, groupSplitLinears, groupSplitProjections, readGdnConfig } from '@metrale/layer-gdn';
+import plugin, { GdnLayer, groupSplitLinears, groupSplitProjections, inputProjections, loadGdnWeights, projectionRow, readGdnConfig } from '@metrale/layer-gdn';
 import { afterAll, describe, expect, it } from 'vitest';
 import { configOf, randomWeights, Rig, SMALL, splitTensors, type Shape } from './gdn-setup.js';
 import { BF16, F16, FIXTURE_BOUNDS, FP8, fp8Checkpoint, fp8Source, fp8Tensors, withPrecision } from './precision-setup.js';
 
 /** A shape whose Linears cross 128-row and 128-column blocks without filling them: in_proj_qkvz [192, 136], out_proj [136, 64]. */
 const BLOCKS: Shape = { hidden: 136, hk: 2, hv: 4, dk: 16, dv: 16, K: 4 };
+/** in_proj_qkvz [256, 136]: whole 128-row blocks, under which a block-FP8 in_proj_ba stacks (H_v 3: ba's 6 columns padded to 8). */
+const WHOLE: Shape = { hidden: 136, hk: 1, hv: 3, dk: 32, dv: 32, K: 4 };
+
+/** A block-FP8 checkpoint with in_proj_ba quantized too (the published ones leave it in bf16). */
+const allFp8 = (t: HostTensor[]) => fp8Checkpoint(t).flatMap((x) => (x.name === 'in_proj_ba.weight' ? fp8Tensors(x) : [x]));
 
 
 const CONFORMANCE_CHECKS = [
@@ -29,6 +34,7 @@ describe('conformance kit with bf16 rows on the CPU reference backend', () => {
     { name: 'block-FP8 in_proj_qkvz and out_proj (partial blocks)', shape: SMALL, precision: FP8, tensors: fp8Checkpoint },
     { name: 'block-FP8, Linears over more than one block', shape: BLOCKS, precision: FP8, tensors: fp8Checkpoint },
     { name: 'block-FP8, Qwen3.5 split projections (dequantized: runs of rows split blocks)', shape: SMALL, precision: FP8, tensors: (t) => fp8Checkpoint(splitTensors(SMALL, t)) },
+    { name: 'block-FP8 in_proj_ba stacked under in_proj_qkvz (one GEMM)', shape: WHOLE, precision: FP8, tensors: allFp8 },
   ];
   for (const c of cases) {
     it(`${c.name}: every check of the kit at k = 4`, () => {
@@ -217,4 +223,60 @@ describe("Qwen3.5's split projections as block-FP8", () => {
     for (let i = 0; i < want.length; i++) expect(Math.abs(got[i]! - want[i]!)).toBeLessThanOrEqual(Math.abs(want[i]!) * 2 ** -8);
     expect(toF32({ name: 'x', dtype: 'bf16', shape: [got.length], data: g.qkvz.data })).toEqual(got);
   });
+});
+
+describe('the input projections as one GEMM (inputProjections)', () => {
+  const cases: { name: string; shape: Shape; precision: Precision; tensors: (t: HostTensor[]) => HostTensor[]; gemms: number }[] = [
+    { name: 'f32', shape: WHOLE, precision: F32_PRECISION, tensors: (t) => t, gemms: 1 },
+    { name: 'bf16', shape: SMALL, precision: BF16, tensors: (t) => t, gemms: 1 },
+    { name: 'f16', shape: WHOLE, precision: F16, tensors: (t) => t, gemms: 1 },
+    { name: 'block-FP8 in_proj_qkvz, bf16 in_proj_ba (apart: two types)', shape: WHOLE, precision: FP8, tensors: fp8Checkpoint, gemms: 2 },
+    { name: 'block-FP8 both, in_proj_qkvz in whole 128-row blocks', shape: WHOLE, precision: FP8, tensors: allFp8, gemms: 1 },
+    { name: 'block-FP8 both, in_proj_qkvz ending inside a block (apart)', shape: BLOCKS, precision: FP8, tensors: allFp8, gemms: 2 },
+    { name: 'block-FP8 checkpoint dequantized (fp8Weights false)', shape: WHOLE, precision: BF16, tensors: allFp8, gemms: 1 },
+  ];
+  for (const c of cases) {
+    it(`${c.name}: ${c.gemms === 1 ? 'one GEMM writes' : 'two GEMMs write'} the rows the two projections' own GEMMs give, bit for bit`, () => {
+      const { tensors } = randomWeights(c.shape, 9);
+      const cfg = readGdnConfig(configOf(c.shape));
+      const w = loadGdnWeights(new MemoryWeightSource('w', c.tensors(tensors)), cfg, c.precision);
+      const gemms = inputProjections(w);
+      expect(gemms.length).toBe(c.gemms);
+      expect(gemms.reduce((n, g) => n + g.weight.rows, 0)).toBe(cfg.qkvzDim + 2 * cfg.hv);
+      if (c.gemms === 1) expect(gemms[0]!.weight.dtype).toBe(w.qkvz.dtype);
+      const { width, baCol } = projectionRow(cfg);
+      expect(width).toBe(cfg.projDim);
+      const gpu = new CpuBackend();
+      try {
+        const m = 5;
+        const rows = c.precision.rows;
+        const x = gpu.alloc(m * cfg.hidden * floatBytes(rows));
+        gpu.upload(x, encodeFloats(Float32Array.from(new SeededRandom(3).normals(m * cfg.hidden)), rows));
+        const run = (weight: HostLinear, y: DevicePtr, ldy: number) => {
+          const dw = uploadLinear(gpu, (bytes) => gpu.alloc(bytes), weight);
+          runLinear(gpu, { m, x, w: dw, y, ldy, xDtype: rows, yDtype: 'f32' });
+        };
+        const fused = gpu.alloc(4 * m * width);
+        gpu.memsetAsync(fused, 0, 4 * m * width, gpu.defaultStream);
+        for (const g of gemms) run(g.weight, fused + BigInt(4 * g.col), width);
+        const qkvz = gpu.alloc(4 * m * cfg.qkvzDim);
+        const ba = gpu.alloc(4 * m * 2 * cfg.hv);
+        run(w.qkvz, qkvz, cfg.qkvzDim);
+        run(w.ba, ba, 2 * cfg.hv);
+        gpu.synchronize();
+        const words = (p: DevicePtr, n: number) => {
+          const b = gpu.download(p, 4 * n);
+          return new Uint32Array(b.buffer, b.byteOffset, n);
+        };
+        const f = words(fused, m * width), q = words(qkvz, m * cfg.qkvzDim), r = words(ba, m * 2 * cfg.hv);
+        for (let t = 0; t < m; t++) {
+          expect(Array.from(f.subarray(t * width, t * width + cfg.qkvzDim)), `row ${t}: qkvz`).toEqual(Array.from(q.subarray(t * cfg.qkvzDim, (t + 1) * cfg.qkvzDim)));
+          expect(Array.from(f.subarray(t * width + baCol, t * width + baCol + 2 * cfg.hv)), `row ${t}: ba`).toEqual(Array.from(r.subarray(t * 2 * cfg.hv, (t + 1) * 2 * cfg.hv)));
+          expect(Array.from(f.subarray(t * width + baCol + 2 * cfg.hv, (t + 1) * width)), `row ${t}: padding`).toEqual(new Array(width - baCol - 2 * cfg.hv).fill(0));
+        }
+      } finally {
+        gpu.dispose();
+      }
+    });
+  }
 });

@@ -3,6 +3,7 @@
 // row-by-row oracle (`gdn.chunk`, gdn-chunk-rowwise.cu / chunkCpu) on any backend, and the
 // relative-L2 comparison. Inputs are random, never zero; outputs are poisoned with NaN first.
 import { bf16BitsToF32, f16BitsToF32, type DevicePtr, type GpuBackend, type Kernel, type KernelParams } from '@metrale/core';
+import { projectionRow } from '../src/gdn-config.js';
 import { launchPrefill, prefillPlan, prefillScratchBytes, type PrefillKernels } from '../src/gdn-prefill-launch.js';
 
 export interface PShape {
@@ -30,11 +31,27 @@ export interface PLayout {
 export function derived(s: PShape) {
   const r = s.hv / s.hk;
   const convDim = 2 * s.hk * s.dk + s.hv * s.dv;
-  const width = 2 * s.hk * s.dk + 2 * s.hv * s.dv;
+  const { width } = projectionRow(s);  // a row of the input projections' output: qkvz, then ba
   const stashRow = s.dk + s.dv + 1;
   const stashSeq = s.hv * s.maxK * stashRow;
   const csRows = 2 * s.maxK;
   return { r, convDim, width, stashRow, stashSeq, csRows };
+}
+
+/**
+ * `rows` rows of the input projections' output (projectionRow): the qkvz columns in [−1, 1), the
+ * ba columns in [−2, 2), never zero; the padding NaN (no kernel reads it).
+ */
+export function projectionHost(s: { hk: number; hv: number; dk: number; dv: number }, rows: number, R: Pick<Rng, 'fill'>): Float32Array {
+  const { width, baCol } = projectionRow(s);
+  const qkvz = R.fill(rows * baCol, -1, 1);
+  const ba = R.fill(rows * 2 * s.hv, -2, 2);
+  const out = new Float32Array(rows * width).fill(Number.NaN);
+  for (let t = 0; t < rows; t++) {
+    out.set(qkvz.subarray(t * baCol, (t + 1) * baCol), t * width);
+    out.set(ba.subarray(t * 2 * s.hv, (t + 1) * 2 * s.hv), t * width + baCol);
+  }
+  return out;
 }
 
 /** mulberry32. */
@@ -65,8 +82,8 @@ export function rng(seed: number) {
 export type Rng = ReturnType<typeof rng>;
 
 export interface Host {
+  /** Rows of both input projections (projectionHost). */
   qkvz: Float32Array;
-  ba: Float32Array;
   y: Float32Array;
   slots: Int32Array;
   rowStarts: Int32Array;
@@ -83,14 +100,14 @@ export interface Host {
 }
 export type HostName = keyof Host;
 export const HOST_NAMES: readonly HostName[] = [
-  'qkvz', 'ba', 'y', 'slots', 'rowStarts', 'seqLens', 'state', 'convRing', 'convWeight', 'aLog', 'dtBias', 'normWeight', 'stash', 'convStash', 'pending',
+  'qkvz', 'y', 'slots', 'rowStarts', 'seqLens', 'state', 'convRing', 'convWeight', 'aLog', 'dtBias', 'normWeight', 'stash', 'convStash', 'pending',
 ];
 /** What a prefill writes. */
 export const OUTPUTS = ['y', 'state', 'convRing'] as const;
 export type OutputName = (typeof OUTPUTS)[number];
 
 export function randomHost(s: PShape, L: PLayout, R: Rng): Host {
-  const { convDim, width, stashRow, stashSeq, csRows } = derived(s);
+  const { convDim, stashRow, stashSeq, csRows } = derived(s);
   const totalRows = Math.max(1, L.rows.reduce((a, b) => a + b, 0));
   const rowStarts = new Int32Array(L.slots.length + 1);
   for (let p = 0; p < L.slots.length; p++) rowStarts[p + 1] = rowStarts[p]! + L.rows[p]!;
@@ -112,8 +129,7 @@ export function randomHost(s: PShape, L: PLayout, R: Rng): Host {
     }
   }
   return {
-    qkvz: R.fill(totalRows * width, -1, 1),
-    ba: R.fill(totalRows * 2 * s.hv, -2, 2),
+    qkvz: projectionHost(s, totalRows, R),
     y: new Float32Array(totalRows * s.hv * s.dv).fill(Number.NaN),
     slots: Int32Array.from(L.slots),
     rowStarts,
@@ -165,7 +181,7 @@ export function runRowwise(gpu: GpuBackend, chunkKernel: Kernel<KernelParams>, s
   try {
     const batch = host.slots.length;
     gpu.launch(chunkKernel, { grid: [batch, s.hv], block: Math.min(s.dv, 1024), stream: gpu.defaultStream }, {
-      qkvz: d.qkvz, ba: d.ba, y: d.y, slots: d.slots, rowStarts: d.rowStarts, seqLens: d.seqLens, state: d.state, convRing: d.convRing,
+      qkvz: d.qkvz, y: d.y, slots: d.slots, rowStarts: d.rowStarts, seqLens: d.seqLens, state: d.state, convRing: d.convRing,
       convWeight: d.convWeight, aLog: d.aLog, dtBias: d.dtBias, normWeight: d.normWeight,
       stash: carried ? d.stash : 0n, convStash: carried ? d.convStash : 0n, pending: carried ? d.pending : 0n,
       batch, ...shapeArgs(s), eps: EPS,
@@ -224,7 +240,7 @@ export function runChunked(
   const scratch = gpu.alloc(Math.max(prefillScratchBytes(shape, Math.max(rows, 1)), plan.scratch.bytes));
   try {
     launchPrefill(gpu, kernels, shape, {
-      qkvz: d.qkvz, ba: d.ba, y: d.y, slots: d.slots, rowStarts: d.rowStarts, seqLens: d.seqLens, state: d.state, convRing: d.convRing,
+      qkvz: d.qkvz, y: d.y, slots: d.slots, rowStarts: d.rowStarts, seqLens: d.seqLens, state: d.state, convRing: d.convRing,
       convWeight: d.convWeight, aLog: d.aLog, dtBias: d.dtBias, normWeight: d.normWeight,
       stash: carried ? d.stash : 0n, convStash: carried ? d.convStash : 0n, pending: carried ? d.pending : 0n, scratch,
       ...(yDtype === 0 ? {} : { y: y16, o, yDtype }),

@@ -1,4 +1,19 @@
 import type { SeededRandom } from '@metrale/core';
+import { projectionRow } from '../src/gdn-config.js';
+
+/**
+ * `rows` rows of the input projections' output as the kernels read them (projectionRow): the
+ * qkvz columns uniform in [−1, 1), the ba columns in [−2, 2), the padding zero.
+ */
+export function projectionRows(s: { hk: number; hv: number; dk: number; dv: number }, rows: number, rnd: SeededRandom): Float32Array {
+  const { width, baCol } = projectionRow(s);
+  const out = new Float32Array(rows * width);
+  for (let t = 0; t < rows; t++) {
+    for (let c = 0; c < baCol; c++) out[t * width + c] = -1 + 2 * rnd.float();
+    for (let c = baCol; c < baCol + 2 * s.hv; c++) out[t * width + c] = -2 + 4 * rnd.float();
+  }
+  return out;
+}
 
 /**
  * A stash of plausible recorded rows for `seqs` slots ([seqs][H_v][maxK][d_k + d_v + 1]): unit

@@ -1,10 +1,10 @@
 import { CpuBackend } from '@metrale/cpu-backend';
 import { InvalidArgumentError, SeededRandom, type DevicePtr } from '@metrale/core';
 import { afterEach, describe, expect, it } from 'vitest';
-import { slotBuffers } from './twin-buffers.js';
+import { projectionRows, slotBuffers } from './twin-buffers.js';
 import {
   launchTwoKernelVerify, recurrentVariantKernels, twoKernelVerifyKernels, twoKernelVerifyLaunches, verifyPrepKernel, verifyPrepLayout, verifyStateKernel,
-  VERIFY_ROWS, VERIFY_SCALARS, type VerifyArgs,
+  VERIFY_ROWS, VERIFY_SCALARS, projectionRow, type VerifyArgs,
 } from '@metrale/layer-gdn';
 // (pad4 is not part of the package's API.)
 import { pad4 } from '../src/gdn-launch.js';
@@ -48,12 +48,10 @@ function relErr(got: ArrayLike<number>, ref: ArrayLike<number>): number {
  * p·k, says where they are.
  */
 function hostBuffers(s: Shape, k: number, slots: number[], seqLens: number[], pending: number[] | undefined, rnd: SeededRandom) {
-  const width = 2 * s.hk * s.dk + 2 * s.hv * s.dv;
   const batch = slots.length;
   const uni = (n: number, lo: number, hi: number) => Float32Array.from({ length: n }, () => lo + (hi - lo) * rnd.float());
   return {
-    qkvz: uni(batch * k * width, -1, 1),
-    ba: uni(batch * k * 2 * s.hv, -2, 2),
+    qkvz: projectionRows(s, batch * k, rnd),
     y: uni(batch * k * s.hv * s.dv, -3, 3),
     slots: Int32Array.from(slots),
     rowStarts: Int32Array.from({ length: batch + 1 }, (_, p) => (p < batch ? (batch - 1 - p) * k : batch * k)),
@@ -99,7 +97,7 @@ describe('two-kernel verify: CPU twins ≡ gdn.recurrent (mode 1)', () => {
     const batch = host.slots.length;
     const stream = gpu!.defaultStream;
     const common = {
-      qkvz: d.qkvz, ba: d.ba, y: d.y, slots: d.slots, rowStarts: d.rowStarts, seqLens: d.seqLens, state: d.state, convRing: d.convRing,
+      qkvz: d.qkvz, y: d.y, slots: d.slots, rowStarts: d.rowStarts, seqLens: d.seqLens, state: d.state, convRing: d.convRing,
       convWeight: d.convWeight, aLog: d.aLog, dtBias: d.dtBias, normWeight: d.normWeight,
       stash: d.stash, convStash: carried ? d.convStash : 0n, pending: carried ? d.pending : 0n, batch, k, ...s, eps: EPS, yDtype: 0,
     };
@@ -226,16 +224,16 @@ describe('two-kernel verify: CPU twins ≡ gdn.recurrent (mode 1)', () => {
     const host = hostBuffers(s, k, SLOTS, SEQ_LENS, undefined, new SeededRandom(9));
     const want = run(s, k, host, false, true);
     // Same step, qkvz's q, k and v columns and ba negated (z kept), with the first run's records.
-    const other = { ...host, qkvz: host.qkvz.map((v) => -v), ba: host.ba.map((v) => -v) };
+    const other = { ...host, qkvz: host.qkvz.map((v) => -v) };
     const z = new Set<number>();
-    const width = 2 * s.hk * s.dk + 2 * s.hv * s.dv;
+    const { width } = projectionRow(s);
     const r = s.hv / s.hk;
     for (let g = 0; g < s.hk; g++) for (let c = 0; c < r * s.dv; c++) z.add(g * (2 * s.dk + 2 * r * s.dv) + 2 * s.dk + r * s.dv + c);
     for (let i = 0; i < other.qkvz.length; i++) if (z.has(i % width)) other.qkvz[i] = host.qkvz[i]!;
     const d = upload({ ...other, prep: Float32Array.from(want.prep) });
     const stream = gpu!.defaultStream;
     gpu!.launch(verifyStateKernel, twoKernelVerifyLaunches(s, SLOTS.length, stream, s.maxK).state, {
-      qkvz: d.qkvz, ba: d.ba, y: d.y, slots: d.slots, rowStarts: d.rowStarts, seqLens: d.seqLens, state: d.state, convRing: d.convRing,
+      qkvz: d.qkvz, y: d.y, slots: d.slots, rowStarts: d.rowStarts, seqLens: d.seqLens, state: d.state, convRing: d.convRing,
       convWeight: d.convWeight, aLog: d.aLog, dtBias: d.dtBias, normWeight: d.normWeight,
       stash: d.stash, convStash: 0n, pending: 0n, prep: d.prep, batch: SLOTS.length, k, ...s, eps: EPS, yDtype: 0,
     });
@@ -253,7 +251,7 @@ describe('two-kernel verify: CPU twins ≡ gdn.recurrent (mode 1)', () => {
       const stream = gpu!.defaultStream;
       const l = twoKernelVerifyLaunches(s, 1, stream, s.maxK);
       gpu!.launch(kernel, kernel === verifyPrepKernel ? l.prep : l.state, {
-        qkvz: d.qkvz, ba: d.ba, y: d.y, slots: d.slots, rowStarts: d.rowStarts, seqLens: d.seqLens, state: d.state, convRing: d.convRing,
+        qkvz: d.qkvz, y: d.y, slots: d.slots, rowStarts: d.rowStarts, seqLens: d.seqLens, state: d.state, convRing: d.convRing,
         convWeight: d.convWeight, aLog: d.aLog, dtBias: d.dtBias, normWeight: d.normWeight,
         stash: d.stash, convStash: 0n, pending: 0n, prep: nullPrep ? 0n : d.prep, batch: 1, k, ...s, eps: EPS, yDtype: 0,
       });

@@ -12,7 +12,7 @@ import {
 } from '../src/index.js';
 import { prefillKernels } from '../src/gdn-prefill-kernels.js';
 import { layoutOf, randomHost, rng, runChunked, type PShape } from './prefill-harness.js';
-import { slotBuffers } from './twin-buffers.js';
+import { projectionRows, slotBuffers } from './twin-buffers.js';
 
 const EPS = 1e-6;
 const MAX_SEQS = 5;
@@ -57,11 +57,8 @@ function runStep(gpu: GpuBackend, l: Launch, code: 0 | 1 | 2, seed: number) {
   const rowsPer = l.kind === 'decode2' ? 1 : l.k;
   const batch = slots.length;
   const rows = batch * rowsPer;
-  const width = 2 * S.hk * S.dk + 2 * S.hv * S.dv;
-  const uni = (n: number, lo: number, hi: number) => Float32Array.from({ length: n }, () => lo + (hi - lo) * rnd.float());
   const host = {
-    qkvz: uni(rows * width, -1, 1),
-    ba: uni(rows * 2 * S.hv, -2, 2),
+    qkvz: projectionRows(S, rows, rnd),
     slots: Int32Array.from(slots),
     rowStarts: Int32Array.from({ length: batch + 1 }, (_, p) => p * rowsPer),
     seqLens: Int32Array.from(seqLens),
@@ -79,7 +76,7 @@ function runStep(gpu: GpuBackend, l: Launch, code: 0 | 1 | 2, seed: number) {
   gpu.upload(y, new Uint8Array(yBytes).fill(0xff));  // NaN in f32, bf16 and f16
   const stream = gpu.defaultStream;
   const common = {
-    qkvz: d.qkvz, ba: d.ba, y, slots: d.slots, rowStarts: d.rowStarts, seqLens: d.seqLens, state: d.state, convRing: d.convRing,
+    qkvz: d.qkvz, y, slots: d.slots, rowStarts: d.rowStarts, seqLens: d.seqLens, state: d.state, convRing: d.convRing,
     convWeight: d.convWeight, aLog: d.aLog, dtBias: d.dtBias, normWeight: d.normWeight,
     stash: l.carried || l.kind !== 'recurrent' || l.mode === 1 ? d.stash : 0n, convStash: l.carried ? d.convStash : 0n, pending: l.carried ? d.pending : 0n,
     batch, ...S, eps: EPS, yDtype: code,

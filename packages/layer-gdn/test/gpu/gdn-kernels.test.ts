@@ -26,6 +26,8 @@ import {
   variantSharedBytes, type GdnFoldVariant, type GdnKernelVariant, type GdnLaunchShape,
 } from '../../src/gdn-launch.js';
 import { chunkKernel } from '../rowwise-kernel.js';
+import { projectionHost } from '../prefill-harness.js';
+import { projectionRow } from '../../src/gdn-config.js';
 import { decodePrepStride, launchTwoKernelDecode, twoKernelDecodeSupported, type TwoKernelDecodeKernels } from '../../src/gdn-decode-launch.js';
 import { foldStateLaunch } from '../../src/gdn-fold-launch.js';
 import { launchTwoKernelVerify, twoKernelVerifySupported, verifyPrepLayout, VERIFY_ROWS, type TwoKernelVerifyKernels } from '../../src/gdn-verify-launch.js';
@@ -88,7 +90,7 @@ interface Shape {
 function derived(s: Shape) {
   const r = s.hv / s.hk;
   const convDim = 2 * s.hk * s.dk + s.hv * s.dv;
-  const width = 2 * s.hk * s.dk + 2 * s.hv * s.dv;
+  const { width } = projectionRow(s);  // a row of the input projections' output: qkvz, then ba
   const stashRow = s.dk + s.dv + 1;
   const stashSeq = s.hv * s.maxK * stashRow;
   return { r, convDim, width, stashRow, stashSeq };
@@ -127,8 +129,8 @@ let caseCounter = 0;
 
 /** Every buffer of a launch, as host arrays. */
 interface HostBuffers {
+  /** Rows of both input projections (projectionHost). */
   qkvz: Float32Array;
-  ba: Float32Array;
   y: Float32Array;
   slots: Int32Array;
   rowStarts: Int32Array;
@@ -148,7 +150,7 @@ interface HostBuffers {
 }
 type BufferName = keyof HostBuffers;
 const BUFFER_NAMES: readonly BufferName[] = [
-  'qkvz', 'ba', 'y', 'slots', 'rowStarts', 'seqLens', 'naTab', 'state', 'convRing', 'convWeight', 'aLog', 'dtBias', 'normWeight', 'stash',
+  'qkvz', 'y', 'slots', 'rowStarts', 'seqLens', 'naTab', 'state', 'convRing', 'convWeight', 'aLog', 'dtBias', 'normWeight', 'stash',
   'convStash', 'pending', 'prep',
 ];
 /** Buffers a kernel may write: compared after every launch. */
@@ -185,15 +187,14 @@ interface StepLayout {
 }
 
 function randomHost(s: Shape, L: StepLayout, R: Rng): HostBuffers {
-  const { convDim, width } = derived(s);
+  const { convDim } = derived(s);
   const totalRows = Math.max(1, L.rows.reduce((a, b) => a + b, 0));
   const rowStarts = new Int32Array(L.slots.length + 1);
   for (let p = 0; p < L.slots.length; p++) rowStarts[p + 1] = rowStarts[p]! + L.rows[p]!;
   const aLog = new Float32Array(s.hv);
   for (let h = 0; h < s.hv; h++) aLog[h] = Math.log(R.uniform(0.05, 0.65));
   return {
-    qkvz: R.fill(totalRows * width, -1, 1),
-    ba: R.fill(totalRows * 2 * s.hv, -2, 2),
+    qkvz: projectionHost(s, totalRows, R),
     y: new Float32Array(totalRows * s.hv * s.dv).fill(Number.NaN),
     slots: Int32Array.from(L.slots),
     rowStarts,
@@ -281,7 +282,7 @@ function launchOn(gpu: GpuBackend, kernels: Decls, s: Shape, batch: number, d: D
   }
   const carried = l.carried;
   const common = {
-    qkvz: d.qkvz, ba: d.ba, y: d.y, slots: d.slots, rowStarts: d.rowStarts, seqLens: d.seqLens, state: d.state, convRing: d.convRing,
+    qkvz: d.qkvz, y: d.y, slots: d.slots, rowStarts: d.rowStarts, seqLens: d.seqLens, state: d.state, convRing: d.convRing,
     convWeight: d.convWeight, aLog: d.aLog, dtBias: d.dtBias, normWeight: d.normWeight,
     stash: carried || (l.kernel === 'recurrent' && l.mode === 1) || l.kernel === 'verify2' ? d.stash : 0n,
     convStash: carried ? d.convStash : 0n,
@@ -621,7 +622,6 @@ describe.skipIf(!device.available)('GDN kernels: CUDA vs CPU reference', () => {
       b.upload(d.pending, pend);
       b.upload(d.seqLens, lens);
       b.upload(d.qkvz, host2.qkvz);
-      b.upload(d.ba, host2.ba);
       launchOn(b, kernels, s, 3, d, verify);
       const pend2 = new Uint32Array(s.maxSeqs);
       pos.slots.forEach((slot, p) => {
@@ -633,7 +633,6 @@ describe.skipIf(!device.available)('GDN kernels: CUDA vs CPU reference', () => {
       b.upload(d.pending, pend2);
       b.upload(d.seqLens, lens);
       b.upload(d.qkvz, host3.qkvz.subarray(0, 3 * derived(s).width));
-      b.upload(d.ba, host3.ba.subarray(0, 3 * 2 * s.hv));
       const rowStarts = Int32Array.from([0, 1, 2, 3]);
       b.upload(d.rowStarts, rowStarts);
       launchOn(b, kernels, s, 3, d, path === 'two-kernel' ? { kernel: 'decode2', carried: true } : { kernel: 'recurrent', mode: 0, k: 1, carried: true });

@@ -19,7 +19,7 @@ import {
 import { decodePrepStride, launchTwoKernelDecode, twoKernelDecodeSupported, type TwoKernelDecodeKernels } from '../../src/gdn-decode-launch.js';
 import { launchTwoKernelVerify, twoKernelVerifySupported, verifyPrepLayout, VERIFY_ROWS, type TwoKernelVerifyKernels } from '../../src/gdn-verify-launch.js';
 import type { PrefillKernels } from '../../src/gdn-prefill-launch.js';
-import { decodeY, diff, layoutOf, randomHost, rng, runChunked, type PShape } from '../prefill-harness.js';
+import { decodeY, diff, layoutOf, projectionHost, randomHost, rng, runChunked, type PShape } from '../prefill-harness.js';
 import { device, withFatbin } from './gdn-lane.js';
 
 if (!device.available) console.warn(`[layer-gdn gpu] rows-dtype suite skipped: ${device.reason}`);
@@ -105,7 +105,6 @@ function hostFor(s: Shape, l: Launch, seed: number) {
   const rowsPer = l.kernel === 'decode2' ? 1 : l.k;
   const rows = batch * rowsPer;
   const convDim = 2 * s.hk * s.dk + s.hv * s.dv;
-  const width = convDim + s.hv * s.dv;
   const stashRow = s.dk + s.dv + 1;
   const stash = fill(s.maxSeqs * s.hv * s.maxK * stashRow, -0.5, 0.5);
   for (let e = 0; e < s.maxSeqs * s.hv; e++) {
@@ -124,8 +123,7 @@ function hostFor(s: Shape, l: Launch, seed: number) {
   return {
     batch, rows,
     host: {
-      qkvz: fill(rows * width, -1, 1),
-      ba: fill(rows * 2 * s.hv, -2, 2),
+      qkvz: projectionHost(s, rows, R),
       slots: Int32Array.from(slots),
       rowStarts: Int32Array.from({ length: batch + 1 }, (_, p) => p * rowsPer),
       seqLens: Int32Array.from(seqLens),
@@ -158,7 +156,7 @@ function runOn(gpu: GpuBackend, k: Kernels, s: Shape, l: Launch, code: 1 | 2, se
     const shape = { hk: s.hk, hv: s.hv, dk: s.dk, dv: s.dv, convK: s.K, maxK: s.maxK };
     const stream = gpu.defaultStream;
     const common = {
-      qkvz: d.qkvz, ba: d.ba, y, slots: d.slots, rowStarts: d.rowStarts, seqLens: d.seqLens, state: d.state, convRing: d.convRing,
+      qkvz: d.qkvz, y, slots: d.slots, rowStarts: d.rowStarts, seqLens: d.seqLens, state: d.state, convRing: d.convRing,
       convWeight: d.convWeight, aLog: d.aLog, dtBias: d.dtBias, normWeight: d.normWeight,
       stash: l.carried || l.kernel === 'verify2' || (l.kernel === 'recurrent' && l.mode === 1) ? d.stash : 0n,
       convStash: l.carried ? d.convStash : 0n, pending: l.carried ? d.pending : 0n,

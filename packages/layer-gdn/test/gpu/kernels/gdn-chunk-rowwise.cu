@@ -36,11 +36,11 @@ __device__ __forceinline__ void chunk_entry(const Args& A, int batch) {
 
 }  // namespace gdn
 
-extern "C" __global__ void gdn_chunk_rowwise(const float* qkvz, const float* ba, float* y, const int32_t* slots, const int32_t* rowStarts,
+extern "C" __global__ void gdn_chunk_rowwise(const float* qkvz, float* y, const int32_t* slots, const int32_t* rowStarts,
                                      const int32_t* seqLens, float* state, float* convRing, const float* convWeight, const float* aLog,
                                      const float* dtBias, const float* normWeight, float* stash, float* convStash, const uint32_t* pending,
                                      int batch, int hk, int hv, int dk, int dv, int convK, int maxK, float eps) {
-  const gdn::Args A{qkvz, ba, y, slots, rowStarts, seqLens, state, convRing, convWeight, aLog, dtBias, normWeight, stash, convStash, pending,
+  const gdn::Args A{qkvz, y, slots, rowStarts, seqLens, state, convRing, convWeight, aLog, dtBias, normWeight, stash, convStash, pending,
                     hk, hv, dk, dv, convK, maxK, eps};
   gdn::check_shape(A);
   gdn::chunk_entry<128>(A, batch);  // d_k <= 128, zero-padded
