@@ -18,6 +18,30 @@ describe('SpeculationGate', () => {
     expect(gate.shouldVerify(4, 3, 3.1)).toBe(true);
   });
 
+  it('before any ratio, times a verify where one was captured and decodes through new buckets, probing after probeEvery decodes', () => {
+    const gate = new SpeculationGate({ probeEvery: 3 });
+    expect(gate.shouldVerify(8, 8, 0)).toBe(true);
+    gate.recordVerify(8, undefined); // bucket 8's capture: not timed
+    // A batch growing into bucket 16: its verify would be a capture too, so it decodes (also a capture).
+    expect(gate.shouldVerify(16, 16, 0)).toBe(false);
+    gate.recordDecode(16, undefined);
+    // Back at bucket 8, whose verify graph exists: this verify is timed.
+    expect(gate.shouldVerify(8, 8, 0)).toBe(true);
+    gate.recordVerify(8, 12);
+    expect(gate.shouldVerify(8, 8, 0)).toBe(false); // now the decode is measured
+    // Still no ratio at 24: decodes, until probeEvery decodes in a row probe a verify.
+    expect(gate.shouldVerify(24, 24, 0)).toBe(false);
+    gate.recordDecode(24, undefined);
+    gate.recordDecode(24, 9);
+    expect(gate.shouldVerify(24, 24, 0)).toBe(false);
+    gate.recordDecode(24, 9);
+    expect(gate.shouldVerify(24, 24, 0)).toBe(true);
+    gate.recordVerify(24, undefined);
+    gate.recordDecode(8, 10); // ratio 1.2 at bucket 8 now, for every bucket
+    expect(gate.shouldVerify(24, 24, 4.7)).toBe(false);
+    expect(gate.shouldVerify(24, 24, 4.9)).toBe(true);
+  });
+
   it('takes the nearest measured bucket\'s ratio for a bucket not yet measured both ways, and keeps each bucket\'s own', () => {
     const gate = new SpeculationGate({ smoothing: 1 });
     gate.recordVerify(8, 12);

@@ -415,7 +415,7 @@ export class EngineLoop {
           const t = performance.now();
           const verified = this.#verify(live, events);
           if (verified) {
-            if (timedPath(verified.path)) this.#gate?.recordVerify(bucket, performance.now() - t);
+            this.#gate?.recordVerify(bucket, timedPath(verified.path) ? performance.now() - t : undefined);
             return verified;
           }
         }
@@ -430,7 +430,7 @@ export class EngineLoop {
         const logits = this.driver.readOutputF32(result);
         live.forEach((r, i) => this.#emitRow(r, logits, i, events));
       }
-      if (timedPath(result.path)) this.#gate?.recordDecode(result.batch, performance.now() - t);
+      this.#gate?.recordDecode(result.batch, timedPath(result.path) ? performance.now() - t : undefined);
       return { seqs: live.length, k: 1, drafted: 0, accepted: 0 };
     } catch (error) {
       this.#fail(live, error, events);

@@ -28,7 +28,8 @@ export interface SpeculationGateOptions {
  * time), that is when 1 + accepted / n exceeds the bucket's verify-to-decode time ratio (a sequence
  * not yet verified is expected to accept what the others have of late). A bucket
  * not yet measured both ways takes the ratio of the nearest bucket that is, so a batch that grows
- * or shrinks does not have to verify to find out; only the first bucket measures (a verify first).
+ * or shrinks does not have to verify to find out; before any is, the first verify's bucket measures
+ * (its capture is not timed, its next verify is).
  * After `probeEvery` steps of one kind the other runs once, so a sequence whose text turns
  * repetitive is noticed and a decode time never goes stale.
  */
@@ -37,6 +38,8 @@ export class SpeculationGate {
   readonly #probeEvery: number;
   readonly #decodeMs = new Map<number, Smoothed>();
   readonly #verifyMs = new Map<number, Smoothed>();
+  /** Buckets that have verified, timed or not (their graphs are captured). */
+  readonly #verifiedAt = new Set<number>();
   readonly #acceptedBySequences: Smoothed;
   #decodedSince = 0;
   #verifiedSince = 0;
@@ -55,8 +58,13 @@ export class SpeculationGate {
    */
   shouldVerify(bucket: number, sequences: number, expectedAccepted: number): boolean {
     const ratio = this.#ratio(bucket);
-    // Nothing to compare with yet: measure what is missing, a verify first.
-    if (ratio === undefined) return this.#verifyMs.get(bucket)?.value === undefined;
+    if (ratio === undefined) {
+      // Nothing to compare with yet: measure a verify first, then a decode. A bucket's first verify
+      // captures its graph and is not timed; its next is. A batch still growing through new buckets
+      // decodes meanwhile (each new bucket's verify would be another capture), and probes as below.
+      if (this.#verifiedAt.size === 0 || this.#decodedSince >= this.#probeEvery) return true;
+      return this.#verifiedAt.has(bucket) && this.#verifyMs.get(bucket)?.value === undefined;
+    }
     if (this.#decodedSince >= this.#probeEvery) return true;
     if (this.#verifiedSince >= this.#probeEvery) return false;
     return 1 + expectedAccepted / Math.max(1, sequences) > ratio;
@@ -82,16 +90,17 @@ export class SpeculationGate {
     return own ?? this.#acceptedBySequences.value ?? k;
   }
 
-  /** A decode step's time at `bucket` (a replayed or eager step: a capture's time says nothing of the next). */
-  recordDecode(bucket: number, ms: number): void {
-    this.#at(this.#decodeMs, bucket).add(ms);
+  /** A decode step at `bucket` and its time: `undefined` for a graph capture, whose time says nothing of the next step. */
+  recordDecode(bucket: number, ms: number | undefined): void {
+    if (ms !== undefined) this.#at(this.#decodeMs, bucket).add(ms);
     this.#decodedSince++;
     this.#verifiedSince = 0;
   }
 
-  /** A verify step's time at `bucket`, as `recordDecode`. */
-  recordVerify(bucket: number, ms: number): void {
-    this.#at(this.#verifyMs, bucket).add(ms);
+  /** A verify step at `bucket`, as `recordDecode`. */
+  recordVerify(bucket: number, ms: number | undefined): void {
+    if (ms !== undefined) this.#at(this.#verifyMs, bucket).add(ms);
+    this.#verifiedAt.add(bucket);
     this.#verifiedSince++;
     this.#decodedSince = 0;
   }
