@@ -3,7 +3,12 @@
 //   std_sample  softmax at a temperature, then top-k, top-p, min-p (HF order; ties at a cut-off
 //               kept), then the inverse CDF at uniforms[r] · Σp
 //
-// One CTA per row (DeviceSampler: 1024 threads). The probabilities are never stored: every pass
+// std_argmax: CTAs [slices, rows] (argmaxLaunch), each the best (value, index) pair of one slice of
+// its row, the last of the row's CTAs to finish merging the slices' pairs. The best pair is the
+// largest value and, among equal values, the lowest index: a total order on the pairs, so the token
+// does not depend on the slicing or on the order the CTAs finish.
+//
+// std_sample: one CTA per row (DeviceSampler: 1024 threads). The probabilities are never stored: every pass
 // recomputes p_i exactly as the reference rounds it, p_i = f32(f32(exp((l_i − max) / T)) / Σ e),
 // with Σ e the f64 sum of the unrounded exponentials. So a cut-off is a value of p and the filters
 // compare f32 with f32 as the reference does:
@@ -23,6 +28,15 @@ using namespace stdk;
 namespace {
 
 typedef unsigned long long u64;
+
+#ifdef METRALE_CUDA_EMU
+// The emulator's atomics are 32-bit; one thread runs at a time there.
+__device__ __forceinline__ u64 atomicAdd(u64* p, u64 v) {
+  const u64 old = *p;
+  *p = old + v;
+  return old;
+}
+#endif
 
 constexpr double kFix = 1152921504606846976.0;  // 2^60: Σp ≤ 8 fits in 63 bits
 
@@ -114,34 +128,106 @@ __device__ __forceinline__ u64 block_exclusive_scan(u64 v, u64* red, u64& total)
   return before + inc - v;
 }
 
+/** Index of no logit: the pair of a slice or row without a value above −∞. */
+constexpr int kNoIndex = 0x7fffffff;
+
+/** A best (value, index) pair: the largest value, the lowest index among equal ones. */
+struct Best {
+  float v;
+  int i;
+  /** Takes the logit at index j, above every index taken so far: strict, so a tie keeps the earlier index and NaN never wins. */
+  __device__ __forceinline__ void next(float x, int j) {
+    if (x > v) v = x, i = j;
+  }
+  /** Takes another pair, in any order. */
+  __device__ __forceinline__ void merge(float ov, int oi) {
+    if (ov > v || (ov == v && oi < i)) v = ov, i = oi;
+  }
+};
+
+/** The CTA's best pair in thread 0 (warp shuffles, then the warps); `redV`, `redI` hold 32 words. */
+__device__ __forceinline__ Best block_best(Best b, float* redV, int* redI) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) b.merge(__shfl_xor_sync(kFull, b.v, o), __shfl_xor_sync(kFull, b.i, o));
+  __syncthreads();
+  if (lane_id() == 0) redV[warp_id()] = b.v, redI[warp_id()] = b.i;
+  __syncthreads();
+  if (threadIdx.x == 0)
+    for (int w = 1; w < num_warps(); w++) b.merge(redV[w], redI[w]);
+  return b;
+}
+
+__device__ __forceinline__ void next4(Best& b, float4 q, int j) {
+  b.next(q.x, j);
+  b.next(q.y, j + 1);
+  b.next(q.z, j + 2);
+  b.next(q.w, j + 3);
+}
+
+/**
+ * The best pair of each thread's logits of l[lo, hi), taken in ascending index order: 16-byte
+ * loads where l + lo is aligned (lo is a multiple of 4), four issued at a time per thread (a small
+ * slice is one round trip), then the slice's tail (or the whole slice where unaligned) one logit at
+ * a time.
+ */
+__device__ __forceinline__ Best slice_best(const float* __restrict__ l, int lo, int hi) {
+  Best b{-INFINITY, kNoIndex};
+  const int tid = threadIdx.x, B = blockDim.x;
+  int tail = lo;
+  if (aligned16(l + lo)) {
+    const float4* __restrict__ p = reinterpret_cast<const float4*>(l + lo);
+    const int n4 = (hi - lo) >> 2;
+    for (int j = tid; j < n4; j += 4 * B) {
+      float4 q[4];
+#pragma unroll
+      for (int u = 0; u < 4; u++) q[u] = j + u * B < n4 ? __ldg(p + j + u * B) : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+#pragma unroll
+      for (int u = 0; u < 4; u++) next4(b, q[u], lo + 4 * (j + u * B));  // −∞ past the end takes nothing
+    }
+    tail = lo + 4 * n4;
+  }
+  for (int i = tail + tid; i < hi; i += B) b.next(__ldg(l + i), i);
+  return b;
+}
+
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(1024) std_argmax(const float* __restrict__ logits, int32_t* __restrict__ out, int rows, int vocab) {
+extern "C" __global__ void __launch_bounds__(1024) std_argmax(const float* __restrict__ logits, int32_t* __restrict__ out, unsigned* __restrict__ counters,
+                                                              uint2* __restrict__ partials, int rows, int vocab) {
   STD_SHARED(float, redV, 32);
   STD_SHARED(int, redI, 32);
-  constexpr int kNone = 0x7fffffff;
-  for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+  STD_SHARED(int, last, 1);
+  const int S = gridDim.x, s = blockIdx.x;
+  if (S > 1 && (!counters || !partials)) __trap();
+  // Slices of a multiple of 4 logits, so each slice of a 16-byte aligned row starts aligned.
+  const int chunk = ((vocab + S - 1) / S + 3) & ~3;
+  const int lo = min(vocab, s * chunk), hi = min(vocab, lo + chunk);
+  for (int r = blockIdx.y; r < rows; r += gridDim.y) {
     const float* l = logits + (size_t)r * vocab;
-    float bv = -INFINITY;
-    int bi = kNone;
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-      const float v = __ldg(l + i);
-      if (v > bv) bv = v, bi = i;  // strict: the lowest index of this thread's maximum; NaN never
+    const Best b = block_best(slice_best(l, lo, hi), redV, redI);
+    if (S == 1) {
+      if (threadIdx.x == 0) out[r] = b.i == kNoIndex ? 0 : b.i;
+      continue;
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(kFull, bv, o);
-      const int oi = __shfl_xor_sync(kFull, bi, o);
-      if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
-    }
-    __syncthreads();
-    if (lane_id() == 0) redV[warp_id()] = bv, redI[warp_id()] = bi;
-    __syncthreads();
+    // Each CTA's pair reaches L2 before the CTA counts itself done; the last resets the row's
+    // counter, so the next launch (or a graph replay) starts from zero.
     if (threadIdx.x == 0) {
-      for (int w = 1; w < num_warps(); w++)
-        if (redV[w] > bv || (redV[w] == bv && redI[w] < bi)) bv = redV[w], bi = redI[w];
-      out[r] = bi == kNone ? 0 : bi;
+      partials[(size_t)r * S + s] = make_uint2(__float_as_uint(b.v), (unsigned)b.i);
+      __threadfence();
+      const unsigned done = atomicAdd(counters + r, 1u);
+      last[0] = done == (unsigned)S - 1;
+      if (last[0]) counters[r] = 0;
     }
+    __syncthreads();
+    if (!last[0]) continue;
+    __threadfence();
+    Best m{-INFINITY, kNoIndex};
+    for (int k = threadIdx.x; k < S; k += blockDim.x) {
+      const uint2 q = __ldcg(partials + (size_t)r * S + k);  // written by other CTAs: through L2
+      m.merge(__uint_as_float(q.x), (int)q.y);
+    }
+    m = block_best(m, redV, redI);
+    if (threadIdx.x == 0) out[r] = m.i == kNoIndex ? 0 : m.i;
   }
 }
 

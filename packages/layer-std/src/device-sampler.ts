@@ -1,6 +1,6 @@
 import { InvalidArgumentError, isGreedy, type DevicePtr, type DeviceTokenPicker, type GpuBackend, type HostBuffer, type SamplingParams, type SeededRandom, type Stream } from '@metrale/core';
 import { requireKernels } from './require-kernels.js';
-import { argmaxKernel, sampleKernel } from './sample-kernels.js';
+import { argmaxKernel, argmaxLaunch, argmaxPartialsBytes, sampleKernel } from './sample-kernels.js';
 
 /**
  * Picks each logit row's token on the device, so only `rows` token ids come back instead of
@@ -13,6 +13,9 @@ export class DeviceSampler implements DeviceTokenPicker {
   readonly #gpu: GpuBackend;
   readonly #tokens: DevicePtr;
   readonly #uniforms: DevicePtr;
+  /** `std.argmax`'s scratch: a counter per row (zero between launches), then, 16-byte aligned, the slices' pairs. */
+  readonly #argmaxScratch: DevicePtr;
+  readonly #partialsOffset: number;
   readonly #host: HostBuffer;
 
   constructor(gpu: GpuBackend, maxRows: number) {
@@ -21,6 +24,9 @@ export class DeviceSampler implements DeviceTokenPicker {
     this.maxRows = maxRows;
     this.#tokens = gpu.alloc(4 * maxRows);
     this.#uniforms = gpu.alloc(4 * maxRows);
+    this.#partialsOffset = 16 * Math.ceil(maxRows / 4);
+    this.#argmaxScratch = gpu.alloc(this.#partialsOffset + argmaxPartialsBytes(maxRows, gpu.device.multiprocessors));
+    gpu.upload(this.#argmaxScratch, new Uint32Array(maxRows));
     this.#host = gpu.allocHost(8 * maxRows);
   }
 
@@ -34,7 +40,9 @@ export class DeviceSampler implements DeviceTokenPicker {
     const bytes = this.#host.bytes;
     const ids = new Int32Array(bytes.buffer, bytes.byteOffset, rows);
     if (isGreedy(params)) {
-      gpu.launch(argmaxKernel, { grid: rows, block: 1024, stream }, { logits, out: this.#tokens, rows, vocab });
+      const counters = this.#argmaxScratch;
+      const partials = counters + BigInt(this.#partialsOffset);
+      gpu.launch(argmaxKernel, argmaxLaunch(rows, vocab, gpu.device.multiprocessors, stream), { logits, out: this.#tokens, counters, partials, rows, vocab });
     } else {
       if (!randoms || randoms.length !== rows) throw new InvalidArgumentError(`sampler: sampling ${rows} rows needs ${rows} random streams`);
       const u = new Float32Array(bytes.buffer, bytes.byteOffset + 4 * this.maxRows, rows);
@@ -59,6 +67,7 @@ export class DeviceSampler implements DeviceTokenPicker {
   dispose(): void {
     this.#gpu.free(this.#tokens);
     this.#gpu.free(this.#uniforms);
+    this.#gpu.free(this.#argmaxScratch);
     this.#gpu.freeHost(this.#host);
   }
 }

@@ -1,10 +1,18 @@
-import { defineKernel } from '@metrale/core';
+import { defineKernel, type LaunchConfig, type Stream } from '@metrale/core';
 import { argmaxCpu, sampleCpu } from './sample.cpu.js';
 import { sampleModule as module } from './std-modules.js';
 
+/**
+ * `std.argmax` (kernels/std-sample.cu): each row's token, the lowest index of its maximum. CTAs
+ * [slices, rows] (`argmaxLaunch`), each the best (value, index) pair of one slice of its row; the
+ * last of a row's CTAs to finish merges the slices' pairs. Scratch, needed at more than one slice:
+ * `counters` u32 [rows], zero before a launch and after it (the last CTA of a row resets its
+ * counter, so a graph replay needs no memset), and `partials` (`argmaxPartialsBytes`). The token
+ * does not depend on the slicing.
+ */
 export const argmaxKernel = defineKernel({
   name: 'std.argmax',
-  params: { logits: 'ptr', out: 'ptr', rows: 'i32', vocab: 'i32' },
+  params: { logits: 'ptr', out: 'ptr', counters: 'ptr', partials: 'ptr', rows: 'i32', vocab: 'i32' },
   cuda: { module, symbol: 'std_argmax' },
   cpu: argmaxCpu,
 });
@@ -15,3 +23,35 @@ export const sampleKernel = defineKernel({
   cuda: { module, symbol: 'std_sample' },
   cpu: sampleCpu,
 });
+
+/** Threads of a `std.argmax` CTA. */
+const ARGMAX_THREADS = 256;
+/** Fewest logits worth a CTA of their own: a small slice costs a CTA and a pair to merge and saves no round trip. */
+const ARGMAX_MIN_SLICE = 2048;
+/** CTAs per multiprocessor `std.argmax` aims at. */
+const ARGMAX_CTAS_PER_SM = 2;
+/** Bytes of one (value, index) pair of `partials`. */
+const ARGMAX_PAIR_BYTES = 8;
+
+/**
+ * Slices of each row of `std.argmax`: enough that rows × slices fill about two CTAs per
+ * multiprocessor (one row alone is spread over the GPU), none under ARGMAX_MIN_SLICE logits, one
+ * when the rows alone fill it.
+ */
+export function argmaxSlices(rows: number, vocab: number, multiprocessors: number): number {
+  const fill = Math.ceil((ARGMAX_CTAS_PER_SM * Math.max(1, multiprocessors)) / Math.max(1, rows));
+  return Math.max(1, Math.min(fill, Math.ceil(vocab / ARGMAX_MIN_SLICE)));
+}
+
+/** `std.argmax`'s CTAs: [argmaxSlices, rows] of 256 threads. */
+export function argmaxLaunch(rows: number, vocab: number, multiprocessors: number, stream: Stream): LaunchConfig {
+  return { grid: [argmaxSlices(rows, vocab, multiprocessors), Math.min(Math.max(1, rows), 65_535)], block: ARGMAX_THREADS, stream };
+}
+
+/**
+ * Bytes of `std.argmax`'s `partials` for every `argmaxLaunch` of up to `maxRows` rows on a device of
+ * `multiprocessors`: a pair per (row, slice), and rows × ⌈2M / rows⌉ < 2M + rows.
+ */
+export function argmaxPartialsBytes(maxRows: number, multiprocessors: number): number {
+  return ARGMAX_PAIR_BYTES * (ARGMAX_CTAS_PER_SM * Math.max(1, multiprocessors) + Math.max(1, maxRows));
+}

@@ -4,14 +4,20 @@ import type { CpuKernelContext } from '@metrale/core';
 // uniform draw the host supplies, by exactly the rules of core's host sampler (sampling.ts), so a
 // device sampler and the host give the same token for the same draw.
 
-export interface ArgmaxArgs {
+interface RowsArgs {
   readonly logits: bigint;
   readonly out: bigint;
   readonly rows: number;
   readonly vocab: number;
 }
 
-/** out[r] = argmax of row r, lowest index on ties (torch.argmax). */
+export interface ArgmaxArgs extends RowsArgs {
+  /** The CUDA kernel's scratch across a row's slices; the twin needs none. */
+  readonly counters: bigint;
+  readonly partials: bigint;
+}
+
+/** out[r] = argmax of row r, lowest index on ties (torch.argmax). NaN never wins; a row of −∞ and NaN gives 0. */
 export function argmaxCpu(a: ArgmaxArgs, { mem }: CpuKernelContext): void {
   const logits = mem.f32(a.logits, a.rows * a.vocab);
   const out = mem.i32(a.out, a.rows);
@@ -29,7 +35,7 @@ export function argmaxCpu(a: ArgmaxArgs, { mem }: CpuKernelContext): void {
   }
 }
 
-export interface SampleArgs extends ArgmaxArgs {
+export interface SampleArgs extends RowsArgs {
   /** f32 [rows]: one uniform draw in [0, 1) per row. */
   readonly uniforms: bigint;
   readonly temperature: number;

@@ -1,6 +1,6 @@
 import { CpuBackend } from '@metrale/cpu-backend';
 import { SeededRandom, sampleLogitsRow, type SamplingParams } from '@metrale/core';
-import { DeviceSampler } from '@metrale/layer-std';
+import { DeviceSampler, argmaxLaunch, argmaxPartialsBytes, argmaxSlices } from '@metrale/layer-std';
 import { describe, expect, it } from 'vitest';
 
 const V = 300;
@@ -43,6 +43,49 @@ describe('DeviceSampler picks the tokens the host sampler picks', () => {
     const randoms = () => Array.from({ length: rows }, (_, r) => new SeededRandom(r));
     expect(sampler.pick(dev, rows, V, { temperature: 1, topK: 1 }, gpu.defaultStream, randoms())).toEqual(greedy);
     expect(sampler.pick(dev, rows, V, { temperature: 1, topP: 1e-6 }, gpu.defaultStream, randoms())).toEqual(greedy);
+    gpu.dispose();
+  });
+});
+
+describe('std.argmax\'s launch shape', () => {
+  const stream = new CpuBackend().defaultStream;
+  it('spreads few rows over the GPU, one CTA per row once the rows fill it, within the sampler\'s partials', () => {
+    for (const sms of [132, 8, 1]) {
+      for (const vocab of [151_936, 262_144, 4099, 2048, 300, 1]) {
+        const maxRows = 512;
+        for (let rows = 1; rows <= maxRows; rows++) {
+          const { grid, block } = argmaxLaunch(rows, vocab, sms, stream);
+          const slices = (grid as readonly number[])[0]!;
+          const rowCtas = (grid as readonly number[])[1]!;
+          expect(slices).toBe(argmaxSlices(rows, vocab, sms));
+          expect(rowCtas).toBe(rows);
+          expect(block).toBe(256);
+          expect(slices).toBeGreaterThanOrEqual(1);
+          // No more slices than slices of 2048 logits need, nor CTAs than two a multiprocessor and a row's worth.
+          if (slices > 1) expect(2048 * (slices - 1)).toBeLessThan(vocab);
+          expect(rows * slices).toBeLessThan(2 * sms + rows);
+          expect(8 * rows * slices).toBeLessThanOrEqual(argmaxPartialsBytes(rows, sms));
+          if (rows >= 2 * sms) expect(slices).toBe(1);
+        }
+      }
+    }
+    // One row of the Qwen3 vocabulary on a 132-SM GPU: tens of CTAs, not one.
+    expect(argmaxSlices(1, 151_936, 132)).toBeGreaterThanOrEqual(32);
+    expect(argmaxSlices(64, 151_936, 132) * 64).toBeGreaterThanOrEqual(132);
+  });
+
+  it('DeviceSampler picks again and again, at every row count', () => {
+    const gpu = new CpuBackend();
+    const rows = 5;
+    const sampler = new DeviceSampler(gpu, rows);
+    const dev = gpu.alloc(4 * rows * V);
+    const logits = new SeededRandom(9).normals(rows * V, 3);
+    gpu.upload(dev, logits);
+    for (let n = 1; n <= rows; n++) {
+      const want = Array.from({ length: n }, (_, r) => sampleLogitsRow(logits, V, r, undefined, new SeededRandom(0)));
+      for (let round = 0; round < 2; round++) expect(Array.from(sampler.argmax(dev, n, V, gpu.defaultStream))).toEqual(want);
+    }
+    sampler.dispose();
     gpu.dispose();
   });
 });
