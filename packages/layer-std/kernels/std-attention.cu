@@ -33,6 +33,7 @@
 // record to `partials` ([rows][heads][chunks] × (max, sum, d sums), f32) and std_attn_combine
 // (grid [rows, heads]) merges the row's records in chunk order. Keys past pos are never read
 // (their cache rows may hold anything).
+#include "std-attention-keys.cuh"
 #include "std-common.cuh"
 #include "std-mma.cuh"
 
@@ -47,19 +48,9 @@ constexpr int kMaxHeadsAtOnce = 8;
 constexpr int kMaxWarps = 8;
 /** Floats of the cross-warp combine buffer (heads at once × d: at most 64 values a lane × 32 lanes). */
 constexpr int kComb = 2048;
-/** A row's keys are cut into chunks of at least kMinChunk keys, at most kMaxChunks (attention-kernels.ts has both). */
-constexpr int kMinChunk = 256;
-constexpr int kMaxChunks = 64;
 /** K and V tiles in flight, and the bytes of one tile's K and V rows (attention-kernels.ts sizes the launch's shared memory from both). */
 constexpr int kStages = 4;
 constexpr int kStageBytes = 32768;
-
-__device__ __forceinline__ int qkv_width(int heads, int kvHeads, int d, int gated, int ownKv) {
-  return heads * d * (gated ? 2 : 1) + (ownKv ? 2 * kvHeads * d : 0);
-}
-
-/** The first key a row at `pos` sees: the window's start, or 0. */
-__device__ __forceinline__ int first_key(int pos, int window) { return window > 0 ? max(0, pos - window + 1) : 0; }
 
 /**
  * A warp's slice of a d-vector: E values per lane. V4 (d a multiple of 4): lane l holds the groups
@@ -89,29 +80,8 @@ __device__ __forceinline__ void load_frag(float (&f)[E], const T* __restrict__ p
   }
 }
 
-/** The cut of a row's `len` keys: `n` chunks of `size` keys (a multiple of 32; the last shorter). */
-struct KeyChunks {
-  int n;
-  int size;
-};
-
-/**
- * Chunks of at least kMinChunk keys, at most `maxChunks` (the launch's `chunks`): a function of the
- * row's key count only, so a row's result never depends on the batch or the grid.
- */
-__device__ __forceinline__ KeyChunks key_chunks(int len, int maxChunks) {
-  const int want = max(1, min(maxChunks, (len + kMinChunk - 1) / kMinChunk));
-  const int size = ((len + want - 1) / want + 31) & ~31;
-  return {(len + size - 1) / size, size};
-}
-
 /** Keys of one shared-memory tile: its K and V rows take kStageBytes (at least 8 keys). */
 __device__ __forceinline__ int tile_keys(int d, int bytes) { return max(8, kStageBytes / (2 * d * bytes)); }
-
-/** One partial record of (row, head, chunk) in `partials`: max score m (log2 units: s · scale · log2 e), Σ 2^(s − m), then d sums of 2^(s − m)·v. */
-__device__ __forceinline__ size_t partial_offset(int row, int heads, int h, int maxChunks, int c, int d) {
-  return (((size_t)row * heads + h) * maxChunks + c) * (size_t)(d + 2);
-}
 
 /**
  * Keys t0 … t0 + n − 1 of one kv head into a tile: K rows [kt][d], then V rows [kt][d]. 16-byte

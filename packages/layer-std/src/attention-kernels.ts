@@ -1,6 +1,6 @@
 import { defineKernel, type FloatDtype, type Kernel, type LaunchConfig, type StepPhase, type Stream } from '@metrale/core';
-import { combineCpu, coreCpu, prefillCpu, prepCpu } from './attention.cpu.js';
-import { attentionModule as module, attentionPrefillModule } from './std-modules.js';
+import { combineCpu, coreCpu, decodeCpu, prefillCpu, prepCpu } from './attention.cpu.js';
+import { attentionModule as module, attentionDecodeModule, attentionPrefillModule } from './std-modules.js';
 
 /** `dtype`: the row type of qkv, q, the caches and out (FLOAT_DTYPE_CODE); each kernel's symbol is of one type and checks it. */
 const COMMON = {
@@ -34,6 +34,13 @@ export interface AttentionKernels {
    * `prefillCpu`, rounds the same way). Absent for f32, the reference path.
    */
   readonly prefill?: Kernel<typeof PREFILL_PARAMS>;
+  /**
+   * `core` of decode and verify rows on tensor cores (bf16 / f16 rows;
+   * kernels/std-attention-decode.cu): the same parameters, chunks and records, with P rounded to the
+   * row type before P·V per tile of 16 keys (its twin, `decodeCpu`, rounds the same way). Absent for
+   * f32, the reference path.
+   */
+  readonly decode?: Kernel<typeof CORE_PARAMS>;
 }
 
 const SUFFIX: Readonly<Record<FloatDtype, string>> = { f32: '', bf16: '_bf16', f16: '_f16' };
@@ -46,7 +53,10 @@ function attentionKernelsOf(dtype: FloatDtype): AttentionKernels {
     combine: defineKernel({ name: name('std.attn_combine'), params: CORE_PARAMS, cuda: { module, symbol: `std_attn_combine${SUFFIX[dtype]}` }, cpu: combineCpu }),
     ...(dtype === 'f32'
       ? {}
-      : { prefill: defineKernel({ name: name('std.attn_prefill'), params: PREFILL_PARAMS, cuda: { module: attentionPrefillModule, symbol: `std_attn_prefill${SUFFIX[dtype]}` }, cpu: prefillCpu }) }),
+      : {
+        prefill: defineKernel({ name: name('std.attn_prefill'), params: PREFILL_PARAMS, cuda: { module: attentionPrefillModule, symbol: `std_attn_prefill${SUFFIX[dtype]}` }, cpu: prefillCpu }),
+        decode: defineKernel({ name: name('std.attn_decode'), params: CORE_PARAMS, cuda: { module: attentionDecodeModule, symbol: `std_attn_decode${SUFFIX[dtype]}` }, cpu: decodeCpu }),
+      }),
   };
 }
 
@@ -59,8 +69,8 @@ export const ATTENTION_KERNELS: Readonly<Record<FloatDtype, AttentionKernels>> =
 export const prepKernel = ATTENTION_KERNELS.f32.prep;
 export const coreKernel = ATTENTION_KERNELS.f32.core;
 
-/** A row's keys are cut into chunks of at least this many keys, at most MAX_KEY_CHUNKS (kernels/std-attention.cu's kMinChunk, kMaxChunks). */
-export const MIN_KEY_CHUNK = 256;
+/** A row's keys are cut into chunks of at least this many keys, at most MAX_KEY_CHUNKS (kernels/std-attention-keys.cuh's kMinChunk, kMaxChunks). */
+export const MIN_KEY_CHUNK = 128;
 export const MAX_KEY_CHUNKS = 64;
 /** K and V tiles `std.attn_core` keeps in flight, and the bytes of one tile's K and V rows (kStages, kStageBytes). */
 const CORE_STAGES = 4;
@@ -91,6 +101,29 @@ export function coreLaunch(rows: number, kvHeads: number, headDim: number, rowBy
   const splits = Math.max(1, Math.min(chunks, Math.ceil((2 * multiprocessors) / ctas)));
   const tileKeys = Math.max(8, Math.floor(CORE_STAGE_BYTES / (2 * headDim * rowBytes)));
   return { grid: [Math.max(1, rows), kvHeads, splits], block: 256, sharedBytes: CORE_STAGES * 2 * tileKeys * headDim * rowBytes, stream };
+}
+
+/** Keys per tile, warps and the largest head dim (a multiple of 8) of `std.attn_decode`. */
+const DECODE_TILE_KEYS = 16;
+const DECODE_WARPS = 4;
+const DECODE_MAX_HEAD_DIM = 256;
+
+/** Whether `std.attn_decode` takes decode and verify rows of this head dim (else `std.attn_core` does). */
+export function decodeOnTensorCores(kernels: AttentionKernels, phase: StepPhase, headDim: number): boolean {
+  return phase !== 'prefill' && kernels.decode !== undefined && headDim % 8 === 0 && headDim <= DECODE_MAX_HEAD_DIM;
+}
+
+/**
+ * `std.attn_decode`'s CTAs: [rows, kvHeads, splits] of 128 threads (4 warps), splits as
+ * `coreLaunch`'s; shared memory for the 16-row Q tile and each warp's two K and V tiles of 16 keys,
+ * in the kernel's padded layout at the head dim's power-of-two template.
+ */
+export function attnDecodeLaunch(rows: number, kvHeads: number, headDim: number, rowBytes: number, chunks: number, multiprocessors: number, stream: Stream): LaunchConfig {
+  const ctas = Math.max(1, rows) * kvHeads;
+  const splits = Math.max(1, Math.min(chunks, Math.ceil((2 * multiprocessors) / ctas)));
+  const D = Math.max(32, 2 ** Math.ceil(Math.log2(headDim)));
+  const sharedBytes = (16 + DECODE_WARPS * 2 * 2 * DECODE_TILE_KEYS) * (D + 8) * rowBytes;
+  return { grid: [Math.max(1, rows), kvHeads, splits], block: 32 * DECODE_WARPS, sharedBytes, stream };
 }
 
 /** `std.attn_prep`'s CTAs: one per (row, head it writes: the q heads, then the k heads when the layer owns its KV), a thread per element of the head. */

@@ -5,7 +5,7 @@ import {
 } from '@metrale/core';
 import { checkAttention, type AttentionOptions, type KvSource } from './attention-config.js';
 import {
-  ATTENTION_KERNELS, attnPrefillLaunch, combineLaunch, coreLaunch, keyChunks, partialsBytes, prefillOnTensorCores, prepLaunch, type AttentionKernels,
+  ATTENTION_KERNELS, attnDecodeLaunch, attnPrefillLaunch, combineLaunch, coreLaunch, decodeOnTensorCores, keyChunks, partialsBytes, prefillOnTensorCores, prepLaunch, type AttentionKernels,
 } from './attention-kernels.js';
 import { loadAttentionWeights } from './attention-weights.js';
 import { DeviceMemory } from './device-memory.js';
@@ -68,7 +68,8 @@ export class AttentionLayer implements TransformerLayer<AttentionState>, KvSourc
   constructor(gpu: GpuBackend, weights: WeightSource, limits: LayerLimits, options: AttentionOptions) {
     const precision = precisionOf(options.precision, 'attention');
     this.#kernels = ATTENTION_KERNELS[precision.rows];
-    requireKernels(gpu, 'attention', [this.#kernels.prep, this.#kernels.core, this.#kernels.combine, ...(this.#kernels.prefill ? [this.#kernels.prefill] : [])]);
+    const k = this.#kernels;
+    requireKernels(gpu, 'attention', [k.prep, k.core, k.combine, ...(k.prefill ? [k.prefill] : []), ...(k.decode ? [k.decode] : [])]);
     this.options = checkAttention(options);
     this.precision = precision;
     this.limits = limits;
@@ -200,7 +201,11 @@ export class AttentionLayer implements TransformerLayer<AttentionState>, KvSourc
     } else {
       const chunks = this.#partials ? keyChunks(phase, this.limits.maxSeqLen) : 1;
       const core = { ...attend, chunks, partials: chunks > 1 ? this.#partials!.ptr : 0n };
-      gpu.launch(this.#kernels.core, coreLaunch(rows, o.kvHeads, d, floatBytes(dtype), chunks, gpu.device.multiprocessors, stream), core);
+      if (decodeOnTensorCores(this.#kernels, phase, d)) {
+        gpu.launch(this.#kernels.decode!, attnDecodeLaunch(rows, o.kvHeads, d, floatBytes(dtype), chunks, gpu.device.multiprocessors, stream), core);
+      } else {
+        gpu.launch(this.#kernels.core, coreLaunch(rows, o.kvHeads, d, floatBytes(dtype), chunks, gpu.device.multiprocessors, stream), core);
+      }
       if (chunks > 1) gpu.launch(this.#kernels.combine, combineLaunch(rows, o.heads, stream), core);
     }
     runLinear(gpu, { m: rows, x: b.attn, w: this.#oW, y: step.output, xDtype: dtype, yDtype: dtype, stream });

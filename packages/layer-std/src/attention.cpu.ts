@@ -201,10 +201,10 @@ function decodedContext(a: PrefillArgs, mem: DeviceMemoryView, dtype: FloatDtype
   };
 }
 
-/** kernels/std-attention.cu's key_chunks: chunks of at least 256 keys (a multiple of 32), at most `maxChunks`. */
+/** kernels/std-attention-keys.cuh's key_chunks: chunks of at least 128 keys (a multiple of 64), at most `maxChunks`. */
 export function keyChunksOf(len: number, maxChunks: number): { readonly n: number; readonly size: number } {
-  const want = Math.max(1, Math.min(maxChunks, Math.ceil(len / 256)));
-  const size = Math.ceil(Math.ceil(len / want) / 32) * 32;
+  const want = Math.max(1, Math.min(maxChunks, Math.ceil(len / 128)));
+  const size = Math.ceil(Math.ceil(len / want) / 64) * 64;
   return { n: Math.ceil(len / size), size };
 }
 
@@ -214,6 +214,16 @@ export function keyChunksOf(len: number, maxChunks: number): { readonly n: numbe
  */
 export function coreCpu(a: CoreArgs, { mem }: CpuKernelContext): void {
   attend(a, mem, 0, a.chunks, a.partials);
+}
+
+/**
+ * `std.attn_decode` (kernels/std-attention-decode.cu): `std.attn_core`'s result and records with the
+ * kernel's rounding. A chunk's keys are tiles of 16; warp w of 4 takes tiles w, w + 4, … with its
+ * own running max, each e^(s − m) entering P·V rounded to the row type (the sum takes it unrounded);
+ * the warps' sums are then merged in warp order.
+ */
+export function decodeCpu(a: CoreArgs, { mem }: CpuKernelContext): void {
+  attend(a, mem, 0, a.chunks, a.partials, true);
 }
 
 /** `std.attn_combine`: the records of each row of several chunks merged (f64), normalised and gated into out. */
@@ -260,9 +270,10 @@ export function prefillCpu(a: PrefillArgs, { mem }: CpuKernelContext): void {
 
 /**
  * Causal attention of every row; `keyTile` > 0: P rounded per tile as std.attn_prefill does;
- * `chunks` > 1: rows of several chunks write their records instead of the output.
+ * `chunks` > 1: rows of several chunks write their records instead of the output; `warpTiles`:
+ * every chunk summed as std.attn_decode's warps sum it.
  */
-function attend(a: PrefillArgs, mem: DeviceMemoryView, keyTile: number, chunks: number, partials: bigint): void {
+function attend(a: PrefillArgs, mem: DeviceMemoryView, keyTile: number, chunks: number, partials: bigint, warpTiles = false): void {
   const dtype = rowDtypeOf(a.dtype);
   const { rows, at } = places(a, mem);
   const d = a.headDim;
@@ -296,12 +307,14 @@ function attend(a: PrefillArgs, mem: DeviceMemoryView, keyTile: number, chunks: 
       }
       const ch = keyChunksOf(pos - lo + 1, chunks);
       if (ch.n > 1) {
-        writeRecords(mem, partials, (row * a.heads + h) * chunks * (d + 2), ch, lo, pos, scores, v, width, kvh * d, d);
+        writeRecords(mem, partials, (row * a.heads + h) * chunks * (d + 2), ch, lo, pos, scores, v, width, kvh * d, d, warpTiles ? dtype : undefined);
         continue;
       }
       let denom = 0;
       acc.fill(0);
-      if (keyTile > 0) {
+      if (warpTiles) {
+        denom = warpTileSums(scores, v, width, kvh * d, d, lo, pos, dtype, acc).sum;
+      } else if (keyTile > 0) {
         let m = -Infinity;
         // Tiles stay aligned to key 0, as the kernel's; keys before the window are not in any sum.
         for (let t0 = lo - (lo % keyTile); t0 <= pos; t0 += keyTile) {
@@ -337,16 +350,28 @@ function attend(a: PrefillArgs, mem: DeviceMemoryView, keyTile: number, chunks: 
   }
 }
 
-/** One record per chunk at f32 offset `base`: the chunk's max score in log2 units (as the kernel keeps it), Σ e^(s − max), Σ e^(s − max) v (f64, stored in f32). */
+/**
+ * One record per chunk at f32 offset `base`: the chunk's max score in log2 units (as the kernel keeps
+ * it), Σ e^(s − max), Σ e^(s − max) v (f64, stored in f32); with `warpTiles`, the sums of
+ * std.attn_decode's warps (P rounded to that row type).
+ */
 function writeRecords(
   mem: DeviceMemoryView, partials: bigint, base: number, ch: { n: number; size: number }, lo: number, pos: number,
-  scores: Float64Array, v: Float32Array, width: number, vOffset: number, d: number,
+  scores: Float64Array, v: Float32Array, width: number, vOffset: number, d: number, warpTiles?: FloatDtype,
 ): void {
   const rec = mem.f32(partials + BigInt(4 * base), ch.n * (d + 2));
   const acc = new Float64Array(d);
   for (let c = 0; c < ch.n; c++) {
     const t0 = lo + c * ch.size;
     const t1 = Math.min(pos, t0 + ch.size - 1);
+    const r = c * (d + 2);
+    if (warpTiles) {
+      const { max, sum } = warpTileSums(scores, v, width, vOffset, d, t0, t1, warpTiles, acc);
+      rec[r] = max * Math.LOG2E;
+      rec[r + 1] = sum;
+      for (let i = 0; i < d; i++) rec[r + 2 + i] = acc[i]!;
+      continue;
+    }
     let max = -Infinity;
     for (let t = t0; t <= t1; t++) max = Math.max(max, scores[t]!);
     let sum = 0;
@@ -357,9 +382,50 @@ function writeRecords(
       const vo = t * width + vOffset;
       for (let i = 0; i < d; i++) acc[i]! += e * v[vo + i]!;
     }
-    const r = c * (d + 2);
     rec[r] = max * Math.LOG2E;
     rec[r + 1] = sum;
     for (let i = 0; i < d; i++) rec[r + 2 + i] = acc[i]!;
   }
+}
+
+/** Tiles of std.attn_decode's chunks, and its warps. */
+const DECODE_TILE = 16;
+const DECODE_WARPS = 4;
+
+/**
+ * std.attn_decode's sums over keys t0 … t1 of one head into `acc`: tiles of 16 keys from t0, warp w
+ * taking tiles w, w + 4, … with its own running max (each e^(s − m) rounded to `dtype` as it enters
+ * P·V, unrounded in the sum), then the warps rescaled to their common max and added in warp order.
+ */
+function warpTileSums(
+  scores: Float64Array, v: Float32Array, width: number, vOffset: number, d: number, t0: number, t1: number, dtype: FloatDtype, acc: Float64Array,
+): { max: number; sum: number } {
+  const warps = Array.from({ length: DECODE_WARPS }, () => ({ m: -Infinity, l: 0, o: new Float64Array(d) }));
+  for (let tile = 0, k0 = t0; k0 <= t1; tile++, k0 += DECODE_TILE) {
+    const w = warps[tile % DECODE_WARPS]!;
+    const k1 = Math.min(t1, k0 + DECODE_TILE - 1);
+    let mt = w.m;
+    for (let t = k0; t <= k1; t++) mt = Math.max(mt, scores[t]!);
+    const c = w.m === -Infinity ? 0 : Math.exp(w.m - mt);
+    w.l *= c;
+    for (let i = 0; i < d; i++) w.o[i]! *= c;
+    for (let t = k0; t <= k1; t++) {
+      const e = Math.exp(scores[t]! - mt);
+      w.l += e;
+      const p = roundRows(dtype, e);
+      const vo = t * width + vOffset;
+      for (let i = 0; i < d; i++) w.o[i]! += p * v[vo + i]!;
+    }
+    w.m = mt;
+  }
+  const max = Math.max(...warps.map((w) => w.m));
+  let sum = 0;
+  acc.fill(0);
+  for (const w of warps) {
+    if (w.m === -Infinity) continue;
+    const f = Math.exp(w.m - max);
+    sum += w.l * f;
+    for (let i = 0; i < d; i++) acc[i]! += w.o[i]! * f;
+  }
+  return { max, sum };
 }

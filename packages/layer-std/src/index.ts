@@ -29,11 +29,11 @@ export {
   EXPERT_KERNELS, EXPERT_FORMATS, expertFormat, expertsGemmLaunch, moeTensorCores, type ExpertFormat, type ExpertKernels,
 } from './moe-kernels.js';
 export {
-  prepKernel, prepLaunch, coreKernel, coreLaunch, combineLaunch, keyChunks, partialsBytes, MIN_KEY_CHUNK, MAX_KEY_CHUNKS, attnPrefillLaunch, prefillOnTensorCores, ATTENTION_KERNELS,
+  prepKernel, prepLaunch, coreKernel, coreLaunch, combineLaunch, keyChunks, partialsBytes, MIN_KEY_CHUNK, MAX_KEY_CHUNKS, attnPrefillLaunch, prefillOnTensorCores, attnDecodeLaunch, decodeOnTensorCores, ATTENTION_KERNELS,
   type AttentionKernels,
 } from './attention-kernels.js';
 export { WEIGHT_DTYPE_CODE } from './elements.cpu.js';
-export { argmaxKernel, sampleKernel } from './sample-kernels.js';
+export { argmaxKernel, argmaxLaunch, argmaxSlices, argmaxPartialsBytes, sampleKernel } from './sample-kernels.js';
 export { routeRow, topIndices } from './moe.cpu.js';
 export { keyChunksOf } from './attention.cpu.js';
 export { filteredProbs, pickWithUniform } from './sample.cpu.js';

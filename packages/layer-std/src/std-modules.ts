@@ -10,5 +10,6 @@ export const moeGroupModule = defineKernelModule('std-moe-group', new URL('./ker
 export const moeGemmModule = defineKernelModule('std-moe-gemm', new URL('./kernels/std-moe-gemm.fatbin', import.meta.url));
 export const moeGemm16Module = defineKernelModule('std-moe-gemm-16bit', new URL('./kernels/std-moe-gemm-16bit.fatbin', import.meta.url));
 export const attentionModule = defineKernelModule('std-attention', new URL('./kernels/std-attention.fatbin', import.meta.url));
+export const attentionDecodeModule = defineKernelModule('std-attention-decode', new URL('./kernels/std-attention-decode.fatbin', import.meta.url));
 export const attentionPrefillModule = defineKernelModule('std-attention-prefill', new URL('./kernels/std-attention-prefill.fatbin', import.meta.url));
 export const sampleModule = defineKernelModule('std-sample', new URL('./kernels/std-sample.fatbin', import.meta.url));

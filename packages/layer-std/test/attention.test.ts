@@ -1,7 +1,7 @@
 import { CpuBackend } from '@metrale/cpu-backend';
 import { InvalidArgumentError, KvCacheFullError, SeededRandom, StepDriver, type LayerLimits } from '@metrale/core';
 import { runLayerConformance } from '@metrale/core/testing';
-import plugin, { AttentionLayer, coreLaunch, keyChunks, partialsBytes, qwen3NextAttentionOptions } from '@metrale/layer-std';
+import plugin, { AttentionLayer, attnDecodeLaunch, coreLaunch, keyChunks, partialsBytes, qwen3NextAttentionOptions } from '@metrale/layer-std';
 import { describe, expect, it } from 'vitest';
 import { attentionWeights, CONFIG, runScript } from './attention-reference.js';
 
@@ -56,10 +56,10 @@ describe('AttentionLayer (Qwen3-Next gated attention) against a float64 referenc
     const one = free0 - gpu.memoryInfo().free;
     const second = new AttentionLayer(gpu, attentionWeights(o).source(), limits, o);
     const two = free0 - gpu.memoryInfo().free;
-    // The table (cos and sin, 4096 positions × rotary / 2, f32) and the records (one decode row, 16 chunks) are held once.
+    // The table (cos and sin, 4096 positions × rotary / 2, f32) and the records (one decode row, 32 chunks) are held once.
     const table = 2 * 4 * limits.maxSeqLen * (o.rotaryDim / 2);
     const records = partialsBytes(1, o.heads, o.headDim, keyChunks('decode', limits.maxSeqLen));
-    expect(records).toBe(4 * o.heads * 16 * (o.headDim + 2));
+    expect(records).toBe(4 * o.heads * 32 * (o.headDim + 2));
     expect(two - one).toBe(one - table - records);
     first.dispose();
     expect(free0 - gpu.memoryInfo().free).toBe(one);
@@ -71,8 +71,8 @@ describe('AttentionLayer (Qwen3-Next gated attention) against a float64 referenc
   it('cuts decode and verify rows into key chunks from the longest sequence, never prefill rows; splits fill the device, at most one per chunk', () => {
     expect(keyChunks('prefill', 262144)).toBe(1);
     expect(keyChunks('decode', 262144)).toBe(64);
-    expect(keyChunks('verify', 1000)).toBe(4);
-    expect(keyChunks('decode', 256)).toBe(1);
+    expect(keyChunks('verify', 1000)).toBe(8);
+    expect(keyChunks('decode', 128)).toBe(1);
     // The 80B shape (2 kv heads, d 256, bf16) on 132 multiprocessors: batch 1 takes every chunk's split, batch 64 three.
     const stream = new CpuBackend().defaultStream;
     expect(coreLaunch(1, 2, 256, 2, 64, 132, stream)).toMatchObject({ grid: [1, 2, 64], block: 256, sharedBytes: 4 * 32768 });
@@ -81,6 +81,11 @@ describe('AttentionLayer (Qwen3-Next gated attention) against a float64 referenc
     // f32 at d 20: tiles of ⌊32768 / 160⌋ = 204 keys.
     expect(coreLaunch(3, 2, 20, 4, 1, 132, stream).sharedBytes).toBe(4 * 2 * 204 * 20 * 4);
     expect(partialsBytes(5, 16, 256, 1)).toBe(0);
+    // Tensor cores (bf16, d 256, template 256): 4 warps; the Q tile and each warp's two K and V tiles of 16 keys, rows padded by 8.
+    expect(attnDecodeLaunch(1, 2, 256, 2, 64, 132, stream)).toMatchObject({ grid: [1, 2, 64], block: 128, sharedBytes: (16 + 4 * 2 * 2 * 16) * 264 * 2 });
+    expect(attnDecodeLaunch(64, 2, 256, 2, 64, 132, stream).grid).toEqual([64, 2, 3]);
+    // d 40 takes the template of 64.
+    expect(attnDecodeLaunch(3, 1, 40, 2, 8, 132, stream).sharedBytes).toBe(272 * 72 * 2);
   });
 
   it('refuses a forward before the driver binds the page pool', () => {

@@ -285,20 +285,22 @@ describe('CPU twins of the attention kernels against a float64 reference, bf16 a
       expect(bytes * cacheElements).toBe(r.kCache!.byteLength);
     });
   }
-  // Split-KV: rows of 300 to 1 100 keys cut into chunks (records of f32 sums), merged by std.attn_combine.
-  for (const dtype of ROW_TYPES) {
-    it(`${dtype}: std.attn_core over key chunks + std.attn_combine equal the one-chunk result (f32 records), a window too`, () => {
+  // Split-KV: rows of 300 to 1 100 keys cut into chunks (records of f32 sums), merged by std.attn_combine;
+  // std.attn_decode's twin (P rounded per tile of 16 keys) against the same one-chunk std.attn_core.
+  const splitCases = ROW_TYPES.flatMap((dtype) => (dtype === 'f32' ? ['core' as const] : ['core' as const, 'decode' as const]).map((kernel) => ({ dtype, kernel })));
+  for (const { dtype, kernel } of splitCases) {
+    it(`${dtype}: std.attn_${kernel} over key chunks + std.attn_combine equal std.attn_core's one-chunk result (f32 records), a window too`, () => {
       const [H, Hkv, d, page, maxSeqLen] = [6, 2, 24, 16, 1152];
       const code = FLOAT_DTYPE_CODE[dtype];
       const maxPages = maxSeqLen / page;
-      const positions = Int32Array.from([1100, 299, 700, 255]);
+      const positions = Int32Array.from([1100, 299, 700, 127]);
       const rows = positions.length;
       const W = H * d * 2 + 2 * Hkv * d;
       const cacheElements = rows * maxPages * page * Hkv * d;
       const chunks = keyChunks('decode', maxSeqLen);
-      expect(chunks).toBe(5);
-      // Rows of 1 101, 300, 701 and 256 keys: 5, 2, 3 chunks and one (key_chunks' sizes: 224, 160, 256, 256).
-      expect(Array.from(positions, (p) => keyChunksOf(p + 1, chunks).n)).toEqual([5, 2, 3, 1]);
+      expect(chunks).toBe(9);
+      // Rows of 1 101, 300, 701 and 128 keys: 9, 3, 6 chunks of 128 and one.
+      expect(Array.from(positions, (p) => keyChunksOf(p + 1, chunks).n)).toEqual([9, 3, 6, 1]);
       for (const window of [0, 400]) {
         const bufs = {
           qkv: stored(rows * W, dtype, 1.5).bytes, q: stored(rows * H * d, dtype, 1.5).bytes,
@@ -314,7 +316,7 @@ describe('CPU twins of the attention kernels against a float64 reference, bf16 a
           };
           const k = ATTENTION_KERNELS[dtype];
           const split = { ...args, out: p.out!, chunks, partials: p.partials! };
-          cpu.launch(k.core, { grid: [rows, Hkv, 2], block: 256, stream: cpu.defaultStream }, split);
+          cpu.launch(kernel === 'decode' ? k.decode! : k.core, { grid: [rows, Hkv, 2], block: 256, stream: cpu.defaultStream }, split);
           cpu.launch(k.combine, { grid: [rows, H], block: 128, stream: cpu.defaultStream }, split);
           cpu.launch(k.core, { grid: [rows, Hkv], block: 256, stream: cpu.defaultStream }, { ...args, out: p.whole!, chunks: 1, partials: 0n });
         }, ['out', 'whole']);
@@ -323,8 +325,8 @@ describe('CPU twins of the attention kernels against a float64 reference, bf16 a
         const want = decodeRows(r.whole!, dtype);
         expect(got.some((v) => Number.isNaN(v))).toBe(false);
         expect(relErr(got, want)).toBeLessThan(dtype === 'bf16' ? 8e-3 : 1e-3);
-        // The last row (256 keys) is one chunk: written by std.attn_core directly, the same bits.
-        expect(Array.from(got.subarray(3 * H * d))).toEqual(Array.from(want.subarray(3 * H * d)));
+        // The last row (128 keys) is one chunk: written by the kernel directly; std.attn_core's the same bits.
+        if (kernel === 'core') expect(Array.from(got.subarray(3 * H * d))).toEqual(Array.from(want.subarray(3 * H * d)));
       }
     });
   }
