@@ -3,12 +3,14 @@
 // captured back to back in one CUDA graph, the graph replayed (timeOnDevice: warm-up, the median
 // of 10 replays), the time per run. Eager timings of kernels this short measure the host's
 // launches, not the device (std.bench.mjs's µs-scale figures do). Qwen3-Next-80B shapes, bf16:
-//   attention decode   std.attn_core + std.attn_combine as the layer launches them (chunks from a
-//                      262 144-token limit), one row per sequence at position ctx − 1, contexts 4 K,
-//                      32 K and 128 K; floor: the K and V rows read once at the copy rate.
-//   router + route     the three forms (routeForm) at 1 and 8 rows, 512 and 64 experts, top-10:
-//                      std.moe_router_gemv; the router GEMM + std.moe_route_few; the GEMM +
-//                      std.moe_route; floor: the router weight read once.
+//   attention decode   std.attn_decode (tensor cores, what the layer launches for 16-bit rows) and
+//                      std.attn_core (CUDA cores), each + std.attn_combine (chunks from a 262 144-token
+//                      limit), one row per sequence at position ctx − 1, contexts 140, 4 K, 32 K and
+//                      128 K; floor: the K and V rows read once at the copy rate.
+//   router + route     the three forms (routeForm) at 1 and 8 rows: softmax top-10 of 512 and 64
+//                      experts, sigmoid + bias top-8 of 256 (GLM-5): std.moe_router_gemv; the
+//                      router GEMM + std.moe_route_few; the GEMM + std.moe_route; floor: the
+//                      router weight read once.
 // Results print and go to $METRALE_BENCH_OUT (default bench-results/decode-kernels.json).
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
@@ -57,7 +59,7 @@ try {
   const H = 16, Hkv = 2, d = 256, page = 16;
   const W = H * d * 2 + 2 * Hkv * d;
   const chunks = std.keyChunks('decode', 262144);
-  for (const [ctx, batch] of [[4096, 1], [4096, 8], [4096, 32], [4096, 64], [32768, 1], [32768, 8], [32768, 32], [131072, 1]]) {
+  for (const [ctx, batch] of [[140, 1], [140, 64], [4096, 1], [4096, 8], [4096, 32], [4096, 64], [32768, 1], [32768, 8], [32768, 32], [131072, 1]]) {
     const pagesPer = Math.ceil(ctx / page);
     const pool = batch * pagesPer;
     const cacheElements = pool * page * Hkv * d;
@@ -69,35 +71,50 @@ try {
       out: alloc(BYTES[ROWS] * batch * H * d), scale: 1 / Math.sqrt(d), window: 0, chunks, partials: alloc(std.partialsBytes(batch, H, d, chunks)),
     };
     const k = std.ATTENTION_KERNELS[ROWS];
+    const sms = gpu.device.multiprocessors;
+    const coreMs = graphMs(() => {
+      gpu.launch(k.core, std.coreLaunch(batch, Hkv, d, BYTES[ROWS], chunks, sms, stream), args);
+      gpu.launch(k.combine, std.combineLaunch(batch, H, stream), args);
+    });
     const ms = graphMs(() => {
-      gpu.launch(k.core, std.coreLaunch(batch, Hkv, d, BYTES[ROWS], chunks, gpu.device.multiprocessors, stream), args);
+      gpu.launch(k.decode, std.attnDecodeLaunch(batch, Hkv, d, BYTES[ROWS], chunks, sms, stream), args);
       gpu.launch(k.combine, std.combineLaunch(batch, H, stream), args);
     });
     const bytes = batch * ctx * Hkv * d * BYTES[ROWS] * 2;
     const floorMs = (bytes / copyBW) * 1e3;
-    result.attention.push({ ctx, batch, kvBytes: bytes, floorMs, ms, ofCopy: floorMs / ms });
-    log(`attention decode ctx ${ctx} batch ${batch}: ${(ms * 1e3).toFixed(1)} µs, floor ${(floorMs * 1e3).toFixed(1)} µs (${((100 * floorMs) / ms).toFixed(1)} % of copy)`);
+    result.attention.push({ ctx, batch, kvBytes: bytes, floorMs, ms, coreMs, ofCopy: floorMs / ms });
+    const us = (t) => `${(t * 1e3).toFixed(1)} µs`;
+    log(`attention decode ctx ${ctx} batch ${batch}: std.attn_decode ${us(ms)} (std.attn_core ${us(coreMs)}), floor ${us(floorMs)} (${((100 * floorMs) / ms).toFixed(1)} % of copy)`);
     freeFrom(0);
   }
 
   // ---- router + route ----------------------------------------------------------------------------------
-  const D = 2048, topK = 10;
-  for (const E of [512, 64]) {
+  const D = 2048;
+  // Qwen3-Next (softmax top-10 of 512; of 64 as the bench's smaller model) and GLM-5's routing
+  // (sigmoid + correction bias, top-8 of 256, routed scaling).
+  const routings = [
+    { E: 512, topK: 10, scoring: 0, scaling: 1 },
+    { E: 64, topK: 10, scoring: 0, scaling: 1 },
+    { E: 256, topK: 8, scoring: 1, scaling: 2.5 },
+  ];
+  for (const { E, topK, scoring, scaling } of routings) {
     const router = randomBuffer(E * D, 1 / Math.sqrt(D), ROWS);
     const counter = upload(new Uint32Array(1));
+    const bias = scoring === 1 ? upload(encoded(E, 0.1, 'f32')) : 0n;
+    const label = `${E} experts top-${topK} ${scoring === 0 ? 'softmax' : 'sigmoid + bias'}`;
     for (const batch of [1, 8]) {
       const xs = Array.from({ length: 10 }, () => upload(encoded(batch * D, 1, ROWS)));
       const logits = alloc(4 * batch * E);
-      const args = { bias: 0n, ids: alloc(4 * batch * topK), weights: alloc(4 * batch * topK), rows: batch, experts: E, topK, scoring: 0, normTopK: 1, nGroup: 1, topkGroup: 1, scaling: 1 };
+      const args = { bias, ids: alloc(4 * batch * topK), weights: alloc(4 * batch * topK), rows: batch, experts: E, topK, scoring, normTopK: 1, nGroup: 1, topkGroup: 1, scaling };
       const gemm = (i) => gpu.gemm({ m: batch, n: E, k: D, a: xs[i], b: router, c: logits, transB: true, dtype: ROWS, outDtype: 'f32', stream });
       const fusedMs = graphMs((i) => gpu.launch(std.routerGemvKernel, std.routerGemvLaunch(E, stream), { x: xs[i], w: router, logits, counter, ...args, hidden: D, dtype: rowCode }));
       const fewMs = graphMs((i) => (gemm(i), gpu.launch(std.routeFewKernel, std.routeFewLaunch(stream), { logits, ...args })));
       const blockMs = graphMs((i) => (gemm(i), gpu.launch(std.routeKernel, std.rowLaunch(batch, E, stream), { logits, ...args })));
       const gemmMs = graphMs(gemm);
       const floorMs = ((E * D * BYTES[ROWS]) / copyBW) * 1e3;
-      result.router.push({ experts: E, batch, form: std.routeForm(batch, topK, E, ROWS), floorMs, fusedMs, gemmRouteFewMs: fewMs, gemmRouteMs: blockMs, gemmMs });
+      result.router.push({ experts: E, topK, scoring, batch, form: std.routeForm(batch, topK, E, ROWS), floorMs, fusedMs, gemmRouteFewMs: fewMs, gemmRouteMs: blockMs, gemmMs });
       const us = (ms) => `${(ms * 1e3).toFixed(1)} µs`;
-      log(`router + route ${E} experts batch ${batch}: std.moe_router_gemv ${us(fusedMs)}; GEMM + std.moe_route_few ${us(fewMs)}; GEMM + std.moe_route ${us(blockMs)} (GEMM alone ${us(gemmMs)}); floor ${us(floorMs)}`);
+      log(`router + route ${label} batch ${batch}: std.moe_router_gemv ${us(fusedMs)}; GEMM + std.moe_route_few ${us(fewMs)}; GEMM + std.moe_route ${us(blockMs)} (GEMM alone ${us(gemmMs)}); floor ${us(floorMs)}`);
     }
     freeFrom(0);
   }

@@ -1,22 +1,26 @@
 // MoE routing kernels of layer-std (src/moe-kernels.ts; reference src/moe.cpu.ts routeCpu;
 // KERNELS.md "std-moe-route"):
-//   std_moe_route        one CTA per row (rowLaunch: up to 1024 threads): scores (softmax, or
-//                        sigmoid + correction bias), the kept groups, the top-k experts by repeated
-//                        block-wide argmax, their weights; in f64 as the reference
-//   std_moe_route_few    the same ids and weights bit for bit, for a few rows in one CTA of 256
-//                        threads: elementwise steps over all threads, each row's reductions and
-//                        top-k in one warp (shuffles, no barriers between the picks)
-//   std_moe_router_gemv  few rows: logits = x · Wᵀ (f32 sums) over CTAs of 4 experts, and the last
-//                        CTA to finish routes them as std_moe_route_few does (no second launch)
+//   std_moe_route        a CTA per row (rowLaunch): route_pass over that row
+//   std_moe_route_few    one CTA of 256 threads for a few rows: route_pass over up to 8 rows at once
+//   std_moe_router_gemv  few rows: logits = x · Wᵀ (f32 sums) over CTAs of 1, 2 or 4 experts, and the
+//                        last CTA to finish routes them as std_moe_route_few does (no second launch)
 //   std_moe_shared_slots the shared expert as one more chosen expert: each row's topK (id, weight)
 //                        copied to topK + 1 slots, the shared expert (stacked after the routed
 //                        experts) last with weight sigmoid(x · g), or 1 without a gate
 //
-// Bits: the two route forms agree on every input. Their choices follow `better`, a strict total
-// order (ties to the lower index), so the picks do not depend on the order of the reduction; the
-// one order-dependent value, the softmax's sum, is summed by std_moe_route_few in the tree that
-// std_moe_route's block_sum uses at the block size its launch gives (rowLaunch), and the weight sum
-// in slot order in both.
+// route_pass is the one route of the three, so they agree bit for bit on every input and a row's
+// ids and weights depend on nothing else in the step. Lane l of a row's warps owns its experts
+// e ≡ l (mod 32); the row's warps share the exponentials (which part of a row a warp takes changes
+// no bit). Scores in f64 as the reference: softmax over the finite logits, its sum in a fixed order
+// (each lane's experts in four interleaved sums, then the xor butterfly), or sigmoid. Choices
+// (score + bias) become 64-bit keys whose unsigned order is the doubles', so one compare orders
+// two; ties go to the lower index. The top-k takes no pick at a time, as serial chains of argmaxes
+// and barriers (not the bytes) were the route's cost: the k-th best of the 32 lanes' bests bounds
+// the candidates (at least k experts rank at or above it), and each candidate's exact rank among
+// them is its slot. A row with too many candidates (many of its best experts in a few lanes), or
+// more slots than lanes, picks one at a time instead. The weights' sum in slot order either way.
+#include <cstring>
+
 #include "std-common.cuh"
 
 using namespace stdk;
@@ -24,345 +28,364 @@ using namespace stdk;
 namespace {
 
 constexpr int kMaxExperts = 2048;
+/** Threads of std_moe_route_few and std_moe_router_gemv (routeFewLaunch, routerGemvLaunch). */
+constexpr int kFewThreads = 256;
+constexpr int kFewWarps = kFewThreads / 32;
+/** Rows a route pass takes at most: a leader warp each. */
+constexpr int kPassRows = 8;
+/** Most slots of the ranked top-k (a lane each); more are picked one at a time. */
+constexpr int kRankedTopK = 32;
+/** Candidates the ranked top-k holds; a row with more is picked one at a time. */
+constexpr int kCands = 64;
+/** 8-byte words of shared memory for a pass's rows: per row E raw scores, E choice keys, nGroup group scores. */
+constexpr int kRowWords = 4096;
+/** The index of "no expert": after every real one. */
+constexpr int kNone = 0x7fffffff;
 
-__device__ __forceinline__ double finite_or_neg_inf(double v) { return isfinite(v) ? v : -INFINITY; }
+struct alignas(16) Cand {
+  uint64_t key;
+  int e;
+  int pad;
+};
 
-/** (v1, i1) ranks before (v2, i2): a real candidate (i ≥ 0) before none, the larger value, then the lower index. */
-__device__ __forceinline__ bool better(double v1, int i1, double v2, int i2) {
-  if (i2 < 0) return i1 >= 0;
-  if (i1 < 0) return false;
-  return v1 > v2 || (v1 == v2 && i1 < i2);
+/** The shared memory of a route pass. */
+struct RouteShared {
+  double rows[kRowWords];
+  Cand cand[kPassRows][kCands];
+};
+
+__device__ __forceinline__ uint64_t bits_of(double v) {
+  uint64_t b;
+  memcpy(&b, &v, sizeof b);
+  return b;
 }
 
-/** The best (value, index) of the warp, returned to every lane (unique: `better` is a strict total order). */
-__device__ __forceinline__ void warp_best(double& v, int& i) {
+__device__ __forceinline__ double double_of(uint64_t b) {
+  double v;
+  memcpy(&v, &b, sizeof v);
+  return v;
+}
+
+/**
+ * A choice as a key: the doubles' order as unsigned integers, a non-finite choice as −∞ (never NaN;
+ * never −0: scores are ≥ +0), every key above 0, which marks an expert not available.
+ */
+__device__ __forceinline__ uint64_t choice_key(double c) {
+  const uint64_t b = bits_of(isfinite(c) ? c : -INFINITY);
+  return b >> 63 ? ~b : b | (1ull << 63);
+}
+
+__device__ __forceinline__ double key_choice(uint64_t k) { return double_of(k >> 63 ? k & ~(1ull << 63) : ~k); }
+
+/** (k1, e1) ranks before (k2, e2): the larger choice, then the lower index (a strict total order). */
+__device__ __forceinline__ bool beats(uint64_t k1, int e1, uint64_t k2, int e2) { return k1 > k2 || (k1 == k2 && e1 < e2); }
+
+/** The best (key, index) of the warp, returned to every lane. */
+__device__ __forceinline__ void warp_best(uint64_t& k, int& e) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
-    const double ov = __shfl_xor_sync(kFull, v, o);
-    const int oi = __shfl_xor_sync(kFull, i, o);
-    if (better(ov, oi, v, i)) v = ov, i = oi;
+    const uint64_t ok = __shfl_xor_sync(kFull, k, o);
+    const int oe = __shfl_xor_sync(kFull, e, o);
+    if (beats(ok, oe, k, e)) k = ok, e = oe;
   }
 }
 
-/** The best (value, index) of the CTA, returned to every thread (values already finite or −∞). */
-__device__ __forceinline__ void block_best(double& v, int& i, double* redV, int* redI) {
-  warp_best(v, i);
-  __syncthreads();
-  if (lane_id() == 0) redV[warp_id()] = v, redI[warp_id()] = i;
-  __syncthreads();
-  // Every warp reduces the warps' bests with a second butterfly (not a serial loop over them):
-  // `better` is a strict total order on real candidates (values never NaN), so the best is unique.
-  const bool has = lane_id() < num_warps();
-  v = has ? redV[lane_id()] : 0.0;
-  i = has ? redI[lane_id()] : -1;
-  warp_best(v, i);
+/** An expert's raw score in f64, as the reference: softmax's e^(l − max) (0 for a non-finite logit), or sigmoid(l); one exp either way. */
+__device__ __forceinline__ double raw_score(float v, float mx, int scoring) {
+  const double t = exp(scoring == 0 ? (double)v - (double)mx : -(double)v);
+  return scoring == 0 ? (isfinite(v) ? t : 0.0) : 1.0 / (1.0 + t);
 }
 
+/** A softmax score (sum: the row's) or sigmoid from the logit again, as route_pass computed it first. */
+__device__ __noinline__ double score_again(const float* __restrict__ l, int e, float mx, double sum, int scoring) {
+  const double rs = raw_score(__ldcg(l + e), mx, scoring);
+  return scoring == 0 ? rs / sum : rs;
+}
+
+/** The 8-byte words of a row in RouteShared::rows: 2E + nGroup, or 2E where that does not fit (the group scores then overlay the raw scores). */
+__device__ __forceinline__ int row_stride(int E, int nGroup) {
+  const int full = 2 * E + (nGroup > 1 ? nGroup : 0);
+  return full <= kRowWords ? full : 2 * E;
+}
+
+/**
+ * Routes rows r0 … r0 + nr − 1 with the CTA's warps (every thread calls it: its barriers are the
+ * CTA's). wpr warps a row: part p of them takes the exponentials, divisions and keys of the
+ * experts lane + 32j, j ≡ p (mod wpr); each reads all the row's logits for the max and all its
+ * exponentials for the sum (the same values in the same order in every part). The row's first warp
+ * then keeps its groups, ranks its top-k and writes the ids and weights. Logits are read through L2
+ * (`__ldcg`): in std_moe_router_gemv other CTAs wrote them.
+ */
+__device__ __forceinline__ void route_pass(const float* __restrict__ logits, const float* __restrict__ bias, int32_t* __restrict__ ids,
+                                           float* __restrict__ weights, int r0, int nr, int E, int topK, int scoring, int normTopK, int nGroup,
+                                           int topkGroup, float scaling, int stride, RouteShared& s) {
+  const int lane = lane_id(), warp = warp_id();
+  const int n = (E + 31) >> 5;  // experts a lane owns
+  // About two exponentials a lane where the CTA has the warps (a lone warp takes a few rows' worth).
+  const int wpr = max(1, min(num_warps() / nr, (n + 1) >> 1));
+  const bool active = warp / wpr < nr;
+  const int i = active ? warp / wpr : 0, part = warp - (warp / wpr) * wpr;
+  const int G = nGroup > 1 ? nGroup : 0;
+  double* x = s.rows + (size_t)i * stride;  // raw scores: e^(l − max) or sigmoid(l)
+  uint64_t* key = reinterpret_cast<uint64_t*>(x + E);
+  const bool xKept = stride >= 2 * E + G;
+  double* gsc = xKept ? x + 2 * E : x;
+  const size_t r = (size_t)r0 + i;
+  const float* l = logits + r * E;
+  float mx = -INFINITY;
+  double sum = 1.0;
+  if (active) {
+    // Every part reads all the row's logits (the max; addresses clamped, so the loads issue
+    // together) and keeps its own experts' in x, where its threads alone read them back.
+    int p = 0;
+    for (int j0 = 0; j0 < n; j0 += 16) {
+      float v[16];
+#pragma unroll
+      for (int u = 0; u < 16; u++) v[u] = __ldcg(l + min(lane + 32 * (j0 + u), E - 1));
+#pragma unroll
+      for (int u = 0; u < 16; u++) {
+        const int e = lane + 32 * (j0 + u);
+        const bool in = j0 + u < n && e < E;
+        if (in && isfinite(v[u])) mx = fmaxf(mx, v[u]);
+        if (in && p == part) x[e] = v[u];
+        p = p + 1 == wpr ? 0 : p + 1;
+      }
+    }
+    if (scoring == 0) {
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, o));
+    }
+    // Its experts' raw scores, two at a time (two exponentials in flight), and their choices where
+    // they are final (sigmoid: score + bias, or + 0.0 as the reference adds without one); softmax
+    // keeps the bias in key until its sum is known.
+    for (int j = part; j < n; j += 2 * wpr) {
+      const int e1 = lane + 32 * j, e2 = e1 + 32 * wpr;
+      if (e1 >= E) break;
+      const bool has2 = e2 < E;
+      const float b1 = bias ? __ldg(bias + e1) : 0.f, b2 = bias && has2 ? __ldg(bias + e2) : 0.f;
+      const double s1 = raw_score((float)x[e1], mx, scoring);
+      const double s2 = raw_score(has2 ? (float)x[e2] : 0.f, mx, scoring);
+      x[e1] = s1;
+      if (has2) x[e2] = s2;
+      key[e1] = scoring == 0 ? __float_as_uint(b1) : choice_key(s1 + (double)b1);
+      if (has2) key[e2] = scoring == 0 ? __float_as_uint(b2) : choice_key(s2 + (double)b2);
+    }
+  }
+  __syncthreads();
+  if (scoring == 0) {
+    if (active) {
+      // The lane's experts in four sums (j mod 4, each in order from 0.0; a missing expert adds
+      // 0.0, which changes nothing), (t0 + t1) + (t2 + t3), then the xor butterfly.
+      double t0 = 0.0, t1 = 0.0, t2 = 0.0, t3 = 0.0;
+      for (int j = 0; j < n; j += 4) {
+        const int e = lane + 32 * j;
+        t0 += e < E ? x[e] : 0.0;
+        t1 += e + 32 < E ? x[e + 32] : 0.0;
+        t2 += e + 64 < E ? x[e + 64] : 0.0;
+        t3 += e + 96 < E ? x[e + 96] : 0.0;
+      }
+      const double t = warp_sum((t0 + t1) + (t2 + t3));
+      sum = t != 0.0 ? t : 1.0;
+      for (int j = part; j < n; j += 2 * wpr) {
+        const int e1 = lane + 32 * j, e2 = e1 + 32 * wpr;
+        const bool has2 = e2 < E;
+        if (e1 >= E) break;
+        const double q1 = x[e1] / sum, q2 = (has2 ? x[e2] : 0.0) / sum;
+        key[e1] = choice_key(q1 + (double)__uint_as_float((uint32_t)key[e1]));
+        if (has2) key[e2] = choice_key(q2 + (double)__uint_as_float((uint32_t)key[e2]));
+      }
+    }
+    __syncthreads();
+  }
+  if (active && part == 0 && topK > 0) {
+    int32_t* idsRow = ids + r * topK;
+    float* wRow = weights + r * topK;
+    // A picked expert's score: softmax without a bias, its choice; else from x (or the logit again
+    // where the group scores overlaid x).
+    const bool fromKey = scoring == 0 && !bias;
+    const auto score_of = [&](uint64_t k, int e) -> double {
+      if (fromKey) return key_choice(k);
+      if (!xKept) return score_again(l, e, mx, sum, scoring);
+      return scoring == 0 ? x[e] / sum : x[e];
+    };
+    if (G) {
+      // Groups: each scored by the sum of its two best choices (a lane a group, starting at its
+      // own offset into the group so the lanes' loads fall in different banks); those ranking
+      // below topkGroup lose their experts.
+      const int size = E / G;
+      for (int g = lane; g < G; g += 32) {
+        uint64_t k1 = 0, k2 = 0;
+        for (int t = 0, o = g % size; t < size; t++, o = o + 1 == size ? 0 : o + 1) {
+          const uint64_t k = key[g * size + o];
+          if (k > k1) k2 = k1, k1 = k;
+          else if (k > k2) k2 = k;
+        }
+        double gs = 0.0 + key_choice(k1);
+        if (size > 1) gs += key_choice(k2);
+        gsc[g] = isfinite(gs) ? gs : -INFINITY;
+      }
+      __syncwarp();
+      for (int g = lane; g < G; g += 32) {
+        const double v = gsc[g];
+        int rank = 0;
+        for (int h = 0; h < G; h++) rank += gsc[h] > v || (gsc[h] == v && h < g);
+        if (rank >= topkGroup)
+          for (int e = g * size; e < (g + 1) * size; e++) key[e] = 0;
+      }
+      __syncwarp();
+    }
+    Cand* c = s.cand[i];
+    const bool ranked = topK <= kRankedTopK;
+    // The threshold (tk, te): the k-th best of the lanes' bests where k lanes have one, else none
+    // (every available expert is a candidate).
+    uint64_t tk = 0;
+    int te = kNone;
+    if (ranked) {
+      uint64_t bk = 0;
+      int be = kNone;
+#pragma unroll 4
+      for (int j = 0; j < n; j++) {
+        const int e = lane + 32 * j;
+        if (e < E && key[e] > bk) bk = key[e], be = e;
+      }
+      if (__popc(__ballot_sync(kFull, bk != 0)) >= topK) {
+        c[lane] = {bk, be, 0};
+        __syncwarp();
+        int rank = 0;
+#pragma unroll 8
+        for (int t = 0; t < 32; t++) rank += beats(c[t].key, c[t].e, bk, be);
+        const int src = __ffs(__ballot_sync(kFull, rank == topK - 1)) - 1;
+        tk = __shfl_sync(kFull, bk, src);
+        te = __shfl_sync(kFull, be, src);
+        __syncwarp();
+      }
+    }
+    // The candidates: the available experts ranking at or above the threshold, listed in c.
+    int C = 0;
+#pragma unroll 4
+    for (int j = 0; j < n; j++) {
+      const int e = lane + 32 * j;
+      const uint64_t k = e < E ? key[e] : 0;
+      const bool in = k != 0 && !beats(tk, te, k, e);
+      const unsigned m = __ballot_sync(kFull, in);
+      const int at = C + __popc(m & ((1u << lane) - 1));
+      if (in && at < kCands) c[at] = {k, e, 0};
+      C += __popc(m);
+    }
+    __syncwarp();
+    const int kk = min(topK, C);  // fewer only where fewer experts are available (checkMoe rules that out)
+    // Slot j's score goes to key[j] (the keys are done with once the slots are known).
+    if (ranked && C <= kCands) {
+      // A candidate's slot: how many candidates rank before it (a lane per candidate).
+      uint64_t k1 = 0, k2 = 0;
+      int e1 = kNone, e2 = kNone, rank1 = 0, rank2 = 0;
+      if (lane < C) k1 = c[lane].key, e1 = c[lane].e;
+      if (lane + 32 < C) k2 = c[lane + 32].key, e2 = c[lane + 32].e;
+#pragma unroll 4
+      for (int t = 0; t < C; t++) {
+        const Cand o = c[t];
+        rank1 += beats(o.key, o.e, k1, e1);
+        rank2 += beats(o.key, o.e, k2, e2);
+      }
+      if (lane < C && rank1 < kk) idsRow[rank1] = e1, key[rank1] = bits_of(score_of(k1, e1));
+      if (lane + 32 < C && rank2 < kk) idsRow[rank2] = e2, key[rank2] = bits_of(score_of(k2, e2));
+    } else {
+      // One pick at a time: the best available expert by a warp argmax, taken out of its lane; its
+      // score kept in x at its index, then moved to its slot.
+#pragma unroll 1
+      for (int j = 0; j < kk; j++) {
+        uint64_t bk = 0;
+        int be = kNone;
+#pragma unroll 1
+        for (int q = 0; q < n; q++) {
+          const int e = lane + 32 * q;
+          if (e < E && key[e] > bk) bk = key[e], be = e;
+        }
+        warp_best(bk, be);
+        const double sc = score_of(bk, be);
+        __syncwarp();  // every lane has read x[be]
+        if (lane == (be & 31)) key[be] = 0, x[be] = sc;
+        if (lane == 0) idsRow[j] = be;
+      }
+      __syncwarp();
+#pragma unroll 1
+      for (int j = lane; j < kk; j += 32) key[j] = bits_of(x[idsRow[j]]);
+    }
+    __syncwarp();
+    // The weights: the slots' sum in slot order (every lane the same), each slot's share.
+    double total = 0.0;
+#pragma unroll 4
+    for (int t = 0; t < kk; t++) total += double_of(key[t]);
+    if (scoring == 1) total += 1e-20;
+#pragma unroll 1
+    for (int j = lane; j < kk; j += 32) {
+      double w = double_of(key[j]);
+      if (normTopK) w /= total;
+      wRow[j] = (float)(w * (double)scaling);
+    }
+  }
+  __syncthreads();  // the next pass reuses s
+}
+
+/** Every row by this CTA: as many at a time as s holds, the CTA has warps for, and kPassRows. */
+__device__ __forceinline__ void route_rows(const float* __restrict__ logits, const float* __restrict__ bias, int32_t* __restrict__ ids,
+                                           float* __restrict__ weights, int rows, int E, int topK, int scoring, int normTopK, int nGroup, int topkGroup,
+                                           float scaling, RouteShared& s) {
+  const int stride = row_stride(E, nGroup);
+  const int per = max(1, min(min(kPassRows, num_warps()), kRowWords / stride));
+  for (int r0 = 0; r0 < rows; r0 += per)
+    route_pass(logits, bias, ids, weights, r0, min(per, rows - r0), E, topK, scoring, normTopK, nGroup, topkGroup, scaling, stride, s);
+}
 
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(1024) std_moe_route(const float* __restrict__ logits, const float* __restrict__ bias, int32_t* __restrict__ ids,
                                                                  float* __restrict__ weights, int rows, int experts, int topK, int scoring, int normTopK,
                                                                  int nGroup, int topkGroup, float scaling) {
-  STD_SHARED(double, score, kMaxExperts);
-  STD_SHARED(double, gscore, kMaxExperts);
-  STD_SHARED(unsigned char, taken, kMaxExperts);
-  STD_SHARED(unsigned char, gkept, kMaxExperts);
-  STD_SHARED(double, redD, 32);
-  STD_SHARED(int, redI, 32);
-  STD_SHARED(float, redF, 32);
-  const int E = experts;
-  if (E > kMaxExperts || E < 1) __trap();
-  const int tid = threadIdx.x, B = blockDim.x;
-  const int size = nGroup > 1 ? E / nGroup : E;
-  for (int r = blockIdx.x; r < rows; r += gridDim.x) {
-    const float* l = logits + (size_t)r * E;
-    // Scores, f64 as the reference: softmax over the finite logits, or sigmoid.
-    if (scoring == 0) {
-      float mx = -INFINITY;
-      for (int e = tid; e < E; e += B) {
-        const float v = l[e];
-        if (isfinite(v)) mx = fmaxf(mx, v);
-      }
-      mx = block_max(mx, redF);
-      double s = 0.0;
-      for (int e = tid; e < E; e += B) {
-        const float v = l[e];
-        const double sc = isfinite(v) ? exp((double)v - (double)mx) : 0.0;
-        score[e] = sc;
-        s += sc;
-      }
-      s = block_sum(s, redD);
-      const double sum = s != 0.0 ? s : 1.0;
-      for (int e = tid; e < E; e += B) score[e] /= sum;
-    } else {
-      for (int e = tid; e < E; e += B) score[e] = 1.0 / (1.0 + exp(-(double)l[e]));
-    }
-    // Only thread e mod B touches expert e's entries in score and taken until the barrier below.
-    for (int e = tid; e < E; e += B) taken[e] = 0;
-    // Groups: each scored by the sum of its two best choices; the topkGroup best are kept.
-    if (nGroup > 1) {
-      __syncthreads();  // every score written
-      for (int g = tid; g < nGroup; g += B) {
-        double v1 = 0.0, v2 = 0.0;
-        int i1 = -1, i2 = -1;
-        for (int e = g * size; e < (g + 1) * size; e++) {
-          const double c = finite_or_neg_inf(score[e] + (bias ? (double)bias[e] : 0.0));
-          if (better(c, e, v1, i1)) v2 = v1, i2 = i1, v1 = c, i1 = e;
-          else if (better(c, e, v2, i2)) v2 = c, i2 = e;
-        }
-        double gs = 0.0 + v1;
-        if (i2 >= 0) gs += v2;
-        gscore[g] = finite_or_neg_inf(gs);
-        gkept[g] = 0;
-      }
-      __syncthreads();
-      if (tid == 0) {
-        for (int k = 0; k < topkGroup; k++) {
-          double bv = 0.0;
-          int bi = -1;
-          for (int g = 0; g < nGroup; g++)
-            if (!gkept[g] && better(gscore[g], g, bv, bi)) bv = gscore[g], bi = g;
-          if (bi < 0) break;
-          gkept[bi] = 1;
-        }
-      }
-      __syncthreads();
-      for (int e = tid; e < E; e += B) taken[e] = gkept[e / size] ? 0 : 2;
-    }
-    // Top-k of the choices among the kept experts, one block-wide pick at a time.
-    for (int j = 0; j < topK; j++) {
-      double bv = 0.0;
-      int bi = -1;
-      for (int e = tid; e < E; e += B) {
-        if (taken[e]) continue;
-        const double c = finite_or_neg_inf(score[e] + (bias ? (double)bias[e] : 0.0));
-        if (better(c, e, bv, bi)) bv = c, bi = e;
-      }
-      block_best(bv, bi, redD, redI);
-      if (bi < 0) break;  // fewer kept experts than topK (checkMoe rules that out)
-      if (bi % B == tid) taken[bi] = 1;
-      if (tid == 0) ids[(size_t)r * topK + j] = bi;
-    }
-    __syncthreads();
-    // The weights, one thread per slot; each computes the same sum in order j (as the reference).
-    for (int j = tid; j < topK; j += B) {
-      const int32_t* id = ids + (size_t)r * topK;
-      double sum = 0.0;
-      for (int t = 0; t < topK; t++) sum += score[id[t]];
-      if (scoring == 1) sum += 1e-20;
-      double w = score[id[j]];
-      if (normTopK) w /= sum;
-      weights[(size_t)r * topK + j] = (float)(w * (double)scaling);
-    }
-    __syncthreads();
-  }
+  STD_SHARED(RouteShared, s, 1);
+  if (experts > kMaxExperts || experts < 1) __trap();
+  const int stride = row_stride(experts, nGroup);
+  for (int r = blockIdx.x; r < rows; r += gridDim.x)
+    route_pass(logits, bias, ids, weights, r, 1, experts, topK, scoring, normTopK, nGroup, topkGroup, scaling, stride, s[0]);
 }
 
 // ---- few rows: std_moe_route_few and std_moe_router_gemv ------------------------------------------
 
 namespace {
 
-/** Threads of the few-row kernels (routeFewLaunch, routerGemvLaunch): 8 warps, a row each while routing. */
-constexpr int kFewThreads = 256;
-constexpr int kFewWarps = kFewThreads / 32;
-/** Most slots a few-row route takes: slot j's id and weight live in lane j (routeForm checks it). */
-constexpr int kFewMaxTopK = 32;
-/**
- * Doubles of shared memory for the rows routed at once: per row its E scores and, with groups, its
- * nGroup group scores; room for a warp's row each at the common expert counts.
- */
-constexpr int kFewScores = 4608;
-/** Experts per CTA and most rows of std_moe_router_gemv: one warp sum per (expert, row) at the end. */
-constexpr int kGemvExperts = 4;
+/** Most rows of std_moe_router_gemv: 8 accumulators an expert. */
 constexpr int kGemvRows = 8;
-static_assert(kGemvExperts * kGemvRows == 32, "warp_sum_32 leaves one (expert, row) sum per lane");
-
-/** The shared memory of a few-row route. */
-struct FewShared {
-  double buf[kFewScores];
-  double rowSum[kFewWarps];
-  float rowMax[kFewWarps];
-};
 
 /**
- * std_moe_route's softmax sum for one row, by one warp: thread t of that kernel's CTA (B threads,
- * B = rowLaunch's block for E) sums its experts e ≡ t (mod B) in order from 0.0, each warp
- * butterflies, and the warps' sums are added in warp order; here lane l plays thread 32w + l of
- * every warp w, so the sum is the same double.
+ * Experts a CTA of std_moe_router_gemv takes (routerGemvLaunch): up to 4, fewer where the experts
+ * are few, so their weight is spread over more SMs (each CTA streams fewer bytes).
  */
-__device__ __forceinline__ double route_block_sum(const double* __restrict__ sc, int E) {
-  const int lane = lane_id();
-  const int B = min(1024, 32 * ((E + 31) / 32));
-  const int warps = B / 32;
-  double v[32];
+__device__ __forceinline__ int gemv_experts(int E) { return E <= 128 ? 1 : E <= 256 ? 2 : 4; }
+
+template <int O, int V>
+__device__ __forceinline__ void halve(float (&v)[V], int lane) {
+  const bool hi = (lane & O) != 0;
 #pragma unroll
-  for (int w = 0; w < 32; w++) {
-    double s = 0.0;
-    if (w < warps)
-      for (int e = 32 * w + lane; e < E; e += B) s += sc[e];
-    v[w] = s;
+  for (int i = 0; i < O; i++) {
+    const float keep = hi ? v[i + O] : v[i];
+    const float send = hi ? v[i] : v[i + O];
+    v[i] = keep + __shfl_xor_sync(kFull, send, O);
   }
-  const double mine = warp_sum_32(v);  // lane w: warp w's sum
-  // Unrolled so the broadcasts issue together; the adds stay in warp order.
-  double total = __shfl_sync(kFull, mine, 0);
-#pragma unroll
-  for (int w = 1; w < 32; w++) {
-    const double o = __shfl_sync(kFull, mine, w);
-    if (w < warps) total += o;
-  }
-  return total;
+  if constexpr (O > 1) halve<O / 2>(v, lane);
 }
 
 /**
- * One row's groups, top-k and weights by one warp, from its final scores `sc` (and `gsc`, room for
- * nGroup group scores). Lane l holds experts l, l + 32, … (bit q of `avail`: expert l + 32q may
- * still be picked) and caches its two best; each pick is one warp argmax, and only the lane that
- * supplied it looks at its experts again (a full rescan when its cache runs dry).
+ * V warp sums at once (V = 8, 16, 32): lane L gets Σ over the lanes of v[L mod V]. Halving
+ * exchanges on lane bits below V (for V = 32 warp_sum_32's tree), then the xor butterfly on the
+ * others; v is clobbered.
  */
-__device__ __forceinline__ void route_warp_row(const double* __restrict__ sc, double* __restrict__ gsc, const float* __restrict__ bias, int32_t* __restrict__ ids,
-                                               float* __restrict__ weights, int E, int topK, int scoring, int normTopK, int nGroup, int topkGroup,
-                                               float scaling) {
-  const int lane = lane_id();
-  const int n = (E + 31) >> 5;
-  const auto choice = [&](int e) { return finite_or_neg_inf(sc[e] + (bias ? (double)__ldg(bias + e) : 0.0)); };
-  uint64_t avail = 0;
-  if (nGroup > 1) {
-    // Groups: each scored by the sum of its two best choices (lanes over groups); the topkGroup
-    // best are kept, one warp argmax a time, and their experts become available.
-    const int size = E / nGroup;
-    for (int g = lane; g < nGroup; g += 32) {
-      double v1 = 0.0, v2 = 0.0;
-      int i1 = -1, i2 = -1;
-      for (int e = g * size; e < (g + 1) * size; e++) {
-        const double c = choice(e);
-        if (better(c, e, v1, i1)) v2 = v1, i2 = i1, v1 = c, i1 = e;
-        else if (better(c, e, v2, i2)) v2 = c, i2 = e;
-      }
-      double gs = 0.0 + v1;
-      if (i2 >= 0) gs += v2;
-      gsc[g] = finite_or_neg_inf(gs);
-    }
-    uint64_t gkept = 0;  // bit j: group lane + 32j kept (lane-local)
-    double gv;
-    int gi;
-    const auto gscan = [&]() {
-      gv = 0.0, gi = -1;
-      for (int g = lane, j = 0; g < nGroup; g += 32, j++)
-        if (!((gkept >> j) & 1) && better(gsc[g], g, gv, gi)) gv = gsc[g], gi = g;
-    };
-    gscan();
-    for (int k = 0; k < topkGroup; k++) {
-      double v = gv;
-      int i = gi;
-      warp_best(v, i);
-      if (i < 0) break;
-      if (i == gi) {
-        gkept |= 1ull << (i >> 5);
-        gscan();
-      }
-      const int lo = i * size, hi = lo + size;
-      for (int e = lo + ((lane - lo) & 31); e < hi; e += 32) avail |= 1ull << (e >> 5);
-    }
-  } else {
-    for (int q = 0; q < n; q++)
-      if (lane + 32 * q < E) avail |= 1ull << q;
-  }
-  double v1, v2;
-  int i1, i2;
-  const auto scan = [&]() {
-    v1 = 0.0, v2 = 0.0, i1 = -1, i2 = -1;
-    for (int q = 0; q < n; q++) {
-      if (!((avail >> q) & 1)) continue;
-      const int e = lane + 32 * q;
-      const double c = choice(e);
-      if (better(c, e, v1, i1)) v2 = v1, i2 = i1, v1 = c, i1 = e;
-      else if (better(c, e, v2, i2)) v2 = c, i2 = e;
-    }
-  };
-  scan();
-  // The weights' sum in slot order, as std_moe_route (every lane adds the same values).
-  double sum = 0.0, mine = 0.0;
-  int myId = -1, picked = 0;
-  for (int j = 0; j < topK; j++) {
-    double v = v1;
-    int i = i1;
-    warp_best(v, i);
-    if (i < 0) break;  // fewer kept experts than topK (checkMoe rules that out)
-    const double s = sc[i];
-    sum += s;
-    if (lane == j) myId = i, mine = s;
-    if (i == i1) {
-      avail &= ~(1ull << (i >> 5));
-      v1 = v2, i1 = i2, v2 = 0.0, i2 = -1;
-      if (i1 < 0) scan();
-    }
-    picked = j + 1;
-  }
-  if (scoring == 1) sum += 1e-20;
-  if (lane < picked) {
-    double w = mine;
-    if (normTopK) w /= sum;
-    ids[lane] = myId;
-    weights[lane] = (float)(w * (double)scaling);
-  }
-}
-
-/**
- * The few-row route over `rows` rows by one CTA of kFewThreads: as many rows at a time as fit in
- * shared memory (and warps); per batch of rows the max (a warp per row), the scores over every
- * thread, the sum (a warp per row), the division over every thread, then a warp per row picks.
- * Logits are read through L2 (`__ldcg`): in std_moe_router_gemv other CTAs wrote them.
- */
-__device__ __forceinline__ void route_few(const float* __restrict__ logits, const float* __restrict__ bias, int32_t* __restrict__ ids,
-                                          float* __restrict__ weights, int rows, int E, int topK, int scoring, int normTopK, int nGroup, int topkGroup,
-                                          float scaling, FewShared& s) {
-  if (E > kMaxExperts || E < 1 || topK > kFewMaxTopK || blockDim.x != kFewThreads) __trap();
-  const int tid = threadIdx.x, warp = warp_id(), lane = lane_id();
-  const int G = nGroup > 1 ? nGroup : 0;
-  const int stride = E + G;
-  const int per = min(kFewWarps, kFewScores / stride);
-  for (int r0 = 0; r0 < rows; r0 += per) {
-    const int nr = min(per, rows - r0);
-    const float* l = logits + (size_t)r0 * E;
-    if (scoring == 0) {
-      if (warp < nr) {
-        float mx = -INFINITY;
-        for (int e = lane; e < E; e += 32) {
-          const float v = __ldcg(l + (size_t)warp * E + e);
-          if (isfinite(v)) mx = fmaxf(mx, v);
-        }
+template <int V>
+__device__ __forceinline__ float warp_sums(float (&v)[V]) {
+  halve<V / 2>(v, lane_id());
+  float t = v[0];
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(kFull, mx, o));
-        if (lane == 0) s.rowMax[warp] = mx;
-      }
-      __syncthreads();
-    }
-    for (int q = tid; q < nr * E; q += kFewThreads) {
-      const int i = q / E, e = q - i * E;
-      const float v = __ldcg(l + q);
-      s.buf[i * stride + e] = scoring == 0 ? (isfinite(v) ? exp((double)v - (double)s.rowMax[i]) : 0.0) : 1.0 / (1.0 + exp(-(double)v));
-    }
-    __syncthreads();
-    if (scoring == 0) {
-      if (warp < nr) {
-        const double sum = route_block_sum(s.buf + warp * stride, E);
-        if (lane == 0) s.rowSum[warp] = sum != 0.0 ? sum : 1.0;
-      }
-      __syncthreads();
-      for (int q = tid; q < nr * E; q += kFewThreads) {
-        const int i = q / E;
-        s.buf[i * stride + (q - i * E)] /= s.rowSum[i];
-      }
-      __syncthreads();
-    }
-    if (warp < nr) {
-      const size_t r = (size_t)(r0 + warp);
-      double* sc = s.buf + warp * stride;
-      route_warp_row(sc, sc + E, bias, ids + r * topK, weights + r * topK, E, topK, scoring, normTopK, nGroup, topkGroup, scaling);
-    }
-    __syncthreads();  // the next rows reuse the buffer
-  }
+  for (int o = V; o < 32; o <<= 1) t += __shfl_xor_sync(kFull, t, o);
+  return t;
 }
 
 /** Elements 8q … 8q + 7 of a T array as two float4 (one 16-byte load of bf16 / f16, two of f32). */
@@ -391,27 +414,28 @@ __device__ __forceinline__ float dot8(float acc, const float4 wa, const float4 w
 }
 
 /**
- * logits[r][e] = x_r · W_e for this CTA's kGemvExperts experts: the 8 warps split D (lane l of warp
- * w takes the 8-element steps k ≡ 32w + l mod 256; elements likewise where D is not a multiple of 8
- * or a base is unaligned), each lane sums its steps in order with one fma per element, then the
- * lanes' sums by warp_sum_32's tree and the warps' in warp order. A row's logits do not depend on
- * the other rows of the step.
+ * logits[r][e] = x_r · W_e for this CTA's EPC experts: the 8 warps split D (lane l of warp w takes
+ * the 8-element steps k ≡ 32w + l mod 256; elements likewise where D is not a multiple of 8 or a
+ * base is unaligned), each lane sums its steps in order with one fma per element, then the lanes'
+ * sums by warp_sums' tree and the warps' in warp order. A row's logits do not depend on the other
+ * rows of the step.
  */
-template <typename T>
+template <typename T, int EPC>
 __device__ __forceinline__ void router_gemv(const T* __restrict__ x, const T* __restrict__ w, float* __restrict__ logits, int rows, int D, int E, float* red) {
+  constexpr int V = EPC * kGemvRows;
   const int lane = lane_id(), warp = warp_id();
-  const int e0 = blockIdx.x * kGemvExperts;
-  float acc[kGemvExperts][kGemvRows];
+  const int e0 = blockIdx.x * EPC;
+  float acc[EPC][kGemvRows];
 #pragma unroll
-  for (int ex = 0; ex < kGemvExperts; ex++)
+  for (int ex = 0; ex < EPC; ex++)
 #pragma unroll
     for (int r = 0; r < kGemvRows; r++) acc[ex][r] = 0.f;
   if ((D & 7) == 0 && aligned16(x) && aligned16(w)) {
     const int nv = D >> 3;
     for (int k = warp * 32 + lane; k < nv; k += kFewThreads) {
-      float4 wa[kGemvExperts], wb[kGemvExperts];
+      float4 wa[EPC], wb[EPC];
 #pragma unroll
-      for (int ex = 0; ex < kGemvExperts; ex++) {
+      for (int ex = 0; ex < EPC; ex++) {
         if (e0 + ex < E) ldg8(w + (size_t)(e0 + ex) * D, k, wa[ex], wb[ex]);
         else wa[ex] = wb[ex] = make_float4(0.f, 0.f, 0.f, 0.f);
       }
@@ -421,36 +445,60 @@ __device__ __forceinline__ void router_gemv(const T* __restrict__ x, const T* __
         float4 xa, xb;
         ldg8(x + (size_t)r * D, k, xa, xb);
 #pragma unroll
-        for (int ex = 0; ex < kGemvExperts; ex++) acc[ex][r] = dot8(acc[ex][r], wa[ex], wb[ex], xa, xb);
+        for (int ex = 0; ex < EPC; ex++) acc[ex][r] = dot8(acc[ex][r], wa[ex], wb[ex], xa, xb);
       }
     }
   } else {
     for (int d = warp * 32 + lane; d < D; d += kFewThreads) {
-      float wv[kGemvExperts];
+      float wv[EPC];
 #pragma unroll
-      for (int ex = 0; ex < kGemvExperts; ex++) wv[ex] = e0 + ex < E ? ldg_value(w, (size_t)(e0 + ex) * D + d) : 0.f;
+      for (int ex = 0; ex < EPC; ex++) wv[ex] = e0 + ex < E ? ldg_value(w, (size_t)(e0 + ex) * D + d) : 0.f;
 #pragma unroll
       for (int r = 0; r < kGemvRows; r++) {
         if (r >= rows) break;
         const float xv = ldg_value(x, (size_t)r * D + d);
 #pragma unroll
-        for (int ex = 0; ex < kGemvExperts; ex++) acc[ex][r] = __fmaf_rn(wv[ex], xv, acc[ex][r]);
+        for (int ex = 0; ex < EPC; ex++) acc[ex][r] = __fmaf_rn(wv[ex], xv, acc[ex][r]);
       }
     }
   }
-  float v[32];
+  float v[V];
 #pragma unroll
-  for (int ex = 0; ex < kGemvExperts; ex++)
+  for (int ex = 0; ex < EPC; ex++)
 #pragma unroll
     for (int r = 0; r < kGemvRows; r++) v[ex * kGemvRows + r] = acc[ex][r];
-  red[warp * 32 + lane] = warp_sum_32(v);  // lane L: expert e0 + L / 8, row L % 8
+  const float t = warp_sums(v);  // lane L < V: expert e0 + L / 8, row L % 8
+  if (lane < V) red[warp * V + lane] = t;
   __syncthreads();
-  if (warp == 0) {
-    float t = red[lane];
-    for (int o = 1; o < kFewWarps; o++) t += red[o * 32 + lane];
+  if (warp == 0 && lane < V) {
+    float u = red[lane];
+    for (int o = 1; o < kFewWarps; o++) u += red[o * V + lane];
     const int e = e0 + lane / kGemvRows, r = lane % kGemvRows;
-    if (r < rows && e < E) logits[(size_t)r * E + e] = t;
+    if (r < rows && e < E) logits[(size_t)r * E + e] = u;
   }
+}
+
+template <typename T>
+__device__ __forceinline__ void router_gemv_any(const T* __restrict__ x, const T* __restrict__ w, float* __restrict__ logits, int rows, int D, int E, float* red) {
+  switch (gemv_experts(E)) {
+    case 1: router_gemv<T, 1>(x, w, logits, rows, D, E, red); break;
+    case 2: router_gemv<T, 2>(x, w, logits, rows, D, E, red); break;
+    default: router_gemv<T, 4>(x, w, logits, rows, D, E, red);
+  }
+}
+
+/**
+ * Counts this CTA done (one thread, after the CTA's barrier): one acq_rel atomic, which publishes
+ * the CTA's logits with the count and, in the last CTA, makes the others' visible to it.
+ */
+__device__ __forceinline__ unsigned count_done(unsigned* counter) {
+#ifdef METRALE_CUDA_EMU
+  return atomicAdd(counter, 1u);
+#else
+  unsigned old;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(counter), "r"(1u) : "memory");
+  return old;
+#endif
 }
 
 }  // namespace
@@ -458,34 +506,34 @@ __device__ __forceinline__ void router_gemv(const T* __restrict__ x, const T* __
 extern "C" __global__ void __launch_bounds__(kFewThreads) std_moe_route_few(const float* __restrict__ logits, const float* __restrict__ bias,
                                                                            int32_t* __restrict__ ids, float* __restrict__ weights, int rows, int experts,
                                                                            int topK, int scoring, int normTopK, int nGroup, int topkGroup, float scaling) {
-  STD_SHARED(FewShared, s, 1);
+  STD_SHARED(RouteShared, s, 1);
   if (blockIdx.x != 0) return;  // one CTA routes every row
-  route_few(logits, bias, ids, weights, rows, experts, topK, scoring, normTopK, nGroup, topkGroup, scaling, s[0]);
+  if (experts > kMaxExperts || experts < 1) __trap();
+  route_rows(logits, bias, ids, weights, rows, experts, topK, scoring, normTopK, nGroup, topkGroup, scaling, s[0]);
 }
 
-extern "C" __global__ void __launch_bounds__(kFewThreads) std_moe_router_gemv(const void* __restrict__ x, const void* __restrict__ w, float* __restrict__ logits,
+extern "C" __global__ void __launch_bounds__(kFewThreads, 1) std_moe_router_gemv(const void* __restrict__ x, const void* __restrict__ w, float* __restrict__ logits,
                                                                              unsigned* __restrict__ counter, const float* __restrict__ bias,
                                                                              int32_t* __restrict__ ids, float* __restrict__ weights, int rows, int hidden,
                                                                              int experts, int topK, int scoring, int normTopK, int nGroup, int topkGroup,
                                                                              float scaling, int dtype) {
   STD_SHARED(float, red, kFewWarps * 32);
-  STD_SHARED(FewShared, s, 1);
+  STD_SHARED(RouteShared, s, 1);
   STD_SHARED(int, last, 1);
   if (rows > kGemvRows || blockDim.x != kFewThreads || experts < 1 || experts > kMaxExperts) __trap();
-  METRALE_BY_ROW_TYPE(dtype, router_gemv, static_cast<const T*>(x), static_cast<const T*>(w), logits, rows, hidden, experts, red);
-  // The last CTA to finish routes: each writer's logits reach L2 before its CTA counts itself done,
-  // and the last resets the counter, so the next launch (or a graph replay) starts from zero.
-  __threadfence();
+  const int epc = gemv_experts(experts);
+  if (gridDim.x != (unsigned)((experts + epc - 1) / epc) || gridDim.y * gridDim.z != 1) __trap();
+  METRALE_BY_ROW_TYPE(dtype, router_gemv_any, static_cast<const T*>(x), static_cast<const T*>(w), logits, rows, hidden, experts, red);
+  // The last CTA to finish routes; it resets the counter, so the next launch (or a graph replay)
+  // starts from zero.
   __syncthreads();
   if (threadIdx.x == 0) {
-    const unsigned done = atomicAdd(counter, 1u);
-    last[0] = done == gridDim.x * gridDim.y * gridDim.z - 1;
+    last[0] = count_done(counter) == gridDim.x - 1;
     if (last[0]) *counter = 0;
   }
   __syncthreads();
   if (!last[0]) return;
-  __threadfence();
-  route_few(logits, bias, ids, weights, rows, experts, topK, scoring, normTopK, nGroup, topkGroup, scaling, s[0]);
+  route_rows(logits, bias, ids, weights, rows, experts, topK, scoring, normTopK, nGroup, topkGroup, scaling, s[0]);
 }
 
 // ---- the shared expert as one more slot ----------------------------------------------------------

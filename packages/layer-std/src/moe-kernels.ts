@@ -7,7 +7,7 @@ const ROUTE_PARAMS = {
   rows: 'i32', experts: 'i32', topK: 'i32', scoring: 'i32', normTopK: 'i32', nGroup: 'i32', topkGroup: 'i32', scaling: 'f32',
 } as const;
 
-/** `std.moe_route` (kernels/std-moe-route.cu): one CTA per row, launched with `rowLaunch(rows, experts)` (its softmax sum's order depends on that block). */
+/** `std.moe_route` (kernels/std-moe-route.cu): one CTA per row, launched with `rowLaunch(rows, experts)` (its bits do not depend on the block). */
 export const routeKernel = defineKernel({
   name: 'std.moe_route',
   params: ROUTE_PARAMS,
@@ -16,8 +16,8 @@ export const routeKernel = defineKernel({
 });
 
 /**
- * `std.moe_route_few`: `std.moe_route`'s ids and weights, bit for bit, from one CTA of 256 threads
- * (a warp per row for the reductions and picks); for a few rows (`routeForm`), launched with
+ * `std.moe_route_few`: `std.moe_route`'s ids and weights, bit for bit (the same route pass, up to 8
+ * rows at once), from one CTA of 256 threads; for a few rows (`routeForm`), launched with
  * `routeFewLaunch`.
  */
 export const routeFewKernel = defineKernel({
@@ -45,7 +45,7 @@ export const routerGemvKernel = defineKernel({
 
 /** Rows up to which a step routes with the few-row kernels (`routeForm`): the GEMV's accumulators hold 8 rows. */
 export const FEW_ROUTE_ROWS = 8;
-/** Slots the few-row route kernels take: slot j lives in lane j of the row's warp. */
+/** Slots the few-row forms take: the route ranks up to 32 slots (a lane each) at once, more one pick at a time. */
 export const FEW_ROUTE_MAX_TOP_K = 32;
 
 /**
@@ -73,17 +73,22 @@ export function routeForm(rows: number, topK: number, experts: number, routerDty
 
 /** Threads of `std.moe_route_few` and `std.moe_router_gemv` (kernels/std-moe-route.cu: kFewThreads). */
 const FEW_THREADS = 256;
-/** Experts per CTA of `std.moe_router_gemv` (kGemvExperts). */
-const GEMV_EXPERTS = 4;
+/**
+ * Experts per CTA of `std.moe_router_gemv` (kernels/std-moe-route.cu: gemv_experts, which traps on
+ * another grid): up to 4, fewer where the experts are few, so the weight spreads over more SMs.
+ */
+function gemvExperts(experts: number): number {
+  return experts <= 128 ? 1 : experts <= 256 ? 2 : 4;
+}
 
 /** `std.moe_route_few`: one CTA for every row. */
 export function routeFewLaunch(stream: Stream): LaunchConfig {
   return { grid: 1, block: FEW_THREADS, stream };
 }
 
-/** `std.moe_router_gemv`: a CTA per 4 experts. */
+/** `std.moe_router_gemv`: a CTA per 1, 2 or 4 experts (`gemvExperts`). */
 export function routerGemvLaunch(experts: number, stream: Stream): LaunchConfig {
-  return { grid: Math.max(1, Math.ceil(experts / GEMV_EXPERTS)), block: FEW_THREADS, stream };
+  return { grid: Math.max(1, Math.ceil(experts / gemvExperts(experts))), block: FEW_THREADS, stream };
 }
 
 /**

@@ -230,6 +230,11 @@ describe('MoE router forms (routeForm)', () => {
     expect(routeForm(2, 10, 512, 'bf16')).toBe('fused');
   });
 
+  it('the fused router GEMV takes a CTA per expert up to 128 experts, two up to 256, four above (the kernel traps on another grid)', () => {
+    const grid = (experts: number) => routerGemvLaunch(experts, { backend: 'cpu', id: 0 }).grid;
+    expect([12, 64, 128, 200, 256, 512, 513].map(grid)).toEqual([12, 64, 128, 100, 128, 128, 129]);
+  });
+
   // On the CPU backend the GEMV's twin sums as the backend's GEMM does, so a layer's few-row steps
   // keep the bits they had through runLinear and std.moe_route.
   const routings = [

@@ -5,7 +5,7 @@
 // for the experts, every weight format (f32, bf16, f16, block-FP8 over bf16 and f16 rows). Covers
 // the vector and scalar paths of the row kernels, expert parallelism's std.moe_localize, both MoE routings (Qwen3-Next softmax top-k with
 // and without norm_topk_prob; GLM-5 sigmoid + correction bias + groups + routed scaling), ties and a
-// NaN (padding) row, the few-row route forms (std.moe_route_few bit-identical to std.moe_route;
+// NaN (padding) row, rows whose best experts share a few lanes, more slots than lanes, the few-row route forms (std.moe_route_few bit-identical to std.moe_route;
 // std.moe_router_gemv's logits, and its last CTA's route bit-identical to std.moe_route over them,
 // at 1, 3 and 8 rows), ids outside the experts, expert shapes whose D and I are not multiples of 128
 // (FP8 blocks cut short), the row-wise expert kernels bit-identical to the grouped ones and each of
@@ -19,10 +19,11 @@ import { CpuBackend } from '@metrale/cpu-backend';
 import { FLOAT_DTYPE_CODE, SeededRandom, floatBytes, type FloatDtype, type GpuBackend } from '@metrale/core';
 import { runKernelOn, runKernelOnBoth, type KernelBuffers as Bufs, type KernelLaunch, type KernelOutputs, type KernelPointers as Ptrs } from '@metrale/core/testing';
 import {
-  ATTENTION_KERNELS, EXPERT_FORMATS, geluMulKernel, softcapKernel, attnPrefillLaunch, prepLaunch, coreLaunch, combineLaunch, keyChunks, partialsBytes, EXPERT_KERNELS, WEIGHT_DTYPE_CODE, addKernel, combineKernel, embedKernel, expertsDownLaunch, expertsKernel, expertsLaunch,
+  ATTENTION_KERNELS, EXPERT_FORMATS, geluMulKernel, softcapKernel, attnPrefillLaunch, attnDecodeLaunch, prepLaunch, coreLaunch, combineLaunch, keyChunks, partialsBytes, EXPERT_KERNELS, WEIGHT_DTYPE_CODE, addKernel, combineKernel, embedKernel, expertsDownLaunch, expertsKernel, expertsLaunch,
   expertsGemmLaunch, expertsRowwiseLaunch, expertsUpLaunch, expertsUpRowwiseLaunch, flatLaunch, groupKernel, groupLaunch, layerNormKernel, localizeKernel, moeGroupsLength, rmsNormKernel,
   ropeTable, routeFewKernel, routeFewLaunch, routeKernel, routerGemvKernel, routerGemvLaunch, rowLaunch, sharedSlotsKernel, sharedSlotsLaunch, siluMulKernel, type ExpertFormat,
 } from '@metrale/layer-std';
+import { argmaxKernel, argmaxLaunch } from '@metrale/layer-std';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { expertSet, rowTypeOf } from '../expert-weights.js';
 import { decodeRows, encodeRows, relErr } from '../setup.js';
@@ -172,12 +173,115 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
     });
   }
 
+  // ---- std-sample: std.argmax over slices of its rows ------------------------------------------------
+  // The lowest index of each row's maximum whatever the slicing: one CTA per row, argmaxLaunch's
+  // shapes (on a 132-SM GPU and on this device), slices of 4 logits, more slices than the row has
+  // logits for, fewer row CTAs than rows; at the Qwen3 vocabulary and at widths that are not a
+  // multiple of 4 or of the slice, and rows not 16-byte aligned (the scalar path). Rows by r mod 8:
+  // random, the maximum in the last logit, the maximum twice (in the first and last slices), all −∞
+  // (0), NaN around the maximum, +∞ twice, every logit equal (0), +0 and −0 as the maximum. Each
+  // shape is launched twice into two outputs: the last CTA of a row resets its counter, so the
+  // second launch (as a graph replay) finishes too, and the counters are zero after.
+  /** Rows of the patterns above and each row's token, as planted. */
+  function argmaxRows(rows: number, V: number): { logits: Float32Array; want: (number | undefined)[] } {
+    const logits = random.normals(rows * V, 3);
+    const want: (number | undefined)[] = [];
+    for (let r = 0; r < rows; r++) {
+      const row = logits.subarray(r * V, (r + 1) * V);
+      const third = Math.floor(V / 3);
+      const mid = Math.floor(V / 2) + 1;
+      want.push(undefined);
+      switch (r % 8) {
+        case 1:
+          row[V - 1] = 50;
+          want[r] = V - 1;
+          break;
+        case 2:
+          row[V - 2] = row[3] = 50;
+          want[r] = 3;
+          break;
+        case 3:
+          row.fill(-Infinity);
+          want[r] = 0;
+          break;
+        case 4:
+          for (let i = 0; i < V; i += 97) row[i] = Number.NaN;
+          row[V - 1] = Number.NaN;
+          row[mid] = 40;
+          want[r] = mid;
+          break;
+        case 5:
+          row[V - 3] = row[third] = Infinity;
+          want[r] = third;
+          break;
+        case 6:
+          row.fill(1.5);
+          want[r] = 0;
+          break;
+        case 7:
+          row.fill(-1);
+          row[V - 2] = 0;
+          row[2] = -0;
+          want[r] = 2;
+          break;
+      }
+    }
+    return { logits, want };
+  }
+  /** std.argmax at each grid, twice, against the twin, the planted tokens and the counters' reset. */
+  function argmaxCase(label: string, rows: number, V: number, grids: readonly (readonly [number, number])[], offset = 0): void {
+    const { logits, want } = argmaxRows(rows, V);
+    const maxSlices = Math.max(...grids.map((g) => g[0]));
+    const data = new Float32Array(offset + rows * V);
+    data.set(logits, offset);
+    for (const [slices, rowCtas] of grids) {
+      const bufs = { logits: data, out: poisonI32(rows), out2: poisonI32(rows), counters: new Uint32Array(rows), partials: poisonI32(2 * rows * maxSlices) };
+      const r = onBoth(bufs, (gpu, p) => {
+        for (const out of [p.out!, p.out2!]) {
+          gpu.launch(argmaxKernel, { grid: [slices, rowCtas], block: 256, stream: gpu.defaultStream }, {
+            logits: p.logits! + BigInt(4 * offset), out, counters: p.counters!, partials: p.partials!, rows, vocab: V,
+          });
+        }
+      }, ['out', 'out2', 'counters']);
+      const shape = `${label} grid [${slices}, ${rowCtas}]`;
+      compareI32(`argmax ${shape}`, r.cpu.out!, r.cuda.out!);
+      compareI32(`argmax ${shape}, launched again`, r.cpu.out!, r.cuda.out2!);
+      const got = Array.from(i32(r.cuda.out!));
+      want.forEach((w, row) => w !== undefined && expect(got[row], `${shape} row ${row}`).toBe(w));
+      expect(Array.from(i32(r.cuda.counters!)), `${shape}: the counters are back at zero`).toEqual(new Array(rows).fill(0));
+    }
+  }
+  const launchShape = (rows: number, V: number, sms: number): [number, number] => {
+    const grid = argmaxLaunch(rows, V, sms, cudaGpu!.defaultStream).grid as readonly number[];
+    return [grid[0]!, grid[1]!];
+  };
+
+  it('std.argmax at the Qwen3 vocabulary (151 936): argmaxLaunch\'s shapes at 1 and 64 rows, one CTA per row', () => {
+    const V = 151_936;
+    const sms = cudaGpu!.device.multiprocessors;
+    argmaxCase('V 151936 rows 1', 1, V, [launchShape(1, V, 132), launchShape(1, V, sms), [7, 1]]);
+    argmaxCase('V 151936 rows 8', 8, V, [launchShape(8, V, 132), [1, 8]]);
+    argmaxCase('V 151936 rows 64', 64, V, [launchShape(64, V, 132), launchShape(64, V, sms)]);
+  });
+
+  it('std.argmax: the same tokens at any slicing, widths not a multiple of 4 or of the slice, rows not 16-byte aligned', () => {
+    const grids = [[1, 8], [2, 8], [3, 8], [7, 8], [64, 2], [5, 1]] as const;
+    argmaxCase('V 1001', 8, 1001, grids);
+    argmaxCase('V 4099', 8, 4099, grids);
+    argmaxCase('V 1000 (aligned)', 8, 1000, grids);
+    argmaxCase('V 1000 unaligned', 8, 1000, grids, 1);
+    argmaxCase('V 5', 8, 5, [[1, 8], [2, 8], [9, 3]]);
+  });
+
   // ---- std-moe ---------------------------------------------------------------------------------------
   const routings = [
     { label: 'softmax top-10 of 512, norm_topk_prob', E: 512, topK: 10, scoring: 0, normTopK: 1, nGroup: 1, topkGroup: 1, scaling: 1, bias: false },
     { label: 'softmax top-10 of 512, no norm', E: 512, topK: 10, scoring: 0, normTopK: 0, nGroup: 1, topkGroup: 1, scaling: 1, bias: false },
     { label: 'sigmoid + bias, 8 groups keep 4, top-8 of 256, scaling 2.5', E: 256, topK: 8, scoring: 1, normTopK: 1, nGroup: 8, topkGroup: 4, scaling: 2.5, bias: true },
     { label: 'sigmoid + bias, no groups, top-3 of 12, no norm', E: 12, topK: 3, scoring: 1, normTopK: 0, nGroup: 1, topkGroup: 1, scaling: 1, bias: true },
+    { label: 'softmax top-10 of 64, norm_topk_prob', E: 64, topK: 10, scoring: 0, normTopK: 1, nGroup: 1, topkGroup: 1, scaling: 1, bias: false },
+    { label: 'sigmoid + bias, no groups, top-8 of 256, scaling 2.5', E: 256, topK: 8, scoring: 1, normTopK: 1, nGroup: 1, topkGroup: 1, scaling: 2.5, bias: true },
+    { label: 'sigmoid + bias, 8 groups keep 2, top-10 of 64', E: 64, topK: 10, scoring: 1, normTopK: 1, nGroup: 8, topkGroup: 2, scaling: 1, bias: true },
   ];
   /** The route arguments of a routing case. */
   const routeArgs = (o: (typeof routings)[number], rows: number, p: Ptrs) => ({
@@ -185,9 +289,16 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
     scoring: o.scoring, normTopK: o.normTopK, nGroup: o.nGroup, topkGroup: o.topkGroup, scaling: o.scaling,
   });
   for (const o of routings) {
-    it(`std.moe_route and std.moe_route_few: ${o.label} (a tied row, a NaN padding row)`, () => {
+    it(`std.moe_route and std.moe_route_few: ${o.label} (a tied row, a NaN padding row, rows whose best experts share lanes)`, () => {
       const rows = 9;
       const logits = random.normals(rows * o.E, 2);
+      // Rows 1 and 2: the best experts in a few lanes (expert e in lane e mod 32), so the ranked
+      // top-k has many candidates (row 1: picked one at a time where they exceed its list) or
+      // fewer lanes holding any than slots (row 2 with groups 0 and 4 of 64 kept).
+      for (let e = 0; e < o.E; e++) {
+        if (e % 32 < 10) logits[o.E + e] = 10 - 0.05 * (e % 32) - 0.001 * Math.floor(e / 32);
+        if (e % 32 < 8) logits[2 * o.E + e]! += 4;
+      }
       logits.fill(0.25, 3 * o.E, 4 * o.E); // every expert tied: ids by index
       for (let e = 0; e < o.E; e += 3) logits[5 * o.E + e] = 1.5; // partial ties
       logits.fill(Number.NaN, 7 * o.E, 8 * o.E); // a padding row holding garbage
@@ -202,7 +313,7 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
       const rel = relErr(w(r.cuda.weights!), w(r.cpu.weights!));
       results.push(`${`moe_route ${o.label} weights`.padEnd(84)} rel ${rel.toExponential(2)}`);
       expect(rel).toBeLessThanOrEqual(1e-6);
-      // The few-row form (here 9 rows: two batches of rows in its one CTA) gives the same bits.
+      // The few-row form (here 9 rows: several passes of its one CTA) gives the same bits.
       const few = runKernelOn(cudaGpu!, bufs, (gpu, p) =>
         gpu.launch(routeFewKernel, routeFewLaunch(gpu.defaultStream), { logits: p.logits!, ...routeArgs(o, rows, p) }), ['ids', 'weights']);
       const same = sameBits(few.ids!, r.cuda.ids!) && sameBits(few.weights!, r.cuda.weights!);
@@ -211,6 +322,19 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
       expect(sameBits(few.weights!, r.cuda.weights!), 'route_few weights: bits of std.moe_route').toBe(true);
     });
   }
+  it('std.moe_route: softmax top-40 of 64 (more slots than a warp has lanes: picked one at a time), a tied row', () => {
+    const o = { label: 'softmax top-40 of 64', E: 64, topK: 40, scoring: 0, normTopK: 1, nGroup: 1, topkGroup: 1, scaling: 1, bias: false };
+    const rows = 3;
+    const logits = random.normals(rows * o.E, 2);
+    logits.fill(0.25, o.E, 2 * o.E);
+    const bufs = { logits, bias: random.normals(o.E, 0.1), ids: poisonI32(rows * o.topK), weights: poisonF32(rows * o.topK) };
+    const r = onBoth(bufs, (gpu, p) =>
+      gpu.launch(routeKernel, rowLaunch(rows, o.E, gpu.defaultStream), { logits: p.logits!, ...routeArgs(o, rows, p) }), ['ids', 'weights']);
+    compareI32(`moe_route ${o.label} ids`, r.cpu.ids!, r.cuda.ids!);
+    const rel = relErr(f32(r.cuda.weights!), f32(r.cpu.weights!));
+    results.push(`${`moe_route ${o.label} weights`.padEnd(84)} rel ${rel.toExponential(2)}`);
+    expect(rel).toBeLessThanOrEqual(1e-6);
+  });
 
   // The fused router of few rows: the GEMV's logits against the twin's (f32 sums against f64), and
   // the ids and weights of its last CTA bit-identical to std.moe_route's over those same logits,
@@ -222,6 +346,8 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
     { ...routings[1]!, label: 'softmax top-8 of 64, no norm, hidden 100 (the scalar path)', E: 64, topK: 8, D: 100 },
     { ...routings[2]!, label: 'sigmoid + bias, 8 groups keep 4, top-8 of 64, scaling 2.5, hidden 512', E: 64, D: 512 },
     { ...routings[2]!, label: 'sigmoid + bias, 8 groups keep 4, top-10 of 512, scaling 2.5, hidden 2048', E: 512, topK: 10, D: 2048 },
+    { ...routings[0]!, label: 'softmax top-10 of 64, norm_topk_prob, hidden 2048 (a CTA an expert)', E: 64, D: 2048 },
+    { ...routings[5]!, label: 'sigmoid + bias, no groups, top-8 of 256, scaling 2.5, hidden 2048 (two experts a CTA)', D: 2048 },
   ];
   for (const o of gemvCases) {
     for (const dtype of ROW_TYPES) {
@@ -590,65 +716,72 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
 
   // ---- std-attention split-KV: rows of several key chunks, records merged by std.attn_combine ------------
   // The cache is filled directly (no prefill): decode rows at 1 501 keys, a verify of 4 rows at ~700,
-  // a padding row, rows at exactly 256 keys (one chunk) and 257 (two). Each row's cut depends on its
+  // a padding row, rows at exactly 128 keys (one chunk) and 129 (two). Each row's cut depends on its
   // key count and `chunks` only: the layer's launch and one of a single split (a CTA takes every
-  // chunk of its row) give the same bits.
+  // chunk of its row) give the same bits. std.attn_core (CUDA cores) on every row type; std.attn_decode
+  // (tensor cores, 16-bit rows, head dims multiples of 8) against its twin, which rounds P per tile of
+  // 16 keys as its warps do: two steps of the output's type, as std.attn_prefill.
   const splitShapes = [
     { label: 'Qwen3-Next-80B heads: 16 q / 2 kv, d 256, gated, pages of 16', H: 16, Hkv: 2, d: 256, gated: 1, page: 16 },
     { label: 'Gemma 3n E4B sliding heads: 8 q / 2 kv, d 256, window 512, pages of 16', H: 8, Hkv: 2, d: 256, gated: 0, page: 16, window: 512 },
     { label: 'group of 16 (two passes of 8 heads): 32 q / 2 kv, d 128, pages of 8', H: 32, Hkv: 2, d: 128, gated: 0, page: 8 },
     { label: 'group of 12 (8 heads, then 4): 12 q / 1 kv, d 256, gated, pages of 16', H: 12, Hkv: 1, d: 256, gated: 1, page: 16 },
     { label: '6 q / 2 kv, d 20 (rows not whole 16-byte pieces in 16-bit types), pages of 4', H: 6, Hkv: 2, d: 20, gated: 1, page: 4 },
+    { label: 'group of 20 (tensor cores: a pass of 16 heads, then 4): 40 q / 2 kv, d 64, gated, pages of 16', H: 40, Hkv: 2, d: 64, gated: 1, page: 16 },
+    { label: '4 q / 1 kv, d 40 (template 64), window 300, pages of 8', H: 4, Hkv: 1, d: 40, gated: 0, page: 8, window: 300 },
   ] as { label: string; H: number; Hkv: number; d: number; gated: number; page: number; window?: number }[];
-  for (const dtype of ROW_TYPES) {
-    for (const o of splitShapes) {
-      it(`${dtype}: std.attn_core + std.attn_combine over key chunks, the same bits at any split: ${o.label}`, () => {
-        const maxSeqLen = 2048;
-        const maxPages = maxSeqLen / o.page;
-        const chunks = keyChunks('decode', maxSeqLen);
-        expect(chunks).toBe(8);
-        const seqs = [
-          { slot: 0, start: 1500, count: 1 },
-          { slot: 1, start: 700, count: 4 },
-          { slot: -1, start: 0, count: 1 },
-          { slot: 2, start: 255, count: 1 },
-          { slot: 3, start: 256, count: 1 },
-        ];
-        const pool = 4 * maxPages;
-        const blockTable = shuffledPages(pool);
-        const { rowStarts, rows, positions } = stepRows(seqs);
-        const W = qkvWidth(o);
-        const cacheElements = pool * o.page * o.Hkv * o.d;
-        const bufs: Bufs = {
-          blockTable, rowStarts, positions, slots: Int32Array.from(seqs.map((q) => q.slot)),
-          kCache: typed(cacheElements, dtype), vCache: typed(cacheElements, dtype), qkv: typed(rows * W, dtype, 1.5),
-          q: typed(rows * o.H * o.d, dtype, 1.5), out: poison(rows * o.H * o.d, dtype), outOneSplit: poison(rows * o.H * o.d, dtype),
-          outLayer: poison(rows * o.H * o.d, dtype),
-          partials: new Float32Array(partialsBytes(rows, o.H, o.d, chunks) / 4),
-        };
-        const k = ATTENTION_KERNELS[dtype];
-        const r = onBoth(bufs, (gpu, p) => {
-          const stream = gpu.defaultStream;
-          const args = (out: bigint) => ({
-            qkv: p.qkv!, kCache: p.kCache!, vCache: p.vCache!, blockTable: p.blockTable!, slots: p.slots!, rowStarts: p.rowStarts!, positions: p.positions!,
-            batch: seqs.length, heads: o.H, kvHeads: o.Hkv, headDim: o.d, pageSize: o.page, maxPages, gated: o.gated, dtype: FLOAT_DTYPE_CODE[dtype], ownKv: 1,
-            q: p.q!, out, scale: 1 / Math.sqrt(o.d), window: o.window ?? 0, chunks, partials: p.partials!,
-          });
-          // Three splits (CTA z takes chunks z, z + 3, …) and one; the layer's count depends on the device.
-          const launch = coreLaunch(rows, o.Hkv, o.d, floatBytes(dtype), chunks, gpu.device.multiprocessors, stream);
-          for (const [out, grid] of [[p.out!, [rows, o.Hkv, 3]], [p.outOneSplit!, [rows, o.Hkv, 1]], [p.outLayer!, launch.grid]] as const) {
-            gpu.launch(k.core, { ...launch, grid }, args(out));
-            gpu.launch(k.combine, combineLaunch(rows, o.H, stream), args(out));
-          }
-        }, ['out', 'outOneSplit', 'outLayer']);
-        const core = dtype === 'f32' ? 2e-5 : STEP[dtype];
-        compare(`${dtype} attn_core split ${o.label}`, dtype, r.cpu.out!, r.cuda.out!, core);
-        expect(sameBits(r.cuda.outOneSplit!, r.cuda.out!), `${dtype} attn_core: one split and three differ`).toBe(true);
-        expect(sameBits(r.cuda.outLayer!, r.cuda.out!), `${dtype} attn_core: the layer's splits and three differ`).toBe(true);
-        const pad = decodeRows(r.cuda.out!, dtype).subarray(rowStarts[2]! * o.H * o.d, rowStarts[3]! * o.H * o.d);
-        expect(pad.every((v) => v === 0)).toBe(true);
-      });
-    }
+  const splitCases = ROW_TYPES.flatMap((dtype) => [
+    ...splitShapes.map((o) => ({ dtype, o, kernel: 'core' as const })),
+    ...(dtype === 'f32' ? [] : splitShapes.filter((o) => o.d % 8 === 0).map((o) => ({ dtype, o, kernel: 'decode' as const }))),
+  ]);
+  for (const { dtype, o, kernel } of splitCases) {
+    it(`${dtype}: std.attn_${kernel} + std.attn_combine over key chunks, the same bits at any split: ${o.label}`, () => {
+      const maxSeqLen = 2048;
+      const maxPages = maxSeqLen / o.page;
+      const chunks = keyChunks('decode', maxSeqLen);
+      expect(chunks).toBe(16);
+      const seqs = [
+        { slot: 0, start: 1500, count: 1 },
+        { slot: 1, start: 700, count: 4 },
+        { slot: -1, start: 0, count: 1 },
+        { slot: 2, start: 127, count: 1 },
+        { slot: 3, start: 128, count: 1 },
+      ];
+      const pool = 4 * maxPages;
+      const blockTable = shuffledPages(pool);
+      const { rowStarts, rows, positions } = stepRows(seqs);
+      const W = qkvWidth(o);
+      const cacheElements = pool * o.page * o.Hkv * o.d;
+      const bufs: Bufs = {
+        blockTable, rowStarts, positions, slots: Int32Array.from(seqs.map((q) => q.slot)),
+        kCache: typed(cacheElements, dtype), vCache: typed(cacheElements, dtype), qkv: typed(rows * W, dtype, 1.5),
+        q: typed(rows * o.H * o.d, dtype, 1.5), out: poison(rows * o.H * o.d, dtype), outOneSplit: poison(rows * o.H * o.d, dtype),
+        outLayer: poison(rows * o.H * o.d, dtype),
+        partials: new Float32Array(partialsBytes(rows, o.H, o.d, chunks) / 4),
+      };
+      const k = ATTENTION_KERNELS[dtype];
+      const r = onBoth(bufs, (gpu, p) => {
+        const stream = gpu.defaultStream;
+        const args = (out: bigint) => ({
+          qkv: p.qkv!, kCache: p.kCache!, vCache: p.vCache!, blockTable: p.blockTable!, slots: p.slots!, rowStarts: p.rowStarts!, positions: p.positions!,
+          batch: seqs.length, heads: o.H, kvHeads: o.Hkv, headDim: o.d, pageSize: o.page, maxPages, gated: o.gated, dtype: FLOAT_DTYPE_CODE[dtype], ownKv: 1,
+          q: p.q!, out, scale: 1 / Math.sqrt(o.d), window: o.window ?? 0, chunks, partials: p.partials!,
+        });
+        // Three splits (CTA z takes chunks z, z + 3, …) and one; the layer's count depends on the device.
+        const tensorCores = kernel === 'decode';
+        const launch = (tensorCores ? attnDecodeLaunch : coreLaunch)(rows, o.Hkv, o.d, floatBytes(dtype), chunks, gpu.device.multiprocessors, stream);
+        for (const [out, grid] of [[p.out!, [rows, o.Hkv, 3]], [p.outOneSplit!, [rows, o.Hkv, 1]], [p.outLayer!, launch.grid]] as const) {
+          gpu.launch(tensorCores ? k.decode! : k.core, { ...launch, grid }, args(out));
+          gpu.launch(k.combine, combineLaunch(rows, o.H, stream), args(out));
+        }
+      }, ['out', 'outOneSplit', 'outLayer']);
+      const tolerance = dtype === 'f32' ? 2e-5 : kernel === 'decode' ? 2 * STEP[dtype] : STEP[dtype];
+      compare(`${dtype} attn_${kernel} split ${o.label}`, dtype, r.cpu.out!, r.cuda.out!, tolerance);
+      expect(sameBits(r.cuda.outOneSplit!, r.cuda.out!), `${dtype} attn_${kernel}: one split and three differ`).toBe(true);
+      expect(sameBits(r.cuda.outLayer!, r.cuda.out!), `${dtype} attn_${kernel}: the layer's splits and three differ`).toBe(true);
+      const pad = decodeRows(r.cuda.out!, dtype).subarray(rowStarts[2]! * o.H * o.d, rowStarts[3]! * o.H * o.d);
+      expect(pad.every((v) => v === 0)).toBe(true);
+    });
   }
 
   // ---- std-attention-prefill: a prefill chunk on tensor cores against the same twin ---------------------

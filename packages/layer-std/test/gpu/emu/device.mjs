@@ -13,6 +13,7 @@ export const stdKernels = join(dirname(fileURLToPath(import.meta.url)), '..', '.
 export const stdModules = {
   'std-moe-group': { source: join(stdKernels, 'std-moe-group.cu'), kernels: { std_moe_group: 1 } },
   'std-attention-prefill': { source: join(stdKernels, 'std-attention-prefill.cu'), kernels: { std_attn_prefill_bf16: 1, std_attn_prefill_f16: 1 } },
+  'std-attention-decode': { source: join(stdKernels, 'std-attention-decode.cu'), kernels: { std_attn_decode_bf16: 1, std_attn_decode_f16: 1 } },
   'std-attention': {
     source: join(stdKernels, 'std-attention.cu'),
     kernels: {
@@ -24,6 +25,7 @@ export const stdModules = {
     source: join(stdKernels, 'std-rows.cu'),
     kernels: { std_embed: 1, std_rms_norm: 1, std_layer_norm: 1, std_add: 1, std_silu_mul: 1, std_gelu_mul: 1, std_softcap: 1 },
   },
+  'std-sample': { source: join(stdKernels, 'std-sample.cu'), kernels: { std_argmax: 1, std_sample: 1 } },
   'std-moe-route': { source: join(stdKernels, 'std-moe-route.cu'), kernels: { std_moe_route: 1, std_moe_route_few: 1, std_moe_router_gemv: 1, std_moe_shared_slots: 1 } },
   'std-moe': {
     source: join(stdKernels, 'std-moe.cu'),
