@@ -11,6 +11,11 @@
 //                      experts, sigmoid + bias top-8 of 256 (GLM-5): std.moe_router_gemv; the
 //                      router GEMM + std.moe_route_few; the GEMM + std.moe_route; floor: the
 //                      router weight read once.
+//   expert GEMMs       std.moe_gemm_up + _down (the large pair) and _few (what the layer takes up to
+//                      FEW_GEMM_ROWS rows) at 1, 8 and 64 rows: Qwen3-Next-80B's 512 experts, top-10
+//                      and the shared expert as slot 11; each of the 10 runs its own rows and
+//                      experts (so L2 holds none of the next run's); floor: each chosen expert's
+//                      weights read once at the copy rate.
 // Results print and go to $METRALE_BENCH_OUT (default bench-results/decode-kernels.json).
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
@@ -32,12 +37,12 @@ const std = await import('@metrale/layer-std');
 const core = await import('@metrale/core');
 const gpu = cb.CudaBackend.create();
 const stream = gpu.defaultStream;
-const result = { device: found.reason, rows: ROWS, ceilings: {}, attention: [], router: [] };
+const result = { device: found.reason, rows: ROWS, ceilings: {}, attention: [], router: [], expertGemms: [] };
 try {
   const c = cb.measureCeilings(gpu, { log: (l) => log(`  ${l}`), gemmSize: 4096 });
   result.ceilings = { copyBytesPerS: c.copy?.bytesPerS };
   const copyBW = c.copy.bytesPerS;
-  const { alloc, upload, encoded, randomBuffer, freeFrom } = deviceBuffers(gpu, core, stream);
+  const { alloc, upload, encoded, randomBuffer, freeFrom, rand } = deviceBuffers(gpu, core, stream);
   const rowCode = core.FLOAT_DTYPE_CODE[ROWS];
   /** Device ms of one call of `run(i)`: 10 calls (i = 0 … 9) captured in one graph, replayed. */
   const graphMs = (run) => {
@@ -115,6 +120,46 @@ try {
       result.router.push({ experts: E, topK, scoring, batch, form: std.routeForm(batch, topK, E, ROWS), floorMs, fusedMs, gemmRouteFewMs: fewMs, gemmRouteMs: blockMs, gemmMs });
       const us = (ms) => `${(ms * 1e3).toFixed(1)} µs`;
       log(`router + route ${label} batch ${batch}: std.moe_router_gemv ${us(fusedMs)}; GEMM + std.moe_route_few ${us(fewMs)}; GEMM + std.moe_route ${us(blockMs)} (GEMM alone ${us(gemmMs)}); floor ${us(floorMs)}`);
+    }
+    freeFrom(0);
+  }
+
+  // ---- expert GEMMs ------------------------------------------------------------------------------------
+  {
+    const I = 512, routed = 512, topK = 10, E = routed + 1, slots = topK + 1;
+    const gateUp = randomBuffer(E * 2 * I * D, 1 / Math.sqrt(D), ROWS), down = randomBuffer(E * D * I, 1 / Math.sqrt(I), ROWS);
+    const k = std.EXPERT_KERNELS[ROWS];
+    const codes = { wDtype: std.WEIGHT_DTYPE_CODE[ROWS], rowDtype: rowCode };
+    for (const batch of [1, 8, 64]) {
+      // Run i: its own rows, top-10 distinct routed experts a row (drawn at random), then the shared one.
+      const runs = Array.from({ length: 10 }, () => {
+        const ids = new Int32Array(batch * slots);
+        const distinct = new Set();
+        for (let r = 0; r < batch; r++) {
+          const mine = new Set();
+          while (mine.size < topK) mine.add(Math.floor(rand() * routed));
+          [...mine, routed].forEach((e, j) => { ids[r * slots + j] = e; distinct.add(e); });
+        }
+        const groups = alloc(4 * std.moeGroupsLength(batch, slots, E));
+        const idsBuf = upload(ids);
+        gpu.launch(std.groupKernel, std.groupLaunch(batch, slots, stream), { ids: idsBuf, groups, rows: batch, experts: E, topK: slots });
+        return { ids: idsBuf, groups, experts: distinct.size, x: randomBuffer(batch * D, 1, ROWS), h: alloc(BYTES[ROWS] * batch * slots * I), y: alloc(BYTES[ROWS] * batch * slots * D) };
+      });
+      gpu.synchronize(stream);
+      const timePair = (gemm) => graphMs((i) => {
+        const r = runs[i];
+        const args = { ids: r.ids, groups: r.groups, rows: batch, hidden: D, inter: I, experts: E, topK: slots, ...codes };
+        gpu.launch(gemm.up, std.expertsGemmLaunch(gemm, 'up', batch, slots, I, E, gpu.device.computeCapability, stream), { input: r.x, gateUp, gateUpScales: 0n, h: r.h, ...args });
+        gpu.launch(gemm.down, std.expertsGemmLaunch(gemm, 'down', batch, slots, D, E, gpu.device.computeCapability, stream), { h: r.h, down, downScales: 0n, y: r.y, ...args });
+      });
+      const largeMs = timePair(k.gemm);
+      const fewMs = timePair(k.gemm.few);
+      const meanExperts = runs.reduce((a, r) => a + r.experts, 0) / runs.length;
+      const floorMs = ((meanExperts * 3 * I * D * BYTES[ROWS]) / copyBW) * 1e3;
+      result.expertGemms.push({ experts: routed, topK, shared: 1, batch, meanExpertsRead: meanExperts, floorMs, largeMs, fewMs, layerTakes: std.expertsGemm(k, batch) === k.gemm.few ? 'few' : 'large' });
+      const us = (ms) => `${(ms * 1e3).toFixed(1)} µs`;
+      log(`expert GEMMs ${routed} experts top-${topK} + shared, batch ${batch} (${meanExperts.toFixed(1)} experts read): large ${us(largeMs)}, few ${us(fewMs)}; floor ${us(floorMs)} (few ${((100 * floorMs) / fewMs).toFixed(1)} % of copy)`);
+      freeFrom(2);
     }
     freeFrom(0);
   }

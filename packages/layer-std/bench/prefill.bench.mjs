@@ -108,8 +108,8 @@ try {
     const upFlop = 2 * entries * 2 * I * D, downFlop = 2 * entries * D * I;
     const t = {
       group: time(group),
-      up: time(() => gpu.launch(kk.gemm.up, std.expertsGemmLaunch(kk, 'up', rows, topK, I, E, gpu.device.computeCapability, stream), { input: x, gateUp, gateUpScales, h, ...args })),
-      down: time(() => gpu.launch(kk.gemm.down, std.expertsGemmLaunch(kk, 'down', rows, topK, D, E, gpu.device.computeCapability, stream), { h, down, downScales, y, ...args })),
+      up: time(() => gpu.launch(kk.gemm.up, std.expertsGemmLaunch(kk.gemm, 'up', rows, topK, I, E, gpu.device.computeCapability, stream), { input: x, gateUp, gateUpScales, h, ...args })),
+      down: time(() => gpu.launch(kk.gemm.down, std.expertsGemmLaunch(kk.gemm, 'down', rows, topK, D, E, gpu.device.computeCapability, stream), { h, down, downScales, y, ...args })),
       sum: time(() => gpu.launch(std.expertsKernel, std.expertsLaunch(rows, D, stream), { y, ids, weights, output: out, rows, hidden: D, experts: E, topK, dtype: rowCode })),
     };
     const total = t.group + t.up + t.down + t.sum;

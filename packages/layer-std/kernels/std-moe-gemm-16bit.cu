@@ -4,19 +4,24 @@
 //   std_moe_gemm_up    h[rj] = silu(gate_e x_r) ⊙ (up_e x_r) for every entry rj = r·topK + j of
 //                      expert e (the same outputs as std_moe_experts_up)
 //   std_moe_gemm_down  y[rj] = down_e h[rj] (the same outputs as std_moe_experts_down)
-// Grid [tile slots, ⌈N / columns⌉], 256 threads, dynamic shared memory (expertsGemmLaunch). As in
-// std-moe-gemm.cu the host launches an upper bound of tile slots, ⌈entries / 128⌉ + min(E, entries),
-// and CTA x takes the x-th (expert, 128-entry tile) (find_tile); tiles are the fastest grid
-// dimension, so the CTAs of one expert's weight columns run together and share them through L2.
-// Entries whose id is outside the experts get zeros (CTAs of column x = 0).
+//   std_moe_gemm_up_few / std_moe_gemm_down_few  the same for decode and verify steps (few entries an
+//                      expert): tiles of 64 entries, one warpgroup, a deeper stage ring
+// Grid [tile slots, ⌈N / columns⌉], dynamic shared memory (expertsGemmLaunch). As in std-moe-gemm.cu
+// the host launches an upper bound of tile slots, ⌈entries / BM⌉ + min(E, entries), and CTA x takes
+// the x-th (expert, BM-entry tile) (find_tile); tiles are the fastest grid dimension, so the CTAs of
+// one expert's weight columns run together and share them through L2. Entries whose id is outside
+// the experts get zeros (CTAs of column x = 0).
 //
-// A CTA: 128 entries × 128 weight rows (up: 64 columns of I as gate and up rows both, so SiLU·mul
-// is done in registers; down: 128 columns of D), k in steps of 32 through a 3-stage cp.async
-// pipeline (rows gathered by entry: x by rj / topK, h by rj; rows past the tile, past N or k past K
-// are zero-filled), 8 warps of 32 entries × 64 weight rows, mma.sync m16n8k16 (row-type inputs, f32
-// accumulators) on ldmatrix fragments. h and y are rounded to the row type where stored; the k
-// order is fixed and there is no split-k, so a row's result depends on nothing else in the batch.
-// Needs D and I multiples of 16 (the layer checks; else it takes std-moe.cu's grouped kernels).
+// A CTA: BM entries (128, or 64 for _few) × 128 weight rows (up: 64 columns of I as gate and up
+// rows both, so SiLU·mul is done in registers; down: 128 columns of D), k in steps of 32 through a
+// 3-stage cp.async pipeline (rows gathered by entry: x by rj / topK, h by rj; rows past N or k past
+// K are zero-filled, rows past the tile zeroed once), warps of 32 entries × 64 weight rows,
+// mma.sync m16n8k16 (row-type inputs, f32 accumulators) on ldmatrix fragments. h and y are rounded
+// to the row type where stored; the k order is fixed and there is no split-k, so a row's result
+// depends on nothing else in the batch — and the _few kernels give an entry the same bits as the
+// large ones: each warp (warpgroup on sm_90a) runs the same products over the same k order, only
+// fewer of them share a CTA. Needs D and I multiples of 16 (the layer checks; else it takes
+// std-moe.cu's grouped kernels).
 #include "std-common.cuh"
 #include "std-moe-groups.cuh"
 #include "std-mma.cuh"
@@ -25,25 +30,28 @@ using namespace stdk;
 
 namespace {
 
-constexpr int kBM = 128, kBW = 128, kBK = 32;
+// Entries of a CTA's tile: the large kernels' and the _few ones'. Two threads an entry on mma.sync,
+// one warpgroup per 64 entries on wgmma: 128 threads a 64-entry tile either way.
+constexpr int kBM = 128, kFewBM = 64, kBW = 128, kBK = 32;
 [[maybe_unused]] constexpr int kStages = 3;  // the mma.sync path (sm_80)
 constexpr int kLds = kBK + 8;  // shared row stride in elements: 80 bytes, so ldmatrix's 8 rows fall on distinct banks
-constexpr int kThreads = 256;
+template <int BM>
+constexpr int kThreadsOf = 2 * BM;
 constexpr int kMaxExpertsGemm = 2048;
 
-template <typename T>
+template <typename T, int BM>
 struct Stage {
-  T a[kBM][kLds];  // gathered input rows
+  T a[BM][kLds];   // gathered input rows
   T b[kBW][kLds];  // weight rows
 };
 
-template <typename T>
-constexpr size_t smem_bytes() { return kStages * sizeof(Stage<T>); }
+template <typename T, int BM>
+constexpr size_t smem_bytes() { return kStages * sizeof(Stage<T, BM>); }
 
 /** CTAs of tile slot 0: zeros for the entries whose expert id is outside the experts, columns n0 … n0 + NC − 1. */
 template <int NC, typename T>
 __device__ __forceinline__ void zero_invalid(const Groups& gr, T* __restrict__ out, int N, int n0) {
-  for (int q = threadIdx.x / NC; q < gr.nInvalid; q += kThreads / NC) {
+  for (int q = threadIdx.x / NC; q < gr.nInvalid; q += blockDim.x / NC) {
     const int n = n0 + threadIdx.x % NC;
     if (n < N) store_value(out, (size_t)gr.order[gr.nValid + q] * N + n, 0.f);
   }
@@ -52,13 +60,15 @@ __device__ __forceinline__ void zero_invalid(const Groups& gr, T* __restrict__ o
 /**
  * The grouped GEMM of one CTA. P = 2: gate and up (weights [E][2I][D], N = I, K = D, rows of x by
  * rj / topK, output h[rj] = silu(g) · u; 64 columns a CTA); P = 1: down (weights [E][D][I], N = D,
- * K = I, rows of h by rj, output y[rj]; 128 columns a CTA).
+ * K = I, rows of h by rj, output y[rj]; 128 columns a CTA). BM entries a CTA, 2·BM threads.
  */
-template <typename T, int P>
+template <typename T, int P, int BM>
 __device__ void grouped_gemm(unsigned char* smemRaw, const T* __restrict__ input, const int32_t* __restrict__ groups, const T* __restrict__ weights,
                              T* __restrict__ out, int N, int K, int experts, int rowDiv) {
   constexpr int NC = kBW / P;  // output columns of the CTA
-  auto* st = reinterpret_cast<Stage<T>*>(smemRaw);
+  constexpr int kRowStep = BM / 2;  // rows apart of one thread's chunks (4 threads a 32-wide k row)
+  constexpr int kBRows = kBW / kRowStep;  // weight rows a thread loads
+  auto* st = reinterpret_cast<Stage<T, BM>*>(smemRaw);
   __shared__ int tileOf[3];
   const Groups gr(groups, experts);
   const int n0 = blockIdx.y * NC;
@@ -66,29 +76,36 @@ __device__ void grouped_gemm(unsigned char* smemRaw, const T* __restrict__ input
 
   if (blockIdx.x == 0) zero_invalid<NC>(gr, out, N, n0);
   int a, q0, q1;
-  if (!find_tile<kBM>(gr, blockIdx.x, tileOf, a, q0, q1)) return;
+  if (!find_tile<BM>(gr, blockIdx.x, tileOf, a, q0, q1)) return;
   const T* we = weights + (size_t)gr.expert[a] * P * N * K;
 
-  // This thread's two 16-byte chunks of each stage: rows tid / 4 and tid / 4 + 64, k offset (tid % 4) · 8.
+  // This thread's 16-byte chunks of each stage: rows tid / 4 + kRowStep·i, k offset (tid % 4) · 8.
+  // Input rows past the tile are zeroed once and never loaded (their products are not stored).
   const int cc = (tid & 3) * 8;
   const T* arow[2];
-  const T* brow[2];
+  const T* brow[kBRows];
 #pragma unroll
   for (int i = 0; i < 2; i++) {
-    const int r = (tid >> 2) + 64 * i;
+    const int r = (tid >> 2) + kRowStep * i;
     arow[i] = q0 + r < q1 ? input + (size_t)(gr.order[q0 + r] / rowDiv) * K : nullptr;
+    if (!arow[i])
+      for (int s = 0; s < kStages; s++) *reinterpret_cast<uint4*>(&st[s].a[r][cc]) = make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int i = 0; i < kBRows; i++) {
     // Weight row r of the tile: up, rows 0..63 gate and 64..127 up of columns n0..n0 + 63; down, columns n0 + r.
+    const int r = (tid >> 2) + kRowStep * i;
     const int n = P == 2 ? n0 + (r & 63) : n0 + r;
     brow[i] = n < N ? we + ((P == 2 && r >= 64) ? (size_t)N * K : 0) + (size_t)n * K : nullptr;
   }
   auto load_stage = [&](int s, int k0) {
     const bool kin = k0 + cc < K;
 #pragma unroll
-    for (int i = 0; i < 2; i++) {
-      const int r = (tid >> 2) + 64 * i;
-      cp_async16(&st[s].a[r][cc], arow[i] && kin ? arow[i] + k0 + cc : input, arow[i] && kin);
-      cp_async16(&st[s].b[r][cc], brow[i] && kin ? brow[i] + k0 + cc : weights, brow[i] && kin);
-    }
+    for (int i = 0; i < 2; i++)
+      if (arow[i]) cp_async16(&st[s].a[(tid >> 2) + kRowStep * i][cc], kin ? arow[i] + k0 + cc : input, kin);
+#pragma unroll
+    for (int i = 0; i < kBRows; i++)
+      cp_async16(&st[s].b[(tid >> 2) + kRowStep * i][cc], brow[i] && kin ? brow[i] + k0 + cc : weights, brow[i] && kin);
   };
 
   // Warp (wm, wn): entries wm·32 … + 31; weight rows of its 8 n8 tiles (up: gate wn·32 … + 31 then
@@ -113,7 +130,7 @@ __device__ void grouped_gemm(unsigned char* smemRaw, const T* __restrict__ input
     const int next = kt + kStages - 1;
     if (next < kTiles) load_stage(next % kStages, next * kBK);
     cp_async_commit();
-    const Stage<T>& sm = st[kt % kStages];
+    const Stage<T, BM>& sm = st[kt % kStages];
 #pragma unroll
     for (int kk = 0; kk < kBK; kk += 16) {
       uint32_t af[2][4];
@@ -154,55 +171,66 @@ __device__ void grouped_gemm(unsigned char* smemRaw, const T* __restrict__ input
 }
 
 #ifdef STD_WGMMA
-// sm_90a: the same CTA tile on wgmma. Each of the two warpgroups owns 64 entries × the 128 weight
-// rows (m64n128k16, both operands K-major in shared memory with the 128-byte swizzle); k in steps
-// of 64 through S stages filled by cp.async from every thread, S − 1 − F ahead, where F wgmma
-// groups stay in flight across a step: the stage a load overwrites was read F + 1 steps back, which
-// each warpgroup has waited for (wgmma.wait_group F) before the barrier the load follows. Both
-// passes: 3 stages, F = 0, two CTAs an SM, so one's prologue, barriers and epilogue overlap the
-// other's products.
+// sm_90a: the same CTA tiles on wgmma. Each warpgroup owns 64 entries × the 128 weight rows
+// (m64n128k16, both operands K-major in shared memory with the 128-byte swizzle); k in steps of 64
+// through S stages filled by cp.async from every thread, S − 1 − F ahead, where F wgmma groups stay
+// in flight across a step: the stage a load overwrites was read F + 1 steps back, which each
+// warpgroup has waited for (wgmma.wait_group F) before the barrier the load follows. The large
+// kernels: two warpgroups, 3 stages, F = 0, two CTAs an SM, so one's prologue, barriers and
+// epilogue overlap the other's products. The _few kernels: one warpgroup, whose products are few,
+// so the weight bytes in flight set the speed: 8 stages for up (one CTA an SM), 4 for down (two).
 constexpr int kWgBK = 64;
-constexpr int kWgTileBytes = kBM * kWgBK * 2;  // 128 rows of 128 bytes
-constexpr int kWgStageBytes = 2 * kWgTileBytes;
-template <int S>
-constexpr unsigned kWgSmemBytes = S * kWgStageBytes + 1024;  // + the 1024-byte alignment of the swizzle
-constexpr int kUpStages = 3, kUpInFlight = 0, kDownStages = 3, kDownInFlight = 0;
+template <int BM>
+constexpr int kWgStageBytes = (BM + kBW) * kWgBK * 2;  // BM input rows, then 128 weight rows, of 128 bytes
+template <int BM, int S>
+constexpr unsigned kWgSmemBytes = S * kWgStageBytes<BM> + 1024;  // + the 1024-byte alignment of the swizzle
 
-template <typename T, int P, int S, int F>
+template <typename T, int P, int BM, int S, int F>
 __device__ void grouped_gemm_wg(unsigned char* smemRaw, const T* __restrict__ input, const int32_t* __restrict__ groups, const T* __restrict__ weights,
                                 T* __restrict__ out, int N, int K, int experts, int rowDiv) {
   constexpr int NC = kBW / P;
+  constexpr int kThreads = kThreadsOf<BM>;
+  constexpr int kRowStep = kThreads / 8;  // rows apart of one thread's chunks (8 threads a 128-byte row)
+  constexpr int kARows = BM / kRowStep, kBRows = kBW / kRowStep;
+  constexpr int kATileBytes = BM * 128;
   __shared__ int tileOf[3];
   const Groups gr(groups, experts);
   const int n0 = blockIdx.y * NC;
   const int tid = threadIdx.x;
   if (blockIdx.x == 0) zero_invalid<NC>(gr, out, N, n0);
   int a, q0, q1;
-  if (!find_tile<kBM>(gr, blockIdx.x, tileOf, a, q0, q1)) return;
+  if (!find_tile<BM>(gr, blockIdx.x, tileOf, a, q0, q1)) return;
   const T* we = weights + (size_t)gr.expert[a] * P * N * K;
   unsigned char* smem = smemRaw + ((1024u - (smem_u32(smemRaw) & 1023u)) & 1023u);
   const uint32_t base = smem_u32(smem);
 
-  // This thread's 16-byte chunk c of rows tid / 8 + 32 i (i < 4) of each stage's A and B tiles.
+  // This thread's 16-byte chunk c of rows tid / 8 + kRowStep·i of each stage's A and B tiles. Input
+  // rows past the tile are zeroed once and never loaded (their products are not stored).
   const int c = tid & 7;
-  const T* arow[4];
-  const T* brow[4];
+  const T* arow[kARows];
+  const T* brow[kBRows];
 #pragma unroll
-  for (int i = 0; i < 4; i++) {
-    const int r = (tid >> 3) + 32 * i;
+  for (int i = 0; i < kARows; i++) {
+    const int r = (tid >> 3) + kRowStep * i;
     arow[i] = q0 + r < q1 ? input + (size_t)(gr.order[q0 + r] / rowDiv) * K : nullptr;
+    if (!arow[i])
+      for (int s = 0; s < S; s++) *reinterpret_cast<uint4*>(smem + s * kWgStageBytes<BM> + sw128_offset(r, c)) = make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int i = 0; i < kBRows; i++) {
+    const int r = (tid >> 3) + kRowStep * i;
     const int n = P == 2 ? n0 + (r & 63) : n0 + r;
     brow[i] = n < N ? we + ((P == 2 && r >= 64) ? (size_t)N * K : 0) + (size_t)n * K : nullptr;
   }
   auto load_stage = [&](int s, int k0) {
-    unsigned char* st = smem + s * kWgStageBytes;
+    unsigned char* st = smem + s * kWgStageBytes<BM>;
     const bool kin = k0 + c * 8 < K;
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-      const int r = (tid >> 3) + 32 * i;
-      cp_async16(st + sw128_offset(r, c), arow[i] && kin ? arow[i] + k0 + c * 8 : input, arow[i] && kin);
-      cp_async16(st + kWgTileBytes + sw128_offset(r, c), brow[i] && kin ? brow[i] + k0 + c * 8 : weights, brow[i] && kin);
-    }
+    for (int i = 0; i < kARows; i++)
+      if (arow[i]) cp_async16(st + sw128_offset((tid >> 3) + kRowStep * i, c), kin ? arow[i] + k0 + c * 8 : input, kin);
+#pragma unroll
+    for (int i = 0; i < kBRows; i++)
+      cp_async16(st + kATileBytes + sw128_offset((tid >> 3) + kRowStep * i, c), brow[i] && kin ? brow[i] + k0 + c * 8 : weights, brow[i] && kin);
   };
 
   const int wg = tid >> 7;
@@ -219,16 +247,16 @@ __device__ void grouped_gemm_wg(unsigned char* smemRaw, const T* __restrict__ in
   }
   for (int kt = 0; kt < kTiles; kt++) {
     cp_async_wait<ahead - 1>();  // this thread's copies of stage kt have landed
-    fence_proxy_async();         // and are visible to the tensor cores' reads
-    __syncthreads();             // every thread's, and both warpgroups are past step kt − 1 − F's products
+    fence_proxy_async();         // and are visible to the tensor cores' reads, as are the zeroed rows
+    __syncthreads();             // every thread's, and every warpgroup is past step kt − 1 − F's products
     const int next = kt + ahead;
     if (next < kTiles) load_stage(next % S, next * kWgBK);
     cp_async_commit();
-    const uint32_t st = base + (uint32_t)((kt % S) * kWgStageBytes);
+    const uint32_t st = base + (uint32_t)((kt % S) * kWgStageBytes<BM>);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kWgBK / 16; kk++)
-      wgmma_m64n128k16<T>(acc, smem_desc_sw128(st + (uint32_t)(wg * 64 * 128 + kk * 32)), smem_desc_sw128(st + (uint32_t)(kWgTileBytes + kk * 32)));
+      wgmma_m64n128k16<T>(acc, smem_desc_sw128(st + (uint32_t)(wg * 64 * 128 + kk * 32)), smem_desc_sw128(st + (uint32_t)(kATileBytes + kk * 32)));
     wgmma_commit();
     wgmma_wait<F>();
   }
@@ -252,52 +280,55 @@ __device__ void grouped_gemm_wg(unsigned char* smemRaw, const T* __restrict__ in
     }
   }
 }
+
+// Stages of (large up, large down, few up, few down), and CTAs an SM of each.
+constexpr int kStagesOf(int BM, int P) { return BM == kBM ? 3 : P == 2 ? 8 : 4; }
+constexpr int kBlocksOf(int BM, int P) { return BM == kBM ? 2 : P == 2 ? 1 : 2; }
+template <typename T, int P, int BM>
+constexpr unsigned kSmemBytes = kWgSmemBytes<BM, kStagesOf(BM, P)>;
+#define STD_MOE_GEMM(T, P, BM) grouped_gemm_wg<T, P, BM, kStagesOf(BM, P), 0>
+#else
+constexpr int kBlocksOf(int BM, int P) { return 2; }
+template <typename T, int P, int BM>
+constexpr unsigned kSmemBytes = (unsigned)smem_bytes<T, BM>();
+#define STD_MOE_GEMM(T, P, BM) grouped_gemm<T, P, BM>
 #endif  // STD_WGMMA
 
-#ifdef STD_WGMMA
-template <typename T, int P>
-constexpr unsigned kSmemBytes = kWgSmemBytes<P == 2 ? kUpStages : kDownStages>;
-constexpr int kUpBlocks = 2, kDownBlocks = 2;
-#define STD_MOE_GEMM(T, P) grouped_gemm_wg<T, P, P == 2 ? kUpStages : kDownStages, P == 2 ? kUpInFlight : kDownInFlight>
-#else
-template <typename T, int P>
-constexpr unsigned kSmemBytes = (unsigned)smem_bytes<T>();
-constexpr int kUpBlocks = 2, kDownBlocks = 2;
-#define STD_MOE_GEMM(T, P) grouped_gemm<T, P>
-#endif
-
 /** Traps on arguments or a launch the kernels do not take (the layer never makes one). */
-template <typename T, int P>
+template <typename T, int P, int BM>
 __device__ __forceinline__ void check_launch(int wDtype, int rowDtype, int experts, int hidden, int inter) {
-  if (wDtype != row_code<T> || rowDtype != row_code<T> || experts > kMaxExpertsGemm || dynamic_smem_bytes() < kSmemBytes<T, P> ||
-      blockDim.x != kThreads || (hidden & 15) || (inter & 15))
+  if (wDtype != row_code<T> || rowDtype != row_code<T> || experts > kMaxExpertsGemm || dynamic_smem_bytes() < kSmemBytes<T, P, BM> ||
+      blockDim.x != kThreadsOf<BM> || (hidden & 15) || (inter & 15))
     __trap();
 }
 
 }  // namespace
 
-// One pair of kernels per row type, the weights of the same type: _bf16, _f16. Parameters as the
-// grouped kernels std_moe_experts_up / _down, so the layer launches either with the same arguments.
-#define STD_MOE_GEMM_KERNELS(SUFFIX, T)                                                                                                             \
-  extern "C" __global__ void __launch_bounds__(kThreads, kUpBlocks) std_moe_gemm_up##SUFFIX(                                                               \
+// A pair of kernels per tile height (NAME _few: 64 entries) and row type, the weights of the same
+// type: _bf16, _f16. Parameters as the grouped kernels std_moe_experts_up / _down, so the layer
+// launches any of them with the same arguments.
+#define STD_MOE_GEMM_KERNELS(NAME, BM, SUFFIX, T)                                                                                                    \
+  extern "C" __global__ void __launch_bounds__(kThreadsOf<BM>, kBlocksOf(BM, 2)) std_moe_gemm_up##NAME##SUFFIX(                                      \
       const T* __restrict__ input, const int32_t* __restrict__ ids, const int32_t* __restrict__ groups, const void* __restrict__ gateUp,            \
       const float* __restrict__ gateUpScales, T* __restrict__ h, int rows, int hidden, int inter, int experts, int topK, int wDtype, int rowDtype) { \
     (void)ids, (void)rows, (void)gateUpScales;                                                                                                    \
-    STD_DYNAMIC_SMEM(smem);                                                                                         \
-    check_launch<T, 2>(wDtype, rowDtype, experts, hidden, inter);                                                                                    \
-    STD_MOE_GEMM(T, 2)(smem, input, groups, static_cast<const T*>(gateUp), h, inter, hidden, experts, topK);                                     \
+    STD_DYNAMIC_SMEM(smem);                                                                                                                       \
+    check_launch<T, 2, BM>(wDtype, rowDtype, experts, hidden, inter);                                                                             \
+    STD_MOE_GEMM(T, 2, BM)(smem, input, groups, static_cast<const T*>(gateUp), h, inter, hidden, experts, topK);                                  \
   }                                                                                                                                               \
-  extern "C" __global__ void __launch_bounds__(kThreads, kDownBlocks) std_moe_gemm_down##SUFFIX(                                                             \
+  extern "C" __global__ void __launch_bounds__(kThreadsOf<BM>, kBlocksOf(BM, 1)) std_moe_gemm_down##NAME##SUFFIX(                                    \
       const T* __restrict__ h, const int32_t* __restrict__ ids, const int32_t* __restrict__ groups, const void* __restrict__ down,                  \
       const float* __restrict__ downScales, T* __restrict__ y, int rows, int hidden, int inter, int experts, int topK, int wDtype, int rowDtype) {  \
     (void)ids, (void)rows, (void)topK, (void)downScales;                                                                                          \
-    STD_DYNAMIC_SMEM(smem);                                                                                         \
-    check_launch<T, 1>(wDtype, rowDtype, experts, hidden, inter);                                                                                    \
-    STD_MOE_GEMM(T, 1)(smem, h, groups, static_cast<const T*>(down), y, hidden, inter, experts, 1);                                              \
+    STD_DYNAMIC_SMEM(smem);                                                                                                                       \
+    check_launch<T, 1, BM>(wDtype, rowDtype, experts, hidden, inter);                                                                             \
+    STD_MOE_GEMM(T, 1, BM)(smem, h, groups, static_cast<const T*>(down), y, hidden, inter, experts, 1);                                           \
   }
 
-STD_MOE_GEMM_KERNELS(_bf16, bf16)
-STD_MOE_GEMM_KERNELS(_f16, f16)
+STD_MOE_GEMM_KERNELS(, kBM, _bf16, bf16)
+STD_MOE_GEMM_KERNELS(, kBM, _f16, f16)
+STD_MOE_GEMM_KERNELS(_few, kFewBM, _bf16, bf16)
+STD_MOE_GEMM_KERNELS(_few, kFewBM, _f16, f16)
 
 #undef STD_MOE_GEMM_KERNELS
 #undef STD_MOE_GEMM

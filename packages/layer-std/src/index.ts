@@ -26,7 +26,7 @@ export {
   routeKernel, routeFewKernel, routerGemvKernel, sharedSlotsKernel, sharedSlotsLaunch, routeForm, routeFewLaunch, routerGemvLaunch, FEW_ROUTE_ROWS, FEW_ROUTE_MAX_TOP_K, type RouteForm,
   localizeKernel, groupKernel, expertsUpKernel, expertsDownKernel, expertsKernel, combineKernel, groupLaunch, expertsUpLaunch, expertsDownLaunch, expertsLaunch,
   moeGroupsLength, moeGrouped, GROUPED_MIN_ENTRIES_PER_EXPERT, expertsUpRowwiseKernel, expertsRowwiseKernel, expertsUpRowwiseLaunch, expertsRowwiseLaunch,
-  EXPERT_KERNELS, EXPERT_FORMATS, expertFormat, expertsGemmLaunch, moeTensorCores, type ExpertFormat, type ExpertKernels,
+  EXPERT_KERNELS, EXPERT_FORMATS, FEW_GEMM_ROWS, expertFormat, expertsGemm, expertsGemmLaunch, moeTensorCores, type ExpertFormat, type ExpertGemm, type ExpertKernels,
 } from './moe-kernels.js';
 export {
   prepKernel, prepLaunch, coreKernel, coreLaunch, combineLaunch, keyChunks, partialsBytes, MIN_KEY_CHUNK, MAX_KEY_CHUNKS, attnPrefillLaunch, prefillOnTensorCores, attnDecodeLaunch, decodeOnTensorCores, ATTENTION_KERNELS,

@@ -224,11 +224,20 @@ export interface ExpertKernels {
   /** `std.moe_experts_rowwise`: down and the weighted sum per row. */
   readonly rowwise: Kernel<typeof ROWWISE_PARAMS>;
   /**
-   * `std.moe_gemm_up` / `std.moe_gemm_down` (kernels/std-moe-gemm.cu): the grouped passes on tensor
-   * cores; the same arguments and outputs as `up` / `down`. None for f32 rows. `everyStep`: the
-   * layer takes them in decode and verify steps too (else in prefill steps only).
+   * `std.moe_gemm_up` / `std.moe_gemm_down` (kernels/std-moe-gemm.cu, -16bit.cu): the grouped
+   * passes on tensor cores; the same arguments and outputs as `up` / `down`. None for f32 rows.
+   * `everyStep`: the layer takes them in decode and verify steps too (else in prefill steps only).
+   * `few`: `std.moe_gemm_up_few` / `_down_few`, the same products in smaller tiles for steps of
+   * few rows, bit for bit the large pair's (16-bit weights); `expertsGemm` picks.
    */
-  readonly gemm?: { readonly up: Kernel<typeof GROUPED_UP_PARAMS>; readonly down: Kernel<typeof GROUPED_DOWN_PARAMS>; readonly tiles: GemmTiles; readonly everyStep: boolean };
+  readonly gemm?: ExpertGemm & { readonly everyStep: boolean; readonly few?: ExpertGemm };
+}
+
+/** A pair of tensor-core expert GEMMs and their CTA shape. */
+export interface ExpertGemm {
+  readonly up: Kernel<typeof GROUPED_UP_PARAMS>;
+  readonly down: Kernel<typeof GROUPED_DOWN_PARAMS>;
+  readonly tiles: GemmTiles;
 }
 
 /** The CTA shape of a format's tensor-core expert GEMMs (its kernel file's constants). */
@@ -246,15 +255,24 @@ interface GemmTiles {
 }
 
 /**
- * kernels/std-moe-gemm-16bit.cu: 128 entries × 128 weight rows; mma.sync with 3 stages of 32-wide k
- * tiles (rows of 40 elements), or on sm_90a wgmma with 3 stages of 64-wide ones
- * (+ 1 KiB to align).
+ * kernels/std-moe-gemm-16bit.cu: `entries` × 128 weight rows; mma.sync with 3 stages of 32-wide k
+ * tiles (rows of 40 elements), or on sm_90a wgmma with stages of 64-wide ones (+ 1 KiB to align):
+ * 3 for the large pair, 8 (up) and 4 (down) for the few-row pair.
  */
-const WGMMA_STAGE_BYTES = 2 * 128 * 64 * 2;
-const TILES_16BIT: GemmTiles = {
-  entries: 128, upColumns: 64, downColumns: 128, threads: 256, sharedBytes: 3 * 2 * 128 * 40 * 2,
-  sharedBytesWgmma: { up: 3 * WGMMA_STAGE_BYTES + 1024, down: 3 * WGMMA_STAGE_BYTES + 1024 },
+const tiles16Bit = (entries: number, wgmmaStages: { up: number; down: number }): GemmTiles => {
+  const stage = (entries + 128) * 64 * 2;
+  return {
+    entries, upColumns: 64, downColumns: 128, threads: 2 * entries, sharedBytes: 3 * (entries + 128) * 40 * 2,
+    sharedBytesWgmma: { up: wgmmaStages.up * stage + 1024, down: wgmmaStages.down * stage + 1024 },
+  };
 };
+const TILES_16BIT = tiles16Bit(128, { up: 3, down: 3 });
+const TILES_16BIT_FEW = tiles16Bit(64, { up: 8, down: 4 });
+/**
+ * Rows of a step up to which the layer takes the few-row GEMMs: each expert then has at most this
+ * many entries, one 64-entry tile.
+ */
+export const FEW_GEMM_ROWS = 64;
 /** kernels/std-moe-gemm.cu (FP8 weights): 64 entries × 64 columns. */
 const TILES_FP8: GemmTiles = { entries: 64, upColumns: 64, downColumns: 64, threads: 128, sharedBytes: 0 };
 
@@ -272,10 +290,14 @@ function expertKernelsOf(format: ExpertFormat): ExpertKernels {
           gemm: (() => {
             const fp8 = format.startsWith('fp8');
             const gemmModule = fp8 ? moeGemmModule : moeGemm16Module;
+            const pair = (base: string, tiles: GemmTiles): ExpertGemm => ({
+              up: defineKernel({ name: name(`std.moe_gemm_up${base}`), params: GROUPED_UP_PARAMS, cuda: { module: gemmModule, symbol: symbol(`std_moe_gemm_up${base}`) }, cpu: expertsUpCpu }),
+              down: defineKernel({ name: name(`std.moe_gemm_down${base}`), params: GROUPED_DOWN_PARAMS, cuda: { module: gemmModule, symbol: symbol(`std_moe_gemm_down${base}`) }, cpu: expertsDownCpu }),
+              tiles,
+            });
             return {
-              up: defineKernel({ name: name('std.moe_gemm_up'), params: GROUPED_UP_PARAMS, cuda: { module: gemmModule, symbol: symbol('std_moe_gemm_up') }, cpu: expertsUpCpu }),
-              down: defineKernel({ name: name('std.moe_gemm_down'), params: GROUPED_DOWN_PARAMS, cuda: { module: gemmModule, symbol: symbol('std_moe_gemm_down') }, cpu: expertsDownCpu }),
-              tiles: fp8 ? TILES_FP8 : TILES_16BIT,
+              ...pair('', fp8 ? TILES_FP8 : TILES_16BIT),
+              ...(fp8 ? {} : { few: pair('_few', TILES_16BIT_FEW) }),
               // The FP8 GEMM's 64-entry tiles (no cp.async pipeline) read few rows' experts slower
               // than the CUDA-core kernels (docs/benchmarks.md: the 80B FP8 decode rows).
               everyStep: !fp8,
@@ -299,16 +321,26 @@ export function moeTensorCores(kernels: ExpertKernels, phase: StepPhase, hidden:
 }
 
 /**
- * `std.moe_gemm_up` (n = inter) and `std.moe_gemm_down` (n = hidden) of `kernels`' format: CTAs
- * (tile slot, output columns), tile slots the fastest. Where the entries fall is on the device, so
- * the slots are a bound: one per tile of entries, and one more per expert that can be chosen (each
- * expert's last tile may be partial).
+ * The tensor-core expert GEMMs a step of `rows` rows takes: the few-row pair up to FEW_GEMM_ROWS
+ * (where the weights must stream at the copy rate and the products are few), else the large pair.
+ * Both give a row the same bits, so the choice never changes a result.
+ */
+export function expertsGemm(kernels: ExpertKernels, rows: number): ExpertGemm {
+  const g = kernels.gemm;
+  if (!g) throw new InvalidArgumentError('expertsGemm: this expert format has no tensor-core GEMMs (f32 rows); check moeTensorCores first');
+  return g.few && rows <= FEW_GEMM_ROWS ? g.few : g;
+}
+
+/**
+ * `gemm`'s up pass (n = inter) or down pass (n = hidden): CTAs (tile slot, output columns), tile
+ * slots the fastest. Where the entries fall is on the device, so the slots are a bound: one per
+ * tile of entries, and one more per expert that can be chosen (each expert's last tile may be
+ * partial).
  */
 export function expertsGemmLaunch(
-  kernels: ExpertKernels, pass: 'up' | 'down', rows: number, topK: number, n: number, experts: number, capability: readonly [number, number], stream: Stream,
+  gemm: ExpertGemm, pass: 'up' | 'down', rows: number, topK: number, n: number, experts: number, capability: readonly [number, number], stream: Stream,
 ): LaunchConfig {
-  const t = kernels.gemm?.tiles;
-  if (!t) throw new InvalidArgumentError('expertsGemmLaunch: this expert format has no tensor-core GEMMs (f32 rows); check moeTensorCores first');
+  const t = gemm.tiles;
   const entries = Math.max(1, rows * topK);
   const columns = pass === 'up' ? t.upColumns : t.downColumns;
   // The fatbin's sm_90a code runs only on compute capability 9.0; elsewhere the sm_80 code (or its PTX).

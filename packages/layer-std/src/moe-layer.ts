@@ -7,7 +7,7 @@ import { precisionOf } from './layer-precision.js';
 import type { MoeOptions } from './moe-config.js';
 import { checkMoe } from './moe-config.js';
 import {
-  EXPERT_KERNELS, combineKernel, expertFormat, expertsDownLaunch, expertsGemmLaunch, expertsKernel, expertsLaunch, expertsRowwiseLaunch, expertsUpLaunch,
+  EXPERT_KERNELS, combineKernel, expertFormat, expertsDownLaunch, expertsGemm, expertsGemmLaunch, expertsKernel, expertsLaunch, expertsRowwiseLaunch, expertsUpLaunch,
   expertsUpRowwiseLaunch, groupKernel, groupLaunch, localizeKernel, moeGrouped, moeGroupsLength, moeTensorCores, routeFewKernel, routeFewLaunch, routeForm, routeKernel,
   routerGemvKernel, routerGemvLaunch, sharedSlotsKernel, sharedSlotsLaunch, type ExpertKernels, type RouteForm,
 } from './moe-kernels.js';
@@ -108,7 +108,7 @@ export class MoeLayer extends StatelessLayer {
       }
       this.#kernels = EXPERT_KERNELS[expertFormat(experts.gateUp.dtype, rows)];
       const k = this.#kernels;
-      requireKernels(gpu, 'moe', [k.up, k.down, k.upRowwise, k.rowwise, ...(k.gemm ? [k.gemm.up, k.gemm.down] : [])]);
+      requireKernels(gpu, 'moe', [k.up, k.down, k.upRowwise, k.rowwise, ...(k.gemm ? [k.gemm.up, k.gemm.down] : []), ...(k.gemm?.few ? [k.gemm.few.up, k.gemm.few.down] : [])]);
       const upload = (host: ExpertMatrices): DeviceExperts => ({ data: m.upload(host.data), scales: host.scales ? m.upload(host.scales) : 0n });
       const linear = (name: string, shape: readonly [number, number]) => uploadLinear(gpu, (n) => m.alloc(n), readLinear(weights, name, shape, precision));
       this.#w = {
@@ -209,13 +209,14 @@ export class MoeLayer extends StatelessLayer {
     const tensorCores = moeTensorCores(k, step.phase, D, inter);
     const pass = { rows, hidden: D, inter, experts: E, topK: slots, ...codes };
     if (tensorCores || moeGrouped(rows, slots, E)) {
-      const up = tensorCores ? k.gemm!.up : k.up;
-      const down = tensorCores ? k.gemm!.down : k.down;
+      const gemm = tensorCores ? expertsGemm(k, rows) : undefined;
+      const up = gemm ? gemm.up : k.up;
+      const down = gemm ? gemm.down : k.down;
       gpu.launch(groupKernel, groupLaunch(rows, slots, stream), { ids, groups: s.groups, rows, experts: E, topK: slots });
-      gpu.launch(up, tensorCores ? expertsGemmLaunch(k, 'up', rows, slots, inter, E, gpu.device.computeCapability, stream) : expertsUpLaunch(rows, slots, inter, E, stream), {
+      gpu.launch(up, gemm ? expertsGemmLaunch(gemm, 'up', rows, slots, inter, E, gpu.device.computeCapability, stream) : expertsUpLaunch(rows, slots, inter, E, stream), {
         input, ids, groups: s.groups, gateUp: w.gateUp.data, gateUpScales: w.gateUp.scales, h: s.h, ...pass,
       });
-      gpu.launch(down, tensorCores ? expertsGemmLaunch(k, 'down', rows, slots, D, E, gpu.device.computeCapability, stream) : expertsDownLaunch(rows, slots, D, E, stream), {
+      gpu.launch(down, gemm ? expertsGemmLaunch(gemm, 'down', rows, slots, D, E, gpu.device.computeCapability, stream) : expertsDownLaunch(rows, slots, D, E, stream), {
         h: s.h, ids, groups: s.groups, down: w.down.data, downScales: w.down.scales, y: s.y, ...pass,
       });
       gpu.launch(expertsKernel, expertsLaunch(rows, D, stream), {

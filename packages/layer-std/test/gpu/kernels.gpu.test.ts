@@ -20,8 +20,8 @@ import { FLOAT_DTYPE_CODE, SeededRandom, floatBytes, type FloatDtype, type GpuBa
 import { runKernelOn, runKernelOnBoth, type KernelBuffers as Bufs, type KernelLaunch, type KernelOutputs, type KernelPointers as Ptrs } from '@metrale/core/testing';
 import {
   ATTENTION_KERNELS, EXPERT_FORMATS, geluMulKernel, softcapKernel, attnPrefillLaunch, attnDecodeLaunch, prepLaunch, coreLaunch, combineLaunch, keyChunks, partialsBytes, EXPERT_KERNELS, WEIGHT_DTYPE_CODE, addKernel, combineKernel, embedKernel, expertsDownLaunch, expertsKernel, expertsLaunch,
-  expertsGemmLaunch, expertsRowwiseLaunch, expertsUpLaunch, expertsUpRowwiseLaunch, flatLaunch, groupKernel, groupLaunch, layerNormKernel, localizeKernel, moeGroupsLength, rmsNormKernel,
-  ropeTable, routeFewKernel, routeFewLaunch, routeKernel, routerGemvKernel, routerGemvLaunch, rowLaunch, sharedSlotsKernel, sharedSlotsLaunch, siluMulKernel, type ExpertFormat,
+  expertsGemm, expertsGemmLaunch, expertsRowwiseLaunch, expertsUpLaunch, expertsUpRowwiseLaunch, flatLaunch, groupKernel, groupLaunch, layerNormKernel, localizeKernel, moeGroupsLength, rmsNormKernel,
+  ropeTable, routeFewKernel, routeFewLaunch, routeKernel, routerGemvKernel, routerGemvLaunch, rowLaunch, sharedSlotsKernel, sharedSlotsLaunch, siluMulKernel, type ExpertFormat, type ExpertGemm,
 } from '@metrale/layer-std';
 import { argmaxKernel, argmaxLaunch } from '@metrale/layer-std';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -452,16 +452,18 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
     return { k: EXPERT_KERNELS[format], dtype, fp8, codes: { wDtype: WEIGHT_DTYPE_CODE[fp8 ? 'f8e4m3' : dtype], rowDtype: FLOAT_DTYPE_CODE[dtype] } };
   };
   /** group → up → down → weighted sum, the grouped path the layer launches. */
-  const groupedExperts = (gpu: GpuBackend, p: Ptrs, format: ExpertFormat, rows: number, D: number, I: number, E: number, topK: number, tensorCores = false): void => {
+  /** `tensorCores`: the GEMM pair the layer takes for `rows` (true), or the one given. */
+  const groupedExperts = (gpu: GpuBackend, p: Ptrs, format: ExpertFormat, rows: number, D: number, I: number, E: number, topK: number, tensorCores: boolean | ExpertGemm = false): void => {
     const s = gpu.defaultStream;
     const { k, fp8, codes } = formatOf(format);
-    const up = tensorCores ? k.gemm!.up : k.up;
-    const down = tensorCores ? k.gemm!.down : k.down;
+    const gemm = tensorCores === true ? expertsGemm(k, rows) : tensorCores || undefined;
+    const up = gemm ? gemm.up : k.up;
+    const down = gemm ? gemm.down : k.down;
     gpu.launch(groupKernel, groupLaunch(rows, topK, s), { ids: p.ids!, groups: p.groups!, rows, experts: E, topK });
-    gpu.launch(up, tensorCores ? expertsGemmLaunch(k, 'up', rows, topK, I, E, gpu.device.computeCapability, s) : expertsUpLaunch(rows, topK, I, E, s), {
+    gpu.launch(up, gemm ? expertsGemmLaunch(gemm, 'up', rows, topK, I, E, gpu.device.computeCapability, s) : expertsUpLaunch(rows, topK, I, E, s), {
       input: p.x!, ids: p.ids!, groups: p.groups!, gateUp: p.gateUp!, gateUpScales: fp8 ? p.gateUpScales! : 0n, h: p.h!, rows, hidden: D, inter: I, experts: E, topK, ...codes,
     });
-    gpu.launch(down, tensorCores ? expertsGemmLaunch(k, 'down', rows, topK, D, E, gpu.device.computeCapability, s) : expertsDownLaunch(rows, topK, D, E, s), {
+    gpu.launch(down, gemm ? expertsGemmLaunch(gemm, 'down', rows, topK, D, E, gpu.device.computeCapability, s) : expertsDownLaunch(rows, topK, D, E, s), {
       h: p.h!, ids: p.ids!, groups: p.groups!, down: p.down!, downScales: fp8 ? p.downScales! : 0n, y: p.y!, rows, hidden: D, inter: I, experts: E, topK, ...codes,
     });
     gpu.launch(expertsKernel, expertsLaunch(rows, D, s), { y: p.y!, ids: p.ids!, weights: p.weights!, output: p.out!, rows, hidden: D, experts: E, topK, dtype: codes.rowDtype });
@@ -595,8 +597,9 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
   // The tensor-core expert GEMMs (every step of bf16 / f16 rows): the 80B expert widths with 80 entries per expert
   // (tiles cut short), 300 entries per expert (several tiles each), widths not multiples of 64 or
   // 128 (output columns, 32-wide k steps and FP8 blocks cut short), a few rows; each against the CPU
-  // twin (kept small: the twin is most of the time), and each row's bits alone and batched.
-  const GEMM_SHAPES = [[2048, 512, 4, 2, 160], [512, 256, 2, 2, 300], [1040, 272, 12, 4, 120], [2048, 512, 8, 6, 3]] as const;
+  // twin (kept small: the twin is most of the time), each row's bits alone and batched, and the
+  // few-row pair's bits against the large pair's (64 rows: the most the layer gives the few-row pair).
+  const GEMM_SHAPES = [[2048, 512, 4, 2, 160], [512, 256, 2, 2, 300], [1040, 272, 12, 4, 120], [2048, 512, 8, 6, 3], [512, 256, 6, 3, 64]] as const;
   for (const format of EXPERT_FORMATS.filter((f) => f !== 'f32')) {
     for (const [D, I, E, topK, rows] of GEMM_SHAPES) {
       it(`${format}: std.moe_gemm_up + std.moe_gemm_down (tensor cores), D ${D}, I ${I}, ${E} experts, top-${topK}, ${rows} rows (ids outside the experts)`, () => {
@@ -620,6 +623,15 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
           expect(sameBits(alone.out!, r.cuda.out!.subarray(bytes * row * D, bytes * (row + 1) * D)), `row ${row}: out alone vs batched`).toBe(true);
         }
         results.push(`${`moe gemm rows alone ≡ batched ${label}`.padEnd(84)} h, y, out bit-identical`);
+        // The other pair on the whole batch (the few-row one past FEW_GEMM_ROWS, the large one below): the same bits.
+        const few = formatOf(format).k.gemm!.few;
+        if (few) {
+          const other = expertsGemm(formatOf(format).k, rows) === few ? formatOf(format).k.gemm! : few;
+          const o = runKernelOn(cudaGpu!, bufs, (gpu, p) => groupedExperts(gpu, p, format, rows, D, I, E, topK, other), ['h', 'y', 'out']);
+          expect(sameBits(o.h!, r.cuda.h!), 'h: the two GEMM pairs differ').toBe(true);
+          expect(sameBits(o.y!, r.cuda.y!), 'y: the two GEMM pairs differ').toBe(true);
+          results.push(`${`moe gemm few-row pair ≡ large pair ${label}`.padEnd(84)} h, y bit-identical`);
+        }
       });
     }
   }

@@ -38,7 +38,7 @@ export const stdModules = {
   },
   'std-moe-gemm-16bit': {
     source: join(stdKernels, 'std-moe-gemm-16bit.cu'),
-    kernels: { std_moe_gemm_up_bf16: 1, std_moe_gemm_down_bf16: 1, std_moe_gemm_up_f16: 1, std_moe_gemm_down_f16: 1 },
+    kernels: Object.fromEntries(['', '_few'].flatMap((n) => ['_bf16', '_f16'].flatMap((t) => [`std_moe_gemm_up${n}${t}`, `std_moe_gemm_down${n}${t}`])).map((k) => [k, 1])),
   },
 };
 
