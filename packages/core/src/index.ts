@@ -70,7 +70,7 @@ export type { DraftProposer, NgramOptions, NgramSpec } from './spec/ngram-propos
 export { NgramProposer, parseNgramSpec } from './spec/ngram-proposer.js';
 export type { VerifyOutcome, VerifySequence } from './spec/verify-drafts.js';
 export { verifyDrafts } from './spec/verify-drafts.js';
-export type { SpeculationGateOptions } from './spec/speculation-gate.js';
+export type { AcceptedDrafts, SpeculationGateOptions } from './spec/speculation-gate.js';
 export { SpeculationGate } from './spec/speculation-gate.js';
 
 export type { ParallelContext } from './parallel/parallel-context.js';

@@ -1,6 +1,6 @@
 import { CpuBackend } from '@metrale/cpu-backend';
 import { describe, expect, it } from 'vitest';
-import { EngineLoop, InvalidArgumentError, NgramProposer, SeededRandom, SpeculationGate, StepDriver, generateAll } from '../src/index.js';
+import { EngineLoop, InvalidArgumentError, NgramProposer, SeededRandom, SpeculationGate, StepDriver, generateAll, type AcceptedDrafts } from '../src/index.js';
 import { BigramLayer } from './support/bigram-layer.js';
 
 describe('SpeculationGate', () => {
@@ -97,20 +97,27 @@ describe('SpeculationGate', () => {
 
   it('smooths a sequence\'s accepted drafts with its own weight', () => {
     const gate = new SpeculationGate({ smoothing: 0.5 });
-    expect(gate.smoothAccepted(undefined, 3)).toBe(3);
-    expect(gate.smoothAccepted(3, 1)).toBe(2);
+    const sequence: AcceptedDrafts = {};
+    gate.recordAccepted([sequence], [3]);
+    expect(sequence.perVerify).toBe(3);
+    expect(gate.expectedAccepted(sequence, 4)).toBe(3);
+    gate.recordAccepted([sequence], [1]);
+    expect(gate.expectedAccepted(sequence, 4)).toBe(2);
   });
 
   it('expects a sequence not yet verified to accept what verifies accepted per sequence of late, or all k before any verify', () => {
     const gate = new SpeculationGate({ smoothing: 0.5 });
-    expect(gate.expectedAccepted(undefined, 4)).toBe(4);
-    gate.recordAccepted(0);
-    expect(gate.expectedAccepted(undefined, 4)).toBe(0);
-    gate.recordAccepted(2);
-    expect(gate.expectedAccepted(undefined, 4)).toBe(1);
+    const newcomer: AcceptedDrafts = {};
+    expect(gate.expectedAccepted(newcomer, 4)).toBe(4);
+    const [a, b] = [{}, {}] as AcceptedDrafts[];
+    gate.recordAccepted([a!, b!], [0, 0]);
+    expect(gate.expectedAccepted(newcomer, 4)).toBe(0);
+    gate.recordAccepted([a!, b!], [3, 1]); // 2 a sequence
+    expect(gate.expectedAccepted(newcomer, 4)).toBe(1);
     // A sequence's own count wins over the others'.
-    expect(gate.expectedAccepted(3, 4)).toBe(3);
-    expect(gate.expectedAccepted(0, 4)).toBe(0);
+    expect(gate.expectedAccepted(a!, 4)).toBe(1.5);
+    expect(gate.expectedAccepted(b!, 4)).toBe(0.5);
+    expect(gate.expectedAccepted({ perVerify: 0 }, 4)).toBe(0);
   });
 
   it('refuses options out of range', () => {

@@ -6,7 +6,7 @@ import { InvalidArgumentError } from '../errors.js';
 import { MAX_LOGPROBS, positionLogprobs, type PositionLogprobs } from '../model/logprobs.js';
 import { checkSampling } from '../model/sampling.js';
 import type { DraftProposer } from '../spec/ngram-proposer.js';
-import { SpeculationGate } from '../spec/speculation-gate.js';
+import { SpeculationGate, type AcceptedDrafts } from '../spec/speculation-gate.js';
 import { verifyDrafts } from '../spec/verify-drafts.js';
 import type { EngineRequest, FinishReason, EngineStepReport, TokenEvent } from './engine-request.js';
 import { RequestSampler } from './request-sampler.js';
@@ -57,8 +57,8 @@ interface Running {
   generated: number;
   /** The last generated token, not yet fed to the model. */
   pending: number;
-  /** Drafts accepted per verify, smoothed (undefined before its first verify). */
-  acceptedPerVerify?: number;
+  /** Drafts accepted per verify, as the speculation gate estimates them. */
+  readonly acceptedDrafts: AcceptedDrafts;
   /** f32 [prompt × vocab] when the request asked for its prompt logits. */
   promptLogits?: Float32Array;
   /** The prompt's logprobs when the request asked for them, until reported with its first token. */
@@ -307,6 +307,7 @@ export class EngineLoop {
       prefilled: 0,
       generated: 0,
       pending: -1,
+      acceptedDrafts: {},
       ...(req.promptLogits ? { promptLogits: new Float32Array(req.prompt.length * this.vocab) } : {}),
       ...(req.promptLogprobs !== undefined ? { promptLogprobs: [null] } : {}),
     };
@@ -408,7 +409,7 @@ export class EngineLoop {
         // The gate's choice follows measured times, so it may only choose where the output does not
         // depend on it: when no sequence samples with a seed of its own (a seeded one must repeat).
         const gate = this.#gate;
-        const expected = gate ? live.reduce((a, r) => a + gate.expectedAccepted(r.acceptedPerVerify, this.#spec!.k), 0) : 0;
+        const expected = gate ? live.reduce((a, r) => a + gate.expectedAccepted(r.acceptedDrafts, this.#spec!.k), 0) : 0;
         const free = live.every((r) => r.sampler.greedy || r.req.sampling?.seed === undefined);
         const bucket = this.driver.buckets.bucketFor(live.length);
         if (!gate || !free || gate.shouldVerify(bucket, live.length, expected)) {
@@ -461,10 +462,9 @@ export class EngineLoop {
     live.forEach((r, i) => {
       drafted += drafts[i]!.length;
       accepted += outcome.accepted[i]!;
-      if (this.#gate) r.acceptedPerVerify = this.#gate.smoothAccepted(r.acceptedPerVerify, outcome.accepted[i]!);
       this.#emit(r, outcome.emitted[i]!, outcome.logprobs[i], events);
     });
-    this.#gate?.recordAccepted(accepted / live.length);
+    this.#gate?.recordAccepted(live.map((r) => r.acceptedDrafts), outcome.accepted);
     return { seqs: live.length, k: outcome.k, drafted, accepted, path: outcome.path };
   }
 

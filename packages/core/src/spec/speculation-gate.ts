@@ -1,12 +1,26 @@
 import { InvalidArgumentError } from '../errors.js';
 
+/** `previous` moved toward `x` by `weight` (`x` itself where there is no previous value). */
+function smooth(previous: number | undefined, x: number, weight: number): number {
+  return previous === undefined ? x : previous + weight * (x - previous);
+}
+
 /** Exponential smoothing of a measured figure. */
 class Smoothed {
   value: number | undefined;
   constructor(private readonly weight: number) {}
   add(x: number): void {
-    this.value = this.value === undefined ? x : this.value + this.weight * (x - this.value);
+    this.value = smooth(this.value, x, this.weight);
   }
+}
+
+/**
+ * One sequence's drafts accepted per verify, smoothed as the gate smooths its times (undefined
+ * before its first verify). The engine keeps one per sequence, starting empty (`{}`); the gate's
+ * `recordAccepted` updates it and `expectedAccepted` reads it.
+ */
+export interface AcceptedDrafts {
+  perVerify?: number;
 }
 
 export interface SpeculationGateOptions {
@@ -22,7 +36,7 @@ export interface SpeculationGateOptions {
 /**
  * Whether a step should verify drafts or decode plainly: speculation only where it is faster.
  * It keeps the measured time of decode and of verify steps per bucket (the padded batch a step runs
- * at, whose graphs it replays), and the engine keeps each sequence's accepted drafts per verify; a
+ * at, whose graphs it replays), and each sequence's accepted drafts per verify (`AcceptedDrafts`); a
  * step of n sequences verifies when the tokens it expects per millisecond (n plus the drafts
  * expected to be accepted, over the verify's time) beat a plain decode's (n over the decode's
  * time), that is when 1 + accepted / n exceeds the bucket's verify-to-decode time ratio (a sequence
@@ -70,14 +84,18 @@ export class SpeculationGate {
     return 1 + expectedAccepted / Math.max(1, sequences) > ratio;
   }
 
-  /** A sequence's accepted drafts per verify, smoothed as the gate smooths its times (`previous` undefined before its first verify). */
-  smoothAccepted(previous: number | undefined, accepted: number): number {
-    return previous === undefined ? accepted : previous + this.#smoothing * (accepted - previous);
-  }
-
-  /** A verify's accepted drafts per sequence, over its batch: the expectation of sequences not yet verified. */
-  recordAccepted(perSequence: number): void {
-    this.#acceptedBySequences.add(perSequence);
+  /**
+   * A verify's accepted drafts, `accepted[i]` those of the sequence whose record is `sequences[i]`:
+   * each record takes its count in, and their mean over the batch becomes the expectation of
+   * sequences not yet verified.
+   */
+  recordAccepted(sequences: readonly AcceptedDrafts[], accepted: readonly number[]): void {
+    let total = 0;
+    sequences.forEach((sequence, i) => {
+      sequence.perVerify = smooth(sequence.perVerify, accepted[i]!, this.#smoothing);
+      total += accepted[i]!;
+    });
+    this.#acceptedBySequences.add(total / sequences.length);
   }
 
   /**
@@ -86,8 +104,8 @@ export class SpeculationGate {
    * batch that grows as prompts finish prefilling then does not verify for each newcomer's sake
    * where drafts have not been accepted.
    */
-  expectedAccepted(own: number | undefined, k: number): number {
-    return own ?? this.#acceptedBySequences.value ?? k;
+  expectedAccepted(sequence: AcceptedDrafts, k: number): number {
+    return sequence.perVerify ?? this.#acceptedBySequences.value ?? k;
   }
 
   /** A decode step at `bucket` and its time: `undefined` for a graph capture, whose time says nothing of the next step. */
