@@ -51,9 +51,13 @@ __device__ __forceinline__ T warp_sum(T v) {
  * 32 warp sums at once: lane L gets Σ over the lanes of v[L]. Halving exchanges (31 shuffles, not
  * 160) that add the same pairs in the same tree as warp_sum's xor butterfly (bit 4 first, then 3 …
  * 0; a + b = b + a exactly), so each sum is bit-identical to warp_sum(v[i]). v is clobbered.
+ * warp_halve is one exchange, on lane bit O: v[i] (i < O) becomes the sum of the pair that lane
+ * keeps (v[i] or v[i + O], by that bit) and the one its partner sends (std-moe-route.cu halves
+ * arrays of 8 and 16 too).
  */
-template <int O, typename T>
-__device__ __forceinline__ void warp_halve(T (&v)[32], int lane) {
+template <int O, typename T, int V>
+__device__ __forceinline__ void warp_halve(T (&v)[V], int lane) {
+  static_assert(2 * O <= V, "warp_halve: v holds fewer than 2 * O values");
   const bool hi = (lane & O) != 0;
 #pragma unroll
   for (int i = 0; i < O; i++) {

@@ -80,6 +80,21 @@ __device__ __forceinline__ double key_choice(uint64_t k) { return double_of(k >>
 /** (k1, e1) ranks before (k2, e2): the larger choice, then the lower index (a strict total order). */
 __device__ __forceinline__ bool beats(uint64_t k1, int e1, uint64_t k2, int e2) { return k1 > k2 || (k1 == k2 && e1 < e2); }
 
+/**
+ * The best (key, index) of the lane's available experts lane + 32j (j < n, index < E), scanned in
+ * index order so a tie keeps the lower index; (0, kNone) where it has none. Unroll: the scan's.
+ */
+template <int Unroll>
+__device__ __forceinline__ void lane_best(const uint64_t* key, int lane, int n, int E, uint64_t& bk, int& be) {
+  bk = 0;
+  be = kNone;
+#pragma unroll Unroll
+  for (int j = 0; j < n; j++) {
+    const int e = lane + 32 * j;
+    if (e < E && key[e] > bk) bk = key[e], be = e;
+  }
+}
+
 /** The best (key, index) of the warp, returned to every lane. */
 __device__ __forceinline__ void warp_best(uint64_t& k, int& e) {
 #pragma unroll
@@ -241,13 +256,9 @@ __device__ __forceinline__ void route_pass(const float* __restrict__ logits, con
     uint64_t tk = 0;
     int te = kNone;
     if (ranked) {
-      uint64_t bk = 0;
-      int be = kNone;
-#pragma unroll 4
-      for (int j = 0; j < n; j++) {
-        const int e = lane + 32 * j;
-        if (e < E && key[e] > bk) bk = key[e], be = e;
-      }
+      uint64_t bk;
+      int be;
+      lane_best<4>(key, lane, n, E, bk, be);
       if (__popc(__ballot_sync(kFull, bk != 0)) >= topK) {
         c[lane] = {bk, be, 0};
         __syncwarp();
@@ -294,13 +305,9 @@ __device__ __forceinline__ void route_pass(const float* __restrict__ logits, con
       // score kept in x at its index, then moved to its slot.
 #pragma unroll 1
       for (int j = 0; j < kk; j++) {
-        uint64_t bk = 0;
-        int be = kNone;
-#pragma unroll 1
-        for (int q = 0; q < n; q++) {
-          const int e = lane + 32 * q;
-          if (e < E && key[e] > bk) bk = key[e], be = e;
-        }
+        uint64_t bk;
+        int be;
+        lane_best<1>(key, lane, n, E, bk, be);
         warp_best(bk, be);
         const double sc = score_of(bk, be);
         __syncwarp();  // every lane has read x[be]
@@ -362,15 +369,10 @@ constexpr int kGemvRows = 8;
  */
 __device__ __forceinline__ int gemv_experts(int E) { return E <= 128 ? 1 : E <= 256 ? 2 : 4; }
 
+/** warp_halve on lane bits O, O / 2 … 1 (warp_sum_32's tree where V = 32). */
 template <int O, int V>
 __device__ __forceinline__ void halve(float (&v)[V], int lane) {
-  const bool hi = (lane & O) != 0;
-#pragma unroll
-  for (int i = 0; i < O; i++) {
-    const float keep = hi ? v[i + O] : v[i];
-    const float send = hi ? v[i] : v[i + O];
-    v[i] = keep + __shfl_xor_sync(kFull, send, O);
-  }
+  warp_halve<O>(v, lane);
   if constexpr (O > 1) halve<O / 2>(v, lane);
 }
 

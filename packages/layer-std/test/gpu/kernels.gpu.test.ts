@@ -88,6 +88,21 @@ function stepRows(seqs: readonly { start: number; count: number }[]): { rowStart
 }
 /** The fused qkv row: the query heads (each followed by its gate when gated), then K and V. */
 const qkvWidth = (o: { H: number; Hkv: number; d: number; gated: number }): number => o.H * o.d * (o.gated ? 2 : 1) + 2 * o.Hkv * o.d;
+/**
+ * A step's attention buffers over `pool` cache pages (a shuffled block table): the rows of `seqs`
+ * (slot −1: padding), random K / V caches, qkv and q rows (scale 1.5), and `out` poisoned.
+ */
+function pagedStep(o: { H: number; Hkv: number; d: number; gated: number; page: number }, dtype: FloatDtype, seqs: readonly { slot: number; start: number; count: number }[], pool: number): { bufs: Bufs; rows: number; rowStarts: Int32Array } {
+  const blockTable = shuffledPages(pool);
+  const { rowStarts, rows, positions } = stepRows(seqs);
+  const cacheElements = pool * o.page * o.Hkv * o.d;
+  const bufs: Bufs = {
+    blockTable, rowStarts, positions, slots: Int32Array.from(seqs.map((q) => q.slot)),
+    kCache: typed(cacheElements, dtype), vCache: typed(cacheElements, dtype), qkv: typed(rows * qkvWidth(o), dtype, 1.5),
+    q: typed(rows * o.H * o.d, dtype, 1.5), out: poison(rows * o.H * o.d, dtype),
+  };
+  return { bufs, rows, rowStarts };
+}
 
 describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twins', () => {
   beforeAll(() => {
@@ -759,16 +774,9 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
         { slot: 2, start: 127, count: 1 },
         { slot: 3, start: 128, count: 1 },
       ];
-      const pool = 4 * maxPages;
-      const blockTable = shuffledPages(pool);
-      const { rowStarts, rows, positions } = stepRows(seqs);
-      const W = qkvWidth(o);
-      const cacheElements = pool * o.page * o.Hkv * o.d;
+      const { bufs: step, rows, rowStarts } = pagedStep(o, dtype, seqs, 4 * maxPages);
       const bufs: Bufs = {
-        blockTable, rowStarts, positions, slots: Int32Array.from(seqs.map((q) => q.slot)),
-        kCache: typed(cacheElements, dtype), vCache: typed(cacheElements, dtype), qkv: typed(rows * W, dtype, 1.5),
-        q: typed(rows * o.H * o.d, dtype, 1.5), out: poison(rows * o.H * o.d, dtype), outOneSplit: poison(rows * o.H * o.d, dtype),
-        outLayer: poison(rows * o.H * o.d, dtype),
+        ...step, outOneSplit: poison(rows * o.H * o.d, dtype), outLayer: poison(rows * o.H * o.d, dtype),
         partials: new Float32Array(partialsBytes(rows, o.H, o.d, chunks) / 4),
       };
       const k = ATTENTION_KERNELS[dtype];
@@ -822,16 +830,7 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
           { slot: -1, start: 0, count: 5 },
           { slot: 2, start: 40, count: 1 },
         ];
-        const pool = 3 * maxPages;
-        const blockTable = shuffledPages(pool);
-        const { rowStarts, rows, positions } = stepRows(seqs);
-        const W = qkvWidth(o);
-        const cacheElements = pool * o.page * o.Hkv * o.d;
-        const bufs: Bufs = {
-          blockTable, rowStarts, positions, slots: Int32Array.from(seqs.map((q) => q.slot)),
-          kCache: typed(cacheElements, dtype), vCache: typed(cacheElements, dtype), qkv: typed(rows * W, dtype, 1.5),
-          q: typed(rows * o.H * o.d, dtype, 1.5), out: poison(rows * o.H * o.d, dtype),
-        };
+        const { bufs, rows, rowStarts } = pagedStep(o, dtype, seqs, 3 * maxPages);
         const k = ATTENTION_KERNELS[dtype];
         const r = onBoth(bufs, (gpu, p) => {
           gpu.launch(k.prefill!, attnPrefillLaunch(rows, seqs.length, o.H, o.d, floatBytes(dtype), gpu.device.computeCapability, gpu.defaultStream), {
