@@ -112,7 +112,8 @@ try {
       const logits = alloc(4 * batch * E);
       const args = { bias, ids: alloc(4 * batch * topK), weights: alloc(4 * batch * topK), rows: batch, experts: E, topK, scoring, normTopK: 1, nGroup: 1, topkGroup: 1, scaling };
       const gemm = (i) => gpu.gemm({ m: batch, n: E, k: D, a: xs[i], b: router, c: logits, transB: true, dtype: ROWS, outDtype: 'f32', stream });
-      const fusedMs = graphMs((i) => gpu.launch(std.routerGemvKernel, std.routerGemvLaunch(E, stream), { x: xs[i], w: router, logits, counter, ...args, hidden: D, dtype: rowCode }));
+      const noTail = { sharedGate: 0n, slotIds: 0n, slotWeights: 0n, sharedId: -1, groups: 0n, groupExperts: E };
+      const fusedMs = graphMs((i) => gpu.launch(std.routerGemvKernel, std.routerGemvLaunch(E, stream), { x: xs[i], w: router, logits, counter, ...args, hidden: D, dtype: rowCode, ...noTail }));
       const fewMs = graphMs((i) => (gemm(i), gpu.launch(std.routeFewKernel, std.routeFewLaunch(stream), { logits, ...args })));
       const blockMs = graphMs((i) => (gemm(i), gpu.launch(std.routeKernel, std.rowLaunch(batch, E, stream), { logits, ...args })));
       const gemmMs = graphMs(gemm);

@@ -1,6 +1,7 @@
 // The int32 `groups` buffer std_moe_group writes (moeGroupsLength ints; KERNELS.md), as the expert
-// kernels of std-moe.cu, std-moe-gemm.cu and std-moe-gemm-16bit.cu read it, and the tile a grouped
-// GEMM's CTA takes.
+// kernels of std-moe.cu, std-moe-gemm.cu and std-moe-gemm-16bit.cu read it, the tile a grouped
+// GEMM's CTA takes, and the same buffer written by one CTA for the few entries of a few-row step
+// (the route's last CTA, std-moe-route.cu).
 #pragma once
 
 #include <cstdint>
@@ -55,6 +56,49 @@ __device__ __forceinline__ bool find_tile(const Groups& gr, int t, int* shared3,
   __syncthreads();
   a = shared3[0], q0 = shared3[1], q1 = shared3[2];
   return a >= 0;
+}
+
+/** Entries group_few takes: the few-row route forms' rows × (slots + the shared expert's). */
+constexpr int kFewGroupEntries = 8 * 33;
+
+/**
+ * std_moe_group's buffer for n ≤ kFewGroupEntries entries `ids`, by the whole CTA (`key`: 2n ints of
+ * shared memory). Each entry's place is the count of entries before it in (expert, rj) order, ids
+ * outside [0, E) after every expert in rj order; an expert's first entry also counts the distinct
+ * experts before it for its slot in `expert` / `start`. Quadratic in n, which is a few hundred at
+ * most: no scan and no per-expert counts. The same buffer as std_moe_group's.
+ */
+__device__ __forceinline__ void group_few(const int32_t* ids, int n, int E, int32_t* __restrict__ groups, int* key) {
+  int* first = key + n;  // 1 where no earlier entry has the same expert
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const int e = ids[i];
+    key[i] = e >= 0 && e < E ? e : E;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const int ki = key[i];
+    int f = ki < E;
+    for (int j = 0; j < i && f; j++) f = key[j] != ki;
+    first[i] = f;
+  }
+  __syncthreads();
+  int32_t* order = groups + 4 + 2 * E;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const int ki = key[i];
+    int place = 0, before = 0;
+    for (int j = 0; j < n; j++) {
+      const int kj = key[j];
+      place += kj < ki || (kj == ki && j < i);
+      before += kj < ki && first[j];
+    }
+    order[place] = i;
+    if (first[i]) groups[3 + before] = ki, groups[3 + E + before] = place;
+  }
+  if (threadIdx.x == 0) {
+    int valid = 0, active = 0;
+    for (int j = 0; j < n; j++) valid += key[j] < E, active += first[j];
+    groups[0] = active, groups[1] = n - valid, groups[2] = valid, groups[3 + E + active] = valid;
+  }
 }
 
 }  // namespace stdk

@@ -3,7 +3,9 @@
 //   std_moe_route        a CTA per row (rowLaunch): route_pass over that row
 //   std_moe_route_few    one CTA of 256 threads for a few rows: route_pass over up to 8 rows at once
 //   std_moe_router_gemv  few rows: logits = x · Wᵀ (f32 sums) over CTAs of 1, 2 or 4 experts, and the
-//                        last CTA to finish routes them as std_moe_route_few does (no second launch)
+//                        last CTA to finish routes them as std_moe_route_few does (no second launch),
+//                        then, where asked, makes the shared expert's slots and the groups buffer as
+//                        std_moe_shared_slots and std_moe_group would (no third and fourth)
 //   std_moe_shared_slots the shared expert as one more chosen expert: each row's topK (id, weight)
 //                        copied to topK + 1 slots, the shared expert (stacked after the routed
 //                        experts) last with weight sigmoid(x · g), or 1 without a gate
@@ -22,6 +24,7 @@
 #include <cstring>
 
 #include "std-common.cuh"
+#include "std-moe-groups.cuh"
 
 using namespace stdk;
 
@@ -505,55 +508,23 @@ __device__ __forceinline__ unsigned count_done(unsigned* counter) {
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(kFewThreads) std_moe_route_few(const float* __restrict__ logits, const float* __restrict__ bias,
-                                                                           int32_t* __restrict__ ids, float* __restrict__ weights, int rows, int experts,
-                                                                           int topK, int scoring, int normTopK, int nGroup, int topkGroup, float scaling) {
-  STD_SHARED(RouteShared, s, 1);
-  if (blockIdx.x != 0) return;  // one CTA routes every row
-  if (experts > kMaxExperts || experts < 1) __trap();
-  route_rows(logits, bias, ids, weights, rows, experts, topK, scoring, normTopK, nGroup, topkGroup, scaling, s[0]);
-}
-
-extern "C" __global__ void __launch_bounds__(kFewThreads, 1) std_moe_router_gemv(const void* __restrict__ x, const void* __restrict__ w, float* __restrict__ logits,
-                                                                             unsigned* __restrict__ counter, const float* __restrict__ bias,
-                                                                             int32_t* __restrict__ ids, float* __restrict__ weights, int rows, int hidden,
-                                                                             int experts, int topK, int scoring, int normTopK, int nGroup, int topkGroup,
-                                                                             float scaling, int dtype) {
-  STD_SHARED(float, red, kFewWarps * 32);
-  STD_SHARED(RouteShared, s, 1);
-  STD_SHARED(int, last, 1);
-  if (rows > kGemvRows || blockDim.x != kFewThreads || experts < 1 || experts > kMaxExperts) __trap();
-  const int epc = gemv_experts(experts);
-  if (gridDim.x != (unsigned)((experts + epc - 1) / epc) || gridDim.y * gridDim.z != 1) __trap();
-  METRALE_BY_ROW_TYPE(dtype, router_gemv_any, static_cast<const T*>(x), static_cast<const T*>(w), logits, rows, hidden, experts, red);
-  // The last CTA to finish routes; it resets the counter, so the next launch (or a graph replay)
-  // starts from zero.
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    last[0] = count_done(counter) == gridDim.x - 1;
-    if (last[0]) *counter = 0;
-  }
-  __syncthreads();
-  if (!last[0]) return;
-  route_rows(logits, bias, ids, weights, rows, experts, topK, scoring, normTopK, nGroup, topkGroup, scaling, s[0]);
-}
-
 // ---- the shared expert as one more slot ----------------------------------------------------------
 
 namespace {
 
 /**
- * Row r of std_moe_shared_slots (a CTA of any multiple of 32 threads): slots [r][0, topK) are the
- * route's, slot topK the shared expert's, weight sigmoid(Σ_d x[r][d] · g[d]) (each thread sums its
- * d ≡ t (mod B) in order by fma, then block_sum's tree), or 1 where g is null. A row's slots do not
- * depend on the other rows.
+ * Rows r0, r0 + step, … of std_moe_shared_slots (a CTA of any multiple of 32 threads): slots
+ * [r][0, topK) are the route's, slot topK the shared expert's, weight sigmoid(Σ_d x[r][d] · g[d])
+ * (each thread sums its d ≡ t (mod B) in order by fma, then block_sum's tree), or 1 where g is null.
+ * A row's slots do not depend on the other rows, nor on which CTA (of the same size) makes them.
+ * ids and weights are plain loads: the router's last CTA reads them right after writing them.
  */
 template <typename T>
-__device__ __forceinline__ void shared_slots(const T* __restrict__ x, const float* __restrict__ gate, const int32_t* __restrict__ ids,
-                                             const float* __restrict__ weights, int32_t* __restrict__ slotIds, float* __restrict__ slotWeights,
-                                             int rows, int D, int topK, int sharedId, float* red) {
+__device__ __forceinline__ void shared_slots(const T* __restrict__ x, const float* __restrict__ gate, const int32_t* ids, const float* weights,
+                                             int32_t* __restrict__ slotIds, float* __restrict__ slotWeights, int rows, int D, int topK, int sharedId,
+                                             float* red, int r0, int step) {
   const int tid = threadIdx.x, B = blockDim.x, S = topK + 1;
-  for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+  for (int r = r0; r < rows; r += step) {
     for (int j = tid; j < topK; j += B) {
       slotIds[(size_t)r * S + j] = ids[(size_t)r * topK + j];
       slotWeights[(size_t)r * S + j] = weights[(size_t)r * topK + j];
@@ -570,10 +541,57 @@ __device__ __forceinline__ void shared_slots(const T* __restrict__ x, const floa
 
 }  // namespace
 
+extern "C" __global__ void __launch_bounds__(kFewThreads) std_moe_route_few(const float* __restrict__ logits, const float* __restrict__ bias,
+                                                                           int32_t* __restrict__ ids, float* __restrict__ weights, int rows, int experts,
+                                                                           int topK, int scoring, int normTopK, int nGroup, int topkGroup, float scaling) {
+  STD_SHARED(RouteShared, s, 1);
+  if (blockIdx.x != 0) return;  // one CTA routes every row
+  if (experts > kMaxExperts || experts < 1) __trap();
+  route_rows(logits, bias, ids, weights, rows, experts, topK, scoring, normTopK, nGroup, topkGroup, scaling, s[0]);
+}
+
+extern "C" __global__ void __launch_bounds__(kFewThreads, 1) std_moe_router_gemv(const void* __restrict__ x, const void* __restrict__ w, float* __restrict__ logits,
+                                                                             unsigned* __restrict__ counter, const float* __restrict__ bias,
+                                                                             int32_t* __restrict__ ids, float* __restrict__ weights, int rows, int hidden,
+                                                                             int experts, int topK, int scoring, int normTopK, int nGroup, int topkGroup,
+                                                                             float scaling, int dtype, const float* __restrict__ sharedGate,
+                                                                             int32_t* __restrict__ slotIds, float* __restrict__ slotWeights, int sharedId,
+                                                                             int32_t* __restrict__ groups, int groupExperts) {
+  STD_SHARED(float, red, kFewWarps * 32);
+  STD_SHARED(RouteShared, s, 1);
+  STD_SHARED(int, last, 1);
+  STD_SHARED(int, groupKeys, 2 * kFewGroupEntries);
+  if (rows > kGemvRows || blockDim.x != kFewThreads || experts < 1 || experts > kMaxExperts) __trap();
+  if (groups && rows * (topK + (sharedId >= 0)) > kFewGroupEntries) __trap();
+  const int epc = gemv_experts(experts);
+  if (gridDim.x != (unsigned)((experts + epc - 1) / epc) || gridDim.y * gridDim.z != 1) __trap();
+  METRALE_BY_ROW_TYPE(dtype, router_gemv_any, static_cast<const T*>(x), static_cast<const T*>(w), logits, rows, hidden, experts, red);
+  // The last CTA to finish routes; it resets the counter, so the next launch (or a graph replay)
+  // starts from zero.
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last[0] = count_done(counter) == gridDim.x - 1;
+    if (last[0]) *counter = 0;
+  }
+  __syncthreads();
+  if (!last[0]) return;
+  route_rows(logits, bias, ids, weights, rows, experts, topK, scoring, normTopK, nGroup, topkGroup, scaling, s[0]);
+  // The tail the layer would launch next, in the same CTA (std_moe_shared_slots, std_moe_group; the
+  // same bits: the slots' gate sums over the same 256 threads, the groups buffer is one order).
+  if (sharedId < 0 && !groups) return;
+  __syncthreads();  // the route's ids and weights, written by this CTA, are visible to all of it
+  if (sharedId >= 0) {
+    METRALE_BY_ROW_TYPE(dtype, shared_slots, static_cast<const T*>(x), sharedGate, ids, weights, slotIds, slotWeights, rows, hidden, topK, sharedId, red, 0, 1);
+    __syncthreads();
+  }
+  if (groups) group_few(sharedId >= 0 ? slotIds : ids, rows * (topK + (sharedId >= 0)), groupExperts, groups, groupKeys);
+}
+
 extern "C" __global__ void __launch_bounds__(256) std_moe_shared_slots(const void* __restrict__ x, const float* __restrict__ gate, const int32_t* __restrict__ ids,
                                                                       const float* __restrict__ weights, int32_t* __restrict__ slotIds,
                                                                       float* __restrict__ slotWeights, int rows, int hidden, int topK, int sharedId, int dtype) {
   STD_SHARED(float, red, 32);
   if ((blockDim.x & 31) != 0) __trap();
-  METRALE_BY_ROW_TYPE(dtype, shared_slots, static_cast<const T*>(x), gate, ids, weights, slotIds, slotWeights, rows, hidden, topK, sharedId, red);
+  METRALE_BY_ROW_TYPE(dtype, shared_slots, static_cast<const T*>(x), gate, ids, weights, slotIds, slotWeights, rows, hidden, topK, sharedId, red, (int)blockIdx.x,
+                      (int)gridDim.x);
 }

@@ -31,13 +31,17 @@ export const routeFewKernel = defineKernel({
  * `std.moe_router_gemv`: the router's f32 logits `x · Wᵀ` for a few rows (x and W of the row type
  * `dtype`, FLOAT_DTYPE_CODE), then, in the last of its CTAs to finish, `std.moe_route_few` over them:
  * router and route in one launch. `counter`: a u32 that is zero before the launch and after it (the
- * last CTA resets it), one per layer. Launched with `routerGemvLaunch`.
+ * last CTA resets it), one per layer. Then, in the same CTA, what the layer would launch next:
+ * with `sharedId` ≥ 0 `std.moe_shared_slots`' slots (gate `sharedGate`, or 0n), with `groups`
+ * not 0n `std.moe_group`'s buffer over `groupExperts` (the same bits and buffer as theirs; -1 and
+ * 0n: neither). Launched with `routerGemvLaunch`.
  */
 export const routerGemvKernel = defineKernel({
   name: 'std.moe_router_gemv',
   params: {
     x: 'ptr', w: 'ptr', logits: 'ptr', counter: 'ptr', bias: 'ptr', ids: 'ptr', weights: 'ptr',
     rows: 'i32', hidden: 'i32', experts: 'i32', topK: 'i32', scoring: 'i32', normTopK: 'i32', nGroup: 'i32', topkGroup: 'i32', scaling: 'f32', dtype: 'i32',
+    sharedGate: 'ptr', slotIds: 'ptr', slotWeights: 'ptr', sharedId: 'i32', groups: 'ptr', groupExperts: 'i32',
   },
   cuda: { module: moeRouteModule, symbol: 'std_moe_router_gemv' },
   cpu: routerGemvCpu,

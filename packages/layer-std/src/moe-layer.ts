@@ -21,6 +21,12 @@ import { SwiGlu } from './swiglu.js';
 const SCRATCH_PARTS = ['logits', 'ids', 'weights', 'slotIds', 'slotWeights', 'groups', 'h', 'y', 'routed', 'shared', 'gate'] as const;
 type ScratchPart = (typeof SCRATCH_PARTS)[number];
 
+/** What the fused route makes after the route itself: the shared expert's slots, the groups buffer. */
+interface RouteTail {
+  readonly slots: boolean;
+  readonly groups: boolean;
+}
+
 /** A stacked expert weight on the device: its elements and, for FP8, its block scales (else 0n). */
 interface DeviceExperts {
   readonly data: DevicePtr;
@@ -159,8 +165,11 @@ export class MoeLayer extends StatelessLayer {
     return Object.fromEntries(SCRATCH_PARTS.map((name) => [name, base + BigInt(this.#s[name])])) as Record<ScratchPart, DevicePtr>;
   }
 
-  /** Router logits, then ids and weights per row into the scratch, in the form `routeForm` chose for the step. */
-  #route(step: LayerStep<LayerState>, form: RouteForm, s: Readonly<Record<ScratchPart, DevicePtr>>): void {
+  /**
+   * Router logits, then ids and weights per row into the scratch, in the form `routeForm` chose for
+   * the step. The fused form also makes `tail`: the shared expert's slots and the groups buffer.
+   */
+  #route(step: LayerStep<LayerState>, form: RouteForm, s: Readonly<Record<ScratchPart, DevicePtr>>, tail: RouteTail): void {
     const { gpu, stream, rows, input } = step;
     const { hidden: D, experts, topK, routing } = this.options;
     const w = this.#w;
@@ -172,6 +181,8 @@ export class MoeLayer extends StatelessLayer {
     if (form === 'fused') {
       gpu.launch(routerGemvKernel, routerGemvLaunch(experts, stream), {
         x: input, w: w.router.data, logits: s.logits, counter: w.routeCounter, ...route, hidden: D, dtype: FLOAT_DTYPE_CODE[dtype],
+        sharedGate: w.sharedSlot?.gate ?? 0n, slotIds: s.slotIds, slotWeights: s.slotWeights, sharedId: tail.slots ? w.held - 1 : -1,
+        groups: tail.groups ? s.groups : 0n, groupExperts: w.held,
       });
       return;
     }
@@ -190,29 +201,33 @@ export class MoeLayer extends StatelessLayer {
     const k = this.#kernels;
     const dtype = this.precision.rows;
     const codes = { wDtype: w.wDtype, rowDtype: FLOAT_DTYPE_CODE[dtype] };
-    this.#route(step, routeForm(rows, topK, this.options.experts, w.router.dtype), s);
+    // The slots the expert kernels take: the route's, or those plus the shared expert's (the last expert held).
+    const slot = w.sharedSlot;
+    const slots = slot ? topK + 1 : topK;
+    const tensorCores = moeTensorCores(k, step.phase, D, inter);
+    const grouped = tensorCores || moeGrouped(rows, slots, E);
+    const form = routeForm(rows, topK, this.options.experts, w.router.dtype);
+    // The fused route's CTA makes the slots and groups itself, where no localizing comes between.
+    const fusedTail = form === 'fused' && !localExperts;
+    this.#route(step, form, s, { slots: fusedTail && slot !== undefined, groups: fusedTail && grouped });
     if (localExperts) {
       gpu.launch(localizeKernel, flatLaunch(rows * topK, stream), { ids: s.ids, weights: s.weights, entries: rows * topK, first: localExperts.first, count: localExperts.count });
     }
-    // The slots the expert kernels take: the route's, or those plus the shared expert's (the last expert held).
-    const slot = w.sharedSlot;
-    if (slot) {
+    if (slot && !fusedTail) {
       gpu.launch(sharedSlotsKernel, sharedSlotsLaunch(rows, stream), {
         x: input, gate: slot.gate, ids: s.ids, weights: s.weights, slotIds: s.slotIds, slotWeights: s.slotWeights, rows, hidden: D, topK, sharedId: E - 1, dtype: codes.rowDtype,
       });
     }
-    const slots = slot ? topK + 1 : topK;
     const ids = slot ? s.slotIds : s.ids;
     const weights = slot ? s.slotWeights : s.weights;
     const shared = this.#shared;
     const routed = shared ? s.routed : output;
-    const tensorCores = moeTensorCores(k, step.phase, D, inter);
     const pass = { rows, hidden: D, inter, experts: E, topK: slots, ...codes };
-    if (tensorCores || moeGrouped(rows, slots, E)) {
+    if (grouped) {
       const gemm = tensorCores ? expertsGemm(k, rows) : undefined;
       const up = gemm ? gemm.up : k.up;
       const down = gemm ? gemm.down : k.down;
-      gpu.launch(groupKernel, groupLaunch(rows, slots, stream), { ids, groups: s.groups, rows, experts: E, topK: slots });
+      if (!fusedTail) gpu.launch(groupKernel, groupLaunch(rows, slots, stream), { ids, groups: s.groups, rows, experts: E, topK: slots });
       gpu.launch(up, gemm ? expertsGemmLaunch(gemm, 'up', rows, slots, inter, E, gpu.device.computeCapability, stream) : expertsUpLaunch(rows, slots, inter, E, stream), {
         input, ids, groups: s.groups, gateUp: w.gateUp.data, gateUpScales: w.gateUp.scales, h: s.h, ...pass,
       });

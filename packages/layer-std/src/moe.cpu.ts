@@ -94,6 +94,18 @@ export interface RouterGemvArgs extends RouteArgs {
   readonly hidden: number;
   /** FLOAT_DTYPE_CODE of x and w. */
   readonly dtype: number;
+  /**
+   * The tail the layer's next kernels would be, made by the route's CTA: where `sharedId` ≥ 0,
+   * the shared expert's slots into `slotIds` / `slotWeights` (`sharedSlotsCpu`, gate `sharedGate`
+   * or 0n); where `groups` is not 0n, the groups buffer of the slots (or the route's ids) over
+   * `groupExperts` experts (`groupCpu`).
+   */
+  readonly sharedGate: bigint;
+  readonly slotIds: bigint;
+  readonly slotWeights: bigint;
+  readonly sharedId: number;
+  readonly groups: bigint;
+  readonly groupExperts: number;
 }
 
 /** Every 16-bit pattern's value, per type, built on first use (the weight is read through it, not decoded per launch). */
@@ -135,6 +147,11 @@ export function routerGemvCpu(a: RouterGemvArgs, ctx: CpuKernelContext): void {
     }
   }
   routeCpu(a, ctx);
+  const shared = a.sharedId >= 0;
+  if (shared) {
+    sharedSlotsCpu({ x: a.x, gate: a.sharedGate, ids: a.ids, weights: a.weights, slotIds: a.slotIds, slotWeights: a.slotWeights, rows: a.rows, hidden: D, topK: a.topK, sharedId: a.sharedId, dtype: a.dtype }, ctx);
+  }
+  if (a.groups !== 0n) groupCpu({ ids: shared ? a.slotIds : a.ids, groups: a.groups, rows: a.rows, experts: a.groupExperts, topK: a.topK + (shared ? 1 : 0) }, ctx);
 }
 
 /** What the expert kernels take: the rows' expert ids, the activations h between them, the shapes, the types. */

@@ -267,7 +267,9 @@ describe('MoE router forms (routeForm)', () => {
           for (const o of [block, few]) gpu.gemm({ m: rows, n: experts, k: hidden, a: x, b: w, c: o.logits, transB: true, dtype, outDtype: 'f32' });
           gpu.launch(routeKernel, rowLaunch(rows, experts, gpu.defaultStream), args(block));
           gpu.launch(routeFewKernel, routeFewLaunch(gpu.defaultStream), args(few));
-          gpu.launch(routerGemvKernel, routerGemvLaunch(experts, gpu.defaultStream), { ...args(fused), x, w, counter, hidden, dtype: FLOAT_DTYPE_CODE[dtype] });
+          gpu.launch(routerGemvKernel, routerGemvLaunch(experts, gpu.defaultStream), {
+            ...args(fused), x, w, counter, hidden, dtype: FLOAT_DTYPE_CODE[dtype], sharedGate: 0n, slotIds: 0n, slotWeights: 0n, sharedId: -1, groups: 0n, groupExperts: experts,
+          });
           gpu.synchronize();
           expect(read(few)).toEqual(read(block));
           expect(read(fused)).toEqual(read(block));

@@ -299,6 +299,8 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
     { label: 'sigmoid + bias, 8 groups keep 2, top-10 of 64', E: 64, topK: 10, scoring: 1, normTopK: 1, nGroup: 8, topkGroup: 2, scaling: 1, bias: true },
   ];
   /** The route arguments of a routing case. */
+  /** std.moe_router_gemv's arguments for no tail (neither the shared expert's slots nor the groups). */
+  const NO_ROUTE_TAIL = { sharedGate: 0n, slotIds: 0n, slotWeights: 0n, sharedId: -1, groups: 0n, groupExperts: 1 } as const;
   const routeArgs = (o: (typeof routings)[number], rows: number, p: Ptrs) => ({
     bias: o.bias ? p.bias! : 0n, ids: p.ids!, weights: p.weights!, rows, experts: o.E, topK: o.topK,
     scoring: o.scoring, normTopK: o.normTopK, nGroup: o.nGroup, topkGroup: o.topkGroup, scaling: o.scaling,
@@ -381,7 +383,7 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
           const r = onBoth(bufs, (gpu, p) => {
             for (let i = 0; i < 2; i++) {
               gpu.launch(routerGemvKernel, routerGemvLaunch(E, gpu.defaultStream), {
-                x: p.x!, w: p.w!, logits: p.logits!, counter: p.counter!, ...routeArgs(o, rows, p), hidden: D, dtype: FLOAT_DTYPE_CODE[dtype],
+                x: p.x!, w: p.w!, logits: p.logits!, counter: p.counter!, ...routeArgs(o, rows, p), hidden: D, dtype: FLOAT_DTYPE_CODE[dtype], ...NO_ROUTE_TAIL,
               });
             }
           }, ['logits', 'ids', 'weights', 'counter']);
@@ -404,6 +406,59 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
         }
       });
     }
+  }
+
+  // The router GEMV's tail (what the layer takes instead of launching std.moe_shared_slots and
+  // std.moe_group after it in few-row steps): the slots and the groups buffer bit for bit those of
+  // the two kernels over the same route, and the twin's; the shared expert gated and not, 64 and 512
+  // routed experts plus the shared one (the 80B's), groups alone (GLM-5's routing), 1, 3 and 8 rows.
+  const tailCases = [
+    { ...routings[4]!, label: 'softmax top-10 of 64 + a gated shared expert', D: 2048, shared: 'gated' },
+    { ...routings[0]!, label: 'softmax top-10 of 512 + an ungated shared expert', D: 2048, shared: 'ungated' },
+    { ...routings[5]!, label: 'sigmoid + bias top-8 of 256, groups only', D: 512, shared: 'none' },
+  ] as const;
+  for (const o of tailCases) {
+    it(`bf16: std.moe_router_gemv's tail (shared-expert slots, groups): ${o.label}, rows 1, 3, 8, as std.moe_shared_slots + std.moe_group`, () => {
+      const { E, D, topK } = o;
+      const withShared = o.shared !== 'none';
+      const held = withShared ? E + 1 : E;
+      const slots = withShared ? topK + 1 : topK;
+      const dtype = 'bf16';
+      for (const rows of [1, 3, 8]) {
+        const label = `moe_router_gemv tail ${o.label} rows ${rows}`;
+        const bufs = {
+          x: typed(rows * D, dtype), w: typed(E * D, dtype, 2 / Math.sqrt(D)), bias: random.normals(E, 0.1), gate: random.normals(D, 1 / Math.sqrt(D)),
+          logits: poisonF32(rows * E), counter: new Uint32Array(1), ids: poisonI32(rows * topK), weights: poisonF32(rows * topK),
+          slotIds: poisonI32(rows * slots), slotWeights: poisonF32(rows * slots), groups: poisonI32(moeGroupsLength(rows, slots, held)),
+          refSlotIds: poisonI32(rows * slots), refSlotWeights: poisonF32(rows * slots), refGroups: poisonI32(moeGroupsLength(rows, slots, held)),
+        };
+        const r = onBoth(bufs, (gpu, p) => {
+          const s = gpu.defaultStream;
+          const gate = o.shared === 'gated' ? p.gate! : 0n;
+          const common = { x: p.x!, w: p.w!, logits: p.logits!, counter: p.counter!, ...routeArgs(o, rows, p), hidden: D, dtype: FLOAT_DTYPE_CODE[dtype] };
+          gpu.launch(routerGemvKernel, routerGemvLaunch(E, s), {
+            ...common, sharedGate: gate, slotIds: p.slotIds!, slotWeights: p.slotWeights!, sharedId: withShared ? E : -1, groups: p.groups!, groupExperts: held,
+          });
+          // The same route again, then the two kernels the tail replaces.
+          gpu.launch(routerGemvKernel, routerGemvLaunch(E, s), { ...common, ...NO_ROUTE_TAIL });
+          if (withShared) {
+            gpu.launch(sharedSlotsKernel, sharedSlotsLaunch(rows, s), {
+              x: p.x!, gate, ids: p.ids!, weights: p.weights!, slotIds: p.refSlotIds!, slotWeights: p.refSlotWeights!, rows, hidden: D, topK, sharedId: E, dtype: FLOAT_DTYPE_CODE[dtype],
+            });
+          }
+          gpu.launch(groupKernel, groupLaunch(rows, slots, s), { ids: withShared ? p.refSlotIds! : p.ids!, groups: p.refGroups!, rows, experts: held, topK: slots });
+        }, ['slotIds', 'slotWeights', 'groups', 'refSlotIds', 'refSlotWeights', 'refGroups', 'ids']);
+        const length = moeGroupsLength(rows, slots, held);
+        expect(Array.from(i32(r.cuda.groups!)).slice(0, length), `${label}: groups as std.moe_group's`).toEqual(Array.from(i32(r.cuda.refGroups!)).slice(0, length));
+        compareI32(`${label} groups vs the twin`, r.cpu.groups!, r.cuda.groups!);
+        if (withShared) {
+          expect(sameBits(r.cuda.slotIds!, r.cuda.refSlotIds!), `${label}: slot ids as std.moe_shared_slots'`).toBe(true);
+          expect(sameBits(r.cuda.slotWeights!, r.cuda.refSlotWeights!), `${label}: slot weights, bits of std.moe_shared_slots`).toBe(true);
+          compareI32(`${label} slot ids vs the twin`, r.cpu.slotIds!, r.cuda.slotIds!);
+        }
+        results.push(`${label.padEnd(84)} slots and groups bit-identical to the kernels'`);
+      }
+    });
   }
 
   // The shared expert as the last slot of each row: the route's slots copied, its weight
