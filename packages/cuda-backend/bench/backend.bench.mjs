@@ -1,7 +1,6 @@
 #!/usr/bin/env node
 // Benchmark of the CUDA backend itself (a program, not a test): the two ceilings every GPU figure
-// is compared with (device-to-device copy bandwidth, bf16 GEMM rate), decode GEMMs (m = 1 … 8 rows:
-// backend_gemm_rows against cuBLASLt, as shares of the copy-rate floor), launch overhead eager vs a
+// is compared with (device-to-device copy bandwidth, bf16 GEMM rate), launch overhead eager vs a
 // replayed graph, allocation latency (pool hit vs miss) and host<->device copy latency.
 // Device times come from CUDA events (timeOnDevice, src/ceilings.ts), host times from
 // process.hrtime; warm-up first, then the median of many repetitions, on random data. Prints a table and writes the same figures as JSON
@@ -12,7 +11,6 @@ import { randomFillSync } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { toBf16 } from '@metrale/core';
 import { CudaBackend, measureCopyBandwidth, measureGemmRate, probe, testKernels, timeOnDevice } from '../dist/index.js';
 
 const packageDir = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -24,13 +22,6 @@ const GiB = 2 ** 30, MiB = 2 ** 20;
 const QUICK = process.env.METRALE_BENCH_QUICK === '1';
 const COPY_BYTES = QUICK ? 64 * MiB : GiB;
 const GEMM_SIZE = QUICK ? 256 : 8192;
-// Decode GEMMs x · Wᵀ, W n × k: an attention output projection and two MLP up / gate projections.
-const ROWS_SHAPES = QUICK ? [[256, 512]] : [[2048, 4096], [12352, 2048], [9216, 2048]];
-const ROWS_M = [1, 2, 4, 8];
-// gemm() sends m ≤ 8 to backend_gemm_rows; GemmArgs carrying this symbol go to cuBLASLt instead
-// (an internal switch of the CUDA backend, not part of its API), so both run the same shapes. m = 9
-// would reach cuBLASLt too, but as another GEMM (9 rows, other cuBLASLt kernels).
-const VIA_CUBLASLT = Symbol.for('metrale.cuda.gemmViaCublasLt');
 
 const median = (xs) => {
   const s = [...xs].sort((a, b) => a - b);
@@ -49,56 +40,6 @@ function gemmRate(b, dtype, size) {
   if (!b.gemmLibrary.loaded) return { name: `gemm ${dtype} ${size}³`, skipped: b.gemmLibrary.reason };
   const g = measureGemmRate(b, { dtype, size, reps: 10 });
   return { name: `gemm ${dtype} ${size}³ (x·Wᵀ, fp32 accumulate)`, flop: g.flop, ms: g.ms, tflops: g.flopPerS / 1e12 };
-}
-
-/**
- * Decode GEMMs, bf16 in and out: for each shape and m, backend_gemm_rows and cuBLASLt, per GEMM from
- * replays of a graph of at least 16 of them. The weight is repeated in enough copies (≥ 4 × L2) that
- * each GEMM reads its copy from DRAM; the floor is the weight's bytes at the measured copy bandwidth.
- */
-function gemmRows(b, copy) {
-  const out = [];
-  const s = b.createStream();
-  const randomBf16 = (count) => toBf16(Float32Array.from({ length: count }, () => Math.random() * 2 - 1));
-  for (const [n, k] of ROWS_SHAPES) {
-    const weightBytes = n * k * 2;
-    const copies = QUICK ? 2 : Math.max(2, Math.ceil((4 * b.device.l2CacheBytes) / weightBytes));
-    const perGraph = QUICK ? 2 : copies * Math.ceil(16 / copies);
-    const w = b.alloc(copies * weightBytes), a = b.alloc(8 * k * 2), c = b.alloc(8 * n * 2);
-    const block = Math.min(weightBytes, 16 * MiB);
-    b.upload(w, randomBf16(block / 2));
-    for (let off = block; off < copies * weightBytes; off += block) b.copyDeviceAsync(w + BigInt(off), w, Math.min(block, copies * weightBytes - off), s);
-    b.upload(a, randomBf16(8 * k));
-    b.synchronize(s);
-    const floorUs = (weightBytes / (copy.gbPerS * 1e9)) * 1e6;
-    for (const m of ROWS_M) {
-      const row = { name: `gemm bf16 m ${m}, W ${n}×${k} (x·Wᵀ)`, m, n, k, weightBytes, floorUs };
-      for (const path of ['rows', 'cublasLt']) {
-        if (path === 'cublasLt' && !b.gemmLibrary.loaded) {
-          row[path] = { skipped: b.gemmLibrary.reason };
-          continue;
-        }
-        const gemm = (i) => b.gemm({
-          m, n, k, a, b: w + BigInt((i % copies) * weightBytes), c, transB: true, dtype: 'bf16', outDtype: 'bf16', stream: s,
-          [VIA_CUBLASLT]: path === 'cublasLt',
-        });
-        for (let i = 0; i < copies; i++) gemm(i); // eager first: modules and heuristics loaded outside the capture
-        b.synchronize(s);
-        b.beginCapture(s);
-        for (let i = 0; i < perGraph; i++) gemm(i);
-        const graph = b.endCapture(s);
-        const exec = b.instantiate(graph);
-        const t = timeOnDevice(b, () => b.launchGraph(exec, s), { stream: s, reps: QUICK ? 3 : 20, inner: perGraph });
-        b.destroyGraphExec(exec);
-        b.destroyGraph(graph);
-        row[path] = { us: t.ms * 1e3, ofFloor: floorUs / (t.ms * 1e3) };
-      }
-      out.push(row);
-    }
-    for (const p of [w, a, c]) b.free(p);
-  }
-  b.destroyStream(s);
-  return out;
 }
 
 /** A decode step of 48 layers as 48 empty kernels: eager launches vs one replayed graph. */
@@ -207,7 +148,6 @@ function main() {
     const copy = copyBandwidth(b);
     const bf16 = gemmRate(b, 'bf16', GEMM_SIZE);
     const f32 = gemmRate(b, 'f32', GEMM_SIZE);
-    const rowsGemms = gemmRows(b, copy);
     const launches = launchOverhead(b);
     const alloc = allocLatency(b);
     const copies = copyLatency(b);
@@ -216,10 +156,6 @@ function main() {
     const rows = [
       [copy.name, `${fmt(copy.gbPerS)} GB/s`, `${fmt(copy.ms * 1e3)} µs per ${copy.bytes / MiB} MiB moved`],
       ...[bf16, f32].map((g) => [g.name, g.skipped ? 'skipped' : `${fmt(g.tflops)} TFLOP/s`, g.skipped ?? `${fmt(g.ms, 3)} ms${g === f32 && bf16.tflops ? ` (${fmt((100 * f32.tflops) / bf16.tflops)} % of bf16)` : ''}`]),
-      ...rowsGemms.map((g) => {
-        const share = (p) => (p.skipped ? 'skipped' : `${fmt(p.us, 2)} µs (${fmt(100 * p.ofFloor, 0)} %)`);
-        return [g.name, `rows ${share(g.rows)}`, `cuBLASLt ${share(g.cublasLt)}, floor ${fmt(g.floorUs, 2)} µs`];
-      }),
       [`${launches.name}, eager`, `${fmt(launches.eager.hostUsPerStep)} µs host`, `${fmt(launches.eager.deviceUsPerStep)} µs device per step`],
       [`${launches.name}, graph replay`, `${fmt(launches.graph.hostUsPerStep)} µs host`, `${fmt(launches.graph.deviceUsPerStep)} µs device per step (${launches.graphNodes} nodes)`],
       [alloc.name, `hit ${fmt(alloc.poolHitUs, 2)} µs`, `miss ${fmt(alloc.poolMissUs, 1)} µs, free ${fmt(alloc.freeUs, 2)} µs`],
@@ -240,7 +176,7 @@ function main() {
       driverVersion: found.driverVersion,
       cublasLt: b.gemmLibrary.loaded ? { path: b.gemmLibrary.path, version: b.gemmLibrary.version } : { missing: b.gemmLibrary.reason },
       ceilings: { copyBandwidthGBs: copy.gbPerS, bf16GemmTflops: bf16.tflops ?? null },
-      results: { copy, gemmBf16: bf16, gemmF32: f32, gemmRows: rowsGemms, launchOverhead: launches, alloc, copies },
+      results: { copy, gemmBf16: bf16, gemmF32: f32, launchOverhead: launches, alloc, copies },
     };
     mkdirSync(dirname(outPath), { recursive: true });
     writeFileSync(outPath, `${JSON.stringify(report, null, 2)}\n`);

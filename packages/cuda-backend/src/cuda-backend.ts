@@ -34,8 +34,7 @@ import { LAUNCH_EARLY_START, LAUNCH_HEADER_BYTES, packArgs } from './arg-packing
 import { CaptureTracker } from './capture-tracker.js';
 import { cublasLtCandidates, CUBLASLT_HINT } from './cublaslt-paths.js';
 import {
-  GEMM_FP8_ROWS_MAX, GEMM_ROWS_MAX, convertKernel, convertLaunch, gemmFp8RowsKernel, gemmFp8RowsLaunch, gemmFp8TiledKernel, gemmFp8TiledLaunch,
-  gemmRowsKernel, gemmRowsLaunch,
+  GEMM_FP8_ROWS_MAX, convertKernel, convertLaunch, gemmFp8RowsKernel, gemmFp8RowsLaunch, gemmFp8TiledKernel, gemmFp8TiledLaunch,
 } from './backend-kernels.js';
 import { GEMM_TYPE, resolveGemm } from './gemm-args.js';
 import { KernelRegistry } from './kernel-registry.js';
@@ -49,12 +48,6 @@ const INVALID_HANDLE = 'CUDA_ERROR_INVALID_HANDLE';
 const INVALID_VALUE = 'CUDA_ERROR_INVALID_VALUE';
 const ILLEGAL_ADDRESS = 'CUDA_ERROR_ILLEGAL_ADDRESS';
 const ILLEGAL_STATE = 'CUDA_ERROR_ILLEGAL_STATE';
-/**
- * Internal, for benchmarks only (not part of GemmArgs or the package's API): a GemmArgs carrying
- * `[Symbol.for('metrale.cuda.gemmViaCublasLt')]: true` skips backend_gemm_rows and goes through
- * cuBLASLt, so bench/backend.bench.mjs can time both on the same shapes.
- */
-const VIA_CUBLASLT = Symbol.for('metrale.cuda.gemmViaCublasLt');
 
 export interface CudaBackendOptions {
   /** Device ordinal (default 0). */
@@ -464,17 +457,6 @@ export class CudaBackend implements GpuBackend {
       };
       if (rows) this.launch(gemmFp8RowsKernel, gemmFp8RowsLaunch(args.n, args.stream ?? this.defaultStream), fp8Args);
       else this.launch(gemmFp8TiledKernel, gemmFp8TiledLaunch(args.m, args.n, args.stream ?? this.defaultStream), fp8Args);
-      return;
-    }
-    // A few rows of x · Wᵀ with 16-bit operands (decode): the backend's kernel streams the packed
-    // weight once, where cuBLASLt's few-row GEMMs fall well short of the copy rate
-    // (docs/benchmarks.md). It needs no cuBLASLt.
-    if (args.m <= GEMM_ROWS_MAX && g.abType !== GEMM_TYPE.f32 && !g.transA && g.transB && g.ldb === args.k
-      && (args as { [VIA_CUBLASLT]?: boolean })[VIA_CUBLASLT] !== true) {
-      this.launch(gemmRowsKernel, gemmRowsLaunch(args.n, this.device.multiprocessors, args.stream ?? this.defaultStream), {
-        a: args.a, abCode: g.abType, b: args.b, c: args.c, cCode: g.cType,
-        m: args.m, n: args.n, k: args.k, lda: g.lda, ldc: g.ldc, alpha: g.alpha, beta: g.beta,
-      });
       return;
     }
     if (!this.gemmLibrary.loaded) throw new DeviceError('gemm', this.gemmLibrary.reason);

@@ -221,9 +221,9 @@ static void k_copy_after(unsigned char (*p)[8], const unsigned* g, const unsigne
   memmove(dst, src, (size_t)n * 4);
 }
 
-/* The data path's kernels of kernels/convert.cu, kernels/gemm-fp8.cu and kernels/gemm-rows.cu, on
- * the host: the same functions (rounding to nearest even where they store), so the GPU lane's
- * precision suite runs its plumbing here too. */
+/* The data path's kernels of kernels/convert.cu and kernels/gemm-fp8.cu, on the host: the same
+ * functions (rounding to nearest even where they store), so the GPU lane's precision suite runs
+ * its plumbing here too. */
 static uint32_t f32_bits(float v) { uint32_t u; memcpy(&u, &v, 4); return u; }
 static float bits_f32(uint32_t u) { float v; memcpy(&v, &u, 4); return v; }
 static float bf16_value(uint16_t h) { return bits_f32((uint32_t)h << 16); }
@@ -287,42 +287,8 @@ static void k_gemm_fp8(unsigned char (*p)[8], const unsigned* g, const unsigned*
   }
 }
 
-/* backend_gemm_rows in the kernel's own order: a warp's lane sums the elements it owns in k order
- * with fmaf (the vector path's lane owns 8-element chunk q/8 mod 32, the scalar path's element q mod
- * 32), then the lanes' sums meet in the xor butterfly; so the results are the device's, bit for bit. */
-static void k_gemm_rows(unsigned char (*p)[8], const unsigned* g, const unsigned* b, unsigned s) {
-  const void* a = ARG(void*, 0);
-  int abCode = ARG(int, 1);
-  const void* w = ARG(void*, 2);
-  void* c = ARG(void*, 3);
-  int cCode = ARG(int, 4);
-  int m = ARG(int, 5), n = ARG(int, 6), k = ARG(int, 7), lda = ARG(int, 8), ldc = ARG(int, 9);
-  float alpha = ARG(float, 10), beta = ARG(float, 11);
-  int vector = k % 8 == 0 && lda % 8 == 0 && (((uintptr_t)a | (uintptr_t)w) & 15) == 0;
-  (void)g; (void)b; (void)s;
-  if (m < 1 || m > 8 || (abCode != 1 && abCode != 2)) { fprintf(stderr, "mock: backend_gemm_rows would trap (m %d, abCode %d)\n", m, abCode); abort(); }
-  for (int i = 0; i < m; i++) {
-    for (int j = 0; j < n; j++) {
-      float lane[32] = {0}, next[32];
-      for (int q = 0; q < k; q++) {
-        int l = vector ? (q >> 3) & 31 : q & 31;
-        lane[l] = fmaf(load_el(a, (size_t)i * lda + q, abCode), load_el(w, (size_t)j * k + q, abCode), lane[l]);
-      }
-      for (int o = 16; o > 0; o >>= 1) {
-        for (int l = 0; l < 32; l++) next[l] = lane[l] + lane[l ^ o];
-        memcpy(lane, next, sizeof lane);
-      }
-      size_t at = (size_t)i * ldc + j;
-      float v = alpha * lane[0];
-      if (beta != 0.0f) v = fmaf(beta, load_el(c, at, cCode), v);
-      store_el(c, at, v, cCode);
-    }
-  }
-}
-
 static const Kernel KERNELS[] = {
     {"backend_convert", 5, {8, 4, 8, 4, 8}, k_convert},
-    {"backend_gemm_rows", 12, {8, 4, 8, 8, 4, 4, 4, 4, 4, 4, 4, 4}, k_gemm_rows},
     {"backend_gemm_fp8_rows", 13, {8, 4, 8, 8, 8, 4, 4, 4, 4, 4, 4, 4, 4}, k_gemm_fp8},
     {"backend_gemm_fp8_tiled", 13, {8, 4, 8, 8, 8, 4, 4, 4, 4, 4, 4, 4, 4}, k_gemm_fp8},
     {"vector_add_f32", 4, {8, 8, 8, 4}, k_vector_add},
@@ -684,12 +650,6 @@ EXPORT CUresult cuLaunchKernel(void* h, unsigned gx, unsigned gy, unsigned gz, u
   /* cuLaunchKernel copies the parameter values at the call: later changes are not seen. */
   for (int i = 0; i < f->kernel->count; i++) memcpy(op.params[i], params[i], (size_t)f->kernel->sizes[i]);
   (void)threads;
-  /* MOCK_CUDA_LAUNCH_LOG names a file that gets a line per kernel launch (its symbol). */
-  const char* log = getenv("MOCK_CUDA_LAUNCH_LOG");
-  if (log) {
-    FILE* out = fopen(log, "a");
-    if (out) fprintf(out, "%s\n", f->kernel->name), fclose(out);
-  }
   return submit(STREAM(s), op);
 }
 
