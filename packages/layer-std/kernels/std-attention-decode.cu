@@ -40,48 +40,30 @@ constexpr int kMaxHeadDim = 256;
 template <int D>
 constexpr int smem_elements() { return (kHeadsAtOnce + kWarps * 2 * 2 * kTileKeys) * (D + 8); }
 
-/** The per-CTA state of one (row, kv head, chunk) pass: where its keys are and what it writes. */
-struct Pass {
-  int row, h0, ng, kvh, a, nkeys, c, nChunks;
-};
-
 /**
  * One pass: heads h0 … h0 + ng − 1 of `row` over keys a … a + nkeys − 1 of kv head kvh. Writes the
  * normalised, gated output when the row has one chunk, else the chunk's partial records.
  */
 template <typename T, int D>
-__device__ __forceinline__ void decode_pass(const Pass& ps, const T* __restrict__ qkv, const T* __restrict__ kCache, const T* __restrict__ vCache,
+__device__ __forceinline__ void decode_pass(const ChunkPass& ps, const T* __restrict__ qkv, const T* __restrict__ kCache, const T* __restrict__ vCache,
                                             const int32_t* __restrict__ table, int pageSize, int heads, int kvHeads, int d, int W, int gated,
                                             const T* __restrict__ q, T* __restrict__ out, float* __restrict__ partials, float scale2, int maxChunks,
                                             T* smem, float* mW, float* lW) {
   constexpr int LD = D + 8;
-  constexpr int C8 = D / 8;  // 16-byte pieces of a shared row
   constexpr int RING = 2 * 2 * kTileKeys * LD;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
   T* Qs = smem;
   T* ring = Qs + kHeadsAtOnce * LD + warp * RING;
 
-  for (int i = tid; i < kHeadsAtOnce * C8; i += kThreads) {
-    const int r = i / C8, c = (i - r * C8) * 8;
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (r < ps.ng && c < d) v = *reinterpret_cast<const uint4*>(q + ((size_t)ps.row * heads + ps.h0 + r) * d + c);
-    *reinterpret_cast<uint4*>(Qs + r * LD + c) = v;
-  }
+  load_q_tile<kHeadsAtOnce, D, kThreads>(Qs, ps.ng, d, [&](int r) { return q + ((size_t)ps.row * heads + ps.h0 + r) * d; });
   __syncthreads();
 
   const int tiles = (ps.nkeys + kTileKeys - 1) / kTileKeys;
   const int mine = warp < tiles ? (tiles - warp + kWarps - 1) / kWarps : 0;
-  // Keys of tile i into buffer b: lane l takes 16-byte pieces l, l + 32, … (zeros past the chunk and past d).
+  // Keys of tile i into buffer b of the warp's ring, by its lanes (zeros past the chunk).
   auto load = [&](int b, int i) {
-    T* Kb = ring + b * 2 * kTileKeys * LD;
-    for (int e = lane; e < kTileKeys * C8; e += 32) {
-      const int r = e / C8, c = (e - r * C8) * 8;
-      const int k = i * kTileKeys + r;
-      const bool valid = k < ps.nkeys && c < d;
-      const size_t off = valid ? cache_offset(table, pageSize, kvHeads, d, ps.a + k, ps.kvh) + c : 0;
-      cp_async16(Kb + r * LD + c, kCache + off, valid);
-      cp_async16(Kb + kTileKeys * LD + r * LD + c, vCache + off, valid);
-    }
+    gather_keys<kTileKeys, D, 32>(ring + b * 2 * kTileKeys * LD, lane, kCache, vCache, table, pageSize, kvHeads, ps.kvh, d, ps.a, ps.nkeys,
+                                  i * kTileKeys);
   };
 
   RowPair rp;
@@ -99,19 +81,7 @@ __device__ __forceinline__ void decode_pass(const Pass& ps, const T* __restrict_
     const T* Ks = ring + (j & 1) * 2 * kTileKeys * LD;
     const T* Vs = Ks + kTileKeys * LD;
     float s[2][4];
-#pragma unroll
-    for (int jn = 0; jn < 2; jn++) s[jn][0] = s[jn][1] = s[jn][2] = s[jn][3] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < D / 16; kk++) {
-      if (kk * 16 >= d) break;
-      const T* qa = Qs + g * LD + kk * 16 + 2 * tig;
-      const uint32_t a[4] = {smem_word(qa), smem_word(qa + 8 * LD), smem_word(qa + 8), smem_word(qa + 8 * LD + 8)};
-#pragma unroll
-      for (int jn = 0; jn < 2; jn++) {
-        const T* kb = Ks + (jn * 8 + g) * LD + kk * 16 + 2 * tig;
-        mma16816<T>(s[jn], a, smem_word(kb), smem_word(kb + 8));
-      }
-    }
+    qk_tile<T, D>(s, Qs, Ks, d, g, tig);
     // Every head row sees the chunk's keys 0 … nkeys − 1 (tile-local keys k0 + …).
     rp.pos0 = rp.pos1 = ps.nkeys - 1;
     rp.lo0 = rp.lo1 = 0;
@@ -119,17 +89,7 @@ __device__ __forceinline__ void decode_pass(const Pass& ps, const T* __restrict_
     rp.softmax_tile(s, i * kTileKeys, tig, scale2, c0, c1);
 #pragma unroll
     for (int n = 0; n < D / 8; n++) acc[n][0] *= c0, acc[n][1] *= c0, acc[n][2] *= c1, acc[n][3] *= c1;
-    uint32_t pa[4];
-    p_fragment<T>(pa, s, 0);
-    const T* vrow = Vs + ((lane & 7) + ((lane >> 3) & 1) * 8) * LD + (lane >> 4) * 8;
-#pragma unroll
-    for (int n = 0; n < D / 16; n++) {
-      if (n * 16 >= d) break;
-      uint32_t b[4];
-      ldmatrix_x4_trans(b, vrow + n * 16);
-      mma16816<T>(acc[2 * n], pa, b[0], b[1]);
-      mma16816<T>(acc[2 * n + 1], pa, b[2], b[3]);
-    }
+    pv_tile<T, D>(acc, s, Vs, d, lane);
     __syncwarp();  // every lane is done with buffer j & 1 before the load two tiles on
   }
   cp_async_wait<0>();
@@ -189,32 +149,13 @@ __device__ __forceinline__ void decode_rows(const T* __restrict__ qkv, const T* 
                                             int kvHeads, int d, int pageSize, int maxPages, int gated, int ownKv, const T* __restrict__ q,
                                             T* __restrict__ out, float scale, int window, int maxChunks, float* __restrict__ partials, T* smem,
                                             float* mW, float* lW) {
-  const int rows = rowStarts[batch];
-  const int group = heads / kvHeads;
-  const int kvh = blockIdx.y;
   const int W = qkv_width(heads, kvHeads, d, gated, ownKv);
   const float scale2 = scale * 1.4426950408889634f;
-  for (int row = blockIdx.x; row < rows; row += gridDim.x) {
-    const int p = batch_pos_of_row(rowStarts, batch, row);
-    const int slot = slots[p];
-    const int pos = positions[row];
-    if (slot < 0) {
-      if (blockIdx.z == 0) {
-        for (int i = threadIdx.x; i < group * d; i += blockDim.x) store_value(out, ((size_t)row * heads + kvh * group) * d + i, 0.f);
-      }
-      continue;
-    }
-    const int32_t* table = blockTable + (size_t)slot * maxPages;
-    const int lo = first_key(pos, window);
-    const KeyChunks ch = key_chunks(pos - lo + 1, maxChunks);
-    for (int c = blockIdx.z; c < ch.n; c += gridDim.z) {
-      const int a = lo + c * ch.size;
-      for (int g0 = 0; g0 < group; g0 += kHeadsAtOnce) {
-        const Pass ps{row, kvh * group + g0, min(kHeadsAtOnce, group - g0), kvh, a, min(ch.size, pos + 1 - a), c, ch.n};
-        decode_pass<T, D>(ps, qkv, kCache, vCache, table, pageSize, heads, kvHeads, d, W, gated, q, out, partials, scale2, maxChunks, smem, mW, lW);
-      }
-    }
-  }
+  for_each_chunk<kHeadsAtOnce>(blockTable, slots, rowStarts, positions, batch, heads, kvHeads, d, maxPages, window, maxChunks, out,
+                               [&](const ChunkPass& ps, const int32_t* table) {
+                                 decode_pass<T, D>(ps, qkv, kCache, vCache, table, pageSize, heads, kvHeads, d, W, gated, q, out, partials, scale2,
+                                                   maxChunks, smem, mW, lW);
+                               });
 }
 
 template <typename T>

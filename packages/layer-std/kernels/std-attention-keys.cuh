@@ -1,6 +1,7 @@
 // How a decode row's keys are cut into chunks and where each chunk's partial record lies, shared by
 // the split-KV decode kernels (std-attention.cu on CUDA cores, std-attention-decode.cu on tensor
-// cores) and std_attn_combine; the same rule as keyChunksOf in src/attention.cpu.ts.
+// cores) and std_attn_combine; the same rule as keyChunksOf in src/attention.cpu.ts. Also the two
+// kernels' walk over a CTA's rows, chunks and head groups (for_each_chunk).
 #pragma once
 #include "std-common.cuh"
 
@@ -38,6 +39,46 @@ __device__ __forceinline__ KeyChunks key_chunks(int len, int maxChunks) {
 /** One partial record of (row, head, chunk) in `partials`: max score m (log2 units: s · scale · log2 e), Σ 2^(s − m), then d sums of 2^(s − m)·v. */
 __device__ __forceinline__ size_t partial_offset(int row, int heads, int h, int maxChunks, int c, int d) {
   return (((size_t)row * heads + h) * maxChunks + c) * (size_t)(d + 2);
+}
+
+/** One pass of a split-KV CTA: heads h0 … h0 + ng − 1 of `row` over keys a … a + nkeys − 1 of kv head kvh, chunk c of the row's nChunks. */
+struct ChunkPass {
+  int row, h0, ng, kvh, a, nkeys, c, nChunks;
+};
+
+/**
+ * The walk of a split-KV CTA of grid [rows, kvHeads, splits]: rows blockIdx.x, + gridDim.x, …; a
+ * padding row (slot < 0) gets its group's zeros from the CTAs of z = 0, any other its chunks z, z +
+ * splits, … and in each the group's heads HG at a time, as pass(ChunkPass, the row's page table).
+ * Barriers are the pass's.
+ */
+template <int HG, typename T, typename Fn>
+__device__ __forceinline__ void for_each_chunk(const int32_t* __restrict__ blockTable, const int32_t* __restrict__ slots,
+                                               const int32_t* __restrict__ rowStarts, const int32_t* __restrict__ positions, int batch,
+                                               int heads, int kvHeads, int d, int maxPages, int window, int maxChunks, T* __restrict__ out,
+                                               Fn&& pass) {
+  const int rows = rowStarts[batch];
+  const int group = heads / kvHeads;
+  const int kvh = blockIdx.y;
+  for (int row = blockIdx.x; row < rows; row += gridDim.x) {
+    const int p = batch_pos_of_row(rowStarts, batch, row);
+    const int slot = slots[p];
+    const int pos = positions[row];
+    if (slot < 0) {
+      if (blockIdx.z == 0) {
+        for (int i = threadIdx.x; i < group * d; i += blockDim.x) store_value(out, ((size_t)row * heads + kvh * group) * d + i, 0.f);
+      }
+      continue;
+    }
+    const int32_t* table = blockTable + (size_t)slot * maxPages;
+    const int lo = first_key(pos, window);
+    const KeyChunks ch = key_chunks(pos - lo + 1, maxChunks);
+    for (int c = blockIdx.z; c < ch.n; c += gridDim.z) {
+      const int a = lo + c * ch.size;
+      const int nkeys = min(ch.size, pos + 1 - a);
+      for (int g0 = 0; g0 < group; g0 += HG) pass(ChunkPass{row, kvh * group + g0, min(HG, group - g0), kvh, a, nkeys, c, ch.n}, table);
+    }
+  }
 }
 
 }  // namespace stdk

@@ -64,7 +64,6 @@ __device__ __forceinline__ void prefill_tile(const T* __restrict__ qkv, const T*
                                              T* __restrict__ out, float scale, int window, unsigned char* smem, int* maxPosS, int* minPosS) {
   constexpr int BN = key_tile<D>();
   constexpr int LD = D + 8;
-  constexpr int C8 = D / 8;  // 16-byte chunks of a shared row
   // Q, then two (K, V) buffers: the next key tile lands by cp.async while this one is used.
   T* Qs = reinterpret_cast<T*>(smem);
   T* KV = Qs + kRows * LD;
@@ -84,12 +83,7 @@ __device__ __forceinline__ void prefill_tile(const T* __restrict__ qkv, const T*
   if (tid == 0) *maxPosS = -1, *minPosS = 0x7fffffff;
   __syncthreads();
   if (tid < count) atomicMax(maxPosS, positions[first + tid]), atomicMin(minPosS, positions[first + tid]);
-  for (int i = tid; i < kRows * C8; i += kThreads) {
-    const int r = i / C8, c = (i - r * C8) * 8;
-    uint4 v = make_uint4(0u, 0u, 0u, 0u);
-    if (r < count && c < d) v = *reinterpret_cast<const uint4*>(q + ((size_t)(first + r) * heads + h) * d + c);
-    *reinterpret_cast<uint4*>(Qs + r * LD + c) = v;
-  }
+  load_q_tile<kRows, D, kThreads>(Qs, count, d, [&](int r) { return q + ((size_t)(first + r) * heads + h) * d; });
   __syncthreads();
   const int maxPos = *maxPosS;
   // The tile's first key: the window's start of its earliest row (key tiles stay aligned to key 0).
@@ -109,16 +103,9 @@ __device__ __forceinline__ void prefill_tile(const T* __restrict__ qkv, const T*
 #pragma unroll
   for (int n = 0; n < D / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
 
+  // Keys 0 … maxPos: zeros past the tile's last key (their P is 0).
   auto load_keys = [&](int buf, int k0) {
-    T* Kb = KV + buf * 2 * BN * LD;
-    for (int i = tid; i < BN * C8; i += kThreads) {
-      const int r = i / C8, c = (i - r * C8) * 8;
-      const int t = k0 + r;
-      const bool valid = t <= maxPos && c < d;  // zeros past the tile's last key (their P is 0) and past d
-      const size_t off = valid ? cache_offset(table, pageSize, kvHeads, d, t, kvh) + c : 0;
-      cp_async16(Kb + r * LD + c, kCache + off, valid);
-      cp_async16(Kb + BN * LD + r * LD + c, vCache + off, valid);
-    }
+    gather_keys<BN, D, kThreads>(KV + buf * 2 * BN * LD, tid, kCache, vCache, table, pageSize, kvHeads, kvh, d, 0, maxPos + 1, k0);
   };
   const int keyTiles = maxPos < 0 ? 0 : maxPos / BN + 1;
   if (firstTile < keyTiles) load_keys(firstTile & 1, firstTile * BN);
@@ -133,38 +120,12 @@ __device__ __forceinline__ void prefill_tile(const T* __restrict__ qkv, const T*
     const T* Vs = Ks + BN * LD;
     if (k0 <= warpMax) {  // else every row of this warp ends before this tile
       float s[BN / 8][4];
-#pragma unroll
-      for (int j = 0; j < BN / 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
-#pragma unroll
-      for (int kk = 0; kk < D / 16; kk++) {
-        if (kk * 16 >= d) break;
-        const T* qa = Qs + (warp * 16 + g) * LD + kk * 16 + 2 * tig;
-        const uint32_t a[4] = {smem_word(qa), smem_word(qa + 8 * LD), smem_word(qa + 8), smem_word(qa + 8 * LD + 8)};
-#pragma unroll
-        for (int j = 0; j < BN / 8; j++) {
-          const T* kb = Ks + (j * 8 + g) * LD + kk * 16 + 2 * tig;
-          mma16816<T>(s[j], a, smem_word(kb), smem_word(kb + 8));
-        }
-      }
+      qk_tile<T, D>(s, Qs + warp * 16 * LD, Ks, d, g, tig);
       float c0, c1;
       rp.softmax_tile(s, k0, tig, scale2, c0, c1);
 #pragma unroll
       for (int n = 0; n < D / 8; n++) acc[n][0] *= c0, acc[n][1] *= c0, acc[n][2] *= c1, acc[n][3] *= c1;
-      // O += P V: two n8 tiles of S make one k16 A fragment.
-#pragma unroll
-      for (int kk = 0; kk < BN / 16; kk++) {
-        uint32_t a[4];
-        p_fragment<T>(a, s, kk);
-        const T* vrow = Vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + (lane >> 4) * 8;
-#pragma unroll
-        for (int n = 0; n < D / 16; n++) {
-          if (n * 16 >= d) break;
-          uint32_t b[4];
-          ldmatrix_x4_trans(b, vrow + n * 16);
-          mma16816<T>(acc[2 * n], a, b[0], b[1]);
-          mma16816<T>(acc[2 * n + 1], a, b[2], b[3]);
-        }
-      }
+      pv_tile<T, D>(acc, s, Vs, d, lane);
     }
     __syncthreads();  // every warp is done with buffer kt & 1 before the load two tiles on
   }

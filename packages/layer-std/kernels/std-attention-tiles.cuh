@@ -1,6 +1,8 @@
 // The pieces of flash attention on mma.sync shared by std-attention-prefill.cu and
-// std-attention-decode.cu: an m16 tile's online softmax per key tile (a quad's two rows), the P
-// fragment of P·V, and the gated store of an output pair.
+// std-attention-decode.cu: the Q tile's load and the cp.async gather of K and V rows into their
+// padded shared layout (rows of D + 8 elements), S = Q Kᵀ of a warp's m16 rows, an m16 tile's online
+// softmax per key tile (a quad's two rows), O += P V, and the gated store of an output pair. The
+// kernels differ in tile heights and in who fills a buffer (a warp its own ring, or the CTA).
 #pragma once
 #include "std-common.cuh"
 #include "std-mma.cuh"
@@ -8,6 +10,66 @@
 namespace stdk {
 
 __device__ __forceinline__ uint32_t smem_word(const void* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+/**
+ * A Q tile of ROWS rows into shared memory (rows of D + 8 elements) by the CTA's THREADS threads:
+ * row r < count from row(r), zeros past count and past d. row(r) keeps each kernel's own address
+ * arithmetic: a common stride cost the prefill kernel registers.
+ */
+template <int ROWS, int D, int THREADS, typename T, typename Row>
+__device__ __forceinline__ void load_q_tile(T* Qs, int count, int d, Row&& row) {
+  constexpr int LD = D + 8;
+  constexpr int C8 = D / 8;  // 16-byte pieces of a shared row
+  for (int i = threadIdx.x; i < ROWS * C8; i += THREADS) {
+    const int r = i / C8, c = (i - r * C8) * 8;
+    uint4 v = make_uint4(0u, 0u, 0u, 0u);
+    if (r < count && c < d) v = *reinterpret_cast<const uint4*>(row(r) + c);
+    *reinterpret_cast<uint4*>(Qs + r * LD + c) = v;
+  }
+}
+
+/**
+ * Keys k0 … k0 + KEYS − 1 of a run of `len` keys from key `base` of kv head kvh, gathered from their
+ * pages by cp.async: K rows at Kb, then V rows (rows of D + 8 elements), zeros past the run and past
+ * d. The 16-byte pieces go to threads first, first + STEP, … (a warp's lanes for its own buffer, else
+ * the CTA's).
+ */
+template <int KEYS, int D, int STEP, typename T>
+__device__ __forceinline__ void gather_keys(T* Kb, int first, const T* __restrict__ kCache, const T* __restrict__ vCache,
+                                            const int32_t* __restrict__ table, int pageSize, int kvHeads, int kvh, int d, int base, int len, int k0) {
+  constexpr int LD = D + 8;
+  constexpr int C8 = D / 8;
+  for (int i = first; i < KEYS * C8; i += STEP) {
+    const int r = i / C8, c = (i - r * C8) * 8;
+    const int k = k0 + r;
+    const bool valid = k < len && c < d;
+    const size_t off = valid ? cache_offset(table, pageSize, kvHeads, d, base + k, kvh) + c : 0;
+    cp_async16(Kb + r * LD + c, kCache + off, valid);
+    cp_async16(Kb + KEYS * LD + r * LD + c, vCache + off, valid);
+  }
+}
+
+/**
+ * S = Q Kᵀ on mma.sync for a warp's m16 rows of a Q tile (Qw: its first row) and J n8 tiles of keys
+ * at Ks, both in rows of D + 8 elements; k16 steps past d are skipped.
+ */
+template <typename T, int D, int J>
+__device__ __forceinline__ void qk_tile(float (&s)[J][4], const T* Qw, const T* Ks, int d, int g, int tig) {
+  constexpr int LD = D + 8;
+#pragma unroll
+  for (int j = 0; j < J; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < D / 16; kk++) {
+    if (kk * 16 >= d) break;
+    const T* qa = Qw + g * LD + kk * 16 + 2 * tig;
+    const uint32_t a[4] = {smem_word(qa), smem_word(qa + 8 * LD), smem_word(qa + 8), smem_word(qa + 8 * LD + 8)};
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+      const T* kb = Ks + (j * 8 + g) * LD + kk * 16 + 2 * tig;
+      mma16816<T>(s[j], a, smem_word(kb), smem_word(kb + 8));
+    }
+  }
+}
 
 /**
  * The online softmax of one key tile for a quad's rows r0 and r1 (positions pos0 / pos1, windows from
@@ -79,6 +141,30 @@ template <typename T, int J>
 __device__ __forceinline__ void p_fragment(uint32_t (&a)[4], const float (&s)[J][4], int kk) {
   a[0] = pack2<T>(s[2 * kk][0], s[2 * kk][1]), a[1] = pack2<T>(s[2 * kk][2], s[2 * kk][3]);
   a[2] = pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]), a[3] = pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+}
+
+/**
+ * O += P V on mma.sync: P from the J n8 tiles of e^(s − m) (rounded to T, two tiles a k16 step),
+ * V's fragments from its rows at Vs (rows of D + 8 elements) by ldmatrix .trans; columns past d
+ * are skipped.
+ */
+template <typename T, int D, int J>
+__device__ __forceinline__ void pv_tile(float (&acc)[D / 8][4], const float (&s)[J][4], const T* Vs, int d, int lane) {
+  constexpr int LD = D + 8;
+#pragma unroll
+  for (int kk = 0; kk < J / 2; kk++) {
+    uint32_t a[4];
+    p_fragment<T>(a, s, kk);
+    const T* vrow = Vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + (lane >> 4) * 8;
+#pragma unroll
+    for (int n = 0; n < D / 16; n++) {
+      if (n * 16 >= d) break;
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, vrow + n * 16);
+      mma16816<T>(acc[2 * n], a, b[0], b[1]);
+      mma16816<T>(acc[2 * n + 1], a, b[2], b[3]);
+    }
+  }
 }
 
 }  // namespace stdk

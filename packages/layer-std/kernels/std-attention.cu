@@ -274,32 +274,12 @@ __device__ __forceinline__ void core_body(const T* __restrict__ qkv, const T* __
                                           float* __restrict__ partials, T* tiles, const CoreShared& sh) {
   // Query heads at once: their q and sums stay in registers (64 values a lane).
   constexpr int HG = 64 / E < kMaxHeadsAtOnce ? 64 / E : kMaxHeadsAtOnce;
-  const int rows = rowStarts[batch];
-  const int group = heads / kvHeads;
-  const int kvh = blockIdx.y;
   const int W = qkv_width(heads, kvHeads, d, gated, ownKv);
-  for (int row = blockIdx.x; row < rows; row += gridDim.x) {
-    const int p = batch_pos_of_row(rowStarts, batch, row);
-    const int slot = slots[p];
-    const int pos = positions[row];
-    if (slot < 0) {
-      if (blockIdx.z == 0) {
-        for (int i = threadIdx.x; i < group * d; i += blockDim.x) store_value(out, ((size_t)row * heads + kvh * group) * d + i, 0.f);
-      }
-      continue;
-    }
-    const int32_t* table = blockTable + (size_t)slot * maxPages;
-    const int lo = first_key(pos, window);
-    const KeyChunks ch = key_chunks(pos - lo + 1, maxChunks);
-    for (int c = blockIdx.z; c < ch.n; c += gridDim.z) {
-      const int a = lo + c * ch.size;
-      const int nkeys = min(ch.size, pos + 1 - a);
-      for (int g0 = 0; g0 < group; g0 += HG) {
-        attend_chunk<E, V4, HG, T>(qkv, kCache, vCache, table, pageSize, heads, kvHeads, kvh, d, W, gated, q, out, partials, scale, row,
-                                   kvh * group + g0, min(HG, group - g0), a, nkeys, c, ch.n, maxChunks, tiles, sh);
-      }
-    }
-  }
+  for_each_chunk<HG>(blockTable, slots, rowStarts, positions, batch, heads, kvHeads, d, maxPages, window, maxChunks, out,
+                     [&](const ChunkPass& ps, const int32_t* table) {
+                       attend_chunk<E, V4, HG, T>(qkv, kCache, vCache, table, pageSize, heads, kvHeads, ps.kvh, d, W, gated, q, out, partials, scale,
+                                                  ps.row, ps.h0, ps.ng, ps.a, ps.nkeys, ps.c, ps.nChunks, maxChunks, tiles, sh);
+                     });
 }
 
 template <typename T>

@@ -91,14 +91,23 @@ export function partialsBytes(rows: number, heads: number, headDim: number, chun
 }
 
 /**
+ * The split count of `std.attn_core` and `std.attn_decode` (grid z): enough CTAs to fill every
+ * multiprocessor twice over when rows × kvHeads alone would not, at most `chunks` (a split past the
+ * row's chunks would have nothing to do) and at least 1.
+ */
+export function splitsFor(rows: number, kvHeads: number, chunks: number, multiprocessors: number): number {
+  const ctas = Math.max(1, rows) * kvHeads;
+  return Math.max(1, Math.min(chunks, Math.ceil((2 * multiprocessors) / ctas)));
+}
+
+/**
  * `std.attn_core`'s CTAs: [rows, kvHeads, splits] of 256 threads, each CTA a whole GQA group (every
- * key row read once for the group's heads) and chunks z, z + splits, … of its row. Splits (at most
- * `chunks`) fill about two CTAs per multiprocessor; they change which CTA takes a chunk, never the
- * result. Shared memory: CORE_STAGES tiles of K and V rows.
+ * key row read once for the group's heads) and chunks z, z + splits, … of its row. Splits
+ * (`splitsFor`) change which CTA takes a chunk, never the result. Shared memory: CORE_STAGES tiles
+ * of K and V rows.
  */
 export function coreLaunch(rows: number, kvHeads: number, headDim: number, rowBytes: number, chunks: number, multiprocessors: number, stream: Stream): LaunchConfig {
-  const ctas = Math.max(1, rows) * kvHeads;
-  const splits = Math.max(1, Math.min(chunks, Math.ceil((2 * multiprocessors) / ctas)));
+  const splits = splitsFor(rows, kvHeads, chunks, multiprocessors);
   const tileKeys = Math.max(8, Math.floor(CORE_STAGE_BYTES / (2 * headDim * rowBytes)));
   return { grid: [Math.max(1, rows), kvHeads, splits], block: 256, sharedBytes: CORE_STAGES * 2 * tileKeys * headDim * rowBytes, stream };
 }
@@ -114,13 +123,12 @@ export function decodeOnTensorCores(kernels: AttentionKernels, phase: StepPhase,
 }
 
 /**
- * `std.attn_decode`'s CTAs: [rows, kvHeads, splits] of 128 threads (4 warps), splits as
- * `coreLaunch`'s; shared memory for the 16-row Q tile and each warp's two K and V tiles of 16 keys,
+ * `std.attn_decode`'s CTAs: [rows, kvHeads, splits] of 128 threads (4 warps), splits by
+ * `splitsFor` as `coreLaunch`'s; shared memory for the 16-row Q tile and each warp's two K and V tiles of 16 keys,
  * in the kernel's padded layout at the head dim's power-of-two template.
  */
 export function attnDecodeLaunch(rows: number, kvHeads: number, headDim: number, rowBytes: number, chunks: number, multiprocessors: number, stream: Stream): LaunchConfig {
-  const ctas = Math.max(1, rows) * kvHeads;
-  const splits = Math.max(1, Math.min(chunks, Math.ceil((2 * multiprocessors) / ctas)));
+  const splits = splitsFor(rows, kvHeads, chunks, multiprocessors);
   const D = Math.max(32, 2 ** Math.ceil(Math.log2(headDim)));
   const sharedBytes = (16 + DECODE_WARPS * 2 * 2 * DECODE_TILE_KEYS) * (D + 8) * rowBytes;
   return { grid: [Math.max(1, rows), kvHeads, splits], block: 32 * DECODE_WARPS, sharedBytes, stream };
