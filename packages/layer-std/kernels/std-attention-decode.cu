@@ -194,6 +194,7 @@ __device__ __forceinline__ void decode_entry(const T* __restrict__ qkv, const T*
       const int32_t* __restrict__ slots, const int32_t* __restrict__ rowStarts, const int32_t* __restrict__ positions, int batch, int heads,       \
       int kvHeads, int headDim, int pageSize, int maxPages, int gated, int dtype, int ownKv, const T* __restrict__ q, T* __restrict__ out,      \
       float scale, int window, int chunks, float* __restrict__ partials) {                                                                        \
+    early_start();                                                                                                                                 \
     if (dtype != row_code<T>) __trap();                                                                                                            \
     decode_entry<T>(qkv, kCache, vCache, blockTable, slots, rowStarts, positions, batch, heads, kvHeads, headDim, pageSize, maxPages, gated,     \
                     ownKv, q, out, scale, window, chunks, partials);                                                                               \

@@ -443,6 +443,7 @@ __device__ __forceinline__ void combine_rows(const T* __restrict__ qkv, const in
       int kvHeads, int headDim, int pageSize, int maxPages, int gated, int dtype, int ownKv, T* __restrict__ q,                                \
       const float* __restrict__ qNorm, const float* __restrict__ kNorm, const float* __restrict__ cos, const float* __restrict__ sin,             \
       int rotaryDim, int maxPositions, float eps, float normOffset, int roundNormalized, int vNorm) {                                              \
+    early_start();                                                                                                                                 \
     if (dtype != row_code<T>) __trap();                                                                                                            \
     prep_rows<T>(qkv, kCache, vCache, blockTable, slots, rowStarts, positions, batch, heads, kvHeads, headDim, pageSize, maxPages, gated, ownKv,  \
                  q, qNorm, kNorm, cos, sin, rotaryDim, maxPositions, eps, normOffset, roundNormalized, vNorm);                                     \
@@ -452,6 +453,7 @@ __device__ __forceinline__ void combine_rows(const T* __restrict__ qkv, const in
       const int32_t* __restrict__ slots, const int32_t* __restrict__ rowStarts, const int32_t* __restrict__ positions, int batch, int heads,       \
       int kvHeads, int headDim, int pageSize, int maxPages, int gated, int dtype, int ownKv, const T* __restrict__ q, T* __restrict__ out,      \
       float scale, int window, int chunks, float* __restrict__ partials) {                                                                        \
+    early_start();                                                                                                                                 \
     if (dtype != row_code<T>) __trap();                                                                                                            \
     core_rows<T>(qkv, kCache, vCache, blockTable, slots, rowStarts, positions, batch, heads, kvHeads, headDim, pageSize, maxPages, gated, ownKv,  \
                  q, out, scale, window, chunks, partials);                                                                                         \
@@ -461,6 +463,7 @@ __device__ __forceinline__ void combine_rows(const T* __restrict__ qkv, const in
       const int32_t* __restrict__ slots, const int32_t* __restrict__ rowStarts, const int32_t* __restrict__ positions, int batch, int heads,       \
       int kvHeads, int headDim, int pageSize, int maxPages, int gated, int dtype, int ownKv, const T* __restrict__ q, T* __restrict__ out,      \
       float scale, int window, int chunks, float* __restrict__ partials) {                                                                        \
+    early_start();                                                                                                                                 \
     if (dtype != row_code<T>) __trap();                                                                                                            \
     combine_rows<T>(qkv, slots, rowStarts, positions, batch, heads, kvHeads, headDim, gated, ownKv, out, window, chunks, partials);              \
   }

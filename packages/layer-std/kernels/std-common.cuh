@@ -227,4 +227,19 @@ __device__ __forceinline__ float rms_out(float xh, float w, float offset, int ro
   return (roundNormalized ? round_to<T>(xh) : xh) * (offset + w);
 }
 
+/**
+ * Programmatic dependent launch (LaunchConfig.earlyStart; sm_90): the first statement of a kernel the
+ * layers launch with an early start (KERNELS.md lists them). It waits until the previous kernel on
+ * the stream has finished and its writes are visible, before this kernel reads or writes anything,
+ * then lets the next kernel's CTAs be scheduled once all of this one's have been: a launch overlaps
+ * the previous kernel's drain instead of following it. No-op below sm_90, in the CPU emulator, and
+ * for a plain launch (the wait returns at once).
+ */
+__device__ __forceinline__ void early_start() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(METRALE_CUDA_EMU)
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 }  // namespace stdk

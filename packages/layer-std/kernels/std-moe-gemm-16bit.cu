@@ -313,6 +313,7 @@ __device__ __forceinline__ void check_launch(int wDtype, int rowDtype, int exper
       const float* __restrict__ gateUpScales, T* __restrict__ h, int rows, int hidden, int inter, int experts, int topK, int wDtype, int rowDtype) { \
     (void)ids, (void)rows, (void)gateUpScales;                                                                                                    \
     STD_DYNAMIC_SMEM(smem);                                                                                                                       \
+    early_start();                                                                                                                                \
     check_launch<T, 2, BM>(wDtype, rowDtype, experts, hidden, inter);                                                                             \
     STD_MOE_GEMM(T, 2, BM)(smem, input, groups, static_cast<const T*>(gateUp), h, inter, hidden, experts, topK);                                  \
   }                                                                                                                                               \
@@ -321,6 +322,7 @@ __device__ __forceinline__ void check_launch(int wDtype, int rowDtype, int exper
       const float* __restrict__ downScales, T* __restrict__ y, int rows, int hidden, int inter, int experts, int topK, int wDtype, int rowDtype) {  \
     (void)ids, (void)rows, (void)topK, (void)downScales;                                                                                          \
     STD_DYNAMIC_SMEM(smem);                                                                                                                       \
+    early_start();                                                                                                                                \
     check_launch<T, 1, BM>(wDtype, rowDtype, experts, hidden, inter);                                                                             \
     STD_MOE_GEMM(T, 1, BM)(smem, h, groups, static_cast<const T*>(down), y, hidden, inter, experts, 1);                                           \
   }

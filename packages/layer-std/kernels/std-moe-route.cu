@@ -561,6 +561,7 @@ extern "C" __global__ void __launch_bounds__(kFewThreads, 1) std_moe_router_gemv
   STD_SHARED(RouteShared, s, 1);
   STD_SHARED(int, last, 1);
   STD_SHARED(int, groupKeys, 2 * kFewGroupEntries);
+  early_start();
   if (rows > kGemvRows || blockDim.x != kFewThreads || experts < 1 || experts > kMaxExperts) __trap();
   if (groups && rows * (topK + (sharedId >= 0)) > kFewGroupEntries) __trap();
   const int epc = gemv_experts(experts);

@@ -474,6 +474,7 @@ __device__ __forceinline__ void combine_rows(const T* __restrict__ routed, const
 extern "C" __global__ void __launch_bounds__(256) std_moe_experts(const void* __restrict__ y, const int32_t* __restrict__ ids,
                                                                   const float* __restrict__ weights, void* __restrict__ output, int rows, int hidden,
                                                                   int experts, int topK, int dtype) {
+  early_start();
   METRALE_BY_ROW_TYPE(dtype, experts_sum, static_cast<const T*>(y), ids, weights, static_cast<T*>(output), rows, hidden, experts, topK);
 }
 

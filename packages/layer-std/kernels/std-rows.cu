@@ -212,6 +212,7 @@ extern "C" __global__ void __launch_bounds__(1024) std_embed(const int32_t* __re
 extern "C" __global__ void __launch_bounds__(1024) std_rms_norm(const void* input, void* output, const float* __restrict__ weight, int rows, int hidden,
                                                                 float eps, float offset, int roundNormalized, int dtype) {
   STD_SHARED(float, red, 32);
+  early_start();
   METRALE_BY_ROW_TYPE(dtype, rms_norm_rows, static_cast<const T*>(input), static_cast<T*>(output), weight, rows, hidden, eps, offset, roundNormalized, red);
 }
 
@@ -222,6 +223,7 @@ extern "C" __global__ void __launch_bounds__(1024) std_layer_norm(const void* in
 }
 
 extern "C" __global__ void __launch_bounds__(1024) std_add(const void* a, const void* b, void* out, int count, int dtype) {
+  early_start();
   METRALE_BY_ROW_TYPE(dtype, add_values, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out), count);
 }
 

@@ -109,7 +109,7 @@ export function splitsFor(rows: number, kvHeads: number, chunks: number, multipr
 export function coreLaunch(rows: number, kvHeads: number, headDim: number, rowBytes: number, chunks: number, multiprocessors: number, stream: Stream): LaunchConfig {
   const splits = splitsFor(rows, kvHeads, chunks, multiprocessors);
   const tileKeys = Math.max(8, Math.floor(CORE_STAGE_BYTES / (2 * headDim * rowBytes)));
-  return { grid: [Math.max(1, rows), kvHeads, splits], block: 256, sharedBytes: CORE_STAGES * 2 * tileKeys * headDim * rowBytes, stream };
+  return { grid: [Math.max(1, rows), kvHeads, splits], block: 256, sharedBytes: CORE_STAGES * 2 * tileKeys * headDim * rowBytes, stream, earlyStart: true };
 }
 
 /** Keys per tile, warps and the largest head dim (a multiple of 8) of `std.attn_decode`. */
@@ -131,17 +131,17 @@ export function attnDecodeLaunch(rows: number, kvHeads: number, headDim: number,
   const splits = splitsFor(rows, kvHeads, chunks, multiprocessors);
   const D = Math.max(32, 2 ** Math.ceil(Math.log2(headDim)));
   const sharedBytes = (16 + DECODE_WARPS * 2 * 2 * DECODE_TILE_KEYS) * (D + 8) * rowBytes;
-  return { grid: [Math.max(1, rows), kvHeads, splits], block: 32 * DECODE_WARPS, sharedBytes, stream };
+  return { grid: [Math.max(1, rows), kvHeads, splits], block: 32 * DECODE_WARPS, sharedBytes, stream, earlyStart: true };
 }
 
 /** `std.attn_prep`'s CTAs: one per (row, head it writes: the q heads, then the k heads when the layer owns its KV), a thread per element of the head. */
 export function prepLaunch(rows: number, heads: number, kvHeads: number, headDim: number, ownKv: boolean, stream: Stream): LaunchConfig {
-  return { grid: [Math.max(1, rows), heads + (ownKv ? kvHeads : 0)], block: Math.min(1024, 32 * Math.ceil(headDim / 32)), stream };
+  return { grid: [Math.max(1, rows), heads + (ownKv ? kvHeads : 0)], block: Math.min(1024, 32 * Math.ceil(headDim / 32)), stream, earlyStart: true };
 }
 
 /** `std.attn_combine`'s CTAs: one per (row, head), 128 threads over the head dim. */
 export function combineLaunch(rows: number, heads: number, stream: Stream): LaunchConfig {
-  return { grid: [Math.max(1, rows), heads], block: 128, stream };
+  return { grid: [Math.max(1, rows), heads], block: 128, stream, earlyStart: true };
 }
 
 /** Query rows per CTA of `std.attn_prefill`, and its largest head dim (a multiple of 8). */

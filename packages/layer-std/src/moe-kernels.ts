@@ -92,7 +92,7 @@ export function routeFewLaunch(stream: Stream): LaunchConfig {
 
 /** `std.moe_router_gemv`: a CTA per 1, 2 or 4 experts (`gemvExperts`). */
 export function routerGemvLaunch(experts: number, stream: Stream): LaunchConfig {
-  return { grid: Math.max(1, Math.ceil(experts / gemvExperts(experts))), block: FEW_THREADS, stream };
+  return { grid: Math.max(1, Math.ceil(experts / gemvExperts(experts))), block: FEW_THREADS, stream, earlyStart: true };
 }
 
 /**
@@ -164,7 +164,7 @@ export function expertsDownLaunch(rows: number, topK: number, hidden: number, ex
 
 /** `std.moe_experts` (the weighted sum): CTAs (row, 512 values), a thread per 4 values. */
 export function expertsLaunch(rows: number, hidden: number, stream: Stream): LaunchConfig {
-  return { grid: [Math.max(1, rows), Math.ceil(hidden / 512)], block: 128, stream };
+  return { grid: [Math.max(1, rows), Math.ceil(hidden / 512)], block: 128, stream, earlyStart: true };
 }
 
 export const groupKernel = defineKernel({
@@ -256,6 +256,8 @@ interface GemmTiles {
   readonly sharedBytes: number;
   /** Dynamic shared memory of the sm_90a build's up and down passes (compute capability 9.0), where they take wgmma; else `sharedBytes`. */
   readonly sharedBytesWgmma?: { readonly up: number; readonly down: number };
+  /** The kernels begin with `early_start` (std-common.cuh), so they may be launched with `earlyStart`. */
+  readonly earlyStart: boolean;
 }
 
 /**
@@ -267,7 +269,7 @@ const tiles16Bit = (entries: number, wgmmaStages: { up: number; down: number }):
   const stage = (entries + 128) * 64 * 2;
   return {
     entries, upColumns: 64, downColumns: 128, threads: 2 * entries, sharedBytes: 3 * (entries + 128) * 40 * 2,
-    sharedBytesWgmma: { up: wgmmaStages.up * stage + 1024, down: wgmmaStages.down * stage + 1024 },
+    sharedBytesWgmma: { up: wgmmaStages.up * stage + 1024, down: wgmmaStages.down * stage + 1024 }, earlyStart: true,
   };
 };
 const TILES_16BIT = tiles16Bit(128, { up: 3, down: 3 });
@@ -278,7 +280,7 @@ const TILES_16BIT_FEW = tiles16Bit(64, { up: 8, down: 4 });
  */
 export const FEW_GEMM_ROWS = 64;
 /** kernels/std-moe-gemm.cu (FP8 weights): 64 entries × 64 columns. */
-const TILES_FP8: GemmTiles = { entries: 64, upColumns: 64, downColumns: 64, threads: 128, sharedBytes: 0 };
+const TILES_FP8: GemmTiles = { entries: 64, upColumns: 64, downColumns: 64, threads: 128, sharedBytes: 0, earlyStart: false };
 
 function expertKernelsOf(format: ExpertFormat): ExpertKernels {
   const name = (base: string) => (format === 'f32' ? base : `${base}.${format}`);
@@ -352,6 +354,7 @@ export function expertsGemmLaunch(
   return {
     grid: [Math.ceil(entries / t.entries) + Math.min(experts, entries), Math.ceil(n / columns)], block: t.threads, stream,
     ...(shared > 0 ? { sharedBytes: shared } : {}),
+    ...(t.earlyStart ? { earlyStart: true } : {}),
   };
 }
 

@@ -54,7 +54,7 @@ export class RmsNormLayer extends StatelessLayer {
 
   protected run(step: LayerStep<LayerState>): void {
     const { hidden, eps, offset, roundNormalized } = this.options;
-    step.gpu.launch(rmsNormKernel, rowLaunch(step.rows, hidden, step.stream), {
+    step.gpu.launch(rmsNormKernel, { ...rowLaunch(step.rows, hidden, step.stream), earlyStart: true }, {
       input: step.input, output: step.output, weight: this.#weight, rows: step.rows, hidden, eps, offset, roundNormalized: roundNormalized ? 1 : 0,
       dtype: FLOAT_DTYPE_CODE[this.precision.rows],
     });
