@@ -1,8 +1,8 @@
 import { CpuBackend } from '@metrale/cpu-backend';
 import { describe, expect, it } from 'vitest';
 import {
-  BlockScratch, DecoderBlock, InvalidArgumentError, MemoryWeightSource, SeededRandom, StepDriver, definePlugin, resolveHooks, tensorOf,
-  type GdnCarryBinding, type LayerState, type TransformerLayer,
+  BlockScratch, DecoderBlock, InvalidArgumentError, MemoryWeightSource, SeededRandom, StepDriver, defineKernel, definePlugin, resolveHooks, tensorOf,
+  type AddsResidual, type GdnCarryBinding, type LayerState, type LayerStep, type ResidualAdd, type TransformerLayer,
 } from '../src/index.js';
 import { runLayerConformance } from '../src/testing/index.js';
 import { TokenTableLayer } from './support/token-table-layer.js';
@@ -53,6 +53,35 @@ function fake(
 function block(gpu: CpuBackend, branches: TransformerLayer[][]): { block: DecoderBlock; scratch: BlockScratch } {
   const scratch = new BlockScratch(gpu, 4 * W, 16);
   return { block: new DecoderBlock({ gpu, branches, add: testAdd, scratch }), scratch };
+}
+
+const doubleKernel = defineKernel({
+  name: 'test.double_added',
+  params: { a: 'ptr', b: 'ptr', sum: 'ptr', out: 'ptr', count: 'i32' },
+  cpu: (p, { mem }) => {
+    const a = mem.f32(p.a, p.count);
+    const b = mem.f32(p.b, p.count);
+    const sum = mem.f32(p.sum, p.count);
+    const out = mem.f32(p.out, p.count);
+    for (let i = 0; i < p.count; i++) sum[i] = a[i]! + b[i]!;
+    for (let i = 0; i < p.count; i++) out[i] = 2 * sum[i]!;
+  },
+});
+
+/** f(x) = 2x, a stateless part that can take the add before it (AddsResidual; b = 0 for a plain forward). */
+function doubler(gpu: CpuBackend): TransformerLayer & AddsResidual {
+  const zeros = gpu.alloc(4 * W * 8);
+  gpu.upload(zeros, new Float32Array(W * 8));
+  const launch = (step: LayerStep<LayerState>, a: bigint, b: bigint, sum: bigint) =>
+    gpu.launch(doubleKernel, { grid: 1, block: 1, stream: step.stream }, { a, b, sum, out: step.output, count: step.rows * W });
+  return {
+    type: 'doubler', inputRowBytes: 4 * W, outputRowBytes: 4 * W,
+    openState: (slot: number) => ({ slot }),
+    closeState: () => {},
+    forward: (step) => launch(step, step.input, zeros, step.output),
+    forwardAdded: (step, r) => launch(step, r.a, r.b, r.sum),
+    dispose: () => gpu.free(zeros),
+  };
 }
 
 describe('DecoderBlock: one TransformerLayer made of sub-layers', () => {
@@ -166,6 +195,38 @@ describe('DecoderBlock: one TransformerLayer made of sub-layers', () => {
     driver.dispose();
     b.dispose();
     scratch.dispose();
+    gpu.dispose();
+  });
+
+  it('takes the add before a later branch into that branch\'s AddsResidual first part: the same rows, one add fewer a branch', () => {
+    const gpu = new CpuBackend();
+    const limits = { maxSeqs: 2, maxSeqLen: 32, maxBatch: 2, maxK: 2, maxRows: 8 };
+    const vocab = 12;
+    const weights = new MemoryWeightSource('t', [tensorOf('table', new SeededRandom(1).normals(vocab * W), [vocab, W])]);
+    const table = () => new TokenTableLayer({ gpu, layerType: 'token-table', config: { hidden_size: W, vocab_size: vocab }, layerIndex: 0, weights, limits });
+    const run = (fuseAdds: boolean) => {
+      let adds = 0;
+      const add: ResidualAdd = { add: (...a) => (adds++, testAdd.add(...a)) };
+      const scratch = new BlockScratch(gpu, 4 * W, limits.maxRows);
+      // Branches of odd and even length, and a third whose add's sum is the stream it reads.
+      const b = new DecoderBlock({ gpu, branches: [[table(), doubler(gpu)], [doubler(gpu), table(), table()], [doubler(gpu)]], add, scratch, fuseAdds });
+      const driver = new StepDriver({ gpu, layers: [b], limits });
+      const seq = driver.open();
+      const x = new SeededRandom(2).normals(W);
+      driver.prefill({ seqs: [seq], lengths: [1], input: x, tokens: Int32Array.from([3]) });
+      // Adds a forward launches (decode steps replay a graph, which calls nothing).
+      const perStep = adds;
+      const out = Array.from({ length: 3 }, (_, step) => Array.from(driver.readOutputF32(driver.decode({ seqs: [seq], input: x, tokens: Int32Array.from([5 + step]) }))));
+      driver.dispose();
+      b.dispose();
+      scratch.dispose();
+      return { out, perStep };
+    };
+    const fused = run(true);
+    const plain = run(false);
+    expect(fused.out).toEqual(plain.out);
+    expect(plain.perStep).toBe(3);
+    expect(fused.perStep).toBe(1);
     gpu.dispose();
   });
 

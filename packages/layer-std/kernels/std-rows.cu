@@ -3,6 +3,8 @@
 //   std_rms_norm    y = x · 1/sqrt(mean(x²) + eps) · (offset + w), in place allowed
 //   std_layer_norm  y = (x − mean) · 1/sqrt(var + eps) · w (+ b), biased variance, in place allowed
 //   std_add         out = a + b, out may alias a or b
+//   std_add_rms_norm  sum = a + b as std_add, then output = std_rms_norm(sum): the residual add and
+//                   the norm after it in one pass; any of sum / output may alias a or b
 //   std_silu_mul    out[r][i] = silu(gateUp[r][i]) · gateUp[r][inter + i]
 //   std_gelu_mul    out[r][i] = gelu_tanh(g'[r][i]) · up[r][i], g' the gate after activation sparsity
 //
@@ -48,13 +50,29 @@ __device__ __forceinline__ void embed_rows(const int32_t* __restrict__ tokens, c
   }
 }
 
+// One row's second pass: y = x̂ · (offset + w), x̂ = x · inv.
+template <typename T>
+__device__ __forceinline__ void rms_scale_row(const T* x, T* y, const float* __restrict__ weight, int hidden, float inv, float offset, int roundNormalized,
+                                              bool vec) {
+  if (vec) {
+    for (int i = threadIdx.x; i < (hidden >> 2); i += blockDim.x) {
+      float4 v = load4(x, i);
+      const float4 w = __ldg(reinterpret_cast<const float4*>(weight) + i);
+      v.x = rms_out<T>(v.x * inv, w.x, offset, roundNormalized), v.y = rms_out<T>(v.y * inv, w.y, offset, roundNormalized);
+      v.z = rms_out<T>(v.z * inv, w.z, offset, roundNormalized), v.w = rms_out<T>(v.w * inv, w.w, offset, roundNormalized);
+      store4(y, i, v);
+    }
+  } else {
+    for (int i = threadIdx.x; i < hidden; i += blockDim.x) store_value(y, i, rms_out<T>(load_value(x, i) * inv, __ldg(weight + i), offset, roundNormalized));
+  }
+}
+
 template <typename T>
 __device__ __forceinline__ void rms_norm_rows(const T* input, T* output, const float* __restrict__ weight, int rows, int hidden, float eps,
                                               float offset, int roundNormalized, float* red) {
   const bool vec = (hidden & 3) == 0 && aligned16(input) && aligned16(output) && aligned16(weight);
   for (int r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* x = input + (size_t)r * hidden;
-    T* y = output + (size_t)r * hidden;
     float ss = 0.f;
     if (vec) {
       for (int i = threadIdx.x; i < (hidden >> 2); i += blockDim.x) {
@@ -68,17 +86,36 @@ __device__ __forceinline__ void rms_norm_rows(const T* input, T* output, const f
       }
     }
     const float inv = 1.0f / sqrtf(block_sum(ss, red) / (float)hidden + eps);
+    rms_scale_row(x, output + (size_t)r * hidden, weight, hidden, inv, offset, roundNormalized, vec);
+  }
+}
+
+// sum = a + b (std_add's rounding), then RMSNorm of the stored sum into output: the squares are of
+// the values read back from sum, so the norm sees the bits std_rms_norm would read after std_add.
+template <typename T>
+__device__ __forceinline__ void add_rms_norm_rows(const T* a, const T* b, T* sum, T* output, const float* __restrict__ weight, int rows, int hidden,
+                                                  float eps, float offset, int roundNormalized, float* red) {
+  const bool vec = (hidden & 3) == 0 && aligned16(a) && aligned16(b) && aligned16(sum) && aligned16(output) && aligned16(weight);
+  for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+    const size_t row = (size_t)r * hidden;
+    T* s = sum + row;
+    float ss = 0.f;
     if (vec) {
       for (int i = threadIdx.x; i < (hidden >> 2); i += blockDim.x) {
-        float4 v = load4(x, i);
-        const float4 w = __ldg(reinterpret_cast<const float4*>(weight) + i);
-        v.x = rms_out<T>(v.x * inv, w.x, offset, roundNormalized), v.y = rms_out<T>(v.y * inv, w.y, offset, roundNormalized);
-        v.z = rms_out<T>(v.z * inv, w.z, offset, roundNormalized), v.w = rms_out<T>(v.w * inv, w.w, offset, roundNormalized);
-        store4(y, i, v);
+        const float4 u = load4(a + row, i), v = load4(b + row, i);
+        store4(s, i, make_float4(u.x + v.x, u.y + v.y, u.z + v.z, u.w + v.w));
+        const float4 t = load4(s, i);
+        ss += t.x * t.x + t.y * t.y + t.z * t.z + t.w * t.w;
       }
     } else {
-      for (int i = threadIdx.x; i < hidden; i += blockDim.x) store_value(y, i, rms_out<T>(load_value(x, i) * inv, __ldg(weight + i), offset, roundNormalized));
+      for (int i = threadIdx.x; i < hidden; i += blockDim.x) {
+        store_value(s, i, load_value(a + row, i) + load_value(b + row, i));
+        const float t = load_value(s, i);
+        ss += t * t;
+      }
     }
+    const float inv = 1.0f / sqrtf(block_sum(ss, red) / (float)hidden + eps);
+    rms_scale_row(static_cast<const T*>(s), output + row, weight, hidden, inv, offset, roundNormalized, vec);
   }
 }
 
@@ -214,6 +251,14 @@ extern "C" __global__ void __launch_bounds__(1024) std_rms_norm(const void* inpu
   STD_SHARED(float, red, 32);
   early_start();
   METRALE_BY_ROW_TYPE(dtype, rms_norm_rows, static_cast<const T*>(input), static_cast<T*>(output), weight, rows, hidden, eps, offset, roundNormalized, red);
+}
+
+extern "C" __global__ void __launch_bounds__(1024) std_add_rms_norm(const void* a, const void* b, void* sum, void* output, const float* __restrict__ weight,
+                                                                    int rows, int hidden, float eps, float offset, int roundNormalized, int dtype) {
+  STD_SHARED(float, red, 32);
+  early_start();
+  METRALE_BY_ROW_TYPE(dtype, add_rms_norm_rows, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(sum), static_cast<T*>(output), weight,
+                      rows, hidden, eps, offset, roundNormalized, red);
 }
 
 extern "C" __global__ void __launch_bounds__(1024) std_layer_norm(const void* input, void* output, const float* __restrict__ weight,

@@ -17,7 +17,7 @@ export { buildPreNormDecoder, type PreNormDecoderSpec, type PreNormLayer } from 
 export { DeviceSampler } from './device-sampler.js';
 export { ropeTable } from './rope-table.js';
 export { requireKernels } from './require-kernels.js';
-export { embedKernel, rmsNormKernel, layerNormKernel, addKernel, siluMulKernel, geluMulKernel, softcapKernel } from './rows-kernels.js';
+export { embedKernel, rmsNormKernel, addRmsNormKernel, layerNormKernel, addKernel, siluMulKernel, geluMulKernel, softcapKernel } from './rows-kernels.js';
 export { rowLaunch, flatLaunch } from '@metrale/core';
 export { sparsityCutoff, normalQuantile } from './activation-sparsity.js';
 export type { GateActivation } from './swiglu.js';

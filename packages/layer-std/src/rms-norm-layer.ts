@@ -1,7 +1,10 @@
-import { FLOAT_DTYPE_CODE, floatBytes, rowLaunch, type DevicePtr, type GpuBackend, type LayerLimits, type LayerState, type LayerStep, type Precision, type WeightSource } from '@metrale/core';
+import {
+  FLOAT_DTYPE_CODE, floatBytes, rowLaunch, type AddsResidual, type DevicePtr, type GpuBackend, type LayerLimits, type LayerState, type LayerStep, type Precision,
+  type ResidualOperands, type WeightSource,
+} from '@metrale/core';
 import { precisionOf, readRowVector } from './layer-precision.js';
 import { requireKernels } from './require-kernels.js';
-import { rmsNormKernel } from './rows-kernels.js';
+import { addRmsNormKernel, rmsNormKernel } from './rows-kernels.js';
 import { StatelessLayer } from './stateless-layer.js';
 
 export interface RmsNormOptions {
@@ -27,9 +30,11 @@ export interface RmsNormOptions {
  * RMSNorm: x / sqrt(mean(x²) + eps), times w or 1 + w, in f32 and rounded as Hugging Face rounds in
  * the row type: `roundNormalized` (default with offset 0: `GlmMoeDsaRMSNorm`, Llama) rounds x̂
  * before the weight; without it (default with offset 1: `Qwen3NextRMSNorm`; the Gemma 3n adapter
- * turns it off for `Gemma3nRMSNorm`, offset 0) the product is f32 and rounded once.
+ * turns it off for `Gemma3nRMSNorm`, offset 0) the product is f32 and rounded once. As the first
+ * part of a decoder block's branch it also takes the residual add before it (`AddsResidual`:
+ * `std.add_rms_norm`, one launch for the two).
  */
-export class RmsNormLayer extends StatelessLayer {
+export class RmsNormLayer extends StatelessLayer implements AddsResidual {
   readonly type = 'rms-norm';
   readonly inputRowBytes: number;
   readonly outputRowBytes: number;
@@ -38,7 +43,7 @@ export class RmsNormLayer extends StatelessLayer {
   readonly #weight: DevicePtr;
 
   constructor(gpu: GpuBackend, weights: WeightSource, limits: LayerLimits, options: RmsNormOptions) {
-    requireKernels(gpu, 'rms-norm', [rmsNormKernel]);
+    requireKernels(gpu, 'rms-norm', [rmsNormKernel, addRmsNormKernel]);
     super(gpu, limits);
     const { precision, ...rest } = options;
     this.options = { tensor: 'weight', ...rest, roundNormalized: rest.roundNormalized ?? rest.offset === 0 };
@@ -53,10 +58,16 @@ export class RmsNormLayer extends StatelessLayer {
   }
 
   protected run(step: LayerStep<LayerState>): void {
+    step.gpu.launch(rmsNormKernel, { ...rowLaunch(step.rows, this.options.hidden, step.stream), earlyStart: true }, { input: step.input, output: step.output, ...this.#norm(step) });
+  }
+
+  forwardAdded(step: LayerStep<LayerState>, { a, b, sum }: ResidualOperands): void {
+    this.checkStep(step);
+    step.gpu.launch(addRmsNormKernel, { ...rowLaunch(step.rows, this.options.hidden, step.stream), earlyStart: true }, { a, b, sum, output: step.output, ...this.#norm(step) });
+  }
+
+  #norm(step: LayerStep<LayerState>) {
     const { hidden, eps, offset, roundNormalized } = this.options;
-    step.gpu.launch(rmsNormKernel, { ...rowLaunch(step.rows, hidden, step.stream), earlyStart: true }, {
-      input: step.input, output: step.output, weight: this.#weight, rows: step.rows, hidden, eps, offset, roundNormalized: roundNormalized ? 1 : 0,
-      dtype: FLOAT_DTYPE_CODE[this.precision.rows],
-    });
+    return { weight: this.#weight, rows: step.rows, hidden, eps, offset, roundNormalized: roundNormalized ? 1 : 0, dtype: FLOAT_DTYPE_CODE[this.precision.rows] };
   }
 }

@@ -1,5 +1,5 @@
 import { defineKernel } from '@metrale/core';
-import { addCpu, embedCpu, geluMulCpu, layerNormCpu, rmsNormCpu, siluMulCpu, softcapCpu } from './rows.cpu.js';
+import { addCpu, addRmsNormCpu, embedCpu, geluMulCpu, layerNormCpu, rmsNormCpu, siluMulCpu, softcapCpu } from './rows.cpu.js';
 import { rowsModule as module } from './std-modules.js';
 
 // Launched with core's rowLaunch (one CTA per row) or flatLaunch (elementwise). Every row kernel takes the row type as `dtype` (FLOAT_DTYPE_CODE: 0 f32, 1 bf16, 2 f16); norm
@@ -18,6 +18,16 @@ export const rmsNormKernel = defineKernel({
   params: { input: 'ptr', output: 'ptr', weight: 'ptr', rows: 'i32', hidden: 'i32', eps: 'f32', offset: 'f32', roundNormalized: 'i32', dtype: 'i32' },
   cuda: { module, symbol: 'std_rms_norm' },
   cpu: rmsNormCpu,
+});
+
+/** `sum = a + b` as `std.add`, then `output = std.rms_norm(sum)`: the residual add and the norm after it in one launch (any output may alias an input). */
+export const addRmsNormKernel = defineKernel({
+  name: 'std.add_rms_norm',
+  params: {
+    a: 'ptr', b: 'ptr', sum: 'ptr', output: 'ptr', weight: 'ptr', rows: 'i32', hidden: 'i32', eps: 'f32', offset: 'f32', roundNormalized: 'i32', dtype: 'i32',
+  },
+  cuda: { module, symbol: 'std_add_rms_norm' },
+  cpu: addRmsNormCpu,
 });
 
 export const layerNormKernel = defineKernel({

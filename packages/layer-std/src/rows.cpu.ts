@@ -78,6 +78,18 @@ export function rmsNormCpu(a: RmsNormArgs, { mem }: CpuKernelContext): void {
   for (let i = 0; i < n; i++) store(i, y[i]!);
 }
 
+export interface AddRmsNormArgs extends Omit<RmsNormArgs, 'input'> {
+  readonly a: bigint;
+  readonly b: bigint;
+  readonly sum: bigint;
+}
+
+/** `std.add` into `sum`, then `std.rms_norm` of `sum` into `output`: what the fused kernel must equal bit for bit. */
+export function addRmsNormCpu(a: AddRmsNormArgs, ctx: CpuKernelContext): void {
+  addCpu({ a: a.a, b: a.b, out: a.sum, count: a.rows * a.hidden, dtype: a.dtype }, ctx);
+  rmsNormCpu({ ...a, input: a.sum }, ctx);
+}
+
 export interface LayerNormArgs {
   readonly input: bigint;
   readonly output: bigint;

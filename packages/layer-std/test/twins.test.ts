@@ -7,7 +7,7 @@ import { CpuBackend } from '@metrale/cpu-backend';
 import { FLOAT_DTYPE_CODE, SeededRandom, floatBytes, roundTo, type FloatDtype } from '@metrale/core';
 import { runKernelOn, type KernelBuffers as Bufs, type KernelPointers as Ptrs } from '@metrale/core/testing';
 import {
-  ATTENTION_KERNELS, EXPERT_FORMATS, EXPERT_KERNELS, keyChunks, keyChunksOf, partialsBytes, WEIGHT_DTYPE_CODE, addKernel, combineKernel, embedKernel, expertsKernel, expertsLaunch, expertsRowwiseLaunch,
+  ATTENTION_KERNELS, EXPERT_FORMATS, EXPERT_KERNELS, keyChunks, keyChunksOf, partialsBytes, WEIGHT_DTYPE_CODE, addKernel, addRmsNormKernel, combineKernel, embedKernel, expertsKernel, expertsLaunch, expertsRowwiseLaunch,
   expertsUpRowwiseLaunch, flatLaunch, geluMulKernel, geluTanh, layerNormKernel, rmsNormKernel, ropeTable, rowLaunch, siluMulKernel, sparsityCutoff, type ExpertFormat,
 } from '@metrale/layer-std';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -70,6 +70,22 @@ describe('CPU twins of the row kernels against float64 references, bf16 and f16'
         expect(relErr(decodeRows(out.x!, dtype), want)).toBeLessThan(BOUND);
       });
     }
+
+    it(`${dtype}: std.add_rms_norm is std.add then std.rms_norm, the sum apart or over its first addend`, () => {
+      const [D, rows] = [40, 5];
+      const a = stored(rows * D, dtype, 3);
+      const b = stored(rows * D, dtype, 3);
+      const w = random.normals(D, 0.3);
+      const out = run({ a: a.bytes, a2: a.bytes, b: b.bytes, w, ...Object.fromEntries(['sum', 'y', 'sum2', 'y2', 'y3'].map((k) => [k, poison(rows * D, dtype)])) }, (p) => {
+        const args = { weight: p.w!, rows, hidden: D, eps: 1e-6, offset: 1, roundNormalized: 0, dtype: code };
+        cpu.launch(addKernel, flatLaunch(rows * D, cpu.defaultStream), { a: p.a!, b: p.b!, out: p.sum2!, count: rows * D, dtype: code });
+        cpu.launch(rmsNormKernel, rowLaunch(rows, D, cpu.defaultStream), { ...args, input: p.sum2!, output: p.y2! });
+        cpu.launch(addRmsNormKernel, rowLaunch(rows, D, cpu.defaultStream), { ...args, a: p.a!, b: p.b!, sum: p.sum!, output: p.y! });
+        cpu.launch(addRmsNormKernel, rowLaunch(rows, D, cpu.defaultStream), { ...args, a: p.a2!, b: p.b!, sum: p.a2!, output: p.y3! });
+      }, ['sum', 'y', 'sum2', 'y2', 'a2', 'y3']);
+      for (const [fused, plain] of [['sum', 'sum2'], ['y', 'y2'], ['a2', 'sum2'], ['y3', 'y2']] as const) expect(Array.from(out[fused]!), fused).toEqual(Array.from(out[plain]!));
+      expect(decodeRows(out.y2!, dtype).some(Number.isNaN)).toBe(false);
+    });
 
     it(`${dtype}: std.layer_norm with bias`, () => {
       const [D, rows] = [36, 4];

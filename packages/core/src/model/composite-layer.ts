@@ -59,10 +59,14 @@ export abstract class CompositeLayer implements TransformerLayer<BlockState> {
 
   /** Runs part `i` over the step's rows from `input` into `output`, with its own states (a profiler section named after it). */
   protected runPart(step: LayerStep<BlockState>, i: number, input: DevicePtr, output: DevicePtr): void {
-    const layer = this.layers[i]!;
-    step.section?.(layer.type);
+    this.layers[i]!.forward(this.partStep(step, i, input, output));
+  }
+
+  /** The step part `i` sees (its own states), its profiler section opened. */
+  protected partStep(step: LayerStep<BlockState>, i: number, input: DevicePtr, output: DevicePtr): LayerStep<LayerState> {
+    step.section?.(this.layers[i]!.type);
     const states = step.host.states.map((st) => st?.parts[i]);
-    layer.forward({ ...step, input, output, host: { ...step.host, states } } as LayerStep<LayerState>);
+    return { ...step, input, output, host: { ...step.host, states } } as LayerStep<LayerState>;
   }
 
   dispose(): void {

@@ -1,7 +1,9 @@
 import type { LayerStep, TransformerLayer } from '../contract/layer.js';
 import { floatBytes, type FloatDtype } from '../device/dtype.js';
+import type { DevicePtr } from '../device/device-ptr.js';
 import type { GpuBackend } from '../device/gpu-backend.js';
 import { InvalidArgumentError } from '../errors.js';
+import { addsResidual, type AddsResidual } from './adds-residual.js';
 import type { BlockScratch } from './block-scratch.js';
 import type { BlockState } from './block-state.js';
 import { CompositeLayer } from './composite-layer.js';
@@ -17,6 +19,11 @@ export interface DecoderBlockOptions {
    */
   readonly branches: readonly (readonly TransformerLayer<any>[])[];
   readonly add: ResidualAdd;
+  /**
+   * Whether a branch after the first that begins with an `AddsResidual` layer (a norm) takes the
+   * add of the branch before into that layer's pass (default true; the same bits either way).
+   */
+  readonly fuseAdds?: boolean;
   /** Shared by every block of a model; holds at least `maxRows` rows of the widest sub-layer row. */
   readonly scratch: BlockScratch;
   /** Element type of the residual stream (default f32). */
@@ -25,13 +32,16 @@ export interface DecoderBlockOptions {
 
 /**
  * Sub-layers and residual adds presented to the driver as one `TransformerLayer` (README.md). The
- * block owns its sub-layers (dispose frees them) but not the shared scratch.
+ * block owns its sub-layers (dispose frees them) but not the shared scratch. Where a branch after
+ * the first begins with an `AddsResidual` layer, the add that ends the branch before runs inside
+ * that layer (`fuseAdds`).
  */
 export class DecoderBlock extends CompositeLayer {
   readonly type: string;
   readonly inputRowBytes: number;
   readonly outputRowBytes: number;
-  readonly #branches: readonly { readonly first: number; readonly count: number }[];
+  /** Each branch's parts; `adds`: its first part takes the add of the branch before. */
+  readonly #branches: readonly { readonly first: number; readonly count: number; readonly adds?: AddsResidual }[];
   readonly #add: ResidualAdd;
   readonly #scratch: BlockScratch;
   readonly #rowDtype: FloatDtype;
@@ -58,7 +68,9 @@ export class DecoderBlock extends CompositeLayer {
       });
       const last = chain[chain.length - 1]!;
       if (last.outputRowBytes !== width) throw this.#mismatch(`branch ${b} ends with ${last.type}, which writes ${last.outputRowBytes}-byte rows, but the residual stream has ${width}-byte rows`);
-      const range = { first: at, count: chain.length };
+      const head = chain[0]!;
+      const adds = b > 0 && options.fuseAdds !== false && addsResidual(head) ? head : undefined;
+      const range = { first: at, count: chain.length, ...(adds ? { adds } : {}) };
       at += chain.length;
       return range;
     });
@@ -80,16 +92,33 @@ export class DecoderBlock extends CompositeLayer {
     if (step.rows > this.#scratch.maxRows) throw new InvalidArgumentError(`${this.type}: a step of ${step.rows} rows exceeds the scratch's ${this.#scratch.maxRows} rows`);
     const s = this.#scratch;
     const count = (step.rows * this.inputRowBytes) / floatBytes(this.#rowDtype);
+    const other = (p: DevicePtr) => (p === s.a ? s.b : s.a);
     let stream = step.input;
-    this.#branches.forEach(({ first, count: n }, b) => {
+    // The output of the branch before, not yet added to the stream (its add taken by this branch's first part).
+    let pending: DevicePtr | undefined;
+    this.#branches.forEach(({ first, count: n, adds }, b) => {
       let src = stream;
-      for (let j = 0; j < n; j++) {
-        const dst = j % 2 === 0 ? s.a : s.b;
+      let j = 0;
+      if (adds && pending !== undefined) {
+        // Its output goes where neither addend is.
+        src = other(pending);
+        adds.forwardAdded(this.partStep(step, first, s.residual, src), { a: stream, b: pending, sum: s.residual });
+        stream = s.residual;
+        j = 1;
+      }
+      for (; j < n; j++) {
+        const dst = other(src);
         this.runPart(step, first + j, src, dst);
         src = dst;
       }
+      pending = undefined;
+      const last = b === this.#branches.length - 1;
+      if (!last && this.#branches[b + 1]!.adds) {
+        pending = src;
+        return;
+      }
       // The last branch writes the block's output; the others the stream (in place after the first).
-      const out = b === this.#branches.length - 1 ? step.output : s.residual;
+      const out = last ? step.output : s.residual;
       step.section?.('residual-add');
       this.#add.add(step.gpu, step.stream, stream, src, out, count, this.#rowDtype);
       stream = out;

@@ -1,5 +1,7 @@
 // The model runtime: decoder blocks, architectures, checkpoints, generation (README.md).
 export type { ResidualAdd } from './residual-add.js';
+export type { AddsResidual, ResidualOperands } from './adds-residual.js';
+export { addsResidual } from './adds-residual.js';
 export { BlockScratch } from './block-scratch.js';
 export type { BlockState } from './block-state.js';
 export { compositeHooks } from './composite-hooks.js';

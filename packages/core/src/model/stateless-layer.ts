@@ -33,9 +33,14 @@ export abstract class StatelessLayer implements TransformerLayer<LayerState> {
   resumeAt(_state: LayerState, _length: number): void {}
 
   forward(step: LayerStep<LayerState>): void {
+    this.checkStep(step);
+    this.run(step);
+  }
+
+  /** Throws when the layer was disposed or the step has more rows than its limits (another entry point than `forward` calls it too). */
+  protected checkStep(step: LayerStep<LayerState>): void {
     if (this.#disposed) throw new InvalidArgumentError(`${this.type}: forward on a disposed layer`);
     if (step.rows > this.limits.maxRows) throw new InvalidArgumentError(`${this.type}: a step of ${step.rows} rows exceeds limits.maxRows (${this.limits.maxRows})`);
-    this.run(step);
   }
 
   /** The step's kernels; every row is independent, padding rows included. */

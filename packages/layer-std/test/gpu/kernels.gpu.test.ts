@@ -19,7 +19,7 @@ import { CpuBackend } from '@metrale/cpu-backend';
 import { FLOAT_DTYPE_CODE, SeededRandom, floatBytes, type FloatDtype, type GpuBackend } from '@metrale/core';
 import { runKernelOn, runKernelOnBoth, type KernelBuffers as Bufs, type KernelLaunch, type KernelOutputs, type KernelPointers as Ptrs } from '@metrale/core/testing';
 import {
-  ATTENTION_KERNELS, EXPERT_FORMATS, geluMulKernel, softcapKernel, attnPrefillLaunch, attnDecodeLaunch, prepLaunch, coreLaunch, combineLaunch, keyChunks, partialsBytes, EXPERT_KERNELS, WEIGHT_DTYPE_CODE, addKernel, combineKernel, embedKernel, expertsDownLaunch, expertsKernel, expertsLaunch,
+  ATTENTION_KERNELS, EXPERT_FORMATS, geluMulKernel, softcapKernel, attnPrefillLaunch, attnDecodeLaunch, prepLaunch, coreLaunch, combineLaunch, keyChunks, partialsBytes, EXPERT_KERNELS, WEIGHT_DTYPE_CODE, addKernel, addRmsNormKernel, combineKernel, embedKernel, expertsDownLaunch, expertsKernel, expertsLaunch,
   expertsGemm, expertsGemmLaunch, expertsRowwiseLaunch, expertsUpLaunch, expertsUpRowwiseLaunch, flatLaunch, groupKernel, groupLaunch, layerNormKernel, localizeKernel, moeGroupsLength, rmsNormKernel,
   ropeTable, routeFewKernel, routeFewLaunch, routeKernel, routerGemvKernel, routerGemvLaunch, rowLaunch, sharedSlotsKernel, sharedSlotsLaunch, siluMulKernel, type ExpertFormat, type ExpertGemm,
 } from '@metrale/layer-std';
@@ -129,7 +129,7 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
         }
       });
 
-      it(`${dtype}: std.rms_norm (offset 0 and 1, x̂ rounded first or not, in place) and std.layer_norm (with and without bias), hidden ${D}`, () => {
+      it(`${dtype}: std.rms_norm (offset 0 and 1, x̂ rounded first or not, in place), std.add_rms_norm and std.layer_norm (with and without bias), hidden ${D}`, () => {
         const rows = 7;
         const x = random.normals(rows * D, 3);
         // GLM (w · x̂.to(dtype)), Qwen3-Next ((1 + w) · x̂ once), Gemma 3n (w · x̂ once).
@@ -142,6 +142,27 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
           }, ['y', 'x']);
           compare(`${dtype} rms_norm D=${D} offset=${offset} roundNormalized=${roundNormalized}`, dtype, r.cpu.y!, r.cuda.y!);
           compare(`${dtype} rms_norm D=${D} offset=${offset} roundNormalized=${roundNormalized} in place`, dtype, r.cpu.x!, r.cuda.x!);
+        }
+        // The residual add and the norm in one launch: the bits of std.add then std.rms_norm, with the sum apart and over its first addend.
+        for (const [offset, roundNormalized] of [[0, 1], [1, 0]] as const) {
+          const n = rows * D;
+          const a = typed(n, dtype, 3);
+          const r = onBoth(
+            { a, b: typed(n, dtype, 3), w: random.normals(D, 0.3), ...Object.fromEntries(['sum', 'y', 'sum2', 'y2', 'y3'].map((k) => [k, poison(n, dtype)])), a2: a },
+            (gpu, p) => {
+              const args = { weight: p.w!, rows, hidden: D, eps: 1e-6, offset, roundNormalized, dtype: code };
+              gpu.launch(addKernel, flatLaunch(n, gpu.defaultStream), { a: p.a!, b: p.b!, out: p.sum2!, count: n, dtype: code });
+              gpu.launch(rmsNormKernel, rowLaunch(rows, D, gpu.defaultStream), { ...args, input: p.sum2!, output: p.y2! });
+              gpu.launch(addRmsNormKernel, rowLaunch(rows, D, gpu.defaultStream), { ...args, a: p.a!, b: p.b!, sum: p.sum!, output: p.y! });
+              gpu.launch(addRmsNormKernel, rowLaunch(rows, D, gpu.defaultStream), { ...args, a: p.a2!, b: p.b!, sum: p.a2!, output: p.y3! });
+            },
+            ['sum', 'y', 'sum2', 'y2', 'a2', 'y3'],
+          );
+          const label = `${dtype} add_rms_norm D=${D} offset=${offset} roundNormalized=${roundNormalized}`;
+          compare(label, dtype, r.cpu.y!, r.cuda.y!);
+          for (const [fused, plain] of [['sum', 'sum2'], ['y', 'y2'], ['a2', 'sum2'], ['y3', 'y2']] as const) {
+            expect(sameBits(r.cuda[fused]!, r.cuda[plain]!), `${label}: CUDA ${fused} is not bit for bit ${plain} (std.add, std.rms_norm)`).toBe(true);
+          }
         }
         const shifted = encodeRows(x.map((v) => v + 5), dtype);
         for (const bias of [true, false]) {
