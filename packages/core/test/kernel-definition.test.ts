@@ -111,14 +111,23 @@ describe('toDims', () => {
 });
 
 describe('toEarlyStart', () => {
+  const waits = defineKernel({ name: 'k', params: {}, cpu: () => {}, earlyStart: true });
+  const plain = defineKernel({ name: 'p', params: {}, cpu: () => {} });
+
   it('reads LaunchConfig.earlyStart: false when absent', () => {
-    expect(toEarlyStart(undefined, 'launch k')).toBe(false);
-    expect(toEarlyStart(true, 'launch k')).toBe(true);
-    expect(toEarlyStart(false, 'launch k')).toBe(false);
+    expect(toEarlyStart(waits, undefined, 'launch k')).toBe(false);
+    expect(toEarlyStart(waits, true, 'launch k')).toBe(true);
+    expect(toEarlyStart(waits, false, 'launch k')).toBe(false);
+    expect(toEarlyStart(plain, false, 'launch p')).toBe(false);
   });
 
   it('refuses anything but a boolean, naming the launch and the value', () => {
-    expectThrow(() => toEarlyStart(1, 'launch k'), InvalidArgumentError, /launch k: earlyStart must be a boolean, got 1/);
-    expectThrow(() => toEarlyStart('yes', 'launch k'), InvalidArgumentError, /earlyStart must be a boolean, got yes/);
+    expectThrow(() => toEarlyStart(waits, 1, 'launch k'), InvalidArgumentError, /launch k: earlyStart must be a boolean, got 1/);
+    expectThrow(() => toEarlyStart(waits, 'yes', 'launch k'), InvalidArgumentError, /earlyStart must be a boolean, got yes/);
+  });
+
+  it('refuses an early start of a kernel that does not declare it (it would not wait for the kernel before it)', () => {
+    expectThrow(() => toEarlyStart(plain, true, 'launch p'), InvalidArgumentError, /launch p: p is launched with earlyStart but does not declare earlyStart.*declare earlyStart: true in its defineKernel/);
+    expectThrow(() => defineKernel({ name: 'q', params: {}, cpu: () => {}, earlyStart: 1 as unknown as boolean }), InvalidArgumentError, /defineKernel\(q\): earlyStart must be a boolean, got 1/);
   });
 });

@@ -252,7 +252,7 @@ export class CpuBackend implements GpuBackend {
     checkLaunchShape(call, grid, block, sharedBytes);
     // An early start (programmatic dependent launch) only lets a kernel overlap the previous one
     // up to its wait; run in stream order, as here, it keeps the same results.
-    toEarlyStart(config.earlyStart, call);
+    toEarlyStart(k, config.earlyStart, call);
     // Arguments are copied now, as cuLaunchKernel copies them: later changes to `args` are not seen.
     const frozen = Object.freeze({ ...(args as Readonly<Record<string, unknown>>) }) as KernelArgs<KernelParams>;
     const ran = this.#submit(call, config.stream, `kernel ${k.name}`, (c) => {

@@ -30,18 +30,20 @@ describe('kernel launch', () => {
     expect(gpu.stats().kernelsLaunched).toBe(2);
   });
 
-  it('runs an earlyStart launch in stream order, with the results of a plain one, and refuses a non-boolean earlyStart', () => {
+  it('runs an earlyStart launch in stream order, with the results of a plain one; refuses a non-boolean earlyStart, and one for a kernel that does not declare it', () => {
     gpu = new CpuBackend();
     const n = 16;
     const { x, y, xs } = setup(n);
+    const axpbAfter = defineKernel({ name: 'test.axpb_after', params: axpb.params, cpu: axpb.cpu, earlyStart: true });
     gpu.launch(axpb, { grid: 1, block: 32 }, { y, x, n, a: 2, b: 1 });
     // reads y, which the launch before it wrote
-    gpu.launch(axpb, { grid: 1, block: 32, earlyStart: true }, { y: x, x: y, n, a: 1, b: 0 });
+    gpu.launch(axpbAfter, { grid: 1, block: 32, earlyStart: true }, { y: x, x: y, n, a: 1, b: 0 });
     const got = asF32(gpu.download(x, 4 * n));
     for (let i = 0; i < n; i++) expect(got[i]).toBe(Math.fround(Math.fround(2 * xs[i]!) + 1));
-    expect(() => gpu.launch(axpb, { grid: 1, block: 32, earlyStart: 'yes' as unknown as boolean }, { y, x, n, a: 1, b: 0 })).toThrow(
-      /launch test\.axpb: earlyStart must be a boolean, got yes/,
+    expect(() => gpu.launch(axpbAfter, { grid: 1, block: 32, earlyStart: 'yes' as unknown as boolean }, { y, x, n, a: 1, b: 0 })).toThrow(
+      /launch test\.axpb_after: earlyStart must be a boolean, got yes/,
     );
+    expect(() => gpu.launch(axpb, { grid: 1, block: 32, earlyStart: true }, { y, x, n, a: 1, b: 0 })).toThrow(/launch test\.axpb: test\.axpb is launched with earlyStart but does not declare earlyStart/);
   });
 
   it('rejects bad arguments, naming the kernel and the parameter', () => {

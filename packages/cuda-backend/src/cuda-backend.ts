@@ -417,7 +417,7 @@ export class CudaBackend implements GpuBackend {
     if (block[0] * block[1] * block[2] > plan.maxThreadsPerBlock) bad(`a block has more than the kernel's ${plan.maxThreadsPerBlock} threads`);
     if (grid[0] > 2 ** 31 - 1 || grid[1] > 65535 || grid[2] > 65535) bad('a grid dimension exceeds 2³¹−1 × 65535 × 65535');
     if (shared > this.#maxSharedOptin) bad(`dynamic shared memory exceeds this device's ${this.#maxSharedOptin} bytes`);
-    const early = toEarlyStart(config.earlyStart, call);
+    const early = toEarlyStart(k, config.earlyStart, call);
     const sid = this.#workStream(config.stream, call);
     // The launch record's header (native/device.h), then the arguments; launch() reads both.
     const w = this.#words;

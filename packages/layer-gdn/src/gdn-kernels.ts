@@ -93,6 +93,8 @@ export const decodeStateKernel = defineKernel({
   params: DECODE_PARAMS,
   cuda: { module: decodeModule, symbol: 'gdn_decode_state' },
   cpu: decodeStateCpu,
+  // It waits for the prep kernel before it (wait_previous_kernel, gdn-pdl.cuh) once its prologue is done.
+  earlyStart: true,
 });
 
 /**
@@ -104,6 +106,8 @@ export const decodeStatePlainKernel = defineKernel({
   params: DECODE_PARAMS,
   cuda: { module: decodeModule, symbol: 'gdn_decode_state_plain' },
   cpu: decodeStatePlainCpu,
+  // It waits for the prep kernel before it (wait_previous_kernel, gdn-pdl.cuh) once its prologue is done.
+  earlyStart: true,
 });
 
 /** The three, as gdn-decode-launch.ts launchTwoKernelDecode takes them. */
@@ -127,6 +131,8 @@ export const verifyStateKernel = defineKernel({
   params: VERIFY_PARAMS,
   cuda: { module: verifyModule, symbol: 'gdn_verify_state' },
   cpu: verifyStateCpu,
+  // It waits for the prep kernel before it (wait_previous_kernel, gdn-pdl.cuh) once its prologue is done.
+  earlyStart: true,
 });
 
 /** Both, as gdn-verify-launch.ts launchTwoKernelVerify takes them. */

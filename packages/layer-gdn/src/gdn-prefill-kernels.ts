@@ -4,6 +4,8 @@ import { PREFILL_PARAMS, type PrefillKernels } from './gdn-prefill-launch.js';
 
 // The chunked (WY-form) prefill: kernels/gdn-chunk.cu, built into dist/kernels/gdn-chunk.fatbin.
 // Every kernel takes the same parameters (KERNELS.md, "Prefill"); launches: gdn-prefill-launch.ts.
+// `earlyStart`: a later piece's WY and the norm run beside the scan before them (they read nothing it
+// writes) and one CTA of each waits for it (piece_done, gdn-chunk.cu), so they may start early.
 const prefillModule = defineKernelModule('gdn-chunk', new URL('./kernels/gdn-chunk.fatbin', import.meta.url));
 
 const PARAMS = PREFILL_PARAMS;
@@ -14,6 +16,7 @@ export const prefillWyKernel = defineKernel({
   params: PARAMS,
   cuda: { module: prefillModule, symbol: 'gdn_prefill_wy' },
   cpu: prefillWyCpu(1),
+  earlyStart: true,
 });
 
 /** The same, exact build (bf16 hi/lo pairs, three products). */
@@ -22,6 +25,7 @@ export const prefillWyExactKernel = defineKernel({
   params: PARAMS,
   cuda: { module: prefillModule, symbol: 'gdn_prefill_wy_x3' },
   cpu: prefillWyCpu(2),
+  earlyStart: true,
 });
 
 /** The recurrence over each sequence's chunks, from the slot's state (pending rows folded first), committing state and ring. */
@@ -45,6 +49,7 @@ export const prefillNormKernel = defineKernel({
   params: PARAMS,
   cuda: { module: prefillModule, symbol: 'gdn_prefill_norm' },
   cpu: prefillNormCpu,
+  earlyStart: true,
 });
 
 export const prefillKernels: PrefillKernels = {

@@ -45,17 +45,18 @@ export interface AttentionKernels {
 
 const SUFFIX: Readonly<Record<FloatDtype, string>> = { f32: '', bf16: '_bf16', f16: '_f16' };
 
+// `earlyStart`: every kernel but the prefill begins with early_start() (std-common.cuh).
 function attentionKernelsOf(dtype: FloatDtype): AttentionKernels {
   const name = (base: string) => (dtype === 'f32' ? base : `${base}.${dtype}`);
   return {
-    prep: defineKernel({ name: name('std.attn_prep'), params: PREP_PARAMS, cuda: { module, symbol: `std_attn_prep${SUFFIX[dtype]}` }, cpu: prepCpu }),
-    core: defineKernel({ name: name('std.attn_core'), params: CORE_PARAMS, cuda: { module, symbol: `std_attn_core${SUFFIX[dtype]}` }, cpu: coreCpu }),
-    combine: defineKernel({ name: name('std.attn_combine'), params: CORE_PARAMS, cuda: { module, symbol: `std_attn_combine${SUFFIX[dtype]}` }, cpu: combineCpu }),
+    prep: defineKernel({ name: name('std.attn_prep'), params: PREP_PARAMS, cuda: { module, symbol: `std_attn_prep${SUFFIX[dtype]}` }, cpu: prepCpu, earlyStart: true }),
+    core: defineKernel({ name: name('std.attn_core'), params: CORE_PARAMS, cuda: { module, symbol: `std_attn_core${SUFFIX[dtype]}` }, cpu: coreCpu, earlyStart: true }),
+    combine: defineKernel({ name: name('std.attn_combine'), params: CORE_PARAMS, cuda: { module, symbol: `std_attn_combine${SUFFIX[dtype]}` }, cpu: combineCpu, earlyStart: true }),
     ...(dtype === 'f32'
       ? {}
       : {
         prefill: defineKernel({ name: name('std.attn_prefill'), params: PREFILL_PARAMS, cuda: { module: attentionPrefillModule, symbol: `std_attn_prefill${SUFFIX[dtype]}` }, cpu: prefillCpu }),
-        decode: defineKernel({ name: name('std.attn_decode'), params: CORE_PARAMS, cuda: { module: attentionDecodeModule, symbol: `std_attn_decode${SUFFIX[dtype]}` }, cpu: decodeCpu }),
+        decode: defineKernel({ name: name('std.attn_decode'), params: CORE_PARAMS, cuda: { module: attentionDecodeModule, symbol: `std_attn_decode${SUFFIX[dtype]}` }, cpu: decodeCpu, earlyStart: true }),
       }),
   };
 }

@@ -45,6 +45,7 @@ export const routerGemvKernel = defineKernel({
   },
   cuda: { module: moeRouteModule, symbol: 'std_moe_router_gemv' },
   cpu: routerGemvCpu,
+  earlyStart: true,
 });
 
 /** Rows up to which a step routes with the few-row kernels (`routeForm`): the GEMV's accumulators hold 8 rows. */
@@ -180,6 +181,7 @@ export const expertsKernel = defineKernel({
   params: { y: 'ptr', ids: 'ptr', weights: 'ptr', output: 'ptr', rows: 'i32', hidden: 'i32', experts: 'i32', topK: 'i32', dtype: 'i32' },
   cuda: { module, symbol: 'std_moe_experts' },
   cpu: expertsSumCpu,
+  earlyStart: true,
 });
 
 // ---- the expert kernels, per (weight type, row type) ----------------------------------------------
@@ -256,8 +258,6 @@ interface GemmTiles {
   readonly sharedBytes: number;
   /** Dynamic shared memory of the sm_90a build's up and down passes (compute capability 9.0), where they take wgmma; else `sharedBytes`. */
   readonly sharedBytesWgmma?: { readonly up: number; readonly down: number };
-  /** The kernels begin with `early_start` (std-common.cuh), so they may be launched with `earlyStart`. */
-  readonly earlyStart: boolean;
 }
 
 /**
@@ -269,7 +269,7 @@ const tiles16Bit = (entries: number, wgmmaStages: { up: number; down: number }):
   const stage = (entries + 128) * 64 * 2;
   return {
     entries, upColumns: 64, downColumns: 128, threads: 2 * entries, sharedBytes: 3 * (entries + 128) * 40 * 2,
-    sharedBytesWgmma: { up: wgmmaStages.up * stage + 1024, down: wgmmaStages.down * stage + 1024 }, earlyStart: true,
+    sharedBytesWgmma: { up: wgmmaStages.up * stage + 1024, down: wgmmaStages.down * stage + 1024 },
   };
 };
 const TILES_16BIT = tiles16Bit(128, { up: 3, down: 3 });
@@ -280,7 +280,7 @@ const TILES_16BIT_FEW = tiles16Bit(64, { up: 8, down: 4 });
  */
 export const FEW_GEMM_ROWS = 64;
 /** kernels/std-moe-gemm.cu (FP8 weights): 64 entries × 64 columns. */
-const TILES_FP8: GemmTiles = { entries: 64, upColumns: 64, downColumns: 64, threads: 128, sharedBytes: 0, earlyStart: false };
+const TILES_FP8: GemmTiles = { entries: 64, upColumns: 64, downColumns: 64, threads: 128, sharedBytes: 0 };
 
 function expertKernelsOf(format: ExpertFormat): ExpertKernels {
   const name = (base: string) => (format === 'f32' ? base : `${base}.${format}`);
@@ -296,9 +296,15 @@ function expertKernelsOf(format: ExpertFormat): ExpertKernels {
           gemm: (() => {
             const fp8 = format.startsWith('fp8');
             const gemmModule = fp8 ? moeGemmModule : moeGemm16Module;
+            // The 16-bit GEMMs begin with early_start (std-common.cuh); the FP8 pair does not.
+            const earlyStart = !fp8;
             const pair = (base: string, tiles: GemmTiles): ExpertGemm => ({
-              up: defineKernel({ name: name(`std.moe_gemm_up${base}`), params: GROUPED_UP_PARAMS, cuda: { module: gemmModule, symbol: symbol(`std_moe_gemm_up${base}`) }, cpu: expertsUpCpu }),
-              down: defineKernel({ name: name(`std.moe_gemm_down${base}`), params: GROUPED_DOWN_PARAMS, cuda: { module: gemmModule, symbol: symbol(`std_moe_gemm_down${base}`) }, cpu: expertsDownCpu }),
+              up: defineKernel({
+                name: name(`std.moe_gemm_up${base}`), params: GROUPED_UP_PARAMS, cuda: { module: gemmModule, symbol: symbol(`std_moe_gemm_up${base}`) }, cpu: expertsUpCpu, earlyStart,
+              }),
+              down: defineKernel({
+                name: name(`std.moe_gemm_down${base}`), params: GROUPED_DOWN_PARAMS, cuda: { module: gemmModule, symbol: symbol(`std_moe_gemm_down${base}`) }, cpu: expertsDownCpu, earlyStart,
+              }),
               tiles,
             });
             return {
@@ -354,7 +360,7 @@ export function expertsGemmLaunch(
   return {
     grid: [Math.ceil(entries / t.entries) + Math.min(experts, entries), Math.ceil(n / columns)], block: t.threads, stream,
     ...(shared > 0 ? { sharedBytes: shared } : {}),
-    ...(t.earlyStart ? { earlyStart: true } : {}),
+    ...(gemm[pass].earlyStart ? { earlyStart: true } : {}),
   };
 }
 

@@ -37,6 +37,13 @@ export interface KernelDefinition<P extends KernelParams> {
   readonly cuda?: { readonly module: KernelModule; readonly symbol: string };
   /** The reference implementation, run by the CPU backend for the whole launch at once. */
   readonly cpu?: (args: KernelArgs<P>, ctx: CpuKernelContext) => void;
+  /**
+   * The kernel waits for the previous kernel on its stream (`griddepcontrol.wait`) before it reads
+   * anything that kernel writes, so a launch may set `LaunchConfig.earlyStart`; backends refuse
+   * that flag for a kernel without this. Declared here, next to the symbol, once: a launch helper
+   * cannot start early a kernel that would race. Default false.
+   */
+  readonly earlyStart?: boolean;
 }
 
 export interface KernelParam {
@@ -65,6 +72,9 @@ export function defineKernel<const P extends KernelParams>(definition: KernelDef
       throw new InvalidArgumentError(`defineKernel(${definition.name}): parameter '${name}' has unknown type '${String(type)}' (use ${[...PARAM_TYPES].join(', ')})`);
     }
     paramList.push({ name, type });
+  }
+  if (definition.earlyStart !== undefined && typeof definition.earlyStart !== 'boolean') {
+    throw new InvalidArgumentError(`defineKernel(${definition.name}): earlyStart must be a boolean, got ${String(definition.earlyStart)}`);
   }
   if (!definition.cuda && !definition.cpu) {
     throw new InvalidArgumentError(`defineKernel(${definition.name}): give a cuda entry, a cpu implementation, or both`);
@@ -121,10 +131,19 @@ export function validateKernelArgs<P extends KernelParams>(kernel: Kernel<P>, ar
   }
 }
 
-/** A launch's `earlyStart` (LaunchConfig): false when absent; anything but a boolean is refused. */
-export function toEarlyStart(earlyStart: unknown, call: string): boolean {
+/**
+ * A launch's `earlyStart` (LaunchConfig): false when absent; anything but a boolean is refused, and
+ * true for a kernel that does not declare `earlyStart` (it does not wait for the kernel before it).
+ */
+export function toEarlyStart(kernel: Kernel<any>, earlyStart: unknown, call: string): boolean {
   if (earlyStart === undefined) return false;
   if (typeof earlyStart !== 'boolean') throw new InvalidArgumentError(`${call}: earlyStart must be a boolean, got ${String(earlyStart)}`);
+  if (earlyStart && kernel.earlyStart !== true) {
+    throw new InvalidArgumentError(
+      `${call}: ${kernel.name} is launched with earlyStart but does not declare earlyStart: it would read the previous kernel's output before that kernel ends. ` +
+        'Begin the kernel with the wait (griddepcontrol.wait) and declare earlyStart: true in its defineKernel, or launch it without earlyStart',
+    );
+  }
   return earlyStart;
 }
 
