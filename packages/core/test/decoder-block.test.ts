@@ -198,36 +198,57 @@ describe('DecoderBlock: one TransformerLayer made of sub-layers', () => {
     gpu.dispose();
   });
 
-  it('takes the add before a later branch into that branch\'s AddsResidual first part: the same rows, one add fewer a branch', () => {
-    const gpu = new CpuBackend();
+  describe('adds taken into the next part (AddsResidual) and passed on between blocks (pairIn, pairOut)', () => {
     const limits = { maxSeqs: 2, maxSeqLen: 32, maxBatch: 2, maxK: 2, maxRows: 8 };
     const vocab = 12;
-    const weights = new MemoryWeightSource('t', [tensorOf('table', new SeededRandom(1).normals(vocab * W), [vocab, W])]);
-    const table = () => new TokenTableLayer({ gpu, layerType: 'token-table', config: { hidden_size: W, vocab_size: vocab }, layerIndex: 0, weights, limits });
-    const run = (fuseAdds: boolean) => {
+    /** A stack of three blocks; the decode rows of three steps and the adds one forward of the stack launches. */
+    const run = (gpu: CpuBackend, branches: () => TransformerLayer[][], fuseAdds: boolean, pairs: boolean) => {
       let adds = 0;
       const add: ResidualAdd = { add: (...a) => (adds++, testAdd.add(...a)) };
       const scratch = new BlockScratch(gpu, 4 * W, limits.maxRows);
-      // Branches of odd and even length, and a third whose add's sum is the stream it reads.
-      const b = new DecoderBlock({ gpu, branches: [[table(), doubler(gpu)], [doubler(gpu), table(), table()], [doubler(gpu)]], add, scratch, fuseAdds });
-      const driver = new StepDriver({ gpu, layers: [b], limits });
+      const blocks = [0, 1, 2].map((i) => new DecoderBlock({ gpu, branches: branches(), add, scratch, fuseAdds, ...(pairs ? { pairIn: i > 0, pairOut: i < 2 } : {}) }));
+      const driver = new StepDriver({ gpu, layers: blocks, limits });
       const seq = driver.open();
       const x = new SeededRandom(2).normals(W);
       driver.prefill({ seqs: [seq], lengths: [1], input: x, tokens: Int32Array.from([3]) });
       // Adds a forward launches (decode steps replay a graph, which calls nothing).
-      const perStep = adds;
+      const perForward = adds;
       const out = Array.from({ length: 3 }, (_, step) => Array.from(driver.readOutputF32(driver.decode({ seqs: [seq], input: x, tokens: Int32Array.from([5 + step]) }))));
       driver.dispose();
-      b.dispose();
+      for (const b of blocks) b.dispose();
       scratch.dispose();
-      return { out, perStep };
+      return { out, perForward, rowBytes: blocks.map((b) => [b.inputRowBytes, b.outputRowBytes]) };
     };
-    const fused = run(true);
-    const plain = run(false);
-    expect(fused.out).toEqual(plain.out);
-    expect(plain.perStep).toBe(3);
-    expect(fused.perStep).toBe(1);
-    gpu.dispose();
+    const table = (gpu: CpuBackend) =>
+      new TokenTableLayer({
+        gpu, layerType: 'token-table', config: { hidden_size: W, vocab_size: vocab }, layerIndex: 0, limits,
+        weights: new MemoryWeightSource('t', [tensorOf('table', new SeededRandom(1).normals(vocab * W), [vocab, W])]),
+      });
+
+    it('gives the same rows with one add a stack instead of two a block, branches of odd and even length', () => {
+      const gpu = new CpuBackend();
+      const branches = () => [[doubler(gpu), table(gpu)], [doubler(gpu), table(gpu), table(gpu)]];
+      const plain = run(gpu, branches, false, false);
+      const fused = run(gpu, branches, true, false);
+      const passed = run(gpu, branches, true, true);
+      const passedUnfused = run(gpu, branches, false, true);
+      expect(fused.out).toEqual(plain.out);
+      expect(passed.out).toEqual(plain.out);
+      expect(passedUnfused.out).toEqual(plain.out);
+      expect([plain.perForward, fused.perForward, passed.perForward, passedUnfused.perForward]).toEqual([6, 3, 1, 6]);
+      expect(passed.rowBytes).toEqual([[4 * W, 8 * W], [8 * W, 8 * W], [8 * W, 4 * W]]);
+      gpu.dispose();
+    });
+
+    it('passes pairs through blocks of one branch that cannot take an add (the add apart, the stream copied out)', () => {
+      const gpu = new CpuBackend();
+      const branches = () => [[table(gpu)]];
+      const plain = run(gpu, branches, true, false);
+      const passed = run(gpu, branches, true, true);
+      expect(passed.out).toEqual(plain.out);
+      expect([plain.perForward, passed.perForward]).toEqual([3, 3]);
+      gpu.dispose();
+    });
   });
 
   it('passes the conformance kit with a prestaging sub-layer (prestage and re-arm forwarded)', () => {

@@ -42,8 +42,10 @@ export interface PreNormDecoderSpec {
 /**
  * The stack of a pre-norm decoder: `model.embed_tokens`, then per layer
  * `x += mixer(input_layernorm(x))`, `x += mlp(post_attention_layernorm(x))` as one
- * `DecoderBlock`, then `model.norm` and `lm_head` (or the tied embedding). A failure while
- * building frees everything made so far.
+ * `DecoderBlock`, then `model.norm` and `lm_head` (or the tied embedding). Every residual add but
+ * the last runs inside the norm after it (`std.add_rms_norm`): a block passes its MLP's output on
+ * to the next block's `input_layernorm` (`pairOut` / `pairIn`). A failure while building frees
+ * everything made so far.
  *
  * As rank r of a tensor-parallel group of n > 1 (`ctx.parallel`): the layers read their parts of
  * the tensors (`spec.shard`), an `AllReduceLayer` ends the mixer's and the MLP's chain (their
@@ -85,7 +87,9 @@ export function buildPreNormDecoder(ctx: ModelBuildContext, spec: PreNormDecoder
         for (const p of [...mixer, ...mlp]) p.dispose();
         throw error;
       }
-      layers.push(new DecoderBlock({ gpu, type: layer.type, branches: [mixer, mlp], add: residualAdd, scratch, rowDtype: precision.rows }));
+      // Each block leaves its last add to the next one's input norm (rows between blocks are pairs).
+      const pairs = { pairIn: i > 0, pairOut: i < spec.layerCount - 1 };
+      layers.push(new DecoderBlock({ gpu, type: layer.type, branches: [mixer, mlp], add: residualAdd, scratch, rowDtype: precision.rows, ...pairs }));
     }
     layers.push(norm('model.norm.'));
     const tied = !w.has('lm_head.weight') && config.tie_word_embeddings === true;

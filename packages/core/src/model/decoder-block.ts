@@ -24,6 +24,18 @@ export interface DecoderBlockOptions {
    * add of the branch before into that layer's pass (default true; the same bits either way).
    */
   readonly fuseAdds?: boolean;
+  /**
+   * Rows in are pairs: the residual stream and the output of the block before's last branch, whose
+   * add this block takes at its start (inside its first part where that is an `AddsResidual`
+   * layer). A step's pair rows are its `rows` stream rows, then its `rows` rows of that output, so
+   * a pair row is two stream rows wide. Default false: rows in are the stream.
+   */
+  readonly pairIn?: boolean;
+  /**
+   * Rows out are pairs: the stream and the last branch's output, left for the next block to add.
+   * Default false: the block adds them and its rows out are the stream.
+   */
+  readonly pairOut?: boolean;
   /** Shared by every block of a model; holds at least `maxRows` rows of the widest sub-layer row. */
   readonly scratch: BlockScratch;
   /** Element type of the residual stream (default f32). */
@@ -32,9 +44,10 @@ export interface DecoderBlockOptions {
 
 /**
  * Sub-layers and residual adds presented to the driver as one `TransformerLayer` (README.md). The
- * block owns its sub-layers (dispose frees them) but not the shared scratch. Where a branch after
- * the first begins with an `AddsResidual` layer, the add that ends the branch before runs inside
- * that layer (`fuseAdds`).
+ * block owns its sub-layers (dispose frees them) but not the shared scratch. Where a branch begins
+ * with an `AddsResidual` layer, the add before it (the branch before's, or with `pairIn` the block
+ * before's) runs inside that layer (`fuseAdds`); with `pairOut` the block leaves its last add to the
+ * next block.
  */
 export class DecoderBlock extends CompositeLayer {
   readonly type: string;
@@ -45,6 +58,10 @@ export class DecoderBlock extends CompositeLayer {
   readonly #add: ResidualAdd;
   readonly #scratch: BlockScratch;
   readonly #rowDtype: FloatDtype;
+  /** Bytes of a stream row. */
+  readonly #width: number;
+  readonly #pairIn: boolean;
+  readonly #pairOut: boolean;
 
   constructor(options: DecoderBlockOptions) {
     const { branches, scratch } = options;
@@ -54,9 +71,12 @@ export class DecoderBlock extends CompositeLayer {
     if (branches.length === 0 || branches.some((b) => b.length === 0)) {
       throw new InvalidArgumentError(`${this.type}: a decoder block needs at least one branch, and every branch at least one layer`);
     }
-    const first = branches[0]![0]!;
-    this.inputRowBytes = this.outputRowBytes = first.inputRowBytes;
-    const width = this.inputRowBytes;
+    const width = branches[0]![0]!.inputRowBytes;
+    this.#width = width;
+    this.#pairIn = options.pairIn === true;
+    this.#pairOut = options.pairOut === true;
+    this.inputRowBytes = width * (this.#pairIn ? 2 : 1);
+    this.outputRowBytes = width * (this.#pairOut ? 2 : 1);
     let at = 0;
     this.#branches = branches.map((chain, b) => {
       if (chain[0]!.inputRowBytes !== width) throw this.#mismatch(`branch ${b} starts with ${chain[0]!.type}, which reads ${chain[0]!.inputRowBytes}-byte rows, but the residual stream has ${width}-byte rows`);
@@ -69,7 +89,7 @@ export class DecoderBlock extends CompositeLayer {
       const last = chain[chain.length - 1]!;
       if (last.outputRowBytes !== width) throw this.#mismatch(`branch ${b} ends with ${last.type}, which writes ${last.outputRowBytes}-byte rows, but the residual stream has ${width}-byte rows`);
       const head = chain[0]!;
-      const adds = b > 0 && options.fuseAdds !== false && addsResidual(head) ? head : undefined;
+      const adds = (b > 0 || this.#pairIn) && options.fuseAdds !== false && addsResidual(head) ? head : undefined;
       const range = { first: at, count: chain.length, ...(adds ? { adds } : {}) };
       at += chain.length;
       return range;
@@ -91,37 +111,49 @@ export class DecoderBlock extends CompositeLayer {
     this.alive('forward', 'block');
     if (step.rows > this.#scratch.maxRows) throw new InvalidArgumentError(`${this.type}: a step of ${step.rows} rows exceeds the scratch's ${this.#scratch.maxRows} rows`);
     const s = this.#scratch;
-    const count = (step.rows * this.inputRowBytes) / floatBytes(this.#rowDtype);
+    const half = BigInt(step.rows * this.#width);
+    const count = (step.rows * this.#width) / floatBytes(this.#rowDtype);
     const other = (p: DevicePtr) => (p === s.a ? s.b : s.a);
     let stream = step.input;
-    // The output of the branch before, not yet added to the stream (its add taken by this branch's first part).
-    let pending: DevicePtr | undefined;
+    // The output of the branch (or block) before, not yet added to the stream.
+    let pending: DevicePtr | undefined = this.#pairIn ? step.input + half : undefined;
     this.#branches.forEach(({ first, count: n, adds }, b) => {
+      const last = b === this.#branches.length - 1;
+      const passOn = last && this.#pairOut;
+      // The stream a pair leaves with is the output's first half.
+      const sumAt = passOn ? step.output : s.residual;
       let src = stream;
       let j = 0;
-      if (adds && pending !== undefined) {
-        // Its output goes where neither addend is.
-        src = other(pending);
-        adds.forwardAdded(this.partStep(step, first, s.residual, src), { a: stream, b: pending, sum: s.residual });
-        stream = s.residual;
-        j = 1;
+      if (pending !== undefined) {
+        if (adds) {
+          // Its output goes where neither addend is.
+          src = passOn && n === 1 ? step.output + half : other(pending);
+          adds.forwardAdded(this.partStep(step, first, sumAt, src), { a: stream, b: pending, sum: sumAt });
+          j = 1;
+        } else {
+          step.section?.('residual-add');
+          this.#add.add(step.gpu, step.stream, stream, pending, sumAt, count, this.#rowDtype);
+          src = sumAt;
+        }
+        stream = sumAt;
+        pending = undefined;
+      } else if (passOn) {
+        // Nothing added before the one branch: the stream leaves as it came.
+        step.gpu.copyDeviceAsync(step.output, stream, Number(half), step.stream);
       }
       for (; j < n; j++) {
-        const dst = other(src);
+        const dst = passOn && j === n - 1 ? step.output + half : other(src);
         this.runPart(step, first + j, src, dst);
         src = dst;
       }
-      pending = undefined;
-      const last = b === this.#branches.length - 1;
-      if (!last && this.#branches[b + 1]!.adds) {
+      if (passOn) return;
+      if (!last) {
+        // Added at the next branch's start.
         pending = src;
         return;
       }
-      // The last branch writes the block's output; the others the stream (in place after the first).
-      const out = last ? step.output : s.residual;
       step.section?.('residual-add');
-      this.#add.add(step.gpu, step.stream, stream, src, out, count, this.#rowDtype);
-      stream = out;
+      this.#add.add(step.gpu, step.stream, stream, src, step.output, count, this.#rowDtype);
     });
   }
 }
