@@ -206,6 +206,39 @@ describe('the engine loop, run to completion (generateAll)', () => {
   });
 });
 
+describe('captureDecodeGraphs', () => {
+  it('captures the decode graph of every bucket before the first request, prompts prefilled over several steps; requests then replay and answer as without it', () => {
+    const gpu = new CpuBackend();
+    const layer = new BigramLayer(gpu, V, table());
+    const limits: LayerLimits = { maxSeqs: 5, maxSeqLen: 40, maxBatch: 5, maxK: 1, maxRows: 8 };
+    const run = (warm: boolean) => {
+      const driver = new StepDriver({ gpu, layers: [layer], limits });
+      // Two prompt rows a step: five one-token prompts take three prefill steps.
+      const loop = new EngineLoop({ driver, vocabSize: V, prefillChunk: 2 });
+      if (warm) {
+        loop.captureDecodeGraphs();
+        expect(loop.idle).toBe(true);
+        expect(Object.keys(driver.graphs.describe()).sort()).toEqual(['decode:1:1', 'decode:2:1', 'decode:4:1', 'decode:5:1']);
+      }
+      const before = Object.keys(driver.graphs.describe()).length;
+      const { outputs } = generateAll(loop, [0, 1, 2].map((i) => ({ prompt: [1 + i, 7], maxTokens: 6 })));
+      const captured = Object.keys(driver.graphs.describe()).length - before;
+      // The loop refuses to warm up with requests in it.
+      loop.add({ id: 1, prompt: [1], maxTokens: 2 });
+      expect(() => loop.captureDecodeGraphs()).toThrow(/captureDecodeGraphs runs on an idle loop/);
+      driver.dispose();
+      return { tokens: outputs.map((o) => o.tokens), captured };
+    };
+    const cold = run(false);
+    const warm = run(true);
+    expect(warm.tokens).toEqual(cold.tokens);
+    expect(cold.captured).toBeGreaterThan(0);
+    expect(warm.captured).toBe(0);
+    layer.dispose();
+    gpu.dispose();
+  });
+});
+
 describe('logit adjustments in the engine loop', () => {
   /** Greedy decoding of the bigram table with the adjustments applied by hand, token by token. */
   function expected(prompt: number[], maxTokens: number, p: SamplingParams, stop: number[] = []): number[] {

@@ -225,7 +225,10 @@ async function serve(o: ServeOptions, ctx: CliContext): Promise<number> {
         log.warn({ kv_cache_tokens: kv.tokens, max_model_len: maxModelLen }, 'the KV cache holds fewer tokens than --max-model-len: longer requests will be refused; give the cache more memory or lower --max-model-len');
       }
     }
-    log.info({ backend: r.backend, device: r.device, load_ms: Math.round(r.loadMs), max_batch: r.maxBatch, device_weight_bytes: r.deviceWeightBytes }, 'ready');
+    log.info({
+      backend: r.backend, device: r.device, load_ms: Math.round(r.loadMs), ...(r.captureMs !== undefined ? { graph_capture_ms: Math.round(r.captureMs) } : {}), max_batch: r.maxBatch,
+      device_weight_bytes: r.deviceWeightBytes,
+    }, 'ready');
   });
   engine.on('failed', (error: Error) => {
     log.error({ err: error.message }, engine.ready ? 'the engine failed' : 'the model failed to load');

@@ -13,6 +13,8 @@ export interface EngineReady {
   readonly backend: string;
   readonly device: string;
   readonly loadMs: number;
+  /** The decode graphs' capture after the load (absent without graphs). */
+  readonly captureMs?: number;
   readonly maxBatch: number;
   /** The weights' bytes on the device. */
   readonly deviceWeightBytes: number;
@@ -180,7 +182,10 @@ export class EngineClient extends EventEmitter {
         this.emit('progress', m.loaded, m.total);
         break;
       case 'ready':
-        this.#ready = { backend: m.backend, device: m.device, loadMs: m.loadMs, maxBatch: m.maxBatch, deviceWeightBytes: m.deviceWeightBytes, ...(m.kv ? { kv: m.kv } : {}) };
+        this.#ready = {
+          backend: m.backend, device: m.device, loadMs: m.loadMs, ...(m.captureMs !== undefined ? { captureMs: m.captureMs } : {}), maxBatch: m.maxBatch,
+          deviceWeightBytes: m.deviceWeightBytes, ...(m.kv ? { kv: m.kv } : {}),
+        };
         this.#state = 'ready';
         this.emit('ready', this.#ready);
         break;

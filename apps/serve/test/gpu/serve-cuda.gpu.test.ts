@@ -31,7 +31,10 @@ describe.skipIf(!cuda.available)('metrale serve --backend cuda', () => {
   it('serves on the GPU and matches the CPU server token for token', async () => {
     const health = await (await fetch(`${gpuServer.url}/health`)).json() as { status: string };
     expect(health.status).toBe('ok');
-    expect(await gpuServer.logLine((l) => l.msg === 'ready')).toMatchObject({ backend: 'cuda' });
+    const ready = await gpuServer.logLine((l) => l.msg === 'ready');
+    expect(ready).toMatchObject({ backend: 'cuda' });
+    expect(ready.graph_capture_ms).toBeGreaterThan(0);
+    console.log(`decode graphs of ${ready.max_batch} slots' buckets captured in ${ready.graph_capture_ms} ms`);
     const onGpu = await Promise.all(PROMPTS.map((p) => chat(gpuServer, p)));
     const onCpu = await Promise.all(PROMPTS.map((p) => chat(cpuServer, p)));
     const texts = (rs: any[]) => rs.map((r) => r.choices[0].message.content);

@@ -178,6 +178,25 @@ export class EngineLoop {
     this.#waiting.push({ req });
   }
 
+  /**
+   * Runs a decode step at every batch bucket of the driver before the first request, so that their
+   * graphs are captured now (as vLLM captures at startup) and no request waits on a capture later:
+   * for each bucket b, b throwaway one-token requests are prefilled, then decode together (they ask
+   * for one token more than the prefill steps they take, so the last of them joins the others'
+   * decode). Only on an idle loop, which is idle again after: nothing is cached (a one-token prompt
+   * fills no KV block). Verify graphs are still captured at their first use.
+   */
+  captureDecodeGraphs(): void {
+    if (!this.idle) throw new InvalidArgumentError('engine loop: captureDecodeGraphs runs on an idle loop, before the first request');
+    let id = -1;
+    for (const b of this.driver.buckets.sizes) {
+      const prefillSteps = Math.ceil(b / Math.min(this.prefillChunk, this.driver.limits.maxRows));
+      const maxTokens = Math.min(prefillSteps + 1, this.maxTotalTokens - 1);
+      for (let i = 0; i < b; i++) this.add({ id: id--, prompt: [0], maxTokens, stopTokenIds: [] });
+      while (!this.idle) this.step();
+    }
+  }
+
   /** Drops a request: from the queue, or from its slot at once (its cache is free for the next step). */
   cancel(id: number): boolean {
     const w = this.#waiting.findIndex((r) => r.req.id === id);
