@@ -66,10 +66,12 @@ async function main(): Promise<void> {
       ? await buildParallelEngine(data.setup, info, checkpoint, gpu, registry, onProgress)
       : buildEngine(data.setup, info, checkpoint, gpu, registry, onProgress);
     const loadMs = performance.now() - t0;
-    // Every batch bucket's decode graph now, so no request waits on a capture.
+    // Every batch bucket's decode graph now, so no request waits on a capture; not on the CPU
+    // backend, whose captures cost nothing beside its steps (which would only delay the start).
+    const capture = data.setup.graphs && gpu.kind !== 'cpu';
     const t1 = performance.now();
-    if (data.setup.graphs) engine.loop.captureDecodeGraphs();
-    const captureMs = data.setup.graphs ? performance.now() - t1 : undefined;
+    if (capture) engine.loop.captureDecodeGraphs();
+    const captureMs = capture ? performance.now() - t1 : undefined;
     const { kv } = engine;
     post({
       t: 'ready', backend: gpu.kind, device: gpu.device.name, loadMs, ...(captureMs !== undefined ? { captureMs } : {}), maxBatch: engine.limits.maxBatch,

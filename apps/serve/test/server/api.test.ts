@@ -24,10 +24,10 @@ describe('models and health', () => {
     const health = await fetch(`${server.url}/health`);
     expect(health.status).toBe(200);
     expect(await health.json()).toMatchObject({ status: 'ok', model: MODEL });
-    // Ready once every batch bucket's decode graph is captured.
+    // The CPU backend does not capture decode graphs ahead (the GPU serve test checks a CUDA server does).
     const ready = await server.logLine((l) => l.msg === 'ready');
-    expect(ready.graph_capture_ms).toBeGreaterThanOrEqual(0);
-    expect(ready.max_batch).toBeGreaterThan(1);
+    expect(ready).toMatchObject({ backend: 'cpu' });
+    expect(ready.graph_capture_ms).toBeUndefined();
   });
 });
 
