@@ -10,7 +10,9 @@
 //   router + route     the three forms (routeForm) at 1 and 8 rows: softmax top-10 of 512 and 64
 //                      experts, sigmoid + bias top-8 of 256 (GLM-5): std.moe_router_gemv; the
 //                      router GEMM + std.moe_route_few; the GEMM + std.moe_route; floor: the
-//                      router weight read once.
+//                      router weight read once. For softmax routing also the shared expert's
+//                      slot and the groups buffer made in the GEMV's last CTA against
+//                      std.moe_shared_slots + std.moe_group after it.
 //   expert GEMMs       std.moe_gemm_up + _down (the large pair) and _few (what the layer takes up to
 //                      FEW_GEMM_ROWS rows) at 1, 8 and 64 rows: Qwen3-Next-80B's 512 experts, top-10
 //                      and the shared expert as slot 11; each of the 10 runs its own rows and
@@ -118,9 +120,31 @@ try {
       const blockMs = graphMs((i) => (gemm(i), gpu.launch(std.routeKernel, std.rowLaunch(batch, E, stream), { logits, ...args })));
       const gemmMs = graphMs(gemm);
       const floorMs = ((E * D * BYTES[ROWS]) / copyBW) * 1e3;
-      result.router.push({ experts: E, topK, scoring, batch, form: std.routeForm(batch, topK, E, ROWS), floorMs, fusedMs, gemmRouteFewMs: fewMs, gemmRouteMs: blockMs, gemmMs });
+      // Qwen3-Next's shared expert as the last slot: the GEMV's last CTA making the slots and the
+      // groups buffer (the MoE layer's fused-route step) against the two kernels that make them apart.
+      let tail;
+      if (scoring === 0) {
+        const slots = topK + 1;
+        const made = { sharedGate: upload(encoded(D, 1 / Math.sqrt(D), 'f32')), slotIds: alloc(4 * batch * slots), slotWeights: alloc(4 * batch * slots) };
+        const groups = alloc(4 * std.moeGroupsLength(batch, slots, E + 1));
+        const gemv = (i, withTail) => gpu.launch(std.routerGemvKernel, std.routerGemvLaunch(E, stream), {
+          x: xs[i], w: router, logits, counter, ...args, hidden: D, dtype: rowCode, ...noTail,
+          ...(withTail ? { ...made, sharedId: E, groups, groupExperts: E + 1 } : {}),
+        });
+        const fusedTailMs = graphMs((i) => gemv(i, true));
+        const apartMs = graphMs((i) => {
+          gemv(i, false);
+          gpu.launch(std.sharedSlotsKernel, std.sharedSlotsLaunch(batch, stream), {
+            x: xs[i], gate: made.sharedGate, ids: args.ids, weights: args.weights, slotIds: made.slotIds, slotWeights: made.slotWeights, rows: batch, hidden: D, topK, sharedId: E, dtype: rowCode,
+          });
+          gpu.launch(std.groupKernel, std.groupLaunch(batch, slots, stream), { ids: made.slotIds, groups, rows: batch, experts: E + 1, topK: slots });
+        });
+        tail = { fusedTailMs, apartMs };
+      }
+      result.router.push({ experts: E, topK, scoring, batch, form: std.routeForm(batch, topK, E, ROWS), floorMs, fusedMs, gemmRouteFewMs: fewMs, gemmRouteMs: blockMs, gemmMs, ...(tail ?? {}) });
       const us = (ms) => `${(ms * 1e3).toFixed(1)} µs`;
       log(`router + route ${label} batch ${batch}: std.moe_router_gemv ${us(fusedMs)}; GEMM + std.moe_route_few ${us(fewMs)}; GEMM + std.moe_route ${us(blockMs)} (GEMM alone ${us(gemmMs)}); floor ${us(floorMs)}`);
+      if (tail) log(`  with the shared slot and the groups: in the GEMV's last CTA ${us(tail.fusedTailMs)}; GEMV + std.moe_shared_slots + std.moe_group ${us(tail.apartMs)}`);
     }
     freeFrom(0);
   }
