@@ -92,13 +92,10 @@ for (const { spec, graphs } of modes) {
     // A repetitive prompt, so n-gram drafts have something to match.
     // Each sequence has its own prompt (its own block of tokens, so routing differs across the batch).
     const requests = Array.from({ length: B }, (_, b) => ({ prompt: benchPrompt(config, b, promptLen), maxTokens: steps, stopTokenIds: [] }));
-    // Warm-up: the graphs the measured run replays are captured before it. A speculating loop
-    // verifies first, and its batch shrinks as sequences finish apart, so the decode graphs of every
-    // bucket up to B are captured by a plain loop on the same driver; then the loop's own steps.
-    if (spec) {
-      const plain = new EngineLoop({ driver, vocabSize: text.vocab_size, prefillChunk: promptLen, picker });
-      for (const b of driver.buckets.sizes.filter((size) => size <= B)) generateAll(plain, requests.slice(0, b).map((r) => ({ ...r, maxTokens: 3 })));
-    }
+    // Warm-up: every bucket's decode graph (and verify graph, speculating) is captured before the
+    // timed run, as metrale serve captures them at startup: a speculating loop verifies first and
+    // its batch shrinks as sequences finish apart, so it would otherwise capture while timed.
+    loop.captureGraphs();
     runner.generate(requests.map((r) => ({ ...r, maxTokens: 4 })));
     const { stats } = runner.generate(requests);
     driver.dispose();

@@ -206,34 +206,44 @@ describe('the engine loop, run to completion (generateAll)', () => {
   });
 });
 
-describe('captureDecodeGraphs', () => {
-  it('captures the decode graph of every bucket before the first request, prompts prefilled over several steps; requests then replay and answer as without it', () => {
+describe('captureGraphs', () => {
+  it('captures every bucket\'s decode graph (and verify graph, speculating) before the first request, prompts prefilled over several steps; requests then replay and answer as without it', () => {
     const gpu = new CpuBackend();
     const layer = new BigramLayer(gpu, V, table());
-    const limits: LayerLimits = { maxSeqs: 5, maxSeqLen: 40, maxBatch: 5, maxK: 1, maxRows: 8 };
-    const run = (warm: boolean) => {
+    const limits: LayerLimits = { maxSeqs: 5, maxSeqLen: 40, maxBatch: 5, maxK: 3, maxRows: 16 };
+    const run = (warm: boolean, spec?: number) => {
       const driver = new StepDriver({ gpu, layers: [layer], limits });
       // Two prompt rows a step: five one-token prompts take three prefill steps.
-      const loop = new EngineLoop({ driver, vocabSize: V, prefillChunk: 2 });
+      const loop = new EngineLoop({ driver, vocabSize: V, prefillChunk: 2, ...(spec ? { speculation: { proposer: new NgramProposer({ k: spec }), k: spec } } : {}) });
+      let keys: string[] = [];
       if (warm) {
-        loop.captureDecodeGraphs();
+        loop.captureGraphs();
         expect(loop.idle).toBe(true);
-        expect(Object.keys(driver.graphs.describe()).sort()).toEqual(['decode:1:1', 'decode:2:1', 'decode:4:1', 'decode:5:1']);
+        keys = Object.keys(driver.graphs.describe()).sort();
       }
       const before = Object.keys(driver.graphs.describe()).length;
-      const { outputs } = generateAll(loop, [0, 1, 2].map((i) => ({ prompt: [1 + i, 7], maxTokens: 6 })));
+      const { outputs } = generateAll(loop, [0, 1, 2].map((i) => ({ prompt: [1 + i, 7, 1 + i, 7], maxTokens: 8 })), spec);
       const captured = Object.keys(driver.graphs.describe()).length - before;
       // The loop refuses to warm up with requests in it.
       loop.add({ id: 1, prompt: [1], maxTokens: 2 });
-      expect(() => loop.captureDecodeGraphs()).toThrow(/captureDecodeGraphs runs on an idle loop/);
+      expect(() => loop.captureGraphs()).toThrow(/captureGraphs runs on an idle loop/);
       driver.dispose();
-      return { tokens: outputs.map((o) => o.tokens), captured };
+      return { tokens: outputs.map((o) => o.tokens), captured, keys };
     };
+    const buckets = [1, 2, 4, 5];
     const cold = run(false);
     const warm = run(true);
+    expect(warm.keys).toEqual(buckets.map((b) => `decode:${b}:1`).sort());
     expect(warm.tokens).toEqual(cold.tokens);
     expect(cold.captured).toBeGreaterThan(0);
     expect(warm.captured).toBe(0);
+    const coldSpec = run(false, 2);
+    const warmSpec = run(true, 2);
+    // Every bucket's verify of k drafts (and narrower ones, where a sequence had fewer tokens left than drafts).
+    expect(warmSpec.keys).toEqual(expect.arrayContaining([...buckets.map((b) => `decode:${b}:1`), ...buckets.map((b) => `verify:${b}:3`)]));
+    expect(warmSpec.tokens).toEqual(coldSpec.tokens);
+    expect(warmSpec.captured).toBeLessThan(coldSpec.captured);
+    expect(warmSpec.tokens).toEqual(cold.tokens);
     layer.dispose();
     gpu.dispose();
   });

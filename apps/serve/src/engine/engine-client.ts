@@ -13,7 +13,7 @@ export interface EngineReady {
   readonly backend: string;
   readonly device: string;
   readonly loadMs: number;
-  /** The decode graphs' capture after the load (absent without graphs). */
+  /** The step graphs' capture after the load (absent without it). */
   readonly captureMs?: number;
   readonly maxBatch: number;
   /** The weights' bytes on the device. */

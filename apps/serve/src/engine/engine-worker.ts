@@ -66,11 +66,11 @@ async function main(): Promise<void> {
       ? await buildParallelEngine(data.setup, info, checkpoint, gpu, registry, onProgress)
       : buildEngine(data.setup, info, checkpoint, gpu, registry, onProgress);
     const loadMs = performance.now() - t0;
-    // Every batch bucket's decode graph now, so no request waits on a capture; not on the CPU
+    // Every batch bucket's decode (and verify) graph now, so no request waits on a capture; not on the CPU
     // backend, whose captures cost nothing beside its steps (which would only delay the start).
     const capture = data.setup.graphs && gpu.kind !== 'cpu';
     const t1 = performance.now();
-    if (capture) engine.loop.captureDecodeGraphs();
+    if (capture) engine.loop.captureGraphs();
     const captureMs = capture ? performance.now() - t1 : undefined;
     const { kv } = engine;
     post({

@@ -81,7 +81,7 @@ export type FromWorker =
   | { readonly t: 'progress'; readonly loaded: number; readonly total: number }
   | {
       readonly t: 'ready'; readonly backend: string; readonly device: string; readonly loadMs: number; readonly maxBatch: number; readonly deviceWeightBytes: number;
-      /** Time spent capturing the decode graphs of every batch bucket after the load (absent without graphs). */
+      /** Time spent capturing the step graphs of every batch bucket after the load (absent without it). */
       readonly captureMs?: number;
       readonly kv?: KvCacheReady;
     }

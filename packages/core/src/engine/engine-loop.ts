@@ -179,21 +179,29 @@ export class EngineLoop {
   }
 
   /**
-   * Runs a decode step at every batch bucket of the driver before the first request, so that their
-   * graphs are captured now (as vLLM captures at startup) and no request waits on a capture later:
-   * for each bucket b, b throwaway one-token requests are prefilled, then decode together (they ask
-   * for one token more than the prefill steps they take, so the last of them joins the others'
-   * decode). Only on an idle loop, which is idle again after: nothing is cached (a one-token prompt
-   * fills no KV block). Verify graphs are still captured at their first use.
+   * Captures the step graphs of every batch bucket of the driver before the first request (as vLLM
+   * captures at startup), so that no request waits on a capture later: the decode graphs, and where
+   * the loop speculates the verify graphs of its k drafts. Throwaway one-token requests run through
+   * loops of their own on the same driver and picker (this loop's gate, prefix cache and counters
+   * stay as they were): for each bucket b, b of them prefill, then decode together (they ask for
+   * enough tokens that the first prefilled are still running when the last joins); a second loop
+   * proposes k drafts at every step and never skips a verify. Only on an idle loop.
    */
-  captureDecodeGraphs(): void {
-    if (!this.idle) throw new InvalidArgumentError('engine loop: captureDecodeGraphs runs on an idle loop, before the first request');
-    let id = -1;
-    for (const b of this.driver.buckets.sizes) {
-      const prefillSteps = Math.ceil(b / Math.min(this.prefillChunk, this.driver.limits.maxRows));
-      const maxTokens = Math.min(prefillSteps + 1, this.maxTotalTokens - 1);
-      for (let i = 0; i < b; i++) this.add({ id: id--, prompt: [0], maxTokens, stopTokenIds: [] });
-      while (!this.idle) this.step();
+  captureGraphs(): void {
+    if (!this.idle) throw new InvalidArgumentError('engine loop: captureGraphs runs on an idle loop, before the first request');
+    const through = (options: Pick<EngineLoopOptions, 'speculation'>, tokensPerStep: number) => {
+      const loop = new EngineLoop({ driver: this.driver, vocabSize: this.vocab, prefillChunk: this.prefillChunk, prefixCaching: false, ...(this.#picker ? { picker: this.#picker } : {}), ...options });
+      for (const b of this.driver.buckets.sizes) {
+        const prefillSteps = Math.ceil(b / Math.min(this.prefillChunk, this.driver.limits.maxRows));
+        const maxTokens = Math.min((prefillSteps + 1) * tokensPerStep, loop.maxTotalTokens - 1);
+        for (let i = 0; i < b; i++) loop.add({ id: i, prompt: [0], maxTokens, stopTokenIds: [] });
+        while (!loop.idle) loop.step();
+      }
+    };
+    through({}, 1);
+    if (this.#spec) {
+      const { k } = this.#spec;
+      through({ speculation: { proposer: { propose: (_history, max) => new Array<number>(max).fill(0) }, k, adaptive: false } }, k + 1);
     }
   }
 
