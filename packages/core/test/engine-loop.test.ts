@@ -207,13 +207,12 @@ describe('the engine loop, run to completion (generateAll)', () => {
 });
 
 describe('captureGraphs', () => {
-  it('captures every bucket\'s decode graph (and verify graph, speculating) before the first request, prompts prefilled over several steps; requests then replay and answer as without it', () => {
+  it('captures every bucket\'s decode graph (and verify graph, speculating) before the first request; requests then replay and answer as without it', () => {
     const gpu = new CpuBackend();
     const layer = new BigramLayer(gpu, V, table());
     const limits: LayerLimits = { maxSeqs: 5, maxSeqLen: 40, maxBatch: 5, maxK: 3, maxRows: 16 };
     const run = (warm: boolean, spec?: number) => {
       const driver = new StepDriver({ gpu, layers: [layer], limits });
-      // Two prompt rows a step: five one-token prompts take three prefill steps.
       const loop = new EngineLoop({ driver, vocabSize: V, prefillChunk: 2, ...(spec ? { speculation: { proposer: new NgramProposer({ k: spec }), k: spec } } : {}) });
       let keys: string[] = [];
       if (warm) {

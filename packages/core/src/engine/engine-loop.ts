@@ -192,7 +192,8 @@ export class EngineLoop {
     const through = (options: Pick<EngineLoopOptions, 'speculation'>, tokensPerStep: number) => {
       const loop = new EngineLoop({ driver: this.driver, vocabSize: this.vocab, prefillChunk: this.prefillChunk, prefixCaching: false, ...(this.#picker ? { picker: this.#picker } : {}), ...options });
       for (const b of this.driver.buckets.sizes) {
-        const prefillSteps = Math.ceil(b / Math.min(this.prefillChunk, this.driver.limits.maxRows));
+        // One row each: a step prefills up to maxRows of them.
+        const prefillSteps = Math.ceil(b / this.driver.limits.maxRows);
         const maxTokens = Math.min((prefillSteps + 1) * tokensPerStep, loop.maxTotalTokens - 1);
         for (let i = 0; i < b; i++) loop.add({ id: i, prompt: [0], maxTokens, stopTokenIds: [] });
         while (!loop.idle) loop.step();

@@ -15,7 +15,8 @@ export interface ResidualOperands {
  * `forwardAdded` writes `sum` bit for bit as the block's `ResidualAdd` would (f32 sum of the two
  * stored values, rounded once to the row type), then the layer's output from that sum, as if the
  * block had run the add and then `forward` with `step.input = sum`. Core's `DecoderBlock` calls it
- * where a branch after the first begins with such a layer: one launch fewer a branch.
+ * where a branch begins with such a layer after an add (a branch after the first, or with `pairIn`
+ * the first): one launch fewer an add.
  */
 export interface AddsResidual {
   forwardAdded(step: LayerStep<LayerState>, residual: ResidualOperands): void;
