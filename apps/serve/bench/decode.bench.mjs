@@ -20,6 +20,9 @@
 //        [--spec 4] [--eager] [--layer-times] [--tiny] [--layers N] [--out FILE]
 // --tiny: a few-layer, narrow model of the same structure, to check the script on the CPU. Greedy
 // decode picks its tokens on the device (layer-std's DeviceSampler), as `metrale serve` does.
+// Each row's `host_ms`: the host's time in a decode or verify step, outside its waits on the device
+// (on CUDA the launches, tables and engine bookkeeping that do not overlap the kernels; on the CPU
+// backend the kernels too).
 // bench/qwen3-next-80b.bench.mjs is this bench (its default model), by the name the records cite.
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
@@ -82,6 +85,21 @@ const context = promptLen + steps / 2;
 const results = [];
 // The serving loop picks greedy tokens on the device, as `metrale serve` does.
 const picker = new DeviceSampler(gpu, maxBatch * (k + 1));
+// Host time of a step: its wall time less the time the host waits on the device (a replayed step
+// waits for its token ids, and for a staging buffer still in use). Not overlapped with the device,
+// it adds to the step whatever the kernels do.
+let waitedMs = 0;
+for (const name of ['synchronize', 'synchronizeEvent']) {
+  const wait = gpu[name].bind(gpu);
+  gpu[name] = (...a) => {
+    const t = performance.now();
+    try {
+      return wait(...a);
+    } finally {
+      waitedMs += performance.now() - t;
+    }
+  };
+}
 const modes = [{ spec: false, graphs: true }, ...(o.eager ? [{ spec: false, graphs: false }] : []), { spec: true, graphs: true }];
 for (const { spec, graphs } of modes) {
   for (const B of batches) {
@@ -97,14 +115,24 @@ for (const { spec, graphs } of modes) {
     // its batch shrinks as sequences finish apart, so it would otherwise capture while timed.
     loop.captureGraphs();
     runner.generate(requests.map((r) => ({ ...r, maxTokens: 4 })));
+    // The host time of the steps that only decode or verify.
+    let host = 0, hostSteps = 0;
+    const step = loop.step.bind(loop);
+    loop.step = () => {
+      const t = performance.now(), waited = waitedMs;
+      const report = step();
+      if (report.prefillRows === 0 && report.decodeSeqs > 0) (host += performance.now() - t - (waitedMs - waited)), hostSteps++;
+      return report;
+    };
     const { stats } = runner.generate(requests);
+    const hostMs = host / Math.max(1, hostSteps);
     driver.dispose();
     const decodeTokens = stats.generatedTokens - B;
     const tokPerS = decodeTokens / (stats.decodeMs / 1000);
     const stepMs = stats.decodeMs / Math.max(1, stats.steps.decode + stats.steps.verify);
     const floorMs = copyBps ? (floor.stepBytes(B, context) / copyBps) * 1000 : undefined;
     const row = {
-      batch: B, spec: spec ? `ngram:k=${k}` : null, graphs, tokens_per_s: Number(tokPerS.toFixed(1)), step_ms: Number(stepMs.toFixed(3)),
+      batch: B, spec: spec ? `ngram:k=${k}` : null, graphs, tokens_per_s: Number(tokPerS.toFixed(1)), step_ms: Number(stepMs.toFixed(3)), host_ms: Number(hostMs.toFixed(3)),
       steps: stats.steps, acceptance: stats.speculation ? Number(stats.speculation.acceptanceRate.toFixed(3)) : null,
       roofline_step_ms: floorMs === undefined ? null : Number(floorMs.toFixed(3)),
       of_roofline: floorMs === undefined || spec || !graphs ? null : Number((floorMs / stepMs).toFixed(3)),
