@@ -21,8 +21,9 @@
 // --tiny: a few-layer, narrow model of the same structure, to check the script on the CPU. Greedy
 // decode picks its tokens on the device (layer-std's DeviceSampler), as `metrale serve` does.
 // Each row's `host_ms`: the host's time in a decode or verify step, outside its waits on the device
-// (on CUDA the launches, tables and engine bookkeeping that do not overlap the kernels; on the CPU
-// backend the kernels too).
+// (on CUDA the loop's bookkeeping, step tables and launches: a step begins once the last one's token
+// ids are back, so the part before its graph's launch leaves the device idle; on the CPU backend the
+// kernels too).
 // bench/qwen3-next-80b.bench.mjs is this bench (its default model), by the name the records cite.
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
@@ -86,8 +87,7 @@ const results = [];
 // The serving loop picks greedy tokens on the device, as `metrale serve` does.
 const picker = new DeviceSampler(gpu, maxBatch * (k + 1));
 // Host time of a step: its wall time less the time the host waits on the device (a replayed step
-// waits for its token ids, and for a staging buffer still in use). Not overlapped with the device,
-// it adds to the step whatever the kernels do.
+// waits for its token ids, and for a staging buffer still in use).
 let waitedMs = 0;
 for (const name of ['synchronize', 'synchronizeEvent']) {
   const wait = gpu[name].bind(gpu);
