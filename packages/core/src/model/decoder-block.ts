@@ -20,8 +20,9 @@ export interface DecoderBlockOptions {
   readonly branches: readonly (readonly TransformerLayer<any>[])[];
   readonly add: ResidualAdd;
   /**
-   * Whether a branch after the first that begins with an `AddsResidual` layer (a norm) takes the
-   * add of the branch before into that layer's pass (default true; the same bits either way).
+   * Whether a branch that begins with an `AddsResidual` layer (a norm) after an add (the branch
+   * before's, or with `pairIn` the block before's) takes that add into the layer's pass (default
+   * true; the same bits either way).
    */
   readonly fuseAdds?: boolean;
   /**
