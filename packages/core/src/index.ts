@@ -14,7 +14,7 @@ export type { DeviceMemoryView } from './device/memory-view.js';
 export type { ElementRead, ElementWrite, ElementAccess } from './device/row-elements.js';
 export { rowDtypeOf, elementReader, elementWriter, elementAccess, readElements, elementAt, roundRows } from './device/row-elements.js';
 export type {
-  Kernel, KernelArgs, KernelDefinition, KernelModule, KernelParam, KernelParams, KernelParamType, CpuKernelContext, Dims,
+  Kernel, KernelArgs, KernelDefinition, KernelModule, KernelParam, KernelParams, KernelParamType, CpuKernelContext, Dims, EarlyStart,
 } from './device/kernel.js';
 export { defineKernel, defineKernelModule, validateKernelArgs, toDims, toEarlyStart } from './device/kernel.js';
 export { requireKernels } from './device/require-kernels.js';

@@ -111,13 +111,17 @@ describe('toDims', () => {
 });
 
 describe('toEarlyStart', () => {
-  const waits = defineKernel({ name: 'k', params: {}, cpu: () => {}, earlyStart: true });
+  const waits = defineKernel({ name: 'k', params: {}, cpu: () => {}, earlyStart: 'wait-first' });
+  const beside = defineKernel({ name: 'b', params: {}, cpu: () => {}, earlyStart: 'per-launch' });
   const plain = defineKernel({ name: 'p', params: {}, cpu: () => {} });
 
-  it('reads LaunchConfig.earlyStart: false when absent', () => {
-    expect(toEarlyStart(waits, undefined, 'launch k')).toBe(false);
+  it('reads LaunchConfig.earlyStart; where absent, the kernel\'s declaration (a wait-first kernel starts early)', () => {
+    expect(toEarlyStart(waits, undefined, 'launch k')).toBe(true);
     expect(toEarlyStart(waits, true, 'launch k')).toBe(true);
     expect(toEarlyStart(waits, false, 'launch k')).toBe(false);
+    expect(toEarlyStart(beside, undefined, 'launch b')).toBe(false);
+    expect(toEarlyStart(beside, true, 'launch b')).toBe(true);
+    expect(toEarlyStart(plain, undefined, 'launch p')).toBe(false);
     expect(toEarlyStart(plain, false, 'launch p')).toBe(false);
   });
 
@@ -127,7 +131,7 @@ describe('toEarlyStart', () => {
   });
 
   it('refuses an early start of a kernel that does not declare it (it would not wait for the kernel before it)', () => {
-    expectThrow(() => toEarlyStart(plain, true, 'launch p'), InvalidArgumentError, /launch p: p is launched with earlyStart but does not declare earlyStart.*declare earlyStart: true in its defineKernel/);
-    expectThrow(() => defineKernel({ name: 'q', params: {}, cpu: () => {}, earlyStart: 1 as unknown as boolean }), InvalidArgumentError, /defineKernel\(q\): earlyStart must be a boolean, got 1/);
+    expectThrow(() => toEarlyStart(plain, true, 'launch p'), InvalidArgumentError, /launch p: p is launched with earlyStart but does not declare earlyStart.*declare earlyStart: 'wait-first' in its defineKernel/);
+    expectThrow(() => defineKernel({ name: 'q', params: {}, cpu: () => {}, earlyStart: true as unknown as 'wait-first' }), InvalidArgumentError, /defineKernel\(q\): earlyStart must be 'wait-first' or 'per-launch', got true/);
   });
 });

@@ -34,7 +34,7 @@ describe('kernel launch', () => {
     gpu = new CpuBackend();
     const n = 16;
     const { x, y, xs } = setup(n);
-    const axpbAfter = defineKernel({ name: 'test.axpb_after', params: axpb.params, cpu: axpb.cpu, earlyStart: true });
+    const axpbAfter = defineKernel({ name: 'test.axpb_after', params: axpb.params, cpu: axpb.cpu, earlyStart: 'wait-first' });
     gpu.launch(axpb, { grid: 1, block: 32 }, { y, x, n, a: 2, b: 1 });
     // reads y, which the launch before it wrote
     gpu.launch(axpbAfter, { grid: 1, block: 32, earlyStart: true }, { y: x, x: y, n, a: 1, b: 0 });

@@ -104,7 +104,7 @@ const copyAfterU32 = defineKernel({
   params: { dst: 'ptr', src: 'ptr', n: 'u32' },
   cuda: cuda('copy_after_u32'),
   cpu: ({ dst, src, n }, { mem }) => mem.u32(dst, n).set(mem.u32(src, n)),
-  earlyStart: true,
+  earlyStart: 'wait-first',
 });
 
 /** The xorshift32 step of xorshift_u32, for host-side expectations. */

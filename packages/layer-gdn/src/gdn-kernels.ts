@@ -93,8 +93,9 @@ export const decodeStateKernel = defineKernel({
   params: DECODE_PARAMS,
   cuda: { module: decodeModule, symbol: 'gdn_decode_state' },
   cpu: decodeStateCpu,
-  // It waits for the prep kernel before it (wait_previous_kernel, gdn-pdl.cuh) once its prologue is done.
-  earlyStart: true,
+  // Its prologue loads the state, then it waits for the prep kernel (wait_previous_kernel, gdn-pdl.cuh):
+  // early only after the prep, where its launch says so.
+  earlyStart: 'per-launch',
 });
 
 /**
@@ -106,8 +107,9 @@ export const decodeStatePlainKernel = defineKernel({
   params: DECODE_PARAMS,
   cuda: { module: decodeModule, symbol: 'gdn_decode_state_plain' },
   cpu: decodeStatePlainCpu,
-  // It waits for the prep kernel before it (wait_previous_kernel, gdn-pdl.cuh) once its prologue is done.
-  earlyStart: true,
+  // Its prologue loads the state, then it waits for the prep kernel (wait_previous_kernel, gdn-pdl.cuh):
+  // early only after the prep, where its launch says so.
+  earlyStart: 'per-launch',
 });
 
 /** The three, as gdn-decode-launch.ts launchTwoKernelDecode takes them. */
@@ -131,8 +133,9 @@ export const verifyStateKernel = defineKernel({
   params: VERIFY_PARAMS,
   cuda: { module: verifyModule, symbol: 'gdn_verify_state' },
   cpu: verifyStateCpu,
-  // It waits for the prep kernel before it (wait_previous_kernel, gdn-pdl.cuh) once its prologue is done.
-  earlyStart: true,
+  // Its prologue loads the state, then it waits for the prep kernel (wait_previous_kernel, gdn-pdl.cuh):
+  // early only after the prep, where its launch says so.
+  earlyStart: 'per-launch',
 });
 
 /** Both, as gdn-verify-launch.ts launchTwoKernelVerify takes them. */

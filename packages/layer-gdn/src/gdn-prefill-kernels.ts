@@ -4,8 +4,9 @@ import { PREFILL_PARAMS, type PrefillKernels } from './gdn-prefill-launch.js';
 
 // The chunked (WY-form) prefill: kernels/gdn-chunk.cu, built into dist/kernels/gdn-chunk.fatbin.
 // Every kernel takes the same parameters (KERNELS.md, "Prefill"); launches: gdn-prefill-launch.ts.
-// `earlyStart`: a later piece's WY and the norm run beside the scan before them (they read nothing it
-// writes) and one CTA of each waits for it (piece_done, gdn-chunk.cu), so they may start early.
+// `earlyStart: 'per-launch'`: a later piece's WY and the norm run beside the scan before them (they
+// read nothing it writes) and one CTA of each waits for it (piece_done, gdn-chunk.cu), so those
+// launches start early; the first piece's WY reads the projection before it and does not.
 const prefillModule = defineKernelModule('gdn-chunk', new URL('./kernels/gdn-chunk.fatbin', import.meta.url));
 
 const PARAMS = PREFILL_PARAMS;
@@ -16,7 +17,7 @@ export const prefillWyKernel = defineKernel({
   params: PARAMS,
   cuda: { module: prefillModule, symbol: 'gdn_prefill_wy' },
   cpu: prefillWyCpu(1),
-  earlyStart: true,
+  earlyStart: 'per-launch',
 });
 
 /** The same, exact build (bf16 hi/lo pairs, three products). */
@@ -25,7 +26,7 @@ export const prefillWyExactKernel = defineKernel({
   params: PARAMS,
   cuda: { module: prefillModule, symbol: 'gdn_prefill_wy_x3' },
   cpu: prefillWyCpu(2),
-  earlyStart: true,
+  earlyStart: 'per-launch',
 });
 
 /** The recurrence over each sequence's chunks, from the slot's state (pending rows folded first), committing state and ring. */
@@ -49,7 +50,7 @@ export const prefillNormKernel = defineKernel({
   params: PARAMS,
   cuda: { module: prefillModule, symbol: 'gdn_prefill_norm' },
   cpu: prefillNormCpu,
-  earlyStart: true,
+  earlyStart: 'per-launch',
 });
 
 export const prefillKernels: PrefillKernels = {

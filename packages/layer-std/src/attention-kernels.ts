@@ -45,18 +45,19 @@ export interface AttentionKernels {
 
 const SUFFIX: Readonly<Record<FloatDtype, string>> = { f32: '', bf16: '_bf16', f16: '_f16' };
 
-// `earlyStart`: every kernel but the prefill begins with early_start() (std-common.cuh).
+// 'wait-first': every kernel but the prefill begins with early_start() (std-common.cuh), so every
+// launch of it starts early.
 function attentionKernelsOf(dtype: FloatDtype): AttentionKernels {
   const name = (base: string) => (dtype === 'f32' ? base : `${base}.${dtype}`);
   return {
-    prep: defineKernel({ name: name('std.attn_prep'), params: PREP_PARAMS, cuda: { module, symbol: `std_attn_prep${SUFFIX[dtype]}` }, cpu: prepCpu, earlyStart: true }),
-    core: defineKernel({ name: name('std.attn_core'), params: CORE_PARAMS, cuda: { module, symbol: `std_attn_core${SUFFIX[dtype]}` }, cpu: coreCpu, earlyStart: true }),
-    combine: defineKernel({ name: name('std.attn_combine'), params: CORE_PARAMS, cuda: { module, symbol: `std_attn_combine${SUFFIX[dtype]}` }, cpu: combineCpu, earlyStart: true }),
+    prep: defineKernel({ name: name('std.attn_prep'), params: PREP_PARAMS, cuda: { module, symbol: `std_attn_prep${SUFFIX[dtype]}` }, cpu: prepCpu, earlyStart: 'wait-first' }),
+    core: defineKernel({ name: name('std.attn_core'), params: CORE_PARAMS, cuda: { module, symbol: `std_attn_core${SUFFIX[dtype]}` }, cpu: coreCpu, earlyStart: 'wait-first' }),
+    combine: defineKernel({ name: name('std.attn_combine'), params: CORE_PARAMS, cuda: { module, symbol: `std_attn_combine${SUFFIX[dtype]}` }, cpu: combineCpu, earlyStart: 'wait-first' }),
     ...(dtype === 'f32'
       ? {}
       : {
         prefill: defineKernel({ name: name('std.attn_prefill'), params: PREFILL_PARAMS, cuda: { module: attentionPrefillModule, symbol: `std_attn_prefill${SUFFIX[dtype]}` }, cpu: prefillCpu }),
-        decode: defineKernel({ name: name('std.attn_decode'), params: CORE_PARAMS, cuda: { module: attentionDecodeModule, symbol: `std_attn_decode${SUFFIX[dtype]}` }, cpu: decodeCpu, earlyStart: true }),
+        decode: defineKernel({ name: name('std.attn_decode'), params: CORE_PARAMS, cuda: { module: attentionDecodeModule, symbol: `std_attn_decode${SUFFIX[dtype]}` }, cpu: decodeCpu, earlyStart: 'wait-first' }),
       }),
   };
 }
@@ -110,7 +111,7 @@ export function splitsFor(rows: number, kvHeads: number, chunks: number, multipr
 export function coreLaunch(rows: number, kvHeads: number, headDim: number, rowBytes: number, chunks: number, multiprocessors: number, stream: Stream): LaunchConfig {
   const splits = splitsFor(rows, kvHeads, chunks, multiprocessors);
   const tileKeys = Math.max(8, Math.floor(CORE_STAGE_BYTES / (2 * headDim * rowBytes)));
-  return { grid: [Math.max(1, rows), kvHeads, splits], block: 256, sharedBytes: CORE_STAGES * 2 * tileKeys * headDim * rowBytes, stream, earlyStart: true };
+  return { grid: [Math.max(1, rows), kvHeads, splits], block: 256, sharedBytes: CORE_STAGES * 2 * tileKeys * headDim * rowBytes, stream };
 }
 
 /** Keys per tile, warps and the largest head dim (a multiple of 8) of `std.attn_decode`. */
@@ -132,17 +133,17 @@ export function attnDecodeLaunch(rows: number, kvHeads: number, headDim: number,
   const splits = splitsFor(rows, kvHeads, chunks, multiprocessors);
   const D = Math.max(32, 2 ** Math.ceil(Math.log2(headDim)));
   const sharedBytes = (16 + DECODE_WARPS * 2 * 2 * DECODE_TILE_KEYS) * (D + 8) * rowBytes;
-  return { grid: [Math.max(1, rows), kvHeads, splits], block: 32 * DECODE_WARPS, sharedBytes, stream, earlyStart: true };
+  return { grid: [Math.max(1, rows), kvHeads, splits], block: 32 * DECODE_WARPS, sharedBytes, stream };
 }
 
 /** `std.attn_prep`'s CTAs: one per (row, head it writes: the q heads, then the k heads when the layer owns its KV), a thread per element of the head. */
 export function prepLaunch(rows: number, heads: number, kvHeads: number, headDim: number, ownKv: boolean, stream: Stream): LaunchConfig {
-  return { grid: [Math.max(1, rows), heads + (ownKv ? kvHeads : 0)], block: Math.min(1024, 32 * Math.ceil(headDim / 32)), stream, earlyStart: true };
+  return { grid: [Math.max(1, rows), heads + (ownKv ? kvHeads : 0)], block: Math.min(1024, 32 * Math.ceil(headDim / 32)), stream };
 }
 
 /** `std.attn_combine`'s CTAs: one per (row, head), 128 threads over the head dim. */
 export function combineLaunch(rows: number, heads: number, stream: Stream): LaunchConfig {
-  return { grid: [Math.max(1, rows), heads], block: 128, stream, earlyStart: true };
+  return { grid: [Math.max(1, rows), heads], block: 128, stream };
 }
 
 /** Query rows per CTA of `std.attn_prefill`, and its largest head dim (a multiple of 8). */

@@ -45,7 +45,7 @@ export const routerGemvKernel = defineKernel({
   },
   cuda: { module: moeRouteModule, symbol: 'std_moe_router_gemv' },
   cpu: routerGemvCpu,
-  earlyStart: true,
+  earlyStart: 'wait-first',
 });
 
 /** Rows up to which a step routes with the few-row kernels (`routeForm`): the GEMV's accumulators hold 8 rows. */
@@ -93,7 +93,7 @@ export function routeFewLaunch(stream: Stream): LaunchConfig {
 
 /** `std.moe_router_gemv`: a CTA per 1, 2 or 4 experts (`gemvExperts`). */
 export function routerGemvLaunch(experts: number, stream: Stream): LaunchConfig {
-  return { grid: Math.max(1, Math.ceil(experts / gemvExperts(experts))), block: FEW_THREADS, stream, earlyStart: true };
+  return { grid: Math.max(1, Math.ceil(experts / gemvExperts(experts))), block: FEW_THREADS, stream };
 }
 
 /**
@@ -165,7 +165,7 @@ export function expertsDownLaunch(rows: number, topK: number, hidden: number, ex
 
 /** `std.moe_experts` (the weighted sum): CTAs (row, 512 values), a thread per 4 values. */
 export function expertsLaunch(rows: number, hidden: number, stream: Stream): LaunchConfig {
-  return { grid: [Math.max(1, rows), Math.ceil(hidden / 512)], block: 128, stream, earlyStart: true };
+  return { grid: [Math.max(1, rows), Math.ceil(hidden / 512)], block: 128, stream };
 }
 
 export const groupKernel = defineKernel({
@@ -181,7 +181,7 @@ export const expertsKernel = defineKernel({
   params: { y: 'ptr', ids: 'ptr', weights: 'ptr', output: 'ptr', rows: 'i32', hidden: 'i32', experts: 'i32', topK: 'i32', dtype: 'i32' },
   cuda: { module, symbol: 'std_moe_experts' },
   cpu: expertsSumCpu,
-  earlyStart: true,
+  earlyStart: 'wait-first',
 });
 
 // ---- the expert kernels, per (weight type, row type) ----------------------------------------------
@@ -297,13 +297,13 @@ function expertKernelsOf(format: ExpertFormat): ExpertKernels {
             const fp8 = format.startsWith('fp8');
             const gemmModule = fp8 ? moeGemmModule : moeGemm16Module;
             // The 16-bit GEMMs begin with early_start (std-common.cuh); the FP8 pair does not.
-            const earlyStart = !fp8;
+            const early = fp8 ? {} : { earlyStart: 'wait-first' as const };
             const pair = (base: string, tiles: GemmTiles): ExpertGemm => ({
               up: defineKernel({
-                name: name(`std.moe_gemm_up${base}`), params: GROUPED_UP_PARAMS, cuda: { module: gemmModule, symbol: symbol(`std_moe_gemm_up${base}`) }, cpu: expertsUpCpu, earlyStart,
+                name: name(`std.moe_gemm_up${base}`), params: GROUPED_UP_PARAMS, cuda: { module: gemmModule, symbol: symbol(`std_moe_gemm_up${base}`) }, cpu: expertsUpCpu, ...early,
               }),
               down: defineKernel({
-                name: name(`std.moe_gemm_down${base}`), params: GROUPED_DOWN_PARAMS, cuda: { module: gemmModule, symbol: symbol(`std_moe_gemm_down${base}`) }, cpu: expertsDownCpu, earlyStart,
+                name: name(`std.moe_gemm_down${base}`), params: GROUPED_DOWN_PARAMS, cuda: { module: gemmModule, symbol: symbol(`std_moe_gemm_down${base}`) }, cpu: expertsDownCpu, ...early,
               }),
               tiles,
             });
@@ -360,7 +360,6 @@ export function expertsGemmLaunch(
   return {
     grid: [Math.ceil(entries / t.entries) + Math.min(experts, entries), Math.ceil(n / columns)], block: t.threads, stream,
     ...(shared > 0 ? { sharedBytes: shared } : {}),
-    ...(gemm[pass].earlyStart ? { earlyStart: true } : {}),
   };
 }
 

@@ -5,7 +5,7 @@ import { requireKernels } from './require-kernels.js';
 /** The residual add of core's `DecoderBlock`, as the `std.add` kernel: the f32 sum of the two stored values, rounded once to `dtype`. */
 export const residualAdd: ResidualAdd = {
   add(gpu: GpuBackend, stream: Stream, a: DevicePtr, b: DevicePtr, out: DevicePtr, count: number, dtype: FloatDtype = 'f32'): void {
-    gpu.launch(addKernel, { ...flatLaunch(count, stream), earlyStart: true }, { a, b, out, count, dtype: FLOAT_DTYPE_CODE[dtype] });
+    gpu.launch(addKernel, flatLaunch(count, stream), { a, b, out, count, dtype: FLOAT_DTYPE_CODE[dtype] });
   },
 };
 

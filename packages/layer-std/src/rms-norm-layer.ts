@@ -58,12 +58,12 @@ export class RmsNormLayer extends StatelessLayer implements AddsResidual {
   }
 
   protected run(step: LayerStep<LayerState>): void {
-    step.gpu.launch(rmsNormKernel, { ...rowLaunch(step.rows, this.options.hidden, step.stream), earlyStart: true }, { input: step.input, output: step.output, ...this.#norm(step) });
+    step.gpu.launch(rmsNormKernel, rowLaunch(step.rows, this.options.hidden, step.stream), { input: step.input, output: step.output, ...this.#norm(step) });
   }
 
   forwardAdded(step: LayerStep<LayerState>, { a, b, sum }: ResidualOperands): void {
     this.checkStep(step);
-    step.gpu.launch(addRmsNormKernel, { ...rowLaunch(step.rows, this.options.hidden, step.stream), earlyStart: true }, { a, b, sum, output: step.output, ...this.#norm(step) });
+    step.gpu.launch(addRmsNormKernel, rowLaunch(step.rows, this.options.hidden, step.stream), { a, b, sum, output: step.output, ...this.#norm(step) });
   }
 
   #norm(step: LayerStep<LayerState>) {

@@ -3,7 +3,8 @@ import { addCpu, addRmsNormCpu, embedCpu, geluMulCpu, layerNormCpu, rmsNormCpu, 
 import { rowsModule as module } from './std-modules.js';
 
 // Launched with core's rowLaunch (one CTA per row) or flatLaunch (elementwise). Every row kernel takes the row type as `dtype` (FLOAT_DTYPE_CODE: 0 f32, 1 bf16, 2 f16); norm
-// weights and biases are f32. `earlyStart`: the kernel begins with early_start() (std-common.cuh).
+// weights and biases are f32. `earlyStart: 'wait-first'`: the kernel begins with early_start() (std-common.cuh), and
+// every launch of it starts early.
 
 export const embedKernel = defineKernel({
   name: 'std.embed',
@@ -18,7 +19,7 @@ export const rmsNormKernel = defineKernel({
   params: { input: 'ptr', output: 'ptr', weight: 'ptr', rows: 'i32', hidden: 'i32', eps: 'f32', offset: 'f32', roundNormalized: 'i32', dtype: 'i32' },
   cuda: { module, symbol: 'std_rms_norm' },
   cpu: rmsNormCpu,
-  earlyStart: true,
+  earlyStart: 'wait-first',
 });
 
 /** `sum = a + b` as `std.add`, then `output = std.rms_norm(sum)`: the residual add and the norm after it in one launch (any output may alias an input). */
@@ -29,7 +30,7 @@ export const addRmsNormKernel = defineKernel({
   },
   cuda: { module, symbol: 'std_add_rms_norm' },
   cpu: addRmsNormCpu,
-  earlyStart: true,
+  earlyStart: 'wait-first',
 });
 
 export const layerNormKernel = defineKernel({
@@ -44,7 +45,7 @@ export const addKernel = defineKernel({
   params: { a: 'ptr', b: 'ptr', out: 'ptr', count: 'i32', dtype: 'i32' },
   cuda: { module, symbol: 'std_add' },
   cpu: addCpu,
-  earlyStart: true,
+  earlyStart: 'wait-first',
 });
 
 export const siluMulKernel = defineKernel({

@@ -1,6 +1,6 @@
-// A kernel that declares `earlyStart` (defineKernel) may be launched before the kernel ahead of it
-// ends; the backends check the launch side of that promise. This checks the kernel side: the CUDA
-// entry of every layer-std kernel that declares it calls early_start() (std-common.cuh), the wait.
+// A kernel that declares `earlyStart: 'wait-first'` (defineKernel) is launched before the kernel
+// ahead of it ends, every time. This checks the kernel side of that promise: the CUDA entry of every
+// layer-std kernel that declares it calls early_start() (std-common.cuh), the wait.
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -37,8 +37,8 @@ function entries(source: string): { pattern: RegExp; literal: string; text: stri
   });
 }
 
-describe('early start: a kernel that declares it waits for the kernel ahead', () => {
-  const declared = exportedKernels().filter((k) => k.earlyStart === true);
+describe('early start: a kernel that declares wait-first waits for the kernel ahead', () => {
+  const declared = exportedKernels().filter((k) => k.earlyStart === 'wait-first');
 
   it('is declared by the decode chain (norms, residual add, attention, router, 16-bit expert GEMMs, experts\' sum)', () => {
     const names = declared.map((k) => k.name);
@@ -56,7 +56,7 @@ describe('early start: a kernel that declares it waits for the kernel ahead', ()
       expect(matching.length, `${kernel.name}: no entry for ${symbol} in kernels/${module.name}.cu`).toBeGreaterThan(0);
       // The most specific name pattern (std_moe_experts_up_rowwise##SUFFIX over std_moe_experts_up##SUFFIX).
       const entry = matching.sort((a, b) => b.literal.length - a.literal.length)[0]!;
-      expect(entry.text, `${kernel.name} declares earlyStart, but ${symbol} (kernels/${module.name}.cu) does not call early_start()`).toMatch(/\bearly_start\(\);/);
+      expect(entry.text, `${kernel.name} declares earlyStart 'wait-first', but ${symbol} (kernels/${module.name}.cu) does not call early_start()`).toMatch(/\bearly_start\(\);/);
     }
   });
 });

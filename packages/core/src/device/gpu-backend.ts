@@ -51,11 +51,10 @@ export interface LaunchConfig {
   /**
    * The kernel may start before the previous kernel on its stream has finished (CUDA's
    * programmatic dependent launch: its blocks may run once the previous kernel's have all
-   * started). The kernel must wait for the previous kernel (`griddepcontrol.wait`) before it
-   * reads anything that kernel writes, and say so in its definition (`defineKernel`'s
-   * `earlyStart`; backends refuse the flag otherwise); what it does before the wait overlaps that
-   * kernel's tail. Backends without it launch in stream order, which keeps the same contract.
-   * Default false.
+   * started). The kernel must say in its definition that it may (`defineKernel`'s `earlyStart`;
+   * backends refuse the flag otherwise); what it does before its wait overlaps that kernel's tail.
+   * Backends without it launch in stream order, which keeps the same contract. Default: the
+   * kernel's declaration (a 'wait-first' kernel starts early, others do not).
    */
   readonly earlyStart?: boolean;
 }

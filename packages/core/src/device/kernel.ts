@@ -38,13 +38,23 @@ export interface KernelDefinition<P extends KernelParams> {
   /** The reference implementation, run by the CPU backend for the whole launch at once. */
   readonly cpu?: (args: KernelArgs<P>, ctx: CpuKernelContext) => void;
   /**
-   * The kernel waits for the previous kernel on its stream (`griddepcontrol.wait`) before it reads
-   * anything that kernel writes, so a launch may set `LaunchConfig.earlyStart`; backends refuse
-   * that flag for a kernel without this. Declared here, next to the symbol, once: a launch helper
-   * cannot start early a kernel that would race. Default false.
+   * Whether the kernel may start before the kernel ahead of it on its stream ends (CUDA's
+   * programmatic dependent launch; `LaunchConfig.earlyStart`), declared once next to its symbol:
+   * - 'wait-first': it waits for that kernel (`griddepcontrol.wait`) before it touches anything any
+   *   kernel ahead may write, so it is safe after any kernel: every launch starts early unless it
+   *   says `earlyStart: false`.
+   * - 'per-launch': it is safe only after particular kernels (it reads some memory before its wait,
+   *   or runs beside a kernel it does not read), so only a launch that says `earlyStart: true`
+   *   starts early.
+   * Absent: never; backends refuse `earlyStart: true` for it.
    */
-  readonly earlyStart?: boolean;
+  readonly earlyStart?: EarlyStart;
 }
+
+/** How a kernel may start early (`KernelDefinition.earlyStart`). */
+export type EarlyStart = 'wait-first' | 'per-launch';
+
+const EARLY_STARTS = new Set<unknown>(['wait-first', 'per-launch']);
 
 export interface KernelParam {
   readonly name: string;
@@ -73,8 +83,8 @@ export function defineKernel<const P extends KernelParams>(definition: KernelDef
     }
     paramList.push({ name, type });
   }
-  if (definition.earlyStart !== undefined && typeof definition.earlyStart !== 'boolean') {
-    throw new InvalidArgumentError(`defineKernel(${definition.name}): earlyStart must be a boolean, got ${String(definition.earlyStart)}`);
+  if (definition.earlyStart !== undefined && !EARLY_STARTS.has(definition.earlyStart)) {
+    throw new InvalidArgumentError(`defineKernel(${definition.name}): earlyStart must be 'wait-first' or 'per-launch', got ${String(definition.earlyStart)}`);
   }
   if (!definition.cuda && !definition.cpu) {
     throw new InvalidArgumentError(`defineKernel(${definition.name}): give a cuda entry, a cpu implementation, or both`);
@@ -132,16 +142,17 @@ export function validateKernelArgs<P extends KernelParams>(kernel: Kernel<P>, ar
 }
 
 /**
- * A launch's `earlyStart` (LaunchConfig): false when absent; anything but a boolean is refused, and
- * true for a kernel that does not declare `earlyStart` (it does not wait for the kernel before it).
+ * Whether a launch starts early: its `earlyStart` (LaunchConfig), or where it says nothing its
+ * kernel's declaration ('wait-first' kernels do). Anything but a boolean is refused, and true for a
+ * kernel that does not declare `earlyStart` (it does not wait for the kernel before it).
  */
 export function toEarlyStart(kernel: Kernel<any>, earlyStart: unknown, call: string): boolean {
-  if (earlyStart === undefined) return false;
+  if (earlyStart === undefined) return kernel.earlyStart === 'wait-first';
   if (typeof earlyStart !== 'boolean') throw new InvalidArgumentError(`${call}: earlyStart must be a boolean, got ${String(earlyStart)}`);
-  if (earlyStart && kernel.earlyStart !== true) {
+  if (earlyStart && kernel.earlyStart === undefined) {
     throw new InvalidArgumentError(
       `${call}: ${kernel.name} is launched with earlyStart but does not declare earlyStart: it would read the previous kernel's output before that kernel ends. ` +
-        'Begin the kernel with the wait (griddepcontrol.wait) and declare earlyStart: true in its defineKernel, or launch it without earlyStart',
+        "Begin the kernel with the wait (griddepcontrol.wait) and declare earlyStart: 'wait-first' in its defineKernel, or launch it without earlyStart",
     );
   }
   return earlyStart;
