@@ -74,4 +74,21 @@ describe.skipIf(why !== '')('against the mock driver', () => {
     expect(readFileSync(log, 'utf8').trim().split('\n')).toEqual(['copy_after_u32']);
     rmSync(log, { force: true });
   });
+
+  it('launches a wait-first kernel early where its launch says nothing of it (its declaration decides)', () => {
+    const log = join(tmpdir(), `metrale-early-default-${process.pid}.log`);
+    rmSync(log, { force: true });
+    const script = `import { CudaBackend, testKernels } from ${JSON.stringify(dist)};
+      const b = CudaBackend.create();
+      const p = b.alloc(64), q = b.alloc(64);
+      b.launch(testKernels.fillU32, { grid: 1, block: 32 }, { dst: p, value: 7, n: 16 });
+      b.launch(testKernels.copyAfterU32, { grid: 1, block: 32 }, { dst: q, src: p, n: 16 });
+      console.log(JSON.stringify([...new Uint32Array(b.download(q, 64).buffer)]));
+      b.dispose();`;
+    const r = withMock(['--input-type=module', '-e', script], { MOCK_CUDA_EARLY_START_LOG: log });
+    expect(r.status, r.stderr).toBe(0);
+    expect(JSON.parse(r.stdout)).toEqual(Array(16).fill(7));
+    expect(readFileSync(log, 'utf8').trim().split('\n')).toEqual(['copy_after_u32']);
+    rmSync(log, { force: true });
+  });
 });
