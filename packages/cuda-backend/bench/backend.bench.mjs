@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 // Benchmark of the CUDA backend itself (a program, not a test): the two ceilings every GPU figure
 // is compared with (device-to-device copy bandwidth, bf16 GEMM rate), launch overhead eager vs a
-// replayed graph, allocation latency (pool hit vs miss) and host<->device copy latency.
+// replayed graph, allocation latency (pool hit vs miss), host<->device copy latency, and the
+// block-FP8 GEMM at decode's few rows (Qwen3-Next-80B's projections) against its floor.
 // Device times come from CUDA events (timeOnDevice, src/ceilings.ts), host times from
 // process.hrtime; warm-up first, then the median of many repetitions, on random data. Prints a table and writes the same figures as JSON
 // to $METRALE_BENCH_OUT (default <repo>/bench-results/cuda-backend.json).
@@ -81,6 +82,55 @@ function launchOverhead(b) {
   return { name: `launch overhead, ${layers}-kernel step`, graphNodes: graph.nodes, eager, graph: graphed };
 }
 
+/**
+ * The block-FP8 GEMM at 1 and 8 rows on Qwen3-Next-80B's projection widths, as a decode step
+ * replays it: 10 GEMMs in one graph, each on its own weight copy (together beyond the L2), so every
+ * GEMM reads its weights from memory. Floor: the codes and scales read once at the copy rate.
+ */
+function fp8DecodeGemms(b, copyBytesPerS) {
+  const shapes = [
+    { name: 'GDN in_proj_qkvz', n: 12288, k: 2048 },
+    { name: 'attention q/gate/k/v', n: 9216, k: 2048 },
+    { name: 'GDN out_proj', n: 2048, k: 4096 },
+    { name: 'attention o_proj', n: 2048, k: 4096 },
+  ].slice(0, QUICK ? 1 : 4);
+  const copies = QUICK ? 2 : 10;
+  const s = b.createStream();
+  const out = [];
+  for (const { name, n, k } of shapes) {
+    const codeBytes = n * k, scaleBytes = Math.ceil(n / 128) * Math.ceil(k / 128) * 4;
+    const weights = Array.from({ length: copies }, () => {
+      const codes = new Uint8Array(codeBytes);
+      randomFillSync(codes);
+      for (let i = 0; i < codes.length; i++) if ((codes[i] & 0x7f) === 0x7f) codes[i] ^= 1;  // no NaN codes
+      const scales = new Float32Array(scaleBytes / 4).fill(1 / 64);
+      const pb = b.alloc(codeBytes), ps = b.alloc(scaleBytes);
+      b.upload(pb, codes);
+      b.upload(ps, scales);
+      return { pb, ps };
+    });
+    for (const m of [1, 8]) {
+      const a = new Uint16Array(m * k).fill(0x3f80);  // bf16 1.0
+      const pa = b.alloc(a.byteLength), pc = b.alloc(m * n * 2);
+      b.upload(pa, a);
+      b.beginCapture(s);
+      for (const w of weights) b.gemm({ m, n, k, a: pa, b: w.pb, bDtype: 'f8e4m3', bScales: w.ps, c: pc, transB: true, dtype: 'bf16', outDtype: 'bf16', stream: s });
+      const graph = b.endCapture(s);
+      const exec = b.instantiate(graph);
+      const t = timeOnDevice(b, () => b.launchGraph(exec, s), { stream: s, reps: QUICK ? 3 : 20, inner: copies });
+      const floorUs = ((codeBytes + scaleBytes) / copyBytesPerS) * 1e6;
+      out.push({ name, m, n, k, us: t.ms * 1e3, floorUs, ofCopy: floorUs / (t.ms * 1e3) });
+      b.destroyGraphExec(exec);
+      b.destroyGraph(graph);
+      b.free(pa);
+      b.free(pc);
+    }
+    for (const w of weights) b.free(w.pb), b.free(w.ps);
+  }
+  b.destroyStream(s);
+  return out;
+}
+
 function allocLatency(b) {
   const bytes = 4 * MiB, reps = 200;
   const miss = [], hit = [], free = [];
@@ -151,6 +201,8 @@ function main() {
     const launches = launchOverhead(b);
     const alloc = allocLatency(b);
     const copies = copyLatency(b);
+    // The copy ceiling counts bytes read + written; a read-only floor takes the same byte rate.
+    const fp8 = fp8DecodeGemms(b, copy.gbPerS * 1e9);
 
     const fmt = (x, d = 1) => (x === undefined ? '-' : x.toFixed(d));
     const rows = [
@@ -160,6 +212,7 @@ function main() {
       [`${launches.name}, graph replay`, `${fmt(launches.graph.hostUsPerStep)} µs host`, `${fmt(launches.graph.deviceUsPerStep)} µs device per step (${launches.graphNodes} nodes)`],
       [alloc.name, `hit ${fmt(alloc.poolHitUs, 2)} µs`, `miss ${fmt(alloc.poolMissUs, 1)} µs, free ${fmt(alloc.freeUs, 2)} µs`],
       ...copies.map((c) => [c.name, `${fmt(c.deviceUs)} µs device`, `${fmt(c.hostRoundTripUs)} µs host round trip, ${fmt(c.gbPerS)} GB/s`]),
+      ...fp8.map((g) => [`block-FP8 GEMM, ${g.name} (${g.n} × ${g.k}), ${g.m} row${g.m > 1 ? 's' : ''}`, `${fmt(g.us)} µs`, `floor ${fmt(g.floorUs)} µs: ${fmt(100 * g.ofCopy)} % of copy`]),
     ];
     const w0 = Math.max(...rows.map((r) => r[0].length)), w1 = Math.max(...rows.map((r) => r[1].length));
     console.log('');
@@ -176,7 +229,7 @@ function main() {
       driverVersion: found.driverVersion,
       cublasLt: b.gemmLibrary.loaded ? { path: b.gemmLibrary.path, version: b.gemmLibrary.version } : { missing: b.gemmLibrary.reason },
       ceilings: { copyBandwidthGBs: copy.gbPerS, bf16GemmTflops: bf16.tflops ?? null },
-      results: { copy, gemmBf16: bf16, gemmF32: f32, launchOverhead: launches, alloc, copies },
+      results: { copy, gemmBf16: bf16, gemmF32: f32, launchOverhead: launches, alloc, copies, fp8DecodeGemms: fp8 },
     };
     mkdirSync(dirname(outPath), { recursive: true });
     writeFileSync(outPath, `${JSON.stringify(report, null, 2)}\n`);

@@ -2,7 +2,9 @@
 // Bᵀ + beta · C, A bf16 or f16 (row-major, lda), B E4M3 codes [n][k] packed with f32 scales
 // [⌈n/128⌉][⌈k/128⌉], C f32 / bf16 / f16 (ldc). Each 128-wide slice of k is summed on its own and
 // multiplied by its block scale in f32, so the result is the product with the dequantized B.
-//   backend_gemm_fp8_rows   m ≤ 8: a warp per output column, B read once (decode)
+//   backend_gemm_fp8_rows   m ≤ 8: a warp per output column at a time, B read once (decode);
+//                           where k and A's rows allow, 16-byte loads of codes, the next ones in
+//                           flight while the last are summed (gemm_fp8_rows_vec)
 //   backend_gemm_fp8_tiled  any m: 64 × 64 tiles on tensor cores (wmma), B's codes converted to
 //                           A's type in shared memory (E4M3 values are exact in bf16 and f16)
 #include <mma.h>
@@ -14,14 +16,141 @@ using namespace metrale;
 namespace {
 
 constexpr int kRowsMax = 8;
+/** Codes a lane reads at once on the vector path (one 16-byte load, inside one 128-wide block). */
+constexpr int kChunk = 16;
+/** 16-byte loads of a lane per group; a group's loads are issued while the one before is summed. */
+constexpr int kGroup = 4;
 
 __device__ __forceinline__ float load_a(const void* a, size_t i, int code) { return load_element(a, i, code); }
+
+/** Column j of C from the lanes' sums acc[r] of rows r < m: added over the warp, lane 0 stores. */
+template <int M>
+__device__ __forceinline__ void store_column(const float* acc, void* c, int cCode, int m, int j, int ldc, float alpha, float beta, int lane) {
+#pragma unroll
+  for (int r = 0; r < M; r++) {
+    float v = acc[r];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if (lane == 0 && r < m) {
+      const size_t at = (size_t)r * ldc + j;
+      float out = alpha * v;
+      if (beta != 0.f) out += beta * load_element(c, at, cCode);
+      store_element(c, at, out, cCode);
+    }
+  }
+}
+
+/** 8 bf16 or f16 values from one 16-byte load, as f32. */
+template <typename T>
+__device__ __forceinline__ void load8(const T* p, float* out) {
+  const uint4 u = __ldg(reinterpret_cast<const uint4*>(p));
+  T v[8];
+  memcpy(v, &u, sizeof u);  // not a pointer cast: the bits of u as T without breaking aliasing rules
+#pragma unroll
+  for (int i = 0; i < 8; i++) out[i] = Element<T>::load(v, i);
+}
+
+/** The values of the 16 E4M3 codes of one 16-byte load. */
+__device__ __forceinline__ void codes16(const uint4 u, float* out) {
+  const uint8_t* v = reinterpret_cast<const uint8_t*>(&u);
+#pragma unroll
+  for (int i = 0; i < 16; i++) out[i] = e4m3_value(v[i]);
+}
+
+/**
+ * The vector path: k a multiple of 16, A's rows 16-byte aligned, m ≤ M. A warp owns the columns
+ * j ≡ warp (mod the grid's warps); lane l reads chunks l, l + 32, … of 16 codes of each. A lane's
+ * chunks of all its columns form one sequence of items (`per` a column, the same count on every
+ * lane: chunks past k are not loaded), taken kGroup at a time, the next group's loads issued
+ * before this group is summed, so the loads stay in flight across the warp's columns. A chunk's
+ * product is scaled by its block's scale; a column's lane sums are added when its last item is.
+ */
+template <typename T, int M>
+__device__ void gemm_fp8_rows_vec(const T* __restrict__ a, const uint8_t* __restrict__ b, const float* __restrict__ scales, void* __restrict__ c,
+                                  int cCode, int m, int n, int k, int lda, int ldc, float alpha, float beta) {
+  const int lane = threadIdx.x & 31;
+  const int warp = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  const int warps = gridDim.x * (blockDim.x >> 5);
+  if (warp >= n) return;
+  const int kBlocks = (k + kFp8Block - 1) / kFp8Block;
+  const int chunks = k / kChunk;
+  const int per = (chunks + 31) / 32;
+  const int items = ((n - 1 - warp) / warps + 1) * per;
+
+  // The loader's position: column j, its item i (chunk lane + 32·i).
+  int lj = warp, li = 0;
+  auto load_group = [&](uint4* q, int first) {
+#pragma unroll
+    for (int u = 0; u < kGroup; u++) {
+      const int ch = lane + 32 * li;
+      q[u] = first + u < items && ch < chunks ? __ldg(reinterpret_cast<const uint4*>(b + (size_t)lj * k) + ch) : make_uint4(0, 0, 0, 0);
+      if (++li == per) li = 0, lj += warps;
+    }
+  };
+  uint4 cur[kGroup], next[kGroup];
+  load_group(cur, 0);
+
+  int j = warp, i = 0;
+  float acc[M];
+#pragma unroll
+  for (int r = 0; r < M; r++) acc[r] = 0.f;
+  for (int t0 = 0; t0 < items; t0 += kGroup) {
+    load_group(next, t0 + kGroup);
+#pragma unroll
+    for (int u = 0; u < kGroup; u++) {
+      if (t0 + u >= items) break;
+      const int ch = lane + 32 * i;
+      if (ch < chunks) {
+        float w[kChunk];
+        codes16(cur[u], w);
+        const float s = __ldg(scales + (size_t)(j / kFp8Block) * kBlocks + (ch * kChunk) / kFp8Block);
+#pragma unroll
+        for (int r = 0; r < M; r++) {
+          if (r >= m) break;
+          float x[kChunk];
+          const T* ar = a + (size_t)r * lda + (size_t)ch * kChunk;
+          load8(ar, x);
+          load8(ar + 8, x + 8);
+          float p = 0.f;
+#pragma unroll
+          for (int e = 0; e < kChunk; e++) p = fmaf(x[e], w[e], p);
+          acc[r] = fmaf(s, p, acc[r]);
+        }
+      }
+      if (++i == per) {  // column j's last item (the same step on every lane)
+        store_column<M>(acc, c, cCode, m, j, ldc, alpha, beta, lane);
+#pragma unroll
+        for (int r = 0; r < M; r++) acc[r] = 0.f;
+        i = 0, j += warps;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kGroup; u++) cur[u] = next[u];
+  }
+}
+
+template <typename T>
+__device__ void gemm_fp8_rows_vec_m(const T* a, const uint8_t* b, const float* scales, void* c, int cCode, int m, int n, int k, int lda, int ldc,
+                                    float alpha, float beta) {
+  if (m == 1) gemm_fp8_rows_vec<T, 1>(a, b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta);
+  else if (m == 2) gemm_fp8_rows_vec<T, 2>(a, b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta);
+  else if (m <= 4) gemm_fp8_rows_vec<T, 4>(a, b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta);
+  else gemm_fp8_rows_vec<T, kRowsMax>(a, b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta);
+}
 
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(256) backend_gemm_fp8_rows(
     const void* __restrict__ a, int aCode, const uint8_t* __restrict__ b, const float* __restrict__ scales, void* __restrict__ c,
     int cCode, int m, int n, int k, int lda, int ldc, float alpha, float beta) {
+  const bool vec = aCode != kF32 && k % kChunk == 0 && lda % 8 == 0 && (reinterpret_cast<uintptr_t>(a) & 15) == 0 &&
+                   (reinterpret_cast<uintptr_t>(b) & 15) == 0;
+  if (vec) {
+    if (aCode == kBF16) gemm_fp8_rows_vec_m(static_cast<const bf16*>(a), b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta);
+    else gemm_fp8_rows_vec_m(static_cast<const f16*>(a), b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta);
+    return;
+  }
+  // Any other shape: lane l takes 4 codes of each 128-wide block.
   const int lane = threadIdx.x & 31;
   const int warps = blockDim.x >> 5;
   const int kBlocks = (k + kFp8Block - 1) / kFp8Block;
@@ -50,18 +179,7 @@ extern "C" __global__ void __launch_bounds__(256) backend_gemm_fp8_rows(
 #pragma unroll
       for (int r = 0; r < kRowsMax; r++) acc[r] = fmaf(s, part[r], acc[r]);
     }
-#pragma unroll
-    for (int r = 0; r < kRowsMax; r++) {
-      float v = acc[r];
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-      if (lane == 0 && r < m) {
-        const size_t at = (size_t)r * ldc + j;
-        float out = alpha * v;
-        if (beta != 0.f) out += beta * load_element(c, at, cCode);
-        store_element(c, at, out, cCode);
-      }
-    }
+    store_column<kRowsMax>(acc, c, cCode, m, j, ldc, alpha, beta, lane);
   }
 }
 

@@ -39,9 +39,13 @@ export const gemmFp8TiledKernel = defineKernel({
   cuda: { module: gemmFp8Module, symbol: 'backend_gemm_fp8_tiled' },
 });
 
-/** backend_gemm_fp8_rows: 8 warps per CTA, a warp per output column. */
-export function gemmFp8RowsLaunch(n: number, stream: Stream): LaunchConfig {
-  return { grid: Math.max(1, Math.ceil(n / 8)), block: 256, stream };
+/**
+ * backend_gemm_fp8_rows: 8 warps per CTA, each owning every (grid's warps)-th output column; at
+ * most the two CTAs a multiprocessor holds at the kernel's registers, so that a warp takes several
+ * columns and keeps its next loads in flight across them.
+ */
+export function gemmFp8RowsLaunch(n: number, multiprocessors: number, stream: Stream): LaunchConfig {
+  return { grid: Math.max(1, Math.min(Math.ceil(n / 8), 2 * multiprocessors)), block: 256, stream };
 }
 
 /** backend_gemm_fp8_tiled: a CTA of 4 warps per 64 × 64 tile of C. */

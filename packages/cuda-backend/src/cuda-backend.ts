@@ -455,7 +455,7 @@ export class CudaBackend implements GpuBackend {
         a: args.a, aCode: g.abType, b: args.b, scales: args.bScales!, c: args.c, cCode: g.cType,
         m: args.m, n: args.n, k: args.k, lda: g.lda, ldc: g.ldc, alpha: g.alpha, beta: g.beta,
       };
-      if (rows) this.launch(gemmFp8RowsKernel, gemmFp8RowsLaunch(args.n, args.stream ?? this.defaultStream), fp8Args);
+      if (rows) this.launch(gemmFp8RowsKernel, gemmFp8RowsLaunch(args.n, this.device.multiprocessors, args.stream ?? this.defaultStream), fp8Args);
       else this.launch(gemmFp8TiledKernel, gemmFp8TiledLaunch(args.m, args.n, args.stream ?? this.defaultStream), fp8Args);
       return;
     }
