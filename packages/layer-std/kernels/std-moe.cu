@@ -44,10 +44,15 @@ namespace {
 constexpr int kUpRows = 16;
 /** Output values of one row per CTA tile of std_moe_experts_rowwise (expertsRowwiseLaunch): one a warp. */
 constexpr int kDownRows = 8;
-// One row (decode at batch 1) takes more loads in flight per warp: the up pass unrolled by 8, the
-// down pass reading 4 of the row's experts at once (and the launches give its CTAs half the rows
-// or values); several rows keep unroll 4 and one expert at a time, which measured faster there
-// (docs/benchmarks.md). The sums are the same sequences either way, so the bits are too.
+/** One row (decode at batch 1): output values per CTA of std_moe_experts_rowwise, two warps a value. */
+constexpr int kSplitValues = 4;
+/** The most slots (top-k and shared) of the one-row split; more take the one-warp-a-value path. */
+constexpr int kSplitSlots = 32;
+// One row (decode at batch 1) takes more loads in flight: the up pass unrolled by 8 (its launch
+// gives a CTA half the rows), the down pass reading 4 of the row's experts at once and splitting
+// each value's slots over two warps (kSplitValues values a CTA); several rows keep unroll 4, one
+// expert at a time and a warp a value, which measured faster there (docs/benchmarks.md). The sums
+// are the same sequences either way, and the slots are added in the same order, so the bits are too.
 /** Weight rows per warp of the grouped kernels (tile of a CTA: 2 · warps; launches: src/moe-kernels.ts). */
 constexpr int kRowsPerWarp = 2;
 /** Entries (row, slot) of one expert run through a warp's weight rows at a time. */
@@ -178,23 +183,24 @@ __device__ __forceinline__ void experts_up_rowwise(const R* __restrict__ input, 
 }
 
 /**
- * Output value d of row r: Σ_j w_rj · round_R(down_e[d] · h[rj]) in order j, the row's experts read
- * Q at a time (their loads interleaved; each expert's sum the same sequence as alone).
+ * The rounded expert outputs round_R(down_e[d] · h[rj]) of row r's slots j in [j0, j1), given in
+ * order j to sink(j, y) (every lane the same y); slots whose id is outside the experts are skipped.
+ * The experts are read Q at a time (their loads interleaved; each expert's sum the same sequence
+ * as alone).
  */
-template <int Q, typename W, typename R>
-__device__ __forceinline__ float down_value(const R* __restrict__ h, const int32_t* __restrict__ ids, const float* __restrict__ weights,
-                                            const W* __restrict__ down, const float* __restrict__ scales, int r, int d, int D, int I, int experts,
-                                            int topK, bool vec, int lane) {
-  float acc = 0.f;
-  for (int j0 = 0; j0 < topK; j0 += Q) {
+template <int Q, typename W, typename R, typename Sink>
+__device__ __forceinline__ void down_outputs(const R* __restrict__ h, const int32_t* __restrict__ ids, const W* __restrict__ down,
+                                             const float* __restrict__ scales, int r, int d, int D, int I, int experts, int topK, int j0, int j1,
+                                             bool vec, int lane, Sink sink) {
+  for (int jq = j0; jq < j1; jq += Q) {
     const W* dn[Q];
     const R* hj[Q];
     const float* ds[Q];
     float s[Q];
 #pragma unroll
     for (int q = 0; q < Q; q++) {
-      const int j = j0 + q;
-      const int e = j < topK ? ids[(size_t)r * topK + j] : -1;
+      const int j = jq + q;
+      const int e = j < j1 ? ids[(size_t)r * topK + j] : -1;
       const bool use = e >= 0 && e < experts;
       dn[q] = use ? down + ((size_t)e * D + d) * I : nullptr;
       hj[q] = h + ((size_t)r * topK + (use ? j : 0)) * I;
@@ -217,9 +223,19 @@ __device__ __forceinline__ float down_value(const R* __restrict__ h, const int32
     for (int q = 0; q < Q; q++) {
       // The expert's output rounded to R, as the grouped down kernel stores it in y.
       const float y = round_to<R>(warp_sum(s[q]));
-      if (dn[q]) acc = __fmaf_rn(weights[(size_t)r * topK + j0 + q], y, acc);
+      if (dn[q]) sink(jq + q, y);
     }
   }
+}
+
+/** Output value d of row r: Σ_j w_rj · round_R(down_e[d] · h[rj]) in order j. */
+template <int Q, typename W, typename R>
+__device__ __forceinline__ float down_value(const R* __restrict__ h, const int32_t* __restrict__ ids, const float* __restrict__ weights,
+                                            const W* __restrict__ down, const float* __restrict__ scales, int r, int d, int D, int I, int experts,
+                                            int topK, bool vec, int lane) {
+  float acc = 0.f;
+  down_outputs<Q, W, R>(h, ids, down, scales, r, d, D, I, experts, topK, 0, topK, vec, lane,
+                        [&](int j, float y) { acc = __fmaf_rn(weights[(size_t)r * topK + j], y, acc); });
   return acc;
 }
 
@@ -230,6 +246,29 @@ __device__ __forceinline__ void experts_rowwise(const R* __restrict__ h, const i
   const int D = hidden, I = inter;
   const int lane = lane_id(), nw = num_warps();
   const bool vec = (I & 3) == 0 && aligned16(h) && aligned16(down);
+  if (rows == 1 && topK <= kSplitSlots && nw == 2 * kSplitValues) {
+    // One row: two warps a value, each the expert outputs of half the slots (one value a warp
+    // leaves too few loads in flight); the first adds all of them in order j, as down_value does.
+    __shared__ float ys[kSplitValues][kSplitSlots];
+    const int slot = warp_id() >> 1, half = warp_id() & 1, jMid = (topK + 1) >> 1;
+    for (int d0 = blockIdx.y * kSplitValues; d0 < D; d0 += gridDim.y * kSplitValues) {
+      const int d = d0 + slot;
+      if (d < D)
+        down_outputs<4, W, R>(h, ids, down, scales, 0, d, D, I, experts, topK, half ? jMid : 0, half ? topK : jMid, vec, lane,
+                              [&](int j, float y) { ys[slot][j] = y; });
+      __syncthreads();
+      if (half == 0 && lane == 0 && d < D) {
+        float acc = 0.f;
+        for (int j = 0; j < topK; j++) {
+          const int e = ids[j];
+          if (e >= 0 && e < experts) acc = __fmaf_rn(weights[j], ys[slot][j], acc);
+        }
+        store_value(output, d, acc);
+      }
+      __syncthreads();
+    }
+    return;
+  }
   for (int r = blockIdx.x; r < rows; r += gridDim.x) {
     for (int d0 = blockIdx.y * kDownRows; d0 < D; d0 += gridDim.y * kDownRows) {
       for (int d = d0 + warp_id(); d < min(D, d0 + kDownRows); d += nw) {
@@ -494,7 +533,7 @@ extern "C" __global__ void __launch_bounds__(1024) std_moe_combine(const void* _
     check_codes<W, R>(wDtype, rowDtype);                                                                                                         \
     experts_up_rowwise<W, R>(input, ids, gateUp, gateUpScales, h, rows, hidden, inter, experts, topK);                                           \
   }                                                                                                                                              \
-  extern "C" __global__ void __launch_bounds__(256) std_moe_experts_rowwise##SUFFIX(                                                             \
+  extern "C" __global__ void __launch_bounds__(256, 4) std_moe_experts_rowwise##SUFFIX(                                                           \
       const R* __restrict__ h, const int32_t* __restrict__ ids, const float* __restrict__ weights, const W* __restrict__ down,                     \
       const float* __restrict__ downScales, R* __restrict__ output, int rows, int hidden, int inter, int experts, int topK, int wDtype,            \
       int rowDtype) {                                                                                                                            \

@@ -385,9 +385,12 @@ export function expertsUpRowwiseLaunch(rows: number, topK: number, inter: number
   return { grid: [Math.max(1, rows * topK), Math.ceil(inter / (rows === 1 ? 16 : 32))], block: 256, stream };
 }
 
-/** `std.moe_experts_rowwise`: one CTA per row and 8 output values (a warp each) for one row; 16 (two a warp) for several. */
+/**
+ * `std.moe_experts_rowwise`: for one row a CTA per 4 output values (two warps each, halves of the
+ * slots); for several a CTA per row and 16 values (two a warp).
+ */
 export function expertsRowwiseLaunch(rows: number, hidden: number, stream: Stream): LaunchConfig {
-  return { grid: [Math.max(1, rows), Math.ceil(hidden / (rows === 1 ? 8 : 16))], block: 256, stream };
+  return { grid: [Math.max(1, rows), Math.ceil(hidden / (rows === 1 ? 4 : 16))], block: 256, stream };
 }
 
 /** `out = routed + σ(gate) · shared`: routed, shared and output of the row type `dtype`, gate logits f32 (or 0n). */

@@ -616,7 +616,8 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
   }
 
   // Shapes: 3 rows at the 80B expert shape; one row at Qwen3-Next's top-10 (the row-wise kernels'
-  // one-row path: 4 experts a warp in the down pass, 10 not a multiple of 4), and one tiny
+  // one-row path: two warps a value in the down pass, each 4 experts at a time over its 5 slots),
+  // and one tiny
   // unaligned (scalar paths); 40 rows over 8 experts (~30 entries per expert: two passes of 16
   // through each weight tile); D and I past 128 but not multiples of it (FP8 blocks cut short on
   // both axes).
