@@ -76,6 +76,18 @@ export function routeForm(rows: number, topK: number, experts: number, routerDty
   return routerDtype === 'f8e4m3' ? 'few' : 'fused';
 }
 
+/**
+ * Rows up to which the fused route's last CTA also makes the shared expert's slots and the groups
+ * buffer: its serial work grows with the entries, and from a few rows `std.moe_shared_slots` and
+ * `std.moe_group` after the GEMV are faster (docs/benchmarks.md: the router's tail).
+ */
+export const FUSED_TAIL_ROWS = 1;
+
+/** Whether a fused-route step of `rows` rows makes the slots and groups in the GEMV's last CTA. */
+export function fusedRouteTail(rows: number): boolean {
+  return rows <= FUSED_TAIL_ROWS;
+}
+
 /** Threads of `std.moe_route_few` and `std.moe_router_gemv` (kernels/std-moe-route.cu: kFewThreads). */
 const FEW_THREADS = 256;
 /**

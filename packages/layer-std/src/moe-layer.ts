@@ -9,7 +9,7 @@ import { checkMoe } from './moe-config.js';
 import {
   EXPERT_KERNELS, combineKernel, expertFormat, expertsDownLaunch, expertsGemm, expertsGemmLaunch, expertsKernel, expertsLaunch, expertsRowwiseLaunch, expertsUpLaunch,
   expertsUpRowwiseLaunch, groupKernel, groupLaunch, localizeKernel, moeGrouped, moeGroupsLength, moeTensorCores, routeFewKernel, routeFewLaunch, routeForm, routeKernel,
-  routerGemvKernel, routerGemvLaunch, sharedSlotsKernel, sharedSlotsLaunch, type ExpertKernels, type RouteForm,
+  fusedRouteTail, routerGemvKernel, routerGemvLaunch, sharedSlotsKernel, sharedSlotsLaunch, type ExpertKernels, type RouteForm,
 } from './moe-kernels.js';
 import { loadExperts, withSharedExpert, type ExpertMatrices } from './moe-weights.js';
 import { requireKernels } from './require-kernels.js';
@@ -207,8 +207,8 @@ export class MoeLayer extends StatelessLayer {
     const tensorCores = moeTensorCores(k, step.phase, D, inter);
     const grouped = tensorCores || moeGrouped(rows, slots, E);
     const form = routeForm(rows, topK, this.options.experts, w.router.dtype);
-    // The fused route's CTA makes the slots and groups itself, where no localizing comes between.
-    const fusedTail = form === 'fused' && !localExperts;
+    // The fused route's CTA makes the slots and groups itself at few rows, where no localizing comes between.
+    const fusedTail = form === 'fused' && !localExperts && fusedRouteTail(rows);
     this.#route(step, form, s, { slots: fusedTail && slot !== undefined, groups: fusedTail && grouped });
     if (localExperts) {
       gpu.launch(localizeKernel, flatLaunch(rows * topK, stream), { ids: s.ids, weights: s.weights, entries: rows * topK, first: localExperts.first, count: localExperts.count });

@@ -1,7 +1,7 @@
 import { CpuBackend } from '@metrale/cpu-backend';
 import { FLOAT_DTYPE_CODE, SeededRandom, StepDriver, tensorOf, MemoryWeightSource, shardWeights, type ShardRule } from '@metrale/core';
 import {
-  FEW_ROUTE_MAX_TOP_K, FEW_ROUTE_ROWS, MoeLayer, checkMoe, expertParallelMoe, glmMoeOptions, qwen3NextMoeOptions, routeFewKernel, routeFewLaunch, routeForm, routeKernel,
+  FEW_ROUTE_MAX_TOP_K, FEW_ROUTE_ROWS, MoeLayer, fusedRouteTail, checkMoe, expertParallelMoe, glmMoeOptions, qwen3NextMoeOptions, routeFewKernel, routeFewLaunch, routeForm, routeKernel,
   routerGemvKernel, routerGemvLaunch, rowLaunch, type MoeOptions,
 } from '@metrale/layer-std';
 import { describe, expect, it } from 'vitest';
@@ -228,6 +228,10 @@ describe('MoE router forms (routeForm)', () => {
     // 8 rows of 512 experts: a CTA per row is faster than the one CTA of the few-row route.
     expect(routeForm(8, 10, 512, 'bf16')).toBe('block');
     expect(routeForm(2, 10, 512, 'bf16')).toBe('fused');
+  });
+
+  it("the fused route's last CTA makes the shared slots and groups at one row only (std.moe_shared_slots and std.moe_group after it from two)", () => {
+    expect([1, 2, 8].map(fusedRouteTail)).toEqual([true, false, false]);
   });
 
   it('the fused router GEMV takes a CTA per expert up to 128 experts, two up to 256, four above (the kernel traps on another grid)', () => {
