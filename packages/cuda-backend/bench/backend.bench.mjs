@@ -2,7 +2,8 @@
 // Benchmark of the CUDA backend itself (a program, not a test): the two ceilings every GPU figure
 // is compared with (device-to-device copy bandwidth, bf16 GEMM rate), launch overhead eager vs a
 // replayed graph, allocation latency (pool hit vs miss), host<->device copy latency, and the
-// block-FP8 GEMM at decode's few rows (Qwen3-Next-80B's projections) against its floor.
+// block-FP8 GEMM at decode's few rows (Qwen3-Next-80B's projections) against its floor, and a
+// decode step's bytes read by 1 to 1 000 kernels of one graph (what a kernel count costs).
 // Device times come from CUDA events (timeOnDevice, src/ceilings.ts), host times from
 // process.hrtime; warm-up first, then the median of many repetitions, on random data. Prints a table and writes the same figures as JSON
 // to $METRALE_BENCH_OUT (default <repo>/bench-results/cuda-backend.json).
@@ -131,6 +132,44 @@ function fp8DecodeGemms(b, copyBytesPerS) {
   return out;
 }
 
+/**
+ * The ceiling a decode step's kernel count sets: the bytes of the 80B-shaped bf16 step at batch 1
+ * (its floor's bytes, apps/serve/bench/decode.bench.mjs) read once, split evenly over N kernels of
+ * one replayed graph (read_xor_u32, a grid of 4 CTAs an SM), with early start and without. The
+ * step's time against the bytes at the copy rate gives each kernel's fixed cost in a graph.
+ */
+function kernelChain(b, copyBytesPerS) {
+  const totalBytes = QUICK ? 64 * MiB : 7.2e9;
+  const counts = QUICK ? [1, 16] : [1, 100, 500, 1000];
+  const grid = 4 * b.device.multiprocessors;
+  const src = b.alloc(totalBytes), sink = b.alloc(4 * grid);
+  const s = b.createStream();
+  const out = [];
+  try {
+    for (const kernels of counts) {
+      const n4 = Math.floor(totalBytes / kernels / 16);
+      for (const earlyStart of [true, false]) {
+        b.beginCapture(s);
+        for (let i = 0; i < kernels; i++) {
+          b.launch(testKernels.readXorU32, { grid, block: 256, stream: s, earlyStart }, { src: src + BigInt(i * n4 * 16), sink, n4 });
+        }
+        const graph = b.endCapture(s);
+        const exec = b.instantiate(graph);
+        const t = timeOnDevice(b, () => b.launchGraph(exec, s), { stream: s, reps: QUICK ? 3 : 10 });
+        const floorMs = ((kernels * n4 * 16) / copyBytesPerS) * 1e3;
+        out.push({ kernels, earlyStart, ms: t.ms, floorMs, ofCopy: floorMs / t.ms, usPerKernelOverFloor: ((t.ms - floorMs) * 1e3) / kernels });
+        b.destroyGraphExec(exec);
+        b.destroyGraph(graph);
+      }
+    }
+  } finally {
+    b.destroyStream(s);
+    b.free(src);
+    b.free(sink);
+  }
+  return out;
+}
+
 function allocLatency(b) {
   const bytes = 4 * MiB, reps = 200;
   const miss = [], hit = [], free = [];
@@ -203,6 +242,7 @@ function main() {
     const copies = copyLatency(b);
     // The copy ceiling counts bytes read + written; a read-only floor takes the same byte rate.
     const fp8 = fp8DecodeGemms(b, copy.gbPerS * 1e9);
+    const chain = kernelChain(b, copy.gbPerS * 1e9);
 
     const fmt = (x, d = 1) => (x === undefined ? '-' : x.toFixed(d));
     const rows = [
@@ -212,6 +252,7 @@ function main() {
       [`${launches.name}, graph replay`, `${fmt(launches.graph.hostUsPerStep)} µs host`, `${fmt(launches.graph.deviceUsPerStep)} µs device per step (${launches.graphNodes} nodes)`],
       [alloc.name, `hit ${fmt(alloc.poolHitUs, 2)} µs`, `miss ${fmt(alloc.poolMissUs, 1)} µs, free ${fmt(alloc.freeUs, 2)} µs`],
       ...copies.map((c) => [c.name, `${fmt(c.deviceUs)} µs device`, `${fmt(c.hostRoundTripUs)} µs host round trip, ${fmt(c.gbPerS)} GB/s`]),
+      ...chain.map((c) => [`${c.kernels}-kernel chain reading ${QUICK ? '64 MiB' : '7.2 GB'}${c.earlyStart ? ', early start' : ''}`, `${fmt(c.ms, 3)} ms`, `floor ${fmt(c.floorMs, 3)} ms: ${fmt(100 * c.ofCopy)} % of copy, ${fmt(c.usPerKernelOverFloor, 2)} µs a kernel over it`]),
       ...fp8.map((g) => [`block-FP8 GEMM, ${g.name} (${g.n} × ${g.k}), ${g.m} row${g.m > 1 ? 's' : ''}`, `${fmt(g.us)} µs`, `floor ${fmt(g.floorUs)} µs: ${fmt(100 * g.ofCopy)} % of copy`]),
     ];
     const w0 = Math.max(...rows.map((r) => r[0].length)), w1 = Math.max(...rows.map((r) => r[1].length));
@@ -229,7 +270,7 @@ function main() {
       driverVersion: found.driverVersion,
       cublasLt: b.gemmLibrary.loaded ? { path: b.gemmLibrary.path, version: b.gemmLibrary.version } : { missing: b.gemmLibrary.reason },
       ceilings: { copyBandwidthGBs: copy.gbPerS, bf16GemmTflops: bf16.tflops ?? null },
-      results: { copy, gemmBf16: bf16, gemmF32: f32, launchOverhead: launches, alloc, copies, fp8DecodeGemms: fp8 },
+      results: { copy, gemmBf16: bf16, gemmF32: f32, launchOverhead: launches, alloc, copies, fp8DecodeGemms: fp8, kernelChain: chain },
     };
     mkdirSync(dirname(outPath), { recursive: true });
     writeFileSync(outPath, `${JSON.stringify(report, null, 2)}\n`);

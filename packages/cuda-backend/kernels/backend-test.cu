@@ -68,3 +68,28 @@ extern "C" __global__ void copy_after_u32(unsigned* dst, const unsigned* src, un
 #endif
   GRID_STRIDE(i, n) dst[i] = src[i];
 }
+
+// Kernel-chain benchmark: reads n4 16-byte words once (the bytes a decode kernel must stream) and
+// stores each CTA's xor of them in sink[blockIdx.x], so the reads cannot be dropped. It waits for
+// the kernel ahead and lets the next one start early (griddepcontrol on sm_90), as layer-std's
+// decode chain does.
+extern "C" __global__ void __launch_bounds__(256) read_xor_u32(const uint4* src, unsigned* sink, unsigned n4) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+  unsigned acc = 0;
+  GRID_STRIDE(i, n4) {
+    const uint4 v = __ldcs(src + i);
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  for (int o = 16; o > 0; o >>= 1) acc ^= __shfl_xor_sync(0xffffffffu, acc, o);
+  __shared__ unsigned warps[8];
+  if ((threadIdx.x & 31) == 0) warps[threadIdx.x >> 5] = acc;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned all = 0;
+    for (unsigned w = 0; w < (blockDim.x + 31) / 32; w++) all ^= warps[w];
+    sink[blockIdx.x] = all;
+  }
+}

@@ -107,6 +107,29 @@ const copyAfterU32 = defineKernel({
   earlyStart: 'wait-first',
 });
 
+/**
+ * sink[b] = the xor of the 32-bit words CTA b reads of src's n4 16-byte words (grid-stride, at
+ * most 256 threads a CTA); waits for the kernel ahead and lets the next start early. For the
+ * kernel-chain benchmark: a decode step's bytes read by many kernels.
+ */
+const readXorU32 = defineKernel({
+  name: 'backend-test.read_xor_u32',
+  params: { src: 'ptr', sink: 'ptr', n4: 'u32' },
+  cuda: cuda('read_xor_u32'),
+  cpu: ({ src, sink, n4 }, { mem, grid, block }) => {
+    const [ctas] = grid;
+    const [threads] = block;
+    const words = mem.u32(src, 4 * n4);
+    const out = mem.u32(sink, ctas);
+    out.fill(0);
+    for (let i = 0; i < n4; i++) {
+      const cta = Math.floor((i % (ctas * threads)) / threads);
+      out[cta] = (out[cta]! ^ words[4 * i]! ^ words[4 * i + 1]! ^ words[4 * i + 2]! ^ words[4 * i + 3]!) >>> 0;
+    }
+  },
+  earlyStart: 'wait-first',
+});
+
 /** The xorshift32 step of xorshift_u32, for host-side expectations. */
 export function xorshift32(value: number): number {
   let v = value >>> 0;
@@ -127,4 +150,5 @@ export const testKernels = Object.freeze({
   accumulateU32,
   xorshiftU32,
   copyAfterU32,
+  readXorU32,
 });

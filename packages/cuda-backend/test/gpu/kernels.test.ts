@@ -90,6 +90,28 @@ describeGpu('kernel launches', () => {
     expect(() => b.launch(cpuOnly, { grid: 1, block: 1 }, {})).toThrow(/no CUDA entry/);
   });
 
+  it("read_xor_u32 (the kernel-chain bench's reader): each CTA's xor of the words its threads read, grid-stride", () => {
+    const b = gpu();
+    const n4 = 300_001; // not a multiple of the grid's threads
+    const [ctas, threads] = [37, 256];
+    const words = new Uint32Array(4 * n4);
+    for (let i = 0; i < words.length; i++) words[i] = Math.floor(Math.random() * 2 ** 32) >>> 0;
+    const want = new Uint32Array(ctas);
+    for (let i = 0; i < n4; i++) {
+      const cta = Math.floor((i % (ctas * threads)) / threads);
+      want[cta] = (want[cta]! ^ words[4 * i]! ^ words[4 * i + 1]! ^ words[4 * i + 2]! ^ words[4 * i + 3]!) >>> 0;
+    }
+    const src = b.alloc(words.byteLength), sink = b.alloc(4 * ctas);
+    try {
+      b.upload(src, words);
+      b.launch(testKernels.readXorU32, { grid: ctas, block: threads }, { src, sink, n4 });
+      expect(Array.from(asU32(b.download(sink, 4 * ctas)))).toEqual(Array.from(want));
+    } finally {
+      b.free(src);
+      b.free(sink);
+    }
+  });
+
   it('early start: a kernel that waits for the previous one sees all its writes, eager and replayed from a graph', () => {
     const b = gpu();
     const n = 1 << 22; // a producer long enough for the early kernel to start while it runs
