@@ -18,6 +18,9 @@
 //                      and the shared expert as slot 11; each of the 10 runs its own rows and
 //                      experts (so L2 holds none of the next run's); floor: each chosen expert's
 //                      weights read once at the copy rate.
+//   FP8 experts        the same routing with block-FP8 experts over bf16 rows at 1 and 8 rows: the
+//                      row-wise pair the layer takes in decode (and its up pass alone) against the
+//                      FP8 tensor-core pair + std.moe_experts; floor: the chosen experts' codes.
 // Results print and go to $METRALE_BENCH_OUT (default bench-results/decode-kernels.json).
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
@@ -39,7 +42,7 @@ const std = await import('@metrale/layer-std');
 const core = await import('@metrale/core');
 const gpu = cb.CudaBackend.create();
 const stream = gpu.defaultStream;
-const result = { device: found.reason, rows: ROWS, ceilings: {}, attention: [], router: [], expertGemms: [] };
+const result = { device: found.reason, rows: ROWS, ceilings: {}, attention: [], router: [], expertGemms: [], fp8Experts: [] };
 try {
   const c = cb.measureCeilings(gpu, { log: (l) => log(`  ${l}`), gemmSize: 4096 });
   result.ceilings = { copyBytesPerS: c.copy?.bytesPerS };
@@ -185,6 +188,60 @@ try {
       const us = (ms) => `${(ms * 1e3).toFixed(1)} µs`;
       log(`expert GEMMs ${routed} experts top-${topK} + shared, batch ${batch} (${meanExperts.toFixed(1)} experts read): large ${us(largeMs)}, few ${us(fewMs)}; floor ${us(floorMs)} (few ${((100 * floorMs) / fewMs).toFixed(1)} % of copy)`);
       freeFrom(2);
+    }
+    freeFrom(0);
+  }
+
+  // ---- FP8 experts at decode ---------------------------------------------------------------------------
+  {
+    const I = 512, routed = 512, topK = 10, E = routed + 1, slots = topK + 1;
+    const blocks = (n) => Math.ceil(n / 128);
+    const gateUp = randomBuffer(E * 2 * I * D, 1, 'f8e4m3'), down = randomBuffer(E * D * I, 1, 'f8e4m3');
+    const gateUpScales = randomBuffer(E * 2 * blocks(I) * blocks(D), 1 / 64), downScales = randomBuffer(E * blocks(D) * blocks(I), 1 / 64);
+    const k = std.EXPERT_KERNELS['fp8-bf16'];
+    const codes = { wDtype: std.WEIGHT_DTYPE_CODE.f8e4m3, rowDtype: rowCode };
+    const kept = 4; // the weights and scales above
+    for (const batch of [1, 8]) {
+      const runs = Array.from({ length: 10 }, () => {
+        const ids = new Int32Array(batch * slots);
+        const distinct = new Set();
+        for (let r = 0; r < batch; r++) {
+          const mine = new Set();
+          while (mine.size < topK) mine.add(Math.floor(rand() * routed));
+          [...mine, routed].forEach((e, j) => { ids[r * slots + j] = e; distinct.add(e); });
+        }
+        const groups = alloc(4 * std.moeGroupsLength(batch, slots, E));
+        const idsBuf = upload(ids);
+        gpu.launch(std.groupKernel, std.groupLaunch(batch, slots, stream), { ids: idsBuf, groups, rows: batch, experts: E, topK: slots });
+        return {
+          ids: idsBuf, groups, experts: distinct.size, x: randomBuffer(batch * D, 1, ROWS), weights: randomBuffer(batch * slots, 0.1),
+          h: alloc(BYTES[ROWS] * batch * slots * I), y: alloc(BYTES[ROWS] * batch * slots * D), out: alloc(BYTES[ROWS] * batch * D),
+        };
+      });
+      gpu.synchronize(stream);
+      const pass = { rows: batch, hidden: D, inter: I, experts: E, topK: slots, ...codes };
+      const upMs = graphMs((i) => {
+        const r = runs[i];
+        gpu.launch(k.upRowwise, std.expertsUpRowwiseLaunch(batch, slots, I, stream), { input: r.x, ids: r.ids, gateUp, gateUpScales, h: r.h, ...pass });
+      });
+      const rowwiseMs = graphMs((i) => {
+        const r = runs[i];
+        gpu.launch(k.upRowwise, std.expertsUpRowwiseLaunch(batch, slots, I, stream), { input: r.x, ids: r.ids, gateUp, gateUpScales, h: r.h, ...pass });
+        gpu.launch(k.rowwise, std.expertsRowwiseLaunch(batch, D, stream), { h: r.h, ids: r.ids, weights: r.weights, down, downScales, output: r.out, ...pass });
+      });
+      const tensorCoresMs = graphMs((i) => {
+        const r = runs[i];
+        const args = { ids: r.ids, groups: r.groups, ...pass };
+        gpu.launch(k.gemm.up, std.expertsGemmLaunch(k.gemm, 'up', batch, slots, I, E, gpu.device.computeCapability, stream), { input: r.x, gateUp, gateUpScales, h: r.h, ...args });
+        gpu.launch(k.gemm.down, std.expertsGemmLaunch(k.gemm, 'down', batch, slots, D, E, gpu.device.computeCapability, stream), { h: r.h, down, downScales, y: r.y, ...args });
+        gpu.launch(std.expertsKernel, std.expertsLaunch(batch, D, stream), { y: r.y, ids: r.ids, weights: r.weights, output: r.out, rows: batch, hidden: D, experts: E, topK: slots, dtype: rowCode });
+      });
+      const meanExperts = runs.reduce((a, r) => a + r.experts, 0) / runs.length;
+      const floorMs = ((meanExperts * 3 * I * D) / copyBW) * 1e3;
+      result.fp8Experts.push({ experts: routed, topK, shared: 1, batch, meanExpertsRead: meanExperts, floorMs, upRowwiseMs: upMs, rowwiseMs, tensorCoresMs });
+      const us = (ms) => `${(ms * 1e3).toFixed(1)} µs`;
+      log(`FP8 experts ${routed} top-${topK} + shared, batch ${batch} (${meanExperts.toFixed(1)} experts read): row-wise up + down ${us(rowwiseMs)} (up alone ${us(upMs)}), tensor-core pair + sum ${us(tensorCoresMs)}; floor ${us(floorMs)} (row-wise ${((100 * floorMs) / rowwiseMs).toFixed(1)} % of copy)`);
+      freeFrom(kept);
     }
     freeFrom(0);
   }
