@@ -31,6 +31,8 @@ const pkgDir = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const outPath = resolve(pkgDir, process.env.METRALE_BENCH_OUT ?? 'bench-results/decode-kernels.json');
 const ROWS = 'bf16';
 const log = (...a) => console.log(...a);
+/** Milliseconds as microseconds, for the log. */
+const us = (ms) => `${(ms * 1e3).toFixed(1)} µs`;
 
 const cb = await import('@metrale/cuda-backend');
 const found = cb.probe();
@@ -93,7 +95,6 @@ try {
     const bytes = batch * ctx * Hkv * d * BYTES[ROWS] * 2;
     const floorMs = (bytes / copyBW) * 1e3;
     result.attention.push({ ctx, batch, kvBytes: bytes, floorMs, ms, coreMs, ofCopy: floorMs / ms });
-    const us = (t) => `${(t * 1e3).toFixed(1)} µs`;
     log(`attention decode ctx ${ctx} batch ${batch}: std.attn_decode ${us(ms)} (std.attn_core ${us(coreMs)}), floor ${us(floorMs)} (${((100 * floorMs) / ms).toFixed(1)} % of copy)`);
     freeFrom(0);
   }
@@ -145,35 +146,46 @@ try {
         tail = { fusedTailMs, apartMs };
       }
       result.router.push({ experts: E, topK, scoring, batch, form: std.routeForm(batch, topK, E, ROWS), floorMs, fusedMs, gemmRouteFewMs: fewMs, gemmRouteMs: blockMs, gemmMs, ...(tail ?? {}) });
-      const us = (ms) => `${(ms * 1e3).toFixed(1)} µs`;
       log(`router + route ${label} batch ${batch}: std.moe_router_gemv ${us(fusedMs)}; GEMM + std.moe_route_few ${us(fewMs)}; GEMM + std.moe_route ${us(blockMs)} (GEMM alone ${us(gemmMs)}); floor ${us(floorMs)}`);
       if (tail) log(`  with the shared slot and the groups: in the GEMV's last CTA ${us(tail.fusedTailMs)}; GEMV + std.moe_shared_slots + std.moe_group ${us(tail.apartMs)}`);
     }
     freeFrom(0);
   }
 
+  // Qwen3-Next-80B's experts: 512 of 512 × 2048, top-10, and the shared expert as slot 11 (expert 512).
+  const I = 512, routed = 512, topK = 10, E = routed + 1, slots = topK + 1;
+  /**
+   * 10 runs of `batch` rows, each its own rows, top-10 distinct routed experts a row (drawn at
+   * random) then the shared one, and its groups buffer; `experts`: the distinct experts it reads.
+   */
+  const routedRuns = (batch) => {
+    const runs = Array.from({ length: 10 }, () => {
+      const ids = new Int32Array(batch * slots);
+      const distinct = new Set();
+      for (let r = 0; r < batch; r++) {
+        const mine = new Set();
+        while (mine.size < topK) mine.add(Math.floor(rand() * routed));
+        [...mine, routed].forEach((e, j) => { ids[r * slots + j] = e; distinct.add(e); });
+      }
+      const groups = alloc(4 * std.moeGroupsLength(batch, slots, E));
+      const idsBuf = upload(ids);
+      gpu.launch(std.groupKernel, std.groupLaunch(batch, slots, stream), { ids: idsBuf, groups, rows: batch, experts: E, topK: slots });
+      return {
+        ids: idsBuf, groups, experts: distinct.size, x: randomBuffer(batch * D, 1, ROWS), weights: randomBuffer(batch * slots, 0.1),
+        h: alloc(BYTES[ROWS] * batch * slots * I), y: alloc(BYTES[ROWS] * batch * slots * D), out: alloc(BYTES[ROWS] * batch * D),
+      };
+    });
+    gpu.synchronize(stream);
+    return { runs, meanExperts: runs.reduce((a, r) => a + r.experts, 0) / runs.length };
+  };
+
   // ---- expert GEMMs ------------------------------------------------------------------------------------
   {
-    const I = 512, routed = 512, topK = 10, E = routed + 1, slots = topK + 1;
     const gateUp = randomBuffer(E * 2 * I * D, 1 / Math.sqrt(D), ROWS), down = randomBuffer(E * D * I, 1 / Math.sqrt(I), ROWS);
     const k = std.EXPERT_KERNELS[ROWS];
     const codes = { wDtype: std.WEIGHT_DTYPE_CODE[ROWS], rowDtype: rowCode };
     for (const batch of [1, 8, 64]) {
-      // Run i: its own rows, top-10 distinct routed experts a row (drawn at random), then the shared one.
-      const runs = Array.from({ length: 10 }, () => {
-        const ids = new Int32Array(batch * slots);
-        const distinct = new Set();
-        for (let r = 0; r < batch; r++) {
-          const mine = new Set();
-          while (mine.size < topK) mine.add(Math.floor(rand() * routed));
-          [...mine, routed].forEach((e, j) => { ids[r * slots + j] = e; distinct.add(e); });
-        }
-        const groups = alloc(4 * std.moeGroupsLength(batch, slots, E));
-        const idsBuf = upload(ids);
-        gpu.launch(std.groupKernel, std.groupLaunch(batch, slots, stream), { ids: idsBuf, groups, rows: batch, experts: E, topK: slots });
-        return { ids: idsBuf, groups, experts: distinct.size, x: randomBuffer(batch * D, 1, ROWS), h: alloc(BYTES[ROWS] * batch * slots * I), y: alloc(BYTES[ROWS] * batch * slots * D) };
-      });
-      gpu.synchronize(stream);
+      const { runs, meanExperts } = routedRuns(batch);
       const timePair = (gemm) => graphMs((i) => {
         const r = runs[i];
         const args = { ids: r.ids, groups: r.groups, rows: batch, hidden: D, inter: I, experts: E, topK: slots, ...codes };
@@ -182,10 +194,8 @@ try {
       });
       const largeMs = timePair(k.gemm);
       const fewMs = timePair(k.gemm.few);
-      const meanExperts = runs.reduce((a, r) => a + r.experts, 0) / runs.length;
       const floorMs = ((meanExperts * 3 * I * D * BYTES[ROWS]) / copyBW) * 1e3;
       result.expertGemms.push({ experts: routed, topK, shared: 1, batch, meanExpertsRead: meanExperts, floorMs, largeMs, fewMs, layerTakes: std.expertsGemm(k, batch) === k.gemm.few ? 'few' : 'large' });
-      const us = (ms) => `${(ms * 1e3).toFixed(1)} µs`;
       log(`expert GEMMs ${routed} experts top-${topK} + shared, batch ${batch} (${meanExperts.toFixed(1)} experts read): large ${us(largeMs)}, few ${us(fewMs)}; floor ${us(floorMs)} (few ${((100 * floorMs) / fewMs).toFixed(1)} % of copy)`);
       freeFrom(2);
     }
@@ -194,7 +204,6 @@ try {
 
   // ---- FP8 experts at decode ---------------------------------------------------------------------------
   {
-    const I = 512, routed = 512, topK = 10, E = routed + 1, slots = topK + 1;
     const blocks = (n) => Math.ceil(n / 128);
     const gateUp = randomBuffer(E * 2 * I * D, 1, 'f8e4m3'), down = randomBuffer(E * D * I, 1, 'f8e4m3');
     const gateUpScales = randomBuffer(E * 2 * blocks(I) * blocks(D), 1 / 64), downScales = randomBuffer(E * blocks(D) * blocks(I), 1 / 64);
@@ -202,23 +211,7 @@ try {
     const codes = { wDtype: std.WEIGHT_DTYPE_CODE.f8e4m3, rowDtype: rowCode };
     const kept = 4; // the weights and scales above
     for (const batch of [1, 8]) {
-      const runs = Array.from({ length: 10 }, () => {
-        const ids = new Int32Array(batch * slots);
-        const distinct = new Set();
-        for (let r = 0; r < batch; r++) {
-          const mine = new Set();
-          while (mine.size < topK) mine.add(Math.floor(rand() * routed));
-          [...mine, routed].forEach((e, j) => { ids[r * slots + j] = e; distinct.add(e); });
-        }
-        const groups = alloc(4 * std.moeGroupsLength(batch, slots, E));
-        const idsBuf = upload(ids);
-        gpu.launch(std.groupKernel, std.groupLaunch(batch, slots, stream), { ids: idsBuf, groups, rows: batch, experts: E, topK: slots });
-        return {
-          ids: idsBuf, groups, experts: distinct.size, x: randomBuffer(batch * D, 1, ROWS), weights: randomBuffer(batch * slots, 0.1),
-          h: alloc(BYTES[ROWS] * batch * slots * I), y: alloc(BYTES[ROWS] * batch * slots * D), out: alloc(BYTES[ROWS] * batch * D),
-        };
-      });
-      gpu.synchronize(stream);
+      const { runs, meanExperts } = routedRuns(batch);
       const pass = { rows: batch, hidden: D, inter: I, experts: E, topK: slots, ...codes };
       const upMs = graphMs((i) => {
         const r = runs[i];
@@ -236,10 +229,8 @@ try {
         gpu.launch(k.gemm.down, std.expertsGemmLaunch(k.gemm, 'down', batch, slots, D, E, gpu.device.computeCapability, stream), { h: r.h, down, downScales, y: r.y, ...args });
         gpu.launch(std.expertsKernel, std.expertsLaunch(batch, D, stream), { y: r.y, ids: r.ids, weights: r.weights, output: r.out, rows: batch, hidden: D, experts: E, topK: slots, dtype: rowCode });
       });
-      const meanExperts = runs.reduce((a, r) => a + r.experts, 0) / runs.length;
       const floorMs = ((meanExperts * 3 * I * D) / copyBW) * 1e3;
       result.fp8Experts.push({ experts: routed, topK, shared: 1, batch, meanExpertsRead: meanExperts, floorMs, upRowwiseMs: upMs, rowwiseMs, tensorCoresMs });
-      const us = (ms) => `${(ms * 1e3).toFixed(1)} µs`;
       log(`FP8 experts ${routed} top-${topK} + shared, batch ${batch} (${meanExperts.toFixed(1)} experts read): row-wise up + down ${us(rowwiseMs)} (up alone ${us(upMs)}), tensor-core pair + sum ${us(tensorCoresMs)}; floor ${us(floorMs)} (row-wise ${((100 * floorMs) / rowwiseMs).toFixed(1)} % of copy)`);
       freeFrom(kept);
     }
