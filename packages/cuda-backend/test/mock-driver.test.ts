@@ -57,38 +57,38 @@ describe.skipIf(why !== '')('against the mock driver', () => {
     expect(created).toMatch(/^DeviceError: CudaBackend.create: no CUDA devices/);
   });
 
-  it('launches an earlyStart kernel through cuLaunchKernelEx with programmatic stream serialization, the others through cuLaunchKernel', () => {
-    const log = join(tmpdir(), `metrale-early-start-${process.pid}.log`);
+  /** Runs `launches` (after a fill of 16 words of p with `value`) against the mock; the kernels it launched early, and q's words. */
+  function earlyStartRun(name: string, value: number, launches: string): { words: number[]; early: string[] } {
+    const log = join(tmpdir(), `metrale-${name}-${process.pid}.log`);
     rmSync(log, { force: true });
     const script = `import { CudaBackend, testKernels } from ${JSON.stringify(dist)};
       const b = CudaBackend.create();
       const p = b.alloc(64), q = b.alloc(64);
-      b.launch(testKernels.fillU32, { grid: 1, block: 32 }, { dst: p, value: 5, n: 16 });
-      b.launch(testKernels.copyAfterU32, { grid: 1, block: 32, earlyStart: true }, { dst: q, src: p, n: 16 });
-      b.launch(testKernels.copyAfterU32, { grid: 1, block: 32, earlyStart: false }, { dst: p, src: q, n: 16 });
+      b.launch(testKernels.fillU32, { grid: 1, block: 32 }, { dst: p, value: ${value}, n: 16 });
+      ${launches}
       console.log(JSON.stringify([...new Uint32Array(b.download(q, 64).buffer)]));
       b.dispose();`;
-    const r = withMock(['--input-type=module', '-e', script], { MOCK_CUDA_EARLY_START_LOG: log });
-    expect(r.status, r.stderr).toBe(0);
-    expect(JSON.parse(r.stdout)).toEqual(Array(16).fill(5));
-    expect(readFileSync(log, 'utf8').trim().split('\n')).toEqual(['copy_after_u32']);
-    rmSync(log, { force: true });
+    try {
+      const r = withMock(['--input-type=module', '-e', script], { MOCK_CUDA_EARLY_START_LOG: log });
+      expect(r.status, r.stderr).toBe(0);
+      return { words: JSON.parse(r.stdout) as number[], early: readFileSync(log, 'utf8').trim().split('\n') };
+    } finally {
+      rmSync(log, { force: true });
+    }
+  }
+
+  it('launches an earlyStart kernel through cuLaunchKernelEx with programmatic stream serialization, the others through cuLaunchKernel', () => {
+    const { words, early } = earlyStartRun('early-start', 5, `
+      b.launch(testKernels.copyAfterU32, { grid: 1, block: 32, earlyStart: true }, { dst: q, src: p, n: 16 });
+      b.launch(testKernels.copyAfterU32, { grid: 1, block: 32, earlyStart: false }, { dst: p, src: q, n: 16 });`);
+    expect(words).toEqual(Array(16).fill(5));
+    expect(early).toEqual(['copy_after_u32']);
   });
 
   it('launches a wait-first kernel early where its launch says nothing of it (its declaration decides)', () => {
-    const log = join(tmpdir(), `metrale-early-default-${process.pid}.log`);
-    rmSync(log, { force: true });
-    const script = `import { CudaBackend, testKernels } from ${JSON.stringify(dist)};
-      const b = CudaBackend.create();
-      const p = b.alloc(64), q = b.alloc(64);
-      b.launch(testKernels.fillU32, { grid: 1, block: 32 }, { dst: p, value: 7, n: 16 });
-      b.launch(testKernels.copyAfterU32, { grid: 1, block: 32 }, { dst: q, src: p, n: 16 });
-      console.log(JSON.stringify([...new Uint32Array(b.download(q, 64).buffer)]));
-      b.dispose();`;
-    const r = withMock(['--input-type=module', '-e', script], { MOCK_CUDA_EARLY_START_LOG: log });
-    expect(r.status, r.stderr).toBe(0);
-    expect(JSON.parse(r.stdout)).toEqual(Array(16).fill(7));
-    expect(readFileSync(log, 'utf8').trim().split('\n')).toEqual(['copy_after_u32']);
-    rmSync(log, { force: true });
+    const { words, early } = earlyStartRun('early-default', 7, `
+      b.launch(testKernels.copyAfterU32, { grid: 1, block: 32 }, { dst: q, src: p, n: 16 });`);
+    expect(words).toEqual(Array(16).fill(7));
+    expect(early).toEqual(['copy_after_u32']);
   });
 });
