@@ -2,7 +2,8 @@
 // Benchmark of the CUDA backend itself (a program, not a test): the two ceilings every GPU figure
 // is compared with (device-to-device copy bandwidth, bf16 GEMM rate), launch overhead eager vs a
 // replayed graph, allocation latency (pool hit vs miss), host<->device copy latency, and the
-// block-FP8 GEMM at decode's few rows (Qwen3-Next-80B's projections) against its floor, and a
+// block-FP8 GEMM at decode's rows (Qwen3-Next-80B's projections) against its floor and at a
+// prefill's against cuBLASLt's bf16 GEMM and the GEMM ceiling, and a
 // decode step's bytes read by 1 to 1 000 kernels of one graph (what a kernel count costs).
 // Device times come from CUDA events (timeOnDevice, src/ceilings.ts), host times from
 // process.hrtime; warm-up first, then the median of many repetitions, on random data. Prints a table and writes the same figures as JSON
@@ -84,8 +85,8 @@ function launchOverhead(b) {
 }
 
 /**
- * The block-FP8 GEMM at 1 and 8 rows on Qwen3-Next-80B's projection widths, as a decode step
- * replays it: 10 GEMMs in one graph, each on its own weight copy (together beyond the L2), so every
+ * The block-FP8 GEMM at 1, 8 (the rows kernel), 9 and 64 rows (the tiled one) on Qwen3-Next-80B's
+ * projection widths, as a decode step replays it: 10 GEMMs in one graph, each on its own weight copy (together beyond the L2), so every
  * GEMM reads its weights from memory. Floor: the codes and scales read once at the copy rate.
  */
 function fp8DecodeGemms(b, copyBytesPerS) {
@@ -110,7 +111,7 @@ function fp8DecodeGemms(b, copyBytesPerS) {
       b.upload(ps, scales);
       return { pb, ps };
     });
-    for (const m of [1, 8]) {
+    for (const m of QUICK ? [1, 8] : [1, 8, 9, 64]) {
       const a = new Uint16Array(m * k).fill(0x3f80);  // bf16 1.0
       const pa = b.alloc(a.byteLength), pc = b.alloc(m * n * 2);
       b.upload(pa, a);
@@ -127,6 +128,49 @@ function fp8DecodeGemms(b, copyBytesPerS) {
       b.free(pc);
     }
     for (const w of weights) b.free(w.pb), b.free(w.ps);
+  }
+  b.destroyStream(s);
+  return out;
+}
+
+/** Random finite bf16 bits of magnitude below 2 (timing only). */
+function randomBf16(count) {
+  const u = new Uint16Array(count);
+  randomFillSync(u);
+  for (let i = 0; i < count; i++) u[i] &= 0xbfff;
+  return u;
+}
+
+/**
+ * The block-FP8 GEMM at a prefill's rows (4 096 tokens) on the same widths, against cuBLASLt's bf16
+ * GEMM of the same shape in the same run (B in bf16) and the ceiling of its FLOPs at the measured
+ * bf16 GEMM rate: what an FP8 checkpoint's prefill pays for keeping its weights in FP8.
+ */
+function fp8PrefillGemms(b, bf16FlopPerS) {
+  const m = QUICK ? 256 : 4096;
+  const shapes = [
+    { name: 'GDN in_proj_qkvz', n: 12288, k: 2048 },
+    { name: 'GDN out_proj', n: 2048, k: 4096 },
+  ];
+  const s = b.createStream();
+  const out = [];
+  for (const { name, n, k } of shapes) {
+    const codes = new Uint8Array(n * k);
+    randomFillSync(codes);
+    for (let i = 0; i < codes.length; i++) if ((codes[i] & 0x7f) === 0x7f) codes[i] ^= 1;  // no NaN codes
+    const scales = new Float32Array(Math.ceil(n / 128) * Math.ceil(k / 128)).fill(1 / 64);
+    const pa = b.alloc(m * k * 2), pb8 = b.alloc(n * k), ps = b.alloc(scales.byteLength), pb16 = b.alloc(n * k * 2), pc = b.alloc(m * n * 2);
+    b.upload(pa, randomBf16(m * k));
+    b.upload(pb8, codes);
+    b.upload(ps, scales);
+    b.upload(pb16, randomBf16(n * k));
+    const base = { m, n, k, a: pa, c: pc, transB: true, dtype: 'bf16', outDtype: 'bf16', stream: s };
+    const reps = QUICK ? 2 : 10;
+    const fp8 = timeOnDevice(b, () => b.gemm({ ...base, b: pb8, bDtype: 'f8e4m3', bScales: ps }), { stream: s, reps });
+    const bf16 = b.gemmLibrary.loaded ? timeOnDevice(b, () => b.gemm({ ...base, b: pb16 }), { stream: s, reps }) : undefined;
+    const ceilingUs = bf16FlopPerS ? ((2 * m * n * k) / bf16FlopPerS) * 1e6 : undefined;
+    out.push({ name, m, n, k, us: fp8.ms * 1e3, bf16Us: bf16 ? bf16.ms * 1e3 : undefined, ceilingUs });
+    for (const p of [pa, pb8, ps, pb16, pc]) b.free(p);
   }
   b.destroyStream(s);
   return out;
@@ -243,6 +287,7 @@ function main() {
     // The copy ceiling counts bytes read + written; a read-only floor takes the same byte rate.
     const fp8 = fp8DecodeGemms(b, copy.gbPerS * 1e9);
     const chain = kernelChain(b, copy.gbPerS * 1e9);
+    const prefill = fp8PrefillGemms(b, bf16.tflops ? bf16.tflops * 1e12 : undefined);
 
     const fmt = (x, d = 1) => (x === undefined ? '-' : x.toFixed(d));
     const rows = [
@@ -254,6 +299,10 @@ function main() {
       ...copies.map((c) => [c.name, `${fmt(c.deviceUs)} µs device`, `${fmt(c.hostRoundTripUs)} µs host round trip, ${fmt(c.gbPerS)} GB/s`]),
       ...chain.map((c) => [`${c.kernels}-kernel chain reading ${QUICK ? '64 MiB' : '7.2 GB'}${c.earlyStart ? ', early start' : ''}`, `${fmt(c.ms, 3)} ms`, `floor ${fmt(c.floorMs, 3)} ms: ${fmt(100 * c.ofCopy)} % of copy, ${fmt(c.usPerKernelOverFloor, 2)} µs a kernel over it`]),
       ...fp8.map((g) => [`block-FP8 GEMM, ${g.name} (${g.n} × ${g.k}), ${g.m} row${g.m > 1 ? 's' : ''}`, `${fmt(g.us)} µs`, `floor ${fmt(g.floorUs)} µs: ${fmt(100 * g.ofCopy)} % of copy`]),
+      ...prefill.map((g) => [
+        `block-FP8 GEMM, ${g.name} (${g.n} × ${g.k}), ${g.m} rows`, `${fmt(g.us)} µs`,
+        `cuBLASLt bf16 ${fmt(g.bf16Us)} µs; ceiling ${fmt(g.ceilingUs)} µs at the bf16 GEMM rate: ${g.ceilingUs ? fmt((100 * g.ceilingUs) / g.us) : '-'} % of it`,
+      ]),
     ];
     const w0 = Math.max(...rows.map((r) => r[0].length)), w1 = Math.max(...rows.map((r) => r[1].length));
     console.log('');
@@ -270,7 +319,7 @@ function main() {
       driverVersion: found.driverVersion,
       cublasLt: b.gemmLibrary.loaded ? { path: b.gemmLibrary.path, version: b.gemmLibrary.version } : { missing: b.gemmLibrary.reason },
       ceilings: { copyBandwidthGBs: copy.gbPerS, bf16GemmTflops: bf16.tflops ?? null },
-      results: { copy, gemmBf16: bf16, gemmF32: f32, launchOverhead: launches, alloc, copies, fp8DecodeGemms: fp8, kernelChain: chain },
+      results: { copy, gemmBf16: bf16, gemmF32: f32, launchOverhead: launches, alloc, copies, fp8DecodeGemms: fp8, fp8PrefillGemms: prefill, kernelChain: chain },
     };
     mkdirSync(dirname(outPath), { recursive: true });
     writeFileSync(outPath, `${JSON.stringify(report, null, 2)}\n`);

@@ -6,7 +6,9 @@
 //                           where k and A's rows allow, 16-byte loads of codes, the next ones in
 //                           flight while the last are summed (gemm_fp8_rows_vec)
 //   backend_gemm_fp8_tiled  any m: 64 × 64 tiles on tensor cores (wmma), B's codes converted to
-//                           A's type in shared memory (E4M3 values are exact in bf16 and f16)
+//                           A's type in shared memory (E4M3 values are exact in bf16 and f16);
+//                           where k and the pointers allow, a 128-wide block of k a step with
+//                           16-byte loads, the next block's loads in flight (gemm_fp8_tile_vec)
 #include <mma.h>
 
 #include <metrale/elements.cuh>
@@ -185,8 +187,10 @@ extern "C" __global__ void __launch_bounds__(256) backend_gemm_fp8_rows(
 
 namespace {
 
-constexpr int kTileM = 64, kTileN = 64, kTileK = 32;
-constexpr int kPad = 8;  // shared rows of kTileK + 8 elements: no bank conflicts on the fragment loads
+constexpr int kTileM = 64, kTileN = 64;
+constexpr int kTileThreads = 128;  // 4 warps of 32 × 32 (2 × 2 fragments of 16 × 16)
+constexpr int kPad = 8;            // shared rows of K + 8 elements: no bank conflicts on the fragment loads
+constexpr int kAnyK = 32;          // k per step of the per-element path
 
 template <typename T>
 __device__ __forceinline__ T from_float(float v);
@@ -195,88 +199,69 @@ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { re
 template <>
 __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
 
-/** Shared memory of one tile: the A and B stages, then (reused) the f32 tile of C. */
-template <typename T>
+/** Shared memory of one tile: A and B for a step of K, then (reused) the f32 tile of C. */
+template <typename T, int K>
 struct TileSmem {
   struct Stages {
-    T a[kTileM][kTileK + kPad];
-    T b[kTileN][kTileK + kPad];
+    T a[kTileM][K + kPad];
+    T b[kTileN][K + kPad];
   };
   union {
     Stages in;
     float out[kTileM][kTileN + 4];
   };
 };
-constexpr size_t kTileSmemBytes = sizeof(TileSmem<float>) > sizeof(TileSmem<__half>) ? sizeof(TileSmem<float>) : sizeof(TileSmem<__half>);
+constexpr size_t kTileSmemBytes = sizeof(TileSmem<__half, kFp8Block>) > sizeof(TileSmem<__half, kAnyK>) ? sizeof(TileSmem<__half, kFp8Block>)
+                                                                                                      : sizeof(TileSmem<__half, kAnyK>);
 
-/** One CTA: a 64 × 64 tile of C, 4 warps of 32 × 32 (2 × 2 fragments of 16 × 16). */
-template <typename T>
-__device__ void gemm_fp8_tile(unsigned char* smem, const T* __restrict__ a, const uint8_t* __restrict__ b, const float* __restrict__ scales,
-                              void* __restrict__ c, int cCode, int m, int n, int k, int lda, int ldc, float alpha, float beta) {
-  using namespace nvcuda;
-  TileSmem<T>& sm = *reinterpret_cast<TileSmem<T>*>(smem);
-  auto& as = sm.in.a;
-  auto& bs = sm.in.b;
-  auto& out = sm.out;
-  const int m0 = blockIdx.y * kTileM, n0 = blockIdx.x * kTileN;
-  const int warp = threadIdx.x >> 5, wm = (warp >> 1) * 32, wn = (warp & 1) * 32;
-  const int kBlocks = (k + kFp8Block - 1) / kFp8Block;
-  // n0 is a multiple of 64, so the tile's 64 columns share one 128-row block of B's scales.
-  const float* srow = scales + (size_t)(n0 / kFp8Block) * kBlocks;
+using namespace nvcuda;
+using Acc = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
 
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2], part[2][2];
+/** A warp's 2 × 2 fragments of the K-wide step in shared memory, added into part. */
+template <typename T, int K>
+__device__ __forceinline__ void mma_step(const T (*as)[K + kPad], const T (*bs)[K + kPad], int wm, int wn, Acc (&part)[2][2]) {
+#pragma unroll 2
+  for (int kk = 0; kk < K; kk += 16) {
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa[2];
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++) wmma::load_matrix_sync(fa[i], &as[wm + 16 * i][kk], K + kPad);
+#pragma unroll
+    for (int j = 0; j < 2; j++) wmma::load_matrix_sync(fb[j], &bs[wn + 16 * j][kk], K + kPad);
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+      for (int j = 0; j < 2; j++) wmma::mma_sync(part[i][j], fa[i], fb[j], part[i][j]);
+  }
+}
+
+__device__ __forceinline__ void fill(Acc (&f)[2][2]) {
 #pragma unroll
   for (int i = 0; i < 2; i++)
 #pragma unroll
-    for (int j = 0; j < 2; j++) wmma::fill_fragment(acc[i][j], 0.f);
+    for (int j = 0; j < 2; j++) wmma::fill_fragment(f[i][j], 0.f);
+}
 
-  for (int kb = 0; kb < kBlocks; kb++) {
+/** acc += s · part: a 128-wide block's sums times its scale, in f32. */
+__device__ __forceinline__ void add_scaled(Acc (&acc)[2][2], const Acc (&part)[2][2], float s) {
 #pragma unroll
-    for (int i = 0; i < 2; i++)
+  for (int i = 0; i < 2; i++)
 #pragma unroll
-      for (int j = 0; j < 2; j++) wmma::fill_fragment(part[i][j], 0.f);
-    const int kEnd = min(k, (kb + 1) * kFp8Block);
-    for (int k0 = kb * kFp8Block; k0 < kEnd; k0 += kTileK) {
-      for (int e = threadIdx.x; e < kTileM * kTileK; e += blockDim.x) {
-        const int r = e / kTileK, q = e % kTileK;
-        const int gr = m0 + r, gq = k0 + q;
-        as[r][q] = (gr < m && gq < kEnd) ? a[(size_t)gr * lda + gq] : from_float<T>(0.f);
-      }
-      for (int e = threadIdx.x; e < kTileN * kTileK; e += blockDim.x) {
-        const int r = e / kTileK, q = e % kTileK;
-        const int gr = n0 + r, gq = k0 + q;
-        bs[r][q] = (gr < n && gq < kEnd) ? from_float<T>(e4m3_value(b[(size_t)gr * k + gq])) : from_float<T>(0.f);
-      }
-      __syncthreads();
+    for (int j = 0; j < 2; j++)
 #pragma unroll
-      for (int kk = 0; kk < kTileK; kk += 16) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa[2];
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb[2];
-#pragma unroll
-        for (int i = 0; i < 2; i++) wmma::load_matrix_sync(fa[i], &as[wm + 16 * i][kk], kTileK + kPad);
-#pragma unroll
-        for (int j = 0; j < 2; j++) wmma::load_matrix_sync(fb[j], &bs[wn + 16 * j][kk], kTileK + kPad);
-#pragma unroll
-        for (int i = 0; i < 2; i++)
-#pragma unroll
-          for (int j = 0; j < 2; j++) wmma::mma_sync(part[i][j], fa[i], fb[j], part[i][j]);
-      }
-      __syncthreads();
-    }
-    const float s = n0 < n ? srow[kb] : 0.f;
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-      for (int j = 0; j < 2; j++)
-#pragma unroll
-        for (int t = 0; t < acc[i][j].num_elements; t++) acc[i][j].x[t] = fmaf(s, part[i][j].x[t], acc[i][j].x[t]);
-  }
+      for (int t = 0; t < acc[i][j].num_elements; t++) acc[i][j].x[t] = fmaf(s, part[i][j].x[t], acc[i][j].x[t]);
+}
+
+/** The tile's sums through shared memory to C (alpha, beta), the rows and columns inside C. */
+__device__ __forceinline__ void store_tile(float (*out)[kTileN + 4], const Acc (&acc)[2][2], int wm, int wn, void* c, int cCode, int m, int n,
+                                           int ldc, float alpha, float beta, int m0, int n0) {
 #pragma unroll
   for (int i = 0; i < 2; i++)
 #pragma unroll
     for (int j = 0; j < 2; j++) wmma::store_matrix_sync(&out[wm + 16 * i][wn + 16 * j], acc[i][j], kTileN + 4, wmma::mem_row_major);
   __syncthreads();
-  for (int e = threadIdx.x; e < kTileM * kTileN; e += blockDim.x) {
+#pragma unroll 4
+  for (int e = threadIdx.x; e < kTileM * kTileN; e += kTileThreads) {
     const int r = e / kTileN, q = e % kTileN;
     const int gr = m0 + r, gq = n0 + q;
     if (gr >= m || gq >= n) continue;
@@ -285,6 +270,121 @@ __device__ void gemm_fp8_tile(unsigned char* smem, const T* __restrict__ a, cons
     if (beta != 0.f) v += beta * load_element(c, at, cCode);
     store_element(c, at, v, cCode);
   }
+}
+
+/**
+ * The vector path (k a multiple of 16; A's rows and B 16-byte aligned): a step is one 128-wide
+ * block of k. Each thread loads 8 chunks of A (8 values each) and 4 of B (16 codes each) with
+ * 16-byte loads; the next block's loads are issued before this block's products, so they are in
+ * flight while the tensor cores work. B's codes become A's type as they are stored (exact).
+ */
+template <typename T>
+__device__ void gemm_fp8_tile_vec(unsigned char* smem, const T* __restrict__ a, const uint8_t* __restrict__ b, const float* __restrict__ scales,
+                                  void* __restrict__ c, int cCode, int m, int n, int k, int lda, int ldc, float alpha, float beta) {
+  constexpr int K = kFp8Block;
+  constexpr int kAChunks = kTileM * K / 8 / kTileThreads;   // 8
+  constexpr int kBChunks = kTileN * K / 16 / kTileThreads;  // 4
+  TileSmem<T, K>& sm = *reinterpret_cast<TileSmem<T, K>*>(smem);
+  const int m0 = blockIdx.y * kTileM, n0 = blockIdx.x * kTileN;
+  const int warp = threadIdx.x >> 5, wm = (warp >> 1) * 32, wn = (warp & 1) * 32;
+  const int kBlocks = (k + K - 1) / K;
+  // n0 is a multiple of 64, so the tile's 64 columns share one 128-row block of B's scales.
+  const float* srow = scales + (size_t)(n0 / kFp8Block) * kBlocks;
+
+  uint4 qa[kAChunks], qb[kBChunks];
+  auto load = [&](int kb) {
+    const int k0 = kb * K;
+#pragma unroll
+    for (int u = 0; u < kAChunks; u++) {
+      const int e = threadIdx.x + kTileThreads * u, r = e / (K / 8), q = k0 + 8 * (e % (K / 8));
+      qa[u] = m0 + r < m && q < k ? __ldg(reinterpret_cast<const uint4*>(a + (size_t)(m0 + r) * lda + q)) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kBChunks; u++) {
+      const int e = threadIdx.x + kTileThreads * u, r = e / (K / 16), q = k0 + 16 * (e % (K / 16));
+      qb[u] = n0 + r < n && q < k ? __ldg(reinterpret_cast<const uint4*>(b + (size_t)(n0 + r) * k + q)) : make_uint4(0, 0, 0, 0);
+    }
+  };
+  auto stage = [&]() {
+#pragma unroll
+    for (int u = 0; u < kAChunks; u++) {
+      const int e = threadIdx.x + kTileThreads * u;
+      *reinterpret_cast<uint4*>(&sm.in.a[e / (K / 8)][8 * (e % (K / 8))]) = qa[u];
+    }
+#pragma unroll
+    for (int u = 0; u < kBChunks; u++) {
+      const int e = threadIdx.x + kTileThreads * u;
+      const uint8_t* codes = reinterpret_cast<const uint8_t*>(&qb[u]);
+      T v[16];
+#pragma unroll
+      for (int t = 0; t < 16; t++) v[t] = from_float<T>(e4m3_value(codes[t]));
+      uint4 w[2];
+      memcpy(w, v, sizeof w);
+      uint4* dst = reinterpret_cast<uint4*>(&sm.in.b[e / (K / 16)][16 * (e % (K / 16))]);
+      dst[0] = w[0];
+      dst[1] = w[1];
+    }
+  };
+
+  Acc acc[2][2], part[2][2];
+  fill(acc);
+  load(0);
+  for (int kb = 0; kb < kBlocks; kb++) {
+    stage();
+    __syncthreads();
+    if (kb + 1 < kBlocks) load(kb + 1);
+    fill(part);
+    mma_step<T, K>(sm.in.a, sm.in.b, wm, wn, part);
+    add_scaled(acc, part, n0 < n ? srow[kb] : 0.f);
+    __syncthreads();
+  }
+  store_tile(sm.out, acc, wm, wn, c, cCode, m, n, ldc, alpha, beta, m0, n0);
+}
+
+/** Any other shape: element by element, kAnyK of k a step. */
+template <typename T>
+__device__ void gemm_fp8_tile_any(unsigned char* smem, const T* __restrict__ a, const uint8_t* __restrict__ b, const float* __restrict__ scales,
+                                  void* __restrict__ c, int cCode, int m, int n, int k, int lda, int ldc, float alpha, float beta) {
+  constexpr int K = kAnyK;
+  TileSmem<T, K>& sm = *reinterpret_cast<TileSmem<T, K>*>(smem);
+  const int m0 = blockIdx.y * kTileM, n0 = blockIdx.x * kTileN;
+  const int warp = threadIdx.x >> 5, wm = (warp >> 1) * 32, wn = (warp & 1) * 32;
+  const int kBlocks = (k + kFp8Block - 1) / kFp8Block;
+  const float* srow = scales + (size_t)(n0 / kFp8Block) * kBlocks;
+
+  Acc acc[2][2], part[2][2];
+  fill(acc);
+  for (int kb = 0; kb < kBlocks; kb++) {
+    fill(part);
+    const int kEnd = min(k, (kb + 1) * kFp8Block);
+    for (int k0 = kb * kFp8Block; k0 < kEnd; k0 += K) {
+#pragma unroll 4
+      for (int e = threadIdx.x; e < kTileM * K; e += kTileThreads) {
+        const int r = e / K, q = e % K;
+        const int gr = m0 + r, gq = k0 + q;
+        sm.in.a[r][q] = (gr < m && gq < kEnd) ? a[(size_t)gr * lda + gq] : from_float<T>(0.f);
+      }
+#pragma unroll 4
+      for (int e = threadIdx.x; e < kTileN * K; e += kTileThreads) {
+        const int r = e / K, q = e % K;
+        const int gr = n0 + r, gq = k0 + q;
+        sm.in.b[r][q] = (gr < n && gq < kEnd) ? from_float<T>(e4m3_value(b[(size_t)gr * k + gq])) : from_float<T>(0.f);
+      }
+      __syncthreads();
+      mma_step<T, K>(sm.in.a, sm.in.b, wm, wn, part);
+      __syncthreads();
+    }
+    add_scaled(acc, part, n0 < n ? srow[kb] : 0.f);
+  }
+  store_tile(sm.out, acc, wm, wn, c, cCode, m, n, ldc, alpha, beta, m0, n0);
+}
+
+template <typename T>
+__device__ void gemm_fp8_tile(unsigned char* smem, const T* a, const uint8_t* b, const float* scales, void* c, int cCode, int m, int n, int k,
+                              int lda, int ldc, float alpha, float beta) {
+  const bool vec = k % 16 == 0 && lda % 8 == 0 && (reinterpret_cast<uintptr_t>(a) & 15) == 0 && (reinterpret_cast<uintptr_t>(b) & 15) == 0;
+  if (vec) gemm_fp8_tile_vec<T>(smem, a, b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta);
+  else gemm_fp8_tile_any<T>(smem, a, b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // The data path's GEMMs and conversions on the device against float64 references of the stored
 // values: block-FP8 B through the backend's kernels (the warp-per-column one for m ≤ 8, on its
-// 16-code loads and its per-code path, the tensor-core tiles above; partial 128-blocks in n and k; bf16 and f16 A; f32, bf16, f16 C;
+// 16-code loads and its per-code path, the tensor-core tiles above on 16-byte loads and per element; partial 128-blocks in n and k; bf16 and f16 A; f32, bf16, f16 C;
 // alpha and beta), f16 operands through cuBLASLt, and `convert` between every pair of types
 // (bit-exact with core's encoders, which the CPU backend uses: one rounding of the same value). Bounds per element, S = Σ |a·b| + |beta·c0|:
 // f32 C: |C − ref| ≤ 1e-5 · S (f32 accumulation over the blocks); a 16-bit C: one more rounding.
@@ -72,6 +72,11 @@ describeGpu('gemm with a block-FP8 B (the backend kernels)', () => {
     { m: 3, n: 130, k: 256, a: 'f16', c: 'f32', lda: 260, ldc: 130, alpha: 1, beta: 0 },
     { m: 9, n: 130, k: 300, a: 'bf16', c: 'f32', lda: 300, ldc: 130, alpha: 1, beta: 0 },
     { m: 100, n: 640, k: 2048, a: 'bf16', c: 'bf16', lda: 2048, ldc: 640, alpha: 1, beta: 0 },
+    // The tiled kernel's 16-byte loads: out_proj at batch 64 (k = 4096, beta), a k that ends inside
+    // a 128-wide block with n ending inside a tile (f16), several tiles of rows (m 130).
+    { m: 64, n: 2048, k: 4096, a: 'bf16', c: 'bf16', lda: 4096, ldc: 2048, alpha: 1, beta: 1 },
+    { m: 17, n: 200, k: 144, a: 'f16', c: 'f32', lda: 152, ldc: 200, alpha: 0.5, beta: 0.25 },
+    { m: 130, n: 384, k: 2048, a: 'bf16', c: 'f32', lda: 2048, ldc: 390, alpha: 1, beta: 0 },
     { m: 333, n: 100, k: 200, a: 'f16', c: 'f32', lda: 210, ldc: 100, alpha: 2, beta: 0.5 },
   ];
   for (const [i, t] of cases.entries()) {
