@@ -22,16 +22,18 @@
 // type as a code. Products and sums are f32; h and y are rounded to R where they are stored, as the
 // row-wise down kernel rounds each expert's sum before weighting it.
 //
-// FP8: a lane's 4-element step of a weight row lies in one 128-column block (the warp's 32 lanes
-// cover exactly one block per step), so a step adds scale · (codes · x) with one fma; the scalar
-// path (a width not a multiple of 4) dequantizes each code. Scales of an expert's gate and up are
+// FP8: a lane takes 16 codes of a weight row at once (one 16-byte load: kSteps<W> = 4 steps of 4
+// elements), which lie in one 128-column block, so each 4-element step adds scale · (codes · x)
+// with one fma; float weights take one 4-element step at a time. The scalar path (a width not a
+// multiple of 4 · kSteps<W>) dequantizes each code. Scales of an expert's gate and up are
 // two grids [⌈I/128⌉][⌈D/128⌉] (the part structure of the stacked [2I][D] weight, whether or not I
 // is a whole number of blocks), of its down one [⌈D/128⌉][⌈I/128⌉].
 //
 // Decode reads every weight of a chosen expert once per step, whatever the number of rows that
 // chose it: a CTA owns (expert, tile of 8 weight rows) and runs the expert's entries through the
-// tile 16 at a time. Each value is computed exactly as by the row-wise kernels (lane l sums the
-// 4-element step k ≡ l mod 32 in order, the same fma sequence, the xor-butterfly tree over lanes),
+// tile 16 at a time. Each value is computed exactly as by the row-wise kernels (lane l sums its
+// chunks of kSteps<W> 4-element steps, c ≡ l mod 32, in order, the same fma sequence, the
+// xor-butterfly tree over lanes),
 // so a row's result is bit-identical whatever the batch and whichever rows share its experts.
 #include "std-common.cuh"
 #include "std-moe-groups.cuh"
@@ -125,15 +127,53 @@ __device__ __forceinline__ float dot_step1(float acc, float w, float x, float sc
   else return __fmaf_rn(w, x, acc);
 }
 
+/**
+ * 4-element steps a lane takes at once on the vector path: 4 for FP8 weights (16 codes, one 16-byte
+ * load; 4 codes a load left too few bytes in flight), 1 for float weights.
+ */
+template <typename W>
+constexpr int kSteps = is_fp8<W> ? 4 : 1;
+
+/** Whether a width of W's weight rows takes the vector path (whole chunks of kSteps<W> steps). */
+template <typename W>
+__device__ __forceinline__ bool vector_width(int width) { return (width & (4 * kSteps<W> - 1)) == 0; }
+
+/** Chunk c of a weight row as loaded: FP8, its 16 codes (one 16-byte load); a float W, its one step. */
+template <typename W>
+using WeightChunk = std::conditional_t<is_fp8<W>, uint4, float4>;
+
+template <typename W>
+__device__ __forceinline__ WeightChunk<W> ldg_chunk(const W* p, int c) {
+  if constexpr (is_fp8<W>) return __ldg(reinterpret_cast<const uint4*>(p) + c);
+  else return ldg4(p, c);
+}
+
+/** Step t of a loaded chunk as values (the codes unpacked when they are used, so a chunk holds 4 registers). */
+template <typename W>
+__device__ __forceinline__ float4 step_of(const WeightChunk<W>& w, int t) {
+  if constexpr (is_fp8<W>) return unpack_e4m3x4(t == 0 ? w.x : t == 1 ? w.y : t == 2 ? w.z : w.w);
+  else return w;
+}
+
+/** The 128-column block of chunk c (its steps lie in one). */
+template <typename W>
+__device__ __forceinline__ int chunk_block(int c) { return (c * kSteps<W>) >> 5; }
+
 /** Lane sums of gate and up rows g, u against x (the vector path), U steps of 4 unrolled. */
 template <int U, typename W, typename R>
 __device__ __forceinline__ void up_dots4(const R* __restrict__ x, const W* __restrict__ g, const W* __restrict__ u, const float* gs, const float* us, int D,
                                          int lane, float& sg, float& su) {
-#pragma unroll U
-  for (int k = lane; k < (D >> 2); k += 32) {
-    const float4 xv = ldg4(x, k);
-    sg = dot_step4<W>(sg, ldg4(g, k), xv, block_scale<W>(gs, k >> 5));
-    su = dot_step4<W>(su, ldg4(u, k), xv, block_scale<W>(us, k >> 5));
+  constexpr int V = kSteps<W>;
+#pragma unroll(U / V)
+  for (int c = lane; c < (D >> 2) / V; c += 32) {
+    const WeightChunk<W> gc = ldg_chunk(g, c), uc = ldg_chunk(u, c);
+    const float gsc = block_scale<W>(gs, chunk_block<W>(c)), usc = block_scale<W>(us, chunk_block<W>(c));
+#pragma unroll
+    for (int t = 0; t < V; t++) {
+      const float4 xv = ldg4(x, (size_t)c * V + t);
+      sg = dot_step4<W>(sg, step_of<W>(gc, t), xv, gsc);
+      su = dot_step4<W>(su, step_of<W>(uc, t), xv, usc);
+    }
   }
 }
 
@@ -143,7 +183,7 @@ __device__ __forceinline__ void experts_up_rowwise(const R* __restrict__ input, 
                                                    int topK) {
   const int D = hidden, I = inter;
   const int lane = lane_id(), nw = num_warps();
-  const bool vec = (D & 3) == 0 && aligned16(input) && aligned16(gateUp);
+  const bool vec = vector_width<W>(D) && aligned16(input) && aligned16(gateUp);
   for (int rj = blockIdx.x; rj < rows * topK; rj += gridDim.x) {
     const int r = rj / topK;
     const int e = ids[rj];
@@ -208,11 +248,17 @@ __device__ __forceinline__ void down_outputs(const R* __restrict__ h, const int3
       s[q] = 0.f;
     }
     if (vec) {
-#pragma unroll 4
-      for (int k = lane; k < (I >> 2); k += 32)
+      constexpr int V = kSteps<W>;
+#pragma unroll(4 / V)
+      for (int c = lane; c < (I >> 2) / V; c += 32)
 #pragma unroll
         for (int q = 0; q < Q; q++)
-          if (dn[q]) s[q] = dot_step4<W>(s[q], ldg4(dn[q], k), ldg4(hj[q], k), block_scale<W>(ds[q], k >> 5));
+          if (dn[q]) {
+            const WeightChunk<W> wc = ldg_chunk(dn[q], c);
+            const float sc = block_scale<W>(ds[q], chunk_block<W>(c));
+#pragma unroll
+            for (int t = 0; t < V; t++) s[q] = dot_step4<W>(s[q], step_of<W>(wc, t), ldg4(hj[q], (size_t)c * V + t), sc);
+          }
     } else {
       for (int k = lane; k < I; k += 32)
 #pragma unroll
@@ -245,7 +291,7 @@ __device__ __forceinline__ void experts_rowwise(const R* __restrict__ h, const i
                                                 int hidden, int inter, int experts, int topK) {
   const int D = hidden, I = inter;
   const int lane = lane_id(), nw = num_warps();
-  const bool vec = (I & 3) == 0 && aligned16(h) && aligned16(down);
+  const bool vec = vector_width<W>(I) && aligned16(h) && aligned16(down);
   if (rows == 1 && topK <= kSplitSlots && nw == 2 * kSplitValues) {
     // One row: two warps a value, each the expert outputs of half the slots (one value a warp
     // leaves too few loads in flight); the first adds all of them in order j, as down_value does.
@@ -286,7 +332,7 @@ __device__ __forceinline__ void experts_up(const R* __restrict__ input, const in
   const int D = hidden, I = inter;
   const int lane = lane_id(), nw = num_warps();
   const Groups gr(groups, experts);
-  const bool vec = (D & 3) == 0 && aligned16(input) && aligned16(gateUp);
+  const bool vec = vector_width<W>(D) && aligned16(input) && aligned16(gateUp);
   const int tile = nw * kRowsPerWarp;
   // Entries whose id is outside the experts: zeros (the first column of CTAs).
   if (blockIdx.x == 0) {
@@ -324,23 +370,30 @@ __device__ __forceinline__ void experts_up(const R* __restrict__ input, const in
 #pragma unroll
         for (int t = 0; t < 32; t++) sg[t] = 0.f, su[t] = 0.f;
         if (vec) {
-#pragma unroll 4
-          for (int k = lane; k < (D >> 2); k += 32) {
-            float4 gv[kRowsPerWarp], uv[kRowsPerWarp];
+          constexpr int V = kSteps<W>;
+#pragma unroll(4 / V)
+          for (int c = lane; c < (D >> 2) / V; c += 32) {
+            WeightChunk<W> gc[kRowsPerWarp], uc[kRowsPerWarp];
             float gsc[kRowsPerWarp], usc[kRowsPerWarp];
 #pragma unroll
             for (int m = 0; m < kRowsPerWarp; m++) {
-              gv[m] = ldg4(G, (wrow[m] >> 2) + k), uv[m] = ldg4(U, (wrow[m] >> 2) + k);
-              gsc[m] = block_scale<W>(gs[m], k >> 5), usc[m] = block_scale<W>(us[m], k >> 5);
+              gc[m] = ldg_chunk(G + wrow[m], c), uc[m] = ldg_chunk(U + wrow[m], c);
+              gsc[m] = block_scale<W>(gs[m], chunk_block<W>(c)), usc[m] = block_scale<W>(us[m], chunk_block<W>(c));
             }
+#pragma unroll 1
+            for (int t = 0; t < V; t++) {
+              float4 gv[kRowsPerWarp], uv[kRowsPerWarp];
 #pragma unroll
-            for (int q = 0; q < kEntries; q++) {
-              if (q < nq) {
-                const float4 xv = ldg4(input, (xoff[q] >> 2) + k);
+              for (int m = 0; m < kRowsPerWarp; m++) gv[m] = step_of<W>(gc[m], t), uv[m] = step_of<W>(uc[m], t);
 #pragma unroll
-                for (int m = 0; m < kRowsPerWarp; m++) {
-                  sg[m * kEntries + q] = dot_step4<W>(sg[m * kEntries + q], gv[m], xv, gsc[m]);
-                  su[m * kEntries + q] = dot_step4<W>(su[m * kEntries + q], uv[m], xv, usc[m]);
+              for (int q = 0; q < kEntries; q++) {
+                if (q < nq) {
+                  const float4 xv = ldg4(input + xoff[q], (size_t)c * V + t);
+#pragma unroll
+                  for (int m = 0; m < kRowsPerWarp; m++) {
+                    sg[m * kEntries + q] = dot_step4<W>(sg[m * kEntries + q], gv[m], xv, gsc[m]);
+                    su[m * kEntries + q] = dot_step4<W>(su[m * kEntries + q], uv[m], xv, usc[m]);
+                  }
                 }
               }
             }
@@ -383,7 +436,7 @@ __device__ __forceinline__ void experts_down(const R* __restrict__ h, const int3
   const int D = hidden, I = inter;
   const int lane = lane_id(), nw = num_warps();
   const Groups gr(groups, experts);
-  const bool vec = (I & 3) == 0 && aligned16(h) && aligned16(down);
+  const bool vec = vector_width<W>(I) && aligned16(h) && aligned16(down);
   const int tile = nw * kRowsPerWarp;
   if (blockIdx.x == 0) {
     for (int d0 = blockIdx.y * tile; d0 < D; d0 += gridDim.y * tile)
@@ -416,18 +469,25 @@ __device__ __forceinline__ void experts_down(const R* __restrict__ h, const int3
 #pragma unroll
         for (int t = 0; t < 32; t++) s[t] = 0.f;
         if (vec) {
-#pragma unroll 2
-          for (int k = lane; k < (I >> 2); k += 32) {
-            float4 wv[kRowsPerWarp];
+          constexpr int V = kSteps<W>;
+#pragma unroll(2 / V > 0 ? 2 / V : 1)
+          for (int c = lane; c < (I >> 2) / V; c += 32) {
+            WeightChunk<W> wc[kRowsPerWarp];
             float sc[kRowsPerWarp];
 #pragma unroll
-            for (int m = 0; m < kRowsPerWarp; m++) wv[m] = ldg4(Wt, (wrow[m] >> 2) + k), sc[m] = block_scale<W>(ws[m], k >> 5);
+            for (int m = 0; m < kRowsPerWarp; m++) wc[m] = ldg_chunk(Wt + wrow[m], c), sc[m] = block_scale<W>(ws[m], chunk_block<W>(c));
+#pragma unroll 1
+            for (int t = 0; t < V; t++) {
+              float4 wv[kRowsPerWarp];
 #pragma unroll
-            for (int q = 0; q < kEntries; q++) {
-              if (q < nq) {
-                const float4 hv = ldg4(h, (hoff[q] >> 2) + k);
+              for (int m = 0; m < kRowsPerWarp; m++) wv[m] = step_of<W>(wc[m], t);
 #pragma unroll
-                for (int m = 0; m < kRowsPerWarp; m++) s[m * kEntries + q] = dot_step4<W>(s[m * kEntries + q], wv[m], hv, sc[m]);
+              for (int q = 0; q < kEntries; q++) {
+                if (q < nq) {
+                  const float4 hv = ldg4(h + hoff[q], (size_t)c * V + t);
+#pragma unroll
+                  for (int m = 0; m < kRowsPerWarp; m++) s[m * kEntries + q] = dot_step4<W>(s[m * kEntries + q], wv[m], hv, sc[m]);
+                }
               }
             }
           }
