@@ -18,8 +18,11 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const toolDir = dirname(fileURLToPath(import.meta.url));
-// The emulator's sources, and core's header it shares with the kernels (their binaries' hash).
-const TOOL_FILES = [...['cuda-emu.h', 'cuda-emu-main.h'].map((f) => join(toolDir, f)), join(toolDir, '..', '..', 'packages', 'core', 'include', 'metrale', 'by-row-type.h')];
+// Core's kernel headers: <metrale/…> on g++'s include path as on nvcc's (elements.cuh itself is
+// the emulator's own; the others are shared as they are).
+const coreInclude = join(toolDir, '..', '..', 'packages', 'core', 'include');
+// The emulator's sources, and core's headers it shares with the kernels (their binaries' hash).
+const TOOL_FILES = [...['cuda-emu.h', 'cuda-emu-main.h'].map((f) => join(toolDir, f)), ...['by-row-type.h', 'mma.cuh'].map((f) => join(coreInclude, 'metrale', f))];
 const CXX_FLAGS = ['-std=c++20', '-O2', '-ffp-contract=off', '-Wno-unknown-pragmas'];
 
 /**
@@ -58,7 +61,7 @@ export function emulatedDevice(options) {
       `CUDA_EMU_KERNELS(${table.join(', ')})`,
       '',
     ].join('\n');
-    const flags = [...CXX_FLAGS, `-DCUDA_EMU_CLUSTERS=${clusters}`, ...(mod.defines ?? []).map((d) => `-D${d}`)];
+    const flags = [...CXX_FLAGS, `-I${coreInclude}`, `-DCUDA_EMU_CLUSTERS=${clusters}`, ...(mod.defines ?? []).map((d) => `-D${d}`)];
     const h = createHash('sha256');
     h.update(unit);
     h.update(flags.join(' '));

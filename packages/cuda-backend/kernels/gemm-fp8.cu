@@ -2,9 +2,9 @@
 // Bᵀ + beta · C, A bf16 or f16 (row-major, lda), B E4M3 codes [n][k] packed with f32 scales
 // [⌈n/128⌉][⌈k/128⌉], C f32 / bf16 / f16 (ldc). Each 128-wide slice of k is summed on its own and
 // multiplied by its block scale in f32, so the result is the product with the dequantized B.
-//   backend_gemm_fp8_rows   m ≤ 8: a warp per output column at a time, B read once (decode);
-//                           where k and A's rows allow, 16-byte loads of codes, the next ones in
-//                           flight while the last are summed (gemm_fp8_rows_vec)
+//   backend_gemm_fp8_rows   m ≤ 8 (decode), B read once: where k and A's rows allow, on tensor
+//                           cores with C's columns as the MMA's rows, 16 columns a CTA, its warps
+//                           splitting k (gemm_fp8_rows_mma); else a warp per column, per code
 //   backend_gemm_fp8_tiled  any m: 64 × 64 tiles on tensor cores (wmma), B's codes converted to
 //                           A's type in shared memory (E4M3 values are exact in bf16 and f16);
 //                           where k and the pointers allow, a 128-wide block of k a step with
@@ -12,17 +12,13 @@
 #include <mma.h>
 
 #include <metrale/elements.cuh>
+#include <metrale/mma.cuh>
 
 using namespace metrale;
 
 namespace {
 
 constexpr int kRowsMax = 8;
-/** Codes a lane reads at once on the vector path (one 16-byte load, inside one 128-wide block). */
-constexpr int kChunk = 16;
-/** 16-byte loads of a lane per group; a group's loads are issued while the one before is summed. */
-constexpr int kGroup = 4;
-
 __device__ __forceinline__ float load_a(const void* a, size_t i, int code) { return load_element(a, i, code); }
 
 /** Column j of C from the lanes' sums acc[r] of rows r < m: added over the warp, lane 0 stores. */
@@ -42,114 +38,99 @@ __device__ __forceinline__ void store_column(const float* acc, void* c, int cCod
   }
 }
 
-/** 8 bf16 or f16 values from one 16-byte load, as f32. */
+/** Two E4M3 codes (the low byte first) as a pair of T (exact in bf16 and f16), in one 32-bit register. */
 template <typename T>
-__device__ __forceinline__ void load8(const T* p, float* out) {
-  const uint4 u = __ldg(reinterpret_cast<const uint4*>(p));
-  T v[8];
-  memcpy(v, &u, sizeof u);  // not a pointer cast: the bits of u as T without breaking aliasing rules
-#pragma unroll
-  for (int i = 0; i < 8; i++) out[i] = Element<T>::load(v, i);
+__device__ __forceinline__ uint32_t codes_to_pair(uint32_t two) {
+  const float lo = e4m3_value(two & 0xffu), hi = e4m3_value((two >> 8) & 0xffu);
+  if constexpr (std::is_same_v<T, __half>) return (uint32_t)__half_as_ushort(__float2half_rn(lo)) | ((uint32_t)__half_as_ushort(__float2half_rn(hi)) << 16);
+  else return (uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) | ((uint32_t)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16);
 }
 
-/** The values of the 16 E4M3 codes of one 16-byte load. */
-__device__ __forceinline__ void codes16(const uint4 u, float* out) {
-  const uint8_t* v = reinterpret_cast<const uint8_t*>(&u);
-#pragma unroll
-  for (int i = 0; i < 16; i++) out[i] = e4m3_value(v[i]);
-}
+/** The most warps of a CTA of the tensor-core rows path (8, or 16 where the columns are few); they split k. */
+constexpr int kRowsWarpsMax = 16;
+/** Output columns of a CTA of the tensor-core rows path: the 16 rows of the MMA's A operand. */
+constexpr int kRowsCols = 16;
+/** k of one group: 4 MMA steps of 16, a lane's 16 codes of each of its two weight rows. */
+constexpr int kRowsGroupK = 64;
 
 /**
- * The vector path: k a multiple of 16, A's rows 16-byte aligned, m ≤ M. A warp owns the columns
- * j ≡ warp (mod the grid's warps); lane l reads chunks l, l + 32, … of 16 codes of each. A lane's
- * chunks of all its columns form one sequence of items (`per` a column, the same count on every
- * lane: chunks past k are not loaded), taken kGroup at a time, the next group's loads issued
- * before this group is summed, so the loads stay in flight across the warp's columns. A chunk's
- * product is scaled by its block's scale; a column's lane sums are added when its last item is.
+ * The tensor-core path (k a multiple of 16; A's rows and B 16-byte aligned): C's columns as the
+ * MMA's rows. A CTA owns 16 columns n0 … n0 + 15 for all m ≤ 8 rows: the m16n8k16 product of B's
+ * 16 weight rows (codes converted to T in registers) with A's rows as the 8 columns of the MMA's
+ * second operand. k goes in groups of 64, warp w of W taking groups w, w + W, …; within a group the k
+ * order of the MMA's slots is permuted so that lane (g, q) = (lane / 4, lane % 4) reads 16
+ * consecutive codes of weight rows g and g + 8 and 16 consecutive values of A's row g with three
+ * 16-byte loads (a sum does not depend on the order of its k, and A and B take the same one): MMA
+ * step s's slots 2q, 2q + 1, 2q + 8, 2q + 9 hold k = k0 + 16q + 4s + 0, 1, 2, 3. Each group's
+ * sums are multiplied by its 128-wide block's scale in f32; the warps' sums are added in warp
+ * order through shared memory.
  */
-template <typename T, int M>
-__device__ void gemm_fp8_rows_vec(const T* __restrict__ a, const uint8_t* __restrict__ b, const float* __restrict__ scales, void* __restrict__ c,
-                                  int cCode, int m, int n, int k, int lda, int ldc, float alpha, float beta) {
-  const int lane = threadIdx.x & 31;
-  const int warp = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-  const int warps = gridDim.x * (blockDim.x >> 5);
-  if (warp >= n) return;
-  const int kBlocks = (k + kFp8Block - 1) / kFp8Block;
-  const int chunks = k / kChunk;
-  const int per = (chunks + 31) / 32;
-  const int items = ((n - 1 - warp) / warps + 1) * per;
-
-  // The loader's position: column j, its item i (chunk lane + 32·i).
-  int lj = warp, li = 0;
-  auto load_group = [&](uint4* q, int first) {
-#pragma unroll
-    for (int u = 0; u < kGroup; u++) {
-      const int ch = lane + 32 * li;
-      q[u] = first + u < items && ch < chunks ? __ldg(reinterpret_cast<const uint4*>(b + (size_t)lj * k) + ch) : make_uint4(0, 0, 0, 0);
-      if (++li == per) li = 0, lj += warps;
-    }
-  };
-  uint4 cur[kGroup], next[kGroup];
-  load_group(cur, 0);
-
-  int j = warp, i = 0;
-  float acc[M];
-#pragma unroll
-  for (int r = 0; r < M; r++) acc[r] = 0.f;
-  for (int t0 = 0; t0 < items; t0 += kGroup) {
-    load_group(next, t0 + kGroup);
-#pragma unroll
-    for (int u = 0; u < kGroup; u++) {
-      if (t0 + u >= items) break;
-      const int ch = lane + 32 * i;
-      if (ch < chunks) {
-        float w[kChunk];
-        codes16(cur[u], w);
-        const float s = __ldg(scales + (size_t)(j / kFp8Block) * kBlocks + (ch * kChunk) / kFp8Block);
-#pragma unroll
-        for (int r = 0; r < M; r++) {
-          if (r >= m) break;
-          float x[kChunk];
-          const T* ar = a + (size_t)r * lda + (size_t)ch * kChunk;
-          load8(ar, x);
-          load8(ar + 8, x + 8);
-          float p = 0.f;
-#pragma unroll
-          for (int e = 0; e < kChunk; e++) p = fmaf(x[e], w[e], p);
-          acc[r] = fmaf(s, p, acc[r]);
-        }
-      }
-      if (++i == per) {  // column j's last item (the same step on every lane)
-        store_column<M>(acc, c, cCode, m, j, ldc, alpha, beta, lane);
-#pragma unroll
-        for (int r = 0; r < M; r++) acc[r] = 0.f;
-        i = 0, j += warps;
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kGroup; u++) cur[u] = next[u];
-  }
-}
-
 template <typename T>
-__device__ void gemm_fp8_rows_vec_m(const T* a, const uint8_t* b, const float* scales, void* c, int cCode, int m, int n, int k, int lda, int ldc,
-                                    float alpha, float beta) {
-  if (m == 1) gemm_fp8_rows_vec<T, 1>(a, b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta);
-  else if (m == 2) gemm_fp8_rows_vec<T, 2>(a, b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta);
-  else if (m <= 4) gemm_fp8_rows_vec<T, 4>(a, b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta);
-  else gemm_fp8_rows_vec<T, kRowsMax>(a, b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta);
+__device__ void gemm_fp8_rows_mma(const T* __restrict__ a, const uint8_t* __restrict__ b, const float* __restrict__ scales, void* __restrict__ c,
+                                  int cCode, int m, int n, int k, int lda, int ldc, float alpha, float beta) {
+  __shared__ float red[kRowsWarpsMax][32][4];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const int g = lane >> 2, q = lane & 3;
+  const int n0 = blockIdx.x * kRowsCols;
+  const int kBlocks = (k + kFp8Block - 1) / kFp8Block;
+  const int groups = (k + kRowsGroupK - 1) / kRowsGroupK;
+  // n0 is a multiple of 16: the CTA's columns share one 128-row block of scales.
+  const float* srow = scales + (size_t)(n0 / kFp8Block) * kBlocks;
+  const uint8_t* b0 = n0 + g < n ? b + (size_t)(n0 + g) * k : nullptr;
+  const uint8_t* b8 = n0 + g + 8 < n ? b + (size_t)(n0 + g + 8) * k : nullptr;
+  const T* ar = g < m ? a + (size_t)g * lda : nullptr;
+
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 4
+  for (int grp = warp; grp < groups; grp += warps) {
+    const int kq = grp * kRowsGroupK + 16 * q;  // this lane's 16 values of k
+    const bool in = kq < k;
+    const uint4 w0 = b0 && in ? __ldg(reinterpret_cast<const uint4*>(b0 + kq)) : make_uint4(0, 0, 0, 0);
+    const uint4 w8 = b8 && in ? __ldg(reinterpret_cast<const uint4*>(b8 + kq)) : make_uint4(0, 0, 0, 0);
+    const uint4 x0 = ar && in ? __ldg(reinterpret_cast<const uint4*>(ar + kq)) : make_uint4(0, 0, 0, 0);
+    const uint4 x1 = ar && in ? __ldg(reinterpret_cast<const uint4*>(ar + kq + 8)) : make_uint4(0, 0, 0, 0);
+    const uint32_t wr0[4] = {w0.x, w0.y, w0.z, w0.w}, wr8[4] = {w8.x, w8.y, w8.z, w8.w};
+    const uint32_t xs[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+    float part[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int st = 0; st < 4; st++) {
+      // Codes 4st … 4st + 3 of each weight row: word st; slots 2q, 2q + 1 take the low two.
+      const uint32_t af[4] = {codes_to_pair<T>(wr0[st]), codes_to_pair<T>(wr8[st]), codes_to_pair<T>(wr0[st] >> 16), codes_to_pair<T>(wr8[st] >> 16)};
+      mma16816<T>(part, af, xs[2 * st], xs[2 * st + 1]);
+    }
+    const float s = __ldg(srow + (grp * kRowsGroupK) / kFp8Block);
+#pragma unroll
+    for (int i = 0; i < 4; i++) acc[i] = fmaf(s, part[i], acc[i]);
+  }
+#pragma unroll
+  for (int i = 0; i < 4; i++) red[warp][lane][i] = acc[i];
+  __syncthreads();
+  if (warp != 0) return;
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    float v = 0.f;
+    for (int w = 0; w < warps; w++) v += red[w][lane][i];
+    // Accumulator i: column n0 + g (+ 8 for i ≥ 2), row 2q (+ 1 for odd i).
+    const int j = n0 + g + (i >= 2 ? 8 : 0), r = 2 * q + (i & 1);
+    if (j < n && r < m) {
+      const size_t at = (size_t)r * ldc + j;
+      float out = alpha * v;
+      if (beta != 0.f) out += beta * load_element(c, at, cCode);
+      store_element(c, at, out, cCode);
+    }
+  }
 }
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(256) backend_gemm_fp8_rows(
+extern "C" __global__ void __launch_bounds__(32 * kRowsWarpsMax) backend_gemm_fp8_rows(
     const void* __restrict__ a, int aCode, const uint8_t* __restrict__ b, const float* __restrict__ scales, void* __restrict__ c,
     int cCode, int m, int n, int k, int lda, int ldc, float alpha, float beta) {
-  const bool vec = aCode != kF32 && k % kChunk == 0 && lda % 8 == 0 && (reinterpret_cast<uintptr_t>(a) & 15) == 0 &&
+  const bool vec = aCode != kF32 && k % 16 == 0 && lda % 8 == 0 && (reinterpret_cast<uintptr_t>(a) & 15) == 0 &&
                    (reinterpret_cast<uintptr_t>(b) & 15) == 0;
   if (vec) {
-    if (aCode == kBF16) gemm_fp8_rows_vec_m(static_cast<const bf16*>(a), b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta);
-    else gemm_fp8_rows_vec_m(static_cast<const f16*>(a), b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta);
+    if (aCode == kBF16) gemm_fp8_rows_mma(static_cast<const __nv_bfloat16*>(a), b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta);
+    else gemm_fp8_rows_mma(static_cast<const __half*>(a), b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta);
     return;
   }
   // Any other shape: lane l takes 4 codes of each 128-wide block.

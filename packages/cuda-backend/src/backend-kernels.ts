@@ -40,12 +40,14 @@ export const gemmFp8TiledKernel = defineKernel({
 });
 
 /**
- * backend_gemm_fp8_rows: 8 warps per CTA, each owning every (grid's warps)-th output column; at
- * most the two CTAs a multiprocessor holds at the kernel's registers, so that a warp takes several
- * columns and keeps its next loads in flight across them.
+ * backend_gemm_fp8_rows: a CTA per 16 output columns (the rows of its tensor-core products), its
+ * warps splitting k: 8 warps, or 16 where the CTAs are fewer than two a multiprocessor (narrow
+ * outputs: each CTA then keeps more of its weight bytes in flight). On its per-code path (shapes
+ * that cannot take 16-byte loads) the same CTAs take every (grid's warps)-th column, a warp each.
  */
 export function gemmFp8RowsLaunch(n: number, multiprocessors: number, stream: Stream): LaunchConfig {
-  return { grid: Math.max(1, Math.min(Math.ceil(n / 8), 2 * multiprocessors)), block: 256, stream };
+  const grid = Math.max(1, Math.ceil(n / 16));
+  return { grid, block: grid < 2 * multiprocessors ? 512 : 256, stream };
 }
 
 /** backend_gemm_fp8_tiled: a CTA of 4 warps per 64 × 64 tile of C. */

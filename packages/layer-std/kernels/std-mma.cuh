@@ -1,6 +1,6 @@
 // Tensor-core fragments shared by the mma.sync kernels (std-attention-prefill.cu,
-// std-moe-gemm-16bit.cu): the m16n8k16 product of 16-bit inputs with f32 accumulators and the
-// ldmatrix loads of its fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16"), and cp.async
+// std-moe-gemm-16bit.cu): the m16n8k16 product of 16-bit inputs with f32 accumulators (core's
+// <metrale/mma.cuh>) and the ldmatrix loads of its fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16"), and cp.async
 // copies into shared memory. sm_80 and later; under the CPU emulator (METRALE_CUDA_EMU) its
 // versions of the same. Where STD_WGMMA is defined (sm_90a, or the emulator's sm_90 build), the
 // warpgroup products (wgmma) on shared-memory operands too.
@@ -8,30 +8,16 @@
 
 #include "std-common.cuh"
 
+#include <metrale/mma.cuh>
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) || (defined(METRALE_CUDA_EMU) && CUDA_EMU_CLUSTERS)
 #define STD_WGMMA 1
 #endif
 
 namespace stdk {
 
-/** c += a · b: one m16n8k16 tensor-core product, inputs of type T (bf16 or f16), f32 accumulators. */
-template <typename T>
-__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-#ifdef METRALE_CUDA_EMU
-  if constexpr (std::is_same_v<T, bf16>) ::cuda_emu::mma_bf16_m16n8k16(c, a, b0, b1);
-  else ::cuda_emu::mma_f16_m16n8k16(c, a, b0, b1);
-#else
-  if constexpr (std::is_same_v<T, bf16>) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-#endif
-}
+// c += a · b, m16n8k16 (core's <metrale/mma.cuh>, shared with cuda-backend's FP8 GEMM).
+using metrale::mma16816;
 
 /** Four 8 × 8 b16 matrices from shared memory (lanes 8i … 8i + 7 give matrix i's row addresses). */
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {

@@ -1,6 +1,6 @@
 // The data path's GEMMs and conversions on the device against float64 references of the stored
-// values: block-FP8 B through the backend's kernels (the warp-per-column one for m ≤ 8, on its
-// 16-code loads and its per-code path, the tensor-core tiles above on 16-byte loads and per element; partial 128-blocks in n and k; bf16 and f16 A; f32, bf16, f16 C;
+// values: block-FP8 B through the backend's kernels (the rows one for m ≤ 8, on tensor cores and on
+// its per-code path, the tensor-core tiles above on 16-byte loads and per element; partial 128-blocks in n and k; bf16 and f16 A; f32, bf16, f16 C;
 // alpha and beta), f16 operands through cuBLASLt, and `convert` between every pair of types
 // (bit-exact with core's encoders, which the CPU backend uses: one rounding of the same value). Bounds per element, S = Σ |a·b| + |beta·c0|:
 // f32 C: |C − ref| ≤ 1e-5 · S (f32 accumulation over the blocks); a 16-bit C: one more rounding.
@@ -65,10 +65,11 @@ describeGpu('gemm with a block-FP8 B (the backend kernels)', () => {
     { m: 1, n: 384, k: 512, a: 'bf16', c: 'f32', lda: 512, ldc: 384, alpha: 1, beta: 0 },
     { m: 5, n: 200, k: 130, a: 'bf16', c: 'bf16', lda: 136, ldc: 208, alpha: 0.5, beta: 1 },
     { m: 8, n: 257, k: 96, a: 'f16', c: 'f16', lda: 96, ldc: 257, alpha: 1, beta: 0 },
-    // The rows kernel's 16-code loads at Qwen3-Next-80B's widths (in_proj_qkvz at one row, out_proj
-    // at two), and k a multiple of 16 with rows that are not 16-byte aligned (the per-code path).
+    // The rows kernel's tensor-core path at Qwen3-Next-80B's widths (in_proj_qkvz at one row, out_proj
+    // at two, attention's q/gate/k/v at eight), and k a multiple of 16 with rows that are not 16-byte aligned (the per-code path).
     { m: 1, n: 12288, k: 2048, a: 'bf16', c: 'bf16', lda: 2048, ldc: 12288, alpha: 1, beta: 0 },
     { m: 2, n: 2048, k: 4096, a: 'bf16', c: 'bf16', lda: 4104, ldc: 2048, alpha: 1, beta: 1 },
+    { m: 8, n: 9216, k: 2048, a: 'bf16', c: 'bf16', lda: 2048, ldc: 9216, alpha: 1, beta: 0 },
     { m: 3, n: 130, k: 256, a: 'f16', c: 'f32', lda: 260, ldc: 130, alpha: 1, beta: 0 },
     { m: 9, n: 130, k: 300, a: 'bf16', c: 'f32', lda: 300, ldc: 130, alpha: 1, beta: 0 },
     { m: 100, n: 640, k: 2048, a: 'bf16', c: 'bf16', lda: 2048, ldc: 640, alpha: 1, beta: 0 },
