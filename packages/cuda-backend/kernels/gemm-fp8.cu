@@ -1,7 +1,8 @@
 // GEMMs whose B is a block-FP8 weight (GemmArgs.bDtype 'f8e4m3'): C[m][n] = alpha · A[m][k] ·
 // Bᵀ + beta · C, A bf16 or f16 (row-major, lda), B E4M3 codes [n][k] packed with f32 scales
-// [⌈n/128⌉][⌈k/128⌉], C f32 / bf16 / f16 (ldc). Each 128-wide slice of k is summed on its own and
-// multiplied by its block scale in f32, so the result is the product with the dequantized B.
+// [⌈n/128⌉][⌈k/128⌉], C f32 / bf16 / f16 (ldc). Each slice of k inside one 128-wide block is
+// summed on its own and multiplied by its block's scale in f32, so the result is the product with
+// the dequantized B.
 //   backend_gemm_fp8_rows   m ≤ 8 (decode), B read once: where k and A's rows allow, on tensor
 //                           cores with C's columns as the MMA's rows, 16 columns a CTA, its warps
 //                           splitting k (gemm_fp8_rows_mma); else a warp per column, per code
@@ -19,6 +20,7 @@ using namespace metrale;
 namespace {
 
 constexpr int kRowsMax = 8;
+
 __device__ __forceinline__ float load_a(const void* a, size_t i, int code) { return load_element(a, i, code); }
 
 /** Column j of C from the lanes' sums acc[r] of rows r < m: added over the warp, lane 0 stores. */
