@@ -159,7 +159,7 @@ __device__ __forceinline__ float4 step_of(const WeightChunk<W>& w, int t) {
 template <typename W>
 __device__ __forceinline__ int chunk_block(int c) { return (c * kSteps<W>) >> 5; }
 
-/** Lane sums of gate and up rows g, u against x (the vector path), U steps of 4 unrolled. */
+/** Lane sums of gate and up rows g, u against x (the vector path), U steps of 4 unrolled (U / kSteps chunks). */
 template <int U, typename W, typename R>
 __device__ __forceinline__ void up_dots4(const R* __restrict__ x, const W* __restrict__ g, const W* __restrict__ u, const float* gs, const float* us, int D,
                                          int lane, float& sg, float& su) {
