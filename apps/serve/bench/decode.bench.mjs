@@ -142,8 +142,19 @@ for (const { spec, graphs } of modes) {
   }
 }
 // Device time of an eager decode step by layer kind (the timer waits after every step, so these are
-// eager figures beside the replayed steps above).
+// eager figures beside the replayed steps above), and the launches the host makes in one (kernels
+// and GEMMs; a GEMM counts once whatever cuBLASLt launches for it; this loop picks its tokens on the
+// host, so the served step's argmax kernel is not among them): what a kernel count costs in a graph
+// is the cuda-backend bench's kernel chain.
 const layerTimes = [];
+let counting = false, launches = 0;
+for (const name of ['launch', 'gemm']) {
+  const call = gpu[name].bind(gpu);
+  gpu[name] = (...a) => {
+    if (counting) launches++;
+    return call(...a);
+  };
+}
 if (o['layer-times']) {
   for (const B of batches) {
     const timer = new LayerTimer(gpu);
@@ -152,9 +163,19 @@ if (o['layer-times']) {
     const requests = Array.from({ length: B }, (_, b) => ({ prompt: benchPrompt(config, b, promptLen), stopTokenIds: [] }));
     generateAll(loop, requests.map((r) => ({ ...r, maxTokens: 2 }))); // warm-up
     timer.reset();
+    // Launches of the steps that only decode (counted around each step, kept for those).
+    let decodeLaunches = 0, decodeSteps = 0;
+    const step = loop.step.bind(loop);
+    loop.step = () => {
+      counting = true, launches = 0;
+      const report = step();
+      counting = false;
+      if (report.prefillRows === 0 && report.decodeSeqs > 0) (decodeLaunches += launches), decodeSteps++;
+      return report;
+    };
     generateAll(loop, requests.map((r) => ({ ...r, maxTokens: steps })));
-    const decodeSteps = timer.steps('decode');
-    const perStep = (totals) => Object.fromEntries(Object.entries(totals).map(([kind, ms]) => [kind, Number((ms / decodeSteps).toFixed(4))]));
+    const timedSteps = timer.steps('decode');
+    const perStep = (totals) => Object.fromEntries(Object.entries(totals).map(([kind, ms]) => [kind, Number((ms / timedSteps).toFixed(4))]));
     // The timer's labels, grouped into the model's layer kinds (most are their own).
     const byKind = {};
     for (const [label, ms] of Object.entries(timer.totals('decode'))) {
@@ -163,7 +184,8 @@ if (o['layer-times']) {
     }
     const kinds = perStep(byKind);
     const row = {
-      batch: B, eager_step_ms: Number(Object.values(kinds).reduce((a, b) => a + b, 0).toFixed(3)), ms_per_step_by_kind: kinds,
+      batch: B, eager_step_ms: Number(Object.values(kinds).reduce((a, b) => a + b, 0).toFixed(3)), launches_per_step: Number((decodeLaunches / Math.max(1, decodeSteps)).toFixed(1)),
+      ms_per_step_by_kind: kinds,
       ...(model.kinds ? { ms_per_step_by_label: perStep(timer.totals('decode')) } : {}),
     };
     layerTimes.push(row);

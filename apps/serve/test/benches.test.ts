@@ -24,7 +24,7 @@ interface DecodeReport {
   adapter: string;
   results: { batch: number; tokens_per_s: number }[];
   floor: { step_bytes: Record<string, number> };
-  layer_times: { ms_per_step_by_kind: Record<string, number> }[];
+  layer_times: { batch: number; launches_per_step: number; ms_per_step_by_kind: Record<string, number> }[];
 }
 
 interface RequestFigures {
@@ -58,6 +58,11 @@ describe('whole-model benches on the CPU device (tiny shape)', () => {
     expect(r.results.map((x) => x.batch)).toEqual([1, 2, 1, 2]);
     for (const x of r.results) expect(x.tokens_per_s).toBeGreaterThan(0);
     expect(Object.keys(r.layer_times[0]!.ms_per_step_by_kind)).toEqual(expect.arrayContaining(['gdn', 'attention', 'moe', 'lm-head']));
+    // The kernel budget of a one-row step (the batch-1 bar is bounded by it: docs/performance.md):
+    // 10 launches a layer (two norms, four for the mixer, four for the MoE; the attention layer one
+    // more, the split-KV combine of its 128+ keys) over the tiny shape's 3 GDN and 1 attention
+    // layers, + embedding, the last residual add, the final norm and the lm head.
+    expect(r.layer_times.find((x) => x.batch === 1)!.launches_per_step).toBe(10 * 3 + 11 + 4);
   }, 120_000);
 
   // The other shapes, each built by the adapter `metrale serve` picks for its config (the published
