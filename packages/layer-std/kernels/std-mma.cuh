@@ -1,7 +1,7 @@
 // Tensor-core fragments shared by the mma.sync kernels (std-attention-prefill.cu,
 // std-moe-gemm-16bit.cu): the m16n8k16 product of 16-bit inputs with f32 accumulators (core's
-// <metrale/mma.cuh>) and the ldmatrix loads of its fragments (PTX ISA, "Matrix Fragments for mma.m16n8k16"), and cp.async
-// copies into shared memory. sm_80 and later; under the CPU emulator (METRALE_CUDA_EMU) its
+// <metrale/mma.cuh>) and the ldmatrix loads of its fragments (PTX ISA, "Matrix Fragments for
+// mma.m16n8k16"), and cp.async copies into shared memory. sm_80 and later; under the CPU emulator (METRALE_CUDA_EMU) its
 // versions of the same. Where STD_WGMMA is defined (sm_90a, or the emulator's sm_90 build), the
 // warpgroup products (wgmma) on shared-memory operands too.
 #pragma once
