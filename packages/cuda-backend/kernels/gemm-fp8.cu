@@ -23,6 +23,18 @@ constexpr int kRowsMax = 8;
 
 __device__ __forceinline__ float load_a(const void* a, size_t i, int code) { return load_element(a, i, code); }
 
+/** Element `at` of C = alpha · sum + beta · C (C read only where beta is not 0). */
+__device__ __forceinline__ void store_c(void* c, size_t at, float sum, int cCode, float alpha, float beta) {
+  float out = alpha * sum;
+  if (beta != 0.f) out += beta * load_element(c, at, cCode);
+  store_element(c, at, out, cCode);
+}
+
+/** Whether A's rows and B's codes take 16-byte loads: k a multiple of 16, lda of 8, both bases 16-byte aligned. */
+__device__ __forceinline__ bool vector_loads(const void* a, const void* b, int k, int lda) {
+  return k % 16 == 0 && lda % 8 == 0 && (reinterpret_cast<uintptr_t>(a) & 15) == 0 && (reinterpret_cast<uintptr_t>(b) & 15) == 0;
+}
+
 /** Column j of C from the lanes' sums acc[r] of rows r < m: added over the warp, lane 0 stores. */
 template <int M>
 __device__ __forceinline__ void store_column(const float* acc, void* c, int cCode, int m, int j, int ldc, float alpha, float beta, int lane) {
@@ -31,12 +43,7 @@ __device__ __forceinline__ void store_column(const float* acc, void* c, int cCod
     float v = acc[r];
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if (lane == 0 && r < m) {
-      const size_t at = (size_t)r * ldc + j;
-      float out = alpha * v;
-      if (beta != 0.f) out += beta * load_element(c, at, cCode);
-      store_element(c, at, out, cCode);
-    }
+    if (lane == 0 && r < m) store_c(c, (size_t)r * ldc + j, v, cCode, alpha, beta);
   }
 }
 
@@ -114,12 +121,7 @@ __device__ void gemm_fp8_rows_mma(const T* __restrict__ a, const uint8_t* __rest
     for (int w = 0; w < warps; w++) v += red[w][lane][i];
     // Accumulator i: column n0 + g (+ 8 for i ≥ 2), row 2q (+ 1 for odd i).
     const int j = n0 + g + (i >= 2 ? 8 : 0), r = 2 * q + (i & 1);
-    if (j < n && r < m) {
-      const size_t at = (size_t)r * ldc + j;
-      float out = alpha * v;
-      if (beta != 0.f) out += beta * load_element(c, at, cCode);
-      store_element(c, at, out, cCode);
-    }
+    if (j < n && r < m) store_c(c, (size_t)r * ldc + j, v, cCode, alpha, beta);
   }
 }
 
@@ -128,8 +130,7 @@ __device__ void gemm_fp8_rows_mma(const T* __restrict__ a, const uint8_t* __rest
 extern "C" __global__ void __launch_bounds__(32 * kRowsWarpsMax) backend_gemm_fp8_rows(
     const void* __restrict__ a, int aCode, const uint8_t* __restrict__ b, const float* __restrict__ scales, void* __restrict__ c,
     int cCode, int m, int n, int k, int lda, int ldc, float alpha, float beta) {
-  const bool vec = aCode != kF32 && k % 16 == 0 && lda % 8 == 0 && (reinterpret_cast<uintptr_t>(a) & 15) == 0 &&
-                   (reinterpret_cast<uintptr_t>(b) & 15) == 0;
+  const bool vec = aCode != kF32 && vector_loads(a, b, k, lda);
   if (vec) {
     if (aCode == kBF16) gemm_fp8_rows_mma(static_cast<const __nv_bfloat16*>(a), b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta);
     else gemm_fp8_rows_mma(static_cast<const __half*>(a), b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta);
@@ -247,11 +248,7 @@ __device__ __forceinline__ void store_tile(float (*out)[kTileN + 4], const Acc (
   for (int e = threadIdx.x; e < kTileM * kTileN; e += kTileThreads) {
     const int r = e / kTileN, q = e % kTileN;
     const int gr = m0 + r, gq = n0 + q;
-    if (gr >= m || gq >= n) continue;
-    const size_t at = (size_t)gr * ldc + gq;
-    float v = alpha * out[r][q];
-    if (beta != 0.f) v += beta * load_element(c, at, cCode);
-    store_element(c, at, v, cCode);
+    if (gr < m && gq < n) store_c(c, (size_t)gr * ldc + gq, out[r][q], cCode, alpha, beta);
   }
 }
 
@@ -365,7 +362,7 @@ __device__ void gemm_fp8_tile_any(unsigned char* smem, const T* __restrict__ a, 
 template <typename T>
 __device__ void gemm_fp8_tile(unsigned char* smem, const T* a, const uint8_t* b, const float* scales, void* c, int cCode, int m, int n, int k,
                               int lda, int ldc, float alpha, float beta) {
-  const bool vec = k % 16 == 0 && lda % 8 == 0 && (reinterpret_cast<uintptr_t>(a) & 15) == 0 && (reinterpret_cast<uintptr_t>(b) & 15) == 0;
+  const bool vec = vector_loads(a, b, k, lda);
   if (vec) gemm_fp8_tile_vec<T>(smem, a, b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta);
   else gemm_fp8_tile_any<T>(smem, a, b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta);
 }
