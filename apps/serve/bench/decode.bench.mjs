@@ -86,19 +86,24 @@ const context = promptLen + steps / 2;
 const results = [];
 // The serving loop picks greedy tokens on the device, as `metrale serve` does.
 const picker = new DeviceSampler(gpu, maxBatch * (k + 1));
+/** Replaces target[name] with wrap(the method as it was, bound to target). */
+const wrapMethod = (target, name, wrap) => {
+  target[name] = wrap(target[name].bind(target));
+};
+/** A step that only decodes (or verifies): no prompt rows, some sequences. */
+const decodesOnly = (report) => report.prefillRows === 0 && report.decodeSeqs > 0;
 // Host time of a step: its wall time less the time the host waits on the device (a replayed step
 // waits for its token ids, and for a staging buffer still in use).
 let waitedMs = 0;
 for (const name of ['synchronize', 'synchronizeEvent']) {
-  const wait = gpu[name].bind(gpu);
-  gpu[name] = (...a) => {
+  wrapMethod(gpu, name, (wait) => (...a) => {
     const t = performance.now();
     try {
       return wait(...a);
     } finally {
       waitedMs += performance.now() - t;
     }
-  };
+  });
 }
 const modes = [{ spec: false, graphs: true }, ...(o.eager ? [{ spec: false, graphs: false }] : []), { spec: true, graphs: true }];
 for (const { spec, graphs } of modes) {
@@ -117,13 +122,12 @@ for (const { spec, graphs } of modes) {
     runner.generate(requests.map((r) => ({ ...r, maxTokens: 4 })));
     // The host time of the steps that only decode or verify.
     let host = 0, hostSteps = 0;
-    const step = loop.step.bind(loop);
-    loop.step = () => {
+    wrapMethod(loop, 'step', (step) => () => {
       const t = performance.now(), waited = waitedMs;
       const report = step();
-      if (report.prefillRows === 0 && report.decodeSeqs > 0) (host += performance.now() - t - (waitedMs - waited)), hostSteps++;
+      if (decodesOnly(report)) (host += performance.now() - t - (waitedMs - waited)), hostSteps++;
       return report;
-    };
+    });
     const { stats } = runner.generate(requests);
     const hostMs = host / Math.max(1, hostSteps);
     driver.dispose();
@@ -149,11 +153,10 @@ for (const { spec, graphs } of modes) {
 const layerTimes = [];
 let counting = false, launches = 0;
 for (const name of ['launch', 'gemm']) {
-  const call = gpu[name].bind(gpu);
-  gpu[name] = (...a) => {
+  wrapMethod(gpu, name, (call) => (...a) => {
     if (counting) launches++;
     return call(...a);
-  };
+  });
 }
 if (o['layer-times']) {
   for (const B of batches) {
@@ -165,14 +168,13 @@ if (o['layer-times']) {
     timer.reset();
     // Launches of the steps that only decode (counted around each step, kept for those).
     let decodeLaunches = 0, decodeSteps = 0;
-    const step = loop.step.bind(loop);
-    loop.step = () => {
+    wrapMethod(loop, 'step', (step) => () => {
       counting = true, launches = 0;
       const report = step();
       counting = false;
-      if (report.prefillRows === 0 && report.decodeSeqs > 0) (decodeLaunches += launches), decodeSteps++;
+      if (decodesOnly(report)) (decodeLaunches += launches), decodeSteps++;
       return report;
-    };
+    });
     generateAll(loop, requests.map((r) => ({ ...r, maxTokens: steps })));
     const timedSteps = timer.steps('decode');
     const perStep = (totals) => Object.fromEntries(Object.entries(totals).map(([kind, ms]) => [kind, Number((ms / timedSteps).toFixed(4))]));
