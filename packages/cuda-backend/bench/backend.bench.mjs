@@ -84,33 +84,39 @@ function launchOverhead(b) {
   return { name: `launch overhead, ${layers}-kernel step`, graphNodes: graph.nodes, eager, graph: graphed };
 }
 
+/** Qwen3-Next-80B's projections (n × k) that checkpoints ship in block-FP8. */
+const FP8_PROJECTIONS = [
+  { name: 'GDN in_proj_qkvz', n: 12288, k: 2048 },
+  { name: 'attention q/gate/k/v', n: 9216, k: 2048 },
+  { name: 'GDN out_proj', n: 2048, k: 4096 },
+  { name: 'attention o_proj', n: 2048, k: 4096 },
+];
+
+/** A random block-FP8 weight [n][k] on the device (no NaN codes; scales 1/64): its codes, scales and their bytes. */
+function uploadFp8Weight(b, n, k) {
+  const codes = new Uint8Array(n * k);
+  randomFillSync(codes);
+  for (let i = 0; i < codes.length; i++) if ((codes[i] & 0x7f) === 0x7f) codes[i] ^= 1;
+  const scales = new Float32Array(Math.ceil(n / 128) * Math.ceil(k / 128)).fill(1 / 64);
+  const pb = b.alloc(codes.byteLength), ps = b.alloc(scales.byteLength);
+  b.upload(pb, codes);
+  b.upload(ps, scales);
+  return { pb, ps, bytes: codes.byteLength + scales.byteLength };
+}
+
 /**
  * The block-FP8 GEMM at 1, 8 (the rows kernel), 9 and 64 rows (the tiled one) on Qwen3-Next-80B's
- * projection widths, as a decode step replays it: 10 GEMMs in one graph, each on its own weight copy (together beyond the L2), so every
- * GEMM reads its weights from memory. Floor: the codes and scales read once at the copy rate.
+ * projection widths, as a decode step replays it: 10 GEMMs in one graph, each on its own weight
+ * copy (together beyond the L2), so every GEMM reads its weights from memory. Floor: the codes and
+ * scales read once at the copy rate.
  */
 function fp8DecodeGemms(b, copyBytesPerS) {
-  const shapes = [
-    { name: 'GDN in_proj_qkvz', n: 12288, k: 2048 },
-    { name: 'attention q/gate/k/v', n: 9216, k: 2048 },
-    { name: 'GDN out_proj', n: 2048, k: 4096 },
-    { name: 'attention o_proj', n: 2048, k: 4096 },
-  ].slice(0, QUICK ? 1 : 4);
+  const shapes = FP8_PROJECTIONS.slice(0, QUICK ? 1 : 4);
   const copies = QUICK ? 2 : 10;
   const s = b.createStream();
   const out = [];
   for (const { name, n, k } of shapes) {
-    const codeBytes = n * k, scaleBytes = Math.ceil(n / 128) * Math.ceil(k / 128) * 4;
-    const weights = Array.from({ length: copies }, () => {
-      const codes = new Uint8Array(codeBytes);
-      randomFillSync(codes);
-      for (let i = 0; i < codes.length; i++) if ((codes[i] & 0x7f) === 0x7f) codes[i] ^= 1;  // no NaN codes
-      const scales = new Float32Array(scaleBytes / 4).fill(1 / 64);
-      const pb = b.alloc(codeBytes), ps = b.alloc(scaleBytes);
-      b.upload(pb, codes);
-      b.upload(ps, scales);
-      return { pb, ps };
-    });
+    const weights = Array.from({ length: copies }, () => uploadFp8Weight(b, n, k));
     for (const m of QUICK ? [1, 8] : [1, 8, 9, 64]) {
       const a = new Uint16Array(m * k).fill(0x3f80);  // bf16 1.0
       const pa = b.alloc(a.byteLength), pc = b.alloc(m * n * 2);
@@ -120,7 +126,7 @@ function fp8DecodeGemms(b, copyBytesPerS) {
       const graph = b.endCapture(s);
       const exec = b.instantiate(graph);
       const t = timeOnDevice(b, () => b.launchGraph(exec, s), { stream: s, reps: QUICK ? 3 : 20, inner: copies });
-      const floorUs = ((codeBytes + scaleBytes) / copyBytesPerS) * 1e6;
+      const floorUs = (weights[0].bytes / copyBytesPerS) * 1e6;
       out.push({ name, m, n, k, us: t.ms * 1e3, floorUs, ofCopy: floorUs / (t.ms * 1e3) });
       b.destroyGraphExec(exec);
       b.destroyGraph(graph);
@@ -148,21 +154,14 @@ function randomBf16(count) {
  */
 function fp8PrefillGemms(b, bf16FlopPerS) {
   const m = QUICK ? 256 : 4096;
-  const shapes = [
-    { name: 'GDN in_proj_qkvz', n: 12288, k: 2048 },
-    { name: 'GDN out_proj', n: 2048, k: 4096 },
-  ];
+  // GDN's in_proj_qkvz and out_proj: the widest and a narrow one.
+  const shapes = [FP8_PROJECTIONS[0], FP8_PROJECTIONS[2]];
   const s = b.createStream();
   const out = [];
   for (const { name, n, k } of shapes) {
-    const codes = new Uint8Array(n * k);
-    randomFillSync(codes);
-    for (let i = 0; i < codes.length; i++) if ((codes[i] & 0x7f) === 0x7f) codes[i] ^= 1;  // no NaN codes
-    const scales = new Float32Array(Math.ceil(n / 128) * Math.ceil(k / 128)).fill(1 / 64);
-    const pa = b.alloc(m * k * 2), pb8 = b.alloc(n * k), ps = b.alloc(scales.byteLength), pb16 = b.alloc(n * k * 2), pc = b.alloc(m * n * 2);
+    const { pb: pb8, ps } = uploadFp8Weight(b, n, k);
+    const pa = b.alloc(m * k * 2), pb16 = b.alloc(n * k * 2), pc = b.alloc(m * n * 2);
     b.upload(pa, randomBf16(m * k));
-    b.upload(pb8, codes);
-    b.upload(ps, scales);
     b.upload(pb16, randomBf16(n * k));
     const base = { m, n, k, a: pa, c: pc, transB: true, dtype: 'bf16', outDtype: 'bf16', stream: s };
     const reps = QUICK ? 2 : 10;
