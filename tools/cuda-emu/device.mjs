@@ -22,7 +22,7 @@ const toolDir = dirname(fileURLToPath(import.meta.url));
 // the emulator's own; the others are shared as they are).
 const coreInclude = join(toolDir, '..', '..', 'packages', 'core', 'include');
 // The emulator's sources, and core's headers it shares with the kernels (their binaries' hash).
-const TOOL_FILES = [...['cuda-emu.h', 'cuda-emu-main.h'].map((f) => join(toolDir, f)), ...['by-row-type.h', 'mma.cuh', 'early-start.cuh'].map((f) => join(coreInclude, 'metrale', f))];
+const TOOL_FILES = [...['cuda-emu.h', 'cuda-emu-main.h'].map((f) => join(toolDir, f)), ...['by-row-type.h', 'mma.cuh'].map((f) => join(coreInclude, 'metrale', f))];
 const CXX_FLAGS = ['-std=c++20', '-O2', '-ffp-contract=off', '-Wno-unknown-pragmas'];
 
 /**

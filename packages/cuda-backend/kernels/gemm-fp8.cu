@@ -5,15 +5,13 @@
 // the dequantized B.
 //   backend_gemm_fp8_rows   m ≤ 8 (decode), B read once: where k and A's rows allow, on tensor
 //                           cores with C's columns as the MMA's rows, 16 columns a CTA, its warps
-//                           splitting k (gemm_fp8_rows_mma); else a warp per column, per code.
-//                           It starts early: L2 requests for its weight rows, then the wait
+//                           splitting k (gemm_fp8_rows_mma); else a warp per column, per code
 //   backend_gemm_fp8_tiled  any m: 64 × 64 tiles on tensor cores (wmma), B's codes converted to
 //                           A's type in shared memory (E4M3 values are exact in bf16 and f16);
 //                           where k and the pointers allow, a 128-wide block of k a step with
 //                           16-byte loads, the next block's loads in flight (gemm_fp8_tile_vec)
 #include <mma.h>
 
-#include <metrale/early-start.cuh>
 #include <metrale/elements.cuh>
 #include <metrale/mma.cuh>
 
@@ -133,17 +131,6 @@ extern "C" __global__ void __launch_bounds__(32 * kRowsWarpsMax) backend_gemm_fp
     const void* __restrict__ a, int aCode, const uint8_t* __restrict__ b, const float* __restrict__ scales, void* __restrict__ c,
     int cCode, int m, int n, int k, int lda, int ldc, float alpha, float beta) {
   const bool vec = aCode != kF32 && vector_loads(a, b, k, lda);
-  // Launched early (earlyStart 'wait-first'), a CTA of the tensor-core path first asks L2 for its 16
-  // weight rows (contiguous: B is packed), a quarter each from lanes 0-3, so they stream in while
-  // the kernel ahead (a norm, the attention's combine, …) ends; A is that kernel's output.
-  if (vec && threadIdx.x < 4) {
-    const int n0 = blockIdx.x * kRowsCols, cols = min(kRowsCols, n - n0);
-    if (cols > 0) {
-      const unsigned bytes = (unsigned)cols * (unsigned)k, piece = (bytes / 4u + 15u) & ~15u, off = threadIdx.x * piece;
-      if (off < bytes) prefetch_l2(b + (size_t)n0 * k + off, min(piece, bytes - off));
-    }
-  }
-  let_next_start_then_wait();
   if (vec) {
     if (aCode == kBF16) gemm_fp8_rows_mma(static_cast<const __nv_bfloat16*>(a), b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta);
     else gemm_fp8_rows_mma(static_cast<const __half*>(a), b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta);

@@ -27,15 +27,10 @@ const GEMM_FP8_PARAMS = {
 /** Rows of A up to which the warp-per-column kernel runs (its registers hold one sum per row). */
 export const GEMM_FP8_ROWS_MAX = 8;
 
-/**
- * Starts early (its launch overlaps the kernel ahead's end): it asks L2 for its weight rows, then
- * waits before it reads A or touches C (kernels/gemm-fp8.cu).
- */
 export const gemmFp8RowsKernel = defineKernel({
   name: 'backend.gemm_fp8_rows',
   params: GEMM_FP8_PARAMS,
   cuda: { module: gemmFp8Module, symbol: 'backend_gemm_fp8_rows' },
-  earlyStart: 'wait-first',
 });
 
 export const gemmFp8TiledKernel = defineKernel({

@@ -288,9 +288,6 @@ __device__ __forceinline__ void state_entry(const Args& A, const float* prep, in
   load_state(A, p, headS, s);
   prefetch_head_ahead(A, batch, kCtasPerSm, GDN_STATE_AHEAD_EIGHTHS);
   // Launched with an early start after gdn_decode_prep: the state is in flight; the record is the prep's.
-  // The kernel after it (out_proj's FP8 GEMM) may be scheduled now: it asks L2 for its weights and
-  // waits for this kernel's end.
-  let_next_kernel_start();
   wait_previous_kernel();
   const SLay Q = state_lay(A);
   copy_record(prep + ((size_t)b * A.hv + h) * prep_stride(A.dk, A.dv), Q.rec, prep_stride(A.dk, A.dv));

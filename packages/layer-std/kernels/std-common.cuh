@@ -18,7 +18,6 @@
 #ifndef METRALE_CUDA_EMU
 #include <metrale/elements.cuh>
 #endif
-#include <metrale/early-start.cuh>
 
 #include <cstdint>
 #include <type_traits>
@@ -230,13 +229,17 @@ __device__ __forceinline__ float rms_out(float xh, float w, float offset, int ro
 
 /**
  * Programmatic dependent launch (LaunchConfig.earlyStart; sm_90): the first statement of a kernel the
- * layers launch with an early start (KERNELS.md lists them), after at most its L2 requests for its
- * weights. It lets the next kernel's CTAs be scheduled once all of this one's have been, then waits
- * until the previous kernel on the stream has finished and its writes are visible, before this
- * kernel reads or writes anything (metrale::let_next_start_then_wait): a launch overlaps the
- * previous kernel's drain, and the kernel after it can start asking L2 for its weights meanwhile.
- * No-op below sm_90, in the CPU emulator, and for a plain launch (the wait returns at once).
+ * layers launch with an early start (KERNELS.md lists them). It waits until the previous kernel on
+ * the stream has finished and its writes are visible, before this kernel reads or writes anything,
+ * then lets the next kernel's CTAs be scheduled once all of this one's have been: a launch overlaps
+ * the previous kernel's drain instead of following it. No-op below sm_90, in the CPU emulator, and
+ * for a plain launch (the wait returns at once).
  */
-__device__ __forceinline__ void early_start() { metrale::let_next_start_then_wait(); }
+__device__ __forceinline__ void early_start() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(METRALE_CUDA_EMU)
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
 
 }  // namespace stdk

@@ -561,14 +561,6 @@ extern "C" __global__ void __launch_bounds__(kFewThreads, 1) std_moe_router_gemv
   STD_SHARED(RouteShared, s, 1);
   STD_SHARED(int, last, 1);
   STD_SHARED(int, groupKeys, 2 * kFewGroupEntries);
-  // The CTA's router rows (contiguous), asked of L2 before the wait: they stream in while the norm
-  // ahead ends.
-  if (threadIdx.x == 0 && experts >= 1 && experts <= kMaxExperts) {
-    const int epc = gemv_experts(experts), e0 = blockIdx.x * epc, ne = min(epc, experts - e0);
-    const size_t rowBytes = (size_t)hidden * metrale::element_bytes(dtype), bytes = (size_t)max(ne, 0) * rowBytes;
-    const char* p = static_cast<const char*>(w) + (size_t)e0 * rowBytes;
-    if (ne > 0 && (bytes & 15) == 0 && aligned16(p)) metrale::prefetch_l2(p, (unsigned)bytes);
-  }
   early_start();
   if (rows > kGemvRows || blockDim.x != kFewThreads || experts < 1 || experts > kMaxExperts) __trap();
   if (groups && rows * (topK + (sharedId >= 0)) > kFewGroupEntries) __trap();
@@ -600,7 +592,6 @@ extern "C" __global__ void __launch_bounds__(256) std_moe_shared_slots(const voi
                                                                       const float* __restrict__ weights, int32_t* __restrict__ slotIds,
                                                                       float* __restrict__ slotWeights, int rows, int hidden, int topK, int sharedId, int dtype) {
   STD_SHARED(float, red, 32);
-  early_start();
   if ((blockDim.x & 31) != 0) __trap();
   METRALE_BY_ROW_TYPE(dtype, shared_slots, static_cast<const T*>(x), gate, ids, weights, slotIds, slotWeights, rows, hidden, topK, sharedId, red, (int)blockIdx.x,
                       (int)gridDim.x);

@@ -590,7 +590,6 @@ extern "C" __global__ void __launch_bounds__(1024) std_moe_combine(const void* _
   extern "C" __global__ void __launch_bounds__(256) std_moe_experts_up_rowwise##SUFFIX(                                                          \
       const R* __restrict__ input, const int32_t* __restrict__ ids, const W* __restrict__ gateUp, const float* __restrict__ gateUpScales,          \
       R* __restrict__ h, int rows, int hidden, int inter, int experts, int topK, int wDtype, int rowDtype) {                                      \
-    early_start();                                                                                                                               \
     check_codes<W, R>(wDtype, rowDtype);                                                                                                         \
     experts_up_rowwise<W, R>(input, ids, gateUp, gateUpScales, h, rows, hidden, inter, experts, topK);                                           \
   }                                                                                                                                              \
@@ -598,7 +597,6 @@ extern "C" __global__ void __launch_bounds__(1024) std_moe_combine(const void* _
       const R* __restrict__ h, const int32_t* __restrict__ ids, const float* __restrict__ weights, const W* __restrict__ down,                     \
       const float* __restrict__ downScales, R* __restrict__ output, int rows, int hidden, int inter, int experts, int topK, int wDtype,            \
       int rowDtype) {                                                                                                                            \
-    early_start();                                                                                                                               \
     check_codes<W, R>(wDtype, rowDtype);                                                                                                         \
     experts_rowwise<W, R>(h, ids, weights, down, downScales, output, rows, hidden, inter, experts, topK);                                        \
   }                                                                                                                                              \
@@ -608,7 +606,6 @@ extern "C" __global__ void __launch_bounds__(1024) std_moe_combine(const void* _
       int rowDtype) {                                                                                                                            \
     (void)ids;                                                                                                                                   \
     (void)rows;                                                                                                                                  \
-    early_start();                                                                                                                               \
     check_codes<W, R>(wDtype, rowDtype);                                                                                                         \
     experts_up<W, R>(input, groups, gateUp, gateUpScales, h, hidden, inter, experts, topK);                                                       \
   }                                                                                                                                              \
@@ -618,7 +615,6 @@ extern "C" __global__ void __launch_bounds__(1024) std_moe_combine(const void* _
     (void)ids;                                                                                                                                   \
     (void)rows;                                                                                                                                  \
     (void)topK;                                                                                                                                  \
-    early_start();                                                                                                                               \
     check_codes<W, R>(wDtype, rowDtype);                                                                                                         \
     experts_down<W, R>(h, groups, down, downScales, y, hidden, inter, experts);                                                                  \
   }

@@ -122,7 +122,6 @@ export const sharedSlotsKernel = defineKernel({
   },
   cuda: { module: moeRouteModule, symbol: 'std_moe_shared_slots' },
   cpu: sharedSlotsCpu,
-  earlyStart: 'wait-first',
 });
 
 /** `std.moe_shared_slots`: a CTA of 256 threads per row (the gate's dot product is the work). */
@@ -299,10 +298,10 @@ function expertKernelsOf(format: ExpertFormat): ExpertKernels {
   const name = (base: string) => (format === 'f32' ? base : `${base}.${format}`);
   const symbol = (base: string) => `${base}${SYMBOL_SUFFIX[format]}`;
   return {
-    up: defineKernel({ name: name('std.moe_experts_up'), params: GROUPED_UP_PARAMS, cuda: { module, symbol: symbol('std_moe_experts_up') }, cpu: expertsUpCpu, earlyStart: 'wait-first' }),
-    down: defineKernel({ name: name('std.moe_experts_down'), params: GROUPED_DOWN_PARAMS, cuda: { module, symbol: symbol('std_moe_experts_down') }, cpu: expertsDownCpu, earlyStart: 'wait-first' }),
-    upRowwise: defineKernel({ name: name('std.moe_experts_up_rowwise'), params: UP_PARAMS, cuda: { module, symbol: symbol('std_moe_experts_up_rowwise') }, cpu: expertsUpCpu, earlyStart: 'wait-first' }),
-    rowwise: defineKernel({ name: name('std.moe_experts_rowwise'), params: ROWWISE_PARAMS, cuda: { module, symbol: symbol('std_moe_experts_rowwise') }, cpu: expertsRowwiseCpu, earlyStart: 'wait-first' }),
+    up: defineKernel({ name: name('std.moe_experts_up'), params: GROUPED_UP_PARAMS, cuda: { module, symbol: symbol('std_moe_experts_up') }, cpu: expertsUpCpu }),
+    down: defineKernel({ name: name('std.moe_experts_down'), params: GROUPED_DOWN_PARAMS, cuda: { module, symbol: symbol('std_moe_experts_down') }, cpu: expertsDownCpu }),
+    upRowwise: defineKernel({ name: name('std.moe_experts_up_rowwise'), params: UP_PARAMS, cuda: { module, symbol: symbol('std_moe_experts_up_rowwise') }, cpu: expertsUpCpu }),
+    rowwise: defineKernel({ name: name('std.moe_experts_rowwise'), params: ROWWISE_PARAMS, cuda: { module, symbol: symbol('std_moe_experts_rowwise') }, cpu: expertsRowwiseCpu }),
     ...(format === 'f32'
       ? {}
       : {
