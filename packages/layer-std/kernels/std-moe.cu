@@ -50,11 +50,12 @@ constexpr int kDownRows = 8;
 constexpr int kSplitValues = 4;
 /** The most slots (top-k and shared) of the one-row split; more take the one-warp-a-value path. */
 constexpr int kSplitSlots = 32;
-// One row (decode at batch 1) takes more loads in flight: the up pass unrolled by 8 (its launch
-// gives a CTA half the rows), the down pass reading 4 of the row's experts at once and splitting
-// each value's slots over two warps (kSplitValues values a CTA); several rows keep unroll 4, one
-// expert at a time and a warp a value, which measured faster there (docs/benchmarks.md). The sums
-// are the same sequences either way, and the slots are added in the same order, so the bits are too.
+// One row (decode at batch 1) takes more loads in flight: the up pass unrolled by 8 with a warp's
+// two rows at once (its launch gives a CTA half the rows), the down pass reading 4 of the row's
+// experts at once and splitting each value's slots over two warps (kSplitValues values a CTA);
+// several rows keep unroll 4, one row and one expert at a time and a warp a value, which measured
+// faster there (docs/benchmarks.md). The sums are the same sequences either way, and the slots
+// are added in the same order, so the bits are too.
 /** Weight rows per warp of the grouped kernels (tile of a CTA: 2 · warps; launches: src/moe-kernels.ts). */
 constexpr int kRowsPerWarp = 2;
 /** Entries (row, slot) of one expert run through a warp's weight rows at a time. */
@@ -159,21 +160,77 @@ __device__ __forceinline__ float4 step_of(const WeightChunk<W>& w, int t) {
 template <typename W>
 __device__ __forceinline__ int chunk_block(int c) { return (c * kSteps<W>) >> 5; }
 
-/** Lane sums of gate and up rows g, u against x (the vector path), U steps of 4 unrolled (U / kSteps chunks). */
-template <int U, typename W, typename R>
-__device__ __forceinline__ void up_dots4(const R* __restrict__ x, const W* __restrict__ g, const W* __restrict__ u, const float* gs, const float* us, int D,
-                                         int lane, float& sg, float& su) {
+/**
+ * Lane sums of N gate / up row pairs (g[n], u[n]) against x at once (the vector path), U steps of 4
+ * unrolled (U / kSteps chunks): the N rows' loads are in flight together. Each row's sums are the
+ * sequence it gets alone (N = 1), in the same order.
+ */
+template <int U, int N, typename W, typename R>
+__device__ __forceinline__ void up_dots4(const R* __restrict__ x, const W* const (&g)[N], const W* const (&u)[N], const float* const (&gs)[N],
+                                         const float* const (&us)[N], int D, int lane, float (&sg)[N], float (&su)[N]) {
   constexpr int V = kSteps<W>;
 #pragma unroll(U / V)
   for (int c = lane; c < (D >> 2) / V; c += 32) {
-    const WeightChunk<W> gc = ldg_chunk(g, c), uc = ldg_chunk(u, c);
-    const float gsc = block_scale<W>(gs, chunk_block<W>(c)), usc = block_scale<W>(us, chunk_block<W>(c));
+    WeightChunk<W> gc[N], uc[N];
+    float gsc[N], usc[N];
+#pragma unroll
+    for (int n = 0; n < N; n++) {
+      gc[n] = ldg_chunk(g[n], c);
+      uc[n] = ldg_chunk(u[n], c);
+      gsc[n] = block_scale<W>(gs[n], chunk_block<W>(c));
+      usc[n] = block_scale<W>(us[n], chunk_block<W>(c));
+    }
 #pragma unroll
     for (int t = 0; t < V; t++) {
       const float4 xv = ldg4(x, (size_t)c * V + t);
-      sg = dot_step4<W>(sg, step_of<W>(gc, t), xv, gsc);
-      su = dot_step4<W>(su, step_of<W>(uc, t), xv, usc);
+#pragma unroll
+      for (int n = 0; n < N; n++) {
+        sg[n] = dot_step4<W>(sg[n], step_of<W>(gc[n], t), xv, gsc[n]);
+        su[n] = dot_step4<W>(su[n], step_of<W>(uc[n], t), xv, usc[n]);
+      }
     }
+  }
+}
+
+/**
+ * h[i[n]] = silu(g · x) · (u · x) for N intermediate rows of expert e whose gate and up rows start
+ * at G and Ug (N = 2: a warp's two rows of a one-row step, their loads in flight together); rows
+ * n ≥ `count` repeat row 0's addresses and are not stored. Each row's sums are the sequence it
+ * gets alone.
+ */
+template <int U, int N, typename W, typename R>
+__device__ __forceinline__ void up_rows(const R* __restrict__ x, const W* __restrict__ G, const W* __restrict__ Ug, const float* __restrict__ scales,
+                                        R* __restrict__ hr, const int (&i)[N], int count, int e, int I, int D, bool vec, int lane) {
+  const W* g[N];
+  const W* u[N];
+  const float* gs[N];
+  const float* us[N];
+  float sg[N], su[N];
+#pragma unroll
+  for (int n = 0; n < N; n++) {
+    const int row = n < count ? i[n] : i[0];
+    g[n] = G + (size_t)row * D;
+    u[n] = Ug + (size_t)row * D;
+    gs[n] = gate_up_scales<W>(scales, e, 0, row, I, D);
+    us[n] = gate_up_scales<W>(scales, e, 1, row, I, D);
+    sg[n] = su[n] = 0.f;
+  }
+  if (vec) {
+    up_dots4<U, N, W, R>(x, g, u, gs, us, D, lane, sg, su);
+  } else {
+    for (int k = lane; k < D; k += 32) {
+      const float xv = ldg_value(x, k);
+#pragma unroll
+      for (int n = 0; n < N; n++) {
+        sg[n] = dot_step1<W>(sg[n], ldg_value(g[n], k), xv, block_scale<W>(gs[n], k >> 7));
+        su[n] = dot_step1<W>(su[n], ldg_value(u[n], k), xv, block_scale<W>(us[n], k >> 7));
+      }
+    }
+  }
+#pragma unroll
+  for (int n = 0; n < N; n++) {
+    const float a = warp_sum(sg[n]), b = warp_sum(su[n]);
+    if (lane == 0 && n < count) store_value(hr, i[n], silu(a) * b);
   }
 }
 
@@ -194,29 +251,21 @@ __device__ __forceinline__ void experts_up_rowwise(const R* __restrict__ input, 
     const W* G = gateUp + (size_t)ev * 2 * I * D;
     const W* U = G + (size_t)I * D;
     for (int i0 = blockIdx.y * kUpRows; i0 < I; i0 += gridDim.y * kUpRows) {
-      for (int i = i0 + warp_id(); i < min(I, i0 + kUpRows); i += nw) {
-        if (!valid) {
+      const int iEnd = min(I, i0 + kUpRows);
+      if (!valid) {
+        for (int i = i0 + warp_id(); i < iEnd; i += nw)
           if (lane == 0) store_value(hr, i, 0.f);
-          continue;
+      } else if (rows == 1) {
+        // One row: a warp's two rows of the tile (i, i + nw) at once.
+        for (int i = i0 + warp_id(); i < iEnd; i += 2 * nw) {
+          const int pair[2] = {i, i + nw};
+          up_rows<8, 2, W, R>(x, G, U, scales, hr, pair, i + nw < iEnd ? 2 : 1, ev, I, D, vec, lane);
         }
-        const W* g = G + (size_t)i * D;
-        const W* u = U + (size_t)i * D;
-        const float* gs = gate_up_scales<W>(scales, ev, 0, i, I, D);
-        const float* us = gate_up_scales<W>(scales, ev, 1, i, I, D);
-        float sg = 0.f, su = 0.f;
-        if (vec) {
-          if (rows == 1) up_dots4<8, W, R>(x, g, u, gs, us, D, lane, sg, su);
-          else up_dots4<4, W, R>(x, g, u, gs, us, D, lane, sg, su);
-        } else {
-          for (int k = lane; k < D; k += 32) {
-            const float xv = ldg_value(x, k);
-            sg = dot_step1<W>(sg, ldg_value(g, k), xv, block_scale<W>(gs, k >> 7));
-            su = dot_step1<W>(su, ldg_value(u, k), xv, block_scale<W>(us, k >> 7));
-          }
+      } else {
+        for (int i = i0 + warp_id(); i < iEnd; i += nw) {
+          const int one[1] = {i};
+          up_rows<4, 1, W, R>(x, G, U, scales, hr, one, 1, ev, I, D, vec, lane);
         }
-        sg = warp_sum(sg);
-        su = warp_sum(su);
-        if (lane == 0) store_value(hr, i, silu(sg) * su);
       }
     }
   }
