@@ -531,8 +531,22 @@ __device__ __forceinline__ void shared_slots(const T* __restrict__ x, const floa
     }
     float g = 1.f;
     if (gate) {
+      // d = tid, tid + B, … in order, 8 of them loaded at once (one after another, each load's
+      // latency was the tail's: this runs in the router GEMV's last CTA).
+      constexpr int kAhead = 8;
       float acc = 0.f;
-      for (int d = tid; d < D; d += B) acc = __fmaf_rn(ldg_value(x, (size_t)r * D + d), gate[d], acc);
+      for (int d0 = tid; d0 < D; d0 += kAhead * B) {
+        float xv[kAhead], gv[kAhead];
+#pragma unroll
+        for (int a = 0; a < kAhead; a++) {
+          const int d = d0 + a * B;
+          xv[a] = d < D ? ldg_value(x, (size_t)r * D + d) : 0.f;
+          gv[a] = d < D ? gate[d] : 0.f;
+        }
+#pragma unroll
+        for (int a = 0; a < kAhead; a++)
+          if (d0 + a * B < D) acc = __fmaf_rn(xv[a], gv[a], acc);
+      }
       g = sigmoid(block_sum(acc, red));
     }
     if (tid == 0) slotIds[(size_t)r * S + topK] = sharedId, slotWeights[(size_t)r * S + topK] = g;
