@@ -18,6 +18,8 @@
 //   node bench/decode.bench.mjs [--model qwen3-next-80b|qwen3.5-moe|gemma3n-e4b] [--backend cuda]
 //        [--dtype bf16|fp8|f32] [--experts N] [--batches 1,8,64] [--steps 64] [--prompt 128]
 //        [--spec 4] [--eager] [--layer-times] [--tiny] [--layers N] [--out FILE]
+// --spec K: the drafts of the speculating rows (n-gram), run after the plain ones; 0: plain decode
+// only (a device call then spends no time on them).
 // --tiny: a few-layer, narrow model of the same structure, to check the script on the CPU. Greedy
 // decode picks its tokens on the device (layer-std's DeviceSampler), as `metrale serve` does.
 // Each row's `host_ms`: the host's time in a decode or verify step, outside its waits on the device
@@ -66,6 +68,10 @@ const maxBatch = Math.max(...batches);
 const steps = Number(o.steps);
 const promptLen = Number(o.prompt);
 const k = Number(o.spec);
+if (!Number.isInteger(k) || k < 0) {
+  console.error(`--spec: the drafts of the speculating rows, a whole number (0: no speculating rows); got ${o.spec}`);
+  process.exit(2);
+}
 const limits = { maxSeqs: maxBatch, maxBatch, maxK: k + 1, maxSeqLen: promptLen + steps + k + 8, maxRows: Math.max(maxBatch * (k + 1), promptLen * Math.min(maxBatch, 8)) };
 const t0 = performance.now();
 // The adapter `metrale serve` picks for this config.json (its model_type).
@@ -105,7 +111,7 @@ for (const name of ['synchronize', 'synchronizeEvent']) {
     }
   });
 }
-const modes = [{ spec: false, graphs: true }, ...(o.eager ? [{ spec: false, graphs: false }] : []), { spec: true, graphs: true }];
+const modes = [{ spec: false, graphs: true }, ...(o.eager ? [{ spec: false, graphs: false }] : []), ...(k > 0 ? [{ spec: true, graphs: true }] : [])];
 for (const { spec, graphs } of modes) {
   for (const B of batches) {
     const driver = new StepDriver({ gpu, layers: servedLayers, limits, graphs });

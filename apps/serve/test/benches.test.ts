@@ -22,7 +22,7 @@ function bench(script: string, args: string[]): Record<string, unknown> {
 interface DecodeReport {
   model: string;
   adapter: string;
-  results: { batch: number; tokens_per_s: number }[];
+  results: { batch: number; spec: string | null; tokens_per_s: number }[];
   floor: { step_bytes: Record<string, number> };
   layer_times: { batch: number; launches_per_step: number; ms_per_step_by_kind: Record<string, number> }[];
 }
@@ -63,6 +63,14 @@ describe('whole-model benches on the CPU device (tiny shape)', () => {
     // more, the split-KV combine of its 128+ keys) over the tiny shape's 3 GDN and 1 attention
     // layers, + embedding, the last residual add, the final norm and the lm head.
     expect(r.layer_times.find((x) => x.batch === 1)!.launches_per_step).toBe(10 * 3 + 11 + 4);
+  }, 120_000);
+
+  it('decode with --spec 0: the plain rows only; a --spec that is not a whole number is refused, naming it', () => {
+    const r = bench('decode.bench.mjs', ['--batches', '1', '--steps', '2', '--spec', '0']) as unknown as DecodeReport;
+    expect(r.results.map((x) => [x.batch, x.spec])).toEqual([[1, null]]);
+    const bad = spawnSync(process.execPath, [join('bench', 'decode.bench.mjs'), '--backend', 'cpu', '--tiny', '--spec', '2.5'], { encoding: 'utf8', timeout: 60_000 });
+    expect(bad.status).toBe(2);
+    expect(bad.stderr).toMatch(/--spec: .*got 2.5/);
   }, 120_000);
 
   // The other shapes, each built by the adapter `metrale serve` picks for its config (the published
