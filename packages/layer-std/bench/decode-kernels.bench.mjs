@@ -21,6 +21,7 @@
 //   FP8 experts        the same routing with block-FP8 experts over bf16 rows at 1 and 8 rows: the
 //                      row-wise pair the layer takes in decode (and its up pass alone) against the
 //                      FP8 tensor-core pair + std.moe_experts; floor: the chosen experts' codes.
+// `--only attention,router,experts,fp8` runs those sections alone (default: all four).
 // Results print and go to $METRALE_BENCH_OUT (default bench-results/decode-kernels.json).
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
@@ -31,6 +32,17 @@ const pkgDir = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const outPath = resolve(pkgDir, process.env.METRALE_BENCH_OUT ?? 'bench-results/decode-kernels.json');
 const ROWS = 'bf16';
 const log = (...a) => console.log(...a);
+const SECTIONS = ['attention', 'router', 'experts', 'fp8'];
+const onlyAt = process.argv.indexOf('--only');
+const only = onlyAt < 0 ? SECTIONS : (process.argv[onlyAt + 1] ?? '').split(',');
+for (const s of only) {
+  if (!SECTIONS.includes(s)) {
+    console.error(`decode-kernels bench: --only ${JSON.stringify(s)} is not a section; use a comma-separated list of ${SECTIONS.join(', ')}`);
+    process.exit(2);
+  }
+}
+/** Whether the run takes section `s` (`--only`). */
+const wants = (s) => only.includes(s);
 /** Milliseconds as microseconds, for the log. */
 const us = (ms) => `${(ms * 1e3).toFixed(1)} µs`;
 
@@ -71,7 +83,7 @@ try {
   const H = 16, Hkv = 2, d = 256, page = 16;
   const W = H * d * 2 + 2 * Hkv * d;
   const chunks = std.keyChunks('decode', 262144);
-  for (const [ctx, batch] of [[140, 1], [140, 64], [4096, 1], [4096, 8], [4096, 32], [4096, 64], [32768, 1], [32768, 8], [32768, 32], [131072, 1]]) {
+  for (const [ctx, batch] of wants('attention') ? [[140, 1], [140, 64], [4096, 1], [4096, 8], [4096, 32], [4096, 64], [32768, 1], [32768, 8], [32768, 32], [131072, 1]] : []) {
     const pagesPer = Math.ceil(ctx / page);
     const pool = batch * pagesPer;
     const cacheElements = pool * page * Hkv * d;
@@ -108,7 +120,7 @@ try {
     { E: 64, topK: 10, scoring: 0, scaling: 1 },
     { E: 256, topK: 8, scoring: 1, scaling: 2.5 },
   ];
-  for (const { E, topK, scoring, scaling } of routings) {
+  for (const { E, topK, scoring, scaling } of wants('router') ? routings : []) {
     const router = randomBuffer(E * D, 1 / Math.sqrt(D), ROWS);
     const counter = upload(new Uint32Array(1));
     const bias = scoring === 1 ? upload(encoded(E, 0.1, 'f32')) : 0n;
@@ -180,7 +192,7 @@ try {
   };
 
   // ---- expert GEMMs ------------------------------------------------------------------------------------
-  {
+  if (wants('experts')) {
     const gateUp = randomBuffer(E * 2 * I * D, 1 / Math.sqrt(D), ROWS), down = randomBuffer(E * D * I, 1 / Math.sqrt(I), ROWS);
     const k = std.EXPERT_KERNELS[ROWS];
     const codes = { wDtype: std.WEIGHT_DTYPE_CODE[ROWS], rowDtype: rowCode };
@@ -203,7 +215,7 @@ try {
   }
 
   // ---- FP8 experts at decode ---------------------------------------------------------------------------
-  {
+  if (wants('fp8')) {
     const blocks = (n) => Math.ceil(n / 128);
     const gateUp = randomBuffer(E * 2 * I * D, 1, 'f8e4m3'), down = randomBuffer(E * D * I, 1, 'f8e4m3');
     const gateUpScales = randomBuffer(E * 2 * blocks(I) * blocks(D), 1 / 64), downScales = randomBuffer(E * blocks(D) * blocks(I), 1 / 64);
