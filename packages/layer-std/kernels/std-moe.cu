@@ -50,17 +50,6 @@ constexpr int kDownRows = 8;
 constexpr int kSplitValues = 4;
 /** The most slots (top-k and shared) of the one-row split; more take the one-warp-a-value path. */
 constexpr int kSplitSlots = 32;
-/** Bytes of a one-row down CTA's staged activations h (the row's slots × I in R); more read h from global memory. */
-constexpr int kStageBytes = 16384;
-/** Whether the one-row down pass stages h for rows of R: 16-bit rows (the f32 reference path spills registers with it). */
-template <typename R>
-constexpr bool kStaging = sizeof(R) == 2;
-/**
- * Slots a warp of the one-row down pass reads at once when h is staged: FP8, 6 (half of top-10 +
- * shared: one 16-byte load a lane each at I = 512); float weights, 4 (more spill registers).
- */
-template <typename W>
-constexpr int kStagedSlots = is_fp8<W> ? 6 : 4;
 // One row (decode at batch 1) takes more loads in flight: the up pass unrolled by 8 with a warp's
 // two rows at once (its launch gives a CTA half the rows), the down pass reading 4 of the row's
 // experts at once and splitting each value's slots over two warps (kSplitValues values a CTA);
@@ -285,11 +274,10 @@ __device__ __forceinline__ void experts_up_rowwise(const R* __restrict__ input, 
 /**
  * The rounded expert outputs round_R(down_e[d] · h[rj]) of row r's slots j in [j0, j1), given in
  * order j to sink(j, y) (every lane the same y); slots whose id is outside the experts are skipped.
- * The experts are read Q at a time: their weight chunks loaded together, then their sums taken
- * (each expert's sum the same sequence as alone). `ids` and, with kHShared, `h` may lie in shared
- * memory (read through the coherent path; otherwise h is read as read-only global memory).
+ * The experts are read Q at a time (their loads interleaved; each expert's sum the same sequence
+ * as alone).
  */
-template <int Q, bool kHShared, typename W, typename R, typename Sink>
+template <int Q, typename W, typename R, typename Sink>
 __device__ __forceinline__ void down_outputs(const R* __restrict__ h, const int32_t* __restrict__ ids, const W* __restrict__ down,
                                              const float* __restrict__ scales, int r, int d, int D, int I, int experts, int topK, int j0, int j1,
                                              bool vec, int lane, Sink sink) {
@@ -308,22 +296,18 @@ __device__ __forceinline__ void down_outputs(const R* __restrict__ h, const int3
       ds[q] = down_scales<W>(scales, use ? e : 0, d, D, I);
       s[q] = 0.f;
     }
-    if (kHShared || vec) {  // h is staged only for the vector path
+    if (vec) {
       constexpr int V = kSteps<W>;
 #pragma unroll(4 / V)
-      for (int c = lane; c < (I >> 2) / V; c += 32) {
+      for (int c = lane; c < (I >> 2) / V; c += 32)
 #pragma unroll
         for (int q = 0; q < Q; q++)
           if (dn[q]) {
             const WeightChunk<W> wc = ldg_chunk(dn[q], c);
             const float sc = block_scale<W>(ds[q], chunk_block<W>(c));
 #pragma unroll
-            for (int t = 0; t < V; t++) {
-              const float4 hv = kHShared ? load4(hj[q], (size_t)c * V + t) : ldg4(hj[q], (size_t)c * V + t);
-              s[q] = dot_step4<W>(s[q], step_of<W>(wc, t), hv, sc);
-            }
+            for (int t = 0; t < V; t++) s[q] = dot_step4<W>(s[q], step_of<W>(wc, t), ldg4(hj[q], (size_t)c * V + t), sc);
           }
-      }
     } else {
       for (int k = lane; k < I; k += 32)
 #pragma unroll
@@ -345,58 +329,9 @@ __device__ __forceinline__ float down_value(const R* __restrict__ h, const int32
                                             const W* __restrict__ down, const float* __restrict__ scales, int r, int d, int D, int I, int experts,
                                             int topK, bool vec, int lane) {
   float acc = 0.f;
-  down_outputs<Q, false, W, R>(h, ids, down, scales, r, d, D, I, experts, topK, 0, topK, vec, lane,
+  down_outputs<Q, W, R>(h, ids, down, scales, r, d, D, I, experts, topK, 0, topK, vec, lane,
                         [&](int j, float y) { acc = __fmaf_rn(weights[(size_t)r * topK + j], y, acc); });
   return acc;
-}
-
-/**
- * The down pass of one row (decode at batch 1): two warps a value, each the expert outputs of half
- * the slots, the first adding all of them in order j as down_value does. The slots' ids and
- * weights, and (when they fit) the slots' activations h, are staged in shared memory first, so a
- * warp issues the weight loads of all its slots at once (kStagedSlots) with nothing else to hold
- * in registers; one warp a value, or h read from global memory, leaves too few loads in flight.
- */
-template <typename W, typename R>
-__device__ __forceinline__ void experts_one_row(const R* __restrict__ h, const int32_t* __restrict__ ids, const float* __restrict__ weights,
-                                                const W* __restrict__ down, const float* __restrict__ scales, R* __restrict__ output, int D, int I,
-                                                int experts, int topK, bool vec, int lane) {
-  __shared__ float ys[kSplitValues][kSplitSlots];
-  __shared__ int32_t es[kSplitSlots];
-  __shared__ float ws[kSplitSlots];
-  __shared__ __align__(16) unsigned char stage[kStageBytes];
-  R* hs = reinterpret_cast<R*>(stage);
-  const bool staged = kStaging<R> && vec && (size_t)topK * I * sizeof(R) <= kStageBytes;
-  if ((int)threadIdx.x < topK) es[threadIdx.x] = ids[threadIdx.x], ws[threadIdx.x] = weights[threadIdx.x];
-  if (staged) {
-    const int n = (int)((size_t)topK * I * sizeof(R) / 16);  // whole: vec makes I · sizeof(R) a multiple of 16
-    for (int q = threadIdx.x; q < n; q += blockDim.x) reinterpret_cast<uint4*>(stage)[q] = __ldg(reinterpret_cast<const uint4*>(h) + q);
-  }
-  __syncthreads();
-  const int slot = warp_id() >> 1, half = warp_id() & 1, jMid = (topK + 1) >> 1;
-  const int j0 = half ? jMid : 0, j1 = half ? topK : jMid;
-  for (int d0 = blockIdx.y * kSplitValues; d0 < D; d0 += gridDim.y * kSplitValues) {
-    const int d = d0 + slot;
-    const auto keep = [&](int j, float y) { ys[slot][j] = y; };
-    if (d < D) {
-      if constexpr (kStaging<R>) {
-        if (staged) down_outputs<kStagedSlots<W>, true, W, R>(hs, es, down, scales, 0, d, D, I, experts, topK, j0, j1, vec, lane, keep);
-        else down_outputs<4, false, W, R>(h, es, down, scales, 0, d, D, I, experts, topK, j0, j1, vec, lane, keep);
-      } else {
-        down_outputs<4, false, W, R>(h, es, down, scales, 0, d, D, I, experts, topK, j0, j1, vec, lane, keep);
-      }
-    }
-    __syncthreads();
-    if (half == 0 && lane == 0 && d < D) {
-      float acc = 0.f;
-      for (int j = 0; j < topK; j++) {
-        const int e = es[j];
-        if (e >= 0 && e < experts) acc = __fmaf_rn(ws[j], ys[slot][j], acc);
-      }
-      store_value(output, d, acc);
-    }
-    __syncthreads();
-  }
 }
 
 template <typename W, typename R>
@@ -407,7 +342,26 @@ __device__ __forceinline__ void experts_rowwise(const R* __restrict__ h, const i
   const int lane = lane_id(), nw = num_warps();
   const bool vec = vector_width<W>(I) && aligned16(h) && aligned16(down);
   if (rows == 1 && topK <= kSplitSlots && nw == 2 * kSplitValues) {
-    experts_one_row<W, R>(h, ids, weights, down, scales, output, D, I, experts, topK, vec, lane);
+    // One row: two warps a value, each the expert outputs of half the slots (one value a warp
+    // leaves too few loads in flight); the first adds all of them in order j, as down_value does.
+    __shared__ float ys[kSplitValues][kSplitSlots];
+    const int slot = warp_id() >> 1, half = warp_id() & 1, jMid = (topK + 1) >> 1;
+    for (int d0 = blockIdx.y * kSplitValues; d0 < D; d0 += gridDim.y * kSplitValues) {
+      const int d = d0 + slot;
+      if (d < D)
+        down_outputs<4, W, R>(h, ids, down, scales, 0, d, D, I, experts, topK, half ? jMid : 0, half ? topK : jMid, vec, lane,
+                              [&](int j, float y) { ys[slot][j] = y; });
+      __syncthreads();
+      if (half == 0 && lane == 0 && d < D) {
+        float acc = 0.f;
+        for (int j = 0; j < topK; j++) {
+          const int e = ids[j];
+          if (e >= 0 && e < experts) acc = __fmaf_rn(weights[j], ys[slot][j], acc);
+        }
+        store_value(output, d, acc);
+      }
+      __syncthreads();
+    }
     return;
   }
   for (int r = blockIdx.x; r < rows; r += gridDim.x) {

@@ -581,14 +581,14 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
     };
   };
 
-  /** topK distinct random experts per row; one id below the experts (one row: its last slot) and, past 3 rows, one past them. */
+  /** topK distinct random experts per row; one id below the experts and, past 3 rows, one past them. */
   const routedIds = (rows: number, topK: number, E: number): Int32Array => {
     const ids = new Int32Array(rows * topK);
     for (let r = 0; r < rows; r++) {
       const perm = Array.from({ length: E }, (_, e) => e).sort(() => random.float() - 0.5);
       for (let j = 0; j < topK; j++) ids[r * topK + j] = perm[j]!;
     }
-    ids[rows > 1 ? topK + 1 : topK - 1] = -1;
+    ids[topK + 1] = -1;
     if (rows > 3) ids[3 * topK] = E;
     return ids;
   };
@@ -616,8 +616,8 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
   }
 
   // Shapes: 3 rows at the 80B expert shape; one row at Qwen3-Next's top-10 (the row-wise kernels'
-  // one-row path: two warps a value in the down pass, each its 5 slots at once over h staged in
-  // shared memory for 16-bit rows, 4 at a time over h in global memory for f32), and one tiny
+  // one-row path: two warps a value in the down pass, each 4 experts at a time over its 5 slots),
+  // and one tiny
   // unaligned (scalar paths); 40 rows over 8 experts (~30 entries per expert: two passes of 16
   // through each weight tile); D and I past 128 but not multiples of it (FP8 blocks cut short on
   // both axes).
