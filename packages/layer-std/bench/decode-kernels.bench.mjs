@@ -136,18 +136,23 @@ try {
       const blockMs = graphMs((i) => (gemm(i), gpu.launch(std.routeKernel, std.rowLaunch(batch, E, stream), { logits, ...args })));
       const gemmMs = graphMs(gemm);
       const floorMs = ((E * D * BYTES[ROWS]) / copyBW) * 1e3;
-      // Qwen3-Next's shared expert as the last slot: the GEMV's last CTA making the slots and the
-      // groups buffer (the MoE layer's fused-route step) against the two kernels that make them apart.
+      // Qwen3-Next's shared expert as the last slot: the GEMV making the slots and the groups buffer
+      // (the MoE layer's fused-route step: the gated slot weights by one CTA more, beside the
+      // logits) against the last CTA making all of it after the route, and against the two kernels
+      // that make them apart. At one row the layer asks for the slots alone (the row-wise expert
+      // kernels take no groups).
       let tail;
       if (scoring === 0) {
         const slots = topK + 1;
         const made = { sharedGate: upload(encoded(D, 1 / Math.sqrt(D), 'f32')), slotIds: alloc(4 * batch * slots), slotWeights: alloc(4 * batch * slots) };
         const groups = alloc(4 * std.moeGroupsLength(batch, slots, E + 1));
-        const gemv = (i, withTail) => gpu.launch(std.routerGemvKernel, std.routerGemvLaunch(E, stream), {
+        const gemv = (i, withTail, gateCta = false, withGroups = true) => gpu.launch(std.routerGemvKernel, std.routerGemvLaunch(E, stream, gateCta), {
           x: xs[i], w: router, logits, counter, ...args, hidden: D, dtype: rowCode, ...noTail,
-          ...(withTail ? { ...made, sharedId: E, groups, groupExperts: E + 1 } : {}),
+          ...(withTail ? { ...made, sharedId: E, groups: withGroups ? groups : 0n, groupExperts: E + 1 } : {}),
         });
-        const fusedTailMs = graphMs((i) => gemv(i, true));
+        const fusedTailMs = graphMs((i) => gemv(i, true, true));
+        const lastCtaMs = graphMs((i) => gemv(i, true));
+        const slotsOnlyMs = graphMs((i) => gemv(i, true, true, false));
         const apartMs = graphMs((i) => {
           gemv(i, false);
           gpu.launch(std.sharedSlotsKernel, std.sharedSlotsLaunch(batch, stream), {
@@ -155,11 +160,13 @@ try {
           });
           gpu.launch(std.groupKernel, std.groupLaunch(batch, slots, stream), { ids: made.slotIds, groups, rows: batch, experts: E + 1, topK: slots });
         });
-        tail = { fusedTailMs, apartMs };
+        tail = { fusedTailMs, lastCtaMs, slotsOnlyMs, apartMs };
       }
       result.router.push({ experts: E, topK, scoring, batch, form: std.routeForm(batch, topK, E, ROWS), floorMs, fusedMs, gemmRouteFewMs: fewMs, gemmRouteMs: blockMs, gemmMs, ...(tail ?? {}) });
       log(`router + route ${label} batch ${batch}: std.moe_router_gemv ${us(fusedMs)}; GEMM + std.moe_route_few ${us(fewMs)}; GEMM + std.moe_route ${us(blockMs)} (GEMM alone ${us(gemmMs)}); floor ${us(floorMs)}`);
-      if (tail) log(`  with the shared slot and the groups: in the GEMV's last CTA ${us(tail.fusedTailMs)}; GEMV + std.moe_shared_slots + std.moe_group ${us(tail.apartMs)}`);
+      if (tail) {
+        log(`  with the shared slot and the groups: in the GEMV (gate CTA) ${us(tail.fusedTailMs)}, all in its last CTA ${us(tail.lastCtaMs)}; GEMV + std.moe_shared_slots + std.moe_group ${us(tail.apartMs)}; the slot alone (gate CTA) ${us(tail.slotsOnlyMs)}`);
+      }
     }
     freeFrom(0);
   }

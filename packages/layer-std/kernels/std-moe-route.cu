@@ -5,7 +5,9 @@
 //   std_moe_router_gemv  few rows: logits = x · Wᵀ (f32 sums) over CTAs of 1, 2 or 4 experts, and the
 //                        last CTA to finish routes them as std_moe_route_few does (no second launch),
 //                        then, where asked, makes the shared expert's slots and the groups buffer as
-//                        std_moe_shared_slots and std_moe_group would (no third and fourth)
+//                        std_moe_shared_slots and std_moe_group would (no third and fourth); with one
+//                        CTA more than the experts take, that CTA makes the gated shared slot's
+//                        weights beside the logits instead of the last CTA after the route
 //   std_moe_shared_slots the shared expert as one more chosen expert: each row's topK (id, weight)
 //                        copied to topK + 1 slots, the shared expert (stacked after the routed
 //                        experts) last with weight sigmoid(x · g), or 1 without a gate
@@ -513,26 +515,37 @@ __device__ __forceinline__ unsigned count_done(unsigned* counter) {
 namespace {
 
 /**
- * Rows r0, r0 + step, … of std_moe_shared_slots (a CTA of any multiple of 32 threads): slots
- * [r][0, topK) are the route's, slot topK the shared expert's, weight sigmoid(Σ_d x[r][d] · g[d])
- * (each thread sums its d ≡ t (mod B) in order by fma, then block_sum's tree), or 1 where g is null.
- * A row's slots do not depend on the other rows, nor on which CTA (of the same size) makes them.
- * ids and weights are plain loads: the router's last CTA reads them right after writing them.
+ * Rows r0, r0 + step, … of the shared expert's slot: slots [r][0, topK) are the route's ids and
+ * weights, slot topK the shared expert (`sharedId`). ids and weights are plain loads: the router's
+ * last CTA reads them right after writing them.
  */
-template <typename T>
-__device__ __forceinline__ void shared_slots(const T* __restrict__ x, const float* __restrict__ gate, const int32_t* ids, const float* weights,
-                                             int32_t* __restrict__ slotIds, float* __restrict__ slotWeights, int rows, int D, int topK, int sharedId,
-                                             float* red, int r0, int step) {
+__device__ __forceinline__ void route_slots(const int32_t* ids, const float* weights, int32_t* __restrict__ slotIds, float* __restrict__ slotWeights,
+                                            int rows, int topK, int sharedId, int r0, int step) {
   const int tid = threadIdx.x, B = blockDim.x, S = topK + 1;
   for (int r = r0; r < rows; r += step) {
     for (int j = tid; j < topK; j += B) {
       slotIds[(size_t)r * S + j] = ids[(size_t)r * topK + j];
       slotWeights[(size_t)r * S + j] = weights[(size_t)r * topK + j];
     }
+    if (tid == 0) slotIds[(size_t)r * S + topK] = sharedId;
+  }
+}
+
+/**
+ * Rows r0, r0 + step, … of the shared expert's slot weight (a CTA of any multiple of 32 threads):
+ * slotWeights[r][topK] = sigmoid(Σ_d x[r][d] · g[d]) (each thread sums its d ≡ t (mod B) in order by
+ * fma, then block_sum's tree), or 1 where g is null. A row's weight does not depend on the other
+ * rows, nor on which CTA (of the same size) makes it.
+ */
+template <typename T>
+__device__ __forceinline__ void shared_gate_weights(const T* __restrict__ x, const float* __restrict__ gate, float* __restrict__ slotWeights, int rows,
+                                                    int D, int topK, float* red, int r0, int step) {
+  const int tid = threadIdx.x, B = blockDim.x, S = topK + 1;
+  for (int r = r0; r < rows; r += step) {
     float g = 1.f;
     if (gate) {
       // d = tid, tid + B, … in order, 8 of them loaded at once (one after another, each load's
-      // latency was the tail's: this runs in the router GEMV's last CTA).
+      // latency was the kernel's).
       constexpr int kAhead = 8;
       float acc = 0.f;
       for (int d0 = tid; d0 < D; d0 += kAhead * B) {
@@ -549,7 +562,7 @@ __device__ __forceinline__ void shared_slots(const T* __restrict__ x, const floa
       }
       g = sigmoid(block_sum(acc, red));
     }
-    if (tid == 0) slotIds[(size_t)r * S + topK] = sharedId, slotWeights[(size_t)r * S + topK] = g;
+    if (tid == 0) slotWeights[(size_t)r * S + topK] = g;
   }
 }
 
@@ -579,8 +592,17 @@ extern "C" __global__ void __launch_bounds__(kFewThreads, 1) std_moe_router_gemv
   if (rows > kGemvRows || blockDim.x != kFewThreads || experts < 1 || experts > kMaxExperts) __trap();
   if (groups && rows * (topK + (sharedId >= 0)) > kFewGroupEntries) __trap();
   const int epc = gemv_experts(experts);
-  if (gridDim.x != (unsigned)((experts + epc - 1) / epc) || gridDim.y * gridDim.z != 1) __trap();
-  METRALE_BY_ROW_TYPE(dtype, router_gemv_any, static_cast<const T*>(x), static_cast<const T*>(w), logits, rows, hidden, experts, red);
+  const unsigned gemvCtas = (unsigned)((experts + epc - 1) / epc);
+  // One CTA more than the experts take (routerGemvLaunch's gateCta): it makes the shared expert's
+  // gated slot weights while the others make the logits, so the last CTA's tail does not wait on
+  // that dot product.
+  const bool gateCta = gridDim.x == gemvCtas + 1;
+  if ((gridDim.x != gemvCtas && !(gateCta && sharedGate && sharedId >= 0)) || gridDim.y * gridDim.z != 1) __trap();
+  if (gateCta && blockIdx.x == gemvCtas) {
+    METRALE_BY_ROW_TYPE(dtype, shared_gate_weights, static_cast<const T*>(x), sharedGate, slotWeights, rows, hidden, topK, red, 0, 1);
+  } else {
+    METRALE_BY_ROW_TYPE(dtype, router_gemv_any, static_cast<const T*>(x), static_cast<const T*>(w), logits, rows, hidden, experts, red);
+  }
   // The last CTA to finish routes; it resets the counter, so the next launch (or a graph replay)
   // starts from zero.
   __syncthreads();
@@ -596,7 +618,8 @@ extern "C" __global__ void __launch_bounds__(kFewThreads, 1) std_moe_router_gemv
   if (sharedId < 0 && !groups) return;
   __syncthreads();  // the route's ids and weights, written by this CTA, are visible to all of it
   if (sharedId >= 0) {
-    METRALE_BY_ROW_TYPE(dtype, shared_slots, static_cast<const T*>(x), sharedGate, ids, weights, slotIds, slotWeights, rows, hidden, topK, sharedId, red, 0, 1);
+    route_slots(ids, weights, slotIds, slotWeights, rows, topK, sharedId, 0, 1);
+    if (!gateCta) METRALE_BY_ROW_TYPE(dtype, shared_gate_weights, static_cast<const T*>(x), sharedGate, slotWeights, rows, hidden, topK, red, 0, 1);
     __syncthreads();
   }
   if (groups) group_few(sharedId >= 0 ? slotIds : ids, rows * (topK + (sharedId >= 0)), groupExperts, groups, groupKeys);
@@ -607,6 +630,6 @@ extern "C" __global__ void __launch_bounds__(256) std_moe_shared_slots(const voi
                                                                       float* __restrict__ slotWeights, int rows, int hidden, int topK, int sharedId, int dtype) {
   STD_SHARED(float, red, 32);
   if ((blockDim.x & 31) != 0) __trap();
-  METRALE_BY_ROW_TYPE(dtype, shared_slots, static_cast<const T*>(x), gate, ids, weights, slotIds, slotWeights, rows, hidden, topK, sharedId, red, (int)blockIdx.x,
-                      (int)gridDim.x);
+  route_slots(ids, weights, slotIds, slotWeights, rows, topK, sharedId, (int)blockIdx.x, (int)gridDim.x);
+  METRALE_BY_ROW_TYPE(dtype, shared_gate_weights, static_cast<const T*>(x), gate, slotWeights, rows, hidden, topK, red, (int)blockIdx.x, (int)gridDim.x);
 }

@@ -103,9 +103,14 @@ export function routeFewLaunch(stream: Stream): LaunchConfig {
   return { grid: 1, block: FEW_THREADS, stream };
 }
 
-/** `std.moe_router_gemv`: a CTA per 1, 2 or 4 experts (`gemvExperts`). */
-export function routerGemvLaunch(experts: number, stream: Stream): LaunchConfig {
-  return { grid: Math.max(1, Math.ceil(experts / gemvExperts(experts))), block: FEW_THREADS, stream };
+/**
+ * `std.moe_router_gemv`: a CTA per 1, 2 or 4 experts (`gemvExperts`); with `gateCta` (the launch
+ * makes a gated shared expert's slots: `sharedGate` and `sharedId` given) one CTA more, which makes
+ * the slot weights sigmoid(x · gate) while the others make the logits (the same bits as the last
+ * CTA making them after the route, which it does without).
+ */
+export function routerGemvLaunch(experts: number, stream: Stream, gateCta = false): LaunchConfig {
+  return { grid: Math.max(1, Math.ceil(experts / gemvExperts(experts))) + (gateCta ? 1 : 0), block: FEW_THREADS, stream };
 }
 
 /**

@@ -179,7 +179,8 @@ export class MoeLayer extends StatelessLayer {
       scoring: routing.scoring === 'softmax' ? 0 : 1, normTopK: routing.normTopK ? 1 : 0, nGroup: routing.nGroup, topkGroup: routing.topkGroup, scaling: routing.scaling,
     };
     if (form === 'fused') {
-      gpu.launch(routerGemvKernel, routerGemvLaunch(experts, stream), {
+      const gated = tail.slots && w.sharedSlot !== undefined && w.sharedSlot.gate !== 0n;
+      gpu.launch(routerGemvKernel, routerGemvLaunch(experts, stream, gated), {
         x: input, w: w.router.data, logits: s.logits, counter: w.routeCounter, ...route, hidden: D, dtype: FLOAT_DTYPE_CODE[dtype],
         sharedGate: w.sharedSlot?.gate ?? 0n, slotIds: s.slotIds, slotWeights: s.slotWeights, sharedId: tail.slots ? w.held - 1 : -1,
         groups: tail.groups ? s.groups : 0n, groupExperts: w.held,

@@ -234,9 +234,10 @@ describe('MoE router forms (routeForm)', () => {
     expect([1, 2, 8].map(fusedRouteTail)).toEqual([true, false, false]);
   });
 
-  it('the fused router GEMV takes a CTA per expert up to 128 experts, two up to 256, four above (the kernel traps on another grid)', () => {
-    const grid = (experts: number) => routerGemvLaunch(experts, { backend: 'cpu', id: 0 }).grid;
-    expect([12, 64, 128, 200, 256, 512, 513].map(grid)).toEqual([12, 64, 128, 100, 128, 128, 129]);
+  it('the fused router GEMV takes a CTA per expert up to 128 experts, two up to 256, four above, and one more for a gated shared slot (the kernel traps on another grid)', () => {
+    const grid = (experts: number, gateCta?: boolean) => routerGemvLaunch(experts, { backend: 'cpu', id: 0 }, gateCta).grid;
+    expect([12, 64, 128, 200, 256, 512, 513].map((e) => grid(e))).toEqual([12, 64, 128, 100, 128, 128, 129]);
+    expect([12, 64, 512].map((e) => grid(e, true))).toEqual([13, 65, 129]);
   });
 
   // On the CPU backend the GEMV's twin sums as the backend's GEMM does, so a layer's few-row steps

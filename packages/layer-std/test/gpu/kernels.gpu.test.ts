@@ -452,14 +452,22 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
           logits: poisonF32(rows * E), counter: new Uint32Array(1), ids: poisonI32(rows * topK), weights: poisonF32(rows * topK),
           slotIds: poisonI32(rows * slots), slotWeights: poisonF32(rows * slots), groups: poisonI32(moeGroupsLength(rows, slots, held)),
           refSlotIds: poisonI32(rows * slots), refSlotWeights: poisonF32(rows * slots), refGroups: poisonI32(moeGroupsLength(rows, slots, held)),
+          lastSlotIds: poisonI32(rows * slots), lastSlotWeights: poisonF32(rows * slots),
         };
         const r = onBoth(bufs, (gpu, p) => {
           const s = gpu.defaultStream;
           const gate = o.shared === 'gated' ? p.gate! : 0n;
           const common = { x: p.x!, w: p.w!, logits: p.logits!, counter: p.counter!, ...routeArgs(o, rows, p), hidden: D, dtype: FLOAT_DTYPE_CODE[dtype] };
-          gpu.launch(routerGemvKernel, routerGemvLaunch(E, s), {
+          // A gated shared expert as the layer launches it: one CTA more makes the slot weights.
+          gpu.launch(routerGemvKernel, routerGemvLaunch(E, s, o.shared === 'gated'), {
             ...common, sharedGate: gate, slotIds: p.slotIds!, slotWeights: p.slotWeights!, sharedId: withShared ? E : -1, groups: p.groups!, groupExperts: held,
           });
+          // Without that CTA the last one makes them after the route.
+          if (withShared) {
+            gpu.launch(routerGemvKernel, routerGemvLaunch(E, s), {
+              ...common, sharedGate: gate, slotIds: p.lastSlotIds!, slotWeights: p.lastSlotWeights!, sharedId: E, groups: 0n, groupExperts: held,
+            });
+          }
           // The same route again, then the two kernels the tail replaces.
           gpu.launch(routerGemvKernel, routerGemvLaunch(E, s), { ...common, ...NO_ROUTE_TAIL });
           if (withShared) {
@@ -468,13 +476,15 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
             });
           }
           gpu.launch(groupKernel, groupLaunch(rows, slots, s), { ids: withShared ? p.refSlotIds! : p.ids!, groups: p.refGroups!, rows, experts: held, topK: slots });
-        }, ['slotIds', 'slotWeights', 'groups', 'refSlotIds', 'refSlotWeights', 'refGroups', 'ids']);
+        }, ['slotIds', 'slotWeights', 'groups', 'refSlotIds', 'refSlotWeights', 'refGroups', 'lastSlotIds', 'lastSlotWeights', 'ids']);
         const length = moeGroupsLength(rows, slots, held);
         expect(Array.from(i32(r.cuda.groups!)).slice(0, length), `${label}: groups as std.moe_group's`).toEqual(Array.from(i32(r.cuda.refGroups!)).slice(0, length));
         compareI32(`${label} groups vs the twin`, r.cpu.groups!, r.cuda.groups!);
         if (withShared) {
           expect(sameBits(r.cuda.slotIds!, r.cuda.refSlotIds!), `${label}: slot ids as std.moe_shared_slots'`).toBe(true);
           expect(sameBits(r.cuda.slotWeights!, r.cuda.refSlotWeights!), `${label}: slot weights, bits of std.moe_shared_slots`).toBe(true);
+          expect(sameBits(r.cuda.lastSlotIds!, r.cuda.refSlotIds!), `${label}: slot ids made by the last CTA`).toBe(true);
+          expect(sameBits(r.cuda.lastSlotWeights!, r.cuda.refSlotWeights!), `${label}: slot weights made by the last CTA`).toBe(true);
           compareI32(`${label} slot ids vs the twin`, r.cpu.slotIds!, r.cuda.slotIds!);
         }
         results.push(`${label.padEnd(84)} slots and groups bit-identical to the kernels'`);
