@@ -591,14 +591,14 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
     };
   };
 
-  /** topK distinct random experts per row; one id below the experts and, past 3 rows, one past them. */
+  /** topK distinct random experts per row; one id below the experts (one row: its last slot) and, past 3 rows, one past them. */
   const routedIds = (rows: number, topK: number, E: number): Int32Array => {
     const ids = new Int32Array(rows * topK);
     for (let r = 0; r < rows; r++) {
       const perm = Array.from({ length: E }, (_, e) => e).sort(() => random.float() - 0.5);
       for (let j = 0; j < topK; j++) ids[r * topK + j] = perm[j]!;
     }
-    ids[topK + 1] = -1;
+    ids[rows > 1 ? topK + 1 : topK - 1] = -1;
     if (rows > 3) ids[3 * topK] = E;
     return ids;
   };
