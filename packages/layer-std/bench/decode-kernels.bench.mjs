@@ -146,15 +146,17 @@ try {
         const slots = topK + 1;
         const made = { sharedGate: upload(encoded(D, 1 / Math.sqrt(D), 'f32')), slotIds: alloc(4 * batch * slots), slotWeights: alloc(4 * batch * slots) };
         const groups = alloc(4 * std.moeGroupsLength(batch, slots, E + 1));
-        const gemv = (i, withTail, gateCta = false, withGroups = true) => gpu.launch(std.routerGemvKernel, std.routerGemvLaunch(E, stream, gateCta), {
-          x: xs[i], w: router, logits, counter, ...args, hidden: D, dtype: rowCode, ...noTail,
-          ...(withTail ? { ...made, sharedId: E, groups: withGroups ? groups : 0n, groupExperts: E + 1 } : {}),
-        });
-        const fusedTailMs = graphMs((i) => gemv(i, true, true));
-        const lastCtaMs = graphMs((i) => gemv(i, true));
-        const slotsOnlyMs = graphMs((i) => gemv(i, true, true, false));
+        /** The GEMV of run i: the route alone, or with the slots (and the groups), their gate weights by one CTA more or in the last CTA. */
+        const gemv = (i, { slots: withSlots = false, gateCta = false, groups: withGroups = false } = {}) =>
+          gpu.launch(std.routerGemvKernel, std.routerGemvLaunch(E, stream, gateCta), {
+            x: xs[i], w: router, logits, counter, ...args, hidden: D, dtype: rowCode, ...noTail,
+            ...(withSlots ? { ...made, sharedId: E, groups: withGroups ? groups : 0n, groupExperts: E + 1 } : {}),
+          });
+        const fusedTailMs = graphMs((i) => gemv(i, { slots: true, gateCta: true, groups: true }));
+        const lastCtaMs = graphMs((i) => gemv(i, { slots: true, groups: true }));
+        const slotsOnlyMs = graphMs((i) => gemv(i, { slots: true, gateCta: true }));
         const apartMs = graphMs((i) => {
-          gemv(i, false);
+          gemv(i);
           gpu.launch(std.sharedSlotsKernel, std.sharedSlotsLaunch(batch, stream), {
             x: xs[i], gate: made.sharedGate, ids: args.ids, weights: args.weights, slotIds: made.slotIds, slotWeights: made.slotWeights, rows: batch, hidden: D, topK, sharedId: E, dtype: rowCode,
           });
