@@ -17,15 +17,20 @@
 //
 //   node bench/decode.bench.mjs [--model qwen3-next-80b|qwen3.5-moe|gemma3n-e4b] [--backend cuda]
 //        [--dtype bf16|fp8|f32] [--experts N] [--batches 1,8,64] [--steps 64] [--prompt 128]
-//        [--spec 4] [--eager] [--layer-times] [--tiny] [--layers N] [--out FILE]
+//        [--spec 4] [--eager] [--sync] [--repeats 1] [--layer-times] [--tiny] [--layers N] [--out FILE]
 // --spec K: the drafts of the speculating rows (n-gram), run after the plain ones; 0: plain decode
 // only (a device call then spends no time on them).
 // --tiny: a few-layer, narrow model of the same structure, to check the script on the CPU. Greedy
 // decode picks its tokens on the device (layer-std's DeviceSampler), as `metrale serve` does.
+// --sync: also run each plain-decode row with the loop's async scheduling off (`async_scheduling`
+// false: every step waits for its token ids before the next is prepared), the same call's base.
+// --repeats N: run the plain rows (and the --sync and --eager ones) N times, the kinds taking turns,
+// so a comparison within the call does not favour the kind that ran later (rows carry `repeat`).
 // Each row's `host_ms`: the host's time in a decode or verify step, outside its waits on the device
-// (on CUDA the loop's bookkeeping, step tables and launches: a step begins once the last one's token
-// ids are back, so the part before its graph's launch leaves the device idle; on the CPU backend the
-// kernels too).
+// (on CUDA the loop's bookkeeping, step tables and launches; on the CPU backend the kernels too).
+// With async scheduling (plain greedy decode) it runs while the device computes the step launched
+// ahead; without it (speculating rows, --sync rows) the part before a graph's launch leaves the
+// device idle.
 // bench/qwen3-next-80b.bench.mjs is this bench (its default model), by the name the records cite.
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
@@ -51,6 +56,8 @@ const { values: o } = parseArgs({
     layers: { type: 'string' },
     // Also time each plain-decode row without CUDA graphs (replay must never be slower).
     eager: { type: 'boolean', default: false },
+    sync: { type: 'boolean', default: false },
+    repeats: { type: 'string', default: '1' },
     // Also split an eager decode step's device time by layer kind (attention, GDN, MoE, MLP, norms, lm head, …).
     'layer-times': { type: 'boolean', default: false },
     out: { type: 'string' },
@@ -67,6 +74,11 @@ const batches = o.batches.split(',').map(Number);
 const maxBatch = Math.max(...batches);
 const steps = Number(o.steps);
 const promptLen = Number(o.prompt);
+const repeats = Number(o.repeats);
+if (!Number.isInteger(repeats) || repeats < 1) {
+  console.error(`--repeats: how many times the plain rows run, a positive whole number; got ${o.repeats}`);
+  process.exit(2);
+}
 const k = Number(o.spec);
 if (!Number.isInteger(k) || k < 0) {
   console.error(`--spec: the drafts of the speculating rows, a whole number (0: no speculating rows); got ${o.spec}`);
@@ -111,12 +123,20 @@ for (const name of ['synchronize', 'synchronizeEvent']) {
     }
   });
 }
-const modes = [{ spec: false, graphs: true }, ...(o.eager ? [{ spec: false, graphs: false }] : []), ...(k > 0 ? [{ spec: true, graphs: true }] : [])];
-for (const { spec, graphs } of modes) {
+const plainModes = [
+  { spec: false, graphs: true, asyncScheduling: true },
+  ...(o.sync ? [{ spec: false, graphs: true, asyncScheduling: false }] : []),
+  ...(o.eager ? [{ spec: false, graphs: false, asyncScheduling: true }] : []),
+];
+const modes = [
+  ...Array.from({ length: repeats }, (_, repeat) => plainModes.map((m) => ({ ...m, repeat }))).flat(),
+  ...(k > 0 ? [{ spec: true, graphs: true, asyncScheduling: true, repeat: 0 }] : []),
+];
+for (const { spec, graphs, asyncScheduling, repeat } of modes) {
   for (const B of batches) {
     const driver = new StepDriver({ gpu, layers: servedLayers, limits, graphs });
     // The engine loop that serves: every prompt in one chunk, several prompts per prefill step.
-    const loop = new EngineLoop({ driver, vocabSize: text.vocab_size, prefillChunk: promptLen, picker, ...(spec ? { speculation: { proposer: new NgramProposer({ k, minN: 1, maxN: 3 }), k } } : {}) });
+    const loop = new EngineLoop({ driver, vocabSize: text.vocab_size, prefillChunk: promptLen, picker, asyncScheduling, ...(spec ? { speculation: { proposer: new NgramProposer({ k, minN: 1, maxN: 3 }), k } } : {}) });
     const runner = { generate: (reqs) => generateAll(loop, reqs, spec ? k : undefined) };
     // A repetitive prompt, so n-gram drafts have something to match.
     // Each sequence has its own prompt (its own block of tokens, so routing differs across the batch).
@@ -142,7 +162,7 @@ for (const { spec, graphs } of modes) {
     const stepMs = stats.decodeMs / Math.max(1, stats.steps.decode + stats.steps.verify);
     const floorMs = copyBps ? (floor.stepBytes(B, context) / copyBps) * 1000 : undefined;
     const row = {
-      batch: B, spec: spec ? `ngram:k=${k}` : null, graphs, tokens_per_s: Number(tokPerS.toFixed(1)), step_ms: Number(stepMs.toFixed(3)), host_ms: Number(hostMs.toFixed(3)),
+      batch: B, spec: spec ? `ngram:k=${k}` : null, graphs, async_scheduling: asyncScheduling && !spec, ...(repeats > 1 ? { repeat } : {}), tokens_per_s: Number(tokPerS.toFixed(1)), step_ms: Number(stepMs.toFixed(3)), host_ms: Number(hostMs.toFixed(3)),
       steps: stats.steps, acceptance: stats.speculation ? Number(stats.speculation.acceptanceRate.toFixed(3)) : null,
       roofline_step_ms: floorMs === undefined ? null : Number(floorMs.toFixed(3)),
       of_roofline: floorMs === undefined || spec || !graphs ? null : Number((floorMs / stepMs).toFixed(3)),

@@ -73,6 +73,14 @@ describe('whole-model benches on the CPU device (tiny shape)', () => {
     expect(bad.stderr).toMatch(/--spec: .*got 2.5/);
   }, 120_000);
 
+  it('decode with --sync --repeats 2: async scheduling on and off taking turns; --repeats 0 is refused, naming it', () => {
+    const r = bench('decode.bench.mjs', ['--batches', '1', '--steps', '3', '--spec', '0', '--sync', '--repeats', '2']) as unknown as DecodeReport & { results: { async_scheduling: boolean; repeat: number }[] };
+    expect(r.results.map((x) => [x.async_scheduling, x.repeat])).toEqual([[true, 0], [false, 0], [true, 1], [false, 1]]);
+    const bad = spawnSync(process.execPath, [join('bench', 'decode.bench.mjs'), '--backend', 'cpu', '--tiny', '--repeats', '0'], { encoding: 'utf8', timeout: 60_000 });
+    expect(bad.status).toBe(2);
+    expect(bad.stderr).toMatch(/--repeats: .*got 0/);
+  }, 120_000);
+
   // The other shapes, each built by the adapter `metrale serve` picks for its config (the published
   // qwen3_5_moe layout; gemma3n_text, whose per-layer table the source serves in row ranges only).
   it.each([

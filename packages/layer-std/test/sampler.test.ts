@@ -47,6 +47,32 @@ describe('DeviceSampler picks the tokens the host sampler picks', () => {
   });
 });
 
+describe('DeviceSampler.argmaxAsync', () => {
+  it('enqueues the greedy ids: on the device until its next call, on the host once read, two calls kept apart', () => {
+    const rows = 5;
+    const gpu = new CpuBackend();
+    const sampler = new DeviceSampler(gpu, 8);
+    const dev = gpu.alloc(4 * rows * V);
+    const logits = new SeededRandom(9).normals(rows * V, 3);
+    gpu.upload(dev, logits);
+    const want = sampler.argmax(dev, rows, V, gpu.defaultStream);
+    const a = sampler.argmaxAsync(dev, rows, V, gpu.defaultStream);
+    expect(new Int32Array(gpu.download(a.device, 4 * rows).buffer)).toEqual(want);
+    const b = sampler.argmaxAsync(dev + BigInt(4 * 2 * V), 3, V, gpu.defaultStream);
+    expect(a.read()).toEqual(want);
+    expect(() => a.read()).toThrow(/read already/);
+    const c = sampler.argmaxAsync(dev, 1, V, gpu.defaultStream);
+    const d = sampler.argmaxAsync(dev, 1, V, gpu.defaultStream);
+    // b's host copy was reused by d: reading it now would return d's ids.
+    expect(() => b.read()).toThrow(/overwritten by call 3; read a call's ids before the call after next/);
+    expect(c.read()).toEqual(want.slice(0, 1));
+    expect(d.read()).toEqual(want.slice(0, 1));
+    expect(() => sampler.argmaxAsync(dev, 9, V, gpu.defaultStream)).toThrow(/rows must be between 1 and 8, got 9/);
+    sampler.dispose();
+    gpu.dispose();
+  });
+});
+
 describe('std.argmax\'s launch shape', () => {
   const stream = new CpuBackend().defaultStream;
   it('spreads few rows over the GPU, one CTA per row once the rows fill it, within the sampler\'s partials', () => {

@@ -32,6 +32,7 @@ interface ServeOptions extends PluginOptions {
   readonly servedModelName?: string;
   readonly cacheDir?: string;
   readonly graphs: boolean;
+  readonly asyncScheduling: boolean;
   readonly logLevel: string;
   readonly shutdownTimeout: number;
   readonly loadDelayMs: number;
@@ -81,6 +82,7 @@ export function serveCommand(ctx: CliContext): Command {
     .option('--served-model-name <name>', 'the name clients pass as "model"')
     .option('--cache-dir <dir>', 'where the embedded model is written (default: $METRALE_CACHE_DIR, ~/.cache/metrale, or the temp dir)')
     .option('--no-graphs', 'run decode and verify eagerly instead of capturing graphs')
+    .option('--no-async-scheduling', "wait for each greedy decode step's tokens before launching the next (default: launch the next first, its input the tokens still on the device)")
     .option('--tensor-parallel-size <n>', 'split the model over n devices (rank r on device r; on the cpu backend, n simulated ranks on threads)', positiveInt, 1)
     .option('--enable-expert-parallel', 'with --tensor-parallel-size: whole experts per rank instead of every expert split')
     .addOption(new Option('--log-level <level>', 'log level').choices(['fatal', 'error', 'warn', 'info', 'debug', 'trace']).default('info'))
@@ -121,6 +123,7 @@ async function serve(o: ServeOptions, ctx: CliContext): Promise<number> {
     maxBatch: o.maxBatch,
     prefillChunk: o.prefillChunk,
     graphs: o.graphs,
+    asyncScheduling: o.asyncScheduling,
     plugins: registrySetup(o, ctx),
     generationConfig: o.generationConfig,
     tensorParallelSize: o.tensorParallelSize,

@@ -38,6 +38,8 @@ export interface EngineSetup {
   readonly spec?: NgramSpec;
   /** Capture decode and verify steps into graphs. */
   readonly graphs: boolean;
+  /** `--no-async-scheduling` gives false: each greedy decode's tokens read before the next launches (default true; `EngineLoopOptions.asyncScheduling`). */
+  readonly asyncScheduling?: boolean;
   /** `--dtype`: the data path (default auto: the checkpoint's). */
   readonly dtype?: DtypeChoice;
   /** The plugins the model may be built from (loaded in the engine worker). */
@@ -230,6 +232,7 @@ export function startEngine(setup: EngineSetup, gpu: GpuBackend, stack: ModelSta
       prefillChunk: setup.prefillChunk,
       prefixCaching: setup.prefixCaching ?? true,
       picker,
+      ...(setup.asyncScheduling === false ? { asyncScheduling: false } : {}),
       ...(setup.spec ? { speculation: { proposer: new NgramProposer(setup.spec), k: setup.spec.k, adaptive: setup.spec.adaptive } } : {}),
     });
     everyRow = (slot) => loop.needsEveryPromptRow(slot);

@@ -4,15 +4,19 @@ import { metric, startServer, type ServeProcess } from '../support/serve-process
 
 const MODEL = 'metrale/embedded-qwen3-next';
 let server: ServeProcess;
+let waiting: ServeProcess;
 
 beforeAll(async () => {
   // A small prefill chunk: the longer prompts below take several prefill steps while others decode.
   server = await startServer(['--max-batch', '16', '--prefill-chunk', '8']);
-  await server.ready();
+  // The same, each decode step's tokens read before the next launches.
+  waiting = await startServer(['--max-batch', '16', '--prefill-chunk', '8', '--no-async-scheduling']);
+  await Promise.all([server.ready(), waiting.ready()]);
 }, 60_000);
 
 afterAll(async () => {
   expect(await server?.stop()).toBe(0);
+  expect(await waiting?.stop()).toBe(0);
 });
 
 const PROMPTS = Array.from({ length: 16 }, (_, i) =>
@@ -47,6 +51,8 @@ describe('continuous batching', () => {
     expect(together).toEqual(alone);
     // Several of them really generated (not all ended at once).
     expect(alone.filter((a) => a.tokens > 4).length).toBeGreaterThan(8);
+    // Without async scheduling: the same streams.
+    expect(await Promise.all(PROMPTS.map((p) => streamChat(waiting.client, p, 24)))).toEqual(alone);
   }, 120_000);
 
   it('a client that aborts mid-stream is cancelled and its slot freed; service goes on', async () => {

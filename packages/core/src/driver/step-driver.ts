@@ -54,6 +54,12 @@ export interface StepInput {
   readonly seqs: readonly Sequence[];
   /** Token id of every row, rows packed sequence after sequence. */
   readonly tokens?: Int32Array;
+  /**
+   * Instead of `tokens`, a decode step's token ids on the device (one i32 per sequence, in order),
+   * copied into the step's table in stream order: the ids a picker made from the step before
+   * (`PickedTokens.device`), not yet read by the host. Only where `decodesFromDevice` says so.
+   */
+  readonly deviceTokens?: DevicePtr;
   /** Input rows for the first layer (rows × inputRowBytes), uploaded before the step. */
   readonly input?: ArrayBufferView;
 }
@@ -334,6 +340,17 @@ export class StepDriver {
     return this.#decodeOrVerify('decode', input, 1);
   }
 
+  /**
+   * Whether a decode step of `sequences` sequences may take its token ids on the device
+   * (`StepInput.deviceTokens`): its bucket's graph is captured, so no layer's code runs for it on the
+   * host, and no layer prestages (a prestage reads the ids on the host).
+   */
+  decodesFromDevice(sequences: number): boolean {
+    if (this.#disposed || this.#prestaging.length > 0 || !this.graphsEnabled) return false;
+    if (!Number.isInteger(sequences) || sequences < 1 || sequences > this.limits.maxBatch) return false;
+    return this.graphs.get(graphKey('decode', this.buckets.bucketFor(sequences), 1))?.kind === 'graph';
+  }
+
   /** `k` rows per sequence, scored without committing; follow with `accept`. */
   verify(input: StepInput & { readonly k: number }): StepResult {
     const { k } = input;
@@ -418,6 +435,12 @@ export class StepDriver {
     const key = graphKey(phase, batch, k);
     const entry = this.graphsEnabled ? this.graphs.get(key) : undefined;
     const replay = entry?.kind === 'graph';
+    if (input.deviceTokens !== undefined && !(phase === 'decode' && replay && this.#prestaging.length === 0)) {
+      throw new InvalidArgumentError(
+        `${phase}: token ids on the device are taken only by a decode step that replays its graph with no layer prestaging ` +
+          `(this one ${phase !== 'decode' ? 'verifies' : !replay ? 'has no captured graph' : 'has prestaging layers'}); ask decodesFromDevice first, or pass the ids as tokens`,
+      );
+    }
 
     // Room check before anything is written: a failure leaves memory and host state untouched.
     if (replay) this.#roomCheck(records, k);
@@ -446,6 +469,7 @@ export class StepDriver {
       inputBytes = bytes.byteLength;
     }
     this.#tables.upload(set, host, this.stream, input.input ? this.#activations[0] : undefined, inputBytes);
+    if (input.deviceTokens !== undefined) this.gpu.copyDeviceAsync(tables.tokens, input.deviceTokens, 4 * n, this.stream);
 
     let path: StepPath;
     let captureError: string | undefined;
@@ -642,6 +666,8 @@ export class StepDriver {
 
   #checkRowInputs(where: string, input: StepInput, rows: number): void {
     if (input.tokens && input.tokens.length !== rows) throw new InvalidArgumentError(`${where}: ${rows} rows need ${rows} token ids, got ${input.tokens.length}`);
+    if (input.tokens && input.deviceTokens !== undefined) throw new InvalidArgumentError(`${where}: give the token ids as tokens or as deviceTokens, not both`);
+    if (where === 'prefill' && input.deviceTokens !== undefined) throw new InvalidArgumentError('prefill: token ids on the device are taken only by a decode step; pass the prompt rows as tokens');
     if (input.input) {
       const expected = rows * this.#layers[0]!.layer.inputRowBytes;
       if (input.input.byteLength !== expected) {

@@ -29,6 +29,11 @@ export interface StepRunner {
   close(seq: Sequence): void;
   prefill(input: StepInput & { readonly lengths: readonly number[] }, onChunk?: (result: StepResult, firstRow: number) => void): StepResult;
   decode(input: StepInput): StepResult;
+  /**
+   * Whether a decode step of `sequences` sequences may take its token ids on the device
+   * (`StepInput.deviceTokens`); a runner without it never does.
+   */
+  decodesFromDevice?(sequences: number): boolean;
   verify(input: StepInput & { readonly k: number }): StepResult;
   accept(accepted: readonly number[]): void;
   readOutput(result: StepResult): Uint8Array;

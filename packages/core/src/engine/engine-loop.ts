@@ -10,7 +10,7 @@ import { SpeculationGate, type AcceptedDrafts } from '../spec/speculation-gate.j
 import { verifyDrafts } from '../spec/verify-drafts.js';
 import type { EngineRequest, FinishReason, EngineStepReport, TokenEvent } from './engine-request.js';
 import { RequestSampler } from './request-sampler.js';
-import { pickable, type DeviceTokenPicker } from './device-token-picker.js';
+import { pickable, type DeviceTokenPicker, type PickedTokens } from './device-token-picker.js';
 import { maskLogitsRow } from './token-constraint.js';
 import { claimPages, type PageClaim } from './page-budget.js';
 import { planPrefill, nextChunkRows, type PrefillChunk } from './prefill-plan.js';
@@ -38,6 +38,12 @@ export interface EngineLoopOptions {
   readonly prefixCaching?: boolean;
   /** Greedy decode rows picked on the device (`DeviceTokenPicker`); without it every step reads its logits back. */
   readonly picker?: DeviceTokenPicker;
+  /**
+   * Read a plain greedy decode's ids one step late, launching the next decode first, where the
+   * picker can enqueue them (`argmaxAsync`) and the loop does not speculate (default true; vLLM's
+   * async scheduling). False: every step waits for its ids before it returns.
+   */
+  readonly asyncScheduling?: boolean;
 }
 
 interface Running {
@@ -66,6 +72,22 @@ interface Running {
   finish?: FinishReason;
 }
 
+/** A decode step on the device whose greedy ids the host has not read yet, and the sequences it ran. */
+interface InFlightDecode {
+  readonly live: readonly Running[];
+  readonly picked: PickedTokens;
+}
+
+/** What a step's decode or verify ran. */
+interface DecodeCounts {
+  readonly seqs: number;
+  readonly k: number;
+  readonly drafted: number;
+  readonly accepted: number;
+}
+
+const NO_DECODE: DecodeCounts = { seqs: 0, k: 0, drafted: 0, accepted: 0 };
+
 /**
  * The one engine loop: continuous batching over a `StepDriver`, for `metrale serve`, `metrale
  * generate` and the benchmarks alike. Requests wait in a queue, take a sequence slot when one is
@@ -73,6 +95,14 @@ interface Running {
  * other running sequence; one that finishes or is cancelled gives its slot back before the next
  * step. Each step is: admit, one prefill step (chunks of the prompts in flight, up to maxRows
  * rows), one decode or verify step for every sequence past its prompt.
+ *
+ * Async scheduling: with a picker that enqueues its ids (`argmaxAsync`) and no speculation, a
+ * plain greedy decode's ids are read one step late. The step launches the next decode, its input
+ * the ids still on the device, before it reads the last one's, so the host's work (reading ids,
+ * finishing sequences, the next step's tables and graph launch) runs while the device computes.
+ * It does so only where nothing else has to run first (no request waiting for a free slot, no
+ * prompt in flight, no sequence at its token budget, the batch's graph captured, pages free); a
+ * sequence that stops at a token has one step more computed and dropped. The tokens are the same.
  *
  * Results do not depend on the batch: a prompt is always cut at the same places, the driver's
  * padding rows are inert and every layer keeps per-sequence state, so a greedy request returns
@@ -85,6 +115,7 @@ export class EngineLoop {
   readonly prefillChunk: number;
   readonly #spec: EngineLoopOptions['speculation'];
   readonly #picker: DeviceTokenPicker | undefined;
+  readonly #asyncScheduling: boolean;
   readonly #gate: SpeculationGate | undefined;
   /** Requests waiting for a slot, and preempted sequences waiting to be recomputed (at the front). */
   readonly #waiting: { readonly req: EngineRequest; readonly preempted?: Running }[] = [];
@@ -96,6 +127,7 @@ export class EngineLoop {
   readonly #ids = new Set<number>();
   readonly #promptLogits = new Map<number, Float32Array>();
   readonly #logitsRow: number;
+  #inFlight: InFlightDecode | undefined;
 
   constructor(options: EngineLoopOptions) {
     this.driver = options.driver;
@@ -103,6 +135,7 @@ export class EngineLoop {
     this.prefillChunk = options.prefillChunk;
     this.#spec = options.speculation;
     this.#picker = options.picker;
+    this.#asyncScheduling = options.asyncScheduling ?? true;
     this.#gate = options.speculation && options.speculation.adaptive !== false ? new SpeculationGate() : undefined;
     this.#logitsRow = 4 * this.vocab;
     this.#prefix = new PrefixCache(this.driver, options.prefixCaching ?? true);
@@ -218,6 +251,7 @@ export class EngineLoop {
     const r = this.#running.findIndex((x) => x.req.id === id);
     if (r < 0) return false;
     this.#retire(r);
+    if (this.#running.length === 0) this.#dropInFlight();
     return true;
   }
 
@@ -250,12 +284,23 @@ export class EngineLoop {
   step(): EngineStepReport {
     const t0 = performance.now();
     const events = new Map<number, TokenEvent>();
-    const plan = this.#schedule();
-    const prefill = this.#prefill(plan, events);
-    const decode = this.#decodeOrVerify(events);
-    for (const r of this.#running) if (r.finish !== 'error') this.#prefix.register(r);
-    // Finished sequences give their slots back now, before anything else is admitted.
-    for (let i = this.#running.length - 1; i >= 0; i--) if (this.#running[i]!.finish) this.#retire(i);
+    let prefill = { rows: 0, seqs: 0 };
+    let decode: DecodeCounts | undefined;
+    const inFlight = this.#inFlight;
+    if (inFlight) {
+      this.#inFlight = undefined;
+      decode = this.#decodeAhead(inFlight, events);
+      this.#readInFlight(inFlight, events);
+      this.#settle();
+    }
+    if (!decode) {
+      const plan = this.#schedule();
+      prefill = this.#prefill(plan, events);
+      decode = this.#decodeOrVerify(events);
+      this.#settle();
+    }
+    // An idle loop has nothing on the device: a decode of sequences that all stopped is dropped.
+    if (this.#running.length === 0) this.#dropInFlight();
     const prefix = this.#prefix.takeCounts();
     const preemptions = this.#preemptions;
     this.#preemptions = 0;
@@ -275,6 +320,67 @@ export class EngineLoop {
       preemptions,
       ms: performance.now() - t0,
     };
+  }
+
+  /** Makes the running sequences' full blocks known to the prefix cache; finished ones give their slots back, before anything else is admitted. */
+  #settle(): void {
+    for (const r of this.#running) if (r.finish !== 'error') this.#prefix.register(r);
+    for (let i = this.#running.length - 1; i >= 0; i--) if (this.#running[i]!.finish) this.#retire(i);
+  }
+
+  /**
+   * Launches the decode after `inFlight`, its input the ids still on the device, where nothing else
+   * has to run first: every running sequence was in it (none prefills; none waits for a free slot) and has tokens
+   * left after it, the driver replays that batch's graph, and the pool has the rows' pages (no
+   * preemption). Undefined where the step must wait for the ids and run as usual.
+   */
+  #decodeAhead(inFlight: InFlightDecode, events: Map<number, TokenEvent>): DecodeCounts | undefined {
+    const { live } = inFlight;
+    const n = live.length;
+    // A waiting request is admitted only to a free slot.
+    if (this.#waiting.length > 0 && n < this.driver.limits.maxSeqs) return undefined;
+    if (this.#running.length !== n || live.some((r, i) => this.#running[i] !== r)) return undefined;
+    if (live.some((r) => r.finish !== undefined || r.generated + 1 >= r.req.maxTokens)) return undefined;
+    if (!this.driver.decodesFromDevice?.(n)) return undefined;
+    const kv = this.driver.kv;
+    let pages = 0;
+    for (const r of live) pages += kv.need(r.seq.slot, r.seq.length + 1);
+    if (pages > kv.available) return undefined;
+    try {
+      const result = this.driver.decode({ seqs: live.map((r) => r.seq), deviceTokens: inFlight.picked.device });
+      this.#inFlight = { live, picked: this.#picker!.argmaxAsync!(result.output, n, this.vocab, this.driver.stream) };
+    } catch (error) {
+      this.#fail([...live], error, events);
+    }
+    return { seqs: n, k: 1, drafted: 0, accepted: 0 };
+  }
+
+  /** Reads an in-flight decode's ids and emits them to the sequences of it still running. */
+  #readInFlight(inFlight: InFlightDecode, events: Map<number, TokenEvent>): void {
+    const running = new Set(this.#running);
+    const live = inFlight.live.filter((r) => running.has(r));
+    let ids: Int32Array;
+    try {
+      ids = inFlight.picked.read();
+    } catch (error) {
+      this.#fail(live, error, events);
+      return;
+    }
+    inFlight.live.forEach((r, i) => {
+      if (running.has(r)) this.#emit(r, [ids[i]!], undefined, events);
+    });
+  }
+
+  /** Waits for an in-flight decode none of whose sequences runs any more, and drops its ids. */
+  #dropInFlight(): void {
+    const inFlight = this.#inFlight;
+    if (!inFlight) return;
+    this.#inFlight = undefined;
+    try {
+      inFlight.picked.read();
+    } catch {
+      // Its sequences are gone; a device fault behind it fails the next step that uses the device.
+    }
   }
 
   /**
@@ -429,9 +535,9 @@ export class EngineLoop {
     return { rows, seqs: chunk.length };
   }
 
-  #decodeOrVerify(events: Map<number, TokenEvent>): { seqs: number; k: number; drafted: number; accepted: number } {
+  #decodeOrVerify(events: Map<number, TokenEvent>): DecodeCounts {
     const live = this.#running.filter((r) => !r.finish && r.prefilled === r.prompt.length);
-    if (live.length === 0) return { seqs: 0, k: 0, drafted: 0, accepted: 0 };
+    if (live.length === 0) return NO_DECODE;
     try {
       if (this.#spec) {
         // The gate's choice follows measured times, so it may only choose where the output does not
@@ -453,6 +559,11 @@ export class EngineLoop {
       const result = this.driver.decode({ seqs: live.map((r) => r.seq), tokens: Int32Array.from(live, (r) => r.pending) });
       const picker = this.#picker;
       if (picker && live.length <= picker.maxRows && live.every(plainGreedy)) {
+        // Read next step (the speculation gate times its steps whole, so a speculating loop waits).
+        if (picker.argmaxAsync && this.#asyncScheduling && !this.#spec) {
+          this.#inFlight = { live, picked: picker.argmaxAsync(result.output, live.length, this.vocab, this.driver.stream) };
+          return { seqs: live.length, k: 1, drafted: 0, accepted: 0 };
+        }
         const tokens = picker.argmax(result.output, live.length, this.vocab, this.driver.stream);
         live.forEach((r, i) => this.#emit(r, [tokens[i]!], undefined, events));
       } else {

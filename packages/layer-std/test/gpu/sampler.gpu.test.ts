@@ -59,6 +59,23 @@ describe.skipIf(!cuda.available)('DeviceSampler on CUDA picks the tokens the hos
     lines.push(`greedy: ${ROWS} rows identical`);
   });
 
+  it('greedy ids enqueued (argmaxAsync): two calls in flight, each read after the next is launched, equal argmax', () => {
+    const want = sampler.argmax(dev, ROWS, V, gpu.defaultStream);
+    const second = gpu.alloc(4 * 3 * V);
+    gpu.copyDeviceAsync(second, dev + BigInt(4 * 5 * V), 4 * 3 * V, gpu.defaultStream);
+    const a = sampler.argmaxAsync(dev, ROWS, V, gpu.defaultStream);
+    // The next call's input copied from this call's ids on the device, in stream order, as a decode step takes them.
+    const ids = gpu.alloc(4 * ROWS);
+    gpu.copyDeviceAsync(ids, a.device, 4 * ROWS, gpu.defaultStream);
+    const b = sampler.argmaxAsync(second, 3, V, gpu.defaultStream);
+    expect(a.read()).toEqual(want);
+    expect(b.read()).toEqual(want.slice(5));
+    expect(new Int32Array(gpu.download(ids, 4 * ROWS).buffer)).toEqual(want);
+    gpu.free(ids);
+    gpu.free(second);
+    lines.push(`greedy enqueued: two calls in flight, ids equal argmax's`);
+  });
+
   const cases: [string, SamplingParams][] = [
     ['temperature 0.7', { temperature: 0.7 }],
     ['top-k 5', { temperature: 1, topK: 5 }],
