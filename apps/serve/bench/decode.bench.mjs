@@ -157,9 +157,10 @@ for (const { spec, graphs, asyncScheduling, repeat } of modes) {
     const { stats } = runner.generate(requests);
     const hostMs = host / Math.max(1, hostSteps);
     driver.dispose();
-    const decodeTokens = stats.generatedTokens - B;
-    const tokPerS = decodeTokens / (stats.decodeMs / 1000);
-    const stepMs = stats.decodeMs / Math.max(1, stats.steps.decode + stats.steps.verify);
+    // The tokens of the steps that prefilled nothing over those steps' time (a token decoded in a
+    // step that also prefilled counts in neither), and that time per step that generated tokens.
+    const tokPerS = stats.tokensPerSecond;
+    const stepMs = stats.decodeMs / Math.max(1, stats.decodeMsSteps);
     const floorMs = copyBps ? (floor.stepBytes(B, context) / copyBps) * 1000 : undefined;
     const row = {
       batch: B, spec: spec ? `ngram:k=${k}` : null, graphs, async_scheduling: asyncScheduling && !spec, ...(repeats > 1 ? { repeat } : {}), tokens_per_s: Number(tokPerS.toFixed(1)), step_ms: Number(stepMs.toFixed(3)), host_ms: Number(hostMs.toFixed(3)),

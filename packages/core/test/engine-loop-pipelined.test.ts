@@ -156,6 +156,24 @@ describe('the engine loop with an enqueuing picker (ids read one step late)', ()
   });
 });
 
+describe("generateAll's decode figures", () => {
+  it('count the tokens and steps of the time they divide, with and without async scheduling', () => {
+    const { driver, picker, dispose } = setup(limits);
+    try {
+      const run = (asyncScheduling: boolean) => generateAll(new EngineLoop({ driver, vocabSize: V, prefillChunk: 16, picker, asyncScheduling }), [{ prompt: [1, 2], maxTokens: 8 }]).stats;
+      // Without it the prefill step decodes the second token (its time is prefill time): tokens 3..8
+      // in 6 steps. With it that decode is read in the next step: tokens 2..8 in 7.
+      for (const [on, steps] of [[false, 6], [true, 7]] as const) {
+        const stats = run(on);
+        expect(stats.decodeMsSteps, `async ${on}`).toBe(steps);
+        expect((stats.tokensPerSecond * stats.decodeMs) / 1000, `async ${on}`).toBeCloseTo(steps, 6);
+      }
+    } finally {
+      dispose();
+    }
+  });
+});
+
 describe('a decode step with its token ids on the device', () => {
   it('runs only where the bucket replays its graph, and refuses any other step up front', () => {
     const { gpu, driver, picker, dispose } = setup(limits);
