@@ -156,6 +156,35 @@ describe('the engine loop with an enqueuing picker (ids read one step late)', ()
   });
 });
 
+describe('a speculating loop with an enqueuing picker', () => {
+  it('decodes ahead where the gate decodes, and measures acceptance on decoded tokens instead of probing with verifies', () => {
+    const { driver, picker, fromDevice, dispose } = setup({ maxSeqs: 2, maxSeqLen: 80, maxBatch: 2, maxK: 5, maxRows: 16 });
+    try {
+      // A verify made 20 ms slower than a decode, and drafts the model never follows: past the
+      // gate's first measurements every step should decode.
+      const verify = driver.verify.bind(driver);
+      driver.verify = (input) => {
+        const result = verify(input);
+        for (const end = performance.now() + 20; performance.now() < end;);
+        return result;
+      };
+      const wrong = { propose: (history: readonly number[], max: number) => Array.from({ length: max }, (_, i) => (history[history.length - 1]! + 1 + i) % V) };
+      const requests: GenerateRequest[] = [{ prompt: [1, 2], maxTokens: 60 }];
+      const want = generateAll(new EngineLoop({ driver, vocabSize: V, prefillChunk: 16 }), requests).outputs[0]!.tokens;
+      const loop = new EngineLoop({ driver, vocabSize: V, prefillChunk: 16, picker, speculation: { proposer: wrong, k: 4 } });
+      const { outputs, stats } = generateAll(loop, requests, 4);
+      expect(outputs[0]!.tokens).toEqual(want);
+      // The first verify captures its graph (untimed), the second is timed; then only decodes: the
+      // drafts checked on each decoded token stand for the probes every 16 decodes would be.
+      expect(stats.steps.verify).toBe(2);
+      expect(fromDevice.length).toBeGreaterThan(40);
+      expect(picker.reads).toBe(picker.calls);
+    } finally {
+      dispose();
+    }
+  });
+});
+
 describe("generateAll's decode figures", () => {
   it('count the tokens and steps of the time they divide, with and without async scheduling', () => {
     const { driver, picker, dispose } = setup(limits);

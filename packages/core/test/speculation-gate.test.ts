@@ -86,6 +86,25 @@ describe('SpeculationGate', () => {
     expect(gate.shouldVerify(2, 2, 20)).toBe(true);
   });
 
+  it('takes drafts checked against decoded tokens in as a verify\'s count, in place of a probe', () => {
+    const gate = new SpeculationGate({ probeEvery: 3, smoothing: 1 });
+    gate.recordVerify(2, 10);
+    gate.recordDecode(2, 1);
+    gate.recordDecode(2, 1);
+    const a: AcceptedDrafts = {};
+    const b: AcceptedDrafts = {};
+    gate.recordShadowAccepted(a, 3);
+    expect(gate.expectedAccepted(a, 4)).toBe(3);
+    // A sequence not yet checked expects what the last check found.
+    expect(gate.expectedAccepted(b, 4)).toBe(3);
+    // The check stands for the probe: two more decodes, no verify yet; a third in a row probes.
+    gate.recordDecode(2, 1);
+    gate.recordDecode(2, 1);
+    expect(gate.shouldVerify(2, 2, 0)).toBe(false);
+    gate.recordDecode(2, 1);
+    expect(gate.shouldVerify(2, 2, 0)).toBe(true);
+  });
+
   it('smooths its measurements', () => {
     const gate = new SpeculationGate({ smoothing: 0.5 });
     gate.recordVerify(1, 4);

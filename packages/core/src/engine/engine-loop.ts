@@ -40,8 +40,8 @@ export interface EngineLoopOptions {
   readonly picker?: DeviceTokenPicker;
   /**
    * Read a plain greedy decode's ids one step late, launching the next decode first, where the
-   * picker can enqueue them (`argmaxAsync`) and the loop does not speculate (default true; vLLM's
-   * async scheduling). False: every step waits for its ids before it returns.
+   * picker can enqueue them (`argmaxAsync`; with speculation, where the gate chose to decode)
+   * (default true; vLLM's async scheduling). False: every step waits for its ids before it returns.
    */
   readonly asyncScheduling?: boolean;
 }
@@ -65,6 +65,8 @@ interface Running {
   pending: number;
   /** Drafts accepted per verify, as the speculation gate estimates them. */
   readonly acceptedDrafts: AcceptedDrafts;
+  /** Drafts proposed after a plain decode, checked against the tokens decoded next (`#shadow`). */
+  shadow?: { readonly drafts: readonly number[]; matched: number };
   /** f32 [prompt × vocab] when the request asked for its prompt logits. */
   promptLogits?: Float32Array;
   /** The prompt's logprobs when the request asked for them, until reported with its first token. */
@@ -76,6 +78,10 @@ interface Running {
 interface InFlightDecode {
   readonly live: readonly Running[];
   readonly picked: PickedTokens;
+  /** The bucket it ran at, whether its time tells the next such step's (a replay), and when it was launched: the speculation gate's. */
+  readonly bucket: number;
+  readonly timed: boolean;
+  readonly launchedAt: number;
 }
 
 /** What a step's decode or verify ran. */
@@ -96,13 +102,15 @@ const NO_DECODE: DecodeCounts = { seqs: 0, k: 0, drafted: 0, accepted: 0 };
  * step. Each step is: admit, one prefill step (chunks of the prompts in flight, up to maxRows
  * rows), one decode or verify step for every sequence past its prompt.
  *
- * Async scheduling: with a picker that enqueues its ids (`argmaxAsync`) and no speculation, a
- * plain greedy decode's ids are read one step late. The step launches the next decode, its input
+ * Async scheduling: with a picker that enqueues its ids (`argmaxAsync`), a plain greedy decode's
+ * ids are read one step late (with speculation, where the gate chose to decode). The step launches the next decode, its input
  * the ids still on the device, before it reads the last one's, so the host's work (reading ids,
  * finishing sequences, the next step's tables and graph launch) runs while the device computes.
  * It does so only where nothing else has to run first (no request waiting for a free slot, no
  * prompt in flight, no sequence at its token budget, the batch's graph captured, pages free); a
  * sequence that stops at a token has one step more computed and dropped. The tokens are the same.
+ * With the speculation gate, a greedy sequence's plain decodes also check the drafts it would have
+ * verified against the tokens that follow (`#shadow`), so acceptance is measured without verifies.
  *
  * Results do not depend on the batch: a prompt is always cut at the same places, the driver's
  * padding rows are inert and every layer keeps per-sequence state, so a greedy request returns
@@ -128,6 +136,8 @@ export class EngineLoop {
   readonly #promptLogits = new Map<number, Float32Array>();
   readonly #logitsRow: number;
   #inFlight: InFlightDecode | undefined;
+  /** When the last decode's ids were read: a decode launched before it is timed from there. */
+  #lastRead = 0;
 
   constructor(options: EngineLoopOptions) {
     this.driver = options.driver;
@@ -342,13 +352,21 @@ export class EngineLoop {
     if (this.#running.length !== n || live.some((r, i) => this.#running[i] !== r)) return undefined;
     if (live.some((r) => r.finish !== undefined || r.generated + 1 >= r.req.maxTokens)) return undefined;
     if (!this.driver.decodesFromDevice?.(n)) return undefined;
+    const bucket = this.driver.buckets.bucketFor(n);
+    if (this.#spec) {
+      // A speculating loop goes ahead only where the gate would decode (its choice does not need the ids).
+      const gate = this.#gate;
+      if (!gate || gate.shouldVerify(bucket, n, live.reduce((a, r) => a + gate.expectedAccepted(r.acceptedDrafts, this.#spec!.k), 0))) return undefined;
+    }
     const kv = this.driver.kv;
     let pages = 0;
     for (const r of live) pages += kv.need(r.seq.slot, r.seq.length + 1);
     if (pages > kv.available) return undefined;
     try {
+      const launchedAt = performance.now();
       const result = this.driver.decode({ seqs: live.map((r) => r.seq), deviceTokens: inFlight.picked.device });
-      this.#inFlight = { live, picked: this.#picker!.argmaxAsync!(result.output, n, this.vocab, this.driver.stream) };
+      const picked = this.#picker!.argmaxAsync!(result.output, n, this.vocab, this.driver.stream);
+      this.#inFlight = { live, picked, bucket: result.batch, timed: timedPath(result.path), launchedAt };
     } catch (error) {
       this.#fail([...live], error, events);
     }
@@ -366,8 +384,43 @@ export class EngineLoop {
       this.#fail(live, error, events);
       return;
     }
+    const now = performance.now();
+    this.#gate?.recordDecode(inFlight.bucket, inFlight.timed ? now - Math.max(inFlight.launchedAt, this.#lastRead) : undefined);
+    this.#lastRead = now;
+    const before = inFlight.live.map((r) => r.generated);
     inFlight.live.forEach((r, i) => {
       if (running.has(r)) this.#emit(r, [ids[i]!], undefined, events);
+    });
+    this.#shadowDecoded(inFlight.live, before);
+  }
+
+  /**
+   * After a plain decode: each greedy sequence of a loop with a speculation gate checks the drafts
+   * it proposed after its last decode against the token just decoded (a verify would have accepted
+   * them up to the first that differs) and, when they are settled, tells the gate and proposes anew.
+   */
+  #shadowDecoded(live: readonly Running[], before: readonly number[]): void {
+    const gate = this.#gate;
+    if (!gate) return;
+    const { proposer, k } = this.#spec!;
+    live.forEach((r, i) => {
+      if (r.generated === before[i] || !r.sampler.greedy || r.sampler.adjusts || r.req.constraint) return;
+      const token = r.history[r.history.length - 1]!;
+      const s = r.shadow;
+      if (s) {
+        const hit = token === s.drafts[s.matched];
+        if (hit) s.matched++;
+        if (!hit || s.matched === s.drafts.length) {
+          gate.recordShadowAccepted(r.acceptedDrafts, s.matched);
+          r.shadow = undefined;
+        }
+      }
+      if (r.shadow || r.finish) return;
+      const left = Math.min(k, r.req.maxTokens - r.generated - 1);
+      if (left < 1) return;
+      const drafts = proposer.propose(r.history, left);
+      if (drafts.length === 0) gate.recordShadowAccepted(r.acceptedDrafts, 0);
+      else r.shadow = { drafts, matched: 0 };
     });
   }
 
@@ -558,10 +611,12 @@ export class EngineLoop {
       const t = performance.now();
       const result = this.driver.decode({ seqs: live.map((r) => r.seq), tokens: Int32Array.from(live, (r) => r.pending) });
       const picker = this.#picker;
+      const before = live.map((r) => r.generated);
       if (picker && live.length <= picker.maxRows && live.every(plainGreedy)) {
-        // Read next step (the speculation gate times its steps whole, so a speculating loop waits).
-        if (picker.argmaxAsync && this.#asyncScheduling && !this.#spec) {
-          this.#inFlight = { live, picked: picker.argmaxAsync(result.output, live.length, this.vocab, this.driver.stream) };
+        // Read next step (the gate takes the decode's time when its ids are read).
+        if (picker.argmaxAsync && this.#asyncScheduling) {
+          const picked = picker.argmaxAsync(result.output, live.length, this.vocab, this.driver.stream);
+          this.#inFlight = { live, picked, bucket: result.batch, timed: timedPath(result.path), launchedAt: t };
           return { seqs: live.length, k: 1, drafted: 0, accepted: 0 };
         }
         const tokens = picker.argmax(result.output, live.length, this.vocab, this.driver.stream);
@@ -570,7 +625,9 @@ export class EngineLoop {
         const logits = this.driver.readOutputF32(result);
         live.forEach((r, i) => this.#emitRow(r, logits, i, events));
       }
-      this.#gate?.recordDecode(result.batch, timedPath(result.path) ? performance.now() - t : undefined);
+      this.#lastRead = performance.now();
+      this.#gate?.recordDecode(result.batch, timedPath(result.path) ? this.#lastRead - t : undefined);
+      this.#shadowDecoded(live, before);
       return { seqs: live.length, k: 1, drafted: 0, accepted: 0 };
     } catch (error) {
       this.#fail(live, error, events);
@@ -604,6 +661,8 @@ export class EngineLoop {
       this.#emit(r, outcome.emitted[i]!, outcome.logprobs[i], events);
     });
     this.#gate?.recordAccepted(live.map((r) => r.acceptedDrafts), outcome.accepted);
+    // The verify measured them; drafts proposed before it no longer follow the text.
+    for (const r of live) r.shadow = undefined;
     return { seqs: live.length, k: outcome.k, drafted, accepted, path: outcome.path };
   }
 

@@ -45,7 +45,8 @@ export interface SpeculationGateOptions {
  * or shrinks does not have to verify to find out; before any is, the first verify's bucket measures
  * (its capture is not timed, its next verify is).
  * After `probeEvery` steps of one kind the other runs once, so a sequence whose text turns
- * repetitive is noticed and a decode time never goes stale.
+ * repetitive is noticed and a decode time never goes stale; drafts checked against plainly decoded
+ * tokens (`recordShadowAccepted`) measure acceptance without a verify, and stand for such a probe.
  */
 export class SpeculationGate {
   readonly #smoothing: number;
@@ -96,6 +97,16 @@ export class SpeculationGate {
       total += accepted[i]!;
     });
     this.#acceptedBySequences.add(total / sequences.length);
+  }
+
+  /**
+   * A sequence's drafts checked against the tokens it then decoded plainly (greedy: accepted up to
+   * the first that differs), without a verify: taken in as a verify's count. It measures acceptance
+   * as a probe would, so the count of decodes in a row toward the next probe starts over.
+   */
+  recordShadowAccepted(sequence: AcceptedDrafts, accepted: number): void {
+    this.recordAccepted([sequence], [accepted]);
+    this.#decodedSince = 0;
   }
 
   /**
