@@ -65,7 +65,7 @@ interface Running {
   pending: number;
   /** Drafts accepted per verify, as the speculation gate estimates them. */
   readonly acceptedDrafts: AcceptedDrafts;
-  /** Drafts proposed after a plain decode, checked against the tokens decoded next (`#shadow`). */
+  /** Drafts proposed after a plain decode, checked against the tokens decoded next (`#shadowDecoded`). */
   shadow?: { readonly drafts: readonly number[]; matched: number };
   /** f32 [prompt × vocab] when the request asked for its prompt logits. */
   promptLogits?: Float32Array;
@@ -103,14 +103,15 @@ const NO_DECODE: DecodeCounts = { seqs: 0, k: 0, drafted: 0, accepted: 0 };
  * rows), one decode or verify step for every sequence past its prompt.
  *
  * Async scheduling: with a picker that enqueues its ids (`argmaxAsync`), a plain greedy decode's
- * ids are read one step late (with speculation, where the gate chose to decode). The step launches the next decode, its input
- * the ids still on the device, before it reads the last one's, so the host's work (reading ids,
- * finishing sequences, the next step's tables and graph launch) runs while the device computes.
- * It does so only where nothing else has to run first (no request waiting for a free slot, no
- * prompt in flight, no sequence at its token budget, the batch's graph captured, pages free); a
- * sequence that stops at a token has one step more computed and dropped. The tokens are the same.
- * With the speculation gate, a greedy sequence's plain decodes also check the drafts it would have
- * verified against the tokens that follow (`#shadow`), so acceptance is measured without verifies.
+ * ids are read one step late (with speculation, where the gate chose to decode). The step launches
+ * the next decode, its input the ids still on the device, before it reads the last one's, so the
+ * host's work (reading ids, finishing sequences, the next step's tables and graph launch) runs
+ * while the device computes. It does so only where nothing else has to run first (no request
+ * waiting for a free slot, no prompt in flight, no sequence at its token budget, the batch's graph
+ * captured, pages free); a sequence that stops at a token has one step more computed and dropped.
+ * The tokens are the same. With the speculation gate, a greedy sequence's plain decodes also check
+ * the drafts it would have verified against the tokens that follow (`#shadowDecoded`), so
+ * acceptance is measured without verifies.
  *
  * Results do not depend on the batch: a prompt is always cut at the same places, the driver's
  * padding rows are inert and every layer keeps per-sequence state, so a greedy request returns
@@ -340,9 +341,10 @@ export class EngineLoop {
 
   /**
    * Launches the decode after `inFlight`, its input the ids still on the device, where nothing else
-   * has to run first: every running sequence was in it (none prefills; none waits for a free slot) and has tokens
-   * left after it, the driver replays that batch's graph, and the pool has the rows' pages (no
-   * preemption). Undefined where the step must wait for the ids and run as usual.
+   * has to run first: every running sequence was in it (none prefills; none waits for a free
+   * slot) and has tokens left after it, the driver replays that batch's graph, the pool has the
+   * rows' pages (no preemption) and, speculating, the gate would decode. Undefined where the step
+   * must wait for the ids and run as usual.
    */
   #decodeAhead(inFlight: InFlightDecode, events: Map<number, TokenEvent>): DecodeCounts | undefined {
     const { live } = inFlight;
