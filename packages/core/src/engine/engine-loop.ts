@@ -6,6 +6,7 @@ import { InvalidArgumentError } from '../errors.js';
 import { MAX_LOGPROBS, positionLogprobs, type PositionLogprobs } from '../model/logprobs.js';
 import { checkSampling } from '../model/sampling.js';
 import type { DraftProposer } from '../spec/ngram-proposer.js';
+import { DraftCheck } from '../spec/draft-check.js';
 import { SpeculationGate, type AcceptedDrafts } from '../spec/speculation-gate.js';
 import { verifyDrafts } from '../spec/verify-drafts.js';
 import type { EngineRequest, FinishReason, EngineStepReport, TokenEvent } from './engine-request.js';
@@ -66,7 +67,7 @@ interface Running {
   /** Drafts accepted per verify, as the speculation gate estimates them. */
   readonly acceptedDrafts: AcceptedDrafts;
   /** Drafts proposed after a plain decode, checked against the tokens decoded next (`#shadowDecoded`). */
-  shadow?: { readonly drafts: readonly number[]; matched: number };
+  shadow?: DraftCheck;
   /** f32 [prompt × vocab] when the request asked for its prompt logits. */
   promptLogits?: Float32Array;
   /** The prompt's logprobs when the request asked for them, until reported with its first token. */
@@ -407,22 +408,17 @@ export class EngineLoop {
     const { proposer, k } = this.#spec!;
     live.forEach((r, i) => {
       if (r.generated === before[i] || !r.sampler.greedy || r.sampler.adjusts || r.req.constraint) return;
-      const token = r.history[r.history.length - 1]!;
-      const s = r.shadow;
-      if (s) {
-        const hit = token === s.drafts[s.matched];
-        if (hit) s.matched++;
-        if (!hit || s.matched === s.drafts.length) {
-          gate.recordShadowAccepted(r.acceptedDrafts, s.matched);
-          r.shadow = undefined;
-        }
+      const accepted = r.shadow?.next(r.history[r.history.length - 1]!);
+      if (accepted !== undefined) {
+        gate.recordShadowAccepted(r.acceptedDrafts, accepted);
+        r.shadow = undefined;
       }
       if (r.shadow || r.finish) return;
       const left = Math.min(k, r.req.maxTokens - r.generated - 1);
       if (left < 1) return;
       const drafts = proposer.propose(r.history, left);
       if (drafts.length === 0) gate.recordShadowAccepted(r.acceptedDrafts, 0);
-      else r.shadow = { drafts, matched: 0 };
+      else r.shadow = new DraftCheck(drafts);
     });
   }
 
