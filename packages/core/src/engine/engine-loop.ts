@@ -359,7 +359,7 @@ export class EngineLoop {
     if (this.#spec) {
       // A speculating loop goes ahead only where the gate would decode (its choice does not need the ids).
       const gate = this.#gate;
-      if (!gate || gate.shouldVerify(bucket, n, live.reduce((a, r) => a + gate.expectedAccepted(r.acceptedDrafts, this.#spec!.k), 0))) return undefined;
+      if (!gate || gate.shouldVerify(bucket, n, this.#expectedAccepted(gate, live))) return undefined;
     }
     const kv = this.driver.kv;
     let pages = 0;
@@ -367,13 +367,22 @@ export class EngineLoop {
     if (pages > kv.available) return undefined;
     try {
       const launchedAt = performance.now();
-      const result = this.driver.decode({ seqs: live.map((r) => r.seq), deviceTokens: inFlight.picked.device });
-      const picked = this.#picker!.argmaxAsync!(result.output, n, this.vocab, this.driver.stream);
-      this.#inFlight = { live, picked, bucket: result.batch, timed: timedPath(result.path), launchedAt };
+      this.#enqueue(live, this.driver.decode({ seqs: live.map((r) => r.seq), deviceTokens: inFlight.picked.device }), launchedAt);
     } catch (error) {
       this.#fail([...live], error, events);
     }
     return { seqs: n, k: 1, drafted: 0, accepted: 0 };
+  }
+
+  /** Enqueues the picker's argmax of a decode launched at `launchedAt`: the decode in flight, read next step. */
+  #enqueue(live: readonly Running[], result: StepResult, launchedAt: number): void {
+    const picked = this.#picker!.argmaxAsync!(result.output, live.length, this.vocab, this.driver.stream);
+    this.#inFlight = { live, picked, bucket: result.batch, timed: timedPath(result.path), launchedAt };
+  }
+
+  /** The drafts the gate expects `live` to accept in one verify, in all. */
+  #expectedAccepted(gate: SpeculationGate, live: readonly Running[]): number {
+    return live.reduce((a, r) => a + gate.expectedAccepted(r.acceptedDrafts, this.#spec!.k), 0);
   }
 
   /** Reads an in-flight decode's ids and emits them to the sequences of it still running. */
@@ -390,7 +399,7 @@ export class EngineLoop {
     const now = performance.now();
     this.#gate?.recordDecode(inFlight.bucket, inFlight.timed ? now - Math.max(inFlight.launchedAt, this.#lastRead) : undefined);
     this.#lastRead = now;
-    const before = inFlight.live.map((r) => r.generated);
+    const before = this.#gate ? inFlight.live.map((r) => r.generated) : undefined;
     inFlight.live.forEach((r, i) => {
       if (running.has(r)) this.#emit(r, [ids[i]!], undefined, events);
     });
@@ -402,9 +411,9 @@ export class EngineLoop {
    * it proposed after its last decode against the token just decoded (a verify would have accepted
    * them up to the first that differs) and, when they are settled, tells the gate and proposes anew.
    */
-  #shadowDecoded(live: readonly Running[], before: readonly number[]): void {
+  #shadowDecoded(live: readonly Running[], before: readonly number[] | undefined): void {
     const gate = this.#gate;
-    if (!gate) return;
+    if (!gate || !before) return;
     const { proposer, k } = this.#spec!;
     live.forEach((r, i) => {
       if (r.generated === before[i] || !r.sampler.greedy || r.sampler.adjusts || r.req.constraint) return;
@@ -594,7 +603,7 @@ export class EngineLoop {
         // The gate's choice follows measured times, so it may only choose where the output does not
         // depend on it: when no sequence samples with a seed of its own (a seeded one must repeat).
         const gate = this.#gate;
-        const expected = gate ? live.reduce((a, r) => a + gate.expectedAccepted(r.acceptedDrafts, this.#spec!.k), 0) : 0;
+        const expected = gate ? this.#expectedAccepted(gate, live) : 0;
         const free = live.every((r) => r.sampler.greedy || r.req.sampling?.seed === undefined);
         const bucket = this.driver.buckets.bucketFor(live.length);
         if (!gate || !free || gate.shouldVerify(bucket, live.length, expected)) {
@@ -609,12 +618,11 @@ export class EngineLoop {
       const t = performance.now();
       const result = this.driver.decode({ seqs: live.map((r) => r.seq), tokens: Int32Array.from(live, (r) => r.pending) });
       const picker = this.#picker;
-      const before = live.map((r) => r.generated);
+      const before = this.#gate ? live.map((r) => r.generated) : undefined;
       if (picker && live.length <= picker.maxRows && live.every(plainGreedy)) {
         // Read next step (the gate takes the decode's time when its ids are read).
         if (picker.argmaxAsync && this.#asyncScheduling) {
-          const picked = picker.argmaxAsync(result.output, live.length, this.vocab, this.driver.stream);
-          this.#inFlight = { live, picked, bucket: result.batch, timed: timedPath(result.path), launchedAt: t };
+          this.#enqueue(live, result, t);
           return { seqs: live.length, k: 1, drafted: 0, accepted: 0 };
         }
         const tokens = picker.argmax(result.output, live.length, this.vocab, this.driver.stream);
