@@ -4,7 +4,8 @@
 // replayed graph, allocation latency (pool hit vs miss), host<->device copy latency, and the
 // block-FP8 GEMM at decode's rows (Qwen3-Next-80B's projections) against its floor and at a
 // prefill's against cuBLASLt's bf16 GEMM and the GEMM ceiling, and a
-// decode step's bytes read by 1 to 1 000 kernels of one graph (what a kernel count costs).
+// decode step's bytes read by 1 to 1 000 kernels of one graph (what a kernel count costs), and
+// read by kernels that start on their bytes before they wait for the kernel ahead.
 // Device times come from CUDA events (timeOnDevice, src/ceilings.ts), host times from
 // process.hrtime; warm-up first, then the median of many repetitions, on random data. Prints a table and writes the same figures as JSON
 // to $METRALE_BENCH_OUT (default <repo>/bench-results/cuda-backend.json).
@@ -14,7 +15,7 @@ import { randomFillSync } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { CudaBackend, measureCopyBandwidth, measureGemmRate, probe, testKernels, timeOnDevice } from '../dist/index.js';
+import { CudaBackend, READ_AHEAD_MODES, measureCopyBandwidth, measureGemmRate, probe, testKernels, timeOnDevice } from '../dist/index.js';
 
 const packageDir = join(dirname(fileURLToPath(import.meta.url)), '..');
 const repoRoot = join(packageDir, '..', '..');
@@ -213,6 +214,67 @@ function kernelChain(b, copyBytesPerS) {
   return out;
 }
 
+/**
+ * What a kernel that starts on its bytes before it waits for the kernel ahead would buy a decode
+ * step: about the bytes of the block-FP8 80B-shaped step at batch 1 (4.0 GB; 512 experts) read by
+ * 5 kernels a layer over 48 layers (read_xor_ahead_u32, 4 CTAs an SM, each launched early), with
+ * and without a kernel moving no bytes after each (spin_cycles for SPIN_CYCLES clocks: the norms',
+ * preps' and route tails' serial work), each way of reading ahead (READ_AHEAD_MODES). The light
+ * kernels alone give their own share. One replayed graph each.
+ */
+const SPIN_CYCLES = 2000;
+function kernelChainAhead(b, copyBytesPerS) {
+  const totalBytes = QUICK ? 64 * MiB : 4.0e9;
+  const layers = QUICK ? 4 : 48, perLayer = 5;
+  const heavy = layers * perLayer;
+  const grid = 4 * b.device.multiprocessors;
+  const n4 = Math.floor(totalBytes / heavy / 16);
+  const src = b.alloc(heavy * n4 * 16), sink = b.alloc(4 * grid), spun = b.alloc(4);
+  const s = b.createStream();
+  const floorMs = ((heavy * n4 * 16) / copyBytesPerS) * 1e3;
+  const time = (record) => {
+    b.beginCapture(s);
+    record();
+    const graph = b.endCapture(s);
+    const exec = b.instantiate(graph);
+    try {
+      return timeOnDevice(b, () => b.launchGraph(exec, s), { stream: s, reps: QUICK ? 3 : 10 }).ms;
+    } finally {
+      b.destroyGraphExec(exec);
+      b.destroyGraph(graph);
+    }
+  };
+  const light = () => b.launch(testKernels.spinCycles, { grid: 1, block: 32, stream: s, earlyStart: true }, { sink: spun, cycles: SPIN_CYCLES });
+  const out = [];
+  try {
+    const lightMs = time(() => {
+      for (let i = 0; i < heavy; i++) light();
+    });
+    out.push({ name: `${heavy} light kernels alone (${SPIN_CYCLES} clocks each)`, kernels: heavy, ms: lightMs });
+    for (const [mode, ahead] of Object.entries(READ_AHEAD_MODES)) {
+      for (const withLight of [false, true]) {
+        const ms = time(() => {
+          for (let i = 0; i < heavy; i++) {
+            b.launch(testKernels.readXorAheadU32, { grid, block: 256, stream: s, earlyStart: true }, { src: src + BigInt(i * n4 * 16), sink, n4, ahead });
+            if (withLight) light();
+          }
+        });
+        const kernels = withLight ? 2 * heavy : heavy;
+        out.push({
+          name: `${heavy} readers${withLight ? ` + ${heavy} light` : ''}, ahead: ${mode}`, mode, withLight, kernels, ms, floorMs,
+          ofCopy: floorMs / ms, usPerKernelOverFloor: ((ms - floorMs) * 1e3) / kernels,
+        });
+      }
+    }
+  } finally {
+    b.destroyStream(s);
+    b.free(src);
+    b.free(sink);
+    b.free(spun);
+  }
+  return out;
+}
+
 function allocLatency(b) {
   const bytes = 4 * MiB, reps = 200;
   const miss = [], hit = [], free = [];
@@ -286,6 +348,7 @@ function main() {
     // The copy ceiling counts bytes read + written; a read-only floor takes the same byte rate.
     const fp8 = fp8DecodeGemms(b, copy.gbPerS * 1e9);
     const chain = kernelChain(b, copy.gbPerS * 1e9);
+    const ahead = kernelChainAhead(b, copy.gbPerS * 1e9);
     const prefill = fp8PrefillGemms(b, bf16.tflops ? bf16.tflops * 1e12 : undefined);
 
     const fmt = (x, d = 1) => (x === undefined ? '-' : x.toFixed(d));
@@ -297,6 +360,7 @@ function main() {
       [alloc.name, `hit ${fmt(alloc.poolHitUs, 2)} µs`, `miss ${fmt(alloc.poolMissUs, 1)} µs, free ${fmt(alloc.freeUs, 2)} µs`],
       ...copies.map((c) => [c.name, `${fmt(c.deviceUs)} µs device`, `${fmt(c.hostRoundTripUs)} µs host round trip, ${fmt(c.gbPerS)} GB/s`]),
       ...chain.map((c) => [`${c.kernels}-kernel chain reading ${QUICK ? '64 MiB' : '7.2 GB'}${c.earlyStart ? ', early start' : ''}`, `${fmt(c.ms, 3)} ms`, `floor ${fmt(c.floorMs, 3)} ms: ${fmt(100 * c.ofCopy)} % of copy, ${fmt(c.usPerKernelOverFloor, 2)} µs a kernel over it`]),
+      ...ahead.map((c) => [c.name, `${fmt(c.ms, 3)} ms`, c.floorMs === undefined ? `${fmt((c.ms * 1e3) / c.kernels, 2)} µs a kernel` : `floor ${fmt(c.floorMs, 3)} ms: ${fmt(100 * c.ofCopy)} % of copy, ${fmt(c.usPerKernelOverFloor, 2)} µs a kernel over it`]),
       ...fp8.map((g) => [`block-FP8 GEMM, ${g.name} (${g.n} × ${g.k}), ${g.m} row${g.m > 1 ? 's' : ''}`, `${fmt(g.us)} µs`, `floor ${fmt(g.floorUs)} µs: ${fmt(100 * g.ofCopy)} % of copy`]),
       ...prefill.map((g) => [
         `block-FP8 GEMM, ${g.name} (${g.n} × ${g.k}), ${g.m} rows`, `${fmt(g.us)} µs`,
@@ -318,7 +382,7 @@ function main() {
       driverVersion: found.driverVersion,
       cublasLt: b.gemmLibrary.loaded ? { path: b.gemmLibrary.path, version: b.gemmLibrary.version } : { missing: b.gemmLibrary.reason },
       ceilings: { copyBandwidthGBs: copy.gbPerS, bf16GemmTflops: bf16.tflops ?? null },
-      results: { copy, gemmBf16: bf16, gemmF32: f32, launchOverhead: launches, alloc, copies, fp8DecodeGemms: fp8, fp8PrefillGemms: prefill, kernelChain: chain },
+      results: { copy, gemmBf16: bf16, gemmF32: f32, launchOverhead: launches, alloc, copies, fp8DecodeGemms: fp8, fp8PrefillGemms: prefill, kernelChain: chain, kernelChainAhead: ahead },
     };
     mkdirSync(dirname(outPath), { recursive: true });
     writeFileSync(outPath, `${JSON.stringify(report, null, 2)}\n`);

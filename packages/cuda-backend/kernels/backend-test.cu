@@ -69,6 +69,19 @@ extern "C" __global__ void copy_after_u32(unsigned* dst, const unsigned* src, un
   GRID_STRIDE(i, n) dst[i] = src[i];
 }
 
+// The CTA's xor of its threads' acc into sink[blockIdx.x] (at most 256 threads a CTA).
+__device__ __forceinline__ void store_cta_xor(unsigned acc, unsigned* sink) {
+  for (int o = 16; o > 0; o >>= 1) acc ^= __shfl_xor_sync(0xffffffffu, acc, o);
+  __shared__ unsigned warps[8];
+  if ((threadIdx.x & 31) == 0) warps[threadIdx.x >> 5] = acc;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned all = 0;
+    for (unsigned w = 0; w < (blockDim.x + 31) / 32; w++) all ^= warps[w];
+    sink[blockIdx.x] = all;
+  }
+}
+
 // Kernel-chain benchmark: reads n4 16-byte words once (the bytes a decode kernel must stream) and
 // stores each CTA's xor of them in sink[blockIdx.x], so the reads cannot be dropped. It waits for
 // the kernel ahead and lets the next one start early (griddepcontrol on sm_90), as layer-std's
@@ -83,13 +96,64 @@ extern "C" __global__ void __launch_bounds__(256) read_xor_u32(const uint4* src,
     const uint4 v = __ldcs(src + i);
     acc ^= v.x ^ v.y ^ v.z ^ v.w;
   }
-  for (int o = 16; o > 0; o >>= 1) acc ^= __shfl_xor_sync(0xffffffffu, acc, o);
-  __shared__ unsigned warps[8];
-  if ((threadIdx.x & 31) == 0) warps[threadIdx.x >> 5] = acc;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    unsigned all = 0;
-    for (unsigned w = 0; w < (blockDim.x + 31) / 32; w++) all ^= warps[w];
-    sink[blockIdx.x] = all;
+  store_cta_xor(acc, sink);
+}
+
+// Kernel-chain benchmark, the reader that starts its bytes before it waits: CTA b reads the
+// contiguous words [b·per, (b + 1)·per) of src's n4 16-byte words (per = ⌈n4 / gridDim.x⌉),
+// its threads striding by blockDim.x, and stores its xor in sink[b]. Before griddepcontrol.wait
+// (sm_90) it starts on its bytes, which no kernel ahead writes: ahead 0 nothing (the order of
+// read_xor_u32), 1 its threads' first kAheadLoads words into registers, 2 its whole range into L2
+// (cp.async.bulk.prefetch, threads of the first warp each a share of up to 64 KiB at a time).
+// What a decode kernel could do with its weights while the kernel ahead still runs.
+constexpr int kAheadLoads = 4;
+extern "C" __global__ void __launch_bounds__(256) read_xor_ahead_u32(const uint4* src, unsigned* sink, unsigned n4, int ahead) {
+  const unsigned per = (n4 + gridDim.x - 1) / gridDim.x;
+  const unsigned lo = min(n4, blockIdx.x * per), hi = min(n4, lo + per);
+  unsigned acc = 0;
+  uint4 early[kAheadLoads];
+  if (ahead == 1) {
+#pragma unroll
+    for (int r = 0; r < kAheadLoads; r++) {
+      const unsigned i = lo + threadIdx.x + r * blockDim.x;
+      early[r] = i < hi ? __ldcs(src + i) : make_uint4(0, 0, 0, 0);
+    }
   }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (ahead == 2 && threadIdx.x < 32) {
+    constexpr unsigned kChunk4 = 4096;  // 64 KiB in 16-byte words
+    for (unsigned c = lo + threadIdx.x * kChunk4; c < hi; c += 32 * kChunk4) {
+      const unsigned bytes = 16 * min(kChunk4, hi - c);
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src + c), "r"(bytes) : "memory");
+    }
+  }
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+  unsigned i = lo + threadIdx.x;
+  if (ahead == 1) {
+#pragma unroll
+    for (int r = 0; r < kAheadLoads; r++) acc ^= early[r].x ^ early[r].y ^ early[r].z ^ early[r].w;
+    i += kAheadLoads * blockDim.x;
+  }
+  for (; i < hi; i += blockDim.x) {
+    const uint4 v = __ldcs(src + i);
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  store_cta_xor(acc, sink);
+}
+
+// Kernel-chain benchmark, a kernel that moves no bytes (a norm's or a route's serial work): waits
+// for the kernel ahead, lets the next start early, then thread 0 of CTA 0 spins for `cycles` SM
+// clocks and stores the clocks it spun in sink[0].
+extern "C" __global__ void spin_cycles(unsigned* sink, unsigned cycles) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  const long long t0 = clock64();
+  long long t = t0;
+  while (t - t0 < cycles) t = clock64();
+  sink[0] = static_cast<unsigned>(t - t0);
 }

@@ -7,7 +7,7 @@ export type { CudaBackendOptions, GemmLibrary, PoolStats } from './cuda-backend.
 export { cublasLtCandidates } from './cublaslt-paths.js';
 export { layoutArgs, packArgsToBytes, LAUNCH_PARAM_BYTES } from './arg-packing.js';
 export type { ArgLayout } from './arg-packing.js';
-export { testKernels, xorshift32 } from './test-kernels.js';
+export { READ_AHEAD_MODES, testKernels, xorshift32 } from './test-kernels.js';
 export { measureCeilings, measureCopyBandwidth, measureGemmRate, timeOnDevice } from './ceilings.js';
 export type {
   Ceilings, CeilingsOptions, CopyBandwidthOptions, CopyCeiling, DeviceTiming, GemmCeiling, GemmRateOptions, TimeOnDeviceOptions,

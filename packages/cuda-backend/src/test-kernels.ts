@@ -130,6 +130,44 @@ const readXorU32 = defineKernel({
   earlyStart: 'wait-first',
 });
 
+/** What read_xor_ahead_u32 starts before its wait: nothing, its first loads into registers, its whole share into L2 (kernels/backend-test.cu). */
+export const READ_AHEAD_MODES = { none: 0, registers: 1, l2: 2 } as const;
+
+/**
+ * sink[b] = the xor of the 32-bit words of CTA b's contiguous share of src's n4 16-byte words
+ * (⌈n4 / grid⌉ words a CTA, at most 256 threads a CTA); what it starts before it waits for the
+ * kernel ahead is `ahead` (READ_AHEAD_MODES), which changes no result. For the kernel-chain
+ * benchmark: a decode kernel streaming its weights while the kernel ahead still runs.
+ */
+const readXorAheadU32 = defineKernel({
+  name: 'backend-test.read_xor_ahead_u32',
+  params: { src: 'ptr', sink: 'ptr', n4: 'u32', ahead: 'i32' },
+  cuda: cuda('read_xor_ahead_u32'),
+  cpu: ({ src, sink, n4 }, { mem, grid }) => {
+    const [ctas] = grid;
+    const words = mem.u32(src, 4 * n4);
+    const out = mem.u32(sink, ctas);
+    const per = Math.ceil(n4 / ctas);
+    for (let b = 0; b < ctas; b++) {
+      let acc = 0;
+      for (let i = b * per; i < Math.min(n4, (b + 1) * per); i++) acc = (acc ^ words[4 * i]! ^ words[4 * i + 1]! ^ words[4 * i + 2]! ^ words[4 * i + 3]!) >>> 0;
+      out[b] = acc;
+    }
+  },
+  earlyStart: 'wait-first',
+});
+
+/** Waits for the kernel ahead, then spins `cycles` SM clocks on one thread and stores the clocks spun in sink[0] (on the CPU: `cycles`). For the kernel-chain benchmark: serial work that moves no bytes. */
+const spinCycles = defineKernel({
+  name: 'backend-test.spin_cycles',
+  params: { sink: 'ptr', cycles: 'u32' },
+  cuda: cuda('spin_cycles'),
+  cpu: ({ sink, cycles }, { mem }) => {
+    mem.u32(sink, 1)[0] = cycles;
+  },
+  earlyStart: 'wait-first',
+});
+
 /** The xorshift32 step of xorshift_u32, for host-side expectations. */
 export function xorshift32(value: number): number {
   let v = value >>> 0;
@@ -151,4 +189,6 @@ export const testKernels = Object.freeze({
   xorshiftU32,
   copyAfterU32,
   readXorU32,
+  readXorAheadU32,
+  spinCycles,
 });

@@ -1,6 +1,6 @@
 import { DeviceError, defineKernel, defineKernelModule } from '@metrale/core';
 import { expect, it } from 'vitest';
-import { testKernels } from '../../src/index.js';
+import { READ_AHEAD_MODES, testKernels } from '../../src/index.js';
 import { asF32, asU32, describeGpu, randomF32, useBackend } from './gpu-setup.js';
 
 describeGpu('kernel launches', () => {
@@ -109,6 +109,36 @@ describeGpu('kernel launches', () => {
     } finally {
       b.free(src);
       b.free(sink);
+    }
+  });
+
+  it("read_xor_ahead_u32 (the kernel-chain bench's reader that starts early): each CTA's xor of its contiguous share, each way of reading ahead, launched early after a writer", () => {
+    const b = gpu();
+    const n4 = 300_001;
+    const [ctas, threads] = [37, 256];
+    const per = Math.ceil(n4 / ctas);
+    const words = new Uint32Array(4 * n4);
+    for (let i = 0; i < words.length; i++) words[i] = Math.floor(Math.random() * 2 ** 32) >>> 0;
+    const want = new Uint32Array(ctas);
+    for (let i = 0; i < n4; i++) {
+      const cta = Math.floor(i / per);
+      want[cta] = (want[cta]! ^ words[4 * i]! ^ words[4 * i + 1]! ^ words[4 * i + 2]! ^ words[4 * i + 3]!) >>> 0;
+    }
+    const src = b.alloc(words.byteLength), sink = b.alloc(4 * ctas), spun = b.alloc(4);
+    try {
+      b.upload(src, words);
+      for (const ahead of Object.values(READ_AHEAD_MODES)) {
+        b.launch(testKernels.fillU32, { grid: 1, block: 32 }, { dst: sink, value: 0xffffffff, n: ctas });
+        // Early after a kernel that writes nothing it reads: its result must not depend on when it starts.
+        b.launch(testKernels.spinCycles, { grid: 1, block: 32 }, { sink: spun, cycles: 20_000 });
+        b.launch(testKernels.readXorAheadU32, { grid: ctas, block: threads, earlyStart: true }, { src, sink, n4, ahead });
+        expect(Array.from(asU32(b.download(sink, 4 * ctas))), `ahead ${ahead}`).toEqual(Array.from(want));
+      }
+      expect(asU32(b.download(spun, 4))[0]).toBeGreaterThanOrEqual(20_000);
+    } finally {
+      b.free(src);
+      b.free(sink);
+      b.free(spun);
     }
   });
 

@@ -231,6 +231,22 @@ static void k_read_xor(unsigned char (*p)[8], const unsigned* g, const unsigned*
   for (unsigned i = 0; i < n4; i++) sink[(i % threads) / b[0]] ^= src[4 * i] ^ src[4 * i + 1] ^ src[4 * i + 2] ^ src[4 * i + 3];
 }
 
+static void k_read_xor_ahead(unsigned char (*p)[8], const unsigned* g, const unsigned* b, unsigned s) {
+  const unsigned* src = ARG(unsigned*, 0);
+  unsigned* sink = ARG(unsigned*, 1);
+  unsigned n4 = ARG(unsigned, 2);
+  unsigned per = (n4 + g[0] - 1) / g[0];
+  (void)b; (void)s;
+  for (unsigned c = 0; c < g[0]; c++) sink[c] = 0;
+  for (unsigned i = 0; i < n4; i++) sink[i / per] ^= src[4 * i] ^ src[4 * i + 1] ^ src[4 * i + 2] ^ src[4 * i + 3];
+}
+
+static void k_spin_cycles(unsigned char (*p)[8], const unsigned* g, const unsigned* b, unsigned s) {
+  unsigned* sink = ARG(unsigned*, 0);
+  (void)g; (void)b; (void)s;
+  sink[0] = ARG(unsigned, 1);
+}
+
 /* The data path's kernels of kernels/convert.cu and kernels/gemm-fp8.cu, on the host: the same
  * functions (rounding to nearest even where they store), so the GPU lane's precision suite runs
  * its plumbing here too. */
@@ -311,6 +327,8 @@ static const Kernel KERNELS[] = {
     {"xorshift_u32", 2, {8, 4}, k_xorshift},
     {"copy_after_u32", 3, {8, 8, 4}, k_copy_after},
     {"read_xor_u32", 3, {8, 8, 4}, k_read_xor},
+    {"read_xor_ahead_u32", 4, {8, 8, 4, 4}, k_read_xor_ahead},
+    {"spin_cycles", 2, {8, 4}, k_spin_cycles},
 };
 
 /* ---- running recorded work ---------------------------------------------------------------- */
