@@ -1,4 +1,3 @@
-import type { Sequence } from '../driver/sequence.js';
 import type { StepPath, StepResult } from '../driver/step-driver.js';
 import type { StepRunner } from '../driver/step-runner.js';
 import { offsetPtr } from '../device/device-ptr.js';
@@ -6,11 +5,9 @@ import { InvalidArgumentError } from '../errors.js';
 import { MAX_LOGPROBS, positionLogprobs, type PositionLogprobs } from '../model/logprobs.js';
 import { checkSampling } from '../model/sampling.js';
 import type { DraftProposer } from '../spec/ngram-proposer.js';
-import { DraftCheck } from '../spec/draft-check.js';
-import { SpeculationGate, type AcceptedDrafts } from '../spec/speculation-gate.js';
-import { verifyDrafts } from '../spec/verify-drafts.js';
-import type { EngineRequest, FinishReason, EngineStepReport, TokenEvent } from './engine-request.js';
-import { RequestSampler } from './request-sampler.js';
+import type { EngineRequest, EngineStepReport, TokenEvent } from './engine-request.js';
+import { LoopSpeculation } from './loop-speculation.js';
+import { startRunning, type RunningSequence as Running } from './running-sequence.js';
 import { pickable, type DeviceTokenPicker, type PickedTokens } from './device-token-picker.js';
 import { maskLogitsRow } from './token-constraint.js';
 import { claimPages, type PageClaim } from './page-budget.js';
@@ -45,34 +42,6 @@ export interface EngineLoopOptions {
    * (default true; vLLM's async scheduling). False: every step waits for its ids before it returns.
    */
   readonly asyncScheduling?: boolean;
-}
-
-interface Running {
-  readonly req: EngineRequest;
-  seq: Sequence;
-  /** The tokens it prefills: the prompt, or after a preemption the prompt and every token generated before it. */
-  prompt: ArrayLike<number>;
-  /** Arrival order: the youngest running sequence is preempted first. */
-  readonly arrival: number;
-  /** Content hashes of its full blocks so far (prefix caching). */
-  hashes: string[];
-  readonly stop: ReadonlySet<number>;
-  readonly sampler: RequestSampler;
-  /** Prompt and generated tokens (what the proposer looks up). */
-  readonly history: number[];
-  prefilled: number;
-  generated: number;
-  /** The last generated token, not yet fed to the model. */
-  pending: number;
-  /** Drafts accepted per verify, as the speculation gate estimates them. */
-  readonly acceptedDrafts: AcceptedDrafts;
-  /** Drafts proposed after a plain decode, checked against the tokens decoded next (`#shadowDecoded`). */
-  shadow?: DraftCheck;
-  /** f32 [prompt × vocab] when the request asked for its prompt logits. */
-  promptLogits?: Float32Array;
-  /** The prompt's logprobs when the request asked for them, until reported with its first token. */
-  promptLogprobs?: (PositionLogprobs | null)[];
-  finish?: FinishReason;
 }
 
 /** A decode step on the device whose greedy ids the host has not read yet, and the sequences it ran. */
@@ -111,8 +80,8 @@ const NO_DECODE: DecodeCounts = { seqs: 0, k: 0, drafted: 0, accepted: 0 };
  * waiting for a free slot, no prompt in flight, no sequence at its token budget, the batch's graph
  * captured, pages free); a sequence that stops at a token has one step more computed and dropped.
  * The tokens are the same. With the speculation gate, a greedy sequence's plain decodes also check
- * the drafts it would have verified against the tokens that follow (`#shadowDecoded`), so
- * acceptance is measured without verifies.
+ * the drafts it would have verified against the tokens that follow
+ * (`LoopSpeculation.checkDecoded`), so acceptance is measured without verifies.
  *
  * Results do not depend on the batch: a prompt is always cut at the same places, the driver's
  * padding rows are inert and every layer keeps per-sequence state, so a greedy request returns
@@ -123,10 +92,9 @@ export class EngineLoop {
   readonly driver: StepRunner;
   readonly vocab: number;
   readonly prefillChunk: number;
-  readonly #spec: EngineLoopOptions['speculation'];
+  readonly #spec: LoopSpeculation | undefined;
   readonly #picker: DeviceTokenPicker | undefined;
   readonly #asyncScheduling: boolean;
-  readonly #gate: SpeculationGate | undefined;
   /** Requests waiting for a slot, and preempted sequences waiting to be recomputed (at the front). */
   readonly #waiting: { readonly req: EngineRequest; readonly preempted?: Running }[] = [];
   /** In arrival order. */
@@ -145,10 +113,9 @@ export class EngineLoop {
     this.driver = options.driver;
     this.vocab = options.vocabSize;
     this.prefillChunk = options.prefillChunk;
-    this.#spec = options.speculation;
+    this.#spec = options.speculation ? new LoopSpeculation(options.speculation) : undefined;
     this.#picker = options.picker;
     this.#asyncScheduling = options.asyncScheduling ?? true;
-    this.#gate = options.speculation && options.speculation.adaptive !== false ? new SpeculationGate() : undefined;
     this.#logitsRow = 4 * this.vocab;
     this.#prefix = new PrefixCache(this.driver, options.prefixCaching ?? true);
     const { limits } = this.driver;
@@ -356,11 +323,8 @@ export class EngineLoop {
     if (live.some((r) => r.finish !== undefined || r.generated + 1 >= r.req.maxTokens)) return undefined;
     if (!this.driver.decodesFromDevice?.(n)) return undefined;
     const bucket = this.driver.buckets.bucketFor(n);
-    if (this.#spec) {
-      // A speculating loop goes ahead only where the gate would decode (its choice does not need the ids).
-      const gate = this.#gate;
-      if (!gate || gate.shouldVerify(bucket, n, this.#expectedAccepted(gate, live))) return undefined;
-    }
+    // A speculating loop goes ahead only where the gate would decode (its choice does not need the ids).
+    if (this.#spec && !this.#spec.decodes(bucket, live)) return undefined;
     const kv = this.driver.kv;
     let pages = 0;
     for (const r of live) pages += kv.need(r.seq.slot, r.seq.length + 1);
@@ -380,11 +344,6 @@ export class EngineLoop {
     this.#inFlight = { live, picked, bucket: result.batch, timed: timedPath(result.path), launchedAt };
   }
 
-  /** The drafts the gate expects `live` to accept in one verify, in all. */
-  #expectedAccepted(gate: SpeculationGate, live: readonly Running[]): number {
-    return live.reduce((a, r) => a + gate.expectedAccepted(r.acceptedDrafts, this.#spec!.k), 0);
-  }
-
   /** Reads an in-flight decode's ids and emits them to the sequences of it still running. */
   #readInFlight(inFlight: InFlightDecode, events: Map<number, TokenEvent>): void {
     const running = new Set(this.#running);
@@ -397,38 +356,13 @@ export class EngineLoop {
       return;
     }
     const now = performance.now();
-    this.#gate?.recordDecode(inFlight.bucket, inFlight.timed ? now - Math.max(inFlight.launchedAt, this.#lastRead) : undefined);
+    this.#spec?.recordDecode(inFlight.bucket, inFlight.timed ? now - Math.max(inFlight.launchedAt, this.#lastRead) : undefined);
     this.#lastRead = now;
-    const before = this.#gate ? inFlight.live.map((r) => r.generated) : undefined;
+    const before = this.#spec?.countsBefore(inFlight.live);
     inFlight.live.forEach((r, i) => {
       if (running.has(r)) this.#emit(r, [ids[i]!], undefined, events);
     });
-    this.#shadowDecoded(inFlight.live, before);
-  }
-
-  /**
-   * After a plain decode: each greedy sequence of a loop with a speculation gate checks the drafts
-   * it proposed after its last decode against the token just decoded (a verify would have accepted
-   * them up to the first that differs) and, when they are settled, tells the gate and proposes anew.
-   */
-  #shadowDecoded(live: readonly Running[], before: readonly number[] | undefined): void {
-    const gate = this.#gate;
-    if (!gate || !before) return;
-    const { proposer, k } = this.#spec!;
-    live.forEach((r, i) => {
-      if (r.generated === before[i] || !r.sampler.greedy || r.sampler.adjusts || r.req.constraint) return;
-      const accepted = r.shadow?.next(r.history[r.history.length - 1]!);
-      if (accepted !== undefined) {
-        gate.recordShadowAccepted(r.acceptedDrafts, accepted);
-        r.shadow = undefined;
-      }
-      if (r.shadow || r.finish) return;
-      const left = Math.min(k, r.req.maxTokens - r.generated - 1);
-      if (left < 1) return;
-      const drafts = proposer.propose(r.history, left);
-      if (drafts.length === 0) gate.recordShadowAccepted(r.acceptedDrafts, 0);
-      else r.shadow = new DraftCheck(drafts);
-    });
+    this.#spec?.checkDecoded(inFlight.live, before);
   }
 
   /** Waits for an in-flight decode none of whose sequences runs any more, and drops its ids. */
@@ -489,22 +423,7 @@ export class EngineLoop {
     kv.grow([seq.slot], [rows]);
     this.#prefix.count(tokens.length, start);
     const req = w.req;
-    const r: Running = w.preempted ?? {
-      req,
-      seq,
-      prompt: req.prompt,
-      arrival: this.#arrivals++,
-      hashes: [],
-      stop: new Set(req.stopTokenIds ?? []),
-      sampler: new RequestSampler(req.sampling, req.prompt, req.stopTokenIds ?? []),
-      history: Array.from(req.prompt),
-      prefilled: 0,
-      generated: 0,
-      pending: -1,
-      acceptedDrafts: {},
-      ...(req.promptLogits ? { promptLogits: new Float32Array(req.prompt.length * this.vocab) } : {}),
-      ...(req.promptLogprobs !== undefined ? { promptLogprobs: [null] } : {}),
-    };
+    const r = w.preempted ?? startRunning(req, seq, this.#arrivals++, this.vocab);
     r.seq = seq;
     r.prefilled = start;
     r.hashes = hashes;
@@ -599,18 +518,17 @@ export class EngineLoop {
     const live = this.#running.filter((r) => !r.finish && r.prefilled === r.prompt.length);
     if (live.length === 0) return NO_DECODE;
     try {
-      if (this.#spec) {
+      const spec = this.#spec;
+      if (spec) {
         // The gate's choice follows measured times, so it may only choose where the output does not
         // depend on it: when no sequence samples with a seed of its own (a seeded one must repeat).
-        const gate = this.#gate;
-        const expected = gate ? this.#expectedAccepted(gate, live) : 0;
         const free = live.every((r) => r.sampler.greedy || r.req.sampling?.seed === undefined);
         const bucket = this.driver.buckets.bucketFor(live.length);
-        if (!gate || !free || gate.shouldVerify(bucket, live.length, expected)) {
+        if (spec.verifies(bucket, live, free)) {
           const t = performance.now();
-          const verified = this.#verify(live, events);
+          const verified = spec.verify(this.driver, this.vocab, this.#picker, live, (r, tokens, logprobs) => this.#emit(r, tokens, logprobs, events));
           if (verified) {
-            this.#gate?.recordVerify(bucket, timedPath(verified.path) ? performance.now() - t : undefined);
+            spec.recordVerify(bucket, timedPath(verified.path) ? performance.now() - t : undefined);
             return verified;
           }
         }
@@ -618,7 +536,7 @@ export class EngineLoop {
       const t = performance.now();
       const result = this.driver.decode({ seqs: live.map((r) => r.seq), tokens: Int32Array.from(live, (r) => r.pending) });
       const picker = this.#picker;
-      const before = this.#gate ? live.map((r) => r.generated) : undefined;
+      const before = this.#spec?.countsBefore(live);
       if (picker && live.length <= picker.maxRows && live.every(plainGreedy)) {
         // Read next step (the gate takes the decode's time when its ids are read).
         if (picker.argmaxAsync && this.#asyncScheduling) {
@@ -632,44 +550,13 @@ export class EngineLoop {
         live.forEach((r, i) => this.#emitRow(r, logits, i, events));
       }
       this.#lastRead = performance.now();
-      this.#gate?.recordDecode(result.batch, timedPath(result.path) ? this.#lastRead - t : undefined);
-      this.#shadowDecoded(live, before);
+      this.#spec?.recordDecode(result.batch, timedPath(result.path) ? this.#lastRead - t : undefined);
+      this.#spec?.checkDecoded(live, before);
       return { seqs: live.length, k: 1, drafted: 0, accepted: 0 };
     } catch (error) {
       this.#fail(live, error, events);
       return { seqs: live.length, k: 1, drafted: 0, accepted: 0 };
     }
-  }
-
-  /** One verify step over `live` and how the driver ran it; undefined when no sequence has a draft (the caller decodes). */
-  #verify(live: Running[], events: Map<number, TokenEvent>): { seqs: number; k: number; drafted: number; accepted: number; path: StepPath } | undefined {
-    const { proposer, k: maxDrafts } = this.#spec!;
-    // A sequence's drafts never run past its token budget, so every verify row lies inside the room
-    // `add` checked (prompt + maxTokens ≤ maxSeqLen − maxK + 1).
-    const drafts = live.map((r) => proposer.propose(r.history, Math.min(maxDrafts, r.req.maxTokens - r.generated - 1)));
-    const outcome = verifyDrafts(
-      this.driver, this.vocab,
-      live.map((r) => ({
-        seq: r.seq, pending: r.pending, greedy: r.sampler.greedy, random: r.sampler.random,
-        ...(r.req.logprobs !== undefined ? { logprobs: r.req.logprobs } : {}),
-        ...(r.req.sampling ? { sampling: r.req.sampling } : {}), ...(r.req.constraint ? { constraint: r.req.constraint } : {}),
-        ...(r.sampler.adjusts ? { samplingRow: (l: Float32Array, v: number, row: number, ahead: readonly number[]) => r.sampler.row(l, v, row, ahead) } : {}),
-      })),
-      drafts,
-      this.#picker,
-    );
-    if (!outcome) return undefined;
-    let drafted = 0;
-    let accepted = 0;
-    live.forEach((r, i) => {
-      drafted += drafts[i]!.length;
-      accepted += outcome.accepted[i]!;
-      this.#emit(r, outcome.emitted[i]!, outcome.logprobs[i], events);
-    });
-    this.#gate?.recordAccepted(live.map((r) => r.acceptedDrafts), outcome.accepted);
-    // The verify measured them; drafts proposed before it no longer follow the text.
-    for (const r of live) r.shadow = undefined;
-    return { seqs: live.length, k: outcome.k, drafted, accepted, path: outcome.path };
   }
 
   /** Samples the token of logit row `row` (with its logprobs when asked; among the tokens its constraint allows) and emits it. */
