@@ -46,6 +46,23 @@ function gemmRate(b, dtype, size) {
   return { name: `gemm ${dtype} ${size}³ (x·Wᵀ, fp32 accumulate)`, flop: g.flop, ms: g.ms, tflops: g.flopPerS / 1e12 };
 }
 
+/**
+ * Device ms of one replay of the graph that `record` captures on stream `s` (timeOnDevice's
+ * median over `reps`, each of `inner` replays); the graph is freed after.
+ */
+function timeGraph(b, s, record, { reps, inner = 1 }) {
+  b.beginCapture(s);
+  record();
+  const graph = b.endCapture(s);
+  const exec = b.instantiate(graph);
+  try {
+    return timeOnDevice(b, () => b.launchGraph(exec, s), { stream: s, reps, inner }).ms;
+  } finally {
+    b.destroyGraphExec(exec);
+    b.destroyGraph(graph);
+  }
+}
+
 /** A decode step of 48 layers as 48 empty kernels: eager launches vs one replayed graph. */
 function launchOverhead(b) {
   const layers = 48, steps = 200, batches = 15;
@@ -122,15 +139,11 @@ function fp8DecodeGemms(b, copyBytesPerS) {
       const a = new Uint16Array(m * k).fill(0x3f80);  // bf16 1.0
       const pa = b.alloc(a.byteLength), pc = b.alloc(m * n * 2);
       b.upload(pa, a);
-      b.beginCapture(s);
-      for (const w of weights) b.gemm({ m, n, k, a: pa, b: w.pb, bDtype: 'f8e4m3', bScales: w.ps, c: pc, transB: true, dtype: 'bf16', outDtype: 'bf16', stream: s });
-      const graph = b.endCapture(s);
-      const exec = b.instantiate(graph);
-      const t = timeOnDevice(b, () => b.launchGraph(exec, s), { stream: s, reps: QUICK ? 3 : 20, inner: copies });
+      const ms = timeGraph(b, s, () => {
+        for (const w of weights) b.gemm({ m, n, k, a: pa, b: w.pb, bDtype: 'f8e4m3', bScales: w.ps, c: pc, transB: true, dtype: 'bf16', outDtype: 'bf16', stream: s });
+      }, { reps: QUICK ? 3 : 20, inner: copies });
       const floorUs = (weights[0].bytes / copyBytesPerS) * 1e6;
-      out.push({ name, m, n, k, us: t.ms * 1e3, floorUs, ofCopy: floorUs / (t.ms * 1e3) });
-      b.destroyGraphExec(exec);
-      b.destroyGraph(graph);
+      out.push({ name, m, n, k, us: ms * 1e3, floorUs, ofCopy: floorUs / (ms * 1e3) });
       b.free(pa);
       b.free(pc);
     }
@@ -193,17 +206,13 @@ function kernelChain(b, copyBytesPerS) {
     for (const kernels of counts) {
       const n4 = Math.floor(totalBytes / kernels / 16);
       for (const earlyStart of [true, false]) {
-        b.beginCapture(s);
-        for (let i = 0; i < kernels; i++) {
-          b.launch(testKernels.readXorU32, { grid, block: 256, stream: s, earlyStart }, { src: src + BigInt(i * n4 * 16), sink, n4 });
-        }
-        const graph = b.endCapture(s);
-        const exec = b.instantiate(graph);
-        const t = timeOnDevice(b, () => b.launchGraph(exec, s), { stream: s, reps: QUICK ? 3 : 10 });
+        const ms = timeGraph(b, s, () => {
+          for (let i = 0; i < kernels; i++) {
+            b.launch(testKernels.readXorU32, { grid, block: 256, stream: s, earlyStart }, { src: src + BigInt(i * n4 * 16), sink, n4 });
+          }
+        }, { reps: QUICK ? 3 : 10 });
         const floorMs = ((kernels * n4 * 16) / copyBytesPerS) * 1e3;
-        out.push({ kernels, earlyStart, ms: t.ms, floorMs, ofCopy: floorMs / t.ms, usPerKernelOverFloor: ((t.ms - floorMs) * 1e3) / kernels });
-        b.destroyGraphExec(exec);
-        b.destroyGraph(graph);
+        out.push({ kernels, earlyStart, ms, floorMs, ofCopy: floorMs / ms, usPerKernelOverFloor: ((ms - floorMs) * 1e3) / kernels });
       }
     }
   } finally {
@@ -232,18 +241,7 @@ function kernelChainAhead(b, copyBytesPerS) {
   const src = b.alloc(heavy * n4 * 16), sink = b.alloc(4 * grid), spun = b.alloc(4);
   const s = b.createStream();
   const floorMs = ((heavy * n4 * 16) / copyBytesPerS) * 1e3;
-  const time = (record) => {
-    b.beginCapture(s);
-    record();
-    const graph = b.endCapture(s);
-    const exec = b.instantiate(graph);
-    try {
-      return timeOnDevice(b, () => b.launchGraph(exec, s), { stream: s, reps: QUICK ? 3 : 10 }).ms;
-    } finally {
-      b.destroyGraphExec(exec);
-      b.destroyGraph(graph);
-    }
-  };
+  const time = (record) => timeGraph(b, s, record, { reps: QUICK ? 3 : 10 });
   const light = () => b.launch(testKernels.spinCycles, { grid: 1, block: 32, stream: s, earlyStart: true }, { sink: spun, cycles: SPIN_CYCLES });
   const out = [];
   try {
