@@ -23,8 +23,9 @@
 // fewer of them share a CTA. Needs D and I multiples of 16 (the layer checks; else it takes
 // std-moe.cu's grouped kernels).
 #include "std-common.cuh"
-#include "std-moe-groups.cuh"
 #include "std-mma.cuh"
+#include "std-moe-gemm-wg.cuh"
+#include "std-moe-groups.cuh"
 
 using namespace stdk;
 
@@ -32,11 +33,11 @@ namespace {
 
 // Entries of a CTA's tile: the large kernels' and the _few ones'. Two threads an entry on mma.sync,
 // one warpgroup per 64 entries on wgmma: 128 threads a 64-entry tile either way.
-constexpr int kBM = 128, kFewBM = 64, kBW = 128, kBK = 32;
+constexpr int kBM = 128, kFewBM = 64, kBW = kGemmBW, kBK = 32;
 [[maybe_unused]] constexpr int kStages = 3;  // the mma.sync path (sm_80)
 constexpr int kLds = kBK + 8;  // shared row stride in elements: 80 bytes, so ldmatrix's 8 rows fall on distinct banks
 template <int BM>
-constexpr int kThreadsOf = 2 * BM;
+constexpr int kThreadsOf = kGemmThreadsOf<BM>;
 constexpr int kMaxExpertsGemm = 2048;
 
 template <typename T, int BM>
@@ -47,15 +48,6 @@ struct Stage {
 
 template <typename T, int BM>
 constexpr size_t smem_bytes() { return kStages * sizeof(Stage<T, BM>); }
-
-/** CTAs of tile slot 0: zeros for the entries whose expert id is outside the experts, columns n0 … n0 + NC − 1. */
-template <int NC, typename T>
-__device__ __forceinline__ void zero_invalid(const Groups& gr, T* __restrict__ out, int N, int n0) {
-  for (int q = threadIdx.x / NC; q < gr.nInvalid; q += blockDim.x / NC) {
-    const int n = n0 + threadIdx.x % NC;
-    if (n < N) store_value(out, (size_t)gr.order[gr.nValid + q] * N + n, 0.f);
-  }
-}
 
 /**
  * The grouped GEMM of one CTA. P = 2: gate and up (weights [E][2I][D], N = I, K = D, rows of x by
@@ -171,122 +163,21 @@ __device__ void grouped_gemm(unsigned char* smemRaw, const T* __restrict__ input
 }
 
 #ifdef STD_WGMMA
-// sm_90a: the same CTA tiles on wgmma. Each warpgroup owns 64 entries × the 128 weight rows
-// (m64n128k16, both operands K-major in shared memory with the 128-byte swizzle); k in steps of 64
-// through S stages filled by cp.async from every thread, S − 1 − F ahead, where F wgmma groups stay
-// in flight across a step: the stage a load overwrites was read F + 1 steps back, which each
-// warpgroup has waited for (wgmma.wait_group F) before the barrier the load follows. The large
-// kernels: two warpgroups, 3 stages, F = 0, two CTAs an SM, so one's prologue, barriers and
-// epilogue overlap the other's products. The _few kernels: one warpgroup, whose products are few,
-// so the weight bytes in flight set the speed: 8 stages for up (one CTA an SM), 4 for down (two).
-constexpr int kWgBK = 64;
-template <int BM>
-constexpr int kWgStageBytes = (BM + kBW) * kWgBK * 2;  // BM input rows, then 128 weight rows, of 128 bytes
-template <int BM, int S>
-constexpr unsigned kWgSmemBytes = S * kWgStageBytes<BM> + 1024;  // + the 1024-byte alignment of the swizzle
-
-template <typename T, int P, int BM, int S, int F>
-__device__ void grouped_gemm_wg(unsigned char* smemRaw, const T* __restrict__ input, const int32_t* __restrict__ groups, const T* __restrict__ weights,
-                                T* __restrict__ out, int N, int K, int experts, int rowDiv) {
-  constexpr int NC = kBW / P;
-  constexpr int kThreads = kThreadsOf<BM>;
-  constexpr int kRowStep = kThreads / 8;  // rows apart of one thread's chunks (8 threads a 128-byte row)
-  constexpr int kARows = BM / kRowStep, kBRows = kBW / kRowStep;
-  constexpr int kATileBytes = BM * 128;
-  __shared__ int tileOf[3];
-  const Groups gr(groups, experts);
-  const int n0 = blockIdx.y * NC;
-  const int tid = threadIdx.x;
-  if (blockIdx.x == 0) zero_invalid<NC>(gr, out, N, n0);
-  int a, q0, q1;
-  if (!find_tile<BM>(gr, blockIdx.x, tileOf, a, q0, q1)) return;
-  const T* we = weights + (size_t)gr.expert[a] * P * N * K;
-  unsigned char* smem = smemRaw + ((1024u - (smem_u32(smemRaw) & 1023u)) & 1023u);
-  const uint32_t base = smem_u32(smem);
-
-  // This thread's 16-byte chunk c of rows tid / 8 + kRowStep·i of each stage's A and B tiles. Input
-  // rows past the tile are zeroed once and never loaded (their products are not stored).
-  const int c = tid & 7;
-  const T* arow[kARows];
-  const T* brow[kBRows];
-#pragma unroll
-  for (int i = 0; i < kARows; i++) {
-    const int r = (tid >> 3) + kRowStep * i;
-    arow[i] = q0 + r < q1 ? input + (size_t)(gr.order[q0 + r] / rowDiv) * K : nullptr;
-    if (!arow[i])
-      for (int s = 0; s < S; s++) *reinterpret_cast<uint4*>(smem + s * kWgStageBytes<BM> + sw128_offset(r, c)) = make_uint4(0, 0, 0, 0);
-  }
-#pragma unroll
-  for (int i = 0; i < kBRows; i++) {
-    const int r = (tid >> 3) + kRowStep * i;
-    const int n = P == 2 ? n0 + (r & 63) : n0 + r;
-    brow[i] = n < N ? we + ((P == 2 && r >= 64) ? (size_t)N * K : 0) + (size_t)n * K : nullptr;
-  }
-  auto load_stage = [&](int s, int k0) {
-    unsigned char* st = smem + s * kWgStageBytes<BM>;
-    const bool kin = k0 + c * 8 < K;
-#pragma unroll
-    for (int i = 0; i < kARows; i++)
-      if (arow[i]) cp_async16(st + sw128_offset((tid >> 3) + kRowStep * i, c), kin ? arow[i] + k0 + c * 8 : input, kin);
-#pragma unroll
-    for (int i = 0; i < kBRows; i++)
-      cp_async16(st + kATileBytes + sw128_offset((tid >> 3) + kRowStep * i, c), brow[i] && kin ? brow[i] + k0 + c * 8 : weights, brow[i] && kin);
-  };
-
-  const int wg = tid >> 7;
-  float acc[64];
-#pragma unroll
-  for (int i = 0; i < 64; i++) acc[i] = 0.f;
-  const int kTiles = (K + kWgBK - 1) / kWgBK;
-  constexpr int ahead = S - 1 - F;
-  static_assert(ahead >= 1, "no stage left to load ahead");
-#pragma unroll
-  for (int s = 0; s < ahead; s++) {
-    if (s < kTiles) load_stage(s, s * kWgBK);
-    cp_async_commit();
-  }
-  for (int kt = 0; kt < kTiles; kt++) {
-    cp_async_wait<ahead - 1>();  // this thread's copies of stage kt have landed
-    fence_proxy_async();         // and are visible to the tensor cores' reads, as are the zeroed rows
-    __syncthreads();             // every thread's, and every warpgroup is past step kt − 1 − F's products
-    const int next = kt + ahead;
-    if (next < kTiles) load_stage(next % S, next * kWgBK);
-    cp_async_commit();
-    const uint32_t st = base + (uint32_t)((kt % S) * kWgStageBytes<BM>);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kWgBK / 16; kk++)
-      wgmma_m64n128k16<T>(acc, smem_desc_sw128(st + (uint32_t)(wg * 64 * 128 + kk * 32)), smem_desc_sw128(st + (uint32_t)(kATileBytes + kk * 32)));
-    wgmma_commit();
-    wgmma_wait<F>();
-  }
-  wgmma_wait<0>();
-  cp_async_wait<0>();
-
-  // Accumulator 4j + e: entry wg·64 + 16·(warp % 4) + g (+ 8 for e ≥ 2), weight row 8j + 2·tig (+ 1 for odd e).
-  const int lane = lane_id(), g = lane >> 2, tig = lane & 3, wr = wg * 64 + (warp_id() & 3) * 16 + g;
-#pragma unroll
-  for (int half = 0; half < 2; half++) {
-    const int q = q0 + wr + half * 8;
-    if (q >= q1) continue;
-    T* orow = out + (size_t)gr.order[q] * N;
-#pragma unroll
-    for (int j = 0; j < (P == 2 ? 8 : 16); j++) {
-      const int n = n0 + j * 8 + 2 * tig;
-      if (n >= N) continue;
-      float v0 = acc[4 * j + 2 * half], v1 = acc[4 * j + 2 * half + 1];
-      if constexpr (P == 2) v0 = silu(v0) * acc[4 * (j + 8) + 2 * half], v1 = silu(v1) * acc[4 * (j + 8) + 2 * half + 1];
-      *reinterpret_cast<uint32_t*>(orow + n) = pack2<T>(v0, v1);
-    }
-  }
-}
-
-// Stages of (large up, large down, few up, few down), and CTAs an SM of each.
+// sm_90a: the same CTA tiles on wgmma (std-moe-gemm-wg.cuh). The large kernels: two warpgroups,
+// 3 stages, F = 0, two CTAs an SM, so one's prologue, barriers and epilogue overlap the other's
+// products. The _few kernels: one warpgroup, whose products are few, so the weight bytes in flight
+// set the speed: 8 stages for up (one CTA an SM), 4 for down (two). Stages of (large up, large
+// down, few up, few down), and CTAs an SM of each:
 constexpr int kStagesOf(int BM, int P) { return BM == kBM ? 3 : P == 2 ? 8 : 4; }
 constexpr int kBlocksOf(int BM, int P) { return BM == kBM ? 2 : P == 2 ? 1 : 2; }
 template <typename T, int P, int BM>
-constexpr unsigned kSmemBytes = kWgSmemBytes<BM, kStagesOf(BM, P)>;
-#define STD_MOE_GEMM(T, P, BM) grouped_gemm_wg<T, P, BM, kStagesOf(BM, P), 0>
+constexpr unsigned kSmemBytes = kWgSmemBytes<BM, kStagesOf(BM, P), false>;
+template <typename T, int P, int BM>
+__device__ __forceinline__ void gemm_wg(unsigned char* smem, const T* __restrict__ input, const int32_t* __restrict__ groups, const T* __restrict__ weights,
+                                        T* __restrict__ out, int N, int K, int experts, int rowDiv) {
+  grouped_gemm_wg<T, false, P, BM, kStagesOf(BM, P), 0>(smem, input, groups, weights, nullptr, out, N, K, experts, rowDiv);
+}
+#define STD_MOE_GEMM(T, P, BM) gemm_wg<T, P, BM>
 #else
 constexpr int kBlocksOf(int BM, int P) { return 2; }
 template <typename T, int P, int BM>

@@ -4,51 +4,47 @@
 //   std_moe_gemm_up    h[rj] = silu(gate_e x_r) ⊙ (up_e x_r) for every entry rj = r·topK + j of
 //                      expert e (the same outputs as std_moe_experts_up)
 //   std_moe_gemm_down  y[rj] = down_e h[rj] (the same outputs as std_moe_experts_down)
-// Grid [tile slots, ⌈N / 64⌉], 128 threads. The host does not know how the entries fall on the
-// experts (they are on the device: no sync, graph-safe), so it launches an upper bound of tile
-// slots, ⌈entries / 64⌉ + min(E, entries); CTA x takes the x-th (expert, 64-entry tile) in the
-// order of the experts chosen, and those past the last tile return. Entries whose id is outside
-// the experts get zeros (CTAs of column x = 0).
+// Grid [tile slots, ⌈N / columns⌉] (expertsGemmLaunch), 128 threads. The host does not know how
+// the entries fall on the experts (they are on the device: no sync, graph-safe), so it launches an
+// upper bound of tile slots, ⌈entries / 64⌉ + min(E, entries); CTA x takes the x-th (expert,
+// 64-entry tile) in the order of the experts chosen, and those past the last tile return. Entries
+// whose id is outside the experts get zeros (CTAs of column x = 0).
 //
-// A CTA: a 64-entry × 64-column tile of the output (for up: of the gate and the up product both),
-// 4 warps of 32 × 32 (wmma 16 × 16 × 16 fragments, f32 accumulators), k in steps of 32 through
-// shared memory, the next step's tiles loaded into registers while this one multiplies. x rows are
-// gathered by entry (row rj / topK; h rows by rj). Weights: the row type (bf16 / f16) as stored, or
-// FP8 E4M3 codes converted to the row type (exact) with each 128-wide k block summed on its own and
-// multiplied by its block scale in f32, as cuda-backend's gemm-fp8 does. Products are f32 sums of
-// exact products (tensor cores), h and y rounded to the row type where stored, as the decode
-// kernels round them; the order of the sums differs from theirs, so a prefill row's result is not
-// bit-identical to a decode row's, but it depends on nothing else in the batch (no split-k, the
-// k order fixed). Needs D and I multiples of 16 (the layer checks; else it takes std-moe.cu's
+// sm_90a (compute capability 9.0): the 16-bit kernels' wgmma tiles over FP8 codes
+// (std-moe-gemm-wg.cuh): 64 entries (one warpgroup) × 128 weight rows, the codes of each stage
+// converted to the row type in shared memory; the _few pair (decode and verify steps, deeper
+// stages) gives an entry the bits of the large one.
+//
+// Elsewhere a CTA: a 64-entry × 64-column tile of the output (for up: of the gate and the up
+// product both), 4 warps of 32 × 32 (wmma 16 × 16 × 16 fragments, f32 accumulators), k in steps of
+// 32 through shared memory, the next step's tiles loaded into registers while this one multiplies;
+// the _few kernels are the same. x rows are gathered by entry (row rj / topK; h rows by rj).
+// Weights: FP8 E4M3 codes converted to the row type (exact) with each 128-wide k block summed on
+// its own and multiplied by its block scale in f32, as cuda-backend's gemm-fp8 does. Products are
+// f32 sums of exact products (tensor cores), h and y rounded to the row type where stored, as the
+// decode kernels round them; the order of the sums differs from theirs, so a prefill row's result
+// is not bit-identical to a decode row's, but it depends on nothing else in the batch (no split-k,
+// the k order fixed). Needs D and I multiples of 16 (the layer checks; else it takes std-moe.cu's
 // grouped kernels).
-#include <mma.h>
-
 #include "std-common.cuh"
+#include "std-moe-gemm-wg.cuh"
 #include "std-moe-groups.cuh"
+
+#ifndef STD_WGMMA
+#include <mma.h>
+#endif
 
 using namespace stdk;
 
 namespace {
 
+constexpr int kMaxExpertsGemm = 2048;
+
+#ifndef STD_WGMMA
+
 constexpr int kBM = 64, kBN = 64, kBK = 32;
 constexpr int kLds = kBK + 8;  // shared row stride in elements: 80 bytes, fragment loads spread over the banks
 constexpr int kThreads = 128;
-constexpr int kMaxExpertsGemm = 2048;
-
-/** 16 E4M3 codes to 16 values of T (exact), as two 16-byte vectors. */
-template <typename T>
-__device__ __forceinline__ void e4m3x16_to(const uint4 codes, uint4& lo, uint4& hi) {
-  const uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
-  uint32_t out[8];
-#pragma unroll
-  for (int i = 0; i < 4; i++) {
-    const float4 f = unpack_e4m3x4(w[i]);
-    out[2 * i] = pack2<T>(f.x, f.y);
-    out[2 * i + 1] = pack2<T>(f.z, f.w);
-  }
-  lo = make_uint4(out[0], out[1], out[2], out[3]);
-  hi = make_uint4(out[4], out[5], out[6], out[7]);
-}
 
 /**
  * One weight matrix's tile rows [n0, n0 + 64) × k [k0, k0 + 32) in registers: T weights as 2
@@ -141,13 +137,7 @@ __device__ void grouped_gemm(unsigned char* smemRaw, const T* __restrict__ input
   const int n0 = blockIdx.y * kBN;
   const int tid = threadIdx.x;
 
-  // Entries outside the experts: zeros in this CTA's columns.
-  if (blockIdx.x == 0) {
-    for (int q = tid / kBN; q < gr.nInvalid; q += kThreads / kBN) {
-      const int n = n0 + tid % kBN;
-      if (n < N) store_value(out, (size_t)gr.order[gr.nValid + q] * N + n, 0.f);
-    }
-  }
+  if (blockIdx.x == 0) zero_invalid<kBN>(gr, out, N, n0);
   int a, q0, q1;
   if (!find_tile<kBM>(gr, blockIdx.x, tileOf, a, q0, q1)) return;
   const int e = gr.expert[a];
@@ -258,34 +248,64 @@ template <typename T>
 constexpr size_t smem_bytes() {
   return sizeof(GemmSmem<T, 2>);
 }
+#endif  // !STD_WGMMA
+
+#ifdef STD_WGMMA
+// sm_90a: FP8 weights on wgmma (std-moe-gemm-wg.cuh): tiles of 64 entries (one warpgroup) × 128
+// weight rows, codes converted in shared memory. The large pair: 3 stages, two CTAs an SM; the
+// _few pair (decode and verify): 8 stages for up (one CTA an SM), 4 for down (two), so more weight
+// bytes are in flight. Both give an entry the same bits.
+constexpr int kWgEntries = 64;
+constexpr int kStagesOf(bool few, int P) { return !few ? 3 : P == 2 ? 8 : 4; }
+constexpr int kBlocksOf(bool few, int P) { return few && P == 2 ? 1 : 2; }
+constexpr int kThreadsOf(bool) { return kGemmThreadsOf<kWgEntries>; }
+template <typename T, bool FEW, int P>
+__device__ __forceinline__ void gemm_fp8(const T* __restrict__ input, const int32_t* __restrict__ groups, const void* __restrict__ weights,
+                                         const float* __restrict__ scales, T* __restrict__ out, int N, int K, int experts, int rowDiv) {
+  STD_DYNAMIC_SMEM(smem);
+  if (dynamic_smem_bytes() < kWgSmemBytes<kWgEntries, kStagesOf(FEW, P), true>) __trap();
+  grouped_gemm_wg<T, true, P, kWgEntries, kStagesOf(FEW, P), 0>(smem, input, groups, weights, scales, out, N, K, experts, rowDiv);
+}
+#else
+// sm_80: the wmma tiles above, the _few pair the same kernels.
+constexpr int kBlocksOf(bool, int) { return 1; }
+constexpr int kThreadsOf(bool) { return kThreads; }
+template <typename T, bool FEW, int P>
+__device__ __forceinline__ void gemm_fp8(const T* __restrict__ input, const int32_t* __restrict__ groups, const void* __restrict__ weights,
+                                         const float* __restrict__ scales, T* __restrict__ out, int N, int K, int experts, int rowDiv) {
+  __shared__ __align__(128) unsigned char smem[smem_bytes<T>()];
+  grouped_gemm<T, true, P>(smem, input, groups, weights, scales, out, N, K, experts, rowDiv);
+}
+#endif  // STD_WGMMA
 
 }  // namespace
 
-// One pair of kernels per row type over FP8 weights: _fp8_bf16, _fp8_f16 (f32 rows stay on
-// std-moe.cu's CUDA-core kernels; bf16 / f16 weights take std-moe-gemm-16bit.cu). Parameters as the grouped
-// kernels std_moe_experts_up / _down, so the layer launches either with the same arguments.
-#define STD_MOE_GEMM_KERNELS(SUFFIX, T, FP8)                                                                                                        \
-  extern "C" __global__ void __launch_bounds__(kThreads) std_moe_gemm_up##SUFFIX(                                                                   \
+// A pair of kernels per tile form (NAME _few: decode and verify) and row type over FP8 weights:
+// _fp8_bf16, _fp8_f16 (f32 rows stay on std-moe.cu's CUDA-core kernels; bf16 / f16 weights take
+// std-moe-gemm-16bit.cu). Parameters as the grouped kernels std_moe_experts_up / _down, so the layer
+// launches either with the same arguments.
+#define STD_MOE_GEMM_KERNELS(NAME, FEW, SUFFIX, T)                                                                                                   \
+  extern "C" __global__ void __launch_bounds__(kThreadsOf(FEW), kBlocksOf(FEW, 2)) std_moe_gemm_up##NAME##SUFFIX(                                    \
       const T* __restrict__ input, const int32_t* __restrict__ ids, const int32_t* __restrict__ groups, const void* __restrict__ gateUp,            \
       const float* __restrict__ gateUpScales, T* __restrict__ h, int rows, int hidden, int inter, int experts, int topK, int wDtype, int rowDtype) { \
     (void)ids;                                                                                                                                    \
     (void)rows;                                                                                                                                   \
-    if (wDtype != (FP8 ? 3 : row_code<T>) || rowDtype != row_code<T> || experts > kMaxExpertsGemm) __trap();                                      \
-    __shared__ __align__(128) unsigned char smem[smem_bytes<T>()];                                                                                \
-    grouped_gemm<T, FP8, 2>(smem, input, groups, gateUp, gateUpScales, h, inter, hidden, experts, topK);                                          \
+    if (wDtype != 3 || rowDtype != row_code<T> || experts > kMaxExpertsGemm || blockDim.x != kThreadsOf(FEW)) __trap();                           \
+    gemm_fp8<T, FEW, 2>(input, groups, gateUp, gateUpScales, h, inter, hidden, experts, topK);                                                    \
   }                                                                                                                                               \
-  extern "C" __global__ void __launch_bounds__(kThreads) std_moe_gemm_down##SUFFIX(                                                                 \
+  extern "C" __global__ void __launch_bounds__(kThreadsOf(FEW), kBlocksOf(FEW, 1)) std_moe_gemm_down##NAME##SUFFIX(                                  \
       const T* __restrict__ h, const int32_t* __restrict__ ids, const int32_t* __restrict__ groups, const void* __restrict__ down,                  \
       const float* __restrict__ downScales, T* __restrict__ y, int rows, int hidden, int inter, int experts, int topK, int wDtype, int rowDtype) {  \
     (void)ids;                                                                                                                                    \
     (void)rows;                                                                                                                                   \
     (void)topK;                                                                                                                                   \
-    if (wDtype != (FP8 ? 3 : row_code<T>) || rowDtype != row_code<T> || experts > kMaxExpertsGemm) __trap();                                      \
-    __shared__ __align__(128) unsigned char smem[smem_bytes<T>()];                                                                                \
-    grouped_gemm<T, FP8, 1>(smem, h, groups, down, downScales, y, hidden, inter, experts, 1);                                                     \
+    if (wDtype != 3 || rowDtype != row_code<T> || experts > kMaxExpertsGemm || blockDim.x != kThreadsOf(FEW)) __trap();                           \
+    gemm_fp8<T, FEW, 1>(h, groups, down, downScales, y, hidden, inter, experts, 1);                                                               \
   }
 
-STD_MOE_GEMM_KERNELS(_fp8_bf16, bf16, true)
-STD_MOE_GEMM_KERNELS(_fp8_f16, f16, true)
+STD_MOE_GEMM_KERNELS(, false, _fp8_bf16, bf16)
+STD_MOE_GEMM_KERNELS(, false, _fp8_f16, f16)
+STD_MOE_GEMM_KERNELS(_few, true, _fp8_bf16, bf16)
+STD_MOE_GEMM_KERNELS(_few, true, _fp8_f16, f16)
 
 #undef STD_MOE_GEMM_KERNELS

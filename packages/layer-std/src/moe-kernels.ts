@@ -275,6 +275,8 @@ interface GemmTiles {
   readonly sharedBytes: number;
   /** Dynamic shared memory of the sm_90a build's up and down passes (compute capability 9.0), where they take wgmma; else `sharedBytes`. */
   readonly sharedBytesWgmma?: { readonly up: number; readonly down: number };
+  /** Output columns per CTA of the sm_90a build's down pass, where they differ from `downColumns`. */
+  readonly downColumnsWgmma?: number;
 }
 
 /**
@@ -296,8 +298,22 @@ const TILES_16BIT_FEW = tiles16Bit(64, { up: 8, down: 4 });
  * many entries, one 64-entry tile.
  */
 export const FEW_GEMM_ROWS = 64;
-/** kernels/std-moe-gemm.cu (FP8 weights): 64 entries × 64 columns. */
-const TILES_FP8: GemmTiles = { entries: 64, upColumns: 64, downColumns: 64, threads: 128, sharedBytes: 0 };
+/**
+ * kernels/std-moe-gemm.cu (FP8 weights): 64 entries × 64 columns on wmma (static shared memory);
+ * on sm_90a wgmma over 64 entries × 128 weight rows (kernels/std-moe-gemm-wg.cuh), stages of 64
+ * input rows and 128 × 64 codes, the converted weight tile and 1 KiB to align: 3 stages for the
+ * large pair, 8 (up) and 4 (down) for the few-row pair.
+ */
+const tilesFp8 = (wgmmaStages: { up: number; down: number }): GemmTiles => {
+  const stage = 64 * 128 + 128 * 64;
+  const bytes = (stages: number) => stages * stage + 128 * 128 + 1024;
+  return {
+    entries: 64, upColumns: 64, downColumns: 64, threads: 128, sharedBytes: 0,
+    sharedBytesWgmma: { up: bytes(wgmmaStages.up), down: bytes(wgmmaStages.down) }, downColumnsWgmma: 128,
+  };
+};
+const TILES_FP8 = tilesFp8({ up: 3, down: 3 });
+const TILES_FP8_FEW = tilesFp8({ up: 8, down: 4 });
 
 function expertKernelsOf(format: ExpertFormat): ExpertKernels {
   const name = (base: string) => (format === 'f32' ? base : `${base}.${format}`);
@@ -326,9 +342,10 @@ function expertKernelsOf(format: ExpertFormat): ExpertKernels {
             });
             return {
               ...pair('', fp8 ? TILES_FP8 : TILES_16BIT),
-              ...(fp8 ? {} : { few: pair('_few', TILES_16BIT_FEW) }),
-              // The FP8 GEMM's 64-entry tiles (no cp.async pipeline) read few rows' experts slower
-              // than the CUDA-core kernels (docs/benchmarks.md: the 80B FP8 decode rows).
+              few: pair('_few', fp8 ? TILES_FP8_FEW : TILES_16BIT_FEW),
+              // FP8 decode keeps the CUDA-core kernels: the wmma tiles (no cp.async pipeline) read few
+              // rows' experts slower than they do (docs/benchmarks.md: the 80B FP8 decode rows); the
+              // sm_90a wgmma pair has not been timed at decode.
               everyStep: !fp8,
             };
           })(),
@@ -371,9 +388,10 @@ export function expertsGemmLaunch(
 ): LaunchConfig {
   const t = gemm.tiles;
   const entries = Math.max(1, rows * topK);
-  const columns = pass === 'up' ? t.upColumns : t.downColumns;
   // The fatbin's sm_90a code runs only on compute capability 9.0; elsewhere the sm_80 code (or its PTX).
-  const shared = capability[0] === 9 && capability[1] === 0 && t.sharedBytesWgmma !== undefined ? t.sharedBytesWgmma[pass] : t.sharedBytes;
+  const wgmma = capability[0] === 9 && capability[1] === 0 && t.sharedBytesWgmma !== undefined;
+  const columns = pass === 'up' ? t.upColumns : wgmma ? (t.downColumnsWgmma ?? t.downColumns) : t.downColumns;
+  const shared = wgmma ? t.sharedBytesWgmma![pass] : t.sharedBytes;
   return {
     grid: [Math.ceil(entries / t.entries) + Math.min(experts, entries), Math.ceil(n / columns)], block: t.threads, stream,
     ...(shared > 0 ? { sharedBytes: shared } : {}),

@@ -40,6 +40,10 @@ export const stdModules = {
     source: join(stdKernels, 'std-moe-gemm-16bit.cu'),
     kernels: Object.fromEntries(['', '_few'].flatMap((n) => ['_bf16', '_f16'].flatMap((t) => [`std_moe_gemm_up${n}${t}`, `std_moe_gemm_down${n}${t}`])).map((k) => [k, 1])),
   },
+  'std-moe-gemm': {
+    source: join(stdKernels, 'std-moe-gemm.cu'),
+    kernels: Object.fromEntries(['', '_few'].flatMap((n) => ['_fp8_bf16', '_fp8_f16'].flatMap((t) => [`std_moe_gemm_up${n}${t}`, `std_moe_gemm_down${n}${t}`])).map((k) => [k, 1])),
+  },
 };
 
 export const { reason, createDevice } = emulatedDevice({
