@@ -68,8 +68,12 @@ constexpr unsigned kWgSmemBytes = S * kWgStageBytes<BM, FP8> + (FP8 ? kGemmBW * 
  * rj / topK, output h[rj] = silu(g) · u); P = 1: down (weights [E][D][I], N = D, K = I, rows of h
  * by rj, output y[rj]). Weights of T, or FP8 codes with `scales` [E][P][⌈N / 128⌉][⌈K / 128⌉].
  */
+/** A weight element: an FP8 code, or a value of the row type. */
+template <typename T, bool FP8>
+using WeightOf = std::conditional_t<FP8, uint8_t, T>;
+
 template <typename T, bool FP8, int P, int BM, int S, int F>
-__device__ void grouped_gemm_wg(unsigned char* smemRaw, const T* __restrict__ input, const int32_t* __restrict__ groups, const void* __restrict__ weights,
+__device__ void grouped_gemm_wg(unsigned char* smemRaw, const T* __restrict__ input, const int32_t* __restrict__ groups, const WeightOf<T, FP8>* __restrict__ weights,
                                 const float* __restrict__ scales, T* __restrict__ out, int N, int K, int experts, int rowDiv) {
   static_assert(!FP8 || F == 0, "FP8 weights: one converted tile, whose products end before the next step converts");
   constexpr int NC = kGemmBW / P;
@@ -86,7 +90,9 @@ __device__ void grouped_gemm_wg(unsigned char* smemRaw, const T* __restrict__ in
   if (blockIdx.x == 0) zero_invalid<NC>(gr, out, N, n0);
   int a, q0, q1;
   if (!find_tile<BM>(gr, blockIdx.x, tileOf, a, q0, q1)) return;
+  using W = WeightOf<T, FP8>;
   const int e = gr.expert[a];
+  const W* we = weights + (size_t)e * P * N * K;
   unsigned char* smem = smemRaw + ((1024u - (smem_u32(smemRaw) & 1023u)) & 1023u);
   const uint32_t base = smem_u32(smem);
   unsigned char* converted = smem + S * kStage;  // FP8: the weight tile in T
@@ -96,7 +102,6 @@ __device__ void grouped_gemm_wg(unsigned char* smemRaw, const T* __restrict__ in
   // past the tile are zeroed once and never loaded (their products are not stored).
   const int c = tid & 7, cc = (tid & 3) * 16;
   const T* arow[kARows];
-  using W = std::conditional_t<FP8, uint8_t, T>;  // a weight element: a code, or a value of the row type
   const W* brow[FP8 ? kCodeRows : kBRows];
 #pragma unroll
   for (int i = 0; i < kARows; i++) {
@@ -105,7 +110,6 @@ __device__ void grouped_gemm_wg(unsigned char* smemRaw, const T* __restrict__ in
     if (!arow[i])
       for (int s = 0; s < S; s++) *reinterpret_cast<uint4*>(smem + s * kStage + sw128_offset(r, c)) = make_uint4(0, 0, 0, 0);
   }
-  const W* we = static_cast<const W*>(weights) + (size_t)e * P * N * K;
 #pragma unroll
   for (int i = 0; i < (FP8 ? kCodeRows : kBRows); i++) {
     // Weight row r of the tile: up, rows 0..63 gate and 64..127 up of columns n0..n0 + 63; down, columns n0 + r.
@@ -153,7 +157,7 @@ __device__ void grouped_gemm_wg(unsigned char* smemRaw, const T* __restrict__ in
 
   const int wg = tid >> 7;
   float acc[64];
-  float part[64];
+  float part[FP8 ? 64 : 1];  // FP8: the current k block's sums
 #pragma unroll
   for (int i = 0; i < 64; i++) acc[i] = 0.f;
   if constexpr (FP8) {
@@ -181,11 +185,13 @@ __device__ void grouped_gemm_wg(unsigned char* smemRaw, const T* __restrict__ in
       fence_proxy_async();
       __syncthreads();  // the whole converted tile
     }
-    const uint32_t wt = FP8 ? base + (uint32_t)(S * kStage) : st + (uint32_t)kATileBytes;
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kWgBK / 16; kk++)
-      wgmma_m64n128k16<T>(FP8 ? part : acc, smem_desc_sw128(st + (uint32_t)(wg * 64 * 128 + kk * 32)), smem_desc_sw128(wt + (uint32_t)(kk * 32)));
+    for (int kk = 0; kk < kWgBK / 16; kk++) {
+      const uint64_t da = smem_desc_sw128(st + (uint32_t)(wg * 64 * 128 + kk * 32));
+      if constexpr (FP8) wgmma_m64n128k16<T>(part, da, smem_desc_sw128(base + (uint32_t)(S * kStage + kk * 32)));  // the converted tile
+      else wgmma_m64n128k16<T>(acc, da, smem_desc_sw128(st + (uint32_t)(kATileBytes + kk * 32)));
+    }
     wgmma_commit();
     wgmma_wait<F>();
     if constexpr (FP8) {

@@ -264,7 +264,7 @@ __device__ __forceinline__ void gemm_fp8(const T* __restrict__ input, const int3
                                          const float* __restrict__ scales, T* __restrict__ out, int N, int K, int experts, int rowDiv) {
   STD_DYNAMIC_SMEM(smem);
   if (dynamic_smem_bytes() < kWgSmemBytes<kWgEntries, kStagesOf(FEW, P), true>) __trap();
-  grouped_gemm_wg<T, true, P, kWgEntries, kStagesOf(FEW, P), 0>(smem, input, groups, weights, scales, out, N, K, experts, rowDiv);
+  grouped_gemm_wg<T, true, P, kWgEntries, kStagesOf(FEW, P), 0>(smem, input, groups, static_cast<const uint8_t*>(weights), scales, out, N, K, experts, rowDiv);
 }
 #else
 // sm_80: the wmma tiles above, the _few pair the same kernels.
