@@ -82,15 +82,21 @@ __device__ __forceinline__ void store_cta_xor(unsigned acc, unsigned* sink) {
   }
 }
 
+// The kernel-chain kernels' order on sm_90: wait for the kernel ahead, then let
+// the next one be scheduled (layer-std's decode kernels do the same).
+__device__ __forceinline__ void wait_then_release() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // Kernel-chain benchmark: reads n4 16-byte words once (the bytes a decode kernel must stream) and
 // stores each CTA's xor of them in sink[blockIdx.x], so the reads cannot be dropped. It waits for
 // the kernel ahead and lets the next one start early (griddepcontrol on sm_90), as layer-std's
 // decode chain does.
 extern "C" __global__ void __launch_bounds__(256) read_xor_u32(const uint4* src, unsigned* sink, unsigned n4) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
+  wait_then_release();
   unsigned acc = 0;
   GRID_STRIDE(i, n4) {
     const uint4 v = __ldcs(src + i);
@@ -127,9 +133,8 @@ extern "C" __global__ void __launch_bounds__(256) read_xor_ahead_u32(const uint4
       asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src + c), "r"(bytes) : "memory");
     }
   }
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+  wait_then_release();
   unsigned i = lo + threadIdx.x;
   if (ahead == 1) {
 #pragma unroll
@@ -147,10 +152,7 @@ extern "C" __global__ void __launch_bounds__(256) read_xor_ahead_u32(const uint4
 // for the kernel ahead, lets the next start early, then thread 0 of CTA 0 spins for `cycles` SM
 // clocks and stores the clocks it spun in sink[0].
 extern "C" __global__ void spin_cycles(unsigned* sink, unsigned cycles) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
+  wait_then_release();
   if (blockIdx.x != 0 || threadIdx.x != 0) return;
   const long long t0 = clock64();
   long long t = t0;
