@@ -63,15 +63,15 @@ constexpr int kWgStageBytes = BM * 128 + kGemmBW * (FP8 ? kWgBK : 128);
 template <int BM, int S, bool FP8>
 constexpr unsigned kWgSmemBytes = S * kWgStageBytes<BM, FP8> + (FP8 ? kGemmBW * 128 : 0) + 1024;
 
+/** A weight element: an FP8 code, or a value of the row type. */
+template <typename T, bool FP8>
+using WeightOf = std::conditional_t<FP8, uint8_t, T>;
+
 /**
  * The grouped GEMM of one CTA. P = 2: gate and up (weights [E][2I][D], N = I, K = D, rows of x by
  * rj / topK, output h[rj] = silu(g) · u); P = 1: down (weights [E][D][I], N = D, K = I, rows of h
  * by rj, output y[rj]). Weights of T, or FP8 codes with `scales` [E][P][⌈N / 128⌉][⌈K / 128⌉].
  */
-/** A weight element: an FP8 code, or a value of the row type. */
-template <typename T, bool FP8>
-using WeightOf = std::conditional_t<FP8, uint8_t, T>;
-
 template <typename T, bool FP8, int P, int BM, int S, int F>
 __device__ void grouped_gemm_wg(unsigned char* smemRaw, const T* __restrict__ input, const int32_t* __restrict__ groups, const WeightOf<T, FP8>* __restrict__ weights,
                                 const float* __restrict__ scales, T* __restrict__ out, int N, int K, int experts, int rowDiv) {
