@@ -1,8 +1,11 @@
 import { describe, expect, it } from 'vitest';
+import type { StepRunner } from '../src/driver/step-runner.js';
 import { LoopSpeculation } from '../src/engine/loop-speculation.js';
 import { startRunning, type RunningSequence } from '../src/engine/running-sequence.js';
 
 const VOCAB = 16;
+/** The verify target of cases that never verify (the gate's choices and the decoded-token checks alone). */
+const NO_VERIFY = { driver: {} as StepRunner, vocab: VOCAB, picker: undefined };
 
 /** A running sequence of `prompt`, as the loop admits it (the sequence record is never read here). */
 function running(id: number, prompt: number[], sampling?: { temperature: number }): RunningSequence {
@@ -18,7 +21,7 @@ function generate(r: RunningSequence, token: number): void {
 describe('LoopSpeculation', () => {
   it('without a gate verifies every step and checks no drafts against decoded tokens', () => {
     let proposals = 0;
-    const spec = new LoopSpeculation({ proposer: { propose: () => (proposals++, [1]) }, k: 2, adaptive: false });
+    const spec = new LoopSpeculation({ proposer: { propose: () => (proposals++, [1]) }, k: 2, adaptive: false }, NO_VERIFY);
     const r = running(0, [1, 2]);
     expect(spec.adaptive).toBe(false);
     expect(spec.verifies(1, [r], true)).toBe(true);
@@ -32,7 +35,7 @@ describe('LoopSpeculation', () => {
   });
 
   it('with a gate decodes where verifies cost more than their accepted drafts bring, but verifies where a sequence samples with a seed of its own', () => {
-    const spec = new LoopSpeculation({ proposer: { propose: () => [] }, k: 4 });
+    const spec = new LoopSpeculation({ proposer: { propose: () => [] }, k: 4 }, NO_VERIFY);
     const r = running(0, [1, 2]);
     // Nothing measured: the first step verifies to measure.
     expect(spec.verifies(1, [r], true)).toBe(true);
@@ -49,7 +52,7 @@ describe('LoopSpeculation', () => {
   });
 
   it("checks a greedy sequence's drafts against the tokens it decodes and takes the count in as a verify's; sampled sequences and those that did not generate are left alone", () => {
-    const spec = new LoopSpeculation({ proposer: { propose: (_history, max) => [7, 8, 9].slice(0, max) }, k: 2 });
+    const spec = new LoopSpeculation({ proposer: { propose: (_history, max) => [7, 8, 9].slice(0, max) }, k: 2 }, NO_VERIFY);
     const greedy = running(0, [1, 2]);
     const sampled = running(1, [1, 2], { temperature: 1 });
     const idle = running(2, [1, 2]);

@@ -113,8 +113,8 @@ export class EngineLoop {
     this.driver = options.driver;
     this.vocab = options.vocabSize;
     this.prefillChunk = options.prefillChunk;
-    this.#spec = options.speculation ? new LoopSpeculation(options.speculation) : undefined;
     this.#picker = options.picker;
+    this.#spec = options.speculation ? new LoopSpeculation(options.speculation, { driver: this.driver, vocab: this.vocab, picker: this.#picker }) : undefined;
     this.#asyncScheduling = options.asyncScheduling ?? true;
     this.#logitsRow = 4 * this.vocab;
     this.#prefix = new PrefixCache(this.driver, options.prefixCaching ?? true);
@@ -526,7 +526,7 @@ export class EngineLoop {
         const bucket = this.driver.buckets.bucketFor(live.length);
         if (spec.verifies(bucket, live, free)) {
           const t = performance.now();
-          const verified = spec.verify(this.driver, this.vocab, this.#picker, live, (r, tokens, logprobs) => this.#emit(r, tokens, logprobs, events));
+          const verified = spec.verify(live, (r, tokens, logprobs) => this.#emit(r, tokens, logprobs, events));
           if (verified) {
             spec.recordVerify(bucket, timedPath(verified.path) ? performance.now() - t : undefined);
             return verified;

@@ -17,6 +17,13 @@ export interface VerifyCounts {
   readonly path: StepPath;
 }
 
+/** Where verify steps run: the driver, its logits rows' width, and the device picker for greedy rows (if any). */
+export interface VerifyTarget {
+  readonly driver: StepRunner;
+  readonly vocab: number;
+  readonly picker: DeviceTokenPicker | undefined;
+}
+
 /** Appends generated tokens (and their logprobs) to a running sequence and reports them: the engine loop's. */
 export type EmitTokens = (r: RunningSequence, tokens: number[], logprobs: PositionLogprobs[] | undefined) => void;
 
@@ -31,11 +38,14 @@ export class LoopSpeculation {
   readonly k: number;
   readonly #proposer: DraftProposer;
   readonly #gate: SpeculationGate | undefined;
+  readonly #target: VerifyTarget;
 
-  constructor(options: { readonly proposer: DraftProposer; readonly k: number; readonly adaptive?: boolean }) {
+  /** `target`: where `verify` runs its steps (the engine loop's driver, logits width and picker). */
+  constructor(options: { readonly proposer: DraftProposer; readonly k: number; readonly adaptive?: boolean }, target: VerifyTarget) {
     this.k = options.k;
     this.#proposer = options.proposer;
     this.#gate = options.adaptive !== false ? new SpeculationGate() : undefined;
+    this.#target = target;
   }
 
   /** Whether a gate chooses (adaptive speculation); without one every step with drafts verifies. */
@@ -99,11 +109,11 @@ export class LoopSpeculation {
   }
 
   /**
-   * One verify step over `live` on `driver` (its logits rows `vocab` wide; greedy rows on `picker`
-   * where it can), each sequence's accepted tokens passed to `emit`; undefined when no sequence has
-   * a draft (the caller decodes).
+   * One verify step over `live` on the target's driver, each sequence's accepted tokens passed to
+   * `emit`; undefined when no sequence has a draft (the caller decodes).
    */
-  verify(driver: StepRunner, vocab: number, picker: DeviceTokenPicker | undefined, live: readonly RunningSequence[], emit: EmitTokens): VerifyCounts | undefined {
+  verify(live: readonly RunningSequence[], emit: EmitTokens): VerifyCounts | undefined {
+    const { driver, vocab, picker } = this.#target;
     // A sequence's drafts never run past its token budget, so every verify row lies inside the room
     // the loop's `add` checked (prompt + maxTokens ≤ maxSeqLen − maxK + 1).
     const drafts = live.map((r) => this.#proposer.propose(r.history, Math.min(this.k, r.req.maxTokens - r.generated - 1)));
