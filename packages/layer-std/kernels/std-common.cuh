@@ -209,6 +209,21 @@ __device__ __forceinline__ uint32_t pack2(float a, float b) {
   }
 }
 
+/** 16 E4M3 codes to 16 values of T (exact), as two 16-byte vectors. */
+template <typename T>
+__device__ __forceinline__ void e4m3x16_to(const uint4 codes, uint4& lo, uint4& hi) {
+  const uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
+  uint32_t out[8];
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    const float4 f = unpack_e4m3x4(w[i]);
+    out[2 * i] = pack2<T>(f.x, f.y);
+    out[2 * i + 1] = pack2<T>(f.z, f.w);
+  }
+  lo = make_uint4(out[0], out[1], out[2], out[3]);
+  hi = make_uint4(out[4], out[5], out[6], out[7]);
+}
+
 /** Stores v as elements 4q … 4q + 3 of a T array (each rounded to nearest even). */
 template <typename T>
 __device__ __forceinline__ void store4(T* p, size_t q, float4 v) {

@@ -61,15 +61,13 @@ __device__ void grouped_gemm(unsigned char* smemRaw, const T* __restrict__ input
   constexpr int kRowStep = BM / 2;  // rows apart of one thread's chunks (4 threads a 32-wide k row)
   constexpr int kBRows = kBW / kRowStep;  // weight rows a thread loads
   auto* st = reinterpret_cast<Stage<T, BM>*>(smemRaw);
-  __shared__ int tileOf[3];
   const Groups gr(groups, experts);
   const int n0 = blockIdx.y * NC;
   const int tid = threadIdx.x, lane = lane_id(), warp = warp_id(), g = lane >> 2, tig = lane & 3;
 
-  if (blockIdx.x == 0) zero_invalid<NC>(gr, out, N, n0);
-  int a, q0, q1;
-  if (!find_tile<BM>(gr, blockIdx.x, tileOf, a, q0, q1)) return;
-  const T* we = weights + (size_t)gr.expert[a] * P * N * K;
+  int e, q0, q1;
+  if (!start_gemm_tile<BM, NC>(gr, out, N, n0, e, q0, q1)) return;
+  const T* we = weights + (size_t)e * P * N * K;
 
   // This thread's 16-byte chunks of each stage: rows tid / 4 + kRowStep·i, k offset (tid % 4) · 8.
   // Input rows past the tile are zeroed once and never loaded (their products are not stored).

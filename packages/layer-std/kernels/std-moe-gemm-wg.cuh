@@ -30,30 +30,6 @@ constexpr int kGemmBW = 128;
 template <int BM>
 constexpr int kGemmThreadsOf = 2 * BM;
 
-/** CTAs of tile slot 0: zeros for the entries whose expert id is outside the experts, columns n0 … n0 + NC − 1. */
-template <int NC, typename T>
-__device__ __forceinline__ void zero_invalid(const Groups& gr, T* __restrict__ out, int N, int n0) {
-  for (int q = threadIdx.x / NC; q < gr.nInvalid; q += blockDim.x / NC) {
-    const int n = n0 + threadIdx.x % NC;
-    if (n < N) store_value(out, (size_t)gr.order[gr.nValid + q] * N + n, 0.f);
-  }
-}
-
-/** 16 E4M3 codes to 16 values of T (exact), as two 16-byte vectors. */
-template <typename T>
-__device__ __forceinline__ void e4m3x16_to(const uint4 codes, uint4& lo, uint4& hi) {
-  const uint32_t w[4] = {codes.x, codes.y, codes.z, codes.w};
-  uint32_t out[8];
-#pragma unroll
-  for (int i = 0; i < 4; i++) {
-    const float4 f = unpack_e4m3x4(w[i]);
-    out[2 * i] = pack2<T>(f.x, f.y);
-    out[2 * i + 1] = pack2<T>(f.z, f.w);
-  }
-  lo = make_uint4(out[0], out[1], out[2], out[3]);
-  hi = make_uint4(out[4], out[5], out[6], out[7]);
-}
-
 #ifdef STD_WGMMA
 constexpr int kWgBK = 64;
 /** A stage: BM input rows, then the weight tile's 128 rows (16-bit: 128 bytes each, swizzled; FP8: 64 codes each, plain). */
@@ -83,15 +59,12 @@ __device__ void grouped_gemm_wg(unsigned char* smemRaw, const T* __restrict__ in
   constexpr int kCodeStep = kThreads / 4, kCodeRows = kGemmBW / kCodeStep;  // FP8: 4 threads a row of 64 codes
   constexpr int kATileBytes = BM * 128;
   constexpr int kStage = kWgStageBytes<BM, FP8>;
-  __shared__ int tileOf[3];
   const Groups gr(groups, experts);
   const int n0 = blockIdx.y * NC;
   const int tid = threadIdx.x;
-  if (blockIdx.x == 0) zero_invalid<NC>(gr, out, N, n0);
-  int a, q0, q1;
-  if (!find_tile<BM>(gr, blockIdx.x, tileOf, a, q0, q1)) return;
+  int e, q0, q1;
+  if (!start_gemm_tile<BM, NC>(gr, out, N, n0, e, q0, q1)) return;
   using W = WeightOf<T, FP8>;
-  const int e = gr.expert[a];
   const W* we = weights + (size_t)e * P * N * K;
   unsigned char* smem = smemRaw + ((1024u - (smem_u32(smemRaw) & 1023u)) & 1023u);
   const uint32_t base = smem_u32(smem);

@@ -132,15 +132,12 @@ __device__ void grouped_gemm(unsigned char* smemRaw, const T* __restrict__ input
                              const float* __restrict__ scales, T* __restrict__ out, int N, int K, int experts, int rowDiv) {
   using namespace nvcuda;
   auto& sm = *reinterpret_cast<GemmSmem<T, P>*>(smemRaw);
-  __shared__ int tileOf[3];
   const Groups gr(groups, experts);
   const int n0 = blockIdx.y * kBN;
   const int tid = threadIdx.x;
 
-  if (blockIdx.x == 0) zero_invalid<kBN>(gr, out, N, n0);
-  int a, q0, q1;
-  if (!find_tile<kBM>(gr, blockIdx.x, tileOf, a, q0, q1)) return;
-  const int e = gr.expert[a];
+  int e, q0, q1;
+  if (!start_gemm_tile<kBM, kBN>(gr, out, N, n0, e, q0, q1)) return;
 
   RowTile<T> rows;
 #pragma unroll

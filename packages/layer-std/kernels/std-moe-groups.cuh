@@ -58,6 +58,30 @@ __device__ __forceinline__ bool find_tile(const Groups& gr, int t, int* shared3,
   return a >= 0;
 }
 
+/** CTAs of tile slot 0: zeros for the entries whose expert id is outside the experts, columns n0 … n0 + NC − 1. */
+template <int NC, typename T>
+__device__ __forceinline__ void zero_invalid(const Groups& gr, T* __restrict__ out, int N, int n0) {
+  for (int q = threadIdx.x / NC; q < gr.nInvalid; q += blockDim.x / NC) {
+    const int n = n0 + threadIdx.x % NC;
+    if (n < N) store_value(out, (size_t)gr.order[gr.nValid + q] * N + n, 0.f);
+  }
+}
+
+/**
+ * A grouped GEMM CTA's start (grid [tile slots, column blocks of NC]): the CTAs of tile slot 0 zero
+ * the entries outside the experts in columns n0 … n0 + NC − 1; then the CTA's tile (find_tile),
+ * entries q0 … q1 − 1 of `order`, all of expert e. False past the last tile.
+ */
+template <int BM, int NC, typename T>
+__device__ __forceinline__ bool start_gemm_tile(const Groups& gr, T* __restrict__ out, int N, int n0, int& e, int& q0, int& q1) {
+  __shared__ int tileOf[3];
+  if (blockIdx.x == 0) zero_invalid<NC>(gr, out, N, n0);
+  int a;
+  if (!find_tile<BM>(gr, blockIdx.x, tileOf, a, q0, q1)) return false;
+  e = gr.expert[a];
+  return true;
+}
+
 /** Entries group_few takes: the few-row route forms' rows × (slots + the shared expert's). */
 constexpr int kFewGroupEntries = 8 * 33;
 

@@ -343,9 +343,9 @@ function expertKernelsOf(format: ExpertFormat): ExpertKernels {
             return {
               ...pair('', fp8 ? TILES_FP8 : TILES_16BIT),
               few: pair('_few', fp8 ? TILES_FP8_FEW : TILES_16BIT_FEW),
-              // FP8 decode keeps the CUDA-core kernels: the wmma tiles (no cp.async pipeline) read few
-              // rows' experts slower than they do (docs/benchmarks.md: the 80B FP8 decode rows); the
-              // sm_90a wgmma pair has not been timed at decode.
+              // FP8 decode keeps the CUDA-core kernels: both tensor-core pairs (wmma; wgmma on sm_90a)
+              // read few rows' experts slower than they do, and a row's bits must not depend on its
+              // batch (docs/benchmarks.md, "What was tried": FP8 experts on wgmma in every step).
               everyStep: !fp8,
             };
           })(),
