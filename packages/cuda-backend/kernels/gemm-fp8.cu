@@ -61,6 +61,11 @@ constexpr int kRowsWarpsMax = 16;
 constexpr int kRowsCols = 16;
 /** k of one group: 4 MMA steps of 16, a lane's 16 codes of each of its two weight rows. */
 constexpr int kRowsGroupK = 64;
+/**
+ * Groups a warp of the tensor-core rows path loads before it converts and multiplies them (2: 4
+ * measured the same; loading one at a time was 5–11 % slower, docs/benchmarks.md).
+ */
+constexpr int kRowsAhead = 2;
 
 /**
  * The tensor-core path (k a multiple of 16; A's rows and B 16-byte aligned): C's columns as the
@@ -90,26 +95,41 @@ __device__ void gemm_fp8_rows_mma(const T* __restrict__ a, const uint8_t* __rest
   const T* ar = g < m ? a + (size_t)g * lda : nullptr;
 
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll 4
-  for (int grp = warp; grp < groups; grp += warps) {
-    const int kq = grp * kRowsGroupK + 16 * q;  // this lane's 16 values of k
-    const bool in = kq < k;
-    const uint4 w0 = b0 && in ? __ldg(reinterpret_cast<const uint4*>(b0 + kq)) : make_uint4(0, 0, 0, 0);
-    const uint4 w8 = b8 && in ? __ldg(reinterpret_cast<const uint4*>(b8 + kq)) : make_uint4(0, 0, 0, 0);
-    const uint4 x0 = ar && in ? __ldg(reinterpret_cast<const uint4*>(ar + kq)) : make_uint4(0, 0, 0, 0);
-    const uint4 x1 = ar && in ? __ldg(reinterpret_cast<const uint4*>(ar + kq + 8)) : make_uint4(0, 0, 0, 0);
-    const uint32_t wr0[4] = {w0.x, w0.y, w0.z, w0.w}, wr8[4] = {w8.x, w8.y, w8.z, w8.w};
-    const uint32_t xs[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-    float part[4] = {0.f, 0.f, 0.f, 0.f};
+  // kRowsAhead of the warp's groups at a time: their codes and scales are loaded before any is
+  // converted, so the warp has that many groups' loads in flight instead of one (each group's
+  // conversion and products stood between its load and the next). Sums in group order as before.
+  for (int grp0 = warp; grp0 < groups; grp0 += kRowsAhead * warps) {
+    uint4 w0[kRowsAhead], w8[kRowsAhead];
+    float s[kRowsAhead];
 #pragma unroll
-    for (int st = 0; st < 4; st++) {
-      // Codes 4st … 4st + 3 of each weight row: word st; slots 2q, 2q + 1 take the low two.
-      const uint32_t af[4] = {codes_to_pair<T>(wr0[st]), codes_to_pair<T>(wr8[st]), codes_to_pair<T>(wr0[st] >> 16), codes_to_pair<T>(wr8[st] >> 16)};
-      mma16816<T>(part, af, xs[2 * st], xs[2 * st + 1]);
+    for (int u = 0; u < kRowsAhead; u++) {
+      const int grp = grp0 + u * warps;
+      const int kq = grp * kRowsGroupK + 16 * q;  // this lane's 16 values of k (≥ k past the last group)
+      const bool in = kq < k;
+      w0[u] = b0 && in ? __ldg(reinterpret_cast<const uint4*>(b0 + kq)) : make_uint4(0, 0, 0, 0);
+      w8[u] = b8 && in ? __ldg(reinterpret_cast<const uint4*>(b8 + kq)) : make_uint4(0, 0, 0, 0);
+      s[u] = grp < groups ? __ldg(srow + (grp * kRowsGroupK) / kFp8Block) : 0.f;
     }
-    const float s = __ldg(srow + (grp * kRowsGroupK) / kFp8Block);
 #pragma unroll
-    for (int i = 0; i < 4; i++) acc[i] = fmaf(s, part[i], acc[i]);
+    for (int u = 0; u < kRowsAhead; u++) {
+      const int grp = grp0 + u * warps;
+      if (grp >= groups) break;
+      const int kq = grp * kRowsGroupK + 16 * q;
+      const bool in = kq < k;
+      const uint4 x0 = ar && in ? __ldg(reinterpret_cast<const uint4*>(ar + kq)) : make_uint4(0, 0, 0, 0);
+      const uint4 x1 = ar && in ? __ldg(reinterpret_cast<const uint4*>(ar + kq + 8)) : make_uint4(0, 0, 0, 0);
+      const uint32_t wr0[4] = {w0[u].x, w0[u].y, w0[u].z, w0[u].w}, wr8[4] = {w8[u].x, w8[u].y, w8[u].z, w8[u].w};
+      const uint32_t xs[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+      float part[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int st = 0; st < 4; st++) {
+        // Codes 4st … 4st + 3 of each weight row: word st; slots 2q, 2q + 1 take the low two.
+        const uint32_t af[4] = {codes_to_pair<T>(wr0[st]), codes_to_pair<T>(wr8[st]), codes_to_pair<T>(wr0[st] >> 16), codes_to_pair<T>(wr8[st] >> 16)};
+        mma16816<T>(part, af, xs[2 * st], xs[2 * st + 1]);
+      }
+#pragma unroll
+      for (int i = 0; i < 4; i++) acc[i] = fmaf(s[u], part[i], acc[i]);
+    }
   }
 #pragma unroll
   for (int i = 0; i < 4; i++) red[warp][lane][i] = acc[i];
@@ -127,7 +147,9 @@ __device__ void gemm_fp8_rows_mma(const T* __restrict__ a, const uint8_t* __rest
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(32 * kRowsWarpsMax) backend_gemm_fp8_rows(
+// At least one CTA of 512 threads a multiprocessor: without it ptxas holds the kernel to 64
+// registers (where the loads ahead measured slower).
+extern "C" __global__ void __launch_bounds__(32 * kRowsWarpsMax, 1) backend_gemm_fp8_rows(
     const void* __restrict__ a, int aCode, const uint8_t* __restrict__ b, const float* __restrict__ scales, void* __restrict__ c,
     int cCode, int m, int n, int k, int lda, int ldc, float alpha, float beta) {
   const bool vec = aCode != kF32 && vector_loads(a, b, k, lda);
