@@ -148,7 +148,7 @@ __device__ void gemm_fp8_rows_mma(const T* __restrict__ a, const uint8_t* __rest
 }  // namespace
 
 // At least one CTA of 512 threads a multiprocessor: without it ptxas holds the kernel to 64
-// registers (where the loads ahead measured slower).
+// registers, where the loads ahead gained nothing (docs/benchmarks.md).
 extern "C" __global__ void __launch_bounds__(32 * kRowsWarpsMax, 1) backend_gemm_fp8_rows(
     const void* __restrict__ a, int aCode, const uint8_t* __restrict__ b, const float* __restrict__ scales, void* __restrict__ c,
     int cCode, int m, int n, int k, int lda, int ldc, float alpha, float beta) {
