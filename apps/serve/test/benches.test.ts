@@ -74,7 +74,8 @@ describe('whole-model benches on the CPU device (tiny shape)', () => {
   }, 120_000);
 
   it('decode with --sync --repeats 2: async scheduling on and off taking turns; --repeats 0 is refused, naming it', () => {
-    const r = bench('decode.bench.mjs', ['--batches', '1', '--steps', '3', '--spec', '0', '--sync', '--repeats', '2']) as unknown as DecodeReport & { results: { async_scheduling: boolean; repeat: number }[] };
+    type Row = DecodeReport['results'][number] & { async_scheduling: boolean; repeat: number };
+    const r = bench('decode.bench.mjs', ['--batches', '1', '--steps', '3', '--spec', '0', '--sync', '--repeats', '2']) as unknown as Omit<DecodeReport, 'results'> & { results: Row[] };
     expect(r.results.map((x) => [x.async_scheduling, x.repeat])).toEqual([[true, 0], [false, 0], [true, 1], [false, 1]]);
     const bad = spawnSync(process.execPath, [join('bench', 'decode.bench.mjs'), '--backend', 'cpu', '--tiny', '--repeats', '0'], { encoding: 'utf8', timeout: 60_000 });
     expect(bad.status).toBe(2);
