@@ -14,7 +14,15 @@
 // channels; no shared memory, no barrier. (The version before, 128 threads with the conv outputs
 // in shared memory, was slower: docs/benchmarks.md, GDN decode.)
 //
-// Launch: grid [batch, H_k], kPrepThreads = 64 threads, no shared memory. Per real position b and
+// The gates' raw inputs b and a: from the row's in_proj_ba columns in qkvz, or, where the layer
+// runs in_proj_ba apart from in_proj_qkvz (block-FP8 checkpoints keep in_proj_ba in the row type,
+// so the two cannot stack into one GEMM: gdn-weights.ts inputProjections), made here from the
+// layer's input row (`GateRows`): two warps more, warp 2 the key head's r rows of b and warp 3 its
+// r rows of a, each lane its 16-byte vectors of x and of the weight row in order, then the warp's
+// butterfly. That GEMM's launch (a cuBLAS kernel of 2·H_v columns, without early start) is then
+// not in the step; its 2·r·D weights per CTA load beside the conv inputs.
+//
+// Launch: grid [batch, H_k], kPrepThreads = 64 threads (gdn_decode_prep_gates: kPrepThreadsGates = 128), no shared memory. Per real position b and
 // value head h of key head g it writes prep[(b·H_v + h)·stride ..]: k̂ [d_k], q̂ [d_k] (with
 // 1/√d_k), v [d_v], then β, α = e^g, k̂·q̂, 0 (stride = 2·d_kp + d_vp + 4; d_k and d_v are
 // multiples of 4 here). In carried mode the pending rows' conv inputs go to the ring here too;
@@ -32,12 +40,28 @@ constexpr int kPrepThreads = 64;  // warp 0: q and k channels; warp 1: v channel
 #define GDN_PREP_MINB 12  // 80 registers, no spills with the fast SiLU; faster decode than 8 CTAs (106 registers); 16 (56) measured the same
 #endif
 constexpr int kPrepCtasPerSm = GDN_PREP_MINB;  // CTAs per SM its registers are capped for
+constexpr int kPrepThreadsGates = 128;  // gdn_decode_prep_gates: and warps 2, 3, the gates' raw inputs from the input row (GateRows)
+// Its CTAs a multiprocessor: 96 registers (at 80, as many threads a multiprocessor as
+// gdn_decode_prep's, the warps' two paths together spilled).
+constexpr int kPrepGatesCtasPerSm = 5;
+
+// in_proj_ba where the prep makes the gates' raw inputs (w non-null): the layer's input rows x
+// [rows][hidden] and the weight [2·H_v][hidden] (per key head g: b of its r value heads, then a),
+// both of element type `code` (metrale::ElementCode, the layer's row type: bf16 or f16, as only
+// block-FP8 checkpoints, which take 16-bit rows, keep in_proj_ba apart).
+struct GateRows {
+  const void* x;
+  const void* w;
+  int hidden;
+  int code;
+};
 
 __host__ __device__ __forceinline__ int prep_stride(int dk, int dv) { return 2 * fast::pad4(dk) + fast::pad4(dv) + 4; }
 
-__device__ __forceinline__ void check_prep(const Args& A, const Geo& G) {
-  const bool ok = A.K <= fast::kMaxConv && A.maxK <= fast::kMaxRows && nthreads() == kPrepThreads && gridDim.z == 1 &&
-                  gridDim.y == (unsigned)A.hk && A.dk % 4 == 0 && A.dv % 4 == 0 && G.r <= 32;
+__device__ __forceinline__ void check_prep(const Args& A, const Geo& G, const GateRows& R, bool gates) {
+  const bool ok = A.K <= fast::kMaxConv && A.maxK <= fast::kMaxRows && nthreads() == (gates ? kPrepThreadsGates : kPrepThreads) &&
+                  gridDim.z == 1 && gridDim.y == (unsigned)A.hk && A.dk % 4 == 0 && A.dv % 4 == 0 && G.r <= 32 &&
+                  (gates ? R.w != nullptr && R.x != nullptr && R.hidden > 0 && (R.code == metrale::kBF16 || R.code == metrale::kF16) : R.w == nullptr);
   if (!ok) __trap();
 }
 
@@ -67,12 +91,13 @@ __device__ __forceinline__ Taps taps_of(const Args& A, const Geo& G, const TaskI
   return T;
 }
 
-// Warp 0: q and k of key head g, their norms, the gates; the k̂, q̂ and scalars of g's r records.
-__device__ __forceinline__ void prep_keys(const Args& A, const Geo& G, const Taps& T, float* buf, int b, int g, const TaskIn& I) {
+// Warp 0: q and k of key head g, their norms, the gates (unless warps 2 and 3 make them:
+// `gatesHere` false); the k̂, q̂ and scalars of g's r records.
+__device__ __forceinline__ void prep_keys(const Args& A, const Geo& G, const Taps& T, float* buf, int b, int g, const TaskIn& I, bool gatesHere) {
   const int lane = tid_lin() & 31, l = 4 * lane;
   // The gates' inputs load with the conv inputs: lane m < r takes value head g·r + m.
   float bRaw = 0.0f, aRaw = 0.0f, aLogH = 0.0f, dtB = 0.0f;
-  if (lane < G.r) {
+  if (gatesHere && lane < G.r) {
     const float* bar = A.qkvz + (size_t)I.row0 * G.width + G.baCol + g * 2 * G.r;
     bRaw = bar[lane], aRaw = bar[G.r + lane], aLogH = A.aLog[g * G.r + lane], dtB = A.dtBias[g * G.r + lane];
   }
@@ -99,8 +124,13 @@ __device__ __forceinline__ void prep_keys(const Args& A, const Geo& G, const Tap
     if (act) prep::st4(out + l, kh), prep::st4(out + dkp + l, qh);
   }
   if (lane < G.r) {
-    const float beta = sigmoidf_(bRaw), alpha = expf(-expf(aLogH) * softplusf_(aRaw + dtB));
-    prep::st4(buf + ((size_t)b * A.hv + g * G.r + lane) * stride + 2 * dkp + dvp, make_float4(beta, alpha, fk * fq * kq, 0.0f));
+    float* sc = buf + ((size_t)b * A.hv + g * G.r + lane) * stride + 2 * dkp + dvp;
+    if (gatesHere) {
+      const float beta = sigmoidf_(bRaw), alpha = expf(-expf(aLogH) * softplusf_(aRaw + dtB));
+      prep::st4(sc, make_float4(beta, alpha, fk * fq * kq, 0.0f));
+    } else {
+      *reinterpret_cast<float2*>(sc + 2) = make_float2(fk * fq * kq, 0.0f);
+    }
   }
 }
 
@@ -116,17 +146,85 @@ __device__ __forceinline__ void prep_values(const Args& A, const Geo& G, const T
   }
 }
 
-__device__ __forceinline__ void prep_entry(const Args& A, float* buf, int batch) {
+// Σ_d x[d]·w[d] by one warp, every lane getting the total: lane l takes the 16-byte vectors l,
+// l + 32, … of both rows in order (kAhead of them loaded before the first is used), each vector's
+// elements in order by fma, or the elements l, l + 32, … where a row cannot take vectors; then the
+// xor butterfly. A row's sum does not depend on the batch it is in.
+template <typename E>
+__device__ __forceinline__ float warp_row_dot(const E* __restrict__ x, const E* __restrict__ w, int D, int lane) {
+  constexpr int V = 16 / sizeof(E);
+  constexpr int kAhead = 8;
+  float acc = 0.0f;
+  if (D % V == 0 && (reinterpret_cast<uintptr_t>(x) & 15) == 0 && (reinterpret_cast<uintptr_t>(w) & 15) == 0) {
+    const uint4* xv = reinterpret_cast<const uint4*>(x);
+    const uint4* wv = reinterpret_cast<const uint4*>(w);
+    const int n = D / V;
+    for (int c0 = lane; c0 < n; c0 += 32 * kAhead) {
+      uint4 xs[kAhead], ws[kAhead];
+#pragma unroll
+      for (int u = 0; u < kAhead; ++u) {
+        const int c = c0 + 32 * u;
+        xs[u] = c < n ? __ldg(xv + c) : make_uint4(0u, 0u, 0u, 0u);
+        ws[u] = c < n ? __ldg(wv + c) : make_uint4(0u, 0u, 0u, 0u);
+      }
+#pragma unroll
+      for (int u = 0; u < kAhead; ++u) {
+        if (c0 + 32 * u >= n) break;
+        const E* xe = reinterpret_cast<const E*>(&xs[u]);
+        const E* we = reinterpret_cast<const E*>(&ws[u]);
+#pragma unroll
+        for (int e = 0; e < V; ++e) acc = fmaf(metrale::Element<E>::load(xe, e), metrale::Element<E>::load(we, e), acc);
+      }
+    }
+  } else {
+    for (int d = lane; d < D; d += 32) acc = fmaf(metrale::Element<E>::load(x, d), metrale::Element<E>::load(w, d), acc);
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  return acc;
+}
+
+// Warps 2 (b: β) and 3 (a: α) with GateRows: the r raw inputs of key head g's value heads from the
+// input row of position b, lane m keeping value head g·r + m's; it writes that record's β or α.
+template <typename E>
+__device__ __forceinline__ void prep_gates(const Args& A, const Geo& G, const GateRows& R, float* buf, int b, int g, const TaskIn& I, bool alpha) {
+  const int lane = tid_lin() & 31;
+  const E* x = static_cast<const E*>(R.x) + (size_t)I.row0 * R.hidden;
+  const E* w = static_cast<const E*>(R.w) + (size_t)(g * 2 * G.r + (alpha ? G.r : 0)) * R.hidden;
+  float raw = 0.0f;
+  for (int m = 0; m < G.r; ++m) {
+    const float t = warp_row_dot<E>(x, w + (size_t)m * R.hidden, R.hidden, lane);
+    if (lane == m) raw = t;
+  }
+  if (lane < G.r) {
+    const int h = g * G.r + lane;
+    float* sc = buf + ((size_t)b * A.hv + h) * prep_stride(A.dk, A.dv) + 2 * A.dk + A.dv;
+    if (alpha) sc[1] = expf(-expf(A.aLog[h]) * softplusf_(raw + A.dtBias[h]));
+    else sc[0] = sigmoidf_(raw);
+  }
+}
+
+// Gates: with GateRows (gdn_decode_prep_gates: kPrepThreadsGates threads, warps 2 and 3 making
+// the gates' raw inputs), else without (gdn_decode_prep: kPrepThreads, R.w must be null).
+template <bool Gates>
+__device__ __forceinline__ void prep_entry(const Args& A, float* buf, int batch, const GateRows& R) {
   let_next_kernel_start();  // gdn_decode_state may start loading its heads' state (it waits for the records)
   const Geo G = geo_of(A);
-  check_prep(A, G);
+  check_prep(A, G, R, Gates);
   const int b = blockIdx.x, g = blockIdx.y;
   if (b >= batch || g >= A.hk) return;
   const TaskIn I = decode_task_in(A, b);
   if (I.slot < 0) return;
   if (I.nPend > A.maxK || I.nPend > I.P0) __trap();
+  const int warp = tid_lin() >> 5;
+  if (Gates && warp >= 2) {
+    const bool alpha = warp == 3;
+    if (R.code == metrale::kBF16) prep_gates<metrale::bf16>(A, G, R, buf, b, g, I, alpha);
+    else prep_gates<metrale::f16>(A, G, R, buf, b, g, I, alpha);
+    return;
+  }
   const Taps T = taps_of(A, G, I);
-  if (tid_lin() < 32) prep_keys(A, G, T, buf, b, g, I);
+  if (warp == 0) prep_keys(A, G, T, buf, b, g, I, !Gates);
   else prep_values(A, G, T, buf, b, g);
 }
 

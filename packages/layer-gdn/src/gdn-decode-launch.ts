@@ -1,6 +1,6 @@
-import type { GpuBackend, KernelArgs, LaunchConfig, Stream } from '@metrale/core';
+import { InvalidArgumentError, type GpuBackend, type KernelArgs, type LaunchConfig, type Stream } from '@metrale/core';
 import type { GdnConfig } from './gdn-config.js';
-import type { decodePrepKernel, decodeStateKernel, decodeStatePlainKernel } from './gdn-kernels.js';
+import type { decodePrepGatesKernel, decodePrepKernel, decodeStateKernel, decodeStatePlainKernel } from './gdn-kernels.js';
 import { pad4, pendingKeyRows, pipeSupported, recurrentVariant, type GdnKernelVariant, type GdnLaunchShape } from './gdn-launch.js';
 
 // Launch shapes of the two-kernel decode (kernels/gdn-decode.cu: gdn.decode-prep, then
@@ -8,6 +8,8 @@ import { pad4, pendingKeyRows, pipeSupported, recurrentVariant, type GdnKernelVa
 
 /** kernels/gdn-decode-prep.cuh kPrepThreads: threads per CTA (one CTA per batch position and key head: a warp for q and k, one for v). */
 export const DECODE_PREP_THREADS = 64;
+/** kernels/gdn-decode-prep.cuh kPrepThreadsGates: gdn.decode-prep-gates's threads (two warps more: the gates' raw inputs from the input row). */
+export const DECODE_PREP_GATES_THREADS = 128;
 
 /** The shape fields of the two-kernel decode: the launch shape and the head counts. */
 export type TwoKernelShape = GdnLaunchShape & { readonly hk: number; readonly hv: number };
@@ -39,14 +41,17 @@ export function decodePrepBytes(cfg: Pick<GdnConfig, 'hv' | 'dk' | 'dv'>, batch:
 }
 
 /**
- * Both launches of a decode step of `batch` positions: prep grid [batch, H_k] (no shared memory),
- * state grid [batch, H_v] with an early start (it loads its heads' state while the prep runs and
- * waits for the prep before it reads a record: kernels/gdn-decode-state.cuh).
+ * Both launches of a decode step of `batch` positions: prep grid [batch, H_k] (no shared memory;
+ * `gates`: gdn.decode-prep-gates's threads), state grid [batch, H_v] with an early start (it loads
+ * its heads' state while the prep runs and waits for the prep before it reads a record:
+ * kernels/gdn-decode-state.cuh).
  */
-export function twoKernelDecodeLaunches(cfg: Pick<GdnConfig, 'hk' | 'dk' | 'dv' | 'hv' | 'convK'>, batch: number, stream: Stream, maxK: number): { prep: LaunchConfig; state: LaunchConfig } {
+export function twoKernelDecodeLaunches(
+  cfg: Pick<GdnConfig, 'hk' | 'dk' | 'dv' | 'hv' | 'convK'>, batch: number, stream: Stream, maxK: number, gates = false,
+): { prep: LaunchConfig; state: LaunchConfig } {
   const s = { ...cfg, maxK };
   return {
-    prep: { grid: [batch, cfg.hk], block: DECODE_PREP_THREADS, stream },
+    prep: { grid: [batch, cfg.hk], block: gates ? DECODE_PREP_GATES_THREADS : DECODE_PREP_THREADS, stream },
     state: { grid: [batch, cfg.hv], block: DECODE_STATE_THREADS, sharedBytes: decodeStateSharedBytes(s), stream, earlyStart: true },
   };
 }
@@ -78,6 +83,8 @@ export function decodePath(s: TwoKernelShape, batch: number, clusters: boolean):
 /** The kernels' declarations (the package's, or the same bound to another fatbin). */
 export interface TwoKernelDecodeKernels {
   readonly prep: typeof decodePrepKernel;
+  /** For steps that make the gates from the input rows (`baWeight` set); without it such a step throws. */
+  readonly prepGates?: typeof decodePrepGatesKernel;
   readonly state: typeof decodeStateKernel;
   /** For steps without a pending table; without it they run `state`. */
   readonly statePlain?: typeof decodeStatePlainKernel;
@@ -89,9 +96,10 @@ export function decodeStateFor(kernels: TwoKernelDecodeKernels, pending: bigint)
 }
 
 /**
- * A decode step as the two-kernel decode: gdn.decode-prep, then its state kernel (decodeStateFor) on `stream`, both
- * with `args` (a decode step's buffers and tables, `prep` holding decodePrepBytes for args.batch
- * positions). The layer, the benchmarks and the GPU suite launch it through here.
+ * A decode step as the two-kernel decode: gdn.decode-prep (gdn.decode-prep-gates where
+ * `args.baWeight` is set), then its state kernel (decodeStateFor) on `stream`, all with `args` (a
+ * decode step's buffers and tables, `prep` holding decodePrepBytes for args.batch positions). The
+ * layer, the benchmarks and the GPU suite launch it through here.
  */
 export function launchTwoKernelDecode(
   gpu: Pick<GpuBackend, 'launch'>,
@@ -100,7 +108,11 @@ export function launchTwoKernelDecode(
   stream: Stream,
   args: KernelArgs<typeof decodePrepKernel.params>,
 ): void {
-  const l = twoKernelDecodeLaunches(cfg, args.batch, stream, args.maxK);
-  gpu.launch(kernels.prep, l.prep, args);
+  const gates = args.baWeight !== 0n;
+  if (gates && !kernels.prepGates) {
+    throw new InvalidArgumentError('launchTwoKernelDecode: baWeight is set but the kernels have no prepGates (gdn.decode-prep-gates); pass twoKernelDecodeKernels');
+  }
+  const l = twoKernelDecodeLaunches(cfg, args.batch, stream, args.maxK, gates);
+  gpu.launch(gates ? kernels.prepGates! : kernels.prep, l.prep, args);
   gpu.launch(decodeStateFor(kernels, args.pending), l.state, args);
 }

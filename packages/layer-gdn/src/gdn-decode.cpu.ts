@@ -1,4 +1,4 @@
-import { InvalidArgumentError, type CpuKernelContext, type DeviceMemoryView, type DevicePtr } from '@metrale/core';
+import { InvalidArgumentError, elementAt, readElements, rowDtypeOf, type CpuKernelContext, type DeviceMemoryView, type DevicePtr } from '@metrale/core';
 import { decodePrepStride } from './gdn-decode-launch.js';
 import { pad4 } from './gdn-launch.js';
 import { GdnCpu, type GdnShapeArgs, type GdnStepPointers } from './gdn-math.cpu.js';
@@ -16,6 +16,15 @@ export interface DecodeArgs extends GdnStepPointers, GdnShapeArgs {
   readonly eps: number;
   /** The element type y is stored in (FLOAT_DTYPE_CODE). */
   readonly yDtype: number;
+  /**
+   * gdn.decode-prep-gates: the layer's input rows [rows][hidden] in the row type (yDtype), from
+   * which the prep makes the gates' raw inputs; 0n for gdn.decode-prep and the state kernels.
+   */
+  readonly baInput: DevicePtr;
+  /** in_proj_ba [2·H_v][hidden] in the row type (per key head: b of its value heads, then a), or 0n: the raw inputs are the row's columns of qkvz. */
+  readonly baWeight: DevicePtr;
+  /** Elements of an input row (with baWeight). */
+  readonly hidden: number;
 }
 
 
@@ -53,11 +62,49 @@ function prepView(name: string, a: DecodeArgs, mem: DeviceMemoryView): Float32Ar
   return mem.f32(a.prep, a.batch * a.hv * decodePrepStride(a));
 }
 
+/**
+ * With `baWeight`, the gates' raw inputs of an input row as in_proj_ba's GEMM gives them (that
+ * GEMM is then not launched): [2·H_v] dot products of the row with the weight's rows, each summed
+ * in f64 in element order and rounded to f32 (the CPU backend's GEMM into the f32 qkvz row).
+ */
+function gateInputsOf(name: string, a: DecodeArgs, mem: DeviceMemoryView): ((row: number) => Float32Array) | undefined {
+  if (a.baWeight === 0n) return undefined;
+  if (a.baInput === 0n) throw new InvalidArgumentError(`${name}: baWeight is set but baInput (the layer's input rows) is a null pointer`);
+  if (!Number.isSafeInteger(a.hidden) || a.hidden < 1) throw new InvalidArgumentError(`${name}: hidden must be a positive integer with baWeight set, got ${a.hidden}`);
+  const dtype = rowDtypeOf(a.yDtype);
+  if (dtype === 'f32') throw new InvalidArgumentError(`${name}: the gates from the input rows take bf16 or f16 rows (yDtype 1 or 2), got f32`);
+  const D = a.hidden;
+  const n = 2 * a.hv;
+  const w = readElements(mem, a.baWeight, n * D, dtype);
+  return (row) => {
+    const x = readElements(mem, elementAt(a.baInput, row * D, dtype), D, dtype);
+    const out = new Float32Array(n);
+    for (let j = 0; j < n; j++) {
+      let sum = 0;
+      for (let d = 0, o = j * D; d < D; d++) sum += x[d]! * w[o + d]!;
+      out[j] = sum;
+    }
+    return out;
+  };
+}
+
 /** `gdn.decode-prep`: the prep record of every (batch position, value head), and the conv ring committed. */
-export function decodePrepCpu(a: DecodeArgs, { mem }: CpuKernelContext): void {
+export function decodePrepCpu(a: DecodeArgs, ctx: CpuKernelContext): void {
+  if (a.baWeight !== 0n) throw new InvalidArgumentError('gdn.decode-prep: baWeight is set; a prep that makes the gates from the input rows runs gdn.decode-prep-gates');
+  runDecodePrep('gdn.decode-prep', a, ctx);
+}
+
+/** `gdn.decode-prep-gates`: the same records, the gates' raw inputs made from the input rows and in_proj_ba. */
+export function decodePrepGatesCpu(a: DecodeArgs, ctx: CpuKernelContext): void {
+  if (a.baWeight === 0n) throw new InvalidArgumentError('gdn.decode-prep-gates: baWeight is a null pointer; without in_proj_ba run gdn.decode-prep');
+  runDecodePrep('gdn.decode-prep-gates', a, ctx);
+}
+
+function runDecodePrep(name: string, a: DecodeArgs, { mem }: CpuKernelContext): void {
   if (a.batch === 0) return;
-  const prep = prepView('gdn.decode-prep', a, mem);
-  const pos = stepPositions('gdn.decode-prep', a, mem);
+  const prep = prepView(name, a, mem);
+  const pos = stepPositions(name, a, mem);
+  const gateInputs = gateInputsOf(name, a, mem);
   const cpu = new GdnCpu(mem, a, a, a.eps);
   const { hv, dk, dv, K, r, keyDim, convDim } = cpu;
   const stride = decodePrepStride(a);
@@ -78,7 +125,7 @@ export function decodePrepCpu(a: DecodeArgs, { mem }: CpuKernelContext): void {
     cpu.preConv(row, 0, pre);
     cpu.convRow(convW, cpu.ring(slot), pre, P0, P0, mixed);
     cpu.normalizeQK(mixed, qn, kn);
-    const ba = cpu.baOf(row, 0);
+    const ba = gateInputs ? gateInputs(row0) : cpu.baOf(row, 0);
     for (let h = 0; h < hv; h++) {
       const g = Math.floor(h / r);
       const rec = prep.subarray((p * hv + h) * stride, (p * hv + h + 1) * stride);

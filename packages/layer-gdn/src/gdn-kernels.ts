@@ -1,6 +1,6 @@
 import { defineKernel, defineKernelModule } from '@metrale/core';
 import { foldCpu, recurrentCpu } from './gdn.cpu.js';
-import { decodePrepCpu, decodeStateCpu, decodeStatePlainCpu } from './gdn-decode.cpu.js';
+import { decodePrepCpu, decodePrepGatesCpu, decodeStateCpu, decodeStatePlainCpu } from './gdn-decode.cpu.js';
 import { verifyPrepCpu, verifyStateCpu } from './gdn-verify.cpu.js';
 import type { GdnFoldVariant, GdnKernelVariant } from './gdn-launch.js';
 
@@ -34,8 +34,12 @@ const Y_DTYPE = { yDtype: 'i32' } as const;
 
 const RECURRENT_PARAMS = { ...STEP_BUFFERS, mode: 'i32', batch: 'i32', k: 'i32', ...SHAPE, eps: 'f32', ...Y_DTYPE } as const;
 
-/** The two-kernel decode: a decode step's buffers (one row per batch position) and the prep buffer. */
-const DECODE_PARAMS = { ...STEP_BUFFERS, prep: 'ptr', batch: 'i32', ...SHAPE, eps: 'f32', ...Y_DTYPE } as const;
+/**
+ * The two-kernel decode: a decode step's buffers (one row per batch position) and the prep buffer;
+ * then, for gdn.decode-prep-gates, the layer's input rows, in_proj_ba (both in the row type) and
+ * their width (0n, 0n, 0 for the others).
+ */
+const DECODE_PARAMS = { ...STEP_BUFFERS, prep: 'ptr', batch: 'i32', ...SHAPE, eps: 'f32', ...Y_DTYPE, baInput: 'ptr', baWeight: 'ptr', hidden: 'i32' } as const;
 
 /** The two-kernel verify: a verify step's buffers (k rows per batch position) and the prep buffer. */
 const VERIFY_PARAMS = { ...STEP_BUFFERS, prep: 'ptr', batch: 'i32', k: 'i32', ...SHAPE, eps: 'f32', ...Y_DTYPE } as const;
@@ -87,6 +91,18 @@ export const decodePrepKernel = defineKernel({
   cpu: decodePrepCpu,
 });
 
+/**
+ * Two-kernel decode, first kernel, where in_proj_ba runs apart from in_proj_qkvz: the same records,
+ * the gates' raw inputs made from the layer's input rows and in_proj_ba (`baInput`, `baWeight`)
+ * instead of read from qkvz, so that GEMM is not launched (kernels/gdn-decode-prep.cuh).
+ */
+export const decodePrepGatesKernel = defineKernel({
+  name: 'gdn.decode-prep-gates',
+  params: DECODE_PARAMS,
+  cuda: { module: decodeModule, symbol: 'gdn_decode_prep_gates' },
+  cpu: decodePrepGatesCpu,
+});
+
 /** Two-kernel decode, second kernel: pending rows folded, the row run from its prep record (state and y written). */
 export const decodeStateKernel = defineKernel({
   name: 'gdn.decode-state',
@@ -113,7 +129,7 @@ export const decodeStatePlainKernel = defineKernel({
 });
 
 /** The three, as gdn-decode-launch.ts launchTwoKernelDecode takes them. */
-export const twoKernelDecodeKernels = Object.freeze({ prep: decodePrepKernel, state: decodeStateKernel, statePlain: decodeStatePlainKernel });
+export const twoKernelDecodeKernels = Object.freeze({ prep: decodePrepKernel, prepGates: decodePrepGatesKernel, state: decodeStateKernel, statePlain: decodeStatePlainKernel });
 
 /**
  * Two-kernel verify, first kernel: the k rows' conv, norms, Gram entries and gates of each

@@ -39,6 +39,12 @@ export interface GdnState extends LayerState {
 interface Buffers {
   /** The input projections' GEMMs (gdn-weights.ts inputProjections): one, or two where they cannot stack. */
   readonly wIn: readonly { readonly w: LinearWeight; readonly col: number }[];
+  /**
+   * in_proj_ba where it runs apart from in_proj_qkvz in the row type (block-FP8 checkpoints): a
+   * two-kernel decode step's prep makes the gates from the input rows with it, and its GEMM is not
+   * launched (gdn.decode-prep-gates).
+   */
+  readonly baApart: LinearWeight | undefined;
   readonly wOut: LinearWeight;
   readonly convWeight: DevicePtr;
   readonly aLog: DevicePtr;
@@ -133,8 +139,11 @@ export class GdnLayer implements TransformerLayer<GdnState> {
       };
       const linear = (host: HostLinear): LinearWeight => uploadLinear(gpu, (bytes) => this.#alloc(bytes), host);
       const y = zeroed(floatBytes(precision.rows) * limits.maxRows * valueDim);
+      const wIn = inputProjections(w).map(({ weight, col }) => ({ w: linear(weight), col }));
       this.#b = {
-        wIn: inputProjections(w).map(({ weight, col }) => ({ w: linear(weight), col })),
+        wIn,
+        // inputProjections: [in_proj_qkvz, in_proj_ba] where the two run apart.
+        baApart: wIn.length === 2 && wIn[1]!.w.dtype === precision.rows ? wIn[1]!.w : undefined,
         wOut: linear(w.outProj), convWeight: upload(w.convWeight),
         aLog: upload(w.aLog), dtBias: upload(w.dtBias), normWeight: upload(w.normWeight),
         state: zeroed(4 * limits.maxSeqs * hv * dk * dv),
@@ -269,8 +278,12 @@ export class GdnLayer implements TransformerLayer<GdnState> {
     const gpu = step.gpu;
     const shape = this.#shape();
     const rowType = this.precision.rows;
+    const clusters = runsClusters(gpu);
+    const twoKernelDecode = phase === 'decode' && decodePath(shape, batch, clusters) === 'two-kernel';
+    const gatesInPrep = twoKernelDecode ? b.baApart : undefined;
     // The input projections write f32 (the kernels' conv, gates and recurrence read f32), each GEMM its columns of the rows.
     for (const { w, col } of b.wIn) {
+      if (w === gatesInPrep) continue;
       runLinear(gpu, { m: rows, x: step.input, w, y: b.qkvz + BigInt(4 * col), ldy: cfg.projDim, xDtype: rowType, yDtype: 'f32', stream });
     }
     const yDtype = FLOAT_DTYPE_CODE[rowType];
@@ -283,16 +296,18 @@ export class GdnLayer implements TransformerLayer<GdnState> {
       convStash: carry ? carry.convStash : 0n,
       pending: carry ? carry.pendingRows : 0n,
     };
-    const clusters = runsClusters(gpu);
     if (phase === 'prefill') {
       // The chunked WY form (kernels/gdn-chunk.cu): the exact build for short steps, bf16 operands
       // for long ones (gdn-prefill-launch.ts); the exact build's scan fuses the norm where clusters run.
       const plan = prefillPlan(shape, batch, rows, stream, { clusters, sms: gpu.device.multiprocessors });
       launchPrefill(gpu, prefillKernels, shape, { ...common, scratch: b.scratch, o: b.o, yDtype }, batch, rows, cfg.eps, plan);
-    } else if (phase === 'decode' && decodePath(shape, batch, clusters) === 'two-kernel') {
-      // Large decode steps: the row's conv, gates and norms first, then the state pass
-      // (kernels/gdn-decode.cu; gdn-decode-launch.ts says from which batch and why).
-      launchTwoKernelDecode(gpu, twoKernelDecodeKernels, cfg, stream, { ...common, prep: b.scratch, batch, ...shape, eps: cfg.eps, yDtype });
+    } else if (twoKernelDecode) {
+      // The row's conv, gates and norms first, then the state pass (kernels/gdn-decode.cu;
+      // gdn-decode-launch.ts says at which batches and why).
+      launchTwoKernelDecode(gpu, twoKernelDecodeKernels, cfg, stream, {
+        ...common, prep: b.scratch, batch, ...shape, eps: cfg.eps, yDtype,
+        baInput: gatesInPrep ? step.input : 0n, baWeight: gatesInPrep ? gatesInPrep.data : 0n, hidden: cfg.hidden,
+      });
     } else if (phase === 'verify' && verifyPath(shape, batch, k, clusters) === 'two-kernel') {
       // Large verify steps of k ≤ 4 rows: the same split (kernels/gdn-verify.cu; gdn-verify-launch.ts).
       launchTwoKernelVerify(gpu, twoKernelVerifyKernels, cfg, stream, { ...common, prep: b.scratch, batch, k, ...shape, eps: cfg.eps, yDtype });

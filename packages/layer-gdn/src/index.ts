@@ -9,11 +9,11 @@ export {
   DEFAULT_VARIANT, GDN_KERNEL_VARIANTS, GDN_FOLD_VARIANTS, PIPE_THREADS, PIPE_STAGES, PIPE_MIN_BATCH,
   type GdnKernelVariant, type GdnFoldVariant, type GdnLaunchShape,
 } from './gdn-launch.js';
-export { decodePrepKernel, decodeStateKernel, decodeStatePlainKernel, twoKernelDecodeKernels, verifyPrepKernel, verifyStateKernel, twoKernelVerifyKernels, foldStateKernel, foldKernels } from './gdn-kernels.js';
+export { decodePrepKernel, decodePrepGatesKernel, decodeStateKernel, decodeStatePlainKernel, twoKernelDecodeKernels, verifyPrepKernel, verifyStateKernel, twoKernelVerifyKernels, foldStateKernel, foldKernels } from './gdn-kernels.js';
 export { foldStateSharedBytes, foldStateLaunch, foldPath, launchFold, type FoldKernels } from './gdn-fold-launch.js';
 export { VERIFY_ROWS, VERIFY_PREP_THREADS, VERIFY_STATE_THREADS, VERIFY_STATE_STAGES, VERIFY_SCALARS, TWO_KERNEL_VERIFY_MIN_BATCH, verifyPrepLayout, verifyPrepBytes, verifyStateSharedBytes, twoKernelVerifySupported, runsTwoKernelVerify, verifyPath, twoKernelVerifyLaunches, launchTwoKernelVerify, type VerifyPrepLayout, type TwoKernelVerifyKernels } from './gdn-verify-launch.js';
 export { verifyPrepCpu, verifyStateCpu, type VerifyArgs } from './gdn-verify.cpu.js';
-export { twoKernelDecodeLaunches, twoKernelDecodeSupported, runsTwoKernelDecode, decodePath, launchTwoKernelDecode, decodeStateFor, decodePrepStride, type TwoKernelDecodeKernels, TWO_KERNEL_MIN_BATCH, PIPE_DECODE_FROM, decodePrepBytes, decodeStateSharedBytes, DECODE_PREP_THREADS, DECODE_STATE_THREADS } from './gdn-decode-launch.js';
+export { twoKernelDecodeLaunches, twoKernelDecodeSupported, runsTwoKernelDecode, decodePath, launchTwoKernelDecode, decodeStateFor, decodePrepStride, type TwoKernelDecodeKernels, TWO_KERNEL_MIN_BATCH, PIPE_DECODE_FROM, decodePrepBytes, decodeStateSharedBytes, DECODE_PREP_THREADS, DECODE_PREP_GATES_THREADS, DECODE_STATE_THREADS } from './gdn-decode-launch.js';
 export { decodePrepCpu, decodeStateCpu, type DecodeArgs } from './gdn-decode.cpu.js';
 export { recurrentCpu, foldCpu, chunkCpu, type RecurrentArgs, type FoldArgs, type ChunkArgs } from './gdn.cpu.js';
 export {

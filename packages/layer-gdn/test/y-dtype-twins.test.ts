@@ -82,7 +82,7 @@ function runStep(gpu: GpuBackend, l: Launch, code: 0 | 1 | 2, seed: number) {
     batch, ...S, eps: EPS, yDtype: code,
   };
   if (l.kind === 'recurrent') gpu.launch(recurrentVariantKernels.general, { grid: [batch, S.hv], block: S.dv, stream }, { ...common, mode: l.mode, k: l.k });
-  else if (l.kind === 'decode2') launchTwoKernelDecode(gpu, twoKernelDecodeKernels, S, stream, { ...common, prep: d.prep });
+  else if (l.kind === 'decode2') launchTwoKernelDecode(gpu, twoKernelDecodeKernels, S, stream, { ...common, prep: d.prep, baInput: 0n, baWeight: 0n, hidden: 0 });
   else launchTwoKernelVerify(gpu, twoKernelVerifyKernels, S, stream, { ...common, prep: d.prep, k: l.k });
   gpu.synchronize();
   const bytes = (p: DevicePtr, n: number) => gpu.download(p, n).slice();

@@ -252,6 +252,8 @@ type Launch =
   | { readonly kernel: 'fold2'; readonly k: number };
 
 const EPS = 1e-6;
+/** The decode prep reads the gates' raw inputs from qkvz (gdn-rows-dtype.test.ts tests them made from the input rows). */
+const NO_GATE_ROWS = { baInput: 0n, baWeight: 0n, hidden: 0 } as const;
 
 function launchOn(gpu: GpuBackend, kernels: Decls, s: Shape, batch: number, d: DeviceBuffers, l: Launch): void {
   const shape = { hk: s.hk, hv: s.hv, dk: s.dk, dv: s.dv, convK: s.K, maxK: s.maxK };
@@ -294,7 +296,7 @@ function launchOn(gpu: GpuBackend, kernels: Decls, s: Shape, batch: number, d: D
   }
   if (l.kernel === 'decode2') {
     const two = { prep: kernels.decodePrep, state: kernels.decodeState, statePlain: kernels.decodeStatePlain } as unknown as TwoKernelDecodeKernels;
-    launchTwoKernelDecode(gpu, two, { hk: s.hk, dk: s.dk, dv: s.dv, hv: s.hv, convK: s.K }, stream, { ...common, prep: d.prep, batch, ...shape, eps: EPS, yDtype: 0 });
+    launchTwoKernelDecode(gpu, two, { hk: s.hk, dk: s.dk, dv: s.dv, hv: s.hv, convK: s.K }, stream, { ...common, prep: d.prep, batch, ...shape, eps: EPS, yDtype: 0, ...NO_GATE_ROWS });
     return;
   }
   if (l.kernel === 'verify2') {

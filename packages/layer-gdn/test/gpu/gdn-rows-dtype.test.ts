@@ -1,6 +1,6 @@
 // GPU tests of the kernels that write y with y in the layer's row type (yDtype 1 bf16, 2 f16;
 // kernels/gdn-step.cuh store_y): every gdn.recurrent variant (smem, general; pipe, split for decode
-// steps), the two-kernel decode and verify, and the chunked prefill (exact and
+// steps), the two-kernel decode (also with its prep making the gates from the input rows) and verify, and the chunked prefill (exact and
 // fast builds, the fused norm where clusters run, the norm kernel reading its own f32 `o`, in
 // pieces). Each case runs the same declaration on CUDA and on the CPU twin from identical random
 // buffers, y poisoned (0xFFFF, NaN in both types) first. y: every element within one unit in the
@@ -11,7 +11,7 @@
 //
 // Run: node ../../node_modules/vitest/vitest.mjs run --config vitest.gpu.config.ts test/gpu/gdn-rows-dtype.test.ts
 // Without a GPU the suite skips and says why. Device and fatbins as ./gdn-lane.ts says.
-import type { DevicePtr, GpuBackend, Kernel, KernelParams } from '@metrale/core';
+import { f32ToBf16Bits, f32ToF16Bits, type DevicePtr, type GpuBackend, type Kernel, type KernelParams } from '@metrale/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   pipeSupported, runsClusters, splitSupported, variantBlock, variantGrid, variantSharedBytes, type GdnKernelVariant,
@@ -50,10 +50,16 @@ const SHAPES: readonly Shape[] = [
   { name: 'r4 dk64 dv64', hk: 1, hv: 4, dk: 64, dv: 64, K: 4, maxK: 4, maxSeqs: 5 },
   { name: 'r2 dk48 dv40 K3', hk: 2, hv: 4, dk: 48, dv: 40, K: 3, maxK: 6, maxSeqs: 5 },
 ];
+/**
+ * Input widths of the gates-from-input cases, per shape: Qwen3-Next's 2 048 (a lane's 16-byte
+ * vectors in one turn), 136 (vectors, a partial turn) and 98 (no vectors: element by element).
+ */
+const GATE_HIDDEN: Readonly<Record<string, number>> = { 'r2 dk128 dv128': 2048, 'r4 dk64 dv64': 136, 'r2 dk48 dv40 K3': 98 };
 
 type Launch =
   | { readonly kernel: 'recurrent'; readonly variant: GdnKernelVariant; readonly mode: 0 | 1; readonly k: number; readonly carried: boolean }
-  | { readonly kernel: 'decode2'; readonly carried: boolean }
+  /** gates: gdn.decode-prep-gates, the gates' raw inputs from input rows of `hidden` elements and in_proj_ba (qkvz's ba columns NaN). */
+  | { readonly kernel: 'decode2'; readonly carried: boolean; readonly gates?: { readonly hidden: number } }
   | { readonly kernel: 'verify2'; readonly k: number; readonly carried: boolean };
 
 function launchesFor(s: Shape): { name: string; launch: Launch }[] {
@@ -76,6 +82,9 @@ function launchesFor(s: Shape): { name: string; launch: Launch }[] {
   if (twoKernelDecodeSupported(two)) {
     out.push({ name: 'two-kernel decode', launch: { kernel: 'decode2', carried: false } });
     out.push({ name: 'two-kernel carried decode', launch: { kernel: 'decode2', carried: true } });
+    const gates = { hidden: GATE_HIDDEN[s.name]! };
+    out.push({ name: `two-kernel decode, gates from ${gates.hidden}-wide input rows`, launch: { kernel: 'decode2', carried: false, gates } });
+    out.push({ name: `two-kernel carried decode, gates from ${gates.hidden}-wide input rows`, launch: { kernel: 'decode2', carried: true, gates } });
   }
   if (twoKernelVerifySupported(two)) {
     const k = Math.min(VERIFY_ROWS, s.maxK);
@@ -95,8 +104,23 @@ interface Kernels {
 const F32_BUFFERS = ['state', 'convRing', 'stash', 'convStash'] as const;
 type F32Name = (typeof F32_BUFFERS)[number];
 
+/**
+ * With `gates`: input rows and in_proj_ba in the row type `code` (dot products of the inputs' order
+ * of magnitude), and qkvz's ba columns NaN, so that a prep reading them instead fails.
+ */
+function gateBuffers(s: Shape, rows: number, hidden: number, code: 1 | 2, R: ReturnType<typeof rng>, qkvz: Float32Array) {
+  const encode = code === 1 ? f32ToBf16Bits : f32ToF16Bits;
+  const words = (a: Float32Array) => Uint16Array.from(a, encode);
+  const grp = 2 * s.dk + 2 * (s.hv / s.hk) * s.dv;
+  const baCol = s.hk * grp;
+  const width = baCol + Math.ceil((2 * s.hv) / 4) * 4;
+  for (let t = 0; t < rows; t++) qkvz.fill(Number.NaN, t * width + baCol, t * width + baCol + 2 * s.hv);
+  const scale = 1.5 / Math.sqrt(hidden);
+  return { baInput: words(R.fill(rows * hidden, -1, 1)), baWeight: words(R.fill(2 * s.hv * hidden, -scale, scale)) };
+}
+
 /** A step's random inputs (never zero), as gdn-kernels.test.ts makes them. */
-function hostFor(s: Shape, l: Launch, seed: number) {
+function hostFor(s: Shape, l: Launch, seed: number, code: 1 | 2) {
   const R = rng(seed);
   const fill = R.fill;
   const slots = [3, -1, 0, 4];
@@ -120,10 +144,13 @@ function hostFor(s: Shape, l: Launch, seed: number) {
   const pending = new Uint32Array(s.maxSeqs);
   if (l.carried) slots.forEach((slot, p) => { if (slot >= 0) pending[slot] = Math.min(seqLens[p]!, [2, 0, s.maxK, 1][p]!); });
   const shape = { hk: s.hk, hv: s.hv, dk: s.dk, dv: s.dv, convK: s.K, maxK: s.maxK };
+  const qkvz = projectionHost(s, rows, R);
+  const gates = l.kernel === 'decode2' && l.gates ? gateBuffers(s, rows, l.gates.hidden, code, R, qkvz) : undefined;
   return {
     batch, rows,
     host: {
-      qkvz: projectionHost(s, rows, R),
+      ...gates,
+      qkvz,
       slots: Int32Array.from(slots),
       rowStarts: Int32Array.from({ length: batch + 1 }, (_, p) => p * rowsPer),
       seqLens: Int32Array.from(seqLens),
@@ -143,9 +170,9 @@ function hostFor(s: Shape, l: Launch, seed: number) {
 
 /** Runs one launch on `gpu` with y in `code`; y's 16-bit words and the f32 outputs. */
 function runOn(gpu: GpuBackend, k: Kernels, s: Shape, l: Launch, code: 1 | 2, seed: number): { y: Uint16Array } & Record<F32Name, Float32Array> {
-  const { batch, rows, host } = hostFor(s, l, seed);
+  const { batch, rows, host } = hostFor(s, l, seed, code);
   const d = {} as Record<keyof typeof host, DevicePtr>;
-  for (const [name, a] of Object.entries(host) as [keyof typeof host, Float32Array | Int32Array | Uint32Array][]) {
+  for (const [name, a] of Object.entries(host) as [keyof typeof host, Float32Array | Int32Array | Uint32Array | Uint16Array][]) {
     d[name] = gpu.alloc(Math.max(16, a.byteLength));
     gpu.upload(d[name], a);
   }
@@ -162,7 +189,10 @@ function runOn(gpu: GpuBackend, k: Kernels, s: Shape, l: Launch, code: 1 | 2, se
       convStash: l.carried ? d.convStash : 0n, pending: l.carried ? d.pending : 0n,
       batch, ...shape, eps: EPS, yDtype: code,
     };
-    if (l.kernel === 'decode2') launchTwoKernelDecode(gpu, k.decode, shape, stream, { ...common, prep: d.prep });
+    if (l.kernel === 'decode2') {
+      const gates = l.gates ? { baInput: d.baInput!, baWeight: d.baWeight!, hidden: l.gates.hidden } : { baInput: 0n, baWeight: 0n, hidden: 0 };
+      launchTwoKernelDecode(gpu, k.decode, shape, stream, { ...common, prep: d.prep, ...gates });
+    }
     else if (l.kernel === 'verify2') launchTwoKernelVerify(gpu, k.verify, shape, stream, { ...common, prep: d.prep, k: l.k });
     else {
       const ls = { dk: s.dk, dv: s.dv, convK: s.K, maxK: s.maxK };
@@ -253,7 +283,10 @@ describe.skipIf(!device.available)('kernels that write y, with y in bf16 and f16
     const bind = <K extends AnyKernel>(x: K) => withFatbin(x);
     kernels = {
       recurrent: Object.fromEntries(Object.entries(m.recurrentVariantKernels).map(([v, x]) => [v, bind(x as unknown as AnyKernel)])) as unknown as Record<GdnKernelVariant, AnyKernel>,
-      decode: { prep: withFatbin(m.decodePrepKernel), state: withFatbin(m.decodeStateKernel), statePlain: withFatbin(m.decodeStatePlainKernel) },
+      decode: {
+        prep: withFatbin(m.decodePrepKernel), prepGates: withFatbin(m.decodePrepGatesKernel), state: withFatbin(m.decodeStateKernel),
+        statePlain: withFatbin(m.decodeStatePlainKernel),
+      },
       verify: { prep: withFatbin(m.verifyPrepKernel), state: withFatbin(m.verifyStateKernel) },
       prefill: Object.fromEntries(Object.entries(p.prefillKernels).map(([n, x]) => [n, withFatbin(x)])) as unknown as PrefillKernels,
     };

@@ -26,7 +26,7 @@ export const { reason, createDevice } = emulatedDevice({
     'gdn-fold': { source: join(kernels, 'gdn-fold.cu'), kernels: { gdn_fold_smem: 1, gdn_fold_general: 1 } },
     'gdn-decode': {
       source: join(kernels, 'gdn-decode.cu'),
-      kernels: { gdn_decode_prep: 1, gdn_decode_state: 1, gdn_decode_state_plain: 1, gdn_fold_state: 1 },
+      kernels: { gdn_decode_prep: 1, gdn_decode_prep_gates: 1, gdn_decode_state: 1, gdn_decode_state_plain: 1, gdn_fold_state: 1 },
     },
     'gdn-verify': { source: join(kernels, 'gdn-verify.cu'), kernels: { gdn_verify_prep: 1, gdn_verify_state: 1 } },
     'gdn-chunk': {
