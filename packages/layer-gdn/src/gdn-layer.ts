@@ -22,7 +22,7 @@ import {
 } from '@metrale/core';
 import { readGdnConfig, type GdnConfig } from './gdn-config.js';
 import { foldKernels, recurrentVariantKernels, twoKernelDecodeKernels, twoKernelVerifyKernels } from './gdn-kernels.js';
-import { decodePath, decodePrepBytes, launchTwoKernelDecode } from './gdn-decode-launch.js';
+import { PIPE_DECODE_FROM, decodePath, decodePrepBytes, launchTwoKernelDecode } from './gdn-decode-launch.js';
 import { launchTwoKernelVerify, verifyPath, verifyPrepBytes } from './gdn-verify-launch.js';
 import { launchFold } from './gdn-fold-launch.js';
 import { recurrentLaunch, recurrentVariant, runsClusters } from './gdn-launch.js';
@@ -41,8 +41,8 @@ interface Buffers {
   readonly wIn: readonly { readonly w: LinearWeight; readonly col: number }[];
   /**
    * in_proj_ba where it runs apart from in_proj_qkvz in the row type (block-FP8 checkpoints): a
-   * two-kernel decode step's prep makes the gates from the input rows with it, and its GEMM is not
-   * launched (gdn.decode-prep-gates).
+   * two-kernel decode step of fewer than PIPE_DECODE_FROM positions makes the gates in its prep
+   * with it, and its GEMM is not launched (gdn.decode-prep-gates).
    */
   readonly baApart: LinearWeight | undefined;
   readonly wOut: LinearWeight;
@@ -280,7 +280,9 @@ export class GdnLayer implements TransformerLayer<GdnState> {
     const rowType = this.precision.rows;
     const clusters = runsClusters(gpu);
     const twoKernelDecode = phase === 'decode' && decodePath(shape, batch, clusters) === 'two-kernel';
-    const gatesInPrep = twoKernelDecode ? b.baApart : undefined;
+    // Below PIPE_DECODE_FROM positions only: from 32 the GEMM reads in_proj_ba once for all the
+    // rows, where each of the prep's batch × H_k CTAs would read its key head's rows of it.
+    const gatesInPrep = twoKernelDecode && batch < PIPE_DECODE_FROM ? b.baApart : undefined;
     // The input projections write f32 (the kernels' conv, gates and recurrence read f32), each GEMM its columns of the rows.
     for (const { w, col } of b.wIn) {
       if (w === gatesInPrep) continue;

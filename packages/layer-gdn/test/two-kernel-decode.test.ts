@@ -78,12 +78,18 @@ describe('GdnLayer: decode steps of TWO_KERNEL_MIN_BATCH positions (the two-kern
   it('bf16 rows, block-FP8 weights, write-on-accept', () => {
     expect(runTwoKernelScript('write-on-accept', undefined, { precision: FP8, checkpoint: fp8Checkpoint, tol: BF16_ROWS })).toBeLessThanOrEqual(BF16_ROWS);
   });
+  // Below PIPE_DECODE_FROM positions a block-FP8 checkpoint's gates come from gdn.decode-prep-gates.
+  for (const speculation of ['write-on-accept', 'carried'] as const) {
+    it(`bf16 rows, block-FP8 weights, 4 sequences (the gates made in the prep), ${speculation}`, () => {
+      expect(runTwoKernelScript(speculation, undefined, { precision: FP8, checkpoint: fp8Checkpoint, tol: BF16_ROWS, batch: 4 })).toBeLessThanOrEqual(BF16_ROWS);
+    });
+  }
   // One GEMM for both input projections (stacked [in_proj_qkvz; in_proj_ba]) and out_proj; a
   // block-FP8 checkpoint keeps in_proj_ba in bf16, so its input projections stay two GEMMs.
-  it('bf16 rows cost no launch: a decode step is the same two kernels and two GEMMs (y leaves the state kernel in bf16); with block-FP8 weights too (in_proj_ba apart: its gates made in the prep)', () => {
+  it('bf16 rows cost no launch: a decode step is the same two kernels and two GEMMs (y leaves the state kernel in bf16); three with block-FP8 weights (in_proj_ba apart)', () => {
     const batch = TWO_KERNEL_MIN_BATCH;
     const { tensors } = randomWeights(SHAPE, 13);
-    for (const [precision, gemms] of [[undefined, 2], [BF16, 2], [FP8, 2]] as const) {
+    for (const [precision, gemms] of [[undefined, 2], [BF16, 2], [FP8, 3]] as const) {
       const weights = precision === FP8 ? fp8Checkpoint(tensors) : tensors;
       const rig = new Rig(configOf(SHAPE), weights, { maxSeqs: batch, maxSeqLen: 16, maxBatch: batch, maxK: 3, maxRows: 3 * batch }, { graphs: false, ...(precision ? { precision } : {}) });
       try {
@@ -95,6 +101,24 @@ describe('GdnLayer: decode steps of TWO_KERNEL_MIN_BATCH positions (the two-kern
         const after = rig.gpu.stats();
         expect(after.kernelsLaunched - before.kernelsLaunched).toBe(2);
         expect(after.gemmsLaunched - before.gemmsLaunched).toBe(gemms);
+      } finally {
+        rig.dispose();
+      }
+    }
+  });
+  it('a block-FP8 decode step below PIPE_DECODE_FROM positions launches no GEMM for in_proj_ba (gdn.decode-prep-gates makes its gates)', () => {
+    const { tensors } = randomWeights(SHAPE, 13);
+    for (const batch of [1, PIPE_DECODE_FROM - 1]) {
+      const rig = new Rig(configOf(SHAPE), fp8Checkpoint(tensors), { maxSeqs: batch, maxSeqLen: 16, maxBatch: batch, maxK: 3, maxRows: 3 * batch }, { graphs: false, precision: FP8 });
+      try {
+        const rnd = new SeededRandom(2);
+        const seqs = Array.from({ length: batch }, () => rig.driver.open());
+        rig.prefill(seqs, seqs.map(() => 2), rnd.normals(2 * batch * SHAPE.hidden));
+        const before = rig.gpu.stats();
+        rig.decode(seqs, rnd.normals(batch * SHAPE.hidden));
+        const after = rig.gpu.stats();
+        expect(after.kernelsLaunched - before.kernelsLaunched, `batch ${batch}`).toBe(2);
+        expect(after.gemmsLaunched - before.gemmsLaunched, `batch ${batch}`).toBe(2);
       } finally {
         rig.dispose();
       }

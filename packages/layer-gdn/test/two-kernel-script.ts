@@ -17,13 +17,15 @@ export const TOL = 1e-4;
 /**
  * Runs the script on `gpu` (default: a CpuBackend); returns the worst relative error. With a
  * precision: the checkpoint as `checkpoint` makes it, the reference given the weights the layer
- * holds and the inputs rounded to the row type, each output held to `tol`.
+ * holds and the inputs rounded to the row type, each output held to `tol`. `batch`: sequences
+ * (default TWO_KERNEL_MIN_BATCH; below PIPE_DECODE_FROM the decode runs the two-kernel form too,
+ * and a block-FP8 checkpoint's gates are made in its prep).
  */
 export function runTwoKernelScript(
   speculation: SpeculationMode, gpu?: GpuBackend,
-  opts: { precision?: Precision; checkpoint?: (t: HostTensor[]) => HostTensor[]; tol?: number } = {},
+  opts: { precision?: Precision; checkpoint?: (t: HostTensor[]) => HostTensor[]; tol?: number; batch?: number } = {},
 ): number {
-  const batch = Math.max(TWO_KERNEL_MIN_BATCH, TWO_KERNEL_VERIFY_MIN_BATCH);
+  const batch = opts.batch ?? Math.max(TWO_KERNEL_MIN_BATCH, TWO_KERNEL_VERIFY_MIN_BATCH);
   const { tensors: f32Tensors, ref } = randomWeights(SHAPE, 13);
   const tensors = opts.checkpoint ? opts.checkpoint(f32Tensors) : f32Tensors;
   const reference = referenceOf(SHAPE, opts.precision ? deviceWeightsOf(SHAPE, tensors, opts.precision) : ref);

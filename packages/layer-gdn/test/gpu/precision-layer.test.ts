@@ -55,4 +55,7 @@ describe.skipIf(!cuda.available)('GdnLayer with bf16 rows on CUDA: the two-kerne
   it('block-FP8 weights, carried state', () => {
     expect(runTwoKernelScript('carried', CudaBackend.create(), { precision: FP8, checkpoint: fp8Checkpoint, tol: BF16_ROWS })).toBeLessThanOrEqual(BF16_ROWS);
   });
+  it('block-FP8 weights, 4 sequences (gdn.decode-prep-gates), carried state', () => {
+    expect(runTwoKernelScript('carried', CudaBackend.create(), { precision: FP8, checkpoint: fp8Checkpoint, tol: BF16_ROWS, batch: 4 })).toBeLessThanOrEqual(BF16_ROWS);
+  });
 });
