@@ -1,4 +1,4 @@
-import { SeededRandom } from '@metrale/core';
+import { SeededRandom, type HostTensor, type Precision } from '@metrale/core';
 import { describe, expect, it } from 'vitest';
 import { PIPE_DECODE_FROM, TWO_KERNEL_MIN_BATCH, TWO_KERNEL_VERIFY_MIN_BATCH, runsTwoKernelDecode, runsTwoKernelVerify } from '@metrale/layer-gdn';
 import { configOf, randomWeights, Rig } from './gdn-setup.js';
@@ -90,41 +90,30 @@ describe('GdnLayer: decode steps of TWO_KERNEL_MIN_BATCH positions (the two-kern
     const batch = TWO_KERNEL_MIN_BATCH;
     const { tensors } = randomWeights(SHAPE, 13);
     for (const [precision, gemms] of [[undefined, 2], [BF16, 2], [FP8, 3]] as const) {
-      const weights = precision === FP8 ? fp8Checkpoint(tensors) : tensors;
-      const rig = new Rig(configOf(SHAPE), weights, { maxSeqs: batch, maxSeqLen: 16, maxBatch: batch, maxK: 3, maxRows: 3 * batch }, { graphs: false, ...(precision ? { precision } : {}) });
-      try {
-        const rnd = new SeededRandom(2);
-        const seqs = Array.from({ length: batch }, () => rig.driver.open());
-        rig.prefill(seqs, seqs.map(() => 2), rnd.normals(2 * batch * SHAPE.hidden));
-        const before = rig.gpu.stats();
-        rig.decode(seqs, rnd.normals(batch * SHAPE.hidden));
-        const after = rig.gpu.stats();
-        expect(after.kernelsLaunched - before.kernelsLaunched).toBe(2);
-        expect(after.gemmsLaunched - before.gemmsLaunched).toBe(gemms);
-      } finally {
-        rig.dispose();
-      }
+      expect(decodeLaunches(precision === FP8 ? fp8Checkpoint(tensors) : tensors, batch, precision)).toEqual({ kernels: 2, gemms });
     }
   });
   it('a block-FP8 decode step below PIPE_DECODE_FROM positions launches no GEMM for in_proj_ba (gdn.decode-prep-gates makes its gates)', () => {
     const { tensors } = randomWeights(SHAPE, 13);
-    for (const batch of [1, PIPE_DECODE_FROM - 1]) {
-      const rig = new Rig(configOf(SHAPE), fp8Checkpoint(tensors), { maxSeqs: batch, maxSeqLen: 16, maxBatch: batch, maxK: 3, maxRows: 3 * batch }, { graphs: false, precision: FP8 });
-      try {
-        const rnd = new SeededRandom(2);
-        const seqs = Array.from({ length: batch }, () => rig.driver.open());
-        rig.prefill(seqs, seqs.map(() => 2), rnd.normals(2 * batch * SHAPE.hidden));
-        const before = rig.gpu.stats();
-        rig.decode(seqs, rnd.normals(batch * SHAPE.hidden));
-        const after = rig.gpu.stats();
-        expect(after.kernelsLaunched - before.kernelsLaunched, `batch ${batch}`).toBe(2);
-        expect(after.gemmsLaunched - before.gemmsLaunched, `batch ${batch}`).toBe(2);
-      } finally {
-        rig.dispose();
-      }
-    }
+    for (const batch of [1, PIPE_DECODE_FROM - 1]) expect(decodeLaunches(fp8Checkpoint(tensors), batch, FP8), `batch ${batch}`).toEqual({ kernels: 2, gemms: 2 });
   });
 });
+
+/** The kernels and GEMMs one decode step of `batch` sequences launches (after a 2-row prefill each), eager. */
+function decodeLaunches(weights: HostTensor[], batch: number, precision?: Precision): { kernels: number; gemms: number } {
+  const rig = new Rig(configOf(SHAPE), weights, { maxSeqs: batch, maxSeqLen: 16, maxBatch: batch, maxK: 3, maxRows: 3 * batch }, { graphs: false, ...(precision ? { precision } : {}) });
+  try {
+    const rnd = new SeededRandom(2);
+    const seqs = Array.from({ length: batch }, () => rig.driver.open());
+    rig.prefill(seqs, seqs.map(() => 2), rnd.normals(2 * batch * SHAPE.hidden));
+    const before = rig.gpu.stats();
+    rig.decode(seqs, rnd.normals(batch * SHAPE.hidden));
+    const after = rig.gpu.stats();
+    return { kernels: after.kernelsLaunched - before.kernelsLaunched, gemms: after.gemmsLaunched - before.gemmsLaunched };
+  } finally {
+    rig.dispose();
+  }
+}
 
 /** The bound of reference.test.ts's bf16 cases. */
 const BF16_ROWS = 8e-3;
