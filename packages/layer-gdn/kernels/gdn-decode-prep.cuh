@@ -58,6 +58,11 @@ struct GateRows {
 
 __host__ __device__ __forceinline__ int prep_stride(int dk, int dv) { return 2 * fast::pad4(dk) + fast::pad4(dv) + 4; }
 
+// The scalars (β, α, k̂·q̂, 0) of position b's record for value head h (d_k, d_v multiples of 4).
+__device__ __forceinline__ float* record_scalars(const Args& A, float* buf, int b, int h) {
+  return buf + ((size_t)b * A.hv + h) * prep_stride(A.dk, A.dv) + 2 * A.dk + A.dv;
+}
+
 __device__ __forceinline__ void check_prep(const Args& A, const Geo& G, const GateRows& R, bool gates) {
   const bool ok = A.K <= fast::kMaxConv && A.maxK <= fast::kMaxRows && nthreads() == (gates ? kPrepThreadsGates : kPrepThreads) &&
                   gridDim.z == 1 && gridDim.y == (unsigned)A.hk && A.dk % 4 == 0 && A.dv % 4 == 0 && G.r <= 32 &&
@@ -117,14 +122,14 @@ __device__ __forceinline__ void prep_keys(const Args& A, const Geo& G, const Tap
   }
   const float fk = 1.0f / sqrtf(sk + 1e-6f);
   const float fq = (1.0f / sqrtf((float)A.dk)) / sqrtf(sq + 1e-6f);
-  const int dkp = A.dk, dvp = A.dv, stride = prep_stride(A.dk, A.dv);  // d_k, d_v multiples of 4
+  const int dkp = A.dk, stride = prep_stride(A.dk, A.dv);  // d_k a multiple of 4
   const float4 kh = fast::scale4(fk, k[0]), qh = fast::scale4(fq, q[0]);
   for (int m = 0; m < G.r; ++m) {
     float* out = buf + ((size_t)b * A.hv + g * G.r + m) * stride;
     if (act) prep::st4(out + l, kh), prep::st4(out + dkp + l, qh);
   }
   if (lane < G.r) {
-    float* sc = buf + ((size_t)b * A.hv + g * G.r + lane) * stride + 2 * dkp + dvp;
+    float* sc = record_scalars(A, buf, b, g * G.r + lane);
     if (gatesHere) {
       const float beta = sigmoidf_(bRaw), alpha = expf(-expf(aLogH) * softplusf_(aRaw + dtB));
       prep::st4(sc, make_float4(beta, alpha, fk * fq * kq, 0.0f));
@@ -198,7 +203,7 @@ __device__ __forceinline__ void prep_gates(const Args& A, const Geo& G, const Ga
   }
   if (lane < G.r) {
     const int h = g * G.r + lane;
-    float* sc = buf + ((size_t)b * A.hv + h) * prep_stride(A.dk, A.dv) + 2 * A.dk + A.dv;
+    float* sc = record_scalars(A, buf, b, h);
     if (alpha) sc[1] = expf(-expf(A.aLog[h]) * softplusf_(raw + A.dtBias[h]));
     else sc[0] = sigmoidf_(raw);
   }

@@ -20,7 +20,7 @@ import {
   type Stream,
   type TransformerLayer,
 } from '@metrale/core';
-import { readGdnConfig, type GdnConfig } from './gdn-config.js';
+import { projectionRow, readGdnConfig, type GdnConfig } from './gdn-config.js';
 import { foldKernels, recurrentVariantKernels, twoKernelDecodeKernels, twoKernelVerifyKernels } from './gdn-kernels.js';
 import { PIPE_DECODE_FROM, decodePath, decodePrepBytes, launchTwoKernelDecode } from './gdn-decode-launch.js';
 import { launchTwoKernelVerify, verifyPath, verifyPrepBytes } from './gdn-verify-launch.js';
@@ -142,8 +142,8 @@ export class GdnLayer implements TransformerLayer<GdnState> {
       const wIn = inputProjections(w).map(({ weight, col }) => ({ w: linear(weight), col }));
       this.#b = {
         wIn,
-        // inputProjections: [in_proj_qkvz, in_proj_ba] where the two run apart.
-        baApart: wIn.length === 2 && wIn[1]!.w.dtype === precision.rows ? wIn[1]!.w : undefined,
+        // The GEMM that writes from in_proj_ba's column, where the two run apart.
+        baApart: wIn.find(({ col, w }) => col === projectionRow(cfg).baCol && w.dtype === precision.rows)?.w,
         wOut: linear(w.outProj), convWeight: upload(w.convWeight),
         aLog: upload(w.aLog), dtBias: upload(w.dtBias), normWeight: upload(w.normWeight),
         state: zeroed(4 * limits.maxSeqs * hv * dk * dv),

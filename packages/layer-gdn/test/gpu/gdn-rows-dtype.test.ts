@@ -19,6 +19,7 @@ import {
 import { decodePrepStride, launchTwoKernelDecode, twoKernelDecodeSupported, type TwoKernelDecodeKernels } from '../../src/gdn-decode-launch.js';
 import { launchTwoKernelVerify, twoKernelVerifySupported, verifyPrepLayout, VERIFY_ROWS, type TwoKernelVerifyKernels } from '../../src/gdn-verify-launch.js';
 import type { PrefillKernels } from '../../src/gdn-prefill-launch.js';
+import { projectionRow } from '../../src/gdn-config.js';
 import { decodeY, diff, layoutOf, projectionHost, randomHost, rng, runChunked, type PShape } from '../prefill-harness.js';
 import { device, withFatbin } from './gdn-lane.js';
 
@@ -111,9 +112,7 @@ type F32Name = (typeof F32_BUFFERS)[number];
 function gateBuffers(s: Shape, rows: number, hidden: number, code: 1 | 2, R: ReturnType<typeof rng>, qkvz: Float32Array) {
   const encode = code === 1 ? f32ToBf16Bits : f32ToF16Bits;
   const words = (a: Float32Array) => Uint16Array.from(a, encode);
-  const grp = 2 * s.dk + 2 * (s.hv / s.hk) * s.dv;
-  const baCol = s.hk * grp;
-  const width = baCol + Math.ceil((2 * s.hv) / 4) * 4;
+  const { width, baCol } = projectionRow(s);
   for (let t = 0; t < rows; t++) qkvz.fill(Number.NaN, t * width + baCol, t * width + baCol + 2 * s.hv);
   const scale = 1.5 / Math.sqrt(hidden);
   return { baInput: words(R.fill(rows * hidden, -1, 1)), baWeight: words(R.fill(2 * s.hv * hidden, -scale, scale)) };
