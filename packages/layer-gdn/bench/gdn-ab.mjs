@@ -169,7 +169,7 @@ async function main() {
       gpu.launch(state, { ...l.state, earlyStart: !K.serial }, args);
     };
     const two = (t, batch, carried) => {
-      const args = { ...tables(t, carried), prep: prepBuf, batch, ...SHAPE, eps: EPS, yDtype: 0, baInput: 0n, baWeight: 0n, hidden: 0 };
+      const args = { ...tables(t, carried), prep: prepBuf, batch, ...SHAPE, eps: EPS, yDtype: 0, ...pkg.NO_GATE_ROWS };
       both(K.two.prep, pkg.decodeStateFor(K.two, args.pending), pkg.twoKernelDecodeLaunches(SHAPE, batch, stream, SHAPE.maxK), args);
     };
     const rec = (t, batch, mode, k, carried) => {

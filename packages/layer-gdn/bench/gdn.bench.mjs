@@ -191,7 +191,7 @@ async function main() {
         stash: mode === 1 || carried ? L.stash : 0n, convStash: carried ? L.convStash : 0n, pending: carried ? L.pending : 0n,
       };
       if (mode === 0 && k === 1 && pkg.decodePath(SHAPE, batch, clusters) === 'two-kernel') {
-        return pkg.launchTwoKernelDecode(gpu, kernels.twoKernel, SHAPE, stream, { ...args, prep: prepBuf, batch, ...shapeArgs, eps: EPS, yDtype: 0, baInput: 0n, baWeight: 0n, hidden: 0 });
+        return pkg.launchTwoKernelDecode(gpu, kernels.twoKernel, SHAPE, stream, { ...args, prep: prepBuf, batch, ...shapeArgs, eps: EPS, yDtype: 0, ...pkg.NO_GATE_ROWS });
       }
       if (mode === 1 && pkg.verifyPath(SHAPE, batch, k, clusters) === 'two-kernel') {
         return pkg.launchTwoKernelVerify(gpu, kernels.twoKernelVerify, SHAPE, stream, { ...args, prep: prepBuf, batch, k, ...shapeArgs, eps: EPS, yDtype: 0 });

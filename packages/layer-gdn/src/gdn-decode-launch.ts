@@ -11,6 +11,12 @@ export const DECODE_PREP_THREADS = 64;
 /** kernels/gdn-decode-prep.cuh kPrepThreadsGates: gdn.decode-prep-gates's threads (two warps more: the gates' raw inputs from the input row). */
 export const DECODE_PREP_GATES_THREADS = 128;
 
+/**
+ * The last three decode arguments (DECODE_PARAMS) of a step whose prep reads the gates' raw inputs
+ * from qkvz: gdn.decode-prep, and every step of a layer whose in_proj_ba stacks with in_proj_qkvz.
+ */
+export const NO_GATE_ROWS = Object.freeze({ baInput: 0n, baWeight: 0n, hidden: 0 });
+
 /** The shape fields of the two-kernel decode: the launch shape and the head counts. */
 export type TwoKernelShape = GdnLaunchShape & { readonly hk: number; readonly hv: number };
 /** kernels/gdn-decode-state.cuh: threads per CTA (8 warps of up to 16 rows × 128 columns). */

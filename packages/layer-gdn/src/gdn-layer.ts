@@ -22,7 +22,7 @@ import {
 } from '@metrale/core';
 import { projectionRow, readGdnConfig, type GdnConfig } from './gdn-config.js';
 import { foldKernels, recurrentVariantKernels, twoKernelDecodeKernels, twoKernelVerifyKernels } from './gdn-kernels.js';
-import { PIPE_DECODE_FROM, decodePath, decodePrepBytes, launchTwoKernelDecode } from './gdn-decode-launch.js';
+import { NO_GATE_ROWS, PIPE_DECODE_FROM, decodePath, decodePrepBytes, launchTwoKernelDecode } from './gdn-decode-launch.js';
 import { launchTwoKernelVerify, verifyPath, verifyPrepBytes } from './gdn-verify-launch.js';
 import { launchFold } from './gdn-fold-launch.js';
 import { recurrentLaunch, recurrentVariant, runsClusters } from './gdn-launch.js';
@@ -308,7 +308,7 @@ export class GdnLayer implements TransformerLayer<GdnState> {
       // gdn-decode-launch.ts says at which batches and why).
       launchTwoKernelDecode(gpu, twoKernelDecodeKernels, cfg, stream, {
         ...common, prep: b.scratch, batch, ...shape, eps: cfg.eps, yDtype,
-        baInput: gatesInPrep ? step.input : 0n, baWeight: gatesInPrep ? gatesInPrep.data : 0n, hidden: cfg.hidden,
+        ...(gatesInPrep ? { baInput: step.input, baWeight: gatesInPrep.data, hidden: cfg.hidden } : NO_GATE_ROWS),
       });
     } else if (phase === 'verify' && verifyPath(shape, batch, k, clusters) === 'two-kernel') {
       // Large verify steps of k ≤ 4 rows: the same split (kernels/gdn-verify.cu; gdn-verify-launch.ts).

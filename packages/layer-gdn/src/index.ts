@@ -13,7 +13,7 @@ export { decodePrepKernel, decodePrepGatesKernel, decodeStateKernel, decodeState
 export { foldStateSharedBytes, foldStateLaunch, foldPath, launchFold, type FoldKernels } from './gdn-fold-launch.js';
 export { VERIFY_ROWS, VERIFY_PREP_THREADS, VERIFY_STATE_THREADS, VERIFY_STATE_STAGES, VERIFY_SCALARS, TWO_KERNEL_VERIFY_MIN_BATCH, verifyPrepLayout, verifyPrepBytes, verifyStateSharedBytes, twoKernelVerifySupported, runsTwoKernelVerify, verifyPath, twoKernelVerifyLaunches, launchTwoKernelVerify, type VerifyPrepLayout, type TwoKernelVerifyKernels } from './gdn-verify-launch.js';
 export { verifyPrepCpu, verifyStateCpu, type VerifyArgs } from './gdn-verify.cpu.js';
-export { twoKernelDecodeLaunches, twoKernelDecodeSupported, runsTwoKernelDecode, decodePath, launchTwoKernelDecode, decodeStateFor, decodePrepStride, type TwoKernelDecodeKernels, TWO_KERNEL_MIN_BATCH, PIPE_DECODE_FROM, decodePrepBytes, decodeStateSharedBytes, DECODE_PREP_THREADS, DECODE_PREP_GATES_THREADS, DECODE_STATE_THREADS } from './gdn-decode-launch.js';
+export { twoKernelDecodeLaunches, twoKernelDecodeSupported, runsTwoKernelDecode, decodePath, launchTwoKernelDecode, decodeStateFor, decodePrepStride, NO_GATE_ROWS, type TwoKernelDecodeKernels, TWO_KERNEL_MIN_BATCH, PIPE_DECODE_FROM, decodePrepBytes, decodeStateSharedBytes, DECODE_PREP_THREADS, DECODE_PREP_GATES_THREADS, DECODE_STATE_THREADS } from './gdn-decode-launch.js';
 export { decodePrepCpu, decodeStateCpu, type DecodeArgs } from './gdn-decode.cpu.js';
 export { recurrentCpu, foldCpu, chunkCpu, type RecurrentArgs, type FoldArgs, type ChunkArgs } from './gdn.cpu.js';
 export {

@@ -3,7 +3,7 @@ import { FLOAT_DTYPE_CODE, SeededRandom, f32ToBf16Bits, f32ToF16Bits, type Devic
 import { afterEach, describe, expect, it } from 'vitest';
 import { projectionRows, slotBuffers } from './twin-buffers.js';
 import {
-  DECODE_PREP_GATES_THREADS, decodePrepGatesKernel, decodePrepKernel, decodePrepStride, decodeStateKernel, decodeStatePlainKernel, launchTwoKernelDecode,
+  DECODE_PREP_GATES_THREADS, NO_GATE_ROWS, decodePrepGatesKernel, decodePrepKernel, decodePrepStride, decodeStateKernel, decodeStatePlainKernel, launchTwoKernelDecode,
   projectionRow, recurrentVariantKernels, twoKernelDecodeKernels, twoKernelDecodeLaunches, type DecodeArgs,
 } from '@metrale/layer-gdn';
 
@@ -22,7 +22,6 @@ const SHAPES: Record<string, Shape> = {
 const MAX_SEQS = 5;
 const EPS = 1e-6;
 /** The prep reads the gates' raw inputs from qkvz. */
-const NO_GATE_ROWS = { baInput: 0n, baWeight: 0n, hidden: 0 } as const;
 
 function relErr(got: Float32Array, ref: Float32Array): number {
   let num = 0;

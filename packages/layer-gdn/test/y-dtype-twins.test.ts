@@ -8,7 +8,7 @@ import { CpuBackend } from '@metrale/cpu-backend';
 import { f32ToBf16Bits, f32ToF16Bits, InvalidArgumentError, SeededRandom, type DevicePtr, type GpuBackend } from '@metrale/core';
 import { afterEach, describe, expect, it } from 'vitest';
 import {
-  decodePrepStride, launchTwoKernelDecode, launchTwoKernelVerify, recurrentVariantKernels, twoKernelDecodeKernels, twoKernelVerifyKernels, verifyPrepLayout,
+  NO_GATE_ROWS, decodePrepStride, launchTwoKernelDecode, launchTwoKernelVerify, recurrentVariantKernels, twoKernelDecodeKernels, twoKernelVerifyKernels, verifyPrepLayout,
 } from '../src/index.js';
 import { prefillKernels } from '../src/gdn-prefill-kernels.js';
 import { layoutOf, randomHost, rng, runChunked, type PShape } from './prefill-harness.js';
@@ -82,7 +82,7 @@ function runStep(gpu: GpuBackend, l: Launch, code: 0 | 1 | 2, seed: number) {
     batch, ...S, eps: EPS, yDtype: code,
   };
   if (l.kind === 'recurrent') gpu.launch(recurrentVariantKernels.general, { grid: [batch, S.hv], block: S.dv, stream }, { ...common, mode: l.mode, k: l.k });
-  else if (l.kind === 'decode2') launchTwoKernelDecode(gpu, twoKernelDecodeKernels, S, stream, { ...common, prep: d.prep, baInput: 0n, baWeight: 0n, hidden: 0 });
+  else if (l.kind === 'decode2') launchTwoKernelDecode(gpu, twoKernelDecodeKernels, S, stream, { ...common, prep: d.prep, ...NO_GATE_ROWS });
   else launchTwoKernelVerify(gpu, twoKernelVerifyKernels, S, stream, { ...common, prep: d.prep, k: l.k });
   gpu.synchronize();
   const bytes = (p: DevicePtr, n: number) => gpu.download(p, n).slice();

@@ -28,7 +28,7 @@ import {
 import { chunkKernel } from '../rowwise-kernel.js';
 import { projectionHost } from '../prefill-harness.js';
 import { projectionRow } from '../../src/gdn-config.js';
-import { decodePrepStride, launchTwoKernelDecode, twoKernelDecodeSupported, type TwoKernelDecodeKernels } from '../../src/gdn-decode-launch.js';
+import { NO_GATE_ROWS, decodePrepStride, launchTwoKernelDecode, twoKernelDecodeSupported, type TwoKernelDecodeKernels } from '../../src/gdn-decode-launch.js';
 import { foldStateLaunch } from '../../src/gdn-fold-launch.js';
 import { launchTwoKernelVerify, twoKernelVerifySupported, verifyPrepLayout, VERIFY_ROWS, type TwoKernelVerifyKernels } from '../../src/gdn-verify-launch.js';
 
@@ -253,7 +253,6 @@ type Launch =
 
 const EPS = 1e-6;
 /** The decode prep reads the gates' raw inputs from qkvz (gdn-rows-dtype.test.ts tests them made from the input rows). */
-const NO_GATE_ROWS = { baInput: 0n, baWeight: 0n, hidden: 0 } as const;
 
 function launchOn(gpu: GpuBackend, kernels: Decls, s: Shape, batch: number, d: DeviceBuffers, l: Launch): void {
   const shape = { hk: s.hk, hv: s.hv, dk: s.dk, dv: s.dv, convK: s.K, maxK: s.maxK };

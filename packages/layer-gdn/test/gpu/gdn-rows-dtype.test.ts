@@ -16,7 +16,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   pipeSupported, runsClusters, splitSupported, variantBlock, variantGrid, variantSharedBytes, type GdnKernelVariant,
 } from '../../src/gdn-launch.js';
-import { decodePrepStride, launchTwoKernelDecode, twoKernelDecodeSupported, type TwoKernelDecodeKernels } from '../../src/gdn-decode-launch.js';
+import { NO_GATE_ROWS, decodePrepStride, launchTwoKernelDecode, twoKernelDecodeSupported, type TwoKernelDecodeKernels } from '../../src/gdn-decode-launch.js';
 import { launchTwoKernelVerify, twoKernelVerifySupported, verifyPrepLayout, VERIFY_ROWS, type TwoKernelVerifyKernels } from '../../src/gdn-verify-launch.js';
 import type { PrefillKernels } from '../../src/gdn-prefill-launch.js';
 import { projectionRow } from '../../src/gdn-config.js';
@@ -189,7 +189,7 @@ function runOn(gpu: GpuBackend, k: Kernels, s: Shape, l: Launch, code: 1 | 2, se
       batch, ...shape, eps: EPS, yDtype: code,
     };
     if (l.kernel === 'decode2') {
-      const gates = l.gates ? { baInput: d.baInput!, baWeight: d.baWeight!, hidden: l.gates.hidden } : { baInput: 0n, baWeight: 0n, hidden: 0 };
+      const gates = l.gates ? { baInput: d.baInput!, baWeight: d.baWeight!, hidden: l.gates.hidden } : NO_GATE_ROWS;
       launchTwoKernelDecode(gpu, k.decode, shape, stream, { ...common, prep: d.prep, ...gates });
     }
     else if (l.kernel === 'verify2') launchTwoKernelVerify(gpu, k.verify, shape, stream, { ...common, prep: d.prep, k: l.k });
