@@ -174,15 +174,21 @@ for (const { spec, graphs, asyncScheduling, repeat } of modes) {
 }
 // Device time of an eager decode step by layer kind (the timer waits after every step, so these are
 // eager figures beside the replayed steps above), and the launches the host makes in one (kernels
-// and GEMMs; a GEMM counts once whatever cuBLASLt launches for it; this loop picks its tokens on the
-// host, so the served step's argmax kernel is not among them): what a kernel count costs in a graph
-// is the cuda-backend bench's kernel chain.
+// and GEMMs; a GEMM counts once whatever cuBLASLt launches for it, and once where the backend
+// launches its own kernel for it (the block-FP8 GEMMs call launch inside gemm); this loop picks its
+// tokens on the host, so the served step's argmax kernel is not among them): what a kernel count
+// costs in a graph is the cuda-backend bench's kernel chain.
 const layerTimes = [];
-let counting = false, launches = 0;
+let counting = false, launches = 0, depth = 0;
 for (const name of ['launch', 'gemm']) {
   wrapMethod(gpu, name, (call) => (...a) => {
-    if (counting) launches++;
-    return call(...a);
+    if (counting && depth === 0) launches++;
+    depth++;
+    try {
+      return call(...a);
+    } finally {
+      depth--;
+    }
   });
 }
 if (o['layer-times']) {
