@@ -22,10 +22,10 @@
 // butterfly. That GEMM's launch (a cuBLAS kernel of 2·H_v columns, without early start) is then
 // not in the step; its 2·r·D weights per CTA load beside the conv inputs.
 //
-// Launch: grid [batch, H_k], kPrepThreads = 64 threads (gdn_decode_prep_gates: kPrepThreadsGates = 128), no shared memory. Per real position b and
-// value head h of key head g it writes prep[(b·H_v + h)·stride ..]: k̂ [d_k], q̂ [d_k] (with
-// 1/√d_k), v [d_v], then β, α = e^g, k̂·q̂, 0 (stride = 2·d_kp + d_vp + 4; d_k and d_v are
-// multiples of 4 here). In carried mode the pending rows' conv inputs go to the ring here too;
+// Launch: grid [batch, H_k], kPrepThreads = 64 threads (gdn_decode_prep_gates: kPrepThreadsGates
+// = 128), no shared memory. Per real position b and value head h of key head g it writes
+// prep[(b·H_v + h)·stride ..]: k̂ [d_k], q̂ [d_k] (with 1/√d_k), v [d_v], then β, α = e^g, k̂·q̂, 0
+// (stride = 2·d_kp + d_vp + 4; d_k and d_v are multiples of 4 here). In carried mode the pending rows' conv inputs go to the ring here too;
 // their state fold is gdn_decode_state's.
 #pragma once
 #include "gdn-common.cuh"
