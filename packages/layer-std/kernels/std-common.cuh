@@ -159,26 +159,6 @@ __device__ __forceinline__ float ldg_value(const T* p, size_t i) {
   else return metrale::e4m3_value(__ldg(reinterpret_cast<const uint8_t*>(p) + i));
 }
 
-/** ldg_value of a row type by a plain `ld.global` (ld_written4's case). */
-template <typename T>
-__device__ __forceinline__ float ld_written_value(const T* p, size_t i) {
-#ifdef METRALE_CUDA_EMU
-  if constexpr (std::is_same_v<T, float>) return p[i];
-  else if constexpr (std::is_same_v<T, bf16>) return __bfloat162float(p[i]);
-  else return __half2float(p[i]);
-#else
-  if constexpr (std::is_same_v<T, float>) {
-    float v;
-    asm volatile("ld.global.f32 %0, [%1];" : "=f"(v) : "l"(p + i) : "memory");
-    return v;
-  } else {
-    unsigned short u;
-    asm volatile("ld.global.u16 %0, [%1];" : "=h"(u) : "l"(p + i) : "memory");
-    return std::is_same_v<T, bf16> ? __uint_as_float((uint32_t)u << 16) : __half2float(__ushort_as_half(u));
-  }
-#endif
-}
-
 __device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
 __device__ __forceinline__ float f16_lo(uint32_t w) { return __half2float(__ushort_as_half((unsigned short)(w & 0xffffu))); }
@@ -218,28 +198,6 @@ template <typename T>
 __device__ __forceinline__ float4 load4(const T* p, size_t q) {
   if constexpr (std::is_same_v<T, float>) return reinterpret_cast<const float4*>(p)[q];
   else return unpack4<T>(reinterpret_cast<const uint2*>(p)[q]);
-}
-
-/**
- * ldg4 by a plain `ld.global` (cached in L1), for values other CTAs of the launch wrote before an
- * acquire that orders this load after them: `__ldg`'s non-coherent path may not read them, and a
- * `__restrict__` const pointer would let the compiler take it. Inline PTX keeps the load plain.
- */
-template <typename T>
-__device__ __forceinline__ float4 ld_written4(const T* p, size_t q) {
-#ifdef METRALE_CUDA_EMU
-  return load4(p, q);
-#else
-  if constexpr (std::is_same_v<T, float>) {
-    float4 v;
-    asm volatile("ld.global.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(reinterpret_cast<const float4*>(p) + q) : "memory");
-    return v;
-  } else {
-    uint2 u;
-    asm volatile("ld.global.v2.u32 {%0, %1}, [%2];" : "=r"(u.x), "=r"(u.y) : "l"(reinterpret_cast<const uint2*>(p) + q) : "memory");
-    return unpack4<T>(u);
-  }
-#endif
 }
 
 template <typename T>

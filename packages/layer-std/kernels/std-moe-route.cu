@@ -129,27 +129,6 @@ __device__ __forceinline__ int row_stride(int E, int nGroup) {
 }
 
 /**
- * v[u] = *a[u] through L2 (other CTAs wrote them), the 16 loads issued before any is used: written
- * as 16 `__ldcg`s, the compiler keeps two in flight and uses each before the next pair issues.
- */
-__device__ __forceinline__ void load16_cg(const float* const (&a)[16], float (&v)[16]) {
-#ifdef METRALE_CUDA_EMU
-  for (int u = 0; u < 16; u++) v[u] = __ldcg(a[u]);
-#else
-  asm volatile(
-      "ld.global.cg.f32 %0, [%16];\n\tld.global.cg.f32 %1, [%17];\n\tld.global.cg.f32 %2, [%18];\n\tld.global.cg.f32 %3, [%19];\n\t"
-      "ld.global.cg.f32 %4, [%20];\n\tld.global.cg.f32 %5, [%21];\n\tld.global.cg.f32 %6, [%22];\n\tld.global.cg.f32 %7, [%23];\n\t"
-      "ld.global.cg.f32 %8, [%24];\n\tld.global.cg.f32 %9, [%25];\n\tld.global.cg.f32 %10, [%26];\n\tld.global.cg.f32 %11, [%27];\n\t"
-      "ld.global.cg.f32 %12, [%28];\n\tld.global.cg.f32 %13, [%29];\n\tld.global.cg.f32 %14, [%30];\n\tld.global.cg.f32 %15, [%31];"
-      : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3]), "=f"(v[4]), "=f"(v[5]), "=f"(v[6]), "=f"(v[7]), "=f"(v[8]), "=f"(v[9]), "=f"(v[10]),
-        "=f"(v[11]), "=f"(v[12]), "=f"(v[13]), "=f"(v[14]), "=f"(v[15])
-      : "l"(a[0]), "l"(a[1]), "l"(a[2]), "l"(a[3]), "l"(a[4]), "l"(a[5]), "l"(a[6]), "l"(a[7]), "l"(a[8]), "l"(a[9]), "l"(a[10]), "l"(a[11]),
-        "l"(a[12]), "l"(a[13]), "l"(a[14]), "l"(a[15])
-      : "memory");
-#endif
-}
-
-/**
  * Routes rows r0 … r0 + nr − 1 with the CTA's warps (every thread calls it: its barriers are the
  * CTA's). wpr warps a row: part p of them takes the exponentials, divisions and keys of the
  * experts lane + 32j, j ≡ p (mod wpr); each reads all the row's logits for the max and all its
@@ -176,15 +155,13 @@ __device__ __forceinline__ void route_pass(const float* __restrict__ logits, con
   float mx = -INFINITY;
   double sum = 1.0;
   if (active) {
-    // Every part reads all the row's logits (the max; addresses clamped, so the 16 loads need no
-    // guard) and keeps its own experts' in x, where its threads alone read them back.
+    // Every part reads all the row's logits (the max; addresses clamped, so the loads issue
+    // together) and keeps its own experts' in x, where its threads alone read them back.
     int p = 0;
     for (int j0 = 0; j0 < n; j0 += 16) {
-      const float* a[16];
-#pragma unroll
-      for (int u = 0; u < 16; u++) a[u] = l + min(lane + 32 * (j0 + u), E - 1);
       float v[16];
-      load16_cg(a, v);
+#pragma unroll
+      for (int u = 0; u < 16; u++) v[u] = __ldcg(l + min(lane + 32 * (j0 + u), E - 1));
 #pragma unroll
       for (int u = 0; u < 16; u++) {
         const int e = lane + 32 * (j0 + u);

@@ -13,8 +13,6 @@
 //   std_moe_experts_up_rowwise, std_moe_experts_rowwise: the per-(row, expert) kernels (each row
 //                         re-reads its experts' weights), the layer's path for small batches; the
 //                         grouped ones are bit-identical to them (test/gpu)
-//   std_moe_experts_pair_rowwise  the two row-wise kernels of one row in one launch (tickets:
-//                         the up tiles, then the down values, which wait for them), their bits
 //
 // Types: the rows x, the activations h, the expert outputs y and every output are of the row type R
 // (f32, bf16, f16); the expert weights of type W: f32 / bf16 / f16 (R's own type), or FP8 E4M3
@@ -236,42 +234,6 @@ __device__ __forceinline__ void up_rows(const R* __restrict__ x, const W* __rest
   }
 }
 
-/**
- * Intermediate rows i0 … i0 + kUpRows − 1 of one entry (one tile of std_moe_experts_up_rowwise): x
- * its row, hr its h, G / U its expert's gate and up weights (expert ev; zeros where !valid).
- */
-template <typename W, typename R>
-__device__ __forceinline__ void up_tile(const R* __restrict__ x, const W* __restrict__ G, const W* __restrict__ U, const float* __restrict__ scales,
-                                        R* __restrict__ hr, bool valid, int ev, int rows, int i0, int D, int I, bool vec, int lane, int nw) {
-  const int iEnd = min(I, i0 + kUpRows);
-  if (!valid) {
-    for (int i = i0 + warp_id(); i < iEnd; i += nw)
-      if (lane == 0) store_value(hr, i, 0.f);
-  } else if (rows == 1) {
-    // One row: a warp's two rows of the tile (i, i + nw) at once.
-    for (int i = i0 + warp_id(); i < iEnd; i += 2 * nw) {
-      const int pair[2] = {i, i + nw};
-      up_rows<8, 2, W, R>(x, G, U, scales, hr, pair, i + nw < iEnd ? 2 : 1, ev, I, D, vec, lane);
-    }
-  } else {
-    for (int i = i0 + warp_id(); i < iEnd; i += nw) {
-      const int one[1] = {i};
-      up_rows<4, 1, W, R>(x, G, U, scales, hr, one, 1, ev, I, D, vec, lane);
-    }
-  }
-}
-
-/** up_tile's inputs for entry rj = r · topK + j: its expert's weights (expert 0's where the id is outside). */
-#define STD_MOE_UP_ENTRY(rj)                                   \
-  const int r = (rj) / topK;                                   \
-  const int e = ids[rj];                                       \
-  const bool valid = e >= 0 && e < experts;                    \
-  const int ev = valid ? e : 0;                                \
-  const R* x = input + (size_t)r * D;                          \
-  R* hr = h + (size_t)(rj) * I;                                \
-  const W* G = gateUp + (size_t)ev * 2 * I * D;                \
-  const W* U = G + (size_t)I * D;
-
 template <typename W, typename R>
 __device__ __forceinline__ void experts_up_rowwise(const R* __restrict__ input, const int32_t* __restrict__ ids, const W* __restrict__ gateUp,
                                                    const float* __restrict__ scales, R* __restrict__ h, int rows, int hidden, int inter, int experts,
@@ -280,8 +242,32 @@ __device__ __forceinline__ void experts_up_rowwise(const R* __restrict__ input, 
   const int lane = lane_id(), nw = num_warps();
   const bool vec = vector_width<W>(D) && aligned16(input) && aligned16(gateUp);
   for (int rj = blockIdx.x; rj < rows * topK; rj += gridDim.x) {
-    STD_MOE_UP_ENTRY(rj)
-    for (int i0 = blockIdx.y * kUpRows; i0 < I; i0 += gridDim.y * kUpRows) up_tile<W, R>(x, G, U, scales, hr, valid, ev, rows, i0, D, I, vec, lane, nw);
+    const int r = rj / topK;
+    const int e = ids[rj];
+    const bool valid = e >= 0 && e < experts;
+    const int ev = valid ? e : 0;
+    const R* x = input + (size_t)r * D;
+    R* hr = h + (size_t)rj * I;
+    const W* G = gateUp + (size_t)ev * 2 * I * D;
+    const W* U = G + (size_t)I * D;
+    for (int i0 = blockIdx.y * kUpRows; i0 < I; i0 += gridDim.y * kUpRows) {
+      const int iEnd = min(I, i0 + kUpRows);
+      if (!valid) {
+        for (int i = i0 + warp_id(); i < iEnd; i += nw)
+          if (lane == 0) store_value(hr, i, 0.f);
+      } else if (rows == 1) {
+        // One row: a warp's two rows of the tile (i, i + nw) at once.
+        for (int i = i0 + warp_id(); i < iEnd; i += 2 * nw) {
+          const int pair[2] = {i, i + nw};
+          up_rows<8, 2, W, R>(x, G, U, scales, hr, pair, i + nw < iEnd ? 2 : 1, ev, I, D, vec, lane);
+        }
+      } else {
+        for (int i = i0 + warp_id(); i < iEnd; i += nw) {
+          const int one[1] = {i};
+          up_rows<4, 1, W, R>(x, G, U, scales, hr, one, 1, ev, I, D, vec, lane);
+        }
+      }
+    }
   }
 }
 
@@ -291,7 +277,7 @@ __device__ __forceinline__ void experts_up_rowwise(const R* __restrict__ input, 
  * The experts are read Q at a time (their loads interleaved; each expert's sum the same sequence
  * as alone).
  */
-template <int Q, typename W, typename R, bool HWritten = false, typename Sink>
+template <int Q, typename W, typename R, typename Sink>
 __device__ __forceinline__ void down_outputs(const R* __restrict__ h, const int32_t* __restrict__ ids, const W* __restrict__ down,
                                              const float* __restrict__ scales, int r, int d, int D, int I, int experts, int topK, int j0, int j1,
                                              bool vec, int lane, Sink sink) {
@@ -320,16 +306,13 @@ __device__ __forceinline__ void down_outputs(const R* __restrict__ h, const int3
             const WeightChunk<W> wc = ldg_chunk(dn[q], c);
             const float sc = block_scale<W>(ds[q], chunk_block<W>(c));
 #pragma unroll
-            for (int t = 0; t < V; t++) {
-              const float4 hv = HWritten ? ld_written4(hj[q], (size_t)c * V + t) : ldg4(hj[q], (size_t)c * V + t);
-              s[q] = dot_step4<W>(s[q], step_of<W>(wc, t), hv, sc);
-            }
+            for (int t = 0; t < V; t++) s[q] = dot_step4<W>(s[q], step_of<W>(wc, t), ldg4(hj[q], (size_t)c * V + t), sc);
           }
     } else {
       for (int k = lane; k < I; k += 32)
 #pragma unroll
         for (int q = 0; q < Q; q++)
-          if (dn[q]) s[q] = dot_step1<W>(s[q], ldg_value(dn[q], k), HWritten ? ld_written_value(hj[q], k) : ldg_value(hj[q], k), block_scale<W>(ds[q], k >> 7));
+          if (dn[q]) s[q] = dot_step1<W>(s[q], ldg_value(dn[q], k), ldg_value(hj[q], k), block_scale<W>(ds[q], k >> 7));
     }
 #pragma unroll
     for (int q = 0; q < Q; q++) {
@@ -351,34 +334,6 @@ __device__ __forceinline__ float down_value(const R* __restrict__ h, const int32
   return acc;
 }
 
-/**
- * One row's output values d0 … d0 + kSplitValues − 1 (every thread of a CTA of 2 · kSplitValues
- * warps calls it: its barriers are the CTA's): two warps a value, each the expert outputs of half
- * the slots (one value a warp leaves too few loads in flight); the first adds all of them in order
- * j, as down_value does. HWritten: h written by other CTAs of the launch (ld_written4).
- */
-template <typename W, typename R, bool HWritten = false>
-__device__ __forceinline__ void down_split(const R* __restrict__ h, const int32_t* __restrict__ ids, const float* __restrict__ weights,
-                                           const W* __restrict__ down, const float* __restrict__ scales, R* __restrict__ output, int d0, int D, int I,
-                                           int experts, int topK, bool vec) {
-  __shared__ float ys[kSplitValues][kSplitSlots];
-  const int lane = lane_id(), slot = warp_id() >> 1, half = warp_id() & 1, jMid = (topK + 1) >> 1;
-  const int d = d0 + slot;
-  if (d < D)
-    down_outputs<4, W, R, HWritten>(h, ids, down, scales, 0, d, D, I, experts, topK, half ? jMid : 0, half ? topK : jMid, vec, lane,
-                                      [&](int j, float y) { ys[slot][j] = y; });
-  __syncthreads();
-  if (half == 0 && lane == 0 && d < D) {
-    float acc = 0.f;
-    for (int j = 0; j < topK; j++) {
-      const int e = ids[j];
-      if (e >= 0 && e < experts) acc = __fmaf_rn(weights[j], ys[slot][j], acc);
-    }
-    store_value(output, d, acc);
-  }
-  __syncthreads();
-}
-
 template <typename W, typename R>
 __device__ __forceinline__ void experts_rowwise(const R* __restrict__ h, const int32_t* __restrict__ ids, const float* __restrict__ weights,
                                                 const W* __restrict__ down, const float* __restrict__ scales, R* __restrict__ output, int rows,
@@ -387,7 +342,26 @@ __device__ __forceinline__ void experts_rowwise(const R* __restrict__ h, const i
   const int lane = lane_id(), nw = num_warps();
   const bool vec = vector_width<W>(I) && aligned16(h) && aligned16(down);
   if (rows == 1 && topK <= kSplitSlots && nw == 2 * kSplitValues) {
-    for (int d0 = blockIdx.y * kSplitValues; d0 < D; d0 += gridDim.y * kSplitValues) down_split<W, R>(h, ids, weights, down, scales, output, d0, D, I, experts, topK, vec);
+    // One row: two warps a value, each the expert outputs of half the slots (one value a warp
+    // leaves too few loads in flight); the first adds all of them in order j, as down_value does.
+    __shared__ float ys[kSplitValues][kSplitSlots];
+    const int slot = warp_id() >> 1, half = warp_id() & 1, jMid = (topK + 1) >> 1;
+    for (int d0 = blockIdx.y * kSplitValues; d0 < D; d0 += gridDim.y * kSplitValues) {
+      const int d = d0 + slot;
+      if (d < D)
+        down_outputs<4, W, R>(h, ids, down, scales, 0, d, D, I, experts, topK, half ? jMid : 0, half ? topK : jMid, vec, lane,
+                              [&](int j, float y) { ys[slot][j] = y; });
+      __syncthreads();
+      if (half == 0 && lane == 0 && d < D) {
+        float acc = 0.f;
+        for (int j = 0; j < topK; j++) {
+          const int e = ids[j];
+          if (e >= 0 && e < experts) acc = __fmaf_rn(weights[j], ys[slot][j], acc);
+        }
+        store_value(output, d, acc);
+      }
+      __syncthreads();
+    }
     return;
   }
   for (int r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -398,67 +372,6 @@ __device__ __forceinline__ void experts_rowwise(const R* __restrict__ h, const i
         if (lane == 0) store_value(output, (size_t)r * D + d, acc);
       }
     }
-  }
-}
-
-/** Waits (one thread) until *count ≥ n, then orders the launch's writes before it ahead of this thread's later reads. */
-__device__ __forceinline__ void wait_count(const unsigned* count, unsigned n) {
-#ifdef METRALE_CUDA_EMU
-  // The emulator runs CTAs one after another in ticket order: every tile waited on is done.
-  if (*count < n) __trap();
-#else
-  for (;;) {
-    unsigned v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(count) : "memory");
-    if (v >= n) break;
-    __nanosleep(64);
-  }
-#endif
-  __threadfence();
-}
-
-/**
- * One row's up and down passes in one launch (std_moe_experts_pair_rowwise), so the down pass
- * starts as the up pass's last tiles drain instead of after a kernel boundary. CTAs take tickets
- * in the order they start: the first nUp are up tiles (entry, kUpRows intermediate rows, as
- * up_tile), the rest down_split's kSplitValues output values each, which wait until every up tile
- * has stored its h, then read it by plain loads (L1 keeps the lines the CTA's warps share; through
- * L2 each warp's 8-byte loads cost a sector each). A ticket is taken by a CTA already running, so
- * the up tiles a down CTA waits on are running or done: no launch order or residency is assumed.
- * counter: 3 words, zero at launch (tickets, up tiles done, CTAs done); the last CTA to finish
- * zeroes them for the next launch.
- * Every value is computed as by the two row-wise kernels, so the bits are theirs.
- */
-template <typename W, typename R>
-__device__ __forceinline__ void experts_pair_rowwise(const R* __restrict__ input, const int32_t* __restrict__ ids, const float* __restrict__ weights,
-                                                     const W* __restrict__ gateUp, const float* __restrict__ gateUpScales, R* h, const W* __restrict__ down,
-                                                     const float* __restrict__ downScales, R* __restrict__ output, unsigned* counter, int hidden, int inter,
-                                                     int experts, int topK) {
-  __shared__ int ticket;
-  const int D = hidden, I = inter;
-  const int upTiles = (I + kUpRows - 1) / kUpRows, nUp = topK * upTiles;
-  if (threadIdx.x == 0) ticket = (int)atomicAdd(counter, 1u);
-  __syncthreads();
-  const int t = ticket;
-  if (t < nUp) {
-    const bool vec = vector_width<W>(D) && aligned16(input) && aligned16(gateUp);
-    STD_MOE_UP_ENTRY(t / upTiles)
-    up_tile<W, R>(x, G, U, gateUpScales, hr, valid, ev, 1, (t % upTiles) * kUpRows, D, I, vec, lane_id(), num_warps());
-    __syncthreads();  // the tile's h stored by its warps
-    if (threadIdx.x == 0) {
-      __threadfence();
-      atomicAdd(counter + 1, 1u);
-    }
-  } else {
-    if (threadIdx.x == 0) wait_count(counter + 1, (unsigned)nUp);
-    __syncthreads();
-    const bool vec = vector_width<W>(I) && aligned16(h) && aligned16(down);
-    down_split<W, R, true>(h, ids, weights, down, downScales, output, (t - nUp) * kSplitValues, D, I, experts, topK, vec);
-  }
-  if (threadIdx.x == 0 && atomicAdd(counter + 2, 1u) == gridDim.x - 1) {
-    counter[0] = 0;
-    counter[1] = 0;
-    counter[2] = 0;
   }
 }
 
@@ -719,7 +632,7 @@ extern "C" __global__ void __launch_bounds__(1024) std_moe_combine(const void* _
   METRALE_BY_ROW_TYPE(dtype, combine_rows, static_cast<const T*>(routed), static_cast<const T*>(shared), gate, static_cast<T*>(output), rows, hidden);
 }
 
-// The five expert kernels for one (weight type W, row type R): NAME##SUFFIX symbols (moe-kernels.ts
+// The four expert kernels for one (weight type W, row type R): NAME##SUFFIX symbols (moe-kernels.ts
 // declares them per pair). `ids` and `rows` are unused by the grouped ones (they read `groups`), kept
 // so every variant has the parameters of the row-wise one it replaces.
 #define STD_MOE_EXPERT_KERNELS(SUFFIX, W, R)                                                                                                       \
@@ -735,14 +648,6 @@ extern "C" __global__ void __launch_bounds__(1024) std_moe_combine(const void* _
       int rowDtype) {                                                                                                                            \
     check_codes<W, R>(wDtype, rowDtype);                                                                                                         \
     experts_rowwise<W, R>(h, ids, weights, down, downScales, output, rows, hidden, inter, experts, topK);                                        \
-  }                                                                                                                                              \
-  extern "C" __global__ void __launch_bounds__(256) std_moe_experts_pair_rowwise##SUFFIX(                                                         \
-      const R* __restrict__ input, const int32_t* __restrict__ ids, const float* __restrict__ weights, const W* __restrict__ gateUp,              \
-      const float* __restrict__ gateUpScales, R* h, const W* __restrict__ down, const float* __restrict__ downScales, R* __restrict__ output,     \
-      unsigned* __restrict__ counter, int rows, int hidden, int inter, int experts, int topK, int wDtype, int rowDtype) {                          \
-    check_codes<W, R>(wDtype, rowDtype);                                                                                                         \
-    if (rows != 1 || topK > kSplitSlots || num_warps() != 2 * kSplitValues) __trap();                                                            \
-    experts_pair_rowwise<W, R>(input, ids, weights, gateUp, gateUpScales, h, down, downScales, output, counter, hidden, inter, experts, topK);   \
   }                                                                                                                                              \
   extern "C" __global__ void __launch_bounds__(128, 3) std_moe_experts_up##SUFFIX(                                                               \
       const R* __restrict__ input, const int32_t* __restrict__ ids, const int32_t* __restrict__ groups, const W* __restrict__ gateUp,             \
@@ -770,7 +675,6 @@ STD_MOE_EXPERT_KERNELS(_fp8_bf16, fp8, bf16)
 STD_MOE_EXPERT_KERNELS(_fp8_f16, fp8, f16)
 
 #undef STD_MOE_EXPERT_KERNELS
-#undef STD_MOE_UP_ENTRY
 
 // std_moe_localize (expert parallelism): the rank holds experts [first, first + count) and one
 // zero expert after them. Entries of its experts get local ids; the others the zero expert and

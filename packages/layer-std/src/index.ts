@@ -27,7 +27,6 @@ export {
   fusedRouteTail, FUSED_TAIL_ROWS,
   localizeKernel, groupKernel, expertsUpKernel, expertsDownKernel, expertsKernel, combineKernel, groupLaunch, expertsUpLaunch, expertsDownLaunch, expertsLaunch,
   moeGroupsLength, moeGrouped, GROUPED_MIN_ENTRIES_PER_EXPERT, expertsUpRowwiseKernel, expertsRowwiseKernel, expertsUpRowwiseLaunch, expertsRowwiseLaunch,
-  expertsPairRowwiseLaunch, pairRowwiseFits, PAIR_COUNTER_BYTES,
   EXPERT_KERNELS, EXPERT_FORMATS, FEW_GEMM_ROWS, expertFormat, expertsGemm, expertsGemmLaunch, moeTensorCores, type ExpertFormat, type ExpertGemm, type ExpertKernels,
 } from './moe-kernels.js';
 export {

@@ -1,5 +1,5 @@
 import { InvalidArgumentError, defineKernel, type FloatDtype, type Kernel, type LaunchConfig, type StepPhase, type Stream, type WeightDtype } from '@metrale/core';
-import { combineCpu, expertsDownCpu, expertsPairRowwiseCpu, expertsRowwiseCpu, expertsSumCpu, expertsUpCpu, groupCpu, localizeCpu, routeCpu, routerGemvCpu, sharedSlotsCpu } from './moe.cpu.js';
+import { combineCpu, expertsDownCpu, expertsRowwiseCpu, expertsSumCpu, expertsUpCpu, groupCpu, localizeCpu, routeCpu, routerGemvCpu, sharedSlotsCpu } from './moe.cpu.js';
 import { moeGemm16Module, moeGemmModule, moeGroupModule, moeModule as module, moeRouteModule } from './std-modules.js';
 
 const ROUTE_PARAMS = {
@@ -231,9 +231,6 @@ const UP_PARAMS = { input: 'ptr', ids: 'ptr', gateUp: 'ptr', gateUpScales: 'ptr'
 const GROUPED_UP_PARAMS = { input: 'ptr', ids: 'ptr', groups: 'ptr', gateUp: 'ptr', gateUpScales: 'ptr', h: 'ptr', ...PASS } as const;
 const GROUPED_DOWN_PARAMS = { h: 'ptr', ids: 'ptr', groups: 'ptr', down: 'ptr', downScales: 'ptr', y: 'ptr', ...PASS } as const;
 const ROWWISE_PARAMS = { h: 'ptr', ids: 'ptr', weights: 'ptr', down: 'ptr', downScales: 'ptr', output: 'ptr', ...PASS } as const;
-const PAIR_PARAMS = {
-  input: 'ptr', ids: 'ptr', weights: 'ptr', gateUp: 'ptr', gateUpScales: 'ptr', h: 'ptr', down: 'ptr', downScales: 'ptr', output: 'ptr', counter: 'ptr', ...PASS,
-} as const;
 
 /**
  * The four expert kernels of one format. Arguments: weights `gateUp` [E][2I][D] and `down` [E][D][I]
@@ -249,12 +246,6 @@ export interface ExpertKernels {
   readonly upRowwise: Kernel<typeof UP_PARAMS>;
   /** `std.moe_experts_rowwise`: down and the weighted sum per row. */
   readonly rowwise: Kernel<typeof ROWWISE_PARAMS>;
-  /**
-   * `std.moe_experts_pair_rowwise`: `upRowwise` then `rowwise` of one row in one launch, bit for
-   * bit theirs (`pairRowwiseFits`, `expertsPairRowwiseLaunch`; `counter`: PAIR_COUNTER_BYTES of
-   * zeros, the layer's own).
-   */
-  readonly pairRowwise: Kernel<typeof PAIR_PARAMS>;
   /**
    * `std.moe_gemm_up` / `std.moe_gemm_down` (kernels/std-moe-gemm.cu, -16bit.cu): the grouped
    * passes on tensor cores; the same arguments and outputs as `up` / `down`. None for f32 rows.
@@ -332,9 +323,6 @@ function expertKernelsOf(format: ExpertFormat): ExpertKernels {
     down: defineKernel({ name: name('std.moe_experts_down'), params: GROUPED_DOWN_PARAMS, cuda: { module, symbol: symbol('std_moe_experts_down') }, cpu: expertsDownCpu }),
     upRowwise: defineKernel({ name: name('std.moe_experts_up_rowwise'), params: UP_PARAMS, cuda: { module, symbol: symbol('std_moe_experts_up_rowwise') }, cpu: expertsUpCpu }),
     rowwise: defineKernel({ name: name('std.moe_experts_rowwise'), params: ROWWISE_PARAMS, cuda: { module, symbol: symbol('std_moe_experts_rowwise') }, cpu: expertsRowwiseCpu }),
-    pairRowwise: defineKernel({
-      name: name('std.moe_experts_pair_rowwise'), params: PAIR_PARAMS, cuda: { module, symbol: symbol('std_moe_experts_pair_rowwise') }, cpu: expertsPairRowwiseCpu,
-    }),
     ...(format === 'f32'
       ? {}
       : {
@@ -438,25 +426,6 @@ export function expertsUpRowwiseLaunch(rows: number, topK: number, inter: number
  */
 export function expertsRowwiseLaunch(rows: number, hidden: number, stream: Stream): LaunchConfig {
   return { grid: [Math.max(1, rows), Math.ceil(hidden / (rows === 1 ? 4 : 16))], block: 256, stream };
-}
-
-/** The most slots the one-launch pair takes (kernels/std-moe.cu kSplitSlots: the down pass's one-row split). */
-const PAIR_MAX_SLOTS = 32;
-/** The pair's counter: tickets, up tiles done, CTAs done (u32 each). */
-export const PAIR_COUNTER_BYTES = 12;
-
-/** Whether `std.moe_experts_pair_rowwise` takes a step of `rows` rows over `slots` slots: one row, at most 32 slots. */
-export function pairRowwiseFits(rows: number, slots: number): boolean {
-  return rows === 1 && slots <= PAIR_MAX_SLOTS;
-}
-
-/**
- * `std.moe_experts_pair_rowwise`: the up pass's CTAs (a slot and 16 intermediate rows each, as
- * `expertsUpRowwiseLaunch` at one row), then the down pass's (4 output values each, as
- * `expertsRowwiseLaunch` at one row), in one grid.
- */
-export function expertsPairRowwiseLaunch(slots: number, inter: number, hidden: number, stream: Stream): LaunchConfig {
-  return { grid: slots * Math.ceil(inter / 16) + Math.ceil(hidden / 4), block: 256, stream };
 }
 
 /** `out = routed + σ(gate) · shared`: routed, shared and output of the row type `dtype`, gate logits f32 (or 0n). */

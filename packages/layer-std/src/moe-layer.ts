@@ -7,9 +7,9 @@ import { precisionOf } from './layer-precision.js';
 import type { MoeOptions } from './moe-config.js';
 import { checkMoe } from './moe-config.js';
 import {
-  EXPERT_KERNELS, PAIR_COUNTER_BYTES, combineKernel, expertFormat, expertsDownLaunch, expertsGemm, expertsGemmLaunch, expertsKernel, expertsLaunch, expertsPairRowwiseLaunch,
-  expertsRowwiseLaunch, expertsUpLaunch, expertsUpRowwiseLaunch, groupKernel, groupLaunch, localizeKernel, moeGrouped, moeGroupsLength, moeTensorCores, routeFewKernel, routeFewLaunch, routeForm, routeKernel,
-  fusedRouteTail, pairRowwiseFits, routerGemvKernel, routerGemvLaunch, sharedSlotsKernel, sharedSlotsLaunch, type ExpertKernels, type RouteForm,
+  EXPERT_KERNELS, combineKernel, expertFormat, expertsDownLaunch, expertsGemm, expertsGemmLaunch, expertsKernel, expertsLaunch, expertsRowwiseLaunch, expertsUpLaunch,
+  expertsUpRowwiseLaunch, groupKernel, groupLaunch, localizeKernel, moeGrouped, moeGroupsLength, moeTensorCores, routeFewKernel, routeFewLaunch, routeForm, routeKernel,
+  fusedRouteTail, routerGemvKernel, routerGemvLaunch, sharedSlotsKernel, sharedSlotsLaunch, type ExpertKernels, type RouteForm,
 } from './moe-kernels.js';
 import { loadExperts, withSharedExpert, type ExpertMatrices } from './moe-weights.js';
 import { requireKernels } from './require-kernels.js';
@@ -72,8 +72,6 @@ export class MoeLayer extends StatelessLayer {
     router: LinearWeight; bias: DevicePtr;
     /** `std.moe_router_gemv`'s count of finished CTAs: zero between launches (its last CTA resets it); this layer's own. */
     routeCounter: DevicePtr;
-    /** `std.moe_experts_pair_rowwise`'s tickets and counts: zero between launches (its last CTA resets them); this layer's own. */
-    pairCounter: DevicePtr;
     gateUp: DeviceExperts; down: DeviceExperts; sharedGate: LinearWeight | undefined; wDtype: number;
     /** Experts the kernels index: all, or the rank's plus its zero expert, or all plus the shared expert. */
     held: number;
@@ -116,14 +114,13 @@ export class MoeLayer extends StatelessLayer {
       }
       this.#kernels = EXPERT_KERNELS[expertFormat(experts.gateUp.dtype, rows)];
       const k = this.#kernels;
-      requireKernels(gpu, 'moe', [k.up, k.down, k.upRowwise, k.rowwise, k.pairRowwise, ...(k.gemm ? [k.gemm.up, k.gemm.down] : []), ...(k.gemm?.few ? [k.gemm.few.up, k.gemm.few.down] : [])]);
+      requireKernels(gpu, 'moe', [k.up, k.down, k.upRowwise, k.rowwise, ...(k.gemm ? [k.gemm.up, k.gemm.down] : []), ...(k.gemm?.few ? [k.gemm.few.up, k.gemm.few.down] : [])]);
       const upload = (host: ExpertMatrices): DeviceExperts => ({ data: m.upload(host.data), scales: host.scales ? m.upload(host.scales) : 0n });
       const linear = (name: string, shape: readonly [number, number]) => uploadLinear(gpu, (n) => m.alloc(n), readLinear(weights, name, shape, precision));
       this.#w = {
         router: linear('gate.weight', [E, D]),
         bias: options.routing.scoreBias ? m.upload(readF32(weights, 'gate.e_score_correction_bias', [E])) : 0n,
         routeCounter: m.upload(new Uint32Array(1)),
-        pairCounter: m.upload(new Uint8Array(PAIR_COUNTER_BYTES)),
         gateUp: upload(experts.gateUp),
         down: upload(experts.down),
         sharedGate: sh?.gate && !stacked ? linear(sh.gate, [1, D]) : undefined,
@@ -240,12 +237,6 @@ export class MoeLayer extends StatelessLayer {
       });
       gpu.launch(expertsKernel, expertsLaunch(rows, D, stream), {
         y: s.y, ids, weights, output: routed, rows, hidden: D, experts: E, topK: slots, dtype: codes.rowDtype,
-      });
-    } else if (pairRowwiseFits(rows, slots)) {
-      // One row: up and down in one launch, the down pass starting as the up pass drains.
-      gpu.launch(k.pairRowwise, expertsPairRowwiseLaunch(slots, inter, D, stream), {
-        input, ids, weights, gateUp: w.gateUp.data, gateUpScales: w.gateUp.scales, h: s.h, down: w.down.data, downScales: w.down.scales, output: routed,
-        counter: w.pairCounter, ...pass,
       });
     } else {
       gpu.launch(k.upRowwise, expertsUpRowwiseLaunch(rows, slots, inter, stream), {

@@ -376,17 +376,6 @@ export function expertsRowwiseCpu(a: ExpertsRowwiseArgs, { mem }: CpuKernelConte
   }
 }
 
-export interface ExpertsPairRowwiseArgs extends ExpertsUpArgs, ExpertsRowwiseArgs {
-  /** u32 [3], zero between launches (the CUDA kernel's tickets and counts; its last CTA zeroes them). */
-  readonly counter: bigint;
-}
-
-/** `std.moe_experts_pair_rowwise`: one row's up pass then its down pass (expertsUpCpu, expertsRowwiseCpu). */
-export function expertsPairRowwiseCpu(a: ExpertsPairRowwiseArgs, ctx: CpuKernelContext): void {
-  expertsUpCpu(a, ctx);
-  expertsRowwiseCpu(a, ctx);
-}
-
 export interface CombineArgs {
   readonly routed: bigint;
   readonly shared: bigint;

@@ -32,7 +32,7 @@ export const stdModules = {
     kernels: Object.fromEntries(
       [
         'std_moe_experts', 'std_moe_combine', 'std_moe_localize',
-        ...['', '_bf16', '_f16', '_fp8_bf16', '_fp8_f16'].flatMap((s) => ['up', 'down', 'up_rowwise', 'rowwise', 'pair_rowwise'].map((k) => `std_moe_experts_${k}${s}`)),
+        ...['', '_bf16', '_f16', '_fp8_bf16', '_fp8_f16'].flatMap((s) => ['up', 'down', 'up_rowwise', 'rowwise'].map((k) => `std_moe_experts_${k}${s}`)),
       ].map((k) => [k, 1]),
     ),
   },
