@@ -4,9 +4,8 @@
 // summed on its own and multiplied by its block's scale in f32, so the result is the product with
 // the dequantized B.
 //   backend_gemm_fp8_rows   m ≤ 8 (decode), B read once: where k and A's rows allow, on tensor
-//                           cores with C's columns as the MMA's rows, tiles of 16 columns streamed
-//                           by the CTAs the SMs hold, their warps splitting k (gemm_fp8_rows_mma);
-//                           else a warp per column, per code
+//                           cores with C's columns as the MMA's rows, 16 columns a CTA, its warps
+//                           splitting k (gemm_fp8_rows_mma); else a warp per column, per code
 //   backend_gemm_fp8_tiled  any m: 64 × 64 tiles on tensor cores (wmma), B's codes converted to
 //                           A's type in shared memory (E4M3 values are exact in bf16 and f16);
 //                           where k and the pointers allow, a 128-wide block of k a step with
@@ -68,28 +67,17 @@ constexpr int kRowsGroupK = 64;
  */
 constexpr int kRowsAhead = 2;
 
-/** One iteration's loads of a warp: kRowsAhead groups' codes (weight rows g, g + 8) and scales. */
-struct RowsLoads {
-  uint4 w0[kRowsAhead], w8[kRowsAhead];
-  float s[kRowsAhead];
-};
-
 /**
  * The tensor-core path (k a multiple of 16; A's rows and B 16-byte aligned): C's columns as the
- * MMA's rows. A tile is 16 columns n0 … n0 + 15 for all m ≤ 8 rows: the m16n8k16 product of B's
+ * MMA's rows. A CTA owns 16 columns n0 … n0 + 15 for all m ≤ 8 rows: the m16n8k16 product of B's
  * 16 weight rows (codes converted to T in registers) with A's rows as the 8 columns of the MMA's
- * second operand. CTA c takes tiles c, c + G, … (G the grid: gemmFp8RowsLaunch sizes it to the CTAs
- * the SMs hold at once) and streams them: its warps go through the tiles' groups of k in one
- * sequence of iterations, each iteration's loads issued before the previous iteration's products,
- * across tiles too, so the SM's loads do not stop between tiles. In a tile k goes in groups of 64,
- * warp w of W taking groups w, w + W, … (kRowsAhead groups an iteration); within a group the k
+ * second operand. k goes in groups of 64, warp w of W taking groups w, w + W, …; within a group the k
  * order of the MMA's slots is permuted so that lane (g, q) = (lane / 4, lane % 4) reads 16
  * consecutive codes of weight rows g and g + 8 and 16 consecutive values of A's row g with three
  * 16-byte loads (a sum does not depend on the order of its k, and A and B take the same one): MMA
  * step s's slots 2q, 2q + 1, 2q + 8, 2q + 9 hold k = k0 + 16q + 4s + 0, 1, 2, 3. Each group's
  * sums are multiplied by its 128-wide block's scale in f32; the warps' sums are added in warp
- * order through shared memory at the tile's end. A column's sums and their order do not depend on
- * the grid: the bits are those of a CTA per tile.
+ * order through shared memory.
  */
 template <typename T>
 __device__ void gemm_fp8_rows_mma(const T* __restrict__ a, const uint8_t* __restrict__ b, const float* __restrict__ scales, void* __restrict__ c,
@@ -97,35 +85,31 @@ __device__ void gemm_fp8_rows_mma(const T* __restrict__ a, const uint8_t* __rest
   __shared__ float red[kRowsWarpsMax][32][4];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int g = lane >> 2, q = lane & 3;
+  const int n0 = blockIdx.x * kRowsCols;
   const int kBlocks = (k + kFp8Block - 1) / kFp8Block;
   const int groups = (k + kRowsGroupK - 1) / kRowsGroupK;
-  const int tiles = (n + kRowsCols - 1) / kRowsCols;
-  const int G = gridDim.x;
-  const int myTiles = (tiles - (int)blockIdx.x + G - 1) / G;
-  const int per = (groups + kRowsAhead * warps - 1) / (kRowsAhead * warps);  // iterations a tile (every warp)
-  const int total = myTiles * per;
+  // n0 is a multiple of 16: the CTA's columns share one 128-row block of scales.
+  const float* srow = scales + (size_t)(n0 / kFp8Block) * kBlocks;
+  const uint8_t* b0 = n0 + g < n ? b + (size_t)(n0 + g) * k : nullptr;
+  const uint8_t* b8 = n0 + g + 8 < n ? b + (size_t)(n0 + g + 8) * k : nullptr;
   const T* ar = g < m ? a + (size_t)g * lda : nullptr;
 
-  auto issue = [&](RowsLoads& L, int it) {
-    const int tile = (int)blockIdx.x + (it / per) * G;
-    const int n0 = tile * kRowsCols;
-    const int grp0 = warp + (it % per) * kRowsAhead * warps;
-    const float* srow = scales + (size_t)(n0 / kFp8Block) * kBlocks;
-    const uint8_t* b0 = n0 + g < n ? b + (size_t)(n0 + g) * k : nullptr;
-    const uint8_t* b8 = n0 + g + 8 < n ? b + (size_t)(n0 + g + 8) * k : nullptr;
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  // kRowsAhead of the warp's groups at a time: their codes and scales are loaded before any is
+  // converted, so the warp has that many groups' loads in flight instead of one (each group's
+  // conversion and products stood between its load and the next). Sums in group order as before.
+  for (int grp0 = warp; grp0 < groups; grp0 += kRowsAhead * warps) {
+    uint4 w0[kRowsAhead], w8[kRowsAhead];
+    float s[kRowsAhead];
 #pragma unroll
     for (int u = 0; u < kRowsAhead; u++) {
       const int grp = grp0 + u * warps;
-      const int kq = grp * kRowsGroupK + 16 * q;
+      const int kq = grp * kRowsGroupK + 16 * q;  // this lane's 16 values of k (≥ k past the last group)
       const bool in = kq < k;
-      L.w0[u] = b0 && in ? __ldg(reinterpret_cast<const uint4*>(b0 + kq)) : make_uint4(0, 0, 0, 0);
-      L.w8[u] = b8 && in ? __ldg(reinterpret_cast<const uint4*>(b8 + kq)) : make_uint4(0, 0, 0, 0);
-      L.s[u] = grp < groups ? __ldg(srow + (grp * kRowsGroupK) / kFp8Block) : 0.f;
+      w0[u] = b0 && in ? __ldg(reinterpret_cast<const uint4*>(b0 + kq)) : make_uint4(0, 0, 0, 0);
+      w8[u] = b8 && in ? __ldg(reinterpret_cast<const uint4*>(b8 + kq)) : make_uint4(0, 0, 0, 0);
+      s[u] = grp < groups ? __ldg(srow + (grp * kRowsGroupK) / kFp8Block) : 0.f;
     }
-  };
-  float acc[4] = {0.f, 0.f, 0.f, 0.f};
-  auto compute = [&](const RowsLoads& L, int it) {
-    const int grp0 = warp + (it % per) * kRowsAhead * warps;
 #pragma unroll
     for (int u = 0; u < kRowsAhead; u++) {
       const int grp = grp0 + u * warps;
@@ -134,44 +118,30 @@ __device__ void gemm_fp8_rows_mma(const T* __restrict__ a, const uint8_t* __rest
       const bool in = kq < k;
       const uint4 x0 = ar && in ? __ldg(reinterpret_cast<const uint4*>(ar + kq)) : make_uint4(0, 0, 0, 0);
       const uint4 x1 = ar && in ? __ldg(reinterpret_cast<const uint4*>(ar + kq + 8)) : make_uint4(0, 0, 0, 0);
-      const uint32_t wr0[4] = {L.w0[u].x, L.w0[u].y, L.w0[u].z, L.w0[u].w}, wr8[4] = {L.w8[u].x, L.w8[u].y, L.w8[u].z, L.w8[u].w};
+      const uint32_t wr0[4] = {w0[u].x, w0[u].y, w0[u].z, w0[u].w}, wr8[4] = {w8[u].x, w8[u].y, w8[u].z, w8[u].w};
       const uint32_t xs[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
       float part[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
       for (int st = 0; st < 4; st++) {
+        // Codes 4st … 4st + 3 of each weight row: word st; slots 2q, 2q + 1 take the low two.
         const uint32_t af[4] = {codes_to_pair<T>(wr0[st]), codes_to_pair<T>(wr8[st]), codes_to_pair<T>(wr0[st] >> 16), codes_to_pair<T>(wr8[st] >> 16)};
         mma16816<T>(part, af, xs[2 * st], xs[2 * st + 1]);
       }
 #pragma unroll
-      for (int i = 0; i < 4; i++) acc[i] = fmaf(L.s[u], part[i], acc[i]);
+      for (int i = 0; i < 4; i++) acc[i] = fmaf(s[u], part[i], acc[i]);
     }
-    if ((it + 1) % per == 0) {
-      const int n0 = ((int)blockIdx.x + (it / per) * G) * kRowsCols;
+  }
 #pragma unroll
-      for (int i = 0; i < 4; i++) red[warp][lane][i] = acc[i];
-      __syncthreads();
-      if (warp == 0) {
+  for (int i = 0; i < 4; i++) red[warp][lane][i] = acc[i];
+  __syncthreads();
+  if (warp != 0) return;
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-          float v = 0.f;
-          for (int w = 0; w < warps; w++) v += red[w][lane][i];
-          const int j = n0 + g + (i >= 2 ? 8 : 0), r = 2 * q + (i & 1);
-          if (j < n && r < m) store_c(c, (size_t)r * ldc + j, v, cCode, alpha, beta);
-        }
-      }
-      __syncthreads();
-#pragma unroll
-      for (int i = 0; i < 4; i++) acc[i] = 0.f;
-    }
-  };
-  RowsLoads A, B;
-  if (total > 0) issue(A, 0);
-  for (int it = 0; it < total; it += 2) {
-    if (it + 1 < total) issue(B, it + 1);
-    compute(A, it);
-    if (it + 1 >= total) break;
-    if (it + 2 < total) issue(A, it + 2);
-    compute(B, it + 1);
+  for (int i = 0; i < 4; i++) {
+    float v = 0.f;
+    for (int w = 0; w < warps; w++) v += red[w][lane][i];
+    // Accumulator i: column n0 + g (+ 8 for i ≥ 2), row 2q (+ 1 for odd i).
+    const int j = n0 + g + (i >= 2 ? 8 : 0), r = 2 * q + (i & 1);
+    if (j < n && r < m) store_c(c, (size_t)r * ldc + j, v, cCode, alpha, beta);
   }
 }
 

@@ -40,18 +40,14 @@ export const gemmFp8TiledKernel = defineKernel({
 });
 
 /**
- * backend_gemm_fp8_rows: tiles of 16 output columns (the rows of its tensor-core products), the
- * CTAs' warps splitting k. Where the tiles are fewer than two a multiprocessor, a CTA of 16 warps
- * per tile (each then keeps more of its weight bytes in flight); else 8-warp CTAs, two a
- * multiprocessor (what its registers allow: at most 128 under its 512-thread bound), each
- * streaming every grid-th tile, so no second wave waits for the first to drain. On its per-code
- * path (shapes that cannot take 16-byte loads) the same CTAs take every (grid's warps)-th column,
- * a warp each.
+ * backend_gemm_fp8_rows: a CTA per 16 output columns (the rows of its tensor-core products), its
+ * warps splitting k: 8 warps, or 16 where the CTAs are fewer than two a multiprocessor (narrow
+ * outputs: each CTA then keeps more of its weight bytes in flight). On its per-code path (shapes
+ * that cannot take 16-byte loads) the same CTAs take every (grid's warps)-th column, a warp each.
  */
 export function gemmFp8RowsLaunch(n: number, multiprocessors: number, stream: Stream): LaunchConfig {
-  const tiles = Math.max(1, Math.ceil(n / 16));
-  if (tiles < 2 * multiprocessors) return { grid: tiles, block: 512, stream };
-  return { grid: 2 * multiprocessors, block: 256, stream };
+  const grid = Math.max(1, Math.ceil(n / 16));
+  return { grid, block: grid < 2 * multiprocessors ? 512 : 256, stream };
 }
 
 /** backend_gemm_fp8_tiled: a CTA of 4 warps per 64 × 64 tile of C. */
