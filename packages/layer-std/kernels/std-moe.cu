@@ -51,8 +51,8 @@ constexpr int kSplitValues = 4;
 /** The most slots (top-k and shared) of the one-row split; more take the one-warp-a-value path. */
 constexpr int kSplitSlots = 32;
 // One row (decode at batch 1) takes more loads in flight: the up pass unrolled by 8 with a warp's
-// two rows at once (its launch gives a CTA half the rows), the down pass reading 4 of the row's
-// experts at once and splitting each value's slots over two warps (kSplitValues values a CTA);
+// two rows at once (its launch gives a CTA half the rows), the down pass taking 4 of the row's
+// experts a round and splitting each value's slots over two warps (kSplitValues values a CTA);
 // several rows keep unroll 4, one row and one expert at a time and a warp a value, which measured
 // faster there (docs/benchmarks.md). The sums are the same sequences either way, and the slots
 // are added in the same order, so the bits are too.
@@ -274,8 +274,10 @@ __device__ __forceinline__ void experts_up_rowwise(const R* __restrict__ input, 
 /**
  * The rounded expert outputs round_R(down_e[d] · h[rj]) of row r's slots j in [j0, j1), given in
  * order j to sink(j, y) (every lane the same y); slots whose id is outside the experts are skipped.
- * The experts are read Q at a time (their loads interleaved; each expert's sum the same sequence
- * as alone).
+ * The experts are taken Q at a time, each expert's sum the same sequence as alone. Each sits
+ * behind its own `if`, so the compiler issues an expert's loads just before its products, not the
+ * Q experts' together (SASS of sm_90a; hoisting them spills under the 64-register bound:
+ * docs/benchmarks.md).
  */
 template <int Q, typename W, typename R, typename Sink>
 __device__ __forceinline__ void down_outputs(const R* __restrict__ h, const int32_t* __restrict__ ids, const W* __restrict__ down,
