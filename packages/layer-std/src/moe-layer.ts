@@ -7,7 +7,7 @@ import { precisionOf } from './layer-precision.js';
 import type { MoeOptions } from './moe-config.js';
 import { checkMoe } from './moe-config.js';
 import {
-  EXPERT_KERNELS, combineKernel, expertFormat, expertsDownLaunch, expertsGemm, expertsGemmLaunch, expertsKernel, expertsLaunch, expertsRowwiseLaunch, expertsUpLaunch,
+  EXPERT_KERNELS, combineKernel, expertFormat, expertsDownLaunch, expertsGemm, expertsGemmLaunch, expertsKernel, expertsLaunch, expertsUpLaunch, rowwiseLaunch,
   expertsUpRowwiseLaunch, groupKernel, groupLaunch, localizeKernel, moeGrouped, moeGroupsLength, moeTensorCores, routeFewKernel, routeFewLaunch, routeForm, routeKernel,
   fusedRouteTail, routerGemvKernel, routerGemvLaunch, sharedSlotsKernel, sharedSlotsLaunch, type ExpertKernels, type RouteForm,
 } from './moe-kernels.js';
@@ -242,7 +242,8 @@ export class MoeLayer extends StatelessLayer {
       gpu.launch(k.upRowwise, expertsUpRowwiseLaunch(rows, slots, inter, stream), {
         input, ids, gateUp: w.gateUp.data, gateUpScales: w.gateUp.scales, h: s.h, ...pass,
       });
-      gpu.launch(k.rowwise, expertsRowwiseLaunch(rows, D, stream), {
+      const down = rowwiseLaunch(k, rows, D, stream);
+      gpu.launch(down.kernel, down.launch, {
         h: s.h, ids, weights, down: w.down.data, downScales: w.down.scales, output: routed, ...pass,
       });
     }
