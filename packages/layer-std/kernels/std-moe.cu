@@ -325,57 +325,6 @@ __device__ __forceinline__ void down_outputs(const R* __restrict__ h, const int3
   }
 }
 
-/**
- * down_outputs for FP8 weights on the vector path, each round's Q weight chunks and scales loaded
- * before any of its products (a slot without an expert reads the round's first used row and its
- * sum is dropped): the round's loads in flight together, which down_outputs' `if` per slot does
- * not allow. The same sums in the same order, so the same bits.
- */
-template <int Q, typename W, typename R, typename Sink>
-__device__ __forceinline__ void down_outputs_ahead(const R* __restrict__ h, const int32_t* __restrict__ ids, const W* __restrict__ down,
-                                                   const float* __restrict__ scales, int r, int d, int D, int I, int experts, int topK, int lane,
-                                                   Sink sink) {
-  static_assert(is_fp8<W>, "the vector path of FP8 weights only");
-  for (int jq = 0; jq < topK; jq += Q) {
-    int ex[Q];
-    int e0 = -1;
-#pragma unroll
-    for (int q = Q - 1; q >= 0; q--) {
-      const int j = jq + q;
-      const int e = j < topK ? ids[(size_t)r * topK + j] : -1;
-      ex[q] = e >= 0 && e < experts ? e : -1;
-      if (ex[q] >= 0) e0 = ex[q];
-    }
-    if (e0 < 0) continue;
-    float s[Q];
-#pragma unroll
-    for (int q = 0; q < Q; q++) s[q] = 0.f;
-#pragma unroll 1
-    for (int c = lane; c < (I >> 2) / kSteps<W>; c += 32) {
-      WeightChunk<W> wc[Q];
-      float sc[Q];
-#pragma unroll
-      for (int q = 0; q < Q; q++) {
-        const int e = ex[q] >= 0 ? ex[q] : e0;
-        wc[q] = ldg_chunk(down + ((size_t)e * D + d) * I, c);
-        sc[q] = block_scale<W>(down_scales<W>(scales, e, d, D, I), chunk_block<W>(c));
-      }
-#pragma unroll
-      for (int q = 0; q < Q; q++)
-        if (ex[q] >= 0) {
-          const R* hq = h + ((size_t)r * topK + jq + q) * I;
-#pragma unroll
-          for (int t = 0; t < kSteps<W>; t++) s[q] = dot_step4<W>(s[q], step_of<W>(wc[q], t), ldg4(hq, (size_t)c * kSteps<W> + t), sc[q]);
-        }
-    }
-#pragma unroll
-    for (int q = 0; q < Q; q++) {
-      const float y = round_to<R>(warp_sum(s[q]));
-      if (ex[q] >= 0) sink(jq + q, y);
-    }
-  }
-}
-
 /** Output value d of row r: Σ_j w_rj · round_R(down_e[d] · h[rj]) in order j. */
 template <int Q, typename W, typename R>
 __device__ __forceinline__ float down_value(const R* __restrict__ h, const int32_t* __restrict__ ids, const float* __restrict__ weights,
@@ -426,25 +375,6 @@ __device__ __forceinline__ void experts_rowwise(const R* __restrict__ h, const i
       }
     }
   }
-}
-
-/**
- * One row of FP8 weights (std_moe_experts_rowwise_one): a warp a value, all the row's slots, 4 a
- * round with their loads ahead (down_outputs_ahead); the per-code path where the widths or
- * pointers do not take 16-byte loads. Σ_j w_j · y_j in order j, as experts_rowwise adds them.
- */
-template <typename W, typename R>
-__device__ __forceinline__ void experts_rowwise_one(const R* __restrict__ h, const int32_t* __restrict__ ids, const float* __restrict__ weights,
-                                                    const W* __restrict__ down, const float* __restrict__ scales, R* __restrict__ output, int hidden,
-                                                    int inter, int experts, int topK) {
-  const int D = hidden, I = inter, lane = lane_id();
-  const int d = blockIdx.x * num_warps() + warp_id();
-  if (d >= D) return;
-  float acc = 0.f;
-  const auto add = [&](int j, float y) { acc = __fmaf_rn(weights[j], y, acc); };
-  if (vector_width<W>(I) && aligned16(h) && aligned16(down)) down_outputs_ahead<4, W, R>(h, ids, down, scales, 0, d, D, I, experts, topK, lane, add);
-  else down_outputs<1, W, R>(h, ids, down, scales, 0, d, D, I, experts, topK, 0, topK, false, lane, add);
-  if (lane == 0) store_value(output, d, acc);
 }
 
 template <typename W, typename R>
@@ -747,22 +677,6 @@ STD_MOE_EXPERT_KERNELS(_fp8_bf16, fp8, bf16)
 STD_MOE_EXPERT_KERNELS(_fp8_f16, fp8, f16)
 
 #undef STD_MOE_EXPERT_KERNELS
-
-// The one-row down pass of FP8 weights (moe-kernels.ts: expertsRowwiseOneLaunch), the
-// std_moe_experts_rowwise parameters.
-#define STD_MOE_EXPERT_ONE_ROW(SUFFIX, W, R)                                                                                                        \
-  extern "C" __global__ void __launch_bounds__(256, 4) std_moe_experts_rowwise_one##SUFFIX(                                                       \
-      const R* __restrict__ h, const int32_t* __restrict__ ids, const float* __restrict__ weights, const W* __restrict__ down,                     \
-      const float* __restrict__ downScales, R* __restrict__ output, int rows, int hidden, int inter, int experts, int topK, int wDtype,            \
-      int rowDtype) {                                                                                                                            \
-    check_codes<W, R>(wDtype, rowDtype);                                                                                                         \
-    experts_rowwise_one<W, R>(h, ids, weights, down, downScales, output, hidden, inter, experts, topK);                                          \
-  }
-
-STD_MOE_EXPERT_ONE_ROW(_fp8_bf16, fp8, bf16)
-STD_MOE_EXPERT_ONE_ROW(_fp8_f16, fp8, f16)
-
-#undef STD_MOE_EXPERT_ONE_ROW
 
 // std_moe_localize (expert parallelism): the rank holds experts [first, first + count) and one
 // zero expert after them. Entries of its experts get local ids; the others the zero expert and

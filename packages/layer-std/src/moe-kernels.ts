@@ -247,11 +247,6 @@ export interface ExpertKernels {
   /** `std.moe_experts_rowwise`: down and the weighted sum per row. */
   readonly rowwise: Kernel<typeof ROWWISE_PARAMS>;
   /**
-   * `std.moe_experts_rowwise_one`: the same for one row, a warp a value with each round's weight
-   * loads ahead of its products (FP8 weights only; `rowwiseLaunch` picks it).
-   */
-  readonly rowwiseOne?: Kernel<typeof ROWWISE_PARAMS>;
-  /**
    * `std.moe_gemm_up` / `std.moe_gemm_down` (kernels/std-moe-gemm.cu, -16bit.cu): the grouped
    * passes on tensor cores; the same arguments and outputs as `up` / `down`. None for f32 rows.
    * `everyStep`: the layer takes them in decode and verify steps too (else in prefill steps only).
@@ -328,9 +323,6 @@ function expertKernelsOf(format: ExpertFormat): ExpertKernels {
     down: defineKernel({ name: name('std.moe_experts_down'), params: GROUPED_DOWN_PARAMS, cuda: { module, symbol: symbol('std_moe_experts_down') }, cpu: expertsDownCpu }),
     upRowwise: defineKernel({ name: name('std.moe_experts_up_rowwise'), params: UP_PARAMS, cuda: { module, symbol: symbol('std_moe_experts_up_rowwise') }, cpu: expertsUpCpu }),
     rowwise: defineKernel({ name: name('std.moe_experts_rowwise'), params: ROWWISE_PARAMS, cuda: { module, symbol: symbol('std_moe_experts_rowwise') }, cpu: expertsRowwiseCpu }),
-    ...(format.startsWith('fp8')
-      ? { rowwiseOne: defineKernel({ name: name('std.moe_experts_rowwise_one'), params: ROWWISE_PARAMS, cuda: { module, symbol: symbol('std_moe_experts_rowwise_one') }, cpu: expertsRowwiseCpu }) }
-      : {}),
     ...(format === 'f32'
       ? {}
       : {
@@ -434,15 +426,6 @@ export function expertsUpRowwiseLaunch(rows: number, topK: number, inter: number
  */
 export function expertsRowwiseLaunch(rows: number, hidden: number, stream: Stream): LaunchConfig {
   return { grid: [Math.max(1, rows), Math.ceil(hidden / (rows === 1 ? 4 : 16))], block: 256, stream };
-}
-
-/**
- * The down pass the row-wise path launches: `rowwiseOne` for one row where the format has it (a
- * CTA of 8 warps per 8 output values), else `rowwise`. Both give a row the same bits.
- */
-export function rowwiseLaunch(k: ExpertKernels, rows: number, hidden: number, stream: Stream): { kernel: Kernel<typeof ROWWISE_PARAMS>; launch: LaunchConfig } {
-  if (rows === 1 && k.rowwiseOne) return { kernel: k.rowwiseOne, launch: { grid: Math.ceil(hidden / 8), block: 256, stream } };
-  return { kernel: k.rowwise, launch: expertsRowwiseLaunch(rows, hidden, stream) };
 }
 
 /** `out = routed + σ(gate) · shared`: routed, shared and output of the row type `dtype`, gate logits f32 (or 0n). */

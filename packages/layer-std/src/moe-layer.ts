@@ -7,7 +7,7 @@ import { precisionOf } from './layer-precision.js';
 import type { MoeOptions } from './moe-config.js';
 import { checkMoe } from './moe-config.js';
 import {
-  EXPERT_KERNELS, combineKernel, expertFormat, expertsDownLaunch, expertsGemm, expertsGemmLaunch, expertsKernel, expertsLaunch, expertsUpLaunch, rowwiseLaunch,
+  EXPERT_KERNELS, combineKernel, expertFormat, expertsDownLaunch, expertsGemm, expertsGemmLaunch, expertsKernel, expertsLaunch, expertsRowwiseLaunch, expertsUpLaunch,
   expertsUpRowwiseLaunch, groupKernel, groupLaunch, localizeKernel, moeGrouped, moeGroupsLength, moeTensorCores, routeFewKernel, routeFewLaunch, routeForm, routeKernel,
   fusedRouteTail, routerGemvKernel, routerGemvLaunch, sharedSlotsKernel, sharedSlotsLaunch, type ExpertKernels, type RouteForm,
 } from './moe-kernels.js';
@@ -242,8 +242,7 @@ export class MoeLayer extends StatelessLayer {
       gpu.launch(k.upRowwise, expertsUpRowwiseLaunch(rows, slots, inter, stream), {
         input, ids, gateUp: w.gateUp.data, gateUpScales: w.gateUp.scales, h: s.h, ...pass,
       });
-      const down = rowwiseLaunch(k, rows, D, stream);
-      gpu.launch(down.kernel, down.launch, {
+      gpu.launch(k.rowwise, expertsRowwiseLaunch(rows, D, stream), {
         h: s.h, ids, weights, down: w.down.data, downScales: w.down.scales, output: routed, ...pass,
       });
     }

@@ -20,7 +20,7 @@ import { FLOAT_DTYPE_CODE, SeededRandom, floatBytes, type FloatDtype, type GpuBa
 import { runKernelOn, runKernelOnBoth, type KernelBuffers as Bufs, type KernelLaunch, type KernelOutputs, type KernelPointers as Ptrs } from '@metrale/core/testing';
 import {
   ATTENTION_KERNELS, EXPERT_FORMATS, geluMulKernel, softcapKernel, attnPrefillLaunch, attnDecodeLaunch, prepLaunch, coreLaunch, combineLaunch, keyChunks, partialsBytes, EXPERT_KERNELS, WEIGHT_DTYPE_CODE, addKernel, addRmsNormKernel, combineKernel, embedKernel, expertsDownLaunch, expertsKernel, expertsLaunch,
-  expertsGemm, expertsGemmLaunch, expertsUpLaunch, expertsUpRowwiseLaunch, rowwiseLaunch, flatLaunch, groupKernel, groupLaunch, layerNormKernel, localizeKernel, moeGroupsLength, rmsNormKernel,
+  expertsGemm, expertsGemmLaunch, expertsRowwiseLaunch, expertsUpLaunch, expertsUpRowwiseLaunch, flatLaunch, groupKernel, groupLaunch, layerNormKernel, localizeKernel, moeGroupsLength, rmsNormKernel,
   ropeTable, routeFewKernel, routeFewLaunch, routeKernel, routerGemvKernel, routerGemvLaunch, rowLaunch, sharedSlotsKernel, sharedSlotsLaunch, siluMulKernel, type ExpertFormat, type ExpertGemm,
 } from '@metrale/layer-std';
 import { argmaxKernel, argmaxLaunch } from '@metrale/layer-std';
@@ -576,8 +576,7 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
     gpu.launch(k.upRowwise, expertsUpRowwiseLaunch(rows, topK, I, s), {
       input: p.x!, ids: p.ids!, gateUp: p.gateUp!, gateUpScales: fp8 ? p.gateUpScales! : 0n, h: p.h!, rows, hidden: D, inter: I, experts: E, topK, ...codes,
     });
-    const down = rowwiseLaunch(k, rows, D, s);
-    gpu.launch(down.kernel, down.launch, {
+    gpu.launch(k.rowwise, expertsRowwiseLaunch(rows, D, s), {
       h: p.h!, ids: p.ids!, weights: p.weights!, down: p.down!, downScales: fp8 ? p.downScales! : 0n, output: p.out!, rows, hidden: D, inter: I, experts: E, topK, ...codes,
     });
   };
@@ -627,8 +626,7 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
   }
 
   // Shapes: 3 rows at the 80B expert shape; one row at Qwen3-Next's top-10 (the row-wise kernels'
-  // one-row path: two warps a value in the down pass, each 4 experts at a time over its 5 slots;
-  // FP8: std.moe_experts_rowwise_one, a warp a value, rounds of 4 with their loads ahead),
+  // one-row path: two warps a value in the down pass, each 4 experts at a time over its 5 slots),
   // and one tiny
   // unaligned (scalar paths); 40 rows over 8 experts (~30 entries per expert: two passes of 16
   // through each weight tile); D and I past 128 but not multiples of it (FP8 blocks cut short on

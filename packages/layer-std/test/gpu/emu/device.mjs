@@ -33,7 +33,6 @@ export const stdModules = {
       [
         'std_moe_experts', 'std_moe_combine', 'std_moe_localize',
         ...['', '_bf16', '_f16', '_fp8_bf16', '_fp8_f16'].flatMap((s) => ['up', 'down', 'up_rowwise', 'rowwise'].map((k) => `std_moe_experts_${k}${s}`)),
-        'std_moe_experts_rowwise_one_fp8_bf16', 'std_moe_experts_rowwise_one_fp8_f16',
       ].map((k) => [k, 1]),
     ),
   },
