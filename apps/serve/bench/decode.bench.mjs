@@ -58,7 +58,8 @@ const { values: o } = parseArgs({
     eager: { type: 'boolean', default: false },
     sync: { type: 'boolean', default: false },
     repeats: { type: 'string', default: '1' },
-    // Also split an eager decode step's device time by layer kind (attention, GDN, MoE, MLP, norms, lm head, …).
+    // Also split an eager decode step's device time by layer kind (attention, GDN, MoE, MLP, norms, lm head, …;
+    // on CUDA its launches queued ahead of the device, see QUEUE_AHEAD_MS).
     'layer-times': { type: 'boolean', default: false },
     out: { type: 'string' },
   },
@@ -178,6 +179,14 @@ for (const { spec, graphs, asyncScheduling, repeat } of modes) {
 // launches its own kernel for it (the block-FP8 GEMMs call launch inside gemm); this loop picks its
 // tokens on the host, so the served step's argmax kernel is not among them): what a kernel count
 // costs in a graph is the cuda-backend bench's kernel chain.
+// On CUDA each timed step's launches are queued ahead of the device: before the step's first layer
+// the stream gets QUEUE_AHEAD_MS of device-to-device copies, so the host has enqueued the step by
+// the time the device reaches it and the intervals hold the kernels' time, not the host's launch
+// gaps (an eager one-row step is otherwise paced by the host). Each row says how long the copies
+// held the device (`queued_ahead_ms`) and how long the host took to enqueue the step after them
+// (`host_enqueue_ms`): while the second is the shorter, the device never waited on the host.
+const QUEUE_AHEAD_MS = 20;
+const QUEUE_COPY_BYTES = 512 * 2 ** 20;
 const layerTimes = [];
 let counting = false, launches = 0, depth = 0;
 for (const name of ['launch', 'gemm']) {
@@ -194,11 +203,13 @@ for (const name of ['launch', 'gemm']) {
 if (o['layer-times']) {
   for (const B of batches) {
     const timer = new LayerTimer(gpu);
+    const queue = gpu.kind === 'cuda' ? queueAhead(timer) : undefined;
     const driver = new StepDriver({ gpu, layers: servedLayers, limits, graphs: false, layerTimer: timer });
     const loop = new EngineLoop({ driver, vocabSize: text.vocab_size, prefillChunk: promptLen });
     const requests = Array.from({ length: B }, (_, b) => ({ prompt: benchPrompt(config, b, promptLen), stopTokenIds: [] }));
     generateAll(loop, requests.map((r) => ({ ...r, maxTokens: 2 }))); // warm-up
     timer.reset();
+    queue?.reset();
     // Launches of the steps that only decode (counted around each step, kept for those).
     let decodeLaunches = 0, decodeSteps = 0;
     wrapMethod(loop, 'step', (step) => () => {
@@ -222,12 +233,52 @@ if (o['layer-times']) {
       batch: B, eager_step_ms: Number(Object.values(kinds).reduce((a, b) => a + b, 0).toFixed(3)), launches_per_step: Number((decodeLaunches / Math.max(1, decodeSteps)).toFixed(1)),
       ms_per_step_by_kind: kinds,
       ...(model.kinds ? { ms_per_step_by_label: perStep(timer.totals('decode')) } : {}),
+      ...(queue ? queue.report() : {}),
     };
     layerTimes.push(row);
     console.error(JSON.stringify(row));
     driver.dispose();
     timer.dispose();
+    queue?.dispose();
   }
+}
+
+/**
+ * Queues each timed step's launches ahead of the device (see QUEUE_AHEAD_MS): wraps `timer` so that
+ * a step's first mark is preceded by device-to-device copies on its stream, and measures what the
+ * copies held and how long the host then took to reach the step's end.
+ */
+function queueAhead(timer) {
+  const src = gpu.alloc(QUEUE_COPY_BYTES), dst = gpu.alloc(QUEUE_COPY_BYTES);
+  // A copy reads and writes its bytes; the copy ceiling counts both.
+  const copyMs = copyBps ? ((2 * QUEUE_COPY_BYTES) / copyBps) * 1000 : 0.5;
+  const copies = Math.max(1, Math.ceil(QUEUE_AHEAD_MS / copyMs));
+  const start = gpu.createEvent(), end = gpu.createEvent();
+  let armed = true, enqueuedAt = 0, queuedMs = 0, hostMs = 0, steps = 0;
+  wrapMethod(timer, 'layer', (mark) => (type, stream) => {
+    if (armed) {
+      armed = false;
+      gpu.recordEvent(start, stream);
+      for (let i = 0; i < copies; i++) gpu.copyDeviceAsync(dst, src, QUEUE_COPY_BYTES, stream);
+      gpu.recordEvent(end, stream);
+      enqueuedAt = performance.now();
+    }
+    mark(type, stream);
+  });
+  wrapMethod(timer, 'collect', (collect) => (stream, phase) => {
+    const host = performance.now() - enqueuedAt;
+    collect(stream, phase);
+    if (phase === 'decode') (queuedMs += gpu.elapsedMs(start, end)), (hostMs += host), steps++;
+    armed = true;
+  });
+  return {
+    reset: () => void ((queuedMs = 0), (hostMs = 0), (steps = 0)),
+    report: () => ({ queued_ahead_ms: Number((queuedMs / Math.max(1, steps)).toFixed(3)), host_enqueue_ms: Number((hostMs / Math.max(1, steps)).toFixed(3)) }),
+    dispose: () => {
+      gpu.destroyEvent(start), gpu.destroyEvent(end);
+      gpu.free(src), gpu.free(dst);
+    },
+  };
 }
 
 const report = {

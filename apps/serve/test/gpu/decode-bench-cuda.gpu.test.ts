@@ -5,25 +5,37 @@ import { join } from 'node:path';
 import { probe } from '@metrale/cuda-backend';
 import { afterAll, describe, expect, it } from 'vitest';
 
-// The decode bench's launch count on CUDA is the CPU backend's: the block-FP8 GEMMs launch the
-// backend's own kernel from inside gemm, which the count once took as two launches.
+// The decode bench's layer times on CUDA: its launch count is the CPU backend's (the block-FP8
+// GEMMs launch the backend's own kernel from inside gemm, which the count once took as two
+// launches), and its timed steps are queued ahead of the device (the host done enqueuing a step
+// before the copies ahead of it end).
 const cuda = probe();
 if (!cuda.available) console.warn(`[serve gpu] decode bench launch count skipped: ${cuda.reason}`);
 
 const out = mkdtempSync(join(tmpdir(), 'metrale-decode-bench-'));
 afterAll(() => rmSync(out, { recursive: true, force: true }));
 
-function launchesPerStep(backend: string, dtype: string): number {
+interface LayerTimesRow {
+  launches_per_step: number;
+  eager_step_ms: number;
+  queued_ahead_ms?: number;
+  host_enqueue_ms?: number;
+}
+
+function layerTimes(backend: string, dtype: string): LayerTimesRow {
   const file = join(out, `${backend}-${dtype}.json`);
   const args = ['--backend', backend, '--tiny', '--dtype', dtype, '--batches', '1', '--steps', '3', '--spec', '0', '--layer-times', '--out', file];
   const run = spawnSync(process.execPath, [join('bench', 'decode.bench.mjs'), ...args], { encoding: 'utf8', timeout: 240_000 });
   expect(run.status, `decode bench on ${backend}: ${run.stderr}`).toBe(0);
-  const report = JSON.parse(readFileSync(file, 'utf8')) as { layer_times: { launches_per_step: number }[] };
-  return report.layer_times[0]!.launches_per_step;
+  const report = JSON.parse(readFileSync(file, 'utf8')) as { layer_times: LayerTimesRow[] };
+  return report.layer_times[0]!;
 }
 
 describe.skipIf(!cuda.available)('decode bench on CUDA', () => {
-  it.each(['fp8', 'bf16'])('counts a one-row %s step as the CPU backend does', (dtype) => {
-    expect(launchesPerStep('cuda', dtype)).toBe(launchesPerStep('cpu', dtype));
+  it.each(['fp8', 'bf16'])('counts a one-row %s step as the CPU backend does, its launches queued ahead', (dtype) => {
+    const row = layerTimes('cuda', dtype);
+    expect(row.launches_per_step).toBe(layerTimes('cpu', dtype).launches_per_step);
+    expect(row.eager_step_ms).toBeGreaterThan(0);
+    expect(row.queued_ahead_ms).toBeGreaterThan(row.host_enqueue_ms!);
   }, 600_000);
 });
