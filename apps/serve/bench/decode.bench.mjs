@@ -17,7 +17,8 @@
 //
 //   node bench/decode.bench.mjs [--model qwen3-next-80b|qwen3.5-moe|gemma3n-e4b] [--backend cuda]
 //        [--dtype bf16|fp8|f32] [--experts N] [--batches 1,8,64] [--steps 64] [--prompt 128]
-//        [--spec 4] [--eager] [--sync] [--repeats 1] [--layer-times] [--tiny] [--layers N] [--out FILE]
+//        [--spec 4] [--eager] [--sync] [--repeats 1] [--layer-times] [--graph-times] [--tiny] [--layers N]
+//        [--out FILE]
 // --spec K: the drafts of the speculating rows (n-gram), run after the plain ones; 0: plain decode
 // only (a device call then spends no time on them).
 // --tiny: a few-layer, narrow model of the same structure, to check the script on the CPU. Greedy
@@ -61,6 +62,9 @@ const { values: o } = parseArgs({
     // Also split an eager decode step's device time by layer kind (attention, GDN, MoE, MLP, norms, lm head, …;
     // on CUDA its launches queued ahead of the device, see QUEUE_AHEAD_MS).
     'layer-times': { type: 'boolean', default: false },
+    // Also the device time of each replayed graph (graph_ms; the events around each launch may
+    // lengthen a step a little, so the headline rows run without them).
+    'graph-times': { type: 'boolean', default: false },
     out: { type: 'string' },
   },
 });
@@ -124,6 +128,31 @@ for (const name of ['synchronize', 'synchronizeEvent']) {
     }
   });
 }
+// Device time of each replayed graph (an event on its stream before and after the launch): what a
+// replayed step's kernels take, beside the step's wall time (step tables, the token pick and any
+// wait of the device on the host are outside it). Only the graphs of steps that prefilled nothing
+// count (a prefill step also replays the decode of the sequences already running), as for
+// step_ms. Read after the run (--graph-times).
+const graphTimes = { pairs: [], used: 0, counted: [] };
+if (o['graph-times']) {
+  wrapMethod(gpu, 'launchGraph', (launch) => (exec, stream) => {
+    if (graphTimes.used === graphTimes.pairs.length) graphTimes.pairs.push([gpu.createEvent(), gpu.createEvent()]);
+    const [start, end] = graphTimes.pairs[graphTimes.used++];
+    gpu.recordEvent(start, stream);
+    launch(exec, stream);
+    gpu.recordEvent(end, stream);
+  });
+}
+/** Mean device ms of the counted graphs launched since the last call (none: undefined); waits for the device. */
+const graphMs = () => {
+  graphTimes.used = 0;
+  const counted = graphTimes.counted.splice(0);
+  if (counted.length === 0) return undefined;
+  gpu.synchronize();
+  let ms = 0;
+  for (const i of counted) ms += gpu.elapsedMs(graphTimes.pairs[i][0], graphTimes.pairs[i][1]);
+  return ms / counted.length;
+};
 const plainModes = [
   { spec: false, graphs: true, asyncScheduling: true },
   ...(o.sync ? [{ spec: false, graphs: true, asyncScheduling: false }] : []),
@@ -150,12 +179,18 @@ for (const { spec, graphs, asyncScheduling, repeat } of modes) {
     // The host time of the steps that only decode or verify.
     let host = 0, hostSteps = 0;
     wrapMethod(loop, 'step', (step) => () => {
-      const t = performance.now(), waited = waitedMs;
+      const t = performance.now(), waited = waitedMs, launched = graphTimes.used;
       const report = step();
-      if (decodesOnly(report)) (host += performance.now() - t - (waitedMs - waited)), hostSteps++;
+      if (decodesOnly(report)) {
+        host += performance.now() - t - (waitedMs - waited);
+        hostSteps++;
+        for (let i = launched; i < graphTimes.used; i++) graphTimes.counted.push(i);
+      }
       return report;
     });
+    graphMs();
     const { stats } = runner.generate(requests);
+    const replayedMs = graphMs();
     const hostMs = host / Math.max(1, hostSteps);
     driver.dispose();
     // The tokens of the steps that prefilled nothing over those steps' time (a token decoded in a
@@ -165,6 +200,7 @@ for (const { spec, graphs, asyncScheduling, repeat } of modes) {
     const floorMs = copyBps ? (floor.stepBytes(B, context) / copyBps) * 1000 : undefined;
     const row = {
       batch: B, spec: spec ? `ngram:k=${k}` : null, graphs, async_scheduling: asyncScheduling && !spec, ...(repeats > 1 ? { repeat } : {}), tokens_per_s: Number(tokPerS.toFixed(1)), step_ms: Number(stepMs.toFixed(3)), host_ms: Number(hostMs.toFixed(3)),
+      ...(replayedMs !== undefined ? { graph_ms: Number(replayedMs.toFixed(3)) } : {}),
       steps: stats.steps, acceptance: stats.speculation ? Number(stats.speculation.acceptanceRate.toFixed(3)) : null,
       roofline_step_ms: floorMs === undefined ? null : Number(floorMs.toFixed(3)),
       of_roofline: floorMs === undefined || spec || !graphs ? null : Number((floorMs / stepMs).toFixed(3)),

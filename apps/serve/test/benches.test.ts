@@ -22,7 +22,7 @@ function bench(script: string, args: string[]): Record<string, unknown> {
 interface DecodeReport {
   model: string;
   adapter: string;
-  results: { batch: number; spec: string | null; tokens_per_s: number }[];
+  results: { batch: number; spec: string | null; tokens_per_s: number; step_ms: number; graph_ms?: number }[];
   floor: { step_bytes: Record<string, number> };
   layer_times: { batch: number; launches_per_step: number; ms_per_step_by_kind: Record<string, number> }[];
 }
@@ -53,10 +53,12 @@ interface LongContextReport {
 describe('whole-model benches on the CPU device (tiny shape)', () => {
   it('decode: every batch with and without speculation, and the time per layer kind', () => {
     // The 80B bench by the name the records cite: decode.bench.mjs's default model.
-    const r = bench('qwen3-next-80b.bench.mjs', ['--batches', '1,2', '--steps', '4', '--layer-times']) as unknown as DecodeReport;
+    const r = bench('qwen3-next-80b.bench.mjs', ['--batches', '1,2', '--steps', '4', '--layer-times', '--graph-times']) as unknown as DecodeReport;
     expect([r.model, r.adapter]).toEqual(['qwen3-next-80b', 'qwen3_next']);
     expect(r.results.map((x) => x.batch)).toEqual([1, 2, 1, 2]);
     for (const x of r.results) expect(x.tokens_per_s).toBeGreaterThan(0);
+    // Every row replays graphs: with --graph-times each says what its graphs took on the device.
+    for (const x of r.results) expect(x.graph_ms).toBeGreaterThan(0);
     expect(Object.keys(r.layer_times[0]!.ms_per_step_by_kind)).toEqual(expect.arrayContaining(['gdn', 'attention', 'moe', 'lm-head']));
     // The kernel budget of a one-row step (the batch-1 bar is bounded by it: docs/performance.md):
     // 10 launches a layer (two norms, four for the mixer, four for the MoE; the attention layer one
@@ -68,6 +70,8 @@ describe('whole-model benches on the CPU device (tiny shape)', () => {
   it('decode with --spec 0: the plain rows only; a --spec that is not a whole number is refused, naming it', () => {
     const r = bench('decode.bench.mjs', ['--batches', '1', '--steps', '2', '--spec', '0']) as unknown as DecodeReport;
     expect(r.results.map((x) => [x.batch, x.spec])).toEqual([[1, null]]);
+    // Without --graph-times no events surround the graphs, and no row reports them.
+    expect(r.results[0]!.graph_ms).toBeUndefined();
     const bad = spawnSync(process.execPath, [join('bench', 'decode.bench.mjs'), '--backend', 'cpu', '--tiny', '--spec', '2.5'], { encoding: 'utf8', timeout: 60_000 });
     expect(bad.status).toBe(2);
     expect(bad.stderr).toMatch(/--spec: .*got 2.5/);
