@@ -23,11 +23,19 @@ function prefilled(rig: Rig, inputs: Inputs, lengths: number[]): Sequence[] {
 }
 
 describe('BatchBuckets', () => {
-  it('defaults to powers of two and maxBatch', () => {
+  it('defaults to 1, 2, 4, multiples of 8 (of 16 past 256) and maxBatch', () => {
     expect(defaultBuckets(1)).toEqual([1]);
+    expect(defaultBuckets(3)).toEqual([1, 2, 3]);
     expect(defaultBuckets(6)).toEqual([1, 2, 4, 6]);
     expect(defaultBuckets(8)).toEqual([1, 2, 4, 8]);
     expect(new BatchBuckets(8).sizes).toEqual([1, 2, 4, 8]);
+    expect(defaultBuckets(64)).toEqual([1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64]);
+    expect(defaultBuckets(100)).toEqual([1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 100]);
+    const big = defaultBuckets(300);
+    expect(big.slice(-5)).toEqual([248, 256, 272, 288, 300]);
+    // Padding never exceeds 7 rows up to 256, nor 15 beyond.
+    const b = new BatchBuckets(300);
+    for (let n = 1; n <= 300; n++) expect(b.bucketFor(n) - n).toBeLessThanOrEqual(n <= 256 ? 7 : 15);
   });
 
   it('gives the smallest bucket that holds the batch', () => {

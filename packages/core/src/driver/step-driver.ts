@@ -18,7 +18,7 @@ export interface StepDriverOptions {
   /** The layer stack, run in order; layer i's output rows are layer i+1's input rows. */
   readonly layers: readonly TransformerLayer<any>[];
   readonly limits: LayerLimits;
-  /** Padded batch sizes for decode and verify graphs; default: powers of two and maxBatch. */
+  /** Padded batch sizes for decode and verify graphs; default: `defaultBuckets(maxBatch)` (1, 2, 4, multiples of 8, maxBatch). */
   readonly buckets?: readonly number[];
   /** Capture and replay CUDA graphs for decode and verify (default true). */
   readonly graphs?: boolean;
