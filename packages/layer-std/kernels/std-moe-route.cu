@@ -23,8 +23,6 @@
 // the candidates (at least k experts rank at or above it), and each candidate's exact rank among
 // them is its slot. A row with too many candidates (many of its best experts in a few lanes), or
 // more slots than lanes, picks one at a time instead. The weights' sum in slot order either way.
-// A padded row of a decode or verify bucket (its batch position's slot −1 in the step's slot table,
-// padSlots) is then routed to no expert: ids −1, weights 0, and no shared slot (unroute_padded).
 #include <cstring>
 
 #include "std-common.cuh"
@@ -341,48 +339,26 @@ __device__ __forceinline__ void route_pass(const float* __restrict__ logits, con
   __syncthreads();  // the next pass reuses s
 }
 
-/**
- * Whether row r is padding: its batch position (r / padK) has slot −1 in the step's slot table
- * padSlots (null: the step has no padding, as a prefill).
- */
-__device__ __forceinline__ bool padded_row(const int32_t* __restrict__ padSlots, int padK, int r) {
-  return padSlots && padK > 0 && padSlots[r / padK] < 0;
-}
-
-/**
- * Row r, when padding, routed to no expert: ids −1 (outside the experts, which every expert kernel
- * skips) and weights 0, over the route's (after the barrier that ends route_pass).
- */
-__device__ __forceinline__ void unroute_padded(int32_t* __restrict__ ids, float* __restrict__ weights, int r, int topK,
-                                               const int32_t* __restrict__ padSlots, int padK) {
-  if (!padded_row(padSlots, padK, r)) return;
-  for (int j = threadIdx.x; j < topK; j += blockDim.x) ids[(size_t)r * topK + j] = -1, weights[(size_t)r * topK + j] = 0.f;
-}
-
 /** Every row by this CTA: as many at a time as s holds, the CTA has warps for, and kPassRows. */
 __device__ __forceinline__ void route_rows(const float* __restrict__ logits, const float* __restrict__ bias, int32_t* __restrict__ ids,
                                            float* __restrict__ weights, int rows, int E, int topK, int scoring, int normTopK, int nGroup, int topkGroup,
-                                           float scaling, const int32_t* __restrict__ padSlots, int padK, RouteShared& s) {
+                                           float scaling, RouteShared& s) {
   const int stride = row_stride(E, nGroup);
   const int per = max(1, min(min(kPassRows, num_warps()), kRowWords / stride));
   for (int r0 = 0; r0 < rows; r0 += per)
     route_pass(logits, bias, ids, weights, r0, min(per, rows - r0), E, topK, scoring, normTopK, nGroup, topkGroup, scaling, stride, s);
-  for (int r = 0; r < rows; r++) unroute_padded(ids, weights, r, topK, padSlots, padK);
-  __syncthreads();  // the padded rows' ids, before anything of this CTA reads them
 }
 
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(1024) std_moe_route(const float* __restrict__ logits, const float* __restrict__ bias, int32_t* __restrict__ ids,
                                                                  float* __restrict__ weights, int rows, int experts, int topK, int scoring, int normTopK,
-                                                                 int nGroup, int topkGroup, float scaling, const int32_t* __restrict__ padSlots, int padK) {
+                                                                 int nGroup, int topkGroup, float scaling) {
   STD_SHARED(RouteShared, s, 1);
   if (experts > kMaxExperts || experts < 1) __trap();
   const int stride = row_stride(experts, nGroup);
-  for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+  for (int r = blockIdx.x; r < rows; r += gridDim.x)
     route_pass(logits, bias, ids, weights, r, 1, experts, topK, scoring, normTopK, nGroup, topkGroup, scaling, stride, s[0]);
-    unroute_padded(ids, weights, r, topK, padSlots, padK);
-  }
 }
 
 // ---- few rows: std_moe_route_few and std_moe_router_gemv ------------------------------------------
@@ -544,15 +520,14 @@ namespace {
  * last CTA reads them right after writing them.
  */
 __device__ __forceinline__ void route_slots(const int32_t* ids, const float* weights, int32_t* __restrict__ slotIds, float* __restrict__ slotWeights,
-                                            int rows, int topK, int sharedId, const int32_t* __restrict__ padSlots, int padK, int r0, int step) {
+                                            int rows, int topK, int sharedId, int r0, int step) {
   const int tid = threadIdx.x, B = blockDim.x, S = topK + 1;
   for (int r = r0; r < rows; r += step) {
     for (int j = tid; j < topK; j += B) {
       slotIds[(size_t)r * S + j] = ids[(size_t)r * topK + j];
       slotWeights[(size_t)r * S + j] = weights[(size_t)r * topK + j];
     }
-    // A padded row takes no shared expert either (its weight is made as any row's).
-    if (tid == 0) slotIds[(size_t)r * S + topK] = padded_row(padSlots, padK, r) ? -1 : sharedId;
+    if (tid == 0) slotIds[(size_t)r * S + topK] = sharedId;
   }
 }
 
@@ -595,12 +570,11 @@ __device__ __forceinline__ void shared_gate_weights(const T* __restrict__ x, con
 
 extern "C" __global__ void __launch_bounds__(kFewThreads) std_moe_route_few(const float* __restrict__ logits, const float* __restrict__ bias,
                                                                            int32_t* __restrict__ ids, float* __restrict__ weights, int rows, int experts,
-                                                                           int topK, int scoring, int normTopK, int nGroup, int topkGroup, float scaling,
-                                                                           const int32_t* __restrict__ padSlots, int padK) {
+                                                                           int topK, int scoring, int normTopK, int nGroup, int topkGroup, float scaling) {
   STD_SHARED(RouteShared, s, 1);
   if (blockIdx.x != 0) return;  // one CTA routes every row
   if (experts > kMaxExperts || experts < 1) __trap();
-  route_rows(logits, bias, ids, weights, rows, experts, topK, scoring, normTopK, nGroup, topkGroup, scaling, padSlots, padK, s[0]);
+  route_rows(logits, bias, ids, weights, rows, experts, topK, scoring, normTopK, nGroup, topkGroup, scaling, s[0]);
 }
 
 extern "C" __global__ void __launch_bounds__(kFewThreads, 1) std_moe_router_gemv(const void* __restrict__ x, const void* __restrict__ w, float* __restrict__ logits,
@@ -609,8 +583,7 @@ extern "C" __global__ void __launch_bounds__(kFewThreads, 1) std_moe_router_gemv
                                                                              int experts, int topK, int scoring, int normTopK, int nGroup, int topkGroup,
                                                                              float scaling, int dtype, const float* __restrict__ sharedGate,
                                                                              int32_t* __restrict__ slotIds, float* __restrict__ slotWeights, int sharedId,
-                                                                             int32_t* __restrict__ groups, int groupExperts,
-                                                                             const int32_t* __restrict__ padSlots, int padK) {
+                                                                             int32_t* __restrict__ groups, int groupExperts) {
   STD_SHARED(float, red, kFewWarps * 32);
   STD_SHARED(RouteShared, s, 1);
   STD_SHARED(int, last, 1);
@@ -639,13 +612,13 @@ extern "C" __global__ void __launch_bounds__(kFewThreads, 1) std_moe_router_gemv
   }
   __syncthreads();
   if (!last[0]) return;
-  route_rows(logits, bias, ids, weights, rows, experts, topK, scoring, normTopK, nGroup, topkGroup, scaling, padSlots, padK, s[0]);
+  route_rows(logits, bias, ids, weights, rows, experts, topK, scoring, normTopK, nGroup, topkGroup, scaling, s[0]);
   // The tail the layer would launch next, in the same CTA (std_moe_shared_slots, std_moe_group; the
   // same bits: the slots' gate sums over the same 256 threads, the groups buffer is one order).
   if (sharedId < 0 && !groups) return;
   __syncthreads();  // the route's ids and weights, written by this CTA, are visible to all of it
   if (sharedId >= 0) {
-    route_slots(ids, weights, slotIds, slotWeights, rows, topK, sharedId, padSlots, padK, 0, 1);
+    route_slots(ids, weights, slotIds, slotWeights, rows, topK, sharedId, 0, 1);
     if (!gateCta) METRALE_BY_ROW_TYPE(dtype, shared_gate_weights, static_cast<const T*>(x), sharedGate, slotWeights, rows, hidden, topK, red, 0, 1);
     __syncthreads();
   }
@@ -654,10 +627,9 @@ extern "C" __global__ void __launch_bounds__(kFewThreads, 1) std_moe_router_gemv
 
 extern "C" __global__ void __launch_bounds__(256) std_moe_shared_slots(const void* __restrict__ x, const float* __restrict__ gate, const int32_t* __restrict__ ids,
                                                                       const float* __restrict__ weights, int32_t* __restrict__ slotIds,
-                                                                      float* __restrict__ slotWeights, int rows, int hidden, int topK, int sharedId, int dtype,
-                                                                      const int32_t* __restrict__ padSlots, int padK) {
+                                                                      float* __restrict__ slotWeights, int rows, int hidden, int topK, int sharedId, int dtype) {
   STD_SHARED(float, red, 32);
   if ((blockDim.x & 31) != 0) __trap();
-  route_slots(ids, weights, slotIds, slotWeights, rows, topK, sharedId, padSlots, padK, (int)blockIdx.x, (int)gridDim.x);
+  route_slots(ids, weights, slotIds, slotWeights, rows, topK, sharedId, (int)blockIdx.x, (int)gridDim.x);
   METRALE_BY_ROW_TYPE(dtype, shared_gate_weights, static_cast<const T*>(x), gate, slotWeights, rows, hidden, topK, red, (int)blockIdx.x, (int)gridDim.x);
 }
