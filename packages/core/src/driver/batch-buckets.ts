@@ -3,9 +3,9 @@ import { InvalidArgumentError } from '../errors.js';
 /**
  * Default padded batch sizes: 1, 2, 4, then every multiple of 8 up to 256 and of 16 beyond, below
  * `maxBatch`, and `maxBatch` itself. A step runs at the next size up, and a padded row costs some
- * kernels as much as a real one (docs/benchmarks.md, "Time per layer kind"), so the sizes stay
- * close: at most 7 padded rows up to 256 and 15 beyond, where powers of two padded up to half the
- * bucket (40 sequences ran the 64 graph). One more graph per size to capture at startup.
+ * kernels as much as a real one (docs/benchmarks.md, @metrale/serve, "Batch buckets"), so the
+ * sizes stay close: at most 7 padded rows up to 256 and 15 beyond, where powers of two padded up
+ * to half a bucket. Each size is one more graph to capture at startup.
  */
 export function defaultBuckets(maxBatch: number): number[] {
   const out: number[] = [];
