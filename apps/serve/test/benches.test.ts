@@ -22,7 +22,7 @@ function bench(script: string, args: string[]): Record<string, unknown> {
 interface DecodeReport {
   model: string;
   adapter: string;
-  results: { batch: number; spec: string | null; tokens_per_s: number; step_ms: number; graph_ms?: number }[];
+  results: { batch: number; spec: string | null; tokens_per_s: number; graph_ms?: number }[];
   floor: { step_bytes: Record<string, number> };
   layer_times: { batch: number; launches_per_step: number; ms_per_step_by_kind: Record<string, number> }[];
 }
