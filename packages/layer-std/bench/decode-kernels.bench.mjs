@@ -128,7 +128,7 @@ try {
     for (const batch of [1, 8]) {
       const xs = Array.from({ length: 10 }, () => upload(encoded(batch * D, 1, ROWS)));
       const logits = alloc(4 * batch * E);
-      const args = { bias, ids: alloc(4 * batch * topK), weights: alloc(4 * batch * topK), rows: batch, experts: E, topK, scoring, normTopK: 1, nGroup: 1, topkGroup: 1, scaling };
+      const args = { bias, ids: alloc(4 * batch * topK), weights: alloc(4 * batch * topK), rows: batch, experts: E, topK, scoring, normTopK: 1, nGroup: 1, topkGroup: 1, scaling, padSlots: 0n, padK: 0 };
       const gemm = (i) => gpu.gemm({ m: batch, n: E, k: D, a: xs[i], b: router, c: logits, transB: true, dtype: ROWS, outDtype: 'f32', stream });
       const noTail = { sharedGate: 0n, slotIds: 0n, slotWeights: 0n, sharedId: -1, groups: 0n, groupExperts: E };
       const fusedMs = graphMs((i) => gpu.launch(std.routerGemvKernel, std.routerGemvLaunch(E, stream), { x: xs[i], w: router, logits, counter, ...args, hidden: D, dtype: rowCode, ...noTail }));
@@ -159,6 +159,7 @@ try {
           gemv(i);
           gpu.launch(std.sharedSlotsKernel, std.sharedSlotsLaunch(batch, stream), {
             x: xs[i], gate: made.sharedGate, ids: args.ids, weights: args.weights, slotIds: made.slotIds, slotWeights: made.slotWeights, rows: batch, hidden: D, topK, sharedId: E, dtype: rowCode,
+            padSlots: 0n, padK: 0,
           });
           gpu.launch(std.groupKernel, std.groupLaunch(batch, slots, stream), { ids: made.slotIds, groups, rows: batch, experts: E + 1, topK: slots });
         });

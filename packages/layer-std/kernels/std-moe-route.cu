@@ -23,6 +23,8 @@
 // the candidates (at least k experts rank at or above it), and each candidate's exact rank among
 // them is its slot. A row with too many candidates (many of its best experts in a few lanes), or
 // more slots than lanes, picks one at a time instead. The weights' sum in slot order either way.
+// A padded row of a decode or verify bucket (its batch position's slot −1 in the step's slot table,
+// padSlots) is then routed to no expert: ids −1, weights 0, and no shared slot (unroute_padded).
 #include <cstring>
 
 #include "std-common.cuh"
@@ -339,26 +341,81 @@ __device__ __forceinline__ void route_pass(const float* __restrict__ logits, con
   __syncthreads();  // the next pass reuses s
 }
 
-/** Every row by this CTA: as many at a time as s holds, the CTA has warps for, and kPassRows. */
-__device__ __forceinline__ void route_rows(const float* __restrict__ logits, const float* __restrict__ bias, int32_t* __restrict__ ids,
-                                           float* __restrict__ weights, int rows, int E, int topK, int scoring, int normTopK, int nGroup, int topkGroup,
-                                           float scaling, RouteShared& s) {
+/**
+ * This lane's batch position's slot (lanes past the positions, or no table: 0), read at a kernel's
+ * start and compared only where the route needs it (pad_rows), so the load rides beside the
+ * kernel's own instead of stalling it (a compare right after it held every warp for the load).
+ */
+__device__ __forceinline__ int pad_slot_early(const int32_t* __restrict__ padSlots, int padK, int rows) {
+  const int lane = (int)(threadIdx.x & 31);
+  return padSlots && padK > 0 && lane < (rows + padK - 1) / padK ? padSlots[lane] : 0;
+}
+
+/**
+ * Which rows of a launch are padding: those whose batch position (r / k) has slot −1 in the step's
+ * slot table `slots` (null: the step has no padding, as a prefill). A bit per position for the
+ * first 32 positions; later ones are read when asked.
+ */
+struct PadRows {
+  const int32_t* slots;
+  int k;
+  unsigned first;
+  __device__ __forceinline__ bool operator()(int r) const {
+    if (!slots || k <= 0) return false;
+    const int p = r / k;
+    return p < 32 ? (first >> p) & 1u : slots[p] < 0;
+  }
+  /** Whether any of `rows` may be padding (every thread of the CTA gives the same answer). */
+  __device__ __forceinline__ bool any(int rows) const { return first != 0u || (slots && k > 0 && rows > 32 * k); }
+};
+
+/** pad_slot_early's loads as a mask: every thread of the CTA, in uniform control flow (a ballot). */
+__device__ __forceinline__ PadRows pad_rows(const int32_t* __restrict__ padSlots, int padK, int early) {
+  if (!padSlots || padK <= 0) return {nullptr, 0, 0u};
+  return {padSlots, padK, __ballot_sync(0xffffffffu, early < 0)};
+}
+
+/**
+ * Row r, when padding, routed to no expert: ids −1 (outside the experts, which every expert kernel
+ * skips) and weights 0, over the route's (after the barrier that ends route_pass).
+ */
+__device__ __forceinline__ void unroute_padded(int32_t* __restrict__ ids, float* __restrict__ weights, int r, int topK, bool padded) {
+  if (!padded) return;
+  for (int j = threadIdx.x; j < topK; j += blockDim.x) ids[(size_t)r * topK + j] = -1, weights[(size_t)r * topK + j] = 0.f;
+}
+
+/**
+ * Every row by this CTA: as many at a time as s holds, the CTA has warps for, and kPassRows; then
+ * the padded rows (padEarly: pad_slot_early's) routed to no expert. Returns which rows are padding.
+ */
+__device__ __forceinline__ PadRows route_rows(const float* __restrict__ logits, const float* __restrict__ bias, int32_t* __restrict__ ids,
+                                              float* __restrict__ weights, int rows, int E, int topK, int scoring, int normTopK, int nGroup, int topkGroup,
+                                              float scaling, const int32_t* __restrict__ padSlots, int padK, int padEarly, RouteShared& s) {
   const int stride = row_stride(E, nGroup);
   const int per = max(1, min(min(kPassRows, num_warps()), kRowWords / stride));
   for (int r0 = 0; r0 < rows; r0 += per)
     route_pass(logits, bias, ids, weights, r0, min(per, rows - r0), E, topK, scoring, normTopK, nGroup, topkGroup, scaling, stride, s);
+  const PadRows pad = pad_rows(padSlots, padK, padEarly);
+  if (!pad.any(rows)) return pad;
+  for (int r = 0; r < rows; r++) unroute_padded(ids, weights, r, topK, pad(r));
+  __syncthreads();  // the padded rows' ids, before anything of this CTA reads them
+  return pad;
 }
 
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(1024) std_moe_route(const float* __restrict__ logits, const float* __restrict__ bias, int32_t* __restrict__ ids,
                                                                  float* __restrict__ weights, int rows, int experts, int topK, int scoring, int normTopK,
-                                                                 int nGroup, int topkGroup, float scaling) {
+                                                                 int nGroup, int topkGroup, float scaling, const int32_t* __restrict__ padSlots, int padK) {
   STD_SHARED(RouteShared, s, 1);
   if (experts > kMaxExperts || experts < 1) __trap();
   const int stride = row_stride(experts, nGroup);
-  for (int r = blockIdx.x; r < rows; r += gridDim.x)
+  for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+    // Compared after the route, so the load does not hold the route's first reads.
+    const int slot = padSlots && padK > 0 ? padSlots[r / padK] : 0;
     route_pass(logits, bias, ids, weights, r, 1, experts, topK, scoring, normTopK, nGroup, topkGroup, scaling, stride, s[0]);
+    unroute_padded(ids, weights, r, topK, slot < 0);
+  }
 }
 
 // ---- few rows: std_moe_route_few and std_moe_router_gemv ------------------------------------------
@@ -520,14 +577,15 @@ namespace {
  * last CTA reads them right after writing them.
  */
 __device__ __forceinline__ void route_slots(const int32_t* ids, const float* weights, int32_t* __restrict__ slotIds, float* __restrict__ slotWeights,
-                                            int rows, int topK, int sharedId, int r0, int step) {
+                                            int rows, int topK, int sharedId, PadRows pad, int r0, int step) {
   const int tid = threadIdx.x, B = blockDim.x, S = topK + 1;
   for (int r = r0; r < rows; r += step) {
     for (int j = tid; j < topK; j += B) {
       slotIds[(size_t)r * S + j] = ids[(size_t)r * topK + j];
       slotWeights[(size_t)r * S + j] = weights[(size_t)r * topK + j];
     }
-    if (tid == 0) slotIds[(size_t)r * S + topK] = sharedId;
+    // A padded row takes no shared expert either (its weight is made as any row's).
+    if (tid == 0) slotIds[(size_t)r * S + topK] = pad(r) ? -1 : sharedId;
   }
 }
 
@@ -570,11 +628,13 @@ __device__ __forceinline__ void shared_gate_weights(const T* __restrict__ x, con
 
 extern "C" __global__ void __launch_bounds__(kFewThreads) std_moe_route_few(const float* __restrict__ logits, const float* __restrict__ bias,
                                                                            int32_t* __restrict__ ids, float* __restrict__ weights, int rows, int experts,
-                                                                           int topK, int scoring, int normTopK, int nGroup, int topkGroup, float scaling) {
+                                                                           int topK, int scoring, int normTopK, int nGroup, int topkGroup, float scaling,
+                                                                           const int32_t* __restrict__ padSlots, int padK) {
   STD_SHARED(RouteShared, s, 1);
   if (blockIdx.x != 0) return;  // one CTA routes every row
   if (experts > kMaxExperts || experts < 1) __trap();
-  route_rows(logits, bias, ids, weights, rows, experts, topK, scoring, normTopK, nGroup, topkGroup, scaling, s[0]);
+  route_rows(logits, bias, ids, weights, rows, experts, topK, scoring, normTopK, nGroup, topkGroup, scaling, padSlots, padK,
+             pad_slot_early(padSlots, padK, rows), s[0]);
 }
 
 extern "C" __global__ void __launch_bounds__(kFewThreads, 1) std_moe_router_gemv(const void* __restrict__ x, const void* __restrict__ w, float* __restrict__ logits,
@@ -583,7 +643,8 @@ extern "C" __global__ void __launch_bounds__(kFewThreads, 1) std_moe_router_gemv
                                                                              int experts, int topK, int scoring, int normTopK, int nGroup, int topkGroup,
                                                                              float scaling, int dtype, const float* __restrict__ sharedGate,
                                                                              int32_t* __restrict__ slotIds, float* __restrict__ slotWeights, int sharedId,
-                                                                             int32_t* __restrict__ groups, int groupExperts) {
+                                                                             int32_t* __restrict__ groups, int groupExperts,
+                                                                             const int32_t* __restrict__ padSlots, int padK) {
   STD_SHARED(float, red, kFewWarps * 32);
   STD_SHARED(RouteShared, s, 1);
   STD_SHARED(int, last, 1);
@@ -591,6 +652,7 @@ extern "C" __global__ void __launch_bounds__(kFewThreads, 1) std_moe_router_gemv
   early_start();
   if (rows > kGemvRows || blockDim.x != kFewThreads || experts < 1 || experts > kMaxExperts) __trap();
   if (groups && rows * (topK + (sharedId >= 0)) > kFewGroupEntries) __trap();
+  const int padEarly = pad_slot_early(padSlots, padK, rows);
   const int epc = gemv_experts(experts);
   const unsigned gemvCtas = (unsigned)((experts + epc - 1) / epc);
   // One CTA more than the experts take (routerGemvLaunch's gateCta): it makes the shared expert's
@@ -612,13 +674,13 @@ extern "C" __global__ void __launch_bounds__(kFewThreads, 1) std_moe_router_gemv
   }
   __syncthreads();
   if (!last[0]) return;
-  route_rows(logits, bias, ids, weights, rows, experts, topK, scoring, normTopK, nGroup, topkGroup, scaling, s[0]);
+  const PadRows pad = route_rows(logits, bias, ids, weights, rows, experts, topK, scoring, normTopK, nGroup, topkGroup, scaling, padSlots, padK, padEarly, s[0]);
   // The tail the layer would launch next, in the same CTA (std_moe_shared_slots, std_moe_group; the
   // same bits: the slots' gate sums over the same 256 threads, the groups buffer is one order).
   if (sharedId < 0 && !groups) return;
   __syncthreads();  // the route's ids and weights, written by this CTA, are visible to all of it
   if (sharedId >= 0) {
-    route_slots(ids, weights, slotIds, slotWeights, rows, topK, sharedId, 0, 1);
+    route_slots(ids, weights, slotIds, slotWeights, rows, topK, sharedId, pad, 0, 1);
     if (!gateCta) METRALE_BY_ROW_TYPE(dtype, shared_gate_weights, static_cast<const T*>(x), sharedGate, slotWeights, rows, hidden, topK, red, 0, 1);
     __syncthreads();
   }
@@ -627,9 +689,13 @@ extern "C" __global__ void __launch_bounds__(kFewThreads, 1) std_moe_router_gemv
 
 extern "C" __global__ void __launch_bounds__(256) std_moe_shared_slots(const void* __restrict__ x, const float* __restrict__ gate, const int32_t* __restrict__ ids,
                                                                       const float* __restrict__ weights, int32_t* __restrict__ slotIds,
-                                                                      float* __restrict__ slotWeights, int rows, int hidden, int topK, int sharedId, int dtype) {
+                                                                      float* __restrict__ slotWeights, int rows, int hidden, int topK, int sharedId, int dtype,
+                                                                      const int32_t* __restrict__ padSlots, int padK) {
   STD_SHARED(float, red, 32);
   if ((blockDim.x & 31) != 0) __trap();
-  route_slots(ids, weights, slotIds, slotWeights, rows, topK, sharedId, (int)blockIdx.x, (int)gridDim.x);
+  const int padEarly = pad_slot_early(padSlots, padK, rows);
+  // The gate's weights first (they write only the shared slot's weight), so the padding is
+  // compared after them.
   METRALE_BY_ROW_TYPE(dtype, shared_gate_weights, static_cast<const T*>(x), gate, slotWeights, rows, hidden, topK, red, (int)blockIdx.x, (int)gridDim.x);
+  route_slots(ids, weights, slotIds, slotWeights, rows, topK, sharedId, pad_rows(padSlots, padK, padEarly), (int)blockIdx.x, (int)gridDim.x);
 }

@@ -2,9 +2,13 @@ import { InvalidArgumentError, defineKernel, type FloatDtype, type Kernel, type 
 import { combineCpu, expertsDownCpu, expertsRowwiseCpu, expertsSumCpu, expertsUpCpu, groupCpu, localizeCpu, routeCpu, routerGemvCpu, sharedSlotsCpu } from './moe.cpu.js';
 import { moeGemm16Module, moeGemmModule, moeGroupModule, moeModule as module, moeRouteModule } from './std-modules.js';
 
+// padSlots, padK: the step's slot table (i32 per batch position, −1 for padding; 0n: no padding)
+// and the rows of a position (decode 1, verify k): a padded row gets ids −1 and weights 0, which
+// every expert kernel skips, so a bucket's padding costs the experts nothing.
 const ROUTE_PARAMS = {
   logits: 'ptr', bias: 'ptr', ids: 'ptr', weights: 'ptr',
   rows: 'i32', experts: 'i32', topK: 'i32', scoring: 'i32', normTopK: 'i32', nGroup: 'i32', topkGroup: 'i32', scaling: 'f32',
+  padSlots: 'ptr', padK: 'i32',
 } as const;
 
 /** `std.moe_route` (kernels/std-moe-route.cu): one CTA per row, launched with `rowLaunch(rows, experts)` (its bits do not depend on the block). */
@@ -41,7 +45,7 @@ export const routerGemvKernel = defineKernel({
   params: {
     x: 'ptr', w: 'ptr', logits: 'ptr', counter: 'ptr', bias: 'ptr', ids: 'ptr', weights: 'ptr',
     rows: 'i32', hidden: 'i32', experts: 'i32', topK: 'i32', scoring: 'i32', normTopK: 'i32', nGroup: 'i32', topkGroup: 'i32', scaling: 'f32', dtype: 'i32',
-    sharedGate: 'ptr', slotIds: 'ptr', slotWeights: 'ptr', sharedId: 'i32', groups: 'ptr', groupExperts: 'i32',
+    sharedGate: 'ptr', slotIds: 'ptr', slotWeights: 'ptr', sharedId: 'i32', groups: 'ptr', groupExperts: 'i32', padSlots: 'ptr', padK: 'i32',
   },
   cuda: { module: moeRouteModule, symbol: 'std_moe_router_gemv' },
   cpu: routerGemvCpu,
@@ -124,6 +128,7 @@ export const sharedSlotsKernel = defineKernel({
   name: 'std.moe_shared_slots',
   params: {
     x: 'ptr', gate: 'ptr', ids: 'ptr', weights: 'ptr', slotIds: 'ptr', slotWeights: 'ptr', rows: 'i32', hidden: 'i32', topK: 'i32', sharedId: 'i32', dtype: 'i32',
+    padSlots: 'ptr', padK: 'i32',
   },
   cuda: { module: moeRouteModule, symbol: 'std_moe_shared_slots' },
   cpu: sharedSlotsCpu,

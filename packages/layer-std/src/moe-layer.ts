@@ -21,6 +21,15 @@ import { SwiGlu } from './swiglu.js';
 const SCRATCH_PARTS = ['logits', 'ids', 'weights', 'slotIds', 'slotWeights', 'groups', 'h', 'y', 'routed', 'shared', 'gate'] as const;
 type ScratchPart = (typeof SCRATCH_PARTS)[number];
 
+/**
+ * The route's padding arguments: a decode or verify step's slot table and rows per batch position,
+ * so a bucket's padded rows are routed to no expert. Prefill has no padding, nor has a bucket of one
+ * position (no batch is smaller); there the kernels read no table.
+ */
+function padding(step: LayerStep<LayerState>): { padSlots: DevicePtr; padK: number } {
+  return step.phase === 'prefill' || step.batch === 1 ? { padSlots: 0n, padK: 0 } : { padSlots: step.tables.slots, padK: step.k };
+}
+
 /** What the fused route makes after the route itself: the shared expert's slots, the groups buffer. */
 interface RouteTail {
   readonly slots: boolean;
@@ -177,6 +186,7 @@ export class MoeLayer extends StatelessLayer {
     const route = {
       bias: w.bias, ids: s.ids, weights: s.weights, rows, experts, topK,
       scoring: routing.scoring === 'softmax' ? 0 : 1, normTopK: routing.normTopK ? 1 : 0, nGroup: routing.nGroup, topkGroup: routing.topkGroup, scaling: routing.scaling,
+      ...padding(step),
     };
     if (form === 'fused') {
       const gated = tail.slots && w.sharedSlot !== undefined && w.sharedSlot.gate !== 0n;
@@ -217,6 +227,7 @@ export class MoeLayer extends StatelessLayer {
     if (slot && !fusedTail) {
       gpu.launch(sharedSlotsKernel, sharedSlotsLaunch(rows, stream), {
         x: input, gate: slot.gate, ids: s.ids, weights: s.weights, slotIds: s.slotIds, slotWeights: s.slotWeights, rows, hidden: D, topK, sharedId: E - 1, dtype: codes.rowDtype,
+        ...padding(step),
       });
     }
     const ids = slot ? s.slotIds : s.ids;

@@ -23,6 +23,20 @@ export interface RouteArgs {
   readonly nGroup: number;
   readonly topkGroup: number;
   readonly scaling: number;
+  /** i32 per batch position: the step's slot table, −1 for padding; or 0n (no padding). */
+  readonly padSlots: bigint;
+  /** Rows of a batch position (decode 1, verify k): row r is position ⌊r / padK⌋'s. */
+  readonly padK: number;
+}
+
+/**
+ * Whether row `r` is a padded batch position's (slot −1 in `padSlots`): such a row is routed to no
+ * expert (ids −1, weights 0), so the expert kernels skip it.
+ */
+export function paddedRows(a: { readonly padSlots: bigint; readonly padK: number; readonly rows: number }, mem: CpuKernelContext['mem']): (r: number) => boolean {
+  if (a.padSlots === 0n || a.padK < 1) return () => false;
+  const slots = mem.i32(a.padSlots, Math.ceil(a.rows / a.padK));
+  return (r) => slots[Math.floor(r / a.padK)]! < 0;
 }
 
 /** A non-finite score (padding rows hold garbage) sorts last, so every row gets valid ids. */
@@ -77,7 +91,13 @@ export function routeCpu(a: RouteArgs, { mem }: CpuKernelContext): void {
   const bias = a.bias === 0n ? undefined : mem.f32(a.bias, a.experts);
   const ids = mem.i32(a.ids, a.rows * a.topK);
   const weights = mem.f32(a.weights, a.rows * a.topK);
+  const padded = paddedRows(a, mem);
   for (let r = 0; r < a.rows; r++) {
+    if (padded(r)) {
+      ids.fill(-1, r * a.topK, (r + 1) * a.topK);
+      weights.fill(0, r * a.topK, (r + 1) * a.topK);
+      continue;
+    }
     const row = routeRow(logits.subarray(r * a.experts, (r + 1) * a.experts), bias, a);
     ids.set(row.ids, r * a.topK);
     weights.set(row.weights, r * a.topK);
@@ -149,7 +169,10 @@ export function routerGemvCpu(a: RouterGemvArgs, ctx: CpuKernelContext): void {
   routeCpu(a, ctx);
   const shared = a.sharedId >= 0;
   if (shared) {
-    sharedSlotsCpu({ x: a.x, gate: a.sharedGate, ids: a.ids, weights: a.weights, slotIds: a.slotIds, slotWeights: a.slotWeights, rows: a.rows, hidden: D, topK: a.topK, sharedId: a.sharedId, dtype: a.dtype }, ctx);
+    sharedSlotsCpu({
+      x: a.x, gate: a.sharedGate, ids: a.ids, weights: a.weights, slotIds: a.slotIds, slotWeights: a.slotWeights, rows: a.rows, hidden: D, topK: a.topK, sharedId: a.sharedId, dtype: a.dtype,
+      padSlots: a.padSlots, padK: a.padK,
+    }, ctx);
   }
   if (a.groups !== 0n) groupCpu({ ids: shared ? a.slotIds : a.ids, groups: a.groups, rows: a.rows, experts: a.groupExperts, topK: a.topK + (shared ? 1 : 0) }, ctx);
 }
@@ -416,6 +439,9 @@ export interface SharedSlotsArgs {
   readonly topK: number;
   readonly sharedId: number;
   readonly dtype: number;
+  /** As `RouteArgs`': a padded row's shared slot is −1 too (its weight made as any row's). */
+  readonly padSlots: bigint;
+  readonly padK: number;
 }
 
 /**
@@ -432,6 +458,7 @@ export function sharedSlotsCpu(a: SharedSlotsArgs, { mem }: CpuKernelContext): v
   const slotWeights = mem.f32(a.slotWeights, a.rows * S);
   const x = a.gate === 0n ? undefined : readElements(mem, a.x, a.rows * a.hidden, rowDtypeOf(a.dtype));
   const gate = a.gate === 0n ? undefined : mem.f32(a.gate, a.hidden);
+  const padded = paddedRows(a, mem);
   for (let r = 0; r < a.rows; r++) {
     for (let j = 0; j < K; j++) {
       slotIds[r * S + j] = ids[r * K + j]!;
@@ -443,7 +470,7 @@ export function sharedSlotsCpu(a: SharedSlotsArgs, { mem }: CpuKernelContext): v
       for (let d = 0; d < a.hidden; d++) sum += x[r * a.hidden + d]! * gate[d]!;
       g = 1 / (1 + Math.exp(-Math.fround(sum)));
     }
-    slotIds[r * S + K] = a.sharedId;
+    slotIds[r * S + K] = padded(r) ? -1 : a.sharedId;
     slotWeights[r * S + K] = g;
   }
 }

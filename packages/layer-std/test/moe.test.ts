@@ -247,7 +247,7 @@ describe('MoE router forms (routeForm)', () => {
     { scoring: 1, normTopK: 1, nGroup: 8, topkGroup: 4, scaling: 2.5, bias: true },
   ];
   for (const dtype of ['f32', 'bf16', 'f16'] as const) {
-    it(`${dtype}: on the CPU backend std.moe_router_gemv and the GEMM + std.moe_route_few give the bits of the GEMM + std.moe_route`, () => {
+    it(`${dtype}: on the CPU backend std.moe_router_gemv and the GEMM + std.moe_route_few give the bits of the GEMM + std.moe_route, padded rows routed to no expert`, () => {
       const [rows, experts, hidden, topK] = [5, 64, 96, 6];
       const rnd = new SeededRandom(11);
       const gpu = new CpuBackend();
@@ -264,9 +264,9 @@ describe('MoE router forms (routeForm)', () => {
         const out = () => ({ logits: gpu.alloc(4 * rows * experts), ids: gpu.alloc(4 * rows * topK), weights: gpu.alloc(4 * rows * topK) });
         const read = (o: ReturnType<typeof out>) => [o.logits, o.ids, o.weights].map((p, i) => Array.from(gpu.download(p, 4 * rows * (i === 0 ? experts : topK))));
         for (const r of routings) {
-          const args = (o: ReturnType<typeof out>) => ({
+          const args = (o: ReturnType<typeof out>, padSlots = 0n) => ({
             logits: o.logits, bias: r.bias ? bias : 0n, ids: o.ids, weights: o.weights, rows, experts, topK,
-            scoring: r.scoring, normTopK: r.normTopK, nGroup: r.nGroup, topkGroup: r.topkGroup, scaling: r.scaling,
+            scoring: r.scoring, normTopK: r.normTopK, nGroup: r.nGroup, topkGroup: r.topkGroup, scaling: r.scaling, padSlots, padK: padSlots ? 1 : 0,
           });
           const [block, few, fused] = [out(), out(), out()];
           for (const o of [block, few]) gpu.gemm({ m: rows, n: experts, k: hidden, a: x, b: w, c: o.logits, transB: true, dtype, outDtype: 'f32' });
@@ -279,6 +279,34 @@ describe('MoE router forms (routeForm)', () => {
           expect(read(few)).toEqual(read(block));
           expect(read(fused)).toEqual(read(block));
           expect(Array.from(gpu.download(counter, 4))).toEqual([0, 0, 0, 0]);
+          // A bucket's padded rows (slot −1): routed to no expert in every form, the others as above.
+          const slotTable = put(Int32Array.from({ length: rows }, (_, i) => (i % 3 === 1 ? -1 : i)));
+          const [pBlock, pFew, pFused] = [out(), out(), out()];
+          for (const o of [pBlock, pFew]) gpu.gemm({ m: rows, n: experts, k: hidden, a: x, b: w, c: o.logits, transB: true, dtype, outDtype: 'f32' });
+          gpu.launch(routeKernel, rowLaunch(rows, experts, gpu.defaultStream), args(pBlock, slotTable));
+          gpu.launch(routeFewKernel, routeFewLaunch(gpu.defaultStream), args(pFew, slotTable));
+          gpu.launch(routerGemvKernel, routerGemvLaunch(experts, gpu.defaultStream), {
+            ...args(pFused, slotTable), x, w, counter, hidden, dtype: FLOAT_DTYPE_CODE[dtype], sharedGate: 0n, slotIds: 0n, slotWeights: 0n, sharedId: -1, groups: 0n, groupExperts: experts,
+          });
+          gpu.synchronize();
+          const values = (o: ReturnType<typeof out>) => {
+            const bytes = (p: bigint) => gpu.download(p, 4 * rows * topK);
+            return [Array.from(new Int32Array(bytes(o.ids).slice().buffer)), Array.from(new Float32Array(bytes(o.weights).slice().buffer))];
+          };
+          const [ids, weights] = values(block);
+          const [pIds, pWeights] = values(pBlock);
+          for (let i = 0; i < rows; i++) {
+            const at = (v: number[]) => v.slice(i * topK, (i + 1) * topK);
+            if (i % 3 === 1) {
+              expect(at(pIds!), `padded row ${i} ids`).toEqual(new Array(topK).fill(-1));
+              expect(at(pWeights!), `padded row ${i} weights`).toEqual(new Array(topK).fill(0));
+            } else {
+              expect(at(pIds!), `row ${i} ids`).toEqual(at(ids!));
+              expect(at(pWeights!), `row ${i} weights`).toEqual(at(weights!));
+            }
+          }
+          expect(read(pFew)).toEqual(read(pBlock));
+          expect(read(pFused)).toEqual(read(pBlock));
         }
       } finally {
         gpu.dispose();

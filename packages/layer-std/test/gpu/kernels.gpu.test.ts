@@ -322,9 +322,11 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
   /** The route arguments of a routing case. */
   /** std.moe_router_gemv's arguments for no tail (neither the shared expert's slots nor the groups). */
   const NO_ROUTE_TAIL = { sharedGate: 0n, slotIds: 0n, slotWeights: 0n, sharedId: -1, groups: 0n, groupExperts: 1 } as const;
-  const routeArgs = (o: (typeof routings)[number], rows: number, p: Ptrs) => ({
+  /** The step's padding: the buffer `padSlots` where the case has one (rows `padK` a batch position), else none. */
+  const padArgs = (p: Ptrs, padK = 1) => ({ padSlots: p.padSlots ?? 0n, padK: p.padSlots ? padK : 0 });
+  const routeArgs = (o: (typeof routings)[number], rows: number, p: Ptrs, padK = 1) => ({
     bias: o.bias ? p.bias! : 0n, ids: p.ids!, weights: p.weights!, rows, experts: o.E, topK: o.topK,
-    scoring: o.scoring, normTopK: o.normTopK, nGroup: o.nGroup, topkGroup: o.topkGroup, scaling: o.scaling,
+    scoring: o.scoring, normTopK: o.normTopK, nGroup: o.nGroup, topkGroup: o.topkGroup, scaling: o.scaling, ...padArgs(p, padK),
   });
   for (const o of routings) {
     it(`std.moe_route and std.moe_route_few: ${o.label} (a tied row, a NaN padding row, rows whose best experts share lanes)`, () => {
@@ -358,6 +360,24 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
       results.push(`${`moe_route_few ≡ moe_route ${o.label}`.padEnd(84)} ${same ? 'bit-identical' : 'DIFFERS'}`);
       expect(Array.from(i32(few.ids!)), 'route_few ids').toEqual(Array.from(i32(r.cuda.ids!)));
       expect(sameBits(few.weights!, r.cuda.weights!), 'route_few weights: bits of std.moe_route').toBe(true);
+      // A verify bucket's padding (3 rows a position, the middle position's slot −1): its rows
+      // routed to no expert (ids −1, weights 0) on both and in both forms, every other row's bits
+      // those of the route without padding.
+      const padBufs = { ...bufs, padSlots: Int32Array.of(5, -1, 2) };
+      const padded = onBoth(padBufs, (gpu, p) =>
+        gpu.launch(routeKernel, rowLaunch(rows, o.E, gpu.defaultStream), { logits: p.logits!, ...routeArgs(o, rows, p, 3) }), ['ids', 'weights']);
+      const padFew = runKernelOn(cudaGpu!, padBufs, (gpu, p) =>
+        gpu.launch(routeFewKernel, routeFewLaunch(gpu.defaultStream), { logits: p.logits!, ...routeArgs(o, rows, p, 3) }), ['ids', 'weights']);
+      const K = o.topK;
+      const expected = { ids: i32(r.cuda.ids!).slice(), weights: f32(r.cuda.weights!).slice() };
+      expected.ids.fill(-1, 3 * K, 6 * K);
+      expected.weights.fill(0, 3 * K, 6 * K);
+      for (const [label, got] of [['cpu', padded.cpu], ['cuda', padded.cuda], ['cuda, few rows', padFew]] as const) {
+        expect(Array.from(i32(got.ids!)), `padded route ids (${label})`).toEqual(Array.from(expected.ids));
+        if (label !== 'cpu') expect(sameBits(got.weights!, new Uint8Array(expected.weights.buffer)), `padded route weights (${label})`).toBe(true);
+      }
+      expect(Array.from(f32(padded.cpu.weights!).subarray(3 * K, 6 * K)), 'padded rows weights (cpu)').toEqual(new Array(3 * K).fill(0));
+      results.push(`${`moe_route ${o.label} padded rows`.padEnd(84)} routed to no expert, the rest bit-identical`);
     });
   }
   it('std.moe_route: softmax top-40 of 64 (more slots than a warp has lanes: picked one at a time), a tied row', () => {
@@ -453,6 +473,8 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
           slotIds: poisonI32(rows * slots), slotWeights: poisonF32(rows * slots), groups: poisonI32(moeGroupsLength(rows, slots, held)),
           refSlotIds: poisonI32(rows * slots), refSlotWeights: poisonF32(rows * slots), refGroups: poisonI32(moeGroupsLength(rows, slots, held)),
           lastSlotIds: poisonI32(rows * slots), lastSlotWeights: poisonF32(rows * slots),
+          // At 8 rows a bucket's padding: positions 2, 4 and 5 (slot −1) routed to no expert.
+          ...(rows === 8 ? { padSlots: Int32Array.of(0, 1, -1, 3, -1, -1, 6, 7) } : {}),
         };
         const r = onBoth(bufs, (gpu, p) => {
           const s = gpu.defaultStream;
@@ -473,6 +495,7 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
           if (withShared) {
             gpu.launch(sharedSlotsKernel, sharedSlotsLaunch(rows, s), {
               x: p.x!, gate, ids: p.ids!, weights: p.weights!, slotIds: p.refSlotIds!, slotWeights: p.refSlotWeights!, rows, hidden: D, topK, sharedId: E, dtype: FLOAT_DTYPE_CODE[dtype],
+              ...padArgs(p),
             });
           }
           gpu.launch(groupKernel, groupLaunch(rows, slots, s), { ids: withShared ? p.refSlotIds! : p.ids!, groups: p.refGroups!, rows, experts: held, topK: slots });
@@ -486,6 +509,11 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
           expect(sameBits(r.cuda.lastSlotIds!, r.cuda.refSlotIds!), `${label}: slot ids made by the last CTA`).toBe(true);
           expect(sameBits(r.cuda.lastSlotWeights!, r.cuda.refSlotWeights!), `${label}: slot weights made by the last CTA`).toBe(true);
           compareI32(`${label} slot ids vs the twin`, r.cpu.slotIds!, r.cuda.slotIds!);
+        }
+        if (rows === 8) {
+          const ids = i32(withShared ? r.cuda.slotIds! : r.cuda.ids!);
+          for (const pos of [2, 4, 5]) expect(Array.from(ids.subarray(pos * slots, (pos + 1) * slots)), `${label}: padded row ${pos}`).toEqual(new Array(slots).fill(-1));
+          expect(i32(r.cuda.groups!)[1], `${label}: the padded rows' entries outside the experts`).toBe(3 * slots);
         }
         results.push(`${label.padEnd(84)} slots and groups bit-identical to the kernels'`);
       }
@@ -513,7 +541,7 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
             const r = onBoth(bufs, (gpu, p) =>
               gpu.launch(sharedSlotsKernel, sharedSlotsLaunch(rows, gpu.defaultStream), {
                 x: p.x!, gate: gated ? p.gate! : 0n, ids: p.ids!, weights: p.weights!, slotIds: p.slotIds!, slotWeights: p.slotWeights!, rows, hidden: D, topK, sharedId,
-                dtype: FLOAT_DTYPE_CODE[dtype],
+                dtype: FLOAT_DTYPE_CODE[dtype], padSlots: 0n, padK: 0,
               }), ['slotIds', 'slotWeights']);
             const label = `${dtype} moe_shared_slots D=${D} rows=${rows} ${gated ? 'gated' : 'ungated'}`;
             compareI32(`${label} ids`, r.cpu.slotIds!, r.cuda.slotIds!);
@@ -672,6 +700,7 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
         gpu.upload(p.logits!, ls);
         gpu.launch(routeKernel, rowLaunch(n, E, gpu.defaultStream), {
           logits: p.logits!, bias: 0n, ids: p.ids!, weights: p.weights!, rows: n, experts: E, topK, scoring: 0, normTopK: 1, nGroup: 1, topkGroup: 1, scaling: 1,
+          padSlots: 0n, padK: 0,
         });
         groupedExperts(gpu, p, format, n, D, I, E, topK, tensorCores);
         gpu.synchronize();
