@@ -99,7 +99,7 @@ try {
     const h = alloc(rb * rows * topK * I), y = alloc(rb * rows * topK * D), out = alloc(rb * rows * D);
     const codes = { wDtype: std.WEIGHT_DTYPE_CODE[WEIGHTS], rowDtype: rowCode };
     gpu.launch(std.routeKernel, std.rowLaunch(rows, E, stream), {
-      logits, bias: 0n, ids, weights, rows, experts: E, topK, scoring: 0, normTopK: 1, nGroup: 1, topkGroup: 1, scaling: 1,
+      logits, bias: 0n, ids, weights, rows, experts: E, topK, scoring: 0, normTopK: 1, nGroup: 1, topkGroup: 1, scaling: 1, padSlots: 0n, padK: 0,
     });
     const group = () => gpu.launch(std.groupKernel, std.groupLaunch(rows, topK, stream), { ids, groups, rows, experts: E, topK });
     group();

@@ -178,7 +178,7 @@ async function main() {
         const out = alloc(rb * batch * D);
         const gemm = (x) => gpu.gemm({ m: batch, n: Eq, k: D, a: x, b: router, c: logits, transB: true, dtype: ROWS, outDtype: 'f32', stream });
         const routeKernel = () => gpu.launch(std.routeKernel, std.rowLaunch(batch, Eq, stream), {
-          logits, bias: 0n, ids, weights, rows: batch, experts: Eq, topK, scoring: 0, normTopK: 1, nGroup: 1, topkGroup: 1, scaling: 1,
+          logits, bias: 0n, ids, weights, rows: batch, experts: Eq, topK, scoring: 0, normTopK: 1, nGroup: 1, topkGroup: 1, scaling: 1, padSlots: 0n, padK: 0,
         });
         const route = (x) => (gemm(x), routeKernel());
         // After: the grouped kernels (each chosen expert's weights read once per step).
