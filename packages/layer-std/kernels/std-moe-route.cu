@@ -341,6 +341,11 @@ __device__ __forceinline__ void route_pass(const float* __restrict__ logits, con
   __syncthreads();  // the next pass reuses s
 }
 
+/** Row r's batch position's slot in the step's slot table padSlots (no table: 0, not padding). */
+__device__ __forceinline__ int row_slot(const int32_t* __restrict__ padSlots, int padK, int r) {
+  return padSlots && padK > 0 ? padSlots[r / padK] : 0;
+}
+
 /**
  * This lane's batch position's slot (lanes past the positions, or no table: 0), read at a kernel's
  * start and compared only where the route needs it (pad_rows), so the load rides beside the
@@ -363,7 +368,7 @@ struct PadRows {
   __device__ __forceinline__ bool operator()(int r) const {
     if (!slots || k <= 0) return false;
     const int p = r / k;
-    return p < 32 ? (first >> p) & 1u : slots[p] < 0;
+    return p < 32 ? (first >> p) & 1u : row_slot(slots, k, r) < 0;
   }
   /** Whether any of `rows` may be padding (every thread of the CTA gives the same answer). */
   __device__ __forceinline__ bool any(int rows) const { return first != 0u || (slots && k > 0 && rows > 32 * k); }
@@ -412,7 +417,7 @@ extern "C" __global__ void __launch_bounds__(1024) std_moe_route(const float* __
   const int stride = row_stride(experts, nGroup);
   for (int r = blockIdx.x; r < rows; r += gridDim.x) {
     // Compared after the route, so the load does not hold the route's first reads.
-    const int slot = padSlots && padK > 0 ? padSlots[r / padK] : 0;
+    const int slot = row_slot(padSlots, padK, r);
     route_pass(logits, bias, ids, weights, r, 1, experts, topK, scoring, normTopK, nGroup, topkGroup, scaling, stride, s[0]);
     unroute_padded(ids, weights, r, topK, slot < 0);
   }

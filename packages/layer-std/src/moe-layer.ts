@@ -21,12 +21,18 @@ import { SwiGlu } from './swiglu.js';
 const SCRATCH_PARTS = ['logits', 'ids', 'weights', 'slotIds', 'slotWeights', 'groups', 'h', 'y', 'routed', 'shared', 'gate'] as const;
 type ScratchPart = (typeof SCRATCH_PARTS)[number];
 
+/** The route kernels' `padSlots` and `padK`. */
+interface RoutePadding {
+  readonly padSlots: DevicePtr;
+  readonly padK: number;
+}
+
 /**
  * The route's padding arguments: a decode or verify step's slot table and rows per batch position,
  * so a bucket's padded rows are routed to no expert. Prefill has no padding, nor has a bucket of one
  * position (no batch is smaller); there the kernels read no table.
  */
-function padding(step: LayerStep<LayerState>): { padSlots: DevicePtr; padK: number } {
+function padding(step: LayerStep<LayerState>): RoutePadding {
   return step.phase === 'prefill' || step.batch === 1 ? { padSlots: 0n, padK: 0 } : { padSlots: step.tables.slots, padK: step.k };
 }
 
@@ -178,7 +184,7 @@ export class MoeLayer extends StatelessLayer {
    * Router logits, then ids and weights per row into the scratch, in the form `routeForm` chose for
    * the step. The fused form also makes `tail`: the shared expert's slots and the groups buffer.
    */
-  #route(step: LayerStep<LayerState>, form: RouteForm, s: Readonly<Record<ScratchPart, DevicePtr>>, tail: RouteTail): void {
+  #route(step: LayerStep<LayerState>, form: RouteForm, s: Readonly<Record<ScratchPart, DevicePtr>>, tail: RouteTail, pad: RoutePadding): void {
     const { gpu, stream, rows, input } = step;
     const { hidden: D, experts, topK, routing } = this.options;
     const w = this.#w;
@@ -186,7 +192,7 @@ export class MoeLayer extends StatelessLayer {
     const route = {
       bias: w.bias, ids: s.ids, weights: s.weights, rows, experts, topK,
       scoring: routing.scoring === 'softmax' ? 0 : 1, normTopK: routing.normTopK ? 1 : 0, nGroup: routing.nGroup, topkGroup: routing.topkGroup, scaling: routing.scaling,
-      ...padding(step),
+      ...pad,
     };
     if (form === 'fused') {
       const gated = tail.slots && w.sharedSlot !== undefined && w.sharedSlot.gate !== 0n;
@@ -220,14 +226,15 @@ export class MoeLayer extends StatelessLayer {
     const form = routeForm(rows, topK, this.options.experts, w.router.dtype);
     // The fused route's CTA makes the slots and groups itself at few rows, where no localizing comes between.
     const fusedTail = form === 'fused' && !localExperts && fusedRouteTail(rows);
-    this.#route(step, form, s, { slots: fusedTail && slot !== undefined, groups: fusedTail && grouped });
+    const pad = padding(step);
+    this.#route(step, form, s, { slots: fusedTail && slot !== undefined, groups: fusedTail && grouped }, pad);
     if (localExperts) {
       gpu.launch(localizeKernel, flatLaunch(rows * topK, stream), { ids: s.ids, weights: s.weights, entries: rows * topK, first: localExperts.first, count: localExperts.count });
     }
     if (slot && !fusedTail) {
       gpu.launch(sharedSlotsKernel, sharedSlotsLaunch(rows, stream), {
         x: input, gate: slot.gate, ids: s.ids, weights: s.weights, slotIds: s.slotIds, slotWeights: s.slotWeights, rows, hidden: D, topK, sharedId: E - 1, dtype: codes.rowDtype,
-        ...padding(step),
+        ...pad,
       });
     }
     const ids = slot ? s.slotIds : s.ids;
