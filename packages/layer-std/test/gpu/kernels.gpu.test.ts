@@ -319,11 +319,11 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
     { label: 'sigmoid + bias, no groups, top-8 of 256, scaling 2.5', E: 256, topK: 8, scoring: 1, normTopK: 1, nGroup: 1, topkGroup: 1, scaling: 2.5, bias: true },
     { label: 'sigmoid + bias, 8 groups keep 2, top-10 of 64', E: 64, topK: 10, scoring: 1, normTopK: 1, nGroup: 8, topkGroup: 2, scaling: 1, bias: true },
   ];
-  /** The route arguments of a routing case. */
   /** std.moe_router_gemv's arguments for no tail (neither the shared expert's slots nor the groups). */
   const NO_ROUTE_TAIL = { sharedGate: 0n, slotIds: 0n, slotWeights: 0n, sharedId: -1, groups: 0n, groupExperts: 1 } as const;
   /** The step's padding: the buffer `padSlots` where the case has one (rows `padK` a batch position), else none. */
   const padArgs = (p: Ptrs, padK = 1) => ({ padSlots: p.padSlots ?? 0n, padK: p.padSlots ? padK : 0 });
+  /** The route arguments of a routing case. */
   const routeArgs = (o: (typeof routings)[number], rows: number, p: Ptrs, padK = 1) => ({
     bias: o.bias ? p.bias! : 0n, ids: p.ids!, weights: p.weights!, rows, experts: o.E, topK: o.topK,
     scoring: o.scoring, normTopK: o.normTopK, nGroup: o.nGroup, topkGroup: o.topkGroup, scaling: o.scaling, ...padArgs(p, padK),
@@ -380,6 +380,31 @@ describe.skipIf(!cuda.available)('layer-std kernels on CUDA match their CPU twin
       results.push(`${`moe_route ${o.label} padded rows`.padEnd(84)} routed to no expert, the rest bit-identical`);
     });
   }
+  it('std.moe_route and std.moe_route_few: padded positions past the first 32 (40 rows of 1 a position, 70 of 2)', () => {
+    // The few-row kernels hold the first 32 positions' padding in a mask and read later ones from
+    // the table: a decode-shaped step padded only past that line (the mask empty), a verify-shaped
+    // one on each side of it.
+    const o = routings[4]!; // softmax top-10 of 64
+    for (const [rows, padK, padded] of [[40, 1, [35]], [70, 2, [0, 33]]] as const) {
+      const padSlots = Int32Array.from({ length: Math.ceil(rows / padK) }, (_, i) => ((padded as readonly number[]).includes(i) ? -1 : i));
+      const bufs = { logits: random.normals(rows * o.E, 2), padSlots, ids: poisonI32(rows * o.topK), weights: poisonF32(rows * o.topK) };
+      const label = `moe_route ${o.label}, ${rows} rows of ${padK} a position, padded positions ${padded.join(', ')}`;
+      const r = onBoth(bufs, (gpu, p) =>
+        gpu.launch(routeKernel, rowLaunch(rows, o.E, gpu.defaultStream), { logits: p.logits!, ...routeArgs(o, rows, p, padK) }), ['ids', 'weights']);
+      const few = runKernelOn(cudaGpu!, bufs, (gpu, p) =>
+        gpu.launch(routeFewKernel, routeFewLaunch(gpu.defaultStream), { logits: p.logits!, ...routeArgs(o, rows, p, padK) }), ['ids', 'weights']);
+      compareI32(`${label} ids`, r.cpu.ids!, r.cuda.ids!);
+      expect(Array.from(i32(few.ids!)), `${label}: route_few ids`).toEqual(Array.from(i32(r.cuda.ids!)));
+      expect(sameBits(few.weights!, r.cuda.weights!), `${label}: route_few weights, bits of std.moe_route`).toBe(true);
+      for (const pos of padded) {
+        const at = pos * padK * o.topK, end = (pos + 1) * padK * o.topK;
+        expect(Array.from(i32(few.ids!).subarray(at, end)), `${label}: position ${pos}'s ids`).toEqual(new Array(end - at).fill(-1));
+        expect(Array.from(f32(few.weights!).subarray(at, end)), `${label}: position ${pos}'s weights`).toEqual(new Array(end - at).fill(0));
+      }
+      results.push(`${label.padEnd(84)} routed to no expert in both forms`);
+    }
+  });
+
   it('std.moe_route: softmax top-40 of 64 (more slots than a warp has lanes: picked one at a time), a tied row', () => {
     const o = { label: 'softmax top-40 of 64', E: 64, topK: 40, scoring: 0, normTopK: 1, nGroup: 1, topkGroup: 1, scaling: 1, bias: false };
     const rows = 3;
