@@ -7,7 +7,7 @@ export default defineConfig({
     include: ['test/gpu/**/*.test.ts'],
     testTimeout: 600_000,
     hookTimeout: 120_000,
-    // One file at a time: the suites share one GPU.
-    fileParallelism: false,
+    // Files in parallel (vitest's default): each makes its own context on the one GPU, and most of
+    // a kernel test's time is its CPU twin, which the host's cores share out.
   },
 });
