@@ -35,7 +35,7 @@
 // bench/qwen3-next-80b.bench.mjs is this bench (its default model), by the name the records cite.
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { EngineLoop, LayerTimer, NgramProposer, StepDriver, generateAll, describePrecision, gib } from '@metrale/core';
+import { EngineLoop, LayerTimer, NgramProposer, StepDriver, buildModelStack, generateAll, describePrecision, gib } from '@metrale/core';
 import { DeviceSampler } from '@metrale/layer-std';
 import { PrefillLastRowsHead, registerModels } from '../dist/index.js';
 import { benchDevice } from './device.mjs';
@@ -93,7 +93,8 @@ const limits = { maxSeqs: maxBatch, maxBatch, maxK: k + 1, maxSeqLen: promptLen 
 const t0 = performance.now();
 // The adapter `metrale serve` picks for this config.json (its model_type).
 const adapter = registerModels().forConfig(config, 'bench config');
-const stack = adapter.build({ gpu, config, weights, limits, precision });
+// Out of memory while building: a ModelFitError naming the limits to lower.
+const stack = buildModelStack(adapter, { gpu, config, weights, limits, precision }, { dir: 'bench config' });
 // The served head: a prefill step computes logits only for each prompt's last row, as metrale serve does.
 const servedLayers = PrefillLastRowsHead.wrapLast(stack.layers);
 const buildS = (performance.now() - t0) / 1000;

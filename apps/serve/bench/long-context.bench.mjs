@@ -29,7 +29,7 @@
 // serve's CPU default of 256 MiB unless --gpu-memory-utilization is given).
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { describePrecision, gib } from '@metrale/core';
+import { buildModelStack, describePrecision, gib } from '@metrale/core';
 import { kvMemory, registerModels, servedModelLen, servingLimits, startEngine } from '../dist/index.js';
 import { benchDevice } from './device.mjs';
 import { randomModel } from './random-models/index.mjs';
@@ -86,7 +86,8 @@ const limits = servingLimits(setup, maxModelLen);
 const t0 = performance.now();
 // The adapter `metrale serve` picks for this config.json, with the limits it serves under.
 const adapter = registerModels().forConfig(config, 'bench config');
-const stack = adapter.build({ gpu, config, weights, limits, precision });
+// Out of memory while building: a ModelFitError naming the limits to lower.
+const stack = buildModelStack(adapter, { gpu, config, weights, limits, precision }, { dir: 'bench config' });
 const buildS = (performance.now() - t0) / 1000;
 model.release();
 // The weights' device bytes as `metrale serve` counts them (`WeightBytes`): FP8 codes and scales apart.

@@ -135,12 +135,16 @@ export class ConformanceError extends MetraleError {
   }
 }
 
-/** A model's weights cannot fit the device; refused before any upload, with the sizes. */
+/**
+ * A model cannot fit the device: its weights, refused before any upload, or the weights with what
+ * its layers keep beside them (the build ran out of memory; the cause is the driver's error).
+ * `needBytes`: the weights' bytes (0 where not known); `deviceBytes`: what the device had for them.
+ */
 export class ModelFitError extends MetraleError {
   readonly needBytes: number;
   readonly deviceBytes: number;
-  constructor(message: string, needBytes: number, deviceBytes: number) {
-    super(message);
+  constructor(message: string, needBytes: number, deviceBytes: number, options?: { cause?: unknown }) {
+    super(message, options);
     this.needBytes = needBytes;
     this.deviceBytes = deviceBytes;
   }

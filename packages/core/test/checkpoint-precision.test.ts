@@ -3,10 +3,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import {
-  ArchitectureRegistry, Checkpoint, ModelFitError, SeededRandom, WeightsError, blocksOf, checkFp8Tensors, encodeSafetensors, loadModel, quantizeFp8,
-  tensorOf, toBf16, topLogprobs, weightBytes, type GpuBackend, type HostTensor, type ModelAdapter,
+  ArchitectureRegistry, Checkpoint, DeviceError, DeviceMemory, ModelFitError, SeededRandom, WeightsError, blocksOf, buildModelStack, checkFp8Tensors, encodeSafetensors,
+  loadModel, quantizeFp8, tensorOf, toBf16, topLogprobs, weightBytes, type GpuBackend, type HostTensor, type ModelAdapter,
 } from '../src/index.js';
-import { cpuBackend } from './support/cpu.js';
+import { CpuBackend, cpuBackend } from './support/cpu.js';
 
 const root = mkdtempSync(join(tmpdir(), 'metrale-precision-'));
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -61,11 +61,22 @@ describe('a block-FP8 checkpoint, from its headers', () => {
   });
 });
 
+/** `gpu` reporting `bytes` of device memory (its methods bound to it: the backend keeps private state). */
+function withTotalMemory(gpu: GpuBackend, bytes: number): GpuBackend {
+  return new Proxy(gpu, {
+    get: (t, p) => {
+      if (p === 'device') return { ...t.device, totalMemory: bytes };
+      const v = Reflect.get(t, p);
+      return typeof v === 'function' ? v.bind(t) : v;
+    },
+  });
+}
+
 describe('loadModel refuses a model that cannot fit, before any upload', () => {
   it('names the sizes and the device', () => {
     const dir = write('big', [bf16('w.weight', [64, 64])], { model_type: 'toy' });
     const small = cpuBackend();
-    const tiny = new Proxy(small, { get: (t, p) => (p === 'device' ? { ...t.device, totalMemory: 1000 } : Reflect.get(t, p)) }) as GpuBackend;
+    const tiny = withTotalMemory(small, 1000);
     let built = false;
     const registry = new ArchitectureRegistry();
     const adapter: ModelAdapter = { modelType: 'toy', build: () => { built = true; throw new Error('unreachable'); } };
@@ -84,7 +95,7 @@ describe('loadModel refuses a model that cannot fit, before any upload', () => {
     // 64 × 64 bf16 text weights (8 KiB in bf16) beside a 128 × 128 vision tower: only the text counts.
     const dir = write('vl', [bf16('w.weight', [64, 64]), bf16('model.visual.w.weight', [128, 128])], { model_type: 'toy_vl' });
     const small = cpuBackend();
-    const gpu = new Proxy(small, { get: (t, p) => (p === 'device' ? { ...t.device, totalMemory: 10_000 } : Reflect.get(t, p)) }) as GpuBackend;
+    const gpu = withTotalMemory(small, 10_000);
     const registry = new ArchitectureRegistry();
     const limits = { maxSeqs: 1, maxSeqLen: 4, maxBatch: 1, maxK: 1, maxRows: 4 };
     const build = () => ({ layers: [], vocabSize: 1, eosTokenIds: [], dispose() {} });
@@ -95,6 +106,74 @@ describe('loadModel refuses a model that cannot fit, before any upload', () => {
     counted.register('toy_vl', { modelType: 'toy_vl', build });
     expect(() => loadModel(dir, { gpu, limits, architectures: counted, precision: { rows: 'bf16', fp8Weights: false } })).toThrow(ModelFitError);
     small.dispose();
+  });
+});
+
+describe('a model that fits the device but not with everything beside it', () => {
+  const limits = { maxSeqs: 4, maxSeqLen: 64, maxBatch: 4, maxK: 1, maxRows: 64 };
+  /** A toy adapter that uploads its weight, then allocates `extra` bytes of layer state; frees what it made when that fails. */
+  const toy = (extra: number): ModelAdapter => ({
+    modelType: 'toy',
+    build: ({ gpu }) => {
+      const memory = new DeviceMemory(gpu);
+      try {
+        memory.upload(new Uint8Array(2 * 64 * 64));
+        memory.zeroed(extra);
+      } catch (error) {
+        memory.free();
+        throw error;
+      }
+      return { layers: [], vocabSize: 1, eosTokenIds: [], dispose: () => memory.free() };
+    },
+  });
+
+  it('refuses weights larger than what is free of the device, before any upload', () => {
+    const dir = write('free', [bf16('w.weight', [64, 64])], { model_type: 'toy' });
+    const gpu = new CpuBackend({ memoryLimit: 16_384 });
+    const held = gpu.alloc(12_288); // another tenant's memory: 4 KiB stay free, the weights take 8 KiB
+    const registry = new ArchitectureRegistry();
+    registry.register('toy', toy(0));
+    const before = gpu.memoryDigest();
+    expect(() => loadModel(dir, { gpu, limits, architectures: registry, precision: { rows: 'bf16', fp8Weights: false } }))
+      .toThrow(/take 0\.00 GiB on the device in bf16 .*more than the 0\.00 GiB free of .*'s 0\.00 GiB; use a lower precision/);
+    expect(gpu.memoryDigest()).toBe(before);
+    gpu.free(held);
+    expect(loadModel(dir, { gpu, limits, architectures: registry, precision: { rows: 'bf16', fp8Weights: false } }).weightBytes.total).toBe(2 * 64 * 64);
+    gpu.dispose();
+  });
+
+  it("is a ModelFitError naming the limits when the build runs out of memory, with the driver's error as its cause; nothing stays allocated", () => {
+    const dir = write('beside', [bf16('w.weight', [64, 64])], { model_type: 'toy' });
+    const gpu = new CpuBackend({ memoryLimit: 16_384 });
+    const registry = new ArchitectureRegistry();
+    registry.register('toy', toy(12_288)); // 8 KiB of weights fit; 12 KiB of state beside them do not
+    const before = gpu.memoryDigest();
+    let caught: unknown;
+    try {
+      loadModel(dir, { gpu, limits, architectures: registry, precision: { rows: 'bf16', fp8Weights: false } });
+    } catch (error) {
+      caught = error;
+    }
+    expect(caught).toBeInstanceOf(ModelFitError);
+    const e = caught as ModelFitError;
+    expect(e.message).toMatch(/beside: .* ran out of memory building the toy model in bf16: its weights take 0\.00 GiB, and the device had 0\.00 GiB free of 0\.00 GiB/);
+    expect(e.message).toMatch(/4 sequences of up to 64 tokens and steps of up to 64 rows .*--max-batch, --max-model-len.*--tensor-parallel-size/);
+    expect(e.needBytes).toBe(2 * 64 * 64);
+    expect(e.deviceBytes).toBe(16_384);
+    expect(e.cause).toBeInstanceOf(DeviceError);
+    expect((e.cause as DeviceError).code).toBe('CUDA_ERROR_OUT_OF_MEMORY');
+    expect(gpu.memoryDigest()).toBe(before);
+    gpu.dispose();
+  });
+
+  it('passes any other build error through unchanged', () => {
+    const gpu = cpuBackend();
+    const boom = new Error('a layer refused its config');
+    const adapter: ModelAdapter = { modelType: 'toy', build: () => { throw boom; } };
+    expect(() => buildModelStack(adapter, { gpu, config: {}, weights: new Map() as never, limits }, { dir: 'x' })).toThrow(boom);
+    const other: ModelAdapter = { modelType: 'toy', build: () => { throw new DeviceError('launch', 'bad grid', 'CUDA_ERROR_INVALID_VALUE'); } };
+    expect(() => buildModelStack(other, { gpu, config: {}, weights: new Map() as never, limits }, { dir: 'x' })).toThrow(DeviceError);
+    gpu.dispose();
   });
 });
 

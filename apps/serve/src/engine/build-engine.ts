@@ -1,6 +1,6 @@
 import { statSync } from 'node:fs';
 import {
-  Checkpoint, EngineLoop, NgramProposer, StepDriver, WeightsError, checkModelFits, describePrecision, eosTokenIds, resolvePrecision,
+  Checkpoint, EngineLoop, NgramProposer, StepDriver, WeightsError, buildModelStack, checkModelFits, describePrecision, eosTokenIds, resolvePrecision,
   type DtypeChoice, type GpuBackend, type KvCacheInfo, type KvMemory, type LayerLimits, type ModelStack, type NgramSpec, type Precision,
   type WeightBytes, type WeightSource,
 } from '@metrale/core';
@@ -197,10 +197,10 @@ export function buildEngine(
   let deviceWeightBytes: WeightBytes;
   try {
     deviceWeightBytes = checkModelFits(checkpoint, gpu, info.precision, undefined, adapter.unreadTensors?.(checkpoint.config));
-    stack = adapter.build({
+    stack = buildModelStack(adapter, {
       gpu, config: checkpoint.config, weights: countingWeights(checkpoint.weights, info.weightBytes, onProgress), limits,
       precision: info.precision, plugins: registry.layers,
-    });
+    }, { dir: checkpoint.dir, weightBytes: deviceWeightBytes });
   } finally {
     checkpoint.close();
   }

@@ -1,5 +1,5 @@
 import {
-  Checkpoint, StepDriver, type Communicator, type GpuBackend, type KvCacheOptions, type LayerLimits, type ModelStack, type Precision, type WeightSource,
+  Checkpoint, StepDriver, buildModelStack, type Communicator, type GpuBackend, type KvCacheOptions, type LayerLimits, type ModelStack, type Precision, type WeightSource,
 } from '@metrale/core';
 import { PrefillLastRowsHead } from '../engine/prefill-head.js';
 import type { ServingRegistry } from '../plugins/build-registry.js';
@@ -40,10 +40,10 @@ export function buildRankStack(
 ): ModelStack {
   const adapter = registry.architectures.forConfig(checkpoint.config, `${checkpoint.dir}/config.json`);
   try {
-    return adapter.build({
+    return buildModelStack(adapter, {
       gpu, config: checkpoint.config, weights: weights ?? checkpoint.weights, limits: setup.limits, precision: setup.precision, plugins: registry.layers,
       parallel: { rank: comm.rank, size: comm.size, comm, expertParallel: setup.expertParallel },
-    });
+    }, { dir: checkpoint.dir });
   } finally {
     checkpoint.close();
   }

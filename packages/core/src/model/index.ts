@@ -23,7 +23,7 @@ export {
   blocksOf, encodeFloats, dequantizeFp8, quantizeFp8, readLinear, readFloats, linearToF32, stackLinears, linearBytes, uploadLinear, runLinear, rowBytes,
 } from './linear-weight.js';
 export type { LoadModelOptions, LoadedModel, FitParallel } from './load-model.js';
-export { checkModelFits, loadModel } from './load-model.js';
+export { buildModelStack, checkModelFits, loadModel } from './load-model.js';
 export type { WeightBytes } from './checkpoint-precision.js';
 export { checkFp8Tensors, weightBytes, gib } from './checkpoint-precision.js';
 export type { PositionLogprobs, TokenLogprob } from './logprobs.js';
