@@ -213,9 +213,11 @@ for (const { spec, graphs, asyncScheduling, repeat } of modes) {
 // Device time of an eager decode step by layer kind (the timer waits after every step, so these are
 // eager figures beside the replayed steps above), and the launches the host makes in one (kernels
 // and GEMMs; a GEMM counts once whatever cuBLASLt launches for it, and once where the backend
-// launches its own kernel for it (the block-FP8 GEMMs call launch inside gemm); this loop picks its
-// tokens on the host, so the served step's argmax kernel is not among them): what a kernel count
-// costs in a graph is the cuda-backend bench's kernel chain.
+// launches its own kernel for it (the block-FP8 GEMMs call launch inside gemm); the argmax kernel of
+// the device sampler counts too): what a kernel count costs in a graph is the cuda-backend bench's
+// kernel chain. `sampling`: the device sampler's argmax and the copy of the ids to the host, as the
+// served loop enqueues them after each step (timed apart, see timeSampling; on the CPU backend not
+// timed).
 // On CUDA each timed step's launches are queued ahead of the device: before the step's first layer
 // the stream gets QUEUE_AHEAD_MS of device-to-device copies, so the host has enqueued the step by
 // the time the device reaches it and the intervals hold the kernels' time, not the host's launch
@@ -242,11 +244,13 @@ if (o['layer-times']) {
     const timer = new LayerTimer(gpu);
     const queue = gpu.kind === 'cuda' ? queueAhead(timer) : undefined;
     const driver = new StepDriver({ gpu, layers: servedLayers, limits, graphs: false, layerTimer: timer });
-    const loop = new EngineLoop({ driver, vocabSize: text.vocab_size, prefillChunk: promptLen });
+    const sampling = gpu.kind === 'cuda' ? timeSampling(picker) : undefined;
+    const loop = new EngineLoop({ driver, vocabSize: text.vocab_size, prefillChunk: promptLen, picker });
     const requests = Array.from({ length: B }, (_, b) => ({ prompt: benchPrompt(config, b, promptLen), stopTokenIds: [] }));
     generateAll(loop, requests.map((r) => ({ ...r, maxTokens: 2 }))); // warm-up
     timer.reset();
     queue?.reset();
+    sampling?.reset();
     // Launches of the steps that only decode (counted around each step, kept for those).
     let decodeLaunches = 0, decodeSteps = 0;
     wrapMethod(loop, 'step', (step) => () => {
@@ -266,6 +270,7 @@ if (o['layer-times']) {
       byKind[kind] = (byKind[kind] ?? 0) + ms;
     }
     const kinds = perStep(byKind);
+    if (sampling) kinds.sampling = Number(sampling.meanMs().toFixed(4));
     const row = {
       batch: B, eager_step_ms: Number(Object.values(kinds).reduce((a, b) => a + b, 0).toFixed(3)), launches_per_step: Number((decodeLaunches / Math.max(1, decodeSteps)).toFixed(1)),
       ms_per_step_by_kind: kinds,
@@ -277,7 +282,46 @@ if (o['layer-times']) {
     driver.dispose();
     timer.dispose();
     queue?.dispose();
+    sampling?.dispose();
   }
+}
+
+/**
+ * Times `p`'s enqueued picks (`argmaxAsync`: the argmax and the ids' copy to the host) between two
+ * events on the step's stream, until dispose. A device-to-device copy goes first, so the host has
+ * enqueued the pick by the time the device reaches the first event and the interval holds the
+ * device's work, not the launch's latency (the step before has just been waited for). `meanMs`:
+ * per pick since the last reset.
+ */
+function timeSampling(p) {
+  const original = p.argmaxAsync;
+  const src = gpu.alloc(QUEUE_COPY_BYTES / 4), dst = gpu.alloc(QUEUE_COPY_BYTES / 4);
+  const pairs = [];
+  let used = 0;
+  p.argmaxAsync = (logits, rows, vocab, stream) => {
+    if (used === pairs.length) pairs.push([gpu.createEvent(), gpu.createEvent()]);
+    const [start, end] = pairs[used++];
+    gpu.copyDeviceAsync(dst, src, QUEUE_COPY_BYTES / 4, stream);
+    gpu.recordEvent(start, stream);
+    const picked = original.call(p, logits, rows, vocab, stream);
+    gpu.recordEvent(end, stream);
+    return picked;
+  };
+  return {
+    reset: () => void (used = 0),
+    meanMs: () => {
+      if (used === 0) return 0;
+      gpu.synchronizeEvent(pairs[used - 1][1]);
+      let ms = 0;
+      for (let i = 0; i < used; i++) ms += gpu.elapsedMs(pairs[i][0], pairs[i][1]);
+      return ms / used;
+    },
+    dispose: () => {
+      p.argmaxAsync = original;
+      for (const [a, b] of pairs) gpu.destroyEvent(a), gpu.destroyEvent(b);
+      gpu.free(src), gpu.free(dst);
+    },
+  };
 }
 
 /**

@@ -63,8 +63,11 @@ describe('whole-model benches on the CPU device (tiny shape)', () => {
     // The kernel budget of a one-row step (the batch-1 bar is bounded by it: docs/performance.md):
     // 10 launches a layer (two norms, four for the mixer, four for the MoE; the attention layer one
     // more, the split-KV combine of its 128+ keys) over the tiny shape's 3 GDN and 1 attention
-    // layers, + embedding, the last residual add, the final norm and the lm head.
-    expect(r.layer_times.find((x) => x.batch === 1)!.launches_per_step).toBe(10 * 3 + 11 + 4);
+    // layers, + embedding, the last residual add, the final norm, the lm head and the device
+    // sampler's argmax (the step as served).
+    expect(r.layer_times.find((x) => x.batch === 1)!.launches_per_step).toBe(10 * 3 + 11 + 4 + 1);
+    // The sampler is timed on CUDA only (events around its enqueued pick).
+    expect(r.layer_times[0]!.ms_per_step_by_kind.sampling).toBeUndefined();
   }, 120_000);
 
   it('decode with --spec 0: the plain rows only; a --spec that is not a whole number is refused, naming it', () => {

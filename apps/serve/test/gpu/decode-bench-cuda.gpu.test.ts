@@ -7,8 +7,8 @@ import { afterAll, describe, expect, it } from 'vitest';
 
 // The decode bench's layer times on CUDA: its launch count is the CPU backend's (the block-FP8
 // GEMMs launch the backend's own kernel from inside gemm, which the count once took as two
-// launches), and its timed steps are queued ahead of the device (the host done enqueuing a step
-// before the copies ahead of it end).
+// launches), its timed steps are queued ahead of the device (the host done enqueuing a step
+// before the copies ahead of it end), and the device sampler's pick is timed beside the layers.
 const cuda = probe();
 if (!cuda.available) console.warn(`[serve gpu] decode bench launch count skipped: ${cuda.reason}`);
 
@@ -18,6 +18,7 @@ afterAll(() => rmSync(out, { recursive: true, force: true }));
 interface LayerTimesRow {
   launches_per_step: number;
   eager_step_ms: number;
+  ms_per_step_by_kind: Record<string, number>;
   queued_ahead_ms?: number;
   host_enqueue_ms?: number;
 }
@@ -37,5 +38,8 @@ describe.skipIf(!cuda.available)('decode bench on CUDA', () => {
     expect(row.launches_per_step).toBe(layerTimes('cpu', dtype).launches_per_step);
     expect(row.eager_step_ms).toBeGreaterThan(0);
     expect(row.queued_ahead_ms).toBeGreaterThan(row.host_enqueue_ms!);
+    // The device sampler's pick, timed apart from the layers, is part of the step's time.
+    expect(row.ms_per_step_by_kind.sampling).toBeGreaterThan(0);
+    expect(row.ms_per_step_by_kind.sampling).toBeLessThan(row.eager_step_ms);
   }, 600_000);
 });
