@@ -317,7 +317,7 @@ function timeSampling(p) {
       return ms / used;
     },
     dispose: () => {
-      p.argmaxAsync = original;
+      delete p.argmaxAsync; // the class's own again
       for (const [a, b] of pairs) gpu.destroyEvent(a), gpu.destroyEvent(b);
       gpu.free(src), gpu.free(dst);
     },
