@@ -1,8 +1,8 @@
 import { CpuBackend } from '@metrale/cpu-backend';
 import { describe, expect, it } from 'vitest';
 import {
-  EngineLoop, InvalidArgumentError, NgramProposer, SeededRandom, StepDriver, TokenHistory, adjustLogits, generateAll, positionLogprobs,
-  type GenerateRequest, type LayerLimits, type SamplingParams,
+  EngineLoop, InvalidArgumentError, NgramProposer, SeededRandom, StepDriver, TokenHistory, adjustLogits, generateAll, positionLogprobs, sampleLogitsRow,
+  type GenerateRequest, type LayerLimits, type SampledRow, type SamplingParams,
 } from '../src/index.js';
 import { BigramLayer } from './support/bigram-layer.js';
 
@@ -85,6 +85,63 @@ describe('the engine loop with a device token picker', () => {
     } finally {
       driver.dispose();
       specDriver.dispose();
+      layer.dispose();
+      gpu.dispose();
+    }
+  });
+});
+
+describe('the engine loop with a picker that samples', () => {
+  it('greedy and sampled sequences of a decode step take their tokens from sample, each by its own row; logprobs and penalties read their rows', () => {
+    const gpu = new CpuBackend();
+    const layer = new BigramLayer(gpu, V, table(6));
+    const limits: LayerLimits = { maxSeqs: 5, maxSeqLen: 40, maxBatch: 5, maxK: 1, maxRows: 16 };
+    const driver = new StepDriver({ gpu, layers: [layer], limits });
+    const calls: SampledRow[][] = [];
+    // What a device kernel gives: each row's token from its logits and its SampledRow alone.
+    const sample = (logits: bigint, rows: readonly SampledRow[], vocab: number): Int32Array => {
+      calls.push([...rows]);
+      const l = new Float32Array(gpu.download(logits, 4 * rows.length * vocab).buffer);
+      return Int32Array.from(rows, (row, r) => {
+        const params: SamplingParams | undefined = row.temperature > 0 ? { temperature: row.temperature, topK: row.topK, topP: row.topP, minP: row.minP } : undefined;
+        return sampleLogitsRow(l, vocab, r, params, { float: () => row.uniform } as unknown as SeededRandom);
+      });
+    };
+    const argmaxCalls: number[] = [];
+    // Steps whose every live sequence is plain greedy (here: the first request, once the others ended) still take argmax.
+    const argmax = (logits: bigint, rows: number, vocab: number): Int32Array => {
+      argmaxCalls.push(rows);
+      return sample(logits, Array.from({ length: rows }, () => ({ temperature: 0, topK: 0, topP: 1, minP: 0, uniform: 0 })), vocab);
+    };
+    const picker = { maxRows: 5, argmax, sample };
+    try {
+      const requests: GenerateRequest[] = [
+        { prompt: [1, 2], maxTokens: 7 },
+        { prompt: [7], maxTokens: 6, sampling: { temperature: 0.8, seed: 5 } },
+        { prompt: [4, 4, 4], maxTokens: 6, sampling: { temperature: 1.2, topK: 4, topP: 0.9, minP: 0.05, seed: 11 } },
+        { prompt: [3], maxTokens: 5, sampling: { temperature: 0.9, seed: 2 }, logprobs: 2 },
+        { prompt: [9, 1], maxTokens: 5, sampling: { temperature: 1, seed: 3, repetitionPenalty: 1.3 } },
+      ];
+      const host = generateAll(new EngineLoop({ driver, vocabSize: V, prefillChunk: 16 }), requests).outputs;
+      const picked = generateAll(new EngineLoop({ driver, vocabSize: V, prefillChunk: 16, picker }), requests).outputs;
+      // The same draws, in the same order, from each sequence's own stream: the same tokens.
+      expect(picked.map((o) => o.tokens)).toEqual(host.map((o) => o.tokens));
+      expect(picked[3]!.logprobs).toEqual(host[3]!.logprobs);
+      expect(calls.length).toBeGreaterThan(0);
+      expect(argmaxCalls.every((rows) => rows === 1)).toBe(true);
+      // Every live row is in the call; the host-sampled ones (logprobs, penalties) as the cheapest pick,
+      // with no draw taken from their streams.
+      const first = calls[0]!;
+      expect(first.length).toBe(5);
+      expect(first[0]).toEqual({ temperature: 0, topK: 0, topP: 1, minP: 0, uniform: 0 });
+      expect(first[2]).toMatchObject({ temperature: 1.2, topK: 4, topP: 0.9, minP: 0.05 });
+      expect(first[3]!.temperature).toBe(0);
+      expect(first[4]!.temperature).toBe(0);
+      // A picker without sample leaves such steps to the host, as before.
+      const argmaxOnly = generateAll(new EngineLoop({ driver, vocabSize: V, prefillChunk: 16, picker: { maxRows: 5, argmax: picker.argmax } }), requests.slice(1, 3)).outputs;
+      expect(argmaxOnly.map((o) => o.tokens)).toEqual(host.slice(1, 3).map((o) => o.tokens));
+    } finally {
+      driver.dispose();
       layer.dispose();
       gpu.dispose();
     }

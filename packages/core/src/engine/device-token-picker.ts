@@ -13,10 +13,25 @@ export interface PickedTokens {
 }
 
 /**
- * Picks greedy tokens where the logits are, so a step brings back one id per row instead of
- * rows × vocabulary f32 logits (and the host does not scan them). A plugin provides it (layer-std's
- * `DeviceSampler`); the engine loop uses it for decode and verify steps whose every sequence is
- * plain greedy (no logprobs, no logit adjustments, no constraint), and reads the logits otherwise.
+ * How a picker chooses one row's token (`DeviceTokenPicker.sample`): temperature 0, the row's
+ * argmax; else the softmax at `temperature`, then top-k (0: off), top-p (1: off), min-p (0: off) as
+ * `probabilityFilter` applies them, then the inverse CDF at `uniform` (a draw in [0, 1) of the
+ * sequence's random stream, made on the host in the order the host sampler draws).
+ */
+export interface SampledRow {
+  readonly temperature: number;
+  readonly topK: number;
+  readonly topP: number;
+  readonly minP: number;
+  readonly uniform: number;
+}
+
+/**
+ * Picks tokens where the logits are, so a step brings back one id per row instead of rows ×
+ * vocabulary f32 logits (and the host does not scan or sort them). A plugin provides it
+ * (layer-std's `DeviceSampler`); the engine loop uses `argmax` for decode and verify steps whose
+ * every sequence is plain greedy, `sample` for decode steps with sampled sequences, and reads the
+ * logits of sequences with logprobs, logit adjustments or a constraint.
  */
 export interface DeviceTokenPicker {
   /** The most rows one call takes. */
@@ -31,9 +46,23 @@ export interface DeviceTokenPicker {
    * after next.
    */
   argmaxAsync?(logits: DevicePtr, rows: number, vocab: number, stream: Stream): PickedTokens;
+  /**
+   * The token of each of `rows.length` f32 rows of `vocab` at `logits`, row i picked by `rows[i]`,
+   * after `stream`'s work; waits for them. A row's token depends on its logits and its `SampledRow`
+   * only, not on the other rows.
+   */
+  sample?(logits: DevicePtr, rows: readonly SampledRow[], vocab: number, stream: Stream): Int32Array;
+}
+
+/**
+ * Whether a picker's `sample` may choose a sequence's next token: from its row as the model gave
+ * it (no logit adjustments, no constraint mask) and without its logprobs. Greedy or sampled.
+ */
+export function samplable(s: { readonly adjusted: boolean; readonly constraint?: unknown; readonly logprobs?: number }): boolean {
+  return !s.adjusted && s.constraint === undefined && s.logprobs === undefined;
 }
 
 /** Whether a sequence's next token is its row's argmax and nothing else, so a picker may choose it. */
 export function pickable(s: { readonly greedy: boolean; readonly adjusted: boolean; readonly constraint?: unknown; readonly logprobs?: number }): boolean {
-  return s.greedy && !s.adjusted && s.constraint === undefined && s.logprobs === undefined;
+  return s.greedy && samplable(s);
 }

@@ -8,7 +8,7 @@ import type { DraftProposer } from '../spec/ngram-proposer.js';
 import type { EngineRequest, EngineStepReport, TokenEvent } from './engine-request.js';
 import { LoopSpeculation } from './loop-speculation.js';
 import { startRunning, type RunningSequence as Running } from './running-sequence.js';
-import { pickable, type DeviceTokenPicker, type PickedTokens } from './device-token-picker.js';
+import { pickable, samplable, type DeviceTokenPicker, type PickedTokens } from './device-token-picker.js';
 import { maskLogitsRow } from './token-constraint.js';
 import { claimPages, type PageClaim } from './page-budget.js';
 import { planPrefill, nextChunkRows, type PrefillChunk } from './prefill-plan.js';
@@ -502,12 +502,7 @@ export class EngineLoop {
     if (done.length > 0) {
       if (!all) this.driver.gpu.synchronize(this.driver.stream);
       for (const { r, row: last } of done) {
-        let logits: Float32Array;
-        if (all) logits = all.subarray(last * this.vocab, (last + 1) * this.vocab);
-        else {
-          const bytes = this.driver.gpu.download(offsetPtr(result.output, last * this.#logitsRow), this.#logitsRow);
-          logits = new Float32Array(bytes.buffer, bytes.byteOffset, this.vocab);
-        }
+        const logits = all ? all.subarray(last * this.vocab, (last + 1) * this.vocab) : this.#readRow(result, last);
         this.#emitRow(r, logits, 0, events);
       }
     }
@@ -545,6 +540,16 @@ export class EngineLoop {
         }
         const tokens = picker.argmax(result.output, live.length, this.vocab, this.driver.stream);
         live.forEach((r, i) => this.#emit(r, [tokens[i]!], undefined, events));
+      } else if (picker?.sample && live.length <= picker.maxRows && live.some(pickedOnDevice)) {
+        // Greedy and sampled rows picked on the device (their tokens come back, not their logits);
+        // a row with logprobs, adjustments or a constraint is read and sampled on the host.
+        const onDevice = live.map(pickedOnDevice);
+        const tokens = picker.sample(result.output, live.map((r, i) => (onDevice[i] ? r.sampler.pickedRow() : HOST_ROW)), this.vocab, this.driver.stream);
+        if (onDevice.includes(false)) this.driver.gpu.synchronize(this.driver.stream);
+        live.forEach((r, i) => {
+          if (onDevice[i]) this.#emit(r, [tokens[i]!], undefined, events);
+          else this.#emitRow(r, this.#readRow(result, i), 0, events);
+        });
       } else {
         const logits = this.driver.readOutputF32(result);
         live.forEach((r, i) => this.#emitRow(r, logits, i, events));
@@ -560,6 +565,12 @@ export class EngineLoop {
   }
 
   /** Samples the token of logit row `row` (with its logprobs when asked; among the tokens its constraint allows) and emits it. */
+  /** Logit row `i` of a step's output, copied to the host (after the step's stream is done with it). */
+  #readRow(result: StepResult, i: number): Float32Array {
+    const bytes = this.driver.gpu.download(offsetPtr(result.output, i * this.#logitsRow), this.#logitsRow);
+    return new Float32Array(bytes.buffer, bytes.byteOffset, this.vocab);
+  }
+
   #emitRow(r: Running, logits: Float32Array, row: number, events: Map<number, TokenEvent>): void {
     if (r.req.constraint) {
       try {
@@ -621,6 +632,14 @@ export class EngineLoop {
 function timedPath(path: StepPath): boolean {
   return path === 'replay' || path === 'eager';
 }
+
+/** A running sequence a picker's `sample` may choose for (`samplable`). */
+function pickedOnDevice(r: Running): boolean {
+  return samplable({ adjusted: r.sampler.adjusts, constraint: r.req.constraint, ...(r.req.logprobs !== undefined ? { logprobs: r.req.logprobs } : {}) });
+}
+
+/** What `sample` gets for a row the host samples: the cheapest pick (its token is not used). */
+const HOST_ROW = Object.freeze({ temperature: 0, topK: 0, topP: 1, minP: 0, uniform: 0 });
 
 /** A running sequence a picker may choose for (`pickable`). */
 function plainGreedy(r: Running): boolean {

@@ -1,6 +1,7 @@
 import { TokenHistory, adjustLogits, adjustsLogits } from '../model/logits-adjustment.js';
 import { isGreedy, sampleLogitsRow, type SamplingParams } from '../model/sampling.js';
 import { SeededRandom, randomSeed } from '../random/seeded-random.js';
+import type { SampledRow } from './device-token-picker.js';
 
 /**
  * How one request picks its tokens, step after step: its sampling parameters, its random stream
@@ -44,8 +45,21 @@ export class RequestSampler {
     return sampleLogitsRow(this.row(logits, vocab, r), vocab, 0, this.params, this.random);
   }
 
+  /**
+   * The next token as a picker chooses it (`DeviceTokenPicker.sample`) from the row as the model
+   * gave it: greedy, the argmax (no draw); else this request's filters and the one draw the host
+   * sampler would make for it. Only for a request whose row nothing adjusts (`samplable`).
+   */
+  pickedRow(): SampledRow {
+    const p = this.params;
+    if (this.greedy || !p) return GREEDY_ROW;
+    return { temperature: p.temperature!, topK: p.topK ?? 0, topP: p.topP ?? 1, minP: p.minP ?? 0, uniform: this.random.float() };
+  }
+
   /** A token became part of the output. */
   accept(token: number): void {
     this.#history?.push(token);
   }
 }
+
+const GREEDY_ROW: SampledRow = Object.freeze({ temperature: 0, topK: 0, topP: 1, minP: 0, uniform: 0 });
