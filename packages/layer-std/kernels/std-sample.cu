@@ -1,7 +1,10 @@
 // Token selection of layer-std (src/sample-kernels.ts; reference src/sample.cpu.ts; KERNELS.md):
 //   std_argmax  out[r] = the lowest index of row r's maximum (NaN never wins; an all −∞ row gives 0)
-//   std_sample  softmax at a temperature, then top-k, top-p, min-p (HF order; ties at a cut-off
-//               kept), then the inverse CDF at uniforms[r] · Σp
+//   std_sample  each row by its own parameters (params[r], f64: temperature, top-k, top-p, min-p):
+//               softmax at the temperature, then top-k, top-p, min-p (HF order; ties at a cut-off
+//               kept), then the inverse CDF at uniforms[r] · Σp (the host's f64 draw, as core's
+//               sampler takes it); a row of temperature ≤ 0 takes
+//               its argmax as std_argmax does (so greedy and sampled requests share a launch)
 //
 // std_argmax: CTAs [slices, rows] (argmaxLaunch), each the best (value, index) pair of one slice of
 // its row, the last of the row's CTAs to finish merging the slices' pairs. The best pair is the
@@ -231,16 +234,30 @@ extern "C" __global__ void __launch_bounds__(1024) std_argmax(const float* __res
   }
 }
 
-extern "C" __global__ void __launch_bounds__(1024) std_sample(const float* __restrict__ logits, const float* __restrict__ uniforms, int32_t* __restrict__ out,
-                                                              int rows, int vocab, float temperature, int topK, float topP, float minP) {
+/** A row's parameters in std_sample's `params` (f64 [rows][kSampleParams], the host's values unrounded; src/sample-kernels.ts). */
+constexpr int kSampleParams = 4;
+
+extern "C" __global__ void __launch_bounds__(1024) std_sample(const float* __restrict__ logits, const double* __restrict__ params, const double* __restrict__ uniforms,
+                                                              int32_t* __restrict__ out, int rows, int vocab) {
   STD_SHARED(float, redF, 32);
+  STD_SHARED(int, redI, 32);
   STD_SHARED(double, redD, 32);
   STD_SHARED(u64, redU, 32);
   __shared__ Select sel;
   __shared__ int picked;
   const int V = vocab, tid = threadIdx.x, B = blockDim.x;
   for (int r = blockIdx.x; r < rows; r += gridDim.x) {
-    Probs P{logits + (size_t)r * V, -INFINITY, (double)temperature, 0.0};
+    const double* pr = params + (size_t)r * kSampleParams;
+    const double temperature = __ldg(pr), topP = __ldg(pr + 2), minP = __ldg(pr + 3);
+    const int topK = (int)__ldg(pr + 1);
+    if (!(temperature > 0.0)) {
+      // Greedy: the row's argmax as one CTA of std_argmax takes it (the same pairs, the same order).
+      const Best b = block_best(slice_best(logits + (size_t)r * V, 0, V), redF, redI);
+      if (tid == 0) out[r] = b.i == kNoIndex ? 0 : b.i;
+      __syncthreads();
+      continue;
+    }
+    Probs P{logits + (size_t)r * V, -INFINITY, temperature, 0.0};
     float mx = -INFINITY;
     for (int i = tid; i < V; i += B) mx = fmaxf(mx, __ldg(P.l + i));
     P.mx = block_max(mx, redF);
@@ -253,7 +270,7 @@ extern "C" __global__ void __launch_bounds__(1024) std_sample(const float* __res
       cutK = __uint_as_float(select_cut(P, V, [](float) { return true; }, [](float) -> u64 { return 1; }, (double)topK, sel));
     }
     float cutP = 0.f;
-    if (topP < 1.f) {
+    if (topP < 1.0) {
       u64 t = 0;
       for (int i = tid; i < V; i += B) {
         const float p = P(i);
@@ -261,11 +278,11 @@ extern "C" __global__ void __launch_bounds__(1024) std_sample(const float* __res
       }
       const double total = (double)block_sum(t, redU);
       // The reference's scan stops at its first (largest) value even for a target of 0.
-      const double target = fmax((double)topP * total, 1e-300);
+      const double target = fmax(topP * total, 1e-300);
       cutP = __uint_as_float(select_cut(P, V, [=](float p) { return p >= cutK; }, [](float p) { return fixed(p); }, target, sel));
     }
     // min-p against the largest p: that of the maximum logit, exp(0) = 1 over the sum.
-    const double minAbs = (double)minP * (double)(float)(1.0 / P.sum);
+    const double minAbs = minP * (double)(float)(1.0 / P.sum);
     const auto keep = [=](float p) { return p >= cutK && p >= cutP && !((double)p < minAbs); };
 
     // Inverse CDF in index order: each thread a contiguous chunk, fixed-point prefix sums.
@@ -281,7 +298,7 @@ extern "C" __global__ void __launch_bounds__(1024) std_sample(const float* __res
     if (tid == 0) picked = -1;
     __syncthreads();
     if (total > 0) {
-      u64 u = (u64)((double)__ldg(uniforms + r) * (double)total);
+      u64 u = (u64)(__ldg(uniforms + r) * (double)total);
       if (u >= total) u = total - 1;
       if (u >= before && u < before + mine) {
         u64 c = before;

@@ -1,18 +1,26 @@
-import { InvalidArgumentError, isGreedy, type DevicePtr, type DeviceTokenPicker, type GpuBackend, type GpuEvent, type HostBuffer, type PickedTokens, type SamplingParams, type SeededRandom, type Stream } from '@metrale/core';
+import {
+  InvalidArgumentError, isGreedy, type DevicePtr, type DeviceTokenPicker, type GpuBackend, type GpuEvent, type HostBuffer, type PickedTokens, type SampledRow, type SamplingParams,
+  type SeededRandom, type Stream,
+} from '@metrale/core';
 import { requireKernels } from './require-kernels.js';
-import { argmaxKernel, argmaxLaunch, argmaxPartialsBytes, sampleKernel } from './sample-kernels.js';
+import { SAMPLE_PARAMS, argmaxKernel, argmaxLaunch, argmaxPartialsBytes, sampleKernel } from './sample-kernels.js';
 
 /**
  * Picks each logit row's token on the device, so only `rows` token ids come back instead of
  * `rows × vocab` logits. Sampling draws its uniforms from the sequence's `SeededRandom` on the host,
- * in the order the host sampler would, so both give the same tokens for the same seed. The engine
- * loop takes it as its `DeviceTokenPicker` for plain greedy decode steps.
+ * in the order the host sampler would, so both give the same tokens for the same seed (but for a
+ * draw within ~1e-16 of a boundary: the kernel's sums are fixed-point; the draw and the parameters are
+ * the host's f64s). The
+ * engine loop takes it as its `DeviceTokenPicker`: `argmax` / `argmaxAsync` for plain greedy steps,
+ * `sample` for steps with sampled sequences, each row by its own parameters.
  */
 export class DeviceSampler implements DeviceTokenPicker {
   readonly maxRows: number;
   readonly #gpu: GpuBackend;
   readonly #tokens: DevicePtr;
   readonly #uniforms: DevicePtr;
+  /** `std.sample`'s per-row parameters (f64 [maxRows][SAMPLE_PARAMS]). */
+  readonly #params: DevicePtr;
   /** `std.argmax`'s scratch: a counter per row (zero between launches), then, 16-byte aligned, the slices' pairs. */
   readonly #argmaxScratch: DevicePtr;
   readonly #partialsOffset: number;
@@ -26,11 +34,13 @@ export class DeviceSampler implements DeviceTokenPicker {
     this.#gpu = gpu;
     this.maxRows = maxRows;
     this.#tokens = gpu.alloc(4 * maxRows);
-    this.#uniforms = gpu.alloc(4 * maxRows);
+    this.#uniforms = gpu.alloc(8 * maxRows);
+    this.#params = gpu.alloc(8 * SAMPLE_PARAMS * maxRows);
     this.#partialsOffset = 16 * Math.ceil(maxRows / 4);
     this.#argmaxScratch = gpu.alloc(this.#partialsOffset + argmaxPartialsBytes(maxRows, gpu.device.multiprocessors));
     gpu.upload(this.#argmaxScratch, new Uint32Array(maxRows));
-    this.#host = gpu.allocHost(8 * maxRows);
+    // Host staging: the uniforms (f64 [maxRows]), the parameters (f64 [maxRows][SAMPLE_PARAMS]), the ids (i32 [maxRows]).
+    this.#host = gpu.allocHost(IDS_AT * maxRows + 4 * maxRows);
     for (let i = 0; i < 2; i++) this.#async.push({ host: gpu.allocHost(4 * maxRows), done: gpu.createEvent(), call: -1 });
   }
 
@@ -39,26 +49,50 @@ export class DeviceSampler implements DeviceTokenPicker {
    * for greedy). Synchronous: waits for the stream and returns host ids.
    */
   pick(logits: DevicePtr, rows: number, vocab: number, params: SamplingParams | undefined, stream: Stream, randoms?: readonly SeededRandom[]): Int32Array {
-    if (!Number.isInteger(rows) || rows < 1 || rows > this.maxRows) throw new InvalidArgumentError(`sampler: rows must be between 1 and ${this.maxRows}, got ${rows}`);
-    const gpu = this.#gpu;
-    const bytes = this.#host.bytes;
-    const ids = new Int32Array(bytes.buffer, bytes.byteOffset, rows);
+    this.#checkRows(rows);
     if (isGreedy(params)) {
       this.#launchArgmax(logits, rows, vocab, stream);
-    } else {
-      if (!randoms || randoms.length !== rows) throw new InvalidArgumentError(`sampler: sampling ${rows} rows needs ${rows} random streams`);
-      const u = new Float32Array(bytes.buffer, bytes.byteOffset + 4 * this.maxRows, rows);
-      randoms.forEach((r, i) => (u[i] = r.float()));
-      gpu.copyToDeviceAsync(this.#uniforms, this.#host, 4 * this.maxRows, 4 * rows, stream);
-      const p = params!;
-      gpu.launch(sampleKernel, { grid: rows, block: 1024, stream }, {
-        logits, uniforms: this.#uniforms, out: this.#tokens, rows, vocab,
-        temperature: p.temperature!, topK: p.topK ?? 0, topP: p.topP ?? 1, minP: p.minP ?? 0,
-      });
+      return this.#readIds(rows, stream);
     }
-    gpu.copyToHostAsync(this.#host, 0, this.#tokens, 4 * rows, stream);
-    gpu.synchronize(stream);
-    return ids.slice();
+    if (!randoms || randoms.length !== rows) throw new InvalidArgumentError(`sampler: sampling ${rows} rows needs ${rows} random streams`);
+    const p = params!;
+    return this.sample(logits, randoms.map((r) => ({ temperature: p.temperature!, topK: p.topK ?? 0, topP: p.topP ?? 1, minP: p.minP ?? 0, uniform: r.float() })), vocab, stream);
+  }
+
+  /**
+   * The token of each row of `logits` picked by its own `SampledRow` (temperature 0: its argmax, the
+   * token `argmax` gives), in one `std.sample` launch. Synchronous: waits for the stream and returns
+   * host ids.
+   */
+  sample(logits: DevicePtr, rows: readonly SampledRow[], vocab: number, stream: Stream): Int32Array {
+    const n = rows.length;
+    this.#checkRows(n);
+    const bytes = this.#host.bytes;
+    const u = new Float64Array(bytes.buffer, bytes.byteOffset, n);
+    const params = new Float64Array(bytes.buffer, bytes.byteOffset + 8 * this.maxRows, SAMPLE_PARAMS * n);
+    rows.forEach((row, i) => {
+      checkRow(row, i);
+      u[i] = row.uniform;
+      params.set([row.temperature, row.topK, row.topP, row.minP], SAMPLE_PARAMS * i);
+    });
+    const gpu = this.#gpu;
+    gpu.copyToDeviceAsync(this.#uniforms, this.#host, 0, 8 * n, stream);
+    gpu.copyToDeviceAsync(this.#params, this.#host, 8 * this.maxRows, 8 * SAMPLE_PARAMS * n, stream);
+    gpu.launch(sampleKernel, { grid: n, block: 1024, stream }, { logits, params: this.#params, uniforms: this.#uniforms, out: this.#tokens, rows: n, vocab });
+    return this.#readIds(n, stream);
+  }
+
+  #checkRows(rows: number): void {
+    if (!Number.isInteger(rows) || rows < 1 || rows > this.maxRows) throw new InvalidArgumentError(`sampler: rows must be between 1 and ${this.maxRows}, got ${rows}`);
+  }
+
+  /** The ids of the last launch, copied to the host once the stream is done. */
+  #readIds(rows: number, stream: Stream): Int32Array {
+    const bytes = this.#host.bytes;
+    const at = IDS_AT * this.maxRows;
+    this.#gpu.copyToHostAsync(this.#host, at, this.#tokens, 4 * rows, stream);
+    this.#gpu.synchronize(stream);
+    return new Int32Array(bytes.buffer, bytes.byteOffset + at, rows).slice();
   }
 
   /** Greedy tokens of `rows` logit rows (the engine loop's `DeviceTokenPicker`). */
@@ -71,7 +105,7 @@ export class DeviceSampler implements DeviceTokenPicker {
    * waits for them. The ids on the device are overwritten by the sampler's next call.
    */
   argmaxAsync(logits: DevicePtr, rows: number, vocab: number, stream: Stream): PickedTokens {
-    if (!Number.isInteger(rows) || rows < 1 || rows > this.maxRows) throw new InvalidArgumentError(`sampler: rows must be between 1 and ${this.maxRows}, got ${rows}`);
+    this.#checkRows(rows);
     const gpu = this.#gpu;
     const call = this.#asyncCalls++;
     const set = this.#async[call % 2]!;
@@ -102,6 +136,7 @@ export class DeviceSampler implements DeviceTokenPicker {
   dispose(): void {
     this.#gpu.free(this.#tokens);
     this.#gpu.free(this.#uniforms);
+    this.#gpu.free(this.#params);
     this.#gpu.free(this.#argmaxScratch);
     this.#gpu.freeHost(this.#host);
     for (const set of this.#async) {
@@ -109,4 +144,19 @@ export class DeviceSampler implements DeviceTokenPicker {
       this.#gpu.freeHost(set.host);
     }
   }
+}
+
+/** Bytes per row of the host staging before the ids: the uniform and the parameters, f64 each. */
+const IDS_AT = 8 * (1 + SAMPLE_PARAMS);
+
+/** Refuses a row the kernel would misread, naming it. */
+function checkRow(row: SampledRow, i: number): void {
+  const bad = (what: string, v: number, range: string): never => {
+    throw new InvalidArgumentError(`sampler: row ${i}'s ${what} must be ${range}, got ${v}`);
+  };
+  if (!(Number.isFinite(row.temperature) && row.temperature >= 0)) bad('temperature', row.temperature, 'a number ≥ 0');
+  if (!(Number.isInteger(row.topK) && row.topK >= 0 && row.topK < 2 ** 31)) bad('topK', row.topK, 'a whole number in [0, 2^31)');
+  if (!(row.topP > 0 && row.topP <= 1)) bad('topP', row.topP, 'in (0, 1]');
+  if (!(row.minP >= 0 && row.minP <= 1)) bad('minP', row.minP, 'in [0, 1]');
+  if (!(row.uniform >= 0 && row.uniform < 1)) bad('uniform', row.uniform, 'in [0, 1)');
 }

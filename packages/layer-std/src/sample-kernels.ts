@@ -17,9 +17,19 @@ export const argmaxKernel = defineKernel({
   cpu: argmaxCpu,
 });
 
+/** f64 values of a row in `std.sample`'s `params`: temperature, top-k, top-p, min-p. */
+export const SAMPLE_PARAMS = 4;
+
+/**
+ * `std.sample` (kernels/std-sample.cu): one CTA of 1 024 threads a row, each row by its own
+ * parameters (`params` f64 [rows][SAMPLE_PARAMS], the host's values unrounded: temperature, top-k
+ * as a whole number (0: off),
+ * top-p (1: off), min-p (0: off)) and its draw (`uniforms` f64 [rows] in [0, 1)); a row of
+ * temperature ≤ 0 takes its argmax, the token `std.argmax` gives.
+ */
 export const sampleKernel = defineKernel({
   name: 'std.sample',
-  params: { logits: 'ptr', uniforms: 'ptr', out: 'ptr', rows: 'i32', vocab: 'i32', temperature: 'f32', topK: 'i32', topP: 'f32', minP: 'f32' },
+  params: { logits: 'ptr', params: 'ptr', uniforms: 'ptr', out: 'ptr', rows: 'i32', vocab: 'i32' },
   cuda: { module, symbol: 'std_sample' },
   cpu: sampleCpu,
 });

@@ -36,15 +36,10 @@ export function argmaxCpu(a: ArgmaxArgs, { mem }: CpuKernelContext): void {
 }
 
 export interface SampleArgs extends RowsArgs {
-  /** f32 [rows]: one uniform draw in [0, 1) per row. */
+  /** f64 [rows][4]: each row's temperature (≤ 0: its argmax), top-k (0: off), top-p (1: off), min-p (0: off). */
+  readonly params: bigint;
+  /** f64 [rows]: one uniform draw in [0, 1) per row (the host's draw unrounded). */
   readonly uniforms: bigint;
-  readonly temperature: number;
-  /** 0: off. */
-  readonly topK: number;
-  /** 1: off. */
-  readonly topP: number;
-  /** 0: off. */
-  readonly minP: number;
 }
 
 /** Probabilities of one row at a temperature, filtered by top-k, top-p, min-p (ties at a cut-off kept). */
@@ -100,12 +95,19 @@ export function pickWithUniform(p: Float32Array, u01: number): number {
   return last;
 }
 
-export function sampleCpu(a: SampleArgs, { mem }: CpuKernelContext): void {
+export function sampleCpu(a: SampleArgs, ctx: CpuKernelContext): void {
+  const { mem } = ctx;
   const logits = mem.f32(a.logits, a.rows * a.vocab);
-  const u = mem.f32(a.uniforms, a.rows);
+  const params = mem.f64(a.params, 4 * a.rows);
+  const u = mem.f64(a.uniforms, a.rows);
   const out = mem.i32(a.out, a.rows);
   for (let r = 0; r < a.rows; r++) {
-    const p = filteredProbs(logits.subarray(r * a.vocab, (r + 1) * a.vocab), a.temperature, a.topK, a.topP, a.minP);
+    const [temperature, topK, topP, minP] = params.subarray(4 * r, 4 * r + 4);
+    if (!(temperature! > 0)) {
+      argmaxCpu({ logits: a.logits + BigInt(4 * r * a.vocab), out: a.out + BigInt(4 * r), counters: 0n, partials: 0n, rows: 1, vocab: a.vocab }, ctx);
+      continue;
+    }
+    const p = filteredProbs(logits.subarray(r * a.vocab, (r + 1) * a.vocab), temperature!, Math.trunc(topK!), topP!, minP!);
     out[r] = pickWithUniform(p, u[r]!);
   }
 }

@@ -47,6 +47,48 @@ describe('DeviceSampler picks the tokens the host sampler picks', () => {
   });
 });
 
+describe('DeviceSampler.sample: each row by its own parameters, in one launch', () => {
+  const rows = 6;
+  const logits = new SeededRandom(5).normals(rows * V, 3);
+  // Greedy rows between sampled ones with different filters (what a served batch holds).
+  const params: (SamplingParams | undefined)[] = [
+    { temperature: 0.7 }, undefined, { temperature: 1, topK: 5 }, { temperature: 1.3, topP: 0.8 }, undefined, { temperature: 1.1, topK: 40, topP: 0.9, minP: 0.02 },
+  ];
+  it('gives every row the token the host sampler gives it alone, drawing only for the sampled rows', () => {
+    const gpu = new CpuBackend();
+    const sampler = new DeviceSampler(gpu, 8);
+    const dev = gpu.alloc(4 * rows * V);
+    gpu.upload(dev, logits);
+    for (let round = 0; round < 5; round++) {
+      const host = params.map((_, r) => new SeededRandom(100 * round + r));
+      const device = params.map((_, r) => new SeededRandom(100 * round + r));
+      const picked = params.map((p, r) => (p ? { temperature: p.temperature!, topK: p.topK ?? 0, topP: p.topP ?? 1, minP: p.minP ?? 0, uniform: device[r]!.float() } : { temperature: 0, topK: 0, topP: 1, minP: 0, uniform: 0 }));
+      const got = sampler.sample(dev, picked, V, gpu.defaultStream);
+      const want = params.map((p, r) => sampleLogitsRow(logits, V, r, p, host[r]!));
+      expect(Array.from(got)).toEqual(want);
+      // The greedy rows are the argmax kernel's tokens; a row's token does not depend on the others.
+      const greedy = sampler.argmax(dev, rows, V, gpu.defaultStream);
+      expect([got[1], got[4]]).toEqual([greedy[1], greedy[4]]);
+      expect(sampler.sample(dev + BigInt(4 * 3 * V), [picked[3]!], V, gpu.defaultStream)[0]).toBe(got[3]);
+    }
+    sampler.dispose();
+    gpu.dispose();
+  });
+
+  it('refuses a row it would misread, naming the row and the field', () => {
+    const gpu = new CpuBackend();
+    const sampler = new DeviceSampler(gpu, 2);
+    const dev = gpu.alloc(4 * 2 * V);
+    const ok = { temperature: 1, topK: 0, topP: 1, minP: 0, uniform: 0.5 };
+    expect(() => sampler.sample(dev, [ok, { ...ok, topP: 0 }], V, gpu.defaultStream)).toThrow(/row 1's topP must be in \(0, 1\], got 0/);
+    expect(() => sampler.sample(dev, [{ ...ok, topK: 2.5 }], V, gpu.defaultStream)).toThrow(/row 0's topK must be a whole number/);
+    expect(() => sampler.sample(dev, [{ ...ok, uniform: 1 }], V, gpu.defaultStream)).toThrow(/row 0's uniform must be in \[0, 1\), got 1/);
+    expect(() => sampler.sample(dev, [ok, ok, ok], V, gpu.defaultStream)).toThrow(/rows must be between 1 and 2, got 3/);
+    sampler.dispose();
+    gpu.dispose();
+  });
+});
+
 describe('DeviceSampler.argmaxAsync', () => {
   it('enqueues the greedy ids: on the device until its next call, on the host once read, two calls kept apart', () => {
     const rows = 5;

@@ -105,9 +105,32 @@ describe.skipIf(!cuda.available)('DeviceSampler on CUDA picks the tokens the hos
       const n = rounds * ROWS;
       lines.push(`${name.padEnd(30)} ${same}/${n} identical to the CPU twin, ${sameHost}/${n} to core's host sampler`);
       expect(same / n).toBeGreaterThanOrEqual(0.99);
-      expect(sameHost / n).toBeGreaterThanOrEqual(0.9);
+      // The draw reaches the kernel as the host's f64: only the fixed-point sums can move a token.
+      expect(sameHost / n).toBeGreaterThanOrEqual(0.99);
     });
   }
+
+  it('sample: each row by its own parameters in one launch (greedy rows among sampled ones), as the CPU twin, greedy rows as argmax', () => {
+    const mixed: (SamplingParams | undefined)[] = [undefined, { temperature: 0.7 }, { temperature: 1, topK: 5 }, undefined, { temperature: 1.3, topP: 0.8 }, { temperature: 0.9, minP: 0.1 }, { temperature: 0.5, topK: 50 }, undefined];
+    const rowsOf = (round: number) => mixed.map((p, r) => {
+      const u = new SeededRandom(3000 * round + r).float();
+      return p ? { temperature: p.temperature!, topK: p.topK ?? 0, topP: p.topP ?? 1, minP: p.minP ?? 0, uniform: u } : { temperature: 0, topK: 0, topP: 1, minP: 0, uniform: 0 };
+    });
+    const greedy = sampler.argmax(dev, ROWS, V, gpu.defaultStream);
+    let same = 0;
+    const rounds = 8;
+    for (let round = 0; round < rounds; round++) {
+      const got = sampler.sample(dev, rowsOf(round), V, gpu.defaultStream);
+      const want = cpuSampler.sample(cpuDev, rowsOf(round), V, cpu.defaultStream);
+      got.forEach((t, r) => {
+        if (t === want[r]) same++;
+        if (!mixed[r]) expect(t, `row ${r} (greedy)`).toBe(greedy[r]);
+        else expect(filteredProbs(logits.subarray(r * V, (r + 1) * V), mixed[r]!.temperature!, mixed[r]!.topK ?? 0, mixed[r]!.topP ?? 1, mixed[r]!.minP ?? 0)[t]!).toBeGreaterThan(0);
+      });
+    }
+    lines.push(`per-row parameters, one launch: ${same}/${rounds * ROWS} identical to the CPU twin, greedy rows equal argmax`);
+    expect(same / (rounds * ROWS)).toBeGreaterThanOrEqual(0.99);
+  });
 
   it('token frequencies over 4 096 draws follow the filtered distribution (top-p 0.95, temperature 2, 64 tokens)', () => {
     const v = 64;

@@ -1,7 +1,7 @@
 // The GPU lane's stand-in device without a GPU (development only): the CPU backend, with the
 // layer-std kernels listed below run as their CUDA sources in the CPU emulator (tools/cuda-emu);
 // the others run as their TypeScript twins. Use:
-//   METRALE_STD_DEVICE_MODULE=test/gpu/emu/device.mjs node ../../node_modules/vitest/vitest.mjs run --config vitest.gpu.config.ts test/gpu/kernels.gpu.test.ts -t moe_group
+//   METRALE_STD_DEVICE_MODULE=test/gpu/emu/device.mjs node ../../node_modules/vitest/vitest.mjs run --config vitest.gpu.config.ts test/gpu/moe-experts-kernels.gpu.test.ts -t moe_group
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { CpuBackend } from '@metrale/cpu-backend';
