@@ -18,9 +18,13 @@
 //   node bench/decode.bench.mjs [--model qwen3-next-80b|qwen3.5-moe|gemma3n-e4b] [--backend cuda]
 //        [--dtype bf16|fp8|f32] [--experts N] [--batches 1,8,64] [--steps 64] [--prompt 128]
 //        [--spec 4] [--eager] [--sync] [--repeats 1] [--layer-times] [--graph-times] [--tiny] [--layers N]
-//        [--out FILE]
+//        [--sampling T,P,K] [--out FILE]
 // --spec K: the drafts of the speculating rows (n-gram), run after the plain ones; 0: plain decode
 // only (a device call then spends no time on them).
+// --sampling T,P,K: also run the plain rows with every sequence sampled at temperature T, top-p P,
+// top-k K (seeded), once with the tokens picked on the device (`sampled: 'device'`: the picker's
+// sample, as `metrale serve` does) and once with the picker's argmax only, so the host reads and
+// samples the logits (`sampled: 'host'`); each row's `tokens_hash` says whether both drew the same.
 // --tiny: a few-layer, narrow model of the same structure, to check the script on the CPU. Greedy
 // decode picks its tokens on the device (layer-std's DeviceSampler), as `metrale serve` does.
 // --sync: also run each plain-decode row with the loop's async scheduling off (`async_scheduling`
@@ -65,6 +69,7 @@ const { values: o } = parseArgs({
     // Also the device time of each replayed graph (graph_ms; the events around each launch may
     // lengthen a step a little, so the headline rows run without them).
     'graph-times': { type: 'boolean', default: false },
+    sampling: { type: 'string' },
     out: { type: 'string' },
   },
 });
@@ -89,6 +94,14 @@ if (!Number.isInteger(k) || k < 0) {
   console.error(`--spec: the drafts of the speculating rows, a whole number (0: no speculating rows); got ${o.spec}`);
   process.exit(2);
 }
+const sampling = o.sampling === undefined ? undefined : (() => {
+  const [temperature, topP, topK] = o.sampling.split(',').map(Number);
+  if (!(temperature > 0) || !(topP > 0 && topP <= 1) || !(Number.isInteger(topK) && topK >= 0)) {
+    console.error(`--sampling: temperature > 0, top-p in (0, 1] and top-k a whole number (0: off), as T,P,K; got ${o.sampling}`);
+    process.exit(2);
+  }
+  return { temperature, topP, topK };
+})();
 const limits = { maxSeqs: maxBatch, maxBatch, maxK: k + 1, maxSeqLen: promptLen + steps + k + 8, maxRows: Math.max(maxBatch * (k + 1), promptLen * Math.min(maxBatch, 8)) };
 const t0 = performance.now();
 // The adapter `metrale serve` picks for this config.json (its model_type).
@@ -110,6 +123,12 @@ const context = promptLen + steps / 2;
 const results = [];
 // The serving loop picks greedy tokens on the device, as `metrale serve` does.
 const picker = new DeviceSampler(gpu, maxBatch * (k + 1));
+/** FNV-1a over every output's tokens in order: equal hashes, the same tokens (as far as a hash says). */
+const tokensHash = (outputs) => {
+  let h = 0x811c9dc5;
+  for (const o of outputs) for (const t of [...o.tokens, -1]) h = Math.imul(h ^ (t & 0xffff), 0x01000193) >>> 0, h = Math.imul(h ^ (t >>> 16), 0x01000193) >>> 0;
+  return h.toString(16).padStart(8, '0');
+};
 /** Replaces target[name] with wrap(the method as it was, bound to target). */
 const wrapMethod = (target, name, wrap) => {
   target[name] = wrap(target[name].bind(target));
@@ -161,17 +180,25 @@ const plainModes = [
 ];
 const modes = [
   ...Array.from({ length: repeats }, (_, repeat) => plainModes.map((m) => ({ ...m, repeat }))).flat(),
+  ...(sampling ? ['device', 'host'].map((sampled) => ({ spec: false, graphs: true, asyncScheduling: true, repeat: 0, sampled })) : []),
   ...(k > 0 ? [{ spec: true, graphs: true, asyncScheduling: true, repeat: 0 }] : []),
 ];
-for (const { spec, graphs, asyncScheduling, repeat } of modes) {
+// The picker without `sample`: sampled sequences' logits are read and sampled on the host.
+const argmaxOnly = { maxRows: picker.maxRows, argmax: (...a) => picker.argmax(...a), argmaxAsync: (...a) => picker.argmaxAsync(...a) };
+for (const { spec, graphs, asyncScheduling, repeat, sampled } of modes) {
   for (const B of batches) {
     const driver = new StepDriver({ gpu, layers: servedLayers, limits, graphs });
     // The engine loop that serves: every prompt in one chunk, several prompts per prefill step.
-    const loop = new EngineLoop({ driver, vocabSize: text.vocab_size, prefillChunk: promptLen, picker, asyncScheduling, ...(spec ? { speculation: { proposer: new NgramProposer({ k, minN: 1, maxN: 3 }), k } } : {}) });
+    const loop = new EngineLoop({
+      driver, vocabSize: text.vocab_size, prefillChunk: promptLen, picker: sampled === 'host' ? argmaxOnly : picker, asyncScheduling,
+      ...(spec ? { speculation: { proposer: new NgramProposer({ k, minN: 1, maxN: 3 }), k } } : {}),
+    });
     const runner = { generate: (reqs) => generateAll(loop, reqs, spec ? k : undefined) };
     // A repetitive prompt, so n-gram drafts have something to match.
     // Each sequence has its own prompt (its own block of tokens, so routing differs across the batch).
-    const requests = Array.from({ length: B }, (_, b) => ({ prompt: benchPrompt(config, b, promptLen), maxTokens: steps, stopTokenIds: [] }));
+    const requests = Array.from({ length: B }, (_, b) => ({
+      prompt: benchPrompt(config, b, promptLen), maxTokens: steps, stopTokenIds: [], ...(sampled ? { sampling: { ...sampling, seed: 1000 + b } } : {}),
+    }));
     // Warm-up: every bucket's decode graph (and verify graph, speculating) is captured before the
     // timed run, as metrale serve captures them at startup: a speculating loop verifies first and
     // its batch shrinks as sequences finish apart, so it would otherwise capture while timed.
@@ -190,7 +217,7 @@ for (const { spec, graphs, asyncScheduling, repeat } of modes) {
       return report;
     });
     graphTimes.used = 0; // the warm-up's events are free for reuse (none of its graphs counts)
-    const { stats } = runner.generate(requests);
+    const { stats, outputs } = runner.generate(requests);
     const replayedMs = graphMs();
     const hostMs = host / Math.max(1, hostSteps);
     driver.dispose();
@@ -200,7 +227,8 @@ for (const { spec, graphs, asyncScheduling, repeat } of modes) {
     const stepMs = stats.decodeMs / Math.max(1, stats.decodeMsSteps);
     const floorMs = copyBps ? (floor.stepBytes(B, context) / copyBps) * 1000 : undefined;
     const row = {
-      batch: B, spec: spec ? `ngram:k=${k}` : null, graphs, async_scheduling: asyncScheduling && !spec, ...(repeats > 1 ? { repeat } : {}), tokens_per_s: Number(tokPerS.toFixed(1)), step_ms: Number(stepMs.toFixed(3)), host_ms: Number(hostMs.toFixed(3)),
+      batch: B, spec: spec ? `ngram:k=${k}` : null, graphs, async_scheduling: asyncScheduling && !spec && !sampled,
+      ...(sampled ? { sampled, sampling, tokens_hash: tokensHash(outputs) } : {}), ...(repeats > 1 ? { repeat } : {}), tokens_per_s: Number(tokPerS.toFixed(1)), step_ms: Number(stepMs.toFixed(3)), host_ms: Number(hostMs.toFixed(3)),
       ...(replayedMs !== undefined ? { graph_ms: Number(replayedMs.toFixed(3)) } : {}),
       steps: stats.steps, acceptance: stats.speculation ? Number(stats.speculation.acceptanceRate.toFixed(3)) : null,
       roofline_step_ms: floorMs === undefined ? null : Number(floorMs.toFixed(3)),

@@ -80,6 +80,21 @@ describe('whole-model benches on the CPU device (tiny shape)', () => {
     expect(bad.stderr).toMatch(/--spec: .*got 2.5/);
   }, 120_000);
 
+  it('decode with --sampling: sampled rows picked on the device and on the host draw the same tokens; a bad --sampling is refused, naming it', () => {
+    type Row = DecodeReport['results'][number] & { sampled?: string; tokens_hash?: string };
+    const r = bench('decode.bench.mjs', ['--batches', '1,3', '--steps', '5', '--spec', '0', '--sampling', '0.8,0.9,20']) as unknown as { results: Row[] };
+    const sampled = r.results.filter((x) => x.sampled);
+    expect(sampled.map((x) => [x.sampled, x.batch])).toEqual([['device', 1], ['device', 3], ['host', 1], ['host', 3]]);
+    for (const B of [1, 3]) {
+      const [device, host] = ['device', 'host'].map((s) => sampled.find((x) => x.sampled === s && x.batch === B)!);
+      expect(device!.tokens_hash).toMatch(/^[0-9a-f]{8}$/);
+      expect(device!.tokens_hash).toBe(host!.tokens_hash);
+    }
+    const bad = spawnSync(process.execPath, [join('bench', 'decode.bench.mjs'), '--backend', 'cpu', '--tiny', '--sampling', '0,0.9,20'], { encoding: 'utf8', timeout: 60_000 });
+    expect(bad.status).toBe(2);
+    expect(bad.stderr).toMatch(/--sampling: .*got 0,0.9,20/);
+  }, 120_000);
+
   it('decode with --sync --repeats 2: async scheduling on and off taking turns; --repeats 0 is refused, naming it', () => {
     type Row = DecodeReport['results'][number] & { async_scheduling: boolean; repeat: number };
     const r = bench('decode.bench.mjs', ['--batches', '1', '--steps', '3', '--spec', '0', '--sync', '--repeats', '2']) as unknown as Omit<DecodeReport, 'results'> & { results: Row[] };
