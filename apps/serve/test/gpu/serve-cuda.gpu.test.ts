@@ -55,6 +55,26 @@ describe.skipIf(!cuda.available)('metrale serve --backend cuda', () => {
     expect(await metric(gpuServer.url, 'vllm:num_requests_running')).toBe(0);
   });
 
+  it('16 concurrent seeded sampled streams (tokens picked on the device; two with logprobs, sampled on the host) equal the same requests alone', async () => {
+    const sampled = (content: string, seed: number, stream: boolean, logprobs: boolean) => gpuServer.client.chat.completions.create({
+      model: MODEL, messages: [{ role: 'user', content }], max_tokens: 24, temperature: 0.8, top_p: 0.9, top_k: 20, seed, ignore_eos: true, stream,
+      ...(logprobs ? { logprobs: true, top_logprobs: 2 } : {}),
+    } as any);
+    const prompts = Array.from({ length: 16 }, (_, i) => `${PROMPTS[i % PROMPTS.length]} [${i}]`);
+    const withLogprobs = (i: number) => i % 8 === 3;
+    const alone: string[] = [];
+    for (const [i, p] of prompts.entries()) alone.push(((await sampled(p, 100 + i, false, withLogprobs(i))) as any).choices[0].message.content);
+    const together = await Promise.all(prompts.map(async (p, i) => {
+      let text = '';
+      for await (const chunk of (await sampled(p, 100 + i, true, withLogprobs(i))) as any) text += chunk.choices[0]?.delta?.content ?? '';
+      return text;
+    }));
+    expect(together).toEqual(alone);
+    // Sampling at temperature 0.8 does not collapse onto the greedy answers.
+    const greedy = await Promise.all(prompts.slice(0, 4).map(async (p) => ((await chat(gpuServer, p)) as any).choices[0].message.content));
+    expect(alone.slice(0, 4)).not.toEqual(greedy);
+  });
+
   it('sizes the KV page pool from the GPU memory left under --gpu-memory-utilization, and reuses a repeated prefix', async () => {
     const kv = await gpuServer.logLine((l) => typeof l.kv_cache_tokens === 'number');
     console.log(`[serve gpu] ${String(kv.msg)}: ${kv.kv_cache_bytes} bytes, ${kv.state_snapshots} GDN snapshots`);
