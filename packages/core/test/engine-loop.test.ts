@@ -129,9 +129,11 @@ describe('the engine loop with a picker that samples', () => {
       expect(picked[3]!.logprobs).toEqual(host[3]!.logprobs);
       expect(calls.length).toBeGreaterThan(0);
       expect(argmaxCalls.every((rows) => rows === 1)).toBe(true);
-      // Every live row is in the call; the host-sampled ones (logprobs, penalties) as the cheapest pick,
-      // with no draw taken from their streams.
-      const first = calls[0]!;
+      // A prompt's first token: a call of its one row (the host-sampled ones read theirs).
+      expect(calls.slice(0, 3).map((c) => c.length)).toEqual([1, 1, 1]);
+      // A decode step: every live row in one call; the host-sampled ones (logprobs, penalties) as the
+      // cheapest pick, with no draw taken from their streams.
+      const first = calls.find((c) => c.length === 5)!;
       expect(first.length).toBe(5);
       expect(first[0]).toEqual({ temperature: 0, topK: 0, topP: 1, minP: 0, uniform: 0 });
       expect(first[2]).toMatchObject({ temperature: 1.2, topK: 4, topP: 0.9, minP: 0.05 });

@@ -501,7 +501,14 @@ export class EngineLoop {
     });
     if (done.length > 0) {
       if (!all) this.driver.gpu.synchronize(this.driver.stream);
+      const picker = this.#picker;
       for (const { r, row: last } of done) {
+        if (!all && picker?.sample && pickedOnDevice(r)) {
+          // The first token picked where its row is (a call a prompt: the finished prompts' rows lie apart).
+          const [token] = picker.sample(offsetPtr(result.output, last * this.#logitsRow), [r.sampler.pickedRow()], this.vocab, this.driver.stream);
+          this.#emit(r, [token!], undefined, events);
+          continue;
+        }
         const logits = all ? all.subarray(last * this.vocab, (last + 1) * this.vocab) : this.#readRow(result, last);
         this.#emitRow(r, logits, 0, events);
       }
