@@ -9,10 +9,10 @@ import { SAMPLE_PARAMS, argmaxKernel, argmaxLaunch, argmaxPartialsBytes, sampleK
  * Picks each logit row's token on the device, so only `rows` token ids come back instead of
  * `rows × vocab` logits. Sampling draws its uniforms from the sequence's `SeededRandom` on the host,
  * in the order the host sampler would, so both give the same tokens for the same seed (but for a
- * draw within ~1e-16 of a boundary: the kernel's sums are fixed-point; the draw and the parameters are
- * the host's f64s). The
- * engine loop takes it as its `DeviceTokenPicker`: `argmax` / `argmaxAsync` for plain greedy steps,
- * `sample` for steps with sampled sequences, each row by its own parameters.
+ * draw within ~1e-16 of a boundary: the kernel's sums are fixed-point; the draw and the parameters
+ * are the host's f64s). The engine loop takes it as its `DeviceTokenPicker`: `argmax` /
+ * `argmaxAsync` for plain greedy steps, `sample` for steps with sampled sequences, each row by its
+ * own parameters.
  */
 export class DeviceSampler implements DeviceTokenPicker {
   readonly maxRows: number;

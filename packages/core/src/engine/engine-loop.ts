@@ -571,13 +571,13 @@ export class EngineLoop {
     }
   }
 
-  /** Samples the token of logit row `row` (with its logprobs when asked; among the tokens its constraint allows) and emits it. */
   /** Logit row `i` of a step's output, copied to the host (after the step's stream is done with it). */
   #readRow(result: StepResult, i: number): Float32Array {
     const bytes = this.driver.gpu.download(offsetPtr(result.output, i * this.#logitsRow), this.#logitsRow);
     return new Float32Array(bytes.buffer, bytes.byteOffset, this.vocab);
   }
 
+  /** Samples the token of logit row `row` (with its logprobs when asked; among the tokens its constraint allows) and emits it. */
   #emitRow(r: Running, logits: Float32Array, row: number, events: Map<number, TokenEvent>): void {
     if (r.req.constraint) {
       try {
