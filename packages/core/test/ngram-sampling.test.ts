@@ -37,6 +37,64 @@ describe('sampling filters', () => {
     expect(probabilityFilter({ temperature: 1 })).toBeUndefined();
   });
 
+  it('select the same cut-offs as sorting the whole row: many rows, ties, zeros, flat and peaked, top-p near 1, a NaN', () => {
+    // The filters as they were, sorting the whole row (the definition the faster selection must keep, bit for bit).
+    const sortedFilter = (p: { topK?: number; topP?: number; minP?: number }) => (probs: Float32Array): Float32Array => {
+      const out = Float32Array.from(probs);
+      const topK = p.topK ?? 0, topP = p.topP ?? 1, minP = p.minP ?? 0;
+      if (topK > 0 && topK < out.length) {
+        const v = Float32Array.from(out).sort()[out.length - topK]!;
+        for (let i = 0; i < out.length; i++) if (out[i]! < v) out[i] = 0;
+      }
+      if (topP < 1) {
+        let total = 0;
+        for (let i = 0; i < out.length; i++) total += out[i]!;
+        const sorted = Float32Array.from(out).sort().reverse();
+        let acc = 0;
+        let v = sorted[0]!;
+        for (let i = 0; i < sorted.length && sorted[i]! > 0; i++) {
+          v = sorted[i]!;
+          acc += v;
+          if (acc >= topP * total) break;
+        }
+        for (let i = 0; i < out.length; i++) if (out[i]! < v) out[i] = 0;
+      }
+      if (minP > 0) {
+        let max = 0;
+        for (let i = 0; i < out.length; i++) max = Math.max(max, out[i]!);
+        for (let i = 0; i < out.length; i++) if (out[i]! < minP * max) out[i] = 0;
+      }
+      return out;
+    };
+    const rnd = new SeededRandom(12);
+    const rows: Float32Array[] = [];
+    for (const [V, scale] of [[151_936, 3], [151_936, 0.01], [4096, 8], [300, 1], [5, 2], [1, 1]] as const) {
+      const l = rnd.normals(V, scale);
+      let max = -Infinity;
+      for (const v of l) max = Math.max(max, v);
+      let sum = 0;
+      const e = l.map((v) => Math.exp(v - max));
+      for (const v of e) sum += v;
+      rows.push(Float32Array.from(e, (v) => v / sum));
+    }
+    // Ties at and around the cut-offs, exact zeros, a uniform row, powers of two on binade edges, a NaN.
+    rows.push(Float32Array.from({ length: 1000 }, (_, i) => (i % 10 === 0 ? 0 : Math.fround(1 / 900) * (i % 3 === 0 ? 2 : 1))));
+    rows.push(new Float32Array(2048).fill(1 / 2048));
+    rows.push(Float32Array.from({ length: 64 }, (_, i) => 2 ** -(i % 20)));
+    rows.push(Float32Array.from([0.5, Number.NaN, 0.25, 0.25]));
+    const cases = [{ topK: 1 }, { topK: 5 }, { topK: 50 }, { topK: 999 }, { topP: 0.5 }, { topP: 0.8 }, { topP: 0.95 }, { topP: 0.999999 }, { topP: 1e-7 }, { topK: 20, topP: 0.8 }, { topK: 40, topP: 0.9, minP: 0.02 }];
+    for (const [r, probs] of rows.entries()) {
+      for (const c of cases) {
+        const got = probabilityFilter(c)!(probs);
+        const want = sortedFilter(c)(probs);
+        const a = new Uint32Array(got.buffer), b = new Uint32Array(want.buffer);
+        let differ = a.length === b.length ? 0 : -1;
+        for (let i = 0; differ >= 0 && i < a.length; i++) if (a[i] !== b[i]) differ++;
+        expect(differ, `row ${r} (${probs.length}), ${JSON.stringify(c)}: entries that differ`).toBe(0);
+      }
+    }
+  });
+
   it('greedy is the argmax; a sampled token always survives the filters', () => {
     const logits = new SeededRandom(1).normals(50, 2);
     const best = logits.indexOf(Math.max(...logits));

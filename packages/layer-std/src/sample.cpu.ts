@@ -1,4 +1,4 @@
-import type { CpuKernelContext } from '@metrale/core';
+import { probabilityFilter, softmaxRow, type CpuKernelContext } from '@metrale/core';
 
 // CPU reference of kernels/std-sample.cu: the token of each logit row, greedy or sampled with a
 // uniform draw the host supplies, by exactly the rules of core's host sampler (sampling.ts), so a
@@ -42,42 +42,15 @@ export interface SampleArgs extends RowsArgs {
   readonly uniforms: bigint;
 }
 
-/** Probabilities of one row at a temperature, filtered by top-k, top-p, min-p (ties at a cut-off kept). */
+/**
+ * Probabilities of one row at a temperature, filtered by top-k, top-p, min-p (ties at a cut-off
+ * kept): core's host sampler's own softmax and filters (`softmaxRow`, `probabilityFilter`), so the
+ * twin is the host's rules by construction.
+ */
 export function filteredProbs(row: Float32Array, temperature: number, topK: number, topP: number, minP: number): Float32Array {
-  const V = row.length;
-  const p = new Float32Array(V);
-  let max = -Infinity;
-  for (let i = 0; i < V; i++) max = Math.max(max, row[i]!);
-  let sum = 0;
-  for (let i = 0; i < V; i++) {
-    const e = Math.exp((row[i]! - max) / temperature);
-    p[i] = e;
-    sum += e;
-  }
-  for (let i = 0; i < V; i++) p[i]! /= sum;
-  if (topK > 0 && topK < V) {
-    const cut = Float32Array.from(p).sort()[V - topK]!;
-    for (let i = 0; i < V; i++) if (p[i]! < cut) p[i] = 0;
-  }
-  if (topP < 1) {
-    let total = 0;
-    for (let i = 0; i < V; i++) total += p[i]!;
-    const sorted = Float32Array.from(p).sort().reverse();
-    let acc = 0;
-    let cut = sorted[0]!;
-    for (let i = 0; i < V && sorted[i]! > 0; i++) {
-      cut = sorted[i]!;
-      acc += cut;
-      if (acc >= topP * total) break;
-    }
-    for (let i = 0; i < V; i++) if (p[i]! < cut) p[i] = 0;
-  }
-  if (minP > 0) {
-    let m = 0;
-    for (let i = 0; i < V; i++) m = Math.max(m, p[i]!);
-    for (let i = 0; i < V; i++) if (p[i]! < minP * m) p[i] = 0;
-  }
-  return p;
+  const p = softmaxRow(row, row.length, 0, temperature);
+  const filter = probabilityFilter({ topK, topP, minP });
+  return filter ? filter(p) : p;
 }
 
 /** Inverse CDF at u · total (core's `sampleFrom` with its draw given). */
