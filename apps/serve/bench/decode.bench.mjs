@@ -25,8 +25,8 @@
 // top-k K (seeded), once with the tokens picked on the device (`sampled: 'device'`: the picker's
 // sample, as `metrale serve` does) and once with the picker's argmax only, so the host reads and
 // samples the logits (`sampled: 'host'`); each row's `tokens_hash` says whether both drew the same.
-// --tiny: a few-layer, narrow model of the same structure, to check the script on the CPU. Greedy
-// decode picks its tokens on the device (layer-std's DeviceSampler), as `metrale serve` does.
+// --tiny: a few-layer, narrow model of the same structure, to check the script on the CPU. Decode
+// picks its tokens on the device (layer-std's DeviceSampler), as `metrale serve` does.
 // --sync: also run each plain-decode row with the loop's async scheduling off (`async_scheduling`
 // false: every step waits for its token ids before the next is prepared), the same call's base.
 // --repeats N: run the plain rows (and the --sync and --eager ones) N times, the kinds taking turns,
@@ -121,7 +121,7 @@ const deviceWeightBytes = plan.reduce((a, t) => a + bytesOf(t), 0);
 const context = promptLen + steps / 2;
 
 const results = [];
-// The serving loop picks greedy tokens on the device, as `metrale serve` does.
+// The serving loop picks greedy and sampled tokens on the device, as `metrale serve` does.
 const picker = new DeviceSampler(gpu, maxBatch * (k + 1));
 /** FNV-1a over every output's tokens in order: equal hashes, the same tokens (as far as a hash says). */
 const tokensHash = (outputs) => {

@@ -136,7 +136,7 @@ async function generate(o: GenerateOptions, ctx: CliContext): Promise<number> {
       weightBytes = loaded.weightBytes;
       const single = new StepDriver({ gpu, layers: prefillLastRows ? PrefillLastRowsHead.wrapLast(stack.layers) : stack.layers, limits, graphs: o.graphs });
       driver = single;
-      // Greedy decode picks its tokens on the device, as the server does.
+      // Decode picks greedy and sampled tokens on the device, as the server does.
       const sampler = (picker = new DeviceSampler(gpu, limits.maxBatch * limits.maxK));
       const s = stack;
       release = async () => {

@@ -224,7 +224,7 @@ export function startEngine(setup: EngineSetup, gpu: GpuBackend, stack: ModelSta
       // Snapshots of recurrent state serve prefix caching only.
       kvCache: { pageSize: setup.blockSize ?? 16, memory: kvMemory(setup, gpu), ...(setup.prefixCaching === false ? { snapshots: 0 } : {}) },
     });
-    // Greedy decode steps pick their tokens on the device: ids come back, not batch × vocab logits.
+    // Decode steps pick greedy and sampled tokens on the device: ids come back, not batch × vocab logits.
     picker = new DeviceSampler(gpu, limits.maxBatch * limits.maxK);
     const loop = new EngineLoop({
       driver,
