@@ -1,6 +1,6 @@
 import {
-  InvalidArgumentError, isGreedy, type DevicePtr, type DeviceTokenPicker, type GpuBackend, type GpuEvent, type HostBuffer, type PickedTokens, type SampledRow, type SamplingParams,
-  type SeededRandom, type Stream,
+  InvalidArgumentError, isGreedy, sampledRow, type DevicePtr, type DeviceTokenPicker, type GpuBackend, type GpuEvent, type HostBuffer, type PickedTokens, type SampledRow,
+  type SamplingParams, type SeededRandom, type Stream,
 } from '@metrale/core';
 import { requireKernels } from './require-kernels.js';
 import { SAMPLE_PARAMS, argmaxKernel, argmaxLaunch, argmaxPartialsBytes, sampleKernel } from './sample-kernels.js';
@@ -55,8 +55,7 @@ export class DeviceSampler implements DeviceTokenPicker {
       return this.#readIds(rows, stream);
     }
     if (!randoms || randoms.length !== rows) throw new InvalidArgumentError(`sampler: sampling ${rows} rows needs ${rows} random streams`);
-    const p = params!;
-    return this.sample(logits, randoms.map((r) => ({ temperature: p.temperature!, topK: p.topK ?? 0, topP: p.topP ?? 1, minP: p.minP ?? 0, uniform: r.float() })), vocab, stream);
+    return this.sample(logits, randoms.map((r) => sampledRow(params, () => r.float())), vocab, stream);
   }
 
   /**

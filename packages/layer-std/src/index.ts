@@ -37,4 +37,4 @@ export { WEIGHT_DTYPE_CODE } from './elements.cpu.js';
 export { argmaxKernel, argmaxLaunch, argmaxSlices, argmaxPartialsBytes, sampleKernel } from './sample-kernels.js';
 export { routeRow, topIndices } from './moe.cpu.js';
 export { keyChunksOf } from './attention.cpu.js';
-export { filteredProbs, pickWithUniform } from './sample.cpu.js';
+export { filteredProbs } from './sample.cpu.js';

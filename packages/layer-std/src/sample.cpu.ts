@@ -1,4 +1,4 @@
-import { probabilityFilter, softmaxRow, type CpuKernelContext } from '@metrale/core';
+import { pickAt, probabilityFilter, softmaxRow, type CpuKernelContext } from '@metrale/core';
 
 // CPU reference of kernels/std-sample.cu: the token of each logit row, greedy or sampled with a
 // uniform draw the host supplies, by exactly the rules of core's host sampler (sampling.ts), so a
@@ -53,21 +53,6 @@ export function filteredProbs(row: Float32Array, temperature: number, topK: numb
   return filter ? filter(p) : p;
 }
 
-/** Inverse CDF at u · total (core's `sampleFrom` with its draw given). */
-export function pickWithUniform(p: Float32Array, u01: number): number {
-  let total = 0;
-  for (let i = 0; i < p.length; i++) total += p[i]!;
-  let u = u01 * total;
-  let last = 0;
-  for (let i = 0; i < p.length; i++) {
-    const v = p[i]!;
-    if (v > 0) last = i;
-    if (u < v) return i;
-    u -= v;
-  }
-  return last;
-}
-
 export function sampleCpu(a: SampleArgs, ctx: CpuKernelContext): void {
   const { mem } = ctx;
   const logits = mem.f32(a.logits, a.rows * a.vocab);
@@ -81,6 +66,6 @@ export function sampleCpu(a: SampleArgs, ctx: CpuKernelContext): void {
       continue;
     }
     const p = filteredProbs(logits.subarray(r * a.vocab, (r + 1) * a.vocab), temperature!, Math.trunc(topK!), topP!, minP!);
-    out[r] = pickWithUniform(p, u[r]!);
+    out[r] = pickAt(p, u[r]!);
   }
 }

@@ -81,10 +81,28 @@ export function softmaxRow(logits: Float32Array, vocab: number, r: number, tempe
 
 /** Draws an index from a probability vector (which need not be normalised). */
 export function sampleFrom(probs: Float32Array, random: SeededRandom): number {
+  const total = massOf(probs);
+  if (!(total > 0)) throw new InvalidArgumentError('sampleFrom: the distribution has no mass');
+  return inverseCdf(probs, total, random.float());
+}
+
+/**
+ * The index `sampleFrom` draws when its draw is `u01` (in [0, 1)): the inverse CDF at u01 · Σp, in
+ * index order; the last index of non-zero mass where rounding runs past the end (0 for no mass).
+ * The one definition a device sampler given the same draw must match.
+ */
+export function pickAt(probs: Float32Array, u01: number): number {
+  return inverseCdf(probs, massOf(probs), u01);
+}
+
+function massOf(probs: Float32Array): number {
   let total = 0;
   for (let i = 0; i < probs.length; i++) total += probs[i]!;
-  if (!(total > 0)) throw new InvalidArgumentError('sampleFrom: the distribution has no mass');
-  let u = random.float() * total;
+  return total;
+}
+
+function inverseCdf(probs: Float32Array, total: number, u01: number): number {
+  let u = u01 * total;
   let last = 0;
   for (let i = 0; i < probs.length; i++) {
     const p = probs[i]!;

@@ -1,5 +1,6 @@
 import type { DevicePtr } from '../device/device-ptr.js';
 import type { Stream } from '../device/gpu-backend.js';
+import { isGreedy, type SamplingParams } from '../model/sampling.js';
 
 /** Greedy ids a picker enqueued (`DeviceTokenPicker.argmaxAsync`) and has not handed to the host yet. */
 export interface PickedTokens {
@@ -24,6 +25,19 @@ export interface SampledRow {
   readonly topP: number;
   readonly minP: number;
   readonly uniform: number;
+}
+
+/** A row's argmax, with no draw: a greedy sequence's row, or one whose token the caller does not use. */
+export const ARGMAX_ROW: SampledRow = Object.freeze({ temperature: 0, topK: 0, topP: 1, minP: 0, uniform: 0 });
+
+/**
+ * How `params` pick a row: greedy, `ARGMAX_ROW` (and `draw` is not called); else their filters
+ * (absent ones off) and one `draw()`, made as the host sampler makes it.
+ */
+export function sampledRow(params: SamplingParams | undefined, draw: () => number): SampledRow {
+  if (isGreedy(params)) return ARGMAX_ROW;
+  const p = params!;
+  return { temperature: p.temperature!, topK: p.topK ?? 0, topP: p.topP ?? 1, minP: p.minP ?? 0, uniform: draw() };
 }
 
 /**

@@ -8,7 +8,7 @@ import type { DraftProposer } from '../spec/ngram-proposer.js';
 import type { EngineRequest, EngineStepReport, TokenEvent } from './engine-request.js';
 import { LoopSpeculation } from './loop-speculation.js';
 import { startRunning, type RunningSequence as Running } from './running-sequence.js';
-import { pickable, samplable, type DeviceTokenPicker, type PickedTokens } from './device-token-picker.js';
+import { ARGMAX_ROW, samplable, type DeviceTokenPicker, type PickedTokens } from './device-token-picker.js';
 import { maskLogitsRow } from './token-constraint.js';
 import { claimPages, type PageClaim } from './page-budget.js';
 import { planPrefill, nextChunkRows, type PrefillChunk } from './prefill-plan.js';
@@ -549,9 +549,10 @@ export class EngineLoop {
         live.forEach((r, i) => this.#emit(r, [tokens[i]!], undefined, events));
       } else if (picker?.sample && live.length <= picker.maxRows && live.some(pickedOnDevice)) {
         // Greedy and sampled rows picked on the device (their tokens come back, not their logits);
-        // a row with logprobs, adjustments or a constraint is read and sampled on the host.
+        // a row with logprobs, adjustments or a constraint is read and sampled on the host (its
+        // row in the call the cheapest pick, its token not used).
         const onDevice = live.map(pickedOnDevice);
-        const tokens = picker.sample(result.output, live.map((r, i) => (onDevice[i] ? r.sampler.pickedRow() : HOST_ROW)), this.vocab, this.driver.stream);
+        const tokens = picker.sample(result.output, live.map((r, i) => (onDevice[i] ? r.sampler.pickedRow() : ARGMAX_ROW)), this.vocab, this.driver.stream);
         if (onDevice.includes(false)) this.driver.gpu.synchronize(this.driver.stream);
         live.forEach((r, i) => {
           if (onDevice[i]) this.#emit(r, [tokens[i]!], undefined, events);
@@ -645,10 +646,7 @@ function pickedOnDevice(r: Running): boolean {
   return samplable({ adjusted: r.sampler.adjusts, constraint: r.req.constraint, ...(r.req.logprobs !== undefined ? { logprobs: r.req.logprobs } : {}) });
 }
 
-/** What `sample` gets for a row the host samples: the cheapest pick (its token is not used). */
-const HOST_ROW = Object.freeze({ temperature: 0, topK: 0, topP: 1, minP: 0, uniform: 0 });
-
-/** A running sequence a picker may choose for (`pickable`). */
+/** A running sequence a picker's `argmax` may choose for (`pickable`): greedy, and picked on the device. */
 function plainGreedy(r: Running): boolean {
-  return pickable({ greedy: r.sampler.greedy, adjusted: r.sampler.adjusts, constraint: r.req.constraint, ...(r.req.logprobs !== undefined ? { logprobs: r.req.logprobs } : {}) });
+  return r.sampler.greedy && pickedOnDevice(r);
 }

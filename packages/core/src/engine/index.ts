@@ -2,6 +2,7 @@
 export type { EngineRequest, FinishReason, TokenEvent, EngineStepReport } from './engine-request.js';
 export type { EngineLoopOptions } from './engine-loop.js';
 export type { DeviceTokenPicker, PickedTokens, SampledRow } from './device-token-picker.js';
+export { ARGMAX_ROW, sampledRow } from './device-token-picker.js';
 export { EngineLoop } from './engine-loop.js';
 export { RequestSampler } from './request-sampler.js';
 export type { GenerateRequest, GenerateOutput, GenerateStats, SpeculationStats } from './generate-all.js';

@@ -1,7 +1,7 @@
 import { TokenHistory, adjustLogits, adjustsLogits } from '../model/logits-adjustment.js';
 import { isGreedy, sampleLogitsRow, type SamplingParams } from '../model/sampling.js';
 import { SeededRandom, randomSeed } from '../random/seeded-random.js';
-import type { SampledRow } from './device-token-picker.js';
+import { sampledRow, type SampledRow } from './device-token-picker.js';
 
 /**
  * How one request picks its tokens, step after step: its sampling parameters, its random stream
@@ -51,9 +51,7 @@ export class RequestSampler {
    * sampler would make for it. Only for a request whose row nothing adjusts (`samplable`).
    */
   pickedRow(): SampledRow {
-    const p = this.params;
-    if (this.greedy || !p) return GREEDY_ROW;
-    return { temperature: p.temperature!, topK: p.topK ?? 0, topP: p.topP ?? 1, minP: p.minP ?? 0, uniform: this.random.float() };
+    return sampledRow(this.params, () => this.random.float());
   }
 
   /** A token became part of the output. */
@@ -61,5 +59,3 @@ export class RequestSampler {
     this.#history?.push(token);
   }
 }
-
-const GREEDY_ROW: SampledRow = Object.freeze({ temperature: 0, topK: 0, topP: 1, minP: 0, uniform: 0 });
