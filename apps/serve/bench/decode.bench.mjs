@@ -270,15 +270,17 @@ for (const name of ['launch', 'gemm']) {
 if (o['layer-times']) {
   for (const B of batches) {
     const timer = new LayerTimer(gpu);
-    const queue = gpu.kind === 'cuda' ? queueAhead(timer) : undefined;
+    // The device-to-device copies that put the host ahead of the device, for the steps and the picks.
+    const ahead = gpu.kind === 'cuda' ? { src: gpu.alloc(QUEUE_COPY_BYTES), dst: gpu.alloc(QUEUE_COPY_BYTES) } : undefined;
+    const queue = ahead ? queueAhead(timer, ahead) : undefined;
     const driver = new StepDriver({ gpu, layers: servedLayers, limits, graphs: false, layerTimer: timer });
-    const sampling = gpu.kind === 'cuda' ? timeSampling(picker) : undefined;
+    const pickTimer = ahead ? timeSampling(picker, ahead) : undefined;
     const loop = new EngineLoop({ driver, vocabSize: text.vocab_size, prefillChunk: promptLen, picker });
     const requests = Array.from({ length: B }, (_, b) => ({ prompt: benchPrompt(config, b, promptLen), stopTokenIds: [] }));
     generateAll(loop, requests.map((r) => ({ ...r, maxTokens: 2 }))); // warm-up
     timer.reset();
     queue?.reset();
-    sampling?.reset();
+    pickTimer?.reset();
     // Launches of the steps that only decode (counted around each step, kept for those).
     let decodeLaunches = 0, decodeSteps = 0;
     wrapMethod(loop, 'step', (step) => () => {
@@ -298,7 +300,7 @@ if (o['layer-times']) {
       byKind[kind] = (byKind[kind] ?? 0) + ms;
     }
     const kinds = perStep(byKind);
-    if (sampling) kinds.sampling = Number(sampling.meanMs().toFixed(4));
+    if (pickTimer) kinds.sampling = Number(pickTimer.meanMs().toFixed(4));
     const row = {
       batch: B, eager_step_ms: Number(Object.values(kinds).reduce((a, b) => a + b, 0).toFixed(3)), launches_per_step: Number((decodeLaunches / Math.max(1, decodeSteps)).toFixed(1)),
       ms_per_step_by_kind: kinds,
@@ -310,20 +312,20 @@ if (o['layer-times']) {
     driver.dispose();
     timer.dispose();
     queue?.dispose();
-    sampling?.dispose();
+    pickTimer?.dispose();
+    if (ahead) gpu.free(ahead.src), gpu.free(ahead.dst);
   }
 }
 
 /**
  * Times `p`'s enqueued picks (`argmaxAsync`: the argmax and the ids' copy to the host) between two
- * events on the step's stream, until dispose. A device-to-device copy goes first, so the host has
- * enqueued the pick by the time the device reaches the first event and the interval holds the
- * device's work, not the launch's latency (the step before has just been waited for). `meanMs`:
- * per pick since the last reset.
+ * events on the step's stream, until dispose. A device-to-device copy (a quarter of `src`) goes
+ * first, so the host has enqueued the pick by the time the device reaches the first event and the
+ * interval holds the device's work, not the launch's latency (the step before has just been waited
+ * for). `meanMs`: per pick since the last reset.
  */
-function timeSampling(p) {
+function timeSampling(p, { src, dst }) {
   const original = p.argmaxAsync;
-  const src = gpu.alloc(QUEUE_COPY_BYTES / 4), dst = gpu.alloc(QUEUE_COPY_BYTES / 4);
   const pairs = [];
   let used = 0;
   p.argmaxAsync = (logits, rows, vocab, stream) => {
@@ -347,18 +349,16 @@ function timeSampling(p) {
     dispose: () => {
       delete p.argmaxAsync; // the class's own again
       for (const [a, b] of pairs) gpu.destroyEvent(a), gpu.destroyEvent(b);
-      gpu.free(src), gpu.free(dst);
     },
   };
 }
 
 /**
  * Queues each timed step's launches ahead of the device (see QUEUE_AHEAD_MS): wraps `timer` so that
- * a step's first mark is preceded by device-to-device copies on its stream, and measures what the
- * copies held and how long the host then took to reach the step's end.
+ * a step's first mark is preceded by device-to-device copies (`src` to `dst`) on its stream, and
+ * measures what the copies held and how long the host then took to reach the step's end.
  */
-function queueAhead(timer) {
-  const src = gpu.alloc(QUEUE_COPY_BYTES), dst = gpu.alloc(QUEUE_COPY_BYTES);
+function queueAhead(timer, { src, dst }) {
   // A copy reads and writes its bytes; the copy ceiling counts both.
   const copyMs = copyBps ? ((2 * QUEUE_COPY_BYTES) / copyBps) * 1000 : 0.5;
   const copies = Math.max(1, Math.ceil(QUEUE_AHEAD_MS / copyMs));
@@ -385,7 +385,6 @@ function queueAhead(timer) {
     report: () => ({ queued_ahead_ms: Number((queuedMs / Math.max(1, steps)).toFixed(3)), host_enqueue_ms: Number((hostMs / Math.max(1, steps)).toFixed(3)) }),
     dispose: () => {
       gpu.destroyEvent(start), gpu.destroyEvent(end);
-      gpu.free(src), gpu.free(dst);
     },
   };
 }
