@@ -12,7 +12,7 @@ import { afterAll, beforeAll, describe, expect } from 'vitest';
 import { decodeRows, encodeRows, relErr } from '../setup.js';
 import { cudaAvailable, ensureFatbins } from './cuda-setup.js';
 
-export const cuda = await cudaAvailable();
+const cuda = await cudaAvailable();
 
 /** Bound of a CUDA output against its CPU twin, by the output's type (see the header). */
 export const STEP: Readonly<Record<FloatDtype, number>> = { f32: 1e-5, bf16: 2e-3, f16: 5e-4 };
