@@ -1,8 +1,8 @@
 import { CpuBackend } from '@metrale/cpu-backend';
 import { describe, expect, it } from 'vitest';
 import {
-  EngineLoop, InvalidArgumentError, NgramProposer, SeededRandom, StepDriver, TokenHistory, adjustLogits, generateAll, positionLogprobs, sampleLogitsRow,
-  type GenerateRequest, type LayerLimits, type SampledRow, type SamplingParams,
+  ARGMAX_ROW, EngineLoop, InvalidArgumentError, NgramProposer, SeededRandom, StepDriver, TokenHistory, adjustLogits, generateAll, positionLogprobs, sampleLogitsRow,
+  type GenerateRequest, type LayerLimits, type SampledRow, type SampledTokens, type SamplingParams,
 } from '../src/index.js';
 import { BigramLayer } from './support/bigram-layer.js';
 
@@ -92,28 +92,29 @@ describe('the engine loop with a device token picker', () => {
 });
 
 describe('the engine loop with a picker that samples', () => {
-  it('greedy and sampled sequences of a decode step take their tokens from sample, each by its own row; logprobs and penalties read their rows', () => {
+  it('greedy and sampled sequences of a decode step take their tokens and logprobs from sample, each by its own row; penalties read their rows', () => {
     const gpu = new CpuBackend();
     const layer = new BigramLayer(gpu, V, table(6));
-    const limits: LayerLimits = { maxSeqs: 5, maxSeqLen: 40, maxBatch: 5, maxK: 1, maxRows: 16 };
+    const limits: LayerLimits = { maxSeqs: 6, maxSeqLen: 40, maxBatch: 6, maxK: 1, maxRows: 16 };
     const driver = new StepDriver({ gpu, layers: [layer], limits });
     const calls: SampledRow[][] = [];
-    // What a device kernel gives: each row's token from its logits and its SampledRow alone.
-    const sample = (logits: bigint, rows: readonly SampledRow[], vocab: number): Int32Array => {
+    // What a device kernel gives: each row's token (and logprobs) from its logits and its SampledRow alone.
+    const sample = (logits: bigint, rows: readonly SampledRow[], vocab: number): SampledTokens => {
       calls.push([...rows]);
       const l = new Float32Array(gpu.download(logits, 4 * rows.length * vocab).buffer);
-      return Int32Array.from(rows, (row, r) => {
+      const tokens = Int32Array.from(rows, (row, r) => {
         const params: SamplingParams | undefined = row.temperature > 0 ? { temperature: row.temperature, topK: row.topK, topP: row.topP, minP: row.minP } : undefined;
         return sampleLogitsRow(l, vocab, r, params, { float: () => row.uniform } as unknown as SeededRandom);
       });
+      return { tokens, logprobs: rows.map((row, r) => (row.logprobs === undefined ? undefined : positionLogprobs(l, vocab, r, tokens[r]!, row.logprobs))) };
     };
     const argmaxCalls: number[] = [];
     // Steps whose every live sequence is plain greedy (here: the first request, once the others ended) still take argmax.
     const argmax = (logits: bigint, rows: number, vocab: number): Int32Array => {
       argmaxCalls.push(rows);
-      return sample(logits, Array.from({ length: rows }, () => ({ temperature: 0, topK: 0, topP: 1, minP: 0, uniform: 0 })), vocab);
+      return sample(logits, Array.from({ length: rows }, () => ARGMAX_ROW), vocab).tokens;
     };
-    const picker = { maxRows: 5, argmax, sample };
+    const picker = { maxRows: 6, argmax, sample };
     try {
       const requests: GenerateRequest[] = [
         { prompt: [1, 2], maxTokens: 7 },
@@ -121,24 +122,29 @@ describe('the engine loop with a picker that samples', () => {
         { prompt: [4, 4, 4], maxTokens: 6, sampling: { temperature: 1.2, topK: 4, topP: 0.9, minP: 0.05, seed: 11 } },
         { prompt: [3], maxTokens: 5, sampling: { temperature: 0.9, seed: 2 }, logprobs: 2 },
         { prompt: [9, 1], maxTokens: 5, sampling: { temperature: 1, seed: 3, repetitionPenalty: 1.3 } },
+        { prompt: [5], maxTokens: 4, logprobs: 1 },
       ];
       const host = generateAll(new EngineLoop({ driver, vocabSize: V, prefillChunk: 16 }), requests).outputs;
       const picked = generateAll(new EngineLoop({ driver, vocabSize: V, prefillChunk: 16, picker }), requests).outputs;
       // The same draws, in the same order, from each sequence's own stream: the same tokens.
       expect(picked.map((o) => o.tokens)).toEqual(host.map((o) => o.tokens));
       expect(picked[3]!.logprobs).toEqual(host[3]!.logprobs);
+      expect(picked[5]!.logprobs).toEqual(host[5]!.logprobs);
+      expect(picked[5]!.logprobs).toHaveLength(4);
       expect(calls.length).toBeGreaterThan(0);
       expect(argmaxCalls.every((rows) => rows === 1)).toBe(true);
-      // A prompt's first token: a call of its one row (the host-sampled ones read theirs).
-      expect(calls.slice(0, 3).map((c) => c.length)).toEqual([1, 1, 1]);
-      // A decode step: every live row in one call; the host-sampled ones (logprobs, penalties) as the
-      // cheapest pick, with no draw taken from their streams.
-      const first = calls.find((c) => c.length === 5)!;
-      expect(first.length).toBe(5);
+      // A prompt's first token: a call of its one row (the penalized one reads its row).
+      expect(calls.slice(0, 5).map((c) => c.length)).toEqual([1, 1, 1, 1, 1]);
+      expect(calls.slice(0, 5).map((c) => c[0]!.logprobs)).toEqual([undefined, undefined, undefined, 2, 1]);
+      // A decode step: every live row in one call; the host-sampled one (penalties) as the cheapest
+      // pick, with no draw taken from its stream.
+      const first = calls.find((c) => c.length === 6)!;
+      expect(first.length).toBe(6);
       expect(first[0]).toEqual({ temperature: 0, topK: 0, topP: 1, minP: 0, uniform: 0 });
       expect(first[2]).toMatchObject({ temperature: 1.2, topK: 4, topP: 0.9, minP: 0.05 });
-      expect(first[3]!.temperature).toBe(0);
-      expect(first[4]!.temperature).toBe(0);
+      expect(first[3]).toMatchObject({ temperature: 0.9, logprobs: 2 });
+      expect(first[4]).toEqual(ARGMAX_ROW);
+      expect(first[5]).toEqual({ ...ARGMAX_ROW, logprobs: 1 });
       // A picker without sample leaves such steps to the host, as before.
       const argmaxOnly = generateAll(new EngineLoop({ driver, vocabSize: V, prefillChunk: 16, picker: { maxRows: 5, argmax: picker.argmax } }), requests.slice(1, 3)).outputs;
       expect(argmaxOnly.map((o) => o.tokens)).toEqual(host.slice(1, 3).map((o) => o.tokens));

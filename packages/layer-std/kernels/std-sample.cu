@@ -5,6 +5,8 @@
 //               kept), then the inverse CDF at uniforms[r] · Σp (the host's f64 draw, as core's
 //               sampler takes it); a row of temperature ≤ 0 takes
 //               its argmax as std_argmax does (so greedy and sampled requests share a launch)
+//   std_logprobs each asking row's log-normalizer, its picked token's logit and rank and its n most
+//               likely tokens (core's positionLogprobs; the host makes logit − lse of them)
 //
 // std_argmax: CTAs [slices, rows] (argmaxLaunch), each the best (value, index) pair of one slice of
 // its row, the last of the row's CTAs to finish merging the slices' pairs. The best pair is the
@@ -24,6 +26,11 @@
 // the same sums; the inverse CDF uses the same fixed-point prefix sums in index order. Against the
 // reference's f64 sums this moves a cut-off or a sampled token only when a draw or a target lands
 // within ~1e-16 of a boundary.
+//
+// std_logprobs: one CTA per row. The top n by the same radix select over the logits' order keys
+// (counts), then the keys above the cut and the lowest indices at it, in index order; ranks, pairs
+// and logits are exact, the f64 log-normalizer differs from the reference's in its last bits (its
+// sum's order).
 #include "std-common.cuh"
 
 using namespace stdk;
@@ -65,11 +72,12 @@ struct Select {
 };
 
 /**
- * The largest bit pattern v such that Σ weight(p_i) over the kept i with p_i ≥ v reaches `target`
- * (0 when even the whole row does not). `weight` returns 1 (counts) or fixed(p) (masses).
+ * The largest 32-bit key v such that Σ weight over the items of [0, V) with key ≥ v reaches
+ * `target` (0 when even all of them do not). `item(i, key, weight)` says whether item i takes part
+ * and sets its key and weight: 1 (counts) or fixed(p) (masses).
  */
-template <typename Keep, typename Weight>
-__device__ unsigned select_cut(const Probs& P, int V, Keep keep, Weight weight, double target, Select& s) {
+template <typename Item>
+__device__ unsigned select_cut(int V, Item item, double target, Select& s) {
   const int tid = threadIdx.x, B = blockDim.x;
   unsigned prefix = 0;
   u64 above = 0;
@@ -78,11 +86,10 @@ __device__ unsigned select_cut(const Probs& P, int V, Keep keep, Weight weight, 
     __syncthreads();
     const unsigned hiMask = shift == 24 ? 0u : (0xffffffffu << (shift + 8));
     for (int i = tid; i < V; i += B) {
-      const float p = P(i);
-      if (!keep(p)) continue;
-      const unsigned bits = __float_as_uint(p);
+      unsigned bits;
+      u64 w;
+      if (!item(i, bits, w)) continue;
       if ((bits & hiMask) != prefix) continue;
-      const u64 w = weight(p);
       if (w) atomicAdd(&s.hist[(bits >> shift) & 255u], w);
     }
     __syncthreads();
@@ -265,9 +272,15 @@ extern "C" __global__ void __launch_bounds__(1024) std_sample(const float* __res
     for (int i = tid; i < V; i += B) s += exp(((double)__ldg(P.l + i) - (double)P.mx) / P.temperature);
     P.sum = block_sum(s, redD);
 
+    // Non-negative floats order as their bit patterns: a p's pattern is its key.
     float cutK = 0.f;
     if (topK > 0 && topK < V) {
-      cutK = __uint_as_float(select_cut(P, V, [](float) { return true; }, [](float) -> u64 { return 1; }, (double)topK, sel));
+      const auto count = [&](int i, unsigned& key, u64& w) {
+        key = __float_as_uint(P(i));
+        w = 1;
+        return true;
+      };
+      cutK = __uint_as_float(select_cut(V, count, (double)topK, sel));
     }
     float cutP = 0.f;
     if (topP < 1.0) {
@@ -279,7 +292,14 @@ extern "C" __global__ void __launch_bounds__(1024) std_sample(const float* __res
       const double total = (double)block_sum(t, redU);
       // The reference's scan stops at its first (largest) value even for a target of 0.
       const double target = fmax(topP * total, 1e-300);
-      cutP = __uint_as_float(select_cut(P, V, [=](float p) { return p >= cutK; }, [](float p) { return fixed(p); }, target, sel));
+      const auto mass = [&](int i, unsigned& key, u64& w) {
+        const float p = P(i);
+        if (!(p >= cutK)) return false;
+        key = __float_as_uint(p);
+        w = fixed(p);
+        return true;
+      };
+      cutP = __uint_as_float(select_cut(V, mass, target, sel));
     }
     // min-p against the largest p: that of the maximum logit, exp(0) = 1 over the sum.
     const double minAbs = minP * (double)(float)(1.0 / P.sum);
@@ -316,5 +336,111 @@ extern "C" __global__ void __launch_bounds__(1024) std_sample(const float* __res
     __syncthreads();
     if (tid == 0) out[r] = picked >= 0 ? picked : 0;
     __syncthreads();
+  }
+}
+
+
+/** Top logprobs a row of std_logprobs reports at most (core's MAX_LOGPROBS). */
+constexpr int kLogprobsTop = 20;
+/** Words before a row's pairs in std_logprobs' `out`: lse (f64, two words), the token's logit, its rank, the pairs' count, one unused. */
+constexpr int kLogprobsHead = 6;
+/** u32 words of a row of std_logprobs' `out` (src/sample-kernels.ts LOGPROBS_ROW_WORDS): 8-byte aligned rows. */
+constexpr int kLogprobsRowWords = kLogprobsHead + 2 * kLogprobsTop;
+
+/** A logit's place in the order of values as an unsigned key (a larger logit, a larger key; −0 as +0; NaN below −∞). */
+__device__ __forceinline__ unsigned order_key(float x) {
+  if (x != x) return 0u;
+  const unsigned b = x == 0.f ? 0u : __float_as_uint(x);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+extern "C" __global__ void __launch_bounds__(1024) std_logprobs(const float* __restrict__ logits, const int32_t* __restrict__ tokens, const int32_t* __restrict__ counts,
+                                                                unsigned* __restrict__ out, int rows, int vocab) {
+  STD_SHARED(float, redF, 32);
+  STD_SHARED(double, redD, 32);
+  STD_SHARED(u64, redU, 32);
+  __shared__ Select sel;
+  __shared__ unsigned pairs[2 * kLogprobsTop];
+  const int V = vocab, tid = threadIdx.x, B = blockDim.x;
+  for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int n = __ldg(counts + r);
+    if (n < 0) continue;  // a row that asked for none: the same for every thread of the CTA
+    const float* __restrict__ l = logits + (size_t)r * V;
+    unsigned* __restrict__ o = out + (size_t)r * kLogprobsRowWords;
+    const int token = __ldg(tokens + r);
+    const float v = __ldg(l + token);
+    // The token's rank (#{x ≥ v}, as core's positionLogprobs counts) and the row's max, then
+    // lse = max + log Σ exp(x − max) in f64 (core's logSumExp; the sum's order differs).
+    float mx = -INFINITY;
+    u64 rank = 0;
+    for (int i = tid; i < V; i += B) {
+      const float x = __ldg(l + i);
+      mx = fmaxf(mx, x);
+      rank += x >= v;
+    }
+    mx = block_max(mx, redF);
+    rank = block_sum(rank, redU);
+    double s = 0.0;
+    for (int i = tid; i < V; i += B) s += exp((double)__ldg(l + i) - (double)mx);
+    s = block_sum(s, redD);
+    const int m = min(min(n, kLogprobsTop), V);
+    if (m > 0) {
+      // The m-th largest key K; the keys above it (fewer than m) and the lowest indices of those
+      // equal to it fill the m pairs, each group in index order: thread-contiguous chunks, their
+      // counts packed (above << 32 | equal) and scanned.
+      const auto count = [&](int i, unsigned& key, u64& w) {
+        key = order_key(__ldg(l + i));
+        w = 1;
+        return true;
+      };
+      const unsigned K = select_cut(V, count, (double)m, sel);
+      const int C = (V + B - 1) / B;
+      const int lo = min(V, tid * C), hi = min(V, lo + C);
+      u64 mine = 0;
+      for (int i = lo; i < hi; i++) {
+        const unsigned k = order_key(__ldg(l + i));
+        mine += k > K ? (1ull << 32) : k == K ? 1ull : 0ull;
+      }
+      u64 total = 0;
+      const u64 before = block_exclusive_scan(mine, redU, total);
+      const int above = (int)(total >> 32), need = m - above;
+      int a = (int)(before >> 32), e = (int)(before & 0xffffffffu);
+      if (mine != 0 && (a < above || e < need)) {
+        for (int i = lo; i < hi; i++) {
+          const float x = __ldg(l + i);
+          const unsigned k = order_key(x);
+          if (k > K) {
+            pairs[2 * a] = (unsigned)i, pairs[2 * a + 1] = __float_as_uint(x);
+            a++;
+          } else if (k == K && e < need) {
+            pairs[2 * (above + e)] = (unsigned)i, pairs[2 * (above + e) + 1] = __float_as_uint(x);
+            e++;
+          }
+        }
+      }
+      __syncthreads();
+      if (tid == 0) {
+        // The pairs above K by value, descending, a stable insertion sort (index order on ties).
+        for (int j = 1; j < above; j++) {
+          const unsigned pi = pairs[2 * j], pv = pairs[2 * j + 1];
+          int at = j;
+          while (at > 0 && order_key(__uint_as_float(pairs[2 * (at - 1) + 1])) < order_key(__uint_as_float(pv))) {
+            pairs[2 * at] = pairs[2 * (at - 1)], pairs[2 * at + 1] = pairs[2 * (at - 1) + 1];
+            at--;
+          }
+          pairs[2 * at] = pi, pairs[2 * at + 1] = pv;
+        }
+      }
+      __syncthreads();
+      for (int j = tid; j < 2 * m; j += B) o[kLogprobsHead + j] = pairs[j];
+    }
+    if (tid == 0) {
+      *reinterpret_cast<double*>(o) = (double)mx + log(s);
+      o[2] = __float_as_uint(v);
+      o[3] = (unsigned)rank;
+      o[4] = (unsigned)m;
+      o[5] = 0u;
+    }
+    __syncthreads();  // the pairs and the reductions' words are rewritten by the next row
   }
 }

@@ -1,13 +1,14 @@
 import {
   InvalidArgumentError, isGreedy, sampledRow, type DevicePtr, type DeviceTokenPicker, type GpuBackend, type GpuEvent, type HostBuffer, type PickedTokens, type SampledRow,
-  type SamplingParams, type SeededRandom, type Stream,
+  type SampledTokens, type SamplingParams, type SeededRandom, type Stream,
 } from '@metrale/core';
+import { LOGPROBS_ROW_WORDS, LOGPROBS_TOP, readLogprobsRow } from './logprobs-layout.js';
 import { requireKernels } from './require-kernels.js';
-import { SAMPLE_PARAMS, argmaxKernel, argmaxLaunch, argmaxPartialsBytes, sampleKernel } from './sample-kernels.js';
+import { SAMPLE_PARAMS, argmaxKernel, argmaxLaunch, argmaxPartialsBytes, logprobsKernel, sampleKernel } from './sample-kernels.js';
 
 /**
- * Picks each logit row's token on the device, so only `rows` token ids come back instead of
- * `rows × vocab` logits. Sampling draws its uniforms from the sequence's `SeededRandom` on the host,
+ * Picks each logit row's token on the device, so only `rows` token ids (and the logprobs asked
+ * for) come back instead of `rows × vocab` logits. Sampling draws its uniforms from the sequence's `SeededRandom` on the host,
  * in the order the host sampler would, so both give the same tokens for the same seed (but for a
  * draw within ~1e-16 of a boundary: the kernel's sums are fixed-point; the draw and the parameters
  * are the host's f64s). The engine loop takes it as its `DeviceTokenPicker`: `argmax` /
@@ -21,6 +22,9 @@ export class DeviceSampler implements DeviceTokenPicker {
   readonly #uniforms: DevicePtr;
   /** `std.sample`'s per-row parameters (f64 [maxRows][SAMPLE_PARAMS]). */
   readonly #params: DevicePtr;
+  /** `std.logprobs`' counts (i32 [maxRows]) and its rows (u32 [maxRows][LOGPROBS_ROW_WORDS]). */
+  readonly #counts: DevicePtr;
+  readonly #logprobs: DevicePtr;
   /** `std.argmax`'s scratch: a counter per row (zero between launches), then, 16-byte aligned, the slices' pairs. */
   readonly #argmaxScratch: DevicePtr;
   readonly #partialsOffset: number;
@@ -30,17 +34,20 @@ export class DeviceSampler implements DeviceTokenPicker {
   #asyncCalls = 0;
 
   constructor(gpu: GpuBackend, maxRows: number) {
-    requireKernels(gpu, 'sampler', [argmaxKernel, sampleKernel]);
+    requireKernels(gpu, 'sampler', [argmaxKernel, sampleKernel, logprobsKernel]);
     this.#gpu = gpu;
     this.maxRows = maxRows;
     this.#tokens = gpu.alloc(4 * maxRows);
     this.#uniforms = gpu.alloc(8 * maxRows);
     this.#params = gpu.alloc(8 * SAMPLE_PARAMS * maxRows);
+    this.#counts = gpu.alloc(4 * maxRows);
+    this.#logprobs = gpu.alloc(4 * LOGPROBS_ROW_WORDS * maxRows);
     this.#partialsOffset = 16 * Math.ceil(maxRows / 4);
     this.#argmaxScratch = gpu.alloc(this.#partialsOffset + argmaxPartialsBytes(maxRows, gpu.device.multiprocessors));
     gpu.upload(this.#argmaxScratch, new Uint32Array(maxRows));
-    // Host staging: the uniforms (f64 [maxRows]), the parameters (f64 [maxRows][SAMPLE_PARAMS]), the ids (i32 [maxRows]).
-    this.#host = gpu.allocHost(IDS_AT * maxRows + 4 * maxRows);
+    // Host staging, per row: the uniform (f64), the parameters (f64 [SAMPLE_PARAMS]), the logprobs
+    // count (i32), the id (i32), then the logprobs rows.
+    this.#host = gpu.allocHost(LOGPROBS_AT * maxRows + 4 * LOGPROBS_ROW_WORDS * maxRows);
     for (let i = 0; i < 2; i++) this.#async.push({ host: gpu.allocHost(4 * maxRows), done: gpu.createEvent(), call: -1 });
   }
 
@@ -55,30 +62,41 @@ export class DeviceSampler implements DeviceTokenPicker {
       return this.#readIds(rows, stream);
     }
     if (!randoms || randoms.length !== rows) throw new InvalidArgumentError(`sampler: sampling ${rows} rows needs ${rows} random streams`);
-    return this.sample(logits, randoms.map((r) => sampledRow(params, () => r.float())), vocab, stream);
+    return this.sample(logits, randoms.map((r) => sampledRow(params, () => r.float())), vocab, stream).tokens;
   }
 
   /**
    * The token of each row of `logits` picked by its own `SampledRow` (temperature 0: its argmax, the
-   * token `argmax` gives), in one `std.sample` launch. Synchronous: waits for the stream and returns
-   * host ids.
+   * token `argmax` gives), in one `std.sample` launch, and the logprobs of the rows that ask in one
+   * `std.logprobs` launch. Synchronous: waits for the stream and returns host ids and logprobs.
    */
-  sample(logits: DevicePtr, rows: readonly SampledRow[], vocab: number, stream: Stream): Int32Array {
+  sample(logits: DevicePtr, rows: readonly SampledRow[], vocab: number, stream: Stream): SampledTokens {
     const n = rows.length;
     this.#checkRows(n);
     const bytes = this.#host.bytes;
+    const max = this.maxRows;
     const u = new Float64Array(bytes.buffer, bytes.byteOffset, n);
-    const params = new Float64Array(bytes.buffer, bytes.byteOffset + 8 * this.maxRows, SAMPLE_PARAMS * n);
+    const params = new Float64Array(bytes.buffer, bytes.byteOffset + 8 * max, SAMPLE_PARAMS * n);
+    const counts = new Int32Array(bytes.buffer, bytes.byteOffset + COUNTS_AT * max, n);
     rows.forEach((row, i) => {
       checkRow(row, i);
       u[i] = row.uniform;
       params.set([row.temperature, row.topK, row.topP, row.minP], SAMPLE_PARAMS * i);
+      counts[i] = row.logprobs ?? -1;
     });
     const gpu = this.#gpu;
     gpu.copyToDeviceAsync(this.#uniforms, this.#host, 0, 8 * n, stream);
-    gpu.copyToDeviceAsync(this.#params, this.#host, 8 * this.maxRows, 8 * SAMPLE_PARAMS * n, stream);
+    gpu.copyToDeviceAsync(this.#params, this.#host, 8 * max, 8 * SAMPLE_PARAMS * n, stream);
     gpu.launch(sampleKernel, { grid: n, block: 1024, stream }, { logits, params: this.#params, uniforms: this.#uniforms, out: this.#tokens, rows: n, vocab });
-    return this.#readIds(n, stream);
+    const asks = rows.some((row) => row.logprobs !== undefined);
+    if (asks) {
+      gpu.copyToDeviceAsync(this.#counts, this.#host, COUNTS_AT * max, 4 * n, stream);
+      gpu.launch(logprobsKernel, { grid: n, block: 1024, stream }, { logits, tokens: this.#tokens, counts: this.#counts, out: this.#logprobs, rows: n, vocab });
+      gpu.copyToHostAsync(this.#host, LOGPROBS_AT * max, this.#logprobs, 4 * LOGPROBS_ROW_WORDS * n, stream);
+    }
+    const tokens = this.#readIds(n, stream);
+    const staged = bytes.subarray(LOGPROBS_AT * max);
+    return { tokens, logprobs: rows.map((row, i) => (row.logprobs === undefined ? undefined : readLogprobsRow(staged, i, tokens[i]!))) };
   }
 
   #checkRows(rows: number): void {
@@ -136,6 +154,8 @@ export class DeviceSampler implements DeviceTokenPicker {
     this.#gpu.free(this.#tokens);
     this.#gpu.free(this.#uniforms);
     this.#gpu.free(this.#params);
+    this.#gpu.free(this.#counts);
+    this.#gpu.free(this.#logprobs);
     this.#gpu.free(this.#argmaxScratch);
     this.#gpu.freeHost(this.#host);
     for (const set of this.#async) {
@@ -145,8 +165,10 @@ export class DeviceSampler implements DeviceTokenPicker {
   }
 }
 
-/** Bytes per row of the host staging before the ids: the uniform and the parameters, f64 each. */
-const IDS_AT = 8 * (1 + SAMPLE_PARAMS);
+/** Where the host staging's parts start, in bytes per row: the uniforms and parameters (f64 each), the logprobs counts, the ids, the logprobs rows. */
+const COUNTS_AT = 8 * (1 + SAMPLE_PARAMS);
+const IDS_AT = COUNTS_AT + 4;
+const LOGPROBS_AT = IDS_AT + 4;
 
 /** Refuses a row the kernel would misread, naming it. */
 function checkRow(row: SampledRow, i: number): void {
@@ -158,4 +180,5 @@ function checkRow(row: SampledRow, i: number): void {
   if (!(row.topP > 0 && row.topP <= 1)) bad('topP', row.topP, 'in (0, 1]');
   if (!(row.minP >= 0 && row.minP <= 1)) bad('minP', row.minP, 'in [0, 1]');
   if (!(row.uniform >= 0 && row.uniform < 1)) bad('uniform', row.uniform, 'in [0, 1)');
+  if (row.logprobs !== undefined && !(Number.isInteger(row.logprobs) && row.logprobs >= 0 && row.logprobs <= LOGPROBS_TOP)) bad('logprobs', row.logprobs, `a whole number in [0, ${LOGPROBS_TOP}]`);
 }

@@ -1,5 +1,5 @@
 import { defineKernel, type LaunchConfig, type Stream } from '@metrale/core';
-import { argmaxCpu, sampleCpu } from './sample.cpu.js';
+import { argmaxCpu, logprobsCpu, sampleCpu } from './sample.cpu.js';
 import { sampleModule as module } from './std-modules.js';
 
 /**
@@ -32,6 +32,21 @@ export const sampleKernel = defineKernel({
   params: { logits: 'ptr', params: 'ptr', uniforms: 'ptr', out: 'ptr', rows: 'i32', vocab: 'i32' },
   cuda: { module, symbol: 'std_sample' },
   cpu: sampleCpu,
+});
+
+/**
+ * `std.logprobs` (kernels/std-sample.cu): one CTA of 1 024 threads a row; a row whose `counts[r]`
+ * (i32) is n ≥ 0 writes row r of `out` (u32 [rows][LOGPROBS_ROW_WORDS], src/logprobs-layout.ts): log Σ exp of its logits
+ * (f64), the logit of its token `tokens[r]` (f32 bits) and that token's rank (#{logits ≥ it}), then
+ * min(n, LOGPROBS_TOP, vocab) and as many (token, logit f32 bits) pairs, the most likely first,
+ * lower ids first on ties; a row of n < 0 is left as it was. A token's logprob is its logit less
+ * the f64 lse (core's positionLogprobs; the kernel's lse differs from it in its last bits).
+ */
+export const logprobsKernel = defineKernel({
+  name: 'std.logprobs',
+  params: { logits: 'ptr', tokens: 'ptr', counts: 'ptr', out: 'ptr', rows: 'i32', vocab: 'i32' },
+  cuda: { module, symbol: 'std_logprobs' },
+  cpu: logprobsCpu,
 });
 
 /** Threads of a `std.argmax` CTA. */

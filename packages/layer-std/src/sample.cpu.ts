@@ -1,4 +1,5 @@
-import { pickAt, probabilityFilter, softmaxRow, type CpuKernelContext } from '@metrale/core';
+import { logSumExp, pickAt, positionLogprobs, probabilityFilter, softmaxRow, type CpuKernelContext } from '@metrale/core';
+import { LOGPROBS_HEAD, LOGPROBS_ROW_WORDS, LOGPROBS_TOP } from './logprobs-layout.js';
 
 // CPU reference of kernels/std-sample.cu: the token of each logit row, greedy or sampled with a
 // uniform draw the host supplies, by exactly the rules of core's host sampler (sampling.ts), so a
@@ -67,5 +68,37 @@ export function sampleCpu(a: SampleArgs, ctx: CpuKernelContext): void {
     }
     const p = filteredProbs(logits.subarray(r * a.vocab, (r + 1) * a.vocab), temperature!, Math.trunc(topK!), topP!, minP!);
     out[r] = pickAt(p, u[r]!);
+  }
+}
+
+export interface LogprobsArgs extends RowsArgs {
+  /** i32 [rows]: each row's picked token. */
+  readonly tokens: bigint;
+  /** i32 [rows]: top logprobs a row wants (< 0: none, its row of `out` untouched). */
+  readonly counts: bigint;
+}
+
+/** Each asking row's lse, its token's logit and rank, and its top pairs, by core's `positionLogprobs`. */
+export function logprobsCpu(a: LogprobsArgs, { mem }: CpuKernelContext): void {
+  const logits = mem.f32(a.logits, a.rows * a.vocab);
+  const tokens = mem.i32(a.tokens, a.rows);
+  const counts = mem.i32(a.counts, a.rows);
+  for (let r = 0; r < a.rows; r++) {
+    const n = counts[r]!;
+    if (n < 0) continue;
+    const at = a.out + BigInt(4 * LOGPROBS_ROW_WORDS * r);
+    const words = mem.u32(at, LOGPROBS_ROW_WORDS);
+    const bits = new Float32Array(words.buffer, words.byteOffset, LOGPROBS_ROW_WORDS);
+    const token = tokens[r]!;
+    const p = positionLogprobs(logits, a.vocab, r, token, Math.min(n, LOGPROBS_TOP));
+    mem.f64(at, 1)[0] = logSumExp(logits, a.vocab, r);
+    bits[2] = logits[r * a.vocab + token]!;
+    words[3] = p.rank;
+    words[4] = p.top.length;
+    words[5] = 0;
+    p.top.forEach((t, j) => {
+      words[LOGPROBS_HEAD + 2 * j] = t.token;
+      bits[LOGPROBS_HEAD + 2 * j + 1] = logits[r * a.vocab + t.token]!;
+    });
   }
 }

@@ -1,5 +1,5 @@
 import { CpuBackend } from '@metrale/cpu-backend';
-import { SeededRandom, sampleLogitsRow, type SamplingParams } from '@metrale/core';
+import { ARGMAX_ROW, SeededRandom, positionLogprobs, sampleLogitsRow, type SampledRow, type SamplingParams } from '@metrale/core';
 import { DeviceSampler, argmaxLaunch, argmaxPartialsBytes, argmaxSlices } from '@metrale/layer-std';
 import { describe, expect, it } from 'vitest';
 
@@ -63,13 +63,13 @@ describe('DeviceSampler.sample: each row by its own parameters, in one launch', 
       const host = params.map((_, r) => new SeededRandom(100 * round + r));
       const device = params.map((_, r) => new SeededRandom(100 * round + r));
       const picked = params.map((p, r) => (p ? { temperature: p.temperature!, topK: p.topK ?? 0, topP: p.topP ?? 1, minP: p.minP ?? 0, uniform: device[r]!.float() } : { temperature: 0, topK: 0, topP: 1, minP: 0, uniform: 0 }));
-      const got = sampler.sample(dev, picked, V, gpu.defaultStream);
+      const got = sampler.sample(dev, picked, V, gpu.defaultStream).tokens;
       const want = params.map((p, r) => sampleLogitsRow(logits, V, r, p, host[r]!));
       expect(Array.from(got)).toEqual(want);
       // The greedy rows are the argmax kernel's tokens; a row's token does not depend on the others.
       const greedy = sampler.argmax(dev, rows, V, gpu.defaultStream);
       expect([got[1], got[4]]).toEqual([greedy[1], greedy[4]]);
-      expect(sampler.sample(dev + BigInt(4 * 3 * V), [picked[3]!], V, gpu.defaultStream)[0]).toBe(got[3]);
+      expect(sampler.sample(dev + BigInt(4 * 3 * V), [picked[3]!], V, gpu.defaultStream).tokens[0]).toBe(got[3]);
     }
     sampler.dispose();
     gpu.dispose();
@@ -84,6 +84,44 @@ describe('DeviceSampler.sample: each row by its own parameters, in one launch', 
     expect(() => sampler.sample(dev, [{ ...ok, topK: 2.5 }], V, gpu.defaultStream)).toThrow(/row 0's topK must be a whole number/);
     expect(() => sampler.sample(dev, [{ ...ok, uniform: 1 }], V, gpu.defaultStream)).toThrow(/row 0's uniform must be in \[0, 1\), got 1/);
     expect(() => sampler.sample(dev, [ok, ok, ok], V, gpu.defaultStream)).toThrow(/rows must be between 1 and 2, got 3/);
+    expect(() => sampler.sample(dev, [{ ...ok, logprobs: 21 }], V, gpu.defaultStream)).toThrow(/row 0's logprobs must be a whole number in \[0, 20\], got 21/);
+    expect(() => sampler.sample(dev, [ok, { ...ok, logprobs: 1.5 }], V, gpu.defaultStream)).toThrow(/row 1's logprobs must be a whole number/);
+    sampler.dispose();
+    gpu.dispose();
+  });
+});
+
+describe('DeviceSampler.sample with logprobs', () => {
+  it('gives the rows that ask core\'s positionLogprobs of their token (ties at the cut to the lower ids), the others none', () => {
+    const rows = 4;
+    const logits = new SeededRandom(21).normals(rows * V, 2);
+    // Row 1: its top 3 equal and a tie of 6 across the 5th place; row 3: a flat row.
+    for (const i of [17, 250, 3]) logits[V + i] = 9;
+    for (const i of [290, 11, 140, 60, 200, 99]) logits[V + i] = 7;
+    logits[V + 120] = 8;
+    logits.fill(0.5, 3 * V, 4 * V);
+    const gpu = new CpuBackend();
+    const sampler = new DeviceSampler(gpu, rows);
+    const dev = gpu.alloc(4 * rows * V);
+    gpu.upload(dev, logits);
+    const u = new SeededRandom(4);
+    const picked: SampledRow[] = [
+      { ...ARGMAX_ROW, logprobs: 5 },
+      { temperature: 0.8, topK: 0, topP: 0.9, minP: 0, uniform: u.float(), logprobs: 5 },
+      { temperature: 1, topK: 0, topP: 1, minP: 0, uniform: u.float() },
+      { ...ARGMAX_ROW, logprobs: 0 },
+    ];
+    const got = sampler.sample(dev, picked, V, gpu.defaultStream);
+    expect(got.logprobs[2]).toBeUndefined();
+    for (const r of [0, 1, 3]) expect(got.logprobs[r]).toEqual(positionLogprobs(logits, V, r, got.tokens[r]!, picked[r]!.logprobs!));
+    expect(got.logprobs[1]!.top.map((t) => t.token)).toEqual([3, 17, 250, 120, 11]);
+    expect(got.logprobs[3]).toMatchObject({ token: 0, rank: V, top: [] });
+    // Fewer tokens than asked for: each of them, once.
+    const small = gpu.alloc(4 * 8);
+    gpu.upload(small, Float32Array.from([1, -Infinity, 3, 3, 0, -2, 5, 1]));
+    const few = sampler.sample(small, [{ ...ARGMAX_ROW, logprobs: 20 }], 8, gpu.defaultStream);
+    expect(few.logprobs[0]!.top.map((t) => t.token)).toEqual([6, 2, 3, 0, 7, 4, 5, 1]);
+    expect(few.logprobs[0]).toEqual(positionLogprobs(new Float32Array(gpu.download(small, 32).buffer), 8, 0, 6, 20));
     sampler.dispose();
     gpu.dispose();
   });

@@ -1,5 +1,6 @@
 import type { DevicePtr } from '../device/device-ptr.js';
 import type { Stream } from '../device/gpu-backend.js';
+import type { PositionLogprobs } from '../model/logprobs.js';
 import { isGreedy, type SamplingParams } from '../model/sampling.js';
 
 /** Greedy ids a picker enqueued (`DeviceTokenPicker.argmaxAsync`) and has not handed to the host yet. */
@@ -25,6 +26,19 @@ export interface SampledRow {
   readonly topP: number;
   readonly minP: number;
   readonly uniform: number;
+  /**
+   * The picked token's logprobs with the row's `logprobs` most likely tokens (0 to
+   * `MAX_LOGPROBS`), of the row as the model gave it, as `positionLogprobs` computes them; absent:
+   * none.
+   */
+  readonly logprobs?: number;
+}
+
+/** What a picker's `sample` gives: each row's token and, for a row that asked, its logprobs. */
+export interface SampledTokens {
+  readonly tokens: Int32Array;
+  /** Row i's logprobs where `rows[i].logprobs` was given, else undefined. */
+  readonly logprobs: readonly (PositionLogprobs | undefined)[];
 }
 
 /** A row's argmax, with no draw: a greedy sequence's row, or one whose token the caller does not use. */
@@ -32,20 +46,23 @@ export const ARGMAX_ROW: SampledRow = Object.freeze({ temperature: 0, topK: 0, t
 
 /**
  * How `params` pick a row: greedy, `ARGMAX_ROW` (and `draw` is not called); else their filters
- * (absent ones off) and one `draw()`, made as the host sampler makes it.
+ * (absent ones off) and one `draw()`, made as the host sampler makes it. `logprobs`: the count of
+ * top logprobs wanted with the token (absent: none).
  */
-export function sampledRow(params: SamplingParams | undefined, draw: () => number): SampledRow {
-  if (isGreedy(params)) return ARGMAX_ROW;
-  const p = params!;
-  return { temperature: p.temperature!, topK: p.topK ?? 0, topP: p.topP ?? 1, minP: p.minP ?? 0, uniform: draw() };
+export function sampledRow(params: SamplingParams | undefined, draw: () => number, logprobs?: number): SampledRow {
+  const row = isGreedy(params)
+    ? ARGMAX_ROW
+    : { temperature: params!.temperature!, topK: params!.topK ?? 0, topP: params!.topP ?? 1, minP: params!.minP ?? 0, uniform: draw() };
+  return logprobs === undefined ? row : { ...row, logprobs };
 }
 
 /**
- * Picks tokens where the logits are, so a step brings back one id per row instead of rows ×
- * vocabulary f32 logits (and the host does not scan or sort them). A plugin provides it
- * (layer-std's `DeviceSampler`); the engine loop uses `argmax` for decode and verify steps whose
- * every sequence is plain greedy, `sample` for decode steps with sampled sequences, and reads the
- * logits of sequences with logprobs, logit adjustments or a constraint.
+ * Picks tokens where the logits are, so a step brings back one id per row (and the logprobs asked
+ * for) instead of rows × vocabulary f32 logits, and the host does not scan or sort them. A plugin
+ * provides it (layer-std's `DeviceSampler`); the engine loop uses `argmax` for decode and verify
+ * steps whose every sequence is plain greedy without logprobs, `sample` for decode steps and
+ * finished prompts with sampled sequences or logprobs, and reads the logits of sequences with
+ * logit adjustments or a constraint.
  */
 export interface DeviceTokenPicker {
   /** The most rows one call takes. */
@@ -61,22 +78,22 @@ export interface DeviceTokenPicker {
    */
   argmaxAsync?(logits: DevicePtr, rows: number, vocab: number, stream: Stream): PickedTokens;
   /**
-   * The token of each of `rows.length` f32 rows of `vocab` at `logits`, row i picked by `rows[i]`,
-   * after `stream`'s work; waits for them. A row's token depends on its logits and its `SampledRow`
-   * only, not on the other rows.
+   * The token of each of `rows.length` f32 rows of `vocab` at `logits`, row i picked by `rows[i]`
+   * (with its logprobs where `rows[i].logprobs` is given), after `stream`'s work; waits for them. A
+   * row's token and logprobs depend on its logits and its `SampledRow` only, not on the other rows.
    */
-  sample?(logits: DevicePtr, rows: readonly SampledRow[], vocab: number, stream: Stream): Int32Array;
+  sample?(logits: DevicePtr, rows: readonly SampledRow[], vocab: number, stream: Stream): SampledTokens;
 }
 
 /**
  * Whether a picker's `sample` may choose a sequence's next token: from its row as the model gave
- * it (no logit adjustments, no constraint mask) and without its logprobs. Greedy or sampled.
+ * it (no logit adjustments, no constraint mask). Greedy or sampled, with or without logprobs.
  */
-export function samplable(s: { readonly adjusted: boolean; readonly constraint?: unknown; readonly logprobs?: number }): boolean {
-  return !s.adjusted && s.constraint === undefined && s.logprobs === undefined;
+export function samplable(s: { readonly adjusted: boolean; readonly constraint?: unknown }): boolean {
+  return !s.adjusted && s.constraint === undefined;
 }
 
-/** Whether a sequence's next token is its row's argmax and nothing else, so a picker may choose it. */
+/** Whether a sequence's next token is its row's argmax and nothing else (no logprobs), so a picker's `argmax` may choose it. */
 export function pickable(s: { readonly greedy: boolean; readonly adjusted: boolean; readonly constraint?: unknown; readonly logprobs?: number }): boolean {
-  return s.greedy && samplable(s);
+  return s.greedy && s.logprobs === undefined && samplable(s);
 }

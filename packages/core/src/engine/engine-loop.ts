@@ -8,7 +8,7 @@ import type { DraftProposer } from '../spec/ngram-proposer.js';
 import type { EngineRequest, EngineStepReport, TokenEvent } from './engine-request.js';
 import { LoopSpeculation } from './loop-speculation.js';
 import { startRunning, type RunningSequence as Running } from './running-sequence.js';
-import { ARGMAX_ROW, samplable, type DeviceTokenPicker, type PickedTokens } from './device-token-picker.js';
+import { ARGMAX_ROW, samplable, type DeviceTokenPicker, type PickedTokens, type SampledTokens } from './device-token-picker.js';
 import { maskLogitsRow } from './token-constraint.js';
 import { claimPages, type PageClaim } from './page-budget.js';
 import { planPrefill, nextChunkRows, type PrefillChunk } from './prefill-plan.js';
@@ -505,8 +505,8 @@ export class EngineLoop {
       for (const { r, row: last } of done) {
         if (!all && picker?.sample && pickedOnDevice(r)) {
           // The first token picked where its row is (a call a prompt: the finished prompts' rows lie apart).
-          const [token] = picker.sample(offsetPtr(result.output, last * this.#logitsRow), [r.sampler.pickedRow()], this.vocab, this.driver.stream);
-          this.#emit(r, [token!], undefined, events);
+          const picked = picker.sample(offsetPtr(result.output, last * this.#logitsRow), [r.sampler.pickedRow(r.req.logprobs)], this.vocab, this.driver.stream);
+          this.#emit(r, [picked.tokens[0]!], logprobsOf(picked, 0), events);
           continue;
         }
         const logits = all ? all.subarray(last * this.vocab, (last + 1) * this.vocab) : this.#readRow(result, last);
@@ -548,14 +548,14 @@ export class EngineLoop {
         const tokens = picker.argmax(result.output, live.length, this.vocab, this.driver.stream);
         live.forEach((r, i) => this.#emit(r, [tokens[i]!], undefined, events));
       } else if (picker?.sample && live.length <= picker.maxRows && live.some(pickedOnDevice)) {
-        // Greedy and sampled rows picked on the device (their tokens come back, not their logits);
-        // a row with logprobs, adjustments or a constraint is read and sampled on the host (its
-        // row in the call the cheapest pick, its token not used).
+        // Greedy and sampled rows picked on the device (their tokens and logprobs come back, not
+        // their logits); a row with adjustments or a constraint is read and sampled on the host
+        // (its row in the call the cheapest pick, its token not used).
         const onDevice = live.map(pickedOnDevice);
-        const tokens = picker.sample(result.output, live.map((r, i) => (onDevice[i] ? r.sampler.pickedRow() : ARGMAX_ROW)), this.vocab, this.driver.stream);
+        const picked = picker.sample(result.output, live.map((r, i) => (onDevice[i] ? r.sampler.pickedRow(r.req.logprobs) : ARGMAX_ROW)), this.vocab, this.driver.stream);
         if (onDevice.includes(false)) this.driver.gpu.synchronize(this.driver.stream);
         live.forEach((r, i) => {
-          if (onDevice[i]) this.#emit(r, [tokens[i]!], undefined, events);
+          if (onDevice[i]) this.#emit(r, [picked.tokens[i]!], logprobsOf(picked, i), events);
           else this.#emitRow(r, this.#readRow(result, i), 0, events);
         });
       } else {
@@ -643,10 +643,16 @@ function timedPath(path: StepPath): boolean {
 
 /** A running sequence a picker's `sample` may choose for (`samplable`). */
 function pickedOnDevice(r: Running): boolean {
-  return samplable({ adjusted: r.sampler.adjusts, constraint: r.req.constraint, ...(r.req.logprobs !== undefined ? { logprobs: r.req.logprobs } : {}) });
+  return samplable({ adjusted: r.sampler.adjusts, constraint: r.req.constraint });
 }
 
-/** A running sequence a picker's `argmax` may choose for (`pickable`): greedy, and picked on the device. */
+/** A running sequence a picker's `argmax` may choose for (`pickable`): greedy, without logprobs, and picked on the device. */
 function plainGreedy(r: Running): boolean {
-  return r.sampler.greedy && pickedOnDevice(r);
+  return r.sampler.greedy && r.req.logprobs === undefined && pickedOnDevice(r);
+}
+
+/** Row i's logprobs of a picker's `sample`, as `#emit` takes them (one position). */
+function logprobsOf(picked: SampledTokens, i: number): PositionLogprobs[] | undefined {
+  const l = picked.logprobs[i];
+  return l ? [l] : undefined;
 }

@@ -48,10 +48,11 @@ export class RequestSampler {
   /**
    * The next token as a picker chooses it (`DeviceTokenPicker.sample`) from the row as the model
    * gave it: greedy, the argmax (no draw); else this request's filters and the one draw the host
-   * sampler would make for it. Only for a request whose row nothing adjusts (`samplable`).
+   * sampler would make for it; with `logprobs` top logprobs where given. Only for a request whose
+   * row nothing adjusts (`samplable`).
    */
-  pickedRow(): SampledRow {
-    return sampledRow(this.params, () => this.random.float());
+  pickedRow(logprobs?: number): SampledRow {
+    return sampledRow(this.params, () => this.random.float(), logprobs);
   }
 
   /** A token became part of the output. */

@@ -27,7 +27,7 @@ export { buildModelStack, checkModelFits, loadModel } from './load-model.js';
 export type { WeightBytes } from './checkpoint-precision.js';
 export { checkFp8Tensors, weightBytes, gib } from './checkpoint-precision.js';
 export type { PositionLogprobs, TokenLogprob } from './logprobs.js';
-export { MAX_LOGPROBS, positionLogprobs, topLogprobs } from './logprobs.js';
+export { MAX_LOGPROBS, logSumExp, positionLogprobs, topLogprobs } from './logprobs.js';
 export { TokenHistory, adjustLogits, adjustsLogits } from './logits-adjustment.js';
 export type { SamplingParams } from './sampling.js';
 export { checkSampling, isGreedy, probabilityFilter, sampleLogitsRow } from './sampling.js';

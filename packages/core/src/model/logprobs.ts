@@ -23,8 +23,8 @@ function checkCount(n: number): void {
   if (!Number.isInteger(n) || n < 0 || n > MAX_LOGPROBS) throw new InvalidArgumentError(`logprobs must be an integer in 0..${MAX_LOGPROBS}, got ${n}`);
 }
 
-/** log Σ exp over logit row `r`, in f64. */
-function logSumExp(logits: Float32Array, vocab: number, r: number): number {
+/** log Σ exp over logit row `r`, in f64 (the logprobs' normalizer: a token's logprob is its logit less it). */
+export function logSumExp(logits: Float32Array, vocab: number, r: number): number {
   const base = r * vocab;
   let max = -Infinity;
   for (let i = 0; i < vocab; i++) max = Math.max(max, logits[base + i]!);

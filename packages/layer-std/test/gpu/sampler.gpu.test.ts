@@ -1,4 +1,4 @@
-// The device sampler on CUDA (std.argmax, std.sample) against the host sampler of @metrale/core and
+// The device sampler on CUDA (std.argmax, std.sample, std.logprobs) against the host sampler of @metrale/core and
 // the CPU twin, at the Qwen3 vocabulary (151 936). Greedy: identical tokens, ties included.
 // Sampled with a seed: the same draws give the same tokens as the CPU twin (the kernel's fixed-point sums may move
 // a token only when a draw lands within ~1e-16 of a boundary, so a mismatch rate is reported and
@@ -6,7 +6,7 @@
 // over many draws the token frequencies follow the filtered distribution (total variation).
 // Without a GPU the suite skips and says why.
 import { CpuBackend } from '@metrale/cpu-backend';
-import { SeededRandom, sampleLogitsRow, type GpuBackend, type SamplingParams } from '@metrale/core';
+import { ARGMAX_ROW, SeededRandom, positionLogprobs, sampleLogitsRow, type GpuBackend, type SamplingParams } from '@metrale/core';
 import { DeviceSampler, filteredProbs } from '@metrale/layer-std';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cudaAvailable, ensureFatbins } from './cuda-setup.js';
@@ -120,8 +120,8 @@ describe.skipIf(!cuda.available)('DeviceSampler on CUDA picks the tokens the hos
     let same = 0;
     const rounds = 8;
     for (let round = 0; round < rounds; round++) {
-      const got = sampler.sample(dev, rowsOf(round), V, gpu.defaultStream);
-      const want = cpuSampler.sample(cpuDev, rowsOf(round), V, cpu.defaultStream);
+      const got = sampler.sample(dev, rowsOf(round), V, gpu.defaultStream).tokens;
+      const want = cpuSampler.sample(cpuDev, rowsOf(round), V, cpu.defaultStream).tokens;
       got.forEach((t, r) => {
         if (t === want[r]) same++;
         if (!mixed[r]) expect(t, `row ${r} (greedy)`).toBe(greedy[r]);
@@ -130,6 +130,40 @@ describe.skipIf(!cuda.available)('DeviceSampler on CUDA picks the tokens the hos
     }
     lines.push(`per-row parameters, one launch: ${same}/${rounds * ROWS} identical to the CPU twin, greedy rows equal argmax`);
     expect(same / (rounds * ROWS)).toBeGreaterThanOrEqual(0.99);
+  });
+
+  it('logprobs: each asking row\'s token, rank and top tokens exactly as core\'s positionLogprobs, its logprobs within 1e-9', () => {
+    // Rows 1 and 2 hold ties at the top (a doubled maximum, a plateau of 64 equal logits wider than 20).
+    const u = new SeededRandom(12);
+    const asked = [20, 5, 20, 0, undefined, 1, 3, 20];
+    const picked = asked.map((n, r) => {
+      const row = r % 2 === 0 ? ARGMAX_ROW : { temperature: 0.8, topK: 0, topP: 0.95, minP: 0, uniform: u.float() };
+      return n === undefined ? row : { ...row, logprobs: n };
+    });
+    const got = sampler.sample(dev, picked, V, gpu.defaultStream);
+    let worst = 0;
+    got.tokens.forEach((token, r) => {
+      if (asked[r] === undefined) return expect(got.logprobs[r]).toBeUndefined();
+      const want = positionLogprobs(logits, V, r, token, asked[r]!);
+      const have = got.logprobs[r]!;
+      expect({ token: have.token, rank: have.rank, top: have.top.map((t) => t.token) }, `row ${r}`).toEqual({ token, rank: want.rank, top: want.top.map((t) => t.token) });
+      for (const [a, b] of [[have.logprob, want.logprob], ...have.top.map((t, j) => [t.logprob, want.top[j]!.logprob])] as [number, number][]) worst = Math.max(worst, Math.abs(a - b));
+    });
+    // A flat row with a few above it: the top tokens past those are the lowest ids of the flat value,
+    // gathered across every thread's share of the row.
+    const flat = new Float32Array(V).fill(0.25);
+    for (const i of [150_000, 77_777, 5]) flat[i] = 1;
+    flat[120_000] = -0;
+    const flatDev = gpu.alloc(4 * V);
+    gpu.upload(flatDev, flat);
+    const one = sampler.sample(flatDev, [{ ...ARGMAX_ROW, logprobs: 20 }], V, gpu.defaultStream);
+    gpu.free(flatDev);
+    const wantFlat = positionLogprobs(flat, V, 0, 5, 20);
+    expect(one.logprobs[0]!.top.map((t) => t.token)).toEqual([5, 77_777, 150_000, 0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17]);
+    expect(one.logprobs[0]!.top.map((t) => t.token)).toEqual(wantFlat.top.map((t) => t.token));
+    expect(one.logprobs[0]!.rank).toBe(3);
+    lines.push(`logprobs: ${asked.filter((n) => n !== undefined).length} rows' ranks and top tokens identical, largest logprob difference ${worst.toExponential(2)}; a flat row's ties to the lowest ids`);
+    expect(worst).toBeLessThan(1e-9);
   });
 
   it('token frequencies over 4 096 draws follow the filtered distribution (top-p 0.95, temperature 2, 64 tokens)', () => {

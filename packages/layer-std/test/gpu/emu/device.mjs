@@ -25,7 +25,7 @@ export const stdModules = {
     source: join(stdKernels, 'std-rows.cu'),
     kernels: { std_embed: 1, std_rms_norm: 1, std_add_rms_norm: 1, std_layer_norm: 1, std_add: 1, std_silu_mul: 1, std_gelu_mul: 1, std_softcap: 1 },
   },
-  'std-sample': { source: join(stdKernels, 'std-sample.cu'), kernels: { std_argmax: 1, std_sample: 1 } },
+  'std-sample': { source: join(stdKernels, 'std-sample.cu'), kernels: { std_argmax: 1, std_sample: 1, std_logprobs: 1 } },
   'std-moe-route': { source: join(stdKernels, 'std-moe-route.cu'), kernels: { std_moe_route: 1, std_moe_route_few: 1, std_moe_router_gemv: 1, std_moe_shared_slots: 1 } },
   'std-moe': {
     source: join(stdKernels, 'std-moe.cu'),

@@ -1,0 +1,27 @@
+import type { PositionLogprobs } from '@metrale/core';
+
+/**
+ * The layout of `std.logprobs`' output (kernels/std-sample.cu, one row of u32 words a picked row):
+ * a head — the row's log-normalizer (f64, words 0–1), the picked token's logit (f32 bits), its rank,
+ * the count of pairs, one unused word — then up to LOGPROBS_TOP (token, logit f32 bits) pairs.
+ */
+
+/** Top logprobs a row reports at most (core's MAX_LOGPROBS). */
+export const LOGPROBS_TOP = 20;
+/** u32 words before a row's pairs. */
+export const LOGPROBS_HEAD = 6;
+/** u32 words of one row (an even count: each row's f64 stays 8-byte aligned). */
+export const LOGPROBS_ROW_WORDS = LOGPROBS_HEAD + 2 * LOGPROBS_TOP;
+
+/**
+ * Row `r` of a `std.logprobs` output copied to the host at `bytes`, as core's `positionLogprobs`
+ * reports it for `token`: each logprob its logit less the row's log-normalizer, in f64.
+ */
+export function readLogprobsRow(bytes: Uint8Array, r: number, token: number): PositionLogprobs {
+  const at = bytes.byteOffset + 4 * LOGPROBS_ROW_WORDS * r;
+  const words = new Uint32Array(bytes.buffer, at, LOGPROBS_ROW_WORDS);
+  const values = new Float32Array(bytes.buffer, at, LOGPROBS_ROW_WORDS);
+  const lse = new Float64Array(bytes.buffer, at, 1)[0]!;
+  const top = Array.from({ length: words[4]! }, (_, j) => ({ token: words[LOGPROBS_HEAD + 2 * j]!, logprob: values[LOGPROBS_HEAD + 2 * j + 1]! - lse }));
+  return { token, logprob: values[2]! - lse, rank: words[3]!, top };
+}
