@@ -18,13 +18,16 @@
 //   node bench/decode.bench.mjs [--model qwen3-next-80b|qwen3.5-moe|gemma3n-e4b] [--backend cuda]
 //        [--dtype bf16|fp8|f32] [--experts N] [--batches 1,8,64] [--steps 64] [--prompt 128]
 //        [--spec 4] [--eager] [--sync] [--repeats 1] [--layer-times] [--graph-times] [--tiny] [--layers N]
-//        [--sampling T,P,K] [--out FILE]
+//        [--sampling T,P,K[,N]] [--out FILE]
 // --spec K: the drafts of the speculating rows (n-gram), run after the plain ones; 0: plain decode
 // only (a device call then spends no time on them).
 // --sampling T,P,K: also run the plain rows with every sequence sampled at temperature T, top-p P,
 // top-k K (seeded), once with the tokens picked on the device (`sampled: 'device'`: the picker's
 // sample, as `metrale serve` does) and once with the picker's argmax only, so the host reads and
 // samples the logits (`sampled: 'host'`); each row's `tokens_hash` says whether both drew the same.
+// N: the same two rows again with every sequence asking for its tokens' logprobs and its N most
+// likely (0–20); the host one gives `logprobs_max_diff`, the largest difference from the device
+// one's logprobs.
 // --tiny: a few-layer, narrow model of the same structure, to check the script on the CPU. Decode
 // picks its tokens on the device (layer-std's DeviceSampler), as `metrale serve` does.
 // --sync: also run each plain-decode row with the loop's async scheduling off (`async_scheduling`
@@ -95,12 +98,12 @@ if (!Number.isInteger(k) || k < 0) {
   process.exit(2);
 }
 const sampling = o.sampling === undefined ? undefined : (() => {
-  const [temperature, topP, topK] = o.sampling.split(',').map(Number);
-  if (!(temperature > 0) || !(topP > 0 && topP <= 1) || !(Number.isInteger(topK) && topK >= 0)) {
-    console.error(`--sampling: temperature > 0, top-p in (0, 1] and top-k a whole number (0: off), as T,P,K; got ${o.sampling}`);
+  const [temperature, topP, topK, logprobs] = o.sampling.split(',').map(Number);
+  if (!(temperature > 0) || !(topP > 0 && topP <= 1) || !(Number.isInteger(topK) && topK >= 0) || !(logprobs === undefined || (Number.isInteger(logprobs) && logprobs >= 0 && logprobs <= 20))) {
+    console.error(`--sampling: temperature > 0, top-p in (0, 1], top-k a whole number (0: off) and optionally the logprobs (0 to 20), as T,P,K[,N]; got ${o.sampling}`);
     process.exit(2);
   }
-  return { temperature, topP, topK };
+  return { params: { temperature, topP, topK }, logprobs };
 })();
 const limits = { maxSeqs: maxBatch, maxBatch, maxK: k + 1, maxSeqLen: promptLen + steps + k + 8, maxRows: Math.max(maxBatch * (k + 1), promptLen * Math.min(maxBatch, 8)) };
 const t0 = performance.now();
@@ -128,6 +131,34 @@ const tokensHash = (outputs) => {
   let h = 0x811c9dc5;
   for (const o of outputs) for (const t of [...o.tokens, -1]) h = Math.imul(h ^ (t & 0xffff), 0x01000193) >>> 0, h = Math.imul(h ^ (t >>> 16), 0x01000193) >>> 0;
   return h.toString(16).padStart(8, '0');
+};
+/** The device rows' logprobs of each batch, for the host rows to compare with. */
+const deviceLogprobs = new Map();
+/**
+ * A sampled row's logprobs figures: the device row keeps its outputs' logprobs; the host row (same
+ * seeds, so the same tokens where the hashes agree) reports the largest difference from them, top
+ * ones included, and whether every token, rank and top token agreed.
+ */
+const logprobsRow = (sampled, logprobs, B, outputs) => {
+  if (logprobs === undefined) return {};
+  const flat = (outs) => outs.flatMap((out) => out.logprobs ?? []);
+  if (sampled === 'device') {
+    deviceLogprobs.set(B, flat(outputs));
+    return { logprobs };
+  }
+  const device = deviceLogprobs.get(B) ?? [];
+  const host = flat(outputs);
+  let diff = 0, same = device.length === host.length;
+  host.forEach((h, i) => {
+    const d = device[i];
+    if (!d || d.token !== h.token || d.rank !== h.rank || d.top.length !== h.top.length) return void (same = false);
+    diff = Math.max(diff, Math.abs(d.logprob - h.logprob));
+    h.top.forEach((t, j) => {
+      if (t.token !== d.top[j].token) same = false;
+      else diff = Math.max(diff, Math.abs(t.logprob - d.top[j].logprob));
+    });
+  });
+  return { logprobs, logprobs_same_tokens: same, logprobs_max_diff: diff };
 };
 /** Replaces target[name] with wrap(the method as it was, bound to target). */
 const wrapMethod = (target, name, wrap) => {
@@ -180,12 +211,12 @@ const plainModes = [
 ];
 const modes = [
   ...Array.from({ length: repeats }, (_, repeat) => plainModes.map((m) => ({ ...m, repeat }))).flat(),
-  ...(sampling ? ['device', 'host'].map((sampled) => ({ spec: false, graphs: true, asyncScheduling: true, repeat: 0, sampled })) : []),
+  ...(sampling ? [undefined, sampling.logprobs].filter((n, i) => i === 0 || n !== undefined).flatMap((logprobs) => ['device', 'host'].map((sampled) => ({ spec: false, graphs: true, asyncScheduling: true, repeat: 0, sampled, logprobs }))) : []),
   ...(k > 0 ? [{ spec: true, graphs: true, asyncScheduling: true, repeat: 0 }] : []),
 ];
 // The picker without `sample`: sampled sequences' logits are read and sampled on the host.
 const argmaxOnly = { maxRows: picker.maxRows, argmax: (...a) => picker.argmax(...a), argmaxAsync: (...a) => picker.argmaxAsync(...a) };
-for (const { spec, graphs, asyncScheduling, repeat, sampled } of modes) {
+for (const { spec, graphs, asyncScheduling, repeat, sampled, logprobs } of modes) {
   for (const B of batches) {
     const driver = new StepDriver({ gpu, layers: servedLayers, limits, graphs });
     // The engine loop that serves: every prompt in one chunk, several prompts per prefill step.
@@ -197,7 +228,8 @@ for (const { spec, graphs, asyncScheduling, repeat, sampled } of modes) {
     // A repetitive prompt, so n-gram drafts have something to match.
     // Each sequence has its own prompt (its own block of tokens, so routing differs across the batch).
     const requests = Array.from({ length: B }, (_, b) => ({
-      prompt: benchPrompt(config, b, promptLen), maxTokens: steps, stopTokenIds: [], ...(sampled ? { sampling: { ...sampling, seed: 1000 + b } } : {}),
+      prompt: benchPrompt(config, b, promptLen), maxTokens: steps, stopTokenIds: [],
+      ...(sampled ? { sampling: { ...sampling.params, seed: 1000 + b }, ...(logprobs !== undefined ? { logprobs } : {}) } : {}),
     }));
     // Warm-up: every bucket's decode graph (and verify graph, speculating) is captured before the
     // timed run, as metrale serve captures them at startup: a speculating loop verifies first and
@@ -228,7 +260,7 @@ for (const { spec, graphs, asyncScheduling, repeat, sampled } of modes) {
     const floorMs = copyBps ? (floor.stepBytes(B, context) / copyBps) * 1000 : undefined;
     const row = {
       batch: B, spec: spec ? `ngram:k=${k}` : null, graphs, async_scheduling: asyncScheduling && !spec && !sampled,
-      ...(sampled ? { sampled, sampling, tokens_hash: tokensHash(outputs) } : {}), ...(repeats > 1 ? { repeat } : {}), tokens_per_s: Number(tokPerS.toFixed(1)), step_ms: Number(stepMs.toFixed(3)), host_ms: Number(hostMs.toFixed(3)),
+      ...(sampled ? { sampled, sampling: sampling.params, tokens_hash: tokensHash(outputs), ...logprobsRow(sampled, logprobs, B, outputs) } : {}), ...(repeats > 1 ? { repeat } : {}), tokens_per_s: Number(tokPerS.toFixed(1)), step_ms: Number(stepMs.toFixed(3)), host_ms: Number(hostMs.toFixed(3)),
       ...(replayedMs !== undefined ? { graph_ms: Number(replayedMs.toFixed(3)) } : {}),
       steps: stats.steps, acceptance: stats.speculation ? Number(stats.speculation.acceptanceRate.toFixed(3)) : null,
       roofline_step_ms: floorMs === undefined ? null : Number(floorMs.toFixed(3)),

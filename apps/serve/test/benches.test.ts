@@ -80,19 +80,30 @@ describe('whole-model benches on the CPU device (tiny shape)', () => {
     expect(bad.stderr).toMatch(/--spec: .*got 2.5/);
   }, 120_000);
 
-  it('decode with --sampling: sampled rows picked on the device and on the host draw the same tokens; a bad --sampling is refused, naming it', () => {
-    type Row = DecodeReport['results'][number] & { sampled?: string; tokens_hash?: string };
-    const r = bench('decode.bench.mjs', ['--batches', '1,3', '--steps', '5', '--spec', '0', '--sampling', '0.8,0.9,20']) as unknown as { results: Row[] };
+  it('decode with --sampling: sampled rows picked on the device and on the host draw the same tokens and logprobs; a bad --sampling is refused, naming it', () => {
+    type Row = DecodeReport['results'][number] & { sampled?: string; tokens_hash?: string; logprobs?: number; logprobs_same_tokens?: boolean; logprobs_max_diff?: number };
+    const r = bench('decode.bench.mjs', ['--batches', '1,3', '--steps', '5', '--spec', '0', '--sampling', '0.8,0.9,20,3']) as unknown as { results: Row[] };
     const sampled = r.results.filter((x) => x.sampled);
-    expect(sampled.map((x) => [x.sampled, x.batch])).toEqual([['device', 1], ['device', 3], ['host', 1], ['host', 3]]);
+    expect(sampled.map((x) => [x.sampled, x.batch, x.logprobs])).toEqual([
+      ['device', 1, undefined], ['device', 3, undefined], ['host', 1, undefined], ['host', 3, undefined], ['device', 1, 3], ['device', 3, 3], ['host', 1, 3], ['host', 3, 3],
+    ]);
     for (const B of [1, 3]) {
-      const [device, host] = ['device', 'host'].map((s) => sampled.find((x) => x.sampled === s && x.batch === B)!);
+      const rows = (logprobs?: number) => ['device', 'host'].map((s) => sampled.find((x) => x.sampled === s && x.batch === B && x.logprobs === logprobs)!);
+      const [device, host] = rows();
       expect(device!.tokens_hash).toMatch(/^[0-9a-f]{8}$/);
       expect(device!.tokens_hash).toBe(host!.tokens_hash);
+      const [deviceLp, hostLp] = rows(3);
+      // Asking for logprobs changes no token.
+      expect([deviceLp!.tokens_hash, hostLp!.tokens_hash]).toEqual([device!.tokens_hash, device!.tokens_hash]);
+      // The CPU backend's twin computes them as the host does: the same to the last bit.
+      expect(hostLp).toMatchObject({ logprobs_same_tokens: true, logprobs_max_diff: 0 });
     }
     const bad = spawnSync(process.execPath, [join('bench', 'decode.bench.mjs'), '--backend', 'cpu', '--tiny', '--sampling', '0,0.9,20'], { encoding: 'utf8', timeout: 60_000 });
     expect(bad.status).toBe(2);
     expect(bad.stderr).toMatch(/--sampling: .*got 0,0.9,20/);
+    const tooMany = spawnSync(process.execPath, [join('bench', 'decode.bench.mjs'), '--backend', 'cpu', '--tiny', '--sampling', '0.8,0.9,20,21'], { encoding: 'utf8', timeout: 60_000 });
+    expect(tooMany.status).toBe(2);
+    expect(tooMany.stderr).toMatch(/logprobs \(0 to 20\).*got 0.8,0.9,20,21/);
   }, 120_000);
 
   it('decode with --sync --repeats 2: async scheduling on and off taking turns; --repeats 0 is refused, naming it', () => {

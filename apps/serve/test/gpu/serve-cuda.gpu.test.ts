@@ -55,7 +55,7 @@ describe.skipIf(!cuda.available)('metrale serve --backend cuda', () => {
     expect(await metric(gpuServer.url, 'vllm:num_requests_running')).toBe(0);
   });
 
-  it('16 concurrent seeded sampled streams (tokens picked on the device; two with logprobs, sampled on the host) equal the same requests alone', async () => {
+  it('16 concurrent seeded sampled streams (tokens picked on the device, two with their logprobs) equal the same requests alone', async () => {
     const sampled = (content: string, seed: number, stream: boolean, logprobs: boolean) => gpuServer.client.chat.completions.create({
       model: MODEL, messages: [{ role: 'user', content }], max_tokens: 24, temperature: 0.8, top_p: 0.9, top_k: 20, seed, ignore_eos: true, stream,
       ...(logprobs ? { logprobs: true, top_logprobs: 2 } : {}),
@@ -63,13 +63,32 @@ describe.skipIf(!cuda.available)('metrale serve --backend cuda', () => {
     const prompts = Array.from({ length: 16 }, (_, i) => `${PROMPTS[i % PROMPTS.length]} [${i}]`);
     const withLogprobs = (i: number) => i % 8 === 3;
     const alone: string[] = [];
-    for (const [i, p] of prompts.entries()) alone.push(((await sampled(p, 100 + i, false, withLogprobs(i))) as any).choices[0].message.content);
+    const aloneLogprobs: unknown[] = [];
+    for (const [i, p] of prompts.entries()) {
+      const choice = ((await sampled(p, 100 + i, false, withLogprobs(i))) as any).choices[0];
+      alone.push(choice.message.content);
+      if (withLogprobs(i)) aloneLogprobs.push(choice.logprobs.content);
+    }
+    const togetherLogprobs: unknown[][] = prompts.map(() => []);
     const together = await Promise.all(prompts.map(async (p, i) => {
       let text = '';
-      for await (const chunk of (await sampled(p, 100 + i, true, withLogprobs(i))) as any) text += chunk.choices[0]?.delta?.content ?? '';
+      for await (const chunk of (await sampled(p, 100 + i, true, withLogprobs(i))) as any) {
+        text += chunk.choices[0]?.delta?.content ?? '';
+        togetherLogprobs[i]!.push(...(chunk.choices[0]?.logprobs?.content ?? []));
+      }
       return text;
     }));
     expect(together).toEqual(alone);
+    // A row's logprobs depend on that row alone: batched, the same values to the last bit.
+    expect(togetherLogprobs.filter((_, i) => withLogprobs(i))).toEqual(aloneLogprobs);
+    for (const content of aloneLogprobs as { logprob: number; top_logprobs: { logprob: number }[] }[][]) {
+      expect(content.length).toBeGreaterThan(0);
+      for (const t of content) {
+        expect(t.logprob).toBeLessThanOrEqual(0);
+        expect(t.top_logprobs).toHaveLength(2);
+        expect(t.top_logprobs[0]!.logprob).toBeGreaterThanOrEqual(Math.max(t.top_logprobs[1]!.logprob, t.logprob));
+      }
+    }
     // Sampling at temperature 0.8 does not collapse onto the greedy answers.
     const greedy = await Promise.all(prompts.slice(0, 4).map(async (p) => ((await chat(gpuServer, p)) as any).choices[0].message.content));
     expect(alone.slice(0, 4)).not.toEqual(greedy);
