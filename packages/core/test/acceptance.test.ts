@@ -4,6 +4,7 @@ import {
   acceptRejection,
   argmaxRow,
   InvalidArgumentError,
+  probabilityFilter,
   sampleFrom,
   SeededRandom,
   softmaxRow,
@@ -149,6 +150,35 @@ describe('acceptRejection', () => {
     // Acceptance rate of draft 0 is Σ min(p, q) (the overlap of the two distributions).
     const overlap = p[0]!.reduce((acc, pi, t) => acc + Math.min(pi, q[0]![t]!), 0);
     expectFrequency(n2, N, overlap, 'first draft accepted');
+  });
+
+  it('with a filter (top-k, top-p, min-p), gives tokens distributed as sampling the filtered target, its kept mass renormalised', () => {
+    // One draft, the top token: it is emitted with its filtered, renormalised probability (a filter
+    // zeroes what it drops; taking the kept p(x) as it stands would accept too rarely).
+    const logits = randomLogits(15, 2, 1);
+    for (const params of [{ topK: 3 }, { topP: 0.6 }, { minP: 0.3 }, { topK: 5, topP: 0.8 }]) {
+      const transform = probabilityFilter(params)!;
+      const p = [0, 1].map((r) => {
+        const f = transform(softmaxRow(logits, VOCAB, r, temperature));
+        const sum = f.reduce((a, b) => a + b, 0);
+        return f.map((x) => x / sum);
+      });
+      const draft = ranked(logits, 0)[0]!;
+      const random = new SeededRandom(16);
+      const first = new Array<number>(VOCAB).fill(0);
+      const second = new Array<number>(VOCAB).fill(0);
+      let n2 = 0;
+      const n = 20_000;
+      for (let i = 0; i < n; i++) {
+        const a = acceptRejection(logits, VOCAB, [draft], { temperature, random, transform });
+        first[a.accepted === 2 ? draft : a.next]!++;
+        if (a.accepted === 2) second[a.next]!++, n2++;
+      }
+      for (let t = 0; t < VOCAB; t++) {
+        expectFrequency(first[t]!, n, p[0]![t]!, `${JSON.stringify(params)}: token 0 = ${t}`);
+        expectFrequency(second[t]!, n2, p[1]![t]!, `${JSON.stringify(params)}: token 1 = ${t}`);
+      }
+    }
   });
 
   it('is reproducible from the seed', () => {

@@ -95,6 +95,13 @@ export function pickAt(probs: Float32Array, u01: number): number {
   return inverseCdf(probs, massOf(probs), u01);
 }
 
+/** `probs` scaled to sum to 1 (f64 sum, in place); a row of no mass is left as it is. */
+function normalized(probs: Float32Array): Float32Array {
+  const total = massOf(probs);
+  if (total > 0) for (let i = 0; i < probs.length; i++) probs[i] = probs[i]! / total;
+  return probs;
+}
+
 function massOf(probs: Float32Array): number {
   let total = 0;
   for (let i = 0; i < probs.length; i++) total += probs[i]!;
@@ -136,7 +143,9 @@ export function acceptRejection(logits: Float32Array, vocab: number, drafts: Arr
   if (draftProbs && draftProbs.length !== k - 1) throw new InvalidArgumentError(`acceptRejection: ${k - 1} drafts need ${k - 1} draft distributions, got ${draftProbs.length}`);
   const probsOf = (r: number): Float32Array => {
     const p = softmaxRow(logits, vocab, r, temperature);
-    return transform ? transform(p) : p;
+    // A filter zeroes what it drops and leaves the rest as it was: the ratio and the residual need
+    // the target as sampling it gives it, the kept mass renormalised to 1.
+    return transform ? normalized(transform(p)) : p;
   };
   for (let i = 0; i < k - 1; i++) {
     const p = probsOf(i);
