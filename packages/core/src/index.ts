@@ -50,7 +50,7 @@ export { BatchBuckets, defaultBuckets } from './driver/batch-buckets.js';
 export type { GraphKey } from './driver/graph-cache.js';
 export { graphKey } from './driver/graph-cache.js';
 export type { Acceptance, RejectionOptions, ProbabilityTransform } from './driver/acceptance.js';
-export { acceptGreedy, acceptRejection, argmaxRow, pickAt, softmaxRow, sampleFrom } from './driver/acceptance.js';
+export { acceptGreedy, acceptRejection, argmaxRow, pickAt, residualProbs, softmaxRow, sampleFrom, targetProbs } from './driver/acceptance.js';
 
 export type { Seed } from './random/seeded-random.js';
 export { SeededRandom, randomSeed } from './random/seeded-random.js';

@@ -1,7 +1,8 @@
 import { CpuBackend } from '@metrale/cpu-backend';
 import { describe, expect, it } from 'vitest';
 import {
-  ARGMAX_ROW, EngineLoop, InvalidArgumentError, NgramProposer, SeededRandom, StepDriver, TokenHistory, adjustLogits, generateAll, positionLogprobs, sampleLogitsRow,
+  ARGMAX_ROW, EngineLoop, InvalidArgumentError, NgramProposer, SeededRandom, StepDriver, TokenHistory, adjustLogits, argmaxRow, generateAll, pickAt, positionLogprobs,
+  probabilityFilter, residualProbs, sampleLogitsRow, targetProbs,
   type GenerateRequest, type LayerLimits, type SampledRow, type SampledTokens, type SamplingParams,
 } from '../src/index.js';
 import { BigramLayer } from './support/bigram-layer.js';
@@ -148,6 +149,59 @@ describe('the engine loop with a picker that samples', () => {
       // A picker without sample leaves such steps to the host, as before.
       const argmaxOnly = generateAll(new EngineLoop({ driver, vocabSize: V, prefillChunk: 16, picker: { maxRows: 5, argmax: picker.argmax } }), requests.slice(1, 3)).outputs;
       expect(argmaxOnly.map((o) => o.tokens)).toEqual(host.slice(1, 3).map((o) => o.tokens));
+    } finally {
+      driver.dispose();
+      layer.dispose();
+      gpu.dispose();
+    }
+  });
+});
+
+describe('the engine loop with a picker that samples, speculating', () => {
+  it('a verify step rejection-samples on the device: each draft tested against the draft probability the picker returns, the residual drawn there; the host path\'s tokens', () => {
+    const gpu = new CpuBackend();
+    // Favourites weak enough that sampled drafts are both accepted and rejected.
+    const t = new SeededRandom(31).normals(V * V);
+    for (let i = 0; i < V; i++) t[i * V + follow(i)]! += 2.5;
+    const layer = new BigramLayer(gpu, V, t);
+    const limits: LayerLimits = { maxSeqs: 4, maxSeqLen: 64, maxBatch: 4, maxK: 4, maxRows: 16 };
+    const driver = new StepDriver({ gpu, layers: [layer], limits });
+    const calls: SampledRow[][] = [];
+    // What a device kernel gives: with a draft, its probability in the filtered target and a token
+    // of the residual (core's targetProbs / residualProbs, the host verify's rules); else as sampling.
+    const sample = (logits: bigint, rows: readonly SampledRow[], vocab: number): SampledTokens => {
+      calls.push([...rows]);
+      const l = new Float32Array(gpu.download(logits, 4 * rows.length * vocab).buffer);
+      const draftProbs: (number | undefined)[] = rows.map(() => undefined);
+      const tokens = Int32Array.from(rows, (row, r) => {
+        if (!(row.temperature > 0)) return argmaxRow(l, vocab, r);
+        const params: SamplingParams = { temperature: row.temperature, topK: row.topK, topP: row.topP, minP: row.minP };
+        if (row.draft === undefined) return sampleLogitsRow(l, vocab, r, params, { float: () => row.uniform } as unknown as SeededRandom);
+        const p = targetProbs(l, vocab, r, row.temperature, probabilityFilter(params));
+        draftProbs[r] = p[row.draft]!;
+        return pickAt(residualProbs(p, row.draft), row.uniform);
+      });
+      return { tokens, logprobs: rows.map(() => undefined), draftProbs };
+    };
+    const picker = { maxRows: 16, argmax: (l: bigint, rows: number, vocab: number) => sample(l, Array.from({ length: rows }, () => ARGMAX_ROW), vocab).tokens, sample };
+    const run = (withPicker: boolean) => generateAll(new EngineLoop({
+      driver, vocabSize: V, prefillChunk: 16, speculation: { proposer: new NgramProposer({ k: 3, minN: 1 }), k: 3, adaptive: false }, ...(withPicker ? { picker } : {}),
+    }), requests, 3);
+    const requests: GenerateRequest[] = [
+      { prompt: [1, 8, 11, 10, 5, 12, 1, 8, 11], maxTokens: 18, sampling: { temperature: 0.9, topP: 0.9, seed: 4 } },
+      { prompt: [2, 13, 4, 2, 13, 4], maxTokens: 16, sampling: { temperature: 1.2, topK: 4, minP: 0.05, seed: 9 } },
+      { prompt: [3, 15, 14, 3, 15], maxTokens: 12 },
+    ];
+    try {
+      const host = run(false);
+      const device = run(true);
+      expect(device.outputs.map((o) => o.tokens)).toEqual(host.outputs.map((o) => o.tokens));
+      // The verify steps went to the device, drafts in hand; some drafts were accepted, some not.
+      expect(calls.some((c) => c.some((r) => r.draft !== undefined))).toBe(true);
+      const s = device.stats.speculation!;
+      expect(s.accepted).toBeGreaterThan(0);
+      expect(s.accepted).toBeLessThan(s.drafted);
+      expect(s).toEqual(host.stats.speculation);
     } finally {
       driver.dispose();
       layer.dispose();

@@ -1,9 +1,11 @@
 // Token selection of layer-std (src/sample-kernels.ts; reference src/sample.cpu.ts; KERNELS.md):
 //   std_argmax  out[r] = the lowest index of row r's maximum (NaN never wins; an all −∞ row gives 0)
-//   std_sample  each row by its own parameters (params[r], f64: temperature, top-k, top-p, min-p):
-//               softmax at the temperature, then top-k, top-p, min-p (HF order; ties at a cut-off
-//               kept), then the inverse CDF at uniforms[r] · Σp (the host's f64 draw, as core's
-//               sampler takes it); a row of temperature ≤ 0 takes
+//   std_sample  each row by its own parameters (params[r], f64: temperature, top-k, top-p, min-p,
+//               draft): softmax at the temperature, then top-k, top-p, min-p (HF order; ties at a
+//               cut-off kept), then the inverse CDF at uniforms[r] · Σp (the host's f64 draw, as
+//               core's sampler takes it); with a draft (≥ 0) the draft is left out of the draw
+//               (rejection sampling's residual) and draftProbs[r] is its share of the kept mass (the
+//               acceptance ratio); a row of temperature ≤ 0 takes
 //               its argmax as std_argmax does (so greedy and sampled requests share a launch)
 //   std_logprobs each asking row's log-normalizer, its picked token's logit and rank and its n most
 //               likely tokens (core's positionLogprobs; the host makes logit − lse of them)
@@ -242,10 +244,10 @@ extern "C" __global__ void __launch_bounds__(1024) std_argmax(const float* __res
 }
 
 /** A row's parameters in std_sample's `params` (f64 [rows][kSampleParams], the host's values unrounded; src/sample-kernels.ts). */
-constexpr int kSampleParams = 4;
+constexpr int kSampleParams = 5;
 
 extern "C" __global__ void __launch_bounds__(1024) std_sample(const float* __restrict__ logits, const double* __restrict__ params, const double* __restrict__ uniforms,
-                                                              int32_t* __restrict__ out, int rows, int vocab) {
+                                                              int32_t* __restrict__ out, double* __restrict__ draftProbs, int rows, int vocab) {
   STD_SHARED(float, redF, 32);
   STD_SHARED(int, redI, 32);
   STD_SHARED(double, redD, 32);
@@ -256,7 +258,7 @@ extern "C" __global__ void __launch_bounds__(1024) std_sample(const float* __res
   for (int r = blockIdx.x; r < rows; r += gridDim.x) {
     const double* pr = params + (size_t)r * kSampleParams;
     const double temperature = __ldg(pr), topP = __ldg(pr + 2), minP = __ldg(pr + 3);
-    const int topK = (int)__ldg(pr + 1);
+    const int topK = (int)__ldg(pr + 1), draft = (int)__ldg(pr + 4);
     if (!(temperature > 0.0)) {
       // Greedy: the row's argmax as one CTA of std_argmax takes it (the same pairs, the same order).
       const Best b = block_best(slice_best(logits + (size_t)r * V, 0, V), redF, redI);
@@ -305,17 +307,26 @@ extern "C" __global__ void __launch_bounds__(1024) std_sample(const float* __res
     const double minAbs = minP * (double)(float)(1.0 / P.sum);
     const auto keep = [=](float p) { return p >= cutK && p >= cutP && !((double)p < minAbs); };
 
-    // Inverse CDF in index order: each thread a contiguous chunk, fixed-point prefix sums.
+    // Inverse CDF in index order over the kept p but the draft's (a draft under verification: the
+    // residual): each thread a contiguous chunk, fixed-point prefix sums.
     const int C = (V + B - 1) / B;
     const int lo = min(V, tid * C), hi = min(V, lo + C);
     u64 mine = 0;
     for (int i = lo; i < hi; i++) {
       const float p = P(i);
-      if (keep(p)) mine += fixed(p);
+      if (i != draft && keep(p)) mine += fixed(p);
     }
     u64 total = 0;
     const u64 before = block_exclusive_scan(mine, redU, total);
-    if (tid == 0) picked = -1;
+    if (tid == 0) {
+      picked = -1;
+      if (draft >= 0) {
+        // The draft's share of the kept mass: its probability in the target renormalised.
+        const float px = P(draft);
+        const double fx = keep(px) ? (double)fixed(px) : 0.0;
+        draftProbs[r] = fx > 0.0 ? fx / ((double)total + fx) : 0.0;
+      }
+    }
     __syncthreads();
     if (total > 0) {
       u64 u = (u64)(__ldg(uniforms + r) * (double)total);
@@ -324,7 +335,7 @@ extern "C" __global__ void __launch_bounds__(1024) std_sample(const float* __res
         u64 c = before;
         for (int i = lo; i < hi; i++) {
           const float p = P(i);
-          if (!keep(p)) continue;
+          if (i == draft || !keep(p)) continue;
           c += fixed(p);
           if (u < c) {
             picked = i;

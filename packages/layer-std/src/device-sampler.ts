@@ -2,9 +2,9 @@ import {
   InvalidArgumentError, isGreedy, sampledRow, type DevicePtr, type DeviceTokenPicker, type GpuBackend, type GpuEvent, type HostBuffer, type PickedTokens, type SampledRow,
   type SampledTokens, type SamplingParams, type SeededRandom, type Stream,
 } from '@metrale/core';
-import { LOGPROBS_ROW_WORDS, LOGPROBS_TOP, readLogprobsRow } from './logprobs-layout.js';
+import { LOGPROBS_ROW_WORDS, LOGPROBS_TOP, SAMPLE_PARAMS, readLogprobsRow } from './sample-layout.js';
 import { requireKernels } from './require-kernels.js';
-import { SAMPLE_PARAMS, argmaxKernel, argmaxLaunch, argmaxPartialsBytes, logprobsKernel, sampleKernel } from './sample-kernels.js';
+import { argmaxKernel, argmaxLaunch, argmaxPartialsBytes, logprobsKernel, sampleKernel } from './sample-kernels.js';
 
 /**
  * Picks each logit row's token on the device, so only `rows` token ids (and the logprobs asked
@@ -22,6 +22,8 @@ export class DeviceSampler implements DeviceTokenPicker {
   readonly #uniforms: DevicePtr;
   /** `std.sample`'s per-row parameters (f64 [maxRows][SAMPLE_PARAMS]). */
   readonly #params: DevicePtr;
+  /** `std.sample`'s draft probabilities (f64 [maxRows]). */
+  readonly #draftProbs: DevicePtr;
   /** `std.logprobs`' counts (i32 [maxRows]) and its rows (u32 [maxRows][LOGPROBS_ROW_WORDS]). */
   readonly #counts: DevicePtr;
   readonly #logprobs: DevicePtr;
@@ -40,13 +42,14 @@ export class DeviceSampler implements DeviceTokenPicker {
     this.#tokens = gpu.alloc(4 * maxRows);
     this.#uniforms = gpu.alloc(8 * maxRows);
     this.#params = gpu.alloc(8 * SAMPLE_PARAMS * maxRows);
+    this.#draftProbs = gpu.alloc(8 * maxRows);
     this.#counts = gpu.alloc(4 * maxRows);
     this.#logprobs = gpu.alloc(4 * LOGPROBS_ROW_WORDS * maxRows);
     this.#partialsOffset = 16 * Math.ceil(maxRows / 4);
     this.#argmaxScratch = gpu.alloc(this.#partialsOffset + argmaxPartialsBytes(maxRows, gpu.device.multiprocessors));
     gpu.upload(this.#argmaxScratch, new Uint32Array(maxRows));
-    // Host staging, per row: the uniform (f64), the parameters (f64 [SAMPLE_PARAMS]), the logprobs
-    // count (i32), the id (i32), then the logprobs rows.
+    // Host staging, per row: the uniform (f64), the parameters (f64 [SAMPLE_PARAMS]), the draft
+    // probability (f64), the logprobs count (i32), the id (i32), then the logprobs rows.
     this.#host = gpu.allocHost(LOGPROBS_AT * maxRows + 4 * LOGPROBS_ROW_WORDS * maxRows);
     for (let i = 0; i < 2; i++) this.#async.push({ host: gpu.allocHost(4 * maxRows), done: gpu.createEvent(), call: -1 });
   }
@@ -67,8 +70,9 @@ export class DeviceSampler implements DeviceTokenPicker {
 
   /**
    * The token of each row of `logits` picked by its own `SampledRow` (temperature 0: its argmax, the
-   * token `argmax` gives), in one `std.sample` launch, and the logprobs of the rows that ask in one
-   * `std.logprobs` launch. Synchronous: waits for the stream and returns host ids and logprobs.
+   * token `argmax` gives; with a draft, drawn without it and the draft's probability returned), in
+   * one `std.sample` launch, and the logprobs of the rows that ask in one `std.logprobs` launch.
+   * Synchronous: waits for the stream and returns host ids, logprobs and draft probabilities.
    */
   sample(logits: DevicePtr, rows: readonly SampledRow[], vocab: number, stream: Stream): SampledTokens {
     const n = rows.length;
@@ -79,15 +83,17 @@ export class DeviceSampler implements DeviceTokenPicker {
     const params = new Float64Array(bytes.buffer, bytes.byteOffset + 8 * max, SAMPLE_PARAMS * n);
     const counts = new Int32Array(bytes.buffer, bytes.byteOffset + COUNTS_AT * max, n);
     rows.forEach((row, i) => {
-      checkRow(row, i);
+      checkRow(row, i, vocab);
       u[i] = row.uniform;
-      params.set([row.temperature, row.topK, row.topP, row.minP], SAMPLE_PARAMS * i);
+      params.set([row.temperature, row.topK, row.topP, row.minP, row.draft ?? -1], SAMPLE_PARAMS * i);
       counts[i] = row.logprobs ?? -1;
     });
     const gpu = this.#gpu;
     gpu.copyToDeviceAsync(this.#uniforms, this.#host, 0, 8 * n, stream);
     gpu.copyToDeviceAsync(this.#params, this.#host, 8 * max, 8 * SAMPLE_PARAMS * n, stream);
-    gpu.launch(sampleKernel, { grid: n, block: 1024, stream }, { logits, params: this.#params, uniforms: this.#uniforms, out: this.#tokens, rows: n, vocab });
+    gpu.launch(sampleKernel, { grid: n, block: 1024, stream }, { logits, params: this.#params, uniforms: this.#uniforms, out: this.#tokens, draftProbs: this.#draftProbs, rows: n, vocab });
+    const drafts = rows.some((row) => row.draft !== undefined);
+    if (drafts) gpu.copyToHostAsync(this.#host, DRAFT_PROBS_AT * max, this.#draftProbs, 8 * n, stream);
     const asks = rows.some((row) => row.logprobs !== undefined);
     if (asks) {
       gpu.copyToDeviceAsync(this.#counts, this.#host, COUNTS_AT * max, 4 * n, stream);
@@ -96,7 +102,10 @@ export class DeviceSampler implements DeviceTokenPicker {
     }
     const tokens = this.#readIds(n, stream);
     const staged = bytes.subarray(LOGPROBS_AT * max);
-    return { tokens, logprobs: rows.map((row, i) => (row.logprobs === undefined ? undefined : readLogprobsRow(staged, i, tokens[i]!))) };
+    const logprobs = rows.map((row, i) => (row.logprobs === undefined ? undefined : readLogprobsRow(staged, i, tokens[i]!)));
+    if (!drafts) return { tokens, logprobs };
+    const probs = new Float64Array(bytes.buffer, bytes.byteOffset + DRAFT_PROBS_AT * max, n);
+    return { tokens, logprobs, draftProbs: rows.map((row, i) => (row.draft === undefined ? undefined : probs[i]!)) };
   }
 
   #checkRows(rows: number): void {
@@ -154,6 +163,7 @@ export class DeviceSampler implements DeviceTokenPicker {
     this.#gpu.free(this.#tokens);
     this.#gpu.free(this.#uniforms);
     this.#gpu.free(this.#params);
+    this.#gpu.free(this.#draftProbs);
     this.#gpu.free(this.#counts);
     this.#gpu.free(this.#logprobs);
     this.#gpu.free(this.#argmaxScratch);
@@ -165,13 +175,14 @@ export class DeviceSampler implements DeviceTokenPicker {
   }
 }
 
-/** Where the host staging's parts start, in bytes per row: the uniforms and parameters (f64 each), the logprobs counts, the ids, the logprobs rows. */
-const COUNTS_AT = 8 * (1 + SAMPLE_PARAMS);
+/** Where the host staging's parts start, in bytes per row: the uniforms, parameters and draft probabilities (f64 each), the logprobs counts, the ids, the logprobs rows. */
+const DRAFT_PROBS_AT = 8 * (1 + SAMPLE_PARAMS);
+const COUNTS_AT = DRAFT_PROBS_AT + 8;
 const IDS_AT = COUNTS_AT + 4;
 const LOGPROBS_AT = IDS_AT + 4;
 
 /** Refuses a row the kernel would misread, naming it. */
-function checkRow(row: SampledRow, i: number): void {
+function checkRow(row: SampledRow, i: number, vocab: number): void {
   const bad = (what: string, v: number, range: string): never => {
     throw new InvalidArgumentError(`sampler: row ${i}'s ${what} must be ${range}, got ${v}`);
   };
@@ -181,4 +192,8 @@ function checkRow(row: SampledRow, i: number): void {
   if (!(row.minP >= 0 && row.minP <= 1)) bad('minP', row.minP, 'in [0, 1]');
   if (!(row.uniform >= 0 && row.uniform < 1)) bad('uniform', row.uniform, 'in [0, 1)');
   if (row.logprobs !== undefined && !(Number.isInteger(row.logprobs) && row.logprobs >= 0 && row.logprobs <= LOGPROBS_TOP)) bad('logprobs', row.logprobs, `a whole number in [0, ${LOGPROBS_TOP}]`);
+  if (row.draft !== undefined) {
+    if (!(row.temperature > 0)) bad('temperature', row.temperature, '> 0 for a row with a draft (a greedy row verifies by its argmax)');
+    if (!(Number.isInteger(row.draft) && row.draft >= 0 && row.draft < vocab)) bad('draft', row.draft, `a token id in [0, ${vocab})`);
+  }
 }

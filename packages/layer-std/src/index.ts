@@ -35,7 +35,7 @@ export {
 } from './attention-kernels.js';
 export { WEIGHT_DTYPE_CODE } from './elements.cpu.js';
 export { argmaxKernel, argmaxLaunch, argmaxSlices, argmaxPartialsBytes, logprobsKernel, sampleKernel } from './sample-kernels.js';
-export { LOGPROBS_HEAD, LOGPROBS_ROW_WORDS, LOGPROBS_TOP, readLogprobsRow } from './logprobs-layout.js';
+export { LOGPROBS_HEAD, LOGPROBS_ROW_WORDS, LOGPROBS_TOP, SAMPLE_PARAMS, readLogprobsRow } from './sample-layout.js';
 export { routeRow, topIndices } from './moe.cpu.js';
 export { keyChunksOf } from './attention.cpu.js';
 export { filteredProbs } from './sample.cpu.js';

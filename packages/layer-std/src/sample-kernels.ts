@@ -17,26 +17,25 @@ export const argmaxKernel = defineKernel({
   cpu: argmaxCpu,
 });
 
-/** f64 values of a row in `std.sample`'s `params`: temperature, top-k, top-p, min-p. */
-export const SAMPLE_PARAMS = 4;
-
 /**
  * `std.sample` (kernels/std-sample.cu): one CTA of 1 024 threads a row, each row by its own
  * parameters (`params` f64 [rows][SAMPLE_PARAMS], the host's values unrounded: temperature, top-k
- * as a whole number (0: off),
- * top-p (1: off), min-p (0: off)) and its draw (`uniforms` f64 [rows] in [0, 1)); a row of
- * temperature ≤ 0 takes its argmax, the token `std.argmax` gives.
+ * as a whole number (0: off), top-p (1: off), min-p (0: off), and a draft token under verification
+ * (−1: none)) and its draw (`uniforms` f64 [rows] in [0, 1)); a row of temperature ≤ 0 takes its
+ * argmax, the token `std.argmax` gives. A sampled row with a draft draws without it (rejection
+ * sampling's residual) and writes the draft's probability in its filtered target renormalised to
+ * `draftProbs` (f64 [rows]; untouched for rows without a draft).
  */
 export const sampleKernel = defineKernel({
   name: 'std.sample',
-  params: { logits: 'ptr', params: 'ptr', uniforms: 'ptr', out: 'ptr', rows: 'i32', vocab: 'i32' },
+  params: { logits: 'ptr', params: 'ptr', uniforms: 'ptr', out: 'ptr', draftProbs: 'ptr', rows: 'i32', vocab: 'i32' },
   cuda: { module, symbol: 'std_sample' },
   cpu: sampleCpu,
 });
 
 /**
  * `std.logprobs` (kernels/std-sample.cu): one CTA of 1 024 threads a row; a row whose `counts[r]`
- * (i32) is n ≥ 0 writes row r of `out` (u32 [rows][LOGPROBS_ROW_WORDS], src/logprobs-layout.ts): log Σ exp of its logits
+ * (i32) is n ≥ 0 writes row r of `out` (u32 [rows][LOGPROBS_ROW_WORDS], src/sample-layout.ts): log Σ exp of its logits
  * (f64), the logit of its token `tokens[r]` (f32 bits) and that token's rank (#{logits ≥ it}), then
  * min(n, LOGPROBS_TOP, vocab) and as many (token, logit f32 bits) pairs, the most likely first,
  * lower ids first on ties; a row of n < 0 is left as it was. A token's logprob is its logit less

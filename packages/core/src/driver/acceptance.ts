@@ -141,23 +141,32 @@ export function acceptRejection(logits: Float32Array, vocab: number, drafts: Arr
   const k = checkShapes(logits, vocab, drafts);
   const { temperature, random, transform, draftProbs } = options;
   if (draftProbs && draftProbs.length !== k - 1) throw new InvalidArgumentError(`acceptRejection: ${k - 1} drafts need ${k - 1} draft distributions, got ${draftProbs.length}`);
-  const probsOf = (r: number): Float32Array => {
-    const p = softmaxRow(logits, vocab, r, temperature);
-    // A filter zeroes what it drops and leaves the rest as it was: the ratio and the residual need
-    // the target as sampling it gives it, the kept mass renormalised to 1.
-    return transform ? normalized(transform(p)) : p;
-  };
   for (let i = 0; i < k - 1; i++) {
-    const p = probsOf(i);
+    const p = targetProbs(logits, vocab, i, temperature, transform);
     const x = drafts[i]!;
     const q = draftProbs?.[i];
     const qx = q ? q[x]! : 1;
     const ratio = qx > 0 ? Math.min(1, p[x]! / qx) : 1;
     if (random.float() < ratio) continue;
-    // Residual distribution: max(0, p − q).
-    const residual = new Float32Array(vocab);
-    for (let j = 0; j < vocab; j++) residual[j] = Math.max(0, p[j]! - (q ? q[j]! : j === x ? 1 : 0));
-    return { accepted: i + 1, next: sampleFrom(residual, random) };
+    return { accepted: i + 1, next: sampleFrom(residualProbs(p, x, q), random) };
   }
-  return { accepted: k, next: sampleFrom(probsOf(k - 1), random) };
+  return { accepted: k, next: sampleFrom(targetProbs(logits, vocab, k - 1, temperature, transform), random) };
+}
+
+/**
+ * Row `r`'s target distribution as rejection sampling takes it: the softmax at `temperature`, then
+ * `transform` (top-k, top-p, min-p), the kept mass renormalised to 1 (a filter zeroes what it drops
+ * and leaves the rest as it was; the ratio and the residual need the target as sampling gives it).
+ * With a point-mass drafter, a draft x is accepted with probability p[x].
+ */
+export function targetProbs(logits: Float32Array, vocab: number, r: number, temperature: number, transform?: ProbabilityTransform): Float32Array {
+  const p = softmaxRow(logits, vocab, r, temperature);
+  return transform ? normalized(transform(p)) : p;
+}
+
+/** What a rejected draft x leaves to draw from: max(0, p − q), q a point mass on x when absent (p with x zeroed). */
+export function residualProbs(p: Float32Array, x: number, q?: Float32Array): Float32Array {
+  const residual = new Float32Array(p.length);
+  for (let j = 0; j < p.length; j++) residual[j] = Math.max(0, p[j]! - (q ? q[j]! : j === x ? 1 : 0));
+  return residual;
 }

@@ -32,6 +32,13 @@ export interface SampledRow {
    * none.
    */
   readonly logprobs?: number;
+  /**
+   * A draft token under verification (sampled rows only): the token is drawn from the filtered
+   * distribution without it (the residual of a point-mass drafter, `residualProbs`), and the draft's
+   * probability in the filtered target renormalised to 1 (`targetProbs`) comes back in
+   * `draftProbs`, the acceptance ratio of rejection sampling.
+   */
+  readonly draft?: number;
 }
 
 /** What a picker's `sample` gives: each row's token and, for a row that asked, its logprobs. */
@@ -39,6 +46,8 @@ export interface SampledTokens {
   readonly tokens: Int32Array;
   /** Row i's logprobs where `rows[i].logprobs` was given, else undefined. */
   readonly logprobs: readonly (PositionLogprobs | undefined)[];
+  /** Row i's draft probability where `rows[i].draft` was given (absent where no row had one). */
+  readonly draftProbs?: readonly (number | undefined)[];
 }
 
 /** A row's argmax, with no draw: a greedy sequence's row, or one whose token the caller does not use. */

@@ -50,6 +50,12 @@ export class SeededRandom {
     return uniformFloat64(this.#rng);
   }
 
+  /** The next `n` values `float()` will return, without drawing them (a copy of the stream draws them). */
+  ahead(n: number): number[] {
+    const copy = this.#rng.clone();
+    return Array.from({ length: n }, () => uniformFloat64(copy));
+  }
+
   /** Uniform integer in [lo, hi]. */
   int(lo: number, hi: number): number {
     return lo + Math.floor(this.float() * (hi - lo + 1));

@@ -2,7 +2,9 @@ import type { StepRunner } from '../driver/step-runner.js';
 import type { StepPath } from '../driver/step-driver.js';
 import type { Sequence } from '../driver/sequence.js';
 import { acceptGreedy, acceptGreedyIds, acceptRejection, type Acceptance } from '../driver/acceptance.js';
-import { pickable, type DeviceTokenPicker } from '../engine/device-token-picker.js';
+import { ARGMAX_ROW, pickable, sampledRow, type DeviceTokenPicker, type SampledRow } from '../engine/device-token-picker.js';
+import type { DevicePtr } from '../device/device-ptr.js';
+import type { Stream } from '../device/gpu-backend.js';
 import { probabilityFilter, type SamplingParams } from '../model/sampling.js';
 import type { SeededRandom } from '../random/seeded-random.js';
 import { maskLogitsRow, type TokenConstraint } from '../engine/token-constraint.js';
@@ -64,6 +66,12 @@ export function verifyDrafts(
     const ids = picker.argmax(result.output, seqs.length * k, vocab, driver.stream);
     return fold(driver, result.path, k, padded, drafts, seqs.map((_, i) => acceptGreedyIds(ids.subarray(i * k, (i + 1) * k), padded[i]!)), () => undefined);
   }
+  // Greedy and sampled sequences whose rows are the model's, without logprobs: rejection sampling
+  // on the device, only ids and draft probabilities come back.
+  if (picker?.sample && seqs.length * k <= picker.maxRows && seqs.every((s) => s.samplingRow === undefined && s.constraint === undefined && s.logprobs === undefined)) {
+    const sample = picker.sample.bind(picker);
+    return fold(driver, result.path, k, padded, drafts, rejectOnDevice(sample, result.output, vocab, driver.stream, seqs, k, padded), () => undefined);
+  }
   const logits = driver.readOutputF32(result);
   seqs.forEach((s, i) => {
     if (s.constraint) maskDraftRows(s.constraint, logits.subarray(i * k * vocab, (i + 1) * k * vocab), vocab, padded[i]!);
@@ -79,6 +87,35 @@ export function verifyDrafts(
   return fold(driver, result.path, k, padded, drafts, acceptances, (tokens, i) => {
     const n = seqs[i]!.logprobs;
     return n === undefined ? undefined : tokens.map((token, j) => positionLogprobs(logits, vocab, i * k + j, token, n));
+  });
+}
+
+/**
+ * `acceptRejection` (point-mass drafts) for every sampled sequence at once on the device, greedy
+ * ones by their argmax ids, in one `sample` call of all k rows a sequence. A sampled sequence's
+ * draws are the host's, in its order: draw j tests draft j and, when draft j − 1 was rejected, is
+ * the residual draw of row j − 1 (or, after k − 1 accepted drafts, the last row's draw); so row j
+ * takes draw j + 1 for its residual and the last row draw k − 1. The sequence's stream then moves
+ * past the draws the outcome used.
+ */
+function rejectOnDevice(
+  sample: NonNullable<DeviceTokenPicker['sample']>, logits: DevicePtr, vocab: number, stream: Stream, seqs: readonly VerifySequence[], k: number, padded: readonly number[][],
+): Acceptance[] {
+  const draws = seqs.map((s) => (s.greedy ? [] : s.random.ahead(k)));
+  const rows = seqs.flatMap((s, i) => Array.from({ length: k }, (_, j): SampledRow => {
+    if (s.greedy) return ARGMAX_ROW;
+    const row = sampledRow(s.sampling, () => draws[i]![Math.min(j + 1, k - 1)]!);
+    return j < k - 1 ? { ...row, draft: padded[i]![j]! } : row;
+  }));
+  const { tokens, draftProbs } = sample(logits, rows, vocab, stream);
+  return seqs.map((s, i) => {
+    const at = i * k;
+    if (s.greedy) return acceptGreedyIds(tokens.subarray(at, at + k), padded[i]!);
+    let j = 0;
+    while (j < k - 1 && draws[i]![j]! < draftProbs![at + j]!) j++;
+    // Rejected at j: draws 0..j tested, draw j + 1 drew the residual; all accepted: k draws.
+    for (let used = j < k - 1 ? j + 2 : k; used > 0; used--) s.random.float();
+    return { accepted: j + 1, next: tokens[at + j]! };
   });
 }
 

@@ -1,10 +1,14 @@
 import type { PositionLogprobs } from '@metrale/core';
 
-/**
- * The layout of `std.logprobs`' output (kernels/std-sample.cu, one row of u32 words a picked row):
- * a head — the row's log-normalizer (f64, words 0–1), the picked token's logit (f32 bits), its rank,
- * the count of pairs, one unused word — then up to LOGPROBS_TOP (token, logit f32 bits) pairs.
- */
+// The layouts of the token-selection kernels' per-row buffers (kernels/std-sample.cu), shared by
+// the CUDA launches, their CPU twins and the host that reads them back.
+
+/** f64 values of a row in `std.sample`'s `params`: temperature, top-k, top-p, min-p, draft (−1: none). */
+export const SAMPLE_PARAMS = 5;
+
+// `std.logprobs`' output, one row of u32 words a picked row: a head — the row's log-normalizer
+// (f64, words 0–1), the picked token's logit (f32 bits), its rank, the count of pairs, one unused
+// word — then up to LOGPROBS_TOP (token, logit f32 bits) pairs.
 
 /** Top logprobs a row reports at most (core's MAX_LOGPROBS). */
 export const LOGPROBS_TOP = 20;
