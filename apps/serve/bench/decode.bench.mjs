@@ -25,7 +25,8 @@
 // top-k K (seeded), once with the tokens picked on the device (`sampled: 'device'`: the picker's
 // sample, as `metrale serve` does) and once with the picker's argmax only, so the host reads and
 // samples the logits (`sampled: 'host'`); each row's `tokens_hash` says whether both drew the same.
-// N: the same two rows again with every sequence asking for its tokens' logprobs and its N most
+// With --spec K > 0, the speculating rows sampled too, verified on the device (rejection sampling
+// by the picker's `sample`) and on the host. N: the plain sampled rows again with every sequence asking for its tokens' logprobs and its N most
 // likely (0–20); the host one gives `logprobs_max_diff`, the largest difference from the device
 // one's logprobs.
 // --tiny: a few-layer, narrow model of the same structure, to check the script on the CPU. Decode
@@ -213,6 +214,7 @@ const modes = [
   ...Array.from({ length: repeats }, (_, repeat) => plainModes.map((m) => ({ ...m, repeat }))).flat(),
   ...(sampling ? [undefined, sampling.logprobs].filter((n, i) => i === 0 || n !== undefined).flatMap((logprobs) => ['device', 'host'].map((sampled) => ({ spec: false, graphs: true, asyncScheduling: true, repeat: 0, sampled, logprobs }))) : []),
   ...(k > 0 ? [{ spec: true, graphs: true, asyncScheduling: true, repeat: 0 }] : []),
+  ...(k > 0 && sampling ? ['device', 'host'].map((sampled) => ({ spec: true, graphs: true, asyncScheduling: true, repeat: 0, sampled })) : []),
 ];
 // The picker without `sample`: sampled sequences' logits are read and sampled on the host.
 const argmaxOnly = { maxRows: picker.maxRows, argmax: (...a) => picker.argmax(...a), argmaxAsync: (...a) => picker.argmaxAsync(...a) };

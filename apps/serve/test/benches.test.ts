@@ -82,11 +82,15 @@ describe('whole-model benches on the CPU device (tiny shape)', () => {
 
   it('decode with --sampling: sampled rows picked on the device and on the host draw the same tokens and logprobs; a bad --sampling is refused, naming it', () => {
     type Row = DecodeReport['results'][number] & { sampled?: string; tokens_hash?: string; logprobs?: number; logprobs_same_tokens?: boolean; logprobs_max_diff?: number };
-    const r = bench('decode.bench.mjs', ['--batches', '1,3', '--steps', '5', '--spec', '0', '--sampling', '0.8,0.9,20,3']) as unknown as { results: Row[] };
-    const sampled = r.results.filter((x) => x.sampled);
+    const r = bench('decode.bench.mjs', ['--batches', '1,3', '--steps', '6', '--spec', '2', '--sampling', '0.8,0.9,20,3']) as unknown as { results: Row[] };
+    const sampled = r.results.filter((x) => x.sampled && !x.spec);
     expect(sampled.map((x) => [x.sampled, x.batch, x.logprobs])).toEqual([
       ['device', 1, undefined], ['device', 3, undefined], ['host', 1, undefined], ['host', 3, undefined], ['device', 1, 3], ['device', 3, 3], ['host', 1, 3], ['host', 3, 3],
     ]);
+    // Speculating and sampled: verified on the device and on the host, the same tokens.
+    const verified = r.results.filter((x) => x.sampled && x.spec);
+    expect(verified.map((x) => [x.sampled, x.batch])).toEqual([['device', 1], ['device', 3], ['host', 1], ['host', 3]]);
+    for (const B of [1, 3]) expect(verified[0 + (B === 3 ? 1 : 0)]!.tokens_hash).toBe(verified[2 + (B === 3 ? 1 : 0)]!.tokens_hash);
     for (const B of [1, 3]) {
       const rows = (logprobs?: number) => ['device', 'host'].map((s) => sampled.find((x) => x.sampled === s && x.batch === B && x.logprobs === logprobs)!);
       const [device, host] = rows();
