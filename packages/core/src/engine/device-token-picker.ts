@@ -70,8 +70,9 @@ export function sampledRow(params: SamplingParams | undefined, draw: () => numbe
  * for) instead of rows × vocabulary f32 logits, and the host does not scan or sort them. A plugin
  * provides it (layer-std's `DeviceSampler`); the engine loop uses `argmax` for decode and verify
  * steps whose every sequence is plain greedy without logprobs, `sample` for decode steps and
- * finished prompts with sampled sequences or logprobs, and reads the logits of sequences with
- * logit adjustments or a constraint.
+ * finished prompts with sampled sequences or logprobs and for verify steps with sampled sequences
+ * (each row with its draft: rejection sampling), and reads the logits of sequences with logit
+ * adjustments or a constraint (and a verify step's, where one asks for logprobs).
  */
 export interface DeviceTokenPicker {
   /** The most rows one call takes. */
