@@ -60,11 +60,31 @@ struct Probs {
   float mx;
   double temperature;
   double sum;
-  __device__ __forceinline__ float operator()(int i) const {
-    const float e = (float)exp(((double)__ldg(l + i) - (double)mx) / temperature);
+  /** p of a logit x. */
+  __device__ __forceinline__ float of(float x) const {
+    const float e = (float)exp(((double)x - (double)mx) / temperature);
     return (float)((double)e / sum);
   }
+  __device__ __forceinline__ float operator()(int i) const { return of(__ldg(l + i)); }
+  /**
+   * A logit below which p < v for v > 0 (−∞ for v ≤ 0), so a pass skips such logits without
+   * computing their p: p = f32(f32(e^a) / Σ) with a = (x − max) / T, each rounding within 2^-24,
+   * and x below max + T·(ln(v·Σ) − 2^-18) gives e^a < v·Σ·e^(−2^-18), so p < v·(1 − 2^-18)·(1 + 2^-23) < v.
+   */
+  __device__ __forceinline__ double below(float v) const {
+    return v > 0.f ? (double)mx + temperature * (log((double)v * sum) - 3.814697265625e-06) : -INFINITY;
+  }
 };
+
+/** A logit's place in the order of values as an unsigned key (a larger logit, a larger key; −0 as +0; NaN below −∞). */
+__device__ __forceinline__ unsigned order_key(float x) {
+  if (x != x) return 0u;
+  const unsigned b = x == 0.f ? 0u : __float_as_uint(x);
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+/** The logit of an order key (a NaN for key 0). */
+__device__ __forceinline__ float from_order_key(unsigned k) { return __uint_as_float((k & 0x80000000u) ? (k ^ 0x80000000u) : ~k); }
 
 struct Select {
   u64 hist[256];
@@ -74,11 +94,37 @@ struct Select {
 };
 
 /**
+ * Adds each taking lane's weight to `hist[bin]`, one shared-memory atomic per distinct bin of the
+ * warp (the warp's lanes summed first): most of a row's values fall in a few bins, where one
+ * atomic a lane would serialise. Every lane of the warp calls it.
+ */
+template <bool kCounts>
+__device__ __forceinline__ void hist_add(u64* hist, bool on, unsigned bin, u64 w) {
+  unsigned todo = __ballot_sync(kFull, on);
+  while (todo) {
+    const int src = __ffs(todo) - 1;
+    const unsigned b = __shfl_sync(kFull, bin, src);
+    const bool mine = on && bin == b;
+    const unsigned group = __ballot_sync(kFull, mine);
+    u64 sum;
+    if (kCounts) {
+      sum = __popc(group);
+    } else {
+      sum = mine ? w : 0;
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(kFull, sum, o);
+    }
+    if (lane_id() == src) atomicAdd(hist + b, sum);
+    todo &= ~group;
+  }
+}
+
+/**
  * The largest 32-bit key v such that Σ weight over the items of [0, V) with key ≥ v reaches
  * `target` (0 when even all of them do not). `item(i, key, weight)` says whether item i takes part
- * and sets its key and weight: 1 (counts) or fixed(p) (masses).
+ * and sets its key and weight: 1 (counts, `kCounts`) or fixed(p) (masses).
  */
-template <typename Item>
+template <bool kCounts, typename Item>
 __device__ unsigned select_cut(int V, Item item, double target, Select& s) {
   const int tid = threadIdx.x, B = blockDim.x;
   unsigned prefix = 0;
@@ -87,12 +133,13 @@ __device__ unsigned select_cut(int V, Item item, double target, Select& s) {
     for (int b = tid; b < 256; b += B) s.hist[b] = 0;
     __syncthreads();
     const unsigned hiMask = shift == 24 ? 0u : (0xffffffffu << (shift + 8));
-    for (int i = tid; i < V; i += B) {
-      unsigned bits;
-      u64 w;
-      if (!item(i, bits, w)) continue;
-      if ((bits & hiMask) != prefix) continue;
-      if (w) atomicAdd(&s.hist[(bits >> shift) & 255u], w);
+    // Every lane runs every round (B is a whole number of warps) for the warp-wide adds.
+    for (int base = 0; base < V; base += B) {
+      const int i = base + tid;
+      unsigned bits = 0;
+      u64 w = 0;
+      const bool on = i < V && item(i, bits, w) && (bits & hiMask) == prefix && w != 0;
+      hist_add<kCounts>(s.hist, on, (bits >> shift) & 255u, w);
     }
     __syncthreads();
     if (tid == 0) {
@@ -274,47 +321,60 @@ extern "C" __global__ void __launch_bounds__(1024) std_sample(const float* __res
     for (int i = tid; i < V; i += B) s += exp(((double)__ldg(P.l + i) - (double)P.mx) / P.temperature);
     P.sum = block_sum(s, redD);
 
-    // Non-negative floats order as their bit patterns: a p's pattern is its key.
+    // top-k: p is a non-decreasing function of the logit, so the k-th largest p is the p of the
+    // k-th largest logit, found by counts over the logits' order keys (no p computed).
     float cutK = 0.f;
     if (topK > 0 && topK < V) {
       const auto count = [&](int i, unsigned& key, u64& w) {
-        key = __float_as_uint(P(i));
+        key = order_key(__ldg(P.l + i));
         w = 1;
         return true;
       };
-      cutK = __uint_as_float(select_cut(V, count, (double)topK, sel));
+      const unsigned K = select_cut<true>(V, count, (double)topK, sel);
+      cutK = K ? P.of(from_order_key(K)) : 0.f;
     }
+    // Logits below `lo` cannot be kept: no pass computes their p.
+    double lo = P.below(cutK);
     float cutP = 0.f;
     if (topP < 1.0) {
       u64 t = 0;
       for (int i = tid; i < V; i += B) {
-        const float p = P(i);
+        const float x = __ldg(P.l + i);
+        if ((double)x < lo) continue;
+        const float p = P.of(x);
         if (p >= cutK) t += fixed(p);
       }
       const double total = (double)block_sum(t, redU);
       // The reference's scan stops at its first (largest) value even for a target of 0.
       const double target = fmax(topP * total, 1e-300);
+      // Non-negative floats order as their bit patterns: a p's pattern is its key.
       const auto mass = [&](int i, unsigned& key, u64& w) {
-        const float p = P(i);
+        const float x = __ldg(P.l + i);
+        if ((double)x < lo) return false;
+        const float p = P.of(x);
         if (!(p >= cutK)) return false;
         key = __float_as_uint(p);
         w = fixed(p);
         return true;
       };
-      cutP = __uint_as_float(select_cut(V, mass, target, sel));
+      cutP = __uint_as_float(select_cut<false>(V, mass, target, sel));
+      lo = fmax(lo, P.below(cutP));
     }
     // min-p against the largest p: that of the maximum logit, exp(0) = 1 over the sum.
     const double minAbs = minP * (double)(float)(1.0 / P.sum);
+    lo = fmax(lo, P.below((float)minAbs * (1.f - 1e-6f)));
     const auto keep = [=](float p) { return p >= cutK && p >= cutP && !((double)p < minAbs); };
 
     // Inverse CDF in index order over the kept p but the draft's (a draft under verification: the
     // residual): each thread a contiguous chunk, fixed-point prefix sums.
     const int C = (V + B - 1) / B;
-    const int lo = min(V, tid * C), hi = min(V, lo + C);
+    const int first = min(V, tid * C), last = min(V, first + C);
     u64 mine = 0;
-    for (int i = lo; i < hi; i++) {
-      const float p = P(i);
-      if (i != draft && keep(p)) mine += fixed(p);
+    for (int i = first; i < last; i++) {
+      const float x = __ldg(P.l + i);
+      if (i == draft || (double)x < lo) continue;
+      const float p = P.of(x);
+      if (keep(p)) mine += fixed(p);
     }
     u64 total = 0;
     const u64 before = block_exclusive_scan(mine, redU, total);
@@ -333,9 +393,11 @@ extern "C" __global__ void __launch_bounds__(1024) std_sample(const float* __res
       if (u >= total) u = total - 1;
       if (u >= before && u < before + mine) {
         u64 c = before;
-        for (int i = lo; i < hi; i++) {
-          const float p = P(i);
-          if (i == draft || !keep(p)) continue;
+        for (int i = first; i < last; i++) {
+          const float x = __ldg(P.l + i);
+          if (i == draft || (double)x < lo) continue;
+          const float p = P.of(x);
+          if (!keep(p)) continue;
           c += fixed(p);
           if (u < c) {
             picked = i;
@@ -358,12 +420,6 @@ constexpr int kLogprobsHead = 6;
 /** u32 words of a row of std_logprobs' `out` (src/sample-kernels.ts LOGPROBS_ROW_WORDS): 8-byte aligned rows. */
 constexpr int kLogprobsRowWords = kLogprobsHead + 2 * kLogprobsTop;
 
-/** A logit's place in the order of values as an unsigned key (a larger logit, a larger key; −0 as +0; NaN below −∞). */
-__device__ __forceinline__ unsigned order_key(float x) {
-  if (x != x) return 0u;
-  const unsigned b = x == 0.f ? 0u : __float_as_uint(x);
-  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
 
 extern "C" __global__ void __launch_bounds__(1024) std_logprobs(const float* __restrict__ logits, const int32_t* __restrict__ tokens, const int32_t* __restrict__ counts,
                                                                 unsigned* __restrict__ out, int rows, int vocab) {
@@ -404,7 +460,7 @@ extern "C" __global__ void __launch_bounds__(1024) std_logprobs(const float* __r
         w = 1;
         return true;
       };
-      const unsigned K = select_cut(V, count, (double)m, sel);
+      const unsigned K = select_cut<true>(V, count, (double)m, sel);
       const int C = (V + B - 1) / B;
       const int lo = min(V, tid * C), hi = min(V, lo + C);
       u64 mine = 0;
