@@ -202,6 +202,17 @@ describe('the engine loop with a picker that samples, speculating', () => {
       expect(s.accepted).toBeGreaterThan(0);
       expect(s.accepted).toBeLessThan(s.drafted);
       expect(s).toEqual(host.stats.speculation);
+      // A seeded request's tokens do not depend on the others in its steps (a sampled sequence
+      // verifies its own drafts, never the padding other sequences' drafts make, and one without
+      // drafts draws as a decode step would), on either path.
+      for (const withPicker of [false, true]) {
+        for (const i of [0, 1]) {
+          const alone = generateAll(new EngineLoop({
+            driver, vocabSize: V, prefillChunk: 16, speculation: { proposer: new NgramProposer({ k: 3, minN: 1 }), k: 3, adaptive: false }, ...(withPicker ? { picker } : {}),
+          }), [requests[i]!], 3).outputs[0]!.tokens;
+          expect(alone, `request ${i} alone, picker ${withPicker}`).toEqual(host.outputs[i]!.tokens);
+        }
+      }
     } finally {
       driver.dispose();
       layer.dispose();

@@ -150,7 +150,10 @@ export function acceptRejection(logits: Float32Array, vocab: number, drafts: Arr
     if (random.float() < ratio) continue;
     return { accepted: i + 1, next: sampleFrom(residualProbs(p, x, q), random) };
   }
-  return { accepted: k, next: sampleFrom(targetProbs(logits, vocab, k - 1, temperature, transform), random) };
+  // The last row as plain sampling draws from it (the draw scales by the kept mass), so a sequence
+  // without drafts in a verify step draws the token a decode step would.
+  const last = softmaxRow(logits, vocab, k - 1, temperature);
+  return { accepted: k, next: sampleFrom(transform ? transform(last) : last, random) };
 }
 
 /**

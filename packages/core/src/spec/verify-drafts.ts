@@ -70,7 +70,7 @@ export function verifyDrafts(
   // on the device, only ids and draft probabilities come back.
   if (picker?.sample && seqs.length * k <= picker.maxRows && seqs.every((s) => s.samplingRow === undefined && s.constraint === undefined && s.logprobs === undefined)) {
     const sample = picker.sample.bind(picker);
-    return fold(driver, result.path, k, padded, drafts, rejectOnDevice(sample, result.output, vocab, driver.stream, seqs, k, padded), () => undefined);
+    return fold(driver, result.path, k, padded, drafts, rejectOnDevice(sample, result.output, vocab, driver.stream, seqs, k, padded, drafts), () => undefined);
   }
   const logits = driver.readOutputF32(result);
   seqs.forEach((s, i) => {
@@ -81,7 +81,10 @@ export function verifyDrafts(
     if (s.greedy) return acceptGreedy(rows, vocab, padded[i]!);
     const p = s.sampling!;
     const transform = probabilityFilter(p);
-    return acceptRejection(rows, vocab, padded[i]!, { temperature: p.temperature!, random: s.random, ...(transform ? { transform } : {}) });
+    // Its own drafts only: padding is what the other sequences' drafts made of this step, and a
+    // seeded sequence's tokens must not depend on them.
+    const own = drafts[i]!;
+    return acceptRejection(rows.subarray(0, (own.length + 1) * vocab), vocab, own, { temperature: p.temperature!, random: s.random, ...(transform ? { transform } : {}) });
   });
   // Emitted token j came from row j of its sequence (row j predicts the token after row j).
   return fold(driver, result.path, k, padded, drafts, acceptances, (tokens, i) => {
@@ -92,29 +95,33 @@ export function verifyDrafts(
 
 /**
  * `acceptRejection` (point-mass drafts) for every sampled sequence at once on the device, greedy
- * ones by their argmax ids, in one `sample` call of all k rows a sequence. A sampled sequence's
+ * ones by their argmax ids (padded drafts), in one `sample` call of all k rows a sequence. A sampled
+ * sequence verifies its own n drafts (as the host path does), so its rows past n are not used. Its
  * draws are the host's, in its order: draw j tests draft j and, when draft j − 1 was rejected, is
- * the residual draw of row j − 1 (or, after k − 1 accepted drafts, the last row's draw); so row j
- * takes draw j + 1 for its residual and the last row draw k − 1. The sequence's stream then moves
- * past the draws the outcome used.
+ * the residual draw of row j − 1 (or, after n accepted drafts, row n's draw); so row j takes draw
+ * j + 1 for its residual and row n draw n. The sequence's stream then moves past the draws the
+ * outcome used.
  */
 function rejectOnDevice(
   sample: NonNullable<DeviceTokenPicker['sample']>, logits: DevicePtr, vocab: number, stream: Stream, seqs: readonly VerifySequence[], k: number, padded: readonly number[][],
+  drafts: readonly (readonly number[])[],
 ): Acceptance[] {
-  const draws = seqs.map((s) => (s.greedy ? [] : s.random.ahead(k)));
+  const draws = seqs.map((s, i) => (s.greedy ? [] : s.random.ahead(drafts[i]!.length + 1)));
   const rows = seqs.flatMap((s, i) => Array.from({ length: k }, (_, j): SampledRow => {
-    if (s.greedy) return ARGMAX_ROW;
-    const row = sampledRow(s.sampling, () => draws[i]![Math.min(j + 1, k - 1)]!);
-    return j < k - 1 ? { ...row, draft: padded[i]![j]! } : row;
+    const n = drafts[i]!.length;
+    if (s.greedy || j > n) return ARGMAX_ROW;
+    const row = sampledRow(s.sampling, () => draws[i]![Math.min(j + 1, n)]!);
+    return j < n ? { ...row, draft: drafts[i]![j]! } : row;
   }));
   const { tokens, draftProbs } = sample(logits, rows, vocab, stream);
   return seqs.map((s, i) => {
     const at = i * k;
     if (s.greedy) return acceptGreedyIds(tokens.subarray(at, at + k), padded[i]!);
+    const n = drafts[i]!.length;
     let j = 0;
-    while (j < k - 1 && draws[i]![j]! < draftProbs![at + j]!) j++;
-    // Rejected at j: draws 0..j tested, draw j + 1 drew the residual; all accepted: k draws.
-    for (let used = j < k - 1 ? j + 2 : k; used > 0; used--) s.random.float();
+    while (j < n && draws[i]![j]! < draftProbs![at + j]!) j++;
+    // Rejected at j: draws 0..j tested, draw j + 1 drew the residual; all accepted: n + 1 draws.
+    for (let used = j < n ? j + 2 : n + 1; used > 0; used--) s.random.float();
     return { accepted: j + 1, next: tokens[at + j]! };
   });
 }
