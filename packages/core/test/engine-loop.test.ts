@@ -202,6 +202,13 @@ describe('the engine loop with a picker that samples, speculating', () => {
       expect(s.accepted).toBeGreaterThan(0);
       expect(s.accepted).toBeLessThan(s.drafted);
       expect(s).toEqual(host.stats.speculation);
+      // A picker whose sample ignores drafts is refused by name, not read as rejecting every draft.
+      const blind = { ...picker, sample: (l: bigint, rows: readonly SampledRow[], vocab: number) => ({ ...sample(l, rows, vocab), draftProbs: undefined }) };
+      const failed = generateAll(new EngineLoop({
+        driver, vocabSize: V, prefillChunk: 16, speculation: { proposer: new NgramProposer({ k: 3, minN: 1 }), k: 3, adaptive: false }, picker: blind,
+      }), requests.slice(0, 1), 3).outputs[0]!;
+      expect(failed.finishReason).toBe('error');
+      expect(failed.error).toMatch(/returned no draftProbs for rows with drafts/);
       // A seeded request's tokens do not depend on the others in its steps (a sampled sequence
       // verifies its own drafts, never the padding other sequences' drafts make, and one without
       // drafts draws as a decode step would), on either path.

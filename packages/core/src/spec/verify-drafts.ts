@@ -1,4 +1,5 @@
 import type { StepRunner } from '../driver/step-runner.js';
+import { InvalidArgumentError } from '../errors.js';
 import type { StepPath } from '../driver/step-driver.js';
 import type { Sequence } from '../driver/sequence.js';
 import { acceptGreedy, acceptGreedyIds, acceptRejection, type Acceptance } from '../driver/acceptance.js';
@@ -114,6 +115,9 @@ function rejectOnDevice(
     return j < n ? { ...row, draft: drafts[i]![j]! } : row;
   }));
   const { tokens, draftProbs } = sample(logits, rows, vocab, stream);
+  if (!draftProbs && rows.some((row) => row.draft !== undefined)) {
+    throw new InvalidArgumentError('the device token picker\'s sample returned no draftProbs for rows with drafts: a picker with sample must verify drafts (SampledRow.draft)');
+  }
   return seqs.map((s, i) => {
     const at = i * k;
     if (s.greedy) return acceptGreedyIds(tokens.subarray(at, at + k), padded[i]!);
