@@ -15,19 +15,22 @@
 // largest value and, among equal values, the lowest index: a total order on the pairs, so the token
 // does not depend on the slicing or on the order the CTAs finish.
 //
-// std_sample: one CTA per row (DeviceSampler: 1024 threads). The probabilities are never stored: every pass
-// recomputes p_i exactly as the reference rounds it, p_i = f32(f32(exp((l_i − max) / T)) / Σ e),
-// with Σ e the f64 sum of the unrounded exponentials. So a cut-off is a value of p and the filters
-// compare f32 with f32 as the reference does:
-//   top-k  the largest v with #{p ≥ v} ≥ k (the k-th largest p, duplicates counted),
+// std_sample: one CTA per row (DeviceSampler: 1024 threads). The probabilities are never stored: a
+// pass recomputes p_i exactly as the reference rounds it, p_i = f32(f32(exp((l_i − max) / T)) / Σ e),
+// with Σ e the f64 sum of the unrounded exponentials, for the logits that can still be kept (once a
+// cut-off is known, a logit whose p is provably below it is skipped: Probs::below). So a cut-off is
+// a value of p and the filters compare f32 with f32 as the reference does:
+//   top-k  the largest v with #{p ≥ v} ≥ k (the k-th largest p, duplicates counted): p is a
+//          non-decreasing function of the logit, so it is the p of the k-th largest logit, found by
+//          counts over the logits' order keys,
 //   top-p  the largest v with Σ_{p ≥ v} p ≥ topP · Σ p (over the top-k survivors), which is the
-//          value the reference's descending scan stops at,
-// each found by a 4-pass MSB-first radix select over the bit patterns of p (non-negative floats
-// order as their patterns), with 256-bucket histograms. Masses are summed as 64-bit fixed point
-// (p · 2^60, exact and independent of the order of the atomics), so every pass of the select sees
-// the same sums; the inverse CDF uses the same fixed-point prefix sums in index order. Against the
-// reference's f64 sums this moves a cut-off or a sampled token only when a draw or a target lands
-// within ~1e-16 of a boundary.
+//          value the reference's descending scan stops at, found over the bit patterns of p
+//          (non-negative floats order as their patterns),
+// each by a 4-pass MSB-first radix select with 256-bucket histograms, a warp adding once per
+// distinct bucket. Masses are summed as 64-bit fixed point (p · 2^60, exact and independent of the
+// order of the atomics), so every pass of the select sees the same sums; the inverse CDF uses the
+// same fixed-point prefix sums in index order. Against the reference's f64 sums this moves a
+// cut-off or a sampled token only when a draw or a target lands within ~1e-16 of a boundary.
 //
 // std_logprobs: one CTA per row. The top n by the same radix select over the logits' order keys
 // (counts), then the keys above the cut and the lowest indices at it, in index order; ranks, pairs

@@ -7,13 +7,13 @@ import { requireKernels } from './require-kernels.js';
 import { argmaxKernel, argmaxLaunch, argmaxPartialsBytes, logprobsKernel, sampleKernel } from './sample-kernels.js';
 
 /**
- * Picks each logit row's token on the device, so only `rows` token ids (and the logprobs asked
- * for) come back instead of `rows × vocab` logits. Sampling draws its uniforms from the sequence's `SeededRandom` on the host,
- * in the order the host sampler would, so both give the same tokens for the same seed (but for a
- * draw within ~1e-16 of a boundary: the kernel's sums are fixed-point; the draw and the parameters
- * are the host's f64s). The engine loop takes it as its `DeviceTokenPicker`: `argmax` /
- * `argmaxAsync` for plain greedy steps, `sample` for steps with sampled sequences, each row by its
- * own parameters.
+ * Picks each logit row's token on the device, so only `rows` token ids (and the logprobs and draft
+ * probabilities asked for) come back instead of `rows × vocab` logits. Sampling draws its uniforms
+ * from the sequence's `SeededRandom` on the host, in the order the host sampler would, so both give
+ * the same tokens for the same seed (but for a draw within ~1e-16 of a boundary: the kernel's sums
+ * are fixed-point; the draw and the parameters are the host's f64s). The engine loop takes it as
+ * its `DeviceTokenPicker`: `argmax` / `argmaxAsync` for plain greedy steps, `sample` for decode and
+ * verify steps with sampled sequences or logprobs, each row by its own parameters.
  */
 export class DeviceSampler implements DeviceTokenPicker {
   readonly maxRows: number;

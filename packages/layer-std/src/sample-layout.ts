@@ -1,4 +1,4 @@
-import type { PositionLogprobs } from '@metrale/core';
+import { MAX_LOGPROBS, type PositionLogprobs } from '@metrale/core';
 
 // The layouts of the token-selection kernels' per-row buffers (kernels/std-sample.cu), shared by
 // the CUDA launches, their CPU twins and the host that reads them back.
@@ -10,8 +10,8 @@ export const SAMPLE_PARAMS = 5;
 // (f64, words 0–1), the picked token's logit (f32 bits), its rank, the count of pairs, one unused
 // word — then up to LOGPROBS_TOP (token, logit f32 bits) pairs.
 
-/** Top logprobs a row reports at most (core's MAX_LOGPROBS). */
-export const LOGPROBS_TOP = 20;
+/** Top logprobs a row reports at most (kernels/std-sample.cu's kLogprobsTop). */
+export const LOGPROBS_TOP = MAX_LOGPROBS;
 /** u32 words before a row's pairs. */
 export const LOGPROBS_HEAD = 6;
 /** u32 words of one row (an even count: each row's f64 stays 8-byte aligned). */

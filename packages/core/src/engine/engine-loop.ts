@@ -8,7 +8,7 @@ import type { DraftProposer } from '../spec/ngram-proposer.js';
 import type { EngineRequest, EngineStepReport, TokenEvent } from './engine-request.js';
 import { LoopSpeculation } from './loop-speculation.js';
 import { startRunning, type RunningSequence as Running } from './running-sequence.js';
-import { ARGMAX_ROW, samplable, type DeviceTokenPicker, type PickedTokens, type SampledTokens } from './device-token-picker.js';
+import { ARGMAX_ROW, pickable, samplable, type DeviceTokenPicker, type PickedTokens, type SampledTokens } from './device-token-picker.js';
 import { maskLogitsRow } from './token-constraint.js';
 import { claimPages, type PageClaim } from './page-budget.js';
 import { planPrefill, nextChunkRows, type PrefillChunk } from './prefill-plan.js';
@@ -648,7 +648,7 @@ function pickedOnDevice(r: Running): boolean {
 
 /** A running sequence a picker's `argmax` may choose for (`pickable`): greedy, without logprobs, and picked on the device. */
 function plainGreedy(r: Running): boolean {
-  return r.sampler.greedy && r.req.logprobs === undefined && pickedOnDevice(r);
+  return pickable({ greedy: r.sampler.greedy, adjusted: r.sampler.adjusts, constraint: r.req.constraint, ...(r.req.logprobs !== undefined ? { logprobs: r.req.logprobs } : {}) });
 }
 
 /** Row i's logprobs of a picker's `sample`, as `#emit` takes them (one position). */

@@ -3,7 +3,7 @@ import { InvalidArgumentError } from '../errors.js';
 import type { StepPath } from '../driver/step-driver.js';
 import type { Sequence } from '../driver/sequence.js';
 import { acceptGreedy, acceptGreedyIds, acceptRejection, type Acceptance } from '../driver/acceptance.js';
-import { ARGMAX_ROW, pickable, sampledRow, type DeviceTokenPicker, type SampledRow } from '../engine/device-token-picker.js';
+import { ARGMAX_ROW, pickable, samplable, sampledRow, type DeviceTokenPicker, type SampledRow } from '../engine/device-token-picker.js';
 import type { DevicePtr } from '../device/device-ptr.js';
 import type { Stream } from '../device/gpu-backend.js';
 import { probabilityFilter, type SamplingParams } from '../model/sampling.js';
@@ -69,7 +69,7 @@ export function verifyDrafts(
   }
   // Greedy and sampled sequences whose rows are the model's, without logprobs: rejection sampling
   // on the device, only ids and draft probabilities come back.
-  if (picker?.sample && seqs.length * k <= picker.maxRows && seqs.every((s) => s.samplingRow === undefined && s.constraint === undefined && s.logprobs === undefined)) {
+  if (picker?.sample && seqs.length * k <= picker.maxRows && seqs.every((s) => s.logprobs === undefined && samplable({ ...s, adjusted: s.samplingRow !== undefined }))) {
     const sample = picker.sample.bind(picker);
     return fold(driver, result.path, k, padded, drafts, rejectOnDevice(sample, result.output, vocab, driver.stream, seqs, k, padded, drafts), () => undefined);
   }
