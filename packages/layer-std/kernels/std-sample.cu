@@ -15,27 +15,44 @@
 // largest value and, among equal values, the lowest index: a total order on the pairs, so the token
 // does not depend on the slicing or on the order the CTAs finish.
 //
-// std_sample: one CTA per row (DeviceSampler: 1024 threads). The probabilities are never stored: a
-// pass recomputes p_i exactly as the reference rounds it, p_i = f32(f32(exp((l_i − max) / T)) / Σ e),
-// with Σ e the f64 sum of the unrounded exponentials, for the logits that can still be kept (once a
-// cut-off is known, a logit whose p is provably below it is skipped: Probs::below). So a cut-off is
-// a value of p and the filters compare f32 with f32 as the reference does:
+// std_sample: CTAs [slices, rows] (sampleLaunch, 256 threads), a row cut into slices of 4 096
+// logits whatever the batch, so its sums and its token do not depend on the rows beside it. Launched
+// once per phase (samplePhases); the last CTA of a row to finish a phase (a ticket counter) does the
+// row's serial part, and what the next phases need goes through the row's record:
+//   0 (slices)  each slice's max and f64 Σ exp((x − max_s) / T), and for a top-k row its
+//               min(k + 16, 128) largest logits (its pool); the last CTA makes the row's max and sum
+//               (the slices' in slice order), its top-k cut-off from the pools (each slice gave at
+//               least the k largest of its own, so the row's k-th largest is among them) and, when
+//               the pools hold every logit the cut keeps, top-p over those; a greedy row's argmax by
+//               std_argmax's pairs instead,
+//   1–3 (digits) a top-p row without top-k: each slice's masses by an 11-, 11- and 10-bit digit of
+//               the order keys under the digits chosen so far, added to the row's histogram; the last
+//               CTA takes the largest digit whose mass with the ones above reaches the target,
+//   4 (draw)    each slice's kept mass (the draft left out); the last CTA finds the slice that holds
+//               the draw and walks it in index order (thread-contiguous shares).
+// A row whose top-k is past the pool's reach (k > 112), or whose pools may have left out a logit
+// the cut keeps (ties at the cut), gets its cut-offs from one CTA over the whole row. The
+// probabilities are never stored: a pass recomputes p_i exactly as the reference rounds it,
+// p_i = f32(f32(exp((l_i − max) / T)) / Σ e), with Σ e the f64 sum of the unrounded exponentials,
+// for the logits that can still be kept (once a cut-off is known, a logit whose p is provably below
+// it is skipped: Probs::below). So a cut-off is a value of p and the filters compare f32 with f32 as
+// the reference does:
 //   top-k  the largest v with #{p ≥ v} ≥ k (the k-th largest p, duplicates counted): p is a
-//          non-decreasing function of the logit, so it is the p of the k-th largest logit, found by
-//          counts over the logits' order keys,
-//   top-p  the largest v with Σ_{p ≥ v} p ≥ topP · Σ p (over the top-k survivors), which is the
-//          value the reference's descending scan stops at, found over the bit patterns of p
-//          (non-negative floats order as their patterns),
-// each by a 4-pass MSB-first radix select with 256-bucket histograms, a warp adding once per
-// distinct bucket. Masses are summed as 64-bit fixed point (p · 2^60, exact and independent of the
-// order of the atomics), so every pass of the select sees the same sums; the inverse CDF uses the
-// same fixed-point prefix sums in index order. Against the reference's f64 sums this moves a
-// cut-off or a sampled token only when a draw or a target lands within ~1e-16 of a boundary.
+//          non-decreasing function of the logit, so it is the p of the k-th largest logit,
+//   top-p  the largest v with Σ_{p ≥ v} p ≥ topP · Σ p (over the top-k survivors), the value the
+//          reference's descending scan stops at: the p of the largest logit whose mass at and above
+//          reaches the target (p non-decreasing again),
+// each by an MSB-first radix select over the logits' order keys, a warp adding once per distinct
+// bin. Masses are summed as 64-bit fixed point (p · 2^60, exact and independent of the order of
+// the atomics), so every pass and CTA sees the same sums; the draw uses the same fixed-point
+// prefix sums in index order. Against the reference's f64 sums this moves a cut-off or a sampled
+// token only when a draw or a target lands within ~1e-16 of a boundary.
 //
-// std_logprobs: one CTA per row. The top n by the same radix select over the logits' order keys
-// (counts), then the keys above the cut and the lowest indices at it, in index order; ranks, pairs
-// and logits are exact, the f64 log-normalizer differs from the reference's in its last bits (its
-// sum's order).
+// std_logprobs: the same CTAs, one launch. Each slice's max, Σ exp(x − max_s), count of logits at or
+// above the token's, and n largest (the lowest indices on ties); the last CTA of the row makes the
+// lse and the rank and takes the n largest of the slices' (a total order on (key, index), so the
+// row's n largest are among them). Ranks, pairs and logits are exact; the f64 log-normalizer
+// differs from the reference's in its last bits (its sum's order).
 #include "std-common.cuh"
 
 using namespace stdk;
@@ -252,6 +269,471 @@ __device__ __forceinline__ Best slice_best(const float* __restrict__ l, int lo, 
   return b;
 }
 
+
+/** A row's parameters in std_sample's `params` (f64 [rows][kSampleParams], the host's values unrounded; src/sample-kernels.ts). */
+constexpr int kSampleParams = 5;
+/** Logits of a slice (src/sample-kernels.ts SAMPLE_SLICE): fixed, so a row's sums and token do not depend on the batch. */
+constexpr int kSampleSlice = 4096;
+/** Threads of a std_sample / std_logprobs CTA (SAMPLE_THREADS). */
+constexpr int kSampleThreads = 256;
+/** Entries a slice keeps at most in a row's pool (SAMPLE_POOL), and the pool's margin over top-k (ties at the cut). */
+constexpr int kPoolMax = 128;
+constexpr int kPoolMargin = 16;
+/** Bins of a top-p digit pass: digits of 11, 11 and 10 bits of the order keys (SAMPLE_DIGIT_BINS). */
+constexpr int kDigitBins = 2048;
+/** std_sample's first and last phases (SAMPLE_PHASES); 1 to 3 are the top-p digit passes. */
+constexpr int kPhaseSlices = 0, kPhaseDraw = 4;
+
+/** What a row's phases pass on (written by the last CTA of a phase, read by the next launches). */
+struct SampleRow {
+  double sum;       // Σ exp((x − max) / T) over the row (the slices' sums, in slice order)
+  double target;    // top-p's target mass (fixed point), set by the first digit pass
+  u64 above;        // mass of the keys above the digits chosen so far
+  float mx;         // the row's max
+  float cutK, cutP; // the cut-offs (values of p; 0: none)
+  unsigned prefix;  // the top-p key's digits chosen so far
+  int digits;       // 1 while the digit passes are to find cutP
+  int unused;
+};
+
+/** What a CTA writes of its slice of a row. */
+struct SampleSlice {
+  double sum;        // Σ exp((x − max_s) / T) (std_logprobs: T = 1)
+  u64 mass;          // the draw: the slice's kept mass; std_logprobs: #{x ≥ the token's logit}
+  float mx;          // the slice's max
+  float bestV;       // a greedy row: the slice's best pair
+  int bestI;
+  unsigned outside;  // a pool: each logit of the slice left out has a key ≤ this (0: none left out)
+  int count;         // a pool: its entries
+  int unused;
+};
+
+/**
+ * std_sample's and std_logprobs' scratch (src/sample-kernels.ts sampleScratchBytes): per row of
+ * `capacity`, the digit histogram (zero between launches) and the ticket counter (zero between
+ * launches), then the rows, the slices and the pools (entries (index, order key)).
+ */
+struct SampleScratch {
+  u64* hist;
+  unsigned* counters;
+  SampleRow* rows;
+  SampleSlice* slices;
+  uint2* pool;
+  __device__ SampleScratch(unsigned char* p, int capacity, int S) {
+    hist = reinterpret_cast<u64*>(p);
+    p += (size_t)capacity * kDigitBins * sizeof(u64);
+    counters = reinterpret_cast<unsigned*>(p);
+    p += ((size_t)capacity * sizeof(unsigned) + 7) & ~(size_t)7;
+    rows = reinterpret_cast<SampleRow*>(p);
+    p += (size_t)capacity * sizeof(SampleRow);
+    slices = reinterpret_cast<SampleSlice*>(p);
+    p += (size_t)capacity * S * sizeof(SampleSlice);
+    pool = reinterpret_cast<uint2*>(p);
+  }
+};
+
+struct SampleShared {
+  float redF[32];
+  int redI[32];
+  double redD[32];
+  u64 redU[32];
+  Select sel;
+  u64 hist[kDigitBins];
+  double sum;
+  u64 total, before, u, above;
+  float mx;
+  unsigned key;
+  int last, at, found, picked;
+};
+
+/** Whether a row's top-k is on. */
+__device__ __forceinline__ bool has_top_k(int topK, int V) { return topK > 0 && topK < V; }
+/** Whether a row's top-k cut comes from its pool (else one CTA finds it over the whole row). */
+__device__ __forceinline__ bool pooled_top_k(int topK, int V) { return has_top_k(topK, V) && topK <= kPoolMax - kPoolMargin; }
+
+/**
+ * Whether this CTA is the last of the row's S to get here; each thread's global writes before it
+ * are visible to that CTA, which resets the counter for the next launch.
+ */
+__device__ __forceinline__ bool last_of_row(unsigned* counter, int S, int& flag) {
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned done = ::atomicAdd(counter, 1u);
+    flag = done == (unsigned)S - 1;
+    if (flag) *counter = 0;
+  }
+  __syncthreads();
+  const bool last = flag;
+  if (last) __threadfence();
+  __syncthreads();  // `flag` is rewritten by the next call
+  return last;
+}
+
+/**
+ * The m items of [0, n) with the largest keys, K being the m-th largest (select_cut's): those above
+ * K, then the first of those equal to it, as (index, key) pairs in `out`, each group in item order
+ * (thread-contiguous shares, their counts packed above << 32 | equal and scanned). `item(i, index,
+ * key)` says whether item i takes part and gives its index and key. Returns the count above K.
+ */
+template <typename Item>
+__device__ int gather_top(int n, Item item, unsigned K, int m, uint2* out, u64* red) {
+  const int tid = threadIdx.x, B = blockDim.x;
+  const int C = (n + B - 1) / B;
+  const int lo = min(n, tid * C), hi = min(n, lo + C);
+  u64 mine = 0;
+  for (int i = lo; i < hi; i++) {
+    unsigned idx, k;
+    if (item(i, idx, k)) mine += k > K ? (1ull << 32) : k == K ? 1ull : 0ull;
+  }
+  u64 total = 0;
+  const u64 before = block_exclusive_scan(mine, red, total);
+  const int above = (int)(total >> 32), need = m - above;
+  int a = (int)(before >> 32), e = (int)(before & 0xffffffffu);
+  if (mine != 0 && (a < above || e < need)) {
+    for (int i = lo; i < hi; i++) {
+      unsigned idx, k;
+      if (!item(i, idx, k)) continue;
+      if (k > K) {
+        out[a++] = make_uint2(idx, k);
+      } else if (k == K && e < need) {
+        out[above + e] = make_uint2(idx, k);
+        e++;
+      }
+    }
+  }
+  __syncthreads();
+  return above;
+}
+
+/**
+ * A slice's m largest logits (by order key, the lowest indices on ties) into `out` as (index, key)
+ * pairs; returns their count and sets `outside` to a key no logit left out exceeds (0: none).
+ */
+__device__ int slice_top(const float* __restrict__ l, int lo, int hi, int m, uint2* out, unsigned& outside, SampleShared& sh) {
+  const int n = hi - lo;
+  outside = 0u;
+  if (n <= m) {
+    for (int j = threadIdx.x; j < n; j += blockDim.x) out[j] = make_uint2((unsigned)(lo + j), order_key(__ldg(l + lo + j)));
+    return n;
+  }
+  const auto count = [&](int j, unsigned& key, u64& w) {
+    key = order_key(__ldg(l + lo + j));
+    w = 1;
+    return true;
+  };
+  const unsigned K = select_cut<true>(n, count, (double)m, sh.sel);
+  const auto item = [&](int j, unsigned& idx, unsigned& key) {
+    idx = (unsigned)(lo + j);
+    key = order_key(__ldg(l + lo + j));
+    return true;
+  };
+  gather_top(n, item, K, m, out, sh.redU);
+  outside = K;
+  return m;
+}
+
+/**
+ * The cut-offs of a sampled row by one CTA over the whole row (top-k past the pool's reach, or a
+ * pool that may miss a logit the cut keeps): top-k by counts over the order keys, top-p by masses
+ * over them (p is non-decreasing in the logit, so the largest key whose mass above reaches the
+ * target is a logit whose p is the reference's cut-off).
+ */
+__device__ void whole_row_cuts(const Probs& P, int V, int topK, double topP, float& cutK, float& cutP, SampleShared& sh) {
+  const int tid = threadIdx.x, B = blockDim.x;
+  cutK = 0.f, cutP = 0.f;
+  if (has_top_k(topK, V)) {
+    const auto count = [&](int i, unsigned& key, u64& w) {
+      key = order_key(__ldg(P.l + i));
+      w = 1;
+      return true;
+    };
+    const unsigned K = select_cut<true>(V, count, (double)topK, sh.sel);
+    cutK = K ? P.of(from_order_key(K)) : 0.f;
+  }
+  if (!(topP < 1.0)) return;
+  const double lo = P.below(cutK);
+  u64 t = 0;
+  for (int i = tid; i < V; i += B) {
+    const float x = __ldg(P.l + i);
+    if ((double)x < lo) continue;
+    const float p = P.of(x);
+    if (p >= cutK) t += fixed(p);
+  }
+  const double total = (double)block_sum(t, sh.redU);
+  const double target = fmax(topP * total, 1e-300);  // the reference's scan stops at its first value even for 0
+  const float k = cutK;
+  const auto mass = [&](int i, unsigned& key, u64& w) {
+    const float x = __ldg(P.l + i);
+    if ((double)x < lo) return false;
+    const float p = P.of(x);
+    if (!(p >= k)) return false;
+    key = order_key(x);
+    w = fixed(p);
+    return true;
+  };
+  const unsigned Kp = select_cut<false>(V, mass, target, sh.sel);
+  cutP = Kp ? P.of(from_order_key(Kp)) : 0.f;
+}
+
+/** Phase 0 of a row: each slice's max and sum (a top-k row's pool too, a greedy row's best pair), the last CTA its cut-offs. */
+__device__ void sample_slices(const float* __restrict__ l, int V, int r, int s, int S, double T, int topK, double topP, int32_t* __restrict__ out, SampleScratch& sc,
+                              SampleShared& sh) {
+  const int tid = threadIdx.x, B = blockDim.x;
+  const int lo = s * kSampleSlice, hi = min(V, lo + kSampleSlice);
+  SampleSlice* parts = sc.slices + (size_t)r * S;
+  if (!(T > 0.0)) {
+    // Greedy: the row's argmax by std_argmax's pairs.
+    const Best b = block_best(slice_best(l, lo, hi), sh.redF, sh.redI);
+    if (tid == 0) parts[s].bestV = b.v, parts[s].bestI = b.i;
+    if (!last_of_row(sc.counters + r, S, sh.last)) return;
+    if (tid == 0) {
+      Best m{-INFINITY, kNoIndex};
+      for (int k = 0; k < S; k++) m.merge(__ldcg(&parts[k].bestV), __ldcg(&parts[k].bestI));
+      out[r] = m.i == kNoIndex ? 0 : m.i;
+    }
+    return;
+  }
+  float m = -INFINITY;
+  for (int i = lo + tid; i < hi; i += B) m = fmaxf(m, __ldg(l + i));
+  m = block_max(m, sh.redF);
+  double sum = 0.0;
+  if (m > -INFINITY)
+    for (int i = lo + tid; i < hi; i += B) sum += exp(((double)__ldg(l + i) - (double)m) / T);
+  sum = block_sum(sum, sh.redD);
+  const bool pooled = pooled_top_k(topK, V);
+  const int C = min(topK + kPoolMargin, kPoolMax);
+  uint2* pool = sc.pool + (size_t)r * S * kPoolMax;
+  unsigned outside = 0u;
+  const int count = pooled ? slice_top(l, lo, hi, C, pool + (size_t)s * kPoolMax, outside, sh) : 0;
+  if (tid == 0) parts[s].mx = m, parts[s].sum = sum, parts[s].count = count, parts[s].outside = outside;
+  if (!last_of_row(sc.counters + r, S, sh.last)) return;
+
+  // The last CTA: the row's max and sum from the slices' (in slice order), then its cut-offs.
+  if (tid == 0) {
+    float M = -INFINITY;
+    unsigned left = 0u;
+    for (int k = 0; k < S; k++) M = fmaxf(M, __ldcg(&parts[k].mx)), left = max(left, __ldcg(&parts[k].outside));
+    double total = 0.0;
+    for (int k = 0; k < S; k++) {
+      const float mk = __ldcg(&parts[k].mx);
+      if (mk > -INFINITY) total += __ldcg(&parts[k].sum) * exp(((double)mk - (double)M) / T);
+    }
+    sh.mx = M, sh.sum = total, sh.key = left;
+  }
+  __syncthreads();
+  const Probs P{l, sh.mx, T, sh.sum};
+  float cutK = 0.f, cutP = 0.f;
+  bool whole = has_top_k(topK, V) && !pooled;
+  if (pooled) {
+    // The k-th largest key of the pool is the row's: each slice gave its C ≥ k largest.
+    const auto entry = [&](int i, uint2& e) {
+      const int k = i / C, j = i - k * C;
+      if (j >= __ldcg(&parts[k].count)) return false;
+      e = __ldcg(pool + (size_t)k * kPoolMax + j);
+      return true;
+    };
+    const auto counted = [&](int i, unsigned& key, u64& w) {
+      uint2 e;
+      if (!entry(i, e)) return false;
+      key = e.y, w = 1;
+      return true;
+    };
+    const unsigned K = select_cut<true>(S * C, counted, (double)topK, sh.sel);
+    cutK = K ? P.of(from_order_key(K)) : 0.f;
+    // Every logit top-k keeps is in the pool when the largest left out has a smaller p.
+    const unsigned left = sh.key;
+    whole = left != 0u && !(P.of(from_order_key(left)) < cutK);
+    if (!whole && topP < 1.0) {
+      const float k = cutK;
+      const auto mass = [&](int i, unsigned& key, u64& w) {
+        uint2 e;
+        if (!entry(i, e)) return false;
+        const float p = P.of(from_order_key(e.y));
+        if (!(p >= k)) return false;
+        key = e.y, w = fixed(p);
+        return true;
+      };
+      u64 t = 0;
+      for (int i = tid; i < S * C; i += B) {
+        unsigned key;
+        u64 w;
+        if (mass(i, key, w)) t += w;
+      }
+      const double total = (double)block_sum(t, sh.redU);
+      const unsigned Kp = select_cut<false>(S * C, mass, fmax(topP * total, 1e-300), sh.sel);
+      cutP = Kp ? P.of(from_order_key(Kp)) : 0.f;
+    }
+  }
+  if (whole) whole_row_cuts(P, V, topK, topP, cutK, cutP, sh);
+  if (tid == 0) {
+    SampleRow* w = sc.rows + r;
+    w->sum = P.sum, w->mx = P.mx, w->cutK = cutK, w->cutP = cutP;
+    w->digits = !has_top_k(topK, V) && topP < 1.0;
+    w->prefix = 0u, w->above = 0, w->target = 0.0;
+  }
+}
+
+/**
+ * Top-p digit pass d (1 to 3) of a row without top-k: each slice's masses by the d-th digit of the
+ * keys under the digits chosen so far, added to the row's histogram; the last CTA chooses the digit
+ * (the largest bin whose mass with the bins above reaches the target), and after the third writes cutP.
+ */
+__device__ void sample_digit(const float* __restrict__ l, int V, int r, int s, int S, int d, double T, double topP, SampleScratch& sc, SampleShared& sh) {
+  const int tid = threadIdx.x, B = blockDim.x;
+  const SampleRow* st = sc.rows + r;
+  if (!st->digits) return;
+  const Probs P{l, st->mx, T, st->sum};
+  const unsigned prefix = st->prefix;
+  const int shift = d == 1 ? 21 : d == 2 ? 10 : 0;
+  const unsigned digitMask = d == 3 ? 1023u : 2047u;
+  const unsigned hiMask = d == 1 ? 0u : d == 2 ? 0xffe00000u : 0xfffffc00u;
+  const int lo = s * kSampleSlice, hi = min(V, lo + kSampleSlice);
+  for (int b = tid; b < kDigitBins; b += B) sh.hist[b] = 0;
+  __syncthreads();
+  for (int base = lo; base < hi; base += B) {
+    const int i = base + tid;
+    unsigned key = 0u;
+    u64 w = 0;
+    if (i < hi) {
+      const float x = __ldg(l + i);
+      key = order_key(x);
+      if ((key & hiMask) == prefix) w = fixed(P.of(x));
+    }
+    hist_add<false>(sh.hist, w != 0, (key >> shift) & digitMask, w);
+  }
+  __syncthreads();
+  u64* gh = sc.hist + (size_t)r * kDigitBins;
+  for (int b = tid; b < kDigitBins; b += B)
+    if (sh.hist[b]) atomicAdd(gh + b, sh.hist[b]);
+  if (!last_of_row(sc.counters + r, S, sh.last)) return;
+
+  for (int b = tid; b < kDigitBins; b += B) sh.hist[b] = __ldcg(gh + b), gh[b] = 0;
+  __syncthreads();
+  // Thread t holds the bins [2048 − 8(t + 1), 2048 − 8t): thread 0 the highest, so a scan in thread
+  // order gives each thread the mass of the bins above its own.
+  const int per = kDigitBins / kSampleThreads, top = kDigitBins - per * (tid + 1);
+  u64 mine = 0;
+  for (int j = 0; j < per; j++) mine += sh.hist[top + j];
+  u64 total = 0;
+  const u64 before = block_exclusive_scan(mine, sh.redU, total);
+  const double target = d == 1 ? fmax(topP * (double)total, 1e-300) : st->target;
+  const u64 above = d == 1 ? 0 : st->above;
+  if (tid == 0) sh.found = -1;
+  __syncthreads();
+  const u64 from = above + before;
+  if ((double)from < target && (double)(from + mine) >= target) {
+    u64 cum = from;
+    for (int j = per - 1; j >= 0; j--) {
+      const u64 next = cum + sh.hist[top + j];
+      if ((double)next >= target) {
+        sh.found = top + j, sh.above = cum;
+        break;
+      }
+      cum = next;
+    }
+  }
+  __syncthreads();
+  if (tid == 0) {
+    SampleRow* w = sc.rows + r;
+    if (sh.found < 0) {
+      w->digits = 0, w->cutP = 0.f;  // a row of no mass
+    } else {
+      const unsigned key = prefix | ((unsigned)sh.found << shift);
+      if (d == 3) {
+        w->cutP = P.of(from_order_key(key)), w->digits = 0;
+      } else {
+        w->prefix = key, w->above = sh.above;
+        if (d == 1) w->target = target;
+      }
+    }
+  }
+}
+
+/**
+ * The draw of a sampled row: each slice's kept mass (the draft left out), then the last CTA finds
+ * the slice that holds uniforms[r] · Σ and walks it in index order; with a draft, its share of the
+ * kept mass to draftProbs[r].
+ */
+__device__ void sample_draw(const float* __restrict__ l, int V, int r, int s, int S, double T, double minP, int draft, double uniform, int32_t* __restrict__ out,
+                            double* __restrict__ draftProbs, SampleScratch& sc, SampleShared& sh) {
+  const int tid = threadIdx.x;
+  const SampleRow* st = sc.rows + r;
+  const Probs P{l, st->mx, T, st->sum};
+  const float cutK = st->cutK, cutP = st->cutP;
+  // min-p against the largest p: that of the maximum logit, exp(0) = 1 over the sum.
+  const double minAbs = minP * (double)(float)(1.0 / P.sum);
+  const double lo = fmax(fmax(P.below(cutK), P.below(cutP)), P.below((float)minAbs * (1.f - 1e-6f)));
+  const auto kept = [&](int i) -> u64 {
+    const float x = __ldg(l + i);
+    if (i == draft || (double)x < lo) return 0;
+    const float p = P.of(x);
+    return p >= cutK && p >= cutP && !((double)p < minAbs) ? fixed(p) : 0;
+  };
+  // Each thread a contiguous share of the slice, so a walk in thread order is one in index order.
+  const int per = kSampleSlice / kSampleThreads;
+  const auto share = [&](int slice, int& first, int& last) {
+    const int end = min(V, (slice + 1) * kSampleSlice);
+    first = min(end, slice * kSampleSlice + tid * per), last = min(end, first + per);
+  };
+  int first, last;
+  share(s, first, last);
+  u64 mine = 0;
+  for (int i = first; i < last; i++) mine += kept(i);
+  const u64 mass = block_sum(mine, sh.redU);
+  SampleSlice* parts = sc.slices + (size_t)r * S;
+  if (tid == 0) parts[s].mass = mass;
+  if (!last_of_row(sc.counters + r, S, sh.last)) return;
+
+  if (tid == 0) {
+    u64 total = 0;
+    for (int k = 0; k < S; k++) total += __ldcg(&parts[k].mass);
+    if (draft >= 0) {
+      // The draft's share of the kept mass: its probability in the target renormalised.
+      const float px = P(draft);
+      const double fx = px >= cutK && px >= cutP && !((double)px < minAbs) ? (double)fixed(px) : 0.0;
+      draftProbs[r] = fx > 0.0 ? fx / ((double)total + fx) : 0.0;
+    }
+    sh.at = -1, sh.picked = -1;
+    if (total > 0) {
+      u64 u = (u64)(uniform * (double)total);
+      if (u >= total) u = total - 1;
+      u64 before = 0;
+      for (int k = 0; k < S; k++) {
+        const u64 m = __ldcg(&parts[k].mass);
+        if (u < before + m) {
+          sh.at = k;
+          break;
+        }
+        before += m;
+      }
+      sh.u = u, sh.before = before;
+    }
+  }
+  __syncthreads();
+  const int at = sh.at;
+  if (at >= 0) {
+    share(at, first, last);
+    mine = 0;
+    for (int i = first; i < last; i++) mine += kept(i);
+    u64 total = 0;
+    const u64 c0 = sh.before + block_exclusive_scan(mine, sh.redU, total);
+    const u64 u = sh.u;
+    if (u >= c0 && u < c0 + mine) {
+      u64 c = c0;
+      for (int i = first; i < last; i++) {
+        c += kept(i);
+        if (u < c) {
+          sh.picked = i;
+          break;
+        }
+      }
+    }
+  }
+  __syncthreads();
+  if (tid == 0) out[r] = sh.picked >= 0 ? sh.picked : 0;
+}
+
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(1024) std_argmax(const float* __restrict__ logits, int32_t* __restrict__ out, unsigned* __restrict__ counters,
@@ -293,128 +775,29 @@ extern "C" __global__ void __launch_bounds__(1024) std_argmax(const float* __res
   }
 }
 
-/** A row's parameters in std_sample's `params` (f64 [rows][kSampleParams], the host's values unrounded; src/sample-kernels.ts). */
-constexpr int kSampleParams = 5;
 
-extern "C" __global__ void __launch_bounds__(1024) std_sample(const float* __restrict__ logits, const double* __restrict__ params, const double* __restrict__ uniforms,
-                                                              int32_t* __restrict__ out, double* __restrict__ draftProbs, int rows, int vocab) {
-  STD_SHARED(float, redF, 32);
-  STD_SHARED(int, redI, 32);
-  STD_SHARED(double, redD, 32);
-  STD_SHARED(u64, redU, 32);
-  __shared__ Select sel;
-  __shared__ int picked;
-  const int V = vocab, tid = threadIdx.x, B = blockDim.x;
-  for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+extern "C" __global__ void __launch_bounds__(kSampleThreads) std_sample(const float* __restrict__ logits, const double* __restrict__ params, const double* __restrict__ uniforms,
+                                                                        int32_t* __restrict__ out, double* __restrict__ draftProbs, unsigned char* __restrict__ scratch, int capacity,
+                                                                        int rows, int vocab, int phase) {
+  __shared__ SampleShared sh;
+  const int V = vocab, S = gridDim.x, s = blockIdx.x;
+  if (S != (V + kSampleSlice - 1) / kSampleSlice || blockDim.x != kSampleThreads || rows > capacity) __trap();
+  SampleScratch sc(scratch, capacity, S);
+  for (int r = blockIdx.y; r < rows; r += gridDim.y) {
     const double* pr = params + (size_t)r * kSampleParams;
-    const double temperature = __ldg(pr), topP = __ldg(pr + 2), minP = __ldg(pr + 3);
+    const double T = __ldg(pr), topP = __ldg(pr + 2), minP = __ldg(pr + 3);
     const int topK = (int)__ldg(pr + 1), draft = (int)__ldg(pr + 4);
-    if (!(temperature > 0.0)) {
-      // Greedy: the row's argmax as one CTA of std_argmax takes it (the same pairs, the same order).
-      const Best b = block_best(slice_best(logits + (size_t)r * V, 0, V), redF, redI);
-      if (tid == 0) out[r] = b.i == kNoIndex ? 0 : b.i;
-      __syncthreads();
-      continue;
+    const float* l = logits + (size_t)r * V;
+    if (phase == kPhaseSlices) {
+      sample_slices(l, V, r, s, S, T, topK, topP, out, sc, sh);
+    } else if (phase == kPhaseDraw) {
+      if (T > 0.0) sample_draw(l, V, r, s, S, T, minP, draft, __ldg(uniforms + r), out, draftProbs, sc, sh);
+    } else if (T > 0.0 && topP < 1.0 && !has_top_k(topK, V)) {
+      sample_digit(l, V, r, s, S, phase, T, topP, sc, sh);
     }
-    Probs P{logits + (size_t)r * V, -INFINITY, temperature, 0.0};
-    float mx = -INFINITY;
-    for (int i = tid; i < V; i += B) mx = fmaxf(mx, __ldg(P.l + i));
-    P.mx = block_max(mx, redF);
-    double s = 0.0;
-    for (int i = tid; i < V; i += B) s += exp(((double)__ldg(P.l + i) - (double)P.mx) / P.temperature);
-    P.sum = block_sum(s, redD);
-
-    // top-k: p is a non-decreasing function of the logit, so the k-th largest p is the p of the
-    // k-th largest logit, found by counts over the logits' order keys (no p computed).
-    float cutK = 0.f;
-    if (topK > 0 && topK < V) {
-      const auto count = [&](int i, unsigned& key, u64& w) {
-        key = order_key(__ldg(P.l + i));
-        w = 1;
-        return true;
-      };
-      const unsigned K = select_cut<true>(V, count, (double)topK, sel);
-      cutK = K ? P.of(from_order_key(K)) : 0.f;
-    }
-    // Logits below `lo` cannot be kept: no pass computes their p.
-    double lo = P.below(cutK);
-    float cutP = 0.f;
-    if (topP < 1.0) {
-      u64 t = 0;
-      for (int i = tid; i < V; i += B) {
-        const float x = __ldg(P.l + i);
-        if ((double)x < lo) continue;
-        const float p = P.of(x);
-        if (p >= cutK) t += fixed(p);
-      }
-      const double total = (double)block_sum(t, redU);
-      // The reference's scan stops at its first (largest) value even for a target of 0.
-      const double target = fmax(topP * total, 1e-300);
-      // Non-negative floats order as their bit patterns: a p's pattern is its key.
-      const auto mass = [&](int i, unsigned& key, u64& w) {
-        const float x = __ldg(P.l + i);
-        if ((double)x < lo) return false;
-        const float p = P.of(x);
-        if (!(p >= cutK)) return false;
-        key = __float_as_uint(p);
-        w = fixed(p);
-        return true;
-      };
-      cutP = __uint_as_float(select_cut<false>(V, mass, target, sel));
-      lo = fmax(lo, P.below(cutP));
-    }
-    // min-p against the largest p: that of the maximum logit, exp(0) = 1 over the sum.
-    const double minAbs = minP * (double)(float)(1.0 / P.sum);
-    lo = fmax(lo, P.below((float)minAbs * (1.f - 1e-6f)));
-    const auto keep = [=](float p) { return p >= cutK && p >= cutP && !((double)p < minAbs); };
-
-    // Inverse CDF in index order over the kept p but the draft's (a draft under verification: the
-    // residual): each thread a contiguous chunk, fixed-point prefix sums.
-    const int C = (V + B - 1) / B;
-    const int first = min(V, tid * C), last = min(V, first + C);
-    u64 mine = 0;
-    for (int i = first; i < last; i++) {
-      const float x = __ldg(P.l + i);
-      if (i == draft || (double)x < lo) continue;
-      const float p = P.of(x);
-      if (keep(p)) mine += fixed(p);
-    }
-    u64 total = 0;
-    const u64 before = block_exclusive_scan(mine, redU, total);
-    if (tid == 0) {
-      picked = -1;
-      if (draft >= 0) {
-        // The draft's share of the kept mass: its probability in the target renormalised.
-        const float px = P(draft);
-        const double fx = keep(px) ? (double)fixed(px) : 0.0;
-        draftProbs[r] = fx > 0.0 ? fx / ((double)total + fx) : 0.0;
-      }
-    }
-    __syncthreads();
-    if (total > 0) {
-      u64 u = (u64)(__ldg(uniforms + r) * (double)total);
-      if (u >= total) u = total - 1;
-      if (u >= before && u < before + mine) {
-        u64 c = before;
-        for (int i = first; i < last; i++) {
-          const float x = __ldg(P.l + i);
-          if (i == draft || (double)x < lo) continue;
-          const float p = P.of(x);
-          if (!keep(p)) continue;
-          c += fixed(p);
-          if (u < c) {
-            picked = i;
-            break;
-          }
-        }
-      }
-    }
-    __syncthreads();
-    if (tid == 0) out[r] = picked >= 0 ? picked : 0;
-    __syncthreads();
+    __syncthreads();  // the shared words are rewritten by the next row
   }
 }
-
 
 /** Top logprobs a row of std_logprobs reports at most (core's MAX_LOGPROBS). */
 constexpr int kLogprobsTop = 20;
@@ -423,94 +806,90 @@ constexpr int kLogprobsHead = 6;
 /** u32 words of a row of std_logprobs' `out` (src/sample-kernels.ts LOGPROBS_ROW_WORDS): 8-byte aligned rows. */
 constexpr int kLogprobsRowWords = kLogprobsHead + 2 * kLogprobsTop;
 
-
-extern "C" __global__ void __launch_bounds__(1024) std_logprobs(const float* __restrict__ logits, const int32_t* __restrict__ tokens, const int32_t* __restrict__ counts,
-                                                                unsigned* __restrict__ out, int rows, int vocab) {
-  STD_SHARED(float, redF, 32);
-  STD_SHARED(double, redD, 32);
-  STD_SHARED(u64, redU, 32);
-  __shared__ Select sel;
-  __shared__ unsigned pairs[2 * kLogprobsTop];
-  const int V = vocab, tid = threadIdx.x, B = blockDim.x;
-  for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+extern "C" __global__ void __launch_bounds__(kSampleThreads) std_logprobs(const float* __restrict__ logits, const int32_t* __restrict__ tokens, const int32_t* __restrict__ counts,
+                                                                          unsigned* __restrict__ out, unsigned char* __restrict__ scratch, int capacity, int rows, int vocab) {
+  __shared__ SampleShared sh;
+  __shared__ uint2 pairs[kLogprobsTop];
+  const int V = vocab, S = gridDim.x, s = blockIdx.x, tid = threadIdx.x, B = blockDim.x;
+  if (S != (V + kSampleSlice - 1) / kSampleSlice || blockDim.x != kSampleThreads || rows > capacity) __trap();
+  SampleScratch sc(scratch, capacity, S);
+  const int lo = s * kSampleSlice, hi = min(V, lo + kSampleSlice);
+  for (int r = blockIdx.y; r < rows; r += gridDim.y) {
     const int n = __ldg(counts + r);
     if (n < 0) continue;  // a row that asked for none: the same for every thread of the CTA
     const float* __restrict__ l = logits + (size_t)r * V;
-    unsigned* __restrict__ o = out + (size_t)r * kLogprobsRowWords;
     const int token = __ldg(tokens + r);
     const float v = __ldg(l + token);
-    // The token's rank (#{x ≥ v}, as core's positionLogprobs counts) and the row's max, then
-    // lse = max + log Σ exp(x − max) in f64 (core's logSumExp; the sum's order differs).
+    const int m = min(min(n, kLogprobsTop), V);
+    // The slice's max, its f64 Σ exp(x − max), its count of logits ≥ the token's (core's rank) and
+    // its m largest logits.
     float mx = -INFINITY;
     u64 rank = 0;
-    for (int i = tid; i < V; i += B) {
+    for (int i = lo + tid; i < hi; i += B) {
       const float x = __ldg(l + i);
       mx = fmaxf(mx, x);
       rank += x >= v;
     }
-    mx = block_max(mx, redF);
-    rank = block_sum(rank, redU);
-    double s = 0.0;
-    for (int i = tid; i < V; i += B) s += exp((double)__ldg(l + i) - (double)mx);
-    s = block_sum(s, redD);
-    const int m = min(min(n, kLogprobsTop), V);
-    if (m > 0) {
-      // The m-th largest key K; the keys above it (fewer than m) and the lowest indices of those
-      // equal to it fill the m pairs, each group in index order: thread-contiguous chunks, their
-      // counts packed (above << 32 | equal) and scanned.
-      const auto count = [&](int i, unsigned& key, u64& w) {
-        key = order_key(__ldg(l + i));
-        w = 1;
-        return true;
-      };
-      const unsigned K = select_cut<true>(V, count, (double)m, sel);
-      const int C = (V + B - 1) / B;
-      const int lo = min(V, tid * C), hi = min(V, lo + C);
-      u64 mine = 0;
-      for (int i = lo; i < hi; i++) {
-        const unsigned k = order_key(__ldg(l + i));
-        mine += k > K ? (1ull << 32) : k == K ? 1ull : 0ull;
-      }
-      u64 total = 0;
-      const u64 before = block_exclusive_scan(mine, redU, total);
-      const int above = (int)(total >> 32), need = m - above;
-      int a = (int)(before >> 32), e = (int)(before & 0xffffffffu);
-      if (mine != 0 && (a < above || e < need)) {
-        for (int i = lo; i < hi; i++) {
-          const float x = __ldg(l + i);
-          const unsigned k = order_key(x);
-          if (k > K) {
-            pairs[2 * a] = (unsigned)i, pairs[2 * a + 1] = __float_as_uint(x);
-            a++;
-          } else if (k == K && e < need) {
-            pairs[2 * (above + e)] = (unsigned)i, pairs[2 * (above + e) + 1] = __float_as_uint(x);
-            e++;
-          }
-        }
-      }
-      __syncthreads();
-      if (tid == 0) {
-        // The pairs above K by value, descending, a stable insertion sort (index order on ties).
-        for (int j = 1; j < above; j++) {
-          const unsigned pi = pairs[2 * j], pv = pairs[2 * j + 1];
-          int at = j;
-          while (at > 0 && order_key(__uint_as_float(pairs[2 * (at - 1) + 1])) < order_key(__uint_as_float(pv))) {
-            pairs[2 * at] = pairs[2 * (at - 1)], pairs[2 * at + 1] = pairs[2 * (at - 1) + 1];
-            at--;
-          }
-          pairs[2 * at] = pi, pairs[2 * at + 1] = pv;
-        }
-      }
-      __syncthreads();
-      for (int j = tid; j < 2 * m; j += B) o[kLogprobsHead + j] = pairs[j];
-    }
+    mx = block_max(mx, sh.redF);
+    rank = block_sum(rank, sh.redU);
+    double sum = 0.0;
+    if (mx > -INFINITY)
+      for (int i = lo + tid; i < hi; i += B) sum += exp((double)__ldg(l + i) - (double)mx);
+    sum = block_sum(sum, sh.redD);
+    SampleSlice* parts = sc.slices + (size_t)r * S;
+    uint2* pool = sc.pool + (size_t)r * S * kPoolMax;
+    unsigned outside;
+    const int count = m > 0 ? slice_top(l, lo, hi, m, pool + (size_t)s * kPoolMax, outside, sh) : 0;
+    if (tid == 0) parts[s].mx = mx, parts[s].sum = sum, parts[s].mass = rank, parts[s].count = count;
+    if (!last_of_row(sc.counters + r, S, sh.last)) continue;
+
+    // The last CTA: lse = max + log Σ (core's logSumExp; the sum's order differs), the rank, and the
+    // m largest of the slices' m largest (each slice's entries of a key in index order, so the
+    // lowest ids win ties as in the whole row).
     if (tid == 0) {
-      *reinterpret_cast<double*>(o) = (double)mx + log(s);
+      float M = -INFINITY;
+      u64 rk = 0;
+      for (int k = 0; k < S; k++) M = fmaxf(M, __ldcg(&parts[k].mx)), rk += __ldcg(&parts[k].mass);
+      double total = 0.0;
+      for (int k = 0; k < S; k++) {
+        const float mk = __ldcg(&parts[k].mx);
+        if (mk > -INFINITY) total += __ldcg(&parts[k].sum) * exp((double)mk - (double)M);
+      }
+      unsigned* __restrict__ o = out + (size_t)r * kLogprobsRowWords;
+      *reinterpret_cast<double*>(o) = (double)M + log(total);
       o[2] = __float_as_uint(v);
-      o[3] = (unsigned)rank;
+      o[3] = (unsigned)rk;
       o[4] = (unsigned)m;
       o[5] = 0u;
     }
-    __syncthreads();  // the pairs and the reductions' words are rewritten by the next row
+    if (m > 0) {
+      const auto item = [&](int i, unsigned& idx, unsigned& key) {
+        const int k = i / m, j = i - k * m;
+        if (j >= __ldcg(&parts[k].count)) return false;
+        const uint2 e = __ldcg(pool + (size_t)k * kPoolMax + j);
+        idx = e.x, key = e.y;
+        return true;
+      };
+      const auto count = [&](int i, unsigned& key, u64& w) {
+        unsigned idx;
+        w = 1;
+        return item(i, idx, key);
+      };
+      const unsigned K = select_cut<true>(S * m, count, (double)m, sh.sel);
+      const int above = gather_top(S * m, item, K, m, pairs, sh.redU);
+      if (tid == 0) {
+        // The pairs above K by key, descending, a stable insertion sort (index order on ties).
+        for (int j = 1; j < above; j++) {
+          const uint2 p = pairs[j];
+          int at = j;
+          while (at > 0 && pairs[at - 1].y < p.y) pairs[at] = pairs[at - 1], at--;
+          pairs[at] = p;
+        }
+      }
+      __syncthreads();
+      unsigned* __restrict__ o = out + (size_t)r * kLogprobsRowWords + kLogprobsHead;
+      for (int j = tid; j < m; j += B) o[2 * j] = pairs[j].x, o[2 * j + 1] = __float_as_uint(__ldg(l + pairs[j].x));
+    }
+    __syncthreads();  // the pairs and the shared words are rewritten by the next row
   }
 }

@@ -4,7 +4,7 @@ import {
 } from '@metrale/core';
 import { LOGPROBS_ROW_WORDS, LOGPROBS_TOP, SAMPLE_PARAMS, readLogprobsRow } from './sample-layout.js';
 import { requireKernels } from './require-kernels.js';
-import { argmaxKernel, argmaxLaunch, argmaxPartialsBytes, logprobsKernel, sampleKernel } from './sample-kernels.js';
+import { argmaxKernel, argmaxLaunch, argmaxPartialsBytes, logprobsKernel, sampleKernel, sampleLaunch, samplePhases, sampleScratchBytes, sampleScratchZeroBytes, sampleSlices } from './sample-kernels.js';
 
 /**
  * Picks each logit row's token on the device, so only `rows` token ids (and the logprobs and draft
@@ -30,6 +30,8 @@ export class DeviceSampler implements DeviceTokenPicker {
   /** `std.argmax`'s scratch: a counter per row (zero between launches), then, 16-byte aligned, the slices' pairs. */
   readonly #argmaxScratch: DevicePtr;
   readonly #partialsOffset: number;
+  /** `std.sample`'s and `std.logprobs`' scratch, for rows of up to `slices` slices (allocated by the first call, grown for a longer vocabulary). */
+  #sampleScratch: { ptr: DevicePtr; slices: number } | undefined;
   readonly #host: HostBuffer;
   /** `argmaxAsync`'s host copies, used in turn: a call's ids stay readable until the call after next. */
   readonly #async: { readonly host: HostBuffer; readonly done: GpuEvent; call: number }[] = [];
@@ -70,8 +72,9 @@ export class DeviceSampler implements DeviceTokenPicker {
 
   /**
    * The token of each row of `logits` picked by its own `SampledRow` (temperature 0: its argmax, the
-   * token `argmax` gives; with a draft, drawn without it and the draft's probability returned), in
-   * one `std.sample` launch, and the logprobs of the rows that ask in one `std.logprobs` launch.
+   * token `argmax` gives; with a draft, drawn without it and the draft's probability returned), by
+   * `std.sample`'s phases (2 to 5 launches over CTAs of a slice of a row each), and the logprobs of
+   * the rows that ask in one `std.logprobs` launch.
    * Synchronous: waits for the stream and returns host ids, logprobs and draft probabilities.
    */
   sample(logits: DevicePtr, rows: readonly SampledRow[], vocab: number, stream: Stream): SampledTokens {
@@ -91,13 +94,17 @@ export class DeviceSampler implements DeviceTokenPicker {
     const gpu = this.#gpu;
     gpu.copyToDeviceAsync(this.#uniforms, this.#host, 0, 8 * n, stream);
     gpu.copyToDeviceAsync(this.#params, this.#host, 8 * max, 8 * SAMPLE_PARAMS * n, stream);
-    gpu.launch(sampleKernel, { grid: n, block: 1024, stream }, { logits, params: this.#params, uniforms: this.#uniforms, out: this.#tokens, draftProbs: this.#draftProbs, rows: n, vocab });
+    const scratch = this.#scratchFor(vocab);
+    const launch = sampleLaunch(n, vocab, stream);
+    for (const phase of samplePhases(rows, vocab)) {
+      gpu.launch(sampleKernel, launch, { logits, params: this.#params, uniforms: this.#uniforms, out: this.#tokens, draftProbs: this.#draftProbs, scratch, capacity: max, rows: n, vocab, phase });
+    }
     const drafts = rows.some((row) => row.draft !== undefined);
     if (drafts) gpu.copyToHostAsync(this.#host, DRAFT_PROBS_AT * max, this.#draftProbs, 8 * n, stream);
     const asks = rows.some((row) => row.logprobs !== undefined);
     if (asks) {
       gpu.copyToDeviceAsync(this.#counts, this.#host, COUNTS_AT * max, 4 * n, stream);
-      gpu.launch(logprobsKernel, { grid: n, block: 1024, stream }, { logits, tokens: this.#tokens, counts: this.#counts, out: this.#logprobs, rows: n, vocab });
+      gpu.launch(logprobsKernel, launch, { logits, tokens: this.#tokens, counts: this.#counts, out: this.#logprobs, scratch, capacity: max, rows: n, vocab });
       gpu.copyToHostAsync(this.#host, LOGPROBS_AT * max, this.#logprobs, 4 * LOGPROBS_ROW_WORDS * n, stream);
     }
     const tokens = this.#readIds(n, stream);
@@ -106,6 +113,19 @@ export class DeviceSampler implements DeviceTokenPicker {
     if (!drafts) return { tokens, logprobs };
     const probs = new Float64Array(bytes.buffer, bytes.byteOffset + DRAFT_PROBS_AT * max, n);
     return { tokens, logprobs, draftProbs: rows.map((row, i) => (row.draft === undefined ? undefined : probs[i]!)) };
+  }
+
+  /** The kernels' scratch for rows of `vocab`, its histograms and counters zero. */
+  #scratchFor(vocab: number): DevicePtr {
+    const slices = sampleSlices(vocab);
+    if (this.#sampleScratch && this.#sampleScratch.slices >= slices) return this.#sampleScratch.ptr;
+    const gpu = this.#gpu;
+    if (this.#sampleScratch) gpu.free(this.#sampleScratch.ptr);
+    this.#sampleScratch = undefined;
+    const ptr = gpu.alloc(sampleScratchBytes(this.maxRows, vocab));
+    gpu.upload(ptr, new Uint8Array(sampleScratchZeroBytes(this.maxRows)));
+    this.#sampleScratch = { ptr, slices };
+    return ptr;
   }
 
   #checkRows(rows: number): void {
@@ -167,6 +187,7 @@ export class DeviceSampler implements DeviceTokenPicker {
     this.#gpu.free(this.#counts);
     this.#gpu.free(this.#logprobs);
     this.#gpu.free(this.#argmaxScratch);
+    if (this.#sampleScratch) this.#gpu.free(this.#sampleScratch.ptr);
     this.#gpu.freeHost(this.#host);
     for (const set of this.#async) {
       this.#gpu.destroyEvent(set.done);

@@ -34,8 +34,11 @@ export {
   type AttentionKernels,
 } from './attention-kernels.js';
 export { WEIGHT_DTYPE_CODE } from './elements.cpu.js';
-export { argmaxKernel, argmaxLaunch, argmaxSlices, argmaxPartialsBytes, logprobsKernel, sampleKernel } from './sample-kernels.js';
-export { LOGPROBS_HEAD, LOGPROBS_ROW_WORDS, LOGPROBS_TOP, SAMPLE_PARAMS, readLogprobsRow } from './sample-layout.js';
+export {
+  argmaxKernel, argmaxLaunch, argmaxSlices, argmaxPartialsBytes, logprobsKernel, sampleKernel, SAMPLE_POOLED_TOP_K, SAMPLE_SLICE, sampleLaunch, samplePhases, sampleScratchBytes,
+  sampleScratchZeroBytes, sampleSlices, type SamplePhaseRow,
+} from './sample-kernels.js';
+export { LOGPROBS_HEAD, LOGPROBS_ROW_WORDS, LOGPROBS_TOP, SAMPLE_PARAMS, SAMPLE_PHASE_DRAW, readLogprobsRow } from './sample-layout.js';
 export { routeRow, topIndices } from './moe.cpu.js';
 export { keyChunksOf } from './attention.cpu.js';
 export { filteredProbs } from './sample.cpu.js';

@@ -1,5 +1,6 @@
 import { defineKernel, type LaunchConfig, type Stream } from '@metrale/core';
 import { argmaxCpu, logprobsCpu, sampleCpu } from './sample.cpu.js';
+import { SAMPLE_PHASE_DRAW } from './sample-layout.js';
 import { sampleModule as module } from './std-modules.js';
 
 /**
@@ -18,35 +19,92 @@ export const argmaxKernel = defineKernel({
 });
 
 /**
- * `std.sample` (kernels/std-sample.cu): one CTA of 1 024 threads a row, each row by its own
- * parameters (`params` f64 [rows][SAMPLE_PARAMS], the host's values unrounded: temperature, top-k
- * as a whole number (0: off), top-p (1: off), min-p (0: off), and a draft token under verification
- * (−1: none)) and its draw (`uniforms` f64 [rows] in [0, 1)); a row of temperature ≤ 0 takes its
- * argmax, the token `std.argmax` gives. A sampled row with a draft draws without it (rejection
- * sampling's residual) and writes the draft's probability in its filtered target renormalised to
- * `draftProbs` (f64 [rows]; untouched for rows without a draft).
+ * `std.sample` (kernels/std-sample.cu): each row by its own parameters (`params` f64 [rows][SAMPLE_PARAMS],
+ * the host's values unrounded: temperature, top-k as a whole number (0: off), top-p (1: off), min-p
+ * (0: off), and a draft token under verification (−1: none)) and its draw (`uniforms` f64 [rows] in
+ * [0, 1)); a row of temperature ≤ 0 takes its argmax, the token `std.argmax` gives. A sampled row
+ * with a draft draws without it (rejection sampling's residual) and writes the draft's probability
+ * in its filtered target renormalised to `draftProbs` (f64 [rows]; untouched for rows without a
+ * draft). Launched once per phase of `samplePhases` on `sampleLaunch`'s CTAs (a row cut into
+ * SAMPLE_SLICE-logit slices), with `scratch` of `sampleScratchBytes(capacity, vocab)` (its first
+ * `sampleScratchZeroBytes(capacity)` zero before the first launch; each launch leaves them zero).
+ * `out` holds the ids after the last phase. The CPU twin picks a greedy row at phase 0 and a
+ * sampled one at the draw phase; the phases between only fill the CUDA kernel's scratch.
  */
 export const sampleKernel = defineKernel({
   name: 'std.sample',
-  params: { logits: 'ptr', params: 'ptr', uniforms: 'ptr', out: 'ptr', draftProbs: 'ptr', rows: 'i32', vocab: 'i32' },
+  params: { logits: 'ptr', params: 'ptr', uniforms: 'ptr', out: 'ptr', draftProbs: 'ptr', scratch: 'ptr', capacity: 'i32', rows: 'i32', vocab: 'i32', phase: 'i32' },
   cuda: { module, symbol: 'std_sample' },
   cpu: sampleCpu,
 });
 
 /**
- * `std.logprobs` (kernels/std-sample.cu): one CTA of 1 024 threads a row; a row whose `counts[r]`
- * (i32) is n ≥ 0 writes row r of `out` (u32 [rows][LOGPROBS_ROW_WORDS], src/sample-layout.ts): log Σ exp of its logits
- * (f64), the logit of its token `tokens[r]` (f32 bits) and that token's rank (#{logits ≥ it}), then
+ * `std.logprobs` (kernels/std-sample.cu): a row whose `counts[r]` (i32) is n ≥ 0 writes row r of
+ * `out` (u32 [rows][LOGPROBS_ROW_WORDS], src/sample-layout.ts): log Σ exp of its logits (f64), the
+ * logit of its token `tokens[r]` (f32 bits) and that token's rank (#{logits ≥ it}), then
  * min(n, LOGPROBS_TOP, vocab) and as many (token, logit f32 bits) pairs, the most likely first,
- * lower ids first on ties; a row of n < 0 is left as it was. A token's logprob is its logit less
- * the f64 lse (core's positionLogprobs; the kernel's lse differs from it in its last bits).
+ * lower ids first on ties; a row of n < 0 is left as it was. One launch on `sampleLaunch`'s CTAs
+ * with `std.sample`'s scratch (free again once `std.sample`'s last phase has run). A token's logprob
+ * is its logit less the f64 lse (core's positionLogprobs; the kernel's lse differs from it in its
+ * last bits).
  */
 export const logprobsKernel = defineKernel({
   name: 'std.logprobs',
-  params: { logits: 'ptr', tokens: 'ptr', counts: 'ptr', out: 'ptr', rows: 'i32', vocab: 'i32' },
+  params: { logits: 'ptr', tokens: 'ptr', counts: 'ptr', out: 'ptr', scratch: 'ptr', capacity: 'i32', rows: 'i32', vocab: 'i32' },
   cuda: { module, symbol: 'std_logprobs' },
   cpu: logprobsCpu,
 });
+
+/** Logits of a slice of `std.sample` / `std.logprobs` (kSampleSlice): fixed, so a row's sums and token do not depend on its batch. */
+export const SAMPLE_SLICE = 4096;
+/** Threads of a `std.sample` / `std.logprobs` CTA. */
+const SAMPLE_THREADS = 256;
+/** Entries a slice keeps at most in a row's pool (kPoolMax) and the pool's margin over top-k (kPoolMargin). */
+const SAMPLE_POOL = 128;
+const SAMPLE_POOL_MARGIN = 16;
+/** The largest top-k a row's pool serves; past it one CTA finds the row's cut-offs over the whole row. */
+export const SAMPLE_POOLED_TOP_K = SAMPLE_POOL - SAMPLE_POOL_MARGIN;
+/** Bins of a top-p digit pass (kDigitBins). */
+const SAMPLE_DIGIT_BINS = 2048;
+/** Bytes of the kernel's per-row record (SampleRow) and per-slice record (SampleSlice). */
+const SAMPLE_ROW_BYTES = 48;
+const SAMPLE_SLICE_BYTES = 40;
+/** Slices of a row of `vocab` logits. */
+export function sampleSlices(vocab: number): number {
+  return Math.ceil(vocab / SAMPLE_SLICE);
+}
+
+/** `std.sample`'s and `std.logprobs`' CTAs: [sampleSlices, rows] of 256 threads. */
+export function sampleLaunch(rows: number, vocab: number, stream: Stream): LaunchConfig {
+  return { grid: [sampleSlices(vocab), Math.min(Math.max(1, rows), 65_535)], block: SAMPLE_THREADS, stream };
+}
+
+/** The leading bytes of the scratch that must be zero before its first launch: a digit histogram (u64 [2048]) and a counter (u32) a row. */
+export function sampleScratchZeroBytes(capacity: number): number {
+  return 8 * SAMPLE_DIGIT_BINS * capacity + 8 * Math.ceil((4 * capacity) / 8);
+}
+
+/** Bytes of the kernels' scratch for up to `capacity` rows of `vocab`: the zeroed part, then the rows', slices' and pools' records. */
+export function sampleScratchBytes(capacity: number, vocab: number): number {
+  return sampleScratchZeroBytes(capacity) + capacity * (SAMPLE_ROW_BYTES + sampleSlices(vocab) * (SAMPLE_SLICE_BYTES + 8 * SAMPLE_POOL));
+}
+
+/** A row of a `std.sample` call as its phases see it. */
+export interface SamplePhaseRow {
+  readonly temperature: number;
+  readonly topK: number;
+  readonly topP: number;
+}
+
+/**
+ * The phases a `std.sample` call launches, in order: the slices always; the top-p digit passes
+ * when a sampled row has top-p without top-k; the draw when a row is sampled.
+ */
+export function samplePhases(rows: readonly SamplePhaseRow[], vocab: number): number[] {
+  const sampled = rows.filter((r) => r.temperature > 0);
+  const digits = sampled.some((r) => r.topP < 1 && !(r.topK > 0 && r.topK < vocab));
+  return [0, ...(digits ? [1, 2, 3] : []), ...(sampled.length ? [SAMPLE_PHASE_DRAW] : [])];
+}
 
 /** Threads of a `std.argmax` CTA. */
 const ARGMAX_THREADS = 256;

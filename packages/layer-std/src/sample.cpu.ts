@@ -1,5 +1,5 @@
 import { logSumExp, pickAt, positionLogprobs, probabilityFilter, residualProbs, softmaxRow, targetProbs, type CpuKernelContext } from '@metrale/core';
-import { LOGPROBS_HEAD, LOGPROBS_ROW_WORDS, LOGPROBS_TOP, SAMPLE_PARAMS } from './sample-layout.js';
+import { LOGPROBS_HEAD, LOGPROBS_ROW_WORDS, LOGPROBS_TOP, SAMPLE_PARAMS, SAMPLE_PHASE_DRAW } from './sample-layout.js';
 
 // CPU reference of kernels/std-sample.cu: the token of each logit row, greedy or sampled with a
 // uniform draw the host supplies, by exactly the rules of core's host sampler (sampling.ts), so a
@@ -43,6 +43,11 @@ export interface SampleArgs extends RowsArgs {
   readonly uniforms: bigint;
   /** f64 [rows]: a row with a draft writes the draft's probability in its filtered target, renormalised. */
   readonly draftProbs: bigint;
+  /** The CUDA kernel's scratch across a row's slices and phases; the twin needs none. */
+  readonly scratch: bigint;
+  readonly capacity: number;
+  /** The phase launched (`samplePhases`): the twin picks greedy rows at 0 and sampled rows at the draw. */
+  readonly phase: number;
 }
 
 /**
@@ -64,6 +69,7 @@ export function sampleCpu(a: SampleArgs, ctx: CpuKernelContext): void {
   const out = mem.i32(a.out, a.rows);
   for (let r = 0; r < a.rows; r++) {
     const [temperature, topK, topP, minP, draft] = params.subarray(SAMPLE_PARAMS * r, SAMPLE_PARAMS * (r + 1));
+    if (a.phase !== (temperature! > 0 ? SAMPLE_PHASE_DRAW : 0)) continue;
     if (!(temperature! > 0)) {
       argmaxCpu({ logits: a.logits + BigInt(4 * r * a.vocab), out: a.out + BigInt(4 * r), counters: 0n, partials: 0n, rows: 1, vocab: a.vocab }, ctx);
       continue;
@@ -85,6 +91,9 @@ export interface LogprobsArgs extends RowsArgs {
   readonly tokens: bigint;
   /** i32 [rows]: top logprobs a row wants (< 0: none, its row of `out` untouched). */
   readonly counts: bigint;
+  /** The CUDA kernel's scratch; the twin needs none. */
+  readonly scratch: bigint;
+  readonly capacity: number;
 }
 
 /** Each asking row's lse, its token's logit and rank, and its top pairs, by core's `positionLogprobs`. */

@@ -1,6 +1,9 @@
 import { CpuBackend } from '@metrale/cpu-backend';
 import { ARGMAX_ROW, SeededRandom, pickAt, positionLogprobs, probabilityFilter, residualProbs, sampleLogitsRow, targetProbs, type SampledRow, type SamplingParams } from '@metrale/core';
-import { DeviceSampler, argmaxLaunch, argmaxPartialsBytes, argmaxSlices } from '@metrale/layer-std';
+import {
+  DeviceSampler, SAMPLE_PHASE_DRAW, SAMPLE_POOLED_TOP_K, SAMPLE_SLICE, argmaxLaunch, argmaxPartialsBytes, argmaxSlices, sampleLaunch, samplePhases, sampleScratchBytes, sampleScratchZeroBytes,
+  sampleSlices,
+} from '@metrale/layer-std';
 import { describe, expect, it } from 'vitest';
 
 const V = 300;
@@ -223,5 +226,31 @@ describe('std.argmax\'s launch shape', () => {
     }
     sampler.dispose();
     gpu.dispose();
+  });
+});
+
+describe('std.sample\'s phases and scratch', () => {
+  const row = (temperature: number, topK = 0, topP = 1) => ({ temperature, topK, topP });
+  it('launches the slices always, the top-p digit passes only for a sampled row with top-p and no top-k, the draw for any sampled row', () => {
+    const V = 151_936;
+    expect(samplePhases([row(0), row(0)], V)).toEqual([0]);
+    expect(samplePhases([row(0.7)], V)).toEqual([0, SAMPLE_PHASE_DRAW]);
+    expect(samplePhases([row(0.7, 20, 0.8), row(0)], V)).toEqual([0, SAMPLE_PHASE_DRAW]);
+    expect(samplePhases([row(0.7, 20, 0.8), row(1, 0, 0.95)], V)).toEqual([0, 1, 2, 3, SAMPLE_PHASE_DRAW]);
+    // top-k of the whole vocabulary is no top-k; a greedy row's top-p is not looked at.
+    expect(samplePhases([row(1, V, 0.9)], V)).toEqual([0, 1, 2, 3, SAMPLE_PHASE_DRAW]);
+    expect(samplePhases([row(0, 0, 0.5)], V)).toEqual([0]);
+  });
+
+  it('cuts every row into the same slices whatever the batch, within the scratch', () => {
+    const stream = new CpuBackend().defaultStream;
+    for (const vocab of [151_936, 262_144, 4097, 4096, 64]) {
+      const slices = sampleSlices(vocab);
+      expect(SAMPLE_SLICE * (slices - 1)).toBeLessThan(vocab);
+      expect(SAMPLE_SLICE * slices).toBeGreaterThanOrEqual(vocab);
+      for (const rows of [1, 8, 64]) expect(sampleLaunch(rows, vocab, stream).grid).toEqual([slices, rows]);
+      // The zeroed part leads; the records of every row and slice follow.
+      expect(sampleScratchBytes(64, vocab)).toBeGreaterThan(sampleScratchZeroBytes(64) + 64 * slices * 8 * SAMPLE_POOLED_TOP_K);
+    }
   });
 });

@@ -83,6 +83,9 @@ describe.skipIf(!cuda.available)('DeviceSampler on CUDA picks the tokens the hos
     ['top-p 0.8', { temperature: 1.3, topP: 0.8 }],
     ['min-p 0.1', { temperature: 0.9, minP: 0.1 }],
     ['all filters', { temperature: 1.1, topK: 40, topP: 0.9, minP: 0.02 }],
+    // Row 2's plateau holds the 5th largest: its slice's pool leaves out equal logits, so the cut-offs come from the whole row.
+    ['top-k 5 in a plateau', { temperature: 0.5, topK: 5 }],
+    ['top-k 200 (past the pool), top-p 0.9', { temperature: 0.8, topK: 200, topP: 0.9 }],
   ];
   for (const [name, params] of cases) {
     it(`${name}: same tokens for the same seeds as the CPU twin, inside the host's support`, () => {
@@ -130,6 +133,21 @@ describe.skipIf(!cuda.available)('DeviceSampler on CUDA picks the tokens the hos
     }
     lines.push(`per-row parameters, one launch: ${same}/${rounds * ROWS} identical to the CPU twin, greedy rows equal argmax`);
     expect(same / (rounds * ROWS)).toBeGreaterThanOrEqual(0.99);
+  });
+
+  it('a row draws the same token alone as among other rows (its slices and sums do not depend on the batch)', () => {
+    const mixed: SamplingParams[] = [{ temperature: 0.7 }, { temperature: 1, topK: 20, topP: 0.8 }, { temperature: 1.3, topP: 0.9 }, { temperature: 0.9, minP: 0.1 }];
+    const rows = Array.from({ length: ROWS }, (_, r) => {
+      const p = mixed[r % mixed.length]!;
+      return { temperature: p.temperature!, topK: p.topK ?? 0, topP: p.topP ?? 1, minP: p.minP ?? 0, uniform: new SeededRandom(4000 + r).float(), logprobs: 3 };
+    });
+    const batched = sampler.sample(dev, rows, V, gpu.defaultStream);
+    rows.forEach((row, r) => {
+      const alone = sampler.sample(dev + BigInt(4 * r * V), [row], V, gpu.defaultStream);
+      expect(alone.tokens[0], `row ${r}`).toBe(batched.tokens[r]);
+      expect(alone.logprobs[0], `row ${r}`).toEqual(batched.logprobs[r]);
+    });
+    lines.push(`batch invariance: ${ROWS} rows alone give the tokens and logprobs they give batched`);
   });
 
   it('logprobs: each asking row\'s token, rank and top tokens exactly as core\'s positionLogprobs, its logprobs within 1e-9', () => {
