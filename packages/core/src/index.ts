@@ -49,8 +49,8 @@ export type { Sequence } from './driver/sequence.js';
 export { BatchBuckets, defaultBuckets } from './driver/batch-buckets.js';
 export type { GraphKey } from './driver/graph-cache.js';
 export { graphKey } from './driver/graph-cache.js';
-export type { Acceptance, RejectionOptions, ProbabilityTransform } from './driver/acceptance.js';
-export { acceptGreedy, acceptRejection, argmaxRow, pickAt, residualProbs, softmaxRow, sampleFrom, targetProbs } from './driver/acceptance.js';
+export type { Acceptance, ProbabilityTransform } from './driver/acceptance.js';
+export { acceptGreedy, acceptMatching, acceptPickedIds, argmaxRow, pickAt, softmaxRow, sampleFrom } from './driver/acceptance.js';
 
 export type { Seed } from './random/seeded-random.js';
 export { SeededRandom, randomSeed } from './random/seeded-random.js';

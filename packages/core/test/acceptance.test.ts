@@ -1,14 +1,14 @@
 import { describe, expect, it } from 'vitest';
 import {
   acceptGreedy,
-  acceptRejection,
+  acceptMatching,
+  acceptPickedIds,
   argmaxRow,
   InvalidArgumentError,
-  probabilityFilter,
   sampleFrom,
+  sampleLogitsRow,
   SeededRandom,
   softmaxRow,
-  type Acceptance,
 } from '../src/index.js';
 import { expectThrow } from './support/driver-rig.js';
 
@@ -73,11 +73,11 @@ describe('acceptGreedy', () => {
   });
 });
 
-describe('acceptRejection', () => {
+describe('acceptMatching', () => {
   const temperature = 0.8;
   const N = 40_000;
 
-  it('with a point-mass drafter, gives (accepted, next) distributed as sampling the target token by token', () => {
+  it('with each row drawn as sampling draws it, gives (accepted, next) distributed as sampling the target token by token', () => {
     const k = 3;
     const logits = randomLogits(3, k, 1);
     const p = [0, 1, 2].map((r) => softmaxRow(logits, VOCAB, r, temperature));
@@ -85,13 +85,12 @@ describe('acceptRejection', () => {
     const drafts = [ranked(logits, 0)[1]!, ranked(logits, 1)[0]!];
     const random = new SeededRandom(4);
     const counts = new Map<string, number>();
-    const firstToken = new Array<number>(VOCAB).fill(0);
     for (let i = 0; i < N; i++) {
-      const a = acceptRejection(logits, VOCAB, drafts, { temperature, random });
+      const a = acceptMatching((r) => sampleLogitsRow(logits, VOCAB, r, { temperature }, random), k, drafts);
       counts.set(`${a.accepted}:${a.next}`, (counts.get(`${a.accepted}:${a.next}`) ?? 0) + 1);
-      firstToken[a.accepted >= 2 ? drafts[0]! : a.next]!++;
     }
-    // Sequential sampling: token 0 ~ p0; if it is the draft, token 1 ~ p1; and so on.
+    // Sequential sampling: token 0 ~ p0; if it is the draft, token 1 ~ p1; and so on. A draft is
+    // kept with probability p(draft), as rejection sampling keeps a point-mass draft.
     const [d0, d1] = drafts as [number, number];
     let total = 0;
     for (let t = 0; t < VOCAB; t++) {
@@ -104,120 +103,34 @@ describe('acceptRejection', () => {
         total += prob;
         expectFrequency(counts.get(key) ?? 0, N, prob, `(accepted, next) = (${key})`);
       }
-      expectFrequency(firstToken[t]!, N, p[0]![t]!, `first emitted token ${t}`);
     }
     expect(total).toBeCloseTo(1, 5);
-    // Never 'rejects' a draft into itself.
     expect(counts.get(`1:${d0}`)).toBeUndefined();
     expect(counts.get(`2:${d1}`)).toBeUndefined();
   });
 
-  it('with an explicit draft distribution q, emits tokens distributed as the target', () => {
-    const k = 3;
-    const logits = randomLogits(5, k, 1);
-    const p = [0, 1, 2].map((r) => softmaxRow(logits, VOCAB, r, temperature));
-    const qRandom = new SeededRandom(6);
-    const q = [0, 1].map(() => {
-      const raw = Float32Array.from({ length: VOCAB }, () => 0.05 + qRandom.float());
-      const sum = raw.reduce((a, b) => a + b, 0);
-      return raw.map((x) => x / sum);
-    });
-    const draftRandom = new SeededRandom(7);
-    const random = new SeededRandom(8);
-    const first = new Array<number>(VOCAB).fill(0);
-    const second = new Array<number>(VOCAB).fill(0);
-    const third = new Array<number>(VOCAB).fill(0);
-    let acceptedAll = 0;
-    for (let i = 0; i < N; i++) {
-      const drafts = q.map((qi) => sampleFrom(qi, draftRandom));
-      const a: Acceptance = acceptRejection(logits, VOCAB, drafts, { temperature, random, draftProbs: q });
-      if (!(a.accepted >= 1 && a.accepted <= k)) throw new Error(`accepted ${a.accepted} outside 1..${k}`);
-      const emitted = [...drafts.slice(0, a.accepted - 1), a.next];
-      first[emitted[0]!]!++;
-      if (emitted.length >= 2) second[emitted[1]!]!++;
-      if (emitted.length >= 3) third[emitted[2]!]!++;
-      if (a.accepted === k) acceptedAll++;
-    }
-    const n2 = second.reduce((x, y) => x + y, 0);
-    const n3 = third.reduce((x, y) => x + y, 0);
-    expect(n2).toBeGreaterThan(N / 10);
-    expect(n3).toBe(acceptedAll);
-    for (let t = 0; t < VOCAB; t++) {
-      expectFrequency(first[t]!, N, p[0]![t]!, `token 0 = ${t}`);
-      expectFrequency(second[t]!, n2, p[1]![t]!, `token 1 = ${t} given two tokens`);
-      expectFrequency(third[t]!, n3, p[2]![t]!, `token 2 = ${t} given three tokens`);
-    }
-    // Acceptance rate of draft 0 is Σ min(p, q) (the overlap of the two distributions).
-    const overlap = p[0]!.reduce((acc, pi, t) => acc + Math.min(pi, q[0]![t]!), 0);
-    expectFrequency(n2, N, overlap, 'first draft accepted');
-  });
-
-  it('with a filter (top-k, top-p, min-p), gives tokens distributed as sampling the filtered target, its kept mass renormalised', () => {
-    // One draft, the top token: it is emitted with its filtered, renormalised probability (a filter
-    // zeroes what it drops; taking the kept p(x) as it stands would accept too rarely).
-    const logits = randomLogits(15, 2, 1);
-    for (const params of [{ topK: 3 }, { topP: 0.6 }, { minP: 0.3 }, { topK: 5, topP: 0.8 }]) {
-      const transform = probabilityFilter(params)!;
-      const p = [0, 1].map((r) => {
-        const f = transform(softmaxRow(logits, VOCAB, r, temperature));
-        const sum = f.reduce((a, b) => a + b, 0);
-        return f.map((x) => x / sum);
-      });
-      const draft = ranked(logits, 0)[0]!;
-      const random = new SeededRandom(16);
-      const first = new Array<number>(VOCAB).fill(0);
-      const second = new Array<number>(VOCAB).fill(0);
-      let n2 = 0;
-      const n = 20_000;
-      for (let i = 0; i < n; i++) {
-        const a = acceptRejection(logits, VOCAB, [draft], { temperature, random, transform });
-        first[a.accepted === 2 ? draft : a.next]!++;
-        if (a.accepted === 2) second[a.next]!++, n2++;
-      }
-      for (let t = 0; t < VOCAB; t++) {
-        expectFrequency(first[t]!, n, p[0]![t]!, `${JSON.stringify(params)}: token 0 = ${t}`);
-        expectFrequency(second[t]!, n2, p[1]![t]!, `${JSON.stringify(params)}: token 1 = ${t}`);
+  it('takes one draw per emitted token, so the tokens are those plain sampling draws from the same stream', () => {
+    const logits = randomLogits(15, 4, 1);
+    for (const params of [{ temperature }, { temperature, topK: 3 }, { temperature, topP: 0.6 }, { temperature, minP: 0.3 }]) {
+      for (let seed = 0; seed < 50; seed++) {
+        const drafts = [ranked(logits, 0)[0]!, ranked(logits, 1)[seed % 2]!, ranked(logits, 2)[0]!];
+        const verify = new SeededRandom(seed);
+        const a = acceptMatching((r) => sampleLogitsRow(logits, VOCAB, r, params, verify), 4, drafts);
+        // Plain sampling of the same rows (each row given the drafts before it) with the same seed.
+        const plain = new SeededRandom(seed);
+        const emitted = [...drafts.slice(0, a.accepted - 1), a.next];
+        emitted.forEach((token, r) => expect(sampleLogitsRow(logits, VOCAB, r, params, plain), `${JSON.stringify(params)} seed ${seed} row ${r}`).toBe(token));
+        expect(verify.float()).toBe(plain.float());
       }
     }
   });
 
-  it('is reproducible from the seed', () => {
-    const logits = randomLogits(9, 3);
-    const run = (seed: number) => {
-      const random = new SeededRandom(seed);
-      return Array.from({ length: 50 }, () => acceptRejection(logits, VOCAB, [1, 2], { temperature: 1, random }));
-    };
-    expect(run(10)).toEqual(run(10));
-    expect(run(10)).not.toEqual(run(11));
-  });
-
-  it('applies the probability transform: top-1 makes it greedy', () => {
-    const top1 = (row: Float32Array): Float32Array => {
-      let best = 0;
-      for (let i = 1; i < row.length; i++) if (row[i]! > row[best]!) best = i;
-      return Float32Array.from(row, (_, i) => (i === best ? 1 : 0));
-    };
-    const random = new SeededRandom(12);
-    for (let trial = 0; trial < 40; trial++) {
-      const logits = randomLogits(100 + trial, 4);
-      const drafts = [0, 1, 2].map((r) => (trial % 3 === r ? ranked(logits, r)[1]! : ranked(logits, r)[0]!));
-      expect(acceptRejection(logits, VOCAB, drafts, { temperature: 0.7, random, transform: top1 })).toEqual(acceptGreedy(logits, VOCAB, drafts));
-    }
-  });
-
-  it('refuses a temperature ≤ 0 and mismatched draft distributions', () => {
-    const logits = randomLogits(13, 2);
-    const random = new SeededRandom(14);
-    for (const temperature of [0, -0.5, Number.NaN]) {
-      expectThrow(() => acceptRejection(logits, VOCAB, [1], { temperature, random }), InvalidArgumentError, /temperature must be > 0 for sampling, got/);
-    }
-    expectThrow(() => softmaxRow(logits, VOCAB, 0, 0), InvalidArgumentError, /got 0/);
-    expectThrow(
-      () => acceptRejection(logits, VOCAB, [1], { temperature: 1, random, draftProbs: [] }),
-      InvalidArgumentError,
-      /1 drafts need 1 draft distributions, got 0/,
-    );
-    expectThrow(() => acceptRejection(logits, VOCAB, [], { temperature: 1, random }), InvalidArgumentError, /2 logit rows need 1 draft tokens, got 0/);
+  it('asks for rows in order and none past the first draft that differs', () => {
+    const asked: number[] = [];
+    expect(acceptMatching((r) => (asked.push(r), [5, 6, 1, 3][r]!), 4, [5, 6, 7])).toEqual({ accepted: 3, next: 1 });
+    expect(asked).toEqual([0, 1, 2]);
+    expect(acceptPickedIds([5, 6, 7, 3], [5, 6, 7])).toEqual({ accepted: 4, next: 3 });
+    expectThrow(() => acceptPickedIds([5, 6], [5, 6]), InvalidArgumentError, /2 rows need 1 draft tokens, got 2/);
   });
 });
 

@@ -2,7 +2,7 @@ import { CpuBackend } from '@metrale/cpu-backend';
 import { describe, expect, it } from 'vitest';
 import {
   ARGMAX_ROW, EngineLoop, InvalidArgumentError, NgramProposer, SeededRandom, StepDriver, TokenHistory, adjustLogits, argmaxRow, generateAll, pickAt, positionLogprobs,
-  probabilityFilter, residualProbs, sampleLogitsRow, targetProbs,
+  probabilityFilter, sampleLogitsRow,
   type GenerateRequest, type LayerLimits, type SampledRow, type SampledTokens, type SamplingParams,
 } from '../src/index.js';
 import { BigramLayer } from './support/bigram-layer.js';
@@ -158,7 +158,7 @@ describe('the engine loop with a picker that samples', () => {
 });
 
 describe('the engine loop with a picker that samples, speculating', () => {
-  it('a verify step rejection-samples on the device: each draft tested against the draft probability the picker returns, the residual drawn there; the host path\'s tokens', () => {
+  it('a verify step picks every row on the device as a decode would draw it: a seeded request emits the tokens it emits without speculation, on either path, alone or among others', () => {
     const gpu = new CpuBackend();
     // Favourites weak enough that sampled drafts are both accepted and rejected.
     const t = new SeededRandom(31).normals(V * V);
@@ -167,58 +167,46 @@ describe('the engine loop with a picker that samples, speculating', () => {
     const limits: LayerLimits = { maxSeqs: 4, maxSeqLen: 64, maxBatch: 4, maxK: 4, maxRows: 16 };
     const driver = new StepDriver({ gpu, layers: [layer], limits });
     const calls: SampledRow[][] = [];
-    // What a device kernel gives: with a draft, its probability in the filtered target and a token
-    // of the residual (core's targetProbs / residualProbs, the host verify's rules); else as sampling.
+    // What a device kernel gives: each row as the host sampler picks it with the row's draw.
     const sample = (logits: bigint, rows: readonly SampledRow[], vocab: number): SampledTokens => {
       calls.push([...rows]);
       const l = new Float32Array(gpu.download(logits, 4 * rows.length * vocab).buffer);
-      const draftProbs: (number | undefined)[] = rows.map(() => undefined);
       const tokens = Int32Array.from(rows, (row, r) => {
         if (!(row.temperature > 0)) return argmaxRow(l, vocab, r);
         const params: SamplingParams = { temperature: row.temperature, topK: row.topK, topP: row.topP, minP: row.minP };
-        if (row.draft === undefined) return sampleLogitsRow(l, vocab, r, params, { float: () => row.uniform } as unknown as SeededRandom);
-        const p = targetProbs(l, vocab, r, row.temperature, probabilityFilter(params));
-        draftProbs[r] = p[row.draft]!;
-        return pickAt(residualProbs(p, row.draft), row.uniform);
+        return sampleLogitsRow(l, vocab, r, params, { float: () => row.uniform } as unknown as SeededRandom);
       });
-      return { tokens, logprobs: rows.map(() => undefined), draftProbs };
+      return { tokens, logprobs: rows.map((row, r) => (row.logprobs === undefined ? undefined : positionLogprobs(l, vocab, r, tokens[r]!, row.logprobs))) };
     };
     const picker = { maxRows: 16, argmax: (l: bigint, rows: number, vocab: number) => sample(l, Array.from({ length: rows }, () => ARGMAX_ROW), vocab).tokens, sample };
-    const run = (withPicker: boolean) => generateAll(new EngineLoop({
-      driver, vocabSize: V, prefillChunk: 16, speculation: { proposer: new NgramProposer({ k: 3, minN: 1 }), k: 3, adaptive: false }, ...(withPicker ? { picker } : {}),
-    }), requests, 3);
+    const run = (reqs: GenerateRequest[], withPicker: boolean, speculate = true) => generateAll(new EngineLoop({
+      driver, vocabSize: V, prefillChunk: 16, ...(speculate ? { speculation: { proposer: new NgramProposer({ k: 3, minN: 1 }), k: 3, adaptive: false } } : {}),
+      ...(withPicker ? { picker } : {}),
+    }), reqs, 3);
     const requests: GenerateRequest[] = [
-      { prompt: [1, 8, 11, 10, 5, 12, 1, 8, 11], maxTokens: 18, sampling: { temperature: 0.9, topP: 0.9, seed: 4 } },
+      { prompt: [1, 8, 11, 10, 5, 12, 1, 8, 11], maxTokens: 18, sampling: { temperature: 0.9, topP: 0.9, seed: 4 }, logprobs: 2 },
       { prompt: [2, 13, 4, 2, 13, 4], maxTokens: 16, sampling: { temperature: 1.2, topK: 4, minP: 0.05, seed: 9 } },
       { prompt: [3, 15, 14, 3, 15], maxTokens: 12 },
     ];
     try {
-      const host = run(false);
-      const device = run(true);
-      expect(device.outputs.map((o) => o.tokens)).toEqual(host.outputs.map((o) => o.tokens));
-      // The verify steps went to the device, drafts in hand; some drafts were accepted, some not.
-      expect(calls.some((c) => c.some((r) => r.draft !== undefined))).toBe(true);
+      const plain = run(requests, false, false);
+      const host = run(requests, false);
+      calls.length = 0;
+      const device = run(requests, true);
+      for (const r of [host, device]) {
+        expect(r.outputs.map((o) => o.tokens)).toEqual(plain.outputs.map((o) => o.tokens));
+        expect(r.outputs[0]!.logprobs!.map((p) => [p.token, p.rank, p.top.map((x) => x.token)])).toEqual(plain.outputs[0]!.logprobs!.map((p) => [p.token, p.rank, p.top.map((x) => x.token)]));
+      }
+      // The verify steps went to the device (k rows a sequence, sampled ones with draws); some drafts
+      // were accepted, some not, alike on both paths.
+      expect(calls.some((c) => c.length > 3 && c.some((r) => r.temperature > 0) && c.some((r) => r.logprobs !== undefined))).toBe(true);
       const s = device.stats.speculation!;
       expect(s.accepted).toBeGreaterThan(0);
       expect(s.accepted).toBeLessThan(s.drafted);
       expect(s).toEqual(host.stats.speculation);
-      // A picker whose sample ignores drafts is refused by name, not read as rejecting every draft.
-      const blind = { ...picker, sample: (l: bigint, rows: readonly SampledRow[], vocab: number) => ({ ...sample(l, rows, vocab), draftProbs: undefined }) };
-      const failed = generateAll(new EngineLoop({
-        driver, vocabSize: V, prefillChunk: 16, speculation: { proposer: new NgramProposer({ k: 3, minN: 1 }), k: 3, adaptive: false }, picker: blind,
-      }), requests.slice(0, 1), 3).outputs[0]!;
-      expect(failed.finishReason).toBe('error');
-      expect(failed.error).toMatch(/returned no draftProbs for rows with drafts/);
-      // A seeded request's tokens do not depend on the others in its steps (a sampled sequence
-      // verifies its own drafts, never the padding other sequences' drafts make, and one without
-      // drafts draws as a decode step would), on either path.
+      // A seeded request's tokens do not depend on the others in its steps, on either path.
       for (const withPicker of [false, true]) {
-        for (const i of [0, 1]) {
-          const alone = generateAll(new EngineLoop({
-            driver, vocabSize: V, prefillChunk: 16, speculation: { proposer: new NgramProposer({ k: 3, minN: 1 }), k: 3, adaptive: false }, ...(withPicker ? { picker } : {}),
-          }), [requests[i]!], 3).outputs[0]!.tokens;
-          expect(alone, `request ${i} alone, picker ${withPicker}`).toEqual(host.outputs[i]!.tokens);
-        }
+        for (const i of [0, 1]) expect(run([requests[i]!], withPicker).outputs[0]!.tokens, `request ${i} alone, picker ${withPicker}`).toEqual(plain.outputs[i]!.tokens);
       }
     } finally {
       driver.dispose();
@@ -285,12 +273,13 @@ describe('the engine loop, run to completion (generateAll)', () => {
     }, { maxSeqs: 2, maxSeqLen: 20, maxBatch: 2, maxK: 1, maxRows: 4 });
   });
 
-  it('sampling with a seed is reproducible and, with rejection sampling, speculation still runs', () => {
+  it('sampling with a seed is reproducible, and speculating gives the same tokens', () => {
     withRunner((make) => {
       const req: GenerateRequest = { prompt: [1, 8, 11], maxTokens: 12, sampling: { temperature: 1.5, topK: 6, topP: 0.95, seed: 5 } };
-      expect(make().generate([req]).outputs[0]!.tokens).toEqual(make().generate([req]).outputs[0]!.tokens);
+      const plain = make().generate([req]).outputs[0]!.tokens;
+      expect(make().generate([req]).outputs[0]!.tokens).toEqual(plain);
       const a = make(3).generate([req]).outputs[0]!.tokens;
-      expect(make(3).generate([req]).outputs[0]!.tokens).toEqual(a);
+      expect(a).toEqual(plain);
       expect(a).toHaveLength(12);
     });
   });

@@ -24,7 +24,7 @@ describe('LoopSpeculation', () => {
     const spec = new LoopSpeculation({ proposer: { propose: () => (proposals++, [1]) }, k: 2, adaptive: false }, NO_VERIFY);
     const r = running(0, [1, 2]);
     expect(spec.adaptive).toBe(false);
-    expect(spec.verifies(1, [r], true)).toBe(true);
+    expect(spec.verifies(1, [r])).toBe(true);
     expect(spec.decodes(1, [r])).toBe(false);
     const before = spec.countsBefore([r]);
     expect(before).toBeUndefined();
@@ -34,11 +34,11 @@ describe('LoopSpeculation', () => {
     expect(proposals).toBe(0);
   });
 
-  it('with a gate decodes where verifies cost more than their accepted drafts bring, but verifies where a sequence samples with a seed of its own', () => {
+  it('with a gate decodes where verifies cost more than their accepted drafts bring, whatever the sequences sample with', () => {
     const spec = new LoopSpeculation({ proposer: { propose: () => [] }, k: 4 }, NO_VERIFY);
     const r = running(0, [1, 2]);
     // Nothing measured: the first step verifies to measure.
-    expect(spec.verifies(1, [r], true)).toBe(true);
+    expect(spec.verifies(1, [r])).toBe(true);
     spec.recordVerify(1, undefined); // the capture
     spec.recordVerify(1, 10);
     spec.recordDecode(1, 1);
@@ -47,11 +47,14 @@ describe('LoopSpeculation', () => {
     spec.checkDecoded([r], before); // proposes nothing: 0 accepted
     expect(r.acceptedDrafts.perVerify).toBe(0);
     expect(spec.decodes(1, [r])).toBe(true);
-    expect(spec.verifies(1, [r], true)).toBe(false);
-    expect(spec.verifies(1, [r], false)).toBe(true);
+    expect(spec.verifies(1, [r])).toBe(false);
+    // A seeded sampled sequence no longer forces verifies: its tokens are the same either way.
+    const seeded = running(1, [1, 2], { temperature: 1, seed: 5 } as { temperature: number });
+    seeded.acceptedDrafts.perVerify = 0;
+    expect(spec.verifies(1, [seeded])).toBe(false);
   });
 
-  it("checks a greedy sequence's drafts against the tokens it decodes and takes the count in as a verify's; sampled sequences and those that did not generate are left alone", () => {
+  it("checks each sequence's drafts, greedy or sampled, against the tokens it decodes and takes the count in as a verify's; those that did not generate are left alone", () => {
     const spec = new LoopSpeculation({ proposer: { propose: (_history, max) => [7, 8, 9].slice(0, max) }, k: 2 }, NO_VERIFY);
     const greedy = running(0, [1, 2]);
     const sampled = running(1, [1, 2], { temperature: 1 });
@@ -62,16 +65,16 @@ describe('LoopSpeculation', () => {
       all.forEach((r, i) => tokens[i] !== undefined && generate(r, tokens[i]!));
       spec.checkDecoded(all, before);
     };
-    step([3, 3, undefined]); // proposes [7, 8] for the greedy sequence only
+    step([3, 3, undefined]); // proposes [7, 8] for both sequences that generated
     expect(greedy.shadow?.drafts).toEqual([7, 8]);
-    expect(sampled.shadow).toBeUndefined();
+    expect(sampled.shadow?.drafts).toEqual([7, 8]);
     expect(idle.shadow).toBeUndefined();
-    step([7, 7, undefined]); // the first draft matched: not settled yet
+    step([7, 5, undefined]); // the greedy's first draft matched (not settled); the sampled one's differs: 0 accepted
     expect(greedy.acceptedDrafts.perVerify).toBeUndefined();
-    step([5, 5, undefined]); // the second differs: 1 accepted, and new drafts
+    expect(sampled.acceptedDrafts.perVerify).toBe(0);
+    step([5, 7, undefined]); // the greedy's second differs: 1 accepted, and new drafts
     expect(greedy.acceptedDrafts.perVerify).toBe(1);
     expect(greedy.shadow?.drafts).toEqual([7, 8]);
-    expect(sampled.acceptedDrafts.perVerify).toBeUndefined();
     expect(idle.acceptedDrafts.perVerify).toBeUndefined();
   });
 });

@@ -1,12 +1,10 @@
 // Token selection of layer-std (src/sample-kernels.ts; reference src/sample.cpu.ts; KERNELS.md):
 //   std_argmax  out[r] = the lowest index of row r's maximum (NaN never wins; an all −∞ row gives 0)
 //   std_sample  each row by its own parameters (params[r], f64: temperature, top-k, top-p, min-p,
-//               draft): softmax at the temperature, then top-k, top-p, min-p (HF order; ties at a
-//               cut-off kept), then the inverse CDF at uniforms[r] · Σp (the host's f64 draw, as
-//               core's sampler takes it); with a draft (≥ 0) the draft is left out of the draw
-//               (rejection sampling's residual) and draftProbs[r] is its share of the kept mass (the
-//               acceptance ratio); a row of temperature ≤ 0 takes
-//               its argmax as std_argmax does (so greedy and sampled requests share a launch)
+//               uniform): softmax at the temperature, then top-k, top-p, min-p (HF order; ties at a
+//               cut-off kept), then the inverse CDF at uniform · Σp (the host's f64 draw, as core's
+//               sampler takes it); a row of temperature ≤ 0 takes its argmax as std_argmax does
+//               (so greedy and sampled requests share a call)
 //   std_logprobs each asking row's log-normalizer, its picked token's logit and rank and its n most
 //               likely tokens (core's positionLogprobs; the host makes logit − lse of them)
 //
@@ -28,7 +26,7 @@
 //   1–3 (digits) a top-p row without top-k: each slice's masses by an 11-, 11- and 10-bit digit of
 //               the order keys under the digits chosen so far, added to the row's histogram; the last
 //               CTA takes the largest digit whose mass with the ones above reaches the target,
-//   4 (draw)    each slice's kept mass (the draft left out); the last CTA finds the slice that holds
+//   4 (draw)    each slice's kept mass; the last CTA finds the slice that holds
 //               the draw and walks it in index order (thread-contiguous shares).
 // A row whose top-k is past the pool's reach (k > 112), or whose pools may have left out a logit
 // the cut keeps (ties at the cut), gets its cut-offs from one CTA over the whole row. The
@@ -270,7 +268,7 @@ __device__ __forceinline__ Best slice_best(const float* __restrict__ l, int lo, 
 }
 
 
-/** A row's parameters in std_sample's `params` (f64 [rows][kSampleParams], the host's values unrounded; src/sample-kernels.ts). */
+/** A row's parameters and draw in std_sample's `params` (f64 [rows][kSampleParams], the host's values unrounded; src/sample-layout.ts). */
 constexpr int kSampleParams = 5;
 /** Logits of a slice (src/sample-kernels.ts SAMPLE_SLICE): fixed, so a row's sums and token do not depend on the batch. */
 constexpr int kSampleSlice = 4096;
@@ -651,12 +649,11 @@ __device__ void sample_digit(const float* __restrict__ l, int V, int r, int s, i
 }
 
 /**
- * The draw of a sampled row: each slice's kept mass (the draft left out), then the last CTA finds
- * the slice that holds uniforms[r] · Σ and walks it in index order; with a draft, its share of the
- * kept mass to draftProbs[r].
+ * The draw of a sampled row: each slice's kept mass, then the last CTA finds the slice that holds
+ * its uniform · Σ and walks it in index order.
  */
-__device__ void sample_draw(const float* __restrict__ l, int V, int r, int s, int S, double T, double minP, int draft, double uniform, int32_t* __restrict__ out,
-                            double* __restrict__ draftProbs, SampleScratch& sc, SampleShared& sh) {
+__device__ void sample_draw(const float* __restrict__ l, int V, int r, int s, int S, double T, double minP, double uniform, int32_t* __restrict__ out, SampleScratch& sc,
+                            SampleShared& sh) {
   const int tid = threadIdx.x;
   const SampleRow* st = sc.rows + r;
   const Probs P{l, st->mx, T, st->sum};
@@ -666,7 +663,7 @@ __device__ void sample_draw(const float* __restrict__ l, int V, int r, int s, in
   const double lo = fmax(fmax(P.below(cutK), P.below(cutP)), P.below((float)minAbs * (1.f - 1e-6f)));
   const auto kept = [&](int i) -> u64 {
     const float x = __ldg(l + i);
-    if (i == draft || (double)x < lo) return 0;
+    if ((double)x < lo) return 0;
     const float p = P.of(x);
     return p >= cutK && p >= cutP && !((double)p < minAbs) ? fixed(p) : 0;
   };
@@ -688,12 +685,6 @@ __device__ void sample_draw(const float* __restrict__ l, int V, int r, int s, in
   if (tid == 0) {
     u64 total = 0;
     for (int k = 0; k < S; k++) total += __ldcg(&parts[k].mass);
-    if (draft >= 0) {
-      // The draft's share of the kept mass: its probability in the target renormalised.
-      const float px = P(draft);
-      const double fx = px >= cutK && px >= cutP && !((double)px < minAbs) ? (double)fixed(px) : 0.0;
-      draftProbs[r] = fx > 0.0 ? fx / ((double)total + fx) : 0.0;
-    }
     sh.at = -1, sh.picked = -1;
     if (total > 0) {
       u64 u = (u64)(uniform * (double)total);
@@ -776,8 +767,8 @@ extern "C" __global__ void __launch_bounds__(1024) std_argmax(const float* __res
 }
 
 
-extern "C" __global__ void __launch_bounds__(kSampleThreads) std_sample(const float* __restrict__ logits, const double* __restrict__ params, const double* __restrict__ uniforms,
-                                                                        int32_t* __restrict__ out, double* __restrict__ draftProbs, unsigned char* __restrict__ scratch, int capacity,
+extern "C" __global__ void __launch_bounds__(kSampleThreads) std_sample(const float* __restrict__ logits, const double* __restrict__ params,
+                                                                        int32_t* __restrict__ out, unsigned char* __restrict__ scratch, int capacity,
                                                                         int rows, int vocab, int phase) {
   __shared__ SampleShared sh;
   const int V = vocab, S = gridDim.x, s = blockIdx.x;
@@ -786,12 +777,12 @@ extern "C" __global__ void __launch_bounds__(kSampleThreads) std_sample(const fl
   for (int r = blockIdx.y; r < rows; r += gridDim.y) {
     const double* pr = params + (size_t)r * kSampleParams;
     const double T = __ldg(pr), topP = __ldg(pr + 2), minP = __ldg(pr + 3);
-    const int topK = (int)__ldg(pr + 1), draft = (int)__ldg(pr + 4);
+    const int topK = (int)__ldg(pr + 1);
     const float* l = logits + (size_t)r * V;
     if (phase == kPhaseSlices) {
       sample_slices(l, V, r, s, S, T, topK, topP, out, sc, sh);
     } else if (phase == kPhaseDraw) {
-      if (T > 0.0) sample_draw(l, V, r, s, S, T, minP, draft, __ldg(uniforms + r), out, draftProbs, sc, sh);
+      if (T > 0.0) sample_draw(l, V, r, s, S, T, minP, __ldg(pr + 4), out, sc, sh);
     } else if (T > 0.0 && topP < 1.0 && !has_top_k(topK, V)) {
       sample_digit(l, V, r, s, S, phase, T, topP, sc, sh);
     }

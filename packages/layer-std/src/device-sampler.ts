@@ -7,8 +7,8 @@ import { requireKernels } from './require-kernels.js';
 import { argmaxKernel, argmaxLaunch, argmaxPartialsBytes, logprobsKernel, sampleKernel, sampleLaunch, samplePhases, sampleScratchBytes, sampleScratchZeroBytes, sampleSlices } from './sample-kernels.js';
 
 /**
- * Picks each logit row's token on the device, so only `rows` token ids (and the logprobs and draft
- * probabilities asked for) come back instead of `rows × vocab` logits. Sampling draws its uniforms
+ * Picks each logit row's token on the device, so only `rows` token ids (and the logprobs asked
+ * for) come back instead of `rows × vocab` logits. Sampling draws its uniforms
  * from the sequence's `SeededRandom` on the host, in the order the host sampler would, so both give
  * the same tokens for the same seed (but for a draw within ~1e-16 of a boundary: the kernel's sums
  * are fixed-point; the draw and the parameters are the host's f64s). The engine loop takes it as
@@ -19,13 +19,9 @@ export class DeviceSampler implements DeviceTokenPicker {
   readonly maxRows: number;
   readonly #gpu: GpuBackend;
   readonly #tokens: DevicePtr;
-  readonly #uniforms: DevicePtr;
-  /** `std.sample`'s per-row parameters (f64 [maxRows][SAMPLE_PARAMS]). */
+  /** A call's rows: `std.sample`'s parameters and draws (f64 [rows][SAMPLE_PARAMS]), then `std.logprobs`' counts (i32 [rows]). */
   readonly #params: DevicePtr;
-  /** `std.sample`'s draft probabilities (f64 [maxRows]). */
-  readonly #draftProbs: DevicePtr;
-  /** `std.logprobs`' counts (i32 [maxRows]) and its rows (u32 [maxRows][LOGPROBS_ROW_WORDS]). */
-  readonly #counts: DevicePtr;
+  /** `std.logprobs`' rows (u32 [maxRows][LOGPROBS_ROW_WORDS]). */
   readonly #logprobs: DevicePtr;
   /** `std.argmax`'s scratch: a counter per row (zero between launches), then, 16-byte aligned, the slices' pairs. */
   readonly #argmaxScratch: DevicePtr;
@@ -42,16 +38,12 @@ export class DeviceSampler implements DeviceTokenPicker {
     this.#gpu = gpu;
     this.maxRows = maxRows;
     this.#tokens = gpu.alloc(4 * maxRows);
-    this.#uniforms = gpu.alloc(8 * maxRows);
-    this.#params = gpu.alloc(8 * SAMPLE_PARAMS * maxRows);
-    this.#draftProbs = gpu.alloc(8 * maxRows);
-    this.#counts = gpu.alloc(4 * maxRows);
+    this.#params = gpu.alloc((8 * SAMPLE_PARAMS + 4) * maxRows);
     this.#logprobs = gpu.alloc(4 * LOGPROBS_ROW_WORDS * maxRows);
     this.#partialsOffset = 16 * Math.ceil(maxRows / 4);
     this.#argmaxScratch = gpu.alloc(this.#partialsOffset + argmaxPartialsBytes(maxRows, gpu.device.multiprocessors));
     gpu.upload(this.#argmaxScratch, new Uint32Array(maxRows));
-    // Host staging, per row: the uniform (f64), the parameters (f64 [SAMPLE_PARAMS]), the draft
-    // probability (f64), the logprobs count (i32), the id (i32), then the logprobs rows.
+    // Host staging (IDS_AT, LOGPROBS_AT): a call's rows as they go up, the ids, the logprobs rows.
     this.#host = gpu.allocHost(LOGPROBS_AT * maxRows + 4 * LOGPROBS_ROW_WORDS * maxRows);
     for (let i = 0; i < 2; i++) this.#async.push({ host: gpu.allocHost(4 * maxRows), done: gpu.createEvent(), call: -1 });
   }
@@ -72,47 +64,40 @@ export class DeviceSampler implements DeviceTokenPicker {
 
   /**
    * The token of each row of `logits` picked by its own `SampledRow` (temperature 0: its argmax, the
-   * token `argmax` gives; with a draft, drawn without it and the draft's probability returned), by
-   * `std.sample`'s phases (2 to 5 launches over CTAs of a slice of a row each), and the logprobs of
-   * the rows that ask in one `std.logprobs` launch.
-   * Synchronous: waits for the stream and returns host ids, logprobs and draft probabilities.
+   * token `argmax` gives) by `std.sample`'s phases (2 to 5 launches over CTAs of a slice of a row
+   * each), and the logprobs of the rows that ask in one `std.logprobs` launch; the rows' parameters,
+   * draws and logprobs counts go up in one copy. Synchronous: waits for the stream and returns host
+   * ids and logprobs.
    */
   sample(logits: DevicePtr, rows: readonly SampledRow[], vocab: number, stream: Stream): SampledTokens {
     const n = rows.length;
     this.#checkRows(n);
     const bytes = this.#host.bytes;
     const max = this.maxRows;
-    const u = new Float64Array(bytes.buffer, bytes.byteOffset, n);
-    const params = new Float64Array(bytes.buffer, bytes.byteOffset + 8 * max, SAMPLE_PARAMS * n);
-    const counts = new Int32Array(bytes.buffer, bytes.byteOffset + COUNTS_AT * max, n);
+    // This call's rows: parameters and draw (f64 [n][SAMPLE_PARAMS]), then the logprobs counts (i32 [n]).
+    const params = new Float64Array(bytes.buffer, bytes.byteOffset, SAMPLE_PARAMS * n);
+    const counts = new Int32Array(bytes.buffer, bytes.byteOffset + 8 * SAMPLE_PARAMS * n, n);
     rows.forEach((row, i) => {
-      checkRow(row, i, vocab);
-      u[i] = row.uniform;
-      params.set([row.temperature, row.topK, row.topP, row.minP, row.draft ?? -1], SAMPLE_PARAMS * i);
+      checkRow(row, i);
+      params.set([row.temperature, row.topK, row.topP, row.minP, row.uniform], SAMPLE_PARAMS * i);
       counts[i] = row.logprobs ?? -1;
     });
     const gpu = this.#gpu;
-    gpu.copyToDeviceAsync(this.#uniforms, this.#host, 0, 8 * n, stream);
-    gpu.copyToDeviceAsync(this.#params, this.#host, 8 * max, 8 * SAMPLE_PARAMS * n, stream);
+    const asks = rows.some((row) => row.logprobs !== undefined);
+    gpu.copyToDeviceAsync(this.#params, this.#host, 0, (8 * SAMPLE_PARAMS + (asks ? 4 : 0)) * n, stream);
     const scratch = this.#scratchFor(vocab);
     const launch = sampleLaunch(n, vocab, stream);
     for (const phase of samplePhases(rows, vocab)) {
-      gpu.launch(sampleKernel, launch, { logits, params: this.#params, uniforms: this.#uniforms, out: this.#tokens, draftProbs: this.#draftProbs, scratch, capacity: max, rows: n, vocab, phase });
+      gpu.launch(sampleKernel, launch, { logits, params: this.#params, out: this.#tokens, scratch, capacity: max, rows: n, vocab, phase });
     }
-    const drafts = rows.some((row) => row.draft !== undefined);
-    if (drafts) gpu.copyToHostAsync(this.#host, DRAFT_PROBS_AT * max, this.#draftProbs, 8 * n, stream);
-    const asks = rows.some((row) => row.logprobs !== undefined);
     if (asks) {
-      gpu.copyToDeviceAsync(this.#counts, this.#host, COUNTS_AT * max, 4 * n, stream);
-      gpu.launch(logprobsKernel, launch, { logits, tokens: this.#tokens, counts: this.#counts, out: this.#logprobs, scratch, capacity: max, rows: n, vocab });
+      const countsOnDevice = this.#params + BigInt(8 * SAMPLE_PARAMS * n);
+      gpu.launch(logprobsKernel, launch, { logits, tokens: this.#tokens, counts: countsOnDevice, out: this.#logprobs, scratch, capacity: max, rows: n, vocab });
       gpu.copyToHostAsync(this.#host, LOGPROBS_AT * max, this.#logprobs, 4 * LOGPROBS_ROW_WORDS * n, stream);
     }
     const tokens = this.#readIds(n, stream);
     const staged = bytes.subarray(LOGPROBS_AT * max);
-    const logprobs = rows.map((row, i) => (row.logprobs === undefined ? undefined : readLogprobsRow(staged, i, tokens[i]!)));
-    if (!drafts) return { tokens, logprobs };
-    const probs = new Float64Array(bytes.buffer, bytes.byteOffset + DRAFT_PROBS_AT * max, n);
-    return { tokens, logprobs, draftProbs: rows.map((row, i) => (row.draft === undefined ? undefined : probs[i]!)) };
+    return { tokens, logprobs: rows.map((row, i) => (row.logprobs === undefined ? undefined : readLogprobsRow(staged, i, tokens[i]!))) };
   }
 
   /** The kernels' scratch for rows of `vocab`, its histograms and counters zero. */
@@ -181,10 +166,7 @@ export class DeviceSampler implements DeviceTokenPicker {
 
   dispose(): void {
     this.#gpu.free(this.#tokens);
-    this.#gpu.free(this.#uniforms);
     this.#gpu.free(this.#params);
-    this.#gpu.free(this.#draftProbs);
-    this.#gpu.free(this.#counts);
     this.#gpu.free(this.#logprobs);
     this.#gpu.free(this.#argmaxScratch);
     if (this.#sampleScratch) this.#gpu.free(this.#sampleScratch.ptr);
@@ -196,14 +178,12 @@ export class DeviceSampler implements DeviceTokenPicker {
   }
 }
 
-/** Where the host staging's parts start, in bytes per row: the uniforms, parameters and draft probabilities (f64 each), the logprobs counts, the ids, the logprobs rows. */
-const DRAFT_PROBS_AT = 8 * (1 + SAMPLE_PARAMS);
-const COUNTS_AT = DRAFT_PROBS_AT + 8;
-const IDS_AT = COUNTS_AT + 4;
+/** Where the host staging's parts start, in bytes per row: a call's parameters and draws (f64 [SAMPLE_PARAMS]) with its logprobs counts (i32), the ids, the logprobs rows. */
+const IDS_AT = 8 * SAMPLE_PARAMS + 4;
 const LOGPROBS_AT = IDS_AT + 4;
 
 /** Refuses a row the kernel would misread, naming it. */
-function checkRow(row: SampledRow, i: number, vocab: number): void {
+function checkRow(row: SampledRow, i: number): void {
   const bad = (what: string, v: number, range: string): never => {
     throw new InvalidArgumentError(`sampler: row ${i}'s ${what} must be ${range}, got ${v}`);
   };
@@ -213,8 +193,4 @@ function checkRow(row: SampledRow, i: number, vocab: number): void {
   if (!(row.minP >= 0 && row.minP <= 1)) bad('minP', row.minP, 'in [0, 1]');
   if (!(row.uniform >= 0 && row.uniform < 1)) bad('uniform', row.uniform, 'in [0, 1)');
   if (row.logprobs !== undefined && !(Number.isInteger(row.logprobs) && row.logprobs >= 0 && row.logprobs <= LOGPROBS_TOP)) bad('logprobs', row.logprobs, `a whole number in [0, ${LOGPROBS_TOP}]`);
-  if (row.draft !== undefined) {
-    if (!(row.temperature > 0)) bad('temperature', row.temperature, '> 0 for a row with a draft (a greedy row verifies by its argmax)');
-    if (!(Number.isInteger(row.draft) && row.draft >= 0 && row.draft < vocab)) bad('draft', row.draft, `a token id in [0, ${vocab})`);
-  }
 }

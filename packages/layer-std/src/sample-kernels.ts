@@ -19,13 +19,10 @@ export const argmaxKernel = defineKernel({
 });
 
 /**
- * `std.sample` (kernels/std-sample.cu): each row by its own parameters (`params` f64 [rows][SAMPLE_PARAMS],
- * the host's values unrounded: temperature, top-k as a whole number (0: off), top-p (1: off), min-p
- * (0: off), and a draft token under verification (−1: none)) and its draw (`uniforms` f64 [rows] in
- * [0, 1)); a row of temperature ≤ 0 takes its argmax, the token `std.argmax` gives. A sampled row
- * with a draft draws without it (rejection sampling's residual) and writes the draft's probability
- * in its filtered target renormalised to `draftProbs` (f64 [rows]; untouched for rows without a
- * draft). Launched once per phase of `samplePhases` on `sampleLaunch`'s CTAs (a row cut into
+ * `std.sample` (kernels/std-sample.cu): each row by its own parameters and draw (`params` f64
+ * [rows][SAMPLE_PARAMS], the host's values unrounded: temperature, top-k as a whole number (0: off),
+ * top-p (1: off), min-p (0: off), a uniform in [0, 1)); a row of temperature ≤ 0 takes its argmax,
+ * the token `std.argmax` gives. Launched once per phase of `samplePhases` on `sampleLaunch`'s CTAs (a row cut into
  * SAMPLE_SLICE-logit slices), with `scratch` of `sampleScratchBytes(capacity, vocab)` (its first
  * `sampleScratchZeroBytes(capacity)` zero before the first launch; each launch leaves them zero).
  * `out` holds the ids after the last phase. The CPU twin picks a greedy row at phase 0 and a
@@ -33,7 +30,7 @@ export const argmaxKernel = defineKernel({
  */
 export const sampleKernel = defineKernel({
   name: 'std.sample',
-  params: { logits: 'ptr', params: 'ptr', uniforms: 'ptr', out: 'ptr', draftProbs: 'ptr', scratch: 'ptr', capacity: 'i32', rows: 'i32', vocab: 'i32', phase: 'i32' },
+  params: { logits: 'ptr', params: 'ptr', out: 'ptr', scratch: 'ptr', capacity: 'i32', rows: 'i32', vocab: 'i32', phase: 'i32' },
   cuda: { module, symbol: 'std_sample' },
   cpu: sampleCpu,
 });

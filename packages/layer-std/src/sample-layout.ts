@@ -3,7 +3,7 @@ import { MAX_LOGPROBS, type PositionLogprobs } from '@metrale/core';
 // The layouts of the token-selection kernels' per-row buffers (kernels/std-sample.cu), shared by
 // the CUDA launches, their CPU twins and the host that reads them back.
 
-/** f64 values of a row in `std.sample`'s `params`: temperature, top-k, top-p, min-p, draft (−1: none). */
+/** f64 values of a row in `std.sample`'s `params`: temperature, top-k, top-p, min-p, and the row's uniform draw in [0, 1). */
 export const SAMPLE_PARAMS = 5;
 /** `std.sample`'s last phase, the draw (kPhaseDraw): 0 is the slices, 1 to 3 the top-p digit passes. */
 export const SAMPLE_PHASE_DRAW = 4;

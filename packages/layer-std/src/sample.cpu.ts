@@ -1,4 +1,4 @@
-import { logSumExp, pickAt, positionLogprobs, probabilityFilter, residualProbs, softmaxRow, targetProbs, type CpuKernelContext } from '@metrale/core';
+import { logSumExp, pickAt, positionLogprobs, probabilityFilter, softmaxRow, type CpuKernelContext } from '@metrale/core';
 import { LOGPROBS_HEAD, LOGPROBS_ROW_WORDS, LOGPROBS_TOP, SAMPLE_PARAMS, SAMPLE_PHASE_DRAW } from './sample-layout.js';
 
 // CPU reference of kernels/std-sample.cu: the token of each logit row, greedy or sampled with a
@@ -37,12 +37,8 @@ export function argmaxCpu(a: ArgmaxArgs, { mem }: CpuKernelContext): void {
 }
 
 export interface SampleArgs extends RowsArgs {
-  /** f64 [rows][SAMPLE_PARAMS]: each row's temperature (≤ 0: its argmax), top-k (0: off), top-p (1: off), min-p (0: off), draft (−1: none). */
+  /** f64 [rows][SAMPLE_PARAMS]: each row's temperature (≤ 0: its argmax), top-k (0: off), top-p (1: off), min-p (0: off) and uniform draw in [0, 1) (the host's, unrounded). */
   readonly params: bigint;
-  /** f64 [rows]: one uniform draw in [0, 1) per row (the host's draw unrounded). */
-  readonly uniforms: bigint;
-  /** f64 [rows]: a row with a draft writes the draft's probability in its filtered target, renormalised. */
-  readonly draftProbs: bigint;
   /** The CUDA kernel's scratch across a row's slices and phases; the twin needs none. */
   readonly scratch: bigint;
   readonly capacity: number;
@@ -65,24 +61,16 @@ export function sampleCpu(a: SampleArgs, ctx: CpuKernelContext): void {
   const { mem } = ctx;
   const logits = mem.f32(a.logits, a.rows * a.vocab);
   const params = mem.f64(a.params, SAMPLE_PARAMS * a.rows);
-  const u = mem.f64(a.uniforms, a.rows);
   const out = mem.i32(a.out, a.rows);
   for (let r = 0; r < a.rows; r++) {
-    const [temperature, topK, topP, minP, draft] = params.subarray(SAMPLE_PARAMS * r, SAMPLE_PARAMS * (r + 1));
+    const [temperature, topK, topP, minP, uniform] = params.subarray(SAMPLE_PARAMS * r, SAMPLE_PARAMS * (r + 1));
     if (a.phase !== (temperature! > 0 ? SAMPLE_PHASE_DRAW : 0)) continue;
     if (!(temperature! > 0)) {
       argmaxCpu({ logits: a.logits + BigInt(4 * r * a.vocab), out: a.out + BigInt(4 * r), counters: 0n, partials: 0n, rows: 1, vocab: a.vocab }, ctx);
       continue;
     }
     const row = logits.subarray(r * a.vocab, (r + 1) * a.vocab);
-    if (draft! < 0) {
-      out[r] = pickAt(filteredProbs(row, temperature!, Math.trunc(topK!), topP!, minP!), u[r]!);
-      continue;
-    }
-    // A draft under verification: core's rejection sampling rules (its acceptRejection's).
-    const p = targetProbs(row, a.vocab, 0, temperature!, probabilityFilter({ topK: Math.trunc(topK!), topP: topP!, minP: minP! }));
-    mem.f64(a.draftProbs + BigInt(8 * r), 1)[0] = p[draft!]!;
-    out[r] = pickAt(residualProbs(p, draft!), u[r]!);
+    out[r] = pickAt(filteredProbs(row, temperature!, Math.trunc(topK!), topP!, minP!), uniform!);
   }
 }
 

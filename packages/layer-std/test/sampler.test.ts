@@ -1,5 +1,5 @@
 import { CpuBackend } from '@metrale/cpu-backend';
-import { ARGMAX_ROW, SeededRandom, pickAt, positionLogprobs, probabilityFilter, residualProbs, sampleLogitsRow, targetProbs, type SampledRow, type SamplingParams } from '@metrale/core';
+import { ARGMAX_ROW, SeededRandom, positionLogprobs, sampleLogitsRow, type SampledRow, type SamplingParams } from '@metrale/core';
 import {
   DeviceSampler, SAMPLE_PHASE_DRAW, SAMPLE_POOLED_TOP_K, SAMPLE_SLICE, argmaxLaunch, argmaxPartialsBytes, argmaxSlices, sampleLaunch, samplePhases, sampleScratchBytes, sampleScratchZeroBytes,
   sampleSlices,
@@ -89,8 +89,6 @@ describe('DeviceSampler.sample: each row by its own parameters, in one launch', 
     expect(() => sampler.sample(dev, [ok, ok, ok], V, gpu.defaultStream)).toThrow(/rows must be between 1 and 2, got 3/);
     expect(() => sampler.sample(dev, [{ ...ok, logprobs: 21 }], V, gpu.defaultStream)).toThrow(/row 0's logprobs must be a whole number in \[0, 20\], got 21/);
     expect(() => sampler.sample(dev, [ok, { ...ok, logprobs: 1.5 }], V, gpu.defaultStream)).toThrow(/row 1's logprobs must be a whole number/);
-    expect(() => sampler.sample(dev, [{ ...ok, draft: V }], V, gpu.defaultStream)).toThrow(new RegExp(`row 0's draft must be a token id in \\[0, ${V}\\), got ${V}`));
-    expect(() => sampler.sample(dev, [{ ...ok, temperature: 0, draft: 3 }], V, gpu.defaultStream)).toThrow(/row 0's temperature must be > 0 for a row with a draft/);
     sampler.dispose();
     gpu.dispose();
   });
@@ -127,34 +125,6 @@ describe('DeviceSampler.sample with logprobs', () => {
     const few = sampler.sample(small, [{ ...ARGMAX_ROW, logprobs: 20 }], 8, gpu.defaultStream);
     expect(few.logprobs[0]!.top.map((t) => t.token)).toEqual([6, 2, 3, 0, 7, 4, 5, 1]);
     expect(few.logprobs[0]).toEqual(positionLogprobs(new Float32Array(gpu.download(small, 32).buffer), 8, 0, 6, 20));
-    sampler.dispose();
-    gpu.dispose();
-  });
-});
-
-describe('DeviceSampler.sample with drafts under verification', () => {
-  it('gives each draft\'s probability in its filtered target and a token of the residual, as core\'s rejection sampling takes them', () => {
-    const rows = 4;
-    const logits = new SeededRandom(22).normals(rows * V, 2);
-    const gpu = new CpuBackend();
-    const sampler = new DeviceSampler(gpu, rows);
-    const dev = gpu.alloc(4 * rows * V);
-    gpu.upload(dev, logits);
-    const u = new SeededRandom(5);
-    const filters = [{ topK: 0, topP: 1, minP: 0 }, { topK: 7, topP: 1, minP: 0 }, { topK: 0, topP: 0.8, minP: 0.02 }, { topK: 0, topP: 1, minP: 0 }];
-    for (let round = 0; round < 4; round++) {
-      const picked: SampledRow[] = filters.map((f, r) => ({ temperature: 0.9, ...f, uniform: u.float(), ...(r < 3 ? { draft: (round * 37 + r * 11) % V } : {}) }));
-      const got = sampler.sample(dev, picked, V, gpu.defaultStream);
-      picked.forEach((row, r) => {
-        if (row.draft === undefined) return expect(got.draftProbs![r]).toBeUndefined();
-        const p = targetProbs(logits, V, r, 0.9, probabilityFilter(row));
-        expect(got.draftProbs![r]).toBe(p[row.draft]!);
-        expect(got.tokens[r]).toBe(pickAt(residualProbs(p, row.draft), row.uniform));
-        expect(got.tokens[r]).not.toBe(row.draft);
-      });
-    }
-    // A call without drafts returns no draft probabilities.
-    expect(sampler.sample(dev, [{ ...ARGMAX_ROW }], V, gpu.defaultStream).draftProbs).toBeUndefined();
     sampler.dispose();
     gpu.dispose();
   });

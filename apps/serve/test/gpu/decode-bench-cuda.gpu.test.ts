@@ -45,7 +45,7 @@ interface SampledRow {
 }
 
 describe.skipIf(!cuda.available)('decode bench on CUDA', () => {
-  it('sampled decode, with logprobs and speculating: the device\'s picks (std.sample, std.logprobs, rejection sampling) are the host\'s', () => {
+  it('sampled decode, with logprobs and speculating: the device\'s picks (std.sample, std.logprobs, drafts kept while they match the draws) are the host\'s', () => {
     const file = join(out, 'sampled.json');
     const args = ['--backend', 'cuda', '--tiny', '--batches', '1,3', '--steps', '12', '--spec', '2', '--sampling', '0.8,0.9,20,3', '--out', file];
     const run = spawnSync(process.execPath, [join('bench', 'decode.bench.mjs'), ...args], { encoding: 'utf8', timeout: 240_000 });

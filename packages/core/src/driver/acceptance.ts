@@ -43,16 +43,24 @@ export function argmaxRow(logits: Float32Array, vocab: number, r: number): numbe
 /** Greedy: accept drafts while they equal the target's argmax. */
 export function acceptGreedy(logits: Float32Array, vocab: number, drafts: ArrayLike<number>): Acceptance {
   const k = checkShapes(logits, vocab, drafts);
-  return acceptGreedyTargets((i) => argmaxRow(logits, vocab, i), k, drafts);
+  return acceptMatching((i) => argmaxRow(logits, vocab, i), k, drafts);
 }
 
-/** Greedy acceptance from the k rows' argmax ids (picked on the device): the same as `acceptGreedy`. */
-export function acceptGreedyIds(targets: ArrayLike<number>, drafts: ArrayLike<number>): Acceptance {
+/** Acceptance from the k rows' tokens picked on the device (argmax, or drawn as `acceptMatching` says): the same as on the host. */
+export function acceptPickedIds(targets: ArrayLike<number>, drafts: ArrayLike<number>): Acceptance {
   if (drafts.length !== targets.length - 1) throw new InvalidArgumentError(`acceptance: ${targets.length} rows need ${targets.length - 1} draft tokens, got ${drafts.length}`);
-  return acceptGreedyTargets((i) => targets[i]!, targets.length, drafts);
+  return acceptMatching((i) => targets[i]!, targets.length, drafts);
 }
 
-function acceptGreedyTargets(target: (row: number) => number, k: number, drafts: ArrayLike<number>): Acceptance {
+/**
+ * Acceptance by matching: row i's token is `target(i)`, asked in row order and only up to the
+ * first draft that differs from it; drafts are kept while they equal it. Greedy: the row's argmax.
+ * Sampled: the row's token as plain sampling draws it, with the sequence's next draw. So a sampled
+ * sequence emits exactly the tokens its decode steps would, one draw per emitted token whatever a
+ * step verifies, and a point-mass draft (n-gram) is kept with probability p(draft), as rejection
+ * sampling (Leviathan et al.) keeps it, the token after a rejected one drawn from the rest.
+ */
+export function acceptMatching(target: (row: number) => number, k: number, drafts: ArrayLike<number>): Acceptance {
   for (let i = 0; i < k - 1; i++) {
     const t = target(i);
     if (t !== drafts[i]) return { accepted: i + 1, next: t };
@@ -95,13 +103,6 @@ export function pickAt(probs: Float32Array, u01: number): number {
   return inverseCdf(probs, massOf(probs), u01);
 }
 
-/** `probs` scaled to sum to 1 (f64 sum, in place); a row of no mass is left as it is. */
-function normalized(probs: Float32Array): Float32Array {
-  const total = massOf(probs);
-  if (total > 0) for (let i = 0; i < probs.length; i++) probs[i] = probs[i]! / total;
-  return probs;
-}
-
 function massOf(probs: Float32Array): number {
   let total = 0;
   for (let i = 0; i < probs.length; i++) total += probs[i]!;
@@ -118,58 +119,4 @@ function inverseCdf(probs: Float32Array, total: number, u01: number): number {
     u -= p;
   }
   return last;
-}
-
-export interface RejectionOptions {
-  readonly temperature: number;
-  readonly random: SeededRandom;
-  /** Applied to each row's probabilities (top-k / top-p / min-p); identity by default. */
-  readonly transform?: ProbabilityTransform;
-  /**
-   * The drafter's probability of each draft (length k − 1, for each its full distribution of
-   * `vocab` entries). Absent: a deterministic drafter (n-gram), a point mass on each draft.
-   */
-  readonly draftProbs?: readonly Float32Array[];
-}
-
-/**
- * Rejection sampling (Leviathan et al.; Chen et al.): accept draft x with probability
- * min(1, p(x)/q(x)); on rejection, draw from the residual max(0, p − q) renormalised. The output
- * is distributed exactly as sampling the target token by token.
- */
-export function acceptRejection(logits: Float32Array, vocab: number, drafts: ArrayLike<number>, options: RejectionOptions): Acceptance {
-  const k = checkShapes(logits, vocab, drafts);
-  const { temperature, random, transform, draftProbs } = options;
-  if (draftProbs && draftProbs.length !== k - 1) throw new InvalidArgumentError(`acceptRejection: ${k - 1} drafts need ${k - 1} draft distributions, got ${draftProbs.length}`);
-  for (let i = 0; i < k - 1; i++) {
-    const p = targetProbs(logits, vocab, i, temperature, transform);
-    const x = drafts[i]!;
-    const q = draftProbs?.[i];
-    const qx = q ? q[x]! : 1;
-    const ratio = qx > 0 ? Math.min(1, p[x]! / qx) : 1;
-    if (random.float() < ratio) continue;
-    return { accepted: i + 1, next: sampleFrom(residualProbs(p, x, q), random) };
-  }
-  // The last row as plain sampling draws from it (the draw scales by the kept mass), so a sequence
-  // without drafts in a verify step draws the token a decode step would.
-  const last = softmaxRow(logits, vocab, k - 1, temperature);
-  return { accepted: k, next: sampleFrom(transform ? transform(last) : last, random) };
-}
-
-/**
- * Row `r`'s target distribution as rejection sampling takes it: the softmax at `temperature`, then
- * `transform` (top-k, top-p, min-p), the kept mass renormalised to 1 (a filter zeroes what it drops
- * and leaves the rest as it was; the ratio and the residual need the target as sampling gives it).
- * With a point-mass drafter, a draft x is accepted with probability p[x].
- */
-export function targetProbs(logits: Float32Array, vocab: number, r: number, temperature: number, transform?: ProbabilityTransform): Float32Array {
-  const p = softmaxRow(logits, vocab, r, temperature);
-  return transform ? normalized(transform(p)) : p;
-}
-
-/** What a rejected draft x leaves to draw from: max(0, p − q), q a point mass on x when absent (p with x zeroed). */
-export function residualProbs(p: Float32Array, x: number, q?: Float32Array): Float32Array {
-  const residual = new Float32Array(p.length);
-  for (let j = 0; j < p.length; j++) residual[j] = Math.max(0, p[j]! - (q ? q[j]! : j === x ? 1 : 0));
-  return residual;
 }

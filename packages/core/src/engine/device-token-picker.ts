@@ -32,13 +32,6 @@ export interface SampledRow {
    * none.
    */
   readonly logprobs?: number;
-  /**
-   * A draft token under verification (sampled rows only): the token is drawn from the filtered
-   * distribution without it (the residual of a point-mass drafter, `residualProbs`), and the draft's
-   * probability in the filtered target renormalised to 1 (`targetProbs`) comes back in
-   * `draftProbs`, the acceptance ratio of rejection sampling.
-   */
-  readonly draft?: number;
 }
 
 /** What a picker's `sample` gives: each row's token and, for a row that asked, its logprobs. */
@@ -46,8 +39,6 @@ export interface SampledTokens {
   readonly tokens: Int32Array;
   /** Row i's logprobs where `rows[i].logprobs` was given, else undefined. */
   readonly logprobs: readonly (PositionLogprobs | undefined)[];
-  /** Row i's draft probability where `rows[i].draft` was given (absent where no row had one). */
-  readonly draftProbs?: readonly (number | undefined)[];
 }
 
 /** A row's argmax, with no draw: a greedy sequence's row, or one whose token the caller does not use. */
@@ -69,10 +60,10 @@ export function sampledRow(params: SamplingParams | undefined, draw: () => numbe
  * Picks tokens where the logits are, so a step brings back one id per row (and the logprobs asked
  * for) instead of rows × vocabulary f32 logits, and the host does not scan or sort them. A plugin
  * provides it (layer-std's `DeviceSampler`); the engine loop uses `argmax` for decode and verify
- * steps whose every sequence is plain greedy without logprobs, `sample` for decode steps and
- * finished prompts with sampled sequences or logprobs and for verify steps with sampled sequences
- * (each row with its draft: rejection sampling), and reads the logits of sequences with logit
- * adjustments or a constraint (and a verify step's, where one asks for logprobs).
+ * steps whose every sequence is plain greedy without logprobs, `sample` for decode steps, finished
+ * prompts and verify steps with sampled sequences or logprobs (a verify step's rows each drawn as a
+ * decode step would draw it: `acceptMatching`), and reads the logits of sequences with logit
+ * adjustments or a constraint.
  */
 export interface DeviceTokenPicker {
   /** The most rows one call takes. */

@@ -27,9 +27,9 @@ export interface EngineLoopOptions {
   /**
    * n-gram (or any) speculation: up to `k` draft tokens per sequence and step, verified in one
    * step. `adaptive` (default true): verify only where the measured costs and acceptance say it is
-   * faster than a plain decode (`SpeculationGate`) — for steps whose sequences are greedy or sample
-   * without a seed of their own, since the choice changes a seeded stream's draws; false verifies
-   * whenever there are drafts.
+   * faster than a plain decode (`SpeculationGate`); false verifies whenever there are drafts. The
+   * tokens are the same either way, greedy or sampled (a verify keeps a sampled sequence's drafts
+   * while they equal what it draws, one draw a token as its decodes would take them).
    */
   readonly speculation?: { readonly proposer: DraftProposer; readonly k: number; readonly adaptive?: boolean };
   /** Start requests on the cached blocks their prompt begins with (default true; a model that cannot resume gets no hits). */
@@ -79,7 +79,7 @@ const NO_DECODE: DecodeCounts = { seqs: 0, k: 0, drafted: 0, accepted: 0 };
  * while the device computes. It does so only where nothing else has to run first (no request
  * waiting for a free slot, no prompt in flight, no sequence at its token budget, the batch's graph
  * captured, pages free); a sequence that stops at a token has one step more computed and dropped.
- * The tokens are the same. With the speculation gate, a greedy sequence's plain decodes also check
+ * The tokens are the same. With the speculation gate, a sequence's plain decodes also check
  * the drafts it would have verified against the tokens that follow
  * (`LoopSpeculation.checkDecoded`), so acceptance is measured without verifies.
  *
@@ -522,11 +522,10 @@ export class EngineLoop {
     try {
       const spec = this.#spec;
       if (spec) {
-        // The gate's choice follows measured times, so it may only choose where the output does not
-        // depend on it: when no sequence samples with a seed of its own (a seeded one must repeat).
-        const free = live.every((r) => r.sampler.greedy || r.req.sampling?.seed === undefined);
+        // The gate's choice follows measured times; a sequence's tokens do not depend on it (a verify
+        // emits what decodes would, one draw a token: acceptMatching).
         const bucket = this.driver.buckets.bucketFor(live.length);
-        if (spec.verifies(bucket, live, free)) {
+        if (spec.verifies(bucket, live)) {
           const t = performance.now();
           const verified = spec.verify(live, (r, tokens, logprobs) => this.#emit(r, tokens, logprobs, events));
           if (verified) {

@@ -31,7 +31,7 @@ export type EmitTokens = (r: RunningSequence, tokens: number[], logprobs: Positi
  * The engine loop's speculation: up to `k` drafts a sequence from `proposer`, verified in one
  * step, and (adaptive, the default) the `SpeculationGate` choosing between a verify and a plain
  * decode from the measured step times and each sequence's accepted drafts. While the gate decodes,
- * a greedy sequence checks the drafts it would have verified against the tokens that follow
+ * each sequence checks the drafts it would have verified against the tokens that follow
  * (`checkDecoded`), so acceptance stays measured without verifies.
  */
 export class LoopSpeculation {
@@ -53,14 +53,10 @@ export class LoopSpeculation {
     return this.#gate !== undefined;
   }
 
-  /**
-   * Whether a step of `live` at `bucket` verifies: always without a gate or where some sequence
-   * samples with a seed of its own (`free` false: its draws must not depend on measured times),
-   * else where the gate expects it to be faster than a plain decode.
-   */
-  verifies(bucket: number, live: readonly RunningSequence[], free: boolean): boolean {
+  /** Whether a step of `live` at `bucket` verifies: always without a gate, else where the gate expects it to be faster than a plain decode. */
+  verifies(bucket: number, live: readonly RunningSequence[]): boolean {
     const gate = this.#gate;
-    return !gate || !free || gate.shouldVerify(bucket, live.length, this.#expectedAccepted(gate, live));
+    return !gate || gate.shouldVerify(bucket, live.length, this.#expectedAccepted(gate, live));
   }
 
   /** Whether the gate would decode a step of `live` at `bucket` (asked before the last decode's ids are read). */
@@ -85,15 +81,16 @@ export class LoopSpeculation {
   }
 
   /**
-   * After a plain decode: each greedy sequence that generated since `before` checks the drafts it
-   * proposed after its last decode against the token just decoded (a verify would have accepted
-   * them up to the first that differs) and, when they are settled, tells the gate and proposes anew.
+   * After a plain decode: each sequence that generated since `before` checks the drafts it proposed
+   * after its last decode against the token just decoded (a verify would have kept them up to the
+   * first that differs: greedy or sampled, it keeps drafts equal to what the sequence emits) and,
+   * when they are settled, tells the gate and proposes anew.
    */
   checkDecoded(live: readonly RunningSequence[], before: readonly number[] | undefined): void {
     const gate = this.#gate;
     if (!gate || !before) return;
     live.forEach((r, i) => {
-      if (r.generated === before[i] || !r.sampler.greedy || r.sampler.adjusts || r.req.constraint) return;
+      if (r.generated === before[i] || r.sampler.adjusts || r.req.constraint) return;
       const accepted = r.shadow?.next(r.history[r.history.length - 1]!);
       if (accepted !== undefined) {
         gate.recordShadowAccepted(r.acceptedDrafts, accepted);

@@ -1,12 +1,10 @@
 import type { StepRunner } from '../driver/step-runner.js';
-import { InvalidArgumentError } from '../errors.js';
 import type { StepPath } from '../driver/step-driver.js';
 import type { Sequence } from '../driver/sequence.js';
-import { acceptGreedy, acceptGreedyIds, acceptRejection, type Acceptance } from '../driver/acceptance.js';
-import { ARGMAX_ROW, pickable, samplable, sampledRow, type DeviceTokenPicker, type SampledRow } from '../engine/device-token-picker.js';
+import { acceptMatching, acceptPickedIds, type Acceptance } from '../driver/acceptance.js';
+import { pickable, samplable, sampledRow, type DeviceTokenPicker, type SampledRow } from '../engine/device-token-picker.js';
 import type { DevicePtr } from '../device/device-ptr.js';
-import type { Stream } from '../device/gpu-backend.js';
-import { probabilityFilter, type SamplingParams } from '../model/sampling.js';
+import { sampleLogitsRow, type SamplingParams } from '../model/sampling.js';
 import type { SeededRandom } from '../random/seeded-random.js';
 import { maskLogitsRow, type TokenConstraint } from '../engine/token-constraint.js';
 import { positionLogprobs, type PositionLogprobs } from '../model/logprobs.js';
@@ -44,10 +42,13 @@ export interface VerifyOutcome {
 
 /**
  * Verifies `drafts` (one list per sequence, possibly empty) in one step of the driver and folds
- * the accepted rows: greedy sequences keep drafts equal to the target's argmax, sampled ones go
- * through rejection sampling. Short proposals are padded to the longest; a padded draft is
- * accepted only when it is what the target would produce, so the output does not change.
- * Returns undefined, running nothing, when no sequence has a draft (the caller decodes).
+ * the accepted rows: each sequence keeps its drafts while they equal the token its row gives, the
+ * argmax for a greedy sequence, for a sampled one the token plain sampling draws with the
+ * sequence's next draw (`acceptMatching`), so what a sequence emits, and the draws it takes, do not
+ * depend on whether a step verified or decoded, nor on the other sequences' drafts. Short proposals
+ * are padded to the longest; a padded draft is kept only when it is the token its row gives, so the
+ * output does not change. Returns undefined, running nothing, when no sequence has a draft (the
+ * caller decodes).
  */
 export function verifyDrafts(
   driver: StepRunner, vocab: number, seqs: readonly VerifySequence[], drafts: readonly (readonly number[])[], picker?: DeviceTokenPicker,
@@ -65,13 +66,12 @@ export function verifyDrafts(
   // Every sequence plain greedy: the rows' argmax ids from the device decide acceptance.
   if (picker && seqs.length * k <= picker.maxRows && seqs.every((s) => pickable({ ...s, adjusted: s.samplingRow !== undefined }))) {
     const ids = picker.argmax(result.output, seqs.length * k, vocab, driver.stream);
-    return fold(driver, result.path, k, padded, drafts, seqs.map((_, i) => acceptGreedyIds(ids.subarray(i * k, (i + 1) * k), padded[i]!)), () => undefined);
+    return fold(driver, result.path, k, padded, drafts, seqs.map((_, i) => acceptPickedIds(ids.subarray(i * k, (i + 1) * k), padded[i]!)), () => undefined);
   }
-  // Greedy and sampled sequences whose rows are the model's, without logprobs: rejection sampling
-  // on the device, only ids and draft probabilities come back.
-  if (picker?.sample && seqs.length * k <= picker.maxRows && seqs.every((s) => s.logprobs === undefined && samplable({ ...s, adjusted: s.samplingRow !== undefined }))) {
-    const sample = picker.sample.bind(picker);
-    return fold(driver, result.path, k, padded, drafts, rejectOnDevice(sample, result.output, vocab, driver.stream, seqs, k, padded, drafts), () => undefined);
+  // Greedy and sampled sequences whose rows are the model's: every row's token (and logprobs) picked
+  // on the device, only ids come back.
+  if (picker?.sample && seqs.length * k <= picker.maxRows && seqs.every((s) => samplable({ ...s, adjusted: s.samplingRow !== undefined }))) {
+    return pickOnDevice(picker.sample.bind(picker), driver, result.output, result.path, vocab, seqs, k, padded, drafts);
   }
   const logits = driver.readOutputF32(result);
   seqs.forEach((s, i) => {
@@ -79,13 +79,8 @@ export function verifyDrafts(
   });
   const acceptances: Acceptance[] = seqs.map((s, i) => {
     const rows = s.samplingRow ? samplingRows(s.samplingRow, logits, vocab, i, k, padded[i]!) : logits.subarray(i * k * vocab, (i + 1) * k * vocab);
-    if (s.greedy) return acceptGreedy(rows, vocab, padded[i]!);
-    const p = s.sampling!;
-    const transform = probabilityFilter(p);
-    // Its own drafts only: padding is what the other sequences' drafts made of this step, and a
-    // seeded sequence's tokens must not depend on them.
-    const own = drafts[i]!;
-    return acceptRejection(rows.subarray(0, (own.length + 1) * vocab), vocab, own, { temperature: p.temperature!, random: s.random, ...(transform ? { transform } : {}) });
+    const params = s.greedy ? undefined : s.sampling;
+    return acceptMatching((j) => sampleLogitsRow(rows, vocab, j, params, s.random), k, padded[i]!);
   });
   // Emitted token j came from row j of its sequence (row j predicts the token after row j).
   return fold(driver, result.path, k, padded, drafts, acceptances, (tokens, i) => {
@@ -95,39 +90,26 @@ export function verifyDrafts(
 }
 
 /**
- * `acceptRejection` (point-mass drafts) for every sampled sequence at once on the device, greedy
- * ones by their argmax ids (padded drafts), in one `sample` call of all k rows a sequence. A sampled
- * sequence verifies its own n drafts (as the host path does), so its rows past n are not used. Its
- * draws are the host's, in its order: draw j tests draft j and, when draft j − 1 was rejected, is
- * the residual draw of row j − 1 (or, after n accepted drafts, row n's draw); so row j takes draw
- * j + 1 for its residual and row n draw n. The sequence's stream then moves past the draws the
- * outcome used.
+ * `acceptMatching` for every sequence at once on the device, in one `sample` call of all k rows a
+ * sequence: a sampled sequence's row j drawn with the j-th of its next k draws (looked at, not
+ * taken), then its stream moved past the draws of the tokens it emits, one a token, as decode steps
+ * would take them. Rows past a sequence's first mismatch are picked and not used.
  */
-function rejectOnDevice(
-  sample: NonNullable<DeviceTokenPicker['sample']>, logits: DevicePtr, vocab: number, stream: Stream, seqs: readonly VerifySequence[], k: number, padded: readonly number[][],
-  drafts: readonly (readonly number[])[],
-): Acceptance[] {
-  const draws = seqs.map((s, i) => (s.greedy ? [] : s.random.ahead(drafts[i]!.length + 1)));
-  const rows = seqs.flatMap((s, i) => Array.from({ length: k }, (_, j): SampledRow => {
-    const n = drafts[i]!.length;
-    if (s.greedy || j > n) return ARGMAX_ROW;
-    const row = sampledRow(s.sampling, () => draws[i]![Math.min(j + 1, n)]!);
-    return j < n ? { ...row, draft: drafts[i]![j]! } : row;
-  }));
-  const { tokens, draftProbs } = sample(logits, rows, vocab, stream);
-  if (!draftProbs && rows.some((row) => row.draft !== undefined)) {
-    throw new InvalidArgumentError('the device token picker\'s sample returned no draftProbs for rows with drafts: a picker with sample must verify drafts (SampledRow.draft)');
-  }
-  return seqs.map((s, i) => {
-    const at = i * k;
-    if (s.greedy) return acceptGreedyIds(tokens.subarray(at, at + k), padded[i]!);
-    const n = drafts[i]!.length;
-    let j = 0;
-    while (j < n && draws[i]![j]! < draftProbs![at + j]!) j++;
-    // Rejected at j: draws 0..j tested, draw j + 1 drew the residual; all accepted: n + 1 draws.
-    for (let used = j < n ? j + 2 : n + 1; used > 0; used--) s.random.float();
-    return { accepted: j + 1, next: tokens[at + j]! };
+function pickOnDevice(
+  sample: NonNullable<DeviceTokenPicker['sample']>, driver: StepRunner, logits: DevicePtr, path: StepPath, vocab: number, seqs: readonly VerifySequence[], k: number,
+  padded: readonly number[][], drafts: readonly (readonly number[])[],
+): VerifyOutcome {
+  const draws = seqs.map((s) => (s.greedy ? [] : s.random.ahead(k)));
+  const rows = seqs.flatMap((s, i) => Array.from({ length: k }, (_, j): SampledRow => sampledRow(s.greedy ? undefined : s.sampling, () => draws[i]![j]!, s.logprobs)));
+  const picked = sample(logits, rows, vocab, driver.stream);
+  const acceptances = seqs.map((s, i) => {
+    const a = acceptPickedIds(picked.tokens.subarray(i * k, (i + 1) * k), padded[i]!);
+    if (!s.greedy) for (let used = 0; used < a.accepted; used++) s.random.float();
+    return a;
   });
+  return fold(driver, path, k, padded, drafts, acceptances, (tokens, i) =>
+    seqs[i]!.logprobs === undefined ? undefined : tokens.map((_, j) => picked.logprobs[i * k + j]!),
+  );
 }
 
 /** Folds the accepted rows into the sequences and says what each emits. */
