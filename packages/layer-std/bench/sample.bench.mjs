@@ -5,8 +5,10 @@
 // ids back and the wait: what a sampled step pays beyond its forward), the mean of 50 calls after
 // 5 of warm-up, at 1, 8 and 64 rows of random logits (normal, σ 3), each row drawing its own
 // uniform. Cases: greedy; temperature 0.7 alone; top-k 20 + top-p 0.8 (the decode bench's
-// `--sampling 0.7,0.8,20`); the same with 5 logprobs; top-p 0.95 alone (the top-p digit passes);
-// top-k 200 (past the pool: one CTA a row finds the cut-offs over the whole row). Floor: the
+// `--sampling 0.7,0.8,20`); the same with 5 logprobs; the same over peaked logits (σ 30: most p
+// round to 0, as a confident model's do); the same over logits rounded to bf16 (ties at the cut:
+// the top-p digit passes); top-p 0.95 alone (the digit passes); top-k 200 (past the pool: one CTA a
+// row finds the cut-offs over the whole row). Floor: the
 // logits read once at the copy rate (the same run's ceiling), beside the time.
 // Results print and go to $METRALE_BENCH_OUT (default bench-results/sample.json).
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -37,6 +39,8 @@ const CASES = [
   ['temperature 0.7', { temperature: 0.7 }],
   ['top-k 20, top-p 0.8', { temperature: 0.7, topK: 20, topP: 0.8 }],
   ['top-k 20, top-p 0.8, 5 logprobs', { temperature: 0.7, topK: 20, topP: 0.8, logprobs: 5 }],
+  ['top-k 20, top-p 0.8, peaked', { temperature: 0.7, topK: 20, topP: 0.8, logits: 'peaked' }],
+  ['top-k 20, top-p 0.8, bf16 ties', { temperature: 0.7, topK: 20, topP: 0.8, logits: 'bf16' }],
   ['top-p 0.95', { temperature: 1, topP: 0.95 }],
   ['top-k 200', { temperature: 0.7, topK: 200 }],
 ];
@@ -44,13 +48,23 @@ try {
   const c = cb.measureCeilings(gpu, { log: (l) => log(`  ${l}`), gemmSize: 4096 });
   result.ceilings = { copyBytesPerS: c.copy?.bytesPerS };
   const maxRows = Math.max(...BATCHES);
-  const logits = gpu.alloc(4 * maxRows * V);
-  gpu.upload(logits, new SeededRandom(5).normals(maxRows * V, 3));
+  const normal = new SeededRandom(5).normals(maxRows * V, 3);
+  const bf16 = new Float32Array(normal.length);
+  const bits = new Uint32Array(bf16.buffer);
+  bits.set(new Uint32Array(normal.buffer));
+  for (let i = 0; i < bits.length; i++) bits[i] = (bits[i] + 0x7fff + ((bits[i] >>> 16) & 1)) & 0xffff0000; // round to nearest even
+  const sets = { normal, peaked: normal.map((x) => 10 * x), bf16 };
+  const buffers = Object.fromEntries(Object.entries(sets).map(([name, values]) => {
+    const ptr = gpu.alloc(4 * maxRows * V);
+    gpu.upload(ptr, values);
+    return [name, ptr];
+  }));
   const sampler = new DeviceSampler(gpu, maxRows);
   const draws = new SeededRandom(6);
   try {
     for (const rows of BATCHES) {
       for (const [name, p] of CASES) {
+        const logits = buffers[p?.logits ?? 'normal'];
         const call = () => {
           if (!p) return sampler.argmax(logits, rows, V, stream);
           const picked = Array.from({ length: rows }, () => ({ temperature: p.temperature, topK: p.topK ?? 0, topP: p.topP ?? 1, minP: 0, uniform: draws.float(), ...(p.logprobs ? { logprobs: p.logprobs } : {}) }));
@@ -67,7 +81,7 @@ try {
     }
   } finally {
     sampler.dispose();
-    gpu.free(logits);
+    for (const ptr of Object.values(buffers)) gpu.free(ptr);
   }
 } finally {
   gpu.dispose();

@@ -23,13 +23,14 @@
 //               least the k largest of its own, so the row's k-th largest is among them) and, when
 //               the pools hold every logit the cut keeps, top-p over those; a greedy row's argmax by
 //               std_argmax's pairs instead,
-//   1–3 (digits) a top-p row without top-k: each slice's masses by an 11-, 11- and 10-bit digit of
-//               the order keys under the digits chosen so far, added to the row's histogram; the last
-//               CTA takes the largest digit whose mass with the ones above reaches the target,
+//   1–3 (digits) a top-p row without top-k, or whose pools may miss a logit top-k keeps (ties at
+//               the cut): each slice's masses of the kept logits by an 11-, 11- and 10-bit digit of the
+//               order keys under the digits chosen so far, added to the row's histogram; the last CTA
+//               takes the largest digit whose mass with the ones above reaches the target,
 //   4 (draw)    each slice's kept mass; the last CTA finds the slice that holds
 //               the draw and walks it in index order (thread-contiguous shares).
-// A row whose top-k is past the pool's reach (k > 112), or whose pools may have left out a logit
-// the cut keeps (ties at the cut), gets its cut-offs from one CTA over the whole row. The
+// A row whose top-k is past the pool's reach (k > 112) gets its cut-offs from one CTA over the whole
+// row. The
 // probabilities are never stored: a pass recomputes p_i exactly as the reference rounds it,
 // p_i = f32(f32(exp((l_i − max) / T)) / Σ e), with Σ e the f64 sum of the unrounded exponentials,
 // for the logits that can still be kept (once a cut-off is known, a logit whose p is provably below
@@ -104,8 +105,30 @@ __device__ __forceinline__ unsigned order_key(float x) {
 /** The logit of an order key (a NaN for key 0). */
 __device__ __forceinline__ float from_order_key(unsigned k) { return __uint_as_float((k & 0x80000000u) ? (k ^ 0x80000000u) : ~k); }
 
+/** Exclusive prefix sum over the CTA in thread order; `red` holds 32 words; also returns the total. */
+__device__ __forceinline__ u64 block_exclusive_scan(u64 v, u64* red, u64& total) {
+  const int lane = lane_id(), warp = warp_id();
+  u64 inc = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const u64 n = __shfl_up_sync(kFull, inc, o);
+    if (lane >= o) inc += n;
+  }
+  __syncthreads();
+  if (lane == 31) red[warp] = inc;
+  __syncthreads();
+  u64 before = 0;
+  total = 0;
+  for (int w = 0; w < num_warps(); w++) {
+    if (w < warp) before += red[w];
+    total += red[w];
+  }
+  return before + inc - v;
+}
+
 struct Select {
   u64 hist[256];
+  u64 red[32];
   u64 above;
   unsigned prefix;
   int found;
@@ -160,19 +183,15 @@ __device__ unsigned select_cut(int V, Item item, double target, Select& s) {
       hist_add<kCounts>(s.hist, on, (bits >> shift) & 255u, w);
     }
     __syncthreads();
-    if (tid == 0) {
-      u64 cum = above;
-      int found = -1;
-      for (int b = 255; b >= 0; b--) {
-        const u64 next = cum + s.hist[b];
-        if ((double)next >= target) {
-          found = b;
-          break;
-        }
-        cum = next;
-      }
-      s.found = found >= 0;
-      if (found >= 0) s.prefix = prefix | ((unsigned)found << shift), s.above = cum;
+    // The largest bin whose count with the bins above reaches the target: thread t holds bin 255 − t,
+    // so a scan in thread order gives each the mass of the bins above its own (one thread crosses).
+    if (tid == 0) s.found = 0;
+    const u64 v = tid < 256 ? s.hist[255 - tid] : 0;
+    u64 all;
+    const u64 from = above + block_exclusive_scan(v, s.red, all);
+    if (tid < 256 && (double)from < target && (double)(from + v) >= target) {
+      s.found = 1;
+      s.prefix = prefix | ((unsigned)(255 - tid) << shift), s.above = from;
     }
     __syncthreads();
     const bool found = s.found;
@@ -182,27 +201,6 @@ __device__ unsigned select_cut(int V, Item item, double target, Select& s) {
     if (!found) return 0u;  // only in the first pass: the row's total is below the target
   }
   return prefix;
-}
-
-/** Exclusive prefix sum over the CTA in thread order; `red` holds 32 words; also returns the total. */
-__device__ __forceinline__ u64 block_exclusive_scan(u64 v, u64* red, u64& total) {
-  const int lane = lane_id(), warp = warp_id();
-  u64 inc = v;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const u64 n = __shfl_up_sync(kFull, inc, o);
-    if (lane >= o) inc += n;
-  }
-  __syncthreads();
-  if (lane == 31) red[warp] = inc;
-  __syncthreads();
-  u64 before = 0;
-  total = 0;
-  for (int w = 0; w < num_warps(); w++) {
-    if (w < warp) before += red[w];
-    total += red[w];
-  }
-  return before + inc - v;
 }
 
 /** Index of no logit: the pair of a slice or row without a value above −∞. */
@@ -432,8 +430,7 @@ __device__ int slice_top(const float* __restrict__ l, int lo, int hi, int m, uin
 }
 
 /**
- * The cut-offs of a sampled row by one CTA over the whole row (top-k past the pool's reach, or a
- * pool that may miss a logit the cut keeps): top-k by counts over the order keys, top-p by masses
+ * The cut-offs of a sampled row by one CTA over the whole row (top-k past the pool's reach): top-k by counts over the order keys, top-p by masses
  * over them (p is non-decreasing in the logit, so the largest key whose mass above reaches the
  * target is a logit whose p is the reference's cut-off).
  */
@@ -522,7 +519,8 @@ __device__ void sample_slices(const float* __restrict__ l, int V, int r, int s, 
   __syncthreads();
   const Probs P{l, sh.mx, T, sh.sum};
   float cutK = 0.f, cutP = 0.f;
-  bool whole = has_top_k(topK, V) && !pooled;
+  // Top-p by the digit passes: without top-k, or where the pools may miss a logit top-k keeps.
+  bool digits = topP < 1.0 && !has_top_k(topK, V);
   if (pooled) {
     // The k-th largest key of the pool is the row's: each slice gave its C ≥ k largest.
     const auto entry = [&](int i, uint2& e) {
@@ -539,10 +537,14 @@ __device__ void sample_slices(const float* __restrict__ l, int V, int r, int s, 
     };
     const unsigned K = select_cut<true>(S * C, counted, (double)topK, sh.sel);
     cutK = K ? P.of(from_order_key(K)) : 0.f;
-    // Every logit top-k keeps is in the pool when the largest left out has a smaller p.
+    // Every logit top-k keeps with any mass is in the pools when the largest left out has a smaller
+    // p, or none (p 0: the k-th largest too far below the max); else (ties at the cut) the digit
+    // passes find top-p over the whole row.
     const unsigned left = sh.key;
-    whole = left != 0u && !(P.of(from_order_key(left)) < cutK);
-    if (!whole && topP < 1.0) {
+    const float pLeft = left == 0u ? 0.f : P.of(from_order_key(left));
+    const bool complete = pLeft < cutK || pLeft == 0.f;
+    digits = topP < 1.0 && !complete;
+    if (complete && topP < 1.0) {
       const float k = cutK;
       const auto mass = [&](int i, unsigned& key, u64& w) {
         uint2 e;
@@ -563,19 +565,20 @@ __device__ void sample_slices(const float* __restrict__ l, int V, int r, int s, 
       cutP = Kp ? P.of(from_order_key(Kp)) : 0.f;
     }
   }
-  if (whole) whole_row_cuts(P, V, topK, topP, cutK, cutP, sh);
+  if (has_top_k(topK, V) && !pooled) whole_row_cuts(P, V, topK, topP, cutK, cutP, sh);
   if (tid == 0) {
     SampleRow* w = sc.rows + r;
     w->sum = P.sum, w->mx = P.mx, w->cutK = cutK, w->cutP = cutP;
-    w->digits = !has_top_k(topK, V) && topP < 1.0;
+    w->digits = digits;
     w->prefix = 0u, w->above = 0, w->target = 0.0;
   }
 }
 
 /**
- * Top-p digit pass d (1 to 3) of a row without top-k: each slice's masses by the d-th digit of the
- * keys under the digits chosen so far, added to the row's histogram; the last CTA chooses the digit
- * (the largest bin whose mass with the bins above reaches the target), and after the third writes cutP.
+ * Top-p digit pass d (1 to 3) of a row: each slice's masses of the logits top-k keeps (all without
+ * top-k) by the d-th digit of the keys under the digits chosen so far, added to the row's
+ * histogram; the last CTA chooses the digit (the largest bin whose mass with the bins above reaches
+ * the target), and after the third writes cutP.
  */
 __device__ void sample_digit(const float* __restrict__ l, int V, int r, int s, int S, int d, double T, double topP, SampleScratch& sc, SampleShared& sh) {
   const int tid = threadIdx.x, B = blockDim.x;
@@ -583,6 +586,8 @@ __device__ void sample_digit(const float* __restrict__ l, int V, int r, int s, i
   if (!st->digits) return;
   const Probs P{l, st->mx, T, st->sum};
   const unsigned prefix = st->prefix;
+  const float cutK = st->cutK;
+  const double below = P.below(cutK);
   const int shift = d == 1 ? 21 : d == 2 ? 10 : 0;
   const unsigned digitMask = d == 3 ? 1023u : 2047u;
   const unsigned hiMask = d == 1 ? 0u : d == 2 ? 0xffe00000u : 0xfffffc00u;
@@ -596,7 +601,10 @@ __device__ void sample_digit(const float* __restrict__ l, int V, int r, int s, i
     if (i < hi) {
       const float x = __ldg(l + i);
       key = order_key(x);
-      if ((key & hiMask) == prefix) w = fixed(P.of(x));
+      if ((key & hiMask) == prefix && (double)x >= below) {
+        const float p = P.of(x);
+        if (p >= cutK) w = fixed(p);
+      }
     }
     hist_add<false>(sh.hist, w != 0, (key >> shift) & digitMask, w);
   }
@@ -783,7 +791,7 @@ extern "C" __global__ void __launch_bounds__(kSampleThreads) std_sample(const fl
       sample_slices(l, V, r, s, S, T, topK, topP, out, sc, sh);
     } else if (phase == kPhaseDraw) {
       if (T > 0.0) sample_draw(l, V, r, s, S, T, minP, __ldg(pr + 4), out, sc, sh);
-    } else if (T > 0.0 && topP < 1.0 && !has_top_k(topK, V)) {
+    } else if (T > 0.0 && topP < 1.0) {
       sample_digit(l, V, r, s, S, phase, T, topP, sc, sh);
     }
     __syncthreads();  // the shared words are rewritten by the next row

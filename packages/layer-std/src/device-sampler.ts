@@ -87,7 +87,7 @@ export class DeviceSampler implements DeviceTokenPicker {
     gpu.copyToDeviceAsync(this.#params, this.#host, 0, (8 * SAMPLE_PARAMS + (asks ? 4 : 0)) * n, stream);
     const scratch = this.#scratchFor(vocab);
     const launch = sampleLaunch(n, vocab, stream);
-    for (const phase of samplePhases(rows, vocab)) {
+    for (const phase of samplePhases(rows)) {
       gpu.launch(sampleKernel, launch, { logits, params: this.#params, out: this.#tokens, scratch, capacity: max, rows: n, vocab, phase });
     }
     if (asks) {

@@ -95,11 +95,12 @@ export interface SamplePhaseRow {
 
 /**
  * The phases a `std.sample` call launches, in order: the slices always; the top-p digit passes
- * when a sampled row has top-p without top-k; the draw when a row is sampled.
+ * when a sampled row has top-p (a row whose cut-off the slices' phase found leaves them at once);
+ * the draw when a row is sampled.
  */
-export function samplePhases(rows: readonly SamplePhaseRow[], vocab: number): number[] {
+export function samplePhases(rows: readonly SamplePhaseRow[]): number[] {
   const sampled = rows.filter((r) => r.temperature > 0);
-  const digits = sampled.some((r) => r.topP < 1 && !(r.topK > 0 && r.topK < vocab));
+  const digits = sampled.some((r) => r.topP < 1);
   return [0, ...(digits ? [1, 2, 3] : []), ...(sampled.length ? [SAMPLE_PHASE_DRAW] : [])];
 }
 

@@ -201,15 +201,13 @@ describe('std.argmax\'s launch shape', () => {
 
 describe('std.sample\'s phases and scratch', () => {
   const row = (temperature: number, topK = 0, topP = 1) => ({ temperature, topK, topP });
-  it('launches the slices always, the top-p digit passes only for a sampled row with top-p and no top-k, the draw for any sampled row', () => {
-    const V = 151_936;
-    expect(samplePhases([row(0), row(0)], V)).toEqual([0]);
-    expect(samplePhases([row(0.7)], V)).toEqual([0, SAMPLE_PHASE_DRAW]);
-    expect(samplePhases([row(0.7, 20, 0.8), row(0)], V)).toEqual([0, SAMPLE_PHASE_DRAW]);
-    expect(samplePhases([row(0.7, 20, 0.8), row(1, 0, 0.95)], V)).toEqual([0, 1, 2, 3, SAMPLE_PHASE_DRAW]);
-    // top-k of the whole vocabulary is no top-k; a greedy row's top-p is not looked at.
-    expect(samplePhases([row(1, V, 0.9)], V)).toEqual([0, 1, 2, 3, SAMPLE_PHASE_DRAW]);
-    expect(samplePhases([row(0, 0, 0.5)], V)).toEqual([0]);
+  it('launches the slices always, the top-p digit passes only when a sampled row has top-p, the draw for any sampled row', () => {
+    expect(samplePhases([row(0), row(0)])).toEqual([0]);
+    expect(samplePhases([row(0.7)])).toEqual([0, SAMPLE_PHASE_DRAW]);
+    expect(samplePhases([row(0.7, 20), row(0)])).toEqual([0, SAMPLE_PHASE_DRAW]);
+    expect(samplePhases([row(0.7, 20, 0.8), row(1, 0, 0.95)])).toEqual([0, 1, 2, 3, SAMPLE_PHASE_DRAW]);
+    // A greedy row's top-p is not looked at.
+    expect(samplePhases([row(0, 0, 0.5)])).toEqual([0]);
   });
 
   it('cuts every row into the same slices whatever the batch, within the scratch', () => {

@@ -135,6 +135,31 @@ describe.skipIf(!cuda.available)('DeviceSampler on CUDA picks the tokens the hos
     expect(same / (rounds * ROWS)).toBeGreaterThanOrEqual(0.99);
   });
 
+  it('logits rounded to bf16 (ties at the top-k cut) and peaked ones (most p round to 0): the CPU twin\'s tokens', () => {
+    const rounded = Float32Array.from(logits.subarray(0, ROWS * V));
+    const bits = new Uint32Array(rounded.buffer);
+    for (let i = 0; i < bits.length; i++) bits[i] = (bits[i]! + 0x7fff + ((bits[i]! >>> 16) & 1)) & 0xffff0000;
+    for (let i = 4 * V; i < ROWS * V; i++) rounded[i] = 10 * logits[i]!; // rows 4..7 peaked instead
+    const a = gpu.alloc(4 * ROWS * V);
+    const b = cpu.alloc(4 * ROWS * V);
+    gpu.upload(a, rounded);
+    cpu.upload(b, rounded);
+    let same = 0;
+    const rounds = 4;
+    for (const params of [{ temperature: 0.7, topK: 20, topP: 0.8 }, { temperature: 1, topK: 50 }]) {
+      for (let round = 0; round < rounds; round++) {
+        const seeds = () => Array.from({ length: ROWS }, (_, r) => new SeededRandom(7000 * round + r));
+        const got = sampler.pick(a, ROWS, V, params, gpu.defaultStream, seeds());
+        const want = cpuSampler.pick(b, ROWS, V, params, cpu.defaultStream, seeds());
+        got.forEach((t, r) => (t === want[r] ? same++ : undefined));
+      }
+    }
+    gpu.free(a);
+    cpu.free(b);
+    lines.push(`bf16-rounded and peaked rows: ${same}/${2 * rounds * ROWS} identical to the CPU twin`);
+    expect(same / (2 * rounds * ROWS)).toBeGreaterThanOrEqual(0.99);
+  });
+
   it('a row draws the same token alone as among other rows (its slices and sums do not depend on the batch)', () => {
     const mixed: SamplingParams[] = [{ temperature: 0.7 }, { temperature: 1, topK: 20, topP: 0.8 }, { temperature: 1.3, topP: 0.9 }, { temperature: 0.9, minP: 0.1 }];
     const rows = Array.from({ length: ROWS }, (_, r) => {
