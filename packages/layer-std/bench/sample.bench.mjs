@@ -5,7 +5,7 @@
 // ids back and the wait: what a sampled step pays beyond its forward), the mean of 50 calls after
 // 5 of warm-up, at 1, 8 and 64 rows of random logits (normal, σ 3), each row drawing its own
 // uniform. Cases: greedy; temperature 0.7 alone; top-k 20 + top-p 0.8 (the decode bench's
-// `--sampling 0.7,0.8,20`); the same with 5 logprobs; the same over peaked logits (σ 30: most p
+// `--sampling 0.7,0.8,20`); the same with 5 logprobs; the same over peaked logits (σ 300: most p
 // round to 0, as a confident model's do); the same over logits rounded to bf16 (ties at the cut:
 // the top-p digit passes); top-p 0.95 alone (the digit passes); top-k 200 (past the pool: one CTA a
 // row finds the cut-offs over the whole row). Floor: the
@@ -53,7 +53,7 @@ try {
   const bits = new Uint32Array(bf16.buffer);
   bits.set(new Uint32Array(normal.buffer));
   for (let i = 0; i < bits.length; i++) bits[i] = (bits[i] + 0x7fff + ((bits[i] >>> 16) & 1)) & 0xffff0000; // round to nearest even
-  const sets = { normal, peaked: normal.map((x) => 10 * x), bf16 };
+  const sets = { normal, peaked: normal.map((x) => 100 * x), bf16 };
   const buffers = Object.fromEntries(Object.entries(sets).map(([name, values]) => {
     const ptr = gpu.alloc(4 * maxRows * V);
     gpu.upload(ptr, values);

@@ -84,7 +84,6 @@ struct Probs {
     const float e = (float)exp(((double)x - (double)mx) / temperature);
     return (float)((double)e / sum);
   }
-  __device__ __forceinline__ float operator()(int i) const { return of(__ldg(l + i)); }
   /**
    * A logit below which p < v for v > 0 (−∞ for v ≤ 0), so a pass skips such logits without
    * computing their p: p = f32(f32(e^a) / Σ) with a = (x − max) / T, each rounding within 2^-24,
@@ -328,6 +327,7 @@ struct SampleScratch {
   }
 };
 
+/** A CTA's shared words: reductions, a radix select's, a digit pass's histogram, what the last CTA of a row passes its threads. */
 struct SampleShared {
   float redF[32];
   int redI[32];
@@ -336,7 +336,7 @@ struct SampleShared {
   Select sel;
   u64 hist[kDigitBins];
   double sum;
-  u64 total, before, u, above;
+  u64 before, u, above;
   float mx;
   unsigned key;
   int last, at, found, picked;
