@@ -97,18 +97,28 @@ export function ensureEmbeddedModel(cacheDir: string): EmbeddedModel {
   const tmp = `${dir}.tmp-${process.pid}-${randomBytes(4).toString('hex')}`;
   try {
     writeEmbeddedModel(tmp);
-    if (existsSync(dir)) rmSync(dir, { recursive: true, force: true });
-    try {
-      renameSync(tmp, dir);
-    } catch (error) {
-      // Another process renamed its copy first: use that one when it is whole.
-      if (!isIntact(dir)) throw error;
-    }
+    moveIntoPlace(tmp, dir);
   } finally {
     rmSync(tmp, { recursive: true, force: true });
   }
   if (!isIntact(dir)) throw new Error(`the embedded model written to ${dir} does not verify`);
   return { dir, created: true, ms: performance.now() - t0 };
+}
+
+/**
+ * Renames the model written at `tmp` to `dir`, unless a whole model is there already: another
+ * server that started at the same time put its copy first, and may be reading it, so it stays (a
+ * server loads its tokenizer only once its engine is ready). Only a damaged leftover is removed.
+ */
+export function moveIntoPlace(tmp: string, dir: string): void {
+  try {
+    renameSync(tmp, dir); // fails where `dir` holds files
+  } catch (error) {
+    if (isIntact(dir)) return;
+    if (!existsSync(dir)) throw error;
+    rmSync(dir, { recursive: true, force: true });
+    renameSync(tmp, dir);
+  }
 }
 
 /** Writes the checkpoint files into `dir` (created). */

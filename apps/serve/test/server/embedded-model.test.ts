@@ -1,9 +1,9 @@
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Checkpoint } from '@metrale/core';
 import { afterAll, describe, expect, it } from 'vitest';
-import { EMBEDDED_CONFIG, ensureEmbeddedModel } from '../../src/embedded/embedded-model.js';
+import { EMBEDDED_CONFIG, ensureEmbeddedModel, moveIntoPlace, writeEmbeddedModel } from '../../src/embedded/embedded-model.js';
 import { TextCodec } from '../../src/generate/text-codec.js';
 
 const cache = mkdtempSync(join(tmpdir(), 'metrale-embedded-'));
@@ -28,6 +28,26 @@ describe('the embedded model', () => {
     const repaired = ensureEmbeddedModel(cache);
     expect(repaired.created).toBe(true);
     expect(readFileSync(join(first.dir, 'model.safetensors')).equals(weights)).toBe(true);
+  });
+
+  it('keeps the copy a second server put in place first (it may be reading it) and replaces only a damaged one', () => {
+    const { dir } = ensureEmbeddedModel(cache);
+    // The first server's copy, marked: a second server that wrote its own meanwhile must not replace it.
+    writeFileSync(join(dir, 'in-use'), '1');
+    const tmp = `${dir}.tmp-test`;
+    writeEmbeddedModel(tmp);
+    moveIntoPlace(tmp, dir);
+    expect(existsSync(join(dir, 'in-use'))).toBe(true);
+    rmSync(tmp, { recursive: true, force: true });
+    rmSync(join(dir, 'in-use'));
+    // A damaged copy is replaced by the new one.
+    writeFileSync(join(dir, 'config.json'), '{');
+    rmSync(join(dir, 'tokenizer.json'));
+    writeEmbeddedModel(tmp);
+    moveIntoPlace(tmp, dir);
+    expect(existsSync(join(dir, 'tokenizer.json'))).toBe(true);
+    expect(existsSync(tmp)).toBe(false);
+    expect(ensureEmbeddedModel(cache).created).toBe(false);
   });
 
   it('is an ordinary checkpoint with a real tokenizer and chat template', () => {
