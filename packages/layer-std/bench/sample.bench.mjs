@@ -7,8 +7,8 @@
 // uniform. Cases: greedy; temperature 0.7 alone; top-k 20 + top-p 0.8 (the decode bench's
 // `--sampling 0.7,0.8,20`); the same with 5 logprobs; the same over peaked logits (σ 300: most p
 // round to 0, as a confident model's do); the same over logits rounded to bf16 (ties at the cut:
-// the top-p digit passes); top-p 0.95 alone (the digit passes); top-k 200 (past the pool: one CTA a
-// row finds the cut-offs over the whole row). Floor: the
+// the top-p digit passes); top-p 0.95 alone (the digit passes); top-k 200; top-k 600 (past the
+// pool: one CTA a row finds the cut-offs over the whole row). Floor: the
 // logits read once at the copy rate (the same run's ceiling), beside the time.
 // Results print and go to $METRALE_BENCH_OUT (default bench-results/sample.json).
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -43,6 +43,7 @@ const CASES = [
   ['top-k 20, top-p 0.8, bf16 ties', { temperature: 0.7, topK: 20, topP: 0.8, logits: 'bf16' }],
   ['top-p 0.95', { temperature: 1, topP: 0.95 }],
   ['top-k 200', { temperature: 0.7, topK: 200 }],
+  ['top-k 600', { temperature: 0.7, topK: 600 }],
 ];
 try {
   const c = cb.measureCeilings(gpu, { log: (l) => log(`  ${l}`), gemmSize: 4096 });

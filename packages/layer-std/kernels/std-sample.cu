@@ -18,7 +18,7 @@
 // once per phase (samplePhases); the last CTA of a row to finish a phase (a ticket counter) does the
 // row's serial part, and what the next phases need goes through the row's record:
 //   0 (slices)  each slice's max and f64 Σ exp((x − max_s) / T), and for a top-k row its
-//               min(k + 16, 128) largest logits (its pool); the last CTA makes the row's max and sum
+//               min(k + 16, 512) largest logits (its pool); the last CTA makes the row's max and sum
 //               (the slices' in slice order), its top-k cut-off from the pools (each slice gave at
 //               least the k largest of its own, so the row's k-th largest is among them) and, when
 //               the pools hold every logit the cut keeps, top-p over those; a greedy row's argmax by
@@ -29,7 +29,7 @@
 //               takes the largest digit whose mass with the ones above reaches the target,
 //   4 (draw)    each slice's kept mass; the last CTA finds the slice that holds
 //               the draw and walks it in index order (thread-contiguous shares).
-// A row whose top-k is past the pool's reach (k > 112) gets its cut-offs from one CTA over the whole
+// A row whose top-k is past the pool's reach (k > 496) gets its cut-offs from one CTA over the whole
 // row. The
 // probabilities are never stored: a pass recomputes p_i exactly as the reference rounds it,
 // p_i = f32(f32(exp((l_i − max) / T)) / Σ e), with Σ e the f64 sum of the unrounded exponentials,
@@ -272,7 +272,7 @@ constexpr int kSampleSlice = 4096;
 /** Threads of a std_sample / std_logprobs CTA (SAMPLE_THREADS). */
 constexpr int kSampleThreads = 256;
 /** Entries a slice keeps at most in a row's pool (SAMPLE_POOL), and the pool's margin over top-k (ties at the cut). */
-constexpr int kPoolMax = 128;
+constexpr int kPoolMax = 512;
 constexpr int kPoolMargin = 16;
 /** Bins of a top-p digit pass: digits of 11, 11 and 10 bits of the order keys (SAMPLE_DIGIT_BINS). */
 constexpr int kDigitBins = 2048;

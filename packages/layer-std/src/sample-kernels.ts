@@ -57,7 +57,7 @@ export const SAMPLE_SLICE = 4096;
 /** Threads of a `std.sample` / `std.logprobs` CTA. */
 const SAMPLE_THREADS = 256;
 /** Entries a slice keeps at most in a row's pool (kPoolMax) and the pool's margin over top-k (kPoolMargin). */
-const SAMPLE_POOL = 128;
+const SAMPLE_POOL = 512;
 const SAMPLE_POOL_MARGIN = 16;
 /** The largest top-k a row's pool serves; past it one CTA finds the row's cut-offs over the whole row. */
 export const SAMPLE_POOLED_TOP_K = SAMPLE_POOL - SAMPLE_POOL_MARGIN;

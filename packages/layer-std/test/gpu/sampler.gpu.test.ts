@@ -85,7 +85,8 @@ describe.skipIf(!cuda.available)('DeviceSampler on CUDA picks the tokens the hos
     ['all filters', { temperature: 1.1, topK: 40, topP: 0.9, minP: 0.02 }],
     // Row 2's plateau holds the 5th largest: its slice's pool leaves out equal logits, so the cut-offs come from the whole row.
     ['top-k 5 in a plateau', { temperature: 0.5, topK: 5 }],
-    ['top-k 200 (past the pool), top-p 0.9', { temperature: 0.8, topK: 200, topP: 0.9 }],
+    ['top-k 200, top-p 0.9', { temperature: 0.8, topK: 200, topP: 0.9 }],
+    ['top-k 600 (past the pool), top-p 0.9', { temperature: 0.8, topK: 600, topP: 0.9 }],
   ];
   for (const [name, params] of cases) {
     it(`${name}: same tokens for the same seeds as the CPU twin, inside the host's support`, () => {
