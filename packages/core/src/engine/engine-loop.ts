@@ -42,6 +42,11 @@ export interface EngineLoopOptions {
    * (default true; vLLM's async scheduling). False: every step waits for its ids before it returns.
    */
   readonly asyncScheduling?: boolean;
+  /**
+   * Milliseconds, monotonic (default `performance.now`): the step times the speculation gate
+   * chooses by and the stats report. A test passes its own to make the gate's choices repeatable.
+   */
+  readonly clock?: () => number;
 }
 
 /** A decode step on the device whose greedy ids the host has not read yet, and the sequences it ran. */
@@ -95,6 +100,7 @@ export class EngineLoop {
   readonly #spec: LoopSpeculation | undefined;
   readonly #picker: DeviceTokenPicker | undefined;
   readonly #asyncScheduling: boolean;
+  readonly #clock: () => number;
   /** Requests waiting for a slot, and preempted sequences waiting to be recomputed (at the front). */
   readonly #waiting: { readonly req: EngineRequest; readonly preempted?: Running }[] = [];
   /** In arrival order. */
@@ -116,6 +122,7 @@ export class EngineLoop {
     this.#picker = options.picker;
     this.#spec = options.speculation ? new LoopSpeculation(options.speculation, { driver: this.driver, vocab: this.vocab, picker: this.#picker }) : undefined;
     this.#asyncScheduling = options.asyncScheduling ?? true;
+    this.#clock = options.clock ?? (() => performance.now());
     this.#logitsRow = 4 * this.vocab;
     this.#prefix = new PrefixCache(this.driver, options.prefixCaching ?? true);
     const { limits } = this.driver;
@@ -261,7 +268,7 @@ export class EngineLoop {
 
   /** One engine step; a no-op report when idle. */
   step(): EngineStepReport {
-    const t0 = performance.now();
+    const t0 = this.#clock();
     const events = new Map<number, TokenEvent>();
     let prefill = { rows: 0, seqs: 0 };
     let decode: DecodeCounts | undefined;
@@ -297,7 +304,7 @@ export class EngineLoop {
       prefixQueries: prefix.queries,
       prefixHits: prefix.hits,
       preemptions,
-      ms: performance.now() - t0,
+      ms: this.#clock() - t0,
     };
   }
 
@@ -330,7 +337,7 @@ export class EngineLoop {
     for (const r of live) pages += kv.need(r.seq.slot, r.seq.length + 1);
     if (pages > kv.available) return undefined;
     try {
-      const launchedAt = performance.now();
+      const launchedAt = this.#clock();
       this.#enqueue(live, this.driver.decode({ seqs: live.map((r) => r.seq), deviceTokens: inFlight.picked.device }), launchedAt);
     } catch (error) {
       this.#fail([...live], error, events);
@@ -355,7 +362,7 @@ export class EngineLoop {
       this.#fail(live, error, events);
       return;
     }
-    const now = performance.now();
+    const now = this.#clock();
     this.#spec?.recordDecode(inFlight.bucket, inFlight.timed ? now - Math.max(inFlight.launchedAt, this.#lastRead) : undefined);
     this.#lastRead = now;
     const before = this.#spec?.countsBefore(inFlight.live);
@@ -526,15 +533,15 @@ export class EngineLoop {
         // emits what decodes would, one draw a token: acceptMatching).
         const bucket = this.driver.buckets.bucketFor(live.length);
         if (spec.verifies(bucket, live)) {
-          const t = performance.now();
+          const t = this.#clock();
           const verified = spec.verify(live, (r, tokens, logprobs) => this.#emit(r, tokens, logprobs, events));
           if (verified) {
-            spec.recordVerify(bucket, timedPath(verified.path) ? performance.now() - t : undefined);
+            spec.recordVerify(bucket, timedPath(verified.path) ? this.#clock() - t : undefined);
             return verified;
           }
         }
       }
-      const t = performance.now();
+      const t = this.#clock();
       const result = this.driver.decode({ seqs: live.map((r) => r.seq), tokens: Int32Array.from(live, (r) => r.pending) });
       const picker = this.#picker;
       const before = this.#spec?.countsBefore(live);
@@ -561,7 +568,7 @@ export class EngineLoop {
         const logits = this.driver.readOutputF32(result);
         live.forEach((r, i) => this.#emitRow(r, logits, i, events));
       }
-      this.#lastRead = performance.now();
+      this.#lastRead = this.#clock();
       this.#spec?.recordDecode(result.batch, timedPath(result.path) ? this.#lastRead - t : undefined);
       this.#spec?.checkDecoded(live, before);
       return { seqs: live.length, k: 1, drafted: 0, accepted: 0 };
