@@ -126,7 +126,7 @@ const context = promptLen + steps / 2;
 
 const results = [];
 // The serving loop picks greedy and sampled tokens on the device, as `metrale serve` does.
-const picker = new DeviceSampler(gpu, maxBatch * (k + 1));
+const picker = new DeviceSampler(gpu, maxBatch * (k + 1), { vocab: text.vocab_size });
 /** FNV-1a over every output's tokens in order: equal hashes, the same tokens (as far as a hash says). */
 const tokensHash = (outputs) => {
   let h = 0x811c9dc5;

@@ -30,7 +30,7 @@ if (!found.available) {
   process.exit(0);
 }
 const { DeviceSampler } = await import('@metrale/layer-std');
-const { SeededRandom } = await import('@metrale/core');
+const { SeededRandom, fromBf16, toBf16 } = await import('@metrale/core');
 const gpu = cb.CudaBackend.create();
 const stream = gpu.defaultStream;
 const result = { device: found.reason, vocab: V, ceilings: {}, cases: [] };
@@ -50,11 +50,7 @@ try {
   result.ceilings = { copyBytesPerS: c.copy?.bytesPerS };
   const maxRows = Math.max(...BATCHES);
   const normal = new SeededRandom(5).normals(maxRows * V, 3);
-  const bf16 = new Float32Array(normal.length);
-  const bits = new Uint32Array(bf16.buffer);
-  bits.set(new Uint32Array(normal.buffer));
-  for (let i = 0; i < bits.length; i++) bits[i] = (bits[i] + 0x7fff + ((bits[i] >>> 16) & 1)) & 0xffff0000; // round to nearest even
-  const sets = { normal, peaked: normal.map((x) => 100 * x), bf16 };
+  const sets = { normal, peaked: normal.map((x) => 100 * x), bf16: fromBf16(toBf16(normal)) };
   const buffers = Object.fromEntries(Object.entries(sets).map(([name, values]) => {
     const ptr = gpu.alloc(4 * maxRows * V);
     gpu.upload(ptr, values);

@@ -33,7 +33,12 @@ export class DeviceSampler implements DeviceTokenPicker {
   readonly #async: { readonly host: HostBuffer; readonly done: GpuEvent; call: number }[] = [];
   #asyncCalls = 0;
 
-  constructor(gpu: GpuBackend, maxRows: number) {
+  /**
+   * Buffers for calls of up to `maxRows` rows. With `vocab`, `std.sample`'s scratch for rows of that
+   * vocabulary is allocated here, at startup (tens of MB at a few hundred rows), not by the first
+   * sampled call; a call of a longer vocabulary grows it.
+   */
+  constructor(gpu: GpuBackend, maxRows: number, options: { readonly vocab?: number } = {}) {
     requireKernels(gpu, 'sampler', [argmaxKernel, sampleKernel, logprobsKernel]);
     this.#gpu = gpu;
     this.maxRows = maxRows;
@@ -46,6 +51,7 @@ export class DeviceSampler implements DeviceTokenPicker {
     // Host staging (IDS_AT, LOGPROBS_AT): a call's rows as they go up, the ids, the logprobs rows.
     this.#host = gpu.allocHost(LOGPROBS_AT * maxRows + 4 * LOGPROBS_ROW_WORDS * maxRows);
     for (let i = 0; i < 2; i++) this.#async.push({ host: gpu.allocHost(4 * maxRows), done: gpu.createEvent(), call: -1 });
+    if (options.vocab !== undefined) this.#scratchFor(options.vocab);
   }
 
   /**

@@ -221,4 +221,21 @@ describe('std.sample\'s phases and scratch', () => {
       expect(sampleScratchBytes(64, vocab)).toBeGreaterThan(sampleScratchZeroBytes(64) + 64 * slices * 8 * SAMPLE_POOLED_TOP_K);
     }
   });
+
+  it('allocates the scratch at construction when given the vocabulary, not at the first sampled call', () => {
+    const gpu = new CpuBackend();
+    const allocs: number[] = [];
+    const alloc = gpu.alloc.bind(gpu);
+    gpu.alloc = (bytes: number) => (allocs.push(bytes), alloc(bytes));
+    const vocab = 151_936;
+    const sampler = new DeviceSampler(gpu, 8, { vocab });
+    expect(allocs).toContain(sampleScratchBytes(8, vocab));
+    const before = allocs.length;
+    const dev = gpu.alloc(4 * vocab);
+    gpu.upload(dev, new SeededRandom(3).normals(vocab, 2));
+    sampler.sample(dev, [{ temperature: 0.7, topK: 20, topP: 0.8, minP: 0, uniform: 0.5 }], vocab, gpu.defaultStream);
+    expect(allocs.length).toBe(before + 1); // the logits only
+    sampler.dispose();
+    gpu.dispose();
+  });
 });

@@ -137,7 +137,7 @@ async function generate(o: GenerateOptions, ctx: CliContext): Promise<number> {
       const single = new StepDriver({ gpu, layers: prefillLastRows ? PrefillLastRowsHead.wrapLast(stack.layers) : stack.layers, limits, graphs: o.graphs });
       driver = single;
       // Decode picks greedy and sampled tokens on the device, as the server does.
-      const sampler = (picker = new DeviceSampler(gpu, limits.maxBatch * limits.maxK));
+      const sampler = (picker = new DeviceSampler(gpu, limits.maxBatch * limits.maxK, { vocab: stack.vocabSize }));
       const s = stack;
       release = async () => {
         single.dispose();

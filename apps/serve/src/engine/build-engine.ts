@@ -225,7 +225,7 @@ export function startEngine(setup: EngineSetup, gpu: GpuBackend, stack: ModelSta
       kvCache: { pageSize: setup.blockSize ?? 16, memory: kvMemory(setup, gpu), ...(setup.prefixCaching === false ? { snapshots: 0 } : {}) },
     });
     // Decode steps pick greedy and sampled tokens on the device: ids come back, not batch × vocab logits.
-    picker = new DeviceSampler(gpu, limits.maxBatch * limits.maxK);
+    picker = new DeviceSampler(gpu, limits.maxBatch * limits.maxK, { vocab: stack.vocabSize });
     const loop = new EngineLoop({
       driver,
       vocabSize: stack.vocabSize,

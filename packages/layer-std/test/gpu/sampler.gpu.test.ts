@@ -6,7 +6,7 @@
 // over many draws the token frequencies follow the filtered distribution (total variation).
 // Without a GPU the suite skips and says why.
 import { CpuBackend } from '@metrale/cpu-backend';
-import { ARGMAX_ROW, SeededRandom, positionLogprobs, sampleLogitsRow, type GpuBackend, type SamplingParams } from '@metrale/core';
+import { ARGMAX_ROW, SeededRandom, fromBf16, positionLogprobs, sampleLogitsRow, toBf16, type GpuBackend, type SamplingParams } from '@metrale/core';
 import { DeviceSampler, filteredProbs } from '@metrale/layer-std';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cudaAvailable, ensureFatbins } from './cuda-setup.js';
@@ -137,9 +137,7 @@ describe.skipIf(!cuda.available)('DeviceSampler on CUDA picks the tokens the hos
   });
 
   it('logits rounded to bf16 (ties at the top-k cut) and peaked ones (most p round to 0): the CPU twin\'s tokens', () => {
-    const rounded = Float32Array.from(logits.subarray(0, ROWS * V));
-    const bits = new Uint32Array(rounded.buffer);
-    for (let i = 0; i < bits.length; i++) bits[i] = (bits[i]! + 0x7fff + ((bits[i]! >>> 16) & 1)) & 0xffff0000;
+    const rounded = fromBf16(toBf16(logits.subarray(0, ROWS * V)));
     for (let i = 4 * V; i < ROWS * V; i++) rounded[i] = 100 * logits[i]!; // rows 4..7 peaked instead (σ 300: the k-th largest p rounds to 0)
     const a = gpu.alloc(4 * ROWS * V);
     const b = cpu.alloc(4 * ROWS * V);
