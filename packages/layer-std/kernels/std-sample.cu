@@ -430,45 +430,48 @@ __device__ int slice_top(const float* __restrict__ l, int lo, int hi, int m, uin
 }
 
 /**
- * The cut-offs of a sampled row by one CTA over the whole row (top-k past the pool's reach): top-k by counts over the order keys, top-p by masses
- * over them (p is non-decreasing in the logit, so the largest key whose mass above reaches the
- * target is a logit whose p is the reference's cut-off).
+ * The top-k cut-off of a row over n items, each the order key of a logit (`key(i, k)`: whether item
+ * i takes part, and its key): the p of the topK-th largest key (the largest v with #{p ≥ v} ≥ topK;
+ * p is non-decreasing in the logit), or 0 where fewer take part.
  */
-__device__ void whole_row_cuts(const Probs& P, int V, int topK, double topP, float& cutK, float& cutP, SampleShared& sh) {
+template <typename Key>
+__device__ float top_k_cut(const Probs& P, int n, Key key, int topK, SampleShared& sh) {
+  const auto counted = [&](int i, unsigned& k, u64& w) {
+    w = 1;
+    return key(i, k);
+  };
+  const unsigned K = select_cut<true>(n, counted, (double)topK, sh.sel);
+  return K ? P.of(from_order_key(K)) : 0.f;
+}
+
+/**
+ * The top-p cut-off of a row over the same items, among those top-k keeps (p ≥ cutK): the p of the
+ * largest key whose mass at and above reaches topP · Σ p (p is non-decreasing in the logit, so
+ * it is the reference's cut-off), or 0 for a row of no mass.
+ */
+template <typename Key>
+__device__ float top_p_cut(const Probs& P, int n, Key key, float cutK, double topP, SampleShared& sh) {
   const int tid = threadIdx.x, B = blockDim.x;
-  cutK = 0.f, cutP = 0.f;
-  if (has_top_k(topK, V)) {
-    const auto count = [&](int i, unsigned& key, u64& w) {
-      key = order_key(__ldg(P.l + i));
-      w = 1;
-      return true;
-    };
-    const unsigned K = select_cut<true>(V, count, (double)topK, sh.sel);
-    cutK = K ? P.of(from_order_key(K)) : 0.f;
-  }
-  if (!(topP < 1.0)) return;
   const double lo = P.below(cutK);
-  u64 t = 0;
-  for (int i = tid; i < V; i += B) {
-    const float x = __ldg(P.l + i);
-    if ((double)x < lo) continue;
-    const float p = P.of(x);
-    if (p >= cutK) t += fixed(p);
-  }
-  const double total = (double)block_sum(t, sh.redU);
-  const double target = fmax(topP * total, 1e-300);  // the reference's scan stops at its first value even for 0
-  const float k = cutK;
-  const auto mass = [&](int i, unsigned& key, u64& w) {
-    const float x = __ldg(P.l + i);
+  const auto mass = [&](int i, unsigned& k, u64& w) {
+    if (!key(i, k)) return false;
+    const float x = from_order_key(k);
     if ((double)x < lo) return false;
     const float p = P.of(x);
-    if (!(p >= k)) return false;
-    key = order_key(x);
+    if (!(p >= cutK)) return false;
     w = fixed(p);
     return true;
   };
-  const unsigned Kp = select_cut<false>(V, mass, target, sh.sel);
-  cutP = Kp ? P.of(from_order_key(Kp)) : 0.f;
+  u64 t = 0;
+  for (int i = tid; i < n; i += B) {
+    unsigned k;
+    u64 w;
+    if (mass(i, k, w)) t += w;
+  }
+  const double total = (double)block_sum(t, sh.redU);
+  // The reference's scan stops at its first value even for a target of 0.
+  const unsigned Kp = select_cut<false>(n, mass, fmax(topP * total, 1e-300), sh.sel);
+  return Kp ? P.of(from_order_key(Kp)) : 0.f;
 }
 
 /** Phase 0 of a row: each slice's max and sum (a top-k row's pool too, a greedy row's best pair), the last CTA its cut-offs. */
@@ -523,20 +526,13 @@ __device__ void sample_slices(const float* __restrict__ l, int V, int r, int s, 
   bool digits = topP < 1.0 && !has_top_k(topK, V);
   if (pooled) {
     // The k-th largest key of the pool is the row's: each slice gave its C ≥ k largest.
-    const auto entry = [&](int i, uint2& e) {
+    const auto entry = [&](int i, unsigned& key) {
       const int k = i / C, j = i - k * C;
       if (j >= __ldcg(&parts[k].count)) return false;
-      e = __ldcg(pool + (size_t)k * kPoolMax + j);
+      key = __ldcg(pool + (size_t)k * kPoolMax + j).y;
       return true;
     };
-    const auto counted = [&](int i, unsigned& key, u64& w) {
-      uint2 e;
-      if (!entry(i, e)) return false;
-      key = e.y, w = 1;
-      return true;
-    };
-    const unsigned K = select_cut<true>(S * C, counted, (double)topK, sh.sel);
-    cutK = K ? P.of(from_order_key(K)) : 0.f;
+    cutK = top_k_cut(P, S * C, entry, topK, sh);
     // Every logit top-k keeps with any mass is in the pools when the largest left out has a smaller
     // p, or none (p 0: the k-th largest too far below the max); else (ties at the cut) the digit
     // passes find top-p over the whole row.
@@ -544,28 +540,17 @@ __device__ void sample_slices(const float* __restrict__ l, int V, int r, int s, 
     const float pLeft = left == 0u ? 0.f : P.of(from_order_key(left));
     const bool complete = pLeft < cutK || pLeft == 0.f;
     digits = topP < 1.0 && !complete;
-    if (complete && topP < 1.0) {
-      const float k = cutK;
-      const auto mass = [&](int i, unsigned& key, u64& w) {
-        uint2 e;
-        if (!entry(i, e)) return false;
-        const float p = P.of(from_order_key(e.y));
-        if (!(p >= k)) return false;
-        key = e.y, w = fixed(p);
-        return true;
-      };
-      u64 t = 0;
-      for (int i = tid; i < S * C; i += B) {
-        unsigned key;
-        u64 w;
-        if (mass(i, key, w)) t += w;
-      }
-      const double total = (double)block_sum(t, sh.redU);
-      const unsigned Kp = select_cut<false>(S * C, mass, fmax(topP * total, 1e-300), sh.sel);
-      cutP = Kp ? P.of(from_order_key(Kp)) : 0.f;
-    }
+    if (complete && topP < 1.0) cutP = top_p_cut(P, S * C, entry, cutK, topP, sh);
   }
-  if (has_top_k(topK, V) && !pooled) whole_row_cuts(P, V, topK, topP, cutK, cutP, sh);
+  if (has_top_k(topK, V) && !pooled) {
+    // Past the pool's reach: one CTA over the whole row.
+    const auto logit = [&](int i, unsigned& key) {
+      key = order_key(__ldg(l + i));
+      return true;
+    };
+    cutK = top_k_cut(P, V, logit, topK, sh);
+    if (topP < 1.0) cutP = top_p_cut(P, V, logit, cutK, topP, sh);
+  }
   if (tid == 0) {
     SampleRow* w = sc.rows + r;
     w->sum = P.sum, w->mx = P.mx, w->cutK = cutK, w->cutP = cutP;
