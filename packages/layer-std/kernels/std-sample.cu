@@ -23,15 +23,16 @@
 //               least the k largest of its own, so the row's k-th largest is among them) and, when
 //               the pools hold every logit the cut keeps, top-p over those; a greedy row's argmax by
 //               std_argmax's pairs instead,
-//   1–3 (digits) a top-p row without top-k, or whose pools may miss a logit top-k keeps (ties at
-//               the cut): each slice's masses of the kept logits by an 11-, 11- and 10-bit digit of the
-//               order keys under the digits chosen so far, added to the row's histogram; the last CTA
-//               takes the largest digit whose mass with the ones above reaches the target,
-//   4 (draw)    each slice's kept mass; the last CTA finds the slice that holds
+//   1–3 (top-k digits) a row whose top-k is past the pools' reach (k > 496): each slice's counts
+//               of its logits by an 11-, 11- and 10-bit digit of the order keys under the digits
+//               chosen so far, added to the row's histogram; the last CTA takes the largest digit
+//               whose count with the ones above reaches k, and after the third writes cutK,
+//   4–6 (top-p digits) a top-p row without top-k, or whose pools may miss a logit top-k keeps (ties
+//               at the cut, or top-k past them): the same passes over the masses of the logits top-k
+//               keeps, to the target mass,
+//   7 (draw)    each slice's kept mass; the last CTA finds the slice that holds
 //               the draw and walks it in index order (thread-contiguous shares).
-// A row whose top-k is past the pool's reach (k > 496) gets its cut-offs from one CTA over the whole
-// row. The
-// probabilities are never stored: a pass recomputes p_i exactly as the reference rounds it,
+// The probabilities are never stored: a pass recomputes p_i exactly as the reference rounds it,
 // p_i = f32(f32(exp((l_i − max) / T)) / Σ e), with Σ e the f64 sum of the unrounded exponentials,
 // for the logits that can still be kept (once a cut-off is known, a logit whose p is provably below
 // it is skipped: Probs::below). So a cut-off is a value of p and the filters compare f32 with f32 as
@@ -274,21 +275,21 @@ constexpr int kSampleThreads = 256;
 /** Entries a slice keeps at most in a row's pool (SAMPLE_POOL), and the pool's margin over top-k (ties at the cut). */
 constexpr int kPoolMax = 512;
 constexpr int kPoolMargin = 16;
-/** Bins of a top-p digit pass: digits of 11, 11 and 10 bits of the order keys (SAMPLE_DIGIT_BINS). */
+/** Bins of a digit pass: digits of 11, 11 and 10 bits of the order keys (SAMPLE_DIGIT_BINS). */
 constexpr int kDigitBins = 2048;
-/** std_sample's first and last phases (SAMPLE_PHASES); 1 to 3 are the top-p digit passes. */
-constexpr int kPhaseSlices = 0, kPhaseDraw = 4;
+/** std_sample's phases (samplePhases): the slices; from kPhaseTopP the top-p digit passes (1 to 3 those of top-k); the draw. */
+constexpr int kPhaseSlices = 0, kPhaseTopP = 4, kPhaseDraw = 7;
 
 /** What a row's phases pass on (written by the last CTA of a phase, read by the next launches). */
 struct SampleRow {
   double sum;       // Σ exp((x − max) / T) over the row (the slices' sums, in slice order)
-  double target;    // top-p's target mass (fixed point), set by the first digit pass
-  u64 above;        // mass of the keys above the digits chosen so far
+  double target;    // the digit passes' target (top-k's count, top-p's mass in fixed point), set by their first pass
+  u64 above;        // count or mass of the keys above the digits chosen so far
   float mx;         // the row's max
   float cutK, cutP; // the cut-offs (values of p; 0: none)
-  unsigned prefix;  // the top-p key's digits chosen so far
-  int digits;       // 1 while the digit passes are to find cutP
-  int unused;
+  unsigned prefix;  // the cut's key's digits chosen so far
+  int digits;       // 1 while the top-p digit passes are to find cutP
+  int kdigits;      // 1 while the top-k digit passes are to find cutK
 };
 
 /** What a CTA writes of its slice of a row. */
@@ -522,8 +523,10 @@ __device__ void sample_slices(const float* __restrict__ l, int V, int r, int s, 
   __syncthreads();
   const Probs P{l, sh.mx, T, sh.sum};
   float cutK = 0.f, cutP = 0.f;
-  // Top-p by the digit passes: without top-k, or where the pools may miss a logit top-k keeps.
-  bool digits = topP < 1.0 && !has_top_k(topK, V);
+  // Top-p by the digit passes: without top-k, or where the pools may miss a logit top-k keeps;
+  // top-k past the pools' reach by its own digit passes first.
+  bool digits = topP < 1.0 && (!has_top_k(topK, V) || !pooled);
+  const bool kdigits = has_top_k(topK, V) && !pooled;
   if (pooled) {
     // The k-th largest key of the pool is the row's: each slice gave its C ≥ k largest.
     const auto entry = [&](int i, unsigned& key) {
@@ -542,33 +545,27 @@ __device__ void sample_slices(const float* __restrict__ l, int V, int r, int s, 
     digits = topP < 1.0 && !complete;
     if (complete && topP < 1.0) cutP = top_p_cut(P, S * C, entry, cutK, topP, sh);
   }
-  if (has_top_k(topK, V) && !pooled) {
-    // Past the pool's reach: one CTA over the whole row.
-    const auto logit = [&](int i, unsigned& key) {
-      key = order_key(__ldg(l + i));
-      return true;
-    };
-    cutK = top_k_cut(P, V, logit, topK, sh);
-    if (topP < 1.0) cutP = top_p_cut(P, V, logit, cutK, topP, sh);
-  }
   if (tid == 0) {
     SampleRow* w = sc.rows + r;
     w->sum = P.sum, w->mx = P.mx, w->cutK = cutK, w->cutP = cutP;
-    w->digits = digits;
+    w->digits = digits, w->kdigits = kdigits;
     w->prefix = 0u, w->above = 0, w->target = 0.0;
   }
 }
 
 /**
- * Top-p digit pass d (1 to 3) of a row: each slice's masses of the logits top-k keeps (all without
- * top-k) by the d-th digit of the keys under the digits chosen so far, added to the row's
- * histogram; the last CTA chooses the digit (the largest bin whose mass with the bins above reaches
- * the target), and after the third writes cutP.
+ * Digit pass d (1 to 3) of a row. Top-p (`counts` false): each slice's masses of the logits top-k
+ * keeps (all without top-k) by the d-th digit of the keys under the digits chosen so far, added to
+ * the row's histogram; the last CTA chooses the digit (the largest bin whose mass with the bins
+ * above reaches the target), and after the third writes cutP. Top-k (`counts`): the same over the
+ * counts of all the row's logits, to topK, and after the third writes cutK and leaves the record
+ * for the top-p passes.
  */
-__device__ void sample_digit(const float* __restrict__ l, int V, int r, int s, int S, int d, double T, double topP, SampleScratch& sc, SampleShared& sh) {
+__device__ void sample_digit(const float* __restrict__ l, int V, int r, int s, int S, int d, bool counts, double T, double topP, int topK, SampleScratch& sc,
+                             SampleShared& sh) {
   const int tid = threadIdx.x, B = blockDim.x;
   const SampleRow* st = sc.rows + r;
-  if (!st->digits) return;
+  if (counts ? !st->kdigits : !st->digits) return;
   const Probs P{l, st->mx, T, st->sum};
   const unsigned prefix = st->prefix;
   const float cutK = st->cutK;
@@ -586,12 +583,17 @@ __device__ void sample_digit(const float* __restrict__ l, int V, int r, int s, i
     if (i < hi) {
       const float x = __ldg(l + i);
       key = order_key(x);
-      if ((key & hiMask) == prefix && (double)x >= below) {
-        const float p = P.of(x);
-        if (p >= cutK) w = fixed(p);
+      if ((key & hiMask) == prefix) {
+        if (counts) {
+          w = 1;
+        } else if ((double)x >= below) {
+          const float p = P.of(x);
+          if (p >= cutK) w = fixed(p);
+        }
       }
     }
-    hist_add<false>(sh.hist, w != 0, (key >> shift) & digitMask, w);
+    if (counts) hist_add<true>(sh.hist, w != 0, (key >> shift) & digitMask, w);
+    else hist_add<false>(sh.hist, w != 0, (key >> shift) & digitMask, w);
   }
   __syncthreads();
   u64* gh = sc.hist + (size_t)r * kDigitBins;
@@ -608,7 +610,7 @@ __device__ void sample_digit(const float* __restrict__ l, int V, int r, int s, i
   for (int j = 0; j < per; j++) mine += sh.hist[top + j];
   u64 total = 0;
   const u64 before = block_exclusive_scan(mine, sh.redU, total);
-  const double target = d == 1 ? fmax(topP * (double)total, 1e-300) : st->target;
+  const double target = d != 1 ? st->target : counts ? (double)topK : fmax(topP * (double)total, 1e-300);
   const u64 above = d == 1 ? 0 : st->above;
   if (tid == 0) sh.found = -1;
   __syncthreads();
@@ -628,10 +630,14 @@ __device__ void sample_digit(const float* __restrict__ l, int V, int r, int s, i
   if (tid == 0) {
     SampleRow* w = sc.rows + r;
     if (sh.found < 0) {
-      w->digits = 0, w->cutP = 0.f;  // a row of no mass
+      // A row of no mass (top-p), or of fewer logits than top-k: no cut.
+      if (counts) w->kdigits = 0, w->cutK = 0.f, w->prefix = 0u, w->above = 0;
+      else w->digits = 0, w->cutP = 0.f;
     } else {
       const unsigned key = prefix | ((unsigned)sh.found << shift);
-      if (d == 3) {
+      if (d == 3 && counts) {
+        w->cutK = P.of(from_order_key(key)), w->kdigits = 0, w->prefix = 0u, w->above = 0;
+      } else if (d == 3) {
         w->cutP = P.of(from_order_key(key)), w->digits = 0;
       } else {
         w->prefix = key, w->above = sh.above;
@@ -776,8 +782,10 @@ extern "C" __global__ void __launch_bounds__(kSampleThreads) std_sample(const fl
       sample_slices(l, V, r, s, S, T, topK, topP, out, sc, sh);
     } else if (phase == kPhaseDraw) {
       if (T > 0.0) sample_draw(l, V, r, s, S, T, minP, __ldg(pr + 4), out, sc, sh);
+    } else if (T > 0.0 && phase < kPhaseTopP) {
+      if (has_top_k(topK, V)) sample_digit(l, V, r, s, S, phase, true, T, topP, topK, sc, sh);
     } else if (T > 0.0 && topP < 1.0) {
-      sample_digit(l, V, r, s, S, phase, T, topP, sc, sh);
+      sample_digit(l, V, r, s, S, phase - kPhaseTopP + 1, false, T, topP, topK, sc, sh);
     }
     __syncthreads();  // the shared words are rewritten by the next row
   }
