@@ -8,7 +8,7 @@
 // `--sampling 0.7,0.8,20`); the same with 5 logprobs; the same over peaked logits (σ 300: most p
 // round to 0, as a confident model's do); the same over logits rounded to bf16 (ties at the cut:
 // the top-p digit passes); top-p 0.95 alone (the digit passes); top-k 200; top-k 600 (past the
-// pool: one CTA a row finds the cut-offs over the whole row). Floor: the
+// pools: the top-k digit passes). Floor: the
 // logits read once at the copy rate (the same run's ceiling), beside the time.
 // Results print and go to $METRALE_BENCH_OUT (default bench-results/sample.json).
 import { mkdirSync, writeFileSync } from 'node:fs';

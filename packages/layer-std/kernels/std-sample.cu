@@ -23,15 +23,16 @@
 //               least the k largest of its own, so the row's k-th largest is among them) and, when
 //               the pools hold every logit the cut keeps, top-p over those; a greedy row's argmax by
 //               std_argmax's pairs instead,
-//   1–3 (digits) a top-p row without top-k, or whose pools may miss a logit top-k keeps (ties at
-//               the cut): each slice's masses of the kept logits by an 11-, 11- and 10-bit digit of the
-//               order keys under the digits chosen so far, added to the row's histogram; the last CTA
-//               takes the largest digit whose mass with the ones above reaches the target,
-//   4 (draw)    each slice's kept mass; the last CTA finds the slice that holds
+//   1–3 (top-k digits) a row whose top-k is past the pools' reach (k > 496): each slice's counts
+//               of its logits by an 11-, 11- and 10-bit digit of the order keys under the digits
+//               chosen so far, added to the row's histogram; the last CTA takes the largest digit
+//               whose count with the ones above reaches k, and after the third writes cutK,
+//   4–6 (top-p digits) a top-p row without top-k, or whose pools may miss a logit top-k keeps (ties
+//               at the cut, or top-k past them): the same passes over the masses of the logits top-k
+//               keeps, to the target mass,
+//   7 (draw)    each slice's kept mass; the last CTA finds the slice that holds
 //               the draw and walks it in index order (thread-contiguous shares).
-// A row whose top-k is past the pool's reach (k > 496) gets its cut-offs from one CTA over the whole
-// row. The
-// probabilities are never stored: a pass recomputes p_i exactly as the reference rounds it,
+// The probabilities are never stored: a pass recomputes p_i exactly as the reference rounds it,
 // p_i = f32(f32(exp((l_i − max) / T)) / Σ e), with Σ e the f64 sum of the unrounded exponentials,
 // for the logits that can still be kept (once a cut-off is known, a logit whose p is provably below
 // it is skipped: Probs::below). So a cut-off is a value of p and the filters compare f32 with f32 as
@@ -274,21 +275,21 @@ constexpr int kSampleThreads = 256;
 /** Entries a slice keeps at most in a row's pool (SAMPLE_POOL), and the pool's margin over top-k (ties at the cut). */
 constexpr int kPoolMax = 512;
 constexpr int kPoolMargin = 16;
-/** Bins of a top-p digit pass: digits of 11, 11 and 10 bits of the order keys (SAMPLE_DIGIT_BINS). */
+/** Bins of a digit pass: digits of 11, 11 and 10 bits of the order keys (SAMPLE_DIGIT_BINS). */
 constexpr int kDigitBins = 2048;
-/** std_sample's first and last phases (SAMPLE_PHASES); 1 to 3 are the top-p digit passes. */
-constexpr int kPhaseSlices = 0, kPhaseDraw = 4;
+/** std_sample's phases (samplePhases): the slices; from kPhaseTopP the top-p digit passes (1 to 3 those of top-k); the draw. */
+constexpr int kPhaseSlices = 0, kPhaseTopP = 4, kPhaseDraw = 7;
 
 /** What a row's phases pass on (written by the last CTA of a phase, read by the next launches). */
 struct SampleRow {
   double sum;       // Σ exp((x − max) / T) over the row (the slices' sums, in slice order)
-  double target;    // top-p's target mass (fixed point), set by the first digit pass
-  u64 above;        // mass of the keys above the digits chosen so far
+  double target;    // the digit passes' target (top-k's count, top-p's mass in fixed point), set by their first pass
+  u64 above;        // count or mass of the keys above the digits chosen so far
   float mx;         // the row's max
   float cutK, cutP; // the cut-offs (values of p; 0: none)
-  unsigned prefix;  // the top-p key's digits chosen so far
-  int digits;       // 1 while the digit passes are to find cutP
-  int unused;
+  unsigned prefix;  // the cut's key's digits chosen so far
+  int digits;       // 1 while the top-p digit passes are to find cutP
+  int kdigits;      // 1 while the top-k digit passes are to find cutK
 };
 
 /** What a CTA writes of its slice of a row. */
@@ -430,45 +431,48 @@ __device__ int slice_top(const float* __restrict__ l, int lo, int hi, int m, uin
 }
 
 /**
- * The cut-offs of a sampled row by one CTA over the whole row (top-k past the pool's reach): top-k by counts over the order keys, top-p by masses
- * over them (p is non-decreasing in the logit, so the largest key whose mass above reaches the
- * target is a logit whose p is the reference's cut-off).
+ * The top-k cut-off of a row over n items, each the order key of a logit (`key(i, k)`: whether item
+ * i takes part, and its key): the p of the topK-th largest key (the largest v with #{p ≥ v} ≥ topK;
+ * p is non-decreasing in the logit), or 0 where fewer take part.
  */
-__device__ void whole_row_cuts(const Probs& P, int V, int topK, double topP, float& cutK, float& cutP, SampleShared& sh) {
+template <typename Key>
+__device__ float top_k_cut(const Probs& P, int n, Key key, int topK, SampleShared& sh) {
+  const auto counted = [&](int i, unsigned& k, u64& w) {
+    w = 1;
+    return key(i, k);
+  };
+  const unsigned K = select_cut<true>(n, counted, (double)topK, sh.sel);
+  return K ? P.of(from_order_key(K)) : 0.f;
+}
+
+/**
+ * The top-p cut-off of a row over the same items, among those top-k keeps (p ≥ cutK): the p of the
+ * largest key whose mass at and above reaches topP · Σ p (p is non-decreasing in the logit, so
+ * it is the reference's cut-off), or 0 for a row of no mass.
+ */
+template <typename Key>
+__device__ float top_p_cut(const Probs& P, int n, Key key, float cutK, double topP, SampleShared& sh) {
   const int tid = threadIdx.x, B = blockDim.x;
-  cutK = 0.f, cutP = 0.f;
-  if (has_top_k(topK, V)) {
-    const auto count = [&](int i, unsigned& key, u64& w) {
-      key = order_key(__ldg(P.l + i));
-      w = 1;
-      return true;
-    };
-    const unsigned K = select_cut<true>(V, count, (double)topK, sh.sel);
-    cutK = K ? P.of(from_order_key(K)) : 0.f;
-  }
-  if (!(topP < 1.0)) return;
   const double lo = P.below(cutK);
-  u64 t = 0;
-  for (int i = tid; i < V; i += B) {
-    const float x = __ldg(P.l + i);
-    if ((double)x < lo) continue;
-    const float p = P.of(x);
-    if (p >= cutK) t += fixed(p);
-  }
-  const double total = (double)block_sum(t, sh.redU);
-  const double target = fmax(topP * total, 1e-300);  // the reference's scan stops at its first value even for 0
-  const float k = cutK;
-  const auto mass = [&](int i, unsigned& key, u64& w) {
-    const float x = __ldg(P.l + i);
+  const auto mass = [&](int i, unsigned& k, u64& w) {
+    if (!key(i, k)) return false;
+    const float x = from_order_key(k);
     if ((double)x < lo) return false;
     const float p = P.of(x);
-    if (!(p >= k)) return false;
-    key = order_key(x);
+    if (!(p >= cutK)) return false;
     w = fixed(p);
     return true;
   };
-  const unsigned Kp = select_cut<false>(V, mass, target, sh.sel);
-  cutP = Kp ? P.of(from_order_key(Kp)) : 0.f;
+  u64 t = 0;
+  for (int i = tid; i < n; i += B) {
+    unsigned k;
+    u64 w;
+    if (mass(i, k, w)) t += w;
+  }
+  const double total = (double)block_sum(t, sh.redU);
+  // The reference's scan stops at its first value even for a target of 0.
+  const unsigned Kp = select_cut<false>(n, mass, fmax(topP * total, 1e-300), sh.sel);
+  return Kp ? P.of(from_order_key(Kp)) : 0.f;
 }
 
 /** Phase 0 of a row: each slice's max and sum (a top-k row's pool too, a greedy row's best pair), the last CTA its cut-offs. */
@@ -519,24 +523,19 @@ __device__ void sample_slices(const float* __restrict__ l, int V, int r, int s, 
   __syncthreads();
   const Probs P{l, sh.mx, T, sh.sum};
   float cutK = 0.f, cutP = 0.f;
-  // Top-p by the digit passes: without top-k, or where the pools may miss a logit top-k keeps.
-  bool digits = topP < 1.0 && !has_top_k(topK, V);
+  // Top-p by the digit passes: without top-k, or where the pools may miss a logit top-k keeps;
+  // top-k past the pools' reach by its own digit passes first.
+  bool digits = topP < 1.0 && (!has_top_k(topK, V) || !pooled);
+  const bool kdigits = has_top_k(topK, V) && !pooled;
   if (pooled) {
     // The k-th largest key of the pool is the row's: each slice gave its C ≥ k largest.
-    const auto entry = [&](int i, uint2& e) {
+    const auto entry = [&](int i, unsigned& key) {
       const int k = i / C, j = i - k * C;
       if (j >= __ldcg(&parts[k].count)) return false;
-      e = __ldcg(pool + (size_t)k * kPoolMax + j);
+      key = __ldcg(pool + (size_t)k * kPoolMax + j).y;
       return true;
     };
-    const auto counted = [&](int i, unsigned& key, u64& w) {
-      uint2 e;
-      if (!entry(i, e)) return false;
-      key = e.y, w = 1;
-      return true;
-    };
-    const unsigned K = select_cut<true>(S * C, counted, (double)topK, sh.sel);
-    cutK = K ? P.of(from_order_key(K)) : 0.f;
+    cutK = top_k_cut(P, S * C, entry, topK, sh);
     // Every logit top-k keeps with any mass is in the pools when the largest left out has a smaller
     // p, or none (p 0: the k-th largest too far below the max); else (ties at the cut) the digit
     // passes find top-p over the whole row.
@@ -544,46 +543,29 @@ __device__ void sample_slices(const float* __restrict__ l, int V, int r, int s, 
     const float pLeft = left == 0u ? 0.f : P.of(from_order_key(left));
     const bool complete = pLeft < cutK || pLeft == 0.f;
     digits = topP < 1.0 && !complete;
-    if (complete && topP < 1.0) {
-      const float k = cutK;
-      const auto mass = [&](int i, unsigned& key, u64& w) {
-        uint2 e;
-        if (!entry(i, e)) return false;
-        const float p = P.of(from_order_key(e.y));
-        if (!(p >= k)) return false;
-        key = e.y, w = fixed(p);
-        return true;
-      };
-      u64 t = 0;
-      for (int i = tid; i < S * C; i += B) {
-        unsigned key;
-        u64 w;
-        if (mass(i, key, w)) t += w;
-      }
-      const double total = (double)block_sum(t, sh.redU);
-      const unsigned Kp = select_cut<false>(S * C, mass, fmax(topP * total, 1e-300), sh.sel);
-      cutP = Kp ? P.of(from_order_key(Kp)) : 0.f;
-    }
+    if (complete && topP < 1.0) cutP = top_p_cut(P, S * C, entry, cutK, topP, sh);
   }
-  if (has_top_k(topK, V) && !pooled) whole_row_cuts(P, V, topK, topP, cutK, cutP, sh);
   if (tid == 0) {
     SampleRow* w = sc.rows + r;
     w->sum = P.sum, w->mx = P.mx, w->cutK = cutK, w->cutP = cutP;
-    w->digits = digits;
+    w->digits = digits, w->kdigits = kdigits;
     w->prefix = 0u, w->above = 0, w->target = 0.0;
   }
 }
 
 /**
- * Top-p digit pass d (1 to 3) of a row: each slice's masses of the logits top-k keeps (all without
- * top-k) by the d-th digit of the keys under the digits chosen so far, added to the row's
- * histogram; the last CTA chooses the digit (the largest bin whose mass with the bins above reaches
- * the target), and after the third writes cutP.
+ * Digit pass d (1 to 3) of a row. Top-p (`counts` false): each slice's masses of the logits top-k
+ * keeps (all without top-k) by the d-th digit of the keys under the digits chosen so far, added to
+ * the row's histogram; the last CTA chooses the digit (the largest bin whose mass with the bins
+ * above reaches the target), and after the third writes cutP. Top-k (`counts`): the same over the
+ * counts of all the row's logits, to topK, and after the third writes cutK and leaves the record
+ * for the top-p passes.
  */
-__device__ void sample_digit(const float* __restrict__ l, int V, int r, int s, int S, int d, double T, double topP, SampleScratch& sc, SampleShared& sh) {
+__device__ void sample_digit(const float* __restrict__ l, int V, int r, int s, int S, int d, bool counts, double T, double topP, int topK, SampleScratch& sc,
+                             SampleShared& sh) {
   const int tid = threadIdx.x, B = blockDim.x;
   const SampleRow* st = sc.rows + r;
-  if (!st->digits) return;
+  if (counts ? !st->kdigits : !st->digits) return;
   const Probs P{l, st->mx, T, st->sum};
   const unsigned prefix = st->prefix;
   const float cutK = st->cutK;
@@ -601,12 +583,17 @@ __device__ void sample_digit(const float* __restrict__ l, int V, int r, int s, i
     if (i < hi) {
       const float x = __ldg(l + i);
       key = order_key(x);
-      if ((key & hiMask) == prefix && (double)x >= below) {
-        const float p = P.of(x);
-        if (p >= cutK) w = fixed(p);
+      if ((key & hiMask) == prefix) {
+        if (counts) {
+          w = 1;
+        } else if ((double)x >= below) {
+          const float p = P.of(x);
+          if (p >= cutK) w = fixed(p);
+        }
       }
     }
-    hist_add<false>(sh.hist, w != 0, (key >> shift) & digitMask, w);
+    if (counts) hist_add<true>(sh.hist, w != 0, (key >> shift) & digitMask, w);
+    else hist_add<false>(sh.hist, w != 0, (key >> shift) & digitMask, w);
   }
   __syncthreads();
   u64* gh = sc.hist + (size_t)r * kDigitBins;
@@ -623,7 +610,7 @@ __device__ void sample_digit(const float* __restrict__ l, int V, int r, int s, i
   for (int j = 0; j < per; j++) mine += sh.hist[top + j];
   u64 total = 0;
   const u64 before = block_exclusive_scan(mine, sh.redU, total);
-  const double target = d == 1 ? fmax(topP * (double)total, 1e-300) : st->target;
+  const double target = d != 1 ? st->target : counts ? (double)topK : fmax(topP * (double)total, 1e-300);
   const u64 above = d == 1 ? 0 : st->above;
   if (tid == 0) sh.found = -1;
   __syncthreads();
@@ -643,10 +630,14 @@ __device__ void sample_digit(const float* __restrict__ l, int V, int r, int s, i
   if (tid == 0) {
     SampleRow* w = sc.rows + r;
     if (sh.found < 0) {
-      w->digits = 0, w->cutP = 0.f;  // a row of no mass
+      // A row of no mass (top-p), or of fewer logits than top-k: no cut.
+      if (counts) w->kdigits = 0, w->cutK = 0.f, w->prefix = 0u, w->above = 0;
+      else w->digits = 0, w->cutP = 0.f;
     } else {
       const unsigned key = prefix | ((unsigned)sh.found << shift);
-      if (d == 3) {
+      if (d == 3 && counts) {
+        w->cutK = P.of(from_order_key(key)), w->kdigits = 0, w->prefix = 0u, w->above = 0;
+      } else if (d == 3) {
         w->cutP = P.of(from_order_key(key)), w->digits = 0;
       } else {
         w->prefix = key, w->above = sh.above;
@@ -791,8 +782,10 @@ extern "C" __global__ void __launch_bounds__(kSampleThreads) std_sample(const fl
       sample_slices(l, V, r, s, S, T, topK, topP, out, sc, sh);
     } else if (phase == kPhaseDraw) {
       if (T > 0.0) sample_draw(l, V, r, s, S, T, minP, __ldg(pr + 4), out, sc, sh);
+    } else if (T > 0.0 && phase < kPhaseTopP) {
+      if (has_top_k(topK, V)) sample_digit(l, V, r, s, S, phase, true, T, topP, topK, sc, sh);
     } else if (T > 0.0 && topP < 1.0) {
-      sample_digit(l, V, r, s, S, phase, T, topP, sc, sh);
+      sample_digit(l, V, r, s, S, phase - kPhaseTopP + 1, false, T, topP, topK, sc, sh);
     }
     __syncthreads();  // the shared words are rewritten by the next row
   }

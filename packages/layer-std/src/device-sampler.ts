@@ -70,7 +70,7 @@ export class DeviceSampler implements DeviceTokenPicker {
 
   /**
    * The token of each row of `logits` picked by its own `SampledRow` (temperature 0: its argmax, the
-   * token `argmax` gives) by `std.sample`'s phases (2 to 5 launches over CTAs of a slice of a row
+   * token `argmax` gives) by `std.sample`'s phases (2 to 8 launches over CTAs of a slice of a row
    * each), and the logprobs of the rows that ask in one `std.logprobs` launch; the rows' parameters,
    * draws and logprobs counts go up in one copy. Synchronous: waits for the stream and returns host
    * ids and logprobs.

@@ -59,9 +59,9 @@ const SAMPLE_THREADS = 256;
 /** Entries a slice keeps at most in a row's pool (kPoolMax) and the pool's margin over top-k (kPoolMargin). */
 const SAMPLE_POOL = 512;
 const SAMPLE_POOL_MARGIN = 16;
-/** The largest top-k a row's pool serves; past it one CTA finds the row's cut-offs over the whole row. */
+/** The largest top-k a row's pool serves; past it the top-k digit passes find the row's cut-off. */
 export const SAMPLE_POOLED_TOP_K = SAMPLE_POOL - SAMPLE_POOL_MARGIN;
-/** Bins of a top-p digit pass (kDigitBins). */
+/** Bins of a digit pass (kDigitBins). */
 const SAMPLE_DIGIT_BINS = 2048;
 /** Bytes of the kernel's per-row record (SampleRow) and per-slice record (SampleSlice). */
 const SAMPLE_ROW_BYTES = 48;
@@ -94,14 +94,16 @@ export interface SamplePhaseRow {
 }
 
 /**
- * The phases a `std.sample` call launches, in order: the slices always; the top-p digit passes
- * when a sampled row has top-p (a row whose cut-off the slices' phase found leaves them at once);
- * the draw when a row is sampled.
+ * The phases a `std.sample` call launches, in order: the slices always; the top-k digit passes (1–3)
+ * when a sampled row's top-k is past the pools' reach (SAMPLE_POOLED_TOP_K); the top-p digit passes
+ * (4–6) when a sampled row has top-p (a row whose cut-off the slices' phase found leaves them at
+ * once); the draw when a row is sampled.
  */
 export function samplePhases(rows: readonly SamplePhaseRow[]): number[] {
   const sampled = rows.filter((r) => r.temperature > 0);
-  const digits = sampled.some((r) => r.topP < 1);
-  return [0, ...(digits ? [1, 2, 3] : []), ...(sampled.length ? [SAMPLE_PHASE_DRAW] : [])];
+  const topK = sampled.some((r) => r.topK > SAMPLE_POOLED_TOP_K);
+  const topP = sampled.some((r) => r.topP < 1);
+  return [0, ...(topK ? [1, 2, 3] : []), ...(topP ? [4, 5, 6] : []), ...(sampled.length ? [SAMPLE_PHASE_DRAW] : [])];
 }
 
 /** Threads of a `std.argmax` CTA. */

@@ -5,8 +5,8 @@ import { MAX_LOGPROBS, type PositionLogprobs } from '@metrale/core';
 
 /** f64 values of a row in `std.sample`'s `params`: temperature, top-k, top-p, min-p, and the row's uniform draw in [0, 1). */
 export const SAMPLE_PARAMS = 5;
-/** `std.sample`'s last phase, the draw (kPhaseDraw): 0 is the slices, 1 to 3 the top-p digit passes. */
-export const SAMPLE_PHASE_DRAW = 4;
+/** `std.sample`'s last phase, the draw (kPhaseDraw): 0 is the slices, 1 to 3 the top-k digit passes, 4 to 6 the top-p ones. */
+export const SAMPLE_PHASE_DRAW = 7;
 
 // `std.logprobs`' output, one row of u32 words a picked row: a head — the row's log-normalizer
 // (f64, words 0–1), the picked token's logit (f32 bits), its rank, the count of pairs, one unused

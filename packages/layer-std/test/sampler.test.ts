@@ -201,11 +201,14 @@ describe('std.argmax\'s launch shape', () => {
 
 describe('std.sample\'s phases and scratch', () => {
   const row = (temperature: number, topK = 0, topP = 1) => ({ temperature, topK, topP });
-  it('launches the slices always, the top-p digit passes only when a sampled row has top-p, the draw for any sampled row', () => {
+  it('launches the slices always, the top-k digit passes only when a sampled row\'s top-k is past the pools, the top-p ones only when a sampled row has top-p, the draw for any sampled row', () => {
     expect(samplePhases([row(0), row(0)])).toEqual([0]);
     expect(samplePhases([row(0.7)])).toEqual([0, SAMPLE_PHASE_DRAW]);
     expect(samplePhases([row(0.7, 20), row(0)])).toEqual([0, SAMPLE_PHASE_DRAW]);
-    expect(samplePhases([row(0.7, 20, 0.8), row(1, 0, 0.95)])).toEqual([0, 1, 2, 3, SAMPLE_PHASE_DRAW]);
+    expect(samplePhases([row(0.7, 20, 0.8), row(1, 0, 0.95)])).toEqual([0, 4, 5, 6, SAMPLE_PHASE_DRAW]);
+    expect(samplePhases([row(0.7, SAMPLE_POOLED_TOP_K + 1)])).toEqual([0, 1, 2, 3, SAMPLE_PHASE_DRAW]);
+    expect(samplePhases([row(0.7, 600, 0.9), row(0)])).toEqual([0, 1, 2, 3, 4, 5, 6, SAMPLE_PHASE_DRAW]);
+    expect(samplePhases([row(0, 600, 0.9)])).toEqual([0]);
     // A greedy row's top-p is not looked at.
     expect(samplePhases([row(0, 0, 0.5)])).toEqual([0]);
   });

@@ -83,10 +83,10 @@ describe.skipIf(!cuda.available)('DeviceSampler on CUDA picks the tokens the hos
     ['top-p 0.8', { temperature: 1.3, topP: 0.8 }],
     ['min-p 0.1', { temperature: 0.9, minP: 0.1 }],
     ['all filters', { temperature: 1.1, topK: 40, topP: 0.9, minP: 0.02 }],
-    // Row 2's plateau holds the 5th largest: its slice's pool leaves out equal logits, so the cut-offs come from the whole row.
+    // Row 2's plateau holds the 5th largest: its slice's pool leaves out equal logits, so top-p comes from the digit passes.
     ['top-k 5 in a plateau', { temperature: 0.5, topK: 5 }],
     ['top-k 200, top-p 0.9', { temperature: 0.8, topK: 200, topP: 0.9 }],
-    ['top-k 600 (past the pool), top-p 0.9', { temperature: 0.8, topK: 600, topP: 0.9 }],
+    ['top-k 600 (past the pools: the top-k digit passes), top-p 0.9', { temperature: 0.8, topK: 600, topP: 0.9 }],
   ];
   for (const [name, params] of cases) {
     it(`${name}: same tokens for the same seeds as the CPU twin, inside the host's support`, () => {
