@@ -243,6 +243,26 @@ __device__ __forceinline__ float rms_out(float xh, float w, float offset, int ro
 }
 
 /**
+ * A ticket: whether this CTA is the last of `ctas` to get here on `counter` (zero before the
+ * launch). Each thread's global writes before it are visible to that CTA, which resets the counter
+ * for the next launch (or a graph's replay). `flag`: a shared int, rewritten by the next call.
+ */
+__device__ __forceinline__ bool last_to_arrive(unsigned* counter, int ctas, int& flag) {
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned done = ::atomicAdd(counter, 1u);
+    flag = done == (unsigned)ctas - 1;
+    if (flag) *counter = 0;
+  }
+  __syncthreads();
+  const bool last = flag;
+  if (last) __threadfence();
+  __syncthreads();
+  return last;
+}
+
+/**
  * Programmatic dependent launch (LaunchConfig.earlyStart; sm_90): the first statement of a kernel the
  * layers launch with an early start (KERNELS.md lists them). It waits until the previous kernel on
  * the stream has finished and its writes are visible, before this kernel reads or writes anything,

@@ -349,25 +349,6 @@ __device__ __forceinline__ bool has_top_k(int topK, int V) { return topK > 0 && 
 __device__ __forceinline__ bool pooled_top_k(int topK, int V) { return has_top_k(topK, V) && topK <= kPoolMax - kPoolMargin; }
 
 /**
- * Whether this CTA is the last of the row's S to get here; each thread's global writes before it
- * are visible to that CTA, which resets the counter for the next launch.
- */
-__device__ __forceinline__ bool last_of_row(unsigned* counter, int S, int& flag) {
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const unsigned done = ::atomicAdd(counter, 1u);
-    flag = done == (unsigned)S - 1;
-    if (flag) *counter = 0;
-  }
-  __syncthreads();
-  const bool last = flag;
-  if (last) __threadfence();
-  __syncthreads();  // `flag` is rewritten by the next call
-  return last;
-}
-
-/**
  * The m items of [0, n) with the largest keys, K being the m-th largest (select_cut's): those above
  * K, then the first of those equal to it, as (index, key) pairs in `out`, each group in item order
  * (thread-contiguous shares, their counts packed above << 32 | equal and scanned). `item(i, index,
@@ -485,7 +466,7 @@ __device__ void sample_slices(const float* __restrict__ l, int V, int r, int s, 
     // Greedy: the row's argmax by std_argmax's pairs.
     const Best b = block_best(slice_best(l, lo, hi), sh.redF, sh.redI);
     if (tid == 0) parts[s].bestV = b.v, parts[s].bestI = b.i;
-    if (!last_of_row(sc.counters + r, S, sh.last)) return;
+    if (!last_to_arrive(sc.counters + r, S, sh.last)) return;
     if (tid == 0) {
       Best m{-INFINITY, kNoIndex};
       for (int k = 0; k < S; k++) m.merge(__ldcg(&parts[k].bestV), __ldcg(&parts[k].bestI));
@@ -506,7 +487,7 @@ __device__ void sample_slices(const float* __restrict__ l, int V, int r, int s, 
   unsigned outside = 0u;
   const int count = pooled ? slice_top(l, lo, hi, C, pool + (size_t)s * kPoolMax, outside, sh) : 0;
   if (tid == 0) parts[s].mx = m, parts[s].sum = sum, parts[s].count = count, parts[s].outside = outside;
-  if (!last_of_row(sc.counters + r, S, sh.last)) return;
+  if (!last_to_arrive(sc.counters + r, S, sh.last)) return;
 
   // The last CTA: the row's max and sum from the slices' (in slice order), then its cut-offs.
   if (tid == 0) {
@@ -599,7 +580,7 @@ __device__ void sample_digit(const float* __restrict__ l, int V, int r, int s, i
   u64* gh = sc.hist + (size_t)r * kDigitBins;
   for (int b = tid; b < kDigitBins; b += B)
     if (sh.hist[b]) atomicAdd(gh + b, sh.hist[b]);
-  if (!last_of_row(sc.counters + r, S, sh.last)) return;
+  if (!last_to_arrive(sc.counters + r, S, sh.last)) return;
 
   for (int b = tid; b < kDigitBins; b += B) sh.hist[b] = __ldcg(gh + b), gh[b] = 0;
   __syncthreads();
@@ -679,7 +660,7 @@ __device__ void sample_draw(const float* __restrict__ l, int V, int r, int s, in
   const u64 mass = block_sum(mine, sh.redU);
   SampleSlice* parts = sc.slices + (size_t)r * S;
   if (tid == 0) parts[s].mass = mass;
-  if (!last_of_row(sc.counters + r, S, sh.last)) return;
+  if (!last_to_arrive(sc.counters + r, S, sh.last)) return;
 
   if (tid == 0) {
     u64 total = 0;
@@ -833,7 +814,7 @@ extern "C" __global__ void __launch_bounds__(kSampleThreads) std_logprobs(const 
     unsigned outside;
     const int count = m > 0 ? slice_top(l, lo, hi, m, pool + (size_t)s * kPoolMax, outside, sh) : 0;
     if (tid == 0) parts[s].mx = mx, parts[s].sum = sum, parts[s].mass = rank, parts[s].count = count;
-    if (!last_of_row(sc.counters + r, S, sh.last)) continue;
+    if (!last_to_arrive(sc.counters + r, S, sh.last)) continue;
 
     // The last CTA: lse = max + log Σ (core's logSumExp; the sum's order differs), the rank, and the
     // m largest of the slices' m largest (each slice's entries of a key in index order, so the
