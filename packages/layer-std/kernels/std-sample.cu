@@ -345,7 +345,7 @@ struct SampleShared {
 
 /** Whether a row's top-k is on. */
 __device__ __forceinline__ bool has_top_k(int topK, int V) { return topK > 0 && topK < V; }
-/** Whether a row's top-k cut comes from its pool (else one CTA finds it over the whole row). */
+/** Whether a row's top-k cut comes from its pool (else from the top-k digit passes, phases 1–3). */
 __device__ __forceinline__ bool pooled_top_k(int topK, int V) { return has_top_k(topK, V) && topK <= kPoolMax - kPoolMargin; }
 
 /**
