@@ -377,6 +377,59 @@ __device__ __forceinline__ void experts_rowwise(const R* __restrict__ h, const i
   }
 }
 
+/** A 4-element step of a row of R as stored: 8 bytes for 16-bit rows, 16 for f32. */
+template <typename R>
+using RowStep = std::conditional_t<sizeof(R) == 4, float4, uint2>;
+
+template <typename R>
+__device__ __forceinline__ float4 step_values(const RowStep<R>& s) {
+  if constexpr (sizeof(R) == 4) return s;
+  else return unpack4<R>(s);
+}
+
+/** Steps of one entry's row a grouped CTA stages at a time: the 32 lanes' chunks of kSteps<W> steps. */
+template <typename W>
+constexpr int kBlockSteps = 32 * kSteps<W>;
+
+/**
+ * The inputs of a grouped CTA's pass (its expert's entries q0 … q0 + nq − 1), staged in shared memory
+ * one block of 32 chunks at a time: every warp of the CTA runs the same entries through its own
+ * weight rows, so each input step is read from L2 once a CTA, not once a warp, and a warp's read of
+ * one step of one entry is 32 consecutive steps of shared memory (step t of chunk c0 + l of entry q
+ * at [(q · V + t) · 32 + l]), where lane l's strided loads from global memory touched a sector each.
+ * `row` holds the entries' first elements (their row of the input, in elements), written by the
+ * CTA's first nq threads at the pass's start.
+ */
+template <typename W, typename R>
+struct EntryStage {
+  RowStep<R> steps[kEntries * kBlockSteps<W>];
+  int row[kEntries];
+
+  /** Chunks c0 … c0 + 31 of every entry of the pass (chunks: the row's chunk count). */
+  __device__ __forceinline__ void load(const R* __restrict__ src, int nq, int c0, int chunks) {
+    constexpr int V = kSteps<W>;
+    for (int u = threadIdx.x; u < nq * kBlockSteps<W>; u += blockDim.x) {
+      const int l = u & 31, t = (u >> 5) % V, q = (u >> 5) / V;
+      if (c0 + l < chunks) steps[u] = __ldg(reinterpret_cast<const RowStep<R>*>(src + row[q]) + (size_t)(c0 + l) * V + t);
+    }
+  }
+
+  /** Step t of this lane's chunk of the block, entry q. */
+  __device__ __forceinline__ float4 at(int q, int t, int lane) const { return step_values<R>(steps[(q * kSteps<W> + t) * 32 + lane]); }
+};
+
+/**
+ * Starts a pass of a grouped CTA: after the barrier (the previous pass's reads of `stage` are done)
+ * the first nq threads write the row of each entry (`rowOf(rj)`), read by the barrier that precedes
+ * the first block's load (or, on the scalar path, by the one here).
+ */
+template <typename W, typename R, typename RowOf>
+__device__ __forceinline__ void start_pass(EntryStage<W, R>& stage, const Groups& gr, int q0, int nq, RowOf rowOf) {
+  __syncthreads();
+  if (threadIdx.x < nq) stage.row[threadIdx.x] = rowOf(gr.order[q0 + threadIdx.x]);
+  __syncthreads();
+}
+
 template <typename W, typename R>
 __device__ __forceinline__ void experts_up(const R* __restrict__ input, const int32_t* __restrict__ groups, const W* __restrict__ gateUp,
                                            const float* __restrict__ scales, R* __restrict__ h, int hidden, int inter, int experts, int topK) {
@@ -385,6 +438,7 @@ __device__ __forceinline__ void experts_up(const R* __restrict__ input, const in
   const Groups gr(groups, experts);
   const bool vec = vector_width<W>(D) && aligned16(input) && aligned16(gateUp);
   const int tile = nw * kRowsPerWarp;
+  __shared__ EntryStage<W, R> stage;
   // Entries whose id is outside the experts: zeros (the first column of CTAs).
   if (blockIdx.x == 0) {
     for (int i0 = blockIdx.y * tile; i0 < I; i0 += gridDim.y * tile)
@@ -398,8 +452,9 @@ __device__ __forceinline__ void experts_up(const R* __restrict__ input, const in
     const W* G = gateUp + (size_t)e * 2 * I * D;
     const W* U = G + (size_t)I * D;
     for (int i0 = blockIdx.y * tile; i0 < I; i0 += gridDim.y * tile) {
+      // Every warp takes part in the stage and its barriers; a warp whose rows start past I computes nothing.
       const int ib = i0 + warp_id() * kRowsPerWarp;
-      if (ib >= I) continue;
+      const bool rows = ib < I;
       // This warp's weight rows (a row past I repeats the last one; its sums are not written).
       size_t wrow[kRowsPerWarp];
       const float* gs[kRowsPerWarp];
@@ -413,43 +468,50 @@ __device__ __forceinline__ void experts_up(const R* __restrict__ input, const in
       }
       for (int q0 = s0; q0 < s1; q0 += kEntries) {
         const int nq = min(kEntries, s1 - q0);
-        const int myRj = lane < nq ? gr.order[q0 + lane] : 0;
-        int xoff[kEntries];  // input row of each entry, in elements
-#pragma unroll
-        for (int q = 0; q < kEntries; q++) xoff[q] = (__shfl_sync(kFull, myRj, q) / topK) * D;
+        start_pass(stage, gr, q0, nq, [&](int rj) { return (rj / topK) * D; });
         float sg[32], su[32];  // [m · kEntries + q]
 #pragma unroll
         for (int t = 0; t < 32; t++) sg[t] = 0.f, su[t] = 0.f;
         if (vec) {
           constexpr int V = kSteps<W>;
-#pragma unroll(4 / V)
-          for (int c = lane; c < (D >> 2) / V; c += 32) {
+          const int chunks = (D >> 2) / V;
+          for (int c0 = 0; c0 < chunks; c0 += 32) {
+            const int c = c0 + lane;
+            const bool mine = rows && c < chunks;
+            // The weights' loads first: they are in flight through the stage's load and barriers.
             WeightChunk<W> gc[kRowsPerWarp], uc[kRowsPerWarp];
             float gsc[kRowsPerWarp], usc[kRowsPerWarp];
 #pragma unroll
             for (int m = 0; m < kRowsPerWarp; m++) {
-              gc[m] = ldg_chunk(G + wrow[m], c), uc[m] = ldg_chunk(U + wrow[m], c);
-              gsc[m] = block_scale<W>(gs[m], chunk_block<W>(c)), usc[m] = block_scale<W>(us[m], chunk_block<W>(c));
+              if (mine) {
+                gc[m] = ldg_chunk(G + wrow[m], c), uc[m] = ldg_chunk(U + wrow[m], c);
+                gsc[m] = block_scale<W>(gs[m], chunk_block<W>(c)), usc[m] = block_scale<W>(us[m], chunk_block<W>(c));
+              }
             }
+            if (c0 > 0) __syncthreads();  // the previous block's reads of the stage are done
+            stage.load(input, nq, c0, chunks);
+            __syncthreads();
+            if (mine) {
 #pragma unroll 1
-            for (int t = 0; t < V; t++) {
-              float4 gv[kRowsPerWarp], uv[kRowsPerWarp];
+              for (int t = 0; t < V; t++) {
+                float4 gv[kRowsPerWarp], uv[kRowsPerWarp];
 #pragma unroll
-              for (int m = 0; m < kRowsPerWarp; m++) gv[m] = step_of<W>(gc[m], t), uv[m] = step_of<W>(uc[m], t);
+                for (int m = 0; m < kRowsPerWarp; m++) gv[m] = step_of<W>(gc[m], t), uv[m] = step_of<W>(uc[m], t);
 #pragma unroll
-              for (int q = 0; q < kEntries; q++) {
-                if (q < nq) {
-                  const float4 xv = ldg4(input + xoff[q], (size_t)c * V + t);
+                for (int q = 0; q < kEntries; q++) {
+                  if (q < nq) {
+                    const float4 xv = stage.at(q, t, lane);
 #pragma unroll
-                  for (int m = 0; m < kRowsPerWarp; m++) {
-                    sg[m * kEntries + q] = dot_step4<W>(sg[m * kEntries + q], gv[m], xv, gsc[m]);
-                    su[m * kEntries + q] = dot_step4<W>(su[m * kEntries + q], uv[m], xv, usc[m]);
+                    for (int m = 0; m < kRowsPerWarp; m++) {
+                      sg[m * kEntries + q] = dot_step4<W>(sg[m * kEntries + q], gv[m], xv, gsc[m]);
+                      su[m * kEntries + q] = dot_step4<W>(su[m * kEntries + q], uv[m], xv, usc[m]);
+                    }
                   }
                 }
               }
             }
           }
-        } else {
+        } else if (rows) {
           for (int k = lane; k < D; k += 32) {
             float gv[kRowsPerWarp], uv[kRowsPerWarp];
             float gsc[kRowsPerWarp], usc[kRowsPerWarp];
@@ -461,7 +523,7 @@ __device__ __forceinline__ void experts_up(const R* __restrict__ input, const in
 #pragma unroll
             for (int q = 0; q < kEntries; q++) {
               if (q < nq) {
-                const float xv = ldg_value(input + xoff[q], k);
+                const float xv = ldg_value(input + stage.row[q], k);
 #pragma unroll
                 for (int m = 0; m < kRowsPerWarp; m++) {
                   sg[m * kEntries + q] = dot_step1<W>(sg[m * kEntries + q], gv[m], xv, gsc[m]);
@@ -474,8 +536,7 @@ __device__ __forceinline__ void experts_up(const R* __restrict__ input, const in
         const float g = warp_sum_32(sg);
         const float u = warp_sum_32(su);
         const int m = lane / kEntries, q = lane % kEntries;
-        const int rj = __shfl_sync(kFull, myRj, q);
-        if (q < nq && ib + m < I) store_value(h, (size_t)rj * I + ib + m, silu(g) * u);
+        if (q < nq && ib + m < I) store_value(h, (size_t)gr.order[q0 + q] * I + ib + m, silu(g) * u);
       }
     }
   }
@@ -489,6 +550,7 @@ __device__ __forceinline__ void experts_down(const R* __restrict__ h, const int3
   const Groups gr(groups, experts);
   const bool vec = vector_width<W>(I) && aligned16(h) && aligned16(down);
   const int tile = nw * kRowsPerWarp;
+  __shared__ EntryStage<W, R> stage;
   if (blockIdx.x == 0) {
     for (int d0 = blockIdx.y * tile; d0 < D; d0 += gridDim.y * tile)
       for (int q = warp_id(); q < gr.nInvalid; q += nw) {
@@ -501,7 +563,7 @@ __device__ __forceinline__ void experts_down(const R* __restrict__ h, const int3
     const W* Wt = down + (size_t)e * D * I;
     for (int d0 = blockIdx.y * tile; d0 < D; d0 += gridDim.y * tile) {
       const int db = d0 + warp_id() * kRowsPerWarp;
-      if (db >= D) continue;
+      const bool rows = db < D;
       size_t wrow[kRowsPerWarp];
       const float* ws[kRowsPerWarp];
 #pragma unroll
@@ -512,37 +574,42 @@ __device__ __forceinline__ void experts_down(const R* __restrict__ h, const int3
       }
       for (int q0 = s0; q0 < s1; q0 += kEntries) {
         const int nq = min(kEntries, s1 - q0);
-        const int myRj = lane < nq ? gr.order[q0 + lane] : 0;
-        int hoff[kEntries];  // h row of each entry, in elements
-#pragma unroll
-        for (int q = 0; q < kEntries; q++) hoff[q] = __shfl_sync(kFull, myRj, q) * I;
+        start_pass(stage, gr, q0, nq, [&](int rj) { return rj * I; });
         float s[32];  // [m · kEntries + q]
 #pragma unroll
         for (int t = 0; t < 32; t++) s[t] = 0.f;
         if (vec) {
           constexpr int V = kSteps<W>;
-#pragma unroll(2 / V > 0 ? 2 / V : 1)
-          for (int c = lane; c < (I >> 2) / V; c += 32) {
+          const int chunks = (I >> 2) / V;
+          for (int c0 = 0; c0 < chunks; c0 += 32) {
+            const int c = c0 + lane;
+            const bool mine = rows && c < chunks;
             WeightChunk<W> wc[kRowsPerWarp];
             float sc[kRowsPerWarp];
 #pragma unroll
-            for (int m = 0; m < kRowsPerWarp; m++) wc[m] = ldg_chunk(Wt + wrow[m], c), sc[m] = block_scale<W>(ws[m], chunk_block<W>(c));
+            for (int m = 0; m < kRowsPerWarp; m++)
+              if (mine) wc[m] = ldg_chunk(Wt + wrow[m], c), sc[m] = block_scale<W>(ws[m], chunk_block<W>(c));
+            if (c0 > 0) __syncthreads();
+            stage.load(h, nq, c0, chunks);
+            __syncthreads();
+            if (mine) {
 #pragma unroll 1
-            for (int t = 0; t < V; t++) {
-              float4 wv[kRowsPerWarp];
+              for (int t = 0; t < V; t++) {
+                float4 wv[kRowsPerWarp];
 #pragma unroll
-              for (int m = 0; m < kRowsPerWarp; m++) wv[m] = step_of<W>(wc[m], t);
+                for (int m = 0; m < kRowsPerWarp; m++) wv[m] = step_of<W>(wc[m], t);
 #pragma unroll
-              for (int q = 0; q < kEntries; q++) {
-                if (q < nq) {
-                  const float4 hv = ldg4(h + hoff[q], (size_t)c * V + t);
+                for (int q = 0; q < kEntries; q++) {
+                  if (q < nq) {
+                    const float4 hv = stage.at(q, t, lane);
 #pragma unroll
-                  for (int m = 0; m < kRowsPerWarp; m++) s[m * kEntries + q] = dot_step4<W>(s[m * kEntries + q], wv[m], hv, sc[m]);
+                    for (int m = 0; m < kRowsPerWarp; m++) s[m * kEntries + q] = dot_step4<W>(s[m * kEntries + q], wv[m], hv, sc[m]);
+                  }
                 }
               }
             }
           }
-        } else {
+        } else if (rows) {
           for (int k = lane; k < I; k += 32) {
             float wv[kRowsPerWarp];
             float sc[kRowsPerWarp];
@@ -551,7 +618,7 @@ __device__ __forceinline__ void experts_down(const R* __restrict__ h, const int3
 #pragma unroll
             for (int q = 0; q < kEntries; q++) {
               if (q < nq) {
-                const float hv = ldg_value(h + hoff[q], k);
+                const float hv = ldg_value(h + stage.row[q], k);
 #pragma unroll
                 for (int m = 0; m < kRowsPerWarp; m++) s[m * kEntries + q] = dot_step1<W>(s[m * kEntries + q], wv[m], hv, sc[m]);
               }
@@ -560,8 +627,7 @@ __device__ __forceinline__ void experts_down(const R* __restrict__ h, const int3
         }
         const float t = warp_sum_32(s);
         const int m = lane / kEntries, q = lane % kEntries;
-        const int rj = __shfl_sync(kFull, myRj, q);
-        if (q < nq && db + m < D) store_value(y, (size_t)rj * D + db + m, t);
+        if (q < nq && db + m < D) store_value(y, (size_t)gr.order[q0 + q] * D + db + m, t);
       }
     }
   }
