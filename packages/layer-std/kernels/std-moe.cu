@@ -36,6 +36,7 @@
 // xor-butterfly tree over lanes),
 // so a row's result is bit-identical whatever the batch and whichever rows share its experts.
 #include "std-common.cuh"
+#include "std-mma.cuh"
 #include "std-moe-groups.cuh"
 
 using namespace stdk;
@@ -393,41 +394,61 @@ constexpr int kBlockSteps = 32 * kSteps<W>;
 
 /**
  * The inputs of a grouped CTA's pass (its expert's entries q0 … q0 + nq − 1), staged in shared memory
- * one block of 32 chunks at a time: every warp of the CTA runs the same entries through its own
- * weight rows, so each input step is read from L2 once a CTA, not once a warp, and a warp's read of
- * one step of one entry is 32 consecutive steps of shared memory (step t of chunk c0 + l of entry q
- * at [(q · V + t) · 32 + l]), where lane l's strided loads from global memory touched a sector each.
- * `row` holds the entries' first elements (their row of the input, in elements), written by the
- * CTA's first nq threads at the pass's start.
+ * one block of 32 chunks at a time, two buffers (block b + 1 lands by cp.async while block b is
+ * used): every warp of the CTA runs the same entries through its own weight rows, so each input
+ * step is read from L2 once a CTA, not once a warp, and a warp's read of one step of one entry is
+ * 32 consecutive steps of shared memory (step t of chunk c0 + l of entry q at [(q · V + t) · 32 +
+ * l]), where lane l's strided loads from global memory touched a sector each. `row` holds the
+ * entries' first elements (their row of the input, in elements), written at the pass's start.
  */
 template <typename W, typename R>
 struct EntryStage {
-  RowStep<R> steps[kEntries * kBlockSteps<W>];
+  RowStep<R> steps[2][kEntries * kBlockSteps<W>];
   int row[kEntries];
 
-  /** Chunks c0 … c0 + 31 of every entry of the pass (chunks: the row's chunk count). */
-  __device__ __forceinline__ void load(const R* __restrict__ src, int nq, int c0, int chunks) {
+  /** Issues the copies of chunks c0 … c0 + 31 of every entry into buffer `buf`, one commit group. */
+  __device__ __forceinline__ void copy(const R* __restrict__ src, int nq, int c0, int chunks, int buf) {
     constexpr int V = kSteps<W>;
     for (int u = threadIdx.x; u < nq * kBlockSteps<W>; u += blockDim.x) {
       const int l = u & 31, t = (u >> 5) % V, q = (u >> 5) / V;
-      if (c0 + l < chunks) steps[u] = __ldg(reinterpret_cast<const RowStep<R>*>(src + row[q]) + (size_t)(c0 + l) * V + t);
+      if (c0 + l < chunks) {
+        const RowStep<R>* from = reinterpret_cast<const RowStep<R>*>(src + row[q]) + (size_t)(c0 + l) * V + t;
+        if constexpr (sizeof(RowStep<R>) == 16) cp_async16(&steps[buf][u], from, true);
+        else cp_async8(&steps[buf][u], from);
+      }
     }
+    cp_async_commit();
   }
 
-  /** Step t of this lane's chunk of the block, entry q. */
-  __device__ __forceinline__ float4 at(int q, int t, int lane) const { return step_values<R>(steps[(q * kSteps<W> + t) * 32 + lane]); }
+  /** Step t of this lane's chunk of the block in buffer `buf`, entry q. */
+  __device__ __forceinline__ float4 at(int buf, int q, int t, int lane) const {
+    return step_values<R>(steps[buf][(q * kSteps<W> + t) * 32 + lane]);
+  }
 };
 
 /**
  * Starts a pass of a grouped CTA: after the barrier (the previous pass's reads of `stage` are done)
- * the first nq threads write the row of each entry (`rowOf(rj)`), read by the barrier that precedes
- * the first block's load (or, on the scalar path, by the one here).
+ * the first nq threads write the row of each entry (`rowOf(rj)`); after the second, on the vector
+ * path (`vec`), the first block's copies are issued.
  */
 template <typename W, typename R, typename RowOf>
-__device__ __forceinline__ void start_pass(EntryStage<W, R>& stage, const Groups& gr, int q0, int nq, RowOf rowOf) {
+__device__ __forceinline__ void start_pass(EntryStage<W, R>& stage, const Groups& gr, const R* __restrict__ src, int q0, int nq, int chunks, bool vec,
+                                           RowOf rowOf) {
   __syncthreads();
   if (threadIdx.x < nq) stage.row[threadIdx.x] = rowOf(gr.order[q0 + threadIdx.x]);
   __syncthreads();
+  if (vec) stage.copy(src, nq, 0, chunks, 0);
+}
+
+/**
+ * Block b of a pass on the vector path: waits for its copies (every thread's, by the barrier, which
+ * also ends every warp's reads of block b − 1's buffer), then issues block b + 1's into that buffer.
+ */
+template <typename W, typename R>
+__device__ __forceinline__ void next_block(EntryStage<W, R>& stage, const R* __restrict__ src, int nq, int c0, int chunks, int b) {
+  cp_async_wait<0>();
+  __syncthreads();
+  if (c0 + 32 < chunks) stage.copy(src, nq, c0 + 32, chunks, (b + 1) & 1);
 }
 
 template <typename W, typename R>
@@ -438,7 +459,9 @@ __device__ __forceinline__ void experts_up(const R* __restrict__ input, const in
   const Groups gr(groups, experts);
   const bool vec = vector_width<W>(D) && aligned16(input) && aligned16(gateUp);
   const int tile = nw * kRowsPerWarp;
-  __shared__ EntryStage<W, R> stage;
+  STD_DYNAMIC_SMEM(smem);
+  if (dynamic_smem_bytes() < sizeof(EntryStage<W, R>)) __trap();
+  EntryStage<W, R>& stage = *reinterpret_cast<EntryStage<W, R>*>(smem);
   // Entries whose id is outside the experts: zeros (the first column of CTAs).
   if (blockIdx.x == 0) {
     for (int i0 = blockIdx.y * tile; i0 < I; i0 += gridDim.y * tile)
@@ -468,17 +491,17 @@ __device__ __forceinline__ void experts_up(const R* __restrict__ input, const in
       }
       for (int q0 = s0; q0 < s1; q0 += kEntries) {
         const int nq = min(kEntries, s1 - q0);
-        start_pass(stage, gr, q0, nq, [&](int rj) { return (rj / topK) * D; });
+        constexpr int V = kSteps<W>;
+        const int chunks = (D >> 2) / V;
+        start_pass(stage, gr, input, q0, nq, chunks, vec, [&](int rj) { return (rj / topK) * D; });
         float sg[32], su[32];  // [m · kEntries + q]
 #pragma unroll
         for (int t = 0; t < 32; t++) sg[t] = 0.f, su[t] = 0.f;
         if (vec) {
-          constexpr int V = kSteps<W>;
-          const int chunks = (D >> 2) / V;
-          for (int c0 = 0; c0 < chunks; c0 += 32) {
+          for (int c0 = 0, b = 0; c0 < chunks; c0 += 32, b++) {
             const int c = c0 + lane;
             const bool mine = rows && c < chunks;
-            // The weights' loads first: they are in flight through the stage's load and barriers.
+            // The weights' loads first: they are in flight through the wait for the block's copies.
             WeightChunk<W> gc[kRowsPerWarp], uc[kRowsPerWarp];
             float gsc[kRowsPerWarp], usc[kRowsPerWarp];
 #pragma unroll
@@ -488,9 +511,7 @@ __device__ __forceinline__ void experts_up(const R* __restrict__ input, const in
                 gsc[m] = block_scale<W>(gs[m], chunk_block<W>(c)), usc[m] = block_scale<W>(us[m], chunk_block<W>(c));
               }
             }
-            if (c0 > 0) __syncthreads();  // the previous block's reads of the stage are done
-            stage.load(input, nq, c0, chunks);
-            __syncthreads();
+            next_block(stage, input, nq, c0, chunks, b);
             if (mine) {
 #pragma unroll 1
               for (int t = 0; t < V; t++) {
@@ -500,7 +521,7 @@ __device__ __forceinline__ void experts_up(const R* __restrict__ input, const in
 #pragma unroll
                 for (int q = 0; q < kEntries; q++) {
                   if (q < nq) {
-                    const float4 xv = stage.at(q, t, lane);
+                    const float4 xv = stage.at(b & 1, q, t, lane);
 #pragma unroll
                     for (int m = 0; m < kRowsPerWarp; m++) {
                       sg[m * kEntries + q] = dot_step4<W>(sg[m * kEntries + q], gv[m], xv, gsc[m]);
@@ -550,7 +571,9 @@ __device__ __forceinline__ void experts_down(const R* __restrict__ h, const int3
   const Groups gr(groups, experts);
   const bool vec = vector_width<W>(I) && aligned16(h) && aligned16(down);
   const int tile = nw * kRowsPerWarp;
-  __shared__ EntryStage<W, R> stage;
+  STD_DYNAMIC_SMEM(smem);
+  if (dynamic_smem_bytes() < sizeof(EntryStage<W, R>)) __trap();
+  EntryStage<W, R>& stage = *reinterpret_cast<EntryStage<W, R>*>(smem);
   if (blockIdx.x == 0) {
     for (int d0 = blockIdx.y * tile; d0 < D; d0 += gridDim.y * tile)
       for (int q = warp_id(); q < gr.nInvalid; q += nw) {
@@ -574,14 +597,14 @@ __device__ __forceinline__ void experts_down(const R* __restrict__ h, const int3
       }
       for (int q0 = s0; q0 < s1; q0 += kEntries) {
         const int nq = min(kEntries, s1 - q0);
-        start_pass(stage, gr, q0, nq, [&](int rj) { return rj * I; });
+        constexpr int V = kSteps<W>;
+        const int chunks = (I >> 2) / V;
+        start_pass(stage, gr, h, q0, nq, chunks, vec, [&](int rj) { return rj * I; });
         float s[32];  // [m · kEntries + q]
 #pragma unroll
         for (int t = 0; t < 32; t++) s[t] = 0.f;
         if (vec) {
-          constexpr int V = kSteps<W>;
-          const int chunks = (I >> 2) / V;
-          for (int c0 = 0; c0 < chunks; c0 += 32) {
+          for (int c0 = 0, b = 0; c0 < chunks; c0 += 32, b++) {
             const int c = c0 + lane;
             const bool mine = rows && c < chunks;
             WeightChunk<W> wc[kRowsPerWarp];
@@ -589,9 +612,7 @@ __device__ __forceinline__ void experts_down(const R* __restrict__ h, const int3
 #pragma unroll
             for (int m = 0; m < kRowsPerWarp; m++)
               if (mine) wc[m] = ldg_chunk(Wt + wrow[m], c), sc[m] = block_scale<W>(ws[m], chunk_block<W>(c));
-            if (c0 > 0) __syncthreads();
-            stage.load(h, nq, c0, chunks);
-            __syncthreads();
+            next_block(stage, h, nq, c0, chunks, b);
             if (mine) {
 #pragma unroll 1
               for (int t = 0; t < V; t++) {
@@ -601,7 +622,7 @@ __device__ __forceinline__ void experts_down(const R* __restrict__ h, const int3
 #pragma unroll
                 for (int q = 0; q < kEntries; q++) {
                   if (q < nq) {
-                    const float4 hv = stage.at(q, t, lane);
+                    const float4 hv = stage.at(b & 1, q, t, lane);
 #pragma unroll
                     for (int m = 0; m < kRowsPerWarp; m++) s[m * kEntries + q] = dot_step4<W>(s[m * kEntries + q], wv[m], hv, sc[m]);
                   }
