@@ -4,9 +4,10 @@
 //   the entries by expert for the grouped kernels: std-moe-group.cu)
 //   std_moe_experts_up    h[rj] = silu(gate_e x_r) ⊙ (up_e x_r) for every entry rj = r·topK + j of
 //                         expert e; grid [min(E, rows·topK) expert slots, ⌈I / 8⌉], 128 threads,
-//                         a warp per 2 intermediate rows, the expert's entries 16 at a time
+//                         a warp per 2 intermediate rows, the expert's entries 16 at a time, their
+//                         inputs staged in shared memory (EntryStage)
 //   std_moe_experts_down  y[rj] = down_e h[rj]; grid [min(E, rows·topK), ⌈D / 8⌉], 128 threads,
-//                         a warp per 2 output values, the expert's entries 16 at a time
+//                         a warp per 2 output values, the expert's entries 16 at a time, staged
 //   std_moe_experts       out[r] = Σ_j w_rj · y[r][j], summed in order j (no atomics: deterministic,
 //                         `out` overwritten, never accumulated)
 //   std_moe_combine       out = routed + σ(gate) · shared (or + shared)
