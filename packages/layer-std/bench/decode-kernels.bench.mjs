@@ -20,8 +20,11 @@
 //                      weights read once at the copy rate.
 //   FP8 experts        the same routing with block-FP8 experts over bf16 rows at 1 and 8 rows: the
 //                      row-wise pair the layer takes in decode (and its up pass alone) against the
-//                      FP8 tensor-core pair + std.moe_experts; floor: the chosen experts' codes.
-// `--only attention,router,experts,fp8` runs those sections alone (default: all four).
+//                      FP8 tensor-core pair + std.moe_experts; and at 64 rows over 64 experts (the
+//                      bench model's), the grouped CUDA-core pair + std.moe_experts the layer takes
+//                      there (and its up pass alone); floor: the chosen experts' codes.
+// `--only attention,router,experts,fp8,grouped` runs those sections alone (default: all five;
+// `grouped` is the FP8 section's 64-row case).
 // Results print and go to $METRALE_BENCH_OUT (default bench-results/decode-kernels.json).
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
@@ -32,7 +35,7 @@ const pkgDir = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const outPath = resolve(pkgDir, process.env.METRALE_BENCH_OUT ?? 'bench-results/decode-kernels.json');
 const ROWS = 'bf16';
 const log = (...a) => console.log(...a);
-const SECTIONS = ['attention', 'router', 'experts', 'fp8'];
+const SECTIONS = ['attention', 'router', 'experts', 'fp8', 'grouped'];
 const onlyAt = process.argv.indexOf('--only');
 const only = onlyAt < 0 ? SECTIONS : (process.argv[onlyAt + 1] ?? '').split(',');
 for (const s of only) {
@@ -178,20 +181,21 @@ try {
   const I = 512, routed = 512, topK = 10, E = routed + 1, slots = topK + 1;
   /**
    * 10 runs of `batch` rows, each its own rows, top-10 distinct routed experts a row (drawn at
-   * random) then the shared one, and its groups buffer; `experts`: the distinct experts it reads.
+   * random from the first `of`) then the shared one (expert `of`), and its groups buffer;
+   * `experts`: the distinct experts it reads.
    */
-  const routedRuns = (batch) => {
+  const routedRuns = (batch, of = routed) => {
     const runs = Array.from({ length: 10 }, () => {
       const ids = new Int32Array(batch * slots);
       const distinct = new Set();
       for (let r = 0; r < batch; r++) {
         const mine = new Set();
-        while (mine.size < topK) mine.add(Math.floor(rand() * routed));
-        [...mine, routed].forEach((e, j) => { ids[r * slots + j] = e; distinct.add(e); });
+        while (mine.size < topK) mine.add(Math.floor(rand() * of));
+        [...mine, of].forEach((e, j) => { ids[r * slots + j] = e; distinct.add(e); });
       }
-      const groups = alloc(4 * std.moeGroupsLength(batch, slots, E));
+      const groups = alloc(4 * std.moeGroupsLength(batch, slots, of + 1));
       const idsBuf = upload(ids);
-      gpu.launch(std.groupKernel, std.groupLaunch(batch, slots, stream), { ids: idsBuf, groups, rows: batch, experts: E, topK: slots });
+      gpu.launch(std.groupKernel, std.groupLaunch(batch, slots, stream), { ids: idsBuf, groups, rows: batch, experts: of + 1, topK: slots });
       return {
         ids: idsBuf, groups, experts: distinct.size, x: randomBuffer(batch * D, 1, ROWS), weights: randomBuffer(batch * slots, 0.1),
         h: alloc(BYTES[ROWS] * batch * slots * I), y: alloc(BYTES[ROWS] * batch * slots * D), out: alloc(BYTES[ROWS] * batch * D),
@@ -225,14 +229,16 @@ try {
   }
 
   // ---- FP8 experts at decode ---------------------------------------------------------------------------
-  if (wants('fp8')) {
+  if (wants('fp8') || wants('grouped')) {
     const blocks = (n) => Math.ceil(n / 128);
-    const gateUp = randomBuffer(E * 2 * I * D, 1, 'f8e4m3'), down = randomBuffer(E * D * I, 1, 'f8e4m3');
-    const gateUpScales = randomBuffer(E * 2 * blocks(I) * blocks(D), 1 / 64), downScales = randomBuffer(E * blocks(D) * blocks(I), 1 / 64);
+    // The 64-row case reads experts 0 … 64 only: the 512 are made where the 1- and 8-row cases run.
+    const made = wants('fp8') ? E : 65;
+    const gateUp = randomBuffer(made * 2 * I * D, 1, 'f8e4m3'), down = randomBuffer(made * D * I, 1, 'f8e4m3');
+    const gateUpScales = randomBuffer(made * 2 * blocks(I) * blocks(D), 1 / 64), downScales = randomBuffer(made * blocks(D) * blocks(I), 1 / 64);
     const k = std.EXPERT_KERNELS['fp8-bf16'];
     const codes = { wDtype: std.WEIGHT_DTYPE_CODE.f8e4m3, rowDtype: rowCode };
     const kept = 4; // the weights and scales above
-    for (const batch of [1, 8]) {
+    for (const batch of wants('fp8') ? [1, 8] : []) {
       const { runs, meanExperts } = routedRuns(batch);
       const pass = { rows: batch, hidden: D, inter: I, experts: E, topK: slots, ...codes };
       const upMs = graphMs((i) => {
@@ -254,6 +260,29 @@ try {
       const floorMs = ((meanExperts * 3 * I * D) / copyBW) * 1e3;
       result.fp8Experts.push({ experts: routed, topK, shared: 1, batch, meanExpertsRead: meanExperts, floorMs, upRowwiseMs: upMs, rowwiseMs, tensorCoresMs });
       log(`FP8 experts ${routed} top-${topK} + shared, batch ${batch} (${meanExperts.toFixed(1)} experts read): row-wise up + down ${us(rowwiseMs)} (up alone ${us(upMs)}), tensor-core pair + sum ${us(tensorCoresMs)}; floor ${us(floorMs)} (row-wise ${((100 * floorMs) / rowwiseMs).toFixed(1)} % of copy)`);
+      freeFrom(kept);
+    }
+    // The grouped CUDA-core pair where the layer takes it in decode: 64 routed experts (the bench
+    // model's) and the shared one at 64 rows, 10 entries an expert (moeGrouped).
+    if (wants('grouped')) {
+      const batch = 64, of = 64;
+      const { runs, meanExperts } = routedRuns(batch, of);
+      const pass = { rows: batch, hidden: D, inter: I, experts: of + 1, topK: slots, ...codes };
+      const groupedMs = graphMs((i) => {
+        const r = runs[i];
+        gpu.launch(k.up, std.expertsUpLaunch(batch, slots, I, of + 1, stream), { input: r.x, ids: r.ids, groups: r.groups, gateUp, gateUpScales, h: r.h, ...pass });
+        gpu.launch(k.down, std.expertsDownLaunch(batch, slots, D, of + 1, stream), { h: r.h, ids: r.ids, groups: r.groups, down, downScales, y: r.y, ...pass });
+        gpu.launch(std.expertsKernel, std.expertsLaunch(batch, D, stream), { y: r.y, ids: r.ids, weights: r.weights, output: r.out, rows: batch, hidden: D, experts: of + 1, topK: slots, dtype: rowCode });
+      });
+      const upMs = graphMs((i) => {
+        const r = runs[i];
+        gpu.launch(k.up, std.expertsUpLaunch(batch, slots, I, of + 1, stream), { input: r.x, ids: r.ids, groups: r.groups, gateUp, gateUpScales, h: r.h, ...pass });
+      });
+      const floorMs = ((meanExperts * 3 * I * D) / copyBW) * 1e3;
+      // Each entry's products: 3 · I · D multiply-adds (gate, up, down), on CUDA cores in f32.
+      const macs = batch * slots * 3 * I * D;
+      result.fp8Experts.push({ experts: of, topK, shared: 1, batch, meanExpertsRead: meanExperts, floorMs, groupedMs, upGroupedMs: upMs, macs });
+      log(`FP8 experts ${of} top-${topK} + shared, batch ${batch} (${meanExperts.toFixed(1)} experts read): grouped up + down + sum ${us(groupedMs)} (up alone ${us(upMs)}), ${(macs / (groupedMs * 1e-3) / 1e12).toFixed(2)} T multiply-adds/s; floor ${us(floorMs)} (${((100 * floorMs) / groupedMs).toFixed(1)} % of copy)`);
       freeFrom(kept);
     }
     freeFrom(0);

@@ -44,6 +44,8 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
   ::cuda_emu::cp_async(::cuda_emu::smem_addr(smem), gmem, 16, valid ? 16 : 0);
 }
+/** 8 bytes global → shared without registers (through L1: the other warps' copies read the same lines). */
+__device__ __forceinline__ void cp_async8(void* smem, const void* gmem) { ::cuda_emu::cp_async(::cuda_emu::smem_addr(smem), gmem, 8, 8); }
 __device__ __forceinline__ void cp_async_commit() { ::cuda_emu::cp_async_commit(); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { ::cuda_emu::cp_async_wait(N); }
@@ -52,6 +54,11 @@ __device__ __forceinline__ unsigned dynamic_smem_bytes() { return ::cuda_emu::dy
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
   const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0));
+}
+/** 8 bytes global → shared without registers (through L1: the other warps' copies read the same lines). */
+__device__ __forceinline__ void cp_async8(void* smem, const void* gmem) {
+  const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(s), "l"(gmem));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 /** Waits until at most N of this thread's committed groups are still in flight. */

@@ -4,9 +4,10 @@
 //   the entries by expert for the grouped kernels: std-moe-group.cu)
 //   std_moe_experts_up    h[rj] = silu(gate_e x_r) ⊙ (up_e x_r) for every entry rj = r·topK + j of
 //                         expert e; grid [min(E, rows·topK) expert slots, ⌈I / 8⌉], 128 threads,
-//                         a warp per 2 intermediate rows, the expert's entries 16 at a time
+//                         a warp per 2 intermediate rows, the expert's entries 16 at a time, their
+//                         inputs staged in shared memory (EntryStage)
 //   std_moe_experts_down  y[rj] = down_e h[rj]; grid [min(E, rows·topK), ⌈D / 8⌉], 128 threads,
-//                         a warp per 2 output values, the expert's entries 16 at a time
+//                         a warp per 2 output values, the expert's entries 16 at a time, staged
 //   std_moe_experts       out[r] = Σ_j w_rj · y[r][j], summed in order j (no atomics: deterministic,
 //                         `out` overwritten, never accumulated)
 //   std_moe_combine       out = routed + σ(gate) · shared (or + shared)
@@ -36,6 +37,7 @@
 // xor-butterfly tree over lanes),
 // so a row's result is bit-identical whatever the batch and whichever rows share its experts.
 #include "std-common.cuh"
+#include "std-mma.cuh"
 #include "std-moe-groups.cuh"
 
 using namespace stdk;
@@ -377,6 +379,79 @@ __device__ __forceinline__ void experts_rowwise(const R* __restrict__ h, const i
   }
 }
 
+/** A 4-element step of a row of R as stored: 8 bytes for 16-bit rows, 16 for f32. */
+template <typename R>
+using RowStep = std::conditional_t<sizeof(R) == 4, float4, uint2>;
+
+template <typename R>
+__device__ __forceinline__ float4 step_values(const RowStep<R>& s) {
+  if constexpr (sizeof(R) == 4) return s;
+  else return unpack4<R>(s);
+}
+
+/** Steps of one entry's row a grouped CTA stages at a time: the 32 lanes' chunks of kSteps<W> steps. */
+template <typename W>
+constexpr int kBlockSteps = 32 * kSteps<W>;
+
+/**
+ * The inputs of a grouped CTA's pass (its expert's entries q0 … q0 + nq − 1), staged in shared memory
+ * one block of 32 chunks at a time, two buffers (block b + 1 lands by cp.async while block b is
+ * used): every warp of the CTA runs the same entries through its own weight rows, so each input
+ * step is read from L2 once a CTA, not once a warp, and a warp's read of one step of one entry is
+ * 32 consecutive steps of shared memory (step t of chunk c0 + l of entry q at [(q · V + t) · 32 +
+ * l]), where lane l's strided loads from global memory touched a sector each. `row` holds the
+ * entries' first elements (their row of the input, in elements), written at the pass's start.
+ */
+template <typename W, typename R>
+struct EntryStage {
+  RowStep<R> steps[2][kEntries * kBlockSteps<W>];
+  int row[kEntries];
+
+  /** Issues the copies of chunks c0 … c0 + 31 of every entry into buffer `buf`, one commit group. */
+  __device__ __forceinline__ void copy(const R* __restrict__ src, int nq, int c0, int chunks, int buf) {
+    constexpr int V = kSteps<W>;
+    for (int u = threadIdx.x; u < nq * kBlockSteps<W>; u += blockDim.x) {
+      const int l = u & 31, t = (u >> 5) % V, q = (u >> 5) / V;
+      if (c0 + l < chunks) {
+        const RowStep<R>* from = reinterpret_cast<const RowStep<R>*>(src + row[q]) + (size_t)(c0 + l) * V + t;
+        if constexpr (sizeof(RowStep<R>) == 16) cp_async16(&steps[buf][u], from, true);
+        else cp_async8(&steps[buf][u], from);
+      }
+    }
+    cp_async_commit();
+  }
+
+  /** Step t of this lane's chunk of the block in buffer `buf`, entry q. */
+  __device__ __forceinline__ float4 at(int buf, int q, int t, int lane) const {
+    return step_values<R>(steps[buf][(q * kSteps<W> + t) * 32 + lane]);
+  }
+};
+
+/**
+ * Starts a pass of a grouped CTA: after the barrier (the previous pass's reads of `stage` are done)
+ * the first nq threads write the row of each entry (`rowOf(rj)`); after the second, on the vector
+ * path (`vec`), the first block's copies are issued.
+ */
+template <typename W, typename R, typename RowOf>
+__device__ __forceinline__ void start_pass(EntryStage<W, R>& stage, const Groups& gr, const R* __restrict__ src, int q0, int nq, int chunks, bool vec,
+                                           RowOf rowOf) {
+  __syncthreads();
+  if (threadIdx.x < nq) stage.row[threadIdx.x] = rowOf(gr.order[q0 + threadIdx.x]);
+  __syncthreads();
+  if (vec) stage.copy(src, nq, 0, chunks, 0);
+}
+
+/**
+ * Block b of a pass on the vector path: waits for its copies (every thread's, by the barrier, which
+ * also ends every warp's reads of block b − 1's buffer), then issues block b + 1's into that buffer.
+ */
+template <typename W, typename R>
+__device__ __forceinline__ void next_block(EntryStage<W, R>& stage, const R* __restrict__ src, int nq, int c0, int chunks, int b) {
+  cp_async_wait<0>();
+  __syncthreads();
+  if (c0 + 32 < chunks) stage.copy(src, nq, c0 + 32, chunks, (b + 1) & 1);
+}
+
 template <typename W, typename R>
 __device__ __forceinline__ void experts_up(const R* __restrict__ input, const int32_t* __restrict__ groups, const W* __restrict__ gateUp,
                                            const float* __restrict__ scales, R* __restrict__ h, int hidden, int inter, int experts, int topK) {
@@ -385,6 +460,9 @@ __device__ __forceinline__ void experts_up(const R* __restrict__ input, const in
   const Groups gr(groups, experts);
   const bool vec = vector_width<W>(D) && aligned16(input) && aligned16(gateUp);
   const int tile = nw * kRowsPerWarp;
+  STD_DYNAMIC_SMEM(smem);
+  if (dynamic_smem_bytes() < sizeof(EntryStage<W, R>)) __trap();
+  EntryStage<W, R>& stage = *reinterpret_cast<EntryStage<W, R>*>(smem);
   // Entries whose id is outside the experts: zeros (the first column of CTAs).
   if (blockIdx.x == 0) {
     for (int i0 = blockIdx.y * tile; i0 < I; i0 += gridDim.y * tile)
@@ -398,8 +476,9 @@ __device__ __forceinline__ void experts_up(const R* __restrict__ input, const in
     const W* G = gateUp + (size_t)e * 2 * I * D;
     const W* U = G + (size_t)I * D;
     for (int i0 = blockIdx.y * tile; i0 < I; i0 += gridDim.y * tile) {
+      // Every warp takes part in the stage and its barriers; a warp whose rows start past I computes nothing.
       const int ib = i0 + warp_id() * kRowsPerWarp;
-      if (ib >= I) continue;
+      const bool rows = ib < I;
       // This warp's weight rows (a row past I repeats the last one; its sums are not written).
       size_t wrow[kRowsPerWarp];
       const float* gs[kRowsPerWarp];
@@ -413,43 +492,48 @@ __device__ __forceinline__ void experts_up(const R* __restrict__ input, const in
       }
       for (int q0 = s0; q0 < s1; q0 += kEntries) {
         const int nq = min(kEntries, s1 - q0);
-        const int myRj = lane < nq ? gr.order[q0 + lane] : 0;
-        int xoff[kEntries];  // input row of each entry, in elements
-#pragma unroll
-        for (int q = 0; q < kEntries; q++) xoff[q] = (__shfl_sync(kFull, myRj, q) / topK) * D;
+        constexpr int V = kSteps<W>;
+        const int chunks = (D >> 2) / V;
+        start_pass(stage, gr, input, q0, nq, chunks, vec, [&](int rj) { return (rj / topK) * D; });
         float sg[32], su[32];  // [m · kEntries + q]
 #pragma unroll
         for (int t = 0; t < 32; t++) sg[t] = 0.f, su[t] = 0.f;
         if (vec) {
-          constexpr int V = kSteps<W>;
-#pragma unroll(4 / V)
-          for (int c = lane; c < (D >> 2) / V; c += 32) {
+          for (int c0 = 0, b = 0; c0 < chunks; c0 += 32, b++) {
+            const int c = c0 + lane;
+            const bool mine = rows && c < chunks;
+            // The weights' loads first: they are in flight through the wait for the block's copies.
             WeightChunk<W> gc[kRowsPerWarp], uc[kRowsPerWarp];
             float gsc[kRowsPerWarp], usc[kRowsPerWarp];
 #pragma unroll
             for (int m = 0; m < kRowsPerWarp; m++) {
-              gc[m] = ldg_chunk(G + wrow[m], c), uc[m] = ldg_chunk(U + wrow[m], c);
-              gsc[m] = block_scale<W>(gs[m], chunk_block<W>(c)), usc[m] = block_scale<W>(us[m], chunk_block<W>(c));
+              if (mine) {
+                gc[m] = ldg_chunk(G + wrow[m], c), uc[m] = ldg_chunk(U + wrow[m], c);
+                gsc[m] = block_scale<W>(gs[m], chunk_block<W>(c)), usc[m] = block_scale<W>(us[m], chunk_block<W>(c));
+              }
             }
+            next_block(stage, input, nq, c0, chunks, b);
+            if (mine) {
 #pragma unroll 1
-            for (int t = 0; t < V; t++) {
-              float4 gv[kRowsPerWarp], uv[kRowsPerWarp];
+              for (int t = 0; t < V; t++) {
+                float4 gv[kRowsPerWarp], uv[kRowsPerWarp];
 #pragma unroll
-              for (int m = 0; m < kRowsPerWarp; m++) gv[m] = step_of<W>(gc[m], t), uv[m] = step_of<W>(uc[m], t);
+                for (int m = 0; m < kRowsPerWarp; m++) gv[m] = step_of<W>(gc[m], t), uv[m] = step_of<W>(uc[m], t);
 #pragma unroll
-              for (int q = 0; q < kEntries; q++) {
-                if (q < nq) {
-                  const float4 xv = ldg4(input + xoff[q], (size_t)c * V + t);
+                for (int q = 0; q < kEntries; q++) {
+                  if (q < nq) {
+                    const float4 xv = stage.at(b & 1, q, t, lane);
 #pragma unroll
-                  for (int m = 0; m < kRowsPerWarp; m++) {
-                    sg[m * kEntries + q] = dot_step4<W>(sg[m * kEntries + q], gv[m], xv, gsc[m]);
-                    su[m * kEntries + q] = dot_step4<W>(su[m * kEntries + q], uv[m], xv, usc[m]);
+                    for (int m = 0; m < kRowsPerWarp; m++) {
+                      sg[m * kEntries + q] = dot_step4<W>(sg[m * kEntries + q], gv[m], xv, gsc[m]);
+                      su[m * kEntries + q] = dot_step4<W>(su[m * kEntries + q], uv[m], xv, usc[m]);
+                    }
                   }
                 }
               }
             }
           }
-        } else {
+        } else if (rows) {
           for (int k = lane; k < D; k += 32) {
             float gv[kRowsPerWarp], uv[kRowsPerWarp];
             float gsc[kRowsPerWarp], usc[kRowsPerWarp];
@@ -461,7 +545,7 @@ __device__ __forceinline__ void experts_up(const R* __restrict__ input, const in
 #pragma unroll
             for (int q = 0; q < kEntries; q++) {
               if (q < nq) {
-                const float xv = ldg_value(input + xoff[q], k);
+                const float xv = ldg_value(input + stage.row[q], k);
 #pragma unroll
                 for (int m = 0; m < kRowsPerWarp; m++) {
                   sg[m * kEntries + q] = dot_step1<W>(sg[m * kEntries + q], gv[m], xv, gsc[m]);
@@ -474,8 +558,7 @@ __device__ __forceinline__ void experts_up(const R* __restrict__ input, const in
         const float g = warp_sum_32(sg);
         const float u = warp_sum_32(su);
         const int m = lane / kEntries, q = lane % kEntries;
-        const int rj = __shfl_sync(kFull, myRj, q);
-        if (q < nq && ib + m < I) store_value(h, (size_t)rj * I + ib + m, silu(g) * u);
+        if (q < nq && ib + m < I) store_value(h, (size_t)gr.order[q0 + q] * I + ib + m, silu(g) * u);
       }
     }
   }
@@ -489,6 +572,9 @@ __device__ __forceinline__ void experts_down(const R* __restrict__ h, const int3
   const Groups gr(groups, experts);
   const bool vec = vector_width<W>(I) && aligned16(h) && aligned16(down);
   const int tile = nw * kRowsPerWarp;
+  STD_DYNAMIC_SMEM(smem);
+  if (dynamic_smem_bytes() < sizeof(EntryStage<W, R>)) __trap();
+  EntryStage<W, R>& stage = *reinterpret_cast<EntryStage<W, R>*>(smem);
   if (blockIdx.x == 0) {
     for (int d0 = blockIdx.y * tile; d0 < D; d0 += gridDim.y * tile)
       for (int q = warp_id(); q < gr.nInvalid; q += nw) {
@@ -501,7 +587,7 @@ __device__ __forceinline__ void experts_down(const R* __restrict__ h, const int3
     const W* Wt = down + (size_t)e * D * I;
     for (int d0 = blockIdx.y * tile; d0 < D; d0 += gridDim.y * tile) {
       const int db = d0 + warp_id() * kRowsPerWarp;
-      if (db >= D) continue;
+      const bool rows = db < D;
       size_t wrow[kRowsPerWarp];
       const float* ws[kRowsPerWarp];
 #pragma unroll
@@ -512,37 +598,40 @@ __device__ __forceinline__ void experts_down(const R* __restrict__ h, const int3
       }
       for (int q0 = s0; q0 < s1; q0 += kEntries) {
         const int nq = min(kEntries, s1 - q0);
-        const int myRj = lane < nq ? gr.order[q0 + lane] : 0;
-        int hoff[kEntries];  // h row of each entry, in elements
-#pragma unroll
-        for (int q = 0; q < kEntries; q++) hoff[q] = __shfl_sync(kFull, myRj, q) * I;
+        constexpr int V = kSteps<W>;
+        const int chunks = (I >> 2) / V;
+        start_pass(stage, gr, h, q0, nq, chunks, vec, [&](int rj) { return rj * I; });
         float s[32];  // [m · kEntries + q]
 #pragma unroll
         for (int t = 0; t < 32; t++) s[t] = 0.f;
         if (vec) {
-          constexpr int V = kSteps<W>;
-#pragma unroll(2 / V > 0 ? 2 / V : 1)
-          for (int c = lane; c < (I >> 2) / V; c += 32) {
+          for (int c0 = 0, b = 0; c0 < chunks; c0 += 32, b++) {
+            const int c = c0 + lane;
+            const bool mine = rows && c < chunks;
             WeightChunk<W> wc[kRowsPerWarp];
             float sc[kRowsPerWarp];
 #pragma unroll
-            for (int m = 0; m < kRowsPerWarp; m++) wc[m] = ldg_chunk(Wt + wrow[m], c), sc[m] = block_scale<W>(ws[m], chunk_block<W>(c));
+            for (int m = 0; m < kRowsPerWarp; m++)
+              if (mine) wc[m] = ldg_chunk(Wt + wrow[m], c), sc[m] = block_scale<W>(ws[m], chunk_block<W>(c));
+            next_block(stage, h, nq, c0, chunks, b);
+            if (mine) {
 #pragma unroll 1
-            for (int t = 0; t < V; t++) {
-              float4 wv[kRowsPerWarp];
+              for (int t = 0; t < V; t++) {
+                float4 wv[kRowsPerWarp];
 #pragma unroll
-              for (int m = 0; m < kRowsPerWarp; m++) wv[m] = step_of<W>(wc[m], t);
+                for (int m = 0; m < kRowsPerWarp; m++) wv[m] = step_of<W>(wc[m], t);
 #pragma unroll
-              for (int q = 0; q < kEntries; q++) {
-                if (q < nq) {
-                  const float4 hv = ldg4(h + hoff[q], (size_t)c * V + t);
+                for (int q = 0; q < kEntries; q++) {
+                  if (q < nq) {
+                    const float4 hv = stage.at(b & 1, q, t, lane);
 #pragma unroll
-                  for (int m = 0; m < kRowsPerWarp; m++) s[m * kEntries + q] = dot_step4<W>(s[m * kEntries + q], wv[m], hv, sc[m]);
+                    for (int m = 0; m < kRowsPerWarp; m++) s[m * kEntries + q] = dot_step4<W>(s[m * kEntries + q], wv[m], hv, sc[m]);
+                  }
                 }
               }
             }
           }
-        } else {
+        } else if (rows) {
           for (int k = lane; k < I; k += 32) {
             float wv[kRowsPerWarp];
             float sc[kRowsPerWarp];
@@ -551,7 +640,7 @@ __device__ __forceinline__ void experts_down(const R* __restrict__ h, const int3
 #pragma unroll
             for (int q = 0; q < kEntries; q++) {
               if (q < nq) {
-                const float hv = ldg_value(h + hoff[q], k);
+                const float hv = ldg_value(h + stage.row[q], k);
 #pragma unroll
                 for (int m = 0; m < kRowsPerWarp; m++) s[m * kEntries + q] = dot_step1<W>(s[m * kEntries + q], wv[m], hv, sc[m]);
               }
@@ -560,8 +649,7 @@ __device__ __forceinline__ void experts_down(const R* __restrict__ h, const int3
         }
         const float t = warp_sum_32(s);
         const int m = lane / kEntries, q = lane % kEntries;
-        const int rj = __shfl_sync(kFull, myRj, q);
-        if (q < nq && db + m < D) store_value(y, (size_t)rj * D + db + m, t);
+        if (q < nq && db + m < D) store_value(y, (size_t)gr.order[q0 + q] * D + db + m, t);
       }
     }
   }

@@ -172,17 +172,24 @@ export function moeGrouped(rows: number, topK: number, experts: number): boolean
 const GROUPED_BLOCK = 128;
 const GROUPED_ROWS = 2 * (GROUPED_BLOCK / 32);
 
+/**
+ * Dynamic shared memory of the grouped kernels: two buffers of 16 entries' inputs, a block of 32
+ * chunks each, and the entries' rows (kernels/std-moe.cu EntryStage; the largest of the formats:
+ * FP8 codes over 16-bit rows, 2 · 16 · 128 steps of 8 bytes + 16 ints). A kernel given less traps.
+ */
+export const GROUPED_STAGE_BYTES = 2 * 16 * 128 * 8 + 16 * 4;
+
 /** Expert slots of the grouped kernels: at most one CTA column per expert, per (row, slot) entry. */
 const slots = (rows: number, topK: number, experts: number): number => Math.max(1, Math.min(experts, rows * topK));
 
 /** `std.moe_experts_up`: CTAs (expert slot, 8 intermediate rows), a warp per 2 rows. */
 export function expertsUpLaunch(rows: number, topK: number, inter: number, experts: number, stream: Stream): LaunchConfig {
-  return { grid: [slots(rows, topK, experts), Math.ceil(inter / GROUPED_ROWS)], block: GROUPED_BLOCK, stream };
+  return { grid: [slots(rows, topK, experts), Math.ceil(inter / GROUPED_ROWS)], block: GROUPED_BLOCK, sharedBytes: GROUPED_STAGE_BYTES, stream };
 }
 
 /** `std.moe_experts_down`: CTAs (expert slot, 8 output values), a warp per 2 values. */
 export function expertsDownLaunch(rows: number, topK: number, hidden: number, experts: number, stream: Stream): LaunchConfig {
-  return { grid: [slots(rows, topK, experts), Math.ceil(hidden / GROUPED_ROWS)], block: GROUPED_BLOCK, stream };
+  return { grid: [slots(rows, topK, experts), Math.ceil(hidden / GROUPED_ROWS)], block: GROUPED_BLOCK, sharedBytes: GROUPED_STAGE_BYTES, stream };
 }
 
 /** `std.moe_experts` (the weighted sum): CTAs (row, 512 values), a thread per 4 values. */
