@@ -427,6 +427,14 @@ struct EntryStage {
   }
 };
 
+/** The CTA's EntryStage: its dynamic shared memory (GROUPED_STAGE_BYTES; a launch with less traps). */
+template <typename W, typename R>
+__device__ __forceinline__ EntryStage<W, R>& entry_stage() {
+  STD_DYNAMIC_SMEM(smem);
+  if (dynamic_smem_bytes() < sizeof(EntryStage<W, R>)) __trap();
+  return *reinterpret_cast<EntryStage<W, R>*>(smem);
+}
+
 /**
  * Starts a pass of a grouped CTA: after the barrier (the previous pass's reads of `stage` are done)
  * the first nq threads write the row of each entry (`rowOf(rj)`); after the second, on the vector
@@ -460,9 +468,7 @@ __device__ __forceinline__ void experts_up(const R* __restrict__ input, const in
   const Groups gr(groups, experts);
   const bool vec = vector_width<W>(D) && aligned16(input) && aligned16(gateUp);
   const int tile = nw * kRowsPerWarp;
-  STD_DYNAMIC_SMEM(smem);
-  if (dynamic_smem_bytes() < sizeof(EntryStage<W, R>)) __trap();
-  EntryStage<W, R>& stage = *reinterpret_cast<EntryStage<W, R>*>(smem);
+  EntryStage<W, R>& stage = entry_stage<W, R>();
   // Entries whose id is outside the experts: zeros (the first column of CTAs).
   if (blockIdx.x == 0) {
     for (int i0 = blockIdx.y * tile; i0 < I; i0 += gridDim.y * tile)
@@ -572,9 +578,7 @@ __device__ __forceinline__ void experts_down(const R* __restrict__ h, const int3
   const Groups gr(groups, experts);
   const bool vec = vector_width<W>(I) && aligned16(h) && aligned16(down);
   const int tile = nw * kRowsPerWarp;
-  STD_DYNAMIC_SMEM(smem);
-  if (dynamic_smem_bytes() < sizeof(EntryStage<W, R>)) __trap();
-  EntryStage<W, R>& stage = *reinterpret_cast<EntryStage<W, R>*>(smem);
+  EntryStage<W, R>& stage = entry_stage<W, R>();
   if (blockIdx.x == 0) {
     for (int d0 = blockIdx.y * tile; d0 < D; d0 += gridDim.y * tile)
       for (int q = warp_id(); q < gr.nInvalid; q += nw) {
