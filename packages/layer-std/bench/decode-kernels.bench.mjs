@@ -268,16 +268,14 @@ try {
       const batch = 64, of = 64;
       const { runs, meanExperts } = routedRuns(batch, of);
       const pass = { rows: batch, hidden: D, inter: I, experts: of + 1, topK: slots, ...codes };
+      const up = (r) => gpu.launch(k.up, std.expertsUpLaunch(batch, slots, I, of + 1, stream), { input: r.x, ids: r.ids, groups: r.groups, gateUp, gateUpScales, h: r.h, ...pass });
       const groupedMs = graphMs((i) => {
         const r = runs[i];
-        gpu.launch(k.up, std.expertsUpLaunch(batch, slots, I, of + 1, stream), { input: r.x, ids: r.ids, groups: r.groups, gateUp, gateUpScales, h: r.h, ...pass });
+        up(r);
         gpu.launch(k.down, std.expertsDownLaunch(batch, slots, D, of + 1, stream), { h: r.h, ids: r.ids, groups: r.groups, down, downScales, y: r.y, ...pass });
         gpu.launch(std.expertsKernel, std.expertsLaunch(batch, D, stream), { y: r.y, ids: r.ids, weights: r.weights, output: r.out, rows: batch, hidden: D, experts: of + 1, topK: slots, dtype: rowCode });
       });
-      const upMs = graphMs((i) => {
-        const r = runs[i];
-        gpu.launch(k.up, std.expertsUpLaunch(batch, slots, I, of + 1, stream), { input: r.x, ids: r.ids, groups: r.groups, gateUp, gateUpScales, h: r.h, ...pass });
-      });
+      const upMs = graphMs((i) => up(runs[i]));
       const floorMs = ((meanExperts * 3 * I * D) / copyBW) * 1e3;
       // Each entry's products: 3 · I · D multiply-adds (gate, up, down), on CUDA cores in f32.
       const macs = batch * slots * 3 * I * D;
