@@ -534,19 +534,25 @@ __device__ __forceinline__ void experts_up(const R* __restrict__ input, const in
 #pragma unroll
         for (int t = 0; t < 32; t++) sg[t] = 0.f, su[t] = 0.f;
         if (vec) {
+          // Each block's weights are loaded a block ahead: they are in flight through the block before.
+          WeightChunk<W> gc[kRowsPerWarp], uc[kRowsPerWarp], gn[kRowsPerWarp], un[kRowsPerWarp];
+          float gsc[kRowsPerWarp], usc[kRowsPerWarp], gsn[kRowsPerWarp], usn[kRowsPerWarp];
+          const auto load = [&](int c, WeightChunk<W>* g, WeightChunk<W>* u, float* gsx, float* usx) {
+#pragma unroll
+            for (int m = 0; m < kRowsPerWarp; m++) {
+              if (rows && c < chunks) {
+                g[m] = ldg_chunk(G + wrow[m], c), u[m] = ldg_chunk(U + wrow[m], c);
+                gsx[m] = block_scale<W>(gs[m], chunk_block<W>(c)), usx[m] = block_scale<W>(us[m], chunk_block<W>(c));
+              }
+            }
+          };
+          load(lane, gn, un, gsn, usn);
           for (int c0 = 0, b = 0; c0 < chunks; c0 += 32, b++) {
             const int c = c0 + lane;
             const bool mine = rows && c < chunks;
-            // The weights' loads first: they are in flight through the wait for the block's copies.
-            WeightChunk<W> gc[kRowsPerWarp], uc[kRowsPerWarp];
-            float gsc[kRowsPerWarp], usc[kRowsPerWarp];
 #pragma unroll
-            for (int m = 0; m < kRowsPerWarp; m++) {
-              if (mine) {
-                gc[m] = ldg_chunk(G + wrow[m], c), uc[m] = ldg_chunk(U + wrow[m], c);
-                gsc[m] = block_scale<W>(gs[m], chunk_block<W>(c)), usc[m] = block_scale<W>(us[m], chunk_block<W>(c));
-              }
-            }
+            for (int m = 0; m < kRowsPerWarp; m++) gc[m] = gn[m], uc[m] = un[m], gsc[m] = gsn[m], usc[m] = usn[m];
+            if (c0 + 32 < chunks) load(c + 32, gn, un, gsn, usn);
             const int buf = next_block(stage, input, nq, c0, chunks, b, resident);
             if (mine) {
 #pragma unroll 1
