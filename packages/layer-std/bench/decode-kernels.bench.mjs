@@ -268,11 +268,11 @@ try {
       const batch = 64, of = 64;
       const { runs, meanExperts } = routedRuns(batch, of);
       const pass = { rows: batch, hidden: D, inter: I, experts: of + 1, topK: slots, ...codes };
-      const up = (r) => gpu.launch(k.up, std.expertsUpLaunch(batch, slots, I, of + 1, stream), { input: r.x, ids: r.ids, groups: r.groups, gateUp, gateUpScales, h: r.h, ...pass });
+      const up = (r) => gpu.launch(k.up, std.expertsUpLaunch(k.format, batch, slots, D, I, of + 1, stream), { input: r.x, ids: r.ids, groups: r.groups, gateUp, gateUpScales, h: r.h, ...pass });
       const groupedMs = graphMs((i) => {
         const r = runs[i];
         up(r);
-        gpu.launch(k.down, std.expertsDownLaunch(batch, slots, D, of + 1, stream), { h: r.h, ids: r.ids, groups: r.groups, down, downScales, y: r.y, ...pass });
+        gpu.launch(k.down, std.expertsDownLaunch(k.format, batch, slots, D, I, of + 1, stream), { h: r.h, ids: r.ids, groups: r.groups, down, downScales, y: r.y, ...pass });
         gpu.launch(std.expertsKernel, std.expertsLaunch(batch, D, stream), { y: r.y, ids: r.ids, weights: r.weights, output: r.out, rows: batch, hidden: D, experts: of + 1, topK: slots, dtype: rowCode });
       });
       const upMs = graphMs((i) => up(runs[i]));

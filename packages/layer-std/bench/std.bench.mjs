@@ -184,10 +184,10 @@ async function main() {
         // After: the grouped kernels (each chosen expert's weights read once per step).
         const experts = (x) => {
           gpu.launch(std.groupKernel, std.groupLaunch(batch, topK, stream), { ids, groups, rows: batch, experts: Eq, topK });
-          gpu.launch(k.up, std.expertsUpLaunch(batch, topK, I, Eq, stream), {
+          gpu.launch(k.up, std.expertsUpLaunch(k.format, batch, topK, D, I, Eq, stream), {
             input: x, ids, groups, gateUp: gateUp.data, gateUpScales: gateUp.scales, h, rows: batch, hidden: D, inter: I, experts: Eq, topK, ...codes,
           });
-          gpu.launch(k.down, std.expertsDownLaunch(batch, topK, D, Eq, stream), {
+          gpu.launch(k.down, std.expertsDownLaunch(k.format, batch, topK, D, I, Eq, stream), {
             h, ids, groups, down: down.data, downScales: down.scales, y, rows: batch, hidden: D, inter: I, experts: Eq, topK, ...codes,
           });
           gpu.launch(std.expertsKernel, std.expertsLaunch(batch, D, stream), { y, ids, weights, output: routed, rows: batch, hidden: D, experts: Eq, topK, dtype: rowCode });

@@ -3,11 +3,12 @@
 //   (std_moe_route and the few-row route kernels: std-moe-route.cu; std_moe_group, which groups
 //   the entries by expert for the grouped kernels: std-moe-group.cu)
 //   std_moe_experts_up    h[rj] = silu(gate_e x_r) ⊙ (up_e x_r) for every entry rj = r·topK + j of
-//                         expert e; grid [min(E, rows·topK) expert slots, ⌈I / 8⌉], 128 threads,
-//                         a warp per 2 intermediate rows, the expert's entries 16 at a time, their
-//                         inputs staged in shared memory (EntryStage)
-//   std_moe_experts_down  y[rj] = down_e h[rj]; grid [min(E, rows·topK), ⌈D / 8⌉], 128 threads,
-//                         a warp per 2 output values, the expert's entries 16 at a time, staged
+//                         expert e; grid [⌈I / 32⌉, min(E, rows·topK) expert slots], 128 threads:
+//                         a CTA takes 4 tiles of 8 intermediate rows in turn, a warp 2 rows of a
+//                         tile, the expert's entries 16 at a time, their inputs staged in shared
+//                         memory once for the 4 tiles where they fit (EntryStage)
+//   std_moe_experts_down  y[rj] = down_e h[rj]; grid [⌈D / 64⌉, min(E, rows·topK)], 128 threads,
+//                         8 tiles of 8 output values a CTA, a warp 2 values of a tile, staged alike
 //   std_moe_experts       out[r] = Σ_j w_rj · y[r][j], summed in order j (no atomics: deterministic,
 //                         `out` overwritten, never accumulated)
 //   std_moe_combine       out = routed + σ(gate) · shared (or + shared)
@@ -31,11 +32,11 @@
 // is a whole number of blocks), of its down one [⌈D/128⌉][⌈I/128⌉].
 //
 // Decode reads every weight of a chosen expert once per step, whatever the number of rows that
-// chose it: a CTA owns (expert, tile of 8 weight rows) and runs the expert's entries through the
-// tile 16 at a time. Each value is computed exactly as by the row-wise kernels (lane l sums its
-// chunks of kSteps<W> 4-element steps, c ≡ l mod 32, in order, the same fma sequence, the
-// xor-butterfly tree over lanes),
-// so a row's result is bit-identical whatever the batch and whichever rows share its experts.
+// chose it: a CTA owns (expert, a few tiles of 8 weight rows) and runs the expert's entries through
+// each tile 16 at a time. Each value is computed exactly as by the row-wise kernels (lane l sums
+// its chunks of kSteps<W> 4-element steps, c ≡ l mod 32, in order, the same fma sequence, the
+// xor-butterfly tree over lanes), so a row's result is bit-identical whatever the batch and
+// whichever rows share its experts.
 #include "std-common.cuh"
 #include "std-mma.cuh"
 #include "std-moe-groups.cuh"
@@ -389,33 +390,41 @@ __device__ __forceinline__ float4 step_values(const RowStep<R>& s) {
   else return unpack4<R>(s);
 }
 
-/** Steps of one entry's row a grouped CTA stages at a time: the 32 lanes' chunks of kSteps<W> steps. */
+/** Steps of one entry's row a grouped CTA stages as one block: the 32 lanes' chunks of kSteps<W> steps. */
 template <typename W>
 constexpr int kBlockSteps = 32 * kSteps<W>;
 
+/** Bytes of the entries' rows table at the start of a grouped CTA's dynamic shared memory (the steps after it stay 16-byte aligned). */
+constexpr int kStageRowBytes = kEntries * 4;
+
 /**
- * The inputs of a grouped CTA's pass (its expert's entries q0 … q0 + nq − 1), staged in shared memory
- * one block of 32 chunks at a time, two buffers (block b + 1 lands by cp.async while block b is
- * used): every warp of the CTA runs the same entries through its own weight rows, so each input
- * step is read from L2 once a CTA, not once a warp, and a warp's read of one step of one entry is
- * 32 consecutive steps of shared memory (step t of chunk c0 + l of entry q at [(q · V + t) · 32 +
- * l]), where lane l's strided loads from global memory touched a sector each. `row` holds the
- * entries' first elements (their row of the input, in elements), written at the pass's start.
+ * The inputs of a grouped CTA's pass (its expert's entries q0 … q0 + nq − 1) in shared memory, in
+ * blocks of 32 chunks: step t of chunk c0 + l of entry q at [(q · V + t) · 32 + l] of the block's
+ * buffer, so a warp's read of one step of one entry is 32 consecutive steps, and each input step
+ * is read from L2 once a CTA, not once a warp (every warp runs the same entries through its own
+ * weight rows). The launch's dynamic shared memory sets the buffers (`blocks`, at least two; src/
+ * moe-kernels.ts groupedStageBytes). When a pass's blocks all fit (`resident`) they are loaded once
+ * at its start and each of the CTA's tiles reads them; else two buffers stream them for each tile,
+ * block b + 1 landing by cp.async while block b is used. `row` holds the entries' first elements
+ * (their row of the input, in elements), written at the pass's start.
  */
 template <typename W, typename R>
 struct EntryStage {
-  RowStep<R> steps[2][kEntries * kBlockSteps<W>];
-  int row[kEntries];
+  static constexpr int kBlockSize = kEntries * kBlockSteps<W>;
+  int* row;
+  RowStep<R>* steps;
+  int blocks;
 
   /** Issues the copies of chunks c0 … c0 + 31 of every entry into buffer `buf`, one commit group. */
-  __device__ __forceinline__ void copy(const R* __restrict__ src, int nq, int c0, int chunks, int buf) {
+  __device__ __forceinline__ void copy(const R* __restrict__ src, int nq, int c0, int chunks, int buf) const {
     constexpr int V = kSteps<W>;
+    RowStep<R>* to = steps + (size_t)buf * kBlockSize;
     for (int u = threadIdx.x; u < nq * kBlockSteps<W>; u += blockDim.x) {
       const int l = u & 31, t = (u >> 5) % V, q = (u >> 5) / V;
       if (c0 + l < chunks) {
         const RowStep<R>* from = reinterpret_cast<const RowStep<R>*>(src + row[q]) + (size_t)(c0 + l) * V + t;
-        if constexpr (sizeof(RowStep<R>) == 16) cp_async16(&steps[buf][u], from, true);
-        else cp_async8(&steps[buf][u], from);
+        if constexpr (sizeof(RowStep<R>) == 16) cp_async16(to + u, from, true);
+        else cp_async8(to + u, from);
       }
     }
     cp_async_commit();
@@ -423,41 +432,57 @@ struct EntryStage {
 
   /** Step t of this lane's chunk of the block in buffer `buf`, entry q. */
   __device__ __forceinline__ float4 at(int buf, int q, int t, int lane) const {
-    return step_values<R>(steps[buf][(q * kSteps<W> + t) * 32 + lane]);
+    return step_values<R>(steps[(size_t)buf * kBlockSize + (q * kSteps<W> + t) * 32 + lane]);
   }
+
+  /** Whether a pass over rows of `chunks` chunks keeps all its blocks (on the vector path). */
+  __device__ __forceinline__ bool holds(int chunks) const { return (chunks + 31) / 32 <= blocks; }
 };
 
-/** The CTA's EntryStage: its dynamic shared memory (GROUPED_STAGE_BYTES; a launch with less traps). */
+/** The CTA's EntryStage over its dynamic shared memory (a launch with less than two buffers traps). */
 template <typename W, typename R>
-__device__ __forceinline__ EntryStage<W, R>& entry_stage() {
+__device__ __forceinline__ EntryStage<W, R> entry_stage() {
   STD_DYNAMIC_SMEM(smem);
-  if (dynamic_smem_bytes() < sizeof(EntryStage<W, R>)) __trap();
-  return *reinterpret_cast<EntryStage<W, R>*>(smem);
+  const unsigned bytes = dynamic_smem_bytes();
+  const int blocks = bytes < kStageRowBytes ? 0 : (int)((bytes - kStageRowBytes) / (EntryStage<W, R>::kBlockSize * sizeof(RowStep<R>)));
+  if (blocks < 2) __trap();
+  return {reinterpret_cast<int*>(smem), reinterpret_cast<RowStep<R>*>(smem + kStageRowBytes), blocks};
 }
 
 /**
  * Starts a pass of a grouped CTA: after the barrier (the previous pass's reads of `stage` are done)
  * the first nq threads write the row of each entry (`rowOf(rj)`); after the second, on the vector
- * path (`vec`), the first block's copies are issued.
+ * path (`vec`), the copies of the first block are issued, or, `resident`, of every block, waited
+ * for behind a third barrier.
  */
 template <typename W, typename R, typename RowOf>
-__device__ __forceinline__ void start_pass(EntryStage<W, R>& stage, const Groups& gr, const R* __restrict__ src, int q0, int nq, int chunks, bool vec,
-                                           RowOf rowOf) {
+__device__ __forceinline__ void start_pass(const EntryStage<W, R>& stage, const Groups& gr, const R* __restrict__ src, int q0, int nq, int chunks, bool vec,
+                                           bool resident, RowOf rowOf) {
   __syncthreads();
   if (threadIdx.x < nq) stage.row[threadIdx.x] = rowOf(gr.order[q0 + threadIdx.x]);
   __syncthreads();
-  if (vec) stage.copy(src, nq, 0, chunks, 0);
+  if (!vec) return;
+  if (!resident) {
+    stage.copy(src, nq, 0, chunks, 0);
+    return;
+  }
+  for (int c0 = 0, b = 0; c0 < chunks; c0 += 32, b++) stage.copy(src, nq, c0, chunks, b);
+  cp_async_wait<0>();
+  __syncthreads();
 }
 
 /**
- * Block b of a pass on the vector path: waits for its copies (every thread's, by the barrier, which
- * also ends every warp's reads of block b − 1's buffer), then issues block b + 1's into that buffer.
+ * The buffer of block b of a pass on the vector path. Streamed, it waits for the block's copies
+ * (every thread's, by the barrier, which also ends every warp's reads of block b − 1's buffer) and
+ * issues block b + 1's into that buffer; resident, block b is in buffer b already.
  */
 template <typename W, typename R>
-__device__ __forceinline__ void next_block(EntryStage<W, R>& stage, const R* __restrict__ src, int nq, int c0, int chunks, int b) {
+__device__ __forceinline__ int next_block(const EntryStage<W, R>& stage, const R* __restrict__ src, int nq, int c0, int chunks, int b, bool resident) {
+  if (resident) return b;
   cp_async_wait<0>();
   __syncthreads();
   if (c0 + 32 < chunks) stage.copy(src, nq, c0 + 32, chunks, (b + 1) & 1);
+  return b & 1;
 }
 
 template <typename W, typename R>
@@ -468,57 +493,67 @@ __device__ __forceinline__ void experts_up(const R* __restrict__ input, const in
   const Groups gr(groups, experts);
   const bool vec = vector_width<W>(D) && aligned16(input) && aligned16(gateUp);
   const int tile = nw * kRowsPerWarp;
-  EntryStage<W, R>& stage = entry_stage<W, R>();
-  // Entries whose id is outside the experts: zeros (the first column of CTAs).
-  if (blockIdx.x == 0) {
-    for (int i0 = blockIdx.y * tile; i0 < I; i0 += gridDim.y * tile)
+  constexpr int V = kSteps<W>;
+  const int chunks = (D >> 2) / V;
+  const EntryStage<W, R> stage = entry_stage<W, R>();
+  const bool resident = vec && stage.holds(chunks);
+  const auto rowOf = [&](int rj) { return (rj / topK) * D; };
+  // Entries whose id is outside the experts: zeros (the first row of CTAs).
+  if (blockIdx.y == 0) {
+    for (int i0 = blockIdx.x * tile; i0 < I; i0 += gridDim.x * tile)
       for (int q = warp_id(); q < gr.nInvalid; q += nw) {
         R* hr = h + (size_t)gr.order[gr.nValid + q] * I;
         for (int i = i0 + lane; i < min(I, i0 + tile); i += 32) store_value(hr, i, 0.f);
       }
   }
-  for (int a = blockIdx.x; a < gr.nActive; a += gridDim.x) {
+  // The experts from the last: the stacked shared expert (every row's, so the most passes) starts first.
+  for (int a = gr.nActive - 1 - blockIdx.y; a >= 0; a -= gridDim.y) {
     const int e = gr.expert[a], s0 = gr.start[a], s1 = gr.start[a + 1];
     const W* G = gateUp + (size_t)e * 2 * I * D;
     const W* U = G + (size_t)I * D;
-    for (int i0 = blockIdx.y * tile; i0 < I; i0 += gridDim.y * tile) {
-      // Every warp takes part in the stage and its barriers; a warp whose rows start past I computes nothing.
-      const int ib = i0 + warp_id() * kRowsPerWarp;
-      const bool rows = ib < I;
-      // This warp's weight rows (a row past I repeats the last one; its sums are not written).
-      size_t wrow[kRowsPerWarp];
-      const float* gs[kRowsPerWarp];
-      const float* us[kRowsPerWarp];
+    for (int q0 = s0; q0 < s1; q0 += kEntries) {
+      const int nq = min(kEntries, s1 - q0);
+      if (resident) start_pass(stage, gr, input, q0, nq, chunks, vec, true, rowOf);
+      for (int i0 = blockIdx.x * tile; i0 < I; i0 += gridDim.x * tile) {
+        if (!resident) start_pass(stage, gr, input, q0, nq, chunks, vec, false, rowOf);
+        // Every warp takes part in the stage and its barriers; a warp whose rows start past I computes nothing.
+        const int ib = i0 + warp_id() * kRowsPerWarp;
+        const bool rows = ib < I;
+        // This warp's weight rows (a row past I repeats the last one; its sums are not written).
+        size_t wrow[kRowsPerWarp];
+        const float* gs[kRowsPerWarp];
+        const float* us[kRowsPerWarp];
 #pragma unroll
-      for (int m = 0; m < kRowsPerWarp; m++) {
-        const int i = min(ib + m, I - 1);
-        wrow[m] = (size_t)i * D;
-        gs[m] = gate_up_scales<W>(scales, e, 0, i, I, D);
-        us[m] = gate_up_scales<W>(scales, e, 1, i, I, D);
-      }
-      for (int q0 = s0; q0 < s1; q0 += kEntries) {
-        const int nq = min(kEntries, s1 - q0);
-        constexpr int V = kSteps<W>;
-        const int chunks = (D >> 2) / V;
-        start_pass(stage, gr, input, q0, nq, chunks, vec, [&](int rj) { return (rj / topK) * D; });
+        for (int m = 0; m < kRowsPerWarp; m++) {
+          const int i = min(ib + m, I - 1);
+          wrow[m] = (size_t)i * D;
+          gs[m] = gate_up_scales<W>(scales, e, 0, i, I, D);
+          us[m] = gate_up_scales<W>(scales, e, 1, i, I, D);
+        }
         float sg[32], su[32];  // [m · kEntries + q]
 #pragma unroll
         for (int t = 0; t < 32; t++) sg[t] = 0.f, su[t] = 0.f;
         if (vec) {
+          // Each block's weights are loaded a block ahead: they are in flight through the block before.
+          WeightChunk<W> gc[kRowsPerWarp], uc[kRowsPerWarp], gn[kRowsPerWarp], un[kRowsPerWarp];
+          float gsc[kRowsPerWarp], usc[kRowsPerWarp], gsn[kRowsPerWarp], usn[kRowsPerWarp];
+          const auto load = [&](int c, WeightChunk<W>* g, WeightChunk<W>* u, float* gsx, float* usx) {
+#pragma unroll
+            for (int m = 0; m < kRowsPerWarp; m++) {
+              if (rows && c < chunks) {
+                g[m] = ldg_chunk(G + wrow[m], c), u[m] = ldg_chunk(U + wrow[m], c);
+                gsx[m] = block_scale<W>(gs[m], chunk_block<W>(c)), usx[m] = block_scale<W>(us[m], chunk_block<W>(c));
+              }
+            }
+          };
+          load(lane, gn, un, gsn, usn);
           for (int c0 = 0, b = 0; c0 < chunks; c0 += 32, b++) {
             const int c = c0 + lane;
             const bool mine = rows && c < chunks;
-            // The weights' loads first: they are in flight through the wait for the block's copies.
-            WeightChunk<W> gc[kRowsPerWarp], uc[kRowsPerWarp];
-            float gsc[kRowsPerWarp], usc[kRowsPerWarp];
 #pragma unroll
-            for (int m = 0; m < kRowsPerWarp; m++) {
-              if (mine) {
-                gc[m] = ldg_chunk(G + wrow[m], c), uc[m] = ldg_chunk(U + wrow[m], c);
-                gsc[m] = block_scale<W>(gs[m], chunk_block<W>(c)), usc[m] = block_scale<W>(us[m], chunk_block<W>(c));
-              }
-            }
-            next_block(stage, input, nq, c0, chunks, b);
+            for (int m = 0; m < kRowsPerWarp; m++) gc[m] = gn[m], uc[m] = un[m], gsc[m] = gsn[m], usc[m] = usn[m];
+            if (c0 + 32 < chunks) load(c + 32, gn, un, gsn, usn);
+            const int buf = next_block(stage, input, nq, c0, chunks, b, resident);
             if (mine) {
 #pragma unroll 1
               for (int t = 0; t < V; t++) {
@@ -528,7 +563,7 @@ __device__ __forceinline__ void experts_up(const R* __restrict__ input, const in
 #pragma unroll
                 for (int q = 0; q < kEntries; q++) {
                   if (q < nq) {
-                    const float4 xv = stage.at(b & 1, q, t, lane);
+                    const float4 xv = stage.at(buf, q, t, lane);
 #pragma unroll
                     for (int m = 0; m < kRowsPerWarp; m++) {
                       sg[m * kEntries + q] = dot_step4<W>(sg[m * kEntries + q], gv[m], xv, gsc[m]);
@@ -578,33 +613,36 @@ __device__ __forceinline__ void experts_down(const R* __restrict__ h, const int3
   const Groups gr(groups, experts);
   const bool vec = vector_width<W>(I) && aligned16(h) && aligned16(down);
   const int tile = nw * kRowsPerWarp;
-  EntryStage<W, R>& stage = entry_stage<W, R>();
-  if (blockIdx.x == 0) {
-    for (int d0 = blockIdx.y * tile; d0 < D; d0 += gridDim.y * tile)
+  constexpr int V = kSteps<W>;
+  const int chunks = (I >> 2) / V;
+  const EntryStage<W, R> stage = entry_stage<W, R>();
+  const bool resident = vec && stage.holds(chunks);
+  const auto rowOf = [&](int rj) { return rj * I; };
+  if (blockIdx.y == 0) {
+    for (int d0 = blockIdx.x * tile; d0 < D; d0 += gridDim.x * tile)
       for (int q = warp_id(); q < gr.nInvalid; q += nw) {
         R* yr = y + (size_t)gr.order[gr.nValid + q] * D;
         for (int d = d0 + lane; d < min(D, d0 + tile); d += 32) store_value(yr, d, 0.f);
       }
   }
-  for (int a = blockIdx.x; a < gr.nActive; a += gridDim.x) {
+  for (int a = gr.nActive - 1 - blockIdx.y; a >= 0; a -= gridDim.y) {  // the last expert first, as up's
     const int e = gr.expert[a], s0 = gr.start[a], s1 = gr.start[a + 1];
     const W* Wt = down + (size_t)e * D * I;
-    for (int d0 = blockIdx.y * tile; d0 < D; d0 += gridDim.y * tile) {
-      const int db = d0 + warp_id() * kRowsPerWarp;
-      const bool rows = db < D;
-      size_t wrow[kRowsPerWarp];
-      const float* ws[kRowsPerWarp];
+    for (int q0 = s0; q0 < s1; q0 += kEntries) {
+      const int nq = min(kEntries, s1 - q0);
+      if (resident) start_pass(stage, gr, h, q0, nq, chunks, vec, true, rowOf);
+      for (int d0 = blockIdx.x * tile; d0 < D; d0 += gridDim.x * tile) {
+        if (!resident) start_pass(stage, gr, h, q0, nq, chunks, vec, false, rowOf);
+        const int db = d0 + warp_id() * kRowsPerWarp;
+        const bool rows = db < D;
+        size_t wrow[kRowsPerWarp];
+        const float* ws[kRowsPerWarp];
 #pragma unroll
-      for (int m = 0; m < kRowsPerWarp; m++) {
-        const int d = min(db + m, D - 1);
-        wrow[m] = (size_t)d * I;
-        ws[m] = down_scales<W>(scales, e, d, D, I);
-      }
-      for (int q0 = s0; q0 < s1; q0 += kEntries) {
-        const int nq = min(kEntries, s1 - q0);
-        constexpr int V = kSteps<W>;
-        const int chunks = (I >> 2) / V;
-        start_pass(stage, gr, h, q0, nq, chunks, vec, [&](int rj) { return rj * I; });
+        for (int m = 0; m < kRowsPerWarp; m++) {
+          const int d = min(db + m, D - 1);
+          wrow[m] = (size_t)d * I;
+          ws[m] = down_scales<W>(scales, e, d, D, I);
+        }
         float s[32];  // [m · kEntries + q]
 #pragma unroll
         for (int t = 0; t < 32; t++) s[t] = 0.f;
@@ -617,7 +655,7 @@ __device__ __forceinline__ void experts_down(const R* __restrict__ h, const int3
 #pragma unroll
             for (int m = 0; m < kRowsPerWarp; m++)
               if (mine) wc[m] = ldg_chunk(Wt + wrow[m], c), sc[m] = block_scale<W>(ws[m], chunk_block<W>(c));
-            next_block(stage, h, nq, c0, chunks, b);
+            const int buf = next_block(stage, h, nq, c0, chunks, b, resident);
             if (mine) {
 #pragma unroll 1
               for (int t = 0; t < V; t++) {
@@ -627,7 +665,7 @@ __device__ __forceinline__ void experts_down(const R* __restrict__ h, const int3
 #pragma unroll
                 for (int q = 0; q < kEntries; q++) {
                   if (q < nq) {
-                    const float4 hv = stage.at(b & 1, q, t, lane);
+                    const float4 hv = stage.at(buf, q, t, lane);
 #pragma unroll
                     for (int m = 0; m < kRowsPerWarp; m++) s[m * kEntries + q] = dot_step4<W>(s[m * kEntries + q], wv[m], hv, sc[m]);
                   }

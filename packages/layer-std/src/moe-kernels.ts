@@ -168,28 +168,51 @@ export function moeGrouped(rows: number, topK: number, experts: number): boolean
   return rows * topK >= GROUPED_MIN_ENTRIES_PER_EXPERT * experts;
 }
 
-/** Weight rows per CTA of the grouped expert kernels: 2 per warp (kernels/std-moe.cu) × 4 warps. */
+/** Weight rows per CTA tile of the grouped expert kernels: 2 per warp (kernels/std-moe.cu) × 4 warps. */
 const GROUPED_BLOCK = 128;
 const GROUPED_ROWS = 2 * (GROUPED_BLOCK / 32);
+/**
+ * Tiles a grouped CTA takes in turn (up: of intermediate rows, down: of output values): one load of
+ * a pass's inputs into the CTA's stage serves them all where the inputs fit it.
+ */
+const GROUPED_UP_TILES = 4;
+const GROUPED_DOWN_TILES = 8;
+/** The most dynamic shared memory a grouped CTA's stage takes: three CTAs of the up pass an SM. */
+const GROUPED_STAGE_MAX_BYTES = 64 * 1024 + 16 * 4;
 
 /**
- * Dynamic shared memory of the grouped kernels: two buffers of 16 entries' inputs, a block of 32
- * chunks each, and the entries' rows (kernels/std-moe.cu EntryStage; the largest of the formats:
- * FP8 codes over 16-bit rows, 2 · 16 · 128 steps of 8 bytes + 16 ints). A kernel given less traps.
+ * Dynamic shared memory of a grouped expert kernel of `format` over rows `width` wide (up: hidden,
+ * down: inter): the 16 entries' rows table, then blocks of 16 entries × 32 chunks of their inputs
+ * (kernels/std-moe.cu EntryStage: a chunk is 4 steps of 4 elements for FP8 weights, one for float
+ * ones; a step of 8 bytes on 16-bit rows, 16 on f32), as many as a pass needs (at least two) where
+ * they fit GROUPED_STAGE_MAX_BYTES, loaded once a pass; else two, streamed. A kernel given less
+ * than two blocks traps.
  */
-export const GROUPED_STAGE_BYTES = 2 * 16 * 128 * 8 + 16 * 4;
+export function groupedStageBytes(format: ExpertFormat, width: number): number {
+  const chunkElements = format.startsWith('fp8') ? 16 : 4;
+  const block = 16 * 32 * (chunkElements / 4) * (format === 'f32' ? 16 : 8);
+  const blocks = Math.max(2, Math.ceil(Math.floor(width / chunkElements) / 32));
+  const all = 16 * 4 + blocks * block;
+  return all <= GROUPED_STAGE_MAX_BYTES ? all : 16 * 4 + 2 * block;
+}
 
 /** Expert slots of the grouped kernels: at most one CTA column per expert, per (row, slot) entry. */
 const slots = (rows: number, topK: number, experts: number): number => Math.max(1, Math.min(experts, rows * topK));
 
-/** `std.moe_experts_up`: CTAs (expert slot, 8 intermediate rows), a warp per 2 rows. */
-export function expertsUpLaunch(rows: number, topK: number, inter: number, experts: number, stream: Stream): LaunchConfig {
-  return { grid: [slots(rows, topK, experts), Math.ceil(inter / GROUPED_ROWS)], block: GROUPED_BLOCK, sharedBytes: GROUPED_STAGE_BYTES, stream };
+/**
+ * `std.moe_experts_up` of `format`: CTAs (GROUPED_UP_TILES tiles of 8 intermediate rows, expert
+ * slot), a warp per 2 rows of a tile; the slots are the grid's rows, so that the kernel can start
+ * the last expert's CTAs (the stacked shared expert's, the most entries) first.
+ */
+export function expertsUpLaunch(format: ExpertFormat, rows: number, topK: number, hidden: number, inter: number, experts: number, stream: Stream): LaunchConfig {
+  const grid: [number, number] = [Math.ceil(inter / (GROUPED_ROWS * GROUPED_UP_TILES)), slots(rows, topK, experts)];
+  return { grid, block: GROUPED_BLOCK, sharedBytes: groupedStageBytes(format, hidden), stream };
 }
 
-/** `std.moe_experts_down`: CTAs (expert slot, 8 output values), a warp per 2 values. */
-export function expertsDownLaunch(rows: number, topK: number, hidden: number, experts: number, stream: Stream): LaunchConfig {
-  return { grid: [slots(rows, topK, experts), Math.ceil(hidden / GROUPED_ROWS)], block: GROUPED_BLOCK, sharedBytes: GROUPED_STAGE_BYTES, stream };
+/** `std.moe_experts_down` of `format`: CTAs (GROUPED_DOWN_TILES tiles of 8 output values, expert slot), a warp per 2 values of a tile. */
+export function expertsDownLaunch(format: ExpertFormat, rows: number, topK: number, hidden: number, inter: number, experts: number, stream: Stream): LaunchConfig {
+  const grid: [number, number] = [Math.ceil(hidden / (GROUPED_ROWS * GROUPED_DOWN_TILES)), slots(rows, topK, experts)];
+  return { grid, block: GROUPED_BLOCK, sharedBytes: groupedStageBytes(format, inter), stream };
 }
 
 /** `std.moe_experts` (the weighted sum): CTAs (row, 512 values), a thread per 4 values. */
@@ -250,6 +273,8 @@ const ROWWISE_PARAMS = { h: 'ptr', ids: 'ptr', weights: 'ptr', down: 'ptr', down
  * layout in moe-weights.ts); x, h, y and the output of type `rowDtype` (FLOAT_DTYPE_CODE).
  */
 export interface ExpertKernels {
+  /** The weights' and rows' format these kernels take. */
+  readonly format: ExpertFormat;
   /** `std.moe_experts_up`: the grouped gate/up pass (CTAs per expert and weight tile). */
   readonly up: Kernel<typeof GROUPED_UP_PARAMS>;
   /** `std.moe_experts_down`: the grouped down pass into y. */
@@ -331,6 +356,7 @@ function expertKernelsOf(format: ExpertFormat): ExpertKernels {
   const name = (base: string) => (format === 'f32' ? base : `${base}.${format}`);
   const symbol = (base: string) => `${base}${SYMBOL_SUFFIX[format]}`;
   return {
+    format,
     up: defineKernel({ name: name('std.moe_experts_up'), params: GROUPED_UP_PARAMS, cuda: { module, symbol: symbol('std_moe_experts_up') }, cpu: expertsUpCpu }),
     down: defineKernel({ name: name('std.moe_experts_down'), params: GROUPED_DOWN_PARAMS, cuda: { module, symbol: symbol('std_moe_experts_down') }, cpu: expertsDownCpu }),
     upRowwise: defineKernel({ name: name('std.moe_experts_up_rowwise'), params: UP_PARAMS, cuda: { module, symbol: symbol('std_moe_experts_up_rowwise') }, cpu: expertsUpCpu }),

@@ -247,10 +247,10 @@ export class MoeLayer extends StatelessLayer {
       const up = gemm ? gemm.up : k.up;
       const down = gemm ? gemm.down : k.down;
       if (!fusedTail) gpu.launch(groupKernel, groupLaunch(rows, slots, stream), { ids, groups: s.groups, rows, experts: E, topK: slots });
-      gpu.launch(up, gemm ? expertsGemmLaunch(gemm, 'up', rows, slots, inter, E, gpu.device.computeCapability, stream) : expertsUpLaunch(rows, slots, inter, E, stream), {
+      gpu.launch(up, gemm ? expertsGemmLaunch(gemm, 'up', rows, slots, inter, E, gpu.device.computeCapability, stream) : expertsUpLaunch(k.format, rows, slots, D, inter, E, stream), {
         input, ids, groups: s.groups, gateUp: w.gateUp.data, gateUpScales: w.gateUp.scales, h: s.h, ...pass,
       });
-      gpu.launch(down, gemm ? expertsGemmLaunch(gemm, 'down', rows, slots, D, E, gpu.device.computeCapability, stream) : expertsDownLaunch(rows, slots, D, E, stream), {
+      gpu.launch(down, gemm ? expertsGemmLaunch(gemm, 'down', rows, slots, D, E, gpu.device.computeCapability, stream) : expertsDownLaunch(k.format, rows, slots, D, inter, E, stream), {
         h: s.h, ids, groups: s.groups, down: w.down.data, downScales: w.down.scales, y: s.y, ...pass,
       });
       gpu.launch(expertsKernel, expertsLaunch(rows, D, stream), {

@@ -24,10 +24,10 @@ export const groupedExperts = (gpu: GpuBackend, p: Ptrs, format: ExpertFormat, r
   const up = gemm ? gemm.up : k.up;
   const down = gemm ? gemm.down : k.down;
   gpu.launch(groupKernel, groupLaunch(rows, topK, s), { ids: p.ids!, groups: p.groups!, rows, experts: E, topK });
-  gpu.launch(up, gemm ? expertsGemmLaunch(gemm, 'up', rows, topK, I, E, gpu.device.computeCapability, s) : expertsUpLaunch(rows, topK, I, E, s), {
+  gpu.launch(up, gemm ? expertsGemmLaunch(gemm, 'up', rows, topK, I, E, gpu.device.computeCapability, s) : expertsUpLaunch(format, rows, topK, D, I, E, s), {
     input: p.x!, ids: p.ids!, groups: p.groups!, gateUp: p.gateUp!, gateUpScales: fp8 ? p.gateUpScales! : 0n, h: p.h!, rows, hidden: D, inter: I, experts: E, topK, ...codes,
   });
-  gpu.launch(down, gemm ? expertsGemmLaunch(gemm, 'down', rows, topK, D, E, gpu.device.computeCapability, s) : expertsDownLaunch(rows, topK, D, E, s), {
+  gpu.launch(down, gemm ? expertsGemmLaunch(gemm, 'down', rows, topK, D, E, gpu.device.computeCapability, s) : expertsDownLaunch(format, rows, topK, D, I, E, s), {
     h: p.h!, ids: p.ids!, groups: p.groups!, down: p.down!, downScales: fp8 ? p.downScales! : 0n, y: p.y!, rows, hidden: D, inter: I, experts: E, topK, ...codes,
   });
   gpu.launch(expertsKernel, expertsLaunch(rows, D, s), { y: p.y!, ids: p.ids!, weights: p.weights!, output: p.out!, rows, hidden: D, experts: E, topK, dtype: codes.rowDtype });
