@@ -177,8 +177,11 @@ const GROUPED_ROWS = 2 * (GROUPED_BLOCK / 32);
  */
 const GROUPED_UP_TILES = 4;
 const GROUPED_DOWN_TILES = 8;
+/** Entries a grouped CTA runs through its tiles at a time (kEntries), and its stage's rows table (kStageRowBytes). */
+const GROUPED_ENTRIES = 16;
+const GROUPED_STAGE_ROWS_BYTES = GROUPED_ENTRIES * 4;
 /** The most dynamic shared memory a grouped CTA's stage takes: three CTAs of the up pass an SM. */
-const GROUPED_STAGE_MAX_BYTES = 64 * 1024 + 16 * 4;
+const GROUPED_STAGE_MAX_BYTES = 64 * 1024 + GROUPED_STAGE_ROWS_BYTES;
 
 /**
  * Dynamic shared memory of a grouped expert kernel of `format` over rows `width` wide (up: hidden,
@@ -190,10 +193,10 @@ const GROUPED_STAGE_MAX_BYTES = 64 * 1024 + 16 * 4;
  */
 export function groupedStageBytes(format: ExpertFormat, width: number): number {
   const chunkElements = format.startsWith('fp8') ? 16 : 4;
-  const block = 16 * 32 * (chunkElements / 4) * (format === 'f32' ? 16 : 8);
+  const block = GROUPED_ENTRIES * 32 * (chunkElements / 4) * (format === 'f32' ? 16 : 8);
   const blocks = Math.max(2, Math.ceil(Math.floor(width / chunkElements) / 32));
-  const all = 16 * 4 + blocks * block;
-  return all <= GROUPED_STAGE_MAX_BYTES ? all : 16 * 4 + 2 * block;
+  const all = GROUPED_STAGE_ROWS_BYTES + blocks * block;
+  return all <= GROUPED_STAGE_MAX_BYTES ? all : GROUPED_STAGE_ROWS_BYTES + 2 * block;
 }
 
 /** Expert slots of the grouped kernels: at most one CTA column per expert, per (row, slot) entry. */

@@ -1,13 +1,27 @@
+import type { Stream } from '@metrale/core';
 import { EXPERT_FORMATS, expertsDownLaunch, expertsUpLaunch, groupedStageBytes } from '@metrale/layer-std';
 import { describe, expect, it } from 'vitest';
+import { kernelConstant, kernelSource } from './kernel-source.js';
 
 // The grouped expert kernels' launches (src/moe-kernels.ts): the shared memory of a CTA's stage
 // (kernels/std-moe.cu EntryStage: a 64-byte rows table, then blocks of 16 entries × 32 chunks) and
 // the tiles a CTA takes in turn. The kernels trap below two blocks; a pass whose blocks all fit is
 // loaded once for all the CTA's tiles.
-const stream = 0n as never;
+const stream = {} as Stream;
+const source = kernelSource('std-moe.cu');
+const constant = (name: string): number => kernelConstant(source, 'std-moe.cu', name);
 
 describe('grouped expert launches', () => {
+  it('match kernels/std-moe.cu: 16 entries a pass, 2 weight rows a warp, a 64-byte rows table, CTAs of 128 threads', () => {
+    expect(constant('kEntries')).toBe(16);
+    expect(constant('kRowsPerWarp')).toBe(2);
+    expect(constant('kStageRowBytes')).toBe(64);
+    for (const kernel of ['std_moe_experts_up', 'std_moe_experts_down']) {
+      const bounds = new RegExp(`__launch_bounds__\\((\\d+)(?:, \\d+)?\\) ${kernel}##SUFFIX`).exec(source);
+      expect(bounds?.[1], kernel).toBe(String(expertsUpLaunch('fp8-bf16', 64, 11, 2048, 512, 65, stream).block));
+    }
+  });
+
   it('give a stage that holds a pass whole where it fits 64 KiB, else two streamed blocks', () => {
     // FP8 over bf16 rows: a block is 16 entries × 32 chunks of 16 elements × 2 bytes = 16 KiB.
     expect(groupedStageBytes('fp8-bf16', 2048)).toBe(64 + 4 * 16384);

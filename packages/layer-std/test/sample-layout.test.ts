@@ -2,26 +2,16 @@
 // and in the TypeScript that sizes their scratch, launches them and reads their output back
 // (sample-kernels.ts, sample-layout.ts). A mismatch would overrun the scratch or misread a row, on
 // the GPU only; this reads the CUDA source and holds the two to each other.
-import { readFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import {
   LOGPROBS_HEAD, LOGPROBS_ROW_WORDS, LOGPROBS_TOP, SAMPLE_PARAMS, SAMPLE_PHASE_DRAW, SAMPLE_POOLED_TOP_K, SAMPLE_SLICE, sampleLaunch, sampleScratchBytes,
   sampleScratchZeroBytes, sampleSlices,
 } from '@metrale/layer-std';
 import type { Stream } from '@metrale/core';
 import { describe, expect, it } from 'vitest';
+import { kernelConstant, kernelSource } from './kernel-source.js';
 
-const source = readFileSync(join(dirname(fileURLToPath(import.meta.url)), '..', 'kernels', 'std-sample.cu'), 'utf8');
-
-/** The value of `constexpr int …name = …;` (one of a list too): a number, or a sum and products of other constants. */
-function constant(name: string): number {
-  const m = new RegExp(`constexpr int (?:[^;]*?, )?${name} = ([^,;]+)[,;]`).exec(source);
-  if (!m) throw new Error(`kernels/std-sample.cu has no constexpr int ${name}`);
-  const expr = m[1]!.replace(/k[A-Za-z0-9]+/g, (k) => String(constant(k)));
-  if (!/^[\d\s+*]+$/.test(expr)) throw new Error(`${name} = ${m[1]}: not a sum of products`);
-  return expr.split('+').reduce((sum, term) => sum + term.split('*').reduce((p, f) => p * Number(f.trim()), 1), 0);
-}
+const source = kernelSource('std-sample.cu');
+const constant = (name: string): number => kernelConstant(source, 'std-sample.cu', name);
 
 const SIZES: Readonly<Record<string, number>> = { double: 8, u64: 8, float: 4, int: 4, unsigned: 4 };
 
