@@ -231,8 +231,10 @@ try {
   // ---- FP8 experts at decode ---------------------------------------------------------------------------
   if (wants('fp8') || wants('grouped')) {
     const blocks = (n) => Math.ceil(n / 128);
-    // The 64-row case reads experts 0 … 64 only: the 512 are made where the 1- and 8-row cases run.
-    const made = wants('fp8') ? E : 65;
+    // The 64-row case (64 routed experts, the bench model's, and the shared one) reads experts 0 … 64
+    // only: the 512 are made where the 1- and 8-row cases run.
+    const groupedOf = 64;
+    const made = wants('fp8') ? E : groupedOf + 1;
     const gateUp = randomBuffer(made * 2 * I * D, 1, 'f8e4m3'), down = randomBuffer(made * D * I, 1, 'f8e4m3');
     const gateUpScales = randomBuffer(made * 2 * blocks(I) * blocks(D), 1 / 64), downScales = randomBuffer(made * blocks(D) * blocks(I), 1 / 64);
     const k = std.EXPERT_KERNELS['fp8-bf16'];
@@ -265,7 +267,7 @@ try {
     // The grouped CUDA-core pair where the layer takes it in decode: 64 routed experts (the bench
     // model's) and the shared one at 64 rows, 10 entries an expert (moeGrouped).
     if (wants('grouped')) {
-      const batch = 64, of = 64;
+      const batch = 64, of = groupedOf;
       const { runs, meanExperts } = routedRuns(batch, of);
       const pass = { rows: batch, hidden: D, inter: I, experts: of + 1, topK: slots, ...codes };
       const up = (r) => gpu.launch(k.up, std.expertsUpLaunch(k.format, batch, slots, D, I, of + 1, stream), { input: r.x, ids: r.ids, groups: r.groups, gateUp, gateUpScales, h: r.h, ...pass });

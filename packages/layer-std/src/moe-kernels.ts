@@ -168,9 +168,10 @@ export function moeGrouped(rows: number, topK: number, experts: number): boolean
   return rows * topK >= GROUPED_MIN_ENTRIES_PER_EXPERT * experts;
 }
 
-/** Weight rows per CTA tile of the grouped expert kernels: 2 per warp (kernels/std-moe.cu) × 4 warps. */
+/** Weight rows per CTA tile of the grouped expert kernels: 2 per warp (kernels/std-moe.cu kRowsPerWarp) × 4 warps. */
 const GROUPED_BLOCK = 128;
-const GROUPED_ROWS = 2 * (GROUPED_BLOCK / 32);
+const GROUPED_ROWS_PER_WARP = 2;
+const GROUPED_ROWS = GROUPED_ROWS_PER_WARP * (GROUPED_BLOCK / 32);
 /**
  * Tiles a grouped CTA takes in turn (up: of intermediate rows, down: of output values): one load of
  * a pass's inputs into the CTA's stage serves them all where the inputs fit it.
@@ -199,7 +200,7 @@ export function groupedStageBytes(format: ExpertFormat, width: number): number {
   return all <= GROUPED_STAGE_MAX_BYTES ? all : GROUPED_STAGE_ROWS_BYTES + 2 * block;
 }
 
-/** Expert slots of the grouped kernels: at most one CTA column per expert, per (row, slot) entry. */
+/** Expert slots of the grouped kernels: at most one row of CTAs per expert, per (row, slot) entry. */
 const slots = (rows: number, topK: number, experts: number): number => Math.max(1, Math.min(experts, rows * topK));
 
 /**
