@@ -485,6 +485,21 @@ __device__ __forceinline__ int next_block(const EntryStage<W, R>& stage, const R
   return b & 1;
 }
 
+/**
+ * The outputs a grouped CTA writes zero: those of the entries whose id is outside the experts, for
+ * the first row of CTAs (`n` outputs an entry, tiles of `tile`).
+ */
+template <typename R>
+__device__ __forceinline__ void zero_outside(const Groups& gr, R* __restrict__ out, int n, int tile) {
+  if (blockIdx.y != 0) return;
+  const int lane = lane_id(), nw = num_warps();
+  for (int i0 = blockIdx.x * tile; i0 < n; i0 += gridDim.x * tile)
+    for (int q = warp_id(); q < gr.nInvalid; q += nw) {
+      R* row = out + (size_t)gr.order[gr.nValid + q] * n;
+      for (int i = i0 + lane; i < min(n, i0 + tile); i += 32) store_value(row, i, 0.f);
+    }
+}
+
 template <typename W, typename R>
 __device__ __forceinline__ void experts_up(const R* __restrict__ input, const int32_t* __restrict__ groups, const W* __restrict__ gateUp,
                                            const float* __restrict__ scales, R* __restrict__ h, int hidden, int inter, int experts, int topK) {
@@ -498,14 +513,7 @@ __device__ __forceinline__ void experts_up(const R* __restrict__ input, const in
   const EntryStage<W, R> stage = entry_stage<W, R>();
   const bool resident = vec && stage.holds(chunks);
   const auto rowOf = [&](int rj) { return (rj / topK) * D; };
-  // Entries whose id is outside the experts: zeros (the first row of CTAs).
-  if (blockIdx.y == 0) {
-    for (int i0 = blockIdx.x * tile; i0 < I; i0 += gridDim.x * tile)
-      for (int q = warp_id(); q < gr.nInvalid; q += nw) {
-        R* hr = h + (size_t)gr.order[gr.nValid + q] * I;
-        for (int i = i0 + lane; i < min(I, i0 + tile); i += 32) store_value(hr, i, 0.f);
-      }
-  }
+  zero_outside(gr, h, I, tile);
   // The experts from the last: the stacked shared expert (every row's, so the most passes) starts first.
   for (int a = gr.nActive - 1 - blockIdx.y; a >= 0; a -= gridDim.y) {
     const int e = gr.expert[a], s0 = gr.start[a], s1 = gr.start[a + 1];
@@ -618,13 +626,7 @@ __device__ __forceinline__ void experts_down(const R* __restrict__ h, const int3
   const EntryStage<W, R> stage = entry_stage<W, R>();
   const bool resident = vec && stage.holds(chunks);
   const auto rowOf = [&](int rj) { return rj * I; };
-  if (blockIdx.y == 0) {
-    for (int d0 = blockIdx.x * tile; d0 < D; d0 += gridDim.x * tile)
-      for (int q = warp_id(); q < gr.nInvalid; q += nw) {
-        R* yr = y + (size_t)gr.order[gr.nValid + q] * D;
-        for (int d = d0 + lane; d < min(D, d0 + tile); d += 32) store_value(yr, d, 0.f);
-      }
-  }
+  zero_outside(gr, y, D, tile);
   for (int a = gr.nActive - 1 - blockIdx.y; a >= 0; a -= gridDim.y) {  // the last expert first, as up's
     const int e = gr.expert[a], s0 = gr.start[a], s1 = gr.start[a + 1];
     const W* Wt = down + (size_t)e * D * I;
