@@ -62,20 +62,21 @@ __device__ __forceinline__ int frag_index(int k, int lane) {
   else return k * 32 + lane;
 }
 
-template <int E, bool V4, typename T>
-__device__ __forceinline__ void load_frag(float (&f)[E], const T* __restrict__ p, int d, int lane) {
+/** A lane's slice of a d-vector (the layout of frag_index) from global memory (`kGlobal`) or shared memory. */
+template <int E, bool V4, bool kGlobal, typename T>
+__device__ __forceinline__ void read_frag(float (&f)[E], const T* __restrict__ p, int d, int lane) {
   if constexpr (V4) {
 #pragma unroll
     for (int c = 0; c < E / 4; c++) {
       const int i = c * 32 + lane;
-      const float4 t = 4 * i < d ? ldg4(p, i) : make_float4(0.f, 0.f, 0.f, 0.f);
+      const float4 t = 4 * i < d ? (kGlobal ? ldg4(p, i) : load4(p, i)) : make_float4(0.f, 0.f, 0.f, 0.f);
       f[4 * c] = t.x, f[4 * c + 1] = t.y, f[4 * c + 2] = t.z, f[4 * c + 3] = t.w;
     }
   } else {
 #pragma unroll
     for (int c = 0; c < E; c++) {
       const int i = c * 32 + lane;
-      f[c] = i < d ? ldg_value(p, i) : 0.f;
+      f[c] = i < d ? (kGlobal ? ldg_value(p, i) : load_value(p, i)) : 0.f;
     }
   }
 }
@@ -111,25 +112,6 @@ __device__ __forceinline__ void load_tile(T* __restrict__ tile, const T* __restr
   }
 }
 
-/** A lane's slice of a d-vector in shared memory (the layout of load_frag). */
-template <int E, bool V4, typename T>
-__device__ __forceinline__ void smem_frag(float (&f)[E], const T* __restrict__ p, int d, int lane) {
-  if constexpr (V4) {
-#pragma unroll
-    for (int c = 0; c < E / 4; c++) {
-      const int i = c * 32 + lane;
-      const float4 t = 4 * i < d ? load4(p, i) : make_float4(0.f, 0.f, 0.f, 0.f);
-      f[4 * c] = t.x, f[4 * c + 1] = t.y, f[4 * c + 2] = t.z, f[4 * c + 3] = t.w;
-    }
-  } else {
-#pragma unroll
-    for (int c = 0; c < E; c++) {
-      const int i = c * 32 + lane;
-      f[c] = i < d ? load_value(p, i) : 0.f;
-    }
-  }
-}
-
 /** Shared memory of std_attn_core outside its tiles. */
 struct CoreShared {
   float* comb;  // [heads at once][d]: the warps' sums, added in warp order
@@ -160,7 +142,7 @@ __device__ __forceinline__ void attend_chunk(const T* __restrict__ qkv, const T*
   float qf[HG][E], acc[HG][E], m[HG], l[HG];
 #pragma unroll
   for (int g = 0; g < HG; g++) {
-    if (g < ng) load_frag<E, V4, T>(qf[g], q + ((size_t)row * heads + h0 + g) * d, d, lane);
+    if (g < ng) read_frag<E, V4, true, T>(qf[g], q + ((size_t)row * heads + h0 + g) * d, d, lane);
     else {
 #pragma unroll
       for (int k = 0; k < E; k++) qf[g][k] = 0.f;
@@ -186,8 +168,8 @@ __device__ __forceinline__ void attend_chunk(const T* __restrict__ qkv, const T*
     const int n = min(kt, nkeys - i * kt);
     for (int u = warp; u < n; u += nw) {
       float kf[E], vf[E], s[HG];
-      smem_frag<E, V4, T>(kf, kTile + (size_t)u * d, d, lane);
-      smem_frag<E, V4, T>(vf, vTile + (size_t)u * d, d, lane);
+      read_frag<E, V4, false, T>(kf, kTile + (size_t)u * d, d, lane);
+      read_frag<E, V4, false, T>(vf, vTile + (size_t)u * d, d, lane);
 #pragma unroll
       for (int g = 0; g < HG; g++) {
         float x = 0.f;
