@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include <metrale/batch-rows.cuh>
+
 #ifdef METRALE_CUDA_EMU
 #define DSA_HAS_CLUSTER CUDA_EMU_CLUSTERS
 #define DSA_CLUSTER_DIMS(n)
@@ -57,16 +59,7 @@ __device__ __forceinline__ size_t paged_row(const int32_t* __restrict__ blockTab
   return (size_t)blockTable[(size_t)slot * pagesPerSeq + t / pageRows] * (size_t)pageRows + (size_t)(t % pageRows);
 }
 
-/** Batch position of a row: the last p with rowStarts[p] <= row (rowStarts ascending). */
-__device__ __forceinline__ int batch_pos_of_row(const int32_t* __restrict__ rowStarts, int batch, int row) {
-  int lo = 0, hi = batch - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) >> 1;
-    if (rowStarts[mid] <= row) lo = mid;
-    else hi = mid - 1;
-  }
-  return lo;
-}
+using ::metrale::batch_pos_of_row;
 
 #ifndef METRALE_CUDA_EMU
 __device__ __forceinline__ uint16_t f32_to_bf16_bits(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }

@@ -19,6 +19,8 @@
 #include <metrale/elements.cuh>
 #endif
 
+#include <metrale/batch-rows.cuh>
+
 #include <cstdint>
 #include <type_traits>
 
@@ -121,16 +123,7 @@ __device__ __forceinline__ size_t cache_offset(const int32_t* __restrict__ table
   return (((size_t)page * pageSize + (pos - pg * pageSize)) * kvHeads + h) * d;
 }
 
-/** Batch position of a row: the last p in [0, batch) with rowStarts[p] <= row (rowStarts ascending). */
-__device__ __forceinline__ int batch_pos_of_row(const int32_t* __restrict__ rowStarts, int batch, int row) {
-  int lo = 0, hi = batch - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) >> 1;
-    if (rowStarts[mid] <= row) lo = mid;
-    else hi = mid - 1;
-  }
-  return lo;
-}
+using metrale::batch_pos_of_row;
 
 // ---- element types --------------------------------------------------------------------------------
 
