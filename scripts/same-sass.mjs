@@ -10,7 +10,7 @@
 //
 //   node scripts/same-sass.mjs packages/layer-std/kernels/std-moe.cu [--base REV] [--arch sm_90a,sm_80]
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -77,17 +77,29 @@ function main(argv) {
   const kernelsDir = dirname(path);
   const nvcc = process.env.NVCC ?? 'nvcc';
   const tmp = mkdtempSync(join(tmpdir(), 'metrale-same-sass-'));
+  // Both sides compile at the same path: nvcc names internal symbols after the file's path.
+  const tree = join(tmp, 'tree');
+  const sources = [kernelsDir, 'packages/core/include'];
   try {
-    // The base's kernels/ and the shared headers, as REV has them.
-    const archive = run('git', ['-C', root, 'archive', base, kernelsDir, 'packages/core/include']);
-    run('tar', ['-x', '-C', tmp], { input: archive });
+    const cubins = (side) => {
+      const sections = {};
+      for (const arch of archs) {
+        const out = join(tmp, `${side}-${arch}.cubin`);
+        run(nvcc, [...NVCC_FLAGS, `-arch=${arch}`, '-cubin', `-I${join(tree, kernelsDir)}`, `-I${join(tree, 'packages/core/include')}`, '-o', out, join(tree, path)]);
+        sections[arch] = elfSections(readFileSync(out));
+      }
+      return sections;
+    };
+    // The base's kernels/ and the shared headers, as REV has them; then the working tree's.
+    mkdirSync(tree);
+    run('tar', ['-x', '-C', tree], { input: run('git', ['-C', root, 'archive', base, ...sources]) });
+    const before = cubins('base');
+    rmSync(tree, { recursive: true });
+    for (const dir of sources) cpSync(join(root, dir), join(tree, dir), { recursive: true });
+    const after = cubins('change');
     let differs = false;
     for (const arch of archs) {
-      const cubin = (tree, out) => {
-        run(nvcc, [...NVCC_FLAGS, `-arch=${arch}`, '-cubin', `-I${join(tree, kernelsDir)}`, `-I${join(tree, 'packages/core/include')}`, '-o', out, join(tree, path)]);
-        return elfSections(readFileSync(out));
-      };
-      const diff = differingSections(cubin(tmp, join(tmp, `base-${arch}.cubin`)), cubin(root, join(tmp, `change-${arch}.cubin`)));
+      const diff = differingSections(before[arch], after[arch]);
       console.log(`${arch}: ${diff.length === 0 ? 'every section equal' : `${diff.length} section(s) differ`}`);
       for (const d of diff) console.log(`  ${d.name}: ${d.why}`);
       differs ||= diff.length > 0;
