@@ -54,9 +54,11 @@ export function differingSections(a, b) {
   return out;
 }
 
+/** Bad input or a tool that failed: the run stops (exit 2) after its temporary files are gone. */
+class SameSassError extends Error {}
+
 function fail(message) {
-  console.error(`same-sass: ${message}`);
-  process.exit(2);
+  throw new SameSassError(message);
 }
 
 function run(command, args, options = {}) {
@@ -110,4 +112,12 @@ function main(argv) {
   }
 }
 
-if (import.meta.url === pathToFileURL(process.argv[1]).href) process.exit(main(process.argv.slice(2)));
+if (import.meta.url === pathToFileURL(process.argv[1]).href) {
+  try {
+    process.exit(main(process.argv.slice(2)));
+  } catch (error) {
+    if (!(error instanceof SameSassError)) throw error;
+    console.error(`same-sass: ${error.message}`);
+    process.exit(2);
+  }
+}
