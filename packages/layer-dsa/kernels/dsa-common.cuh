@@ -124,53 +124,42 @@ __device__ __forceinline__ uint32_t ordered_key(float f) {
 
 // ---- block reductions (any block size that is a multiple of 32, ≤ 1024) ----------------------
 
-__device__ __forceinline__ double warp_sum_d(double v) {
+/** `op` over a warp's lanes by an xor butterfly: every lane gets the result. */
+template <typename T, typename Op>
+__device__ __forceinline__ T warp_reduce(T v, Op op) {
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ __forceinline__ float warp_sum_f(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ __forceinline__ float warp_max_f(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
 
-/** Sum over the block; every thread gets the result. `scratch` holds ≥ 32 doubles. */
-__device__ __forceinline__ double block_sum_d(double v, double* scratch) {
+/** `op` over the block: each warp's result, then the warps' from `init` in warp order, the same in every thread. `scratch` holds ≥ 32 values. */
+template <typename T, typename Op>
+__device__ __forceinline__ T block_reduce(T v, T* scratch, T init, Op op) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-  v = warp_sum_d(v);
+  v = warp_reduce(v, op);
   __syncthreads();
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
-  double s = 0.0;
-  for (int i = 0; i < nw; i++) s += scratch[i];  // same order in every thread
+  T s = init;
+  for (int i = 0; i < nw; i++) s = op(s, scratch[i]);
   return s;
 }
-__device__ __forceinline__ float block_sum_f(float v, float* scratch) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-  v = warp_sum_f(v);
-  __syncthreads();
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  float s = 0.f;
-  for (int i = 0; i < nw; i++) s += scratch[i];
-  return s;
-}
-__device__ __forceinline__ float block_max_f(float v, float* scratch) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-  v = warp_max_f(v);
-  __syncthreads();
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  float s = -INFINITY;
-  for (int i = 0; i < nw; i++) s = fmaxf(s, scratch[i]);
-  return s;
-}
+
+struct SumOp {
+  template <typename T>
+  __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
+};
+struct MaxOp {
+  __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
+};
+
+__device__ __forceinline__ double warp_sum_d(double v) { return warp_reduce(v, SumOp{}); }
+__device__ __forceinline__ float warp_sum_f(float v) { return warp_reduce(v, SumOp{}); }
+__device__ __forceinline__ float warp_max_f(float v) { return warp_reduce(v, MaxOp{}); }
+/** Sums and the max over the block; every thread gets the result. `scratch` holds ≥ 32 values. */
+__device__ __forceinline__ double block_sum_d(double v, double* scratch) { return block_reduce(v, scratch, 0.0, SumOp{}); }
+__device__ __forceinline__ float block_sum_f(float v, float* scratch) { return block_reduce(v, scratch, 0.f, SumOp{}); }
+__device__ __forceinline__ float block_max_f(float v, float* scratch) { return block_reduce(v, scratch, -INFINITY, MaxOp{}); }
 
 // ---- shared memory, async copies, tensor-core fragments, clusters ------------------------------
 
