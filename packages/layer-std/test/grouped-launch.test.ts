@@ -16,9 +16,10 @@ describe('grouped expert launches', () => {
     expect(constant('kEntries')).toBe(16);
     expect(constant('kRowsPerWarp')).toBe(2);
     expect(constant('kStageRowBytes')).toBe(64);
-    for (const kernel of ['std_moe_experts_up', 'std_moe_experts_down']) {
+    const launches = { std_moe_experts_up: expertsUpLaunch, std_moe_experts_down: expertsDownLaunch };
+    for (const [kernel, launch] of Object.entries(launches)) {
       const bounds = new RegExp(`__launch_bounds__\\((\\d+)(?:, \\d+)?\\) ${kernel}##SUFFIX`).exec(source);
-      expect(bounds?.[1], kernel).toBe(String(expertsUpLaunch('fp8-bf16', 64, 11, 2048, 512, 65, stream).block));
+      expect(bounds?.[1], kernel).toBe(String(launch('fp8-bf16', 64, 11, 2048, 512, 65, stream).block));
     }
   });
 
