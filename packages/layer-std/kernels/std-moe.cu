@@ -500,6 +500,29 @@ __device__ __forceinline__ void zero_outside(const Groups& gr, R* __restrict__ o
     }
 }
 
+/**
+ * The walk of a grouped CTA over its work: the slots of the grid's row (from the last expert: the
+ * stacked shared expert, every row's and so the most passes, starts first), each slot's entries in
+ * passes of kEntries, and each pass's tiles of `tile` of the `n` outputs an entry (blockIdx.x,
+ * + gridDim.x, …). The stage is loaded once a pass (`resident`) or once a tile (streamed);
+ * `tileBody(e, q0, nq, o0)` computes the tile of expert e's entries q0 … q0 + nq − 1 from output o0.
+ */
+template <typename W, typename R, typename RowOf, typename TileBody>
+__device__ __forceinline__ void grouped_walk(const EntryStage<W, R>& stage, const Groups& gr, const R* __restrict__ src, int n, int tile, int chunks,
+                                             bool vec, bool resident, RowOf rowOf, TileBody tileBody) {
+  for (int a = gr.nActive - 1 - blockIdx.y; a >= 0; a -= gridDim.y) {
+    const int e = gr.expert[a], s0 = gr.start[a], s1 = gr.start[a + 1];
+    for (int q0 = s0; q0 < s1; q0 += kEntries) {
+      const int nq = min(kEntries, s1 - q0);
+      if (resident) start_pass(stage, gr, src, q0, nq, chunks, vec, true, rowOf);
+      for (int o0 = blockIdx.x * tile; o0 < n; o0 += gridDim.x * tile) {
+        if (!resident) start_pass(stage, gr, src, q0, nq, chunks, vec, false, rowOf);
+        tileBody(e, q0, nq, o0);
+      }
+    }
+  }
+}
+
 template <typename W, typename R>
 __device__ __forceinline__ void experts_up(const R* __restrict__ input, const int32_t* __restrict__ groups, const W* __restrict__ gateUp,
                                            const float* __restrict__ scales, R* __restrict__ h, int hidden, int inter, int experts, int topK) {
@@ -514,103 +537,94 @@ __device__ __forceinline__ void experts_up(const R* __restrict__ input, const in
   const bool resident = vec && stage.holds(chunks);
   const auto rowOf = [&](int rj) { return (rj / topK) * D; };
   zero_outside(gr, h, I, tile);
-  // The experts from the last: the stacked shared expert (every row's, so the most passes) starts first.
-  for (int a = gr.nActive - 1 - blockIdx.y; a >= 0; a -= gridDim.y) {
-    const int e = gr.expert[a], s0 = gr.start[a], s1 = gr.start[a + 1];
+  grouped_walk(stage, gr, input, I, tile, chunks, vec, resident, rowOf, [&](int e, int q0, int nq, int i0) {
     const W* G = gateUp + (size_t)e * 2 * I * D;
     const W* U = G + (size_t)I * D;
-    for (int q0 = s0; q0 < s1; q0 += kEntries) {
-      const int nq = min(kEntries, s1 - q0);
-      if (resident) start_pass(stage, gr, input, q0, nq, chunks, vec, true, rowOf);
-      for (int i0 = blockIdx.x * tile; i0 < I; i0 += gridDim.x * tile) {
-        if (!resident) start_pass(stage, gr, input, q0, nq, chunks, vec, false, rowOf);
-        // Every warp takes part in the stage and its barriers; a warp whose rows start past I computes nothing.
-        const int ib = i0 + warp_id() * kRowsPerWarp;
-        const bool rows = ib < I;
-        // This warp's weight rows (a row past I repeats the last one; its sums are not written).
-        size_t wrow[kRowsPerWarp];
-        const float* gs[kRowsPerWarp];
-        const float* us[kRowsPerWarp];
+    // Every warp takes part in the stage and its barriers; a warp whose rows start past I computes nothing.
+    const int ib = i0 + warp_id() * kRowsPerWarp;
+    const bool rows = ib < I;
+    // This warp's weight rows (a row past I repeats the last one; its sums are not written).
+    size_t wrow[kRowsPerWarp];
+    const float* gs[kRowsPerWarp];
+    const float* us[kRowsPerWarp];
+#pragma unroll
+    for (int m = 0; m < kRowsPerWarp; m++) {
+      const int i = min(ib + m, I - 1);
+      wrow[m] = (size_t)i * D;
+      gs[m] = gate_up_scales<W>(scales, e, 0, i, I, D);
+      us[m] = gate_up_scales<W>(scales, e, 1, i, I, D);
+    }
+    float sg[32], su[32];  // [m · kEntries + q]
+#pragma unroll
+    for (int t = 0; t < 32; t++) sg[t] = 0.f, su[t] = 0.f;
+    if (vec) {
+      // Each block's weights are loaded a block ahead: they are in flight through the block before.
+      WeightChunk<W> gc[kRowsPerWarp], uc[kRowsPerWarp], gn[kRowsPerWarp], un[kRowsPerWarp];
+      float gsc[kRowsPerWarp], usc[kRowsPerWarp], gsn[kRowsPerWarp], usn[kRowsPerWarp];
+      const auto load = [&](int c, WeightChunk<W>* g, WeightChunk<W>* u, float* gsx, float* usx) {
 #pragma unroll
         for (int m = 0; m < kRowsPerWarp; m++) {
-          const int i = min(ib + m, I - 1);
-          wrow[m] = (size_t)i * D;
-          gs[m] = gate_up_scales<W>(scales, e, 0, i, I, D);
-          us[m] = gate_up_scales<W>(scales, e, 1, i, I, D);
-        }
-        float sg[32], su[32];  // [m · kEntries + q]
-#pragma unroll
-        for (int t = 0; t < 32; t++) sg[t] = 0.f, su[t] = 0.f;
-        if (vec) {
-          // Each block's weights are loaded a block ahead: they are in flight through the block before.
-          WeightChunk<W> gc[kRowsPerWarp], uc[kRowsPerWarp], gn[kRowsPerWarp], un[kRowsPerWarp];
-          float gsc[kRowsPerWarp], usc[kRowsPerWarp], gsn[kRowsPerWarp], usn[kRowsPerWarp];
-          const auto load = [&](int c, WeightChunk<W>* g, WeightChunk<W>* u, float* gsx, float* usx) {
-#pragma unroll
-            for (int m = 0; m < kRowsPerWarp; m++) {
-              if (rows && c < chunks) {
-                g[m] = ldg_chunk(G + wrow[m], c), u[m] = ldg_chunk(U + wrow[m], c);
-                gsx[m] = block_scale<W>(gs[m], chunk_block<W>(c)), usx[m] = block_scale<W>(us[m], chunk_block<W>(c));
-              }
-            }
-          };
-          load(lane, gn, un, gsn, usn);
-          for (int c0 = 0, b = 0; c0 < chunks; c0 += 32, b++) {
-            const int c = c0 + lane;
-            const bool mine = rows && c < chunks;
-#pragma unroll
-            for (int m = 0; m < kRowsPerWarp; m++) gc[m] = gn[m], uc[m] = un[m], gsc[m] = gsn[m], usc[m] = usn[m];
-            if (c0 + 32 < chunks) load(c + 32, gn, un, gsn, usn);
-            const int buf = next_block(stage, input, nq, c0, chunks, b, resident);
-            if (mine) {
-#pragma unroll 1
-              for (int t = 0; t < V; t++) {
-                float4 gv[kRowsPerWarp], uv[kRowsPerWarp];
-#pragma unroll
-                for (int m = 0; m < kRowsPerWarp; m++) gv[m] = step_of<W>(gc[m], t), uv[m] = step_of<W>(uc[m], t);
-#pragma unroll
-                for (int q = 0; q < kEntries; q++) {
-                  if (q < nq) {
-                    const float4 xv = stage.at(buf, q, t, lane);
-#pragma unroll
-                    for (int m = 0; m < kRowsPerWarp; m++) {
-                      sg[m * kEntries + q] = dot_step4<W>(sg[m * kEntries + q], gv[m], xv, gsc[m]);
-                      su[m * kEntries + q] = dot_step4<W>(su[m * kEntries + q], uv[m], xv, usc[m]);
-                    }
-                  }
-                }
-              }
-            }
+          if (rows && c < chunks) {
+            g[m] = ldg_chunk(G + wrow[m], c), u[m] = ldg_chunk(U + wrow[m], c);
+            gsx[m] = block_scale<W>(gs[m], chunk_block<W>(c)), usx[m] = block_scale<W>(us[m], chunk_block<W>(c));
           }
-        } else if (rows) {
-          for (int k = lane; k < D; k += 32) {
-            float gv[kRowsPerWarp], uv[kRowsPerWarp];
-            float gsc[kRowsPerWarp], usc[kRowsPerWarp];
+        }
+      };
+      load(lane, gn, un, gsn, usn);
+      for (int c0 = 0, b = 0; c0 < chunks; c0 += 32, b++) {
+        const int c = c0 + lane;
+        const bool mine = rows && c < chunks;
 #pragma unroll
-            for (int m = 0; m < kRowsPerWarp; m++) {
-              gv[m] = ldg_value(G + wrow[m], k), uv[m] = ldg_value(U + wrow[m], k);
-              gsc[m] = block_scale<W>(gs[m], k >> 7), usc[m] = block_scale<W>(us[m], k >> 7);
-            }
+        for (int m = 0; m < kRowsPerWarp; m++) gc[m] = gn[m], uc[m] = un[m], gsc[m] = gsn[m], usc[m] = usn[m];
+        if (c0 + 32 < chunks) load(c + 32, gn, un, gsn, usn);
+        const int buf = next_block(stage, input, nq, c0, chunks, b, resident);
+        if (mine) {
+#pragma unroll 1
+          for (int t = 0; t < V; t++) {
+            float4 gv[kRowsPerWarp], uv[kRowsPerWarp];
+#pragma unroll
+            for (int m = 0; m < kRowsPerWarp; m++) gv[m] = step_of<W>(gc[m], t), uv[m] = step_of<W>(uc[m], t);
 #pragma unroll
             for (int q = 0; q < kEntries; q++) {
               if (q < nq) {
-                const float xv = ldg_value(input + stage.row[q], k);
+                const float4 xv = stage.at(buf, q, t, lane);
 #pragma unroll
                 for (int m = 0; m < kRowsPerWarp; m++) {
-                  sg[m * kEntries + q] = dot_step1<W>(sg[m * kEntries + q], gv[m], xv, gsc[m]);
-                  su[m * kEntries + q] = dot_step1<W>(su[m * kEntries + q], uv[m], xv, usc[m]);
+                  sg[m * kEntries + q] = dot_step4<W>(sg[m * kEntries + q], gv[m], xv, gsc[m]);
+                  su[m * kEntries + q] = dot_step4<W>(su[m * kEntries + q], uv[m], xv, usc[m]);
                 }
               }
             }
           }
         }
-        const float g = warp_sum_32(sg);
-        const float u = warp_sum_32(su);
-        const int m = lane / kEntries, q = lane % kEntries;
-        if (q < nq && ib + m < I) store_value(h, (size_t)gr.order[q0 + q] * I + ib + m, silu(g) * u);
+      }
+    } else if (rows) {
+      for (int k = lane; k < D; k += 32) {
+        float gv[kRowsPerWarp], uv[kRowsPerWarp];
+        float gsc[kRowsPerWarp], usc[kRowsPerWarp];
+#pragma unroll
+        for (int m = 0; m < kRowsPerWarp; m++) {
+          gv[m] = ldg_value(G + wrow[m], k), uv[m] = ldg_value(U + wrow[m], k);
+          gsc[m] = block_scale<W>(gs[m], k >> 7), usc[m] = block_scale<W>(us[m], k >> 7);
+        }
+#pragma unroll
+        for (int q = 0; q < kEntries; q++) {
+          if (q < nq) {
+            const float xv = ldg_value(input + stage.row[q], k);
+#pragma unroll
+            for (int m = 0; m < kRowsPerWarp; m++) {
+              sg[m * kEntries + q] = dot_step1<W>(sg[m * kEntries + q], gv[m], xv, gsc[m]);
+              su[m * kEntries + q] = dot_step1<W>(su[m * kEntries + q], uv[m], xv, usc[m]);
+            }
+          }
+        }
       }
     }
-  }
+    const float g = warp_sum_32(sg);
+    const float u = warp_sum_32(su);
+    const int m = lane / kEntries, q = lane % kEntries;
+    if (q < nq && ib + m < I) store_value(h, (size_t)gr.order[q0 + q] * I + ib + m, silu(g) * u);
+  });
 }
 
 template <typename W, typename R>
@@ -627,76 +641,68 @@ __device__ __forceinline__ void experts_down(const R* __restrict__ h, const int3
   const bool resident = vec && stage.holds(chunks);
   const auto rowOf = [&](int rj) { return rj * I; };
   zero_outside(gr, y, D, tile);
-  for (int a = gr.nActive - 1 - blockIdx.y; a >= 0; a -= gridDim.y) {  // the last expert first, as up's
-    const int e = gr.expert[a], s0 = gr.start[a], s1 = gr.start[a + 1];
+  grouped_walk(stage, gr, h, D, tile, chunks, vec, resident, rowOf, [&](int e, int q0, int nq, int d0) {
     const W* Wt = down + (size_t)e * D * I;
-    for (int q0 = s0; q0 < s1; q0 += kEntries) {
-      const int nq = min(kEntries, s1 - q0);
-      if (resident) start_pass(stage, gr, h, q0, nq, chunks, vec, true, rowOf);
-      for (int d0 = blockIdx.x * tile; d0 < D; d0 += gridDim.x * tile) {
-        if (!resident) start_pass(stage, gr, h, q0, nq, chunks, vec, false, rowOf);
-        const int db = d0 + warp_id() * kRowsPerWarp;
-        const bool rows = db < D;
-        size_t wrow[kRowsPerWarp];
-        const float* ws[kRowsPerWarp];
+    const int db = d0 + warp_id() * kRowsPerWarp;
+    const bool rows = db < D;
+    size_t wrow[kRowsPerWarp];
+    const float* ws[kRowsPerWarp];
 #pragma unroll
-        for (int m = 0; m < kRowsPerWarp; m++) {
-          const int d = min(db + m, D - 1);
-          wrow[m] = (size_t)d * I;
-          ws[m] = down_scales<W>(scales, e, d, D, I);
-        }
-        float s[32];  // [m · kEntries + q]
+    for (int m = 0; m < kRowsPerWarp; m++) {
+      const int d = min(db + m, D - 1);
+      wrow[m] = (size_t)d * I;
+      ws[m] = down_scales<W>(scales, e, d, D, I);
+    }
+    float s[32];  // [m · kEntries + q]
 #pragma unroll
-        for (int t = 0; t < 32; t++) s[t] = 0.f;
-        if (vec) {
-          for (int c0 = 0, b = 0; c0 < chunks; c0 += 32, b++) {
-            const int c = c0 + lane;
-            const bool mine = rows && c < chunks;
-            WeightChunk<W> wc[kRowsPerWarp];
-            float sc[kRowsPerWarp];
+    for (int t = 0; t < 32; t++) s[t] = 0.f;
+    if (vec) {
+      for (int c0 = 0, b = 0; c0 < chunks; c0 += 32, b++) {
+        const int c = c0 + lane;
+        const bool mine = rows && c < chunks;
+        WeightChunk<W> wc[kRowsPerWarp];
+        float sc[kRowsPerWarp];
 #pragma unroll
-            for (int m = 0; m < kRowsPerWarp; m++)
-              if (mine) wc[m] = ldg_chunk(Wt + wrow[m], c), sc[m] = block_scale<W>(ws[m], chunk_block<W>(c));
-            const int buf = next_block(stage, h, nq, c0, chunks, b, resident);
-            if (mine) {
+        for (int m = 0; m < kRowsPerWarp; m++)
+          if (mine) wc[m] = ldg_chunk(Wt + wrow[m], c), sc[m] = block_scale<W>(ws[m], chunk_block<W>(c));
+        const int buf = next_block(stage, h, nq, c0, chunks, b, resident);
+        if (mine) {
 #pragma unroll 1
-              for (int t = 0; t < V; t++) {
-                float4 wv[kRowsPerWarp];
+          for (int t = 0; t < V; t++) {
+            float4 wv[kRowsPerWarp];
 #pragma unroll
-                for (int m = 0; m < kRowsPerWarp; m++) wv[m] = step_of<W>(wc[m], t);
-#pragma unroll
-                for (int q = 0; q < kEntries; q++) {
-                  if (q < nq) {
-                    const float4 hv = stage.at(buf, q, t, lane);
-#pragma unroll
-                    for (int m = 0; m < kRowsPerWarp; m++) s[m * kEntries + q] = dot_step4<W>(s[m * kEntries + q], wv[m], hv, sc[m]);
-                  }
-                }
-              }
-            }
-          }
-        } else if (rows) {
-          for (int k = lane; k < I; k += 32) {
-            float wv[kRowsPerWarp];
-            float sc[kRowsPerWarp];
-#pragma unroll
-            for (int m = 0; m < kRowsPerWarp; m++) wv[m] = ldg_value(Wt + wrow[m], k), sc[m] = block_scale<W>(ws[m], k >> 7);
+            for (int m = 0; m < kRowsPerWarp; m++) wv[m] = step_of<W>(wc[m], t);
 #pragma unroll
             for (int q = 0; q < kEntries; q++) {
               if (q < nq) {
-                const float hv = ldg_value(h + stage.row[q], k);
+                const float4 hv = stage.at(buf, q, t, lane);
 #pragma unroll
-                for (int m = 0; m < kRowsPerWarp; m++) s[m * kEntries + q] = dot_step1<W>(s[m * kEntries + q], wv[m], hv, sc[m]);
+                for (int m = 0; m < kRowsPerWarp; m++) s[m * kEntries + q] = dot_step4<W>(s[m * kEntries + q], wv[m], hv, sc[m]);
               }
             }
           }
         }
-        const float t = warp_sum_32(s);
-        const int m = lane / kEntries, q = lane % kEntries;
-        if (q < nq && db + m < D) store_value(y, (size_t)gr.order[q0 + q] * D + db + m, t);
+      }
+    } else if (rows) {
+      for (int k = lane; k < I; k += 32) {
+        float wv[kRowsPerWarp];
+        float sc[kRowsPerWarp];
+#pragma unroll
+        for (int m = 0; m < kRowsPerWarp; m++) wv[m] = ldg_value(Wt + wrow[m], k), sc[m] = block_scale<W>(ws[m], k >> 7);
+#pragma unroll
+        for (int q = 0; q < kEntries; q++) {
+          if (q < nq) {
+            const float hv = ldg_value(h + stage.row[q], k);
+#pragma unroll
+            for (int m = 0; m < kRowsPerWarp; m++) s[m * kEntries + q] = dot_step1<W>(s[m * kEntries + q], wv[m], hv, sc[m]);
+          }
+        }
       }
     }
-  }
+    const float t = warp_sum_32(s);
+    const int m = lane / kEntries, q = lane % kEntries;
+    if (q < nq && db + m < D) store_value(y, (size_t)gr.order[q0 + q] * D + db + m, t);
+  });
 }
 
 template <typename T>
