@@ -1,7 +1,8 @@
 // Shared by test/prefill.test.ts (CPU twins) and test/gpu/gdn-prefill.test.ts (CUDA): random
 // launch buffers for the prefill kernels, the chunked prefill (gdn-prefill-launch.ts) and the
 // row-by-row oracle (`gdn.chunk`, gdn-chunk-rowwise.cu / chunkCpu) on any backend, and the
-// relative-L2 comparison. Inputs are random, never zero; outputs are poisoned with NaN first.
+// relative-L2 comparison (test/gpu/gdn-kernels.test.ts takes its random stream and comparison too).
+// Inputs are random, never zero; outputs are poisoned with NaN first.
 import { bf16BitsToF32, f16BitsToF32, type DevicePtr, type GpuBackend, type Kernel, type KernelParams } from '@metrale/core';
 import { projectionRow } from '../src/gdn-config.js';
 import { launchPrefill, prefillPlan, prefillScratchBytes, type PrefillKernels } from '../src/gdn-prefill-launch.js';
@@ -54,7 +55,7 @@ export function projectionHost(s: { hk: number; hv: number; dk: number; dv: numb
   return out;
 }
 
-/** mulberry32. */
+/** mulberry32: reproducible from a printed seed. */
 export function rng(seed: number) {
   let a = seed >>> 0;
   const next = () => {
@@ -68,6 +69,7 @@ export function rng(seed: number) {
     next,
     uniform: (lo: number, hi: number) => lo + (hi - lo) * next(),
     int: (lo: number, hi: number) => lo + Math.floor(next() * (hi - lo + 1)),
+    /** Random values in [lo, hi), never exactly zero. */
     fill: (n: number, lo: number, hi: number) => {
       const out = new Float32Array(n);
       for (let i = 0; i < n; i++) {

@@ -26,7 +26,7 @@ import {
   variantSharedBytes, type GdnFoldVariant, type GdnKernelVariant, type GdnLaunchShape,
 } from '../../src/gdn-launch.js';
 import { chunkKernel } from '../rowwise-kernel.js';
-import { projectionHost } from '../prefill-harness.js';
+import { diff, projectionHost, rng, type Rng } from '../prefill-harness.js';
 import { projectionRow } from '../../src/gdn-config.js';
 import { NO_GATE_ROWS, decodePrepStride, launchTwoKernelDecode, twoKernelDecodeSupported, type TwoKernelDecodeKernels } from '../../src/gdn-decode-launch.js';
 import { foldStateLaunch } from '../../src/gdn-fold-launch.js';
@@ -95,34 +95,6 @@ function derived(s: Shape) {
   const stashSeq = s.hv * s.maxK * stashRow;
   return { r, convDim, width, stashRow, stashSeq };
 }
-
-/** mulberry32: reproducible from the printed seed. */
-function rng(seed: number) {
-  let a = seed >>> 0;
-  const next = () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-  return {
-    next,
-    uniform: (lo: number, hi: number) => lo + (hi - lo) * next(),
-    int: (lo: number, hi: number) => lo + Math.floor(next() * (hi - lo + 1)),
-    /** Random values in [lo, hi), never exactly zero. */
-    fill: (n: number, lo: number, hi: number) => {
-      const out = new Float32Array(n);
-      for (let i = 0; i < n; i++) {
-        let v = 0;
-        while (v === 0) v = Math.fround(lo + (hi - lo) * next());
-        out[i] = v;
-      }
-      return out;
-    },
-  };
-}
-type Rng = ReturnType<typeof rng>;
 
 const baseSeed = Number(process.env.METRALE_GDN_SEED ?? Date.now() % 1_000_000_007);
 let caseCounter = 0;
@@ -314,37 +286,6 @@ function mapVariants<V extends string>(variants: readonly V[], r: Readonly<Recor
 }
 
 // ---- comparison -------------------------------------------------------------------------------
-
-interface Diff {
-  readonly rel: number;
-  readonly maxAbs: number;
-  readonly nanMismatch: number;
-  readonly compared: number;
-}
-
-function diff(got: Float32Array, ref: Float32Array): Diff {
-  let num = 0;
-  let den = 0;
-  let maxAbs = 0;
-  let nanMismatch = 0;
-  let compared = 0;
-  for (let i = 0; i < ref.length; i++) {
-    const g = got[i]!;
-    const r = ref[i]!;
-    const gn = Number.isNaN(g);
-    const rn = Number.isNaN(r);
-    if (gn || rn) {
-      if (gn !== rn) nanMismatch++;
-      continue;
-    }
-    const e = g - r;
-    num += e * e;
-    den += r * r;
-    maxAbs = Math.max(maxAbs, Math.abs(e));
-    compared++;
-  }
-  return { rel: den > 0 ? Math.sqrt(num / den) : Math.sqrt(num), maxAbs, nanMismatch, compared };
-}
 
 const TOL = 1e-5;
 const table: { case: string; buffer: string; rel: number; maxAbs: number; nan: number; ok: boolean }[] = [];
