@@ -87,17 +87,6 @@ export function weightsOf(tensors: HostTensor[], origin = 'test weights'): Memor
   return new MemoryWeightSource(origin, tensors);
 }
 
-/** ‖a − b‖ / ‖b‖ over f32 outputs against f64 expectations. */
-export function relErr(a: ArrayLike<number>, b: ArrayLike<number>): number {
-  let num = 0;
-  let den = 0;
-  for (let i = 0; i < b.length; i++) {
-    num += (a[i]! - b[i]!) ** 2;
-    den += b[i]! ** 2;
-  }
-  return Number.isNaN(num) ? NaN : Math.sqrt(num / den);
-}
-
 export const pack = (rows: readonly ArrayLike<number>[]): Float32Array => Float32Array.from(rows.flatMap((r) => Array.from(r)));
 
 /** A stack of layers of the plugin on one CPU backend, driven by a StepDriver. Rows go in and come out as f32 values (bf16 rows converted). */

@@ -2,10 +2,10 @@
 // against the independent float64 reference of the Hugging Face math (test/dsa-reference.ts):
 // prefill, decodes, verifies with partial acceptance, for GLM-5 (RoPE, per-token indexer) and
 // GLM-5.3 (NoPE, pooled indexer), every cache format.
-import { SeededRandom, type Sequence } from '@metrale/core';
+import { SeededRandom, type Sequence, relativeL2Error } from '@metrale/core';
 import { describe, expect, it } from 'vitest';
 import { DsaReference, type RefOptions } from './dsa-reference.js';
-import { configOf, GLM5, GLM53, pack, randomRows, randomWeights, relErr, Rig, type Shape } from './dsa-setup.js';
+import { configOf, GLM5, GLM53, pack, randomRows, randomWeights, Rig, type Shape } from './dsa-setup.js';
 
 const limits = { maxSeqs: 3, maxSeqLen: 48, maxBatch: 3, maxK: 3, maxRows: 48 };
 
@@ -64,7 +64,7 @@ function runScenario(shape: Shape, extra: Record<string, unknown>, refOptions: R
         sparseRows += result.sparseRows;
         minRelGap = Math.min(minRelGap, result.minRelGap);
       });
-      worst = Math.max(worst, relErr(out, pack(expected)));
+      worst = Math.max(worst, relativeL2Error(out, pack(expected)));
       step.seqs.forEach((s, i) => {
         const keep = step.op === 'verify' ? step.accepted[i]! : counts[i]!;
         history[s]!.push(...rows[i]!.slice(0, keep));

@@ -1,11 +1,11 @@
 // 'shared' indexer layers: a shared layer reuses the selection its model's previous full layer
 // computed in the same step (HF: prev_topk_indices), read from that layer's selection buffers.
 import { CpuBackend } from '@metrale/cpu-backend';
-import { InvalidArgumentError, SeededRandom, StepDriver, type Sequence } from '@metrale/core';
+import { InvalidArgumentError, SeededRandom, StepDriver, type Sequence, relativeL2Error } from '@metrale/core';
 import plugin, { DsaLayer } from '@metrale/layer-dsa';
 import { describe, expect, it } from 'vitest';
 import { DsaReference } from './dsa-reference.js';
-import { configOf, GLM5, GLM53, pack, randomRows, randomWeights, relErr, Rig, weightsOf, type Shape } from './dsa-setup.js';
+import { configOf, GLM5, GLM53, pack, randomRows, randomWeights, Rig, weightsOf, type Shape } from './dsa-setup.js';
 
 const limits = { maxSeqs: 2, maxSeqLen: 40, maxBatch: 2, maxK: 3, maxRows: 40 };
 
@@ -32,7 +32,7 @@ function chainScenario(shape: Shape, mlaEps: number) {
       expected.push(...r1.out.slice(-r.length));
       history[s]!.push(...r.slice(0, keep[s]!));
     });
-    worst = Math.max(worst, relErr(out, pack(expected)));
+    worst = Math.max(worst, relativeL2Error(out, pack(expected)));
   };
   try {
     let rows = [randomRows(rnd, 15, shape.hidden), randomRows(rnd, 6, shape.hidden)];

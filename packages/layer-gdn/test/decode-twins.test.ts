@@ -1,5 +1,5 @@
 import { CpuBackend } from '@metrale/cpu-backend';
-import { FLOAT_DTYPE_CODE, SeededRandom, f32ToBf16Bits, f32ToF16Bits, type DevicePtr } from '@metrale/core';
+import { FLOAT_DTYPE_CODE, SeededRandom, f32ToBf16Bits, f32ToF16Bits, type DevicePtr, relativeL2Error } from '@metrale/core';
 import { afterEach, describe, expect, it } from 'vitest';
 import { projectionRows, slotBuffers } from './twin-buffers.js';
 import {
@@ -21,18 +21,6 @@ const SHAPES: Record<string, Shape> = {
 };
 const MAX_SEQS = 5;
 const EPS = 1e-6;
-/** The prep reads the gates' raw inputs from qkvz. */
-
-function relErr(got: Float32Array, ref: Float32Array): number {
-  let num = 0;
-  let den = 0;
-  for (let i = 0; i < ref.length; i++) {
-    num += (got[i]! - ref[i]!) ** 2;
-    den += ref[i]! ** 2;
-  }
-  return Math.sqrt(num / Math.max(den, 1e-30));
-}
-
 function hostBuffers(s: Shape, slots: number[], seqLens: number[], pending: number[] | undefined, rnd: SeededRandom) {
   const batch = slots.length;
   return {
@@ -92,7 +80,7 @@ describe('two-kernel decode: CPU twins ≡ gdn.recurrent (mode 0, k = 1)', () =>
         const ref = run(s, host, carried, false);
         const got = run(s, host, carried, true);
         for (const buf of ['y', 'state', 'convRing'] as const) {
-          expect(relErr(got[buf], ref[buf]), `${buf}`).toBeLessThan(1e-6);
+          expect(relativeL2Error(got[buf], ref[buf]), `${buf}`).toBeLessThan(1e-6);
           expect(got[buf].some((v, i) => v !== host[buf][i]), `${buf} written`).toBe(true);
         }
       });

@@ -116,17 +116,6 @@ export function referenceOf(s: Shape, ref: RefWeights): GdnReference {
   return new GdnReference(shape, ref);
 }
 
-/** ‖a − b‖ / ‖b‖ over f32 outputs against f64 expectations. */
-export function relErr(a: ArrayLike<number>, b: ArrayLike<number>): number {
-  let num = 0;
-  let den = 0;
-  for (let i = 0; i < b.length; i++) {
-    num += (a[i]! - b[i]!) ** 2;
-    den += b[i]! ** 2;
-  }
-  return Number.isNaN(num) ? NaN : Math.sqrt(num / den);
-}
-
 /**
  * A layer of the plugin on a fresh CPU backend, driven by a StepDriver. Rows go in and come out
  * as f32 values, stored in the precision's row type (f32 by default) on the way.

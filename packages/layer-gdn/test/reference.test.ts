@@ -1,7 +1,7 @@
-import { F32_PRECISION, roundTo, SeededRandom, type HostTensor, type Precision, type SpeculationMode } from '@metrale/core';
+import { F32_PRECISION, roundTo, SeededRandom, type HostTensor, type Precision, type SpeculationMode, relativeL2Error } from '@metrale/core';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { RefSeq } from './gdn-reference.js';
-import { configOf, deviceWeightsOf, randomWeights, referenceOf, relErr, Rig, rowOf, type Shape } from './gdn-setup.js';
+import { configOf, deviceWeightsOf, randomWeights, referenceOf, Rig, rowOf, type Shape } from './gdn-setup.js';
 import { BF16, F16, FP8, fp8Checkpoint } from './precision-setup.js';
 
 const SHAPES: Record<string, Shape> = {
@@ -71,7 +71,7 @@ function runAgainstReference(
         if (step.op === 'verify') reference.run(refSeqs[s]!, rows.slice(0, step.accepted[p]!));
         const got = out.subarray(row * W, (row + rows.length) * W);
         const want = Float64Array.from(expected.flatMap((e) => [...e]));
-        const rel = relErr(got, want);
+        const rel = relativeL2Error(got, want);
         worst = Math.max(worst, rel);
         expect(rel, `step ${i} (${step.op}), sequence ${s}: rel ${rel}`).toBeLessThanOrEqual(tol);
         row += rows.length;
@@ -112,11 +112,11 @@ describe('GdnLayer against an independent float64 reference of gdn.md', () => {
     for (const C of [64, 5]) {
       const b = reference.open();
       const got = reference.runChunked(b, rows, C);
-      got.forEach((g, t) => expect(relErr(g, want[t]!)).toBeLessThan(1e-10));
-      b.S.forEach((S, h) => expect(relErr(S, a.S[h]!)).toBeLessThan(1e-10));
+      got.forEach((g, t) => expect(relativeL2Error(g, want[t]!)).toBeLessThan(1e-10));
+      b.S.forEach((S, h) => expect(relativeL2Error(S, a.S[h]!)).toBeLessThan(1e-10));
       // And the decode after it.
       const next = rnd.normals(shape.hidden);
-      expect(relErr(reference.peek(b, [next])[0]!, reference.peek(a, [next])[0]!)).toBeLessThan(1e-10);
+      expect(relativeL2Error(reference.peek(b, [next])[0]!, reference.peek(a, [next])[0]!)).toBeLessThan(1e-10);
     }
   });
 });

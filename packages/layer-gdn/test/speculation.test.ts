@@ -1,6 +1,6 @@
-import { SeededRandom, type SpeculationMode } from '@metrale/core';
+import { SeededRandom, type SpeculationMode, relativeL2Error } from '@metrale/core';
 import { describe, expect, it } from 'vitest';
-import { configOf, randomWeights, relErr, Rig, rowOf, SMALL } from './gdn-setup.js';
+import { configOf, randomWeights, Rig, rowOf, SMALL } from './gdn-setup.js';
 
 // Property tests of speculative verify, each through the StepDriver with graphs captured and
 // replayed: verify k then accept n ≡ decoding those n rows one by one (outputs and later steps),
@@ -67,7 +67,7 @@ function expectSame(a: Outputs, b: Outputs, what: string): void {
   for (const [key, want] of b) {
     const got = a.get(key);
     expect(got, `${what}: ${key} missing`).toBeDefined();
-    const rel = relErr(got!, want);
+    const rel = relativeL2Error(got!, want);
     expect(rel, `${what}: ${key} rel ${rel}`).toBeLessThanOrEqual(TOL);
   }
 }

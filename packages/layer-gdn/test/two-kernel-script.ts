@@ -1,8 +1,8 @@
-import { roundTo, SeededRandom, type GpuBackend, type HostTensor, type Precision, type SpeculationMode } from '@metrale/core';
+import { roundTo, SeededRandom, type GpuBackend, type HostTensor, type Precision, type SpeculationMode, relativeL2Error } from '@metrale/core';
 import { expect } from 'vitest';
 import { TWO_KERNEL_MIN_BATCH, TWO_KERNEL_VERIFY_MIN_BATCH } from '@metrale/layer-gdn';
 import type { RefSeq } from './gdn-reference.js';
-import { configOf, deviceWeightsOf, randomWeights, referenceOf, relErr, Rig, rowOf, type Shape } from './gdn-setup.js';
+import { configOf, deviceWeightsOf, randomWeights, referenceOf, Rig, rowOf, type Shape } from './gdn-setup.js';
 
 // A batch of TWO_KERNEL_MIN_BATCH sequences through the layer and the driver (the layer runs the
 // two-kernel decode for its decode steps and the two-kernel verify for its verify steps), each
@@ -44,7 +44,7 @@ export function runTwoKernelScript(
       let row = 0;
       rows.forEach((r, s) => {
         const want = Float64Array.from(r.flatMap((x) => [...x]));
-        const rel = relErr(out.subarray(row * W, (row + r.length) * W), want);
+        const rel = relativeL2Error(out.subarray(row * W, (row + r.length) * W), want);
         worst = Math.max(worst, rel);
         expect(rel, `${what}, sequence ${s}`).toBeLessThanOrEqual(tol);
         row += r.length;

@@ -1,5 +1,5 @@
 import { CpuBackend } from '@metrale/cpu-backend';
-import { InvalidArgumentError, SeededRandom, type DevicePtr } from '@metrale/core';
+import { InvalidArgumentError, SeededRandom, type DevicePtr, relativeL2Error } from '@metrale/core';
 import { afterEach, describe, expect, it } from 'vitest';
 import { projectionRows, slotBuffers } from './twin-buffers.js';
 import {
@@ -31,16 +31,6 @@ const MAX_SEQS = 5;
 const EPS = 1e-6;
 const BUFS = ['y', 'state', 'convRing', 'stash', 'convStash', 'prep'] as const;
 type Buf = (typeof BUFS)[number];
-
-function relErr(got: ArrayLike<number>, ref: ArrayLike<number>): number {
-  let num = 0;
-  let den = 0;
-  for (let i = 0; i < ref.length; i++) {
-    num += (got[i]! - ref[i]!) ** 2;
-    den += ref[i]! ** 2;
-  }
-  return Number.isNaN(num) ? NaN : Math.sqrt(num / Math.max(den, 1e-30));
-}
 
 /**
  * A verify step's host buffers, random and never zero (y and prep too: what a kernel leaves
@@ -177,7 +167,7 @@ describe('two-kernel verify: CPU twins ≡ gdn.recurrent (mode 1)', () => {
         const batch = SLOTS.length;
         const rowElems = s.hv * s.dv;
 
-        expect(relErr(got.y, ref.y), 'y').toBeLessThan(1e-5);
+        expect(relativeL2Error(got.y, ref.y), 'y').toBeLessThan(1e-5);
         // Every real position's y rows written; the padding position's rows untouched.
         SLOTS.forEach((slot, p) => {
           const r0 = host.rowStarts[p]!;
@@ -191,7 +181,7 @@ describe('two-kernel verify: CPU twins ≡ gdn.recurrent (mode 1)', () => {
 
         const sr = stashRows(s, k, got.stash);
         const rr = stashRows(s, k, ref.stash);
-        expect(relErr(sr.rows, rr.rows), 'stash rows 0 .. k − 1').toBeLessThan(1e-5);
+        expect(relativeL2Error(sr.rows, rr.rows), 'stash rows 0 .. k − 1').toBeLessThan(1e-5);
         expect(sr.rows.every((v, i) => v !== stashRows(s, k, host.stash).rows[i]), 'stash rows written').toBe(true);
         // The rest of the stash (rows ≥ k, unused slots) untouched by both.
         expect(got.stash.every((v, i) => sr.written(i) || v === host.stash[i]), 'rest of the stash').toBe(true);
@@ -200,7 +190,7 @@ describe('two-kernel verify: CPU twins ≡ gdn.recurrent (mode 1)', () => {
         // State, ring, conv stash: the same operations on both sides (the fold, the ring's
         // pending rows, the new rows' inputs), so equal up to nothing.
         for (const buf of ['state', 'convRing', 'convStash'] as const) {
-          expect(relErr(got[buf], ref[buf]), buf).toBeLessThan(1e-7);
+          expect(relativeL2Error(got[buf], ref[buf]), buf).toBeLessThan(1e-7);
           const changed = got[buf].some((v, i) => v !== host[buf][i]);
           // Write-on-accept writes none of them; carried writes all three.
           expect(changed, `${buf} written`).toBe(carried);

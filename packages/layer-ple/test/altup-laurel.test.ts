@@ -2,7 +2,7 @@
 // references written from Hugging Face's Gemma3nTextAltUp / Gemma3nTextLaurelBlock / Gemma3nTextModel
 // (docs/models/gemma3n-text.md, steps 3, 5 and 7), through a one-layer driver on the CPU backend.
 import { CpuBackend } from '@metrale/cpu-backend';
-import { FLOAT_DTYPE_CODE, MemoryWeightSource, SeededRandom, StepDriver, roundTo, tensorOf, type FloatDtype, type LayerLimits, type TransformerLayer } from '@metrale/core';
+import { FLOAT_DTYPE_CODE, MemoryWeightSource, SeededRandom, StepDriver, roundTo, tensorOf, type FloatDtype, type LayerLimits, type TransformerLayer, relativeL2Error } from '@metrale/core';
 import { decodeRows, encodeRows, runKernelOn } from '@metrale/core/testing';
 import { AltUpCorrectLayer, AltUpPredictLayer, AltUpStreamsIn, AltUpStreamsOut, LaurelLayer, altupPredictKernel, rowLaunch } from '@metrale/layer-ple';
 import { describe, expect, it } from 'vitest';
@@ -47,11 +47,6 @@ const normed = (x: ArrayLike<number>, wt: ArrayLike<number>) => {
   return Float64Array.from(x, (v, i) => v * inv * wt[i]!);
 };
 const modalities = (x: ArrayLike<number>) => matvec(w('modality_router.weight'), normed(x, w('router_norm.weight')).map((v) => v / H), N, H).map(Math.tanh);
-function relErr(a: ArrayLike<number>, b: ArrayLike<number>): number {
-  let [num, den] = [0, 0];
-  for (let i = 0; i < b.length; i++) [num, den] = [num + (a[i]! - b[i]!) ** 2, den + b[i]! ** 2];
-  return Math.sqrt(num / den);
-}
 const altup = { hidden: H, streams: N, active: K, eps: EPS };
 
 describe('AltUp and Laurel layers against float64 references', () => {
@@ -66,7 +61,7 @@ describe('AltUp and Laurel layers against float64 references', () => {
         want[(r * N + j) * H + h] = st(j)[h]! + Array.from({ length: N }, (_, i) => coefs[j * N + i]! * st(i)[h]!).reduce((a, b) => a + b, 0);
       }
     }
-    expect(relErr(got, want)).toBeLessThan(1e-6);
+    expect(relativeL2Error(got, want)).toBeLessThan(1e-6);
   });
 
   it('correct: corr_j = pred_j + (correction_coefs(m′)_j + 1)(o − pred_k), m′ from o', () => {
@@ -79,7 +74,7 @@ describe('AltUp and Laurel layers against float64 references', () => {
       const c = matvec(w('correction_coefs.weight'), modalities(o), N, N);
       for (let j = 0; j < N; j++) for (let h = 0; h < H; h++) want[(r * N + j) * H + h] = row[j * H + h]! + (c[j]! + 1) * (o[h]! - row[K * H + h]!);
     }
-    expect(relErr(got, want)).toBeLessThan(1e-6);
+    expect(relativeL2Error(got, want)).toBeLessThan(1e-6);
   });
 
   it('streams in and out: projections rescaled to stream 0\'s RMS (no ε), then their mean', () => {
@@ -92,7 +87,7 @@ describe('AltUp and Laurel layers against float64 references', () => {
       wantIn.set(x, r * N * H);
       for (let i = 1; i < N; i++) wantIn.set(rescaled(matvec(w(`altup_projections.${i - 1}.weight`), x, H, H), x), (r * N + i) * H);
     }
-    expect(relErr(streams, wantIn)).toBeLessThan(1e-6);
+    expect(relativeL2Error(streams, wantIn)).toBeLessThan(1e-6);
     const out = run((gpu) => new AltUpStreamsOut(gpu, weights, LIMITS, { hidden: H, streams: N }), streams);
     const wantOut = new Float64Array(ROWS * H);
     for (let r = 0; r < ROWS; r++) {
@@ -100,7 +95,7 @@ describe('AltUp and Laurel layers against float64 references', () => {
       const us = [Float64Array.from(st(0)), ...Array.from({ length: N - 1 }, (_, i) => rescaled(matvec(w(`altup_unembed_projections.${i}.weight`), st(i + 1), H, H), st(0)))];
       for (let h = 0; h < H; h++) wantOut[r * H + h] = us.reduce((a, u) => a + u[h]!, 0) / N;
     }
-    expect(relErr(out, wantOut)).toBeLessThan(1e-6);
+    expect(relativeL2Error(out, wantOut)).toBeLessThan(1e-6);
   });
 
   it('Laurel: x + post_laurel_norm(linear_right(linear_left(x)))', () => {
@@ -112,7 +107,7 @@ describe('AltUp and Laurel layers against float64 references', () => {
       const t = normed(matvec(w('linear_right.weight'), matvec(w('linear_left.weight'), xr, R, H), H, R), w('post_laurel_norm.weight'));
       for (let h = 0; h < H; h++) want[r * H + h] = xr[h]! + t[h]!;
     }
-    expect(relErr(got, want)).toBeLessThan(1e-6);
+    expect(relativeL2Error(got, want)).toBeLessThan(1e-6);
   });
 
   it('refuses an active index outside the streams, naming the field', () => {
@@ -145,7 +140,7 @@ describe('AltUp\'s router in bf16 / f16 rounds where Hugging Face holds the row 
             want[(r * N + j) * H + h] = R(st(j)[h]! + Array.from({ length: N }, (_, i) => c[j * N + i]! * st(i)[h]!).reduce((a, b) => a + b, 0));
           }
         }
-        expect(relErr(decodeRows(out.pred!, dtype), want)).toBeLessThan(1e-6);
+        expect(relativeL2Error(decodeRows(out.pred!, dtype), want)).toBeLessThan(1e-6);
       } finally {
         cpu.dispose();
       }

@@ -2,10 +2,10 @@
 // the per-layer table (not an error: they read row 0, as Hugging Face maps them), tensors whose
 // shape disagrees with the config, a broken config.
 import { CpuBackend } from '@metrale/cpu-backend';
-import { InvalidArgumentError, MemoryWeightSource, SeededRandom, StepDriver, WeightsError, tensorOf, type HostTensor } from '@metrale/core';
+import { InvalidArgumentError, MemoryWeightSource, SeededRandom, StepDriver, WeightsError, tensorOf, type HostTensor, relativeL2Error } from '@metrale/core';
 import { PleLayer, plePlugin, type PleState } from '@metrale/layer-ple';
 import { describe, expect, it } from 'vitest';
-import { referenceRows, relError } from './ple-reference.js';
+import { referenceRows } from './ple-reference.js';
 import { LIMITS, pleSetup, SMALL, type PleSetup } from './ple-setup.js';
 
 const setup = pleSetup(31);
@@ -67,13 +67,13 @@ describe('token ids', () => {
     const tokens = Int32Array.of(40, 47, 0); // 40 and 47 are past the 40-row table
     const r = driver.decode({ seqs, tokens, input });
     const out = driver.readOutputF32(r);
-    expect(relError(out, referenceRows(setup.weights, SMALL, input, tokens))).toBeLessThan(1e-5);
+    expect(relativeL2Error(out, referenceRows(setup.weights, SMALL, input, tokens))).toBeLessThan(1e-5);
     // One table row (row 0) serves all three: one miss, two hits.
     expect(layer.stats()).toMatchObject({ misses: 1, hits: 2 });
     expect(layer.cache.slotOf(0)).toBeGreaterThanOrEqual(0);
     // Same input rows, row-0 table part: rows differ only through embed_tokens(id).
     const row = (i: number) => out.subarray(i * D, (i + 1) * D);
-    expect(relError(row(0), row(1))).toBeGreaterThan(1e-3);
+    expect(relativeL2Error(row(0), row(1))).toBeGreaterThan(1e-3);
     driver.dispose();
     layer.dispose();
     gpu.dispose();

@@ -2,11 +2,11 @@
 // outputs, slot-cache counters and host → device bytes after every step; shared by the CPU tests
 // (test/prestage.test.ts) and the CUDA lane (test/gpu/conformance.gpu.test.ts).
 import { CpuBackend } from '@metrale/cpu-backend';
-import { SeededRandom, StepDriver, type GpuBackend, type LayerLimits, type Sequence, type TransformerLayer } from '@metrale/core';
+import { SeededRandom, StepDriver, type GpuBackend, type LayerLimits, type Sequence, type TransformerLayer, relativeL2Error } from '@metrale/core';
 import { PleLayer, plePlugin, type PleCacheStats, type PleState } from '@metrale/layer-ple';
 import { faultInjectingBackend, type FaultCounts } from '@metrale/core/testing';
 import { expect } from 'vitest';
-import { referenceRows, relError } from './ple-reference.js';
+import { referenceRows } from './ple-reference.js';
 import { LIMITS, type PleSetup } from './ple-setup.js';
 
 /** Broken on purpose: re-arming stages the sequence's tokens again (a second LRU pass, maybe a second upload). */
@@ -69,7 +69,7 @@ export function run(setup: PleSetup, steps: Step[], opts: { graphs: boolean; fai
       const output = driver.readOutputF32(r);
       if (step.op === 'verify') driver.accept(step.accepted);
       const expected = referenceRows(setup.weights, setup.dims, input, tokens);
-      expect(relError(output, expected), `step ${i}`).toBeLessThan(opts.tolerance ?? 1e-5);
+      expect(relativeL2Error(output, expected), `step ${i}`).toBeLessThan(opts.tolerance ?? 1e-5);
       records.push({ path: r.path, output, stats: layer.stats(), bytes: counts.hostToDeviceBytes });
     });
   } finally {

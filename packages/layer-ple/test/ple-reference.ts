@@ -100,13 +100,3 @@ export function referenceRows(weights: WeightSource, d: PleDims, a: Float32Array
  */
 export const SAME_DTYPE: Readonly<Record<'bf16' | 'f16', number>> = { bf16: 4e-3, f16: 5e-4 };
 
-/** ‖a − b‖ / ‖b‖ in float64. */
-export function relError(a: ArrayLike<number>, b: ArrayLike<number>): number {
-  let num = 0;
-  let den = 0;
-  for (let i = 0; i < b.length; i++) {
-    num += (a[i]! - b[i]!) ** 2;
-    den += b[i]! ** 2;
-  }
-  return Math.sqrt(num / den);
-}

@@ -6,12 +6,12 @@
 // - the layers of one model share one cache: the first layer of a step stages, the rest claim;
 // - a slot staged for the step in flight is never evicted.
 import { CpuBackend } from '@metrale/cpu-backend';
-import { InvalidArgumentError, SeededRandom, StepDriver, type LayerLimits, type TransformerLayer } from '@metrale/core';
+import { InvalidArgumentError, SeededRandom, StepDriver, type LayerLimits, type TransformerLayer, relativeL2Error } from '@metrale/core';
 import { PleLayer, plePlugin, type PleState } from '@metrale/layer-ple';
 import { faultInjectingBackend } from '@metrale/core/testing';
 import { describe, expect, it } from 'vitest';
 import { FAIL_AT, run, STEPS } from './failed-capture.js';
-import { referenceRows, relError } from './ple-reference.js';
+import { referenceRows } from './ple-reference.js';
 import { LIMITS, pleSetup } from './ple-setup.js';
 
 describe('a capture that fails in the middle of a run with misses', () => {
@@ -150,7 +150,7 @@ describe('slot cache', () => {
     const check = (tokens: number[], result: ReturnType<StepDriver['decode']>, input: Float32Array) => {
       let x: ArrayLike<number> = input;
       for (const l of [0, 1, 2]) x = referenceRows(s.weights, { ...s.dims, layerIndex: l }, Float32Array.from(x), Int32Array.from(tokens));
-      expect(relError(driver.readOutputF32(result), x)).toBeLessThan(1e-5);
+      expect(relativeL2Error(driver.readOutputF32(result), x)).toBeLessThan(1e-5);
     };
     const prefillTokens = [3, 4, 3, 5];
     const pin = random.normals(4 * D);

@@ -3,11 +3,11 @@
 // model held in that dtype (test/ple-reference.ts with `rows`) through the driver with graphs;
 // against the f32 path at Gemma 3n E4B's widths (D 2048, P 256); bad precisions and rows refused.
 import { CpuBackend } from '@metrale/cpu-backend';
-import { InvalidArgumentError, SeededRandom, StepDriver, type FloatDtype, type GemmArgs, type Precision } from '@metrale/core';
+import { InvalidArgumentError, SeededRandom, StepDriver, type FloatDtype, type GemmArgs, type Precision, relativeL2Error } from '@metrale/core';
 import { decodeRows, encodeRows } from '@metrale/core/testing';
 import { PleLayer } from '@metrale/layer-ple';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { referenceRows, relError, SAME_DTYPE } from './ple-reference.js';
+import { referenceRows, SAME_DTYPE } from './ple-reference.js';
 import { runAgainstReference, SCENARIO } from './run-steps.js';
 import { LIMITS, pleSetup, SMALL, type PleDims } from './ple-setup.js';
 
@@ -97,12 +97,12 @@ describe('PLE layer at the E4B widths: bf16 against f32 (CPU backend)', () => {
     let worst = 0;
     f32.outputs.forEach((want, s) => {
       const got = bf16.outputs[s]!;
-      expect(relError(want, referenceRows(f32.setup.weights, E4B, a.inputs[s]!, a.ids[s]!)), `f32 step ${s}`).toBeLessThan(1e-5);
-      expect(relError(got, referenceRows(bf16.setup.weights, E4B, b.inputs[s]!, b.ids[s]!, '', 'bf16')), `bf16 step ${s}`).toBeLessThan(SAME_DTYPE.bf16);
+      expect(relativeL2Error(want, referenceRows(f32.setup.weights, E4B, a.inputs[s]!, a.ids[s]!)), `f32 step ${s}`).toBeLessThan(1e-5);
+      expect(relativeL2Error(got, referenceRows(bf16.setup.weights, E4B, b.inputs[s]!, b.ids[s]!, '', 'bf16')), `bf16 step ${s}`).toBeLessThan(SAME_DTYPE.bf16);
       expect(got.every(Number.isFinite)).toBe(true);
       for (let r = 0; r < want.length / E4B.hidden; r++) {
         const row = (x: Float32Array) => x.subarray(r * E4B.hidden, (r + 1) * E4B.hidden);
-        worst = Math.max(worst, relError(row(got), row(want)));
+        worst = Math.max(worst, relativeL2Error(row(got), row(want)));
       }
     });
     console.log(`[layer-ple] E4B widths, bf16 against f32: worst row relative error ${worst.toExponential(2)}`);

@@ -1,9 +1,9 @@
 // Drives a PLE layer through the step driver and checks every step against the float64 reference.
 import { CpuBackend } from '@metrale/cpu-backend';
-import { F32_PRECISION, SeededRandom, StepDriver, type GpuBackend, type LayerLimits, type Precision, type Sequence, type StepPath, type TransformerLayer, type WeightSource } from '@metrale/core';
+import { F32_PRECISION, SeededRandom, StepDriver, type GpuBackend, type LayerLimits, type Precision, type Sequence, type StepPath, type TransformerLayer, type WeightSource, relativeL2Error } from '@metrale/core';
 import { decodeRows, encodeRows } from '@metrale/core/testing';
 import { plePlugin, type PleLayer, type PleLayerOptions } from '@metrale/layer-ple';
-import { referenceRows, relError } from './ple-reference.js';
+import { referenceRows } from './ple-reference.js';
 import { LIMITS, type PleSetup } from './ple-setup.js';
 
 export type Op =
@@ -65,7 +65,7 @@ export function runAgainstReference(setup: PleSetup, sequences: number, ops: rea
       const got = decodeRows(driver.readOutput(result), rowType);
       if (op.op === 'verify') driver.accept(op.accepted);
       const expected = referenceRows(setup.weights, setup.dims, input, tokens, '', rowType);
-      out.push({ op: op.op, path: result.path, rel: relError(got, expected), tokens });
+      out.push({ op: op.op, path: result.path, rel: relativeL2Error(got, expected), tokens });
       options.after?.(layer, index);
     });
   } finally {

@@ -1,9 +1,9 @@
 // The attention layer's float64 reference (Qwen3NextAttention's formulas over one sequence's
 // history) and a script of prefill, decode and verify steps run through the step driver against it.
 import { CpuBackend } from '@metrale/cpu-backend';
-import { SeededRandom, StepDriver, type LayerLimits, type Precision } from '@metrale/core';
+import { SeededRandom, StepDriver, type LayerLimits, type Precision, relativeL2Error } from '@metrale/core';
 import { AttentionLayer, qwen3NextAttentionOptions, type AttentionOptions } from '@metrale/layer-std';
-import { decodeRows, encodeRows, matvec, relErr, rmsNorm, sigmoid, Weights } from './setup.js';
+import { decodeRows, encodeRows, matvec, rmsNorm, sigmoid, Weights } from './setup.js';
 
 export const CONFIG = {
   model_type: 'qwen3_next', hidden_size: 24, num_attention_heads: 4, num_key_value_heads: 2, head_dim: 8,
@@ -141,7 +141,7 @@ export function runScript(run: ScriptRun): number {
         const want = refs[s]!.run(rows, step.op !== 'verify');
         if (step.op === 'verify') refs[s]!.run(rows.slice(0, step.accepted[s]!), true);
         const got = out.subarray(row * D, (row + rows.length) * D);
-        const rel = relErr(got, Float64Array.from(want.flatMap((x) => [...x])));
+        const rel = relativeL2Error(got, Float64Array.from(want.flatMap((x) => [...x])));
         worst = Math.max(worst, rel);
         row += rows.length;
       }

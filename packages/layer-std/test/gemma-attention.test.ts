@@ -3,10 +3,10 @@
 // layer that reads the first one's KV cache (KV sharing), through prefill, decode and verify with
 // graphs replayed.
 import { CpuBackend } from '@metrale/cpu-backend';
-import { SeededRandom, StepDriver, WeightsError, type LayerLimits } from '@metrale/core';
+import { SeededRandom, StepDriver, WeightsError, type LayerLimits, relativeL2Error } from '@metrale/core';
 import { AttentionLayer, checkAttention, type AttentionOptions } from '@metrale/layer-std';
 import { describe, expect, it } from 'vitest';
-import { matvec, relErr, rmsNorm, Weights } from './setup.js';
+import { matvec, rmsNorm, Weights } from './setup.js';
 
 const D = 24;
 const BASE: AttentionOptions = {
@@ -120,7 +120,7 @@ function runScript(window: number, graphs: boolean, pageSize: number, refWindow 
         const rows = Array.from({ length: per[s]! }, (_, j) => input.subarray((row + j) * D, (row + j + 1) * D));
         const want = refs[s]!.run(rows, step.op !== 'verify');
         if (step.op === 'verify') refs[s]!.run(rows.slice(0, step.accepted[s]!), true);
-        worst = Math.max(worst, relErr(out.subarray(row * D, (row + rows.length) * D), Float64Array.from(want.flatMap((x) => [...x]))));
+        worst = Math.max(worst, relativeL2Error(out.subarray(row * D, (row + rows.length) * D), Float64Array.from(want.flatMap((x) => [...x]))));
         row += rows.length;
       }
     }

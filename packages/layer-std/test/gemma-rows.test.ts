@@ -1,9 +1,9 @@
 // Gemma 3n's MLP and head features on the std layers, against float64 references: GELU-tanh with
 // activation sparsity (Gemma3nTextMLP._gaussian_topk) and final logit soft-capping.
-import { SeededRandom, WeightsError } from '@metrale/core';
+import { SeededRandom, WeightsError, relativeL2Error } from '@metrale/core';
 import { LmHeadLayer, MlpLayer, geluTanh, normalQuantile, sparsityCutoff } from '@metrale/layer-std';
 import { describe, expect, it } from 'vitest';
-import { LIMITS, matvec, relErr, runRows, Weights } from './setup.js';
+import { LIMITS, matvec, runRows, Weights } from './setup.js';
 
 const [D, I, V, ROWS] = [16, 40, 24, 5];
 
@@ -37,14 +37,14 @@ describe('MlpLayer with GELU-tanh and activation sparsity', () => {
     runRows((gpu) => new MlpLayer(gpu, w.source(), LIMITS, { hidden: D, inter: I, activation: { kind: 'gelu_tanh', ...(cutoff !== undefined ? { cutoff } : {}) } }), x);
 
   it('without sparsity: down(gelu_tanh(gate) · up)', () => {
-    expect(relErr(run(), rowsOf(undefined))).toBeLessThan(1e-5);
+    expect(relativeL2Error(run(), rowsOf(undefined))).toBeLessThan(1e-5);
   });
   it('with sparsity 0.95: the gate cut at mean + std · Φ⁻¹(0.95), which changes the result', () => {
     const c = sparsityCutoff(0.95)!;
     expect(c).toBe(1.6448535919189453); // HF's f32 icdf(0.95)
     const got = run(c);
-    expect(relErr(got, rowsOf(c))).toBeLessThan(1e-5);
-    expect(relErr(got, rowsOf(undefined))).toBeGreaterThan(1e-2);
+    expect(relativeL2Error(got, rowsOf(c))).toBeLessThan(1e-5);
+    expect(relativeL2Error(got, rowsOf(undefined))).toBeGreaterThan(1e-2);
   });
   it('the normal quantile and the cut-off field', () => {
     expect(normalQuantile(0.5)).toBeCloseTo(0, 12);
@@ -63,9 +63,9 @@ describe('LmHeadLayer with final logit soft-capping', () => {
     const cap = 5;
     const got = runRows((gpu) => new LmHeadLayer(gpu, w.source(), LIMITS, { hidden: D, vocab: V, softcap: cap }), x);
     const plain = Float64Array.from(Array.from({ length: ROWS }, (_, r) => [...matvec(wt, x, V, D, r * D)]).flat());
-    expect(relErr(got, plain.map((v) => cap * Math.tanh(v / cap)))).toBeLessThan(1e-6);
+    expect(relativeL2Error(got, plain.map((v) => cap * Math.tanh(v / cap)))).toBeLessThan(1e-6);
     // The logits are large enough for the cap to bite.
-    expect(relErr(got, plain)).toBeGreaterThan(0.1);
+    expect(relativeL2Error(got, plain)).toBeGreaterThan(0.1);
   });
   it('refuses a cap that is not a positive number', () => {
     const w = new Weights(new SeededRandom(7));

@@ -1,11 +1,11 @@
 import { CpuBackend } from '@metrale/cpu-backend';
-import { FLOAT_DTYPE_CODE, SeededRandom, StepDriver, tensorOf, MemoryWeightSource, shardWeights, type ShardRule } from '@metrale/core';
+import { FLOAT_DTYPE_CODE, SeededRandom, StepDriver, tensorOf, MemoryWeightSource, shardWeights, type ShardRule, relativeL2Error } from '@metrale/core';
 import {
   FEW_ROUTE_MAX_TOP_K, FEW_ROUTE_ROWS, MoeLayer, fusedRouteTail, checkMoe, expertParallelMoe, glmMoeOptions, qwen3NextMoeOptions, routeFewKernel, routeFewLaunch, routeForm, routeKernel,
   routerGemvKernel, routerGemvLaunch, rowLaunch, type MoeOptions,
 } from '@metrale/layer-std';
 import { describe, expect, it } from 'vitest';
-import { encodeRows, LIMITS, matvec, relErr, runRows, sigmoid, silu, Weights } from './setup.js';
+import { encodeRows, LIMITS, matvec, runRows, sigmoid, silu, Weights } from './setup.js';
 
 const D = 16;
 const E = 8;
@@ -77,7 +77,7 @@ describe('MoE against float64 references', () => {
         const shared = swiglu(sh!, x, r * D, width * I);
         const g = sigmoid(matvec(sh!.gate!, x, 1, D, r * D)[0]!);
         shared.forEach((v, i) => (want[i]! += g * v));
-        expect(relErr(out.subarray(r * D, (r + 1) * D), want)).toBeLessThan(1e-5);
+        expect(relativeL2Error(out.subarray(r * D, (r + 1) * D), want)).toBeLessThan(1e-5);
       }
     }
   });
@@ -111,7 +111,7 @@ describe('MoE against float64 references', () => {
       const want = new Float64Array(D);
       for (const e of ids) swiglu(experts[e]!, x, r * D, I).forEach((v, i) => (want[i]! += (2.5 * s[e]!) / denom * v));
       swiglu(sh!, x, r * D, width * I).forEach((v, i) => (want[i]! += v));
-      expect(relErr(out.subarray(r * D, (r + 1) * D), want)).toBeLessThan(1e-5);
+      expect(relativeL2Error(out.subarray(r * D, (r + 1) * D), want)).toBeLessThan(1e-5);
     }
   });
 
@@ -165,7 +165,7 @@ describe('MoE under expert parallelism', () => {
           const part = runRows((gpu) => new MoeLayer(gpu, shardWeights(w.source(), split, rank, size), LIMITS, expertParallelMoe(options, rank, size, 'num_experts')), x, undefined, rows);
           part.forEach((v, i) => (sum[i]! += v));
         }
-        expect(relErr(sum, whole), `${shared}, ${rows} rows`).toBeLessThan(1e-5);
+        expect(relativeL2Error(sum, whole), `${shared}, ${rows} rows`).toBeLessThan(1e-5);
       }
     }
   });

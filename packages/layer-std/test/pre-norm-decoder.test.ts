@@ -1,8 +1,8 @@
 import { CpuBackend } from '@metrale/cpu-backend';
-import { DecoderBlock, MemoryWeightSource, StepDriver, WeightsError, type CollectiveArgs, type Communicator, type ModelStack } from '@metrale/core';
+import { DecoderBlock, MemoryWeightSource, StepDriver, WeightsError, type CollectiveArgs, type Communicator, type ModelStack, relativeL2Error } from '@metrale/core';
 import { MlpLayer, buildPreNormDecoder, type PreNormDecoderSpec } from '@metrale/layer-std';
 import { describe, expect, it } from 'vitest';
-import { LIMITS, matvec, relErr, rmsNorm, silu, Weights } from './setup.js';
+import { LIMITS, matvec, rmsNorm, silu, Weights } from './setup.js';
 
 // A two-layer pre-norm decoder whose mixer and MLP are both SwiGLU MLPs (any layer will do: the
 // builder only wires them), checked against the same stack computed in f64.
@@ -80,7 +80,7 @@ describe('buildPreNormDecoder', () => {
         expect(stack.layers.map((l) => l.type)).toEqual(['embedding', 'test layer 0', 'test layer 1', 'rms-norm', 'lm-head']);
         expect(stack.vocabSize).toBe(V);
         expect(stack.eosTokenIds).toEqual([5, 7]);
-        expect(relErr(logits(stack, gpu, tokens), reference(w, tokens, normOffset, tied))).toBeLessThan(1e-5);
+        expect(relativeL2Error(logits(stack, gpu, tokens), reference(w, tokens, normOffset, tied))).toBeLessThan(1e-5);
       } finally {
         stack.dispose();
         gpu.dispose();
@@ -107,7 +107,7 @@ describe('buildPreNormDecoder', () => {
     const stack = buildPreNormDecoder({ gpu, config: {}, weights: w.source(), limits: LIMITS, parallel: { rank: 0, size: 1, comm, expertParallel: false } }, spec(gpu, 1));
     try {
       expect(stack.layers.map((l) => l.type)).toEqual(['embedding', 'test layer 0', 'test layer 1', 'rms-norm', 'lm-head']);
-      expect(relErr(logits(stack, gpu, tokens), reference(w, tokens, 1, false))).toBeLessThan(1e-5);
+      expect(relativeL2Error(logits(stack, gpu, tokens), reference(w, tokens, 1, false))).toBeLessThan(1e-5);
       expect(gpu.stats().collectivesRun).toBe(0);
     } finally {
       stack.dispose();

@@ -4,11 +4,11 @@
 // 128-blocks without being multiples of 128 (D 160, I 136), and a small one (I 12) has partial
 // blocks only. Also: the grouped expert path (many rows per expert) gives each row the bits of the
 // row-wise path, whatever the format.
-import { SeededRandom, type Precision } from '@metrale/core';
+import { SeededRandom, type Precision, relativeL2Error } from '@metrale/core';
 import { EXPERT_KERNELS, MoeLayer, glmMoeOptions, moeGrouped, moeTensorCores, qwen3NextMoeOptions, type MoeOptions } from '@metrale/layer-std';
 import { afterAll, describe, expect, it } from 'vitest';
 import { linearWeights, toFp8 } from './fp8-weights.js';
-import { LIMITS, matvec, relErr, ROW_TYPE_BOUND, runRows, sigmoid, silu, Weights } from './setup.js';
+import { LIMITS, matvec, ROW_TYPE_BOUND, runRows, sigmoid, silu, Weights } from './setup.js';
 
 const E = 8;
 
@@ -125,10 +125,10 @@ describe('MoE in bf16 / f16 and with FP8 weights against float64 references', ()
             const out = runRows((gpu) => new MoeLayer(gpu, src.source(), LIMITS, { ...options, precision }), x, undefined, undefined, { rows: precision.rows });
             const name = `${label} ${routing.label.split(' ')[0]} D=${D} I=${I} shared ${width}·I`;
             if (precision.fp8Weights) {
-              record(`${name} vs the unquantized weights`, relErr(out, want));
-              expect(record(`${name} vs the dequantized weights`, relErr(out, moeReference(src, options, x, 5)))).toBeLessThan(ROW_TYPE_BOUND[precision.rows]);
+              record(`${name} vs the unquantized weights`, relativeL2Error(out, want));
+              expect(record(`${name} vs the dequantized weights`, relativeL2Error(out, moeReference(src, options, x, 5)))).toBeLessThan(ROW_TYPE_BOUND[precision.rows]);
             } else {
-              expect(record(name, relErr(out, want))).toBeLessThan(ROW_TYPE_BOUND[precision.rows]);
+              expect(record(name, relativeL2Error(out, want))).toBeLessThan(ROW_TYPE_BOUND[precision.rows]);
             }
           });
         }

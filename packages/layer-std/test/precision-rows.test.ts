@@ -3,11 +3,11 @@
 // f32 path). Each bound is stated below and the measured errors are printed; FP8 runs are held to
 // the row type's bound against the reference with the dequantized weights (what the FP8 model is),
 // and their distance to the unquantized weights' output is printed.
-import { F32_PRECISION, SeededRandom, roundTo, type Precision } from '@metrale/core';
+import { F32_PRECISION, SeededRandom, roundTo, type Precision, relativeL2Error } from '@metrale/core';
 import { EmbeddingLayer, LayerNormLayer, LmHeadLayer, MlpLayer, RmsNormLayer } from '@metrale/layer-std';
 import { afterAll, describe, expect, it } from 'vitest';
 import { linearWeights, toFp8 } from './fp8-weights.js';
-import { LIMITS, matvec, relErr, rmsNorm, ROW_TYPE_BOUND, runRows, silu, Weights } from './setup.js';
+import { LIMITS, matvec, rmsNorm, ROW_TYPE_BOUND, runRows, silu, Weights } from './setup.js';
 
 const D = 24;
 const rows = (n: number, seed = 5) => new SeededRandom(seed).normals(n * D, 2);
@@ -34,7 +34,7 @@ describe('row layers in bf16 / f16 against the f32 path’s float64 references',
       for (const scale of [1, Math.sqrt(D)]) {
         const out = runRows((gpu) => new EmbeddingLayer(gpu, w.source(), LIMITS, { vocab: 40, hidden: D, scale, precision }), new Float32Array(0), tokens, tokens.length, types);
         const want = Float64Array.from(Array.from(tokens).flatMap((t) => Array.from(table.subarray(t * D, (t + 1) * D), (v) => v * scale)));
-        expect(record(`${label} embedding scale ${scale.toFixed(2)}`, relErr(out, want))).toBeLessThan(bound);
+        expect(record(`${label} embedding scale ${scale.toFixed(2)}`, relativeL2Error(out, want))).toBeLessThan(bound);
       }
     });
 
@@ -45,7 +45,7 @@ describe('row layers in bf16 / f16 against the f32 path’s float64 references',
         const x = rows(6);
         const out = runRows((gpu) => new RmsNormLayer(gpu, w.source(), LIMITS, { hidden: D, eps: 1e-6, offset, precision }), x, undefined, undefined, types);
         const want = Float64Array.from({ length: 6 * D }, (_, i) => rmsNorm(x.subarray(Math.floor(i / D) * D, (Math.floor(i / D) + 1) * D), weight, 1e-6, offset)[i % D]!);
-        expect(record(`${label} rms-norm offset ${offset}`, relErr(out, want))).toBeLessThan(bound);
+        expect(record(`${label} rms-norm offset ${offset}`, relativeL2Error(out, want))).toBeLessThan(bound);
       });
     }
 
@@ -63,7 +63,7 @@ describe('row layers in bf16 / f16 against the f32 path’s float64 references',
           const xh = row[i % D]! / Math.sqrt(row.reduce((a, v) => a + v * v, 0) / D + 1e-6);
           return R((roundNormalized ? R(xh) : xh) * weight[i % D]!);
         });
-        const rel = relErr(out, want);
+        const rel = relativeL2Error(out, want);
         record(`${label} rms-norm w, roundNormalized ${roundNormalized}`, rel);
         expect(rel).toBeLessThan(1e-6);
       });
@@ -82,7 +82,7 @@ describe('row layers in bf16 / f16 against the f32 path’s float64 references',
         const variance = row.reduce((a, v) => a + (v - mean) ** 2, 0) / D;
         want.push(...Array.from(row, (v, i) => ((v - mean) / Math.sqrt(variance + 1e-5)) * weight[i]! + b[i]!));
       }
-      expect(record(`${label} layer-norm`, relErr(out, want))).toBeLessThan(bound);
+      expect(record(`${label} layer-norm`, relativeL2Error(out, want))).toBeLessThan(bound);
     });
   }
 });
@@ -113,10 +113,10 @@ describe('SwiGLU MLP and lm head in bf16 / f16 and with FP8 weights', () => {
         const src = precision.fp8Weights ? toFp8(w, linearWeights) : w;
         const out = runRows((gpu) => new MlpLayer(gpu, src.source(), LIMITS, { hidden: D, inter: I, precision }), x, undefined, undefined, { rows: precision.rows });
         if (precision.fp8Weights) {
-          record(`${label} mlp I=${I} vs the unquantized weights`, relErr(out, want));
-          expect(record(`${label} mlp I=${I} vs the dequantized weights`, relErr(out, mlpReference(src, x, 7, I)))).toBeLessThan(ROW_TYPE_BOUND.bf16);
+          record(`${label} mlp I=${I} vs the unquantized weights`, relativeL2Error(out, want));
+          expect(record(`${label} mlp I=${I} vs the dequantized weights`, relativeL2Error(out, mlpReference(src, x, 7, I)))).toBeLessThan(ROW_TYPE_BOUND.bf16);
         } else {
-          expect(record(`${label} mlp I=${I}`, relErr(out, want))).toBeLessThan(ROW_TYPE_BOUND[precision.rows]);
+          expect(record(`${label} mlp I=${I}`, relativeL2Error(out, want))).toBeLessThan(ROW_TYPE_BOUND[precision.rows]);
         }
       });
     }
@@ -131,8 +131,8 @@ describe('SwiGLU MLP and lm head in bf16 / f16 and with FP8 weights', () => {
       const x = rows(3);
       const out = runRows((gpu) => new LmHeadLayer(gpu, src.source(), LIMITS, { hidden: D, vocab: V, precision }), x, undefined, undefined, { rows: precision.rows, out: 'f32' });
       const want = (ws: Weights) => Float64Array.from({ length: 3 * V }, (_, i) => matvec(ws.values.get('weight')!, x, V, D, Math.floor(i / V) * D)[i % V]!);
-      if (precision.fp8Weights) record(`${label} lm-head vs the unquantized weights`, relErr(out, want(w)));
-      expect(record(`${label} lm-head`, relErr(out, want(src)))).toBeLessThan(ROW_TYPE_BOUND[precision.rows]);
+      if (precision.fp8Weights) record(`${label} lm-head vs the unquantized weights`, relativeL2Error(out, want(w)));
+      expect(record(`${label} lm-head`, relativeL2Error(out, want(src)))).toBeLessThan(ROW_TYPE_BOUND[precision.rows]);
     });
   }
 

@@ -1,7 +1,7 @@
-import { SeededRandom } from '@metrale/core';
+import { SeededRandom, relativeL2Error } from '@metrale/core';
 import { EmbeddingLayer, LayerNormLayer, LmHeadLayer, MlpLayer, RmsNormLayer } from '@metrale/layer-std';
 import { describe, expect, it } from 'vitest';
-import { LIMITS, matvec, relErr, rmsNorm, runRows, silu, Weights } from './setup.js';
+import { LIMITS, matvec, rmsNorm, runRows, silu, Weights } from './setup.js';
 
 const D = 24;
 const rows = (n: number, seed = 5) => new SeededRandom(seed).normals(n * D, 2);
@@ -14,7 +14,7 @@ describe('row layers against float64 references', () => {
     for (const scale of [1, Math.sqrt(D)]) {
       const out = runRows((gpu) => new EmbeddingLayer(gpu, w.source(), LIMITS, { vocab: 40, hidden: D, scale }), new Float32Array(0), tokens, tokens.length);
       const want = Float64Array.from(Array.from(tokens).flatMap((t) => Array.from(table.subarray(t * D, (t + 1) * D), (v) => v * scale)));
-      expect(relErr(out, want)).toBeLessThan(1e-6);
+      expect(relativeL2Error(out, want)).toBeLessThan(1e-6);
     }
   });
 
@@ -25,7 +25,7 @@ describe('row layers against float64 references', () => {
       const x = rows(6);
       const out = runRows((gpu) => new RmsNormLayer(gpu, w.source(), LIMITS, { hidden: D, eps: 1e-6, offset }), x);
       for (let r = 0; r < 6; r++) {
-        expect(relErr(out.subarray(r * D, (r + 1) * D), rmsNorm(x.subarray(r * D, (r + 1) * D), weight, 1e-6, offset))).toBeLessThan(1e-6);
+        expect(relativeL2Error(out.subarray(r * D, (r + 1) * D), rmsNorm(x.subarray(r * D, (r + 1) * D), weight, 1e-6, offset))).toBeLessThan(1e-6);
       }
     });
   }
@@ -42,7 +42,7 @@ describe('row layers against float64 references', () => {
         const mean = row.reduce((a, v) => a + v, 0) / D;
         const variance = row.reduce((a, v) => a + (v - mean) ** 2, 0) / D;
         const want = Array.from(row, (v, i) => ((v - mean) / Math.sqrt(variance + 1e-5)) * weight[i]! + (b ? b[i]! : 0));
-        expect(relErr(out.subarray(r * D, (r + 1) * D), want)).toBeLessThan(1e-6);
+        expect(relativeL2Error(out.subarray(r * D, (r + 1) * D), want)).toBeLessThan(1e-6);
       }
     });
   }
@@ -59,7 +59,7 @@ describe('row layers against float64 references', () => {
       const gv = matvec(g, x, I, D, r * D);
       const uv = matvec(u, x, I, D, r * D);
       const h = gv.map((v, i) => silu(v) * uv[i]!);
-      expect(relErr(out.subarray(r * D, (r + 1) * D), matvec(dn, h, D, I))).toBeLessThan(1e-5);
+      expect(relativeL2Error(out.subarray(r * D, (r + 1) * D), matvec(dn, h, D, I))).toBeLessThan(1e-5);
     }
   });
 
@@ -69,6 +69,6 @@ describe('row layers against float64 references', () => {
     const head = w.add('weight', [V, D], 0.5);
     const x = rows(3);
     const out = runRows((gpu) => new LmHeadLayer(gpu, w.source(), LIMITS, { hidden: D, vocab: V }), x);
-    for (let r = 0; r < 3; r++) expect(relErr(out.subarray(r * V, (r + 1) * V), matvec(head, x, V, D, r * D))).toBeLessThan(1e-6);
+    for (let r = 0; r < 3; r++) expect(relativeL2Error(out.subarray(r * V, (r + 1) * V), matvec(head, x, V, D, r * D))).toBeLessThan(1e-6);
   });
 });

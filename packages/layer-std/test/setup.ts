@@ -55,17 +55,6 @@ export function rmsNorm(x: ArrayLike<number>, w: ArrayLike<number>, eps: number,
  */
 export const ROW_TYPE_BOUND: Readonly<Record<FloatDtype, number>> = { f32: 1e-5, bf16: 1e-2, f16: 2e-3 };
 
-/** ‖a − b‖ / ‖b‖. */
-export function relErr(a: ArrayLike<number>, b: ArrayLike<number>): number {
-  let num = 0;
-  let den = 0;
-  for (let i = 0; i < b.length; i++) {
-    num += (a[i]! - b[i]!) ** 2;
-    den += b[i]! ** 2;
-  }
-  return Math.sqrt(num / den);
-}
-
 // f32 values stored as a row type and read back: core's testing helpers, which the layer tests take from here.
 export { encodeRows, decodeRows };
 

@@ -4,7 +4,7 @@
 // the kernel stores (and RMSNorm's and the q/k norms' rounding of x̂ as Hugging Face does). The
 // twins agree with the references to float64 noise (bound 1e-6, far below one bf16 or f16 step).
 import { CpuBackend } from '@metrale/cpu-backend';
-import { FLOAT_DTYPE_CODE, SeededRandom, floatBytes, roundTo, type FloatDtype } from '@metrale/core';
+import { FLOAT_DTYPE_CODE, SeededRandom, floatBytes, roundTo, type FloatDtype, relativeL2Error } from '@metrale/core';
 import { runKernelOn, type KernelBuffers as Bufs, type KernelPointers as Ptrs } from '@metrale/core/testing';
 import {
   ATTENTION_KERNELS, EXPERT_FORMATS, EXPERT_KERNELS, keyChunks, keyChunksOf, partialsBytes, WEIGHT_DTYPE_CODE, addKernel, addRmsNormKernel, combineKernel, embedKernel, expertsKernel, expertsLaunch, expertsRowwiseLaunch,
@@ -12,7 +12,7 @@ import {
 } from '@metrale/layer-std';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { expertSet, rowTypeOf } from './expert-weights.js';
-import { decodeRows, encodeRows, relErr, sigmoid, silu } from './setup.js';
+import { decodeRows, encodeRows, sigmoid, silu } from './setup.js';
 
 const random = new SeededRandom(77);
 let cpu: CpuBackend;
@@ -46,7 +46,7 @@ describe('CPU twins of the row kernels against float64 references, bf16 and f16'
         const t = tokens[Math.floor(i / D)]!;
         return t >= 0 && t < V ? Math.fround(scale * table.values[t * D + (i % D)]!) : 0;
       }));
-      expect(relErr(decodeRows(out.out!, dtype), want)).toBeLessThan(BOUND);
+      expect(relativeL2Error(decodeRows(out.out!, dtype), want)).toBeLessThan(BOUND);
     });
 
     // GlmMoeDsaRMSNorm: w · x̂.to(dtype); Qwen3NextRMSNorm: (x̂ · (1 + w)).to(dtype); Gemma3nRMSNorm: (x̂ · w).type_as(x).
@@ -66,8 +66,8 @@ describe('CPU twins of the row kernels against float64 references, bf16 and f16'
           const inv = 1 / Math.sqrt(row.reduce((a, v) => a + v * v, 0) / D + 1e-6);
           row.forEach((v, i) => (want[r * D + i] = roundTo(dtype, (roundNormalized ? roundTo(dtype, v * inv) : v * inv) * (offset + w[i]!))));
         }
-        expect(relErr(decodeRows(out.y!, dtype), want)).toBeLessThan(BOUND);
-        expect(relErr(decodeRows(out.x!, dtype), want)).toBeLessThan(BOUND);
+        expect(relativeL2Error(decodeRows(out.y!, dtype), want)).toBeLessThan(BOUND);
+        expect(relativeL2Error(decodeRows(out.x!, dtype), want)).toBeLessThan(BOUND);
       });
     }
 
@@ -101,7 +101,7 @@ describe('CPU twins of the row kernels against float64 references, bf16 and f16'
         const inv = 1 / Math.sqrt(row.reduce((a, v) => a + (v - mean) ** 2, 0) / D + 1e-5);
         row.forEach((v, i) => (want[r * D + i] = roundTo(dtype, (v - mean) * inv * w[i]! + b[i]!)));
       }
-      expect(relErr(decodeRows(out.y!, dtype), want)).toBeLessThan(BOUND);
+      expect(relativeL2Error(decodeRows(out.y!, dtype), want)).toBeLessThan(BOUND);
     });
 
     it(`${dtype}: std.add (in place) and std.silu_mul`, () => {
@@ -123,7 +123,7 @@ describe('CPU twins of the row kernels against float64 references, bf16 and f16'
         const r = Math.floor(i / I);
         return silu(gu.values[r * 2 * I + (i % I)]!) * gu.values[r * 2 * I + I + (i % I)]!;
       }));
-      expect(relErr(decodeRows(h.out!, dtype), hw)).toBeLessThan(BOUND);
+      expect(relativeL2Error(decodeRows(h.out!, dtype), hw)).toBeLessThan(BOUND);
     });
 
     it(`${dtype}: std.gelu_mul with activation sparsity, each step rounded as Gemma3nTextMLP._gaussian_topk holds it`, () => {
@@ -144,7 +144,7 @@ describe('CPU twins of the row kernels against float64 references, bf16 and f16'
         const cut = R(R(mean) + R(R(std) * R(cutoff)));
         for (let i = 0; i < I; i++) want[r * I + i] = R(geluTanh(Math.max(0, R(g[i]! - cut))) * gu.values[r * 2 * I + I + i]!);
       }
-      expect(relErr(decodeRows(h.out!, dtype), want)).toBeLessThan(BOUND);
+      expect(relativeL2Error(decodeRows(h.out!, dtype), want)).toBeLessThan(BOUND);
     });
   }
 });
@@ -200,9 +200,9 @@ describe('CPU twins of the expert kernels against float64 references, every weig
         }
       }
       const out = rounded(dtype, outWant);
-      expect(relErr(decodeRows(r.h!, dtype), hWant)).toBeLessThan(BOUND);
-      expect(relErr(decodeRows(r.y!, dtype), yWant)).toBeLessThan(BOUND);
-      expect(relErr(decodeRows(r.out!, dtype), out)).toBeLessThan(BOUND);
+      expect(relativeL2Error(decodeRows(r.h!, dtype), hWant)).toBeLessThan(BOUND);
+      expect(relativeL2Error(decodeRows(r.y!, dtype), yWant)).toBeLessThan(BOUND);
+      expect(relativeL2Error(decodeRows(r.out!, dtype), out)).toBeLessThan(BOUND);
       // The row-wise pair gives the grouped path's bits.
       expect(Array.from(r.h2!)).toEqual(Array.from(r.h!));
       expect(Array.from(r.out2!)).toEqual(Array.from(r.out!));
@@ -213,7 +213,7 @@ describe('CPU twins of the expert kernels against float64 references, every weig
         cpu.launch(combineKernel, rowLaunch(rows, D, s), { routed: p.routed!, shared: p.shared!, gate: p.gate!, output: p.out!, rows, hidden: D, dtype: codes.rowDtype }), ['out']);
       const routed = decodeRows(r.out!, dtype);
       const cWant = rounded(dtype, Array.from({ length: rows * D }, (_, i) => routed[i]! + sigmoid(gate[Math.floor(i / D)]!) * shared.values[i]!));
-      expect(relErr(decodeRows(c.out!, dtype), cWant)).toBeLessThan(BOUND);
+      expect(relativeL2Error(decodeRows(c.out!, dtype), cWant)).toBeLessThan(BOUND);
     });
   }
 });
@@ -272,13 +272,13 @@ describe('CPU twins of the attention kernels against a float64 reference, bf16 a
         keys.push(Array.from({ length: Hkv }, (_, h) => prep(row, H * 2 * d + h * d, kNorm)));
         values.push(Array.from({ length: Hkv }, (_, h) => qkv.values.subarray(row * W + H * 2 * d + Hkv * d + h * d, row * W + H * 2 * d + Hkv * d + (h + 1) * d)));
       }
-      expect(relErr(decodeRows(r.q!, dtype), qWant)).toBeLessThan(BOUND);
+      expect(relativeL2Error(decodeRows(r.q!, dtype), qWant)).toBeLessThan(BOUND);
       const kc = decodeRows(r.kCache!, dtype);
       const vc = decodeRows(r.vCache!, dtype);
       for (let t = 0; t < rows; t++) {
         for (let h = 0; h < Hkv; h++) {
           const at = ((blockTable[maxPages + Math.floor(t / page)]! * page + (t % page)) * Hkv + h) * d;
-          expect(relErr(kc.subarray(at, at + d), keys[t]![h]!)).toBeLessThan(BOUND);
+          expect(relativeL2Error(kc.subarray(at, at + d), keys[t]![h]!)).toBeLessThan(BOUND);
           expect(Array.from(vc.subarray(at, at + d))).toEqual(Array.from(values[t]![h]!));
         }
       }
@@ -297,7 +297,7 @@ describe('CPU twins of the attention kernels against a float64 reference, bf16 a
           }
         }
       }
-      expect(relErr(decodeRows(r.out!, dtype), outWant)).toBeLessThan(BOUND);
+      expect(relativeL2Error(decodeRows(r.out!, dtype), outWant)).toBeLessThan(BOUND);
       expect(bytes * cacheElements).toBe(r.kCache!.byteLength);
     });
   }
@@ -340,7 +340,7 @@ describe('CPU twins of the attention kernels against a float64 reference, bf16 a
         const got = decodeRows(r.out!, dtype);
         const want = decodeRows(r.whole!, dtype);
         expect(got.some((v) => Number.isNaN(v))).toBe(false);
-        expect(relErr(got, want)).toBeLessThan(dtype === 'bf16' ? 8e-3 : 1e-3);
+        expect(relativeL2Error(got, want)).toBeLessThan(dtype === 'bf16' ? 8e-3 : 1e-3);
         // The last row (128 keys) is one chunk: written by the kernel directly; std.attn_core's the same bits.
         if (kernel === 'core') expect(Array.from(got.subarray(3 * H * d))).toEqual(Array.from(want.subarray(3 * H * d)));
       }

@@ -5,9 +5,9 @@
 // two sides differ by the GEMMs' f32 accumulation (cuBLASLt and the FP8 kernel against the CPU's
 // float64 sums), which moves an output by a bf16 rounding here and there: the bound is bf16-level.
 import { CpuBackend } from '@metrale/cpu-backend';
-import { F32_PRECISION, SeededRandom, type GpuBackend, type HostTensor, type Precision, type Sequence } from '@metrale/core';
+import { F32_PRECISION, SeededRandom, type GpuBackend, type HostTensor, type Precision, type Sequence, relativeL2Error } from '@metrale/core';
 import { describe, expect, it } from 'vitest';
-import { configOf, GLM5, GLM5_MID, GLM53, pack, randomRows, randomWeights, relErr, Rig, type Shape } from '../dsa-setup.js';
+import { configOf, GLM5, GLM5_MID, GLM53, pack, randomRows, randomWeights, Rig, type Shape } from '../dsa-setup.js';
 import { GLM5_FP8_LINEARS, quantizeTensors } from '../fp8-weights.js';
 import { chooseDevice } from './device.js';
 
@@ -80,7 +80,7 @@ describe.skipIf(!cuda.available)('CUDA kernels match their CPU twins', () => {
       cpu.forEach((want, i) => {
         const rows = want.length / h;
         for (let r = 0; r < rows; r++) {
-          const rel = relErr(dev[i]!.subarray(r * h, (r + 1) * h), want.subarray(r * h, (r + 1) * h));
+          const rel = relativeL2Error(dev[i]!.subarray(r * h, (r + 1) * h), want.subarray(r * h, (r + 1) * h));
           worst = Math.max(worst, rel);
           expect(rel, `step ${i} row ${r}`).toBeLessThan(c.bound);
         }

@@ -10,7 +10,7 @@
 // type (the modalities, the coefficients, the RMS ratio), and one of those rounding the other way
 // moves a whole row by up to one step. Without a GPU it skips and says why.
 import { CpuBackend } from '@metrale/cpu-backend';
-import { FLOAT_DTYPE_CODE, SeededRandom, roundTo, type FloatDtype, type GpuBackend } from '@metrale/core';
+import { FLOAT_DTYPE_CODE, SeededRandom, roundTo, type FloatDtype, type GpuBackend, relativeL2Error } from '@metrale/core';
 import {
   decodeRows as decode, encodeRows as encode, runKernelOnBoth, type KernelBuffers as Bufs, type KernelOutputs as Outputs, type KernelPointers as Ptrs,
 } from '@metrale/core/testing';
@@ -18,7 +18,7 @@ import {
   altupCorrectKernel, altupPredictKernel, copyKernel, flatLaunch, magnitudeKernel, normAddKernel, pleAddKernel, rowLaunch, streamsMeanKernel, sum3Kernel,
 } from '@metrale/layer-ple';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { relError } from '../ple-reference.js';
+import {  } from '../ple-reference.js';
 import { cudaAvailable, ensureFatbins } from './cuda-setup.js';
 
 const cuda = await cudaAvailable();
@@ -47,7 +47,7 @@ function compare(label: string, dtype: FloatDtype, out: { cpu: Outputs; cuda: Ou
   const got = decode(out.cuda[name]!, dtype);
   expect(want.some((v) => Number.isNaN(v)), `${label}: the CPU twin left NaN`).toBe(false);
   expect(got.some((v) => Number.isNaN(v)), `${label}: CUDA left NaN (poison) in the output`).toBe(false);
-  const rel = relError(got, want);
+  const rel = relativeL2Error(got, want);
   const differing = want.reduce((n, v, i) => n + (got[i] !== v ? 1 : 0), 0);
   results.push(`${label.padEnd(60)} rel ${rel.toExponential(2)} (${differing}/${want.length} differ)`);
   expect(rel, label).toBeLessThanOrEqual(bound);

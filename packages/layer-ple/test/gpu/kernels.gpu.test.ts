@@ -8,11 +8,11 @@
 // GPU computes in f32 where the twin computes in f64, so a value the kernel holds in the row type
 // can round the other way by one step of it. Without a GPU the suite skips and says why.
 import { CpuBackend } from '@metrale/cpu-backend';
-import { FLOAT_DTYPE_CODE, SeededRandom, roundTo, type DevicePtr, type FloatDtype, type GpuBackend, type Kernel, type KernelArgs, type KernelParams, type LaunchConfig } from '@metrale/core';
+import { FLOAT_DTYPE_CODE, SeededRandom, roundTo, type DevicePtr, type FloatDtype, type GpuBackend, type Kernel, type KernelArgs, type KernelParams, type LaunchConfig, relativeL2Error } from '@metrale/core';
 import { decodeRows, encodeRows, runKernelOnBoth } from '@metrale/core/testing';
 import { combineKernel, embedGatherKernel, gateMulKernel, mapSetKernel, outNormKernel, threadsFor } from '@metrale/layer-ple';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { relError } from '../ple-reference.js';
+import {  } from '../ple-reference.js';
 import { cudaAvailable, ensureFatbins } from './cuda-setup.js';
 
 const cuda = await cudaAvailable();
@@ -41,7 +41,7 @@ function compare(label: string, a: Uint8Array, b: Uint8Array, dtype: FloatDtype)
   const y = decodeRows(b, dtype);
   expect(x.some((v) => Number.isNaN(v)), `${label}: the CPU twin left NaN (poison) in the output`).toBe(false);
   expect(y.some((v) => Number.isNaN(v)), `${label}: CUDA left NaN (poison) in the output`).toBe(false);
-  const rel = relError(y, x);
+  const rel = relativeL2Error(y, x);
   const differing = x.reduce((n, v, i) => n + (y[i] !== v ? 1 : 0), 0);
   results.push(`${label.padEnd(62)} rel ${rel.toExponential(2)} (${differing}/${x.length} differ)`);
   expect(rel, label).toBeLessThanOrEqual(BOUND[dtype]);

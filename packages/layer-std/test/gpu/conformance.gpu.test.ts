@@ -12,12 +12,12 @@
 // the other way (one bf16 step), and a decode row and the same row in a verify batch may take
 // different GEMM algorithms. Without a GPU the suite skips and says why.
 import { CpuBackend } from '@metrale/cpu-backend';
-import { F32_PRECISION, SeededRandom, StepDriver, floatBytes, type GpuBackend, type LayerLimits, type Precision } from '@metrale/core';
+import { F32_PRECISION, SeededRandom, StepDriver, floatBytes, type GpuBackend, type LayerLimits, type Precision, relativeL2Error } from '@metrale/core';
 import { runLayerConformance } from '@metrale/core/testing';
 import plugin from '@metrale/layer-std';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { linearWeights, toFp8 } from '../fp8-weights.js';
-import { decodeRows, encodeRows, relErr, Weights, withPrecision } from '../setup.js';
+import { decodeRows, encodeRows, Weights, withPrecision } from '../setup.js';
 import { cudaAvailable, ensureFatbins } from './cuda-setup.js';
 
 /** Relative bound of bf16 outputs between paths and backends (see the header). */
@@ -178,7 +178,7 @@ describe.skipIf(!cuda.available)('@metrale/layer-std on CUDA', () => {
         try {
           const want = run(cpu);
           const got = run(gpu);
-          const rels = got.map((g, i) => relErr(g, want[i]!));
+          const rels = got.map((g, i) => relativeL2Error(g, want[i]!));
           lines.push(`${path.label} ${c.label}: CUDA vs CPU rel ${rels.map((r) => r.toExponential(2)).join(' ')}`);
           for (const r of rels) expect(r).toBeLessThan(rows === 'f32' ? 1e-5 : BF16_BOUND);
         } finally {

@@ -6,10 +6,10 @@
 // one step of its type; a few such flips stay under STEP. Each test file is its own module instance
 // (vitest isolates files): its own device, random stream and list of comparisons.
 import { CpuBackend } from '@metrale/cpu-backend';
-import { SeededRandom, type FloatDtype, type GpuBackend } from '@metrale/core';
+import { SeededRandom, type FloatDtype, type GpuBackend, relativeL2Error } from '@metrale/core';
 import { runKernelOnBoth, type KernelBuffers, type KernelLaunch, type KernelOutputs } from '@metrale/core/testing';
 import { afterAll, beforeAll, describe, expect } from 'vitest';
-import { decodeRows, encodeRows, relErr } from '../setup.js';
+import { decodeRows, encodeRows } from '../setup.js';
 import { cudaAvailable, ensureFatbins } from './cuda-setup.js';
 
 const cuda = await cudaAvailable();
@@ -53,7 +53,7 @@ export function compare(label: string, dtype: FloatDtype, cpuOut: Uint8Array, cu
   const got = decodeRows(cudaOut, dtype);
   expect(want.some((v) => Number.isNaN(v)), `${label}: the CPU twin left NaN`).toBe(false);
   expect(got.some((v) => Number.isNaN(v)), `${label}: CUDA left NaN (poison) in the output`).toBe(false);
-  const rel = relErr(got, want);
+  const rel = relativeL2Error(got, want);
   let differing = 0;
   for (let i = 0; i < want.length; i++) if (got[i] !== want[i]) differing++;
   results.push(`${label.padEnd(84)} rel ${rel.toExponential(2)} (${differing}/${want.length} differ)`);

@@ -6,13 +6,13 @@
 // and std.moe_group over them, at 1, 3 and 8 rows), the shared expert's slots, and expert
 // parallelism's std.moe_localize.
 // The method and bounds: kernel-check.ts. Without a GPU the suite skips and says why.
-import { FLOAT_DTYPE_CODE } from '@metrale/core';
+import { FLOAT_DTYPE_CODE, relativeL2Error } from '@metrale/core';
 import { runKernelOn, type KernelPointers as Ptrs } from '@metrale/core/testing';
 import {
   flatLaunch, groupKernel, groupLaunch, localizeKernel, moeGroupsLength, routeFewKernel, routeFewLaunch, routeKernel, routerGemvKernel, routerGemvLaunch, rowLaunch, sharedSlotsKernel, sharedSlotsLaunch,
 } from '@metrale/layer-std';
 import { expect, it } from 'vitest';
-import { encodeRows, relErr } from '../setup.js';
+import { encodeRows } from '../setup.js';
 import { ROW_TYPES, random, poisonF32, poisonI32, typed, f32, i32, sameBits, cudaBackend, onBoth, compare, compareI32, describeKernels, record } from './kernel-check.js';
 
 describeKernels('MoE route', () => {
@@ -57,7 +57,7 @@ describeKernels('MoE route', () => {
       const pad = (b: Uint8Array) => f32(b).subarray(7 * o.topK, 8 * o.topK);
       // The padding row's weights are NaN on both (NaN scores), as they are on the CPU.
       expect(Array.from(pad(r.cuda.weights!)).map(Number.isNaN)).toEqual(Array.from(pad(r.cpu.weights!)).map(Number.isNaN));
-      const rel = relErr(w(r.cuda.weights!), w(r.cpu.weights!));
+      const rel = relativeL2Error(w(r.cuda.weights!), w(r.cpu.weights!));
       record(`${`moe_route ${o.label} weights`.padEnd(84)} rel ${rel.toExponential(2)}`);
       expect(rel).toBeLessThanOrEqual(1e-6);
       // The few-row form (here 9 rows: several passes of its one CTA) gives the same bits.
@@ -121,7 +121,7 @@ describeKernels('MoE route', () => {
     const r = onBoth(bufs, (gpu, p) =>
       gpu.launch(routeKernel, rowLaunch(rows, o.E, gpu.defaultStream), { logits: p.logits!, ...routeArgs(o, rows, p) }), ['ids', 'weights']);
     compareI32(`moe_route ${o.label} ids`, r.cpu.ids!, r.cuda.ids!);
-    const rel = relErr(f32(r.cuda.weights!), f32(r.cpu.weights!));
+    const rel = relativeL2Error(f32(r.cuda.weights!), f32(r.cpu.weights!));
     record(`${`moe_route ${o.label} weights`.padEnd(84)} rel ${rel.toExponential(2)}`);
     expect(rel).toBeLessThanOrEqual(1e-6);
   });
@@ -170,7 +170,7 @@ describeKernels('MoE route', () => {
           const ref = onBoth({ logits: r.cuda.logits!, bias, ids: poisonI32(rows * topK), weights: poisonF32(rows * topK) }, (gpu, p) =>
             gpu.launch(routeKernel, rowLaunch(rows, E, gpu.defaultStream), { logits: p.logits!, ...routeArgs(o, rows, p) }), ['ids', 'weights']);
           compareI32(`${label} ids vs the twin over its logits`, ref.cpu.ids!, r.cuda.ids!);
-          const rel = relErr(f32(r.cuda.weights!), f32(ref.cpu.weights!));
+          const rel = relativeL2Error(f32(r.cuda.weights!), f32(ref.cpu.weights!));
           const same = sameBits(r.cuda.ids!, ref.cuda.ids!) && sameBits(r.cuda.weights!, ref.cuda.weights!);
           record(`${`${label} weights`.padEnd(84)} rel ${rel.toExponential(2)} vs the twin, ${same ? 'bit-identical to' : 'DIFFER from'} std.moe_route`);
           expect(rel).toBeLessThanOrEqual(1e-6);
@@ -277,7 +277,7 @@ describeKernels('MoE route', () => {
               }), ['slotIds', 'slotWeights']);
             const label = `${dtype} moe_shared_slots D=${D} rows=${rows} ${gated ? 'gated' : 'ungated'}`;
             compareI32(`${label} ids`, r.cpu.slotIds!, r.cuda.slotIds!);
-            const rel = relErr(f32(r.cuda.slotWeights!), f32(r.cpu.slotWeights!));
+            const rel = relativeL2Error(f32(r.cuda.slotWeights!), f32(r.cpu.slotWeights!));
             record(`${`${label} weights`.padEnd(84)} rel ${rel.toExponential(2)}`);
             expect(rel).toBeLessThanOrEqual(1e-6);
             if (!gated) {
