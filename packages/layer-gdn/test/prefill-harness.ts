@@ -3,7 +3,7 @@
 // row-by-row oracle (`gdn.chunk`, gdn-chunk-rowwise.cu / chunkCpu) on any backend, and the
 // relative-L2 comparison (test/gpu/gdn-kernels.test.ts takes its random stream and comparison too).
 // Inputs are random, never zero; outputs are poisoned with NaN first.
-import { bf16BitsToF32, f16BitsToF32, type DevicePtr, type GpuBackend, type Kernel, type KernelParams } from '@metrale/core';
+import { bf16BitsToF32, f16BitsToF32, SeededRandom, type DevicePtr, type GpuBackend, type Kernel, type KernelParams } from '@metrale/core';
 import { projectionRow } from '../src/gdn-config.js';
 import { launchPrefill, prefillPlan, prefillScratchBytes, type PrefillKernels } from '../src/gdn-prefill-launch.js';
 
@@ -55,20 +55,14 @@ export function projectionHost(s: { hk: number; hv: number; dk: number; dv: numb
   return out;
 }
 
-/** mulberry32: reproducible from a printed seed. */
+/** Random test data from core's SeededRandom: reproducible from a printed seed. */
 export function rng(seed: number) {
-  let a = seed >>> 0;
-  const next = () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
+  const r = new SeededRandom(seed);
+  const next = () => r.float();
   return {
     next,
     uniform: (lo: number, hi: number) => lo + (hi - lo) * next(),
-    int: (lo: number, hi: number) => lo + Math.floor(next() * (hi - lo + 1)),
+    int: (lo: number, hi: number) => r.int(lo, hi),
     /** Random values in [lo, hi), never exactly zero. */
     fill: (n: number, lo: number, hi: number) => {
       const out = new Float32Array(n);

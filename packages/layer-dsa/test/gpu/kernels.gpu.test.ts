@@ -24,7 +24,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import {
-  FLOAT_DTYPE_CODE, defineKernelModule, f16BitsToF32, toF16, type DevicePtr, type FloatDtype, type GpuBackend, type Kernel, type KernelParams,
+  FLOAT_DTYPE_CODE, SeededRandom, defineKernelModule, f16BitsToF32, toF16, type DevicePtr, type FloatDtype, type GpuBackend, type Kernel, type KernelParams,
   type LaunchConfig,
 } from '@metrale/core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -72,25 +72,15 @@ const small = !device.real;  // the emulator: smaller problems
 
 // ---- random data ------------------------------------------------------------------------------
 
-/** mulberry32: reproducible from the printed seed. */
+/** Random test data from core's SeededRandom: reproducible from the printed seed. */
 function rng(seed: number) {
-  let a = seed >>> 0;
-  const next = () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-  const normal = () => {
-    let u = 0;
-    while (u === 0) u = next();
-    return Math.sqrt(-2 * Math.log(u)) * Math.cos(2 * Math.PI * next());
-  };
+  const r = new SeededRandom(seed);
+  const next = () => r.float();
+  const normal = () => r.normal();
   return {
     next,
     normal,
-    int: (lo: number, hi: number) => lo + Math.floor(next() * (hi - lo + 1)),
+    int: (lo: number, hi: number) => r.int(lo, hi),
     /** Normal values (never exactly 0) times `scale`. */
     normals: (n: number, scale = 1) => Float32Array.from({ length: n }, () => (normal() || 0.5) * scale),
     uniform: (n: number, lo: number, hi: number) => Float32Array.from({ length: n }, () => lo + (hi - lo) * next() || lo),
