@@ -27,7 +27,7 @@ export {
   fusedRouteTail, FUSED_TAIL_ROWS,
   localizeKernel, groupKernel, expertsUpKernel, expertsDownKernel, expertsKernel, combineKernel, groupLaunch, expertsUpLaunch, expertsDownLaunch, expertsLaunch,
   moeGroupsLength, moeGrouped, GROUPED_MIN_ENTRIES_PER_EXPERT, groupedStageBytes, expertsUpRowwiseKernel, expertsRowwiseKernel, expertsUpRowwiseLaunch, expertsRowwiseLaunch,
-  EXPERT_KERNELS, EXPERT_FORMATS, FEW_GEMM_ROWS, expertFormat, expertsGemm, expertsGemmLaunch, moeTensorCores, type ExpertFormat, type ExpertGemm, type ExpertKernels,
+  EXPERT_KERNELS, EXPERT_FORMATS, FEW_GEMM_ROWS, FP8_TENSOR_CORE_MIN_BATCH, expertFormat, expertsGemm, expertsGemmLaunch, moeTensorCores, type ExpertFormat, type ExpertGemm, type ExpertKernels,
 } from './moe-kernels.js';
 export {
   prepKernel, prepLaunch, coreKernel, coreLaunch, combineLaunch, keyChunks, partialsBytes, MIN_KEY_CHUNK, MAX_KEY_CHUNKS, attnPrefillLaunch, prefillOnTensorCores, attnDecodeLaunch, decodeOnTensorCores, ATTENTION_KERNELS,

@@ -290,11 +290,12 @@ export interface ExpertKernels {
   /**
    * `std.moe_gemm_up` / `std.moe_gemm_down` (kernels/std-moe-gemm.cu, -16bit.cu): the grouped
    * passes on tensor cores; the same arguments and outputs as `up` / `down`. None for f32 rows.
-   * `everyStep`: the layer takes them in decode and verify steps too (else in prefill steps only).
-   * `few`: `std.moe_gemm_up_few` / `_down_few`, the same products in smaller tiles for steps of
-   * few rows, bit for bit the large pair's (16-bit weights); `expertsGemm` picks.
+   * `everyStepFrom`: the layers built for decode batches of at least this many sequences
+   * (`LayerLimits.maxBatch`) take them in decode and verify steps too; the others in prefill steps
+   * only. `few`: `std.moe_gemm_up_few` / `_down_few`, the same products in smaller tiles for steps
+   * of few rows, bit for bit the large pair's; `expertsGemm` picks.
    */
-  readonly gemm?: ExpertGemm & { readonly everyStep: boolean; readonly few?: ExpertGemm };
+  readonly gemm?: ExpertGemm & { readonly everyStepFrom: number; readonly few?: ExpertGemm };
 }
 
 /** A pair of tensor-core expert GEMMs and their CTA shape. */
@@ -385,10 +386,7 @@ function expertKernelsOf(format: ExpertFormat): ExpertKernels {
             return {
               ...pair('', fp8 ? TILES_FP8 : TILES_16BIT),
               few: pair('_few', fp8 ? TILES_FP8_FEW : TILES_16BIT_FEW),
-              // FP8 decode keeps the CUDA-core kernels: both tensor-core pairs (wmma; wgmma on sm_90a)
-              // read few rows' experts slower than they do, and a row's bits must not depend on its
-              // batch (docs/benchmarks.md, "What was tried": FP8 experts on wgmma in every step).
-              everyStep: !fp8,
+              everyStepFrom: fp8 ? FP8_TENSOR_CORE_MIN_BATCH : 1,
             };
           })(),
         }),
@@ -396,16 +394,26 @@ function expertKernelsOf(format: ExpertFormat): ExpertKernels {
 }
 
 /**
+ * The decode batch (`LayerLimits.maxBatch`) from which a layer with FP8 experts takes the
+ * tensor-core GEMMs in decode and verify steps too. Below it the CUDA-core kernels, which read one
+ * or a few rows' experts faster; from it the GEMMs, which do many rows' products several times
+ * faster (docs/benchmarks.md, "FP8 experts by the batch a layer is built for"). A layer keeps its
+ * choice for every step, so a row's bits never depend on the batch it shares.
+ */
+export const FP8_TENSOR_CORE_MIN_BATCH = 32;
+
+/**
  * Whether a step runs the tensor-core expert GEMMs: where the format has them and the widths suit
  * them (16-element vectors of k), in prefill steps, and in decode and verify steps too where the
- * format takes them in every step (16-bit weights). One kernel pair at every batch keeps a row's
- * bits independent of the step it is in: the GEMMs never split k and sum it in a fixed order, so a
- * row alone and in any batch gets the same result. FP8 decode rows keep the CUDA-core kernels,
- * which give a row the same bits at any batch too (a prompt's rows never share a step with them).
+ * layer's decode batch reaches the format's `everyStepFrom` (always for 16-bit weights; from
+ * FP8_TENSOR_CORE_MIN_BATCH for FP8). One kernel pair for every decode step keeps a row's bits
+ * independent of the step it is in: the GEMMs never split k and sum it in a fixed order, so a row
+ * alone and in any batch gets the same result; the CUDA-core kernels, where a layer keeps them for
+ * decode, give a row the same bits at any batch too (a prompt's rows never share a step with them).
  */
-export function moeTensorCores(kernels: ExpertKernels, phase: StepPhase, hidden: number, inter: number): boolean {
+export function moeTensorCores(kernels: ExpertKernels, phase: StepPhase, hidden: number, inter: number, maxBatch: number): boolean {
   const g = kernels.gemm;
-  return g !== undefined && (phase === 'prefill' || g.everyStep) && hidden % 16 === 0 && inter % 16 === 0;
+  return g !== undefined && (phase === 'prefill' || maxBatch >= g.everyStepFrom) && hidden % 16 === 0 && inter % 16 === 0;
 }
 
 /**

@@ -149,7 +149,7 @@ export class MoeLayer extends StatelessLayer {
       const held = experts.experts;
       // Slots per row the expert kernels take: the route's, and the shared expert's.
       const slots = topK + (stacked ? 1 : 0);
-      const grouped = moeGrouped(R, slots, held) || moeTensorCores(this.#kernels, 'prefill', D, options.inter);
+      const grouped = moeGrouped(R, slots, held) || moeTensorCores(this.#kernels, 'prefill', D, options.inter, limits.maxBatch);
       // The grouped path's groups and y only where maxRows can reach it; the shared expert's buffers only where it runs apart.
       const sizes: Record<ScratchPart, number> = {
         logits: 4 * R * E, ids: 4 * R * topK, weights: 4 * R * topK, slotIds: stacked ? 4 * R * slots : 0, slotWeights: stacked ? 4 * R * slots : 0,
@@ -221,7 +221,7 @@ export class MoeLayer extends StatelessLayer {
     // The slots the expert kernels take: the route's, or those plus the shared expert's (the last expert held).
     const slot = w.sharedSlot;
     const slots = slot ? topK + 1 : topK;
-    const tensorCores = moeTensorCores(k, step.phase, D, inter);
+    const tensorCores = moeTensorCores(k, step.phase, D, inter, this.limits.maxBatch);
     const grouped = tensorCores || moeGrouped(rows, slots, E);
     const form = routeForm(rows, topK, this.options.experts, w.router.dtype);
     // The fused route's CTA makes the slots and groups itself at few rows, where no localizing comes between.

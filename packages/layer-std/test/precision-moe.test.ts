@@ -4,11 +4,12 @@
 // 128-blocks without being multiples of 128 (D 160, I 136), and a small one (I 12) has partial
 // blocks only. Also: the grouped expert path (many rows per expert) gives each row the bits of the
 // row-wise path, whatever the format.
-import { SeededRandom, type Precision, relativeL2Error } from '@metrale/core';
-import { EXPERT_KERNELS, MoeLayer, glmMoeOptions, moeGrouped, moeTensorCores, qwen3NextMoeOptions, type MoeOptions } from '@metrale/layer-std';
+import { CpuBackend } from '@metrale/cpu-backend';
+import { SeededRandom, StepDriver, type LayerLimits, type Precision, relativeL2Error } from '@metrale/core';
+import { EXPERT_KERNELS, FP8_TENSOR_CORE_MIN_BATCH, MoeLayer, glmMoeOptions, moeGrouped, moeTensorCores, qwen3NextMoeOptions, type MoeOptions } from '@metrale/layer-std';
 import { afterAll, describe, expect, it } from 'vitest';
 import { linearWeights, toFp8 } from './fp8-weights.js';
-import { LIMITS, matvec, ROW_TYPE_BOUND, runRows, sigmoid, silu, Weights } from './setup.js';
+import { LIMITS, decodeRows, encodeRows, matvec, ROW_TYPE_BOUND, runRows, sigmoid, silu, Weights } from './setup.js';
 
 const E = 8;
 
@@ -153,15 +154,56 @@ describe('MoE in bf16 / f16 and with FP8 weights against float64 references', ()
     });
   }
 
-  it('16-bit expert weights take the tensor-core GEMMs in every step, FP8 ones in prefill steps; f32 rows and widths off 16 never', () => {
+  it('16-bit expert weights take the tensor-core GEMMs in every step, FP8 ones in prefill steps and, from a decode batch of 32, in every step; f32 rows and widths off 16 never', () => {
+    expect(FP8_TENSOR_CORE_MIN_BATCH).toBe(32);
     for (const format of ['bf16', 'f16', 'fp8-bf16', 'fp8-f16'] as const) {
-      const everyStep = !format.startsWith('fp8');
-      expect(moeTensorCores(EXPERT_KERNELS[format], 'prefill', 2048, 512), format).toBe(true);
-      expect(moeTensorCores(EXPERT_KERNELS[format], 'decode', 2048, 512), format).toBe(everyStep);
-      expect(moeTensorCores(EXPERT_KERNELS[format], 'verify', 2048, 512), format).toBe(everyStep);
-      expect(moeTensorCores(EXPERT_KERNELS[format], 'prefill', 2048, 136), format).toBe(false);
-      expect(moeTensorCores(EXPERT_KERNELS[format], 'prefill', 1000, 512), format).toBe(false);
+      const fp8 = format.startsWith('fp8');
+      for (const maxBatch of [1, 31, 32, 256]) {
+        const everyStep = !fp8 || maxBatch >= 32;
+        expect(moeTensorCores(EXPERT_KERNELS[format], 'prefill', 2048, 512, maxBatch), format).toBe(true);
+        expect(moeTensorCores(EXPERT_KERNELS[format], 'decode', 2048, 512, maxBatch), `${format}, max batch ${maxBatch}`).toBe(everyStep);
+        expect(moeTensorCores(EXPERT_KERNELS[format], 'verify', 2048, 512, maxBatch), `${format}, max batch ${maxBatch}`).toBe(everyStep);
+        expect(moeTensorCores(EXPERT_KERNELS[format], 'decode', 2048, 136, maxBatch), format).toBe(false);
+      }
+      expect(moeTensorCores(EXPERT_KERNELS[format], 'prefill', 2048, 136, 64), format).toBe(false);
+      expect(moeTensorCores(EXPERT_KERNELS[format], 'prefill', 1000, 512, 64), format).toBe(false);
     }
-    expect(moeTensorCores(EXPERT_KERNELS.f32, 'prefill', 2048, 512)).toBe(false);
+    expect(moeTensorCores(EXPERT_KERNELS.f32, 'prefill', 2048, 512, 64)).toBe(false);
   });
+
+  // A layer picks its FP8 decode kernels once, by the decode batch it is built for, and keeps them
+  // for every decode step: the row-wise CUDA-core kernels below FP8_TENSOR_CORE_MIN_BATCH, the
+  // tensor-core GEMMs from it. Both compute the block against the dequantized weights.
+  for (const maxBatch of [8, 32]) {
+    it(`fp8 + bf16: a layer built for ${maxBatch} sequences decodes on the ${maxBatch >= 32 ? 'tensor-core GEMMs' : 'CUDA-core kernels'}, at the dequantized reference`, () => {
+      const [D, I, n] = [160, 144, 3];
+      const w = moeWeights(D, I, 'gated', 21, 1);
+      const src = toFp8(w, linearWeights);
+      const options = { ...ROUTINGS[0]!.options(D, I), precision: { rows: 'bf16', fp8Weights: true } as Precision };
+      const limits: LayerLimits = { maxSeqs: maxBatch, maxSeqLen: 8, maxBatch, maxK: 1, maxRows: maxBatch };
+      const rnd = new SeededRandom(22);
+      const prompt = rnd.normals(n * D);
+      const x = rnd.normals(n * D);
+      const gpu = new CpuBackend();
+      const layer = new MoeLayer(gpu, src.source(), limits, options);
+      const driver = new StepDriver({ gpu, layers: [layer], limits, graphs: false });
+      const launched: string[] = [];
+      const launch = gpu.launch.bind(gpu);
+      gpu.launch = (kernel, config, args) => (launched.push(kernel.name), launch(kernel, config, args));
+      try {
+        const seqs = Array.from({ length: n }, () => driver.open());
+        driver.prefill({ seqs, lengths: seqs.map(() => 1), input: encodeRows(prompt, 'bf16') });
+        launched.length = 0;
+        const out = decodeRows(driver.readOutput(driver.decode({ seqs, input: encodeRows(x, 'bf16') })), 'bf16');
+        const tensorCores = maxBatch >= FP8_TENSOR_CORE_MIN_BATCH;
+        expect(launched.includes('std.moe_gemm_up_few.fp8-bf16'), launched.join(', ')).toBe(tensorCores);
+        expect(launched.includes('std.moe_experts_up_rowwise.fp8-bf16'), launched.join(', ')).toBe(!tensorCores);
+        expect(record(`fp8 + bf16 decode, max batch ${maxBatch}, vs the dequantized weights`, relativeL2Error(out, moeReference(src, options, x, n)))).toBeLessThan(ROW_TYPE_BOUND.bf16);
+      } finally {
+        driver.dispose();
+        layer.dispose();
+        gpu.dispose();
+      }
+    });
+  }
 });
