@@ -123,7 +123,7 @@ function uploadFp8Weight(b, n, k) {
 }
 
 /**
- * The block-FP8 GEMM at 1, 8 (the rows kernel), 9 and 64 rows (the tiled one) on Qwen3-Next-80B's
+ * The block-FP8 GEMM at 1, 8 (the rows kernel), 9, 16, 32 and 64 rows (its wide form) on Qwen3-Next-80B's
  * projection widths, as a decode step replays it: 10 GEMMs in one graph, each on its own weight
  * copy (together beyond the L2), so every GEMM reads its weights from memory. Floor: the codes and
  * scales read once at the copy rate.
@@ -135,7 +135,7 @@ function fp8DecodeGemms(b, copyBytesPerS) {
   const out = [];
   for (const { name, n, k } of shapes) {
     const weights = Array.from({ length: copies }, () => uploadFp8Weight(b, n, k));
-    for (const m of QUICK ? [1, 8] : [1, 8, 9, 64]) {
+    for (const m of QUICK ? [1, 8] : [1, 8, 9, 16, 32, 64]) {
       const a = new Uint16Array(m * k).fill(0x3f80);  // bf16 1.0
       const pa = b.alloc(a.byteLength), pc = b.alloc(m * n * 2);
       b.upload(pa, a);

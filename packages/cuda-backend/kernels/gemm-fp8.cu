@@ -3,9 +3,10 @@
 // [⌈n/128⌉][⌈k/128⌉], C f32 / bf16 / f16 (ldc). Each slice of k inside one 128-wide block is
 // summed on its own and multiplied by its block's scale in f32, so the result is the product with
 // the dequantized B.
-//   backend_gemm_fp8_rows   m ≤ 8 (decode), B read once: where k and A's rows allow, on tensor
-//                           cores with C's columns as the MMA's rows, 16 columns a CTA, its warps
-//                           splitting k (gemm_fp8_rows_mma); else a warp per column, per code
+//   backend_gemm_fp8_rows   decode's rows, B read once: where k and A's rows allow, m ≤ 64 on
+//                           tensor cores with C's columns as the MMA's rows, 16 columns a CTA, its
+//                           warps splitting k (gemm_fp8_rows_mma); else m ≤ 8, a warp per column,
+//                           per code
 //   backend_gemm_fp8_tiled  any m: 64 × 64 tiles on tensor cores (wmma), B's codes converted to
 //                           A's type in shared memory (E4M3 values are exact in bf16 and f16);
 //                           where k and the pointers allow, a 128-wide block of k a step with
@@ -67,22 +68,35 @@ constexpr int kRowsGroupK = 64;
  */
 constexpr int kRowsAhead = 2;
 
+/** The MMA's A operand: four words of T pairs. */
+struct Fragment {
+  uint32_t w[4];
+};
+
+/** Groups of 8 rows of A (the MMA's 8 columns) the tensor-core rows path takes at most: m ≤ 64. */
+constexpr int kRowsGroupsMax = 8;
+/** Row groups whose sums the warps add through shared memory at a time (rounds of the reduction). */
+constexpr int kRowsRoundGroups = 2;
+/** Shared floats of the warps' reduction of `groups` row groups a round: a warp's lane's 4 sums of each. */
+constexpr int rows_red_floats(int groups) { return kRowsWarpsMax * 32 * 4 * groups; }
+
 /**
  * The tensor-core path (k a multiple of 16; A's rows and B 16-byte aligned): C's columns as the
- * MMA's rows. A CTA owns 16 columns n0 … n0 + 15 for all m ≤ 8 rows: the m16n8k16 product of B's
- * 16 weight rows (codes converted to T in registers) with A's rows as the 8 columns of the MMA's
- * second operand. k goes in groups of 64, warp w of W taking groups w, w + W, …; within a group the k
- * order of the MMA's slots is permuted so that lane (g, q) = (lane / 4, lane % 4) reads 16
- * consecutive codes of weight rows g and g + 8 and 16 consecutive values of A's row g with three
- * 16-byte loads (a sum does not depend on the order of its k, and A and B take the same one): MMA
- * step s's slots 2q, 2q + 1, 2q + 8, 2q + 9 hold k = k0 + 16q + 4s + 0, 1, 2, 3. Each group's
- * sums are multiplied by its 128-wide block's scale in f32; the warps' sums are added in warp
- * order through shared memory.
+ * MMA's rows. A CTA owns 16 columns n0 … n0 + 15 for all m ≤ 8 · RG rows: the m16n8k16 product of
+ * B's 16 weight rows (codes converted to T in registers once a group) with each group of 8 of A's
+ * rows as the 8 columns of the MMA's second operand. k goes in groups of 64, warp w of W taking
+ * groups w, w + W, …; within a group the k order of the MMA's slots is permuted so that lane (g, q)
+ * = (lane / 4, lane % 4) reads 16 consecutive codes of weight rows g and g + 8 and 16 consecutive
+ * values of A's row 8r + g with three 16-byte loads (a sum does not depend on the order of its k,
+ * and A and B take the same one): MMA step s's slots 2q, 2q + 1, 2q + 8, 2q + 9 hold k = k0 + 16q +
+ * 4s + 0, 1, 2, 3. Each group's sums are multiplied by its 128-wide block's scale in f32; the
+ * warps' sums are added in warp order through shared memory (`red`, `rows_red_floats`). A row's
+ * products, their order and the warps' split of k do not depend on m or on the other rows, so a row
+ * of C gets the same bits at any m ≤ 64.
  */
-template <typename T>
+template <typename T, int RG, int Ahead>
 __device__ void gemm_fp8_rows_mma(const T* __restrict__ a, const uint8_t* __restrict__ b, const float* __restrict__ scales, void* __restrict__ c,
-                                  int cCode, int m, int n, int k, int lda, int ldc, float alpha, float beta) {
-  __shared__ float red[kRowsWarpsMax][32][4];
+                                  int cCode, int m, int n, int k, int lda, int ldc, float alpha, float beta, float* red) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int g = lane >> 2, q = lane & 3;
   const int n0 = blockIdx.x * kRowsCols;
@@ -92,17 +106,22 @@ __device__ void gemm_fp8_rows_mma(const T* __restrict__ a, const uint8_t* __rest
   const float* srow = scales + (size_t)(n0 / kFp8Block) * kBlocks;
   const uint8_t* b0 = n0 + g < n ? b + (size_t)(n0 + g) * k : nullptr;
   const uint8_t* b8 = n0 + g + 8 < n ? b + (size_t)(n0 + g + 8) * k : nullptr;
-  const T* ar = g < m ? a + (size_t)g * lda : nullptr;
+  // Row 8r + g of A (lane's row in group r), where it is one of the m.
+  const T* ar = a + (size_t)g * lda;
 
-  float acc[4] = {0.f, 0.f, 0.f, 0.f};
-  // kRowsAhead of the warp's groups at a time: their codes and scales are loaded before any is
+  float acc[RG][4];
+#pragma unroll
+  for (int r = 0; r < RG; r++)
+#pragma unroll
+    for (int i = 0; i < 4; i++) acc[r][i] = 0.f;
+  // Ahead of the warp's groups at a time: their codes and scales are loaded before any is
   // converted, so the warp has that many groups' loads in flight instead of one (each group's
   // conversion and products stood between its load and the next). Sums in group order as before.
-  for (int grp0 = warp; grp0 < groups; grp0 += kRowsAhead * warps) {
-    uint4 w0[kRowsAhead], w8[kRowsAhead];
-    float s[kRowsAhead];
+  for (int grp0 = warp; grp0 < groups; grp0 += Ahead * warps) {
+    uint4 w0[Ahead], w8[Ahead];
+    float s[Ahead];
 #pragma unroll
-    for (int u = 0; u < kRowsAhead; u++) {
+    for (int u = 0; u < Ahead; u++) {
       const int grp = grp0 + u * warps;
       const int kq = grp * kRowsGroupK + 16 * q;  // this lane's 16 values of k (≥ k past the last group)
       const bool in = kq < k;
@@ -111,37 +130,94 @@ __device__ void gemm_fp8_rows_mma(const T* __restrict__ a, const uint8_t* __rest
       s[u] = grp < groups ? __ldg(srow + (grp * kRowsGroupK) / kFp8Block) : 0.f;
     }
 #pragma unroll
-    for (int u = 0; u < kRowsAhead; u++) {
+    for (int u = 0; u < Ahead; u++) {
       const int grp = grp0 + u * warps;
       if (grp >= groups) break;
       const int kq = grp * kRowsGroupK + 16 * q;
       const bool in = kq < k;
-      const uint4 x0 = ar && in ? __ldg(reinterpret_cast<const uint4*>(ar + kq)) : make_uint4(0, 0, 0, 0);
-      const uint4 x1 = ar && in ? __ldg(reinterpret_cast<const uint4*>(ar + kq + 8)) : make_uint4(0, 0, 0, 0);
       const uint32_t wr0[4] = {w0[u].x, w0[u].y, w0[u].z, w0[u].w}, wr8[4] = {w8[u].x, w8[u].y, w8[u].z, w8[u].w};
-      const uint32_t xs[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-      float part[4] = {0.f, 0.f, 0.f, 0.f};
+      // Codes 4st … 4st + 3 of each weight row: word st; slots 2q, 2q + 1 take the low two.
+      const auto codes = [&](int st) -> Fragment {
+        return {{codes_to_pair<T>(wr0[st]), codes_to_pair<T>(wr8[st]), codes_to_pair<T>(wr0[st] >> 16), codes_to_pair<T>(wr8[st] >> 16)}};
+      };
+      // Row group r's 16 values of A at kq, as the MMA's second operand's words.
+      const auto rows = [&](int r, uint32_t (&xs)[8]) {
+        const bool row = 8 * r + g < m && in;
+        const T* ap = ar + (size_t)(8 * r) * lda + kq;
+        const uint4 x0 = row ? __ldg(reinterpret_cast<const uint4*>(ap)) : make_uint4(0, 0, 0, 0);
+        const uint4 x1 = row ? __ldg(reinterpret_cast<const uint4*>(ap + 8)) : make_uint4(0, 0, 0, 0);
+        xs[0] = x0.x, xs[1] = x0.y, xs[2] = x0.z, xs[3] = x0.w, xs[4] = x1.x, xs[5] = x1.y, xs[6] = x1.z, xs[7] = x1.w;
+      };
+      if constexpr (RG == 1) {
+        // One group (the decode path of m ≤ 8): each step's codes converted just before its product.
+        uint32_t xs[8];
+        rows(0, xs);
+        float part[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-      for (int st = 0; st < 4; st++) {
-        // Codes 4st … 4st + 3 of each weight row: word st; slots 2q, 2q + 1 take the low two.
-        const uint32_t af[4] = {codes_to_pair<T>(wr0[st]), codes_to_pair<T>(wr8[st]), codes_to_pair<T>(wr0[st] >> 16), codes_to_pair<T>(wr8[st] >> 16)};
-        mma16816<T>(part, af, xs[2 * st], xs[2 * st + 1]);
+        for (int st = 0; st < 4; st++) mma16816<T>(part, codes(st).w, xs[2 * st], xs[2 * st + 1]);
+#pragma unroll
+        for (int i = 0; i < 4; i++) acc[0][i] = fmaf(s[u], part[i], acc[0][i]);
+      } else {
+        // Several: the codes converted once for all groups.
+        Fragment af[4];
+#pragma unroll
+        for (int st = 0; st < 4; st++) af[st] = codes(st);
+#pragma unroll
+        for (int r = 0; r < RG; r++) {
+          uint32_t xs[8];
+          rows(r, xs);
+          float part[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+          for (int st = 0; st < 4; st++) mma16816<T>(part, af[st].w, xs[2 * st], xs[2 * st + 1]);
+#pragma unroll
+          for (int i = 0; i < 4; i++) acc[r][i] = fmaf(s[u], part[i], acc[r][i]);
+        }
       }
-#pragma unroll
-      for (int i = 0; i < 4; i++) acc[i] = fmaf(s[u], part[i], acc[i]);
     }
   }
+  // The warps' sums, Round row groups a round: warp j adds group r0 + j's over the warps in warp
+  // order and stores it.
+  constexpr int Round = RG < kRowsRoundGroups ? RG : kRowsRoundGroups;
 #pragma unroll
-  for (int i = 0; i < 4; i++) red[warp][lane][i] = acc[i];
-  __syncthreads();
-  if (warp != 0) return;
+  for (int r0 = 0; r0 < RG; r0 += Round) {
+    if (r0 > 0) __syncthreads();  // the round before has read red
 #pragma unroll
-  for (int i = 0; i < 4; i++) {
-    float v = 0.f;
-    for (int w = 0; w < warps; w++) v += red[w][lane][i];
-    // Accumulator i: column n0 + g (+ 8 for i ≥ 2), row 2q (+ 1 for odd i).
-    const int j = n0 + g + (i >= 2 ? 8 : 0), r = 2 * q + (i & 1);
-    if (j < n && r < m) store_c(c, (size_t)r * ldc + j, v, cCode, alpha, beta);
+    for (int j = 0; j < Round; j++)
+      if (r0 + j < RG)
+#pragma unroll
+        for (int i = 0; i < 4; i++) red[((warp * 32 + lane) * Round + j) * 4 + i] = acc[r0 + j][i];
+    __syncthreads();
+    const int j = warp;
+    if (j < Round && r0 + j < RG) {
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        float v = 0.f;
+        for (int w = 0; w < warps; w++) v += red[((w * 32 + lane) * Round + j) * 4 + i];
+        // Accumulator i: column n0 + g (+ 8 for i ≥ 2), row 8(r0 + j) + 2q (+ 1 for odd i).
+        const int col = n0 + g + (i >= 2 ? 8 : 0), r = 8 * (r0 + j) + 2 * q + (i & 1);
+        if (col < n && r < m) store_c(c, (size_t)r * ldc + col, v, cCode, alpha, beta);
+      }
+    }
+  }
+}
+
+/** Ahead of the wide rows path (9 ≤ m ≤ 64), whose row groups' sums take the registers of more groups ahead. */
+constexpr int kRowsWideAhead = 1;
+
+/** The wide rows path: RG = ⌈m / 8⌉ groups of 8 rows, 2 ≤ RG ≤ 8. */
+template <typename T>
+__device__ void gemm_fp8_rows_wide(const T* a, const uint8_t* b, const float* scales, void* c, int cCode, int m, int n, int k, int lda, int ldc,
+                                   float alpha, float beta, float* red) {
+  constexpr int A = kRowsWideAhead;
+  switch ((m + 7) / 8) {
+    case 2: gemm_fp8_rows_mma<T, 2, A>(a, b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta, red); break;
+    case 3: gemm_fp8_rows_mma<T, 3, A>(a, b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta, red); break;
+    case 4: gemm_fp8_rows_mma<T, 4, A>(a, b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta, red); break;
+    case 5: gemm_fp8_rows_mma<T, 5, A>(a, b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta, red); break;
+    case 6: gemm_fp8_rows_mma<T, 6, A>(a, b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta, red); break;
+    case 7: gemm_fp8_rows_mma<T, 7, A>(a, b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta, red); break;
+    case 8: gemm_fp8_rows_mma<T, 8, A>(a, b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta, red); break;
+    default: __trap();  // the backend launches it for 9 ≤ m ≤ 64 with 16-byte loads only
   }
 }
 
@@ -152,10 +228,11 @@ __device__ void gemm_fp8_rows_mma(const T* __restrict__ a, const uint8_t* __rest
 extern "C" __global__ void __launch_bounds__(32 * kRowsWarpsMax, 1) backend_gemm_fp8_rows(
     const void* __restrict__ a, int aCode, const uint8_t* __restrict__ b, const float* __restrict__ scales, void* __restrict__ c,
     int cCode, int m, int n, int k, int lda, int ldc, float alpha, float beta) {
+  __shared__ float red[rows_red_floats(1)];
   const bool vec = aCode != kF32 && vector_loads(a, b, k, lda);
   if (vec) {
-    if (aCode == kBF16) gemm_fp8_rows_mma(static_cast<const __nv_bfloat16*>(a), b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta);
-    else gemm_fp8_rows_mma(static_cast<const __half*>(a), b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta);
+    if (aCode == kBF16) gemm_fp8_rows_mma<__nv_bfloat16, 1, kRowsAhead>(static_cast<const __nv_bfloat16*>(a), b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta, red);
+    else gemm_fp8_rows_mma<__half, 1, kRowsAhead>(static_cast<const __half*>(a), b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta, red);
     return;
   }
   // Any other shape: lane l takes 4 codes of each 128-wide block.
@@ -189,6 +266,18 @@ extern "C" __global__ void __launch_bounds__(32 * kRowsWarpsMax, 1) backend_gemm
     }
     store_column<kRowsMax>(acc, c, cCode, m, j, ldc, alpha, beta, lane);
   }
+}
+
+// 9 ≤ m ≤ 64 rows with 16-byte loads (`GEMM_FP8_ROWS_WIDE_MAX`): the rows kernel's tensor-core
+// path with A's rows in groups of 8, the same CTAs and split of k, so a row of C gets the bits the
+// rows kernel gives it at m ≤ 8. Its own entry so that the one-row path keeps its registers.
+extern "C" __global__ void __launch_bounds__(32 * kRowsWarpsMax, 1) backend_gemm_fp8_rows_wide(
+    const void* __restrict__ a, int aCode, const uint8_t* __restrict__ b, const float* __restrict__ scales, void* __restrict__ c,
+    int cCode, int m, int n, int k, int lda, int ldc, float alpha, float beta) {
+  __shared__ float red[rows_red_floats(kRowsRoundGroups)];
+  if (aCode == kF32 || !vector_loads(a, b, k, lda)) __trap();
+  if (aCode == kBF16) gemm_fp8_rows_wide(static_cast<const __nv_bfloat16*>(a), b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta, red);
+  else gemm_fp8_rows_wide(static_cast<const __half*>(a), b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta, red);
 }
 
 namespace {

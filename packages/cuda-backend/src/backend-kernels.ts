@@ -26,11 +26,22 @@ const GEMM_FP8_PARAMS = {
 
 /** Rows of A up to which the warp-per-column kernel runs (its registers hold one sum per row). */
 export const GEMM_FP8_ROWS_MAX = 8;
+/**
+ * Rows of A up to which `backend_gemm_fp8_rows_wide` takes what the rows kernel's tensor-core
+ * path cannot (m > 8), where 16-byte loads apply; past it, or without them, the tiled kernel.
+ */
+export const GEMM_FP8_ROWS_WIDE_MAX = 64;
 
 export const gemmFp8RowsKernel = defineKernel({
   name: 'backend.gemm_fp8_rows',
   params: GEMM_FP8_PARAMS,
   cuda: { module: gemmFp8Module, symbol: 'backend_gemm_fp8_rows' },
+});
+
+export const gemmFp8RowsWideKernel = defineKernel({
+  name: 'backend.gemm_fp8_rows_wide',
+  params: GEMM_FP8_PARAMS,
+  cuda: { module: gemmFp8Module, symbol: 'backend_gemm_fp8_rows_wide' },
 });
 
 export const gemmFp8TiledKernel = defineKernel({
@@ -40,14 +51,32 @@ export const gemmFp8TiledKernel = defineKernel({
 });
 
 /**
- * backend_gemm_fp8_rows: a CTA per 16 output columns (the rows of its tensor-core products), its
- * warps splitting k: 8 warps, or 16 where the CTAs are fewer than two a multiprocessor (narrow
- * outputs: each CTA then keeps more of its weight bytes in flight). On its per-code path (shapes
- * that cannot take 16-byte loads) the same CTAs take every (grid's warps)-th column, a warp each.
+ * backend_gemm_fp8_rows and _rows_wide: a CTA per 16 output columns (the rows of its tensor-core
+ * products), its warps splitting k: 8 warps, or 16 where the CTAs are fewer than two a
+ * multiprocessor (narrow outputs: each CTA then keeps more of its weight bytes in flight). The
+ * split depends on n only, so a row's sums are the same at any m. On the rows kernel's per-code
+ * path (shapes that cannot take 16-byte loads) the same CTAs take every (grid's warps)-th column,
+ * a warp each.
  */
 export function gemmFp8RowsLaunch(n: number, multiprocessors: number, stream: Stream): LaunchConfig {
   const grid = Math.max(1, Math.ceil(n / 16));
   return { grid, block: grid < 2 * multiprocessors ? 512 : 256, stream };
+}
+
+/** Which block-FP8 GEMM kernel takes a product (`backend_gemm_fp8_*`). */
+export type Fp8GemmKernel = 'rows' | 'rows-wide' | 'tiled';
+
+/**
+ * The kernel for m rows of A (`GemmArgs` resolved: A's element code, lda, and the A and B
+ * pointers): the rows kernel up to 8 rows; up to GEMM_FP8_ROWS_WIDE_MAX its wide form where A is
+ * 16-bit and A's rows and B take 16-byte loads (k a multiple of 16, lda of 8, both 16-byte
+ * aligned: the kernels' `vector_loads`), so a row gets the bits the rows kernel gives it; else the
+ * tiled kernel.
+ */
+export function fp8GemmKernel(m: number, k: number, lda: number, aCode: number, a: bigint, b: bigint): Fp8GemmKernel {
+  if (m <= GEMM_FP8_ROWS_MAX) return 'rows';
+  const vector = aCode !== 0 && k % 16 === 0 && lda % 8 === 0 && a % 16n === 0n && b % 16n === 0n;
+  return vector && m <= GEMM_FP8_ROWS_WIDE_MAX ? 'rows-wide' : 'tiled';
 }
 
 /** backend_gemm_fp8_tiled: a CTA of 4 warps per 64 × 64 tile of C. */

@@ -34,7 +34,7 @@ import { LAUNCH_EARLY_START, LAUNCH_HEADER_BYTES, packArgs } from './arg-packing
 import { CaptureTracker } from './capture-tracker.js';
 import { cublasLtCandidates, CUBLASLT_HINT } from './cublaslt-paths.js';
 import {
-  GEMM_FP8_ROWS_MAX, convertKernel, convertLaunch, gemmFp8RowsKernel, gemmFp8RowsLaunch, gemmFp8TiledKernel, gemmFp8TiledLaunch,
+  convertKernel, convertLaunch, fp8GemmKernel, gemmFp8RowsKernel, gemmFp8RowsLaunch, gemmFp8RowsWideKernel, gemmFp8TiledKernel, gemmFp8TiledLaunch,
 } from './backend-kernels.js';
 import { GEMM_TYPE, resolveGemm } from './gemm-args.js';
 import { KernelRegistry } from './kernel-registry.js';
@@ -450,13 +450,14 @@ export class CudaBackend implements GpuBackend {
     if (g.fp8) {
       this.#checkRange(args.bScales!, g.scaleBytes, 'gemm (B scales)');
       // Block-FP8 B: the backend's kernels (cuBLASLt's block-scaled FP8 needs an FP8 A as well).
-      const rows = args.m <= GEMM_FP8_ROWS_MAX;
       const fp8Args = {
         a: args.a, aCode: g.abType, b: args.b, scales: args.bScales!, c: args.c, cCode: g.cType,
         m: args.m, n: args.n, k: args.k, lda: g.lda, ldc: g.ldc, alpha: g.alpha, beta: g.beta,
       };
-      if (rows) this.launch(gemmFp8RowsKernel, gemmFp8RowsLaunch(args.n, this.device.multiprocessors, args.stream ?? this.defaultStream), fp8Args);
-      else this.launch(gemmFp8TiledKernel, gemmFp8TiledLaunch(args.m, args.n, args.stream ?? this.defaultStream), fp8Args);
+      const stream = args.stream ?? this.defaultStream;
+      const kernel = fp8GemmKernel(args.m, args.k, g.lda, g.abType, args.a, args.b);
+      if (kernel === 'tiled') this.launch(gemmFp8TiledKernel, gemmFp8TiledLaunch(args.m, args.n, stream), fp8Args);
+      else this.launch(kernel === 'rows' ? gemmFp8RowsKernel : gemmFp8RowsWideKernel, gemmFp8RowsLaunch(args.n, this.device.multiprocessors, stream), fp8Args);
       return;
     }
     if (!this.gemmLibrary.loaded) throw new DeviceError('gemm', this.gemmLibrary.reason);

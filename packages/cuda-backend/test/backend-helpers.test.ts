@@ -2,6 +2,7 @@
 import { DeviceError, InvalidArgumentError } from '@metrale/core';
 import { describe, expect, it } from 'vitest';
 import { AllocationMap } from '../src/allocation-map.js';
+import { GEMM_FP8_ROWS_MAX, GEMM_FP8_ROWS_WIDE_MAX, fp8GemmKernel } from '../src/backend-kernels.js';
 import { CaptureTracker } from '../src/capture-tracker.js';
 import { resolveGemm } from '../src/gemm-args.js';
 
@@ -64,5 +65,22 @@ describe('resolveGemm', () => {
     expect(() => resolveGemm({ m: 2, n: 3, k: 4, a: p, b: p, c: p, dtype: 'f8' as 'f32' })).toThrow(InvalidArgumentError);
     expect(() => resolveGemm({ m: 2, n: 3, k: 4, a: p, b: p, c: p, dtype: 'f32', outDtype: 'bf16' })).toThrow(/no f32 x f32 -> bf16/);
     expect(() => resolveGemm({ m: -1, n: 3, k: 4, a: p, b: p, c: p, dtype: 'f32' })).toThrow(InvalidArgumentError);
+  });
+});
+
+describe('fp8GemmKernel', () => {
+  it('takes the rows kernel to 8 rows, its wide form to 64 where 16-byte loads apply, else the tiled kernel', () => {
+    const bf16 = 1, f16 = 2, f32 = 0;
+    expect([GEMM_FP8_ROWS_MAX, GEMM_FP8_ROWS_WIDE_MAX]).toEqual([8, 64]);
+    for (const m of [1, 8]) expect(fp8GemmKernel(m, 300, 300, f32, 0x1002n, 0x1001n)).toBe('rows');
+    for (const m of [9, 16, 64]) expect(fp8GemmKernel(m, 2048, 2048, bf16, 0x1000n, 0x2000n)).toBe('rows-wide');
+    expect(fp8GemmKernel(40, 144, 152, f16, 0x1000n, 0x2000n)).toBe('rows-wide');
+    expect(fp8GemmKernel(65, 2048, 2048, bf16, 0x1000n, 0x2000n)).toBe('tiled');
+    // Each condition of the 16-byte loads: a 16-bit A, k a multiple of 16, lda of 8, both pointers 16-byte aligned.
+    expect(fp8GemmKernel(16, 2048, 2048, f32, 0x1000n, 0x2000n)).toBe('tiled');
+    expect(fp8GemmKernel(16, 2040, 2048, bf16, 0x1000n, 0x2000n)).toBe('tiled');
+    expect(fp8GemmKernel(16, 2048, 2052, bf16, 0x1000n, 0x2000n)).toBe('tiled');
+    expect(fp8GemmKernel(16, 2048, 2048, bf16, 0x1008n, 0x2000n)).toBe('tiled');
+    expect(fp8GemmKernel(16, 2048, 2048, bf16, 0x1000n, 0x2004n)).toBe('tiled');
   });
 });

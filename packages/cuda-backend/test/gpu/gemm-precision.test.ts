@@ -1,6 +1,7 @@
 // The data path's GEMMs and conversions on the device against float64 references of the stored
 // values: block-FP8 B through the backend's kernels (the rows one for m ≤ 8, on tensor cores and on
-// its per-code path, the tensor-core tiles above on 16-byte loads and per element; partial 128-blocks in n and k; bf16 and f16 A; f32, bf16, f16 C;
+// its per-code path, its wide form to 64 rows, the tensor-core tiles above on 16-byte loads and per
+// element; partial 128-blocks in n and k; bf16 and f16 A; f32, bf16, f16 C;
 // alpha and beta), f16 operands through cuBLASLt, and `convert` between every pair of types
 // (bit-exact with core's encoders, which the CPU backend uses: one rounding of the same value). Bounds per element, S = Σ |a·b| + |beta·c0|:
 // f32 C: |C − ref| ≤ 1e-5 · S (f32 accumulation over the blocks); a 16-bit C: one more rounding.
@@ -73,16 +74,48 @@ describeGpu('gemm with a block-FP8 B (the backend kernels)', () => {
     { m: 3, n: 130, k: 256, a: 'f16', c: 'f32', lda: 260, ldc: 130, alpha: 1, beta: 0 },
     { m: 9, n: 130, k: 300, a: 'bf16', c: 'f32', lda: 300, ldc: 130, alpha: 1, beta: 0 },
     { m: 100, n: 640, k: 2048, a: 'bf16', c: 'bf16', lda: 2048, ldc: 640, alpha: 1, beta: 0 },
-    // The tiled kernel's 16-byte loads: out_proj at batch 64 (k = 4096, beta), a k that ends inside
-    // a 128-wide block with n ending inside a tile (f16), several tiles of rows (m 130).
+    // The rows kernel's wide form (9 to 64 rows, 16-byte loads): out_proj at batch 64 (k = 4096,
+    // beta), in_proj_qkvz at 16 rows, a k that ends inside a 128-wide block with n ending inside a
+    // CTA's columns (f16, m 17: a group of one row), 40 rows with lda past k.
     { m: 64, n: 2048, k: 4096, a: 'bf16', c: 'bf16', lda: 4096, ldc: 2048, alpha: 1, beta: 1 },
+    { m: 16, n: 12288, k: 2048, a: 'bf16', c: 'bf16', lda: 2048, ldc: 12288, alpha: 1, beta: 0 },
     { m: 17, n: 200, k: 144, a: 'f16', c: 'f32', lda: 152, ldc: 200, alpha: 0.5, beta: 0.25 },
+    { m: 40, n: 520, k: 640, a: 'bf16', c: 'f32', lda: 648, ldc: 520, alpha: 1, beta: 0 },
+    // The tiled kernel's 16-byte loads: several tiles of rows (m 130), past the wide form (m 65).
     { m: 130, n: 384, k: 2048, a: 'bf16', c: 'f32', lda: 2048, ldc: 390, alpha: 1, beta: 0 },
+    { m: 65, n: 256, k: 512, a: 'bf16', c: 'bf16', lda: 512, ldc: 256, alpha: 1, beta: 0 },
     { m: 333, n: 100, k: 200, a: 'f16', c: 'f32', lda: 210, ldc: 100, alpha: 2, beta: 0.5 },
   ];
   for (const [i, t] of cases.entries()) {
     it(`m ${t.m} n ${t.n} k ${t.k}, ${t.a} A → ${t.c} C${t.beta ? ', beta' : ''}`, () => {
       expect(fp8Case(backend(), t, 100 + i)).toBeLessThanOrEqual(1);
+    });
+  }
+
+  // A row's products, their order and the warps' split of k do not depend on m up to 64 rows, so
+  // a decode row gets the same bits whatever the batch it shares (the rows kernel to 8 rows, its
+  // wide form above); at the 80B projections' widths, where the CTAs take 8 and 16 warps.
+  for (const [n, k] of [[12288, 2048], [2048, 4096]] as const) {
+    it(`gives a row the same bits at 1, 8, 9, 24 and 64 rows (n ${n}, k ${k})`, () => {
+      const gpu = backend();
+      const rng = new SeededRandom(n + k);
+      const { codes, scales } = quantizeFp8(rng.normals(n * k, 0.05), n, k);
+      const a = toBf16(rng.normals(64 * k));
+      const pa = put(gpu, a), pb = put(gpu, codes), ps = put(gpu, scales), pc = gpu.alloc(64 * n * 2);
+      const rowsOf = (m: number): Uint8Array => {
+        gpu.gemm({ m, n, k, a: pa, b: pb, bDtype: 'f8e4m3', bScales: ps, c: pc, transB: true, dtype: 'bf16', outDtype: 'bf16' });
+        gpu.synchronize();
+        return gpu.download(pc, m * n * 2).slice();
+      };
+      try {
+        const all = rowsOf(64);
+        for (const m of [1, 8, 9, 24]) {
+          const some = rowsOf(m);
+          expect(Buffer.compare(Buffer.from(some), Buffer.from(all.subarray(0, m * n * 2))), `the first ${m} rows`).toBe(0);
+        }
+      } finally {
+        for (const p of [pa, pb, ps, pc]) gpu.free(p);
+      }
     });
   }
 
