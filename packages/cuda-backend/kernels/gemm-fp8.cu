@@ -73,8 +73,6 @@ struct Fragment {
   uint32_t w[4];
 };
 
-/** Groups of 8 rows of A (the MMA's 8 columns) the tensor-core rows path takes at most: m ≤ 64. */
-constexpr int kRowsGroupsMax = 8;
 /** Row groups whose sums the warps add through shared memory at a time (rounds of the reduction). */
 constexpr int kRowsRoundGroups = 2;
 /** Shared floats of the warps' reduction of `groups` row groups a round: a warp's lane's 4 sums of each. */
