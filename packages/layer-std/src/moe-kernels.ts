@@ -357,6 +357,15 @@ const tilesFp8 = (wgmmaStages: { up: number; down: number }): GemmTiles => {
 const TILES_FP8 = tilesFp8({ up: 3, down: 3 });
 const TILES_FP8_FEW = tilesFp8({ up: 8, down: 4 });
 
+/**
+ * The decode batch (`LayerLimits.maxBatch`) from which a layer with FP8 experts takes the
+ * tensor-core GEMMs in decode and verify steps too. Below it the CUDA-core kernels, which read one
+ * or a few rows' experts faster; from it the GEMMs, which do many rows' products several times
+ * faster (docs/benchmarks.md, "FP8 experts by the batch a layer is built for"). A layer keeps its
+ * choice for every step, so a row's bits never depend on the batch it shares.
+ */
+export const FP8_TENSOR_CORE_MIN_BATCH = 32;
+
 function expertKernelsOf(format: ExpertFormat): ExpertKernels {
   const name = (base: string) => (format === 'f32' ? base : `${base}.${format}`);
   const symbol = (base: string) => `${base}${SYMBOL_SUFFIX[format]}`;
@@ -392,15 +401,6 @@ function expertKernelsOf(format: ExpertFormat): ExpertKernels {
         }),
   };
 }
-
-/**
- * The decode batch (`LayerLimits.maxBatch`) from which a layer with FP8 experts takes the
- * tensor-core GEMMs in decode and verify steps too. Below it the CUDA-core kernels, which read one
- * or a few rows' experts faster; from it the GEMMs, which do many rows' products several times
- * faster (docs/benchmarks.md, "FP8 experts by the batch a layer is built for"). A layer keeps its
- * choice for every step, so a row's bits never depend on the batch it shares.
- */
-export const FP8_TENSOR_CORE_MIN_BATCH = 32;
 
 /**
  * Whether a step runs the tensor-core expert GEMMs: where the format has them and the widths suit
