@@ -146,30 +146,19 @@ __device__ void gemm_fp8_rows_mma(const T* __restrict__ a, const uint8_t* __rest
         const uint4 x1 = row ? __ldg(reinterpret_cast<const uint4*>(ap + 8)) : make_uint4(0, 0, 0, 0);
         xs[0] = x0.x, xs[1] = x0.y, xs[2] = x0.z, xs[3] = x0.w, xs[4] = x1.x, xs[5] = x1.y, xs[6] = x1.z, xs[7] = x1.w;
       };
-      if constexpr (RG == 1) {
-        // One group (the decode path of m ≤ 8): each step's codes converted just before its product.
+      // The codes converted once for all row groups.
+      Fragment af[4];
+#pragma unroll
+      for (int st = 0; st < 4; st++) af[st] = codes(st);
+#pragma unroll
+      for (int r = 0; r < RG; r++) {
         uint32_t xs[8];
-        rows(0, xs);
+        rows(r, xs);
         float part[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-        for (int st = 0; st < 4; st++) mma16816<T>(part, codes(st).w, xs[2 * st], xs[2 * st + 1]);
+        for (int st = 0; st < 4; st++) mma16816<T>(part, af[st].w, xs[2 * st], xs[2 * st + 1]);
 #pragma unroll
-        for (int i = 0; i < 4; i++) acc[0][i] = fmaf(s[u], part[i], acc[0][i]);
-      } else {
-        // Several: the codes converted once for all groups.
-        Fragment af[4];
-#pragma unroll
-        for (int st = 0; st < 4; st++) af[st] = codes(st);
-#pragma unroll
-        for (int r = 0; r < RG; r++) {
-          uint32_t xs[8];
-          rows(r, xs);
-          float part[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-          for (int st = 0; st < 4; st++) mma16816<T>(part, af[st].w, xs[2 * st], xs[2 * st + 1]);
-#pragma unroll
-          for (int i = 0; i < 4; i++) acc[r][i] = fmaf(s[u], part[i], acc[r][i]);
-        }
+        for (int i = 0; i < 4; i++) acc[r][i] = fmaf(s[u], part[i], acc[r][i]);
       }
     }
   }
