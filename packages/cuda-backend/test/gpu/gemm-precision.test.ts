@@ -75,10 +75,11 @@ describeGpu('gemm with a block-FP8 B (the backend kernels)', () => {
     { m: 9, n: 130, k: 300, a: 'bf16', c: 'f32', lda: 300, ldc: 130, alpha: 1, beta: 0 },
     { m: 100, n: 640, k: 2048, a: 'bf16', c: 'bf16', lda: 2048, ldc: 640, alpha: 1, beta: 0 },
     // The rows kernel's wide form (9 to 64 rows, 16-byte loads): out_proj at batch 64 (k = 4096,
-    // beta), in_proj_qkvz at 16 rows, a k that ends inside a 128-wide block with n ending inside a
-    // CTA's columns (f16, m 17: a group of one row), 40 rows with lda past k.
+    // beta), 16 rows over a wide n (CTAs of 8 warps on an H100 or H200), a k that ends inside a
+    // 128-wide block with n ending inside a CTA's columns (f16, m 17: a group of one row), 40 rows
+    // with lda past k. (The mock driver's GEMM is a plain loop: the shapes stay small.)
     { m: 64, n: 2048, k: 4096, a: 'bf16', c: 'bf16', lda: 4096, ldc: 2048, alpha: 1, beta: 1 },
-    { m: 16, n: 12288, k: 2048, a: 'bf16', c: 'bf16', lda: 2048, ldc: 12288, alpha: 1, beta: 0 },
+    { m: 16, n: 4352, k: 2048, a: 'bf16', c: 'bf16', lda: 2048, ldc: 4352, alpha: 1, beta: 0 },
     { m: 17, n: 200, k: 144, a: 'f16', c: 'f32', lda: 152, ldc: 200, alpha: 0.5, beta: 0.25 },
     { m: 40, n: 520, k: 640, a: 'bf16', c: 'f32', lda: 648, ldc: 520, alpha: 1, beta: 0 },
     // The tiled kernel's 16-byte loads: several tiles of rows (m 130), past the wide form (m 65).
@@ -94,8 +95,9 @@ describeGpu('gemm with a block-FP8 B (the backend kernels)', () => {
 
   // A row's products, their order and the warps' split of k do not depend on m up to 64 rows, so
   // a decode row gets the same bits whatever the batch it shares (the rows kernel to 8 rows, its
-  // wide form above); at the 80B projections' widths, where the CTAs take 8 and 16 warps.
-  for (const [n, k] of [[12288, 2048], [2048, 4096]] as const) {
+  // wide form above); for both splits of k: n of at least 2 CTAs an SM (8 warps each on an H100 or
+  // H200's 132 multiprocessors) and fewer (16 warps), as in_proj_qkvz and out_proj take them.
+  for (const [n, k] of [[4352, 1024], [1024, 2048]] as const) {
     it(`gives a row the same bits at 1, 8, 9, 24 and 64 rows (n ${n}, k ${k})`, () => {
       const gpu = backend();
       const rng = new SeededRandom(n + k);
