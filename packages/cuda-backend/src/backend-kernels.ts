@@ -2,6 +2,7 @@
 // conversion of `convert` and the block-FP8 GEMMs of `gemm`. CUDA only: the CPU backend computes
 // the same operations in its own gemm and convert.
 import { defineKernel, defineKernelModule, type LaunchConfig, type Stream } from '@metrale/core';
+import { GEMM_TYPE } from './gemm-args.js';
 
 // '../dist/kernels/…' resolves to the package's dist/kernels both from src/ (tests) and from
 // dist/index.js (the bundle), since both sit one level below the package root.
@@ -67,7 +68,7 @@ export function gemmFp8RowsLaunch(n: number, multiprocessors: number, stream: St
 export type Fp8GemmKernel = 'rows' | 'rows-wide' | 'tiled';
 
 /**
- * The kernel for m rows of A (`GemmArgs` resolved: A's element code, lda, and the A and B
+ * The kernel for m rows of A (`GemmArgs` resolved: A's `GEMM_TYPE` code, lda, and the A and B
  * pointers): the rows kernel up to 8 rows; up to GEMM_FP8_ROWS_WIDE_MAX its wide form where A is
  * 16-bit and A's rows and B take 16-byte loads (k a multiple of 16, lda of 8, both 16-byte
  * aligned: the kernels' `vector_loads`), so a row gets the bits the rows kernel gives it; else the
@@ -75,7 +76,7 @@ export type Fp8GemmKernel = 'rows' | 'rows-wide' | 'tiled';
  */
 export function fp8GemmKernel(m: number, k: number, lda: number, aCode: number, a: bigint, b: bigint): Fp8GemmKernel {
   if (m <= GEMM_FP8_ROWS_MAX) return 'rows';
-  const vector = aCode !== 0 && k % 16 === 0 && lda % 8 === 0 && a % 16n === 0n && b % 16n === 0n;
+  const vector = aCode !== GEMM_TYPE.f32 && k % 16 === 0 && lda % 8 === 0 && a % 16n === 0n && b % 16n === 0n;
   return vector && m <= GEMM_FP8_ROWS_WIDE_MAX ? 'rows-wide' : 'tiled';
 }
 

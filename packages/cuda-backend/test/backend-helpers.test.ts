@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { AllocationMap } from '../src/allocation-map.js';
 import { GEMM_FP8_ROWS_MAX, GEMM_FP8_ROWS_WIDE_MAX, fp8GemmKernel } from '../src/backend-kernels.js';
 import { CaptureTracker } from '../src/capture-tracker.js';
-import { resolveGemm } from '../src/gemm-args.js';
+import { GEMM_TYPE, resolveGemm } from '../src/gemm-args.js';
 
 describe('AllocationMap', () => {
   it('finds the allocation holding a range and keeps address order', () => {
@@ -70,7 +70,7 @@ describe('resolveGemm', () => {
 
 describe('fp8GemmKernel', () => {
   it('takes the rows kernel to 8 rows, its wide form to 64 where 16-byte loads apply, else the tiled kernel', () => {
-    const bf16 = 1, f16 = 2, f32 = 0;
+    const { bf16, f16, f32 } = GEMM_TYPE;
     expect([GEMM_FP8_ROWS_MAX, GEMM_FP8_ROWS_WIDE_MAX]).toEqual([8, 64]);
     for (const m of [1, 8]) expect(fp8GemmKernel(m, 300, 300, f32, 0x1002n, 0x1001n)).toBe('rows');
     for (const m of [9, 16, 64]) expect(fp8GemmKernel(m, 2048, 2048, bf16, 0x1000n, 0x2000n)).toBe('rows-wide');
