@@ -1,5 +1,6 @@
 import { UsageError } from '../errors/cli-errors.js';
 import { parseNgramSpec } from '@metrale/core';
+import { FP8_TENSOR_CORE_MIN_BATCH } from '@metrale/layer-std';
 import { Presets, SingleBar } from 'cli-progress';
 import type { DtypeChoice } from '@metrale/core';
 import { Command, InvalidArgumentError, Option } from 'commander';
@@ -69,7 +70,7 @@ export function serveCommand(ctx: CliContext): Command {
     .addOption(new Option('--backend <name>', 'device to run on').choices(BACKEND_CHOICES).default('auto'))
     .addOption(dtypeOption())
     .option('--spec <proposer>', 'speculative decoding: ngram, or ngram:k=K[,min=N,max=N,adaptive=0|1] (adaptive=0 verifies whenever there are drafts; 1, the default, only where measured faster than plain decode)', speculationSpec)
-    .option('--max-batch <n>', 'sequences decoded together at most (each holds a cache slot; from 32, block-FP8 experts decode on tensor cores: faster for many sequences, slower for one)', positiveInt, 32)
+    .option('--max-batch <n>', `sequences decoded together at most (each holds a cache slot; from ${FP8_TENSOR_CORE_MIN_BATCH}, block-FP8 experts decode on tensor cores: faster for many sequences, slower for one)`, positiveInt, 32)
     .option('--max-queue <n>', 'requests waiting for a slot at most; more get 429', (v) => Math.floor(nonNegative(v)), 256)
     .option('--max-model-len <n>', "prompt + completion tokens per request (default: the model's max_position_embeddings)", positiveInt)
     .option('--gpu-memory-utilization <u>', 'share of the device memory the server may take, in (0, 1]; the KV cache gets what the weights and buffers leave of it (default 0.9; on the CPU backend, given only to size by host memory)', probability)
