@@ -37,8 +37,6 @@
 // its chunks of kSteps<W> 4-element steps, c ≡ l mod 32, in order, the same fma sequence, the
 // xor-butterfly tree over lanes), so a row's result is bit-identical whatever the batch and
 // whichever rows share its experts.
-#include <metrale/cluster.cuh>
-
 #include "std-common.cuh"
 #include "std-mma.cuh"
 #include "std-moe-groups.cuh"
@@ -198,15 +196,14 @@ __device__ __forceinline__ void up_dots4(const R* __restrict__ x, const W* const
 }
 
 /**
- * The sums g · x and u · x of N intermediate rows i[n] of expert e whose gate and up rows start at G
- * and Ug (N = 2: a warp's two rows of a one-row step, their loads in flight together), given to
- * sink(i[n], g·x, u·x, n < count) in every lane, which stores h = silu(g·x) · (u·x); rows n ≥
- * `count` repeat row 0's addresses (the sink stores none of them). Each row's sums are the
- * sequence it gets alone.
+ * h[i[n]] = silu(g · x) · (u · x) for N intermediate rows of expert e whose gate and up rows start
+ * at G and Ug (N = 2: a warp's two rows of a one-row step, their loads in flight together); rows
+ * n ≥ `count` repeat row 0's addresses and are not stored. Each row's sums are the sequence it
+ * gets alone.
  */
-template <int U, int N, typename W, typename R, typename Sink>
+template <int U, int N, typename W, typename R>
 __device__ __forceinline__ void up_rows(const R* __restrict__ x, const W* __restrict__ G, const W* __restrict__ Ug, const float* __restrict__ scales,
-                                        const int (&i)[N], int count, int e, int I, int D, bool vec, int lane, Sink sink) {
+                                        R* __restrict__ hr, const int (&i)[N], int count, int e, int I, int D, bool vec, int lane) {
   const W* g[N];
   const W* u[N];
   const float* gs[N];
@@ -236,7 +233,7 @@ __device__ __forceinline__ void up_rows(const R* __restrict__ x, const W* __rest
 #pragma unroll
   for (int n = 0; n < N; n++) {
     const float a = warp_sum(sg[n]), b = warp_sum(su[n]);
-    sink(i[n], a, b, n < count);
+    if (lane == 0 && n < count) store_value(hr, i[n], silu(a) * b);
   }
 }
 
@@ -256,9 +253,6 @@ __device__ __forceinline__ void experts_up_rowwise(const R* __restrict__ input, 
     R* hr = h + (size_t)rj * I;
     const W* G = gateUp + (size_t)ev * 2 * I * D;
     const W* U = G + (size_t)I * D;
-    const auto store = [&](int i, float g, float u, bool in) {
-      if (lane == 0 && in) store_value(hr, i, silu(g) * u);
-    };
     for (int i0 = blockIdx.y * kUpRows; i0 < I; i0 += gridDim.y * kUpRows) {
       const int iEnd = min(I, i0 + kUpRows);
       if (!valid) {
@@ -268,12 +262,12 @@ __device__ __forceinline__ void experts_up_rowwise(const R* __restrict__ input, 
         // One row: a warp's two rows of the tile (i, i + nw) at once.
         for (int i = i0 + warp_id(); i < iEnd; i += 2 * nw) {
           const int pair[2] = {i, i + nw};
-          up_rows<8, 2, W, R>(x, G, U, scales, pair, i + nw < iEnd ? 2 : 1, ev, I, D, vec, lane, store);
+          up_rows<8, 2, W, R>(x, G, U, scales, hr, pair, i + nw < iEnd ? 2 : 1, ev, I, D, vec, lane);
         }
       } else {
         for (int i = i0 + warp_id(); i < iEnd; i += nw) {
           const int one[1] = {i};
-          up_rows<4, 1, W, R>(x, G, U, scales, one, 1, ev, I, D, vec, lane, store);
+          up_rows<4, 1, W, R>(x, G, U, scales, hr, one, 1, ev, I, D, vec, lane);
         }
       }
     }
@@ -383,144 +377,6 @@ __device__ __forceinline__ void experts_rowwise(const R* __restrict__ h, const i
         if (lane == 0) store_value(output, (size_t)r * D + d, acc);
       }
     }
-  }
-}
-
-/** CTAs of a slot of std_moe_experts_one_row: one cluster (portable size) a slot. */
-constexpr int kOneRowCluster = 8;
-/** Output values a warp of std_moe_experts_one_row's down pass takes at once (their sums in flight together). */
-constexpr int kOneRowValues = 4;
-/** Slots whose y the last CTA of std_moe_experts_one_row loads at once for its sum. */
-constexpr int kOneRowSumSlots = 12;
-
-/**
- * One row's experts in one launch (decode at batch 1 with FP8 experts, sm_90): the row-wise pair's
- * products without the second launch, and with the down weights read while the up pass runs.
- * Slot j is cluster j (kOneRowCluster CTAs; grid j · kOneRowCluster + rank). Each CTA:
- *   - starts the copy of its 1/kOneRowCluster of expert e_j's down rows into shared memory
- *     (cp.async), then computes its 1/kOneRowCluster of h_j as the row-wise up kernel's one-row
- *     path does (a warp two rows at once, the same sums), storing each value in h and in every
- *     CTA of the cluster's shared copy of h_j;
- *   - after the cluster barrier (all of h_j in its shared memory), y_j for its share of the outputs
- *     from shared memory, each value the sequence the row-wise down pass gives it, rounded to R, in y;
- *   - the last CTA to finish (a ticket on `counter`) adds Σ_j w_j · y_j in order j into `output`,
- *     as the row-wise down pass adds them.
- * So h and the output get the row-wise pair's bits (test/gpu). Slots whose id is outside the
- * experts get h = 0 and add nothing. Needs the vector paths (host: expertsOneRowSupported).
- */
-template <typename W, typename R>
-__device__ __forceinline__ void experts_one_row(const R* __restrict__ x, const int32_t* __restrict__ ids, const float* __restrict__ weights,
-                                                const W* __restrict__ gateUp, const float* __restrict__ gateUpScales, const W* __restrict__ down,
-                                                const float* __restrict__ downScales, R* __restrict__ h, R* __restrict__ y, R* __restrict__ output,
-                                                unsigned* __restrict__ counter, int D, int I, int experts) {
-  STD_DYNAMIC_SMEM(smem);
-  constexpr int V = kSteps<W>;
-  const int lane = lane_id(), warp = warp_id(), nw = num_warps();
-  const bool vec = vector_width<W>(D) && aligned16(x) && aligned16(gateUp) && vector_width<W>(I) && aligned16(h) && aligned16(down) && aligned16(y) &&
-                   aligned16(output);
-  if (!vec || !metrale::cluster::available()) __trap();  // the host launches it only where both hold
-  const int j = blockIdx.x / kOneRowCluster;
-  const unsigned rank = metrale::cluster::rank();
-  const int iPer = (I + kOneRowCluster - 1) / kOneRowCluster, dPer = (D + kOneRowCluster - 1) / kOneRowCluster;
-  const int i0 = min(I, (int)rank * iPer), i1 = min(I, i0 + iPer);
-  const int d0 = min(D, (int)rank * dPer), d1 = min(D, d0 + dPer);
-  // Shared memory (expertsOneRowSharedBytes): the down rows d0 … d1 − 1 [dPer][I], h_j as f32 [I], the ticket's flag.
-  const W* dw = reinterpret_cast<const W*>(smem);
-  float* hs = reinterpret_cast<float*>(smem + (size_t)dPer * I * sizeof(W));
-  int* flag = reinterpret_cast<int*>(hs + I);
-  const int e = ids[j];
-  const bool valid = e >= 0 && e < experts;
-  if (valid) {
-    const unsigned char* src = reinterpret_cast<const unsigned char*>(down + ((size_t)e * D + d0) * I);
-    const int chunks = (int)((size_t)(d1 - d0) * I * sizeof(W) / 16);
-    for (int q = threadIdx.x; q < chunks; q += blockDim.x) cp_async16(smem + 16 * (size_t)q, src + 16 * (size_t)q, true);
-  }
-  cp_async_commit();
-
-  R* hj = h + (size_t)j * I;
-  if (valid) {
-    const W* G = gateUp + (size_t)e * 2 * I * D;
-    const W* Ug = G + (size_t)I * D;
-    const uint32_t hsAt = metrale::cluster::saddr(hs);
-    // Lane r < kOneRowCluster stores the value (as the down pass reads it: rounded to R) into CTA r's copy.
-    const auto share = [&](int i, float g, float u, bool in) {
-      const float v = silu(g) * u;
-      if (lane == 0 && in) store_value(hj, i, v);
-      if (lane < kOneRowCluster && in) metrale::cluster::st(hsAt + 4u * (uint32_t)i, (unsigned)lane, round_to<R>(v));
-    };
-    for (int i = i0 + warp; i < i1; i += 2 * nw) {
-      const int pair[2] = {i, i + nw};
-      up_rows<8, 2, W, R>(x, G, Ug, gateUpScales, pair, i + nw < i1 ? 2 : 1, e, I, D, true, lane, share);
-    }
-  } else {
-    for (int i = i0 + (int)threadIdx.x; i < i1; i += blockDim.x) store_value(hj, i, 0.f);
-  }
-  metrale::cluster::arrive();
-  metrale::cluster::wait();
-  cp_async_wait<0>();
-  __syncthreads();
-
-  if (valid) {
-    R* yj = y + (size_t)j * D;
-    for (int da = d0 + warp * kOneRowValues; da < d1; da += nw * kOneRowValues) {
-      float s[kOneRowValues];
-      const float* ds[kOneRowValues];
-#pragma unroll
-      for (int v = 0; v < kOneRowValues; v++) {
-        s[v] = 0.f;
-        ds[v] = down_scales<W>(downScales, e, min(da + v, d1 - 1), D, I);
-      }
-      for (int c = lane; c < (I >> 2) / V; c += 32) {
-        float4 hv[V];
-#pragma unroll
-        for (int t = 0; t < V; t++) hv[t] = reinterpret_cast<const float4*>(hs)[(size_t)c * V + t];
-#pragma unroll
-        for (int v = 0; v < kOneRowValues; v++) {
-          const int d = min(da + v, d1 - 1);
-          const WeightChunk<W> wc = reinterpret_cast<const WeightChunk<W>*>(dw + (size_t)(d - d0) * I)[c];
-          const float sc = block_scale<W>(ds[v], chunk_block<W>(c));
-#pragma unroll
-          for (int t = 0; t < V; t++) s[v] = dot_step4<W>(s[v], step_of<W>(wc, t), hv[t], sc);
-        }
-      }
-#pragma unroll
-      for (int v = 0; v < kOneRowValues; v++) {
-        const float yv = round_to<R>(warp_sum(s[v]));
-        if (lane == 0 && da + v < d1) store_value(yj, da + v, yv);
-      }
-    }
-  }
-
-  if (!last_to_arrive(counter, gridDim.x, *flag)) return;
-  // A thread's 8 values of the output a pass (D is a multiple of 16): each slot's 16 bytes of y are
-  // loaded kOneRowSumSlots slots at a time, whether or not the slot has an expert, so that the loads
-  // of a round are in flight together; a slot without an expert adds nothing (its y is not read as
-  // a number).
-  const int slots = gridDim.x / kOneRowCluster;
-  for (int d8 = threadIdx.x; d8 < (D >> 3); d8 += blockDim.x) {
-    float acc[8];
-#pragma unroll
-    for (int t = 0; t < 8; t++) acc[t] = 0.f;
-    for (int k0 = 0; k0 < slots; k0 += kOneRowSumSlots) {
-      uint4 yv[kOneRowSumSlots];
-#pragma unroll
-      for (int q = 0; q < kOneRowSumSlots; q++)
-        if (k0 + q < slots) yv[q] = reinterpret_cast<const uint4*>(y + (size_t)(k0 + q) * D)[d8];
-#pragma unroll
-      for (int q = 0; q < kOneRowSumSlots; q++) {
-        const int k = k0 + q;
-        if (k >= slots) break;
-        const int ek = ids[k];
-        if (ek < 0 || ek >= experts) continue;
-        const float wk = weights[k];
-        const float4 lo = unpack4<R>(make_uint2(yv[q].x, yv[q].y)), hi = unpack4<R>(make_uint2(yv[q].z, yv[q].w));
-        const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-#pragma unroll
-        for (int t = 0; t < 8; t++) acc[t] = __fmaf_rn(wk, v[t], acc[t]);
-      }
-    }
-    store4(output, 2 * (size_t)d8, make_float4(acc[0], acc[1], acc[2], acc[3]));
-    store4(output, 2 * (size_t)d8 + 1, make_float4(acc[4], acc[5], acc[6], acc[7]));
   }
 }
 
@@ -959,30 +815,6 @@ STD_MOE_EXPERT_KERNELS(_fp8_bf16, fp8, bf16)
 STD_MOE_EXPERT_KERNELS(_fp8_f16, fp8, f16)
 
 #undef STD_MOE_EXPERT_KERNELS
-
-// The one-row experts in one launch (experts_one_row): block-FP8 experts over bf16 / f16 rows, a
-// cluster a slot on sm_90 (the sm_80 code traps; the layer takes the row-wise pair there).
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define STD_MOE_ONE_ROW_CLUSTER __cluster_dims__(kOneRowCluster, 1, 1)
-#else
-#define STD_MOE_ONE_ROW_CLUSTER
-#endif
-#define STD_MOE_ONE_ROW_KERNEL(SUFFIX, W, R)                                                                                                      \
-  extern "C" __global__ void __launch_bounds__(256, 1) STD_MOE_ONE_ROW_CLUSTER std_moe_experts_one_row##SUFFIX(                                  \
-      const R* __restrict__ input, const int32_t* __restrict__ ids, const float* __restrict__ weights, const W* __restrict__ gateUp,              \
-      const float* __restrict__ gateUpScales, const W* __restrict__ down, const float* __restrict__ downScales, R* __restrict__ h,                \
-      R* __restrict__ y, R* __restrict__ output, unsigned* __restrict__ counter, int rows, int hidden, int inter, int experts, int topK,          \
-      int wDtype, int rowDtype) {                                                                                                                \
-    check_codes<W, R>(wDtype, rowDtype);                                                                                                         \
-    if (rows != 1 || (int)gridDim.x != topK * kOneRowCluster) __trap();                                                                          \
-    experts_one_row<W, R>(input, ids, weights, gateUp, gateUpScales, down, downScales, h, y, output, counter, hidden, inter, experts);            \
-  }
-
-STD_MOE_ONE_ROW_KERNEL(_fp8_bf16, fp8, bf16)
-STD_MOE_ONE_ROW_KERNEL(_fp8_f16, fp8, f16)
-
-#undef STD_MOE_ONE_ROW_KERNEL
-#undef STD_MOE_ONE_ROW_CLUSTER
 
 // std_moe_localize (expert parallelism): the rank holds experts [first, first + count) and one
 // zero expert after them. Entries of its experts get local ids; the others the zero expert and

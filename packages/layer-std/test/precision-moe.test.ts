@@ -171,51 +171,6 @@ describe('MoE in bf16 / f16 and with FP8 weights against float64 references', ()
     expect(moeTensorCores(EXPERT_KERNELS.f32, 'prefill', 2048, 512, 64)).toBe(false);
   });
 
-  // One row on a device with thread-block clusters (compute capability 9.0: the CPU backend made to
-  // report it) takes std.moe_experts_one_row, the row-wise pair in one launch; several rows, or a
-  // device without clusters, the pair. The CPU twins give the same bits either way (the CUDA
-  // kernel's against the pair: test/gpu/moe-experts-kernels).
-  it('fp8 + bf16: one decode row on compute capability 9.0 takes the experts in one launch (std.moe_experts_one_row), with the row-wise pair\'s output', () => {
-    const [D, I] = [160, 144];
-    const w = moeWeights(D, I, 'gated', 23, 1);
-    const src = toFp8(w, linearWeights);
-    const options = { ...ROUTINGS[0]!.options(D, I), precision: { rows: 'bf16', fp8Weights: true } as Precision };
-    const limits: LayerLimits = { maxSeqs: 8, maxSeqLen: 8, maxBatch: 8, maxK: 1, maxRows: 8 };
-    const rnd = new SeededRandom(24);
-    const prompt = rnd.normals(3 * D);
-    const x = rnd.normals(3 * D);
-    const decodeOn = (capability: readonly [number, number], n: number) => {
-      const gpu = new CpuBackend();
-      Object.defineProperty(gpu, 'device', { value: Object.freeze({ ...gpu.device, computeCapability: capability }) });
-      const layer = new MoeLayer(gpu, src.source(), limits, options);
-      const driver = new StepDriver({ gpu, layers: [layer], limits, graphs: false });
-      const launched: string[] = [];
-      const launch = gpu.launch.bind(gpu);
-      gpu.launch = (kernel, config, args) => (launched.push(kernel.name), launch(kernel, config, args));
-      try {
-        const seqs = Array.from({ length: n }, () => driver.open());
-        driver.prefill({ seqs, lengths: seqs.map(() => 1), input: encodeRows(prompt.subarray(0, n * D), 'bf16') });
-        launched.length = 0;
-        const out = driver.readOutput(driver.decode({ seqs, input: encodeRows(x.subarray(0, n * D), 'bf16') }));
-        return { out: Array.from(out), launched };
-      } finally {
-        driver.dispose();
-        layer.dispose();
-        gpu.dispose();
-      }
-    };
-    const sm90 = decodeOn([9, 0], 1);
-    const sm80 = decodeOn([8, 0], 1);
-    expect(sm90.launched, sm90.launched.join(', ')).toContain('std.moe_experts_one_row.fp8-bf16');
-    expect(sm90.launched.some((k) => k.startsWith('std.moe_experts_up_rowwise')), sm90.launched.join(', ')).toBe(false);
-    expect(sm80.launched, sm80.launched.join(', ')).toContain('std.moe_experts_up_rowwise.fp8-bf16');
-    expect(sm80.launched.some((k) => k.startsWith('std.moe_experts_one_row')), sm80.launched.join(', ')).toBe(false);
-    expect(sm90.out).toEqual(sm80.out);
-    const three = decodeOn([9, 0], 3);
-    expect(three.launched, three.launched.join(', ')).toContain('std.moe_experts_up_rowwise.fp8-bf16');
-    expect(three.launched.some((k) => k.startsWith('std.moe_experts_one_row')), three.launched.join(', ')).toBe(false);
-  });
-
   // A layer picks its FP8 decode kernels once, by the decode batch it is built for, and keeps them
   // for every decode step: the row-wise CUDA-core kernels below FP8_TENSOR_CORE_MIN_BATCH, the
   // tensor-core GEMMs from it. Both compute the block against the dequantized weights.
