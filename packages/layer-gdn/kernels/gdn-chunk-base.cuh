@@ -3,7 +3,7 @@
 // src/gdn-prefill-launch.ts mirrors a size.
 #pragma once
 #include <stdint.h>
-#include <metrale/cluster.cuh>
+#include "gdn-cluster.cuh"
 #include "gdn-pdl.cuh"
 #include "gdn-step.cuh"
 

@@ -19,7 +19,7 @@ __device__ __forceinline__ unsigned char* dyn_smem() {
 #endif
 }
 
-__device__ __forceinline__ uint32_t saddr(const void* p) { return metrale::cluster::saddr(p); }
+__device__ __forceinline__ uint32_t saddr(const void* p) { return gdn_cluster::saddr(p); }
 
 // bf16 round to nearest even; two floats into one bf16x2 word, `lo` in the low half.
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
@@ -149,12 +149,12 @@ __device__ __forceinline__ void cp_wait() {
 #endif
 }
 
-// Cluster (sm_90): rank, split barrier, a store into another CTA's shared memory (core's <metrale/cluster.cuh>).
-__device__ __forceinline__ unsigned cluster_rank() { return metrale::cluster::rank(); }
-__device__ __forceinline__ void cluster_arrive() { metrale::cluster::arrive(); }
-__device__ __forceinline__ void cluster_wait() { metrale::cluster::wait(); }
-__device__ __forceinline__ void st_cluster(uint32_t addr, unsigned rank, float v) { metrale::cluster::st(addr, rank, v); }
-__device__ __forceinline__ bool has_clusters() { return metrale::cluster::available(); }
+// Cluster (sm_90): rank, split barrier, a store into another CTA's shared memory (gdn-cluster.cuh).
+__device__ __forceinline__ unsigned cluster_rank() { return gdn_cluster::rank(); }
+__device__ __forceinline__ void cluster_arrive() { gdn_cluster::arrive(); }
+__device__ __forceinline__ void cluster_wait() { gdn_cluster::wait(); }
+__device__ __forceinline__ void st_cluster(uint32_t addr, unsigned rank, float v) { gdn_cluster::st(addr, rank, v); }
+__device__ __forceinline__ bool has_clusters() { return gdn_cluster::available(); }
 
 // Fragment addresses. Tiles are row-major bf16 with `stride` elements per row.
 // A operand (16 × 16 at row r0, col k0) / B operand stored [n][k] (two n-tiles at n0, k0..k0+15):

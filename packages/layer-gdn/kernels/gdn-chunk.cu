@@ -1,7 +1,7 @@
 // Gated DeltaNet prefill in the chunked WY form (docs/layers/gdn.md, "Chunked form"; C = 64):
 // gdn_prefill_wy[_x3], gdn_prefill_scan[_x3], gdn_prefill_norm. Buffer layouts: ../KERNELS.md
 // ("Prefill"); launches: src/gdn-prefill-launch.ts (prefillPlan, launchPrefill); CPU twins:
-// src/gdn-prefill.cpu.ts. Its own gdn-chunk-*.cuh headers (below) and gdn-step.cuh, gdn-pdl.cuh (and core's <metrale/cluster.cuh>):
+// src/gdn-prefill.cpu.ts. Its own gdn-chunk-*.cuh headers (below) and gdn-step.cuh, gdn-cluster.cuh, gdn-pdl.cuh:
 // no code of gdn-recurrent.cu (test/gpu/kernels/gdn-chunk-rowwise.cu keeps the row-by-row version as the GPU lane's oracle).
 // tools/cuda-emu runs this file on the CPU (test/gpu/emu).
 //

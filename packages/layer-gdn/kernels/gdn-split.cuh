@@ -20,7 +20,7 @@
 // Takes what the pipe kernels take with d_v ≤ 128; decode steps only (mode 0, k = 1), and needs
 // clusters (sm_90); else traps.
 #pragma once
-#include <metrale/cluster.cuh>
+#include "gdn-cluster.cuh"
 #include "gdn-pipe.cuh"
 
 #ifndef GDN_SPLIT_MAXNREG
@@ -39,7 +39,7 @@ __device__ __forceinline__ void check_split(const Args& A) {
   const bool ok = A.maxK <= fast::kMaxRows && A.K <= fast::kMaxConv && A.dk <= pipe::kParts * pipe::kPartRows && A.dv % 4 == 0 &&
                   A.dv <= kCluster * kW && nthreads() == kThreads &&
                   fast::dyn_smem_bytes() >= 4u * (unsigned)pipe::pipe_smem_floats(A.dk, A.dv, A.maxK, 1) &&
-                  metrale::cluster::available();
+                  gdn_cluster::available();
   if (!ok) __trap();
 }
 
@@ -69,10 +69,10 @@ __device__ __forceinline__ void run_columns(const Args& A, const Geo& G, const T
   __syncthreads();
   const int j0 = min(A.dv, rank * kW), j1 = min(A.dv, j0 + kW);
   const float part_ss = pipe::osm_sumsq(P, j0, j1);
-  metrale::cluster::wait();  // every CTA of the cluster has started: its shared memory takes stores
-  if (tid < kCluster) metrale::cluster::st(metrale::cluster::saddr(P.clu + rank), (unsigned)tid, part_ss);
-  metrale::cluster::arrive();
-  metrale::cluster::wait();
+  gdn_cluster::wait();  // every CTA of the cluster has started: its shared memory takes stores
+  if (tid < kCluster) gdn_cluster::st(gdn_cluster::saddr(P.clu + rank), (unsigned)tid, part_ss);
+  gdn_cluster::arrive();
+  gdn_cluster::wait();
   // Added in rank order: the 4 CTAs get the same bits.
   float tot = 0.0f;
 #pragma unroll
@@ -104,13 +104,13 @@ __device__ __forceinline__ void recurrent_entry(const Args& A, int mode, int bat
   coords(A, batch, b, h, rank);
   const int slot = A.slots[b];
   if (slot < 0) return;  // the whole cluster (same b)
-  metrale::cluster::arrive();
+  gdn_cluster::arrive();
   const PLay P = pipe::pipe_lay(A, 1);
   issue_own(A, P, slot, h, rank);
   const Geo G = geo_of(A);
   Task T;
   if (!make_task(A, G, b, h, A.rowStarts[b], 1, true, false, T) || T.nrows != 1) {
-    metrale::cluster::wait();
+    gdn_cluster::wait();
     return;
   }
   run_task(A, G, T, P, rank);

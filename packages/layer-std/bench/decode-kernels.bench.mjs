@@ -19,8 +19,7 @@
 //                      experts (so L2 holds none of the next run's); floor: each chosen expert's
 //                      weights read once at the copy rate.
 //   FP8 experts        the same routing with block-FP8 experts over bf16 rows at 1 and 8 rows: the
-//                      row-wise pair (and its up pass alone), at one row the pair in one launch
-//                      (std.moe_experts_one_row, sm_90: what the layer takes there), against the
+//                      row-wise pair the layer takes in decode (and its up pass alone) against the
 //                      FP8 tensor-core pair + std.moe_experts; and at 64 rows over 64 experts (the
 //                      bench model's), the grouped CUDA-core pair + std.moe_experts the layer takes
 //                      there (and its up pass alone); floor: the chosen experts' codes.
@@ -260,23 +259,9 @@ try {
         gpu.launch(k.gemm.down, std.expertsGemmLaunch(k.gemm, 'down', batch, slots, D, E, gpu.device.computeCapability, stream), { h: r.h, down, downScales, y: r.y, ...args });
         gpu.launch(std.expertsKernel, std.expertsLaunch(batch, D, stream), { y: r.y, ids: r.ids, weights: r.weights, output: r.out, rows: batch, hidden: D, experts: E, topK: slots, dtype: rowCode });
       });
-      // One row: the pair in one launch (std.moe_experts_one_row), where the device takes it.
-      const oneRow = batch === 1 && std.expertsOneRowSupported(k, D, I, gpu.device.computeCapability);
-      const counter = oneRow ? upload(new Uint32Array(1)) : 0n;
-      const oneRowMs = oneRow
-        ? graphMs((i) => {
-            const r = runs[i];
-            gpu.launch(k.oneRow, std.expertsOneRowLaunch(slots, D, I, stream), {
-              input: r.x, ids: r.ids, weights: r.weights, gateUp, gateUpScales, down, downScales, h: r.h, y: r.y, output: r.out, counter, ...pass,
-            });
-          })
-        : undefined;
       const floorMs = ((meanExperts * 3 * I * D) / copyBW) * 1e3;
-      result.fp8Experts.push({ experts: routed, topK, shared: 1, batch, meanExpertsRead: meanExperts, floorMs, upRowwiseMs: upMs, rowwiseMs, oneRowMs, tensorCoresMs });
-      log(
-        `FP8 experts ${routed} top-${topK} + shared, batch ${batch} (${meanExperts.toFixed(1)} experts read): row-wise up + down ${us(rowwiseMs)} (up alone ${us(upMs)})` +
-          `${oneRowMs === undefined ? '' : `, in one launch ${us(oneRowMs)} (${((100 * floorMs) / oneRowMs).toFixed(1)} % of copy)`}, tensor-core pair + sum ${us(tensorCoresMs)}; floor ${us(floorMs)} (row-wise ${((100 * floorMs) / rowwiseMs).toFixed(1)} % of copy)`,
-      );
+      result.fp8Experts.push({ experts: routed, topK, shared: 1, batch, meanExpertsRead: meanExperts, floorMs, upRowwiseMs: upMs, rowwiseMs, tensorCoresMs });
+      log(`FP8 experts ${routed} top-${topK} + shared, batch ${batch} (${meanExperts.toFixed(1)} experts read): row-wise up + down ${us(rowwiseMs)} (up alone ${us(upMs)}), tensor-core pair + sum ${us(tensorCoresMs)}; floor ${us(floorMs)} (row-wise ${((100 * floorMs) / rowwiseMs).toFixed(1)} % of copy)`);
       freeFrom(kept);
     }
     // The grouped CUDA-core pair where the layer takes it in decode: 64 routed experts (the bench

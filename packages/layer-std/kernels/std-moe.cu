@@ -15,10 +15,6 @@
 //   std_moe_experts_up_rowwise, std_moe_experts_rowwise: the per-(row, expert) kernels (each row
 //                         re-reads its experts' weights), the layer's path for small batches; the
 //                         grouped ones are bit-identical to them (test/gpu)
-//   std_moe_experts_one_row  (block-FP8, one row, sm_90) both row-wise passes in one launch: a
-//                         cluster of 8 CTAs a slot, the weights streamed through shared memory,
-//                         h shared through the cluster, the slots summed by the last CTA; the
-//                         row-wise pair's bits (test/gpu)
 //
 // Types: the rows x, the activations h, the expert outputs y and every output are of the row type R
 // (f32, bf16, f16); the expert weights of type W: f32 / bf16 / f16 (R's own type), or FP8 E4M3
@@ -41,8 +37,6 @@
 // its chunks of kSteps<W> 4-element steps, c ≡ l mod 32, in order, the same fma sequence, the
 // xor-butterfly tree over lanes), so a row's result is bit-identical whatever the batch and
 // whichever rows share its experts.
-#include <metrale/cluster.cuh>
-
 #include "std-common.cuh"
 #include "std-mma.cuh"
 #include "std-moe-groups.cuh"
@@ -383,183 +377,6 @@ __device__ __forceinline__ void experts_rowwise(const R* __restrict__ h, const i
         if (lane == 0) store_value(output, (size_t)r * D + d, acc);
       }
     }
-  }
-}
-
-/** CTAs of a slot of std_moe_experts_one_row: one cluster (portable size) a slot. */
-constexpr int kOneRowCluster = 8;
-/** Output values a warp of std_moe_experts_one_row's down pass takes at once (their sums in flight together). */
-constexpr int kOneRowValues = 4;
-/** Intermediate rows a stage of std_moe_experts_one_row's up pass (a warp a row), and stages in flight. */
-constexpr int kOneRowStageRows = 8;
-constexpr int kOneRowRing = 3;
-/** Slots whose y the last CTA of std_moe_experts_one_row loads at once for its sum. */
-constexpr int kOneRowSumSlots = 12;
-
-/**
- * One row's experts in one launch (decode at batch 1 with FP8 experts, sm_90): the row-wise pair's
- * products without the second launch, every weight byte in flight through shared memory rather
- * than registers. Slot j is cluster j (kOneRowCluster CTAs; grid j · kOneRowCluster + rank). Each
- * CTA streams its 1/kOneRowCluster of expert e_j's gate and up rows through a ring of stages
- * (cp.async), each stage's copy carrying a share of the CTA's 1/kOneRowCluster of the down rows
- * too; a warp computes one intermediate row of a stage (the sums the row-wise up pass gives it) and
- * stores the value in h and in every CTA of the cluster's shared copy of h_j. After the cluster
- * barrier each CTA computes its share of y_j from shared memory (each value the sequence the
- * row-wise down pass gives it, rounded to R) into y; the last CTA to finish (a ticket on `counter`)
- * adds Σ_j w_j · y_j in order j into `output`, as the row-wise down pass adds them. So h and the
- * output get the row-wise pair's bits, y the grouped path's (test/gpu). Slots whose id is outside
- * the experts get h = 0 and add nothing. Needs the vector paths (host: expertsOneRowSupported).
- */
-template <typename W, typename R>
-__device__ __forceinline__ void experts_one_row(const R* __restrict__ x, const int32_t* __restrict__ ids, const float* __restrict__ weights,
-                                                const W* __restrict__ gateUp, const float* __restrict__ gateUpScales, const W* __restrict__ down,
-                                                const float* __restrict__ downScales, R* __restrict__ h, R* __restrict__ y, R* __restrict__ output,
-                                                unsigned* __restrict__ counter, int D, int I, int experts) {
-  STD_DYNAMIC_SMEM(smem);
-  constexpr int V = kSteps<W>;
-  const int lane = lane_id(), warp = warp_id(), nw = num_warps();
-  const bool vec = vector_width<W>(D) && aligned16(x) && aligned16(gateUp) && vector_width<W>(I) && aligned16(h) && aligned16(down) && aligned16(y) &&
-                   aligned16(output);
-  if (!vec || !metrale::cluster::available()) __trap();  // the host launches it only where both hold
-  const int j = blockIdx.x / kOneRowCluster;
-  const unsigned rank = metrale::cluster::rank();
-  const int iPer = (I + kOneRowCluster - 1) / kOneRowCluster, dPer = (D + kOneRowCluster - 1) / kOneRowCluster;
-  const int i0 = min(I, (int)rank * iPer), i1 = min(I, i0 + iPer);
-  const int d0 = min(D, (int)rank * dPer), d1 = min(D, d0 + dPer);
-  // Shared memory (expertsOneRowSharedBytes): the down rows d0 … d1 − 1 [dPer][I], h_j as f32 [I], the ticket's flag, the ring.
-  const W* dw = reinterpret_cast<const W*>(smem);
-  float* hs = reinterpret_cast<float*>(smem + (size_t)dPer * I * sizeof(W));
-  int* flag = reinterpret_cast<int*>(hs + I);
-  const int e = ids[j];
-  const bool valid = e >= 0 && e < experts;
-  // The up pass's gate and up rows stream through a ring of kOneRowRing stages of kOneRowStageRows
-  // intermediate rows (cp.async, every thread), each stage's group carrying a share of the down
-  // rows' copy too, so the down rows have landed when the last stage has.
-  const int stages = (i1 - i0 + kOneRowStageRows - 1) / kOneRowStageRows;
-  const size_t rowBytes = (size_t)D * sizeof(W), stageBytes = 2 * kOneRowStageRows * rowBytes;
-  unsigned char* ring = smem + (((size_t)dPer * I * sizeof(W) + 4 * (size_t)I + 16 + 15) & ~(size_t)15);
-  const W* G = gateUp + (size_t)(valid ? e : 0) * 2 * I * D;
-  const W* Ug = G + (size_t)I * D;
-  const int downChunks = valid ? (int)((size_t)(d1 - d0) * I * sizeof(W) / 16) : 0;
-  const unsigned char* downSrc = reinterpret_cast<const unsigned char*>(down + ((size_t)(valid ? e : 0) * D + d0) * I);
-  const int rowChunks = (int)(rowBytes / 16);
-  const auto issue = [&](int st) {
-    if (valid && st < stages) {
-      unsigned char* slot = ring + (size_t)(st % kOneRowRing) * stageBytes;
-      const int r0 = i0 + st * kOneRowStageRows, rows = min(kOneRowStageRows, i1 - r0);
-      for (int q = threadIdx.x; q < 2 * rows * rowChunks; q += blockDim.x) {
-        const int rr = q / rowChunks, c = q % rowChunks;  // rr: row r0 + rr / 2, gate (even) or up (odd)
-        const W* src = (rr & 1 ? Ug : G) + (size_t)(r0 + (rr >> 1)) * D;
-        cp_async16(slot + (size_t)rr * rowBytes + 16 * (size_t)c, reinterpret_cast<const unsigned char*>(src) + 16 * (size_t)c, true);
-      }
-      const int c0 = (int)((long long)downChunks * st / stages), c1 = (int)((long long)downChunks * (st + 1) / stages);
-      for (int q = c0 + threadIdx.x; q < c1; q += blockDim.x) cp_async16(smem + 16 * (size_t)q, downSrc + 16 * (size_t)q, true);
-    }
-    cp_async_commit();
-  };
-#pragma unroll
-  for (int st = 0; st < kOneRowRing - 1; st++) issue(st);
-
-  R* hj = h + (size_t)j * I;
-  const uint32_t hsAt = metrale::cluster::saddr(hs);
-  for (int st = 0; st < stages; st++) {
-    issue(st + kOneRowRing - 1);
-    cp_async_wait<kOneRowRing - 1>();
-    __syncthreads();
-    // Warp w: row r0 + w of the stage (the sums the row-wise up pass gives it: lane l takes chunks
-    // c ≡ l mod 32 in order, the same steps), stored into h and every CTA of the cluster's copy.
-    const int i = i0 + st * kOneRowStageRows + warp;
-    if (valid && warp < kOneRowStageRows && i < i1) {
-      const unsigned char* slot = ring + (size_t)(st % kOneRowRing) * stageBytes;
-      const W* g = reinterpret_cast<const W*>(slot + (size_t)(2 * warp) * rowBytes);
-      const W* u = reinterpret_cast<const W*>(slot + (size_t)(2 * warp + 1) * rowBytes);
-      const float* gs = gate_up_scales<W>(gateUpScales, e, 0, i, I, D);
-      const float* us = gate_up_scales<W>(gateUpScales, e, 1, i, I, D);
-      float sg = 0.f, su = 0.f;
-      for (int c = lane; c < (D >> 2) / V; c += 32) {
-        const WeightChunk<W> gc = reinterpret_cast<const WeightChunk<W>*>(g)[c], uc = reinterpret_cast<const WeightChunk<W>*>(u)[c];
-        const float gsc = block_scale<W>(gs, chunk_block<W>(c)), usc = block_scale<W>(us, chunk_block<W>(c));
-#pragma unroll
-        for (int t = 0; t < V; t++) {
-          const float4 xv = ldg4(x, (size_t)c * V + t);
-          sg = dot_step4<W>(sg, step_of<W>(gc, t), xv, gsc);
-          su = dot_step4<W>(su, step_of<W>(uc, t), xv, usc);
-        }
-      }
-      const float v = silu(warp_sum(sg)) * warp_sum(su);
-      if (lane == 0) store_value(hj, i, v);
-      if (lane < kOneRowCluster) metrale::cluster::st(hsAt + 4u * (uint32_t)i, (unsigned)lane, round_to<R>(v));
-    }
-    __syncthreads();  // the stage's slot is refilled by the next issue
-  }
-  if (!valid)
-    for (int i = i0 + (int)threadIdx.x; i < i1; i += blockDim.x) store_value(hj, i, 0.f);
-  metrale::cluster::arrive();
-  metrale::cluster::wait();
-  cp_async_wait<0>();
-  __syncthreads();
-
-  if (valid) {
-    R* yj = y + (size_t)j * D;
-    for (int da = d0 + warp * kOneRowValues; da < d1; da += nw * kOneRowValues) {
-      float s[kOneRowValues];
-      const float* ds[kOneRowValues];
-#pragma unroll
-      for (int v = 0; v < kOneRowValues; v++) {
-        s[v] = 0.f;
-        ds[v] = down_scales<W>(downScales, e, min(da + v, d1 - 1), D, I);
-      }
-      for (int c = lane; c < (I >> 2) / V; c += 32) {
-        float4 hv[V];
-#pragma unroll
-        for (int t = 0; t < V; t++) hv[t] = reinterpret_cast<const float4*>(hs)[(size_t)c * V + t];
-#pragma unroll
-        for (int v = 0; v < kOneRowValues; v++) {
-          const int d = min(da + v, d1 - 1);
-          const WeightChunk<W> wc = reinterpret_cast<const WeightChunk<W>*>(dw + (size_t)(d - d0) * I)[c];
-          const float sc = block_scale<W>(ds[v], chunk_block<W>(c));
-#pragma unroll
-          for (int t = 0; t < V; t++) s[v] = dot_step4<W>(s[v], step_of<W>(wc, t), hv[t], sc);
-        }
-      }
-#pragma unroll
-      for (int v = 0; v < kOneRowValues; v++) {
-        const float yv = round_to<R>(warp_sum(s[v]));
-        if (lane == 0 && da + v < d1) store_value(yj, da + v, yv);
-      }
-    }
-  }
-
-  if (!last_to_arrive(counter, gridDim.x, *flag)) return;
-  // A thread's 8 values of the output a pass (D is a multiple of 16): each slot's 16 bytes of y are
-  // loaded kOneRowSumSlots slots at a time, whether or not the slot has an expert, so that the loads
-  // of a round are in flight together; a slot without an expert adds nothing (its y is not read as
-  // a number).
-  const int slots = gridDim.x / kOneRowCluster;
-  for (int d8 = threadIdx.x; d8 < (D >> 3); d8 += blockDim.x) {
-    float acc[8];
-#pragma unroll
-    for (int t = 0; t < 8; t++) acc[t] = 0.f;
-    for (int k0 = 0; k0 < slots; k0 += kOneRowSumSlots) {
-      uint4 yv[kOneRowSumSlots];
-#pragma unroll
-      for (int q = 0; q < kOneRowSumSlots; q++)
-        if (k0 + q < slots) yv[q] = reinterpret_cast<const uint4*>(y + (size_t)(k0 + q) * D)[d8];
-#pragma unroll
-      for (int q = 0; q < kOneRowSumSlots; q++) {
-        const int k = k0 + q;
-        if (k >= slots) break;
-        const int ek = ids[k];
-        if (ek < 0 || ek >= experts) continue;
-        const float wk = weights[k];
-        const float4 lo = unpack4<R>(make_uint2(yv[q].x, yv[q].y)), hi = unpack4<R>(make_uint2(yv[q].z, yv[q].w));
-        const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-#pragma unroll
-        for (int t = 0; t < 8; t++) acc[t] = __fmaf_rn(wk, v[t], acc[t]);
-      }
-    }
-    store4(output, 2 * (size_t)d8, make_float4(acc[0], acc[1], acc[2], acc[3]));
-    store4(output, 2 * (size_t)d8 + 1, make_float4(acc[4], acc[5], acc[6], acc[7]));
   }
 }
 
@@ -998,30 +815,6 @@ STD_MOE_EXPERT_KERNELS(_fp8_bf16, fp8, bf16)
 STD_MOE_EXPERT_KERNELS(_fp8_f16, fp8, f16)
 
 #undef STD_MOE_EXPERT_KERNELS
-
-// The one-row experts in one launch (experts_one_row): block-FP8 experts over bf16 / f16 rows, a
-// cluster a slot on sm_90 (the sm_80 code traps; the layer takes the row-wise pair there).
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define STD_MOE_ONE_ROW_CLUSTER __cluster_dims__(kOneRowCluster, 1, 1)
-#else
-#define STD_MOE_ONE_ROW_CLUSTER
-#endif
-#define STD_MOE_ONE_ROW_KERNEL(SUFFIX, W, R)                                                                                                      \
-  extern "C" __global__ void __launch_bounds__(256, 1) STD_MOE_ONE_ROW_CLUSTER std_moe_experts_one_row##SUFFIX(                                  \
-      const R* __restrict__ input, const int32_t* __restrict__ ids, const float* __restrict__ weights, const W* __restrict__ gateUp,              \
-      const float* __restrict__ gateUpScales, const W* __restrict__ down, const float* __restrict__ downScales, R* __restrict__ h,                \
-      R* __restrict__ y, R* __restrict__ output, unsigned* __restrict__ counter, int rows, int hidden, int inter, int experts, int topK,          \
-      int wDtype, int rowDtype) {                                                                                                                \
-    check_codes<W, R>(wDtype, rowDtype);                                                                                                         \
-    if (rows != 1 || (int)gridDim.x != topK * kOneRowCluster) __trap();                                                                          \
-    experts_one_row<W, R>(input, ids, weights, gateUp, gateUpScales, down, downScales, h, y, output, counter, hidden, inter, experts);            \
-  }
-
-STD_MOE_ONE_ROW_KERNEL(_fp8_bf16, fp8, bf16)
-STD_MOE_ONE_ROW_KERNEL(_fp8_f16, fp8, f16)
-
-#undef STD_MOE_ONE_ROW_KERNEL
-#undef STD_MOE_ONE_ROW_CLUSTER
 
 // std_moe_localize (expert parallelism): the rank holds experts [first, first + count) and one
 // zero expert after them. Entries of its experts get local ids; the others the zero expert and

@@ -26,7 +26,7 @@ export {
   routeKernel, routeFewKernel, routerGemvKernel, sharedSlotsKernel, sharedSlotsLaunch, routeForm, routeFewLaunch, routerGemvLaunch, FEW_ROUTE_ROWS, FEW_ROUTE_MAX_TOP_K, type RouteForm,
   fusedRouteTail, FUSED_TAIL_ROWS,
   localizeKernel, groupKernel, expertsUpKernel, expertsDownKernel, expertsKernel, combineKernel, groupLaunch, expertsUpLaunch, expertsDownLaunch, expertsLaunch,
-  moeGroupsLength, moeGrouped, GROUPED_MIN_ENTRIES_PER_EXPERT, groupedStageBytes, expertsUpRowwiseKernel, expertsRowwiseKernel, expertsUpRowwiseLaunch, expertsRowwiseLaunch, expertsOneRowLaunch, expertsOneRowSupported, expertsOneRowSharedBytes, oneRowAligned, ONE_ROW_CLUSTER,
+  moeGroupsLength, moeGrouped, GROUPED_MIN_ENTRIES_PER_EXPERT, groupedStageBytes, expertsUpRowwiseKernel, expertsRowwiseKernel, expertsUpRowwiseLaunch, expertsRowwiseLaunch,
   EXPERT_KERNELS, EXPERT_FORMATS, FEW_GEMM_ROWS, FP8_TENSOR_CORE_MIN_BATCH, expertFormat, expertsGemm, expertsGemmLaunch, moeTensorCores, type ExpertFormat, type ExpertGemm, type ExpertKernels,
 } from './moe-kernels.js';
 export {

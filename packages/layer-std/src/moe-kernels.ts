@@ -1,5 +1,5 @@
 import { InvalidArgumentError, defineKernel, type FloatDtype, type Kernel, type LaunchConfig, type StepPhase, type Stream, type WeightDtype } from '@metrale/core';
-import { combineCpu, expertsDownCpu, expertsOneRowCpu, expertsRowwiseCpu, expertsSumCpu, expertsUpCpu, groupCpu, localizeCpu, routeCpu, routerGemvCpu, sharedSlotsCpu } from './moe.cpu.js';
+import { combineCpu, expertsDownCpu, expertsRowwiseCpu, expertsSumCpu, expertsUpCpu, groupCpu, localizeCpu, routeCpu, routerGemvCpu, sharedSlotsCpu } from './moe.cpu.js';
 import { moeGemm16Module, moeGemmModule, moeGroupModule, moeModule as module, moeRouteModule } from './std-modules.js';
 
 // padSlots, padK: the step's slot table (i32 per batch position, −1 for padding; 0n: no padding)
@@ -270,9 +270,6 @@ const UP_PARAMS = { input: 'ptr', ids: 'ptr', gateUp: 'ptr', gateUpScales: 'ptr'
 const GROUPED_UP_PARAMS = { input: 'ptr', ids: 'ptr', groups: 'ptr', gateUp: 'ptr', gateUpScales: 'ptr', h: 'ptr', ...PASS } as const;
 const GROUPED_DOWN_PARAMS = { h: 'ptr', ids: 'ptr', groups: 'ptr', down: 'ptr', downScales: 'ptr', y: 'ptr', ...PASS } as const;
 const ROWWISE_PARAMS = { h: 'ptr', ids: 'ptr', weights: 'ptr', down: 'ptr', downScales: 'ptr', output: 'ptr', ...PASS } as const;
-const ONE_ROW_PARAMS = {
-  input: 'ptr', ids: 'ptr', weights: 'ptr', gateUp: 'ptr', gateUpScales: 'ptr', down: 'ptr', downScales: 'ptr', h: 'ptr', y: 'ptr', output: 'ptr', counter: 'ptr', ...PASS,
-} as const;
 
 /**
  * The four expert kernels of one format. Arguments: weights `gateUp` [E][2I][D] and `down` [E][D][I]
@@ -290,12 +287,6 @@ export interface ExpertKernels {
   readonly upRowwise: Kernel<typeof UP_PARAMS>;
   /** `std.moe_experts_rowwise`: down and the weighted sum per row. */
   readonly rowwise: Kernel<typeof ROWWISE_PARAMS>;
-  /**
-   * `std.moe_experts_one_row` (block-FP8 formats; sm_90): `upRowwise` then `rowwise` on one row in
-   * one launch, the same bits in h and the output, plus each slot's rounded output in y; a cluster
-   * of CTAs a slot (`expertsOneRowLaunch`, where `expertsOneRowSupported`).
-   */
-  readonly oneRow?: Kernel<typeof ONE_ROW_PARAMS>;
   /**
    * `std.moe_gemm_up` / `std.moe_gemm_down` (kernels/std-moe-gemm.cu, -16bit.cu): the grouped
    * passes on tensor cores; the same arguments and outputs as `up` / `down`. None for f32 rows.
@@ -384,9 +375,6 @@ function expertKernelsOf(format: ExpertFormat): ExpertKernels {
     down: defineKernel({ name: name('std.moe_experts_down'), params: GROUPED_DOWN_PARAMS, cuda: { module, symbol: symbol('std_moe_experts_down') }, cpu: expertsDownCpu }),
     upRowwise: defineKernel({ name: name('std.moe_experts_up_rowwise'), params: UP_PARAMS, cuda: { module, symbol: symbol('std_moe_experts_up_rowwise') }, cpu: expertsUpCpu }),
     rowwise: defineKernel({ name: name('std.moe_experts_rowwise'), params: ROWWISE_PARAMS, cuda: { module, symbol: symbol('std_moe_experts_rowwise') }, cpu: expertsRowwiseCpu }),
-    ...(format.startsWith('fp8')
-      ? { oneRow: defineKernel({ name: name('std.moe_experts_one_row'), params: ONE_ROW_PARAMS, cuda: { module, symbol: symbol('std_moe_experts_one_row') }, cpu: expertsOneRowCpu }) }
-      : {}),
     ...(format === 'f32'
       ? {}
       : {
@@ -488,44 +476,6 @@ export function expertsUpRowwiseLaunch(rows: number, topK: number, inter: number
  */
 export function expertsRowwiseLaunch(rows: number, hidden: number, stream: Stream): LaunchConfig {
   return { grid: [Math.max(1, rows), Math.ceil(hidden / (rows === 1 ? 4 : 16))], block: 256, stream };
-}
-
-/** kernels/std-moe.cu kOneRowCluster: CTAs (one cluster) a slot of `std.moe_experts_one_row`. */
-export const ONE_ROW_CLUSTER = 8;
-/** The most dynamic shared memory a CTA takes on sm_90 (227 KiB). */
-const SM90_SHARED_BYTES = 232_448;
-
-/** kernels/std-moe.cu kOneRowStageRows, kOneRowRing: intermediate rows a stage of the up pass's stream, stages in flight. */
-const ONE_ROW_STAGE_ROWS = 8;
-const ONE_ROW_RING = 3;
-
-/**
- * Dynamic shared memory of `std.moe_experts_one_row`: a CTA's share of the down rows (FP8 codes),
- * h as f32, the ticket's flag, then (16-byte aligned) the ring of the up pass's gate and up rows.
- */
-export function expertsOneRowSharedBytes(hidden: number, inter: number): number {
-  const head = Math.ceil((Math.ceil(hidden / ONE_ROW_CLUSTER) * inter + 4 * inter + 16) / 16) * 16;
-  return head + ONE_ROW_RING * 2 * ONE_ROW_STAGE_ROWS * hidden;
-}
-
-/**
- * Whether a one-row step of a layer with these expert kernels can take `std.moe_experts_one_row`:
- * an FP8 format, thread-block clusters (compute capability 9 and later), widths on the kernels'
- * 16-code vector path, and a CTA's share of the down rows within shared memory. The pointers it
- * reads 16 bytes at a time must be 16-byte aligned too (`oneRowAligned`).
- */
-export function expertsOneRowSupported(kernels: ExpertKernels, hidden: number, inter: number, capability: readonly [number, number]): boolean {
-  return kernels.oneRow !== undefined && capability[0] >= 9 && hidden % 16 === 0 && inter % 16 === 0 && expertsOneRowSharedBytes(hidden, inter) <= SM90_SHARED_BYTES;
-}
-
-/** Whether the buffers `std.moe_experts_one_row` reads 16 bytes at a time are 16-byte aligned (the kernel traps otherwise). */
-export function oneRowAligned(...ptrs: readonly bigint[]): boolean {
-  return ptrs.every((p) => p % 16n === 0n);
-}
-
-/** `std.moe_experts_one_row`: a cluster of ONE_ROW_CLUSTER CTAs a slot, 256 threads each. */
-export function expertsOneRowLaunch(topK: number, hidden: number, inter: number, stream: Stream): LaunchConfig {
-  return { grid: ONE_ROW_CLUSTER * topK, block: 256, sharedBytes: expertsOneRowSharedBytes(hidden, inter), stream };
 }
 
 /** `out = routed + σ(gate) · shared`: routed, shared and output of the row type `dtype`, gate logits f32 (or 0n). */

@@ -7,7 +7,7 @@ import { precisionOf } from './layer-precision.js';
 import type { MoeOptions } from './moe-config.js';
 import { checkMoe } from './moe-config.js';
 import {
-  EXPERT_KERNELS, combineKernel, expertFormat, expertsDownLaunch, expertsGemm, expertsGemmLaunch, expertsKernel, expertsLaunch, expertsOneRowLaunch, expertsOneRowSupported, expertsRowwiseLaunch, expertsUpLaunch, oneRowAligned,
+  EXPERT_KERNELS, combineKernel, expertFormat, expertsDownLaunch, expertsGemm, expertsGemmLaunch, expertsKernel, expertsLaunch, expertsRowwiseLaunch, expertsUpLaunch,
   expertsUpRowwiseLaunch, groupKernel, groupLaunch, localizeKernel, moeGrouped, moeGroupsLength, moeTensorCores, routeFewKernel, routeFewLaunch, routeForm, routeKernel,
   fusedRouteTail, routerGemvKernel, routerGemvLaunch, sharedSlotsKernel, sharedSlotsLaunch, type ExpertKernels, type RouteForm,
 } from './moe-kernels.js';
@@ -59,9 +59,8 @@ interface DeviceExperts {
  * expert, `std.moe_group` (the entries by expert, on the device) → `std.moe_experts_up` →
  * `std.moe_experts_down` (each chosen expert's weights read once per step for all the rows that
  * chose it) → `std.moe_experts` (Σ weight · y, in slot order); below, `std.moe_experts_up_rowwise`
- * → `std.moe_experts_rowwise` (per row and expert), or on one row with FP8 experts on sm_90 both in
- * one launch (`std.moe_experts_one_row`, which reads the down weights while the up pass runs).
- * These paths give a row the same bits, so its output does not depend on the batch.
+ * → `std.moe_experts_rowwise` (per row and expert). Both paths give a row the same bits, so its
+ * output does not depend on the batch.
  * With bf16 / f16 rows, steps take `std.moe_gemm_up` / `std.moe_gemm_down` instead of either path
  * (`moeTensorCores`: every step with 16-bit weights, prefill steps with FP8 ones): the same grouping
  * on tensor cores, at any batch, so a row's result still depends on nothing else in the step.
@@ -88,8 +87,6 @@ export class MoeLayer extends StatelessLayer {
     router: LinearWeight; bias: DevicePtr;
     /** `std.moe_router_gemv`'s count of finished CTAs: zero between launches (its last CTA resets it); this layer's own. */
     routeCounter: DevicePtr;
-    /** `std.moe_experts_one_row`'s ticket (zero between launches), where one-row steps take it; else undefined. */
-    oneRowCounter: DevicePtr | undefined;
     gateUp: DeviceExperts; down: DeviceExperts; sharedGate: LinearWeight | undefined; wDtype: number;
     /** Experts the kernels index: all, or the rank's plus its zero expert, or all plus the shared expert. */
     held: number;
@@ -132,17 +129,13 @@ export class MoeLayer extends StatelessLayer {
       }
       this.#kernels = EXPERT_KERNELS[expertFormat(experts.gateUp.dtype, rows)];
       const k = this.#kernels;
-      const oneRow = expertsOneRowSupported(k, D, options.inter, gpu.device.computeCapability);
-      requireKernels(gpu, 'moe', [
-        k.up, k.down, k.upRowwise, k.rowwise, ...(k.gemm ? [k.gemm.up, k.gemm.down] : []), ...(k.gemm?.few ? [k.gemm.few.up, k.gemm.few.down] : []), ...(oneRow ? [k.oneRow!] : []),
-      ]);
+      requireKernels(gpu, 'moe', [k.up, k.down, k.upRowwise, k.rowwise, ...(k.gemm ? [k.gemm.up, k.gemm.down] : []), ...(k.gemm?.few ? [k.gemm.few.up, k.gemm.few.down] : [])]);
       const upload = (host: ExpertMatrices): DeviceExperts => ({ data: m.upload(host.data), scales: host.scales ? m.upload(host.scales) : 0n });
       const linear = (name: string, shape: readonly [number, number]) => uploadLinear(gpu, (n) => m.alloc(n), readLinear(weights, name, shape, precision));
       this.#w = {
         router: linear('gate.weight', [E, D]),
         bias: options.routing.scoreBias ? m.upload(readF32(weights, 'gate.e_score_correction_bias', [E])) : 0n,
         routeCounter: m.upload(new Uint32Array(1)),
-        oneRowCounter: oneRow ? m.upload(new Uint32Array(1)) : undefined,
         gateUp: upload(experts.gateUp),
         down: upload(experts.down),
         sharedGate: sh?.gate && !stacked ? linear(sh.gate, [1, D]) : undefined,
@@ -160,7 +153,7 @@ export class MoeLayer extends StatelessLayer {
       // The grouped path's groups and y only where maxRows can reach it; the shared expert's buffers only where it runs apart.
       const sizes: Record<ScratchPart, number> = {
         logits: 4 * R * E, ids: 4 * R * topK, weights: 4 * R * topK, slotIds: stacked ? 4 * R * slots : 0, slotWeights: stacked ? 4 * R * slots : 0,
-        groups: grouped ? 4 * moeGroupsLength(R, slots, held) : 0, h: bytes * R * slots * options.inter, y: grouped ? bytes * R * slots * D : this.#w.oneRowCounter !== undefined ? bytes * slots * D : 0,
+        groups: grouped ? 4 * moeGroupsLength(R, slots, held) : 0, h: bytes * R * slots * options.inter, y: grouped ? bytes * R * slots * D : 0,
         routed: apart ? bytes * R * D : 0, shared: apart ? bytes * R * D : 0, gate: apart ? 4 * R : 0,
       };
       let at = 0;
@@ -262,11 +255,6 @@ export class MoeLayer extends StatelessLayer {
       });
       gpu.launch(expertsKernel, expertsLaunch(rows, D, stream), {
         y: s.y, ids, weights, output: routed, rows, hidden: D, experts: E, topK: slots, dtype: codes.rowDtype,
-      });
-    } else if (rows === 1 && w.oneRowCounter !== undefined && oneRowAligned(input, w.gateUp.data, w.down.data, s.h, s.y, routed)) {
-      gpu.launch(k.oneRow!, expertsOneRowLaunch(slots, D, inter, stream), {
-        input, ids, weights, gateUp: w.gateUp.data, gateUpScales: w.gateUp.scales, down: w.down.data, downScales: w.down.scales, h: s.h, y: s.y, output: routed,
-        counter: w.oneRowCounter, ...pass,
       });
     } else {
       gpu.launch(k.upRowwise, expertsUpRowwiseLaunch(rows, slots, inter, stream), {

@@ -399,34 +399,6 @@ export function expertsRowwiseCpu(a: ExpertsRowwiseArgs, { mem }: CpuKernelConte
   }
 }
 
-export interface ExpertsOneRowArgs extends ExpertsUpArgs, ExpertsRowwiseArgs {
-  /** [topK][hidden] of the row type: each slot's output rounded (R(down_e · h[j])). */
-  readonly y: bigint;
-  /** The CUDA kernel's ticket (u32, zero between launches); the reference leaves it. */
-  readonly counter: bigint;
-}
-
-/**
- * `std.moe_experts_one_row`: the row-wise pair on one row in one launch: h as expertsUpCpu, y[j] =
- * R(down_e · h[j]) for the slots whose id is an expert, and the output as expertsRowwiseCpu.
- */
-export function expertsOneRowCpu(a: ExpertsOneRowArgs, ctx: CpuKernelContext): void {
-  expertsUpCpu(a, ctx);
-  expertsRowwiseCpu(a, ctx);
-  const { mem } = ctx;
-  const { D, I, topK, ids, rows } = passOf(a, mem);
-  const h = readElements(mem, a.h, topK * I, rows);
-  const yOut = elementWriter(mem, a.y, topK * D, rows);
-  const matrix = expertMatrices(mem, a.down, a.downScales, a, { parts: 1, partRows: D, cols: I });
-  const y = new Float64Array(D);
-  for (let j = 0; j < topK; j++) {
-    const e = ids[j]!;
-    if (e < 0 || e >= a.experts) continue;
-    downRow(matrix(e), h, j * I, D, I, y);
-    for (let d = 0; d < D; d++) yOut(j * D + d, y[d]!);
-  }
-}
-
 export interface CombineArgs {
   readonly routed: bigint;
   readonly shared: bigint;

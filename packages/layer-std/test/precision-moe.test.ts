@@ -5,7 +5,7 @@
 // blocks only. Also: the grouped expert path (many rows per expert) gives each row the bits of the
 // row-wise path, whatever the format.
 import { CpuBackend } from '@metrale/cpu-backend';
-import { SeededRandom, StepDriver, type LayerLimits, type Precision, type WeightSource, relativeL2Error } from '@metrale/core';
+import { SeededRandom, StepDriver, type LayerLimits, type Precision, relativeL2Error } from '@metrale/core';
 import { EXPERT_KERNELS, FP8_TENSOR_CORE_MIN_BATCH, MoeLayer, glmMoeOptions, moeGrouped, moeTensorCores, qwen3NextMoeOptions, type MoeOptions } from '@metrale/layer-std';
 import { afterAll, describe, expect, it } from 'vitest';
 import { linearWeights, toFp8 } from './fp8-weights.js';
@@ -112,31 +112,6 @@ const measured: string[] = [];
 const record = (label: string, rel: number): number => (measured.push(`${label.padEnd(78)} rel ${rel.toExponential(2)}`), rel);
 afterAll(() => console.log(`[layer-std] MoE against the f32 path's f64 references:\n  ${measured.join('\n  ')}`));
 
-/**
- * One FP8 MoE layer on the CPU backend (reporting compute capability `capability`): n sequences
- * prefilled one row each, then one decode step of rows `x`; its output and the kernels the step
- * launched.
- */
-function fp8DecodeStep(src: { source(): WeightSource }, options: MoeOptions, limits: LayerLimits, prompt: Float32Array, x: Float32Array, n: number, capability: readonly [number, number]) {
-  const gpu = new CpuBackend();
-  Object.defineProperty(gpu, 'device', { value: Object.freeze({ ...gpu.device, computeCapability: capability }) });
-  const layer = new MoeLayer(gpu, src.source(), limits, options);
-  const driver = new StepDriver({ gpu, layers: [layer], limits, graphs: false });
-  const launched: string[] = [];
-  const launch = gpu.launch.bind(gpu);
-  gpu.launch = (kernel, config, args) => (launched.push(kernel.name), launch(kernel, config, args));
-  try {
-    const seqs = Array.from({ length: n }, () => driver.open());
-    driver.prefill({ seqs, lengths: seqs.map(() => 1), input: encodeRows(prompt, 'bf16') });
-    launched.length = 0;
-    return { out: driver.readOutput(driver.decode({ seqs, input: encodeRows(x, 'bf16') })), launched };
-  } finally {
-    driver.dispose();
-    layer.dispose();
-    gpu.dispose();
-  }
-}
-
 describe('MoE in bf16 / f16 and with FP8 weights against float64 references', () => {
   for (const [D, I] of [[16, 12], [160, 136]] as const) {
     for (const routing of ROUTINGS) {
@@ -196,35 +171,6 @@ describe('MoE in bf16 / f16 and with FP8 weights against float64 references', ()
     expect(moeTensorCores(EXPERT_KERNELS.f32, 'prefill', 2048, 512, 64)).toBe(false);
   });
 
-  // One row on a device with thread-block clusters (compute capability 9.0: the CPU backend made to
-  // report it) takes std.moe_experts_one_row, the row-wise pair in one launch; several rows, or a
-  // device without clusters, the pair. The CPU twins give the same bits either way (the CUDA
-  // kernel's against the pair: test/gpu/moe-experts-kernels).
-  it('fp8 + bf16: one decode row on compute capability 9.0 takes the experts in one launch (std.moe_experts_one_row), with the row-wise pair\'s output', () => {
-    const [D, I] = [160, 144];
-    const w = moeWeights(D, I, 'gated', 23, 1);
-    const src = toFp8(w, linearWeights);
-    const options = { ...ROUTINGS[0]!.options(D, I), precision: { rows: 'bf16', fp8Weights: true } as Precision };
-    const limits: LayerLimits = { maxSeqs: 8, maxSeqLen: 8, maxBatch: 8, maxK: 1, maxRows: 8 };
-    const rnd = new SeededRandom(24);
-    const prompt = rnd.normals(3 * D);
-    const x = rnd.normals(3 * D);
-    const decodeOn = (capability: readonly [number, number], n: number) => {
-      const r = fp8DecodeStep(src, options, limits, prompt.subarray(0, n * D), x.subarray(0, n * D), n, capability);
-      return { out: Array.from(r.out), launched: r.launched };
-    };
-    const sm90 = decodeOn([9, 0], 1);
-    const sm80 = decodeOn([8, 0], 1);
-    expect(sm90.launched, sm90.launched.join(', ')).toContain('std.moe_experts_one_row.fp8-bf16');
-    expect(sm90.launched.some((k) => k.startsWith('std.moe_experts_up_rowwise')), sm90.launched.join(', ')).toBe(false);
-    expect(sm80.launched, sm80.launched.join(', ')).toContain('std.moe_experts_up_rowwise.fp8-bf16');
-    expect(sm80.launched.some((k) => k.startsWith('std.moe_experts_one_row')), sm80.launched.join(', ')).toBe(false);
-    expect(sm90.out).toEqual(sm80.out);
-    const three = decodeOn([9, 0], 3);
-    expect(three.launched, three.launched.join(', ')).toContain('std.moe_experts_up_rowwise.fp8-bf16');
-    expect(three.launched.some((k) => k.startsWith('std.moe_experts_one_row')), three.launched.join(', ')).toBe(false);
-  });
-
   // A layer picks its FP8 decode kernels once, by the decode batch it is built for, and keeps them
   // for every decode step: the row-wise CUDA-core kernels below FP8_TENSOR_CORE_MIN_BATCH, the
   // tensor-core GEMMs from it. Both compute the block against the dequantized weights.
@@ -238,14 +184,25 @@ describe('MoE in bf16 / f16 and with FP8 weights against float64 references', ()
       const rnd = new SeededRandom(22);
       const prompt = rnd.normals(n * D);
       const x = rnd.normals(n * D);
-      const step = fp8DecodeStep(src, options, limits, prompt, x, n, [0, 0]);
-      const launched = step.launched;
-      const out = decodeRows(step.out, 'bf16');
-      {
+      const gpu = new CpuBackend();
+      const layer = new MoeLayer(gpu, src.source(), limits, options);
+      const driver = new StepDriver({ gpu, layers: [layer], limits, graphs: false });
+      const launched: string[] = [];
+      const launch = gpu.launch.bind(gpu);
+      gpu.launch = (kernel, config, args) => (launched.push(kernel.name), launch(kernel, config, args));
+      try {
+        const seqs = Array.from({ length: n }, () => driver.open());
+        driver.prefill({ seqs, lengths: seqs.map(() => 1), input: encodeRows(prompt, 'bf16') });
+        launched.length = 0;
+        const out = decodeRows(driver.readOutput(driver.decode({ seqs, input: encodeRows(x, 'bf16') })), 'bf16');
         const tensorCores = maxBatch >= FP8_TENSOR_CORE_MIN_BATCH;
         expect(launched.includes('std.moe_gemm_up_few.fp8-bf16'), launched.join(', ')).toBe(tensorCores);
         expect(launched.includes('std.moe_experts_up_rowwise.fp8-bf16'), launched.join(', ')).toBe(!tensorCores);
         expect(record(`fp8 + bf16 decode, max batch ${maxBatch}, vs the dequantized weights`, relativeL2Error(out, moeReference(src, options, x, n)))).toBeLessThan(ROW_TYPE_BOUND.bf16);
+      } finally {
+        driver.dispose();
+        layer.dispose();
+        gpu.dispose();
       }
     });
   }

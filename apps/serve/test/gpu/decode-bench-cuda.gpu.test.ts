@@ -7,8 +7,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 
 // The decode bench's layer times on CUDA: its launch count is the CPU backend's (the block-FP8
 // GEMMs launch the backend's own kernel from inside gemm, which the count once took as two
-// launches), less one a MoE layer where a one-row FP8 step takes the experts in one launch
-// (std.moe_experts_one_row, compute capability 9 and later; the CPU backend runs the pair), its timed steps are queued ahead of the device (the host done enqueuing a step
+// launches), its timed steps are queued ahead of the device (the host done enqueuing a step
 // before the copies ahead of it end), and the device sampler's pick is timed beside the layers. And
 // the sampled rows: picked, scored (logprobs) and verified on the device as on the host.
 const cuda = probe();
@@ -25,14 +24,13 @@ interface LayerTimesRow {
   host_enqueue_ms?: number;
 }
 
-/** The one-row layer times of the tiny 80B-shaped model, and its layers (each has a MoE). */
-function layerTimes(backend: string, dtype: string): LayerTimesRow & { layers: number } {
+function layerTimes(backend: string, dtype: string): LayerTimesRow {
   const file = join(out, `${backend}-${dtype}.json`);
   const args = ['--backend', backend, '--tiny', '--dtype', dtype, '--batches', '1', '--steps', '3', '--spec', '0', '--layer-times', '--out', file];
   const run = spawnSync(process.execPath, [join('bench', 'decode.bench.mjs'), ...args], { encoding: 'utf8', timeout: 240_000 });
   expect(run.status, `decode bench on ${backend}: ${run.stderr}`).toBe(0);
-  const report = JSON.parse(readFileSync(file, 'utf8')) as { layer_times: LayerTimesRow[]; layers: { total: number } };
-  return { ...report.layer_times[0]!, layers: report.layers.total };
+  const report = JSON.parse(readFileSync(file, 'utf8')) as { layer_times: LayerTimesRow[] };
+  return report.layer_times[0]!;
 }
 
 interface SampledRow {
@@ -68,8 +66,7 @@ describe.skipIf(!cuda.available)('decode bench on CUDA', () => {
 
   it.each(['fp8', 'bf16'])('counts a one-row %s step as the CPU backend does, its launches queued ahead', (dtype) => {
     const row = layerTimes('cuda', dtype);
-    const oneRow = dtype === 'fp8' && cuda.available && cuda.devices[0]!.computeCapability[0] >= 9;
-    expect(row.launches_per_step).toBe(layerTimes('cpu', dtype).launches_per_step - (oneRow ? row.layers : 0));
+    expect(row.launches_per_step).toBe(layerTimes('cpu', dtype).launches_per_step);
     expect(row.eager_step_ms).toBeGreaterThan(0);
     expect(row.queued_ahead_ms).toBeGreaterThan(row.host_enqueue_ms!);
     // The device sampler's pick, timed apart from the layers, is part of the step's time.

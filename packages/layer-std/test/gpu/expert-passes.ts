@@ -4,7 +4,7 @@
 import { FLOAT_DTYPE_CODE, type GpuBackend } from '@metrale/core';
 import { type KernelBuffers as Bufs, type KernelPointers as Ptrs } from '@metrale/core/testing';
 import {
-  EXPERT_KERNELS, WEIGHT_DTYPE_CODE, expertsDownLaunch, expertsKernel, expertsLaunch, expertsGemm, expertsGemmLaunch, expertsOneRowLaunch, expertsRowwiseLaunch, expertsUpLaunch, expertsUpRowwiseLaunch, groupKernel, groupLaunch, moeGroupsLength, type ExpertFormat, type ExpertGemm,
+  EXPERT_KERNELS, WEIGHT_DTYPE_CODE, expertsDownLaunch, expertsKernel, expertsLaunch, expertsGemm, expertsGemmLaunch, expertsRowwiseLaunch, expertsUpLaunch, expertsUpRowwiseLaunch, groupKernel, groupLaunch, moeGroupsLength, type ExpertFormat, type ExpertGemm,
 } from '@metrale/layer-std';
 import { expertSet, rowTypeOf } from '../expert-weights.js';
 import { random, poisonI32, poison, typed } from './kernel-check.js';
@@ -42,20 +42,6 @@ export const rowwiseExperts = (gpu: GpuBackend, p: Ptrs, format: ExpertFormat, r
   gpu.launch(k.rowwise, expertsRowwiseLaunch(rows, D, s), {
     h: p.h!, ids: p.ids!, weights: p.weights!, down: p.down!, downScales: fp8 ? p.downScales! : 0n, output: p.out!, rows, hidden: D, inter: I, experts: E, topK, ...codes,
   });
-};
-/**
- * `std.moe_experts_one_row` on one row, launched twice: first over `x2` (another row), then over x,
- * so the second launch gives the right output only if the first left its ticket (`counter`) at zero.
- */
-export const oneRowExperts = (gpu: GpuBackend, p: Ptrs, format: ExpertFormat, D: number, I: number, E: number, topK: number): void => {
-  const s = gpu.defaultStream;
-  const { k, codes } = formatOf(format);
-  for (const input of [p.x2!, p.x!]) {
-    gpu.launch(k.oneRow!, expertsOneRowLaunch(topK, D, I, s), {
-      input, ids: p.ids!, weights: p.weights!, gateUp: p.gateUp!, gateUpScales: p.gateUpScales!, down: p.down!, downScales: p.downScales!, h: p.h!, y: p.y!,
-      output: p.out!, counter: p.counter!, rows: 1, hidden: D, inter: I, experts: E, topK, ...codes,
-    });
-  }
 };
 /** Buffers of an expert pass; `weights` reuses another pass's experts (drawing 8 × 3 × 512 × 2048 values is most of a case). */
 export const expertBufs = (format: ExpertFormat, rows: number, D: number, I: number, E: number, topK: number, ids: Int32Array, weights?: Bufs): Bufs => {

@@ -1,15 +1,15 @@
 // std-moe: std.moe_group at a prefill's size, and the CUDA-core expert kernels in every weight format
 // (f32, bf16, f16, block-FP8 over bf16 and f16 rows): ids outside the experts, expert shapes whose D
 // and I are not multiples of 128 (FP8 blocks cut short), the row-wise kernels bit-identical to the
-// grouped ones; the one-row kernel (FP8) bit-identical to both; std.moe_combine. The tensor-core GEMMs and batch invariance: moe-gemm-kernels.
+// grouped ones; std.moe_combine. The tensor-core GEMMs and batch invariance: moe-gemm-kernels.
 // The method and bounds: kernel-check.ts. Without a GPU the suite skips and says why.
-import { FLOAT_DTYPE_CODE, floatBytes } from '@metrale/core';
+import { FLOAT_DTYPE_CODE } from '@metrale/core';
 import { runKernelOn } from '@metrale/core/testing';
 import {
-  EXPERT_FORMATS, combineKernel, expertsOneRowSupported, groupKernel, groupLaunch, moeGroupsLength, rowLaunch,
+  EXPERT_FORMATS, combineKernel, groupKernel, groupLaunch, moeGroupsLength, rowLaunch,
 } from '@metrale/layer-std';
 import { expect, it } from 'vitest';
-import { formatOf, groupedExperts, oneRowExperts, rowwiseExperts, expertBufs, routedIds } from './expert-passes.js';
+import { formatOf, groupedExperts, rowwiseExperts, expertBufs, routedIds } from './expert-passes.js';
 import { ROW_TYPES, random, poisonI32, poison, typed, sameBits, cudaBackend, onBoth, compare, compareI32, describeKernels, record } from './kernel-check.js';
 
 describeKernels('MoE expert', () => {
@@ -60,42 +60,6 @@ describeKernels('MoE expert', () => {
         record(`${`moe grouped ≡ row-wise ${label}`.padEnd(84)} h ${sameBits(rw.h!, r.cuda.h!) ? 'bit-identical' : 'DIFFERS'}, out ${sameBits(rw.out!, r.cuda.out!) ? 'bit-identical' : 'DIFFERS'}`);
         expect(sameBits(rw.h!, r.cuda.h!), 'h: grouped vs row-wise bits').toBe(true);
         expect(sameBits(rw.out!, r.cuda.out!), 'out: grouped vs row-wise bits').toBe(true);
-      });
-    }
-  }
-
-  // std.moe_experts_one_row (FP8, one row, sm_90 clusters): the row-wise pair in one launch. At the
-  // 80B widths and slots (top-10 + the shared slot; a dozen experts drawn, not 512), Qwen3.5-MoE's
-  // (top-8 + shared; D 2 048, I 512) and widths that are multiples of 16 but not of 128 nor of the 8
-  // CTAs of a slot's cluster (D 1 008, I 144: a CTA's share 126 values, 18 rows); the last slot an
-  // id outside the experts. Its h and output bit-identical to the row-wise pair's (the pair the
-  // layer takes on one row otherwise) and the used slots' y to the grouped path's, all three
-  // against the CPU twin.
-  const ONE_ROW_SHAPES = [[2048, 512, 12, 11], [2048, 512, 10, 9], [1008, 144, 6, 4]] as const;
-  for (const format of EXPERT_FORMATS.filter((f) => f.startsWith('fp8'))) {
-    for (const [D, I, E, topK] of ONE_ROW_SHAPES) {
-      it(`${format}: std.moe_experts_one_row, D ${D}, I ${I}, ${E} experts, ${topK} slots (an id outside the experts), launched twice: the row-wise pair's h and output, the grouped y`, () => {
-        const gpu = cudaBackend();
-        const { k, dtype } = formatOf(format);
-        expect(expertsOneRowSupported(k, D, I, gpu.device.computeCapability), `${gpu.device.name} (compute capability ${gpu.device.computeCapability.join('.')}) takes std.moe_experts_one_row at D ${D}, I ${I}`).toBe(true);
-        const ids = routedIds(1, topK, E);
-        const bufs = { ...expertBufs(format, 1, D, I, E, topK, ids), x2: typed(D, dtype), counter: new Uint32Array(1) };
-        const label = `${format} D=${D} I=${I} E=${E} slots=${topK}`;
-        const r = onBoth(bufs, (g, p) => oneRowExperts(g, p, format, D, I, E, topK), ['h', 'y', 'out', 'counter']);
-        compare(`moe_experts_one_row h ${label}`, dtype, r.cpu.h!, r.cuda.h!);
-        // y of the slots with an expert (the last has none: nothing writes its y).
-        expect(ids[topK - 1]).toBe(-1);
-        const used = (b: Uint8Array) => b.subarray(0, (topK - 1) * D * floatBytes(dtype));
-        compare(`moe_experts_one_row y ${label}`, dtype, used(r.cpu.y!), used(r.cuda.y!));
-        compare(`moe_experts_one_row out ${label}`, dtype, r.cpu.out!, r.cuda.out!);
-        expect(Array.from(new Uint32Array(r.cuda.counter!.buffer, r.cuda.counter!.byteOffset, 1)), 'the ticket back at zero').toEqual([0]);
-        const rw = runKernelOn(gpu, bufs, (g, p) => rowwiseExperts(g, p, format, 1, D, I, E, topK), ['h', 'out']);
-        const gr = runKernelOn(gpu, bufs, (g, p) => groupedExperts(g, p, format, 1, D, I, E, topK), ['y']);
-        const bits = (a: Uint8Array, b: Uint8Array) => (sameBits(a, b) ? 'bit-identical' : 'DIFFERS');
-        record(`${`moe one-row ≡ row-wise / grouped ${label}`.padEnd(84)} h ${bits(rw.h!, r.cuda.h!)}, out ${bits(rw.out!, r.cuda.out!)}, y ${bits(used(gr.y!), used(r.cuda.y!))}`);
-        expect(sameBits(rw.h!, r.cuda.h!), 'h: one-row vs row-wise bits').toBe(true);
-        expect(sameBits(rw.out!, r.cuda.out!), 'out: one-row vs row-wise bits').toBe(true);
-        expect(sameBits(used(gr.y!), used(r.cuda.y!)), 'y: one-row vs grouped bits').toBe(true);
       });
     }
   }

@@ -29,17 +29,12 @@ export const stdModules = {
   'std-moe-route': { source: join(stdKernels, 'std-moe-route.cu'), kernels: { std_moe_route: 1, std_moe_route_few: 1, std_moe_router_gemv: 1, std_moe_shared_slots: 1 } },
   'std-moe': {
     source: join(stdKernels, 'std-moe.cu'),
-    kernels: {
-      ...Object.fromEntries(
-        [
-          'std_moe_experts', 'std_moe_combine', 'std_moe_localize',
-          ...['', '_bf16', '_f16', '_fp8_bf16', '_fp8_f16'].flatMap((s) => ['up', 'down', 'up_rowwise', 'rowwise'].map((k) => `std_moe_experts_${k}${s}`)),
-        ].map((k) => [k, 1]),
-      ),
-      // A cluster of CTAs a slot (src/moe-kernels.ts ONE_ROW_CLUSTER).
-      std_moe_experts_one_row_fp8_bf16: 8,
-      std_moe_experts_one_row_fp8_f16: 8,
-    },
+    kernels: Object.fromEntries(
+      [
+        'std_moe_experts', 'std_moe_combine', 'std_moe_localize',
+        ...['', '_bf16', '_f16', '_fp8_bf16', '_fp8_f16'].flatMap((s) => ['up', 'down', 'up_rowwise', 'rowwise'].map((k) => `std_moe_experts_${k}${s}`)),
+      ].map((k) => [k, 1]),
+    ),
   },
   'std-moe-gemm-16bit': {
     source: join(stdKernels, 'std-moe-gemm-16bit.cu'),
