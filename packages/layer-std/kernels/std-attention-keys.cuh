@@ -1,14 +1,14 @@
 // How a decode row's keys are cut into chunks and where each chunk's partial record lies, shared by
 // the split-KV decode kernels (std-attention.cu on CUDA cores, std-attention-decode.cu on tensor
-// cores) and std_attn_combine; the same rule as keyChunksOf in src/attention.cpu.ts. Also the two
+// cores) and std_attn_combine; the same rule as keyChunksOf in src/key-chunks.ts. Also the two
 // kernels' walk over a CTA's rows, chunks and head groups (for_each_chunk).
 #pragma once
 #include "std-common.cuh"
 
 namespace stdk {
 
-/** A row's keys are cut into chunks of at least kMinChunk keys, at most kMaxChunks (attention-kernels.ts has both). */
-constexpr int kMinChunk = 128;
+/** A row's keys are cut into chunks of at least kMinChunk keys, at most kMaxChunks (src/key-chunks.ts has both). */
+constexpr int kMinChunk = 64;
 constexpr int kMaxChunks = 64;
 /** Chunk sizes are multiples of kChunkAlign keys: whole tiles for every warp of std_attn_decode. */
 constexpr int kChunkAlign = 64;

@@ -1,4 +1,5 @@
 import { defineKernel, type FloatDtype, type Kernel, type LaunchConfig, type StepPhase, type Stream } from '@metrale/core';
+import { MAX_KEY_CHUNKS, MIN_KEY_CHUNK } from './key-chunks.js';
 import { combineCpu, coreCpu, decodeCpu, prefillCpu, prepCpu } from './attention.cpu.js';
 import { attentionModule as module, attentionDecodeModule, attentionPrefillModule } from './std-modules.js';
 
@@ -71,9 +72,6 @@ export const ATTENTION_KERNELS: Readonly<Record<FloatDtype, AttentionKernels>> =
 export const prepKernel = ATTENTION_KERNELS.f32.prep;
 export const coreKernel = ATTENTION_KERNELS.f32.core;
 
-/** A row's keys are cut into chunks of at least this many keys, at most MAX_KEY_CHUNKS (kernels/std-attention-keys.cuh's kMinChunk, kMaxChunks). */
-export const MIN_KEY_CHUNK = 128;
-export const MAX_KEY_CHUNKS = 64;
 /** K and V tiles `std.attn_core` keeps in flight, and the bytes of one tile's K and V rows (kStages, kStageBytes). */
 const CORE_STAGES = 4;
 const CORE_STAGE_BYTES = 32768;

@@ -1,6 +1,7 @@
 import {
   elementAt, elementReader, elementWriter, readElements, roundRows, rowDtypeOf, type CpuKernelContext, type DeviceMemoryView, type FloatDtype,
 } from '@metrale/core';
+import { keyChunksOf } from './key-chunks.js';
 import { rmsNormRow } from './rows.cpu.js';
 
 // CPU reference of kernels/std-attention.cu (KERNELS.md): `std.attn_prep` writes each row's
@@ -199,13 +200,6 @@ function decodedContext(a: PrefillArgs, mem: DeviceMemoryView, dtype: FloatDtype
     c.n = upTo + 1;
     return c;
   };
-}
-
-/** kernels/std-attention-keys.cuh's key_chunks: chunks of at least 128 keys (a multiple of 64), at most `maxChunks`. */
-export function keyChunksOf(len: number, maxChunks: number): { readonly n: number; readonly size: number } {
-  const want = Math.max(1, Math.min(maxChunks, Math.ceil(len / 128)));
-  const size = Math.ceil(Math.ceil(len / want) / 64) * 64;
-  return { n: Math.ceil(len / size), size };
 }
 
 /**

@@ -30,7 +30,7 @@ export {
   EXPERT_KERNELS, EXPERT_FORMATS, FEW_GEMM_ROWS, FP8_TENSOR_CORE_MIN_BATCH, expertFormat, expertsGemm, expertsGemmLaunch, moeTensorCores, type ExpertFormat, type ExpertGemm, type ExpertKernels,
 } from './moe-kernels.js';
 export {
-  prepKernel, prepLaunch, coreKernel, coreLaunch, combineLaunch, keyChunks, partialsBytes, MIN_KEY_CHUNK, MAX_KEY_CHUNKS, attnPrefillLaunch, prefillOnTensorCores, attnDecodeLaunch, decodeOnTensorCores, ATTENTION_KERNELS,
+  prepKernel, prepLaunch, coreKernel, coreLaunch, combineLaunch, keyChunks, partialsBytes, attnPrefillLaunch, prefillOnTensorCores, attnDecodeLaunch, decodeOnTensorCores, ATTENTION_KERNELS,
   type AttentionKernels,
 } from './attention-kernels.js';
 export { WEIGHT_DTYPE_CODE } from './elements.cpu.js';
@@ -40,5 +40,5 @@ export {
 } from './sample-kernels.js';
 export { LOGPROBS_HEAD, LOGPROBS_ROW_WORDS, LOGPROBS_TOP, SAMPLE_PARAMS, SAMPLE_PHASE_DRAW, readLogprobsRow } from './sample-layout.js';
 export { routeRow, topIndices } from './moe.cpu.js';
-export { keyChunksOf } from './attention.cpu.js';
+export { keyChunksOf, KEY_CHUNK_ALIGN, MAX_KEY_CHUNKS, MIN_KEY_CHUNK } from './key-chunks.js';
 export { filteredProbs } from './sample.cpu.js';

@@ -56,10 +56,10 @@ describe('AttentionLayer (Qwen3-Next gated attention) against a float64 referenc
     const one = free0 - gpu.memoryInfo().free;
     const second = new AttentionLayer(gpu, attentionWeights(o).source(), limits, o);
     const two = free0 - gpu.memoryInfo().free;
-    // The table (cos and sin, 4096 positions × rotary / 2, f32) and the records (one decode row, 32 chunks) are held once.
+    // The table (cos and sin, 4096 positions × rotary / 2, f32) and the records (one decode row, 64 chunks) are held once.
     const table = 2 * 4 * limits.maxSeqLen * (o.rotaryDim / 2);
     const records = partialsBytes(1, o.heads, o.headDim, keyChunks('decode', limits.maxSeqLen));
-    expect(records).toBe(4 * o.heads * 32 * (o.headDim + 2));
+    expect(records).toBe(4 * o.heads * 64 * (o.headDim + 2));
     expect(two - one).toBe(one - table - records);
     first.dispose();
     expect(free0 - gpu.memoryInfo().free).toBe(one);
@@ -71,8 +71,9 @@ describe('AttentionLayer (Qwen3-Next gated attention) against a float64 referenc
   it('cuts decode and verify rows into key chunks from the longest sequence, never prefill rows; splits fill the device, at most one per chunk', () => {
     expect(keyChunks('prefill', 262144)).toBe(1);
     expect(keyChunks('decode', 262144)).toBe(64);
-    expect(keyChunks('verify', 1000)).toBe(8);
-    expect(keyChunks('decode', 128)).toBe(1);
+    expect(keyChunks('verify', 1000)).toBe(16);
+    expect(keyChunks('decode', 64)).toBe(1);
+    expect(keyChunks('decode', 65)).toBe(2);
     // The 80B shape (2 kv heads, d 256, bf16) on 132 multiprocessors: batch 1 takes every chunk's split, batch 64 three.
     const stream = new CpuBackend().defaultStream;
     expect(coreLaunch(1, 2, 256, 2, 64, 132, stream)).toMatchObject({ grid: [1, 2, 64], block: 256, sharedBytes: 4 * 32768 });

@@ -309,14 +309,16 @@ describe('CPU twins of the attention kernels against a float64 reference, bf16 a
       const [H, Hkv, d, page, maxSeqLen] = [6, 2, 24, 16, 1152];
       const code = FLOAT_DTYPE_CODE[dtype];
       const maxPages = maxSeqLen / page;
-      const positions = Int32Array.from([1100, 299, 700, 127]);
+      const positions = Int32Array.from([1100, 299, 700, 63]);
       const rows = positions.length;
       const W = H * d * 2 + 2 * Hkv * d;
       const cacheElements = rows * maxPages * page * Hkv * d;
       const chunks = keyChunks('decode', maxSeqLen);
-      expect(chunks).toBe(9);
-      // Rows of 1 101, 300, 701 and 128 keys: 9, 3, 6 chunks of 128 and one.
-      expect(Array.from(positions, (p) => keyChunksOf(p + 1, chunks).n)).toEqual([9, 3, 6, 1]);
+      expect(chunks).toBe(18);
+      // Rows of 1 101, 300, 701 and 64 keys: 18, 5, 11 chunks of 64 and one.
+      expect(Array.from(positions, (p) => keyChunksOf(p + 1, chunks).n)).toEqual([18, 5, 11, 1]);
+      // Past MAX_KEY_CHUNKS chunks of 64 keys the chunks grow by whole tiles for each warp: 5 000 keys, 40 of 128 (the last 8 keys).
+      expect(keyChunksOf(5000, 64)).toEqual({ n: 40, size: 128 });
       for (const window of [0, 400]) {
         const bufs = {
           qkv: stored(rows * W, dtype, 1.5).bytes, q: stored(rows * H * d, dtype, 1.5).bytes,
