@@ -1,5 +1,5 @@
 import { defineKernel, type FloatDtype, type Kernel, type LaunchConfig, type StepPhase, type Stream } from '@metrale/core';
-import { MAX_KEY_CHUNKS, MIN_KEY_CHUNK } from './key-chunks.js';
+import { DECODE_TILE_KEYS, DECODE_WARPS, MAX_KEY_CHUNKS, MIN_KEY_CHUNK } from './key-chunks.js';
 import { combineCpu, coreCpu, decodeCpu, prefillCpu, prepCpu } from './attention.cpu.js';
 import { attentionModule as module, attentionDecodeModule, attentionPrefillModule } from './std-modules.js';
 
@@ -112,9 +112,7 @@ export function coreLaunch(rows: number, kvHeads: number, headDim: number, rowBy
   return { grid: [Math.max(1, rows), kvHeads, splits], block: 256, sharedBytes: CORE_STAGES * 2 * tileKeys * headDim * rowBytes, stream };
 }
 
-/** Keys per tile, warps and the largest head dim (a multiple of 8) of `std.attn_decode`. */
-const DECODE_TILE_KEYS = 16;
-const DECODE_WARPS = 4;
+/** The largest head dim (a multiple of 8) of `std.attn_decode`. */
 const DECODE_MAX_HEAD_DIM = 256;
 
 /** Whether `std.attn_decode` takes decode and verify rows of this head dim (else `std.attn_core` does). */

@@ -1,7 +1,7 @@
 import {
   elementAt, elementReader, elementWriter, readElements, roundRows, rowDtypeOf, type CpuKernelContext, type DeviceMemoryView, type FloatDtype,
 } from '@metrale/core';
-import { keyChunksOf } from './key-chunks.js';
+import { DECODE_TILE_KEYS, DECODE_WARPS, keyChunksOf } from './key-chunks.js';
 import { rmsNormRow } from './rows.cpu.js';
 
 // CPU reference of kernels/std-attention.cu (KERNELS.md): `std.attn_prep` writes each row's
@@ -382,10 +382,6 @@ function writeRecords(
   }
 }
 
-/** Tiles of std.attn_decode's chunks, and its warps. */
-const DECODE_TILE = 16;
-const DECODE_WARPS = 4;
-
 /**
  * std.attn_decode's sums over keys t0 … t1 of one head into `acc`: tiles of 16 keys from t0, warp w
  * taking tiles w, w + 4, … with its own running max (each e^(s − m) rounded to `dtype` as it enters
@@ -395,9 +391,9 @@ function warpTileSums(
   scores: Float64Array, v: Float32Array, width: number, vOffset: number, d: number, t0: number, t1: number, dtype: FloatDtype, acc: Float64Array,
 ): { max: number; sum: number } {
   const warps = Array.from({ length: DECODE_WARPS }, () => ({ m: -Infinity, l: 0, o: new Float64Array(d) }));
-  for (let tile = 0, k0 = t0; k0 <= t1; tile++, k0 += DECODE_TILE) {
+  for (let tile = 0, k0 = t0; k0 <= t1; tile++, k0 += DECODE_TILE_KEYS) {
     const w = warps[tile % DECODE_WARPS]!;
-    const k1 = Math.min(t1, k0 + DECODE_TILE - 1);
+    const k1 = Math.min(t1, k0 + DECODE_TILE_KEYS - 1);
     let mt = w.m;
     for (let t = k0; t <= k1; t++) mt = Math.max(mt, scores[t]!);
     const c = w.m === -Infinity ? 0 : Math.exp(w.m - mt);
