@@ -3,9 +3,9 @@
 // captured back to back in one CUDA graph, the graph replayed (timeOnDevice: warm-up, the median
 // of 10 replays), the time per run. Eager timings of kernels this short measure the host's
 // launches, not the device (std.bench.mjs's µs-scale figures do). Qwen3-Next-80B shapes, bf16:
-//   attention decode   std.attn_decode (tensor cores, what the layer launches for 16-bit rows; it
-//                      merges a row's chunks itself) and std.attn_core (CUDA cores) + std.attn_combine
-//                      (chunks from a 262 144-token limit), one row per sequence at position ctx − 1, contexts 140, 4 K, 32 K and
+//   attention decode   std.attn_decode (tensor cores, what the layer launches for 16-bit rows) and
+//                      std.attn_core (CUDA cores), each + std.attn_combine (chunks from a 262 144-token
+//                      limit), one row per sequence at position ctx − 1, contexts 140, 4 K, 32 K and
 //                      128 K; floor: the K and V rows read once at the copy rate.
 //   router + route     the three forms (routeForm) at 1 and 8 rows: softmax top-10 of 512 and 64
 //                      experts, sigmoid + bias top-8 of 256 (GLM-5): std.moe_router_gemv; the
@@ -103,9 +103,10 @@ try {
       gpu.launch(k.core, std.coreLaunch(batch, Hkv, d, BYTES[ROWS], chunks, sms, stream), args);
       gpu.launch(k.combine, std.combineLaunch(batch, H, stream), args);
     });
-    // std.attn_decode merges a row's chunks itself (its counters zero at upload, and left so).
-    const counters = upload(new Uint32Array(std.decodeCountersLength(batch, Hkv)));
-    const ms = graphMs(() => gpu.launch(k.decode, std.attnDecodeLaunch(batch, Hkv, d, BYTES[ROWS], chunks, sms, stream), { ...args, counters }));
+    const ms = graphMs(() => {
+      gpu.launch(k.decode, std.attnDecodeLaunch(batch, Hkv, d, BYTES[ROWS], chunks, sms, stream), args);
+      gpu.launch(k.combine, std.combineLaunch(batch, H, stream), args);
+    });
     const bytes = batch * ctx * Hkv * d * BYTES[ROWS] * 2;
     const floorMs = (bytes / copyBW) * 1e3;
     result.attention.push({ ctx, batch, kvBytes: bytes, floorMs, ms, coreMs, ofCopy: floorMs / ms });

@@ -3,10 +3,8 @@
 // their keys and values into the paged cache:
 //   std_attn_decode  per (row, kv head, chunk of keys): softmax(q·k_t · scale) v_t for the GQA
 //                    group's query heads over the chunk's keys, × sigmoid(gate) when gated, for a row
-//                    of one chunk; a row of several leaves one partial record per (head, chunk),
-//                    the records std_attn_core leaves, and the last CTA to finish a chunk of the
-//                    row's kv head merges the group's records into the output, as std_attn_combine
-//                    (std-attention.cu) does after std_attn_core (the same merge, so the same bits)
+//                    of one chunk; a row of several leaves one partial record per (head, chunk) for
+//                    std_attn_combine (std-attention.cu), the records std_attn_core leaves
 //
 // The group's query heads are the rows of one m16 tile (a group above 16 takes several passes; rows
 // past the group are zeros), so each key row is read once for all of them and the products run on
@@ -17,10 +15,7 @@
 // up once a row), S = Q Kᵀ, an online softmax per head in f32 (exp2, log2 e folded into the scale),
 // O += P V with P rounded to the row type (flash-attention's rounding; V's fragments by ldmatrix
 // .trans). The four warps' (max, sum, O) are then merged through shared memory in warp order
-// (deterministic) into the output or the chunk's record. Each finished chunk of a row of several
-// counts itself on the (row, kv head)'s counter (`counters`, zero between launches: the last resets
-// it); the last merges (chunk_weights and merge_values, std-attention-keys.cuh), so a decode step
-// needs no combine launch.
+// (deterministic) into the output or the chunk's record.
 //
 // 128 threads; dynamic shared memory (16 + 4 warps · 2 buffers · 2 · 16) × (D + 8) row-type elements
 // (attnDecodeLaunch), D the head dim's template (the next power of two ≥ 32, columns past d zero);
@@ -44,57 +39,16 @@ constexpr int kMaxHeadDim = 256;
 /** Row-type elements of the dynamic shared memory at template D: the Q tile, then each warp's two (K, V) tiles. */
 template <int D>
 constexpr int smem_elements() { return (kHeadsAtOnce + kWarps * 2 * 2 * kTileKeys) * (D + 8); }
-// merge_group's weights and sums take the dynamic shared memory of the smallest template (2-byte rows).
-static_assert(smem_elements<32>() * 2 >= (kHeadsAtOnce * kMaxChunks + kHeadsAtOnce) * 4, "merge_group outgrows the shared memory");
-
-/**
- * Every head of the group of (row, kv head) merged from its chunks' records into `out`, by the CTA
- * that finished the row's last chunk: the heads kHeadsAtOnce at a time, a warp per head for the
- * weights (into `smem`: [kHeadsAtOnce][kMaxChunks] weights, then each head's L), then kThreads / ng
- * threads per head, each taking elements j, j + that, … of it.
- */
-template <typename T>
-__device__ __forceinline__ void merge_group(const ChunkPass& ps, int heads, int kvHeads, int d, int W, int gated, const T* __restrict__ qkv,
-                                            T* __restrict__ out, const float* __restrict__ partials, int maxChunks, float* smem) {
-  constexpr int K = 16;  // elements of a thread at once: their loads in flight together
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int group = heads / kvHeads;
-  float* wts = smem;
-  float* Ls = smem + kHeadsAtOnce * kMaxChunks;
-  for (int g0 = 0; g0 < group; g0 += kHeadsAtOnce) {
-    const int ng = min(kHeadsAtOnce, group - g0), h0 = ps.kvh * group + g0;
-    for (int r = warp; r < ng; r += kWarps) {
-      const ChunkWeights cw = chunk_weights(partials + partial_offset(ps.row, heads, h0 + r, maxChunks, 0, d), ps.nChunks, d, lane);
-      wts[r * kMaxChunks + lane] = cw.lo, wts[r * kMaxChunks + lane + 32] = cw.hi;
-      if (lane == 0) Ls[r] = cw.L;
-    }
-    __syncthreads();
-    const int per = kThreads / ng, r = tid / per, j = tid - r * per;
-    if (r < ng) {
-      const int h = h0 + r;
-      const float* rec = partials + partial_offset(ps.row, heads, h, maxChunks, 0, d);
-      const T* gate = gated ? qkv + (size_t)ps.row * W + (size_t)h * 2 * d + d : nullptr;
-      for (int e0 = j; e0 < d; e0 += K * per) {
-        int e[K];
-#pragma unroll
-        for (int k = 0; k < K; k++) e[k] = e0 + k * per;
-        merge_values<K, T>(rec, ps.nChunks, d, e, wts + r * kMaxChunks, Ls[r], gate, out + ((size_t)ps.row * heads + h) * d);
-      }
-    }
-    __syncthreads();  // smem is the next heads' or the next pass's
-  }
-}
 
 /**
  * One pass: heads h0 … h0 + ng − 1 of `row` over keys a … a + nkeys − 1 of kv head kvh. Writes the
- * normalised, gated output when the row has one chunk, else the chunk's partial records; the pass
- * that ends the row's last chunk to finish (its group's last heads) then merges the group.
+ * normalised, gated output when the row has one chunk, else the chunk's partial records.
  */
 template <typename T, int D>
 __device__ __forceinline__ void decode_pass(const ChunkPass& ps, const T* __restrict__ qkv, const T* __restrict__ kCache, const T* __restrict__ vCache,
                                             const int32_t* __restrict__ table, int pageSize, int heads, int kvHeads, int d, int W, int gated,
                                             const T* __restrict__ q, T* __restrict__ out, float* __restrict__ partials, float scale2, int maxChunks,
-                                            unsigned* __restrict__ counters, T* smem, float* mW, float* lW, int& flag) {
+                                            T* smem, float* mW, float* lW) {
   constexpr int LD = D + 8;
   constexpr int RING = 2 * 2 * kTileKeys * LD;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tig = lane & 3;
@@ -185,11 +139,7 @@ __device__ __forceinline__ void decode_pass(const ChunkPass& ps, const T* __rest
       rec[2 + e] = O;
     }
   }
-  __syncthreads();  // the Q tile, the rings and the merge buffers are reused by the CTA's next pass or the merge
-  if (ps.nChunks > 1 && ps.h0 + ps.ng == (ps.kvh + 1) * (heads / kvHeads) &&
-      last_to_arrive(counters + (size_t)ps.row * kvHeads + ps.kvh, ps.nChunks, flag)) {
-    merge_group<T>(ps, heads, kvHeads, d, W, gated, qkv, out, partials, maxChunks, reinterpret_cast<float*>(smem));
-  }
+  __syncthreads();  // the Q tile, the rings and the merge buffers are reused by the CTA's next pass
 }
 
 template <typename T, int D>
@@ -197,14 +147,14 @@ __device__ __forceinline__ void decode_rows(const T* __restrict__ qkv, const T* 
                                             const int32_t* __restrict__ blockTable, const int32_t* __restrict__ slots,
                                             const int32_t* __restrict__ rowStarts, const int32_t* __restrict__ positions, int batch, int heads,
                                             int kvHeads, int d, int pageSize, int maxPages, int gated, int ownKv, const T* __restrict__ q,
-                                            T* __restrict__ out, float scale, int window, int maxChunks, float* __restrict__ partials,
-                                            unsigned* __restrict__ counters, T* smem, float* mW, float* lW, int& flag) {
+                                            T* __restrict__ out, float scale, int window, int maxChunks, float* __restrict__ partials, T* smem,
+                                            float* mW, float* lW) {
   const int W = qkv_width(heads, kvHeads, d, gated, ownKv);
   const float scale2 = scale * 1.4426950408889634f;
   for_each_chunk<kHeadsAtOnce>(blockTable, slots, rowStarts, positions, batch, heads, kvHeads, d, maxPages, window, maxChunks, out,
                                [&](const ChunkPass& ps, const int32_t* table) {
                                  decode_pass<T, D>(ps, qkv, kCache, vCache, table, pageSize, heads, kvHeads, d, W, gated, q, out, partials, scale2,
-                                                   maxChunks, counters, smem, mW, lW, flag);
+                                                   maxChunks, smem, mW, lW);
                                });
 }
 
@@ -213,14 +163,12 @@ __device__ __forceinline__ void decode_entry(const T* __restrict__ qkv, const T*
                                              const int32_t* __restrict__ blockTable, const int32_t* __restrict__ slots,
                                              const int32_t* __restrict__ rowStarts, const int32_t* __restrict__ positions, int batch, int heads,
                                              int kvHeads, int d, int pageSize, int maxPages, int gated, int ownKv, const T* __restrict__ q,
-                                             T* __restrict__ out, float scale, int window, int maxChunks, float* __restrict__ partials,
-                                             unsigned* __restrict__ counters) {
+                                             T* __restrict__ out, float scale, int window, int maxChunks, float* __restrict__ partials) {
   STD_SHARED(float, mW, kWarps * kHeadsAtOnce);
   STD_SHARED(float, lW, kWarps * kHeadsAtOnce);
-  STD_SHARED(int, flag, 1);
   STD_DYNAMIC_SMEM(smem);
   if (blockDim.x != kThreads || gridDim.y != (unsigned)kvHeads || heads % kvHeads != 0 || d % 8 != 0 || d > kMaxHeadDim || maxChunks < 1 ||
-      maxChunks > kMaxChunks || (maxChunks > 1 && (!partials || !counters))) {
+      maxChunks > kMaxChunks) {
     __trap();
   }
   T* s = reinterpret_cast<T*>(smem);
@@ -228,7 +176,7 @@ __device__ __forceinline__ void decode_entry(const T* __restrict__ qkv, const T*
   do {                                                                                                                                         \
     if (dynamic_smem_bytes() < (unsigned)(smem_elements<D>() * sizeof(T))) __trap();                                                         \
     decode_rows<T, D>(qkv, kCache, vCache, blockTable, slots, rowStarts, positions, batch, heads, kvHeads, d, pageSize, maxPages, gated, ownKv, \
-                      q, out, scale, window, maxChunks, partials, counters, s, mW, lW, flag[0]);                                                                \
+                      q, out, scale, window, maxChunks, partials, s, mW, lW);                                                                  \
   } while (0)
   if (d <= 32) STD_DECODE(32);
   else if (d <= 64) STD_DECODE(64);
@@ -245,11 +193,11 @@ __device__ __forceinline__ void decode_entry(const T* __restrict__ qkv, const T*
       const T* __restrict__ qkv, const T* __restrict__ kCache, const T* __restrict__ vCache, const int32_t* __restrict__ blockTable,                \
       const int32_t* __restrict__ slots, const int32_t* __restrict__ rowStarts, const int32_t* __restrict__ positions, int batch, int heads,       \
       int kvHeads, int headDim, int pageSize, int maxPages, int gated, int dtype, int ownKv, const T* __restrict__ q, T* __restrict__ out,      \
-      float scale, int window, int chunks, float* __restrict__ partials, unsigned* __restrict__ counters) {                                        \
+      float scale, int window, int chunks, float* __restrict__ partials) {                                                                        \
     early_start();                                                                                                                                 \
     if (dtype != row_code<T>) __trap();                                                                                                            \
     decode_entry<T>(qkv, kCache, vCache, blockTable, slots, rowStarts, positions, batch, heads, kvHeads, headDim, pageSize, maxPages, gated,     \
-                    ownKv, q, out, scale, window, chunks, partials, counters);                                                                     \
+                    ownKv, q, out, scale, window, chunks, partials);                                                                               \
   }
 
 STD_ATTENTION_DECODE(_bf16, bf16)

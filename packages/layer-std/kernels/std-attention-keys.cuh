@@ -41,62 +41,6 @@ __device__ __forceinline__ size_t partial_offset(int row, int heads, int h, int 
   return (((size_t)row * heads + h) * maxChunks + c) * (size_t)(d + 2);
 }
 
-/**
- * How the chunk records of one (row, head) merge (std_attn_combine, and std_attn_decode's last CTA of
- * a row's kv head): M the records' max, w_c = 2^(m_c − M), L = Σ_c sum_c · w_c, and each output
- * value Σ_c acc_c · w_c (chunks in order) / L. One definition, so both give a record set the same bits.
- */
-struct ChunkWeights {
-  float L;
-  /** w_c of chunks lane and lane + 32 (0 past the row's chunks). */
-  float lo, hi;
-};
-
-/**
- * The weights of a (row, head)'s n ≤ kMaxChunks records at `rec` (stride d + 2 floats), by one warp:
- * lane l reads chunks l and l + 32 through L2 (other CTAs of the launch may have written them), M by
- * the xor butterfly, L as the lane's two products in order, then the xor butterfly. Every lane gets L.
- */
-__device__ __forceinline__ ChunkWeights chunk_weights(const float* rec, int n, int d, int lane) {
-  const size_t R = (size_t)d + 2;
-  const bool has0 = lane < n, has1 = lane + 32 < n;
-  const float m0 = has0 ? __ldcg(rec + lane * R) : -INFINITY, s0 = has0 ? __ldcg(rec + lane * R + 1) : 0.f;
-  const float m1 = has1 ? __ldcg(rec + (lane + 32) * R) : -INFINITY, s1 = has1 ? __ldcg(rec + (lane + 32) * R + 1) : 0.f;
-  float M = fmaxf(m0, m1);
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
-  const float w0 = has0 ? exp2f(m0 - M) : 0.f, w1 = has1 ? exp2f(m1 - M) : 0.f;
-  float L = __fmaf_rn(s1, w1, __fmul_rn(s0, w0));
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) L = __fadd_rn(L, __shfl_xor_sync(0xffffffffu, L, o));
-  return {L, w0, w1};
-}
-
-/**
- * K output values of one (row, head) from its n records at `rec`: element e[k] (< d) is Σ_c acc_c ·
- * w[c] in chunk order (f32 fma), / L, × σ(gate) when gated (`gate`: the head's gate row, or 0), into
- * `out` (the head's output row). Elements past d are skipped; the loads of a chunk are issued together.
- */
-template <int K, typename T>
-__device__ __forceinline__ void merge_values(const float* rec, int n, int d, const int (&e)[K], const float* w, float L,
-                                             const T* __restrict__ gate, T* __restrict__ out) {
-  const size_t R = (size_t)d + 2;
-  float o[K];
-#pragma unroll
-  for (int k = 0; k < K; k++) o[k] = 0.f;
-  for (int c = 0; c < n; c++) {
-    const float wc = w[c];
-#pragma unroll
-    for (int k = 0; k < K; k++) {
-      if (e[k] < d) o[k] = __fmaf_rn(__ldcg(rec + c * R + 2 + e[k]), wc, o[k]);
-    }
-  }
-#pragma unroll
-  for (int k = 0; k < K; k++) {
-    if (e[k] < d) store_value(out, e[k], __fdiv_rn(o[k], L) * (gate ? sigmoid(ldg_value(gate, e[k])) : 1.f));
-  }
-}
-
 /** One pass of a split-KV CTA: heads h0 … h0 + ng − 1 of `row` over keys a … a + nkeys − 1 of kv head kvh, chunk c of the row's nChunks. */
 struct ChunkPass {
   int row, h0, ng, kvh, a, nkeys, c, nChunks;

@@ -382,11 +382,11 @@ __device__ __forceinline__ void combine_rows(const T* __restrict__ qkv, const in
                                              const int32_t* __restrict__ positions, int batch, int heads, int kvHeads, int d, int gated, int ownKv,
                                              T* __restrict__ out, int window, int maxChunks, const float* __restrict__ partials) {
   STD_SHARED(float, weight, kMaxChunks);
-  STD_SHARED(float, total, 1);
-  if (maxChunks < 1 || maxChunks > kMaxChunks || gridDim.y != (unsigned)heads || d > 4 * (int)blockDim.x) __trap();
+  STD_SHARED(float, red, 32);
+  if (maxChunks < 1 || maxChunks > kMaxChunks || gridDim.y != (unsigned)heads) __trap();
   const int rows = rowStarts[batch];
   const int W = qkv_width(heads, kvHeads, d, gated, ownKv);
-  const int h = blockIdx.y, tid = threadIdx.x, B = blockDim.x;
+  const int h = blockIdx.y, tid = threadIdx.x;
   for (int row = blockIdx.x; row < rows; row += gridDim.x) {
     const int p = batch_pos_of_row(rowStarts, batch, row);
     if (slots[p] < 0) continue;  // std_attn_core wrote its zeros
@@ -394,15 +394,23 @@ __device__ __forceinline__ void combine_rows(const T* __restrict__ qkv, const in
     const KeyChunks ch = key_chunks(pos - first_key(pos, window) + 1, maxChunks);
     if (ch.n == 1) continue;  // std_attn_core wrote the output
     const float* rec = partials + partial_offset(row, heads, h, maxChunks, 0, d);
-    if (tid < 32) {
-      const ChunkWeights cw = chunk_weights(rec, ch.n, d, tid);
-      weight[tid] = cw.lo, weight[tid + 32] = cw.hi;
-      if (tid == 0) total[0] = cw.L;
+    const size_t R = (size_t)d + 2;
+    float M = -INFINITY;
+    for (int c = tid; c < ch.n; c += blockDim.x) M = fmaxf(M, rec[c * R]);
+    M = block_max(M, red);
+    float L = 0.f;
+    for (int c = tid; c < ch.n; c += blockDim.x) {
+      const float w = exp2f(rec[c * R] - M);
+      weight[c] = w;
+      L += rec[c * R + 1] * w;
     }
-    __syncthreads();
-    const int e[4] = {tid, tid + B, tid + 2 * B, tid + 3 * B};
-    merge_values<4, T>(rec, ch.n, d, e, weight, total[0], gated ? qkv + (size_t)row * W + (size_t)h * 2 * d + d : nullptr,
-                       out + ((size_t)row * heads + h) * d);
+    L = block_sum(L, red);  // its barrier also publishes `weight`
+    for (int e = tid; e < d; e += blockDim.x) {
+      float o = 0.f;
+      for (int c = 0; c < ch.n; c++) o += rec[c * R + 2 + e] * weight[c];
+      const float gate = gated ? sigmoid(ldg_value(qkv, (size_t)row * W + (size_t)h * 2 * d + d + e)) : 1.f;
+      store_value(out, ((size_t)row * heads + h) * d + e, o / L * gate);
+    }
     __syncthreads();  // weight is rewritten by the CTA's next row
   }
 }

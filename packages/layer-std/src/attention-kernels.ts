@@ -16,8 +16,6 @@ const PREP_PARAMS = {
 const PREFILL_PARAMS = { ...COMMON, q: 'ptr', out: 'ptr', scale: 'f32', window: 'i32' } as const;
 /** `chunks`: the most chunks a row's keys are cut into (1: none); `partials`: their f32 records (`partialsBytes`). */
 const CORE_PARAMS = { ...PREFILL_PARAMS, chunks: 'i32', partials: 'ptr' } as const;
-/** `counters`: u32 [rows][kvHeads], zero between launches (`decodeCountersLength`); 0 where `chunks` is 1. */
-const DECODE_PARAMS = { ...CORE_PARAMS, counters: 'ptr' } as const;
 
 /** The attention kernels of one row type. */
 export interface AttentionKernels {
@@ -40,11 +38,10 @@ export interface AttentionKernels {
   /**
    * `core` of decode and verify rows on tensor cores (bf16 / f16 rows;
    * kernels/std-attention-decode.cu): the same parameters, chunks and records, with P rounded to the
-   * row type before P·V per tile of 16 keys (its twin, `decodeCpu`, rounds the same way), and no
-   * `combine` after it: the last CTA to finish a chunk of a row's kv head merges the group's records
-   * as `combine` does (the same bits), counting on `counters`. Absent for f32, the reference path.
+   * row type before P·V per tile of 16 keys (its twin, `decodeCpu`, rounds the same way). Absent for
+   * f32, the reference path.
    */
-  readonly decode?: Kernel<typeof DECODE_PARAMS>;
+  readonly decode?: Kernel<typeof CORE_PARAMS>;
 }
 
 const SUFFIX: Readonly<Record<FloatDtype, string>> = { f32: '', bf16: '_bf16', f16: '_f16' };
@@ -61,7 +58,7 @@ function attentionKernelsOf(dtype: FloatDtype): AttentionKernels {
       ? {}
       : {
         prefill: defineKernel({ name: name('std.attn_prefill'), params: PREFILL_PARAMS, cuda: { module: attentionPrefillModule, symbol: `std_attn_prefill${SUFFIX[dtype]}` }, cpu: prefillCpu }),
-        decode: defineKernel({ name: name('std.attn_decode'), params: DECODE_PARAMS, cuda: { module: attentionDecodeModule, symbol: `std_attn_decode${SUFFIX[dtype]}` }, cpu: decodeCpu, earlyStart: 'wait-first' }),
+        decode: defineKernel({ name: name('std.attn_decode'), params: CORE_PARAMS, cuda: { module: attentionDecodeModule, symbol: `std_attn_decode${SUFFIX[dtype]}` }, cpu: decodeCpu, earlyStart: 'wait-first' }),
       }),
   };
 }
@@ -86,11 +83,6 @@ const CORE_STAGE_BYTES = 32768;
  */
 export function keyChunks(phase: StepPhase, maxSeqLen: number): number {
   return phase === 'prefill' ? 1 : Math.max(1, Math.min(MAX_KEY_CHUNKS, Math.ceil(maxSeqLen / MIN_KEY_CHUNK)));
-}
-
-/** Length (u32) of `std.attn_decode`'s counters for `rows` rows: one per (row, kv head); zero at allocation, the kernel leaves them zero. */
-export function decodeCountersLength(rows: number, kvHeads: number): number {
-  return Math.max(1, rows) * kvHeads;
 }
 
 /** Bytes of `std.attn_core`'s partial records for `rows` rows at `chunks`: [rows][heads][chunks] × (2 + headDim) f32; 0 at one chunk. */

@@ -5,7 +5,7 @@ import {
 } from '@metrale/core';
 import { checkAttention, type AttentionOptions, type KvSource } from './attention-config.js';
 import {
-  ATTENTION_KERNELS, attnDecodeLaunch, attnPrefillLaunch, combineLaunch, coreLaunch, decodeCountersLength, decodeOnTensorCores, keyChunks, partialsBytes, prefillOnTensorCores, prepLaunch, type AttentionKernels,
+  ATTENTION_KERNELS, attnDecodeLaunch, attnPrefillLaunch, combineLaunch, coreLaunch, decodeOnTensorCores, keyChunks, partialsBytes, prefillOnTensorCores, prepLaunch, type AttentionKernels,
 } from './attention-kernels.js';
 import { loadAttentionWeights } from './attention-weights.js';
 import { DeviceMemory } from './device-memory.js';
@@ -61,8 +61,6 @@ export class AttentionLayer implements TransformerLayer<AttentionState>, KvSourc
   readonly #qkvWidth: number;
   /** `std.attn_core`'s partial records of decode and verify rows (shared by the model's attention layers); none when rows are never cut. */
   readonly #partials: ScratchLease | undefined;
-  /** `std.attn_decode`'s tickets, one per (row, kv head), zero between launches; 0 without records or tensor-core decode. */
-  readonly #decodeCounters: DevicePtr;
   /** The most decode or verify rows a step has (the records are sized for them). */
   readonly #decodeRows: number;
   #disposed = false;
@@ -96,7 +94,6 @@ export class AttentionLayer implements TransformerLayer<AttentionState>, KvSourc
       const decodeRows = (this.#decodeRows = Math.min(limits.maxRows, limits.maxBatch * limits.maxK));
       const partials = partialsBytes(decodeRows, H, d, keyChunks('decode', limits.maxSeqLen));
       this.#partials = partials > 0 ? acquireScratch(gpu, 'attention-partials', partials) : undefined;
-      this.#decodeCounters = partials > 0 && decodeOnTensorCores(k, 'decode', d) ? m.upload(new Uint32Array(decodeCountersLength(decodeRows, Hkv))) : 0n;
     } catch (error) {
       rope?.release();
       m.free();
@@ -205,13 +202,11 @@ export class AttentionLayer implements TransformerLayer<AttentionState>, KvSourc
       const chunks = this.#partials ? keyChunks(phase, this.limits.maxSeqLen) : 1;
       const core = { ...attend, chunks, partials: chunks > 1 ? this.#partials!.ptr : 0n };
       if (decodeOnTensorCores(this.#kernels, phase, d)) {
-        // Its last CTA of each row's kv head merges the chunks: no combine launch.
-        const counters = chunks > 1 ? this.#decodeCounters : 0n;
-        gpu.launch(this.#kernels.decode!, attnDecodeLaunch(rows, o.kvHeads, d, floatBytes(dtype), chunks, gpu.device.multiprocessors, stream), { ...core, counters });
+        gpu.launch(this.#kernels.decode!, attnDecodeLaunch(rows, o.kvHeads, d, floatBytes(dtype), chunks, gpu.device.multiprocessors, stream), core);
       } else {
         gpu.launch(this.#kernels.core, coreLaunch(rows, o.kvHeads, d, floatBytes(dtype), chunks, gpu.device.multiprocessors, stream), core);
-        if (chunks > 1) gpu.launch(this.#kernels.combine, combineLaunch(rows, o.heads, stream), core);
       }
+      if (chunks > 1) gpu.launch(this.#kernels.combine, combineLaunch(rows, o.heads, stream), core);
     }
     runLinear(gpu, { m: rows, x: b.attn, w: this.#oW, y: step.output, xDtype: dtype, yDtype: dtype, stream });
     for (let p = 0; p < batch; p++) {

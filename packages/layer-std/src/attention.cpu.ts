@@ -65,11 +65,6 @@ export interface CoreArgs extends PrefillArgs {
   readonly partials: bigint;
 }
 
-export interface DecodeArgs extends CoreArgs {
-  /** The CUDA kernel's u32 tickets per (row, kv head), zero between launches; the twin needs none. */
-  readonly counters: bigint;
-}
-
 /** Where one row of the step lives: batch position, slot, sequence position. */
 interface RowPlace {
   readonly slot: number;
@@ -217,14 +212,12 @@ export function coreCpu(a: CoreArgs, { mem }: CpuKernelContext): void {
 
 /**
  * `std.attn_decode` (kernels/std-attention-decode.cu): `std.attn_core`'s result and records with the
- * kernel's rounding, then `std.attn_combine`'s merge of the records, which the kernel's last CTA of
- * each row's kv head does. A chunk's keys are tiles of 16; warp w of 4 takes tiles w, w + 4, … with
- * its own running max, each e^(s − m) entering P·V rounded to the row type (the sum takes it
- * unrounded); the warps' sums are then merged in warp order.
+ * kernel's rounding. A chunk's keys are tiles of 16; warp w of 4 takes tiles w, w + 4, … with its
+ * own running max, each e^(s − m) entering P·V rounded to the row type (the sum takes it unrounded);
+ * the warps' sums are then merged in warp order.
  */
-export function decodeCpu(a: DecodeArgs, ctx: CpuKernelContext): void {
-  attend(a, ctx.mem, 0, a.chunks, a.partials, true);
-  if (a.chunks > 1) combineCpu(a, ctx);
+export function decodeCpu(a: CoreArgs, { mem }: CpuKernelContext): void {
+  attend(a, mem, 0, a.chunks, a.partials, true);
 }
 
 /** `std.attn_combine`: the records of each row of several chunks merged (f64), normalised and gated into out. */

@@ -7,7 +7,7 @@ import { CpuBackend } from '@metrale/cpu-backend';
 import { FLOAT_DTYPE_CODE, SeededRandom, floatBytes, roundTo, type FloatDtype, relativeL2Error } from '@metrale/core';
 import { runKernelOn, type KernelBuffers as Bufs, type KernelPointers as Ptrs } from '@metrale/core/testing';
 import {
-  ATTENTION_KERNELS, EXPERT_FORMATS, EXPERT_KERNELS, decodeCountersLength, keyChunks, keyChunksOf, partialsBytes, WEIGHT_DTYPE_CODE, addKernel, addRmsNormKernel, combineKernel, embedKernel, expertsKernel, expertsLaunch, expertsRowwiseLaunch,
+  ATTENTION_KERNELS, EXPERT_FORMATS, EXPERT_KERNELS, keyChunks, keyChunksOf, partialsBytes, WEIGHT_DTYPE_CODE, addKernel, addRmsNormKernel, combineKernel, embedKernel, expertsKernel, expertsLaunch, expertsRowwiseLaunch,
   expertsUpRowwiseLaunch, flatLaunch, geluMulKernel, geluTanh, layerNormKernel, rmsNormKernel, ropeTable, rowLaunch, siluMulKernel, sparsityCutoff, type ExpertFormat,
 } from '@metrale/layer-std';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -301,12 +301,11 @@ describe('CPU twins of the attention kernels against a float64 reference, bf16 a
       expect(bytes * cacheElements).toBe(r.kCache!.byteLength);
     });
   }
-  // Split-KV: rows of 300 to 1 100 keys cut into chunks (records of f32 sums), merged by std.attn_combine
-  // after std.attn_core, by std.attn_decode itself (its twin rounds P per tile of 16 keys), against the
-  // same one-chunk std.attn_core.
+  // Split-KV: rows of 300 to 1 100 keys cut into chunks (records of f32 sums), merged by std.attn_combine;
+  // std.attn_decode's twin (P rounded per tile of 16 keys) against the same one-chunk std.attn_core.
   const splitCases = ROW_TYPES.flatMap((dtype) => (dtype === 'f32' ? ['core' as const] : ['core' as const, 'decode' as const]).map((kernel) => ({ dtype, kernel })));
   for (const { dtype, kernel } of splitCases) {
-    it(`${dtype}: std.attn_${kernel} over key chunks${kernel === 'core' ? ' + std.attn_combine' : ' (its own merge)'} equal std.attn_core's one-chunk result (f32 records), a window too`, () => {
+    it(`${dtype}: std.attn_${kernel} over key chunks + std.attn_combine equal std.attn_core's one-chunk result (f32 records), a window too`, () => {
       const [H, Hkv, d, page, maxSeqLen] = [6, 2, 24, 16, 1152];
       const code = FLOAT_DTYPE_CODE[dtype];
       const maxPages = maxSeqLen / page;
@@ -327,7 +326,6 @@ describe('CPU twins of the attention kernels against a float64 reference, bf16 a
           blockTable: Int32Array.from({ length: rows * maxPages }, (_, i) => (i * 7 + 3) % (rows * maxPages)),
           slots: Int32Array.from({ length: rows }, (_, i) => i), rowStarts: Int32Array.from({ length: rows + 1 }, (_, i) => i), positions,
           out: poison(rows * H * d, dtype), whole: poison(rows * H * d, dtype), partials: new Float32Array(partialsBytes(rows, H, d, chunks) / 4),
-          counters: new Uint32Array(decodeCountersLength(rows, Hkv)),
         };
         const r = run(bufs, (p) => {
           const args = {
@@ -336,12 +334,8 @@ describe('CPU twins of the attention kernels against a float64 reference, bf16 a
           };
           const k = ATTENTION_KERNELS[dtype];
           const split = { ...args, out: p.out!, chunks, partials: p.partials! };
-          // std.attn_decode merges the records itself (as the combine would); std.attn_core leaves them to std.attn_combine.
-          if (kernel === 'decode') cpu.launch(k.decode!, { grid: [rows, Hkv, 2], block: 128, stream: cpu.defaultStream }, { ...split, counters: p.counters! });
-          else {
-            cpu.launch(k.core, { grid: [rows, Hkv, 2], block: 256, stream: cpu.defaultStream }, split);
-            cpu.launch(k.combine, { grid: [rows, H], block: 128, stream: cpu.defaultStream }, split);
-          }
+          cpu.launch(kernel === 'decode' ? k.decode! : k.core, { grid: [rows, Hkv, 2], block: 256, stream: cpu.defaultStream }, split);
+          cpu.launch(k.combine, { grid: [rows, H], block: 128, stream: cpu.defaultStream }, split);
           cpu.launch(k.core, { grid: [rows, Hkv], block: 256, stream: cpu.defaultStream }, { ...args, out: p.whole!, chunks: 1, partials: 0n });
         }, ['out', 'whole']);
         // The records' f32 sums and the merge's exponentials: within a rounding step of the row type, most values equal.

@@ -6,7 +6,7 @@
 import { FLOAT_DTYPE_CODE, floatBytes, type FloatDtype } from '@metrale/core';
 import { type KernelBuffers as Bufs } from '@metrale/core/testing';
 import {
-  ATTENTION_KERNELS, attnPrefillLaunch, attnDecodeLaunch, prepLaunch, coreLaunch, combineLaunch, decodeCountersLength, keyChunks, partialsBytes, ropeTable,
+  ATTENTION_KERNELS, attnPrefillLaunch, attnDecodeLaunch, prepLaunch, coreLaunch, combineLaunch, keyChunks, partialsBytes, ropeTable,
 } from '@metrale/layer-std';
 import { expect, it } from 'vitest';
 import { decodeRows } from '../setup.js';
@@ -119,15 +119,13 @@ describeKernels('attention', () => {
     }
   }
 
-  // ---- std-attention split-KV: rows of several key chunks and their records merged ----------------------
+  // ---- std-attention split-KV: rows of several key chunks, records merged by std.attn_combine ------------
   // The cache is filled directly (no prefill): decode rows at 1 501 keys, a verify of 4 rows at ~700,
-  // a padding row, rows at exactly 64 keys (one chunk) and 65 (two). Each row's cut depends on its
+  // a padding row, rows at exactly 128 keys (one chunk) and 129 (two). Each row's cut depends on its
   // key count and `chunks` only: the layer's launch and one of a single split (a CTA takes every
-  // chunk of its row) give the same bits. std.attn_core (CUDA cores) + std.attn_combine on every row
-  // type; std.attn_decode (tensor cores, 16-bit rows, head dims multiples of 8), which merges the
-  // records itself (its last CTA of a row's kv head; the same bits as std.attn_combine's merge of
-  // them, and every counter back at zero), against its twin, which rounds P per tile of 16 keys as
-  // its warps do: two steps of the output's type, as std.attn_prefill.
+  // chunk of its row) give the same bits. std.attn_core (CUDA cores) on every row type; std.attn_decode
+  // (tensor cores, 16-bit rows, head dims multiples of 8) against its twin, which rounds P per tile of
+  // 16 keys as its warps do: two steps of the output's type, as std.attn_prefill.
   const splitShapes = [
     { label: 'Qwen3-Next-80B heads: 16 q / 2 kv, d 256, gated, pages of 16', H: 16, Hkv: 2, d: 256, gated: 1, page: 16 },
     { label: 'Gemma 3n E4B sliding heads: 8 q / 2 kv, d 256, window 512, pages of 16', H: 8, Hkv: 2, d: 256, gated: 0, page: 16, window: 512 },
@@ -142,7 +140,7 @@ describeKernels('attention', () => {
     ...(dtype === 'f32' ? [] : splitShapes.filter((o) => o.d % 8 === 0).map((o) => ({ dtype, o, kernel: 'decode' as const }))),
   ]);
   for (const { dtype, o, kernel } of splitCases) {
-    it(`${dtype}: std.attn_${kernel}${kernel === 'core' ? ' + std.attn_combine' : ' (its own merge)'} over key chunks, the same bits at any split: ${o.label}`, () => {
+    it(`${dtype}: std.attn_${kernel} + std.attn_combine over key chunks, the same bits at any split: ${o.label}`, () => {
       const maxSeqLen = 2048;
       const maxPages = maxSeqLen / o.page;
       const chunks = keyChunks('decode', maxSeqLen);
@@ -156,8 +154,8 @@ describeKernels('attention', () => {
       ];
       const { bufs: step, rows, rowStarts } = pagedStep(o, dtype, seqs, 4 * maxPages);
       const bufs: Bufs = {
-        ...step, outOneSplit: poison(rows * o.H * o.d, dtype), outLayer: poison(rows * o.H * o.d, dtype), outCombined: poison(rows * o.H * o.d, dtype),
-        partials: new Float32Array(partialsBytes(rows, o.H, o.d, chunks) / 4), counters: new Uint32Array(decodeCountersLength(rows, o.Hkv)),
+        ...step, outOneSplit: poison(rows * o.H * o.d, dtype), outLayer: poison(rows * o.H * o.d, dtype),
+        partials: new Float32Array(partialsBytes(rows, o.H, o.d, chunks) / 4),
       };
       const k = ATTENTION_KERNELS[dtype];
       const r = onBoth(bufs, (gpu, p) => {
@@ -170,29 +168,15 @@ describeKernels('attention', () => {
         // Three splits (CTA z takes chunks z, z + 3, …) and one; the layer's count depends on the device.
         const tensorCores = kernel === 'decode';
         const launch = (tensorCores ? attnDecodeLaunch : coreLaunch)(rows, o.Hkv, o.d, floatBytes(dtype), chunks, gpu.device.multiprocessors, stream);
-        // std.attn_decode merges its records itself (its last CTA of each row's kv head); std.attn_core leaves them to std.attn_combine.
         for (const [out, grid] of [[p.out!, [rows, o.Hkv, 3]], [p.outOneSplit!, [rows, o.Hkv, 1]], [p.outLayer!, launch.grid]] as const) {
-          if (tensorCores) gpu.launch(k.decode!, { ...launch, grid }, { ...args(out), counters: p.counters! });
-          else {
-            gpu.launch(k.core, { ...launch, grid }, args(out));
-            gpu.launch(k.combine, combineLaunch(rows, o.H, stream), args(out));
-          }
+          gpu.launch(tensorCores ? k.decode! : k.core, { ...launch, grid }, args(out));
+          gpu.launch(k.combine, combineLaunch(rows, o.H, stream), args(out));
         }
-        // The decode's merge is std.attn_combine's: combining its records again rewrites the rows of several chunks with the same bits.
-        if (tensorCores) {
-          gpu.launch(k.decode!, launch, { ...args(p.outCombined!), counters: p.counters! });
-          gpu.launch(k.combine, combineLaunch(rows, o.H, stream), args(p.outCombined!));
-        }
-      }, ['out', 'outOneSplit', 'outLayer', 'outCombined', 'counters']);
+      }, ['out', 'outOneSplit', 'outLayer']);
       const tolerance = dtype === 'f32' ? 2e-5 : kernel === 'decode' ? 2 * STEP[dtype] : STEP[dtype];
       compare(`${dtype} attn_${kernel} split ${o.label}`, dtype, r.cpu.out!, r.cuda.out!, tolerance);
       expect(sameBits(r.cuda.outOneSplit!, r.cuda.out!), `${dtype} attn_${kernel}: one split and three differ`).toBe(true);
       expect(sameBits(r.cuda.outLayer!, r.cuda.out!), `${dtype} attn_${kernel}: the layer's splits and three differ`).toBe(true);
-      if (kernel === 'decode') {
-        expect(sameBits(r.cuda.outCombined!, r.cuda.out!), `${dtype} attn_decode: its merge and std.attn_combine's differ`).toBe(true);
-        // Four launches of several CTAs a row, each counter back at zero for the next launch.
-        expect(r.cuda.counters!.every((b) => b === 0), `${dtype} attn_decode: a counter left non-zero`).toBe(true);
-      }
       const pad = decodeRows(r.cuda.out!, dtype).subarray(rowStarts[2]! * o.H * o.d, rowStarts[3]! * o.H * o.d);
       expect(pad.every((v) => v === 0)).toBe(true);
     });
