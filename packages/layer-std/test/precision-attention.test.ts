@@ -33,6 +33,12 @@ describe('AttentionLayer in bf16 / f16 and with FP8 projections against the floa
     }
   }
 
+  it('bf16, sequences of 600 and 290 rows: decode and verify rows over several key chunks (std.attn_decode + std.attn_combine), graphs replayed', () => {
+    const rel = runScript({ graphs: true, pageSize: 16, long: true, precision: BF16 });
+    measured.push(`bf16 long : rel ${rel.toExponential(2)}`);
+    expect(rel).toBeLessThan(BOUND.bf16);
+  });
+
   for (const [shape, config] of [['q/k/v apart (64/16/16 rows)', {}], ['q/k/v stacked (256/128/128 rows)', STACKED]] as const) {
     it(`fp8 + bf16, ${shape}`, () => {
       const prepare = (w: Parameters<typeof toFp8>[0]) => toFp8(w, linearWeights);

@@ -121,7 +121,7 @@ describeKernels('attention', () => {
 
   // ---- std-attention split-KV: rows of several key chunks, records merged by std.attn_combine ------------
   // The cache is filled directly (no prefill): decode rows at 1 501 keys, a verify of 4 rows at ~700,
-  // a padding row, rows at exactly 128 keys (one chunk) and 129 (two). Each row's cut depends on its
+  // a padding row, rows at exactly 64 keys (one chunk) and 65 (two). Each row's cut depends on its
   // key count and `chunks` only: the layer's launch and one of a single split (a CTA takes every
   // chunk of its row) give the same bits. std.attn_core (CUDA cores) on every row type; std.attn_decode
   // (tensor cores, 16-bit rows, head dims multiples of 8) against its twin, which rounds P per tile of
