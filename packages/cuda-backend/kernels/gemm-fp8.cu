@@ -80,9 +80,7 @@ constexpr int rows_red_floats(int groups) { return kRowsWarpsMax * 32 * 4 * grou
 
 /**
  * The tensor-core path (k a multiple of 16; A's rows and B 16-byte aligned): C's columns as the
- * MMA's rows. A CTA owns CT tiles of 16 columns, n0 … n0 + 16·CT − 1, for all m ≤ 8 · RG rows (CT
- * > 1: each value of A it loads serves every tile, so A's reads from L2, which grow with m, are
- * CT times fewer; each tile's sums are computed as a CTA of one tile computes them): the m16n8k16 product of
+ * MMA's rows. A CTA owns 16 columns n0 … n0 + 15 for all m ≤ 8 · RG rows: the m16n8k16 product of
  * B's 16 weight rows (codes converted to T in registers once a group) with each group of 8 of A's
  * rows as the 8 columns of the MMA's second operand. k goes in groups of 64, warp w of W taking
  * groups w, w + W, …; within a group the k order of the MMA's slots is permuted so that lane (g, q)
@@ -94,51 +92,39 @@ constexpr int rows_red_floats(int groups) { return kRowsWarpsMax * 32 * 4 * grou
  * products, their order and the warps' split of k do not depend on m or on the other rows, so a row
  * of C gets the same bits at any m ≤ 64.
  */
-template <typename T, int RG, int Ahead, int CT = 1>
+template <typename T, int RG, int Ahead>
 __device__ void gemm_fp8_rows_mma(const T* __restrict__ a, const uint8_t* __restrict__ b, const float* __restrict__ scales, void* __restrict__ c,
                                   int cCode, int m, int n, int k, int lda, int ldc, float alpha, float beta, float* red) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int g = lane >> 2, q = lane & 3;
-  static_assert(kFp8Block % (kRowsCols * CT) == 0, "a CTA's columns must lie in one 128-row block of scales");
-  const int n0 = blockIdx.x * kRowsCols * CT;
+  const int n0 = blockIdx.x * kRowsCols;
   const int kBlocks = (k + kFp8Block - 1) / kFp8Block;
   const int groups = (k + kRowsGroupK - 1) / kRowsGroupK;
-  // n0 is a multiple of 16 · CT, which divides 128: the CTA's columns share one 128-row block of scales.
+  // n0 is a multiple of 16: the CTA's columns share one 128-row block of scales.
   const float* srow = scales + (size_t)(n0 / kFp8Block) * kBlocks;
-  const uint8_t* b0[CT];
-  const uint8_t* b8[CT];
-#pragma unroll
-  for (int t = 0; t < CT; t++) {
-    const int nt = n0 + kRowsCols * t;
-    b0[t] = nt + g < n ? b + (size_t)(nt + g) * k : nullptr;
-    b8[t] = nt + g + 8 < n ? b + (size_t)(nt + g + 8) * k : nullptr;
-  }
+  const uint8_t* b0 = n0 + g < n ? b + (size_t)(n0 + g) * k : nullptr;
+  const uint8_t* b8 = n0 + g + 8 < n ? b + (size_t)(n0 + g + 8) * k : nullptr;
   // Row 8r + g of A (lane's row in group r), where it is one of the m.
   const T* ar = a + (size_t)g * lda;
 
-  float acc[CT][RG][4];
+  float acc[RG][4];
 #pragma unroll
-  for (int t = 0; t < CT; t++)
+  for (int r = 0; r < RG; r++)
 #pragma unroll
-    for (int r = 0; r < RG; r++)
-#pragma unroll
-      for (int i = 0; i < 4; i++) acc[t][r][i] = 0.f;
+    for (int i = 0; i < 4; i++) acc[r][i] = 0.f;
   // Ahead of the warp's groups at a time: their codes and scales are loaded before any is
   // converted, so the warp has that many groups' loads in flight instead of one (each group's
   // conversion and products stood between its load and the next). Sums in group order as before.
   for (int grp0 = warp; grp0 < groups; grp0 += Ahead * warps) {
-    uint4 w0[Ahead][CT], w8[Ahead][CT];
+    uint4 w0[Ahead], w8[Ahead];
     float s[Ahead];
 #pragma unroll
     for (int u = 0; u < Ahead; u++) {
       const int grp = grp0 + u * warps;
       const int kq = grp * kRowsGroupK + 16 * q;  // this lane's 16 values of k (≥ k past the last group)
       const bool in = kq < k;
-#pragma unroll
-      for (int t = 0; t < CT; t++) {
-        w0[u][t] = b0[t] && in ? __ldg(reinterpret_cast<const uint4*>(b0[t] + kq)) : make_uint4(0, 0, 0, 0);
-        w8[u][t] = b8[t] && in ? __ldg(reinterpret_cast<const uint4*>(b8[t] + kq)) : make_uint4(0, 0, 0, 0);
-      }
+      w0[u] = b0 && in ? __ldg(reinterpret_cast<const uint4*>(b0 + kq)) : make_uint4(0, 0, 0, 0);
+      w8[u] = b8 && in ? __ldg(reinterpret_cast<const uint4*>(b8 + kq)) : make_uint4(0, 0, 0, 0);
       s[u] = grp < groups ? __ldg(srow + (grp * kRowsGroupK) / kFp8Block) : 0.f;
     }
 #pragma unroll
@@ -147,9 +133,9 @@ __device__ void gemm_fp8_rows_mma(const T* __restrict__ a, const uint8_t* __rest
       if (grp >= groups) break;
       const int kq = grp * kRowsGroupK + 16 * q;
       const bool in = kq < k;
-      // Codes 4st … 4st + 3 of each weight row of tile t: word st; slots 2q, 2q + 1 take the low two.
-      const auto codes = [&](int t, int st) -> Fragment {
-        const uint32_t wr0[4] = {w0[u][t].x, w0[u][t].y, w0[u][t].z, w0[u][t].w}, wr8[4] = {w8[u][t].x, w8[u][t].y, w8[u][t].z, w8[u][t].w};
+      const uint32_t wr0[4] = {w0[u].x, w0[u].y, w0[u].z, w0[u].w}, wr8[4] = {w8[u].x, w8[u].y, w8[u].z, w8[u].w};
+      // Codes 4st … 4st + 3 of each weight row: word st; slots 2q, 2q + 1 take the low two.
+      const auto codes = [&](int st) -> Fragment {
         return {{codes_to_pair<T>(wr0[st]), codes_to_pair<T>(wr8[st]), codes_to_pair<T>(wr0[st] >> 16), codes_to_pair<T>(wr8[st] >> 16)}};
       };
       // Row group r's 16 values of A at kq, as the MMA's second operand's words.
@@ -160,51 +146,43 @@ __device__ void gemm_fp8_rows_mma(const T* __restrict__ a, const uint8_t* __rest
         const uint4 x1 = row ? __ldg(reinterpret_cast<const uint4*>(ap + 8)) : make_uint4(0, 0, 0, 0);
         xs[0] = x0.x, xs[1] = x0.y, xs[2] = x0.z, xs[3] = x0.w, xs[4] = x1.x, xs[5] = x1.y, xs[6] = x1.z, xs[7] = x1.w;
       };
-      // The codes converted once for all row groups; each row group's values of A loaded once for all tiles.
-      Fragment af[CT][4];
+      // The codes converted once for all row groups.
+      Fragment af[4];
 #pragma unroll
-      for (int t = 0; t < CT; t++)
-#pragma unroll
-        for (int st = 0; st < 4; st++) af[t][st] = codes(t, st);
+      for (int st = 0; st < 4; st++) af[st] = codes(st);
 #pragma unroll
       for (int r = 0; r < RG; r++) {
         uint32_t xs[8];
         rows(r, xs);
+        float part[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-        for (int t = 0; t < CT; t++) {
-          float part[4] = {0.f, 0.f, 0.f, 0.f};
+        for (int st = 0; st < 4; st++) mma16816<T>(part, af[st].w, xs[2 * st], xs[2 * st + 1]);
 #pragma unroll
-          for (int st = 0; st < 4; st++) mma16816<T>(part, af[t][st].w, xs[2 * st], xs[2 * st + 1]);
-#pragma unroll
-          for (int i = 0; i < 4; i++) acc[t][r][i] = fmaf(s[u], part[i], acc[t][r][i]);
-        }
+        for (int i = 0; i < 4; i++) acc[r][i] = fmaf(s[u], part[i], acc[r][i]);
       }
     }
   }
-  // The warps' sums, tile by tile and Round row groups a round: warp j adds group r0 + j's over the
-  // warps in warp order and stores it.
+  // The warps' sums, Round row groups a round: warp j adds group r0 + j's over the warps in warp
+  // order and stores it.
   constexpr int Round = RG < kRowsRoundGroups ? RG : kRowsRoundGroups;
 #pragma unroll
-  for (int t = 0; t < CT; t++) {
+  for (int r0 = 0; r0 < RG; r0 += Round) {
+    if (r0 > 0) __syncthreads();  // the round before has read red
 #pragma unroll
-    for (int r0 = 0; r0 < RG; r0 += Round) {
-      if (t > 0 || r0 > 0) __syncthreads();  // the round before has read red
+    for (int j = 0; j < Round; j++)
+      if (r0 + j < RG)
 #pragma unroll
-      for (int j = 0; j < Round; j++)
-        if (r0 + j < RG)
+        for (int i = 0; i < 4; i++) red[((warp * 32 + lane) * Round + j) * 4 + i] = acc[r0 + j][i];
+    __syncthreads();
+    const int j = warp;
+    if (j < Round && r0 + j < RG) {
 #pragma unroll
-          for (int i = 0; i < 4; i++) red[((warp * 32 + lane) * Round + j) * 4 + i] = acc[t][r0 + j][i];
-      __syncthreads();
-      const int j = warp;
-      if (j < Round && r0 + j < RG) {
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-          float v = 0.f;
-          for (int w = 0; w < warps; w++) v += red[((w * 32 + lane) * Round + j) * 4 + i];
-          // Accumulator i: column n0 + 16t + g (+ 8 for i ≥ 2), row 8(r0 + j) + 2q (+ 1 for odd i).
-          const int col = n0 + kRowsCols * t + g + (i >= 2 ? 8 : 0), r = 8 * (r0 + j) + 2 * q + (i & 1);
-          if (col < n && r < m) store_c(c, (size_t)r * ldc + col, v, cCode, alpha, beta);
-        }
+      for (int i = 0; i < 4; i++) {
+        float v = 0.f;
+        for (int w = 0; w < warps; w++) v += red[((w * 32 + lane) * Round + j) * 4 + i];
+        // Accumulator i: column n0 + g (+ 8 for i ≥ 2), row 8(r0 + j) + 2q (+ 1 for odd i).
+        const int col = n0 + g + (i >= 2 ? 8 : 0), r = 8 * (r0 + j) + 2 * q + (i & 1);
+        if (col < n && r < m) store_c(c, (size_t)r * ldc + col, v, cCode, alpha, beta);
       }
     }
   }
@@ -213,19 +191,19 @@ __device__ void gemm_fp8_rows_mma(const T* __restrict__ a, const uint8_t* __rest
 /** Ahead of the wide rows path (9 ≤ m ≤ 64), whose row groups' sums take the registers of more groups ahead. */
 constexpr int kRowsWideAhead = 1;
 
-/** The wide rows path: RG = ⌈m / 8⌉ groups of 8 rows, 2 ≤ RG ≤ 8, CT tiles of 16 columns a CTA. */
-template <typename T, int CT>
+/** The wide rows path: RG = ⌈m / 8⌉ groups of 8 rows, 2 ≤ RG ≤ 8. */
+template <typename T>
 __device__ void gemm_fp8_rows_wide(const T* a, const uint8_t* b, const float* scales, void* c, int cCode, int m, int n, int k, int lda, int ldc,
                                    float alpha, float beta, float* red) {
   constexpr int A = kRowsWideAhead;
   switch ((m + 7) / 8) {
-    case 2: gemm_fp8_rows_mma<T, 2, A, CT>(a, b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta, red); break;
-    case 3: gemm_fp8_rows_mma<T, 3, A, CT>(a, b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta, red); break;
-    case 4: gemm_fp8_rows_mma<T, 4, A, CT>(a, b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta, red); break;
-    case 5: gemm_fp8_rows_mma<T, 5, A, CT>(a, b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta, red); break;
-    case 6: gemm_fp8_rows_mma<T, 6, A, CT>(a, b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta, red); break;
-    case 7: gemm_fp8_rows_mma<T, 7, A, CT>(a, b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta, red); break;
-    case 8: gemm_fp8_rows_mma<T, 8, A, CT>(a, b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta, red); break;
+    case 2: gemm_fp8_rows_mma<T, 2, A>(a, b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta, red); break;
+    case 3: gemm_fp8_rows_mma<T, 3, A>(a, b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta, red); break;
+    case 4: gemm_fp8_rows_mma<T, 4, A>(a, b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta, red); break;
+    case 5: gemm_fp8_rows_mma<T, 5, A>(a, b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta, red); break;
+    case 6: gemm_fp8_rows_mma<T, 6, A>(a, b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta, red); break;
+    case 7: gemm_fp8_rows_mma<T, 7, A>(a, b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta, red); break;
+    case 8: gemm_fp8_rows_mma<T, 8, A>(a, b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta, red); break;
     default: __trap();  // the backend launches it for 9 ≤ m ≤ 64 with 16-byte loads only
   }
 }
@@ -284,22 +262,9 @@ extern "C" __global__ void __launch_bounds__(32 * kRowsWarpsMax, 1) backend_gemm
     const void* __restrict__ a, int aCode, const uint8_t* __restrict__ b, const float* __restrict__ scales, void* __restrict__ c,
     int cCode, int m, int n, int k, int lda, int ldc, float alpha, float beta) {
   __shared__ float red[rows_red_floats(kRowsRoundGroups)];
-  if (aCode == kF32 || !vector_loads(a, b, k, lda) || gridDim.x != (unsigned)((n + kRowsCols - 1) / kRowsCols)) __trap();
-  if (aCode == kBF16) gemm_fp8_rows_wide<__nv_bfloat16, 1>(static_cast<const __nv_bfloat16*>(a), b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta, red);
-  else gemm_fp8_rows_wide<__half, 1>(static_cast<const __half*>(a), b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta, red);
-}
-
-// The wide rows path with two tiles of 16 columns a CTA (`gemmFp8RowsWideLaunch`: outputs of at
-// least two such CTAs a multiprocessor, whose CTAs take 8 warps): the same warps and split of k, so
-// the same bits, with A read from L2 half as often. 8 warps of up to 255 registers (a tile pair's
-// sums of 8 row groups do not fit 128).
-extern "C" __global__ void __launch_bounds__(32 * kRowsWarpsMax / 2, 1) backend_gemm_fp8_rows_wide_pairs(
-    const void* __restrict__ a, int aCode, const uint8_t* __restrict__ b, const float* __restrict__ scales, void* __restrict__ c,
-    int cCode, int m, int n, int k, int lda, int ldc, float alpha, float beta) {
-  __shared__ float red[rows_red_floats(kRowsRoundGroups) / 2];
-  if (aCode == kF32 || !vector_loads(a, b, k, lda) || blockDim.x != 32 * kRowsWarpsMax / 2 || gridDim.x != (unsigned)((n + 2 * kRowsCols - 1) / (2 * kRowsCols))) __trap();
-  if (aCode == kBF16) gemm_fp8_rows_wide<__nv_bfloat16, 2>(static_cast<const __nv_bfloat16*>(a), b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta, red);
-  else gemm_fp8_rows_wide<__half, 2>(static_cast<const __half*>(a), b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta, red);
+  if (aCode == kF32 || !vector_loads(a, b, k, lda)) __trap();
+  if (aCode == kBF16) gemm_fp8_rows_wide(static_cast<const __nv_bfloat16*>(a), b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta, red);
+  else gemm_fp8_rows_wide(static_cast<const __half*>(a), b, scales, c, cCode, m, n, k, lda, ldc, alpha, beta, red);
 }
 
 namespace {

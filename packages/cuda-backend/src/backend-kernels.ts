@@ -45,12 +45,6 @@ export const gemmFp8RowsWideKernel = defineKernel({
   cuda: { module: gemmFp8Module, symbol: 'backend_gemm_fp8_rows_wide' },
 });
 
-export const gemmFp8RowsWidePairsKernel = defineKernel({
-  name: 'backend.gemm_fp8_rows_wide_pairs',
-  params: GEMM_FP8_PARAMS,
-  cuda: { module: gemmFp8Module, symbol: 'backend_gemm_fp8_rows_wide_pairs' },
-});
-
 export const gemmFp8TiledKernel = defineKernel({
   name: 'backend.gemm_fp8_tiled',
   params: GEMM_FP8_PARAMS,
@@ -68,18 +62,6 @@ export const gemmFp8TiledKernel = defineKernel({
 export function gemmFp8RowsLaunch(n: number, multiprocessors: number, stream: Stream): LaunchConfig {
   const grid = Math.max(1, Math.ceil(n / 16));
   return { grid, block: grid < 2 * multiprocessors ? 512 : 256, stream };
-}
-
-/**
- * The wide rows path's kernel and launch (9 ≤ m ≤ 64): where the rows rule gives 8 warps (at least
- * two 16-column CTAs a multiprocessor), `backend_gemm_fp8_rows_wide_pairs`, a CTA per two tiles
- * with the same 8 warps (the same split of k, so the same bits), which reads A from L2 half as
- * often; else `backend_gemm_fp8_rows_wide` on the rows kernel's CTAs.
- */
-export function gemmFp8RowsWideLaunch(n: number, multiprocessors: number, stream: Stream): { kernel: typeof gemmFp8RowsWideKernel; config: LaunchConfig } {
-  const rows = gemmFp8RowsLaunch(n, multiprocessors, stream);
-  if (rows.block !== 256) return { kernel: gemmFp8RowsWideKernel, config: rows };
-  return { kernel: gemmFp8RowsWidePairsKernel, config: { grid: Math.max(1, Math.ceil(n / 32)), block: 256, stream } };
 }
 
 /** Which block-FP8 GEMM kernel takes a product (`backend_gemm_fp8_*`). */

@@ -34,7 +34,7 @@ import { LAUNCH_EARLY_START, LAUNCH_HEADER_BYTES, packArgs } from './arg-packing
 import { CaptureTracker } from './capture-tracker.js';
 import { cublasLtCandidates, CUBLASLT_HINT } from './cublaslt-paths.js';
 import {
-  convertKernel, convertLaunch, fp8GemmKernel, gemmFp8RowsKernel, gemmFp8RowsLaunch, gemmFp8RowsWideLaunch, gemmFp8TiledKernel, gemmFp8TiledLaunch,
+  convertKernel, convertLaunch, fp8GemmKernel, gemmFp8RowsKernel, gemmFp8RowsLaunch, gemmFp8RowsWideKernel, gemmFp8TiledKernel, gemmFp8TiledLaunch,
 } from './backend-kernels.js';
 import { GEMM_TYPE, resolveGemm } from './gemm-args.js';
 import { KernelRegistry } from './kernel-registry.js';
@@ -457,11 +457,7 @@ export class CudaBackend implements GpuBackend {
       const stream = args.stream ?? this.defaultStream;
       const kernel = fp8GemmKernel(args.m, args.k, g.lda, g.abType, args.a, args.b);
       if (kernel === 'tiled') this.launch(gemmFp8TiledKernel, gemmFp8TiledLaunch(args.m, args.n, stream), fp8Args);
-      else if (kernel === 'rows') this.launch(gemmFp8RowsKernel, gemmFp8RowsLaunch(args.n, this.device.multiprocessors, stream), fp8Args);
-      else {
-        const wide = gemmFp8RowsWideLaunch(args.n, this.device.multiprocessors, stream);
-        this.launch(wide.kernel, wide.config, fp8Args);
-      }
+      else this.launch(kernel === 'rows' ? gemmFp8RowsKernel : gemmFp8RowsWideKernel, gemmFp8RowsLaunch(args.n, this.device.multiprocessors, stream), fp8Args);
       return;
     }
     if (!this.gemmLibrary.loaded) throw new DeviceError('gemm', this.gemmLibrary.reason);

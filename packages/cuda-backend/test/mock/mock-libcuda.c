@@ -317,7 +317,6 @@ static const Kernel KERNELS[] = {
     {"backend_convert", 5, {8, 4, 8, 4, 8}, k_convert},
     {"backend_gemm_fp8_rows", 13, {8, 4, 8, 8, 8, 4, 4, 4, 4, 4, 4, 4, 4}, k_gemm_fp8},
     {"backend_gemm_fp8_rows_wide", 13, {8, 4, 8, 8, 8, 4, 4, 4, 4, 4, 4, 4, 4}, k_gemm_fp8},
-    {"backend_gemm_fp8_rows_wide_pairs", 13, {8, 4, 8, 8, 8, 4, 4, 4, 4, 4, 4, 4, 4}, k_gemm_fp8},
     {"backend_gemm_fp8_tiled", 13, {8, 4, 8, 8, 8, 4, 4, 4, 4, 4, 4, 4, 4}, k_gemm_fp8},
     {"vector_add_f32", 4, {8, 8, 8, 4}, k_vector_add},
     {"fill_u32", 3, {8, 4, 4}, k_fill},
