@@ -30,9 +30,9 @@ using namespace stdk;
 
 namespace {
 
-constexpr int kWarps = 4;
+constexpr int kWarps = kDecodeWarps;  // std-attention-keys.cuh: the chunks' alignment is made of them
 constexpr int kThreads = 32 * kWarps;
-constexpr int kTileKeys = 16;
+constexpr int kTileKeys = kDecodeTileKeys;
 constexpr int kHeadsAtOnce = 16;  // the m16 tile
 constexpr int kMaxHeadDim = 256;
 

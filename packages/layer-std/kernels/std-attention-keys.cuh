@@ -7,11 +7,14 @@
 
 namespace stdk {
 
-/** A row's keys are cut into chunks of at least kMinChunk keys, at most kMaxChunks (src/key-chunks.ts has both). */
-constexpr int kMinChunk = 64;
-constexpr int kMaxChunks = 64;
+/** Keys per tile of std_attn_decode, and its warps (DECODE_TILE_KEYS, DECODE_WARPS in src/key-chunks.ts). */
+constexpr int kDecodeTileKeys = 16;
+constexpr int kDecodeWarps = 4;
 /** Chunk sizes are multiples of kChunkAlign keys: whole tiles for every warp of std_attn_decode. */
-constexpr int kChunkAlign = 64;
+constexpr int kChunkAlign = kDecodeTileKeys * kDecodeWarps;
+/** A row's keys are cut into chunks of at least kMinChunk keys (a tile for each warp), at most kMaxChunks (src/key-chunks.ts has both). */
+constexpr int kMinChunk = kChunkAlign;
+constexpr int kMaxChunks = 64;
 
 __device__ __forceinline__ int qkv_width(int heads, int kvHeads, int d, int gated, int ownKv) {
   return heads * d * (gated ? 2 : 1) + (ownKv ? 2 * kvHeads * d : 0);

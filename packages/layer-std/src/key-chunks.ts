@@ -3,7 +3,7 @@
 // kernels, their CPU twins and the layer's launches must all follow, and the decode kernel's tiles
 // and warps it is made of (the launch's shared memory and the twin's warp order take them too).
 
-/** Keys per tile of std.attn_decode, and its warps (kTileKeys, kWarps in kernels/std-attention-decode.cu). */
+/** Keys per tile of std.attn_decode, and its warps (kDecodeTileKeys, kDecodeWarps in kernels/std-attention-keys.cuh). */
 export const DECODE_TILE_KEYS = 16;
 export const DECODE_WARPS = 4;
 /** Chunk sizes are multiples of this many keys: whole tiles for every warp of std.attn_decode. */
