@@ -41,8 +41,12 @@ describeKernels('MoE expert', () => {
   // and one tiny
   // unaligned (scalar paths); 40 rows over 8 experts (~30 entries per expert: two passes of 16
   // through each weight tile); D and I past 128 but not multiples of it (FP8 blocks cut short on
-  // both axes).
-  const SHAPES = [[2048, 512, 8, 6, 3], [2048, 512, 16, 10, 1], [30, 7, 5, 2, 4], [30, 7, 5, 3, 1], [2048, 512, 8, 6, 40], [1000, 136, 6, 4, 24]] as const;
+  // both axes); one row of 14 slots (7 a warp: past the 6 whose first chunk the down pass stages
+  // before its wait) over I 1 024 (two chunks a lane), and one of 9 slots over I 256 (half the lanes
+  // without a chunk).
+  const SHAPES = [
+    [2048, 512, 8, 6, 3], [2048, 512, 16, 10, 1], [30, 7, 5, 2, 4], [30, 7, 5, 3, 1], [2048, 512, 8, 6, 40], [1000, 136, 6, 4, 24], [256, 1024, 20, 14, 1], [384, 256, 12, 9, 1],
+  ] as const;
   for (const format of EXPERT_FORMATS) {
     for (const [D, I, E, topK, rows] of SHAPES) {
       it(`${format}: std.moe_group + std.moe_experts_up + std.moe_experts_down + std.moe_experts, D ${D}, I ${I}, ${E} experts, top-${topK}, ${rows} rows (an id outside the experts), and the row-wise kernels' bits`, () => {
