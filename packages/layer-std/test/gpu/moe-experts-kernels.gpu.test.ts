@@ -41,9 +41,9 @@ describeKernels('MoE expert', () => {
   // and one tiny
   // unaligned (scalar paths); 40 rows over 8 experts (~30 entries per expert: two passes of 16
   // through each weight tile); D and I past 128 but not multiples of it (FP8 blocks cut short on
-  // both axes); one row of 14 slots (7 a warp: past the 6 whose first chunk the down pass stages
-  // before its wait) over I 1 024 (two chunks a lane), and one of 9 slots over I 256 (half the lanes
-  // without a chunk).
+  // both axes); one row of 14 slots (7 a warp of the down pass: a round of 4 experts and one of 3)
+  // over I 1 024 (two chunks a lane), and one of 9 slots over I 256 (half the lanes without a
+  // chunk).
   const SHAPES = [
     [2048, 512, 8, 6, 3], [2048, 512, 16, 10, 1], [30, 7, 5, 2, 4], [30, 7, 5, 3, 1], [2048, 512, 8, 6, 40], [1000, 136, 6, 4, 24], [256, 1024, 20, 14, 1], [384, 256, 12, 9, 1],
   ] as const;
